@@ -1,0 +1,1 @@
+"""Dev mode: embedded Redis, local worker pool and the one-process runner."""

@@ -1,0 +1,76 @@
+"""The gateway application factory: client job API, worker API, health of the process."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+from redis.asyncio import Redis
+
+from lockgate.gateway import client_api, worker_api
+from lockgate.gateway.auth import Authenticator
+from lockgate.gateway.endpoints import EndpointCache
+from lockgate.gateway.http import json_response
+from lockgate.gateway.middleware import error_middleware
+from lockgate.gateway.notify import Notifier
+from lockgate.gateway.state import GATEWAY, Gateway
+from lockgate.settings import Settings
+from lockgate.store import JobStore, Registry, Retention, connect
+
+# aiohttp's own cap; each route enforces its smaller limit (10 MB /run, 20 MB /runsync).
+MAX_BODY = 21 * 1024 * 1024
+
+
+def build_gateway(settings: Settings, redis: Redis) -> Gateway:
+    """Wire the gateway's collaborators around one Redis client."""
+    registry = Registry(redis)
+    retention = Retention(
+        run_ms=int(settings.retention_run_s * 1000), sync_ms=int(settings.retention_sync_s * 1000)
+    )
+    gw = Gateway(
+        settings=settings,
+        store=JobStore(redis, retention=retention),
+        registry=registry,
+        endpoints=EndpointCache(registry, cache_s=settings.registry_cache_s),
+        auth=Authenticator(registry, cache_s=settings.auth_cache_s),
+        notifier=Notifier(redis),
+    )
+    gw.notifier.on_registry_change = gw.endpoints.invalidate
+    return gw
+
+
+async def livez(request: web.Request) -> web.Response:
+    """The process is up (for liveness probes)."""
+    return json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """Redis answers and the event subscription is live (for readiness probes)."""
+    gw = request.app[GATEWAY]
+    await gw.store.redis.ping()
+    if not gw.notifier.connected.is_set():
+        return json_response({"error": "event subscription not connected"}, status=503)
+    return json_response({"status": "ready"})
+
+
+def create_app(settings: Settings, *, redis: Redis | None = None) -> web.Application:
+    """The gateway as an aiohttp application; owns its Redis client unless one is given."""
+    app = web.Application(middlewares=[error_middleware], client_max_size=MAX_BODY)
+    owned = redis is None
+    client = redis if redis is not None else connect(settings.redis_url)
+    gw = build_gateway(settings, client)
+    app[GATEWAY] = gw
+    app.add_routes(client_api.routes)
+    app.add_routes(worker_api.routes)
+    app.router.add_get("/livez", livez)
+    app.router.add_get("/readyz", readyz)
+
+    async def background(_app: web.Application) -> AsyncIterator[None]:
+        gw.notifier.start()
+        yield
+        await gw.notifier.close()
+        if owned:
+            await client.aclose()
+
+    app.cleanup_ctx.append(background)
+    return app

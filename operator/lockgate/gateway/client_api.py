@@ -1,0 +1,184 @@
+"""The client job API of the spec: run, runsync, status, stream, cancel, retry, purge, health."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import orjson
+from aiohttp import web
+from pydantic import ValidationError
+
+from lockgate.gateway.auth import JOBS
+from lockgate.gateway.errors import BadRequest, NotFound
+from lockgate.gateway.http import int_param, json_response, parse_json, read_body
+from lockgate.gateway.state import Gateway, gateway_of
+from lockgate.gateway.views import job_body, stream_body
+from lockgate.models import FINAL_STATES, JobRequest, describe_validation_error
+from lockgate.models.jobs import MAX_DURATION_MS, TTL_MIN_MS
+from lockgate.store import IneligibleState, JobNotFound, NewJob
+from lockgate.store.keys import JOB_ID_RE
+
+MB = 1024 * 1024
+RUN_LIMIT = 10 * MB
+RUNSYNC_LIMIT = 20 * MB
+WAIT_DEFAULT_MS, WAIT_MIN_MS, WAIT_MAX_MS = 90_000, 1_000, 300_000
+
+routes = web.RouteTableDef()
+
+
+async def _client(request: web.Request) -> tuple[Gateway, str, dict]:
+    """Authenticate a client call and resolve its endpoint (401, then 404)."""
+    gw = gateway_of(request)
+    endpoint_id = request.match_info["endpoint"]
+    await gw.auth.require(request, JOBS, endpoint_id)
+    return gw, endpoint_id, await gw.endpoints.get(endpoint_id)
+
+
+def _job_id(request: web.Request) -> str:
+    job_id = request.match_info["job"]
+    if not JOB_ID_RE.match(job_id):
+        raise NotFound(f"job {job_id!r} not found")
+    return job_id
+
+
+async def _new_job(request: web.Request, limit: int, job_id: str, *, sync: bool) -> NewJob:
+    """Read and validate a job request body into a job ready to queue."""
+    body = parse_json(await read_body(request, limit))
+    if not isinstance(body, dict):
+        raise BadRequest("request body must be a JSON object with an 'input' object")
+    try:
+        req = JobRequest.model_validate(body)
+    except ValidationError as err:
+        raise BadRequest(describe_validation_error(err)) from err
+    return NewJob(
+        id=job_id,
+        input=orjson.dumps(req.input),
+        ttl_ms=req.policy.ttl,
+        low_priority=req.policy.lowPriority,
+        sync=sync,
+        execution_timeout_ms=req.policy.executionTimeout,
+        webhook=req.webhook,
+        s3_config=orjson.dumps(req.s3Config.model_dump()) if req.s3Config else None,
+    )
+
+
+@routes.post("/v2/{endpoint}/run")
+async def run(request: web.Request) -> web.Response:
+    gw, endpoint_id, _ = await _client(request)
+    job = await _new_job(request, RUN_LIMIT, str(uuid.uuid4()), sync=False)
+    await gw.store.submit(endpoint_id, job)
+    return json_response({"id": job.id, "status": "IN_QUEUE"})
+
+
+@routes.post("/v2/{endpoint}/runsync")
+async def runsync(request: web.Request) -> web.Response:
+    gw, endpoint_id, _ = await _client(request)
+    wait_ms = int_param(request, "wait", default=WAIT_DEFAULT_MS, lo=WAIT_MIN_MS, hi=WAIT_MAX_MS)
+    job = await _new_job(request, RUNSYNC_LIMIT, f"sync-{uuid.uuid4()}", sync=True)
+    # Wait from before the submit: the job may finish before `submit` even returns.
+    done = asyncio.ensure_future(_wait_final(gw, endpoint_id, job.id, wait_ms / 1000))
+    try:
+        await gw.store.submit(endpoint_id, job)
+        await done
+    finally:
+        done.cancel()
+    record = await gw.store.get(endpoint_id, job.id)
+    if record.status in FINAL_STATES:
+        return json_response(job_body(record, gw.store.clock()))
+    return json_response({"id": job.id, "status": record.status})
+
+
+async def _wait_final(gw: Gateway, endpoint_id: str, job_id: str, wait_s: float) -> None:
+    """Sleep until the job is final or `wait_s` passes, re-checking Redis now and then."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    while (left := deadline - loop.time()) > 0:
+        if await gw.notifier.wait_done(endpoint_id, job_id, min(left, gw.settings.poll_fallback_s)):
+            return
+        try:
+            if (await gw.store.get(endpoint_id, job_id)).status in FINAL_STATES:
+                return
+        except JobNotFound:
+            continue  # not submitted yet, or gone: the caller reads it once more
+
+
+@routes.get("/v2/{endpoint}/status/{job}")
+async def status(request: web.Request) -> web.Response:
+    gw, endpoint_id, _ = await _client(request)
+    job_id = _job_id(request)
+    ttl = request.query.get("ttl")
+    try:
+        if ttl is not None:
+            ttl_ms = int_param(request, "ttl", default=None, lo=TTL_MIN_MS, hi=MAX_DURATION_MS)
+            await gw.store.set_ttl(endpoint_id, job_id, ttl_ms)
+        record = await gw.store.get(endpoint_id, job_id)
+    except JobNotFound as err:
+        raise NotFound(f"job {job_id!r} not found") from err
+    return json_response(job_body(record, gw.store.clock()))
+
+
+@routes.get("/v2/{endpoint}/stream/{job}")
+async def stream(request: web.Request) -> web.Response:
+    gw, endpoint_id, _ = await _client(request)
+    job_id = _job_id(request)
+    try:
+        state, chunks = await gw.store.read_stream(endpoint_id, job_id)
+    except JobNotFound as err:
+        raise NotFound(f"job {job_id!r} not found") from err
+    return json_response(stream_body(job_id, state, chunks))
+
+
+@routes.post("/v2/{endpoint}/cancel/{job}")
+async def cancel(request: web.Request) -> web.Response:
+    gw, endpoint_id, _ = await _client(request)
+    job_id = _job_id(request)
+    try:
+        state = await gw.store.cancel(endpoint_id, job_id)
+    except JobNotFound as err:
+        raise NotFound(f"job {job_id!r} not found") from err
+    except IneligibleState as err:
+        raise BadRequest(
+            f"job {job_id!r} is {err.state}; only IN_QUEUE or IN_PROGRESS jobs can be cancelled"
+        ) from err
+    return json_response({"id": job_id, "status": state})
+
+
+@routes.post("/v2/{endpoint}/retry/{job}")
+async def retry(request: web.Request) -> web.Response:
+    gw, endpoint_id, _ = await _client(request)
+    job_id = _job_id(request)
+    try:
+        state = await gw.store.retry(endpoint_id, job_id)
+    except JobNotFound as err:
+        raise NotFound(f"job {job_id!r} not found (or its results expired)") from err
+    except IneligibleState as err:
+        raise BadRequest(
+            f"job {job_id!r} is {err.state}; only FAILED or TIMED_OUT jobs can be retried"
+        ) from err
+    return json_response({"id": job_id, "status": state})
+
+
+@routes.post("/v2/{endpoint}/purge-queue")
+async def purge_queue(request: web.Request) -> web.Response:
+    gw, endpoint_id, _ = await _client(request)
+    removed = await gw.store.purge(endpoint_id)
+    return json_response({"removed": removed, "status": "completed"})
+
+
+@routes.get("/v2/{endpoint}/health")
+async def health(request: web.Request) -> web.Response:
+    gw, endpoint_id, _ = await _client(request)
+    snap = await gw.store.snapshot(endpoint_id, int(gw.settings.heartbeat_timeout_s * 1000))
+    return json_response(
+        {
+            "jobs": {
+                "completed": snap.completed,
+                "failed": snap.failed,
+                "inProgress": snap.in_progress,
+                "inQueue": snap.in_queue + snap.in_queue_low,
+                "retried": snap.retried,
+            },
+            "workers": {"idle": snap.workers_idle, "running": snap.workers_running},
+        }
+    )

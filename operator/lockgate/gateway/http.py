@@ -1,0 +1,63 @@
+"""Small HTTP helpers: orjson responses, bounded body reads, query parameters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from lockgate.gateway.errors import BadRequest, PayloadTooLarge
+
+JSON = "application/json"
+
+
+def json_response(
+    body: Any, *, status: int = 200, headers: dict[str, str] | None = None
+) -> web.Response:
+    """A JSON response; `orjson.Fragment` values are embedded without re-parsing."""
+    return web.Response(body=orjson.dumps(body), status=status, content_type=JSON, headers=headers)
+
+
+def no_content() -> web.Response:
+    return web.Response(status=204)
+
+
+async def read_body(request: web.Request, limit: int) -> bytes:
+    """The request body, refused with 413 when over `limit` bytes (before reading it whole
+    when the client declares its length)."""
+    too_large = PayloadTooLarge(f"request body exceeds the {limit // (1024 * 1024)} MB limit")
+    if request.content_length is not None and request.content_length > limit:
+        raise too_large
+    body = bytearray()
+    while chunk := await request.content.readany():
+        body += chunk
+        if len(body) > limit:
+            raise too_large
+    return bytes(body)
+
+
+def parse_json(raw: bytes) -> Any:
+    """Parse a JSON body, or 400 saying it is not JSON."""
+    if not raw:
+        raise BadRequest("request body is empty; expected a JSON object")
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as err:
+        raise BadRequest(f"request body is not valid JSON: {err}") from err
+
+
+def int_param(request: web.Request, name: str, *, default: int | None, lo: int, hi: int) -> int:
+    """An integer query parameter within [lo, hi], or 400 naming it."""
+    raw = request.query.get(name)
+    if raw is None:
+        if default is None:
+            raise BadRequest(f"query parameter {name!r} is required")
+        return default
+    try:
+        value = int(raw)
+    except ValueError as err:
+        raise BadRequest(f"query parameter {name!r} must be an integer, got {raw!r}") from err
+    if not lo <= value <= hi:
+        raise BadRequest(f"query parameter {name!r} must be between {lo} and {hi}, got {value}")
+    return value

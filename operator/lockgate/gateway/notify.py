@@ -1,0 +1,143 @@
+"""Wake-ups across gateway replicas: one Redis pub/sub subscription per process.
+
+The store's scripts publish on `lg:events`: `q:<ep>` (a job was queued), `d:<ep>:<id>`
+(a /runsync job ended), `s:<ep>:<worker>` (a stop signal), `r:<ep>` (registry changed).
+Waiters also re-check Redis every few seconds, so a message lost while Redis restarts
+delays a wake-up but never loses one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Callable
+
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from lockgate.store.keys import EVENTS_CHANNEL
+
+log = logging.getLogger("lockgate.gateway")
+
+Waiters = dict[object, dict[asyncio.Future, None]]
+
+
+def _expire(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(False)
+
+
+async def _wait(table: Waiters, key: object, timeout: float) -> bool:
+    """Wait until `key` is woken (True) or `timeout` seconds pass (False)."""
+    fut = asyncio.get_running_loop().create_future()
+    table[key][fut] = None
+    handle = asyncio.get_running_loop().call_later(timeout, _expire, fut)
+    try:
+        return await fut
+    finally:
+        handle.cancel()
+        waiters = table.get(key)
+        if waiters is not None:
+            waiters.pop(fut, None)
+            if not waiters:
+                del table[key]
+
+
+def _wake(table: Waiters, key: object, *, one: bool) -> None:
+    for fut in list(table.get(key, ())):
+        if not fut.done():
+            fut.set_result(True)
+            if one:
+                return
+
+
+class Notifier:
+    """Lets request handlers sleep until the store says something changed."""
+
+    def __init__(self, redis: Redis) -> None:
+        self.redis = redis
+        self.on_registry_change: Callable[[str], None] = lambda _ep: None
+        self._jobs: Waiters = defaultdict(dict)
+        self._done: Waiters = defaultdict(dict)
+        self._stops: Waiters = defaultdict(dict)
+        self._generation: dict[str, int] = defaultdict(int)
+        self.connected = asyncio.Event()
+        self._task: asyncio.Task | None = None
+
+    def generation(self, endpoint_id: str) -> int:
+        """Counts `queued` events of an endpoint; a change means "take again before sleeping"."""
+        return self._generation[endpoint_id]
+
+    async def wait_for_job(self, endpoint_id: str, timeout: float) -> bool:
+        return await _wait(self._jobs, endpoint_id, timeout)
+
+    async def wait_done(self, endpoint_id: str, job_id: str, timeout: float) -> bool:
+        return await _wait(self._done, (endpoint_id, job_id), timeout)
+
+    async def wait_stop(self, endpoint_id: str, worker_id: str, timeout: float) -> bool:
+        return await _wait(self._stops, (endpoint_id, worker_id), timeout)
+
+    def kick(self, endpoint_id: str) -> None:
+        """Wake one local job waiter (more jobs are queued than wake-ups were sent)."""
+        self._generation[endpoint_id] += 1
+        _wake(self._jobs, endpoint_id, one=True)
+
+    def dispatch(self, message: bytes) -> None:
+        """Route one event to its waiters."""
+        kind, _, rest = message.decode().partition(":")
+        if kind == "q":
+            self.kick(rest)
+        elif kind == "d":
+            ep, _, job_id = rest.partition(":")
+            _wake(self._done, (ep, job_id), one=False)
+        elif kind == "s":
+            ep, _, worker = rest.partition(":")
+            _wake(self._stops, (ep, worker), one=False)
+        elif kind == "r":
+            self.on_registry_change(rest)
+
+    def _wake_everyone(self) -> None:
+        for table in (self._jobs, self._done, self._stops):
+            for key in list(table):
+                _wake(table, key, one=False)
+
+    def start(self) -> None:
+        """Run the subscription in the background."""
+        self._task = asyncio.create_task(self._run(), name="lockgate-events")
+
+    async def close(self) -> None:
+        """Stop the subscription (also when a cancellation lands inside a reconnect)."""
+        task, self._task = self._task, None
+        if task is None:
+            return
+        # redis-py may swallow a cancellation that lands while it connects: insist.
+        for _ in range(20):
+            task.cancel()
+            done, _ = await asyncio.wait({task}, timeout=0.1)
+            if done:
+                return
+
+    async def _run(self) -> None:
+        """Subscribe and dispatch, reconnecting after Redis goes away."""
+        delay = 0.05
+        while self._task is not None:
+            pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(EVENTS_CHANNEL)
+                if self._task is None:
+                    break
+                self.connected.set()
+                self._wake_everyone()  # events may have been missed while disconnected
+                delay = 0.05
+                async for msg in pubsub.listen():
+                    if msg["type"] == "message":
+                        self.dispatch(msg["data"])
+            except (RedisConnectionError, RedisTimeoutError, OSError) as err:
+                self.connected.clear()
+                log.warning("event subscription lost (%s); reconnecting in %.2fs", err, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+            finally:
+                await pubsub.aclose()

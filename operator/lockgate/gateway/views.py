@@ -1,0 +1,30 @@
+"""Response bodies of the job API, built from store records (pure functions)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from lockgate.models import JobStatus
+from lockgate.store import JobRecord
+
+
+def job_body(record: JobRecord, now: int) -> dict[str, Any]:
+    """The `/status` (and webhook, and finished `/runsync`) body of a job."""
+    body: dict[str, Any] = {
+        "id": record.id,
+        "status": record.status,
+        "delayTime": record.delay_ms(now),
+        "executionTime": record.execution_ms(now),
+    }
+    if record.status == JobStatus.COMPLETED and record.output is not None:
+        body["output"] = orjson.Fragment(record.output)
+    if record.error is not None:
+        body["error"] = record.error
+    return body
+
+
+def stream_body(job_id: str, status: str, chunks: list[bytes]) -> dict[str, Any]:
+    """`/stream`: the chunks produced since the previous read; empty and final means ended."""
+    return {"id": job_id, "status": status, "stream": [orjson.Fragment(c) for c in chunks]}

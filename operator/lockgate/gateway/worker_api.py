@@ -1,0 +1,156 @@
+"""The worker API, wire-compatible with the runpod SDK: take, done, stream, ping, stop."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from lockgate.gateway.auth import WORKERS
+from lockgate.gateway.endpoints import execution_timeout_ms
+from lockgate.gateway.errors import BadRequest, NotFound, PayloadTooLarge
+from lockgate.gateway.http import int_param, json_response, no_content, parse_json, read_body
+from lockgate.gateway.state import Gateway, gateway_of
+from lockgate.store import TakenJob
+from lockgate.store.keys import JOB_ID_RE, WORKER_ID_RE
+
+CHUNK_LIMIT = 1024 * 1024  # one streamed chunk, the spec's size limit
+BATCH_MAX = 100
+
+routes = web.RouteTableDef()
+
+
+async def _worker(request: web.Request) -> tuple[Gateway, str, str, dict]:
+    """Authenticate a worker call; resolve its endpoint and worker id."""
+    gw = gateway_of(request)
+    endpoint_id = request.match_info["endpoint"]
+    await gw.auth.require(request, WORKERS, endpoint_id)
+    entry = await gw.endpoints.get(endpoint_id)
+    worker_id = request.match_info["worker"]
+    if not WORKER_ID_RE.match(worker_id):
+        raise BadRequest(f"invalid worker id {worker_id!r}")
+    return gw, endpoint_id, worker_id, entry
+
+
+def _job_payload(job: TakenJob) -> dict[str, Any]:
+    payload: dict[str, Any] = {"id": job.id, "input": orjson.Fragment(job.input)}
+    if job.s3_config is not None:
+        payload["s3Config"] = orjson.Fragment(job.s3_config)
+    return payload
+
+
+async def _take(request: web.Request, count: int) -> list[TakenJob]:
+    """Long-poll: take jobs as soon as any is queued, or give up after `take_wait_s`."""
+    gw, endpoint_id, worker_id, entry = await _worker(request)
+    timeout_ms = execution_timeout_ms(entry)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + gw.settings.take_wait_s
+    while request.transport is not None and not request.transport.is_closing():
+        generation = gw.notifier.generation(endpoint_id)
+        jobs, left = await gw.store.take(endpoint_id, worker_id, count, timeout_ms)
+        if jobs:
+            if left:
+                gw.notifier.kick(endpoint_id)
+            return jobs
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            break
+        if gw.notifier.generation(endpoint_id) == generation:
+            await gw.notifier.wait_for_job(
+                endpoint_id, min(remaining, gw.settings.poll_fallback_s)
+            )
+    return []
+
+
+@routes.get("/v2/{endpoint}/job-take/{worker}")
+async def job_take(request: web.Request) -> web.Response:
+    jobs = await _take(request, 1)
+    return json_response(_job_payload(jobs[0])) if jobs else no_content()
+
+
+@routes.get("/v2/{endpoint}/job-take-batch/{worker}")
+async def job_take_batch(request: web.Request) -> web.Response:
+    count = int_param(request, "batch_size", default=1, lo=1, hi=BATCH_MAX)
+    jobs = await _take(request, count)
+    return json_response([_job_payload(j) for j in jobs]) if jobs else no_content()
+
+
+def _job_id(request: web.Request) -> str:
+    job_id = request.match_info["job"]
+    if not JOB_ID_RE.match(job_id):
+        raise NotFound(f"job {job_id!r} not found")
+    return job_id
+
+
+def _result(body: Any) -> tuple[bytes | None, str | None]:
+    """Split a job-done body into (output JSON, error message)."""
+    if not isinstance(body, dict):
+        raise BadRequest('job result must be a JSON object with "output" or "error"')
+    output = orjson.dumps(body["output"]) if "output" in body else None
+    error = body.get("error")
+    if error is not None and not isinstance(error, str):
+        error = orjson.dumps(error).decode()
+    return output, error
+
+
+@routes.post("/v2/{endpoint}/job-done/{worker}/{job}")
+async def job_done(request: web.Request) -> web.Response:
+    # The runpod SDK posts JSON with a form content type: the body is read raw, never as a form.
+    gw, endpoint_id, worker_id, _ = await _worker(request)
+    job_id = _job_id(request)
+    cap = gw.settings.max_result_bytes
+    try:
+        output, error = _result(parse_json(await read_body(request, cap)))
+    except PayloadTooLarge:
+        output, error = None, f"the worker's result exceeds the {cap} byte limit"
+    accepted = await gw.store.finish(endpoint_id, worker_id, job_id, output=output, error=error)
+    return json_response({"accepted": accepted})
+
+
+def _chunks(body: Any) -> list[bytes]:
+    """A job-stream body as stored chunks `{"output": ..., "metrics"?: ...}`."""
+    if not isinstance(body, dict) or "output" not in body:
+        raise BadRequest('stream body must be a JSON object with "output"')
+    chunk = {"output": body["output"]}
+    if isinstance(body.get("metrics"), dict):
+        chunk["metrics"] = body["metrics"]
+    return [orjson.dumps(chunk)]
+
+
+@routes.post("/v2/{endpoint}/job-stream/{worker}/{job}")
+async def job_stream(request: web.Request) -> web.Response:
+    gw, endpoint_id, worker_id, _ = await _worker(request)
+    job_id = _job_id(request)
+    body = parse_json(await read_body(request, gw.settings.max_result_bytes))
+    accepted = await gw.store.push_stream(endpoint_id, worker_id, job_id, _chunks(body))
+    return json_response({"accepted": accepted})
+
+
+@routes.get("/v2/{endpoint}/ping/{worker}")
+async def ping(request: web.Request) -> web.Response:
+    gw, endpoint_id, worker_id, _ = await _worker(request)
+    await gw.store.heartbeat(endpoint_id, worker_id)
+    return json_response({})
+
+
+@routes.get("/v2/{endpoint}/job-stop/{worker}")
+async def job_stop(request: web.Request) -> web.Response:
+    """Long-poll: the ids of jobs this worker must stop (cancelled or timed out)."""
+    gw, endpoint_id, worker_id, _ = await _worker(request)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + gw.settings.stop_wait_s
+    while request.transport is not None and not request.transport.is_closing():
+        waiter = asyncio.ensure_future(
+            gw.notifier.wait_stop(endpoint_id, worker_id, gw.settings.poll_fallback_s)
+        )
+        try:
+            if ids := await gw.store.take_stop_signals(endpoint_id, worker_id):
+                return json_response({"jobsToStop": ids})
+            if deadline - loop.time() <= 0:
+                break
+            await waiter
+        finally:
+            waiter.cancel()
+    return no_content()

@@ -1,0 +1,101 @@
+"""Job request, policy, storage configuration, job states and the health / purge shapes."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+# Durations are milliseconds, as in the spec's "Time limits and retention".
+EXECUTION_TIMEOUT_DEFAULT_MS = 600_000
+EXECUTION_TIMEOUT_MIN_MS = 5_000
+TTL_DEFAULT_MS = 86_400_000
+TTL_MIN_MS = 10_000
+MAX_DURATION_MS = 604_800_000  # 7 days, the bound of both executionTimeout and ttl
+
+
+class JobStatus(StrEnum):
+    """The job states of the spec."""
+
+    IN_QUEUE = "IN_QUEUE"
+    IN_PROGRESS = "IN_PROGRESS"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMED_OUT = "TIMED_OUT"
+
+
+FINAL_STATES = frozenset(
+    {JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.TIMED_OUT}
+)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class JobPolicy(_Strict):
+    """Execution policy of one job; `None` means "the endpoint's setting, else the default"."""
+
+    executionTimeout: int | None = Field(
+        None, ge=EXECUTION_TIMEOUT_MIN_MS, le=MAX_DURATION_MS, description="milliseconds"
+    )
+    lowPriority: bool = False
+    ttl: int = Field(TTL_DEFAULT_MS, ge=TTL_MIN_MS, le=MAX_DURATION_MS, description="milliseconds")
+
+
+class S3Config(_Strict):
+    """Bucket credentials handed to the worker with the job; never echoed in responses."""
+
+    accessId: str
+    accessSecret: str
+    bucketName: str
+    endpointUrl: str
+
+
+class JobRequest(BaseModel):
+    """Body of `/run` and `/runsync`. Unknown top-level keys are ignored, as RunPod does."""
+
+    input: dict[str, Any]
+    webhook: str | None = None
+    policy: JobPolicy = Field(default_factory=JobPolicy)
+    s3Config: S3Config | None = None
+
+    @field_validator("webhook")
+    @classmethod
+    def _webhook_is_http_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http or https URL")
+        return value
+
+
+class HealthJobs(BaseModel):
+    completed: int = 0
+    failed: int = 0
+    inProgress: int = 0
+    inQueue: int = 0
+    retried: int = 0
+
+
+class HealthWorkers(BaseModel):
+    idle: int = 0
+    running: int = 0
+
+
+class Health(BaseModel):
+    """`GET /health` body."""
+
+    jobs: HealthJobs
+    workers: HealthWorkers
+
+
+class PurgeResult(BaseModel):
+    """`POST /purge-queue` body."""
+
+    removed: int
+    status: str = "completed"

@@ -1,0 +1,32 @@
+"""Settings from `LOCKGATE_*` environment variables; every default works on one machine."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Gateway and store settings. Durations carry their unit in the name."""
+
+    model_config = SettingsConfigDict(env_prefix="LOCKGATE_", extra="ignore")
+
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    host: str = "127.0.0.1"
+    port: int = 8080
+    base_url: str = Field("", description="public job API base; default http://{host}:{port}")
+
+    take_wait_s: float = Field(20.0, description="how long job-take long-polls are held")
+    stop_wait_s: float = Field(20.0, description="how long job-stop long-polls are held")
+    poll_fallback_s: float = Field(
+        2.0, description="waiters re-check Redis this often, in case a wake-up was missed"
+    )
+    heartbeat_timeout_s: float = Field(30.0, description="a silent worker is lost after this")
+    retention_run_s: float = 30 * 60
+    retention_sync_s: float = 60
+    auth_cache_s: float = Field(5.0, description="how long a key lookup is cached in-process")
+    registry_cache_s: float = Field(2.0, description="how long an endpoint entry is cached")
+    max_result_bytes: int = 20 * 1024 * 1024
+
+    def public_base_url(self) -> str:
+        return self.base_url.rstrip("/") or f"http://{self.host}:{self.port}"

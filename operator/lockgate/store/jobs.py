@@ -1,0 +1,201 @@
+"""The job store: every job state transition, each one atomic Lua script in Redis."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+
+from lockgate.store import keys
+from lockgate.store.keys import F
+from lockgate.store.records import JobRecord, Snapshot, TakenJob
+from lockgate.store.scripts import Scripts
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds: the store's default clock (shared by gateway replicas)."""
+    return time.time_ns() // 1_000_000
+
+
+class JobNotFound(LookupError):
+    """The job does not exist: never submitted, expired or deleted."""
+
+
+class IneligibleState(ValueError):
+    """The job's state does not allow the transition."""
+
+    def __init__(self, state: str) -> None:
+        super().__init__(state)
+        self.state = state
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How long results stay readable after a final state (ms)."""
+
+    run_ms: int = keys.RETENTION_RUN_MS
+    sync_ms: int = keys.RETENTION_SYNC_MS
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A validated job, ready to queue. JSON fields are already serialised."""
+
+    id: str
+    input: bytes
+    ttl_ms: int
+    low_priority: bool = False
+    sync: bool = False
+    execution_timeout_ms: int | None = None
+    webhook: str | None = None
+    s3_config: bytes | None = None
+
+    def fields(self) -> list[str | bytes | int]:
+        """The optional record fields, as flat field/value pairs."""
+        pairs: list[str | bytes | int] = [F.INPUT, self.input]
+        optional = (
+            (F.LOW_PRIORITY, "1" if self.low_priority else None),
+            (F.SYNC, "1" if self.sync else None),
+            (F.EXEC_TIMEOUT, self.execution_timeout_ms),
+            (F.WEBHOOK, self.webhook),
+            (F.S3, self.s3_config),
+        )
+        for name, value in optional:
+            if value is not None:
+                pairs += [name, value]
+        return pairs
+
+
+class JobStore:
+    """Jobs of every endpoint in one Redis. Methods map one to one onto transitions."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        clock: Callable[[], int] = now_ms,
+        retention: Retention | None = None,
+    ) -> None:
+        self.redis = redis
+        self.clock = clock
+        self.retention = retention or Retention()
+        self.scripts = Scripts.register(redis)
+
+    def _retention_args(self) -> list[int]:
+        return [self.retention.run_ms, self.retention.sync_ms]
+
+    async def submit(self, endpoint_id: str, job: NewJob) -> None:
+        """Record a job and put it at the back of its endpoint's queue."""
+        args = [endpoint_id, job.id, self.clock(), job.ttl_ms, "1" if job.low_priority else "0"]
+        # A 0 reply means the record exists: ids are fresh UUIDs, so that is this very
+        # submission, re-sent by the client's retry after a dropped reply. Accepting it is right.
+        await self.scripts.submit(keys=[keys.prefix(endpoint_id)], args=args + job.fields())
+
+    async def take(
+        self, endpoint_id: str, worker_id: str, count: int, default_timeout_ms: int
+    ) -> tuple[list[TakenJob], int]:
+        """Hand up to `count` queued jobs to a worker; also returns how many still wait."""
+        reply = await self.scripts.take(
+            keys=[keys.prefix(endpoint_id)],
+            args=[worker_id, self.clock(), count, default_timeout_ms],
+        )
+        jobs = [TakenJob(i.decode(), inp, s3) for i, inp, s3 in reply[1:]]
+        return jobs, int(reply[0])
+
+    async def finish(
+        self,
+        endpoint_id: str,
+        worker_id: str,
+        job_id: str,
+        *,
+        output: bytes | None,
+        error: str | None,
+    ) -> bool:
+        """Record a worker's result; False when the result is late and was ignored."""
+        status = "FAILED" if error is not None else "COMPLETED"
+        fields: list[str | bytes] = []
+        if output is not None:
+            fields += [F.OUTPUT, output]
+        if error is not None:
+            fields += [F.ERROR, error]
+        args = [endpoint_id, job_id, worker_id, self.clock(), status, *self._retention_args()]
+        done = await self.scripts.finish(keys=[keys.prefix(endpoint_id)], args=args + fields)
+        return bool(done)
+
+    async def push_stream(
+        self, endpoint_id: str, worker_id: str, job_id: str, chunks: Sequence[bytes]
+    ) -> bool:
+        """Append stream chunks to a job the worker holds; False when it no longer does."""
+        accepted = await self.scripts.stream(
+            keys=[keys.prefix(endpoint_id)], args=[job_id, worker_id, *chunks]
+        )
+        return bool(accepted)
+
+    async def read_stream(self, endpoint_id: str, job_id: str) -> tuple[str, list[bytes]]:
+        """The job's status and the chunks produced since the previous read."""
+        reply = await self.scripts.read_stream(keys=[keys.prefix(endpoint_id)], args=[job_id])
+        if reply is None:
+            raise JobNotFound(job_id)
+        return reply[0].decode(), list(reply[1])
+
+    async def get(self, endpoint_id: str, job_id: str) -> JobRecord:
+        """The job's record; JobNotFound once it expired or never existed."""
+        values = await self.redis.hmget(keys.job(endpoint_id, job_id), JobRecord.FIELDS)
+        record = JobRecord.from_fields(job_id, values)
+        if record is None:
+            raise JobNotFound(job_id)
+        return record
+
+    async def set_ttl(self, endpoint_id: str, job_id: str, ttl_ms: int) -> None:
+        """Give a job a new ttl, counted from its submission."""
+        args = [job_id, ttl_ms, self.clock()]
+        if not await self.scripts.set_ttl(keys=[keys.prefix(endpoint_id)], args=args):
+            raise JobNotFound(job_id)
+
+    async def cancel(self, endpoint_id: str, job_id: str) -> str:
+        """Cancel a queued or running job (a running job's worker is told to stop)."""
+        args = [endpoint_id, job_id, self.clock(), *self._retention_args()]
+        return self._outcome(
+            job_id, await self.scripts.cancel(keys=[keys.prefix(endpoint_id)], args=args)
+        )
+
+    async def retry(self, endpoint_id: str, job_id: str) -> str:
+        """Queue a FAILED or TIMED_OUT job again, same id and input."""
+        args = [endpoint_id, job_id, self.clock()]
+        return self._outcome(
+            job_id, await self.scripts.retry(keys=[keys.prefix(endpoint_id)], args=args)
+        )
+
+    @staticmethod
+    def _outcome(job_id: str, reply: list | None) -> str:
+        if reply is None:
+            raise JobNotFound(job_id)
+        ok, state = reply
+        if not ok:
+            raise IneligibleState(state.decode())
+        return state.decode()
+
+    async def purge(self, endpoint_id: str) -> int:
+        """Remove every queued job of the endpoint; returns how many."""
+        return int(await self.scripts.purge(keys=[keys.prefix(endpoint_id)], args=[]))
+
+    async def snapshot(self, endpoint_id: str, heartbeat_timeout_ms: int) -> Snapshot:
+        """Queue, progress, worker and outcome counts of one endpoint."""
+        r = await self.scripts.snapshot(
+            keys=[keys.prefix(endpoint_id)], args=[self.clock(), heartbeat_timeout_ms]
+        )
+        oldest, oldest_low = (int(v) if int(v) >= 0 else None for v in r[8:10])
+        return Snapshot(*(int(v) for v in r[:8]), oldest, oldest_low)
+
+    async def heartbeat(self, endpoint_id: str, worker_id: str) -> None:
+        """Mark a worker alive now."""
+        await self.redis.zadd(keys.prefix(endpoint_id) + "w", {worker_id: self.clock()})
+
+    async def take_stop_signals(self, endpoint_id: str, worker_id: str) -> list[str]:
+        """Heartbeat, then the ids of jobs the worker must stop (each handed out once)."""
+        ids = await self.scripts.stops(
+            keys=[keys.prefix(endpoint_id)], args=[worker_id, self.clock()]
+        )
+        return [i.decode() for i in ids]

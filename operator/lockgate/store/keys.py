@@ -1,0 +1,72 @@
+"""Every Redis key, channel and duration of lockgate, in one place.
+
+Every key of an endpoint carries the endpoint id as a hash tag (`lg:{<endpoint>}:…`), so
+each script touches one Redis Cluster slot. The Lua scripts derive per-job and per-worker
+keys from the `lg:{<endpoint>}:` prefix passed to them as KEYS[1]; the layout below is
+the single description of what they build.
+
+    lg:{ep}:q            ZSET  queued job ids, score = submission sequence (FIFO)
+    lg:{ep}:ql           ZSET  queued lowPriority job ids, score = submission sequence
+    lg:{ep}:seq          STR   submission sequence counter
+    lg:{ep}:run          ZSET  in-progress job ids, score = execution deadline (ms)
+    lg:{ep}:exp          ZSET  every live job id, score = ttl deadline (ms); the jobs index
+    lg:{ep}:w            ZSET  worker ids, score = last heartbeat (ms)
+    lg:{ep}:wj:{worker}  SET   job ids a worker holds
+    lg:{ep}:stop:{worker} LIST job ids the worker must stop
+    lg:{ep}:stats        HASH  completed, failed, retried counters
+    lg:{ep}:j:{id}       HASH  job record (fields in FIELDS below); expires at ttl / retention
+    lg:{ep}:s:{id}       LIST  stream chunks not yet read by /stream
+    lg:endpoints         HASH  endpoint id -> registry entry (JSON)
+    lg:keys              HASH  sha256(api key) -> key record (JSON)
+"""
+
+from __future__ import annotations
+
+import re
+
+ENDPOINTS = "lg:endpoints"
+API_KEYS = "lg:keys"
+EVENTS_CHANNEL = "lg:events"
+
+# Ids appear inside key names and URLs; anything else answers 404 before touching Redis.
+ENDPOINT_ID_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+JOB_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+WORKER_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,253}$")
+
+# Retention of results after completion (ms), the spec's "Time limits and retention".
+RETENTION_RUN_MS = 30 * 60 * 1000
+RETENTION_SYNC_MS = 60 * 1000
+
+
+def prefix(endpoint_id: str) -> str:
+    """The hash-tagged prefix of every key of one endpoint."""
+    return f"lg:{{{endpoint_id}}}:"
+
+
+def job(endpoint_id: str, job_id: str) -> str:
+    return f"{prefix(endpoint_id)}j:{job_id}"
+
+
+def stream(endpoint_id: str, job_id: str) -> str:
+    return f"{prefix(endpoint_id)}s:{job_id}"
+
+
+# Job record fields. Short names: a queued job's record is most of its memory.
+class F:
+    STATUS = "st"
+    INPUT = "in"  # raw JSON of `input`
+    WEBHOOK = "wh"
+    S3 = "s3"  # raw JSON of `s3Config`
+    EXEC_TIMEOUT = "et"  # ms, only when the request's policy sets it
+    LOW_PRIORITY = "lp"  # "1" when lowPriority
+    TTL = "tl"  # ms
+    SYNC = "sy"  # "1" for /runsync jobs (sync- ids, 1 min retention)
+    CREATED = "cr"  # ms, submission time; ttl counts from here
+    QUEUED = "qd"  # ms, last time it entered the queue (submission or retry)
+    SEQ = "sq"  # position in the FIFO
+    STARTED = "sa"  # ms
+    FINISHED = "fi"  # ms
+    WORKER = "wk"
+    ATTEMPTS = "at"
+    OUTPUT = "out"  # raw JSON
+    ERROR = "err"

@@ -1,0 +1,14 @@
+-- /purge-queue: remove every queued job (records too); running jobs are untouched.
+-- Returns the number removed. Records are UNLINKed in batches (freed off the main thread).
+local removed = 0
+for _, q in ipairs({P .. 'q', P .. 'ql'}) do
+  local ids = redis.call('ZRANGE', q, 0, -1)
+  for i = 1, #ids, 1000 do
+    local batch = {}
+    for j = i, math.min(i + 999, #ids) do batch[#batch + 1] = jkey(ids[j]) end
+    redis.call('UNLINK', unpack(batch))
+  end
+  removed = removed + #ids
+  redis.call('UNLINK', q)
+end
+return removed

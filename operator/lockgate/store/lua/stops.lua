@@ -1,0 +1,8 @@
+-- A worker's job-stop poll: heartbeat, then take every pending stop signal.
+-- ARGV: worker, now. Returns the job ids to stop.
+local worker, now = ARGV[1], tonumber(ARGV[2])
+redis.call('ZADD', P .. 'w', now, worker)
+local sk = P .. 'stop:' .. worker
+local ids = redis.call('LRANGE', sk, 0, -1)
+if #ids > 0 then redis.call('DEL', sk) end
+return ids

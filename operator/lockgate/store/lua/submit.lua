@@ -1,0 +1,12 @@
+-- Accept a job: record it and queue it. ARGV: ep, id, now, ttl, low, field/value pairs...
+local ep, id, now, ttl, low = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+local jk = jkey(id)
+if redis.call('EXISTS', jk) == 1 then return 0 end
+local seq = redis.call('INCR', P .. 'seq')
+redis.call('HSET', jk, 'st', 'IN_QUEUE', 'cr', now, 'qd', now, 'sq', seq, 'tl', ttl,
+  unpack(ARGV, 6))
+redis.call('PEXPIREAT', jk, now + ttl)
+redis.call('ZADD', P .. (low == '1' and 'ql' or 'q'), seq, id)
+redis.call('ZADD', P .. 'exp', now + ttl, id)
+redis.call('PUBLISH', EVENTS, 'q:' .. ep)
+return 1

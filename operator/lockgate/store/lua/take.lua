@@ -1,0 +1,24 @@
+-- A worker takes up to n jobs, normal queue first, then lowPriority. Also a heartbeat.
+-- ARGV: worker, now, n, default execution timeout (ms).
+-- Returns {jobs left in the queues, {id, input, s3Config or false}, ...}.
+local worker, now, n, det = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+redis.call('ZADD', P .. 'w', now, worker)
+local out = {0}
+for _, q in ipairs({P .. 'q', P .. 'ql'}) do
+  while #out <= n do
+    local popped = redis.call('ZPOPMIN', q)
+    if #popped == 0 then break end
+    local id = popped[1]
+    local jk = jkey(id)
+    local f = redis.call('HMGET', jk, 'st', 'in', 's3', 'et')
+    if f[1] == 'IN_QUEUE' then
+      redis.call('HSET', jk, 'st', 'IN_PROGRESS', 'sa', now, 'wk', worker)
+      redis.call('HINCRBY', jk, 'at', 1)
+      redis.call('ZADD', P .. 'run', now + (tonumber(f[4]) or det), id)
+      redis.call('SADD', P .. 'wj:' .. worker, id)
+      out[#out + 1] = {id, f[2], f[3]}
+    end
+  end
+end
+out[1] = redis.call('ZCARD', P .. 'q') + redis.call('ZCARD', P .. 'ql')
+return out

@@ -1,0 +1,72 @@
+"""Plain data the store hands out: job records, taken jobs, snapshots."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lockgate.store.keys import F
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """What `/status` needs of one job. Times are ms since the epoch; output is raw JSON."""
+
+    id: str
+    status: str
+    queued: int
+    started: int | None
+    finished: int | None
+    output: bytes | None
+    error: str | None
+
+    FIELDS = (F.STATUS, F.QUEUED, F.STARTED, F.FINISHED, F.OUTPUT, F.ERROR)
+
+    @classmethod
+    def from_fields(cls, job_id: str, values: list[bytes | None]) -> JobRecord | None:
+        status, queued, started, finished, output, error = values
+        if status is None:
+            return None
+        return cls(
+            id=job_id,
+            status=status.decode(),
+            queued=int(queued or 0),
+            started=int(started) if started else None,
+            finished=int(finished) if finished else None,
+            output=output,
+            error=error.decode() if error is not None else None,
+        )
+
+    def delay_ms(self, now: int) -> int:
+        """Time spent queued (until start, end, or now)."""
+        return max(0, (self.started or self.finished or now) - self.queued)
+
+    def execution_ms(self, now: int) -> int:
+        """Time spent running (until end or now); 0 when never started."""
+        if self.started is None:
+            return 0
+        return max(0, (self.finished or now) - self.started)
+
+
+@dataclass(frozen=True, slots=True)
+class TakenJob:
+    """A job handed to a worker: raw JSON of its input and storage configuration."""
+
+    id: str
+    input: bytes
+    s3_config: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Counts of one endpoint, as `/health` and `/metrics` report them."""
+
+    in_queue: int
+    in_queue_low: int
+    in_progress: int
+    workers_idle: int
+    workers_running: int
+    completed: int
+    failed: int
+    retried: int
+    oldest_queued_ms: int | None  # submission time of the oldest normal job waiting
+    oldest_queued_low_ms: int | None

@@ -1,0 +1,50 @@
+"""Endpoint registry and API keys: the small global hashes the gateway reads."""
+
+from __future__ import annotations
+
+import hashlib
+
+import orjson
+from redis.asyncio import Redis
+
+from lockgate.store import keys
+
+
+def key_digest(api_key: str) -> str:
+    """Keys are stored as their SHA-256: they are random, long, and never kept in clear."""
+    return hashlib.sha256(api_key.encode()).hexdigest()
+
+
+class Registry:
+    """Endpoints known to the gateway, and the API keys allowed to call it."""
+
+    def __init__(self, redis: Redis) -> None:
+        self.redis = redis
+
+    async def put_endpoint(self, endpoint_id: str, entry: dict) -> None:
+        """Register (or update) an endpoint with the settings the gateway needs."""
+        await self.redis.hset(keys.ENDPOINTS, endpoint_id, orjson.dumps(entry))
+        await self.redis.publish(keys.EVENTS_CHANNEL, f"r:{endpoint_id}")
+
+    async def get_endpoint(self, endpoint_id: str) -> dict | None:
+        raw = await self.redis.hget(keys.ENDPOINTS, endpoint_id)
+        return orjson.loads(raw) if raw is not None else None
+
+    async def list_endpoints(self) -> dict[str, dict]:
+        raw = await self.redis.hgetall(keys.ENDPOINTS)
+        return {k.decode(): orjson.loads(v) for k, v in raw.items()}
+
+    async def delete_endpoint(self, endpoint_id: str) -> None:
+        await self.redis.hdel(keys.ENDPOINTS, endpoint_id)
+        await self.redis.publish(keys.EVENTS_CHANNEL, f"r:{endpoint_id}")
+
+    async def put_key(self, api_key: str, record: dict) -> None:
+        """Store a key's record (name, scopes, endpoints) under the key's digest."""
+        await self.redis.hset(keys.API_KEYS, key_digest(api_key), orjson.dumps(record))
+
+    async def get_key(self, digest: str) -> dict | None:
+        raw = await self.redis.hget(keys.API_KEYS, digest)
+        return orjson.loads(raw) if raw is not None else None
+
+    async def delete_key(self, digest: str) -> None:
+        await self.redis.hdel(keys.API_KEYS, digest)

@@ -1,0 +1,38 @@
+"""lockgate's worker runtime: run a RunPod-style handler against a lockgate gateway.
+
+It needs only aiohttp, so it fits in any worker image. A handler takes the job dict
+(`job["input"]` is the request's input) and returns the output; it may be a function,
+an async function, a generator or an async generator (generators stream)::
+
+    import lockgate.worker
+
+    def handler(job):
+        return {"echo": job["input"]}
+
+    lockgate.worker.start({"handler": handler})
+
+`python handler.py --test_input '{"input": {"x": 1}}'` runs one job locally and prints
+the result. Deployed, the worker reads `LOCKGATE_GATEWAY_URL`, `LOCKGATE_ENDPOINT_ID`,
+`LOCKGATE_WORKER_ID` and `LOCKGATE_WORKER_KEY` (or the `RUNPOD_*` variables RunPod sets).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from lockgate.signing import WebhookVerificationError, verify
+
+from .entry import start
+
+__all__ = ["WebhookVerificationError", "start", "verify_webhook"]
+
+
+def verify_webhook(
+    headers: Mapping[str, str], body: bytes, secret: str, *, tolerance_s: int = 300
+) -> None:
+    """Check a lockgate webhook call's Standard Webhooks signature.
+
+    Raise `WebhookVerificationError` unless one signature matches and the timestamp is
+    within `tolerance_s` seconds of now.
+    """
+    verify(secret, headers, body, tolerance_s=tolerance_s)

@@ -1,0 +1,147 @@
+"""The gateway's worker API (RunPod's protocol), over one keep-alive aiohttp session."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Collection, Mapping
+from typing import Any
+
+import aiohttp
+
+from . import codec
+from .backoff import Backoff
+from .config import WorkerConfig
+from .handlers import Job, error_message
+from .logs import log
+
+LONG_POLL_TIMEOUT = aiohttp.ClientTimeout(total=60)  # seconds; the gateway holds ~20 s
+CALL_TIMEOUT = aiohttp.ClientTimeout(total=30)  # seconds
+DELIVERY_DEADLINE_S = 60.0  # how long a result or chunk is retried before it is dropped
+JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+class GatewayError(Exception):
+    """The gateway was unreachable or answered with an error status."""
+
+    def __init__(self, message: str, *, retry: bool = True) -> None:
+        super().__init__(message)
+        self.retry = retry
+
+
+class AuthError(GatewayError):
+    """The gateway refused the worker key (401/403)."""
+
+
+class GatewayClient:
+    """The worker's calls to the gateway; use as `async with GatewayClient(config) as c`."""
+
+    def __init__(self, config: WorkerConfig) -> None:
+        self._config = config
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> GatewayClient:
+        headers = {"Authorization": self._config.worker_key} if self._config.worker_key else {}
+        self._session = aiohttp.ClientSession(headers=headers)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def take(self, count: int, *, in_progress: bool) -> list[Job]:
+        """Long-poll for up to `count` jobs; return [] when none arrived."""
+        params = {"job_in_progress": "1" if in_progress else "0"}
+        url = self._config.take_url
+        if count > 1:
+            url, params["batch_size"] = self._config.take_batch_url, str(count)
+        status, data = await self._call("GET", url, params=params, timeout=LONG_POLL_TIMEOUT)
+        jobs = _decode(data) if status == 200 and data else []
+        return [jobs] if isinstance(jobs, dict) else _jobs_list(jobs)
+
+    async def stop_signals(self) -> list[str]:
+        """Long-poll for ids of jobs the gateway wants stopped; return [] when none."""
+        url = self._config.stop_url
+        status, data = await self._call("GET", url, timeout=LONG_POLL_TIMEOUT)
+        answer = _decode(data) if status == 200 and data else {}
+        ids = answer.get("jobsToStop") if isinstance(answer, dict) else None
+        return [i for i in ids if isinstance(i, str)] if isinstance(ids, list) else []
+
+    async def ping(self, job_ids: Collection[str]) -> None:
+        """Report that this worker is alive and which jobs it holds."""
+        params = {"job_id": ",".join(job_ids)} if job_ids else None
+        await self._call("GET", self._config.ping_url, params=params, timeout=CALL_TIMEOUT)
+
+    async def stream(self, job_id: str, output: Any) -> None:
+        """Send one streamed chunk; raise TypeError/ValueError if it is not JSON."""
+        payload = codec.dumps({"output": output})
+        url = self._config.stream_url.replace("$ID", job_id)
+        await self._deliver(url, None, payload, f"stream chunk of job {job_id}")
+
+    async def done(self, job_id: str, body: Mapping[str, Any], *, is_stream: bool) -> bool:
+        """Send a job's result, retrying for up to a minute; return whether it arrived."""
+        try:
+            payload = codec.dumps(body)
+        except (TypeError, ValueError) as err:
+            log.error("job %s output is not JSON: %s", job_id, err)
+            payload = codec.dumps({"error": error_message(err)})
+        url = self._config.done_url.replace("$ID", job_id)
+        params = {"isStream": "true" if is_stream else "false"}
+        return await self._deliver(url, params, payload, f"result of job {job_id}")
+
+    async def _deliver(
+        self, url: str, params: dict[str, str] | None, payload: bytes, what: str
+    ) -> bool:
+        deadline = asyncio.get_running_loop().time() + DELIVERY_DEADLINE_S
+        backoff = Backoff()
+        while True:
+            try:
+                await self._call("POST", url, params=params, data=payload, timeout=CALL_TIMEOUT)
+                return True
+            except GatewayError as err:
+                late = asyncio.get_running_loop().time() + backoff.delay_s > deadline
+                if late or not err.retry:
+                    log.error("%s was not delivered: %s", what, err)
+                    return False
+                log.warning("%s: %s; retrying in %.1f s", what, err, backoff.delay_s)
+                await backoff.wait()
+
+    async def _call(
+        self,
+        method: str,
+        url: str,
+        *,
+        timeout: aiohttp.ClientTimeout,
+        params: Mapping[str, str] | None = None,
+        data: bytes | None = None,
+    ) -> tuple[int, bytes]:
+        assert self._session is not None, "use GatewayClient in `async with`"
+        headers = JSON_HEADERS if data is not None else None
+        try:
+            async with self._session.request(
+                method, url, params=params, data=data, headers=headers, timeout=timeout
+            ) as response:
+                return _checked(method, url, response.status, await response.read())
+        except (aiohttp.ClientError, TimeoutError) as err:
+            raise GatewayError(f"{method} {url}: {err or type(err).__name__}") from err
+
+
+def _checked(method: str, url: str, status: int, data: bytes) -> tuple[int, bytes]:
+    if status < 400:
+        return status, data
+    message = f"{method} {url} answered {status}: {data[:200].decode(errors='replace')}"
+    if status in (401, 403):
+        raise AuthError(f"{message} (is the worker key right?)")
+    raise GatewayError(message, retry=status == 429 or status >= 500)
+
+
+def _decode(data: bytes) -> Any:
+    try:
+        return codec.loads(data)
+    except ValueError as err:
+        raise GatewayError(f"gateway answered with invalid JSON: {err}") from err
+
+
+def _jobs_list(jobs: Any) -> list[Job]:
+    if not isinstance(jobs, list):
+        raise GatewayError(f"expected a job or a list of jobs, got {type(jobs).__name__}")
+    return [job for job in jobs if isinstance(job, dict)]

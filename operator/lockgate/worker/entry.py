@@ -1,0 +1,59 @@
+"""`start()`: run the handler locally for `--test_input`, else serve the gateway until stopped."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any, NoReturn
+
+from . import config, local, logs
+from .logs import log
+from .options import StartOptions
+from .runtime import EXIT_OK, Runtime, exit_now
+
+
+def start(settings: Mapping[str, Any]) -> NoReturn:
+    """Run a worker with `settings` as `runpod.serverless.start` takes them; never returns.
+
+    Keys: `handler` (required), `return_aggregate_stream`, `concurrency_modifier`,
+    `refresh_worker`. Exits 0 after SIGTERM/SIGINT once the jobs in hand are reported,
+    3 when a stopped sync handler needs a fresh process, 1 on a failed local test.
+    """
+    options = StartOptions.from_mapping(settings)
+    args = _parse_args()
+    logs.setup(args.rp_log_level or config.log_level())
+    if args.test_input is not None or not config.gateway_configured():
+        sys.exit(local.main(options, args.test_input))
+    try:
+        worker_config = config.load()
+    except config.ConfigError as err:
+        log.error("cannot start: %s", err)
+        sys.exit(2)
+    status = _serve(Runtime(options, worker_config))
+    if status != EXIT_OK:
+        exit_now(status)  # an abandoned handler thread would otherwise hold the exit
+    sys.exit(status)
+
+
+def _parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="lockgate worker", allow_abbrev=False)
+    parser.add_argument("--test_input", help="run one job locally: '{\"input\": {...}}'")
+    parser.add_argument("--rp_log_level", help="log level (as the runpod SDK's flag)")
+    args, rest = parser.parse_known_args()
+    sys.argv = sys.argv[:1] + rest  # leave the handler's own flags to the handler
+    return args
+
+
+def _serve(runtime: Runtime) -> int:
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        return runner.run(runtime.run())
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    try:
+        import uvloop
+    except ImportError:
+        return None  # the standard event loop
+    return uvloop.new_event_loop

@@ -1,0 +1,45 @@
+"""The dict given to `start()`: the handler and how to run it (runpod's config keys)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .handlers import Handler
+
+ConcurrencyModifier = Callable[[int], int]
+
+
+def keep_concurrency(current: int) -> int:
+    """The default concurrency modifier: one job at a time unless told otherwise."""
+    return current
+
+
+@dataclass(frozen=True)
+class StartOptions:
+    """What `start()` was asked to run.
+
+    `refresh_worker` makes the worker exit after each job, for a fresh process.
+    """
+
+    handler: Handler
+    return_aggregate_stream: bool = False
+    concurrency_modifier: ConcurrencyModifier = keep_concurrency
+    refresh_worker: bool = False
+
+    @classmethod
+    def from_mapping(cls, config: Mapping[str, Any]) -> StartOptions:
+        """Validate a `start()` config; raise TypeError naming the bad key."""
+        handler = config.get("handler")
+        if not callable(handler):
+            raise TypeError('start() needs {"handler": <function taking the job dict>}')
+        modifier = config.get("concurrency_modifier") or keep_concurrency
+        if not callable(modifier):
+            raise TypeError("concurrency_modifier must be a function (current: int) -> int")
+        return cls(
+            handler=handler,
+            return_aggregate_stream=bool(config.get("return_aggregate_stream", False)),
+            concurrency_modifier=modifier,
+            refresh_worker=bool(config.get("refresh_worker", False)),
+        )

@@ -1,0 +1,232 @@
+"""The worker's loops: take jobs, run them, watch for stop signals, send heartbeats, shut down."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import signal
+import sys
+import time
+from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from . import handlers
+from .backoff import Backoff
+from .client import AuthError, GatewayClient, GatewayError
+from .config import WorkerConfig
+from .handlers import Job
+from .jobs import JobsInHand
+from .logs import log
+from .options import StartOptions
+
+EXIT_OK = 0
+EXIT_LOOP_FAILED = 1
+EXIT_RESTART = 3  # a sync handler was abandoned: the supervisor must start a fresh worker
+EXIT_INTERRUPTED = 130  # a second SIGINT
+RESCALE_EVERY_S = 1.0  # how often a full worker asks concurrency_modifier again
+MIN_EMPTY_POLL_S = 0.1  # an empty long-poll answered faster than this is not retried at once
+STOP_RETRY_S = 1.0  # wait after a failed job-stop poll
+MAX_HANDLER_THREADS = 256  # threads are made only when sync jobs need them
+
+
+class Runtime:
+    """One worker process's life: from the first take to the last result after a signal."""
+
+    def __init__(self, options: StartOptions, config: WorkerConfig) -> None:
+        self._options = options
+        self._config = config
+        self._kind = handlers.kind_of(options.handler)
+        self._jobs = JobsInHand()
+        self._stopping = asyncio.Event()
+        self._signalled = False
+        self._exit_code = EXIT_OK
+        self._concurrency = 1
+        self._executor = ThreadPoolExecutor(MAX_HANDLER_THREADS, "lockgate-handler")
+        self._client = GatewayClient(config)
+
+    async def run(self) -> int:
+        """Work until a signal or a restart request; return the process exit status."""
+        log.info(
+            "worker %s started: endpoint %s, %s handler",
+            self._config.worker_id,
+            self._config.endpoint_id or "?",
+            self._kind.value,
+        )
+        self._install_signal_handlers()
+        async with self._client:
+            watchers = [self._spawn(self._ping_loop()), self._spawn(self._stop_loop())]
+            taker = self._spawn(self._take_loop())
+            await self._stopping.wait()
+            taker.cancel()
+            await self._jobs.drained()
+            for task in (taker, *watchers):
+                task.cancel()
+            await asyncio.gather(taker, *watchers, return_exceptions=True)
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        log.info("worker %s exits with status %d", self._config.worker_id, self._exit_code)
+        return self._exit_code
+
+    def shutdown(self, reason: str, exit_code: int = EXIT_OK) -> None:
+        """Take no new jobs, finish those in hand, then exit with `exit_code`."""
+        self._exit_code = exit_code or self._exit_code
+        if not self._stopping.is_set():
+            log.info("%s: taking no new jobs, finishing %d in hand", reason, len(self._jobs))
+            self._stopping.set()
+
+    # -- taking and running jobs
+
+    async def _take_loop(self) -> None:
+        backoff = Backoff()
+        while True:
+            free = self._wanted_concurrency() - self._jobs.running
+            if free <= 0:
+                await self._jobs.wait_change(RESCALE_EVERY_S)
+                continue
+            started = time.monotonic()
+            try:
+                jobs = await self._client.take(free, in_progress=len(self._jobs) > 0)
+            except GatewayError as err:
+                _report("job-take", err, backoff.delay_s)
+                await backoff.wait()
+                continue
+            backoff.reset()
+            for job in jobs:
+                self._start_job(job)
+            if not jobs and time.monotonic() - started < MIN_EMPTY_POLL_S:
+                await asyncio.sleep(MIN_EMPTY_POLL_S)  # the gateway did not hold the poll
+
+    def _wanted_concurrency(self) -> int:
+        try:
+            wanted = int(self._options.concurrency_modifier(self._concurrency))
+        except Exception as err:
+            log.error("concurrency_modifier raised %r; keeping %d", err, self._concurrency)
+            return self._concurrency
+        if wanted != self._concurrency:
+            log.info("concurrency %d -> %d", self._concurrency, wanted)
+            self._concurrency = max(0, wanted)
+        return self._concurrency
+
+    def _start_job(self, job: Job) -> None:
+        job_id = job.get("id")
+        if not isinstance(job_id, str) or not job_id:
+            log.error("gateway sent a job without an id; ignored: %.200r", job)
+        elif job_id in self._jobs:
+            log.warning("job %s is already in hand; duplicate ignored", job_id)
+        else:
+            task = asyncio.create_task(self._run_job(job_id, job), name=f"job {job_id}")
+            self._jobs.add(job_id, task)
+
+    async def _run_job(self, job_id: str, job: Job) -> None:
+        started = time.monotonic()
+        log.info("job %s started", job_id)
+        try:
+            outcome = await handlers.run(
+                self._options.handler,
+                job,
+                send_chunk=functools.partial(self._client.stream, job_id),
+                aggregate=self._options.return_aggregate_stream,
+                kind=self._kind,
+                executor=self._executor,
+            )
+            self._jobs.sending(job_id)
+            sent = await self._client.done(job_id, outcome.body, is_stream=outcome.is_stream)
+        except asyncio.CancelledError:
+            log.info("job %s stopped; its result is not sent", job_id)
+            return
+        finally:
+            self._jobs.remove(job_id)
+        _report_outcome(job_id, outcome, sent, time.monotonic() - started)
+        if outcome.refresh_worker or self._options.refresh_worker:
+            self.shutdown(f"job {job_id} asked for a fresh worker (refresh_worker)")
+
+    # -- stop signals and heartbeats
+
+    async def _stop_loop(self) -> None:
+        while True:
+            started = time.monotonic()
+            try:
+                job_ids = await self._client.stop_signals()
+            except GatewayError as err:
+                _report("job-stop", err, STOP_RETRY_S)
+                await asyncio.sleep(STOP_RETRY_S)
+                continue
+            for job_id in job_ids:
+                self._stop_job(job_id)
+            if not job_ids and time.monotonic() - started < MIN_EMPTY_POLL_S:
+                await asyncio.sleep(MIN_EMPTY_POLL_S)  # the gateway did not hold the poll
+
+    def _stop_job(self, job_id: str) -> None:
+        held = self._jobs.get(job_id)
+        if held is None or held.sending:
+            log.debug("stop signal for job %s, which is not running here", job_id)
+            return
+        held.task.cancel()
+        if not self._kind.in_thread:
+            log.info("job %s stopping: its handler is cancelled", job_id)
+            return
+        log.warning(
+            "job %s stopped, but its sync handler cannot be interrupted in its thread: "
+            "it is abandoned, and this worker exits with status %d for a fresh one "
+            "once no other job is in hand",
+            job_id,
+            EXIT_RESTART,
+        )
+        self.shutdown("restart for a fresh worker", EXIT_RESTART)
+
+    async def _ping_loop(self) -> None:
+        while True:
+            try:
+                await self._client.ping(self._jobs.ids())
+            except GatewayError as err:
+                _report("ping", err, self._config.ping_interval_s)
+            await asyncio.sleep(self._config.ping_interval_s)
+
+    # -- process plumbing
+
+    def _spawn(self, loop: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.create_task(loop)
+        task.add_done_callback(self._loop_ended)
+        return task
+
+    def _loop_ended(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("worker loop %s crashed", task.get_coro(), exc_info=task.exception())
+            self.shutdown("a worker loop crashed", EXIT_LOOP_FAILED)
+
+    def _install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(signum, self._on_signal, signum)
+            except (NotImplementedError, RuntimeError, ValueError):
+                log.warning("cannot handle %s here; it ends the worker at once", signum.name)
+
+    def _on_signal(self, signum: signal.Signals) -> None:
+        if self._signalled and signum == signal.SIGINT:
+            log.warning("second SIGINT: exiting now, abandoning %d job(s)", len(self._jobs))
+            exit_now(EXIT_INTERRUPTED)
+        self._signalled = True
+        self.shutdown(f"{signum.name} received")
+
+
+def exit_now(status: int) -> None:
+    """End the process at once, even with handler threads still running."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
+def _report(call: str, err: GatewayError, retry_in_s: float) -> None:
+    if isinstance(err, AuthError):
+        log.error("%s refused: %s; retrying in %.1f s", call, err, retry_in_s)
+    else:
+        log.warning("%s failed: %s; retrying in %.1f s", call, err, retry_in_s)
+
+
+def _report_outcome(job_id: str, outcome: handlers.Outcome, sent: bool, took_s: float) -> None:
+    state = "failed" if outcome.failed else "completed"
+    detail = f": {outcome.body['error']}" if outcome.failed else ""
+    delivery = "" if sent else " (result not delivered)"
+    log.info("job %s %s in %.0f ms%s%s", job_id, state, took_s * 1000, delivery, detail)

@@ -1,0 +1,29 @@
+"""The worker contract of DESIGN: the environment every worker gets (local pool, operator).
+
+`$ID` and `$RUNPOD_POD_ID` are placeholders the runpod SDK (and lockgate's runtime)
+replace at run time, so one set of URLs serves every worker of an endpoint.
+"""
+
+from __future__ import annotations
+
+
+def worker_env(gateway_url: str, endpoint_id: str, worker_key: str) -> dict[str, str]:
+    """Both `RUNPOD_*` and `LOCKGATE_*` variables, minus the worker id (set per worker)."""
+    base = f"{gateway_url.rstrip('/')}/v2/{endpoint_id}"
+    query = f"?endpoint={endpoint_id}"
+    return {
+        "RUNPOD_WEBHOOK_GET_JOB": f"{base}/job-take/$ID{query}",
+        "RUNPOD_WEBHOOK_POST_OUTPUT": f"{base}/job-done/$RUNPOD_POD_ID/$ID{query}",
+        "RUNPOD_WEBHOOK_POST_STREAM": f"{base}/job-stream/$RUNPOD_POD_ID/$ID{query}",
+        "RUNPOD_WEBHOOK_PING": f"{base}/ping/$RUNPOD_POD_ID{query}",
+        "RUNPOD_AI_API_KEY": worker_key,
+        "RUNPOD_ENDPOINT_ID": endpoint_id,
+        "LOCKGATE_GATEWAY_URL": gateway_url.rstrip("/"),
+        "LOCKGATE_ENDPOINT_ID": endpoint_id,
+        "LOCKGATE_WORKER_KEY": worker_key,
+    }
+
+
+def worker_id_env(worker_id: str) -> dict[str, str]:
+    """The per-worker part: its id under both names."""
+    return {"RUNPOD_POD_ID": worker_id, "LOCKGATE_WORKER_ID": worker_id}

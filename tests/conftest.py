@@ -1,0 +1,111 @@
+"""Shared fixtures: a real Redis (session), a real gateway on loopback (per test)."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+from redis.asyncio import Redis
+
+from lockgate.dev.redis_server import EmbeddedRedis, free_port
+from lockgate.gateway import create_app
+from lockgate.settings import Settings
+from lockgate.store import Registry
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRedis]:
+    server = EmbeddedRedis(tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def redis(redis_server: EmbeddedRedis) -> AsyncIterator[Redis]:
+    client = Redis.from_url(redis_server.url)
+    await client.flushall()
+    yield client
+    await client.aclose()
+
+
+@dataclass
+class LiveGateway:
+    """A gateway serving on loopback, with one endpoint and a client and a worker key."""
+
+    url: str
+    endpoint: str
+    client_key: str
+    worker_key: str
+    settings: Settings
+    app: web.Application
+
+    def client_headers(self) -> dict[str, str]:
+        return {"authorization": self.client_key}
+
+    def worker_headers(self) -> dict[str, str]:
+        return {"authorization": self.worker_key}
+
+    def job_url(self, path: str) -> str:
+        return f"{self.url}/v2/{self.endpoint}/{path}"
+
+
+async def register(redis: Redis, endpoint: str, **entry) -> tuple[str, str]:
+    """Register an endpoint, a client key and a worker key for it."""
+    registry = Registry(redis)
+    client_key, worker_key = f"lg_{secrets.token_hex(8)}", f"lgw_{secrets.token_hex(8)}"
+    await registry.put_endpoint(endpoint, {"id": endpoint, **entry})
+    await registry.put_key(client_key, {"name": "test-client", "scopes": ["jobs"]})
+    await registry.put_key(
+        worker_key, {"name": f"worker:{endpoint}", "scopes": ["workers"], "endpoints": [endpoint]}
+    )
+    return client_key, worker_key
+
+
+def make_settings(redis_url: str, port: int, **overrides) -> Settings:
+    """Settings with test-sized timings."""
+    values = dict(
+        redis_url=redis_url, port=port, take_wait_s=2.0, stop_wait_s=2.0, poll_fallback_s=0.5
+    )
+    values.update(overrides)
+    return Settings(**values)
+
+
+async def start_gateway(settings: Settings) -> web.AppRunner:
+    runner = web.AppRunner(create_app(settings), handle_signals=False)
+    await runner.setup()
+    await web.TCPSite(runner, settings.host, settings.port).start()
+    return runner
+
+
+@pytest.fixture
+def gateway_settings() -> dict:
+    """Override in a test module to change the gateway's settings."""
+    return {}
+
+
+@pytest.fixture
+async def gateway(
+    redis: Redis, redis_server: EmbeddedRedis, gateway_settings: dict
+) -> AsyncIterator[LiveGateway]:
+    client_key, worker_key = await register(redis, "echo")
+    port = free_port()
+    settings = make_settings(redis_server.url, port, **gateway_settings)
+    runner = await start_gateway(settings)
+    yield LiveGateway(
+        f"http://127.0.0.1:{port}", "echo", client_key, worker_key, settings, runner.app
+    )
+    await runner.cleanup()
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
