@@ -98,7 +98,7 @@ class Notifier:
         elif kind == "r":
             self.on_registry_change(rest)
 
-    def _wake_everyone(self) -> None:
+    def wake_everyone(self) -> None:
         for table in (self._jobs, self._done, self._stops):
             for key in list(table):
                 _wake(table, key, one=False)
@@ -129,7 +129,7 @@ class Notifier:
                 if self._task is None:
                     break
                 self.connected.set()
-                self._wake_everyone()  # events may have been missed while disconnected
+                self.wake_everyone()  # events may have been missed while disconnected
                 delay = 0.05
                 async for msg in pubsub.listen():
                     if msg["type"] == "message":

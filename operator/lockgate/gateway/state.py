@@ -23,6 +23,12 @@ class Gateway:
     endpoints: EndpointCache
     auth: Authenticator
     notifier: Notifier
+    draining: bool = False
+
+    def drain(self) -> None:
+        """Answer pending and new long-polls at once (before workers are stopped)."""
+        self.draining = True
+        self.notifier.wake_everyone()
 
 
 GATEWAY = web.AppKey("gateway", Gateway)

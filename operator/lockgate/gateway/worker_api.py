@@ -41,13 +41,18 @@ def _job_payload(job: TakenJob) -> dict[str, Any]:
     return payload
 
 
+def _listening(request: web.Request) -> bool:
+    """The worker is still connected (a job handed to a closed connection would be lost)."""
+    return request.transport is not None and not request.transport.is_closing()
+
+
 async def _take(request: web.Request, count: int) -> list[TakenJob]:
     """Long-poll: take jobs as soon as any is queued, or give up after `take_wait_s`."""
     gw, endpoint_id, worker_id, entry = await _worker(request)
     timeout_ms = execution_timeout_ms(entry)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + gw.settings.take_wait_s
-    while request.transport is not None and not request.transport.is_closing():
+    while _listening(request) and not gw.draining:
         generation = gw.notifier.generation(endpoint_id)
         jobs, left = await gw.store.take(endpoint_id, worker_id, count, timeout_ms)
         if jobs:
@@ -141,7 +146,7 @@ async def job_stop(request: web.Request) -> web.Response:
     gw, endpoint_id, worker_id, _ = await _worker(request)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + gw.settings.stop_wait_s
-    while request.transport is not None and not request.transport.is_closing():
+    while _listening(request) and not gw.draining:
         waiter = asyncio.ensure_future(
             gw.notifier.wait_stop(endpoint_id, worker_id, gw.settings.poll_fallback_s)
         )

@@ -181,6 +181,11 @@ class JobStore:
         """Remove every queued job of the endpoint; returns how many."""
         return int(await self.scripts.purge(keys=[keys.prefix(endpoint_id)], args=[]))
 
+    async def delete_endpoint_data(self, endpoint_id: str) -> int:
+        """Remove all jobs, queues, workers and counters of an endpoint; returns jobs removed."""
+        reply = await self.scripts.delete_endpoint(keys=[keys.prefix(endpoint_id)], args=[])
+        return int(reply)
+
     async def snapshot(self, endpoint_id: str, heartbeat_timeout_ms: int) -> Snapshot:
         """Queue, progress, worker and outcome counts of one endpoint."""
         r = await self.scripts.snapshot(
@@ -192,6 +197,27 @@ class JobStore:
     async def heartbeat(self, endpoint_id: str, worker_id: str) -> None:
         """Mark a worker alive now."""
         await self.redis.zadd(keys.prefix(endpoint_id) + "w", {worker_id: self.clock()})
+
+    async def release_worker(
+        self, endpoint_id: str, worker_id: str, *, max_attempts: int = 3, reason: str = ""
+    ) -> tuple[int, int]:
+        """Forget a worker; requeue its jobs, failing those out of attempts. (requeued, failed)"""
+        error = reason or f"worker {worker_id} was lost {max_attempts} times while running the job"
+        args = [endpoint_id, worker_id, self.clock(), max_attempts, *self._retention_args(), error]
+        requeued, failed = await self.scripts.release_worker(
+            keys=[keys.prefix(endpoint_id)], args=args
+        )
+        return int(requeued), int(failed)
+
+    async def worker_loads(self, endpoint_id: str) -> dict[str, tuple[int, int]]:
+        """Every known worker: (last heartbeat ms, jobs held)."""
+        p = keys.prefix(endpoint_id)
+        seen = await self.redis.zrange(p + "w", 0, -1, withscores=True)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for worker, _ in seen:
+                pipe.scard(p + "wj:" + worker.decode())
+            counts = await pipe.execute()
+        return {w.decode(): (int(ts), int(n)) for (w, ts), n in zip(seen, counts, strict=True)}
 
     async def take_stop_signals(self, endpoint_id: str, worker_id: str) -> list[str]:
         """Heartbeat, then the ids of jobs the worker must stop (each handed out once)."""

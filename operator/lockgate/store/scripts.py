@@ -20,6 +20,8 @@ NAMES = (
     "snapshot",
     "stops",
     "set_ttl",
+    "release_worker",
+    "delete_endpoint",
 )
 
 

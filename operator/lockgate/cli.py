@@ -1,0 +1,96 @@
+"""The `lockgate` command: dev mode, gateway, operator, keys, CRDs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+Command = Callable[[argparse.Namespace], int | None]
+
+
+def _dev(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "dev",
+        help="run everything in one process: Redis, gateway, local workers",
+        description="Dev mode: an embedded Redis, the gateway and a local pool of worker "
+        "processes running HANDLER.py (or --worker-command), scaled from the queue.",
+    )
+    p.add_argument("handler", nargs="?", help="handler file, started as `python HANDLER.py`")
+    p.add_argument("--worker-command", help="run this command as each worker instead")
+    p.add_argument("--endpoint-id", help="default: the handler's folder or file name")
+    p.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8080, help="listen port (default 8080)")
+    p.add_argument("--api-key", help="client API key (default $LOCKGATE_API_KEY or generated)")
+    p.add_argument("--workers-min", type=int, default=0, help="default 0")
+    p.add_argument("--workers-max", type=int, default=3, help="default 3")
+    p.add_argument("--idle-timeout", type=float, default=5.0, help="seconds (default 5)")
+    p.add_argument("--data-dir", default=".lockgate", help="Redis data (default .lockgate)")
+    p.set_defaults(run=_lazy("lockgate.dev.runner", "main"))
+
+
+def _gateway(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "gateway",
+        help="serve the job API and worker API",
+        description="The gateway: client job API, worker API and /metrics over one Redis. "
+        "Settings come from LOCKGATE_* variables; flags override the common ones.",
+    )
+    p.add_argument("--host", help="listen address (LOCKGATE_HOST, default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="listen port (LOCKGATE_PORT, default 8080)")
+    p.add_argument("--redis-url", help="LOCKGATE_REDIS_URL, default redis://127.0.0.1:6379/0")
+    p.add_argument("--log-format", choices=["text", "json"], default="json")
+    p.set_defaults(run=_lazy("lockgate.gateway.main", "main"))
+
+
+def _operator(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "operator",
+        help="reconcile Endpoint/Template resources; serve the management API",
+        description="The Kubernetes operator (kopf) and the management API (/v1/endpoints).",
+    )
+    p.add_argument("--namespace", action="append", help="watch only these (default: all)")
+    p.add_argument("--manage-port", type=int, default=8081, help="management API port")
+    p.add_argument("--log-format", choices=["text", "json"], default="json")
+    p.set_defaults(run=_lazy("lockgate.kube.main", "main"))
+
+
+def _crds(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "crds",
+        help="print or write the CustomResourceDefinitions",
+        description="Render the CRDs from the pydantic models.",
+    )
+    p.add_argument("--out", help="write one file per CRD into this folder (default: stdout)")
+    p.set_defaults(run=_lazy("lockgate.kube.crds", "main"))
+
+
+def _lazy(module: str, name: str) -> Command:
+    """Import a command's module only when it runs: `lockgate dev` needs no kopf."""
+
+    def run(args: argparse.Namespace) -> int | None:
+        import importlib
+
+        return getattr(importlib.import_module(module), name)(args)
+
+    return run
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="lockgate",
+        description="Self-hosted queue-based serverless endpoints with the RunPod job API.",
+    )
+    sub = p.add_subparsers(title="commands", metavar="COMMAND", required=True)
+    for add in (_dev, _gateway, _operator, _crds):
+        add(sub)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    return int(args.run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

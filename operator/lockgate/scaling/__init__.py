@@ -1,0 +1,1 @@
+"""Scaling: the decision function and the worker pools it drives."""

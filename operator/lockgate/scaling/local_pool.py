@@ -1,0 +1,97 @@
+"""`LocalProcessPool`: workers as local processes (dev mode), stopped only when idle."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import signal
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from lockgate.workerenv import worker_id_env
+
+log = logging.getLogger("lockgate.pool")
+
+
+@dataclass
+class LocalWorker:
+    id: str
+    process: asyncio.subprocess.Process
+    stopping: bool = False
+    pipes: list[asyncio.Task] = field(default_factory=list)
+
+
+class LocalProcessPool:
+    """Starts `command` once per worker with the worker contract's environment."""
+
+    def __init__(
+        self, endpoint_id: str, command: Sequence[str], env: dict[str, str], *, cwd: str | None
+    ) -> None:
+        self.endpoint_id = endpoint_id
+        self.command = list(command)
+        self.env = env
+        self.cwd = cwd
+        self.workers: dict[str, LocalWorker] = {}
+
+    @property
+    def active(self) -> list[str]:
+        """Workers running and not asked to stop."""
+        return [w.id for w in self.workers.values() if not w.stopping]
+
+    async def start_worker(self) -> str:
+        worker_id = f"{self.endpoint_id}-{secrets.token_hex(3)}"
+        env = {**os.environ, **self.env, **worker_id_env(worker_id), "PYTHONUNBUFFERED": "1"}
+        process = await asyncio.create_subprocess_exec(
+            *self.command, env=env, cwd=self.cwd,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        worker = LocalWorker(worker_id, process)
+        worker.pipes.append(asyncio.create_task(_forward(worker_id, process.stdout)))
+        self.workers[worker_id] = worker
+        log.info("worker %s started (pid %d)", worker_id, process.pid)
+        return worker_id
+
+    def stop_worker(self, worker_id: str) -> None:
+        """SIGTERM: the runtime finishes the job in hand, then exits."""
+        worker = self.workers.get(worker_id)
+        if worker is not None and not worker.stopping and worker.process.returncode is None:
+            worker.stopping = True
+            worker.process.send_signal(signal.SIGTERM)
+            log.info("worker %s stopping (idle)", worker_id)
+
+    def reap(self) -> list[tuple[str, int, bool]]:
+        """Forget exited workers; returns (id, exit code, whether it was asked to stop)."""
+        gone = [w for w in self.workers.values() if w.process.returncode is not None]
+        for w in gone:
+            del self.workers[w.id]
+            level = logging.INFO if w.stopping else logging.WARNING
+            log.log(level, "worker %s exited with %s", w.id, w.process.returncode)
+        return [(w.id, w.process.returncode, w.stopping) for w in gone]
+
+    async def close(self, grace_s: float = 30.0) -> None:
+        """Stop every worker; kill those still running after `grace_s` seconds."""
+        for worker_id in list(self.workers):
+            self.stop_worker(worker_id)
+        waits = [w.process.wait() for w in self.workers.values()]
+        try:
+            await asyncio.wait_for(asyncio.gather(*waits), grace_s)
+        except TimeoutError:
+            for w in self.workers.values():
+                if w.process.returncode is None:
+                    w.process.kill()
+            await asyncio.gather(*(w.process.wait() for w in self.workers.values()))
+        for w in self.workers.values():
+            for pipe in w.pipes:
+                await pipe
+        self.workers.clear()
+
+
+async def _forward(worker_id: str, stream: asyncio.StreamReader | None) -> None:
+    """Copy a worker's output to ours, each line prefixed with the worker id."""
+    if stream is None:
+        return
+    while line := await stream.readline():
+        sys.stderr.write(f"[{worker_id}] {line.decode(errors='replace')}")

@@ -1,0 +1,18 @@
+-- Remove every key of an endpoint: queues, jobs (the `exp` index lists them), streams,
+-- workers, counters. Used when an Endpoint is deleted ("removes job history").
+-- Returns the number of jobs removed.
+local ids = redis.call('ZRANGE', P .. 'exp', 0, -1)
+for i = 1, #ids, 500 do
+  local batch = {}
+  for j = i, math.min(i + 499, #ids) do
+    batch[#batch + 1] = jkey(ids[j])
+    batch[#batch + 1] = P .. 's:' .. ids[j]
+  end
+  redis.call('UNLINK', unpack(batch))
+end
+for _, w in ipairs(redis.call('ZRANGE', P .. 'w', 0, -1)) do
+  redis.call('UNLINK', P .. 'wj:' .. w, P .. 'stop:' .. w)
+end
+redis.call('UNLINK', P .. 'q', P .. 'ql', P .. 'run', P .. 'exp', P .. 'w', P .. 'seq',
+  P .. 'stats')
+return #ids
