@@ -51,14 +51,28 @@ async def test_run_queues_a_job_and_status_reports_it(http, gateway):
 
 
 async def test_a_taken_job_completes_with_its_output(http, gateway):
-    job = await submit(http, gateway, {"input": {"x": 1}, "s3Config": {
-        "accessId": "a", "accessSecret": "s", "bucketName": "b", "endpointUrl": "u"}})
+    job = await submit(
+        http,
+        gateway,
+        {
+            "input": {"x": 1},
+            "s3Config": {
+                "accessId": "a",
+                "accessSecret": "s",
+                "bucketName": "b",
+                "endpointUrl": "u",
+            },
+        },
+    )
     taken = await take(http, gateway)
-    assert taken == {"id": job["id"], "input": {"x": 1}, "s3Config": {
-        "accessId": "a", "accessSecret": "s", "bucketName": "b", "endpointUrl": "u"}}
+    assert taken == {
+        "id": job["id"],
+        "input": {"x": 1},
+        "s3Config": {"accessId": "a", "accessSecret": "s", "bucketName": "b", "endpointUrl": "u"},
+    }
     assert (await get(http, gateway, f"status/{job['id']}"))[1]["status"] == "IN_PROGRESS"
     assert (await done(http, gateway, job["id"], {"output": {"y": 2}}))["accepted"] is True
-    status, body = await get(http, gateway, f"status/{job['id']}")
+    _status, body = await get(http, gateway, f"status/{job['id']}")
     assert body["status"] == "COMPLETED" and body["output"] == {"y": 2}
     assert "s3Config" not in body
 
@@ -147,7 +161,7 @@ async def test_run_refuses_a_body_over_10_mb_and_runsync_accepts_it(http, gatewa
 
 async def test_runsync_refuses_a_body_over_20_mb(http, gateway):
     big = {"input": {"blob": "x" * (20 * 1024 * 1024)}}
-    status, reply = await post(http, gateway, "runsync", json=big)
+    status, _reply = await post(http, gateway, "runsync", json=big)
     assert status == 413
 
 
@@ -189,12 +203,10 @@ async def test_a_client_key_cannot_take_jobs(http, gateway):
 
 
 async def test_unknown_endpoints_and_jobs_get_404(http, gateway):
-    async with http.get(
-        f"{gateway.url}/v2/nope/health", headers=gateway.client_headers()
-    ) as r:
+    async with http.get(f"{gateway.url}/v2/nope/health", headers=gateway.client_headers()) as r:
         assert r.status == 404 and "nope" in (await r.json())["error"]
     for path in ("status/missing", "stream/missing", "status/..%2F..", "status/" + "x" * 200):
-        status, body = await get(http, gateway, path)
+        status, _body = await get(http, gateway, path)
         assert status == 404, path
     for path in ("cancel/missing", "retry/missing"):
         assert (await post(http, gateway, path))[0] == 404
@@ -282,8 +294,11 @@ async def test_stream_returns_chunks_once_and_ends_with_a_final_empty_read(http,
         async with http.post(url, json={"output": n}, headers=gateway.worker_headers()) as r:
             assert r.status == 200
     _, body = await get(http, gateway, f"stream/{job['id']}")
-    assert body == {"id": job["id"], "status": "IN_PROGRESS",
-                    "stream": [{"output": 0}, {"output": 1}, {"output": 2}]}
+    assert body == {
+        "id": job["id"],
+        "status": "IN_PROGRESS",
+        "stream": [{"output": 0}, {"output": 1}, {"output": 2}],
+    }
     _, body = await get(http, gateway, f"stream/{job['id']}")
     assert body["stream"] == []
     await done(http, gateway, job["id"], {"output": [0, 1, 2]})

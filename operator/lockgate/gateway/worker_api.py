@@ -63,9 +63,7 @@ async def _take(request: web.Request, count: int) -> list[TakenJob]:
         if remaining <= 0:
             break
         if gw.notifier.generation(endpoint_id) == generation:
-            await gw.notifier.wait_for_job(
-                endpoint_id, min(remaining, gw.settings.poll_fallback_s)
-            )
+            await gw.notifier.wait_for_job(endpoint_id, min(remaining, gw.settings.poll_fallback_s))
     return []
 
 

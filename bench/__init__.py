@@ -1,0 +1,1 @@
+"""`make bench`: lockgate's performance figures beside a bare aiohttp echo server."""

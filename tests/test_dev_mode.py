@@ -1,0 +1,112 @@
+"""`lockgate dev` end to end, as a user runs it: a child process driven over HTTP."""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+import requests
+
+from tests.devproc import REPO, DevProcess
+
+ECHO = str(REPO / "examples/echo/handler.py")
+RUNPOD_ECHO = str(REPO / "tests/workers/runpod_echo.py")
+
+
+def wait_until(check, timeout_s: float = 20, every_s: float = 0.1):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if value := check():
+            return value
+        time.sleep(every_s)
+    raise AssertionError("condition not met in time")
+
+
+def test_dev_prints_the_api_url_key_and_a_curl_line_and_runsync_completes(tmp_path):
+    with DevProcess(ECHO, "--api-key", "k-test", data_dir=tmp_path) as dev:
+        assert dev.key == "k-test" and dev.endpoint == "echo"
+        dev.wait_for(rf"job API http://127.0.0.1:{dev.port}/v2/echo")
+        r = requests.post(dev.job_url("runsync"), json={"input": {"x": 1}}, headers=dev.headers())
+        assert r.status_code == 200
+        body = r.json()
+        assert body["status"] == "COMPLETED" and body["output"] == {"echo": {"x": 1}}
+        assert requests.get(dev.job_url("health"), headers=dev.headers()).status_code == 200
+
+
+def test_ctrl_c_stops_gateway_workers_and_redis(tmp_path):
+    dev = DevProcess(ECHO, "--workers-min", "1", data_dir=tmp_path).start()
+    wait_until(dev.workers)
+    children = psutil.Process(dev.proc.pid).children(recursive=True)
+    assert dev.stop() == 0
+    dev.wait_for(r"lockgate dev \| stopped")
+    psutil.wait_procs(children, timeout=5)
+    assert not [p for p in children if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_queued_jobs_survive_a_restart(tmp_path):
+    with DevProcess(ECHO, "--workers-max", "0", "--api-key", "k", data_dir=tmp_path) as dev:
+        ids = [
+            requests.post(
+                dev.job_url("run"), json={"input": {"n": n}}, headers=dev.headers()
+            ).json()["id"]
+            for n in range(3)
+        ]
+    with DevProcess(ECHO, "--api-key", "k", data_dir=tmp_path) as dev:
+
+        def all_done():
+            return all(
+                requests.get(dev.job_url(f"status/{i}"), headers=dev.headers()).json()["status"]
+                == "COMPLETED"
+                for i in ids
+            )
+
+        wait_until(all_done)
+
+
+def test_a_killed_worker_loses_no_job(tmp_path):
+    with DevProcess(RUNPOD_ECHO, "--workers-max", "1", data_dir=tmp_path) as dev:
+        job = requests.post(
+            dev.job_url("run"), json={"input": {"sleep": 3}}, headers=dev.headers()
+        ).json()
+
+        def in_progress():
+            status = requests.get(dev.job_url(f"status/{job['id']}"), headers=dev.headers())
+            return status.json()["status"] == "IN_PROGRESS"
+
+        wait_until(in_progress)
+        [victim] = dev.workers()
+        victim.kill()
+        final = wait_until(
+            lambda: (
+                (
+                    s := requests.get(
+                        dev.job_url(f"status/{job['id']}"), headers=dev.headers()
+                    ).json()
+                )["status"]
+                == "COMPLETED"
+                and s
+            ),
+            timeout_s=30,
+        )
+        assert final["output"] == {"echo": {"sleep": 3}}
+        health = requests.get(dev.job_url("health"), headers=dev.headers()).json()
+        assert health["jobs"]["retried"] == 1
+
+
+def test_workers_scale_up_with_the_queue_and_down_to_zero_when_idle(tmp_path):
+    args = (RUNPOD_ECHO, "--workers-max", "2", "--idle-timeout", "1")
+    with DevProcess(*args, data_dir=tmp_path) as dev:
+        assert dev.workers() == []
+        for _ in range(4):
+            requests.post(dev.job_url("run"), json={"input": {"sleep": 1}}, headers=dev.headers())
+        wait_until(lambda: len(dev.workers()) == 2)
+        wait_until(
+            lambda: (
+                requests.get(dev.job_url("health"), headers=dev.headers()).json()["jobs"][
+                    "completed"
+                ]
+                == 4
+            ),
+            timeout_s=30,
+        )
+        wait_until(lambda: dev.workers() == [], timeout_s=30)

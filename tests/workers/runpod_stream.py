@@ -1,0 +1,14 @@
+"""A generator runpod-SDK worker with return_aggregate_stream: yields `n` text chunks."""
+
+import time
+
+import runpod
+
+
+def handler(job):
+    for i in range(job["input"].get("n", 3)):
+        time.sleep(job["input"].get("gap", 0))
+        yield {"text": [f"token-{i}"], "output_tokens": i + 1}
+
+
+runpod.serverless.start({"handler": handler, "return_aggregate_stream": True})
