@@ -33,9 +33,7 @@ async def session(clients: int = 32) -> AsyncIterator[aiohttp.ClientSession]:
     """A client session with room for `clients` keep-alive connections (plus a spare)."""
     connector = aiohttp.TCPConnector(limit=clients + 2, force_close=False)
     timeout = aiohttp.ClientTimeout(total=120)
-    async with aiohttp.ClientSession(
-        connector=connector, headers=HEADERS, timeout=timeout
-    ) as http:
+    async with aiohttp.ClientSession(connector=connector, headers=HEADERS, timeout=timeout) as http:
         yield http
 
 

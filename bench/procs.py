@@ -139,7 +139,8 @@ def lockgate_dev(workdir: Path, name: str, workers: int, env: dict[str, str]) ->
 
 def _kill_orphan(pid: int) -> None:
     """Kill the embedded redis-server if it outlived `lockgate dev` (its own session)."""
-    if pid and Path(f"/proc/{pid}/cmdline").exists():
-        if b"redis-server" in Path(f"/proc/{pid}/cmdline").read_bytes():
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    with contextlib.suppress(OSError):
+        if pid and b"redis-server" in cmdline.read_bytes():
             log(f"redis-server pid {pid} outlived lockgate dev; killing it")
             os.kill(pid, signal.SIGKILL)

@@ -24,6 +24,18 @@ class Settings(BaseSettings):
     heartbeat_timeout_s: float = Field(30.0, description="a silent worker is lost after this")
     retention_run_s: float = 30 * 60
     retention_sync_s: float = 60
+    sweep_interval_s: float = Field(1.0, description="timeouts, ttl and lost workers, this often")
+    max_attempts: int = Field(3, description="times a job may be lost with its worker")
+    unlisted_grace_s: float = Field(
+        10.0, description="a held job a worker's ping does not list is requeued after this"
+    )
+    webhook_secret: str = Field("", description="Standard Webhooks secret (whsec_… or text)")
+    webhook_attempts: int = 3
+    webhook_retry_interval_s: float = 10.0
+    webhook_timeout_s: float = 10.0
+    webhook_allow_private: bool = Field(
+        False, description="allow webhook URLs on loopback, link-local or private addresses"
+    )
     auth_cache_s: float = Field(5.0, description="how long a key lookup is cached in-process")
     registry_cache_s: float = Field(2.0, description="how long an endpoint entry is cached")
     max_result_bytes: int = 20 * 1024 * 1024

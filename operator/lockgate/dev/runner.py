@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import logging
 import os
 import secrets
@@ -48,18 +49,27 @@ def say(line: str) -> None:
     print(f"lockgate dev | {line}", flush=True)
 
 
+def secret_in(data_dir: Path, name: str, prefix: str) -> str:
+    """A secret generated once and kept (mode 600) in the data dir, so restarts keep it."""
+    path = data_dir / name
+    if path.exists():
+        return path.read_text().strip()
+    value = prefix + (
+        base64.b64encode(secrets.token_bytes(24)).decode()
+        if prefix == "whsec_"
+        else secrets.token_urlsafe(24)
+    )
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(value + "\n")
+    path.chmod(0o600)
+    return value
+
+
 def api_key_for(explicit: str | None, data_dir: Path) -> str:
     """--api-key, else $LOCKGATE_API_KEY, else one generated once and kept in the data dir."""
     if explicit or os.environ.get("LOCKGATE_API_KEY"):
         return explicit or os.environ["LOCKGATE_API_KEY"]
-    path = data_dir / "api-key"
-    if path.exists():
-        return path.read_text().strip()
-    key = f"lg_{secrets.token_urlsafe(24)}"
-    data_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(key + "\n")
-    path.chmod(0o600)
-    return key
+    return secret_in(data_dir, "api-key", "lg_")
 
 
 def options(args: argparse.Namespace) -> DevOptions:
@@ -92,7 +102,10 @@ def options(args: argparse.Namespace) -> DevOptions:
 
 async def serve(opts: DevOptions, redis_url: str, stop: asyncio.Event) -> None:
     """Gateway, registry entries and local pool until `stop` is set; then shut down in order."""
-    settings = Settings(redis_url=redis_url, host=opts.host, port=opts.port)
+    settings = Settings(
+        redis_url=redis_url, host=opts.host, port=opts.port, webhook_allow_private=True,
+        webhook_secret=secret_in(opts.data_dir, "webhook-secret", "whsec_"),
+    )  # fmt: skip
     runner = web.AppRunner(create_app(settings), access_log=None, shutdown_timeout=2)
     await runner.setup()
     gw = runner.app[GATEWAY]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 from aiohttp import web
@@ -9,13 +10,14 @@ from redis.asyncio import Redis
 
 from lockgate.gateway import client_api, worker_api
 from lockgate.gateway.auth import Authenticator
+from lockgate.gateway.background import run_background
 from lockgate.gateway.endpoints import EndpointCache
 from lockgate.gateway.http import json_response
 from lockgate.gateway.middleware import error_middleware
 from lockgate.gateway.notify import Notifier
 from lockgate.gateway.state import GATEWAY, Gateway
 from lockgate.settings import Settings
-from lockgate.store import JobStore, Registry, Retention, connect
+from lockgate.store import JobStore, Liveness, Registry, Retention, connect
 
 # aiohttp's own cap; each route enforces its smaller limit (10 MB /run, 20 MB /runsync).
 MAX_BODY = 21 * 1024 * 1024
@@ -27,9 +29,14 @@ def build_gateway(settings: Settings, redis: Redis) -> Gateway:
     retention = Retention(
         run_ms=int(settings.retention_run_s * 1000), sync_ms=int(settings.retention_sync_s * 1000)
     )
+    liveness = Liveness(
+        heartbeat_timeout_ms=int(settings.heartbeat_timeout_s * 1000),
+        max_attempts=settings.max_attempts,
+        unlisted_grace_ms=int(settings.unlisted_grace_s * 1000),
+    )
     gw = Gateway(
         settings=settings,
-        store=JobStore(redis, retention=retention),
+        store=JobStore(redis, retention=retention, liveness=liveness),
         registry=registry,
         endpoints=EndpointCache(registry, cache_s=settings.registry_cache_s),
         auth=Authenticator(registry, cache_s=settings.auth_cache_s),
@@ -67,7 +74,10 @@ def create_app(settings: Settings, *, redis: Redis | None = None) -> web.Applica
 
     async def background(_app: web.Application) -> AsyncIterator[None]:
         gw.notifier.start()
+        work = asyncio.create_task(run_background(gw), name="lockgate-background")
         yield
+        work.cancel()
+        await asyncio.wait({work}, timeout=5)
         await gw.notifier.close()
         if owned:
             await client.aclose()

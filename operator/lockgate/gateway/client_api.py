@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from lockgate.gateway.auth import JOBS
 from lockgate.gateway.errors import BadRequest, NotFound
 from lockgate.gateway.http import int_param, json_response, parse_json, read_body
+from lockgate.gateway.ssrf import private_destination
 from lockgate.gateway.state import Gateway, gateway_of
 from lockgate.gateway.views import job_body, stream_body
 from lockgate.models import FINAL_STATES, JobRequest, describe_validation_error
@@ -51,6 +52,12 @@ async def _new_job(request: web.Request, limit: int, job_id: str, *, sync: bool)
         req = JobRequest.model_validate(body)
     except ValidationError as err:
         raise BadRequest(describe_validation_error(err)) from err
+    private = not gateway_of(request).settings.webhook_allow_private
+    if req.webhook and private and (where := await private_destination(req.webhook)):
+        raise BadRequest(
+            f"webhook: {req.webhook!r} reaches a private address ({where}); "
+            "set LOCKGATE_WEBHOOK_ALLOW_PRIVATE=true to allow it"
+        )
     return NewJob(
         id=job_id,
         input=orjson.dumps(req.input),

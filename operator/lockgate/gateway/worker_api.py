@@ -134,7 +134,12 @@ async def job_stream(request: web.Request) -> web.Response:
 @routes.get("/v2/{endpoint}/ping/{worker}")
 async def ping(request: web.Request) -> web.Response:
     gw, endpoint_id, worker_id, _ = await _worker(request)
-    await gw.store.heartbeat(endpoint_id, worker_id)
+    listed = request.query.get("job_id")
+    if listed is None:
+        await gw.store.heartbeat(endpoint_id, worker_id)
+    else:
+        running = [i for i in listed.split(",") if JOB_ID_RE.match(i)]
+        await gw.store.reconcile_worker(endpoint_id, worker_id, running)
     return json_response({})
 
 

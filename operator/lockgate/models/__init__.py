@@ -13,20 +13,38 @@ from lockgate.models.jobs import (
     PurgeResult,
     S3Config,
 )
+from lockgate.models.resources import (
+    ENDPOINT_ID_PATTERN,
+    Condition,
+    ConditionStatus,
+    EndpointRecord,
+    EndpointStatus,
+    JobCounts,
+    Phase,
+    WorkerCounts,
+)
 
 __all__ = [
+    "ENDPOINT_ID_PATTERN",
     "FINAL_STATES",
     "ComputeType",
+    "Condition",
+    "ConditionStatus",
+    "EndpointRecord",
     "EndpointSpec",
+    "EndpointStatus",
     "Health",
     "HealthJobs",
     "HealthWorkers",
+    "JobCounts",
     "JobPolicy",
     "JobRequest",
     "JobStatus",
+    "Phase",
     "PurgeResult",
     "S3Config",
     "ScalerType",
     "TemplateSpec",
+    "WorkerCounts",
     "describe_validation_error",
 ]

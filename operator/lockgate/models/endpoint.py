@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -10,6 +11,12 @@ from lockgate.models.jobs import (
     EXECUTION_TIMEOUT_DEFAULT_MS,
     EXECUTION_TIMEOUT_MIN_MS,
     MAX_DURATION_MS,
+)
+
+# 1..65535 then the protocol; an HTTP port is a TCP port that the console labels as HTTP.
+PORT_PATTERN = (
+    r"^([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
+    r"/(http|tcp)$"
 )
 
 
@@ -31,24 +38,37 @@ class EndpointSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field("", max_length=191)
-    computeType: ComputeType = ComputeType.GPU
-    gpuTypeIds: list[str] = Field(default_factory=list)
-    gpuCount: int = Field(1, ge=0, le=16)
-    cpuFlavorIds: list[str] = Field(default_factory=list)
-    vcpuCount: int = Field(2, ge=1, le=512)
-    allowedCudaVersions: list[str] = Field(default_factory=list)
-    dataCenterIds: list[str] = Field(default_factory=list)
-    templateId: str = ""
-    executionTimeoutMs: int = Field(
-        EXECUTION_TIMEOUT_DEFAULT_MS, ge=EXECUTION_TIMEOUT_MIN_MS, le=MAX_DURATION_MS
+    name: str = Field("", max_length=191, description="display name")
+    computeType: ComputeType = Field(ComputeType.GPU, description="GPU or CPU workers")
+    gpuTypeIds: list[str] = Field(
+        default_factory=list, description="GPU types, most preferred first; any of them may be used"
     )
-    flashboot: bool = False
-    idleTimeout: int = Field(5, ge=0, le=3600, description="seconds")
-    scalerType: ScalerType = ScalerType.QUEUE_DELAY
-    scalerValue: int = Field(4, ge=1, le=10_000)
-    workersMin: int = Field(0, ge=0, le=1000)
-    workersMax: int = Field(3, ge=0, le=1000)
+    gpuCount: int = Field(1, ge=0, le=16, description="GPUs per worker (GPU endpoints)")
+    cpuFlavorIds: list[str] = Field(
+        default_factory=list, description="CPU flavors a worker may run on (CPU endpoints)"
+    )
+    vcpuCount: int = Field(2, ge=1, le=512, description="vCPUs per worker")
+    allowedCudaVersions: list[str] = Field(
+        default_factory=list, description="CUDA versions a worker's node may have, e.g. '12.4'"
+    )
+    dataCenterIds: list[str] = Field(
+        default_factory=list, description="data centers (zones) a worker may run in"
+    )
+    templateId: str = Field("", description="name of the Template in the same namespace")
+    executionTimeoutMs: int = Field(
+        EXECUTION_TIMEOUT_DEFAULT_MS,
+        ge=EXECUTION_TIMEOUT_MIN_MS,
+        le=MAX_DURATION_MS,
+        description="milliseconds a job may run unless its policy says otherwise",
+    )
+    flashboot: bool = Field(False, description="pre-pull the worker image on eligible nodes")
+    idleTimeout: int = Field(5, ge=0, le=3600, description="seconds an idle worker is kept")
+    scalerType: ScalerType = Field(ScalerType.QUEUE_DELAY, description="what drives scaling")
+    scalerValue: int = Field(
+        4, ge=1, le=10_000, description="QUEUE_DELAY: seconds; REQUEST_COUNT: jobs per worker"
+    )
+    workersMin: int = Field(0, ge=0, le=1000, description="workers kept running (may be 0)")
+    workersMax: int = Field(3, ge=0, le=1000, description="most workers at once")
 
     @model_validator(mode="after")
     def _min_not_above_max(self) -> EndpointSpec:
@@ -64,11 +84,15 @@ class TemplateSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    image: str = Field(..., min_length=1)
-    command: list[str] = Field(default_factory=list)
-    args: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
-    ports: list[str] = Field(default_factory=list, description="'8000/http' or '22/tcp'")
-    containerDiskInGb: int = Field(20, ge=1, le=10_000)
-    modelUrl: str = ""
-    imagePullSecret: str = ""
+    image: str = Field(..., min_length=1, description="container image of the worker")
+    command: list[str] = Field(default_factory=list, description="start command (entrypoint)")
+    args: list[str] = Field(default_factory=list, description="arguments of the start command")
+    env: dict[str, str] = Field(default_factory=dict, description="environment variables")
+    ports: list[Annotated[str, Field(pattern=PORT_PATTERN)]] = Field(
+        default_factory=list, max_length=32, description="exposed ports: '8000/http' or '22/tcp'"
+    )
+    containerDiskInGb: int = Field(20, ge=1, le=10_000, description="GiB of ephemeral storage")
+    modelUrl: str = Field(
+        "", pattern=r"^(https?://\S+)?$", description="downloaded once per node, mounted read-only"
+    )
+    imagePullSecret: str = Field("", description="name of a docker-registry Secret")

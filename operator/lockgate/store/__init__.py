@@ -1,19 +1,32 @@
 """Redis job store: keys, Lua transition scripts, registry of endpoints and keys."""
 
 from lockgate.store.connection import connect
-from lockgate.store.jobs import IneligibleState, JobNotFound, JobStore, NewJob, Retention, now_ms
+from lockgate.store.jobs import (
+    Delivery,
+    IneligibleState,
+    JobNotFound,
+    JobStore,
+    Liveness,
+    NewJob,
+    Retention,
+    Sweep,
+    now_ms,
+)
 from lockgate.store.records import JobRecord, Snapshot, TakenJob
 from lockgate.store.registry import Registry, key_digest
 
 __all__ = [
+    "Delivery",
     "IneligibleState",
     "JobNotFound",
     "JobRecord",
     "JobStore",
+    "Liveness",
     "NewJob",
     "Registry",
     "Retention",
     "Snapshot",
+    "Sweep",
     "TakenJob",
     "connect",
     "key_digest",

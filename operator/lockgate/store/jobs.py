@@ -39,6 +39,34 @@ class Retention:
     sync_ms: int = keys.RETENTION_SYNC_MS
 
 
+@dataclass(frozen=True)
+class Liveness:
+    """When a worker counts as lost, and how often a job may be lost before it fails."""
+
+    heartbeat_timeout_ms: int = 30_000
+    max_attempts: int = 3
+    unlisted_grace_ms: int = 10_000  # a job a worker's ping does not list, taken this long ago
+
+
+@dataclass(frozen=True, slots=True)
+class Sweep:
+    """What one sweep of an endpoint did."""
+
+    timed_out: int
+    expired: int
+    lost_workers: int
+    requeued: int
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """A webhook delivery claimed by this replica."""
+
+    job_id: str
+    url: str
+    attempt: int
+
+
 @dataclass(frozen=True, slots=True)
 class NewJob:
     """A validated job, ready to queue. JSON fields are already serialised."""
@@ -77,10 +105,12 @@ class JobStore:
         *,
         clock: Callable[[], int] = now_ms,
         retention: Retention | None = None,
+        liveness: Liveness | None = None,
     ) -> None:
         self.redis = redis
         self.clock = clock
         self.retention = retention or Retention()
+        self.liveness = liveness or Liveness()
         self.scripts = Scripts.register(redis)
 
     def _retention_args(self) -> list[int]:
@@ -135,7 +165,9 @@ class JobStore:
 
     async def read_stream(self, endpoint_id: str, job_id: str) -> tuple[str, list[bytes]]:
         """The job's status and the chunks produced since the previous read."""
-        reply = await self.scripts.read_stream(keys=[keys.prefix(endpoint_id)], args=[job_id])
+        reply = await self.scripts.read_stream(
+            keys=[keys.prefix(endpoint_id)], args=[job_id, self.clock()]
+        )
         if reply is None:
             raise JobNotFound(job_id)
         return reply[0].decode(), list(reply[1])
@@ -144,7 +176,7 @@ class JobStore:
         """The job's record; JobNotFound once it expired or never existed."""
         values = await self.redis.hmget(keys.job(endpoint_id, job_id), JobRecord.FIELDS)
         record = JobRecord.from_fields(job_id, values)
-        if record is None:
+        if record is None or record.expired(self.clock()):
             raise JobNotFound(job_id)
         return record
 
@@ -198,16 +230,54 @@ class JobStore:
         """Mark a worker alive now."""
         await self.redis.zadd(keys.prefix(endpoint_id) + "w", {worker_id: self.clock()})
 
-    async def release_worker(
-        self, endpoint_id: str, worker_id: str, *, max_attempts: int = 3, reason: str = ""
-    ) -> tuple[int, int]:
+    def _lost_reason(self) -> str:
+        attempts = self.liveness.max_attempts
+        return f"the worker running this job was lost ({attempts} attempts made)"
+
+    async def release_worker(self, endpoint_id: str, worker_id: str) -> tuple[int, int]:
         """Forget a worker; requeue its jobs, failing those out of attempts. (requeued, failed)"""
-        error = reason or f"worker {worker_id} was lost {max_attempts} times while running the job"
-        args = [endpoint_id, worker_id, self.clock(), max_attempts, *self._retention_args(), error]
+        args = [endpoint_id, worker_id, self.clock(), self.liveness.max_attempts]
+        args += [*self._retention_args(), self._lost_reason()]
         requeued, failed = await self.scripts.release_worker(
             keys=[keys.prefix(endpoint_id)], args=args
         )
         return int(requeued), int(failed)
+
+    async def reconcile_worker(
+        self, endpoint_id: str, worker_id: str, running: Sequence[str]
+    ) -> int:
+        """Heartbeat with the worker's own list of running jobs; jobs it should hold but does
+        not list (their take reply was lost) go back to the queue. Returns how many."""
+        args = [endpoint_id, worker_id, self.clock(), self.liveness.unlisted_grace_ms]
+        args += [self.liveness.max_attempts, *self._retention_args(), self._lost_reason()]
+        return int(
+            await self.scripts.reconcile(keys=[keys.prefix(endpoint_id)], args=[*args, *running])
+        )
+
+    async def sweep(self, endpoint_id: str, *, lock_ms: int, batch: int = 1000) -> Sweep:
+        """Time out, expire and reclaim what is due (one replica per `lock_ms`)."""
+        args = [endpoint_id, self.clock(), self.liveness.heartbeat_timeout_ms]
+        args += [self.liveness.max_attempts, *self._retention_args(), lock_ms, batch]
+        reply = await self.scripts.sweep(
+            keys=[keys.prefix(endpoint_id)], args=[*args, self._lost_reason()]
+        )
+        return Sweep(*(int(v) for v in reply))
+
+    async def claim_webhooks(
+        self, endpoint_id: str, *, lease_ms: int, limit: int = 100
+    ) -> list[Delivery]:
+        """Due webhook deliveries, leased to the caller."""
+        reply = await self.scripts.claim_webhooks(
+            keys=[keys.prefix(endpoint_id)], args=[self.clock(), lease_ms, limit]
+        )
+        return [Delivery(i.decode(), u.decode(), int(a)) for i, u, a in reply]
+
+    async def settle_webhook(
+        self, endpoint_id: str, job_id: str, *, done: bool, retry_in_ms: int = 0
+    ) -> None:
+        """Record an attempt's outcome: finished with, or due again in `retry_in_ms`."""
+        args = [job_id, "1" if done else "0", self.clock() + retry_in_ms]
+        await self.scripts.settle_webhook(keys=[keys.prefix(endpoint_id)], args=args)
 
     async def worker_loads(self, endpoint_id: str) -> dict[str, tuple[int, int]]:
         """Every known worker: (last heartbeat ms, jobs held)."""

@@ -9,11 +9,14 @@ the single description of what they build.
     lg:{ep}:ql           ZSET  queued lowPriority job ids, score = submission sequence
     lg:{ep}:seq          STR   submission sequence counter
     lg:{ep}:run          ZSET  in-progress job ids, score = execution deadline (ms)
-    lg:{ep}:exp          ZSET  every live job id, score = ttl deadline (ms); the jobs index
+    lg:{ep}:exp          ZSET  every job record, score = when it dies (ttl or retention, ms)
     lg:{ep}:w            ZSET  worker ids, score = last heartbeat (ms)
     lg:{ep}:wj:{worker}  SET   job ids a worker holds
     lg:{ep}:stop:{worker} LIST job ids the worker must stop
     lg:{ep}:stats        HASH  completed, failed, retried counters
+    lg:{ep}:wh           ZSET  webhook outbox: job ids, score = next attempt (ms)
+    lg:{ep}:wha          HASH  job id -> webhook attempts made
+    lg:{ep}:sweep        STR   lock: one replica sweeps the endpoint per interval
     lg:{ep}:j:{id}       HASH  job record (fields in FIELDS below); expires at ttl / retention
     lg:{ep}:s:{id}       LIST  stream chunks not yet read by /stream
     lg:endpoints         HASH  endpoint id -> registry entry (JSON)

@@ -13,28 +13,36 @@ class JobRecord:
 
     id: str
     status: str
+    created: int
+    ttl: int
     queued: int
     started: int | None
     finished: int | None
     output: bytes | None
     error: str | None
 
-    FIELDS = (F.STATUS, F.QUEUED, F.STARTED, F.FINISHED, F.OUTPUT, F.ERROR)
+    FIELDS = (F.STATUS, F.CREATED, F.TTL, F.QUEUED, F.STARTED, F.FINISHED, F.OUTPUT, F.ERROR)
 
     @classmethod
     def from_fields(cls, job_id: str, values: list[bytes | None]) -> JobRecord | None:
-        status, queued, started, finished, output, error = values
+        status, created, ttl, queued, started, finished, output, error = values
         if status is None:
             return None
         return cls(
             id=job_id,
             status=status.decode(),
+            created=int(created or 0),
+            ttl=int(ttl or 0),
             queued=int(queued or 0),
             started=int(started) if started else None,
             finished=int(finished) if finished else None,
             output=output,
             error=error.decode() if error is not None else None,
         )
+
+    def expired(self, now: int) -> bool:
+        """Past its ttl: gone for clients even while the sweeper has not deleted it yet."""
+        return now >= self.created + self.ttl
 
     def delay_ms(self, now: int) -> int:
         """Time spent queued (until start, end, or now)."""

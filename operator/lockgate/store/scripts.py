@@ -22,6 +22,10 @@ NAMES = (
     "set_ttl",
     "release_worker",
     "delete_endpoint",
+    "sweep",
+    "reconcile",
+    "claim_webhooks",
+    "settle_webhook",
 )
 
 

@@ -2,12 +2,20 @@
 -- `lg:{ep}:`; per-job and per-worker keys are derived from it (see store/keys.py).
 local P = KEYS[1]
 local EVENTS = 'lg:events'
+-- A running job's record outlives its ttl by this much (ms), so the sweeper can still
+-- find its worker to stop it; readers treat the job as gone from the ttl on.
+local RUNNING_GRACE = 60000
 
 local function jkey(id) return P .. 'j:' .. id end
 
--- Move a job into a final state: release its worker slot, count it, shorten its life to
--- the retention (never beyond its ttl), and wake /runsync waiters.
--- rec = {status, worker, sync} as read by the caller.
+-- Set when a job's record dies, and index it there (the `exp` zset lists every record).
+local function expire_at(id, at)
+  redis.call('PEXPIREAT', jkey(id), at)
+  redis.call('ZADD', P .. 'exp', at, id)
+end
+
+-- Move a job into a final state: release its worker slot, count it, keep it for the
+-- retention (never beyond its ttl), queue its webhook, and wake /runsync waiters.
 local function finalize(ep, id, status, now, worker, sync, ret_run, ret_sync, extra)
   local jk = jkey(id)
   redis.call('HSET', jk, 'st', status, 'fi', now, unpack(extra))
@@ -18,11 +26,12 @@ local function finalize(ep, id, status, now, worker, sync, ret_run, ret_sync, ex
   elseif status == 'FAILED' or status == 'TIMED_OUT' then
     redis.call('HINCRBY', P .. 'stats', 'failed', 1)
   end
-  local keep = tonumber(sync == '1' and ret_sync or ret_run)
-  local left = redis.call('PTTL', jk)
-  if left > 0 and left < keep then keep = left end
-  redis.call('PEXPIRE', jk, keep)
-  redis.call('PEXPIRE', P .. 's:' .. id, keep)
+  local f = redis.call('HMGET', jk, 'cr', 'tl', 'wh')
+  local death = math.min(now + tonumber(sync == '1' and ret_sync or ret_run),
+    tonumber(f[1]) + tonumber(f[2]))
+  expire_at(id, death)
+  redis.call('PEXPIREAT', P .. 's:' .. id, death)
+  if f[3] then redis.call('ZADD', P .. 'wh', now, id) end
   if sync == '1' then redis.call('PUBLISH', EVENTS, 'd:' .. ep .. ':' .. id) end
 end
 
@@ -32,4 +41,44 @@ local function signal_stop(ep, worker, id)
   redis.call('RPUSH', sk, id)
   redis.call('PEXPIRE', sk, 3600000)
   redis.call('PUBLISH', EVENTS, 's:' .. ep .. ':' .. worker)
+end
+
+-- Take a job away from a worker that lost it: back to the front of its queue (counted as
+-- retried), or FAILED when its attempts are used up. f = HMGET st wk at sq lp sy.
+-- Returns 1 when requeued, 0 when failed.
+local function requeue(ep, id, f, now, max_attempts, ret_run, ret_sync, reason)
+  if (tonumber(f[3]) or 0) >= max_attempts then
+    finalize(ep, id, 'FAILED', now, f[2], f[6], ret_run, ret_sync, {'err', reason})
+    return 0
+  end
+  local jk = jkey(id)
+  redis.call('ZREM', P .. 'run', id)
+  redis.call('SREM', P .. 'wj:' .. f[2], id)
+  redis.call('HDEL', jk, 'wk', 'sa')
+  redis.call('HSET', jk, 'st', 'IN_QUEUE')
+  local c = redis.call('HMGET', jk, 'cr', 'tl')
+  expire_at(id, tonumber(c[1]) + tonumber(c[2]))
+  redis.call('DEL', P .. 's:' .. id)
+  redis.call('ZADD', P .. (f[5] == '1' and 'ql' or 'q'), tonumber(f[4]), id)
+  redis.call('HINCRBY', P .. 'stats', 'retried', 1)
+  redis.call('PUBLISH', EVENTS, 'q:' .. ep)
+  return 1
+end
+
+local HELD = {'st', 'wk', 'at', 'sq', 'lp', 'sy'}
+
+-- Forget a worker; give back every job it held. Returns {requeued, failed}.
+local function release(ep, worker, now, max_attempts, ret_run, ret_sync, reason)
+  local wk = P .. 'wj:' .. worker
+  local requeued, failed = 0, 0
+  for _, id in ipairs(redis.call('SMEMBERS', wk)) do
+    local f = redis.call('HMGET', jkey(id), unpack(HELD))
+    if f[1] == 'IN_PROGRESS' and f[2] == worker then
+      local r = requeue(ep, id, f, now, max_attempts, ret_run, ret_sync, reason)
+      requeued, failed = requeued + r, failed + 1 - r
+    end
+  end
+  redis.call('DEL', wk, P .. 'stop:' .. worker)
+  redis.call('ZREM', P .. 'w', worker)
+  return {requeued, failed}
 end

@@ -4,9 +4,13 @@ local removed = 0
 for _, q in ipairs({P .. 'q', P .. 'ql'}) do
   local ids = redis.call('ZRANGE', q, 0, -1)
   for i = 1, #ids, 1000 do
-    local batch = {}
-    for j = i, math.min(i + 999, #ids) do batch[#batch + 1] = jkey(ids[j]) end
+    local batch, members = {}, {}
+    for j = i, math.min(i + 999, #ids) do
+      batch[#batch + 1] = jkey(ids[j])
+      members[#members + 1] = ids[j]
+    end
     redis.call('UNLINK', unpack(batch))
+    redis.call('ZREM', P .. 'exp', unpack(members))
   end
   removed = removed + #ids
   redis.call('UNLINK', q)

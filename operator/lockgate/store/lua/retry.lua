@@ -8,7 +8,7 @@ if f[1] ~= 'FAILED' and f[1] ~= 'TIMED_OUT' then return {0, f[1]} end
 local seq = redis.call('INCR', P .. 'seq')
 redis.call('HDEL', jk, 'out', 'err', 'sa', 'fi', 'wk', 'at')
 redis.call('HSET', jk, 'st', 'IN_QUEUE', 'qd', now, 'sq', seq)
-redis.call('PEXPIREAT', jk, tonumber(f[3]) + tonumber(f[4]))
+expire_at(id, tonumber(f[3]) + tonumber(f[4]))
 redis.call('DEL', P .. 's:' .. id)
 redis.call('ZADD', P .. (f[2] == '1' and 'ql' or 'q'), seq, id)
 redis.call('HINCRBY', P .. 'stats', 'retried', 1)

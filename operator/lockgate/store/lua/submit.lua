@@ -5,8 +5,7 @@ if redis.call('EXISTS', jk) == 1 then return 0 end
 local seq = redis.call('INCR', P .. 'seq')
 redis.call('HSET', jk, 'st', 'IN_QUEUE', 'cr', now, 'qd', now, 'sq', seq, 'tl', ttl,
   unpack(ARGV, 6))
-redis.call('PEXPIREAT', jk, now + ttl)
+expire_at(id, now + ttl)
 redis.call('ZADD', P .. (low == '1' and 'ql' or 'q'), seq, id)
-redis.call('ZADD', P .. 'exp', now + ttl, id)
 redis.call('PUBLISH', EVENTS, 'q:' .. ep)
 return 1

@@ -10,9 +10,10 @@ for _, q in ipairs({P .. 'q', P .. 'ql'}) do
     if #popped == 0 then break end
     local id = popped[1]
     local jk = jkey(id)
-    local f = redis.call('HMGET', jk, 'st', 'in', 's3', 'et')
-    if f[1] == 'IN_QUEUE' then
+    local f = redis.call('HMGET', jk, 'st', 'in', 's3', 'et', 'cr', 'tl')
+    if f[1] == 'IN_QUEUE' and tonumber(f[5]) + tonumber(f[6]) > now then
       redis.call('HSET', jk, 'st', 'IN_PROGRESS', 'sa', now, 'wk', worker)
+      redis.call('PEXPIREAT', jk, tonumber(f[5]) + tonumber(f[6]) + RUNNING_GRACE)
       redis.call('HINCRBY', jk, 'at', 1)
       redis.call('ZADD', P .. 'run', now + (tonumber(f[4]) or det), id)
       redis.call('SADD', P .. 'wj:' .. worker, id)

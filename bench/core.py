@@ -1,0 +1,288 @@
+"""`make bench` (`python -m bench.core`): lockgate's figures beside the HTTP floor, one table.
+
+1. /runsync latency, one warm worker, sequential requests;
+2. /run acceptance rate with 32 concurrent clients and no workers;
+3. end-to-end completed jobs/s with 4 workers, checked for lost and doubled jobs;
+4. purge of 100,000 queued 1 KB jobs, and memory with them queued.
+Progress goes to stderr; the table to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import orjson
+from redis.asyncio import Redis
+
+from bench import load
+from bench.procs import ENDPOINT, Service, floor_server, lockgate_dev, log, rss_bytes
+from bench.report import Row, machine, table
+
+SMALL_BODY = orjson.dumps({"input": {"x": 1}})
+KB_BODY = orjson.dumps({"input": {"data": "x" * 1013}})  # `input` is 1,024 bytes of JSON
+MB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Config:
+    """Sizes of each measurement; `scale` shrinks them all for a quick try."""
+
+    scale: float = 1.0
+    concurrency: int = 1  # jobs each worker runs at once (concurrency_modifier)
+    clients: int = 32
+    queue_clients: int = 64
+    e2e_workers: int = 4
+
+    def n(self, full: int) -> int:
+        return max(1, int(full * self.scale))
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.2f} ms"
+
+
+def job_url(dev: Service, route: str) -> str:
+    return f"{dev.base}/v2/{ENDPOINT}/{route}"
+
+
+async def health(http: aiohttp.ClientSession, dev: Service) -> dict:
+    return await load.get_json(http, job_url(dev, "health"))
+
+
+async def wait_workers(http: aiohttp.ClientSession, dev: Service, count: int) -> None:
+    """Wait until `count` workers have called in (so no start-up time is measured)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        workers = (await health(http, dev))["workers"]
+        if workers["idle"] + workers["running"] >= count:
+            return
+        await asyncio.sleep(0.1)
+    raise RuntimeError(f"{count} worker(s) did not call in within 60 s")
+
+
+async def redis_memory(dev: Service) -> tuple[int, int]:
+    """Redis `used_memory` and its RSS; remembers its pid so it can be killed if orphaned."""
+    client = Redis(port=dev.redis_port)
+    try:
+        memory, server = await client.info("memory"), await client.info("server")
+    finally:
+        await client.aclose()
+    dev.redis_pid = int(server["process_id"])
+    return int(memory["used_memory"]), rss_bytes(dev.redis_pid)
+
+
+# -- 1. /runsync latency
+
+
+async def seq_latency(url: str, body: bytes, cfg: Config) -> tuple[float, float]:
+    """p50 and p99 (s) of sequential POSTs, after a warm-up."""
+    async with load.session(1) as http:
+        await load.sequential(http, url, body, cfg.n(200))
+        lat = await load.sequential(http, url, body, cfg.n(2000))
+    return load.percentile(lat, 50), load.percentile(lat, 99)
+
+
+async def runsync_latency(cfg: Config, work: Path, floor: Service) -> list[Row]:
+    """/runsync p50/p99 with one warm worker, beside sequential POSTs to the floor."""
+    log("floor: sequential POST latency")
+    f50, f99 = await seq_latency(f"{floor.base}/echo", SMALL_BODY, cfg)
+    with lockgate_dev(work, "runsync", 1, {}) as dev:
+        async with load.session(1) as http:
+            await wait_workers(http, dev, 1)
+        log("lockgate: sequential /runsync latency")
+        p50, p99 = await seq_latency(job_url(dev, "runsync"), SMALL_BODY, cfg)
+    return [
+        Row("/runsync p50, 1 warm worker", ms(p50), ms(f50), "<= 2.50 ms", p50 <= 0.0025),
+        Row("/runsync p99, 1 warm worker", ms(p99), ms(f99)),
+    ]
+
+
+# -- 2. /run acceptance, 4. purge and memory (no workers: jobs stay queued)
+
+
+async def rate(url: str, body: bytes, count: int, clients: int) -> load.Burst:
+    async with load.session(clients) as http:
+        return await load.burst(http, url, body, count, clients)
+
+
+async def acceptance_and_queue(cfg: Config, work: Path, floor: Service) -> list[Row]:
+    """/run acceptance at 32 clients (and the floor's rate), then the 100k-queue figures."""
+    log(f"floor: {cfg.n(10_000)} POSTs from {cfg.clients} clients")
+    floor_rate = (await rate(f"{floor.base}/echo", SMALL_BODY, cfg.n(10_000), cfg.clients)).rate
+    with lockgate_dev(work, "queue", 0, {}) as dev:
+        log(f"lockgate: {cfg.n(10_000)} /run from {cfg.clients} clients, no workers")
+        run_rate = (await rate(job_url(dev, "run"), SMALL_BODY, cfg.n(10_000), cfg.clients)).rate
+        share = run_rate / floor_rate
+        rows = [
+            Row(f"/run acceptance, {cfg.clients} clients", f"{run_rate:,.0f} req/s",
+                f"{floor_rate:,.0f} req/s", f">= 50% of floor (is {share:.0%})", share >= 0.5),
+        ]  # fmt: skip
+        async with load.session(cfg.queue_clients) as http:
+            await load.post(http, job_url(dev, "purge-queue"), b"{}")
+            rows += await queue_figures(http, dev, cfg)
+    return rows
+
+
+async def queue_figures(http: aiohttp.ClientSession, dev: Service, cfg: Config) -> list[Row]:
+    """Queue 100k 1 KB jobs; memory and RSS with them queued; then time their purge."""
+    count = cfg.n(100_000)
+    used_before, _ = await redis_memory(dev)
+    log(f"lockgate: queueing {count} jobs of 1 KB from {cfg.queue_clients} clients")
+    sent = await load.burst(http, job_url(dev, "run"), KB_BODY, count, cfg.queue_clients)
+    queued = (await health(http, dev))["jobs"]["inQueue"]
+    used, redis_rss = await redis_memory(dev)
+    gateway_rss = rss_bytes(dev.process.pid)
+    per_job = (used - used_before) / count
+    log(f"lockgate: purging {queued} queued jobs")
+    started = time.perf_counter()
+    removed = orjson.loads(await load.post(http, job_url(dev, "purge-queue"), b"{}"))["removed"]
+    took = time.perf_counter() - started
+    return [
+        Row("/run acceptance, 1 KB input", f"{sent.rate:,.0f} req/s", "",
+            f"({cfg.queue_clients} clients, {count:,} jobs)"),
+        Row(f"purge {removed:,} queued jobs", ms(took), "", "< 500 ms",
+            took < 0.5 and removed == count == queued),
+        Row("Redis used_memory per queued job", f"{per_job:,.0f} B", "", "< 3,072 B",
+            per_job < 3072),
+        Row(f"Redis RSS, {count:,} queued", f"{redis_rss / MB:,.0f} MB"),
+        Row(f"gateway RSS, {count:,} queued", f"{gateway_rss / MB:,.0f} MB"),
+    ]  # fmt: skip
+
+
+# -- 3. end to end
+
+
+async def completed_at(http: aiohttp.ClientSession, dev: Service, total: int) -> float:
+    """The perf_counter time at which /health first shows `total` jobs finished."""
+    while True:
+        jobs = (await health(http, dev))["jobs"]
+        if jobs["completed"] + jobs["failed"] >= total:
+            return time.perf_counter()
+        await asyncio.sleep(0.02)
+
+
+def audit(ids_dir: Path, submitted: list[str]) -> tuple[int, int]:
+    """(lost, run twice) from the ids the workers recorded."""
+    ran = Counter(line for f in ids_dir.glob("*.ids") for line in f.read_text().split())
+    lost = len(set(submitted) - ran.keys())
+    return lost, sum(n - 1 for n in ran.values() if n > 1)
+
+
+async def sample_statuses(http: aiohttp.ClientSession, dev: Service, ids: list[str]) -> int:
+    """How many of a sample of 200 jobs /status does not show COMPLETED."""
+    sample = random.sample(ids, min(200, len(ids)))
+    bodies = [await load.get_json(http, job_url(dev, f"status/{i}")) for i in sample]
+    return sum(b["status"] != "COMPLETED" for b in bodies)
+
+
+async def end_to_end(cfg: Config, work: Path, _floor: Service) -> list[Row]:
+    """20k jobs through /run and 4 workers: completed/s, and no job lost or run twice."""
+    total, ids_dir = cfg.n(20_000), work / "e2e-ids"
+    ids_dir.mkdir()
+    env = {"BENCH_IDS_DIR": str(ids_dir), "BENCH_CONCURRENCY": str(cfg.concurrency)}
+    with lockgate_dev(work, "e2e", cfg.e2e_workers, env) as dev:
+        async with load.session(cfg.clients) as http:
+            await wait_workers(http, dev, cfg.e2e_workers)
+            log(f"lockgate: {total} jobs, {cfg.e2e_workers} workers, {cfg.clients} clients")
+            started = time.perf_counter()
+            watcher = asyncio.create_task(completed_at(http, dev, total))
+            sent = await load.burst(http, job_url(dev, "run"), SMALL_BODY, total, cfg.clients)
+            done = await asyncio.wait_for(watcher, 300)
+            jobs = (await health(http, dev))["jobs"]
+            ids = [orjson.loads(r)["id"] for r in sent.replies]
+            not_completed = await sample_statuses(http, dev, ids)
+    return e2e_rows(cfg, total / (done - started), jobs, audit(ids_dir, ids), not_completed)
+
+
+def e2e_rows(
+    cfg: Config, per_s: float, jobs: dict, lost_twice: tuple[int, int], not_completed: int
+) -> list[Row]:
+    lost, twice = lost_twice
+    clean = lost == twice == not_completed == jobs["failed"] == 0
+    return [
+        Row(f"end to end, {cfg.e2e_workers} workers x {cfg.concurrency}",
+            f"{per_s:,.0f} jobs/s", "", ">= 1,000 jobs/s", per_s >= 1000 and clean),
+        Row("  lost / run twice / failed", f"{lost} / {twice} / {jobs['failed']}", "",
+            "0 / 0 / 0", clean),
+    ]  # fmt: skip
+
+
+# -- running it all
+
+Scenario = Callable[[Config, Path, Service], Awaitable[list[Row]]]
+
+
+async def attempt(
+    name: str, scenario: Scenario, cfg: Config, work: Path, floor: Service
+) -> list[Row]:
+    """Run one scenario; a failure becomes a MISS row and the others still run."""
+    try:
+        return await scenario(cfg, work, floor)
+    except Exception as err:
+        log(f"{name} failed: {type(err).__name__}: {err}")
+        return [Row(name, "ERROR", "", f"{type(err).__name__}: {err}"[:80], False)]
+
+
+async def run_all(cfg: Config, work: Path) -> list[Row]:
+    scenarios: list[tuple[str, Scenario]] = [
+        ("/runsync latency", runsync_latency),
+        ("/run acceptance, purge, memory", acceptance_and_queue),
+        ("end to end", end_to_end),
+    ]
+    rows: list[Row] = []
+    with floor_server(work) as floor:
+        for name, scenario in scenarios:
+            rows += await attempt(name, scenario, cfg, work, floor)
+    return rows
+
+
+def parse_args() -> tuple[Config, bool]:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.core", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--scale", type=float, default=1.0, help="shrink every count (e.g. 0.1)")
+    parser.add_argument("--concurrency", type=int, default=1, help="jobs per worker at once")
+    parser.add_argument("--keep", action="store_true", help="keep the work dir (logs, data)")
+    args = parser.parse_args()
+    return Config(scale=args.scale, concurrency=args.concurrency), args.keep
+
+
+def new_loop() -> asyncio.AbstractEventLoop:
+    """uvloop when installed (as the gateway uses), else the standard loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+def main() -> None:
+    cfg, keep = parse_args()
+    work = Path(tempfile.mkdtemp(prefix="lockgate-bench-"))
+    log(f"work dir {work}; {machine()}")
+    started = time.monotonic()
+    with asyncio.Runner(loop_factory=new_loop) as runner:
+        rows = runner.run(run_all(cfg, work))
+    log(f"done in {time.monotonic() - started:.0f} s")
+    print(machine())
+    print(table(rows))
+    if keep:
+        log(f"kept {work}")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    sys.exit(1 if any(r.value == "ERROR" for r in rows) else 0)  # a MISS is a figure, not a failure
+
+
+if __name__ == "__main__":
+    main()

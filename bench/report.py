@@ -1,0 +1,58 @@
+"""The bench's output: one table of figures with their targets, and the machine they ran on."""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Row:
+    """One figure: lockgate's value, the floor's where one applies, the target and verdict."""
+
+    figure: str
+    value: str
+    floor: str = ""
+    target: str = ""
+    passed: bool | None = None  # None: shown for information, no target
+
+    @property
+    def verdict(self) -> str:
+        return {True: "PASS", False: "MISS", None: ""}[self.passed]
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor() or "unknown CPU"
+    return next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), "?")
+
+
+def machine() -> str:
+    """Cores, CPU, Python, event loop and current load: what the figures depend on."""
+    try:
+        import uvloop
+
+        loop = f"uvloop {uvloop.__version__}"
+    except ImportError:
+        loop = "asyncio (no uvloop)"
+    load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
+    return (
+        f"machine: {os.cpu_count()} cores, {cpu_model()}; Python {platform.python_version()}; "
+        f"{loop}; load average {load}"
+    )
+
+
+def table(rows: list[Row]) -> str:
+    """The rows as an aligned plain-text table."""
+    head = Row("figure", "lockgate", "floor", "target", None)
+    cells = [(r.figure, r.value, r.floor, r.target, r.verdict) for r in (head, *rows)]
+    cells[0] = (*cells[0][:4], "result")
+    widths = [max(len(c[i]) for c in cells) for i in range(5)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(line.rstrip() for line in lines)

@@ -1,0 +1,1 @@
+"""The Kubernetes face of lockgate: CRDs, manifest builders, kopf handlers, the operator."""

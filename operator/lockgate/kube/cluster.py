@@ -1,0 +1,258 @@
+"""The Kubernetes API edge: reads and writes objects as plain dicts.
+
+The official client is synchronous; every call runs in a worker thread so the operator's
+event loop (kopf, the management API) never blocks. Errors come out as this module's
+exceptions, so callers outside `kube/` never import `kubernetes`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import kopf
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+
+from lockgate.kube import manifests
+from lockgate.kube.crds import ENDPOINT, GROUP, TEMPLATE, VERSION
+
+Obj = dict[str, Any]
+T = TypeVar("T")
+MERGE_PATCH = "application/merge-patch+json"
+CONFLICT_RETRIES = 3
+
+
+class ClusterError(Exception):
+    """The API server refused or failed a request."""
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class NotFound(ClusterError):
+    """The object does not exist."""
+
+
+class Conflict(ClusterError):
+    """The object exists already, or changed since it was read."""
+
+
+def _wrap(err: ApiException) -> ClusterError:
+    try:
+        message = json.loads(err.body or "{}").get("message") or err.reason
+    except (ValueError, AttributeError):
+        message = err.reason or str(err)
+    kind = {404: NotFound, 409: Conflict}.get(err.status or 0, ClusterError)
+    return kind(str(message), err.status or 0)
+
+
+def api_client_from_environment() -> k8s.ApiClient:
+    """In a pod: its service account; elsewhere: the kubeconfig ($KUBECONFIG)."""
+    configuration = k8s.Configuration()
+    try:
+        k8s_config.load_incluster_config(client_configuration=configuration)
+    except k8s_config.ConfigException:
+        k8s_config.load_kube_config(client_configuration=configuration)
+    return k8s.ApiClient(configuration)
+
+
+@dataclass(frozen=True)
+class _Kind:
+    api: type
+    suffix: str  # as in read_namespaced_<suffix>
+    model: type
+
+
+_KINDS = {
+    "Deployment": _Kind(k8s.AppsV1Api, "deployment", k8s.V1Deployment),
+    "DaemonSet": _Kind(k8s.AppsV1Api, "daemon_set", k8s.V1DaemonSet),
+    "Secret": _Kind(k8s.CoreV1Api, "secret", k8s.V1Secret),
+}
+
+
+class Cluster:
+    """Async access to the few kinds lockgate reads and writes."""
+
+    def __init__(self, api_client: k8s.ApiClient) -> None:
+        self.api_client = api_client
+        self.custom = k8s.CustomObjectsApi(api_client)
+        self._apis = {cls: cls(api_client) for cls in {k.api for k in _KINDS.values()}}
+
+    async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        try:
+            return await asyncio.to_thread(fn, *args, **kwargs)
+        except ApiException as err:
+            raise _wrap(err) from err
+
+    def connection_info(self) -> kopf.ConnectionInfo:
+        """This client's credentials, for kopf's own API connections."""
+        cfg = self.api_client.configuration
+        token = cfg.get_api_key_with_prefix("authorization") or ""
+        scheme, _, value = token.partition(" ")
+        return kopf.ConnectionInfo(
+            server=cfg.host,
+            ca_path=cfg.ssl_ca_cert,
+            insecure=not cfg.verify_ssl,
+            scheme=scheme if value else None,
+            token=value or None,
+            certificate_path=cfg.cert_file,
+            private_key_path=cfg.key_file,
+            default_namespace=None,
+        )
+
+    # -- built-in kinds, as dicts ---------------------------------------------------------
+
+    def _method(self, kind: str, verb: str) -> Callable[..., Any]:
+        spec = _KINDS[kind]
+        return getattr(self._apis[spec.api], f"{verb}_namespaced_{spec.suffix}")
+
+    async def read(self, kind: str, namespace: str, name: str) -> Obj | None:
+        """The object as JSON, or None when it does not exist."""
+        try:
+            resp = await self._call(
+                self._method(kind, "read"), name, namespace, _preload_content=False
+            )
+        except NotFound:
+            return None
+        return json.loads(resp.data)
+
+    async def create(self, obj: Obj) -> Obj:
+        body = _KINDS[obj["kind"]].model.from_dict(obj)
+        meta = obj["metadata"]
+        resp = await self._call(
+            self._method(obj["kind"], "create"), meta["namespace"], body, _preload_content=False
+        )
+        return json.loads(resp.data)
+
+    async def replace(self, obj: Obj) -> Obj:
+        body = _KINDS[obj["kind"]].model.from_dict(obj)
+        meta = obj["metadata"]
+        resp = await self._call(
+            self._method(obj["kind"], "replace"),
+            meta["name"],
+            meta["namespace"],
+            body,
+            _preload_content=False,
+        )
+        return json.loads(resp.data)
+
+    async def delete(self, kind: str, namespace: str, name: str) -> bool:
+        """Delete an object; False when it was not there."""
+        try:
+            await self._call(self._method(kind, "delete"), name, namespace)
+        except NotFound:
+            return False
+        return True
+
+    async def apply(self, desired: Obj) -> Obj:
+        """Create the object, or bring an existing one to `desired` (see `manifests.updated`).
+
+        Skips the write when the object already carries the desired content hash; retries
+        when another writer (the scaler) changed it between read and write."""
+        desired = manifests.with_hash(desired)
+        meta = desired["metadata"]
+        for _ in range(CONFLICT_RETRIES):
+            existing = await self.read(desired["kind"], meta["namespace"], meta["name"])
+            try:
+                if existing is None:
+                    return await self.create(desired)
+                if manifests.hash_of(existing) == manifests.hash_of(desired):
+                    return existing
+                return await self.replace(manifests.updated(existing, desired))
+            except Conflict:
+                continue
+        raise kopf.TemporaryError(f"{desired['kind']} {meta['name']} keeps changing", delay=1)
+
+    async def worker_key(self, owner: manifests.Owner) -> str:
+        """The endpoint's worker key from its Secret, creating both when missing."""
+        name = manifests.secret_name(owner.name)
+        for _ in range(CONFLICT_RETRIES):
+            secret = await self.read("Secret", owner.namespace, name)
+            if secret is not None and (key := manifests.secret_key(secret)):
+                return key
+            key = "lgw_" + secrets.token_urlsafe(32)
+            fresh = manifests.worker_key_secret(owner, key)
+            try:
+                if secret is None:
+                    await self.create(fresh)
+                else:  # emptied by hand: put a new key in
+                    await self.replace(manifests.updated(secret, fresh))
+                return key
+            except Conflict:
+                continue  # written concurrently: read theirs
+        raise kopf.TemporaryError(f"Secret {name} cannot be read or created", delay=1)
+
+    # -- lockgate.dev resources -----------------------------------------------------------
+
+    async def get_template(self, namespace: str, name: str) -> Obj | None:
+        return await self._get_custom(TEMPLATE.plural, namespace, name)
+
+    async def get_endpoint(self, namespace: str, name: str) -> Obj | None:
+        return await self._get_custom(ENDPOINT.plural, namespace, name)
+
+    async def _get_custom(self, plural: str, namespace: str, name: str) -> Obj | None:
+        try:
+            return await self._call(
+                self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, plural, name
+            )
+        except NotFound:
+            return None
+
+    async def list_endpoints(self, namespace: str) -> list[Obj]:
+        got = await self._call(
+            self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, ENDPOINT.plural
+        )
+        return list(got.get("items") or [])
+
+    async def create_endpoint(self, namespace: str, body: Obj) -> Obj:
+        return await self._call(
+            self.custom.create_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            namespace,
+            ENDPOINT.plural,
+            body,
+        )
+
+    async def patch_endpoint(self, namespace: str, name: str, patch: Obj) -> Obj:
+        return await self._call(
+            self.custom.patch_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            namespace,
+            ENDPOINT.plural,
+            name,
+            patch,
+            _content_type=MERGE_PATCH,
+        )
+
+    async def patch_endpoint_status(self, namespace: str, name: str, status: Obj) -> None:
+        with contextlib.suppress(NotFound):  # deleted meanwhile: nothing to report on
+            await self._call(
+                self.custom.patch_namespaced_custom_object_status,
+                GROUP,
+                VERSION,
+                namespace,
+                ENDPOINT.plural,
+                name,
+                {"status": status},
+                _content_type=MERGE_PATCH,
+            )
+
+    async def delete_endpoint(self, namespace: str, name: str) -> None:
+        await self._call(
+            self.custom.delete_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            namespace,
+            ENDPOINT.plural,
+            name,
+        )

@@ -1,0 +1,216 @@
+"""CustomResourceDefinitions of `lockgate.dev`, generated from the pydantic models.
+
+`lockgate crds --out crds` writes one file per CRD; `tests/test_crds.py` fails when the
+checked-in files differ from what this module renders. The schemas are structural
+(apiextensions.k8s.io/v1): every node has a type, `$ref`s are inlined, pydantic-only
+keywords are dropped. Kubernetes 1.20 has no CEL rules, so cross-field checks
+(`workersMin <= workersMax`) live in the operator and the management API.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+
+from lockgate.models import EndpointSpec, EndpointStatus, TemplateSpec
+
+GROUP = "lockgate.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+CATEGORY = "lockgate"
+
+# JSON-schema keywords a structural CRD schema may carry; everything else is dropped.
+_KEPT = {
+    "type",
+    "description",
+    "properties",
+    "items",
+    "required",
+    "enum",
+    "default",
+    "minimum",
+    "maximum",
+    "minLength",
+    "maxLength",
+    "minItems",
+    "maxItems",
+    "pattern",
+    "additionalProperties",
+    "format",
+}
+
+_ORDER = {"type": 0, "description": 1, "required": 3, "properties": 4, "items": 4}
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One custom resource kind and how `kubectl` shows it."""
+
+    kind: str
+    plural: str
+    short_names: tuple[str, ...]
+    spec: type[BaseModel]
+    status: type[BaseModel] | None = None
+    columns: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
+
+    @property
+    def crd_name(self) -> str:
+        return f"{self.plural}.{GROUP}"
+
+
+def _column(name: str, path: str, type_: str = "string", priority: int = 0, **extra: Any) -> dict:
+    column = {"name": name, "type": type_, "jsonPath": path, **extra}
+    if priority:
+        column["priority"] = priority
+    return column
+
+
+AGE = _column("Age", ".metadata.creationTimestamp", "date")
+
+# `endpoints` is also the core API's kind, so users type `lgep` or `endpoints.lockgate.dev`.
+ENDPOINT = Kind(
+    kind="Endpoint",
+    plural="endpoints",
+    short_names=("lgep", "lgendpoint"),
+    spec=EndpointSpec,
+    status=EndpointStatus,
+    columns=(
+        _column("Phase", ".status.phase"),
+        _column("Ready", ".status.workers.ready", "integer", description="ready workers"),
+        _column("Desired", ".status.workers.desired", "integer", description="wanted workers"),
+        _column("Queue", ".status.jobs.inQueue", "integer", description="queued jobs"),
+        _column("Template", ".spec.templateId"),
+        _column("Compute", ".spec.computeType", priority=1),
+        _column("URL", ".status.jobApiUrl", priority=1),
+        AGE,
+    ),
+)
+
+TEMPLATE = Kind(
+    kind="Template",
+    plural="templates",
+    short_names=("lgtemplate", "lgt"),
+    spec=TemplateSpec,
+    columns=(
+        _column("Image", ".spec.image"),
+        _column("Disk", ".spec.containerDiskInGb", "integer", priority=1, description="GiB"),
+        AGE,
+    ),
+)
+
+KINDS = (ENDPOINT, TEMPLATE)
+
+
+def structural_schema(model: type[BaseModel], *, defaults: bool = True) -> dict[str, Any]:
+    """The model's JSON schema as a structural OpenAPI v3 schema (no `$ref`, no titles)."""
+    schema = model.model_json_schema(mode="validation")
+    return _clean(schema, schema.get("$defs", {}), defaults)
+
+
+def _clean(node: Any, defs: dict[str, Any], defaults: bool) -> Any:
+    if isinstance(node, list):
+        return [_clean(item, defs, defaults) for item in node]
+    if not isinstance(node, dict):
+        return node
+    node = _inline(node, defs)
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key not in _KEPT or (key == "default" and not defaults):
+            continue
+        if key == "properties":
+            out[key] = {name: _clean(sub, defs, defaults) for name, sub in value.items()}
+        elif key == "additionalProperties" and value is False:
+            continue  # closed objects are the default: unknown fields are pruned
+        else:
+            out[key] = _clean(value, defs, defaults)
+    return dict(sorted(out.items(), key=lambda kv: _ORDER.get(kv[0], 2)))
+
+
+def _inline(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """Replace `$ref` (and pydantic's single-item `allOf` wrapper) with the definition."""
+    if "allOf" in node and len(node["allOf"]) == 1:
+        node = {**{k: v for k, v in node.items() if k != "allOf"}, **node["allOf"][0]}
+    if "$ref" in node:
+        target = defs[node["$ref"].rsplit("/", 1)[-1]]
+        rest = {k: v for k, v in node.items() if k != "$ref"}
+        node = {**target, **rest}  # the field's own description and default win
+    return node
+
+
+def crd(kind: Kind) -> dict[str, Any]:
+    """The CustomResourceDefinition of one kind."""
+    properties: dict[str, Any] = {"spec": structural_schema(kind.spec)}
+    version: dict[str, Any] = {"name": VERSION, "served": True, "storage": True}
+    if kind.status is not None:
+        # Only declared status fields survive pruning: kopf keeps its own state in
+        # annotations (see kube.main), never under status.
+        properties["status"] = structural_schema(kind.status, defaults=False)
+        version["subresources"] = {"status": {}}
+    version["additionalPrinterColumns"] = list(kind.columns)
+    version["schema"] = {
+        "openAPIV3Schema": {
+            "type": "object",
+            "description": (kind.spec.__doc__ or kind.kind).strip().splitlines()[0],
+            "required": ["spec"],
+            "properties": properties,
+        }
+    }
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": kind.crd_name,
+            "labels": {
+                "app.kubernetes.io/name": "lockgate",
+                "app.kubernetes.io/part-of": "lockgate",
+            },
+        },
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": kind.kind,
+                "listKind": f"{kind.kind}List",
+                "plural": kind.plural,
+                "singular": kind.singular,
+                "shortNames": list(kind.short_names),
+                "categories": [CATEGORY],
+            },
+            "versions": [version],
+        },
+    }
+
+
+HEADER = "# Generated by `lockgate crds` (make crds) from lockgate.models; do not edit.\n"
+
+
+def render(kind: Kind) -> str:
+    """The YAML text of one CRD file, as checked in under `crds/`."""
+    return HEADER + yaml.safe_dump(crd(kind), sort_keys=False, width=100)
+
+
+def file_name(kind: Kind) -> str:
+    return f"{kind.crd_name}.yaml"
+
+
+def main(args: argparse.Namespace) -> int:
+    """`lockgate crds [--out DIR]`: write one file per CRD, or print them all."""
+    if not args.out:
+        sys.stdout.write("---\n".join(render(kind) for kind in KINDS))
+        return 0
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for kind in KINDS:
+        (out / file_name(kind)).write_text(render(kind))
+        print(f"wrote {out / file_name(kind)}")
+    return 0

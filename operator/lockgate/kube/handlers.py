@@ -1,0 +1,90 @@
+"""kopf handlers: thin, typed, each delegating to `kube.reconcile`.
+
+kopf keeps its own bookkeeping in annotations under `lockgate.dev/` (see `configure`): the
+CRD's status schema declares only lockgate's fields, and Kubernetes prunes anything else.
+Handlers return nothing for the same reason (kopf would store results under status).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from lockgate.kube import reconcile as rc
+from lockgate.kube.crds import ENDPOINT, GROUP, TEMPLATE, VERSION
+
+ENDPOINTS = (GROUP, VERSION, ENDPOINT.plural)
+TEMPLATES = (GROUP, VERSION, TEMPLATE.plural)
+FINALIZER = f"{GROUP}/cleanup"  # held only for the Redis cleanup of a deleted Endpoint
+
+
+def _ctx(memo: Any) -> rc.Context:
+    return memo.lockgate
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    """Every kopf setting of the operator, in one place."""
+    ours = _ctx(memo).settings
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
+    settings.peering.standalone = not ours.peering
+    settings.peering.mandatory = ours.peering
+    settings.posting.reporting_component = "lockgate-operator"
+    settings.watching.server_timeout = 300  # s; re-list now and then, whatever the proxies do
+    settings.watching.client_timeout = 330
+
+
+@kopf.on.login()
+def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo:
+    """kopf uses the same credentials as the operator's own API client."""
+    return _ctx(memo).cluster.connection_info()
+
+
+@kopf.on.resume(*ENDPOINTS)
+@kopf.on.create(*ENDPOINTS)
+@kopf.on.update(*ENDPOINTS)
+async def reconcile_endpoint(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+    patch.status.update(await rc.reconcile(body, _ctx(memo)))
+
+
+@kopf.daemon(*ENDPOINTS, cancellation_timeout=5)
+async def resync_endpoint(
+    body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, logger: kopf.Logger, **_: Any
+) -> None:
+    """Level-based resync: status counts, and repairs (a Redis restart, a deleted object)."""
+    ctx = _ctx(memo)
+    while not stopped:
+        await stopped.wait(ctx.settings.resync_s)
+        if stopped:
+            return
+        try:
+            await rc.refresh(ctx, body)
+        except kopf.TemporaryError as err:
+            logger.warning(f"resync failed, will retry: {err}")
+
+
+@kopf.on.delete(*ENDPOINTS)
+async def clean_up_endpoint(
+    name: str, namespace: str, memo: kopf.Memo, logger: kopf.Logger, **_: Any
+) -> None:
+    removed = await rc.clean_up(_ctx(memo), name, namespace)
+    logger.info(f"registry entry, worker key and {removed} job(s) of {name!r} removed")
+
+
+@kopf.on.create(*TEMPLATES)
+@kopf.on.update(*TEMPLATES)
+@kopf.on.delete(*TEMPLATES, optional=True)
+async def roll_template_users(
+    name: str, namespace: str, memo: kopf.Memo, logger: kopf.Logger, **_: Any
+) -> None:
+    """A Template change re-renders (and so rolls) every Endpoint that uses it."""
+    users = await rc.template_users(_ctx(memo), namespace, name)
+    for endpoint in users:
+        await rc.refresh(_ctx(memo), endpoint)
+    if users:
+        logger.info(f"Template {name!r} applied to {len(users)} Endpoint(s)")

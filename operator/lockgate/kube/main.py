@@ -1,0 +1,80 @@
+"""`lockgate operator`: kopf reconciling Endpoints and Templates, and the management API,
+in one event loop."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import threading
+from typing import Any
+
+import kopf
+from aiohttp import web
+
+from lockgate.gateway.auth import Authenticator
+from lockgate.kube import handlers  # noqa: F401 - registers the kopf handlers
+from lockgate.kube.cluster import Cluster, api_client_from_environment
+from lockgate.kube.reconcile import Context
+from lockgate.kube.settings import OperatorSettings
+from lockgate.manage.api import create_manage_app
+from lockgate.manage.controlplane import KubernetesControlPlane
+
+Flag = asyncio.Event | threading.Event | None
+
+
+def settings_from_args(args: argparse.Namespace) -> OperatorSettings:
+    """Environment settings, with the command line's flags on top."""
+    overrides: dict[str, Any] = {}
+    if getattr(args, "namespace", None):
+        overrides["namespaces"] = args.namespace
+    if getattr(args, "manage_port", None) is not None:
+        overrides["manage_port"] = args.manage_port
+    return OperatorSettings(**overrides)
+
+
+async def start_manage_api(ctx: Context) -> web.AppRunner:
+    """Serve `/v1/endpoints` beside kopf, writing through a `KubernetesControlPlane`."""
+    settings = ctx.settings
+    control_plane = KubernetesControlPlane(
+        ctx.cluster, namespace=settings.manage_namespace(), job_api_url=settings.job_api_url
+    )
+    app = create_manage_app(control_plane, Authenticator(ctx.registry, cache_s=5.0))
+    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, settings.manage_host, settings.manage_port).start()
+    return runner
+
+
+async def run(
+    settings: OperatorSettings,
+    *,
+    api_client: Any = None,
+    stop_flag: Flag = None,
+    ready_flag: Flag = None,
+) -> None:
+    """Run until `stop_flag` is set (or a signal, in the main thread)."""
+    ctx = Context.open(settings, Cluster(api_client or api_client_from_environment()))
+    manage = await start_manage_api(ctx) if settings.manage_port else None
+    port = settings.liveness_port
+    liveness = f"http://0.0.0.0:{port}/healthz" if port else None
+    try:
+        await kopf.operator(
+            clusterwide=not settings.namespaces,
+            namespaces=settings.namespaces,
+            liveness_endpoint=liveness,
+            memo=kopf.Memo(lockgate=ctx),
+            stop_flag=stop_flag,
+            ready_flag=ready_flag,
+        )
+    finally:
+        if manage is not None:
+            await manage.cleanup()
+        await ctx.close()
+
+
+def main(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    log_format = kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.FULL
+    kopf.configure(log_format=log_format)
+    asyncio.run(run(settings))
+    return 0

@@ -1,0 +1,521 @@
+"""Pure builders: an Endpoint and its Template become Kubernetes objects (plain dicts).
+
+Nothing here talks to a server; `kube.reconcile` applies what these functions return, and
+`tests/test_kube_manifests.py` checks that every setting leaves a visible mark.
+
+Objects per endpoint `<id>`, all owned by the Endpoint so that deleting it cascades:
+- Deployment `<id>-workers`: the workers; its replica count belongs to the scaler;
+- Secret `<id>-worker-key`: the worker key (its digest is registered in Redis);
+- DaemonSet `<id>-flashboot` (flashboot only): pre-pulls the worker image (and the model)
+  on every node a worker may land on, so a cold start skips the pull.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from lockgate.kube.crds import API_VERSION, ENDPOINT
+from lockgate.kube.settings import OperatorSettings
+from lockgate.models import ComputeType, EndpointSpec, TemplateSpec
+from lockgate.workerenv import worker_env, worker_id_env
+
+Obj = dict[str, Any]
+
+ANNOTATION_PREFIX = "lockgate.dev/"
+HASH_ANNOTATION = "lockgate.dev/applied-hash"
+TEMPLATE_ANNOTATION = "lockgate.dev/template"
+KEY_ANNOTATION = "lockgate.dev/worker-key"
+SECRET_KEY = "RUNPOD_AI_API_KEY"  # the Secret's data key holding the worker key
+WORKER_CONTAINER = "worker"
+MODEL_DIR = "/lockgate/model"  # where workers see the model cache (read-only)
+SHUTDOWN_MARGIN_S = 15  # after a job's timeout: time to report the result and exit
+KEY_VARIABLES = ("RUNPOD_AI_API_KEY", "LOCKGATE_WORKER_KEY")
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """The Endpoint resource the objects belong to; its name is the endpoint id."""
+
+    name: str
+    namespace: str
+    uid: str
+
+    def reference(self) -> Obj:
+        return {
+            "apiVersion": API_VERSION,
+            "kind": ENDPOINT.kind,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+
+# -- names and labels -----------------------------------------------------------------------
+
+
+def deployment_name(endpoint_id: str) -> str:
+    return f"{endpoint_id}-workers"
+
+
+def secret_name(endpoint_id: str) -> str:
+    return f"{endpoint_id}-worker-key"
+
+
+def daemonset_name(endpoint_id: str) -> str:
+    return f"{endpoint_id}-flashboot"
+
+
+def selector(endpoint_id: str, component: str) -> dict[str, str]:
+    """The immutable selector of a workload: endpoint and component only."""
+    return {"lockgate.dev/endpoint": endpoint_id, "app.kubernetes.io/component": component}
+
+
+def labels(endpoint_id: str, component: str) -> dict[str, str]:
+    """The standard `app.kubernetes.io/*` labels plus `lockgate.dev/endpoint`."""
+    return {
+        "app.kubernetes.io/name": "lockgate",
+        "app.kubernetes.io/instance": endpoint_id,
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/part-of": "lockgate",
+        "app.kubernetes.io/managed-by": "lockgate-operator",
+        **selector(endpoint_id, component),
+    }
+
+
+def _metadata(owner: Owner, name: str, component: str, annotations: dict | None = None) -> Obj:
+    meta: Obj = {
+        "name": name,
+        "namespace": owner.namespace,
+        "labels": labels(owner.name, component),
+        "ownerReferences": [owner.reference()],
+    }
+    if annotations:
+        meta["annotations"] = annotations
+    return meta
+
+
+def content_hash(obj: Obj) -> str:
+    """A short digest of an object as built: equal hashes mean nothing to apply."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def with_hash(obj: Obj) -> Obj:
+    """A copy of `obj` carrying its content hash as an annotation."""
+    out = copy.deepcopy(obj)
+    out["metadata"].setdefault("annotations", {})[HASH_ANNOTATION] = content_hash(obj)
+    return out
+
+
+def hash_of(obj: Obj) -> str | None:
+    return ((obj.get("metadata") or {}).get("annotations") or {}).get(HASH_ANNOTATION)
+
+
+def _theirs(mapping: dict[str, str] | None) -> dict[str, str]:
+    """Labels or annotations that another writer added (not ours to remove)."""
+    return {k: v for k, v in (mapping or {}).items() if not k.startswith(ANNOTATION_PREFIX)}
+
+
+def updated(existing: Obj, desired: Obj) -> Obj:
+    """`desired`, ready to replace `existing`: it keeps what others own there.
+
+    The replica count stays (the scaler owns it after creation), as do labels and
+    annotations other tools added (e.g. `kubectl rollout restart` on the pod template);
+    the write is conditional on the resourceVersion that was read."""
+    out = copy.deepcopy(desired)
+    meta, old_meta = out["metadata"], existing.get("metadata") or {}
+    meta["resourceVersion"] = old_meta.get("resourceVersion")
+    meta["labels"] = {**_theirs(old_meta.get("labels")), **meta.get("labels", {})}
+    meta["annotations"] = {**_theirs(old_meta.get("annotations")), **meta.get("annotations", {})}
+    old_spec = existing.get("spec") or {}
+    if "replicas" in out.get("spec", {}) and "replicas" in old_spec:
+        out["spec"]["replicas"] = old_spec["replicas"]
+    if "template" in out.get("spec", {}):
+        old = (old_spec.get("template") or {}).get("metadata") or {}
+        tpl = out["spec"]["template"].setdefault("metadata", {})
+        tpl["annotations"] = {**_theirs(old.get("annotations")), **tpl.get("annotations", {})}
+    return out
+
+
+# -- the worker key ------------------------------------------------------------------------
+
+
+def worker_key_secret(owner: Owner, worker_key: str) -> Obj:
+    """The Secret workers read their key from."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": _metadata(owner, secret_name(owner.name), "worker-key"),
+        "stringData": {SECRET_KEY: worker_key},
+    }
+
+
+def secret_key(secret: Obj) -> str | None:
+    """The worker key held by a Secret as the API returns it; None when it holds none."""
+    value = (secret.get("data") or {}).get(SECRET_KEY)
+    return base64.b64decode(value).decode() if value else None
+
+
+# -- environment ---------------------------------------------------------------------------
+
+
+def container_env(
+    endpoint_id: str, spec: EndpointSpec, template: TemplateSpec, settings: OperatorSettings
+) -> list[Obj]:
+    """The worker contract first (so the Template may refer to it as `$(VAR)`), then the
+    Template's variables. The contract wins: a Template cannot redefine its names."""
+    env: list[Obj] = [
+        {"name": name, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+        for name in worker_id_env("")
+    ]
+    for name, value in worker_env(settings.gateway_url, endpoint_id, "").items():
+        if name in KEY_VARIABLES:
+            ref = {"name": secret_name(endpoint_id), "key": SECRET_KEY}
+            env.append({"name": name, "valueFrom": {"secretKeyRef": ref}})
+        else:
+            env.append({"name": name, "value": value})
+    extra = {"RUNPOD_CPU_COUNT": str(spec.vcpuCount)}
+    if spec.computeType == ComputeType.GPU:
+        extra["RUNPOD_GPU_COUNT"] = str(spec.gpuCount)
+    extra.update(_model_env(template))
+    env += [{"name": k, "value": v} for k, v in extra.items()]
+    reserved = {e["name"] for e in env}
+    env += [{"name": k, "value": v} for k, v in template.env.items() if k not in reserved]
+    return env
+
+
+# -- scheduling ----------------------------------------------------------------------------
+
+
+def node_label_value(value: str) -> str:
+    """A setting as a node label value: `NVIDIA GeForce RTX 4090` → `NVIDIA-GeForce-RTX-4090`,
+    the form NVIDIA's GPU feature discovery writes into `nvidia.com/gpu.product`."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", value.strip()).strip("-_.")[:63]
+
+
+def _values(items: list[str]) -> list[str]:
+    return list(dict.fromkeys(v for v in map(node_label_value, items) if v))
+
+
+def _preferences(key: str, items: list[str]) -> list[Obj]:
+    """Soft node affinity in the listed order: the first item weighs most (100 … 1)."""
+    values = _values(items)
+    step = 99 // max(1, len(values) - 1)
+    return [
+        {
+            "weight": max(1, 100 - i * step),
+            "preference": {"matchExpressions": [{"key": key, "operator": "In", "values": [v]}]},
+        }
+        for i, v in enumerate(values)
+    ]
+
+
+def _requirements(spec: EndpointSpec, settings: OperatorSettings) -> list[Obj]:
+    """Hard node constraints: every listed setting narrows where a worker may run."""
+    if spec.computeType == ComputeType.GPU:
+        wanted = [
+            (settings.gpu_type_label, spec.gpuTypeIds),
+            (settings.cuda_version_label, spec.allowedCudaVersions),
+        ]
+    else:
+        wanted = [(settings.cpu_flavor_label, spec.cpuFlavorIds)]
+    wanted.append((settings.datacenter_label, spec.dataCenterIds))
+    return [
+        {"key": key, "operator": "In", "values": _values(items)}
+        for key, items in wanted
+        if _values(items)
+    ]
+
+
+def affinity(spec: EndpointSpec, settings: OperatorSettings) -> Obj | None:
+    """Node affinity from GPU types (preferred in order), CUDA versions, data centers and
+    CPU flavors; None when nothing constrains placement."""
+    node: Obj = {}
+    required = _requirements(spec, settings)
+    if required:
+        node["requiredDuringSchedulingIgnoredDuringExecution"] = {
+            "nodeSelectorTerms": [{"matchExpressions": required}]
+        }
+    if spec.computeType == ComputeType.GPU:
+        preferred = _preferences(settings.gpu_type_label, spec.gpuTypeIds)
+    else:
+        preferred = _preferences(settings.cpu_flavor_label, spec.cpuFlavorIds)
+    if len(preferred) > 1:  # one choice is already required: preferring it adds nothing
+        node["preferredDuringSchedulingIgnoredDuringExecution"] = preferred
+    return {"nodeAffinity": node} if node else None
+
+
+def tolerations(spec: EndpointSpec, settings: OperatorSettings) -> list[Obj]:
+    """GPU nodes are usually tainted with the GPU resource name; tolerate that."""
+    if spec.computeType != ComputeType.GPU or spec.gpuCount == 0:
+        return []
+    return [{"key": settings.gpu_resource, "operator": "Exists", "effect": "NoSchedule"}]
+
+
+def resources(spec: EndpointSpec, template: TemplateSpec, settings: OperatorSettings) -> Obj:
+    """GPUs, vCPUs and the container disk (as ephemeral storage) of one worker.
+
+    CPU workers get `vcpuCount` as request and limit, as a CPU flavor would; GPU workers
+    get it as a request only, so a burst of pre-processing is not throttled."""
+    disk = f"{template.containerDiskInGb}Gi"
+    requests = {"cpu": str(spec.vcpuCount), "ephemeral-storage": disk}
+    limits = {"ephemeral-storage": disk}
+    if spec.computeType == ComputeType.CPU:
+        limits["cpu"] = str(spec.vcpuCount)
+    elif spec.gpuCount > 0:
+        limits[settings.gpu_resource] = str(spec.gpuCount)
+    return {"requests": requests, "limits": limits}
+
+
+def termination_grace_s(spec: EndpointSpec, settings: OperatorSettings) -> int:
+    """Long enough for an in-flight job to reach its execution timeout, capped."""
+    wanted = math.ceil(spec.executionTimeoutMs / 1000) + SHUTDOWN_MARGIN_S
+    return min(wanted, settings.termination_grace_cap_s)
+
+
+def container_ports(ports: list[str]) -> list[Obj]:
+    """`8000/http` → a TCP port named `http-8000`; `22/tcp` → `tcp-22`."""
+    out = []
+    for port in ports:
+        number, kind = port.split("/")
+        out.append({"name": f"{kind}-{number}", "containerPort": int(number), "protocol": "TCP"})
+    return out
+
+
+# -- model cache ---------------------------------------------------------------------------
+
+# Runs in an init container: the first pod on a node downloads, the others wait on the lock
+# and find the file. URL and file name come in as variables, never spliced into the script.
+FETCH_SCRIPT = """set -eu
+cd /cache
+exec 9>.lock
+flock 9
+if [ ! -f .complete ]; then
+  curl -fsSL --retry 5 -o .partial "$MODEL_URL"
+  mv .partial "$MODEL_FILE"
+  touch .complete
+fi
+"""
+
+
+def _model_file(url: str) -> str:
+    name = urlsplit(url).path.rstrip("/").rsplit("/", 1)[-1]
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "model"
+
+
+def _model_env(template: TemplateSpec) -> dict[str, str]:
+    if not template.modelUrl:
+        return {}
+    return {
+        "LOCKGATE_MODEL_URL": template.modelUrl,
+        "LOCKGATE_MODEL_DIR": MODEL_DIR,
+        "LOCKGATE_MODEL_PATH": f"{MODEL_DIR}/{_model_file(template.modelUrl)}",
+    }
+
+
+def model_cache_volume(template: TemplateSpec, settings: OperatorSettings) -> Obj:
+    """A node folder per model URL, shared by every pod on the node that needs it."""
+    key = hashlib.sha256(template.modelUrl.encode()).hexdigest()[:16]
+    path = f"{settings.model_cache_path.rstrip('/')}/{key}"
+    return {"name": "model-cache", "hostPath": {"path": path, "type": "DirectoryOrCreate"}}
+
+
+def model_fetch_container(template: TemplateSpec, settings: OperatorSettings) -> Obj:
+    return {
+        "name": "fetch-model",
+        "image": settings.model_fetch_image,
+        "command": ["sh", "-c", FETCH_SCRIPT],
+        "env": [
+            {"name": "MODEL_URL", "value": template.modelUrl},
+            {"name": "MODEL_FILE", "value": _model_file(template.modelUrl)},
+        ],
+        "volumeMounts": [{"name": "model-cache", "mountPath": "/cache"}],
+        # The kubelet creates the node folder as root; the download must be able to write.
+        "securityContext": {"runAsUser": 0},
+    }
+
+
+# -- workloads -----------------------------------------------------------------------------
+
+
+def _placement(spec: EndpointSpec, template: TemplateSpec, settings: OperatorSettings) -> Obj:
+    """Pod spec fields shared by workers and the flashboot DaemonSet."""
+    pod: Obj = {}
+    node_affinity = affinity(spec, settings)
+    if node_affinity:
+        pod["affinity"] = node_affinity
+    if tol := tolerations(spec, settings):
+        pod["tolerations"] = tol
+    if template.imagePullSecret:
+        pod["imagePullSecrets"] = [{"name": template.imagePullSecret}]
+    return pod
+
+
+def worker_container(
+    endpoint_id: str, spec: EndpointSpec, template: TemplateSpec, settings: OperatorSettings
+) -> Obj:
+    container: Obj = {"name": WORKER_CONTAINER, "image": template.image}
+    if template.command:
+        container["command"] = list(template.command)
+    if template.args:
+        container["args"] = list(template.args)
+    container["env"] = container_env(endpoint_id, spec, template, settings)
+    if template.ports:
+        container["ports"] = container_ports(template.ports)
+    container["resources"] = resources(spec, template, settings)
+    if template.modelUrl:
+        mount = {"name": "model-cache", "mountPath": MODEL_DIR, "readOnly": True}
+        container["volumeMounts"] = [mount]
+    if spec.flashboot:
+        container["imagePullPolicy"] = "IfNotPresent"  # use the pre-pulled image, even :latest
+    return container
+
+
+def worker_pod_template(
+    owner: Owner,
+    spec: EndpointSpec,
+    template: TemplateSpec,
+    template_name: str,
+    settings: OperatorSettings,
+    *,
+    key_revision: str = "",
+) -> Obj:
+    pod: Obj = {
+        "containers": [worker_container(owner.name, spec, template, settings)],
+        **_placement(spec, template, settings),
+        "terminationGracePeriodSeconds": termination_grace_s(spec, settings),
+        "automountServiceAccountToken": False,  # workers talk to the gateway, not to the API
+        "enableServiceLinks": False,
+    }
+    if template.modelUrl:
+        pod["initContainers"] = [model_fetch_container(template, settings)]
+        pod["volumes"] = [model_cache_volume(template, settings)]
+    return {
+        "metadata": {
+            "labels": labels(owner.name, "worker"),
+            # A new worker key (its Secret was deleted) must reach running workers: roll them.
+            "annotations": {TEMPLATE_ANNOTATION: template_name, KEY_ANNOTATION: key_revision},
+        },
+        "spec": pod,
+    }
+
+
+def scaling_annotations(spec: EndpointSpec) -> dict[str, str]:
+    """Endpoint settings that act through the scaler, shown on the Deployment (they do not
+    touch the pod template, so changing them restarts no worker)."""
+    return {
+        "lockgate.dev/display-name": spec.name,
+        "lockgate.dev/workers-min": str(spec.workersMin),
+        "lockgate.dev/workers-max": str(spec.workersMax),
+        "lockgate.dev/scaler-type": str(spec.scalerType),
+        "lockgate.dev/scaler-value": str(spec.scalerValue),
+        "lockgate.dev/idle-timeout-s": str(spec.idleTimeout),
+        "lockgate.dev/execution-timeout-ms": str(spec.executionTimeoutMs),
+        "lockgate.dev/flashboot": str(spec.flashboot).lower(),
+    }
+
+
+def worker_deployment(
+    owner: Owner,
+    spec: EndpointSpec,
+    template: TemplateSpec,
+    template_name: str,
+    settings: OperatorSettings,
+    *,
+    replicas: int,
+    key_revision: str = "",
+) -> Obj:
+    """The workers. `replicas` is used at creation only: later the scaler owns it;
+    `key_revision` names the worker key (a short digest), so a new key rolls the workers."""
+    annotations = {TEMPLATE_ANNOTATION: template_name, **scaling_annotations(spec)}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(owner, deployment_name(owner.name), "worker", annotations),
+        "spec": {
+            "replicas": replicas,
+            "revisionHistoryLimit": 3,
+            "selector": {"matchLabels": selector(owner.name, "worker")},
+            "template": worker_pod_template(
+                owner, spec, template, template_name, settings, key_revision=key_revision
+            ),
+        },
+    }
+
+
+def flashboot_daemonset(
+    owner: Owner, spec: EndpointSpec, template: TemplateSpec, settings: OperatorSettings
+) -> Obj:
+    """Pre-pulls the worker image (and fetches the model) on each node a worker may use.
+
+    A static busybox is copied into a shared folder, then run as `true` inside the worker
+    image: that pulls the image whatever it contains (even distroless); a pause container
+    keeps the pod, and so the image, on the node at almost no cost.
+    """
+    helper = {"name": "lockgate-bin", "mountPath": "/lockgate-bin"}
+    init = [
+        {
+            "name": "copy-helper",
+            "image": settings.flashboot_helper_image,
+            "command": ["cp", "/bin/busybox", "/lockgate-bin/busybox"],
+            "volumeMounts": [helper],
+        },
+        {
+            "name": "pull-worker-image",
+            "image": template.image,
+            "imagePullPolicy": "IfNotPresent",
+            "command": ["/lockgate-bin/busybox", "true"],
+            "volumeMounts": [helper],
+        },
+    ]
+    volumes: list[Obj] = [{"name": "lockgate-bin", "emptyDir": {}}]
+    if template.modelUrl:
+        init.append(model_fetch_container(template, settings))
+        volumes.append(model_cache_volume(template, settings))
+    pause = {
+        "name": "pause",
+        "image": settings.pause_image,
+        "resources": {"requests": {"cpu": "1m", "memory": "8Mi"}, "limits": {"memory": "32Mi"}},
+    }
+    pod = {
+        "initContainers": init,
+        "containers": [pause],
+        "volumes": volumes,
+        **_placement(spec, template, settings),
+        "terminationGracePeriodSeconds": 1,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": _metadata(owner, daemonset_name(owner.name), "flashboot"),
+        "spec": {
+            "selector": {"matchLabels": selector(owner.name, "flashboot")},
+            "template": {"metadata": {"labels": labels(owner.name, "flashboot")}, "spec": pod},
+        },
+    }
+
+
+# -- the registry entry --------------------------------------------------------------------
+
+
+def registry_entry(owner: Owner, spec: EndpointSpec, *, key_digest: str, job_api_url: str) -> Obj:
+    """What the gateway (and the scaler) read about the endpoint from Redis."""
+    return {
+        "id": owner.name,
+        **spec.model_dump(mode="json"),
+        "namespace": owner.namespace,
+        "uid": owner.uid,
+        "workerKeyDigest": key_digest,
+        "jobApiUrl": job_api_url,
+    }

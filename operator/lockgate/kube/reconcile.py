@@ -1,0 +1,272 @@
+"""One reconcile of an Endpoint: validate it, find its Template, register it in Redis,
+apply its workloads, then observe and compute its status.
+
+Idempotent and level-based: the create/update/resume handlers, the periodic resync and
+Template changes all call `reconcile`, and a second call with nothing changed writes
+nothing. Transient failures (Redis or the API server unreachable) raise
+`kopf.TemporaryError`; problems a person must fix become conditions, never a crash loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+from pydantic import ValidationError
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from lockgate.kube import manifests
+from lockgate.kube.cluster import Cluster, ClusterError
+from lockgate.kube.manifests import Owner
+from lockgate.kube.settings import OperatorSettings
+from lockgate.kube.status import (
+    REGISTERED,
+    SPEC_VALID,
+    TEMPLATE_FOUND,
+    Activity,
+    Check,
+    Observed,
+    endpoint_status,
+    same_status,
+)
+from lockgate.models import EndpointSpec, TemplateSpec, describe_validation_error
+from lockgate.store import JobStore, Registry, connect, key_digest
+from lockgate.store.keys import ENDPOINT_ID_RE
+
+Body = Mapping[str, Any]
+RETRY_DELAY_S = 5
+
+
+@dataclass
+class Context:
+    """What every handler needs; kept in kopf's `memo`, never in module globals."""
+
+    settings: OperatorSettings
+    cluster: Cluster
+    redis: Redis
+    registry: Registry
+    jobs: JobStore
+
+    @classmethod
+    def open(cls, settings: OperatorSettings, cluster: Cluster) -> Context:
+        redis = connect(settings.redis_url, max_connections=32)
+        return cls(settings, cluster, redis, Registry(redis), JobStore(redis))
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+
+def owner_of(body: Body) -> Owner:
+    meta = body["metadata"]
+    return Owner(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# -- the steps, each ending in a condition -------------------------------------------------
+
+
+def validate(name: str, raw: Mapping[str, Any]) -> tuple[EndpointSpec | None, Check]:
+    """The spec, or a fatal `SpecValid` condition naming what to fix. The CRD schema checks
+    types and bounds; this also checks what Kubernetes 1.20 cannot (`workersMin <= workersMax`)."""
+    if not ENDPOINT_ID_RE.match(name):
+        message = (
+            f"metadata.name {name!r} is not a valid endpoint id: use at most 63 lowercase "
+            "letters, digits and '-', starting and ending with a letter or digit"
+        )
+        return None, Check(SPEC_VALID, False, "InvalidName", message, fatal=True)
+    try:
+        spec = EndpointSpec.model_validate(dict(raw))
+    except ValidationError as err:
+        message = "spec." + describe_validation_error(err).replace("; ", "; spec.")
+        return None, Check(SPEC_VALID, False, "InvalidSpec", message, fatal=True)
+    return spec, Check(SPEC_VALID, True, "Valid", "")
+
+
+async def find_template(
+    ctx: Context, namespace: str, name: str
+) -> tuple[TemplateSpec | None, Check]:
+    """The Template the spec names, or a `TemplateFound` condition saying what is missing."""
+    if not name:
+        message = "spec.templateId is empty: name a Template in this namespace"
+        return None, Check(TEMPLATE_FOUND, False, "NoTemplate", message)
+    obj = await ctx.cluster.get_template(namespace, name)
+    if obj is None:
+        message = (
+            f"Template {name!r} not found in namespace {namespace!r}: "
+            "create it, or point spec.templateId at an existing one"
+        )
+        return None, Check(TEMPLATE_FOUND, False, "TemplateNotFound", message)
+    try:
+        template = TemplateSpec.model_validate(obj.get("spec") or {})
+    except ValidationError as err:
+        message = f"Template {name!r}: spec.{describe_validation_error(err)}"
+        return None, Check(TEMPLATE_FOUND, False, "TemplateInvalid", message, fatal=True)
+    return template, Check(TEMPLATE_FOUND, True, "Found", f"Template {name!r}")
+
+
+async def register(ctx: Context, owner: Owner, spec: EndpointSpec) -> tuple[str | None, Check]:
+    """Register the worker key and the endpoint in Redis; returns the key's digest."""
+    entry = await ctx.registry.get_endpoint(owner.name)
+    if entry is not None and entry.get("namespace", owner.namespace) != owner.namespace:
+        message = (
+            f"endpoint id {owner.name!r} is already used by an Endpoint in namespace "
+            f"{entry['namespace']!r}: endpoint ids are cluster-wide, choose another name"
+        )
+        return None, Check(REGISTERED, False, "EndpointIdTaken", message, fatal=True)
+    key = await ctx.cluster.worker_key(owner)
+    digest = key_digest(key)
+    record = {
+        "name": f"worker:{owner.namespace}/{owner.name}",
+        "scopes": ["workers"],
+        "endpoints": [owner.name],
+    }
+    if await ctx.registry.get_key(digest) != record:
+        await ctx.registry.put_key(key, record)
+    wanted = manifests.registry_entry(
+        owner, spec, key_digest=digest, job_api_url=ctx.settings.job_api_url(owner.name)
+    )
+    if entry != wanted:
+        old_digest = (entry or {}).get("workerKeyDigest")
+        if old_digest and old_digest != digest:
+            await ctx.registry.delete_key(old_digest)
+        await ctx.registry.put_endpoint(owner.name, wanted)
+    message = "the gateway accepts jobs for this endpoint"
+    return digest, Check(REGISTERED, True, "Registered", message)
+
+
+async def apply_workloads(
+    ctx: Context,
+    owner: Owner,
+    spec: EndpointSpec,
+    template: TemplateSpec,
+    template_name: str,
+    digest: str,
+) -> None:
+    """The worker Deployment, and the flashboot DaemonSet while flashboot is on."""
+    deployment = manifests.worker_deployment(
+        owner,
+        spec,
+        template,
+        template_name,
+        ctx.settings,
+        replicas=spec.workersMin,
+        key_revision=digest[:12],
+    )
+    await ctx.cluster.apply(deployment)
+    if spec.flashboot:
+        await ctx.cluster.apply(manifests.flashboot_daemonset(owner, spec, template, ctx.settings))
+    else:
+        await ctx.cluster.delete("DaemonSet", owner.namespace, manifests.daemonset_name(owner.name))
+
+
+async def activity(ctx: Context, endpoint_id: str) -> Activity:
+    timeout_ms = int(ctx.settings.heartbeat_timeout_s * 1000)
+    snap = await ctx.jobs.snapshot(endpoint_id, timeout_ms)
+    return Activity(
+        idle=snap.workers_idle,
+        running=snap.workers_running,
+        in_queue=snap.in_queue + snap.in_queue_low,
+        in_progress=snap.in_progress,
+    )
+
+
+# -- the whole reconcile -------------------------------------------------------------------
+
+
+async def _converge(ctx: Context, owner: Owner, raw: Mapping[str, Any]) -> tuple[list[Check], bool]:
+    """Run the steps in order, stopping at the first one that cannot pass; also says
+    whether the endpoint is registered (so its job counts are its own)."""
+    spec, check = validate(owner.name, raw)
+    checks = [check]
+    if spec is None:
+        return checks, False
+    template, check = await find_template(ctx, owner.namespace, spec.templateId)
+    checks.append(check)
+    if template is None:
+        return checks, False
+    digest, check = await register(ctx, owner, spec)
+    checks.append(check)
+    if digest is None:
+        return checks, False
+    await apply_workloads(ctx, owner, spec, template, spec.templateId, digest)
+    return checks, True
+
+
+@contextlib.asynccontextmanager
+async def _transient_errors():
+    """Unreachable Redis or API server: retry later, as kopf does with TemporaryError."""
+    try:
+        yield
+    except RedisError as err:
+        raise kopf.TemporaryError(f"Redis unavailable: {err}", delay=RETRY_DELAY_S) from err
+    except ClusterError as err:
+        raise kopf.TemporaryError(f"Kubernetes API: {err}", delay=RETRY_DELAY_S) from err
+
+
+async def reconcile(body: Body, ctx: Context) -> dict[str, Any]:
+    """Bring the Endpoint's objects and registry entry in line; return its new status."""
+    owner = owner_of(body)
+    async with _transient_errors():
+        checks, registered = await _converge(ctx, owner, body.get("spec") or {})
+        name = manifests.deployment_name(owner.name)
+        deployment = await ctx.cluster.read("Deployment", owner.namespace, name)
+        counts = await activity(ctx, owner.name) if registered else Activity()
+    observed = Observed(
+        generation=int(body["metadata"].get("generation") or 0),
+        checks=checks,
+        deployment=deployment,
+        activity=counts,
+    )
+    return endpoint_status(
+        observed,
+        endpoint_id=owner.name,
+        job_api_url=ctx.settings.job_api_url(owner.name),
+        previous=body.get("status"),
+        now=now(),
+    )
+
+
+async def refresh(ctx: Context, body: Body) -> None:
+    """Reconcile and write the status through the API (outside an Endpoint's own handler)."""
+    status = await reconcile(body, ctx)
+    if not same_status(body.get("status"), status):
+        meta = body["metadata"]
+        async with _transient_errors():
+            await ctx.cluster.patch_endpoint_status(meta["namespace"], meta["name"], status)
+
+
+async def template_users(ctx: Context, namespace: str, template_name: str) -> list[Body]:
+    """The live Endpoints of a namespace that name this Template."""
+    async with _transient_errors():
+        items = await ctx.cluster.list_endpoints(namespace)
+    return [
+        ep
+        for ep in items
+        if (ep.get("spec") or {}).get("templateId") == template_name
+        and not ep["metadata"].get("deletionTimestamp")
+    ]
+
+
+async def clean_up(ctx: Context, name: str, namespace: str) -> int:
+    """Forget a deleted Endpoint: registry entry, worker key, queued jobs and job history.
+    Kubernetes objects go by owner reference. Returns how many jobs were removed."""
+    async with _transient_errors():
+        entry = await ctx.registry.get_endpoint(name)
+        if entry is not None and entry.get("namespace", namespace) != namespace:
+            return 0  # the id belongs to another namespace's Endpoint: not ours to erase
+        digests = {(entry or {}).get("workerKeyDigest")}
+        secret = await ctx.cluster.read("Secret", namespace, manifests.secret_name(name))
+        if secret is not None and (key := manifests.secret_key(secret)):
+            digests.add(key_digest(key))
+        for digest in digests - {None}:
+            await ctx.registry.delete_key(digest)
+        await ctx.registry.delete_endpoint(name)
+        return await ctx.jobs.delete_endpoint_data(name)

@@ -1,0 +1,68 @@
+"""Operator settings from `LOCKGATE_*` environment variables; `lockgate operator` flags win."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+class OperatorSettings(BaseSettings):
+    """What the operator and the management API need. Durations carry their unit."""
+
+    model_config = SettingsConfigDict(env_prefix="LOCKGATE_", extra="ignore")
+
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    gateway_url: str = Field(
+        "http://lockgate-gateway:8080", description="the gateway as workers reach it (in-cluster)"
+    )
+    base_url: str = Field(
+        "http://127.0.0.1:8080", description="public job API base, shown as {base_url}/v2/{id}/"
+    )
+    namespaces: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="comma-separated; empty: every namespace"
+    )
+    endpoint_namespace: str = Field(
+        "", description="where the management API creates Endpoints; default: first watched"
+    )
+    manage_host: str = "0.0.0.0"
+    manage_port: int = Field(8081, description="management API port; 0 disables it")
+    liveness_port: int = Field(8082, description="serves /healthz for probes; 0 disables it")
+    peering: bool = Field(False, description="kopf peering, for several operator replicas")
+    resync_s: float = Field(10.0, gt=0, description="how often each Endpoint is re-reconciled")
+    heartbeat_timeout_s: float = Field(30.0, description="a silent worker is not counted after")
+
+    # Scheduling: node label keys that the Endpoint's lists are matched against.
+    gpu_resource: str = "nvidia.com/gpu"
+    gpu_type_label: str = "nvidia.com/gpu.product"
+    cuda_version_label: str = "nvidia.com/cuda.runtime-version.full"
+    datacenter_label: str = "topology.kubernetes.io/zone"
+    cpu_flavor_label: str = "lockgate.dev/cpu-flavor"
+    termination_grace_cap_s: int = Field(
+        3600, ge=30, description="longest a stopping worker may take to finish its job"
+    )
+
+    # Model cache and flashboot helpers.
+    model_cache_path: str = Field(
+        "/var/lib/lockgate/models", description="node folder holding downloaded models"
+    )
+    model_fetch_image: str = "curlimages/curl:8.8.0"
+    flashboot_helper_image: str = Field(
+        "busybox:1.36-musl", description="static busybox: runs `true` inside any worker image"
+    )
+    pause_image: str = "registry.k8s.io/pause:3.9"
+
+    @field_validator("namespaces", mode="before")
+    @classmethod
+    def _split(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [n.strip() for n in value.split(",") if n.strip()]
+        return value
+
+    def manage_namespace(self) -> str:
+        """The namespace the management API writes Endpoints into."""
+        return self.endpoint_namespace or (self.namespaces[0] if self.namespaces else "default")
+
+    def job_api_url(self, endpoint_id: str) -> str:
+        return f"{self.base_url.rstrip('/')}/v2/{endpoint_id}/"

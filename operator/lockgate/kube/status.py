@@ -1,0 +1,154 @@
+"""Pure: an Endpoint's status (phase, conditions, counts) from what the operator observed."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lockgate.models import Condition, ConditionStatus, EndpointStatus, Phase
+
+SPEC_VALID = "SpecValid"
+TEMPLATE_FOUND = "TemplateFound"
+REGISTERED = "Registered"
+DEPLOYMENT_AVAILABLE = "DeploymentAvailable"
+READY = "Ready"  # mirrors the phase, for tools that read a Ready condition (kstatus, Flux)
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One condition before it gets a timestamp. `ok=None` means Unknown; a failed `fatal`
+    check makes the endpoint Failed (its spec must change), a failed other one Pending."""
+
+    type: str
+    ok: bool | None
+    reason: str
+    message: str = ""
+    fatal: bool = False
+
+    @property
+    def status(self) -> ConditionStatus:
+        if self.ok is None:
+            return ConditionStatus.UNKNOWN
+        return ConditionStatus.TRUE if self.ok else ConditionStatus.FALSE
+
+
+@dataclass(frozen=True, slots=True)
+class Activity:
+    """Counts of the endpoint from the job store."""
+
+    idle: int = 0
+    running: int = 0
+    in_queue: int = 0
+    in_progress: int = 0
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Everything a status is computed from, as read in one reconcile."""
+
+    generation: int
+    checks: Sequence[Check] = ()  # spec, Template, registry: in order, up to the first failure
+    deployment: Mapping[str, Any] | None = None  # the Deployment as the API returned it
+    activity: Activity = field(default_factory=Activity)
+
+
+def deployment_check(deployment: Mapping[str, Any] | None) -> Check:
+    """`DeploymentAvailable`, mirrored from the Deployment's own `Available` condition."""
+    if deployment is None:
+        return Check(DEPLOYMENT_AVAILABLE, False, "DeploymentMissing", "no worker Deployment yet")
+    for cond in (deployment.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Available":
+            ok = {"True": True, "False": False}.get(cond.get("status"))
+            return Check(DEPLOYMENT_AVAILABLE, ok, cond.get("reason", ""), cond.get("message", ""))
+    return Check(DEPLOYMENT_AVAILABLE, None, "NotObservedYet", "the Deployment has no status yet")
+
+
+def replica_counts(deployment: Mapping[str, Any] | None) -> tuple[int, int]:
+    """(desired, ready) workers of a Deployment."""
+    if deployment is None:
+        return 0, 0
+    desired = (deployment.get("spec") or {}).get("replicas", 1)
+    ready = (deployment.get("status") or {}).get("readyReplicas") or 0
+    return int(desired), int(ready)
+
+
+def _stalled(deployment: Mapping[str, Any]) -> str | None:
+    """The Deployment controller's message when the rollout gave up, else None."""
+    for cond in (deployment.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Progressing" and cond.get("reason") == "ProgressDeadlineExceeded":
+            return cond.get("message") or "workers did not become ready in time"
+    return None
+
+
+def phase(checks: Sequence[Check], deployment: Mapping[str, Any] | None) -> tuple[Phase, str]:
+    """The phase and a one-line reason a person can act on."""
+    for check in checks:
+        if check.ok is False:
+            return (Phase.FAILED if check.fatal else Phase.PENDING), check.message
+    if deployment is None:
+        return Phase.INITIALIZING, "creating the worker Deployment"
+    desired, ready = replica_counts(deployment)
+    if ready >= 1 or desired == 0:
+        return Phase.READY, f"{ready} of {desired} workers ready"
+    if stalled := _stalled(deployment):
+        return Phase.FAILED, stalled
+    return Phase.INITIALIZING, f"waiting for {desired} worker(s) to become ready"
+
+
+def merge_conditions(
+    previous: Sequence[Mapping[str, Any]], checks: Sequence[Check], now: str
+) -> list[Condition]:
+    """Conditions for `checks`, keeping a condition's transition time while its status holds."""
+    before = {c.get("type"): c for c in previous}
+    out = []
+    for check in checks:
+        old = before.get(check.type)
+        same = old is not None and old.get("status") == check.status
+        since = old.get("lastTransitionTime", now) if same and old else now
+        out.append(
+            Condition(
+                type=check.type,
+                status=check.status,
+                reason=check.reason,
+                message=check.message,
+                lastTransitionTime=since,
+            )
+        )
+    return out
+
+
+def endpoint_status(
+    observed: Observed,
+    *,
+    endpoint_id: str,
+    job_api_url: str,
+    previous: Mapping[str, Any] | None,
+    now: str,
+) -> dict[str, Any]:
+    """The `status` to write on the Endpoint (JSON)."""
+    current, why = phase(observed.checks, observed.deployment)
+    ready = Check(READY, current == Phase.READY, str(current), why)
+    checks = [*observed.checks, deployment_check(observed.deployment), ready]
+    desired, ready_workers = replica_counts(observed.deployment)
+    act = observed.activity
+    status = EndpointStatus(
+        phase=current,
+        endpointId=endpoint_id,
+        jobApiUrl=job_api_url,
+        workers={
+            "desired": desired,
+            "ready": ready_workers,
+            "idle": act.idle,
+            "running": act.running,
+        },
+        jobs={"inQueue": act.in_queue, "inProgress": act.in_progress},
+        conditions=merge_conditions((previous or {}).get("conditions") or [], checks, now),
+        observedGeneration=observed.generation,
+    )
+    return status.model_dump(mode="json")
+
+
+def same_status(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
+    """Whether writing `b` over `a` would change anything a reader sees."""
+    return dict(a or {}) == dict(b or {})

@@ -1,0 +1,139 @@
+"""The management API, `{rest_url}/v1/endpoints`: create, list, read, edit, delete.
+
+Every route needs an admin key (`authorization: Bearer <key>`). Payloads are the spec's
+creation payload; errors are `{"error": ...}` naming the offending field.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import string
+from typing import Any
+
+from aiohttp import web
+from pydantic import ValidationError
+
+from lockgate.gateway.auth import ADMIN, Authenticator
+from lockgate.gateway.errors import ApiError, BadRequest, NotFound
+from lockgate.gateway.http import json_response
+from lockgate.gateway.middleware import error_middleware
+from lockgate.manage.controlplane import ControlPlane, EndpointExists, EndpointNotFound
+from lockgate.models import ENDPOINT_ID_PATTERN, EndpointSpec, describe_validation_error
+
+CONTROL_PLANE = web.AppKey("control_plane", ControlPlane)
+AUTHENTICATOR = web.AppKey("authenticator", Authenticator)
+
+ID_ALPHABET = string.ascii_lowercase + string.digits
+ID_LENGTH = 14  # RunPod's endpoint ids: 14 lowercase letters and digits
+ID_RE = re.compile(ENDPOINT_ID_PATTERN)
+ALL_ENDPOINTS = "*"
+
+
+class Conflict(ApiError):
+    """The endpoint id is taken."""
+
+    status = 409
+
+
+def new_endpoint_id() -> str:
+    """A RunPod-style id: 14 random lowercase letters and digits."""
+    return "".join(secrets.choice(ID_ALPHABET) for _ in range(ID_LENGTH))
+
+
+def parse_spec(payload: dict[str, Any]) -> EndpointSpec:
+    try:
+        return EndpointSpec.model_validate(payload)
+    except ValidationError as err:
+        raise BadRequest(describe_validation_error(err)) from err
+
+
+def _endpoint_id(payload: dict[str, Any]) -> str:
+    endpoint_id = payload.pop("id", None)
+    if endpoint_id is None:
+        return new_endpoint_id()
+    if not isinstance(endpoint_id, str) or not ID_RE.match(endpoint_id):
+        raise BadRequest(
+            "id: use at most 63 lowercase letters, digits and '-', "
+            "starting and ending with a letter or digit"
+        )
+    return endpoint_id
+
+
+async def _json_object(request: web.Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except ValueError as err:
+        raise BadRequest("body: expected a JSON object") from err
+    if not isinstance(body, dict):
+        raise BadRequest("body: expected a JSON object")
+    return body
+
+
+@web.middleware
+async def admin_only(request: web.Request, handler) -> web.StreamResponse:
+    await request.app[AUTHENTICATOR].require(request, ADMIN, ALL_ENDPOINTS)
+    return await handler(request)
+
+
+async def create_endpoint(request: web.Request) -> web.Response:
+    payload = await _json_object(request)
+    endpoint_id = _endpoint_id(payload)
+    spec = parse_spec(payload)
+    try:
+        record = await request.app[CONTROL_PLANE].create(endpoint_id, spec)
+    except EndpointExists as err:
+        raise Conflict(f"id: endpoint {endpoint_id!r} exists already") from err
+    return json_response(record.to_json())
+
+
+async def list_endpoints(request: web.Request) -> web.Response:
+    records = await request.app[CONTROL_PLANE].list()
+    return json_response([r.to_json() for r in records])
+
+
+async def get_endpoint(request: web.Request) -> web.Response:
+    endpoint_id = request.match_info["endpoint_id"]
+    try:
+        record = await request.app[CONTROL_PLANE].get(endpoint_id)
+    except EndpointNotFound as err:
+        raise NotFound(f"endpoint {endpoint_id!r} not found") from err
+    return json_response(record.to_json())
+
+
+async def patch_endpoint(request: web.Request) -> web.Response:
+    """Edit: the given fields change, the others keep their values."""
+    endpoint_id = request.match_info["endpoint_id"]
+    changes = await _json_object(request)
+    if changes.pop("id", endpoint_id) != endpoint_id:
+        raise BadRequest("id: an endpoint's id cannot change")
+    control_plane = request.app[CONTROL_PLANE]
+    try:
+        current = await control_plane.get(endpoint_id)
+        settings = current.model_dump(include=set(EndpointSpec.model_fields))
+        record = await control_plane.patch(endpoint_id, parse_spec({**settings, **changes}))
+    except EndpointNotFound as err:
+        raise NotFound(f"endpoint {endpoint_id!r} not found") from err
+    return json_response(record.to_json())
+
+
+async def delete_endpoint(request: web.Request) -> web.Response:
+    endpoint_id = request.match_info["endpoint_id"]
+    try:
+        await request.app[CONTROL_PLANE].delete(endpoint_id)
+    except EndpointNotFound as err:
+        raise NotFound(f"endpoint {endpoint_id!r} not found") from err
+    return web.Response(status=204)
+
+
+def create_manage_app(control_plane: ControlPlane, authenticator: Authenticator) -> web.Application:
+    """The management API over any control plane (Kubernetes, or local in dev mode)."""
+    app = web.Application(middlewares=[error_middleware, admin_only])
+    app[CONTROL_PLANE] = control_plane
+    app[AUTHENTICATOR] = authenticator
+    app.router.add_post("/v1/endpoints", create_endpoint)
+    app.router.add_get("/v1/endpoints", list_endpoints)
+    app.router.add_get("/v1/endpoints/{endpoint_id}", get_endpoint)
+    app.router.add_patch("/v1/endpoints/{endpoint_id}", patch_endpoint)
+    app.router.add_delete("/v1/endpoints/{endpoint_id}", delete_endpoint)
+    return app

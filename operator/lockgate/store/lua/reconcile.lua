@@ -1,0 +1,17 @@
+-- A worker's ping lists the jobs it runs. A job the store says it holds, that it does not
+-- list, and that it took more than `grace` ms ago never reached it (the take's reply was
+-- lost): give it back. Also a heartbeat.
+-- ARGV: ep, worker, now, grace, max attempts, retention run, retention sync, reason, ids...
+local ep, worker, now, grace = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+redis.call('ZADD', P .. 'w', now, worker)
+local listed = {}
+for i = 9, #ARGV do listed[ARGV[i]] = true end
+local requeued = 0
+for _, id in ipairs(redis.call('SMEMBERS', P .. 'wj:' .. worker)) do
+  local f = redis.call('HMGET', jkey(id), unpack(HELD))
+  local started = tonumber(redis.call('HGET', jkey(id), 'sa')) or now
+  if not listed[id] and f[1] == 'IN_PROGRESS' and f[2] == worker and now - started > grace then
+    requeued = requeued + requeue(ep, id, f, now, tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8])
+  end
+end
+return requeued

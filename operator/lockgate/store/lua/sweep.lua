@@ -1,0 +1,41 @@
+-- Background work of one endpoint, done by whichever gateway replica gets the lock first:
+-- execution timeouts, ttl expiry, workers silent past the heartbeat timeout.
+-- ARGV: ep, now, heartbeat timeout, max attempts, retention run, retention sync, lock ms,
+-- batch, lost-worker reason. Returns {timed out, expired, lost workers, jobs requeued}.
+local ep, now, hb, max_attempts = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]),
+  tonumber(ARGV[4])
+local ret_run, ret_sync, batch = ARGV[5], ARGV[6], tonumber(ARGV[8])
+if not redis.call('SET', P .. 'sweep', '1', 'NX', 'PX', tonumber(ARGV[7])) then
+  return {0, 0, 0, 0}
+end
+local timed_out, expired, lost, requeued = 0, 0, 0, 0
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. 'run', '-inf', now, 'LIMIT', 0, batch)) do
+  local f = redis.call('HMGET', jkey(id), 'st', 'wk', 'sy')
+  if f[1] == 'IN_PROGRESS' then
+    signal_stop(ep, f[2], id)
+    finalize(ep, id, 'TIMED_OUT', now, f[2], f[3], ret_run, ret_sync,
+      {'err', 'execution timeout exceeded'})
+    timed_out = timed_out + 1
+  else
+    redis.call('ZREM', P .. 'run', id)
+  end
+end
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. 'exp', '-inf', now, 'LIMIT', 0, batch)) do
+  local f = redis.call('HMGET', jkey(id), 'st', 'wk')
+  if f[1] == 'IN_PROGRESS' then
+    signal_stop(ep, f[2], id)
+    redis.call('SREM', P .. 'wj:' .. f[2], id)
+  end
+  redis.call('ZREM', P .. 'q', id)
+  redis.call('ZREM', P .. 'ql', id)
+  redis.call('ZREM', P .. 'run', id)
+  redis.call('ZREM', P .. 'exp', id)
+  redis.call('ZREM', P .. 'wh', id)
+  redis.call('UNLINK', jkey(id), P .. 's:' .. id)
+  expired = expired + 1
+end
+for _, w in ipairs(redis.call('ZRANGEBYSCORE', P .. 'w', '-inf', now - hb, 'LIMIT', 0, batch)) do
+  local r = release(ep, w, now, max_attempts, ret_run, ret_sync, ARGV[9])
+  lost, requeued = lost + 1, requeued + r[1]
+end
+return {timed_out, expired, lost, requeued}
