@@ -1,0 +1,234 @@
+"""Fixtures for the operator tests: one real control plane and one operator per session.
+
+Test modules load this with `pytest_plugins = ["kube_fixtures"]` (and never import it: it
+must be imported as a plugin first), so the session fixtures exist once however many
+modules use them; helpers come through the `resources` fixture. Without the envtest binaries the tests skip
+(`make envtest` builds them), unless LOCKGATE_REQUIRE_ENVTEST=1 makes that a failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+from envtest import EnvTest, binaries_dir
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from lockgate.dev.redis_server import EmbeddedRedis, free_port
+from lockgate.kube.crds import GROUP, VERSION
+from lockgate.kube.main import run
+from lockgate.kube.settings import OperatorSettings
+
+REPO = Path(__file__).resolve().parent.parent
+NAMESPACE = "lockgate-test"
+T = TypeVar("T")
+
+
+def require_envtest() -> None:
+    """Skip (or, in CI, fail) when the control plane binaries are missing."""
+    if binaries_dir() is not None:
+        return
+    message = "envtest binaries missing: `make envtest` (bash hack/envtest.sh) builds them"
+    if os.environ.get("LOCKGATE_REQUIRE_ENVTEST") == "1":
+        pytest.fail(message + " (LOCKGATE_REQUIRE_ENVTEST=1)", pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def envtest() -> Iterator[EnvTest]:
+    """etcd, kube-apiserver and kube-controller-manager (garbage collector, ReplicaSets)."""
+    require_envtest()
+    env = EnvTest()
+    env.start(controller_manager=True)
+    yield env
+    env.stop()
+
+
+@pytest.fixture(scope="session")
+def kube(envtest: EnvTest) -> Iterator[k8s.ApiClient]:
+    """An admin API client with the CRDs installed and the test namespace created."""
+    api = envtest.api_client()
+    install_crds(api)
+    k8s.CoreV1Api(api).create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=NAMESPACE)))
+    yield api
+    api.close()
+
+
+def install_crds(api: k8s.ApiClient) -> None:
+    """`kubectl apply -f crds/`, then wait until the API serves them."""
+    ext = k8s.ApiextensionsV1Api(api)
+    names = []
+    for path in sorted((REPO / "crds").glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        ext.create_custom_resource_definition(crd)
+        names.append(crd["metadata"]["name"])
+
+    def established(name: str) -> bool:
+        conds = ext.read_custom_resource_definition(name).status.conditions or []
+        return any(c.type == "Established" and c.status == "True" for c in conds)
+
+    wait_until(lambda: all(established(n) for n in names), "CRDs established")
+    custom = k8s.CustomObjectsApi(api)
+    wait_until(
+        lambda: _ok(
+            lambda: custom.list_namespaced_custom_object(GROUP, VERSION, "default", "endpoints")
+        ),
+        "the endpoints API",
+    )
+
+
+@dataclass
+class RunningOperator:
+    settings: OperatorSettings
+    manage_url: str
+
+
+@pytest.fixture(scope="session")
+def operator(kube: k8s.ApiClient, redis_server: EmbeddedRedis) -> Iterator[RunningOperator]:
+    """`lockgate operator` (kopf + management API) in a thread, watching the test namespace."""
+    manage_port = free_port()
+    settings = OperatorSettings(
+        redis_url=redis_server.url,
+        namespaces=[NAMESPACE],
+        gateway_url="http://gateway.lockgate-test:8080",
+        base_url="https://jobs.example.test",
+        manage_host="127.0.0.1",
+        manage_port=manage_port,
+        liveness_port=0,
+        resync_s=1.0,
+    )
+    stop, ready = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            asyncio.run(run(settings, api_client=kube, stop_flag=stop, ready_flag=ready))
+        except BaseException as err:  # reported by the fixture, not lost in the thread
+            errors.append(err)
+            ready.set()
+
+    thread = threading.Thread(target=serve, name="lockgate-operator", daemon=True)
+    thread.start()
+    assert ready.wait(30), "the operator did not become ready in 30 s"
+    assert not errors, f"the operator failed to start: {errors[0]!r}"
+    yield RunningOperator(settings, f"http://127.0.0.1:{manage_port}")
+    stop.set()
+    thread.join(30)
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def _ok(call: Callable[[], Any]) -> bool:
+    try:
+        call()
+    except Exception:
+        return False
+    return True
+
+
+def wait_until(check: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
+    """Poll `check` until it returns something truthy; its value is returned."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.2)
+
+
+async def eventually(check: Callable[[], Awaitable[T]], what: str, timeout: float = 30.0) -> T:
+    """The async twin of `wait_until`, for checks that await (Redis)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        await asyncio.sleep(0.2)
+
+
+def condition(status: dict, type_: str) -> dict:
+    return next((c for c in status.get("conditions") or [] if c["type"] == type_), {})
+
+
+class Resources:
+    """Create Endpoints and Templates in the test namespace; delete leftovers at the end."""
+
+    namespace = NAMESPACE
+    wait_until = staticmethod(wait_until)
+    eventually = staticmethod(eventually)
+    condition = staticmethod(condition)
+
+    def __init__(self, api: k8s.ApiClient) -> None:
+        self.custom = k8s.CustomObjectsApi(api)
+        self.apps = k8s.AppsV1Api(api)
+        self.core = k8s.CoreV1Api(api)
+        self.created: list[tuple[str, str]] = []
+
+    def _args(self, plural: str) -> tuple[str, str, str, str]:
+        return GROUP, VERSION, NAMESPACE, plural
+
+    def template(self, name: str, **spec: Any) -> dict:
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Template"}
+        body |= {"metadata": {"name": name}, "spec": {"image": "example.test/echo:1", **spec}}
+        self.created.append(("templates", name))
+        return self.custom.create_namespaced_custom_object(*self._args("templates"), body)
+
+    def endpoint(self, name: str, **spec: Any) -> dict:
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Endpoint"}
+        body |= {"metadata": {"name": name}, "spec": spec}
+        self.created.append(("endpoints", name))
+        return self.custom.create_namespaced_custom_object(*self._args("endpoints"), body)
+
+    def get(self, plural: str, name: str) -> dict | None:
+        try:
+            return self.custom.get_namespaced_custom_object(*self._args(plural), name)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def patch(self, plural: str, name: str, patch: dict) -> dict:
+        return self.custom.patch_namespaced_custom_object(
+            *self._args(plural), name, patch, _content_type="application/merge-patch+json"
+        )
+
+    def delete(self, plural: str, name: str) -> None:
+        with contextlib.suppress(ApiException):
+            self.custom.delete_namespaced_custom_object(*self._args(plural), name)
+
+    def status(self, name: str) -> dict:
+        return (self.get("endpoints", name) or {}).get("status") or {}
+
+    def deployment(self, name: str) -> k8s.V1Deployment | None:
+        try:
+            return self.apps.read_namespaced_deployment(name, NAMESPACE)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def cleanup(self) -> None:
+        for plural, name in reversed(self.created):
+            self.delete(plural, name)
+
+
+@pytest.fixture
+def resources(kube: k8s.ApiClient) -> Iterator[Resources]:
+    made = Resources(kube)
+    yield made
+    made.cleanup()
