@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import shutil
 import sys
@@ -18,7 +19,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
@@ -26,7 +27,17 @@ import orjson
 from redis.asyncio import Redis
 
 from bench import load
-from bench.procs import ENDPOINT, Service, floor_server, lockgate_dev, log, rss_bytes
+from bench.procs import (
+    ENDPOINT,
+    Service,
+    children,
+    cpu_seconds,
+    floor_server,
+    lockgate_dev,
+    log,
+    machine_busy,
+    rss_bytes,
+)
 from bench.report import Row, machine, table
 
 SMALL_BODY = orjson.dumps({"input": {"x": 1}})
@@ -71,6 +82,33 @@ async def wait_workers(http: aiohttp.ClientSession, dev: Service, count: int) ->
     raise RuntimeError(f"{count} worker(s) did not call in within 60 s")
 
 
+@dataclass
+class CpuMeter:
+    """CPU time used by named groups of processes since the meter was made."""
+
+    pids: dict[str, list[int]]
+    start: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.start = self._read()
+
+    def _read(self) -> dict[str, float]:
+        return {name: sum(map(cpu_seconds, pids)) for name, pids in self.pids.items()}
+
+    def per_op(self, ops: int) -> str:
+        """Microseconds of CPU per operation, per group."""
+        used = {k: v - self.start[k] for k, v in self._read().items()}
+        return ", ".join(f"{k} {v / ops * 1e6:,.0f}" for k, v in used.items())
+
+
+async def meter(dev: Service) -> CpuMeter:
+    """A CPU meter over the gateway, Redis, the workers and this load generator."""
+    await redis_memory(dev)  # learns Redis's pid
+    workers = [p for p in children(dev.process.pid) if p != dev.redis_pid]
+    groups = {"gateway": [dev.process.pid], "Redis": [dev.redis_pid], "client": [os.getpid()]}
+    return CpuMeter({**groups, **({"workers": workers} if workers else {})})
+
+
 async def redis_memory(dev: Service) -> tuple[int, int]:
     """Redis `used_memory` and its RSS; remembers its pid so it can be killed if orphaned."""
     client = Redis(port=dev.redis_port)
@@ -101,10 +139,13 @@ async def runsync_latency(cfg: Config, work: Path, floor: Service) -> list[Row]:
         async with load.session(1) as http:
             await wait_workers(http, dev, 1)
         log("lockgate: sequential /runsync latency")
+        cpu = await meter(dev)
         p50, p99 = await seq_latency(job_url(dev, "runsync"), SMALL_BODY, cfg)
+        cpu_use = cpu.per_op(cfg.n(200) + cfg.n(2000))
     return [
         Row("/runsync p50, 1 warm worker", ms(p50), ms(f50), "<= 2.50 ms", p50 <= 0.0025),
         Row("/runsync p99, 1 warm worker", ms(p99), ms(f99)),
+        Row("  CPU us per /runsync", cpu_use),
     ]
 
 
@@ -122,11 +163,13 @@ async def acceptance_and_queue(cfg: Config, work: Path, floor: Service) -> list[
     floor_rate = (await rate(f"{floor.base}/echo", SMALL_BODY, cfg.n(10_000), cfg.clients)).rate
     with lockgate_dev(work, "queue", 0, {}) as dev:
         log(f"lockgate: {cfg.n(10_000)} /run from {cfg.clients} clients, no workers")
+        cpu = await meter(dev)
         run_rate = (await rate(job_url(dev, "run"), SMALL_BODY, cfg.n(10_000), cfg.clients)).rate
         share = run_rate / floor_rate
         rows = [
             Row(f"/run acceptance, {cfg.clients} clients", f"{run_rate:,.0f} req/s",
                 f"{floor_rate:,.0f} req/s", f">= 50% of floor (is {share:.0%})", share >= 0.5),
+            Row("  CPU us per /run", cpu.per_op(cfg.n(10_000))),
         ]  # fmt: skip
         async with load.session(cfg.queue_clients) as http:
             await load.post(http, job_url(dev, "purge-queue"), b"{}")
@@ -195,14 +238,17 @@ async def end_to_end(cfg: Config, work: Path, _floor: Service) -> list[Row]:
         async with load.session(cfg.clients) as http:
             await wait_workers(http, dev, cfg.e2e_workers)
             log(f"lockgate: {total} jobs, {cfg.e2e_workers} workers, {cfg.clients} clients")
+            cpu = await meter(dev)
             started = time.perf_counter()
             watcher = asyncio.create_task(completed_at(http, dev, total))
             sent = await load.burst(http, job_url(dev, "run"), SMALL_BODY, total, cfg.clients)
             done = await asyncio.wait_for(watcher, 300)
+            cpu_use = cpu.per_op(total)
             jobs = (await health(http, dev))["jobs"]
             ids = [orjson.loads(r)["id"] for r in sent.replies]
             not_completed = await sample_statuses(http, dev, ids)
-    return e2e_rows(cfg, total / (done - started), jobs, audit(ids_dir, ids), not_completed)
+    rows = e2e_rows(cfg, total / (done - started), jobs, audit(ids_dir, ids), not_completed)
+    return [*rows, Row("  CPU us per job, end to end", cpu_use)]
 
 
 def e2e_rows(
@@ -234,17 +280,21 @@ async def attempt(
         return [Row(name, "ERROR", "", f"{type(err).__name__}: {err}"[:80], False)]
 
 
-async def run_all(cfg: Config, work: Path) -> list[Row]:
+async def run_all(cfg: Config, work: Path) -> tuple[list[Row], list[float]]:
+    """Every scenario in turn, beside one floor server; also others' CPU load before each."""
     scenarios: list[tuple[str, Scenario]] = [
         ("/runsync latency", runsync_latency),
         ("/run acceptance, purge, memory", acceptance_and_queue),
         ("end to end", end_to_end),
     ]
     rows: list[Row] = []
+    busy: list[float] = []
     with floor_server(work) as floor:
         for name, scenario in scenarios:
+            busy.append(machine_busy())
+            log(f"{name}: CPU busy before it starts (others' load): {busy[-1]:.0%}")
             rows += await attempt(name, scenario, cfg, work, floor)
-    return rows
+    return rows, busy
 
 
 def parse_args() -> tuple[Config, bool]:
@@ -273,10 +323,13 @@ def main() -> None:
     log(f"work dir {work}; {machine()}")
     started = time.monotonic()
     with asyncio.Runner(loop_factory=new_loop) as runner:
-        rows = runner.run(run_all(cfg, work))
+        rows, busy = runner.run(run_all(cfg, work))
     log(f"done in {time.monotonic() - started:.0f} s")
     print(machine())
     print(table(rows))
+    loads = ", ".join(f"{b:.0%}" for b in busy)
+    print(f"CPU busy with other work before each scenario: {loads}", end="")
+    print(" (over 20%: figures are low, run again)" if max(busy) > 0.2 else "")
     if keep:
         log(f"kept {work}")
     else:

@@ -43,6 +43,31 @@ def rss_bytes(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children(pid: int) -> list[int]:
+    """The child processes of `pid` (its worker processes, for `lockgate dev`)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def machine_busy(seconds: float = 0.5) -> float:
+    """The share of all CPUs busy over `seconds` (others' load, when the bench is idle)."""
+
+    def sample() -> tuple[int, int]:
+        values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        return sum(values), values[3] + values[4]  # total, idle + iowait
+
+    (total0, idle0), _, (total1, idle1) = sample(), time.sleep(seconds), sample()
+    return 1 - (idle1 - idle0) / max(1, total1 - total0)
+
+
 @dataclass
 class Service:
     """A started process: its pid, where it listens, and its output file."""

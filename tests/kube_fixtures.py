@@ -2,8 +2,9 @@
 
 Test modules load this with `pytest_plugins = ["kube_fixtures"]` (and never import it: it
 must be imported as a plugin first), so the session fixtures exist once however many
-modules use them; helpers come through the `resources` fixture. Without the envtest binaries the tests skip
-(`make envtest` builds them), unless LOCKGATE_REQUIRE_ENVTEST=1 makes that a failure.
+modules use them; helpers come through the `resources` fixture. Without the envtest
+binaries the tests skip (`make envtest` builds them), unless LOCKGATE_REQUIRE_ENVTEST=1
+makes that a failure.
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ from typing import Any, TypeVar
 
 import pytest
 import yaml
-from envtest import EnvTest, binaries_dir
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from envtest import EnvTest, binaries_dir
 from lockgate.dev.redis_server import EmbeddedRedis, free_port
 from lockgate.kube.crds import GROUP, VERSION
 from lockgate.kube.main import run

@@ -9,7 +9,7 @@ import asyncio
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -48,8 +48,8 @@ class Cluster:
     def start_workers(self, n: int = 2) -> None:
         base = worker_env(self.url, "echo", self.worker_key)
         for i in range(n):
-            env = {**os.environ, **base, **worker_id_env(f"w{i}"), "LOCKGATE_PING_INTERVAL_MS": "300",
-                   "LOCKGATE_LOG_LEVEL": "WARNING"}  # fmt: skip
+            env = {**os.environ, **base, **worker_id_env(f"w{i}"),
+                   "LOCKGATE_PING_INTERVAL_MS": "300", "LOCKGATE_LOG_LEVEL": "WARNING"}  # fmt: skip
             self.workers.append(
                 subprocess.Popen([sys.executable, str(REPO / "examples/echo/handler.py")], env=env)
             )
@@ -77,10 +77,9 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
         c.stop()
 
 
-async def submit_all(session: aiohttp.ClientSession, c: Cluster, n: int) -> list[str]:
+async def submit_all(session: aiohttp.ClientSession, c: Cluster, n: int, ids: list[str]) -> None:
     """Submit n jobs with 16 clients; a refused or failed request is sent again later.
-    Returns the ids /run returned."""
-    ids: list[str] = []
+    Appends the ids /run returned to `ids`."""
     todo = iter(range(n))
 
     async def client() -> None:
@@ -99,7 +98,16 @@ async def submit_all(session: aiohttp.ClientSession, c: Cluster, n: int) -> list
                 await asyncio.sleep(0.1)
 
     await asyncio.gather(*(client() for _ in range(16)))
-    return ids
+
+
+async def under_load(session, c: Cluster) -> tuple[asyncio.Task, list[str]]:
+    """Start submitting JOBS jobs; return once a quarter of them were accepted."""
+    ids: list[str] = []
+    load = asyncio.create_task(submit_all(session, c, JOBS, ids))
+    while len(ids) < JOBS // 4:
+        await asyncio.sleep(0.005)
+    assert not load.done(), "the fault must land while jobs are being submitted"
+    return load, ids
 
 
 async def all_completed(session: aiohttp.ClientSession, c: Cluster, ids: list[str]) -> bool:
@@ -128,26 +136,24 @@ async def wait_all_completed(session, c: Cluster, ids: list[str], timeout_s: flo
 
 async def test_a_gateway_killed_under_load_loses_no_accepted_job(cluster: Cluster):
     async with aiohttp.ClientSession() as session:
-        load = asyncio.create_task(submit_all(session, cluster, JOBS))
-        await asyncio.sleep(1.0)
-        assert not load.done(), "the fault must land while jobs are being submitted"
+        load, ids = await under_load(session, cluster)
         cluster.gateway.kill()
         cluster.gateway.wait()
         await asyncio.sleep(1.0)
         cluster.start_gateway()
-        ids = await load
+        await load
         assert len(ids) == len(set(ids)) == JOBS
         await wait_all_completed(session, cluster, ids)
 
 
 async def test_a_redis_restarted_under_load_loses_no_accepted_job(cluster: Cluster):
     async with aiohttp.ClientSession() as session:
-        load = asyncio.create_task(submit_all(session, cluster, JOBS))
-        await asyncio.sleep(1.0)
-        assert not load.done(), "the fault must land while jobs are being submitted"
+        load, ids = await under_load(session, cluster)
         await asyncio.to_thread(cluster.redis.stop)
+        accepted_before_restart = len(ids)
         await asyncio.sleep(1.0)
         await asyncio.to_thread(cluster.redis.start)
-        ids = await load
+        await load
+        assert accepted_before_restart < JOBS
         assert len(ids) == len(set(ids)) == JOBS
         await wait_all_completed(session, cluster, ids)

@@ -7,13 +7,16 @@ the operator wrote: Deployments, Secrets, status, and the registry in Redis.
 from __future__ import annotations
 
 import base64
+from typing import TYPE_CHECKING
 
 import pytest
-from kube_fixtures import NAMESPACE, Resources, condition, eventually, wait_until
 from redis.asyncio import Redis
 
 from lockgate.models import JobRequest
 from lockgate.store import JobStore, NewJob, Registry, key_digest
+
+if TYPE_CHECKING:
+    from kube_fixtures import Resources
 
 pytest_plugins = ["kube_fixtures"]
 pytestmark = [pytest.mark.envtest, pytest.mark.usefixtures("operator")]
@@ -37,7 +40,9 @@ async def test_endpoint_becomes_a_deployment_secret_and_registry_entry(
     resources.template("echo-tpl", env={"GREETING": "hi"}, ports=["8000/http"])
     resources.endpoint("ep-create", templateId="echo-tpl", workersMin=0, executionTimeoutMs=60_000)
 
-    deployment = wait_until(lambda: resources.deployment("ep-create-workers"), "the Deployment")
+    deployment = resources.wait_until(
+        lambda: resources.deployment("ep-create-workers"), "the Deployment"
+    )
     container = deployment.spec.template.spec.containers[0]
     assert container.image == "example.test/echo:1"
     env = env_of(deployment)
@@ -49,12 +54,14 @@ async def test_endpoint_becomes_a_deployment_secret_and_registry_entry(
     owner = deployment.metadata.owner_references[0]
     assert (owner.kind, owner.name, owner.controller) == ("Endpoint", "ep-create", True)
 
-    secret = resources.core.read_namespaced_secret("ep-create-worker-key", NAMESPACE)
+    secret = resources.core.read_namespaced_secret("ep-create-worker-key", resources.namespace)
     key = base64.b64decode(secret.data["RUNPOD_AI_API_KEY"]).decode()
     registry = Registry(redis)
-    entry = await eventually(lambda: registry.get_endpoint("ep-create"), "the registry entry")
+    entry = await resources.eventually(
+        lambda: registry.get_endpoint("ep-create"), "the registry entry"
+    )
     assert entry["executionTimeoutMs"] == 60_000
-    assert entry["namespace"] == NAMESPACE
+    assert entry["namespace"] == resources.namespace
     worker_key = await registry.get_key(key_digest(key))
     assert worker_key["scopes"] == ["workers"] and worker_key["endpoints"] == ["ep-create"]
 
@@ -65,14 +72,15 @@ async def test_endpoint_with_no_workers_wanted_is_ready_with_its_job_api_url(
     resources.template("ready-tpl")
     resources.endpoint("ep-ready", templateId="ready-tpl", workersMin=0)
 
-    status = wait_until(phase_is(resources, "ep-ready", "Ready"), "phase Ready")
+    status = resources.wait_until(phase_is(resources, "ep-ready", "Ready"), "phase Ready")
     assert status["endpointId"] == "ep-ready"
     assert status["jobApiUrl"] == "https://jobs.example.test/v2/ep-ready/"
-    assert status["observedGeneration"] == resources.get("endpoints", "ep-ready")["metadata"][
-        "generation"
-    ]
+    assert (
+        status["observedGeneration"]
+        == resources.get("endpoints", "ep-ready")["metadata"]["generation"]
+    )
     for type_ in ("SpecValid", "TemplateFound", "Registered", "Ready"):
-        assert condition(status, type_)["status"] == "True", type_
+        assert resources.condition(status, type_)["status"] == "True", type_
 
 
 async def test_endpoint_waiting_for_workers_is_initializing(resources: Resources) -> None:
@@ -80,10 +88,12 @@ async def test_endpoint_waiting_for_workers_is_initializing(resources: Resources
     resources.endpoint("ep-init", templateId="init-tpl", workersMin=1)
 
     # envtest has no nodes: the pod stays Pending, so the worker never becomes ready.
-    status = wait_until(phase_is(resources, "ep-init", "Initializing"), "phase Initializing")
+    status = resources.wait_until(
+        phase_is(resources, "ep-init", "Initializing"), "phase Initializing"
+    )
     assert status["workers"]["desired"] == 1
     assert status["workers"]["ready"] == 0
-    assert condition(status, "Ready")["status"] == "False"
+    assert resources.condition(status, "Ready")["status"] == "False"
 
 
 # -- problems a person can act on ----------------------------------------------------------
@@ -94,23 +104,23 @@ async def test_missing_template_shows_as_a_condition_and_recovers_when_created(
 ) -> None:
     resources.endpoint("ep-late", templateId="late-tpl")
 
-    status = wait_until(phase_is(resources, "ep-late", "Pending"), "phase Pending")
-    found = condition(status, "TemplateFound")
+    status = resources.wait_until(phase_is(resources, "ep-late", "Pending"), "phase Pending")
+    found = resources.condition(status, "TemplateFound")
     assert found["status"] == "False" and found["reason"] == "TemplateNotFound"
-    assert "late-tpl" in found["message"] and NAMESPACE in found["message"]
+    assert "late-tpl" in found["message"] and resources.namespace in found["message"]
     assert resources.deployment("ep-late-workers") is None
 
     resources.template("late-tpl")
-    wait_until(lambda: resources.deployment("ep-late-workers"), "the Deployment")
-    wait_until(phase_is(resources, "ep-late", "Ready"), "phase Ready")
+    resources.wait_until(lambda: resources.deployment("ep-late-workers"), "the Deployment")
+    resources.wait_until(phase_is(resources, "ep-late", "Ready"), "phase Ready")
 
 
 async def test_workers_min_above_workers_max_fails_with_a_message(resources: Resources) -> None:
     resources.template("minmax-tpl")
     resources.endpoint("ep-minmax", templateId="minmax-tpl", workersMin=5, workersMax=2)
 
-    status = wait_until(phase_is(resources, "ep-minmax", "Failed"), "phase Failed")
-    valid = condition(status, "SpecValid")
+    status = resources.wait_until(phase_is(resources, "ep-minmax", "Failed"), "phase Failed")
+    valid = resources.condition(status, "SpecValid")
     assert valid["reason"] == "InvalidSpec"
     assert "workersMin (5) must not exceed workersMax (2)" in valid["message"]
     assert resources.deployment("ep-minmax-workers") is None
@@ -135,7 +145,7 @@ async def test_template_change_rolls_the_deployment_of_every_endpoint_using_it(
     resources.endpoint("ep-roll-a", templateId="roll-tpl")
     resources.endpoint("ep-roll-b", templateId="roll-tpl")
     for name in ("ep-roll-a", "ep-roll-b"):
-        wait_until(lambda n=name: resources.deployment(f"{n}-workers"), "the Deployments")
+        resources.wait_until(lambda n=name: resources.deployment(f"{n}-workers"), "the Deployments")
 
     resources.patch("templates", "roll-tpl", {"spec": {"image": "example.test/echo:2"}})
 
@@ -143,16 +153,16 @@ async def test_template_change_rolls_the_deployment_of_every_endpoint_using_it(
         return resources.deployment(f"{name}-workers").spec.template.spec.containers[0].image
 
     for name in ("ep-roll-a", "ep-roll-b"):
-        wait_until(lambda n=name: image(n) == "example.test/echo:2", f"{name} rolled")
+        resources.wait_until(lambda n=name: image(n) == "example.test/echo:2", f"{name} rolled")
 
 
 async def test_replica_count_set_by_the_scaler_is_never_reset(resources: Resources) -> None:
     resources.template("scale-tpl")
     resources.endpoint("ep-scale", templateId="scale-tpl", workersMin=0, workersMax=5)
-    wait_until(lambda: resources.deployment("ep-scale-workers"), "the Deployment")
+    resources.wait_until(lambda: resources.deployment("ep-scale-workers"), "the Deployment")
 
     resources.apps.patch_namespaced_deployment_scale(
-        "ep-scale-workers", NAMESPACE, {"spec": {"replicas": 3}}
+        "ep-scale-workers", resources.namespace, {"spec": {"replicas": 3}}
     )
     resources.patch("endpoints", "ep-scale", {"spec": {"idleTimeout": 30, "workersMin": 1}})
 
@@ -160,8 +170,8 @@ async def test_replica_count_set_by_the_scaler_is_never_reset(resources: Resourc
         meta = resources.deployment("ep-scale-workers").metadata
         return meta.annotations.get("lockgate.dev/idle-timeout-s") == "30"
 
-    wait_until(annotated, "the edit applied")
-    wait_until(
+    resources.wait_until(annotated, "the edit applied")
+    resources.wait_until(
         lambda: resources.status("ep-scale").get("observedGeneration") == 2, "generation 2"
     )
     assert resources.deployment("ep-scale-workers").spec.replicas == 3
@@ -176,15 +186,21 @@ async def test_deleting_an_endpoint_removes_its_registry_entry_key_and_jobs(
     resources.template("del-tpl")
     resources.endpoint("ep-delete", templateId="del-tpl")
     registry, jobs = Registry(redis), JobStore(redis)
-    entry = await eventually(lambda: registry.get_endpoint("ep-delete"), "the registry entry")
+    entry = await resources.eventually(
+        lambda: registry.get_endpoint("ep-delete"), "the registry entry"
+    )
     request = JobRequest(input={"x": 1})
     await jobs.submit("ep-delete", NewJob(id="job-1", input=b'{"x": 1}', ttl_ms=request.policy.ttl))
 
     resources.delete("endpoints", "ep-delete")
 
-    wait_until(lambda: resources.get("endpoints", "ep-delete") is None, "the Endpoint gone")
+    resources.wait_until(
+        lambda: resources.get("endpoints", "ep-delete") is None, "the Endpoint gone"
+    )
     assert await registry.get_endpoint("ep-delete") is None
     assert await registry.get_key(entry["workerKeyDigest"]) is None
     assert (await jobs.snapshot("ep-delete", 30_000)).in_queue == 0
     # The garbage collector removes what the Endpoint owned.
-    wait_until(lambda: resources.deployment("ep-delete-workers") is None, "the Deployment gone")
+    resources.wait_until(
+        lambda: resources.deployment("ep-delete-workers") is None, "the Deployment gone"
+    )

@@ -79,11 +79,11 @@ def test_wrong_secret_is_rejected() -> None:
         verify("whsec_" + base64.b64encode(b"other").decode(), headers, BODY, now=NOW)
 
 
-@pytest.mark.parametrize("skew_s", [-301, 301])
-def test_timestamp_beyond_the_tolerance_is_rejected(skew_s: int) -> None:
+@pytest.mark.parametrize(("skew_s", "complaint"), [(301, "too old"), (-301, "in the future")])
+def test_timestamp_beyond_the_tolerance_is_rejected(skew_s: int, complaint: str) -> None:
     headers = signature_headers(SPEC_SECRET, BODY, timestamp=NOW)
-    with pytest.raises(WebhookVerificationError, match="too old|future"):
-        verify(SPEC_SECRET, headers, BODY, now=NOW - skew_s)
+    with pytest.raises(WebhookVerificationError, match=complaint):
+        verify(SPEC_SECRET, headers, BODY, now=NOW + skew_s)
 
 
 def test_timestamp_within_the_tolerance_is_accepted() -> None:

@@ -125,8 +125,8 @@ def _clean(node: Any, defs: dict[str, Any], defaults: bool) -> Any:
     node = _inline(node, defs)
     out: dict[str, Any] = {}
     for key, value in node.items():
-        if key not in _KEPT or (key == "default" and not defaults):
-            continue
+        if key not in _KEPT or (key == "default" and (not defaults or value == "")):
+            continue  # an empty-string default says nothing (and some clients drop it)
         if key == "properties":
             out[key] = {name: _clean(sub, defs, defaults) for name, sub in value.items()}
         elif key == "additionalProperties" and value is False:
