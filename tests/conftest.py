@@ -79,7 +79,7 @@ def make_settings(redis_url: str, port: int, **overrides) -> Settings:
 
 
 async def start_gateway(settings: Settings) -> web.AppRunner:
-    runner = web.AppRunner(create_app(settings), handle_signals=False)
+    runner = web.AppRunner(create_app(settings), handle_signals=False, shutdown_timeout=1)
     await runner.setup()
     await web.TCPSite(runner, settings.host, settings.port).start()
     return runner
