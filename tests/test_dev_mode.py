@@ -99,7 +99,7 @@ def test_workers_scale_up_with_the_queue_and_down_to_zero_when_idle(tmp_path):
         assert dev.workers() == []
         for _ in range(4):
             requests.post(dev.job_url("run"), json={"input": {"sleep": 1}}, headers=dev.headers())
-        wait_until(lambda: len(dev.workers()) == 2)
+        wait_until(lambda: len(dev.workers()) == 2, timeout_s=60)
         wait_until(
             lambda: (
                 requests.get(dev.job_url("health"), headers=dev.headers()).json()["jobs"][
@@ -107,6 +107,6 @@ def test_workers_scale_up_with_the_queue_and_down_to_zero_when_idle(tmp_path):
                 ]
                 == 4
             ),
-            timeout_s=30,
+            timeout_s=60,
         )
-        wait_until(lambda: dev.workers() == [], timeout_s=30)
+        wait_until(lambda: dev.workers() == [], timeout_s=60)

@@ -7,9 +7,12 @@ the operator wrote: Deployments, Secrets, status, and the registry in Redis.
 from __future__ import annotations
 
 import base64
+import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+import yaml
 from redis.asyncio import Redis
 
 from lockgate.models import JobRequest
@@ -18,6 +21,7 @@ from lockgate.store import JobStore, NewJob, Registry, key_digest
 if TYPE_CHECKING:
     from kube_fixtures import Resources
 
+REPO = Path(__file__).resolve().parent.parent
 pytest_plugins = ["kube_fixtures"]
 pytestmark = [pytest.mark.envtest, pytest.mark.usefixtures("operator")]
 
@@ -79,7 +83,7 @@ async def test_endpoint_with_no_workers_wanted_is_ready_with_its_job_api_url(
         status["observedGeneration"]
         == resources.get("endpoints", "ep-ready")["metadata"]["generation"]
     )
-    for type_ in ("SpecValid", "TemplateFound", "Registered", "Ready"):
+    for type_ in ("SpecValid", "TemplateFound", "Registered", "WorkloadsApplied", "Ready"):
         assert resources.condition(status, type_)["status"] == "True", type_
 
 
@@ -124,6 +128,17 @@ async def test_workers_min_above_workers_max_fails_with_a_message(resources: Res
     assert valid["reason"] == "InvalidSpec"
     assert "workersMin (5) must not exceed workersMax (2)" in valid["message"]
     assert resources.deployment("ep-minmax-workers") is None
+
+
+async def test_workers_the_api_server_refuses_fail_the_endpoint_with_its_reason(
+    resources: Resources,
+) -> None:
+    resources.template("badenv-tpl", env={"NOT=VALID": "x"})
+    resources.endpoint("ep-badenv", templateId="badenv-tpl")
+
+    status = resources.wait_until(phase_is(resources, "ep-badenv", "Failed"), "phase Failed")
+    applied = resources.condition(status, "WorkloadsApplied")
+    assert applied["reason"] == "Rejected" and "NOT=VALID" in applied["message"]
 
 
 def test_api_server_rejects_values_outside_the_schema_bounds(resources: Resources) -> None:
@@ -204,3 +219,98 @@ async def test_deleting_an_endpoint_removes_its_registry_entry_key_and_jobs(
     resources.wait_until(
         lambda: resources.deployment("ep-delete-workers") is None, "the Deployment gone"
     )
+
+
+# -- repairs and extras --------------------------------------------------------------------
+
+
+async def test_flashboot_adds_a_pre_pull_daemonset_and_removes_it_when_turned_off(
+    resources: Resources,
+) -> None:
+    resources.template("flash-tpl", image="example.test/big:1")
+    resources.endpoint("ep-flash", templateId="flash-tpl", flashboot=True)
+
+    def daemonset():
+        items = resources.apps.list_namespaced_daemon_set(resources.namespace).items
+        return next((d for d in items if d.metadata.name == "ep-flash-flashboot"), None)
+
+    ds = resources.wait_until(daemonset, "the flashboot DaemonSet")
+    images = [c.image for c in ds.spec.template.spec.init_containers]
+    assert "example.test/big:1" in images
+
+    resources.patch("endpoints", "ep-flash", {"spec": {"flashboot": False}})
+    resources.wait_until(lambda: daemonset() is None, "the DaemonSet removed")
+
+
+async def test_resync_with_nothing_changed_writes_nothing(resources: Resources) -> None:
+    resources.template("idle-tpl")
+    resources.endpoint("ep-idle", templateId="idle-tpl")
+
+    def settled() -> bool:  # the Deployment controller has reported, and the status says so
+        available = resources.condition(resources.status("ep-idle"), "DeploymentAvailable")
+        return available.get("status") == "True"
+
+    resources.wait_until(settled, "DeploymentAvailable")
+    before = resources.get("endpoints", "ep-idle")["metadata"]["resourceVersion"]
+    deployment = resources.deployment("ep-idle-workers").metadata.resource_version
+
+    time.sleep(2.5)  # at least two resyncs (resync_s=1)
+
+    assert resources.get("endpoints", "ep-idle")["metadata"]["resourceVersion"] == before
+    assert resources.deployment("ep-idle-workers").metadata.resource_version == deployment
+
+
+async def test_registry_entry_lost_by_redis_is_written_again(
+    resources: Resources, redis: Redis
+) -> None:
+    resources.template("lost-tpl")
+    resources.endpoint("ep-lost", templateId="lost-tpl")
+    registry = Registry(redis)
+    await resources.eventually(lambda: registry.get_endpoint("ep-lost"), "the registry entry")
+
+    await redis.flushall()
+
+    entry = await resources.eventually(lambda: registry.get_endpoint("ep-lost"), "re-registered")
+    assert await registry.get_key(entry["workerKeyDigest"]) is not None
+
+
+async def test_deleted_worker_key_secret_gets_a_new_key_that_rolls_the_workers(
+    resources: Resources, redis: Redis
+) -> None:
+    resources.template("key-tpl")
+    resources.endpoint("ep-key", templateId="key-tpl")
+    registry = Registry(redis)
+    old = await resources.eventually(lambda: registry.get_endpoint("ep-key"), "the entry")
+    old_pods = resources.deployment("ep-key-workers").spec.template.metadata.annotations
+
+    resources.core.delete_namespaced_secret("ep-key-worker-key", resources.namespace)
+
+    async def rotated() -> dict | None:
+        entry = await registry.get_endpoint("ep-key")
+        return entry if entry and entry["workerKeyDigest"] != old["workerKeyDigest"] else None
+
+    new = await resources.eventually(rotated, "a new worker key")
+    assert await registry.get_key(old["workerKeyDigest"]) is None
+    assert await registry.get_key(new["workerKeyDigest"]) is not None
+
+    def pods_rolled() -> bool:
+        pods = resources.deployment("ep-key-workers").spec.template.metadata.annotations
+        return pods["lockgate.dev/worker-key"] == new["workerKeyDigest"][:12]
+
+    resources.wait_until(pods_rolled, "the workers rolled onto the new key")
+    assert old_pods["lockgate.dev/worker-key"] == old["workerKeyDigest"][:12]
+
+
+async def test_echo_example_manifest_becomes_a_ready_endpoint(resources: Resources) -> None:
+    docs = list(yaml.safe_load_all((REPO / "examples/echo/endpoint.yaml").read_text()))
+    for doc in docs:
+        plural = doc["kind"].lower() + "s"
+        resources.created.append((plural, doc["metadata"]["name"]))
+        resources.custom.create_namespaced_custom_object(
+            "lockgate.dev", "v1alpha1", resources.namespace, plural, doc
+        )
+
+    resources.wait_until(phase_is(resources, "echo", "Ready"), "the echo endpoint Ready")
+    container = resources.deployment("echo-workers").spec.template.spec.containers[0]
+    assert container.command == ["python", "-u", "/app/handler.py"]
+    assert container.resources.limits == {"cpu": "1", "ephemeral-storage": "5Gi"}

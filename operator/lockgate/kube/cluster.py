@@ -95,7 +95,9 @@ class Cluster:
     def connection_info(self) -> kopf.ConnectionInfo:
         """This client's credentials, for kopf's own API connections."""
         cfg = self.api_client.configuration
-        token = cfg.get_api_key_with_prefix("authorization") or ""
+        # Recent clients keep the token under "BearerToken", older ones under "authorization";
+        # asking refreshes it when it comes from an exec plugin or a projected token file.
+        token = cfg.get_api_key_with_prefix("BearerToken", alias="authorization") or ""
         scheme, _, value = token.partition(" ")
         return kopf.ConnectionInfo(
             server=cfg.host,

@@ -28,6 +28,7 @@ from lockgate.kube.status import (
     REGISTERED,
     SPEC_VALID,
     TEMPLATE_FOUND,
+    WORKLOADS_APPLIED,
     Activity,
     Check,
     Observed,
@@ -196,7 +197,15 @@ async def _converge(ctx: Context, owner: Owner, raw: Mapping[str, Any]) -> tuple
     checks.append(check)
     if digest is None:
         return checks, False
-    await apply_workloads(ctx, owner, spec, template, spec.templateId, digest)
+    try:
+        await apply_workloads(ctx, owner, spec, template, spec.templateId, digest)
+    except ClusterError as err:
+        if err.status not in (400, 422):
+            raise  # transient: retried
+        message = f"the API server refused the workers: {err}"
+        checks.append(Check(WORKLOADS_APPLIED, False, "Rejected", message, fatal=True))
+        return checks, True
+    checks.append(Check(WORKLOADS_APPLIED, True, "Applied", ""))
     return checks, True
 
 

@@ -6,11 +6,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lockgate.kube.crds import omit_empty_strings
 from lockgate.models import Condition, ConditionStatus, EndpointStatus, Phase
 
 SPEC_VALID = "SpecValid"
 TEMPLATE_FOUND = "TemplateFound"
 REGISTERED = "Registered"
+WORKLOADS_APPLIED = "WorkloadsApplied"  # the API server took the Deployment (and DaemonSet)
 DEPLOYMENT_AVAILABLE = "DeploymentAvailable"
 READY = "Ready"  # mirrors the phase, for tools that read a Ready condition (kstatus, Flux)
 
@@ -48,7 +50,7 @@ class Observed:
     """Everything a status is computed from, as read in one reconcile."""
 
     generation: int
-    checks: Sequence[Check] = ()  # spec, Template, registry: in order, up to the first failure
+    checks: Sequence[Check] = ()  # spec, Template, registry, workloads: up to the first failure
     deployment: Mapping[str, Any] | None = None  # the Deployment as the API returned it
     activity: Activity = field(default_factory=Activity)
 
@@ -146,7 +148,7 @@ def endpoint_status(
         conditions=merge_conditions((previous or {}).get("conditions") or [], checks, now),
         observedGeneration=observed.generation,
     )
-    return status.model_dump(mode="json")
+    return omit_empty_strings(status.model_dump(mode="json"))
 
 
 def same_status(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:

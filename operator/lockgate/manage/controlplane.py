@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from lockgate.kube.cluster import Cluster, Conflict, NotFound
-from lockgate.kube.crds import API_VERSION, ENDPOINT
+from lockgate.kube.crds import API_VERSION, ENDPOINT, omit_empty_strings
 from lockgate.models import EndpointRecord, EndpointSpec, EndpointStatus
 
 
@@ -85,7 +85,7 @@ class KubernetesControlPlane:
             "apiVersion": API_VERSION,
             "kind": ENDPOINT.kind,
             "metadata": {"name": endpoint_id, "namespace": self.namespace},
-            "spec": spec.model_dump(mode="json"),
+            "spec": omit_empty_strings(spec.model_dump(mode="json")),
         }
         try:
             return self._record(await self.cluster.create_endpoint(self.namespace, body))
@@ -103,8 +103,10 @@ class KubernetesControlPlane:
         return sorted((self._record(obj) for obj in items), key=lambda r: r.id)
 
     async def patch(self, endpoint_id: str, spec: EndpointSpec) -> EndpointRecord:
-        # A merge patch of every field: lists are replaced, not merged.
-        patch = {"spec": spec.model_dump(mode="json")}
+        # A merge patch of every field (lists are replaced, not merged); null removes a
+        # field, so an emptied string goes back to its default.
+        fields = spec.model_dump(mode="json")
+        patch = {"spec": {k: (None if v == "" else v) for k, v in fields.items()}}
         try:
             obj = await self.cluster.patch_endpoint(self.namespace, endpoint_id, patch)
         except NotFound as err:

@@ -1,0 +1,325 @@
+"""Manifest builders: every Endpoint and Template setting leaves a visible mark."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lockgate.kube import manifests
+from lockgate.kube.manifests import Owner
+from lockgate.kube.settings import OperatorSettings
+from lockgate.models import EndpointSpec, TemplateSpec
+
+OWNER = Owner(name="ep1", namespace="ml", uid="uid-1")
+SETTINGS = OperatorSettings(gateway_url="http://gw:8080", base_url="https://jobs.example")
+
+
+def deployment(spec: dict | None = None, template: dict | None = None, **kw: Any) -> dict:
+    return manifests.worker_deployment(
+        OWNER,
+        EndpointSpec(**(spec or {})),
+        TemplateSpec(**{"image": "img:1", **(template or {})}),
+        "tpl",
+        kw.pop("settings", SETTINGS),
+        replicas=kw.pop("replicas", 0),
+        **kw,
+    )
+
+
+def pod(spec: dict | None = None, template: dict | None = None) -> dict:
+    return deployment(spec, template)["spec"]["template"]["spec"]
+
+
+def worker(spec: dict | None = None, template: dict | None = None) -> dict:
+    return pod(spec, template)["containers"][0]
+
+
+def env(spec: dict | None = None, template: dict | None = None) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in worker(spec, template)["env"]}
+
+
+def required(pod_spec: dict) -> dict[str, list[str]]:
+    node = pod_spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    exprs = node["nodeSelectorTerms"][0]["matchExpressions"]
+    return {e["key"]: e["values"] for e in exprs}
+
+
+def preferred(pod_spec: dict) -> list[tuple[int, str]]:
+    prefs = pod_spec["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    return [(p["weight"], p["preference"]["matchExpressions"][0]["values"][0]) for p in prefs]
+
+
+# -- Endpoint settings ---------------------------------------------------------------------
+
+
+def test_name_is_shown_as_the_display_name_annotation() -> None:
+    meta = deployment({"name": "My echo"})["metadata"]
+    assert meta["annotations"]["lockgate.dev/display-name"] == "My echo"
+
+
+def test_gpu_endpoint_requests_gpu_count_and_tolerates_gpu_nodes() -> None:
+    spec = pod({"computeType": "GPU", "gpuCount": 2})
+    assert spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec[
+        "tolerations"
+    ]
+    assert env({"computeType": "GPU", "gpuCount": 2})["RUNPOD_GPU_COUNT"] == "2"
+
+
+def test_cpu_endpoint_has_no_gpu_and_vcpu_count_as_request_and_limit() -> None:
+    spec = pod({"computeType": "CPU", "vcpuCount": 8})
+    res = spec["containers"][0]["resources"]
+    assert res["requests"]["cpu"] == "8" and res["limits"]["cpu"] == "8"
+    assert "nvidia.com/gpu" not in res["limits"]
+    assert "tolerations" not in spec
+    assert env({"computeType": "CPU", "vcpuCount": 8})["RUNPOD_CPU_COUNT"] == "8"
+
+
+def test_gpu_endpoint_requests_vcpu_count_without_a_cpu_limit() -> None:
+    res = worker({"vcpuCount": 6})["resources"]
+    assert res["requests"]["cpu"] == "6"
+    assert "cpu" not in res["limits"]
+
+
+def test_gpu_types_are_required_and_preferred_in_the_listed_order() -> None:
+    ids = ["NVIDIA GeForce RTX 4090", "NVIDIA A100 80GB PCIe", "NVIDIA L4"]
+    spec = pod({"gpuTypeIds": ids})
+    wanted = ["NVIDIA-GeForce-RTX-4090", "NVIDIA-A100-80GB-PCIe", "NVIDIA-L4"]
+    assert required(spec)["nvidia.com/gpu.product"] == wanted
+    weights = preferred(spec)
+    assert [v for _, v in weights] == wanted
+    assert weights[0][0] > weights[1][0] > weights[2][0] >= 1
+
+
+def test_gpu_type_label_key_is_configurable() -> None:
+    settings = OperatorSettings(gpu_type_label="example.com/gpu")
+    spec = deployment({"gpuTypeIds": ["A", "B"]}, settings=settings)["spec"]["template"]["spec"]
+    assert required(spec) == {"example.com/gpu": ["A", "B"]}
+
+
+def test_cuda_versions_and_data_centers_constrain_nodes() -> None:
+    spec = pod({"allowedCudaVersions": ["12.4", "12.6"], "dataCenterIds": ["EU-RO-1"]})
+    assert required(spec) == {
+        "nvidia.com/cuda.runtime-version.full": ["12.4", "12.6"],
+        "topology.kubernetes.io/zone": ["EU-RO-1"],
+    }
+
+
+def test_cpu_flavors_constrain_nodes_of_cpu_endpoints() -> None:
+    spec = pod({"computeType": "CPU", "cpuFlavorIds": ["cpu3c", "cpu5c"], "gpuTypeIds": ["X"]})
+    assert required(spec) == {"lockgate.dev/cpu-flavor": ["cpu3c", "cpu5c"]}
+    assert [v for _, v in preferred(spec)] == ["cpu3c", "cpu5c"]
+
+
+def test_unconstrained_endpoint_has_no_affinity() -> None:
+    assert "affinity" not in pod()
+
+
+def test_template_id_is_recorded_on_deployment_and_pods() -> None:
+    dep = deployment()
+    assert dep["metadata"]["annotations"]["lockgate.dev/template"] == "tpl"
+    assert dep["spec"]["template"]["metadata"]["annotations"]["lockgate.dev/template"] == "tpl"
+
+
+def test_execution_timeout_sets_a_grace_period_that_lets_a_job_finish() -> None:
+    assert pod({"executionTimeoutMs": 60_000})["terminationGracePeriodSeconds"] == 75
+    assert pod({"executionTimeoutMs": 5_000})["terminationGracePeriodSeconds"] == 20
+
+
+def test_grace_period_is_capped() -> None:
+    assert pod({"executionTimeoutMs": 86_400_000})["terminationGracePeriodSeconds"] == 3600
+
+
+def test_flashboot_uses_pre_pulled_images() -> None:
+    assert worker({"flashboot": True})["imagePullPolicy"] == "IfNotPresent"
+    assert "imagePullPolicy" not in worker({"flashboot": False})
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "annotation", "shown"),
+    [
+        ("idleTimeout", 42, "idle-timeout-s", "42"),
+        ("scalerType", "REQUEST_COUNT", "scaler-type", "REQUEST_COUNT"),
+        ("scalerValue", 9, "scaler-value", "9"),
+        ("workersMin", 1, "workers-min", "1"),
+        ("workersMax", 7, "workers-max", "7"),
+        ("executionTimeoutMs", 90_000, "execution-timeout-ms", "90000"),
+        ("flashboot", True, "flashboot", "true"),
+    ],
+)
+def test_scaling_settings_are_annotated_on_the_deployment(
+    field: str, value: Any, annotation: str, shown: str
+) -> None:
+    meta = deployment({"workersMax": 10, field: value})["metadata"]
+    assert meta["annotations"][f"lockgate.dev/{annotation}"] == shown
+
+
+def test_scaling_settings_do_not_touch_the_pod_template() -> None:
+    a = deployment({"idleTimeout": 1, "scalerValue": 2, "workersMax": 3, "name": "a"})
+    b = deployment({"idleTimeout": 9, "scalerValue": 8, "workersMax": 7, "name": "b"})
+    assert a["spec"]["template"] == b["spec"]["template"]
+
+
+def test_workers_min_is_the_replica_count_at_creation() -> None:
+    assert deployment({"workersMin": 2}, replicas=2)["spec"]["replicas"] == 2
+
+
+def test_registry_entry_holds_every_setting_and_the_key_digest() -> None:
+    spec = EndpointSpec(executionTimeoutMs=30_000, workersMax=4)
+    entry = manifests.registry_entry(
+        OWNER, spec, key_digest="abc", job_api_url="https://jobs.example/v2/ep1/"
+    )
+    assert entry["id"] == "ep1" and entry["namespace"] == "ml" and entry["uid"] == "uid-1"
+    assert entry["executionTimeoutMs"] == 30_000 and entry["workersMax"] == 4
+    assert entry["workerKeyDigest"] == "abc"
+    assert set(EndpointSpec.model_fields) <= set(entry)
+
+
+# -- Template settings ---------------------------------------------------------------------
+
+
+def test_image_command_and_args_come_from_the_template() -> None:
+    c = worker(template={"image": "repo/app:2", "command": ["python"], "args": ["-u", "h.py"]})
+    assert (c["image"], c["command"], c["args"]) == ("repo/app:2", ["python"], ["-u", "h.py"])
+
+
+def test_template_env_follows_the_worker_contract_which_it_cannot_override() -> None:
+    variables = env(template={"env": {"MODEL": "x", "RUNPOD_ENDPOINT_ID": "evil"}})
+    assert variables["MODEL"] == "x"
+    assert variables["RUNPOD_ENDPOINT_ID"] == "ep1"
+    names = [e["name"] for e in worker(template={"env": {"MODEL": "x"}})["env"]]
+    assert names.index("MODEL") > names.index("RUNPOD_WEBHOOK_GET_JOB")
+
+
+def test_worker_contract_env_points_at_the_gateway_with_the_pod_name_as_worker_id() -> None:
+    variables = env()
+    assert variables["RUNPOD_WEBHOOK_GET_JOB"].startswith("http://gw:8080/v2/ep1/job-take/$ID")
+    assert variables["RUNPOD_POD_ID"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert variables["LOCKGATE_WORKER_ID"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    key_ref = {"secretKeyRef": {"name": "ep1-worker-key", "key": "RUNPOD_AI_API_KEY"}}
+    assert variables["RUNPOD_AI_API_KEY"] == key_ref
+    assert variables["LOCKGATE_WORKER_KEY"] == key_ref
+
+
+def test_ports_become_named_tcp_container_ports() -> None:
+    ports = worker(template={"ports": ["8000/http", "22/tcp"]})["ports"]
+    assert ports == [
+        {"name": "http-8000", "containerPort": 8000, "protocol": "TCP"},
+        {"name": "tcp-22", "containerPort": 22, "protocol": "TCP"},
+    ]
+
+
+def test_container_disk_is_requested_and_limited_as_ephemeral_storage() -> None:
+    res = worker(template={"containerDiskInGb": 50})["resources"]
+    assert res["requests"]["ephemeral-storage"] == res["limits"]["ephemeral-storage"] == "50Gi"
+
+
+def test_image_pull_secret_is_referenced_by_the_pods() -> None:
+    assert pod(template={"imagePullSecret": "regcred"})["imagePullSecrets"] == [{"name": "regcred"}]
+
+
+def test_model_url_is_fetched_once_per_node_into_a_cache_mounted_read_only() -> None:
+    url = "https://models.example/llama/model.gguf?download=1"
+    spec = pod(template={"modelUrl": url})
+    (volume,) = spec["volumes"]
+    assert volume["hostPath"]["path"].startswith("/var/lib/lockgate/models/")
+    (fetch,) = spec["initContainers"]
+    assert {"name": "MODEL_URL", "value": url} in fetch["env"]
+    assert "flock" in fetch["command"][-1]
+    mount = spec["containers"][0]["volumeMounts"][0]
+    assert mount == {"name": "model-cache", "mountPath": "/lockgate/model", "readOnly": True}
+    assert env(template={"modelUrl": url})["LOCKGATE_MODEL_PATH"] == "/lockgate/model/model.gguf"
+
+
+def test_same_model_url_shares_one_node_folder_across_endpoints() -> None:
+    url = "https://models.example/m.bin"
+    a = pod(template={"modelUrl": url})["volumes"][0]
+    b = pod({"gpuCount": 4}, {"modelUrl": url})["volumes"][0]
+    assert a == b
+
+
+# -- the other objects ---------------------------------------------------------------------
+
+
+def test_every_object_is_owned_by_the_endpoint_and_labelled() -> None:
+    spec, template = EndpointSpec(flashboot=True), TemplateSpec(image="img:1")
+    objects = [
+        deployment(),
+        manifests.worker_key_secret(OWNER, "k"),
+        manifests.flashboot_daemonset(OWNER, spec, template, SETTINGS),
+    ]
+    for obj in objects:
+        meta = obj["metadata"]
+        assert meta["ownerReferences"] == [
+            {
+                "apiVersion": "lockgate.dev/v1alpha1",
+                "kind": "Endpoint",
+                "name": "ep1",
+                "uid": "uid-1",
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+        assert meta["labels"]["app.kubernetes.io/instance"] == "ep1"
+        assert meta["labels"]["app.kubernetes.io/managed-by"] == "lockgate-operator"
+        assert meta["namespace"] == "ml"
+
+
+def test_worker_key_secret_holds_the_key() -> None:
+    secret = manifests.worker_key_secret(OWNER, "lgw_secret")
+    assert secret["metadata"]["name"] == "ep1-worker-key"
+    assert secret["stringData"] == {"RUNPOD_AI_API_KEY": "lgw_secret"}
+
+
+def test_flashboot_daemonset_pulls_the_worker_image_where_workers_may_run() -> None:
+    spec = EndpointSpec(flashboot=True, gpuTypeIds=["NVIDIA L4"])
+    template = TemplateSpec(image="repo/app:3", imagePullSecret="regcred", modelUrl="https://m/x")
+    ds = manifests.flashboot_daemonset(OWNER, spec, template, SETTINGS)
+    pod_spec = ds["spec"]["template"]["spec"]
+    pull = next(c for c in pod_spec["initContainers"] if c["name"] == "pull-worker-image")
+    assert pull["image"] == "repo/app:3"
+    assert required(pod_spec) == {"nvidia.com/gpu.product": ["NVIDIA-L4"]}
+    assert pod_spec["imagePullSecrets"] == [{"name": "regcred"}]
+    assert any(c["name"] == "fetch-model" for c in pod_spec["initContainers"])
+    assert "nvidia.com/gpu" not in str(pod_spec["containers"])  # holds no GPU
+
+
+def test_new_worker_key_rolls_the_workers() -> None:
+    a = deployment(key_revision="aaa")["spec"]["template"]
+    b = deployment(key_revision="bbb")["spec"]["template"]
+    assert a != b
+
+
+# -- updates -------------------------------------------------------------------------------
+
+
+def test_update_keeps_the_scalers_replicas_and_other_tools_annotations() -> None:
+    desired = manifests.with_hash(deployment(replicas=0))
+    existing = manifests.with_hash(deployment({"name": "old"}, replicas=0))
+    existing["metadata"]["resourceVersion"] = "7"
+    existing["spec"]["replicas"] = 4
+    existing["metadata"]["annotations"]["deployment.kubernetes.io/revision"] = "3"
+    restarted = {"kubectl.kubernetes.io/restartedAt": "2026-01-01T00:00:00Z"}
+    existing["spec"]["template"]["metadata"]["annotations"].update(restarted)
+
+    out = manifests.updated(existing, desired)
+    assert out["spec"]["replicas"] == 4
+    assert out["metadata"]["resourceVersion"] == "7"
+    assert out["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == "3"
+    assert out["metadata"]["annotations"]["lockgate.dev/display-name"] == ""
+    assert out["spec"]["template"]["metadata"]["annotations"][
+        "kubectl.kubernetes.io/restartedAt"
+    ] == ("2026-01-01T00:00:00Z")
+
+
+def test_content_hash_changes_with_the_template_only() -> None:
+    same = manifests.hash_of(manifests.with_hash(deployment()))
+    assert same == manifests.hash_of(manifests.with_hash(deployment()))
+    changed = manifests.with_hash(deployment(template={"image": "img:2"}))
+    assert manifests.hash_of(changed) != same
+
+
+def test_gpu_names_become_node_label_values() -> None:
+    assert manifests.node_label_value(" NVIDIA GeForce RTX 4090 ") == "NVIDIA-GeForce-RTX-4090"
+    assert manifests.node_label_value("NVIDIA H100 80GB HBM3") == "NVIDIA-H100-80GB-HBM3"

@@ -1,0 +1,66 @@
+"""Reconcile steps that need Redis but no API server: endpoint ids are cluster-wide."""
+
+from __future__ import annotations
+
+from redis.asyncio import Redis
+
+from lockgate.kube.manifests import Owner
+from lockgate.kube.reconcile import Context, clean_up, register
+from lockgate.kube.settings import OperatorSettings
+from lockgate.models import EndpointSpec
+from lockgate.store import JobStore, NewJob, Registry
+
+
+class FakeCluster:
+    """Just enough of `Cluster` for registration: one worker key per owner, no Secrets."""
+
+    def __init__(self) -> None:
+        self.keys: dict[str, str] = {}
+
+    async def worker_key(self, owner: Owner) -> str:
+        return self.keys.setdefault(owner.uid, f"lgw_{owner.uid}")
+
+    async def read(self, kind: str, namespace: str, name: str) -> None:
+        return None
+
+
+def context(redis: Redis) -> Context:
+    settings = OperatorSettings(base_url="https://jobs.example")
+    return Context(settings, FakeCluster(), redis, Registry(redis), JobStore(redis))  # type: ignore[arg-type]
+
+
+async def test_endpoint_id_used_in_another_namespace_is_refused(redis: Redis) -> None:
+    ctx = context(redis)
+    digest, ok = await register(ctx, Owner("shared", "team-a", "uid-a"), EndpointSpec())
+    assert ok.ok and digest
+
+    digest, taken = await register(ctx, Owner("shared", "team-b", "uid-b"), EndpointSpec())
+
+    assert digest is None
+    assert (taken.ok, taken.reason, taken.fatal) == (False, "EndpointIdTaken", True)
+    assert "team-a" in taken.message
+    assert (await ctx.registry.get_endpoint("shared"))["namespace"] == "team-a"
+
+
+async def test_cleanup_of_the_refused_endpoint_leaves_the_owners_data(redis: Redis) -> None:
+    ctx = context(redis)
+    await register(ctx, Owner("shared", "team-a", "uid-a"), EndpointSpec())
+    await ctx.jobs.submit("shared", NewJob(id="j1", input=b"{}", ttl_ms=60_000))
+
+    assert await clean_up(ctx, "shared", "team-b") == 0
+
+    assert await ctx.registry.get_endpoint("shared") is not None
+    assert (await ctx.jobs.snapshot("shared", 30_000)).in_queue == 1
+
+
+async def test_registration_is_idempotent_and_carries_the_settings(redis: Redis) -> None:
+    ctx = context(redis)
+    owner = Owner("ep", "ns", "uid")
+    first, _ = await register(ctx, owner, EndpointSpec(executionTimeoutMs=9_000))
+    second, _ = await register(ctx, owner, EndpointSpec(executionTimeoutMs=9_000))
+
+    assert first == second
+    entry = await ctx.registry.get_endpoint("ep")
+    assert entry["executionTimeoutMs"] == 9_000
+    assert entry["jobApiUrl"] == "https://jobs.example/v2/ep/"
+    assert (await ctx.registry.get_key(first))["endpoints"] == ["ep"]

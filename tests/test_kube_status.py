@@ -1,0 +1,108 @@
+"""Endpoint status as a pure function of what the operator observed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lockgate.kube.status import (
+    DEPLOYMENT_AVAILABLE,
+    READY,
+    REGISTERED,
+    SPEC_VALID,
+    TEMPLATE_FOUND,
+    Activity,
+    Check,
+    Observed,
+    endpoint_status,
+    merge_conditions,
+    phase,
+)
+from lockgate.models import Phase
+
+VALID = Check(SPEC_VALID, True, "Valid")
+FOUND = Check(TEMPLATE_FOUND, True, "Found")
+REGISTERED_OK = Check(REGISTERED, True, "Registered")
+ALL_OK = [VALID, FOUND, REGISTERED_OK]
+
+
+def deployment(desired: int, ready: int = 0, *conditions: dict) -> dict[str, Any]:
+    return {
+        "spec": {"replicas": desired},
+        "status": {"readyReplicas": ready, "conditions": list(conditions)},
+    }
+
+
+STALLED = {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}
+
+
+@pytest.mark.parametrize(
+    ("checks", "observed", "expected"),
+    [
+        ([Check(SPEC_VALID, False, "InvalidSpec", "x", fatal=True)], None, Phase.FAILED),
+        ([VALID, Check(TEMPLATE_FOUND, False, "TemplateNotFound", "x")], None, Phase.PENDING),
+        (
+            [VALID, Check(TEMPLATE_FOUND, False, "TemplateInvalid", "x", fatal=True)],
+            None,
+            Phase.FAILED,
+        ),
+        (ALL_OK, None, Phase.INITIALIZING),
+        (ALL_OK, deployment(0), Phase.READY),
+        (ALL_OK, deployment(2, 0), Phase.INITIALIZING),
+        (ALL_OK, deployment(2, 1), Phase.READY),
+        (ALL_OK, deployment(2, 0, STALLED), Phase.FAILED),
+        (ALL_OK, deployment(2, 2, STALLED), Phase.READY),
+    ],
+)
+def test_phase_follows_checks_then_workers(
+    checks: list[Check], observed: dict | None, expected: Phase
+) -> None:
+    assert phase(checks, observed)[0] == expected
+
+
+def test_status_reports_ids_counts_and_generation() -> None:
+    observed = Observed(
+        generation=4,
+        checks=ALL_OK,
+        deployment=deployment(3, 1),
+        activity=Activity(idle=1, running=2, in_queue=7, in_progress=2),
+    )
+    status = endpoint_status(
+        observed, endpoint_id="ep", job_api_url="u/v2/ep/", previous=None, now="T1"
+    )
+    assert status["phase"] == "Ready"
+    assert (status["endpointId"], status["jobApiUrl"], status["observedGeneration"]) == (
+        "ep",
+        "u/v2/ep/",
+        4,
+    )
+    assert status["workers"] == {"desired": 3, "ready": 1, "idle": 1, "running": 2}
+    assert status["jobs"] == {"inQueue": 7, "inProgress": 2}
+    types = [c["type"] for c in status["conditions"]]
+    assert types == [SPEC_VALID, TEMPLATE_FOUND, REGISTERED, DEPLOYMENT_AVAILABLE, READY]
+
+
+def test_deployment_available_mirrors_the_deployment_condition() -> None:
+    available = {"type": "Available", "status": "False", "reason": "MinimumReplicasUnavailable"}
+    observed = Observed(generation=1, checks=ALL_OK, deployment=deployment(1, 0, available))
+    status = endpoint_status(observed, endpoint_id="e", job_api_url="u", previous=None, now="T")
+    cond = next(c for c in status["conditions"] if c["type"] == DEPLOYMENT_AVAILABLE)
+    assert (cond["status"], cond["reason"]) == ("False", "MinimumReplicasUnavailable")
+
+
+def test_transition_time_is_kept_while_a_condition_holds() -> None:
+    first = merge_conditions([], [VALID], "T1")
+    again = merge_conditions([c.model_dump() for c in first], [VALID], "T2")
+    flipped = merge_conditions(
+        [c.model_dump() for c in first], [Check(SPEC_VALID, False, "InvalidSpec")], "T3"
+    )
+    assert again[0].lastTransitionTime == "T1"
+    assert flipped[0].lastTransitionTime == "T3"
+
+
+def test_status_json_leaves_empty_strings_out() -> None:
+    observed = Observed(generation=1, checks=[VALID], deployment=deployment(0))
+    status = endpoint_status(observed, endpoint_id="e", job_api_url="u", previous=None, now="T")
+    valid = status["conditions"][0]
+    assert "message" not in valid and valid["reason"] == "Valid"
