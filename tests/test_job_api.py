@@ -331,6 +331,15 @@ async def test_job_done_accepts_json_sent_with_a_form_content_type(http, gateway
     assert (await get(http, gateway, f"status/{job['id']}"))[1]["output"] == {"ok": True}
 
 
+async def test_a_progress_update_posted_to_job_done_does_not_finish_the_job(http, gateway):
+    job = await submit(http, gateway, {"input": {}})
+    await take(http, gateway)
+    await done(http, gateway, job["id"], {"status": "IN_PROGRESS", "output": "50%"})
+    assert (await get(http, gateway, f"status/{job['id']}"))[1]["status"] == "IN_PROGRESS"
+    await done(http, gateway, job["id"], {"output": "all"})
+    assert (await get(http, gateway, f"status/{job['id']}"))[1]["output"] == "all"
+
+
 async def test_a_result_from_another_worker_is_ignored(http, gateway):
     job = await submit(http, gateway, {"input": {}})
     await take(http, gateway, "w1")

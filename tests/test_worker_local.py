@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from lockgate.worker import config, handlers
+from lockgate.worker import codec, config, handlers
 from lockgate.worker.client import GatewayClient
 from lockgate.worker.handlers import HandlerKind, Outcome
 
@@ -217,6 +217,7 @@ def test_only_sync_kinds_run_in_a_thread_and_only_generators_stream() -> None:
         ({"error": "boom", "a": 1}, {"output": {"a": 1}, "error": "boom"}, False),
         ({"error": None, "a": 1}, {"output": {"a": 1}}, False),
         ({"error": {"code": 3}}, {"error": '{"code":3}'}, False),
+        ({"error": ValueError("x")}, {"error": "x"}, False),
         ({"refresh_worker": True, "a": 1}, {"output": {"a": 1}}, True),
         ({}, {}, False),
     ],
@@ -308,6 +309,13 @@ async def test_a_chunk_that_is_not_json_fails_the_job() -> None:
     outcome = await handlers.run(unsendable, job, send_chunk=lambda c: client.stream("j", c))
     assert outcome.failed
     assert outcome.body["error"].startswith("TypeError")
+
+
+def test_json_falls_back_to_the_standard_library_without_orjson(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(codec, "orjson", None)
+    assert codec.loads(codec.dumps({"text": "é", "n": 2**70})) == {"text": "é", "n": 2**70}
 
 
 # -- settings from the environment

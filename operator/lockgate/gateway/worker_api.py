@@ -105,9 +105,13 @@ async def job_done(request: web.Request) -> web.Response:
     job_id = _job_id(request)
     cap = gw.settings.max_result_bytes
     try:
-        output, error = _result(parse_json(await read_body(request, cap)))
+        body = parse_json(await read_body(request, cap))
     except PayloadTooLarge:
-        output, error = None, f"the worker's result exceeds the {cap} byte limit"
+        body = {"error": f"the worker's result exceeds the {cap} byte limit"}
+    if isinstance(body, dict) and body.get("status") == "IN_PROGRESS":
+        # runpod's progress_update() posts here too; a progress report is not a result.
+        return json_response({"accepted": False})
+    output, error = _result(body)
     accepted = await gw.store.finish(endpoint_id, worker_id, job_id, output=output, error=error)
     return json_response({"accepted": accepted})
 

@@ -117,7 +117,12 @@ def error_message(exc: BaseException) -> str:
 
 def error_text(error: Any) -> str:
     """Return a handler-supplied error as the string the job API promises."""
-    return error if isinstance(error, str) else codec.dumps(error).decode()
+    if isinstance(error, str):
+        return error
+    try:
+        return codec.dumps(error).decode()
+    except (TypeError, ValueError):
+        return str(error)
 
 
 async def _call(handler: Handler, job: Job, kind: HandlerKind, executor: Executor | None) -> Any:
