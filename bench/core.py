@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import random
 import shutil
 import sys
@@ -19,30 +18,29 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
 import orjson
-from redis.asyncio import Redis
 
 from bench import load
-from bench.procs import (
-    ENDPOINT,
-    Service,
-    children,
-    cpu_seconds,
-    floor_server,
-    lockgate_dev,
-    log,
-    machine_busy,
-    rss_bytes,
+from bench.measure import (
+    CpuMeter,
+    floor_meter,
+    health,
+    job_url,
+    meter,
+    redis_memory,
+    wait_workers,
 )
+from bench.procs import Service, floor_server, lockgate_dev, log, machine_busy, rss_bytes
 from bench.report import Row, machine, table
 
 SMALL_BODY = orjson.dumps({"input": {"x": 1}})
 KB_BODY = orjson.dumps({"input": {"data": "x" * 1013}})  # `input` is 1,024 bytes of JSON
 MB = 1024 * 1024
+E2E_TIMEOUT_S = 120
 
 
 @dataclass(frozen=True)
@@ -63,63 +61,6 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1000:.2f} ms"
 
 
-def job_url(dev: Service, route: str) -> str:
-    return f"{dev.base}/v2/{ENDPOINT}/{route}"
-
-
-async def health(http: aiohttp.ClientSession, dev: Service) -> dict:
-    return await load.get_json(http, job_url(dev, "health"))
-
-
-async def wait_workers(http: aiohttp.ClientSession, dev: Service, count: int) -> None:
-    """Wait until `count` workers have called in (so no start-up time is measured)."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        workers = (await health(http, dev))["workers"]
-        if workers["idle"] + workers["running"] >= count:
-            return
-        await asyncio.sleep(0.1)
-    raise RuntimeError(f"{count} worker(s) did not call in within 60 s")
-
-
-@dataclass
-class CpuMeter:
-    """CPU time used by named groups of processes since the meter was made."""
-
-    pids: dict[str, list[int]]
-    start: dict[str, float] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.start = self._read()
-
-    def _read(self) -> dict[str, float]:
-        return {name: sum(map(cpu_seconds, pids)) for name, pids in self.pids.items()}
-
-    def per_op(self, ops: int) -> str:
-        """Microseconds of CPU per operation, per group."""
-        used = {k: v - self.start[k] for k, v in self._read().items()}
-        return ", ".join(f"{k} {v / ops * 1e6:,.0f}" for k, v in used.items())
-
-
-async def meter(dev: Service) -> CpuMeter:
-    """A CPU meter over the gateway, Redis, the workers and this load generator."""
-    await redis_memory(dev)  # learns Redis's pid
-    workers = [p for p in children(dev.process.pid) if p != dev.redis_pid]
-    groups = {"gateway": [dev.process.pid], "Redis": [dev.redis_pid], "client": [os.getpid()]}
-    return CpuMeter({**groups, **({"workers": workers} if workers else {})})
-
-
-async def redis_memory(dev: Service) -> tuple[int, int]:
-    """Redis `used_memory` and its RSS; remembers its pid so it can be killed if orphaned."""
-    client = Redis(port=dev.redis_port)
-    try:
-        memory, server = await client.info("memory"), await client.info("server")
-    finally:
-        await client.aclose()
-    dev.redis_pid = int(server["process_id"])
-    return int(memory["used_memory"]), rss_bytes(dev.redis_pid)
-
-
 # -- 1. /runsync latency
 
 
@@ -134,42 +75,56 @@ async def seq_latency(url: str, body: bytes, cfg: Config) -> tuple[float, float]
 async def runsync_latency(cfg: Config, work: Path, floor: Service) -> list[Row]:
     """/runsync p50/p99 with one warm worker, beside sequential POSTs to the floor."""
     log("floor: sequential POST latency")
+    floor_cpu = floor_meter(floor)
     f50, f99 = await seq_latency(f"{floor.base}/echo", SMALL_BODY, cfg)
+    floor_use = floor_cpu.row("CPU us per sequential floor POST", cfg.n(200) + cfg.n(2000))
     with lockgate_dev(work, "runsync", 1, {}) as dev:
         async with load.session(1) as http:
             await wait_workers(http, dev, 1)
         log("lockgate: sequential /runsync latency")
-        cpu = await meter(dev)
+        cpu = meter(dev)
         p50, p99 = await seq_latency(job_url(dev, "runsync"), SMALL_BODY, cfg)
-        cpu_use = cpu.per_op(cfg.n(200) + cfg.n(2000))
+        cpu_use = cpu.row("CPU us per /runsync", cfg.n(200) + cfg.n(2000))
     return [
         Row("/runsync p50, 1 warm worker", ms(p50), ms(f50), "<= 2.50 ms", p50 <= 0.0025),
         Row("/runsync p99, 1 warm worker", ms(p99), ms(f99)),
-        Row("  CPU us per /runsync", cpu_use),
+        cpu_use,
+        floor_use,
     ]
 
 
 # -- 2. /run acceptance, 4. purge and memory (no workers: jobs stay queued)
 
 
-async def rate(url: str, body: bytes, count: int, clients: int) -> load.Burst:
-    async with load.session(clients) as http:
-        return await load.burst(http, url, body, count, clients)
+async def rate(
+    what: str, url: str, body: bytes, cfg: Config, new_meter: Callable[[], CpuMeter]
+) -> tuple[float, Row]:
+    """Requests/s of `cfg.clients` concurrent senders after a warm-up, and the CPU they cost."""
+    count = cfg.n(10_000)
+    async with load.session(cfg.clients) as http:
+        await load.burst(http, url, body, cfg.n(1_000), cfg.clients)
+        cpu = new_meter()
+        sent = await load.burst(http, url, body, count, cfg.clients)
+    return sent.rate, cpu.row(f"CPU us per {what}", count)
 
 
 async def acceptance_and_queue(cfg: Config, work: Path, floor: Service) -> list[Row]:
     """/run acceptance at 32 clients (and the floor's rate), then the 100k-queue figures."""
     log(f"floor: {cfg.n(10_000)} POSTs from {cfg.clients} clients")
-    floor_rate = (await rate(f"{floor.base}/echo", SMALL_BODY, cfg.n(10_000), cfg.clients)).rate
+    floor_rate, floor_use = await rate(
+        "concurrent floor POST", f"{floor.base}/echo", SMALL_BODY, cfg, lambda: floor_meter(floor)
+    )
     with lockgate_dev(work, "queue", 0, {}) as dev:
         log(f"lockgate: {cfg.n(10_000)} /run from {cfg.clients} clients, no workers")
-        cpu = await meter(dev)
-        run_rate = (await rate(job_url(dev, "run"), SMALL_BODY, cfg.n(10_000), cfg.clients)).rate
+        run_rate, run_use = await rate(
+            "/run", job_url(dev, "run"), SMALL_BODY, cfg, lambda: meter(dev)
+        )
         share = run_rate / floor_rate
         rows = [
             Row(f"/run acceptance, {cfg.clients} clients", f"{run_rate:,.0f} req/s",
                 f"{floor_rate:,.0f} req/s", f">= 50% of floor (is {share:.0%})", share >= 0.5),
-            Row("  CPU us per /run", cpu.per_op(cfg.n(10_000))),
+            run_use,
+            floor_use,
         ]  # fmt: skip
         async with load.session(cfg.queue_clients) as http:
             await load.post(http, job_url(dev, "purge-queue"), b"{}")
@@ -208,11 +163,13 @@ async def queue_figures(http: aiohttp.ClientSession, dev: Service, cfg: Config) 
 
 async def completed_at(http: aiohttp.ClientSession, dev: Service, total: int) -> float:
     """The perf_counter time at which /health first shows `total` jobs finished."""
-    while True:
+    deadline = time.perf_counter() + E2E_TIMEOUT_S
+    while time.perf_counter() < deadline:
         jobs = (await health(http, dev))["jobs"]
         if jobs["completed"] + jobs["failed"] >= total:
             return time.perf_counter()
         await asyncio.sleep(0.02)
+    raise RuntimeError(f"{total} jobs not finished within {E2E_TIMEOUT_S} s: health {jobs}")
 
 
 def audit(ids_dir: Path, submitted: list[str]) -> tuple[int, int]:
@@ -238,17 +195,17 @@ async def end_to_end(cfg: Config, work: Path, _floor: Service) -> list[Row]:
         async with load.session(cfg.clients) as http:
             await wait_workers(http, dev, cfg.e2e_workers)
             log(f"lockgate: {total} jobs, {cfg.e2e_workers} workers, {cfg.clients} clients")
-            cpu = await meter(dev)
+            cpu = meter(dev)
             started = time.perf_counter()
             watcher = asyncio.create_task(completed_at(http, dev, total))
             sent = await load.burst(http, job_url(dev, "run"), SMALL_BODY, total, cfg.clients)
-            done = await asyncio.wait_for(watcher, 300)
-            cpu_use = cpu.per_op(total)
+            done = await watcher
+            cpu_use = cpu.row("CPU us per job end to end", total)
             jobs = (await health(http, dev))["jobs"]
             ids = [orjson.loads(r)["id"] for r in sent.replies]
             not_completed = await sample_statuses(http, dev, ids)
     rows = e2e_rows(cfg, total / (done - started), jobs, audit(ids_dir, ids), not_completed)
-    return [*rows, Row("  CPU us per job, end to end", cpu_use)]
+    return [*rows, cpu_use]
 
 
 def e2e_rows(

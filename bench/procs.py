@@ -43,29 +43,38 @@ def rss_bytes(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
+def _stat(pid: int | str) -> list[str]:
+    """/proc/<pid>/stat after the command name: [state, ppid, ...]; [] once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return []
+
+
 def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time a process has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User plus system CPU time a process has used so far (0 once it is gone)."""
+    fields = _stat(pid)
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") if fields else 0.0
 
 
 def children(pid: int) -> list[int]:
-    """The child processes of `pid` (its worker processes, for `lockgate dev`)."""
-    found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        found += [int(c) for c in (task / "children").read_text().split()]
-    return found
+    """The child processes of `pid` (Redis and the workers, for `lockgate dev`)."""
+    procs = (p.name for p in Path("/proc").iterdir() if p.name.isdigit())
+    return [int(p) for p in procs if (fields := _stat(p)) and fields[1] == str(pid)]
+
+
+def machine_cpu() -> tuple[float, float]:
+    """CPU seconds of the whole machine so far, summed over its CPUs: (total, busy)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]]
+    total, idle = sum(values), values[3] + values[4]  # idle + iowait
+    tick = os.sysconf("SC_CLK_TCK")
+    return total / tick, (total - idle) / tick
 
 
 def machine_busy(seconds: float = 0.5) -> float:
     """The share of all CPUs busy over `seconds` (others' load, when the bench is idle)."""
-
-    def sample() -> tuple[int, int]:
-        values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-        return sum(values), values[3] + values[4]  # total, idle + iowait
-
-    (total0, idle0), _, (total1, idle1) = sample(), time.sleep(seconds), sample()
-    return 1 - (idle1 - idle0) / max(1, total1 - total0)
+    (total0, busy0), _, (total1, busy1) = machine_cpu(), time.sleep(seconds), machine_cpu()
+    return (busy1 - busy0) / max(1e-9, total1 - total0)
 
 
 @dataclass
@@ -76,7 +85,7 @@ class Service:
     port: int
     log_path: Path
     redis_port: int = 0
-    redis_pid: int = 0  # known once the bench asked Redis; killed if `lockgate dev` is killed
+    redis_pid: int = 0  # the embedded redis-server; killed if `lockgate dev` has to be killed
 
     @property
     def base(self) -> str:
@@ -155,6 +164,7 @@ def lockgate_dev(workdir: Path, name: str, workers: int, env: dict[str, str]) ->
     try:
         service.redis_port = int(_wait_for(service, r"redis ready on 127\.0\.0\.1:(\d+)")[1])
         _wait_for(service, r"endpoint '\S+' ready")
+        service.redis_pid = next(p for p in children(service.process.pid) if _is_redis(p))
         log(f"lockgate dev '{name}' pid {service.process.pid} on port {port}, {workers} worker(s)")
         yield service
     finally:
@@ -162,10 +172,15 @@ def lockgate_dev(workdir: Path, name: str, workers: int, env: dict[str, str]) ->
         _kill_orphan(service.redis_pid)
 
 
+def _is_redis(pid: int) -> bool:
+    try:
+        return b"redis-server" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
 def _kill_orphan(pid: int) -> None:
     """Kill the embedded redis-server if it outlived `lockgate dev` (its own session)."""
-    cmdline = Path(f"/proc/{pid}/cmdline")
-    with contextlib.suppress(OSError):
-        if pid and b"redis-server" in cmdline.read_bytes():
-            log(f"redis-server pid {pid} outlived lockgate dev; killing it")
-            os.kill(pid, signal.SIGKILL)
+    if pid and _is_redis(pid):
+        log(f"redis-server pid {pid} outlived lockgate dev; killing it")
+        os.kill(pid, signal.SIGKILL)

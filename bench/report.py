@@ -17,6 +17,8 @@ class Row:
     floor: str = ""
     target: str = ""
     passed: bool | None = None  # None: shown for information, no target
+    detail: bool = False  # printed under the table, as `figure: value`
+    noisy: bool = False  # other processes were busy while it was measured
 
     @property
     def verdict(self) -> str:
@@ -48,11 +50,15 @@ def machine() -> str:
 
 
 def table(rows: list[Row]) -> str:
-    """The rows as an aligned plain-text table."""
+    """The rows as an aligned plain-text table, then the detail rows one per line."""
     head = Row("figure", "lockgate", "floor", "target", None)
-    cells = [(r.figure, r.value, r.floor, r.target, r.verdict) for r in (head, *rows)]
+    main = [r for r in rows if not r.detail]
+    cells = [(r.figure, r.value, r.floor, r.target, r.verdict) for r in (head, *main)]
     cells[0] = (*cells[0][:4], "result")
     widths = [max(len(c[i]) for c in cells) for i in range(5)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    lines += [f"{r.figure}: {r.value}" + (" <- busy machine" * r.noisy) for r in rows if r.detail]
+    if any(r.noisy for r in rows):
+        lines.append("Other processes were busy during a measurement: its figures are low; rerun.")
     return "\n".join(line.rstrip() for line in lines)
