@@ -11,14 +11,13 @@ from pydantic import ValidationError
 
 from lockgate.gateway.auth import JOBS
 from lockgate.gateway.errors import BadRequest, NotFound
-from lockgate.gateway.http import int_param, json_response, parse_json, read_body
+from lockgate.gateway.http import int_param, job_id_param, json_response, parse_json, read_body
 from lockgate.gateway.ssrf import private_destination
 from lockgate.gateway.state import Gateway, gateway_of
 from lockgate.gateway.views import job_body, stream_body
 from lockgate.models import FINAL_STATES, JobRequest, describe_validation_error
 from lockgate.models.jobs import MAX_DURATION_MS, TTL_MIN_MS
 from lockgate.store import IneligibleState, JobNotFound, NewJob
-from lockgate.store.keys import JOB_ID_RE
 
 MB = 1024 * 1024
 RUN_LIMIT = 10 * MB
@@ -34,13 +33,6 @@ async def _client(request: web.Request) -> tuple[Gateway, str, dict]:
     endpoint_id = request.match_info["endpoint"]
     await gw.auth.require(request, JOBS, endpoint_id)
     return gw, endpoint_id, await gw.endpoints.get(endpoint_id)
-
-
-def _job_id(request: web.Request) -> str:
-    job_id = request.match_info["job"]
-    if not JOB_ID_RE.match(job_id):
-        raise NotFound(f"job {job_id!r} not found")
-    return job_id
 
 
 async def _new_job(request: web.Request, limit: int, job_id: str, *, sync: bool) -> NewJob:
@@ -113,7 +105,7 @@ async def _wait_final(gw: Gateway, endpoint_id: str, job_id: str, wait_s: float)
 @routes.get("/v2/{endpoint}/status/{job}")
 async def status(request: web.Request) -> web.Response:
     gw, endpoint_id, _ = await _client(request)
-    job_id = _job_id(request)
+    job_id = job_id_param(request)
     ttl = request.query.get("ttl")
     try:
         if ttl is not None:
@@ -128,7 +120,7 @@ async def status(request: web.Request) -> web.Response:
 @routes.get("/v2/{endpoint}/stream/{job}")
 async def stream(request: web.Request) -> web.Response:
     gw, endpoint_id, _ = await _client(request)
-    job_id = _job_id(request)
+    job_id = job_id_param(request)
     try:
         state, chunks = await gw.store.read_stream(endpoint_id, job_id)
     except JobNotFound as err:
@@ -139,7 +131,7 @@ async def stream(request: web.Request) -> web.Response:
 @routes.post("/v2/{endpoint}/cancel/{job}")
 async def cancel(request: web.Request) -> web.Response:
     gw, endpoint_id, _ = await _client(request)
-    job_id = _job_id(request)
+    job_id = job_id_param(request)
     try:
         state = await gw.store.cancel(endpoint_id, job_id)
     except JobNotFound as err:
@@ -154,7 +146,7 @@ async def cancel(request: web.Request) -> web.Response:
 @routes.post("/v2/{endpoint}/retry/{job}")
 async def retry(request: web.Request) -> web.Response:
     gw, endpoint_id, _ = await _client(request)
-    job_id = _job_id(request)
+    job_id = job_id_param(request)
     try:
         state = await gw.store.retry(endpoint_id, job_id)
     except JobNotFound as err:

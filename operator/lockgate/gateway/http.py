@@ -7,7 +7,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from lockgate.gateway.errors import BadRequest, PayloadTooLarge
+from lockgate.gateway.errors import BadRequest, NotFound, PayloadTooLarge
+from lockgate.store.keys import JOB_ID_RE
 
 JSON = "application/json"
 
@@ -61,3 +62,11 @@ def int_param(request: web.Request, name: str, *, default: int | None, lo: int, 
     if not lo <= value <= hi:
         raise BadRequest(f"query parameter {name!r} must be between {lo} and {hi}, got {value}")
     return value
+
+
+def job_id_param(request: web.Request) -> str:
+    """The `{job}` path segment, or 404 when it cannot be a job id."""
+    job_id = request.match_info["job"]
+    if not JOB_ID_RE.match(job_id):
+        raise NotFound(f"job {job_id!r} not found")
+    return job_id

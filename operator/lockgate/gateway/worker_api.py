@@ -10,8 +10,15 @@ from aiohttp import web
 
 from lockgate.gateway.auth import WORKERS
 from lockgate.gateway.endpoints import execution_timeout_ms
-from lockgate.gateway.errors import BadRequest, NotFound, PayloadTooLarge
-from lockgate.gateway.http import int_param, json_response, no_content, parse_json, read_body
+from lockgate.gateway.errors import BadRequest, PayloadTooLarge
+from lockgate.gateway.http import (
+    int_param,
+    job_id_param,
+    json_response,
+    no_content,
+    parse_json,
+    read_body,
+)
 from lockgate.gateway.state import Gateway, gateway_of
 from lockgate.store import TakenJob
 from lockgate.store.keys import JOB_ID_RE, WORKER_ID_RE
@@ -80,13 +87,6 @@ async def job_take_batch(request: web.Request) -> web.Response:
     return json_response([_job_payload(j) for j in jobs]) if jobs else no_content()
 
 
-def _job_id(request: web.Request) -> str:
-    job_id = request.match_info["job"]
-    if not JOB_ID_RE.match(job_id):
-        raise NotFound(f"job {job_id!r} not found")
-    return job_id
-
-
 def _result(body: Any) -> tuple[bytes | None, str | None]:
     """Split a job-done body into (output JSON, error message)."""
     if not isinstance(body, dict):
@@ -102,7 +102,7 @@ def _result(body: Any) -> tuple[bytes | None, str | None]:
 async def job_done(request: web.Request) -> web.Response:
     # The runpod SDK posts JSON with a form content type: the body is read raw, never as a form.
     gw, endpoint_id, worker_id, _ = await _worker(request)
-    job_id = _job_id(request)
+    job_id = job_id_param(request)
     cap = gw.settings.max_result_bytes
     try:
         body = parse_json(await read_body(request, cap))
@@ -129,7 +129,7 @@ def _chunks(body: Any) -> list[bytes]:
 @routes.post("/v2/{endpoint}/job-stream/{worker}/{job}")
 async def job_stream(request: web.Request) -> web.Response:
     gw, endpoint_id, worker_id, _ = await _worker(request)
-    job_id = _job_id(request)
+    job_id = job_id_param(request)
     body = parse_json(await read_body(request, gw.settings.max_result_bytes))
     accepted = await gw.store.push_stream(endpoint_id, worker_id, job_id, _chunks(body))
     return json_response({"accepted": accepted})
