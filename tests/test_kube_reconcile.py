@@ -50,7 +50,7 @@ async def test_cleanup_of_the_refused_endpoint_leaves_the_owners_data(redis: Red
     assert await clean_up(ctx, "shared", "team-b") == 0
 
     assert await ctx.registry.get_endpoint("shared") is not None
-    assert (await ctx.jobs.snapshot("shared", 30_000)).in_queue == 1
+    assert (await ctx.jobs.snapshot("shared")).in_queue == 1
 
 
 async def test_registration_is_idempotent_and_carries_the_settings(redis: Redis) -> None:

@@ -214,7 +214,7 @@ async def test_deleting_an_endpoint_removes_its_registry_entry_key_and_jobs(
     )
     assert await registry.get_endpoint("ep-delete") is None
     assert await registry.get_key(entry["workerKeyDigest"]) is None
-    assert (await jobs.snapshot("ep-delete", 30_000)).in_queue == 0
+    assert (await jobs.snapshot("ep-delete")).in_queue == 0
     # The garbage collector removes what the Endpoint owned.
     resources.wait_until(
         lambda: resources.deployment("ep-delete-workers") is None, "the Deployment gone"

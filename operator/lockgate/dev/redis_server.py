@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import subprocess
@@ -88,10 +87,4 @@ class EmbeddedRedis:
             self.process.wait(timeout_s)
         except subprocess.TimeoutExpired:
             self.process.kill()
-            self.process.wait()
-
-    def kill(self) -> None:
-        """SIGKILL, as a crash would (tests)."""
-        if self.process is not None and self.process.poll() is None:
-            os.kill(self.process.pid, 9)
             self.process.wait()

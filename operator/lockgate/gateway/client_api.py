@@ -168,7 +168,7 @@ async def purge_queue(request: web.Request) -> web.Response:
 @routes.get("/v2/{endpoint}/health")
 async def health(request: web.Request) -> web.Response:
     gw, endpoint_id, _ = await _client(request)
-    snap = await gw.store.snapshot(endpoint_id, int(gw.settings.heartbeat_timeout_s * 1000))
+    snap = await gw.store.snapshot(endpoint_id)
     return json_response(
         {
             "jobs": {

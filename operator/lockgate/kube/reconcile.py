@@ -36,7 +36,7 @@ from lockgate.kube.status import (
     same_status,
 )
 from lockgate.models import EndpointSpec, TemplateSpec, describe_validation_error
-from lockgate.store import JobStore, Registry, connect, key_digest
+from lockgate.store import JobStore, Liveness, Registry, connect, key_digest
 from lockgate.store.keys import ENDPOINT_ID_RE
 
 Body = Mapping[str, Any]
@@ -56,7 +56,8 @@ class Context:
     @classmethod
     def open(cls, settings: OperatorSettings, cluster: Cluster) -> Context:
         redis = connect(settings.redis_url, max_connections=32)
-        return cls(settings, cluster, redis, Registry(redis), JobStore(redis))
+        liveness = Liveness(heartbeat_timeout_ms=int(settings.heartbeat_timeout_s * 1000))
+        return cls(settings, cluster, redis, Registry(redis), JobStore(redis, liveness=liveness))
 
     async def close(self) -> None:
         await self.redis.aclose()
@@ -169,8 +170,7 @@ async def apply_workloads(
 
 
 async def activity(ctx: Context, endpoint_id: str) -> Activity:
-    timeout_ms = int(ctx.settings.heartbeat_timeout_s * 1000)
-    snap = await ctx.jobs.snapshot(endpoint_id, timeout_ms)
+    snap = await ctx.jobs.snapshot(endpoint_id)
     return Activity(
         idle=snap.workers_idle,
         running=snap.workers_running,

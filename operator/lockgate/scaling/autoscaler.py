@@ -13,7 +13,6 @@ from lockgate.store import JobStore
 log = logging.getLogger("lockgate.scaler")
 
 INTERVAL_S = 0.25
-HEARTBEAT_TIMEOUT_MS = 30_000
 
 
 class LocalAutoscaler:
@@ -45,7 +44,7 @@ class LocalAutoscaler:
             if loads.get(worker_id, (0, 0))[1] > 0 or worker_id not in self.last_busy:
                 self.last_busy[worker_id] = now
         idle = {w: now - self.last_busy[w] for w in active if loads.get(w, (0, 0))[1] == 0}
-        snap = await self.store.snapshot(self.endpoint_id, HEARTBEAT_TIMEOUT_MS)
+        snap = await self.store.snapshot(self.endpoint_id)
         view = PoolView(snap.in_queue, snap.in_progress, len(active), tuple(idle.values()))
         desired = desired_workers(view, self.limits)
         for _ in range(desired - len(active)):

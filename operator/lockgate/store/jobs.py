@@ -218,10 +218,10 @@ class JobStore:
         reply = await self.scripts.delete_endpoint(keys=[keys.prefix(endpoint_id)], args=[])
         return int(reply)
 
-    async def snapshot(self, endpoint_id: str, heartbeat_timeout_ms: int) -> Snapshot:
+    async def snapshot(self, endpoint_id: str) -> Snapshot:
         """Queue, progress, worker and outcome counts of one endpoint."""
         r = await self.scripts.snapshot(
-            keys=[keys.prefix(endpoint_id)], args=[self.clock(), heartbeat_timeout_ms]
+            keys=[keys.prefix(endpoint_id)], args=[self.clock(), self.liveness.heartbeat_timeout_ms]
         )
         oldest, oldest_low = (int(v) if int(v) >= 0 else None for v in r[8:10])
         return Snapshot(*(int(v) for v in r[:8]), oldest, oldest_low)
