@@ -24,7 +24,7 @@ def _dev(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--api-key", help="client API key (default $LOCKGATE_API_KEY or generated)")
     p.add_argument("--workers-min", type=int, default=0, help="default 0")
     p.add_argument("--workers-max", type=int, default=3, help="default 3")
-    p.add_argument("--idle-timeout", type=float, default=5.0, help="seconds (default 5)")
+    p.add_argument("--idle-timeout", type=int, default=5, help="seconds (default 5)")
     p.add_argument("--data-dir", default=".lockgate", help="Redis data (default .lockgate)")
     p.set_defaults(run=_lazy("lockgate.dev.runner", "main"))
 

@@ -1,4 +1,5 @@
-"""`lockgate dev`: embedded Redis, gateway and a local worker pool in one process."""
+"""`lockgate dev`: embedded Redis, gateway, management API and local worker pools in one
+process. Every endpoint, the command line's included, is a `LocalControlPlane` endpoint."""
 
 from __future__ import annotations
 
@@ -15,32 +16,31 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
+from pydantic import ValidationError
 
+from lockgate.dev.launch import HANDLER_SUFFIX
 from lockgate.dev.names import curl_line, endpoint_id_for
 from lockgate.dev.redis_server import EmbeddedRedis
 from lockgate.gateway.app import create_app
 from lockgate.gateway.state import GATEWAY
 from lockgate.logs import setup_logging
-from lockgate.models import EndpointSpec
-from lockgate.scaling.autoscaler import LocalAutoscaler
-from lockgate.scaling.decision import Limits
-from lockgate.scaling.local_pool import LocalProcessPool
+from lockgate.manage.api import create_manage_app
+from lockgate.manage.controlplane import UnusableSettings
+from lockgate.manage.local import LocalControlPlane
+from lockgate.models import EndpointSpec, describe_validation_error
 from lockgate.settings import Settings
-from lockgate.store import key_digest
-from lockgate.workerenv import worker_env
+from lockgate.store.keys import ENDPOINT_ID_RE
 
 log = logging.getLogger("lockgate.dev")
 
 
 @dataclass(frozen=True)
 class DevOptions:
-    command: list[str]
-    cwd: str | None
     endpoint_id: str
+    spec: EndpointSpec  # templateId: the handler file or worker command (see dev.launch)
     host: str
     port: int
     api_key: str
-    limits: Limits
     data_dir: Path
 
 
@@ -72,6 +72,16 @@ def api_key_for(explicit: str | None, data_dir: Path) -> str:
     return secret_in(data_dir, "api-key", "lg_")
 
 
+def template_id_for(handler: str | None, worker_command: str | None) -> str:
+    """The command line's handler file or worker command as a dev-mode `templateId`."""
+    if not handler:
+        return worker_command or ""
+    path = Path(handler).resolve()
+    if path.suffix == HANDLER_SUFFIX:
+        return str(path)
+    return shlex.join([sys.executable, str(path)])  # a handler file named without `.py`
+
+
 def options(args: argparse.Namespace) -> DevOptions:
     """Validate the command line into options, or exit with a message."""
     if args.handler and args.worker_command:
@@ -82,65 +92,67 @@ def options(args: argparse.Namespace) -> DevOptions:
         sys.exit(f"lockgate dev: handler file {args.handler!r} not found")
     if not 0 <= args.workers_min <= args.workers_max:
         sys.exit("lockgate dev: need 0 <= --workers-min <= --workers-max")
-    if args.handler:
-        handler = Path(args.handler).resolve()
-        command, cwd = [sys.executable, str(handler)], str(handler.parent)
-    else:
-        command, cwd = shlex.split(args.worker_command), None
+    endpoint_id = args.endpoint_id or endpoint_id_for(args.handler, args.worker_command)
+    if not ENDPOINT_ID_RE.match(endpoint_id):
+        sys.exit(f"lockgate dev: --endpoint-id {endpoint_id!r}: use lowercase letters, digits, '-'")
+    try:
+        spec = EndpointSpec(
+            name=endpoint_id, templateId=template_id_for(args.handler, args.worker_command),
+            workersMin=args.workers_min, workersMax=args.workers_max,
+            idleTimeout=args.idle_timeout,
+        )  # fmt: skip
+    except ValidationError as err:
+        sys.exit(f"lockgate dev: {describe_validation_error(err)}")
     data_dir = Path(args.data_dir)
     return DevOptions(
-        command=command,
-        cwd=cwd,
-        endpoint_id=args.endpoint_id or endpoint_id_for(args.handler, args.worker_command),
+        endpoint_id=endpoint_id,
+        spec=spec,
         host=args.host,
         port=args.port,
         api_key=api_key_for(args.api_key, data_dir),
-        limits=Limits(args.workers_min, args.workers_max, args.idle_timeout),
         data_dir=data_dir,
     )
 
 
+async def start_endpoints(plane: LocalControlPlane, opts: DevOptions) -> None:
+    """Endpoints an earlier run created through the API, then the command line's one."""
+    for record in await plane.resume(skip={opts.endpoint_id}):
+        say(f"endpoint {record.id!r} resumed ({record.status.phase}): job API {record.jobApiUrl}")
+    try:
+        await plane.apply(opts.endpoint_id, opts.spec)
+    except UnusableSettings as err:
+        raise SystemExit(f"lockgate dev: {err}") from err
+
+
 async def serve(opts: DevOptions, redis_url: str, stop: asyncio.Event) -> None:
-    """Gateway, registry entries and local pool until `stop` is set; then shut down in order."""
+    """Gateway, management API and local endpoints until `stop` is set; then shut down in
+    order: scaling stops, long-polls are answered, workers finish their jobs, then the rest."""
     settings = Settings(
         redis_url=redis_url, host=opts.host, port=opts.port, webhook_allow_private=True,
         webhook_secret=secret_in(opts.data_dir, "webhook-secret", "whsec_"),
     )  # fmt: skip
-    runner = web.AppRunner(create_app(settings), access_log=None, shutdown_timeout=2)
-    await runner.setup()
-    gw = runner.app[GATEWAY]
-    worker_key = f"lgw_{secrets.token_urlsafe(24)}"
-    spec = EndpointSpec(
-        name=opts.endpoint_id, workersMin=opts.limits.workers_min,
-        workersMax=opts.limits.workers_max, idleTimeout=int(opts.limits.idle_timeout_s),
-    )  # fmt: skip
-    await gw.registry.put_endpoint(opts.endpoint_id, {"id": opts.endpoint_id, **spec.model_dump()})
-    await gw.registry.put_key(opts.api_key, {"name": "dev", "scopes": ["jobs", "admin"]})
-    await gw.registry.put_key(
-        worker_key,
-        {"name": f"dev-worker:{opts.endpoint_id}", "scopes": ["workers"],
-         "endpoints": [opts.endpoint_id]},
-    )  # fmt: skip
-    await web.TCPSite(runner, opts.host, opts.port).start()
+    app = create_app(settings)
+    gw = app[GATEWAY]
     local_url = f"http://127.0.0.1:{opts.port}"
-    pool = LocalProcessPool(
-        opts.endpoint_id, opts.command, worker_env(local_url, opts.endpoint_id, worker_key),
-        cwd=opts.cwd,
-    )  # fmt: skip
-    scaler = LocalAutoscaler(gw.store, pool, opts.endpoint_id, opts.limits)
-    scaling = asyncio.create_task(scaler.run())
-    base = settings.public_base_url()
-    say(f"endpoint {opts.endpoint_id!r} ready: job API {base}/v2/{opts.endpoint_id}")
-    say(f"API key: {opts.api_key}")
-    say(f"try: {curl_line(base, opts.endpoint_id, opts.api_key)}")
-    await stop.wait()
-    say("stopping: workers finish the jobs in hand…")
-    scaling.cancel()
-    gw.drain()
-    await pool.close()
-    await scaler.release_all()
-    await gw.registry.delete_key(key_digest(worker_key))
-    await runner.cleanup()
+    plane = LocalControlPlane(gw, gateway_url=local_url, base_dir=Path.cwd())
+    # The management API shares the gateway's port (one URL in dev); the dev key is admin.
+    app.add_subapp("/v1", create_manage_app(plane, gw.auth, prefix=""))
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=2)
+    await runner.setup()
+    await gw.registry.put_key(opts.api_key, {"name": "dev", "scopes": ["jobs", "admin"]})
+    await web.TCPSite(runner, opts.host, opts.port).start()
+    try:
+        await start_endpoints(plane, opts)
+        base = settings.public_base_url()
+        say(f"endpoint {opts.endpoint_id!r} ready: job API {base}/v2/{opts.endpoint_id}")
+        say(f"management API: {base}/v1/endpoints (authorization: Bearer <API key>)")
+        say(f"API key: {opts.api_key}")
+        say(f"try: {curl_line(base, opts.endpoint_id, opts.api_key)}")
+        await stop.wait()
+        say("stopping: workers finish the jobs in hand…")
+    finally:
+        await plane.close()
+        await runner.cleanup()
 
 
 async def run(opts: DevOptions) -> None:

@@ -17,7 +17,7 @@ from lockgate.kube.cluster import Cluster, api_client_from_environment
 from lockgate.kube.reconcile import Context
 from lockgate.kube.settings import OperatorSettings
 from lockgate.manage.api import create_manage_app
-from lockgate.manage.controlplane import KubernetesControlPlane
+from lockgate.manage.kube import KubernetesControlPlane
 
 Flag = asyncio.Event | threading.Event | None
 

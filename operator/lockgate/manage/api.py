@@ -18,7 +18,12 @@ from lockgate.gateway.auth import ADMIN, Authenticator
 from lockgate.gateway.errors import ApiError, BadRequest, NotFound
 from lockgate.gateway.http import json_response
 from lockgate.gateway.middleware import error_middleware
-from lockgate.manage.controlplane import ControlPlane, EndpointExists, EndpointNotFound
+from lockgate.manage.controlplane import (
+    ControlPlane,
+    EndpointExists,
+    EndpointNotFound,
+    UnusableSettings,
+)
 from lockgate.models import ENDPOINT_ID_PATTERN, EndpointSpec, describe_validation_error
 
 CONTROL_PLANE = web.AppKey("control_plane", ControlPlane)
@@ -84,6 +89,8 @@ async def create_endpoint(request: web.Request) -> web.Response:
         record = await request.app[CONTROL_PLANE].create(endpoint_id, spec)
     except EndpointExists as err:
         raise Conflict(f"id: endpoint {endpoint_id!r} exists already") from err
+    except UnusableSettings as err:
+        raise BadRequest(str(err)) from err
     return json_response(record.to_json())
 
 
@@ -114,6 +121,8 @@ async def patch_endpoint(request: web.Request) -> web.Response:
         record = await control_plane.patch(endpoint_id, parse_spec({**settings, **changes}))
     except EndpointNotFound as err:
         raise NotFound(f"endpoint {endpoint_id!r} not found") from err
+    except UnusableSettings as err:
+        raise BadRequest(str(err)) from err
     return json_response(record.to_json())
 
 
@@ -126,14 +135,19 @@ async def delete_endpoint(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
-def create_manage_app(control_plane: ControlPlane, authenticator: Authenticator) -> web.Application:
-    """The management API over any control plane (Kubernetes, or local in dev mode)."""
+def create_manage_app(
+    control_plane: ControlPlane, authenticator: Authenticator, *, prefix: str = "/v1"
+) -> web.Application:
+    """The management API over any control plane (Kubernetes, or local in dev mode).
+
+    Routes are `{prefix}/endpoints…`; dev mode passes `prefix=""` and mounts the app as a
+    sub-application at `/v1` of the gateway, so admin auth covers only these routes."""
     app = web.Application(middlewares=[error_middleware, admin_only])
     app[CONTROL_PLANE] = control_plane
     app[AUTHENTICATOR] = authenticator
-    app.router.add_post("/v1/endpoints", create_endpoint)
-    app.router.add_get("/v1/endpoints", list_endpoints)
-    app.router.add_get("/v1/endpoints/{endpoint_id}", get_endpoint)
-    app.router.add_patch("/v1/endpoints/{endpoint_id}", patch_endpoint)
-    app.router.add_delete("/v1/endpoints/{endpoint_id}", delete_endpoint)
+    app.router.add_post(f"{prefix}/endpoints", create_endpoint)
+    app.router.add_get(f"{prefix}/endpoints", list_endpoints)
+    app.router.add_get(f"{prefix}/endpoints/{{endpoint_id}}", get_endpoint)
+    app.router.add_patch(f"{prefix}/endpoints/{{endpoint_id}}", patch_endpoint)
+    app.router.add_delete(f"{prefix}/endpoints/{{endpoint_id}}", delete_endpoint)
     return app

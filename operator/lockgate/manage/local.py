@@ -1,0 +1,295 @@
+"""`LocalControlPlane`: the endpoints of `lockgate dev`, each run by local worker processes.
+
+A local endpoint is one unit: its registry entry (what the gateway reads, such as
+`executionTimeoutMs`), a worker key scoped to it, and `LocalWorkers` (a process pool and
+its autoscaler) running what its `templateId` names (`lockgate.dev.launch`). Entries live
+in the embedded Redis, so endpoints created through the API come back when `lockgate dev`
+restarts; the command line's endpoint is applied from the command line at every start.
+Settings without a local meaning (GPU types, data centers, flashboot…) are kept and shown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import sys
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from lockgate.dev.launch import Launch, launch_for
+from lockgate.dev.workers import LocalWorkers, limits_of
+from lockgate.gateway.state import Gateway
+from lockgate.manage.controlplane import EndpointExists, EndpointNotFound, UnusableSettings
+from lockgate.models import (
+    Condition,
+    ConditionStatus,
+    EndpointRecord,
+    EndpointSpec,
+    EndpointStatus,
+    JobCounts,
+    Phase,
+    WorkerCounts,
+)
+from lockgate.store import Snapshot, key_digest
+from lockgate.workerenv import worker_env
+
+log = logging.getLogger("lockgate.dev")
+
+ORIGIN_API = "api"  # created through /v1/endpoints: resumed when dev mode restarts
+ORIGIN_CLI = "cli"  # the command line's endpoint: applied again by the command line
+STOP_GRACE_S = 30.0  # shutdown or a new templateId: workers finish the job in hand
+DELETE_GRACE_S = 5.0  # the endpoint's jobs are deleted anyway: no reason to wait long
+READY = "Ready"
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class LocalEndpoint:
+    """One dev-mode endpoint: settings, the worker key's digest, and its workers."""
+
+    id: str
+    spec: EndpointSpec
+    origin: str
+    work_dir: str  # where relative templateIds were resolved
+    worker_key: str
+    launch: Launch | None  # None: its templateId cannot run here (see `problem`)
+    problem: str = ""
+    workers: LocalWorkers | None = None
+    retiring: list[LocalWorkers] = field(default_factory=list)  # old workers finishing jobs
+    generation: int = 1
+    since: str = field(default_factory=now)
+
+    def entry(self, job_api_url: str) -> dict:
+        """The registry entry: every setting, plus what a restart needs to resume it."""
+        return {
+            "id": self.id,
+            **self.spec.model_dump(mode="json"),
+            "workerKeyDigest": key_digest(self.worker_key),
+            "jobApiUrl": job_api_url,
+            "origin": self.origin,
+            "workDir": self.work_dir,
+        }
+
+
+def local_status(
+    ep: LocalEndpoint, job_api_url: str, snap: Snapshot, workers: int
+) -> EndpointStatus:
+    """Ready while its workers can start (however many run now); Failed, with the reason,
+    when its templateId cannot run here."""
+    ok = ep.launch is not None
+    message = f"workers run {' '.join(ep.launch.command)!r}" if ep.launch else ep.problem
+    condition = Condition(
+        type=READY,
+        status=ConditionStatus.TRUE if ok else ConditionStatus.FALSE,
+        reason="LocalWorkers" if ok else "UnusableTemplate",
+        message=message,
+        lastTransitionTime=ep.since,
+    )
+    return EndpointStatus(
+        phase=Phase.READY if ok else Phase.FAILED,
+        endpointId=ep.id,
+        jobApiUrl=job_api_url,
+        workers=WorkerCounts(
+            desired=workers,
+            ready=snap.workers_idle + snap.workers_running,
+            idle=snap.workers_idle,
+            running=snap.workers_running,
+        ),
+        jobs=JobCounts(inQueue=snap.in_queue + snap.in_queue_low, inProgress=snap.in_progress),
+        conditions=[condition],
+        observedGeneration=ep.generation,
+    )
+
+
+class LocalControlPlane:
+    """Endpoints as local worker pools beside an in-process gateway (`lockgate dev`)."""
+
+    def __init__(
+        self,
+        gw: Gateway,
+        *,
+        gateway_url: str,
+        base_dir: Path,
+        python: str = sys.executable,
+        stop_grace_s: float = STOP_GRACE_S,
+    ) -> None:
+        self.gw = gw
+        self.gateway_url = gateway_url  # the gateway as workers reach it
+        self.base_dir = base_dir
+        self.python = python
+        self.stop_grace_s = stop_grace_s
+        self._endpoints: dict[str, LocalEndpoint] = {}
+        self._lock = asyncio.Lock()
+        self._background: set[asyncio.Task] = set()
+
+    def job_api_url(self, endpoint_id: str) -> str:
+        return f"{self.gw.settings.public_base_url()}/v2/{endpoint_id}/"
+
+    def _launch(self, template_id: str, base_dir: Path | None = None) -> Launch:
+        return launch_for(template_id, base_dir=base_dir or self.base_dir, python=self.python)
+
+    def _find(self, endpoint_id: str) -> LocalEndpoint:
+        ep = self._endpoints.get(endpoint_id)
+        if ep is None:
+            raise EndpointNotFound(endpoint_id)
+        return ep
+
+    # -- the ControlPlane protocol --------------------------------------------------------
+
+    async def create(self, endpoint_id: str, spec: EndpointSpec) -> EndpointRecord:
+        async with self._lock:
+            if endpoint_id in self._endpoints:
+                raise EndpointExists(endpoint_id)
+            await self._start(endpoint_id, spec, self._launch(spec.templateId), ORIGIN_API)
+        return await self.get(endpoint_id)
+
+    async def get(self, endpoint_id: str) -> EndpointRecord:
+        ep = self._find(endpoint_id)
+        url = self.job_api_url(endpoint_id)
+        snap = await self.gw.store.snapshot(endpoint_id)
+        workers = ep.workers.count if ep.workers else 0
+        status = local_status(ep, url, snap, workers)
+        return EndpointRecord(id=ep.id, jobApiUrl=url, status=status, **ep.spec.model_dump())
+
+    async def list(self) -> list[EndpointRecord]:
+        return [await self.get(endpoint_id) for endpoint_id in sorted(self._endpoints)]
+
+    async def patch(self, endpoint_id: str, spec: EndpointSpec) -> EndpointRecord:
+        """New settings take effect at once: limits rescale the running workers, a new
+        `templateId` replaces them (the old ones finish their jobs in hand)."""
+        async with self._lock:
+            ep = self._find(endpoint_id)
+            launch = self._launch(spec.templateId)
+            spec = spec.model_copy(update={"templateId": launch.template_id})
+            if ep.workers is None or launch != ep.launch:
+                self._retire(ep)
+                ep.workers = self._workers(ep.id, launch, ep.worker_key, spec)
+            elif limits_of(spec) != limits_of(ep.spec):
+                await ep.workers.rescale(limits_of(spec))
+            ep.spec, ep.launch, ep.problem = spec, launch, ""
+            ep.work_dir, ep.generation, ep.since = str(self.base_dir), ep.generation + 1, now()
+            await self.gw.registry.put_endpoint(ep.id, ep.entry(self.job_api_url(ep.id)))
+        return await self.get(endpoint_id)
+
+    async def delete(self, endpoint_id: str) -> None:
+        """Unregister (the gateway answers 404 at once), stop the workers, then remove the
+        worker key, queued jobs and job history, as the operator's finalizer does."""
+        async with self._lock:
+            ep = self._endpoints.pop(endpoint_id, None)
+            if ep is None:
+                raise EndpointNotFound(endpoint_id)
+            await self.gw.registry.delete_endpoint(endpoint_id)
+        await asyncio.gather(*(w.stop(DELETE_GRACE_S) for w in _all_workers(ep)))
+        await self.gw.registry.delete_key(key_digest(ep.worker_key))
+        removed = await self.gw.store.delete_endpoint_data(endpoint_id)
+        log.info("endpoint %s deleted with %d job(s)", endpoint_id, removed)
+
+    # -- dev mode's own operations --------------------------------------------------------
+
+    async def apply(self, endpoint_id: str, spec: EndpointSpec) -> EndpointRecord:
+        """The command line's endpoint: created, or its stored settings replaced."""
+        if endpoint_id in self._endpoints:
+            return await self.patch(endpoint_id, spec)
+        async with self._lock:
+            await self._start(endpoint_id, spec, self._launch(spec.templateId), ORIGIN_CLI)
+        return await self.get(endpoint_id)
+
+    async def resume(self, *, skip: Collection[str] = ()) -> list[EndpointRecord]:
+        """Start again the endpoints an earlier run created through the API (not those
+        in `skip`). One whose handler is gone comes back Failed, saying why."""
+        stored = await self.gw.registry.list_endpoints()
+        async with self._lock:
+            for endpoint_id, entry in sorted(stored.items()):
+                if entry.get("origin") != ORIGIN_API or endpoint_id in skip:
+                    continue
+                fields = {k: v for k, v in entry.items() if k in EndpointSpec.model_fields}
+                try:
+                    spec = EndpointSpec.model_validate(fields)
+                except ValidationError as err:
+                    log.warning("endpoint %s not resumed: %s", endpoint_id, err)
+                    continue
+                work_dir = Path(entry.get("workDir") or self.base_dir)
+                try:
+                    launch, problem = self._launch(spec.templateId, work_dir), ""
+                except UnusableSettings as err:
+                    launch, problem = None, str(err)
+                await self._start(endpoint_id, spec, launch, ORIGIN_API, work_dir, problem)
+        return [await self.get(i) for i in sorted(stored) if i in self._endpoints]
+
+    async def close(self) -> None:
+        """Stop every endpoint's workers (they finish their jobs in hand) and forget their
+        worker keys; registry entries stay, so queued jobs wait for the next run."""
+        for ep in self._endpoints.values():
+            if ep.workers is not None:
+                await ep.workers.halt()
+        self.gw.drain()  # answer long-polls at once, so workers notice SIGTERM
+        every = [w for ep in self._endpoints.values() for w in _all_workers(ep)]
+        await asyncio.gather(*(w.stop(self.stop_grace_s) for w in every))
+        if self._background:
+            await asyncio.wait(self._background)
+        for ep in self._endpoints.values():
+            await self.gw.registry.delete_key(key_digest(ep.worker_key))
+
+    # -- internals ------------------------------------------------------------------------
+
+    async def _start(
+        self,
+        endpoint_id: str,
+        spec: EndpointSpec,
+        launch: Launch | None,
+        origin: str,
+        work_dir: Path | None = None,
+        problem: str = "",
+    ) -> LocalEndpoint:
+        """Register a new worker key and the endpoint, then start its workers."""
+        if launch is not None:
+            spec = spec.model_copy(update={"templateId": launch.template_id})
+        worker_key = f"lgw_{secrets.token_urlsafe(24)}"
+        ep = LocalEndpoint(
+            endpoint_id, spec, origin, str(work_dir or self.base_dir), worker_key, launch, problem
+        )
+        registry = self.gw.registry
+        record = {"name": f"dev-worker:{endpoint_id}", "scopes": ["workers"]}
+        await registry.put_key(worker_key, {**record, "endpoints": [endpoint_id]})
+        old_digest = ((await registry.get_endpoint(endpoint_id)) or {}).get("workerKeyDigest")
+        if old_digest and old_digest != key_digest(worker_key):
+            await registry.delete_key(old_digest)  # an earlier run's key
+        await registry.put_endpoint(endpoint_id, ep.entry(self.job_api_url(endpoint_id)))
+        if launch is not None:
+            ep.workers = self._workers(endpoint_id, launch, worker_key, spec)
+        self._endpoints[endpoint_id] = ep
+        return ep
+
+    def _workers(
+        self, endpoint_id: str, launch: Launch, worker_key: str, spec: EndpointSpec
+    ) -> LocalWorkers:
+        env = worker_env(self.gateway_url, endpoint_id, worker_key)
+        return LocalWorkers.start(self.gw.store, endpoint_id, launch, env, limits_of(spec))
+
+    def _retire(self, ep: LocalEndpoint) -> None:
+        """Stop the endpoint's current workers in the background."""
+        old = ep.workers
+        if old is None:
+            return
+        ep.workers = None
+        ep.retiring.append(old)
+
+        async def retire() -> None:
+            await old.stop(self.stop_grace_s)
+            ep.retiring.remove(old)
+
+        task = asyncio.create_task(retire(), name=f"lockgate-retire-{ep.id}")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+
+def _all_workers(ep: LocalEndpoint) -> list[LocalWorkers]:
+    return [w for w in (ep.workers, *ep.retiring) if w is not None]
