@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import secrets
-from collections.abc import AsyncIterator, Iterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import aiohttp
 import pytest
@@ -18,6 +21,19 @@ from lockgate.settings import Settings
 from lockgate.store import Registry
 
 REPO = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
+
+
+async def eventually(check: Callable[[], Awaitable[T]], what: str, timeout: float = 30.0) -> T:
+    """Await `check` until it returns something truthy; its value is returned."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        await asyncio.sleep(0.2)
 
 
 @pytest.fixture(scope="session")

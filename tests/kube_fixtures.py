@@ -14,7 +14,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -29,6 +29,7 @@ from lockgate.dev.redis_server import EmbeddedRedis, free_port
 from lockgate.kube.crds import GROUP, VERSION
 from lockgate.kube.main import run
 from lockgate.kube.settings import OperatorSettings
+from tests.conftest import eventually
 
 REPO = Path(__file__).resolve().parent.parent
 NAMESPACE = "lockgate-test"
@@ -148,18 +149,6 @@ def wait_until(check: Callable[[], Any], what: str, timeout: float = 30.0) -> An
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(0.2)
-
-
-async def eventually(check: Callable[[], Awaitable[T]], what: str, timeout: float = 30.0) -> T:
-    """The async twin of `wait_until`, for checks that await (Redis)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        await asyncio.sleep(0.2)
 
 
 def condition(status: dict, type_: str) -> dict:

@@ -1,29 +1,52 @@
-"""The management API served by the operator, writing Endpoint resources (envtest)."""
+"""The management API over both control planes, with the same tests.
+
+`kubernetes`: served by the operator, writing Endpoint resources (envtest). `local`: served
+by dev mode's gateway (`/v1` on its port), running local worker pools; tests of what only
+the local plane does (workers, jobs, resume) are at the end.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
+import psutil
 import pytest
+from aiohttp import web
 from redis.asyncio import Redis
 
+from lockgate.dev.redis_server import EmbeddedRedis, free_port
+from lockgate.dev.runner import build_app
+from lockgate.manage.local import LocalControlPlane
+from lockgate.models import EndpointSpec
 from lockgate.store import Registry
+from tests.conftest import REPO, eventually, make_settings
 
 if TYPE_CHECKING:
     from kube_fixtures import Resources, RunningOperator
 
 pytest_plugins = ["kube_fixtures"]
-pytestmark = pytest.mark.envtest
+
+ECHO = "tests/handlers/sync_echo.py"  # a local templateId: relative to the repository
 
 
+@dataclass
 class Api:
-    """A client of `/v1/endpoints` with an admin key."""
+    """A client of `/v1/endpoints` with an admin key, and what differs between planes."""
 
-    def __init__(self, http: aiohttp.ClientSession, url: str, key: str) -> None:
-        self.http, self.url, self.key = http, url, key
+    http: aiohttp.ClientSession
+    url: str
+    key: str
+    template: str  # a templateId this plane accepts
+    job_api_base: str  # jobApiUrl is {job_api_base}/v2/{id}/
+    stored: Callable[[str], Awaitable[dict | None]]  # settings as the backend keeps them
+    forget: Callable[[str], None] = lambda _id: None  # delete it after the test
+    plane: LocalControlPlane | None = field(default=None)
 
     async def call(
         self, method: str, path: str = "", body: Any = None, key: str | None = None
@@ -36,73 +59,113 @@ class Api:
             return resp.status, payload
 
 
-@pytest.fixture
-async def api(
-    operator: RunningOperator, redis: Redis, http: aiohttp.ClientSession, resources: Resources
-) -> Api:
+async def admin_key(redis: Redis) -> str:
     key = f"lga_{secrets.token_hex(8)}"
     await Registry(redis).put_key(key, {"name": "admin", "scopes": ["admin"]})
+    return key
+
+
+@pytest.fixture
+async def kubernetes_api(
+    operator: RunningOperator, redis: Redis, http: aiohttp.ClientSession, resources: Resources
+) -> Api:
     resources.template("manage-tpl")
-    return Api(http, operator.manage_url, key)
+
+    async def stored(endpoint_id: str) -> dict | None:
+        return (resources.get("endpoints", endpoint_id) or {}).get("spec")
+
+    def forget(endpoint_id: str) -> None:
+        resources.created.append(("endpoints", endpoint_id))
+
+    base = operator.settings.base_url
+    key = await admin_key(redis)
+    return Api(http, operator.manage_url, key, "manage-tpl", base, stored, forget)
 
 
-def forget(resources: Resources, endpoint_id: str) -> None:
-    resources.created.append(("endpoints", endpoint_id))
+@contextlib.asynccontextmanager
+async def dev_app(redis_server: EmbeddedRedis) -> AsyncIterator[tuple[str, LocalControlPlane]]:
+    """Dev mode's app (gateway + `/v1`) on loopback, handler paths relative to the repo."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    settings = make_settings(redis_server.url, port, sweep_interval_s=0.2)
+    app, plane = build_app(settings, gateway_url=url, base_dir=REPO, stop_grace_s=5)
+    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield url, plane
+    finally:
+        await plane.close()
+        await runner.cleanup()
+
+
+@pytest.fixture
+async def local_api(
+    redis: Redis, redis_server: EmbeddedRedis, http: aiohttp.ClientSession
+) -> AsyncIterator[Api]:
+    async with dev_app(redis_server) as (url, plane):
+        key = await admin_key(redis)
+        yield Api(http, url, key, ECHO, url, Registry(redis).get_endpoint, plane=plane)
+
+
+@pytest.fixture(
+    params=["local", pytest.param("kubernetes", marks=pytest.mark.envtest)],
+)
+def api(request: pytest.FixtureRequest) -> Api:
+    """The same client over each control plane."""
+    return request.getfixturevalue(f"{request.param}_api")
 
 
 # -- round trip ----------------------------------------------------------------------------
 
 
-async def test_post_creates_an_endpoint_resource_with_a_runpod_style_id(
-    api: Api, resources: Resources
-) -> None:
-    status, record = await api.call(
-        "POST", body={"name": "echo", "templateId": "manage-tpl", "gpuTypeIds": ["NVIDIA L4"]}
-    )
+async def create(api: Api, endpoint_id: str | None = None, **fields: Any) -> dict:
+    """POST an endpoint running the plane's template; its record."""
+    body = {"templateId": api.template, **fields}
+    if endpoint_id is not None:
+        body["id"] = endpoint_id
+    status, record = await api.call("POST", body=body)
     assert status == 200, record
-    forget(resources, record["id"])
+    api.forget(record["id"])
+    return record
+
+
+async def test_post_creates_an_endpoint_with_a_runpod_style_id(api: Api) -> None:
+    record = await create(api, name="echo", gpuTypeIds=["NVIDIA L4"])
     assert re.fullmatch(r"[a-z0-9]{14}", record["id"])
     assert record["name"] == "echo" and record["gpuTypeIds"] == ["NVIDIA L4"]
     assert record["workersMax"] == 3  # a default, filled in
-    assert record["jobApiUrl"] == f"https://jobs.example.test/v2/{record['id']}/"
+    assert record["jobApiUrl"] == f"{api.job_api_base}/v2/{record['id']}/"
     assert "phase" in record["status"]
-    stored = resources.get("endpoints", record["id"])
-    assert stored["spec"]["gpuTypeIds"] == ["NVIDIA L4"]
+    assert (await api.stored(record["id"]))["gpuTypeIds"] == ["NVIDIA L4"]
 
 
-async def test_created_endpoint_reads_back_ready_once_reconciled(
-    api: Api, resources: Resources
-) -> None:
-    status, record = await api.call("POST", body={"id": "mg-ready", "templateId": "manage-tpl"})
-    assert status == 200, record
-    forget(resources, "mg-ready")
+async def test_created_endpoint_reads_back_ready_once_reconciled(api: Api) -> None:
+    await create(api, "mg-ready")
 
     async def ready() -> dict | None:
         _, got = await api.call("GET", "/mg-ready")
         return got if got["status"]["phase"] == "Ready" else None
 
-    got = await resources.eventually(ready, "phase Ready")
+    got = await eventually(ready, "phase Ready")
     assert got["status"]["endpointId"] == "mg-ready"
+    assert got["status"]["jobApiUrl"] == f"{api.job_api_base}/v2/mg-ready/"
     _, listed = await api.call("GET")
     assert "mg-ready" in [r["id"] for r in listed]
 
 
-async def test_patch_changes_the_given_fields_and_keeps_the_others(
-    api: Api, resources: Resources
-) -> None:
-    await api.call("POST", body={"id": "mg-patch", "templateId": "manage-tpl", "name": "a"})
-    forget(resources, "mg-patch")
+async def test_patch_changes_the_given_fields_and_keeps_the_others(api: Api) -> None:
+    template = (await create(api, "mg-patch", name="a"))["templateId"]
 
     status, record = await api.call("PATCH", "/mg-patch", {"workersMax": 9, "idleTimeout": 60})
     assert status == 200, record
     assert (record["workersMax"], record["idleTimeout"], record["name"]) == (9, 60, "a")
-    spec = resources.get("endpoints", "mg-patch")["spec"]
-    assert (spec["workersMax"], spec["idleTimeout"], spec["templateId"]) == (9, 60, "manage-tpl")
+    spec = await api.stored("mg-patch")
+    assert (spec["workersMax"], spec["idleTimeout"], spec["templateId"]) == (9, 60, template)
 
 
-async def test_delete_removes_the_endpoint(api: Api, resources: Resources) -> None:
-    await api.call("POST", body={"id": "mg-delete", "templateId": "manage-tpl"})
-    forget(resources, "mg-delete")
+async def test_delete_removes_the_endpoint(api: Api) -> None:
+    await create(api, "mg-delete")
 
     status, _ = await api.call("DELETE", "/mg-delete")
     assert status == 204
@@ -110,7 +173,7 @@ async def test_delete_removes_the_endpoint(api: Api, resources: Resources) -> No
     async def gone() -> bool:
         return (await api.call("GET", "/mg-delete"))[0] == 404
 
-    await resources.eventually(gone, "404 after delete")
+    await eventually(gone, "404 after delete")
 
 
 # -- refusals ------------------------------------------------------------------------------
@@ -140,18 +203,14 @@ async def test_body_that_is_not_a_json_object_is_refused(api: Api) -> None:
     assert status == 400 and "JSON object" in error["error"]
 
 
-async def test_patch_that_breaks_min_not_above_max_is_refused(
-    api: Api, resources: Resources
-) -> None:
-    await api.call("POST", body={"id": "mg-minmax", "templateId": "manage-tpl"})
-    forget(resources, "mg-minmax")
+async def test_patch_that_breaks_min_not_above_max_is_refused(api: Api) -> None:
+    await create(api, "mg-minmax")
     status, error = await api.call("PATCH", "/mg-minmax", {"workersMin": 5})
     assert status == 400 and "workersMin (5) must not exceed workersMax (3)" in error["error"]
 
 
-async def test_existing_id_is_a_conflict(api: Api, resources: Resources) -> None:
-    await api.call("POST", body={"id": "mg-twice", "templateId": "manage-tpl"})
-    forget(resources, "mg-twice")
+async def test_existing_id_is_a_conflict(api: Api) -> None:
+    await create(api, "mg-twice")
     status, error = await api.call("POST", body={"id": "mg-twice"})
     assert status == 409 and "mg-twice" in error["error"]
 
@@ -169,3 +228,153 @@ async def test_missing_or_non_admin_key_is_unauthorized(api: Api, redis: Redis) 
     assert (await api.call("GET", key=client_key))[0] == 401
     async with api.http.get(f"{api.url}/v1/endpoints") as resp:
         assert resp.status == 401
+
+
+# -- the local plane: workers, jobs, restarts ----------------------------------------------
+
+
+@pytest.fixture
+async def jobs_key(redis: Redis) -> str:
+    key = f"lg_{secrets.token_hex(8)}"
+    await Registry(redis).put_key(key, {"name": "client", "scopes": ["jobs"]})
+    return key
+
+
+async def job_call(
+    http: aiohttp.ClientSession, url: str, key: str, method: str, path: str, body: Any = None
+) -> tuple[int, Any]:
+    """A job API call: `{url}/v2/{path}`."""
+    headers = {"authorization": key}
+    async with http.request(method, f"{url}/v2/{path}", json=body, headers=headers) as resp:
+        return resp.status, await resp.json()
+
+
+def worker_processes(handler: str) -> list[psutil.Process]:
+    """Live child processes (workers) whose command line names `handler`."""
+    return [
+        p
+        for p in psutil.Process().children(recursive=True)
+        if p.status() != psutil.STATUS_ZOMBIE and any(handler in a for a in p.cmdline())
+    ]
+
+
+async def running(handler: str) -> list[psutil.Process]:
+    return worker_processes(handler)
+
+
+async def stopped(handler: str) -> bool:
+    return not worker_processes(handler)
+
+
+async def test_local_round_trip_runs_jobs_and_delete_stops_workers_and_erases_jobs(
+    local_api: Api, jobs_key: str, redis: Redis
+) -> None:
+    api = local_api
+    record = await create(api, "lc-echo")
+    assert record["templateId"] == str(REPO / ECHO)  # stored as the absolute path
+    assert record["status"]["phase"] == "Ready"
+
+    status, done = await job_call(
+        api.http, api.url, jobs_key, "POST", "lc-echo/runsync", {"input": {"x": 1}}
+    )
+    assert (status, done["status"], done["output"]) == (200, "COMPLETED", {"echo": {"x": 1}})
+    _, listed = await api.call("GET")
+    [got] = [r for r in listed if r["id"] == "lc-echo"]
+    assert got["status"]["workers"]["desired"] == 1
+    workers = worker_processes(ECHO)
+    assert len(workers) == 1
+
+    await api.call("PATCH", "/lc-echo", {"workersMax": 0})  # the next job waits in the queue
+    _, queued = await job_call(api.http, api.url, jobs_key, "POST", "lc-echo/run", {"input": {}})
+    digest = (await api.stored("lc-echo"))["workerKeyDigest"]
+
+    assert (await api.call("DELETE", "/lc-echo"))[0] == 204
+    assert (await job_call(api.http, api.url, jobs_key, "GET", "lc-echo/health"))[0] == 404
+    assert not [p for p in psutil.wait_procs(workers, timeout=10)[1]]
+    assert await Registry(redis).get_key(digest) is None
+    assert await redis.keys("lg:{lc-echo}:*") == []  # queued job and history are gone
+    assert queued["status"] == "IN_QUEUE"
+
+
+async def test_local_patch_rescales_and_a_new_template_id_replaces_the_workers(
+    local_api: Api, jobs_key: str
+) -> None:
+    api = local_api
+    await create(api, "lc-patch")
+    assert worker_processes(ECHO) == []  # workersMin 0: none until a job comes
+
+    await api.call("PATCH", "/lc-patch", {"workersMin": 1})
+    await eventually(lambda: running(ECHO), "workersMin 1 starts a worker")
+
+    status, record = await api.call(
+        "PATCH", "/lc-patch", {"templateId": "tests/handlers/error_dict.py"}
+    )
+    assert status == 200 and record["templateId"].endswith("error_dict.py")
+    _, done = await job_call(api.http, api.url, jobs_key, "POST", "lc-patch/runsync", {"input": {}})
+    assert done["status"] == "FAILED" and "model not loaded" in done["error"]
+    await eventually(lambda: stopped(ECHO), "the old worker to stop")
+
+
+async def test_local_execution_timeout_ms_applies_to_the_endpoints_jobs(
+    local_api: Api, jobs_key: str
+) -> None:
+    api = local_api
+    sleeper = "python tests/handlers/sleeper.py async"  # a worker command, not a file
+    record = await create(api, "lc-timeout", templateId=sleeper)
+    assert record["templateId"] == sleeper
+    await api.call("PATCH", "/lc-timeout", {"executionTimeoutMs": 5000})
+    _, job = await job_call(
+        api.http, api.url, jobs_key, "POST", "lc-timeout/run", {"input": {"sleep": 60}}
+    )
+
+    async def timed_out() -> bool:
+        _, got = await job_call(
+            api.http, api.url, jobs_key, "GET", f"lc-timeout/status/{job['id']}"
+        )
+        return got["status"] == "TIMED_OUT"
+
+    await eventually(timed_out, "TIMED_OUT after 5 s", timeout=20)
+
+
+@pytest.mark.parametrize(
+    ("template_id", "message"),
+    [
+        ("", "templateId: required in dev mode"),
+        ("tests/handlers/missing.py", "handler file"),
+        ("no-such-program --flag", "program 'no-such-program' not found"),
+        ('python "unbalanced', "cannot split"),
+    ],
+)
+async def test_local_template_id_that_cannot_run_here_is_refused(
+    local_api: Api, template_id: str, message: str
+) -> None:
+    status, error = await local_api.call("POST", body={"id": "lc-bad", "templateId": template_id})
+    assert status == 400 and message in error["error"]
+    await create(local_api, "lc-good")
+    status, error = await local_api.call("PATCH", "/lc-good", {"templateId": template_id})
+    assert status == 400 and message in error["error"]
+    assert (await local_api.call("GET", "/lc-good"))[1]["templateId"] == str(REPO / ECHO)
+
+
+async def test_next_dev_run_resumes_api_endpoints_and_reports_a_vanished_handler(
+    local_api: Api, redis_server: EmbeddedRedis, jobs_key: str, tmp_path
+) -> None:
+    api = local_api
+    handler = tmp_path / "gone.py"
+    handler.write_text((REPO / ECHO).read_text())
+    await create(api, "lc-resume", workersMin=1)
+    await create(api, "lc-vanish", templateId=str(handler))
+    await api.plane.apply("lc-cli", EndpointSpec(templateId=ECHO))  # the command line's
+    await api.plane.close()
+    handler.unlink()
+
+    async with dev_app(redis_server) as (url, plane):
+        resumed = {r.id: r for r in await plane.resume()}
+        assert set(resumed) == {"lc-resume", "lc-vanish"}
+        assert resumed["lc-resume"].status.phase == "Ready"
+        assert resumed["lc-vanish"].status.phase == "Failed"
+        assert "not found" in resumed["lc-vanish"].status.conditions[0].message
+        _, done = await job_call(
+            api.http, url, jobs_key, "POST", "lc-resume/runsync", {"input": {"n": 2}}
+        )
+        assert done["output"] == {"echo": {"n": 2}}

@@ -26,7 +26,7 @@ from lockgate.gateway.state import GATEWAY
 from lockgate.logs import setup_logging
 from lockgate.manage.api import create_manage_app
 from lockgate.manage.controlplane import UnusableSettings
-from lockgate.manage.local import LocalControlPlane
+from lockgate.manage.local import STOP_GRACE_S, LocalControlPlane
 from lockgate.models import EndpointSpec, describe_validation_error
 from lockgate.settings import Settings
 from lockgate.store.keys import ENDPOINT_ID_RE
@@ -114,6 +114,21 @@ def options(args: argparse.Namespace) -> DevOptions:
     )
 
 
+def build_app(
+    settings: Settings, *, gateway_url: str, base_dir: Path, stop_grace_s: float = STOP_GRACE_S
+) -> tuple[web.Application, LocalControlPlane]:
+    """The gateway with the management API at `/v1` on the same port (one URL in dev mode),
+    over a `LocalControlPlane` whose workers reach the gateway at `gateway_url`. Admin
+    keys (the dev API key is one) may use `/v1/endpoints`."""
+    app = create_app(settings)
+    gw = app[GATEWAY]
+    plane = LocalControlPlane(
+        gw, gateway_url=gateway_url, base_dir=base_dir, stop_grace_s=stop_grace_s
+    )
+    app.add_subapp("/v1", create_manage_app(plane, gw.auth, prefix=""))
+    return app, plane
+
+
 async def start_endpoints(plane: LocalControlPlane, opts: DevOptions) -> None:
     """Endpoints an earlier run created through the API, then the command line's one."""
     for record in await plane.resume(skip={opts.endpoint_id}):
@@ -131,12 +146,9 @@ async def serve(opts: DevOptions, redis_url: str, stop: asyncio.Event) -> None:
         redis_url=redis_url, host=opts.host, port=opts.port, webhook_allow_private=True,
         webhook_secret=secret_in(opts.data_dir, "webhook-secret", "whsec_"),
     )  # fmt: skip
-    app = create_app(settings)
-    gw = app[GATEWAY]
     local_url = f"http://127.0.0.1:{opts.port}"
-    plane = LocalControlPlane(gw, gateway_url=local_url, base_dir=Path.cwd())
-    # The management API shares the gateway's port (one URL in dev); the dev key is admin.
-    app.add_subapp("/v1", create_manage_app(plane, gw.auth, prefix=""))
+    app, plane = build_app(settings, gateway_url=local_url, base_dir=Path.cwd())
+    gw = app[GATEWAY]
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=2)
     await runner.setup()
     await gw.registry.put_key(opts.api_key, {"name": "dev", "scopes": ["jobs", "admin"]})
