@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
 import psutil
@@ -110,3 +112,30 @@ def test_workers_scale_up_with_the_queue_and_down_to_zero_when_idle(tmp_path):
             timeout_s=60,
         )
         wait_until(lambda: dev.workers() == [], timeout_s=60)
+
+
+def test_dev_serves_the_management_api_with_its_api_key_and_runs_created_endpoints(tmp_path):
+    with DevProcess(ECHO, "--api-key", "k-admin", data_dir=tmp_path) as dev:
+        manage = f"{dev.url}/v1/endpoints"
+        dev.wait_for(rf"management API: {dev.url}/v1/endpoints")
+        admin = {"authorization": "Bearer k-admin"}
+        [echo] = requests.get(manage, headers=admin).json()
+        assert (echo["id"], echo["templateId"], echo["status"]["phase"]) == ("echo", ECHO, "Ready")
+        assert requests.get(manage).status_code == 401
+
+        created = {"id": "second", "templateId": "tests/handlers/async_echo.py", "workersMax": 1}
+        assert requests.post(manage, json=created, headers=admin).status_code == 200
+        url = f"{dev.url}/v2/second/runsync"
+        r = requests.post(url, json={"input": {"y": 2}}, headers=dev.headers())
+        assert (r.json()["status"], r.json()["output"]) == ("COMPLETED", {"echo": {"y": 2}})
+        assert requests.delete(f"{manage}/second", headers=admin).status_code == 204
+        health = requests.get(f"{dev.url}/v2/second/health", headers=dev.headers())
+        assert health.status_code == 404
+
+
+def test_dev_mode_imports_no_kubernetes_client():
+    code = (
+        "import sys, lockgate.dev.runner; print(sorted({'kopf', 'kubernetes'} & set(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
