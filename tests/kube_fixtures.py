@@ -4,7 +4,8 @@ Test modules load this with `pytest_plugins = ["kube_fixtures"]` (and never impo
 must be imported as a plugin first), so the session fixtures exist once however many
 modules use them; helpers come through the `resources` fixture. Without the envtest
 binaries the tests skip (`make envtest` builds them), unless LOCKGATE_REQUIRE_ENVTEST=1
-makes that a failure.
+makes that a failure. LOCKGATE_E2E_KUBECONFIG=<file> runs them against an existing
+cluster instead (`make e2e`: a kind cluster with the CRDs applied).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 from kubernetes import client as k8s
+from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from envtest import EnvTest, binaries_dir
@@ -33,12 +35,13 @@ from tests.conftest import eventually
 
 REPO = Path(__file__).resolve().parent.parent
 NAMESPACE = "lockgate-test"
+E2E_KUBECONFIG = "LOCKGATE_E2E_KUBECONFIG"  # an existing cluster instead of envtest
 T = TypeVar("T")
 
 
 def require_envtest() -> None:
     """Skip (or, in CI, fail) when the control plane binaries are missing."""
-    if binaries_dir() is not None:
+    if binaries_dir() is not None or os.environ.get(E2E_KUBECONFIG):
         return
     message = "envtest binaries missing: `make envtest` (bash hack/envtest.sh) builds them"
     if os.environ.get("LOCKGATE_REQUIRE_ENVTEST") == "1":
@@ -57,13 +60,28 @@ def envtest() -> Iterator[EnvTest]:
 
 
 @pytest.fixture(scope="session")
-def kube(envtest: EnvTest) -> Iterator[k8s.ApiClient]:
-    """An admin API client with the CRDs installed and the test namespace created."""
-    api = envtest.api_client()
+def kube(request: pytest.FixtureRequest) -> Iterator[k8s.ApiClient]:
+    """An admin API client with the CRDs installed and the test namespace created: envtest's,
+    or the cluster of $LOCKGATE_E2E_KUBECONFIG."""
+    kubeconfig = os.environ.get(E2E_KUBECONFIG)
+    if kubeconfig:
+        api = k8s_config.new_client_from_config(config_file=kubeconfig)
+    else:
+        api = request.getfixturevalue("envtest").api_client()
     install_crds(api)
-    k8s.CoreV1Api(api).create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=NAMESPACE)))
+    namespace = k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=NAMESPACE))
+    _unless_exists(lambda: k8s.CoreV1Api(api).create_namespace(namespace))
     yield api
     api.close()
+
+
+def _unless_exists(create: Callable[[], Any]) -> None:
+    """Create, or leave alone what a reused cluster already has (409)."""
+    try:
+        create()
+    except ApiException as err:
+        if err.status != 409:
+            raise
 
 
 def install_crds(api: k8s.ApiClient) -> None:
@@ -72,8 +90,17 @@ def install_crds(api: k8s.ApiClient) -> None:
     names = []
     for path in sorted((REPO / "crds").glob("*.yaml")):
         crd = yaml.safe_load(path.read_text())
-        ext.create_custom_resource_definition(crd)
-        names.append(crd["metadata"]["name"])
+        name = crd["metadata"]["name"]
+        try:
+            ext.create_custom_resource_definition(crd)
+        except ApiException as err:
+            if err.status != 409:
+                raise
+            crd["metadata"]["resourceVersion"] = ext.read_custom_resource_definition(
+                name
+            ).metadata.resource_version
+            ext.replace_custom_resource_definition(name, crd)
+        names.append(name)
 
     def established(name: str) -> bool:
         conds = ext.read_custom_resource_definition(name).status.conditions or []
