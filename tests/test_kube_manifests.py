@@ -323,3 +323,65 @@ def test_content_hash_changes_with_the_template_only() -> None:
 def test_gpu_names_become_node_label_values() -> None:
     assert manifests.node_label_value(" NVIDIA GeForce RTX 4090 ") == "NVIDIA-GeForce-RTX-4090"
     assert manifests.node_label_value("NVIDIA H100 80GB HBM3") == "NVIDIA-H100-80GB-HBM3"
+
+
+# -- completeness: a field without a visible effect (or without a row here) fails ----------
+
+# field -> (settings without it, settings with a non-default value of it)
+ENDPOINT_FIELDS: dict[str, tuple[dict, dict]] = {
+    "name": ({}, {"name": "Demo"}),
+    "computeType": ({}, {"computeType": "CPU"}),
+    "gpuTypeIds": ({}, {"gpuTypeIds": ["NVIDIA L4"]}),
+    "gpuCount": ({}, {"gpuCount": 2}),
+    "cpuFlavorIds": ({"computeType": "CPU"}, {"computeType": "CPU", "cpuFlavorIds": ["cpu3c"]}),
+    "vcpuCount": ({}, {"vcpuCount": 8}),
+    "allowedCudaVersions": ({}, {"allowedCudaVersions": ["12.4"]}),
+    "dataCenterIds": ({}, {"dataCenterIds": ["EU-RO-1"]}),
+    "templateId": ({"templateId": "tpl"}, {"templateId": "tpl-2"}),
+    "executionTimeoutMs": ({}, {"executionTimeoutMs": 3_600_000}),
+    "flashboot": ({}, {"flashboot": True}),
+    "idleTimeout": ({}, {"idleTimeout": 60}),
+    "scalerType": ({}, {"scalerType": "REQUEST_COUNT"}),
+    "scalerValue": ({}, {"scalerValue": 9}),
+    "workersMin": ({}, {"workersMin": 2}),
+    "workersMax": ({}, {"workersMax": 9}),
+}
+TEMPLATE_FIELDS: dict[str, Any] = {
+    "image": "img:2",
+    "command": ["serve"],
+    "args": ["--fast"],
+    "env": {"MODEL": "tiny"},
+    "ports": ["8000/http"],
+    "containerDiskInGb": 50,
+    "modelUrl": "https://models.example.test/tiny.bin",
+    "imagePullSecret": "regcred",
+}
+
+
+def rendered(spec: dict, template: dict | None = None) -> list[dict]:
+    """The workloads the operator writes for an Endpoint, as `reconcile.apply_workloads`
+    renders them: the Deployment (workersMin replicas at creation), and the flashboot
+    DaemonSet when on."""
+    s = EndpointSpec(**spec)
+    t = TemplateSpec(**{"image": "img:1", **(template or {})})
+    deployment = manifests.worker_deployment(
+        OWNER, s, t, s.templateId, SETTINGS, replicas=s.workersMin
+    )
+    daemonsets = [manifests.flashboot_daemonset(OWNER, s, t, SETTINGS)] if s.flashboot else []
+    return [deployment, *daemonsets]
+
+
+def test_every_payload_and_template_field_has_a_row_here() -> None:
+    assert set(ENDPOINT_FIELDS) == set(EndpointSpec.model_fields)
+    assert set(TEMPLATE_FIELDS) == set(TemplateSpec.model_fields)
+
+
+@pytest.mark.parametrize("field", sorted(ENDPOINT_FIELDS))
+def test_every_endpoint_field_changes_the_generated_objects(field: str) -> None:
+    without, with_it = ENDPOINT_FIELDS[field]
+    assert rendered(without) != rendered(with_it)
+
+
+@pytest.mark.parametrize("field", sorted(TEMPLATE_FIELDS))
+def test_every_template_field_changes_the_generated_objects(field: str) -> None:
+    assert rendered({}) != rendered({}, {field: TEMPLATE_FIELDS[field]})
