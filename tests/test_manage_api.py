@@ -378,3 +378,10 @@ async def test_next_dev_run_resumes_api_endpoints_and_reports_a_vanished_handler
             api.http, url, jobs_key, "POST", "lc-resume/runsync", {"input": {"n": 2}}
         )
         assert done["output"] == {"echo": {"n": 2}}
+
+
+async def test_local_plane_starts_no_workers_once_shutting_down(local_api: Api) -> None:
+    await local_api.plane.close()
+    status, error = await local_api.call("POST", body={"id": "lc-late", "templateId": ECHO})
+    assert status == 503 and "shutting down" in error["error"]
+    assert worker_processes(ECHO) == []

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from lockgate.dev.launch import Launch, launch_for
 from lockgate.dev.workers import LocalWorkers, limits_of
+from lockgate.gateway.errors import Unavailable
 from lockgate.gateway.state import Gateway
 from lockgate.manage.controlplane import EndpointExists, EndpointNotFound, UnusableSettings
 from lockgate.models import (
@@ -129,6 +130,7 @@ class LocalControlPlane:
         self._endpoints: dict[str, LocalEndpoint] = {}
         self._lock = asyncio.Lock()
         self._background: set[asyncio.Task] = set()
+        self._closing = False
 
     def job_api_url(self, endpoint_id: str) -> str:
         return f"{self.gw.settings.public_base_url()}/v2/{endpoint_id}/"
@@ -146,26 +148,24 @@ class LocalControlPlane:
 
     async def create(self, endpoint_id: str, spec: EndpointSpec) -> EndpointRecord:
         async with self._lock:
+            self._refuse_when_closing()
             if endpoint_id in self._endpoints:
                 raise EndpointExists(endpoint_id)
             await self._start(endpoint_id, spec, self._launch(spec.templateId), ORIGIN_API)
         return await self.get(endpoint_id)
 
     async def get(self, endpoint_id: str) -> EndpointRecord:
-        ep = self._find(endpoint_id)
-        url = self.job_api_url(endpoint_id)
-        snap = await self.gw.store.snapshot(endpoint_id)
-        workers = ep.workers.count if ep.workers else 0
-        status = local_status(ep, url, snap, workers)
-        return EndpointRecord(id=ep.id, jobApiUrl=url, status=status, **ep.spec.model_dump())
+        return await self._record(self._find(endpoint_id))
 
     async def list(self) -> list[EndpointRecord]:
-        return [await self.get(endpoint_id) for endpoint_id in sorted(self._endpoints)]
+        endpoints = sorted(self._endpoints.values(), key=lambda ep: ep.id)
+        return [await self._record(ep) for ep in endpoints]
 
     async def patch(self, endpoint_id: str, spec: EndpointSpec) -> EndpointRecord:
         """New settings take effect at once: limits rescale the running workers, a new
         `templateId` replaces them (the old ones finish their jobs in hand)."""
         async with self._lock:
+            self._refuse_when_closing()
             ep = self._find(endpoint_id)
             launch = self._launch(spec.templateId)
             spec = spec.model_copy(update={"templateId": launch.template_id})
@@ -199,6 +199,7 @@ class LocalControlPlane:
         if endpoint_id in self._endpoints:
             return await self.patch(endpoint_id, spec)
         async with self._lock:
+            self._refuse_when_closing()
             await self._start(endpoint_id, spec, self._launch(spec.templateId), ORIGIN_CLI)
         return await self.get(endpoint_id)
 
@@ -227,6 +228,8 @@ class LocalControlPlane:
     async def close(self) -> None:
         """Stop every endpoint's workers (they finish their jobs in hand) and forget their
         worker keys; registry entries stay, so queued jobs wait for the next run."""
+        async with self._lock:
+            self._closing = True  # no new workers from here on
         for ep in self._endpoints.values():
             if ep.workers is not None:
                 await ep.workers.halt()
@@ -239,6 +242,17 @@ class LocalControlPlane:
             await self.gw.registry.delete_key(key_digest(ep.worker_key))
 
     # -- internals ------------------------------------------------------------------------
+
+    def _refuse_when_closing(self) -> None:
+        if self._closing:
+            raise Unavailable("lockgate dev is shutting down: no new workers")
+
+    async def _record(self, ep: LocalEndpoint) -> EndpointRecord:
+        url = self.job_api_url(ep.id)
+        snap = await self.gw.store.snapshot(ep.id)
+        workers = ep.workers.count if ep.workers else 0
+        status = local_status(ep, url, snap, workers)
+        return EndpointRecord(id=ep.id, jobApiUrl=url, status=status, **ep.spec.model_dump())
 
     async def _start(
         self,
