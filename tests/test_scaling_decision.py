@@ -208,3 +208,14 @@ def test_a_burst_scales_zero_to_max_and_back_to_zero_after_the_idle_timeout() ->
     sim.tick(m())
     sim.tick(m())
     assert sim.sizes[-1] == 0
+
+
+def test_workers_asked_for_that_never_appear_become_removable_after_the_idle_timeout() -> None:
+    memory = ScalerMemory()
+    for now in (0.0, 3.0):
+        view = memory.observe(3, [], {}, now)
+    assert view == Workers(3, (3.0, 3.0, 3.0))
+    assert decide(m(), limits(idle=5), view, now=3.0).desired == 3
+    view = memory.observe(3, [], {}, 6.0)
+    assert decide(m(), limits(idle=5), view, now=6.0).desired == 0
+    assert memory.observe(1, ["w1"], {}, 7.0) == Workers(1, (0.0,))

@@ -14,12 +14,14 @@ class ScalerMemory:
     def __init__(self) -> None:
         self.last_busy: dict[str, float] = {}  # worker id -> last time seen holding a job
         self.last_scale_up: float | None = None
+        self.missing_since: float | None = None  # since when fewer members exist than asked
 
     def observe(
         self, size: int, members: Sequence[str], jobs: Mapping[str, int], now: float
     ) -> Workers:
         """The pool as the decision sees it. A worker seen for the first time counts as
-        busy until now (it is starting); one asked for but not yet there is idle for 0 s."""
+        busy until now (it is starting); one asked for but not there (no pod yet, or a quota
+        refused it) is idle since the pool first fell short."""
         for gone in self.last_busy.keys() - set(members):
             del self.last_busy[gone]
         idle = []
@@ -28,7 +30,13 @@ class ScalerMemory:
                 self.last_busy[worker] = now
             if jobs.get(worker, 0) == 0:
                 idle.append(now - self.last_busy[worker])
-        idle += [0.0] * max(0, size - len(members))
+        missing = max(0, size - len(members))
+        if not missing:
+            self.missing_since = None
+        elif self.missing_since is None:
+            self.missing_since = now
+        if self.missing_since is not None:
+            idle += [now - self.missing_since] * missing
         return Workers(size, tuple(sorted(idle, reverse=True)))
 
     def idle_first(self, members: Sequence[str], jobs: Mapping[str, int]) -> list[str]:
