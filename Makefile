@@ -38,8 +38,8 @@ format: setup ## Format the code (ruff)
 	$(VENV)/bin/ruff check --fix operator tests examples
 	$(VENV)/bin/ruff format operator tests examples
 
-bench: setup ## Benchmarks: latency, throughput, purge, memory (prints a table)
-	$(PY) -m bench.core
+bench: setup ## Benchmarks: latency, throughput, purge, memory; then the scaler simulation
+	$(PY) -m bench.core; status=$$?; echo; $(PY) -m bench.scaler_sim && exit $$status
 
 ##@ Kubernetes
 

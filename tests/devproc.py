@@ -67,9 +67,16 @@ class DevProcess:
         return f"{self.url}/v2/{self.endpoint}/{path}"
 
     def workers(self) -> list[psutil.Process]:
-        """The worker processes (children of dev that are not redis-server)."""
-        kids = psutil.Process(self.proc.pid).children()
-        return [p for p in kids if "redis-server" not in " ".join(p.cmdline())]
+        """The live worker processes (children of dev that are not redis-server); a worker
+        that exited but is not reaped yet (a zombie) is not counted."""
+        workers = []
+        for kid in psutil.Process(self.proc.pid).children():
+            try:
+                if "redis-server" not in " ".join(kid.cmdline()):
+                    workers.append(kid)
+            except (psutil.ZombieProcess, psutil.NoSuchProcess):
+                continue
+        return workers
 
     def stop(self, timeout_s: float = 30) -> int:
         """Ctrl-C, as a person would; the exit code."""

@@ -120,12 +120,13 @@ def install_crds(api: k8s.ApiClient) -> None:
 class RunningOperator:
     settings: OperatorSettings
     manage_url: str
+    metrics_port: int  # the scaler scrapes 127.0.0.1:<port>/metrics; a test may serve it
 
 
 @pytest.fixture(scope="session")
 def operator(kube: k8s.ApiClient, redis_server: EmbeddedRedis) -> Iterator[RunningOperator]:
     """`lockgate operator` (kopf + management API) in a thread, watching the test namespace."""
-    manage_port = free_port()
+    manage_port, metrics_port = free_port(), free_port()
     settings = OperatorSettings(
         redis_url=redis_server.url,
         namespaces=[NAMESPACE],
@@ -135,6 +136,8 @@ def operator(kube: k8s.ApiClient, redis_server: EmbeddedRedis) -> Iterator[Runni
         manage_port=manage_port,
         liveness_port=0,
         resync_s=1.0,
+        metrics_url=f"http://127.0.0.1:{metrics_port}/metrics",  # nothing there unless a test
+        scale_interval_s=0.2,
     )
     stop, ready = threading.Event(), threading.Event()
     errors: list[BaseException] = []
@@ -150,7 +153,7 @@ def operator(kube: k8s.ApiClient, redis_server: EmbeddedRedis) -> Iterator[Runni
     thread.start()
     assert ready.wait(30), "the operator did not become ready in 30 s"
     assert not errors, f"the operator failed to start: {errors[0]!r}"
-    yield RunningOperator(settings, f"http://127.0.0.1:{manage_port}")
+    yield RunningOperator(settings, f"http://127.0.0.1:{manage_port}", metrics_port)
     stop.set()
     thread.join(30)
 

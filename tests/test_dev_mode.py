@@ -139,3 +139,32 @@ def test_dev_mode_imports_no_kubernetes_client():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_burst_of_fifty_jobs_scales_zero_to_max_and_back_to_zero_interrupting_none(tmp_path):
+    args = (ECHO, "--workers-max", "4", "--idle-timeout", "1")
+    with DevProcess(*args, data_dir=tmp_path) as dev:
+        assert dev.workers() == []
+        ids = [
+            requests.post(
+                dev.job_url("run"), json={"input": {"sleep": 0.5, "n": n}}, headers=dev.headers()
+            ).json()["id"]
+            for n in range(50)
+        ]
+        sizes = []
+
+        def finished() -> bool:
+            sizes.append(len(dev.workers()))
+            jobs = requests.get(dev.job_url("health"), headers=dev.headers()).json()["jobs"]
+            return jobs["completed"] + jobs["failed"] == 50
+
+        wait_until(finished, timeout_s=90, every_s=0.2)
+        assert max(sizes) == 4
+        wait_until(lambda: dev.workers() == [], timeout_s=60)
+        health = requests.get(dev.job_url("health"), headers=dev.headers()).json()
+        assert health["jobs"]["completed"] == 50
+        assert health["jobs"]["failed"] == health["jobs"]["retried"] == 0
+        for job_id in ids:
+            status = requests.get(dev.job_url(f"status/{job_id}"), headers=dev.headers()).json()
+            assert status["status"] == "COMPLETED", status
+        assert any("stopping (idle)" in line for line in dev.lines)

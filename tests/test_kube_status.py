@@ -106,3 +106,14 @@ def test_status_json_leaves_empty_strings_out() -> None:
     status = endpoint_status(observed, endpoint_id="e", job_api_url="u", previous=None, now="T")
     valid = status["conditions"][0]
     assert "message" not in valid and valid["reason"] == "Valid"
+
+
+def test_metrics_unavailable_is_a_condition_that_leaves_the_phase_alone() -> None:
+    blind = Check("MetricsAvailable", False, "GatewayUnreachable", "holding")
+    observed = Observed(generation=1, checks=ALL_OK, deployment=deployment(0), scaling=blind)
+    status = endpoint_status(
+        observed, endpoint_id="ep", job_api_url="u", previous=None, now="2024-01-01T00:00:00Z"
+    )
+    assert status["phase"] == "Ready"
+    [cond] = [c for c in status["conditions"] if c["type"] == "MetricsAvailable"]
+    assert (cond["status"], cond["reason"]) == ("False", "GatewayUnreachable")

@@ -39,6 +39,9 @@ class Settings(BaseSettings):
     auth_cache_s: float = Field(5.0, description="how long a key lookup is cached in-process")
     registry_cache_s: float = Field(2.0, description="how long an endpoint entry is cached")
     max_result_bytes: int = 20 * 1024 * 1024
+    metrics_token: str = Field(
+        "", description="when set, /metrics requires `Authorization: Bearer <token>`"
+    )
 
     def public_base_url(self) -> str:
         return self.base_url.rstrip("/") or f"http://{self.host}:{self.port}"

@@ -15,7 +15,13 @@ from lockgate.store import JobStore
 
 def limits_of(spec: EndpointSpec) -> Limits:
     """The scaler's limits from an endpoint's settings (`idleTimeout` is in seconds)."""
-    return Limits(spec.workersMin, spec.workersMax, float(spec.idleTimeout))
+    return Limits(
+        spec.workersMin,
+        spec.workersMax,
+        float(spec.idleTimeout),
+        scaler_type=spec.scalerType,
+        scaler_value=spec.scalerValue,
+    )
 
 
 @dataclass

@@ -13,6 +13,7 @@ from lockgate.gateway.auth import Authenticator
 from lockgate.gateway.background import run_background
 from lockgate.gateway.endpoints import EndpointCache
 from lockgate.gateway.http import json_response
+from lockgate.gateway.metrics import metrics_middleware, serve_metrics
 from lockgate.gateway.middleware import error_middleware
 from lockgate.gateway.notify import Notifier
 from lockgate.gateway.state import GATEWAY, Gateway
@@ -60,17 +61,27 @@ async def readyz(request: web.Request) -> web.Response:
     return json_response({"status": "ready"})
 
 
+async def metrics(request: web.Request) -> web.Response:
+    """Prometheus metrics (see `gateway.metrics` for the names and the access rule)."""
+    gw = request.app[GATEWAY]
+    return await serve_metrics(
+        request, gw.metrics, gw.store, gw.registry, gw.settings.metrics_token
+    )
+
+
 def create_app(settings: Settings, *, redis: Redis | None = None) -> web.Application:
     """The gateway as an aiohttp application; owns its Redis client unless one is given."""
-    app = web.Application(middlewares=[error_middleware], client_max_size=MAX_BODY)
     owned = redis is None
     client = redis if redis is not None else connect(settings.redis_url)
     gw = build_gateway(settings, client)
+    middlewares = [metrics_middleware(gw.metrics), error_middleware]
+    app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY)
     app[GATEWAY] = gw
     app.add_routes(client_api.routes)
     app.add_routes(worker_api.routes)
     app.router.add_get("/livez", livez)
     app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
 
     async def background(_app: web.Application) -> AsyncIterator[None]:
         gw.notifier.start()

@@ -20,6 +20,11 @@ from lockgate.store import Delivery, JobNotFound
 
 log = logging.getLogger("lockgate.gateway")
 
+# Outcomes of one webhook attempt, as counted in lockgate_webhook_deliveries_total.
+DELIVERED, RETRYING, GAVE_UP, REFUSED, EXPIRED = (
+    "delivered", "retrying", "gave_up", "refused", "expired"
+)  # fmt: skip
+
 
 async def _every(interval_s: float, work, name: str) -> None:
     """Run `work()` every `interval_s`, surviving errors (Redis restarts, …)."""
@@ -61,25 +66,29 @@ class WebhookSender:
 
     async def deliver(self, endpoint_id: str, delivery: Delivery) -> None:
         """One attempt; then settle it: done, or due again after the retry interval."""
-        ok = await self._attempt(endpoint_id, delivery)
+        outcome = await self._attempt(endpoint_id, delivery)
+        ok = outcome != RETRYING
         last = delivery.attempt >= self.settings.webhook_attempts
         if not ok and last:
+            outcome = GAVE_UP
             log.warning("webhook for job %s failed %d times; giving up", *_who(delivery))
+        self.gw.metrics.webhooks.labels(endpoint_id, outcome).inc()
         retry_ms = int(self.settings.webhook_retry_interval_s * 1000)
         await self.gw.store.settle_webhook(
             endpoint_id, delivery.job_id, done=ok or last, retry_in_ms=retry_ms
         )
 
-    async def _attempt(self, endpoint_id: str, delivery: Delivery) -> bool:
+    async def _attempt(self, endpoint_id: str, delivery: Delivery) -> str:
+        """POST once; the outcome (a `lockgate_webhook_deliveries_total` label)."""
         try:
             record = await self.gw.store.get(endpoint_id, delivery.job_id)
         except JobNotFound:
-            return True  # expired or deleted meanwhile: nothing left to tell
+            return EXPIRED  # expired or deleted meanwhile: nothing left to tell
         if not self.settings.webhook_allow_private and (
             where := await private_destination(delivery.url)
         ):
             log.warning("webhook for job %s refused: %s is private", delivery.job_id, where)
-            return True
+            return REFUSED
         body = orjson.dumps(job_body(record, self.gw.store.clock()))
         headers = {"content-type": "application/json"}
         if self.settings.webhook_secret:
@@ -93,9 +102,9 @@ class WebhookSender:
                 ok = 200 <= response.status < 300
         except (aiohttp.ClientError, TimeoutError) as err:
             log.info("webhook for job %s attempt %d: %s", delivery.job_id, delivery.attempt, err)
-            return False
+            return RETRYING
         log.info("webhook for job %s attempt %d: HTTP %d", *_who(delivery), response.status)
-        return ok
+        return DELIVERED if ok else RETRYING
 
 
 def _who(delivery: Delivery) -> tuple[str, int]:

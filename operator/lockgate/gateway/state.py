@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiohttp import web
 
 from lockgate.gateway.auth import Authenticator
 from lockgate.gateway.endpoints import EndpointCache
+from lockgate.gateway.metrics import GatewayMetrics
 from lockgate.gateway.notify import Notifier
 from lockgate.settings import Settings
 from lockgate.store import JobStore, Registry
@@ -23,6 +24,7 @@ class Gateway:
     endpoints: EndpointCache
     auth: Authenticator
     notifier: Notifier
+    metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     draining: bool = False
 
     def drain(self) -> None:

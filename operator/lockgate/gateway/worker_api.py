@@ -112,8 +112,10 @@ async def job_done(request: web.Request) -> web.Response:
         # runpod's progress_update() posts here too; a progress report is not a result.
         return json_response({"accepted": False})
     output, error = _result(body)
-    accepted = await gw.store.finish(endpoint_id, worker_id, job_id, output=output, error=error)
-    return json_response({"accepted": accepted})
+    done = await gw.store.finish(endpoint_id, worker_id, job_id, output=output, error=error)
+    if done is not None:
+        gw.metrics.observe_finished(endpoint_id, done)
+    return json_response({"accepted": done is not None})
 
 
 def _chunks(body: Any) -> list[bytes]:

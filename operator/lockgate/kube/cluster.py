@@ -75,6 +75,7 @@ _KINDS = {
     "Deployment": _Kind(k8s.AppsV1Api, "deployment", k8s.V1Deployment),
     "DaemonSet": _Kind(k8s.AppsV1Api, "daemon_set", k8s.V1DaemonSet),
     "Secret": _Kind(k8s.CoreV1Api, "secret", k8s.V1Secret),
+    "Pod": _Kind(k8s.CoreV1Api, "pod", k8s.V1Pod),
 }
 
 
@@ -153,6 +154,34 @@ class Cluster:
         except NotFound:
             return False
         return True
+
+    async def list_objects(self, kind: str, namespace: str, selector: str) -> list[Obj]:
+        """Objects of a kind in a namespace matching a label selector, as JSON."""
+        resp = await self._call(
+            self._method(kind, "list"), namespace, label_selector=selector, _preload_content=False
+        )
+        return list(json.loads(resp.data).get("items") or [])
+
+    async def annotate(self, kind: str, namespace: str, name: str, annotations: Obj) -> None:
+        """Merge `annotations` into an object's (a None value removes one)."""
+        patch = {"metadata": {"annotations": annotations}}
+        await self._call(
+            self._method(kind, "patch"), name, namespace, patch, _content_type=MERGE_PATCH
+        )
+
+    async def scale_deployment(self, namespace: str, name: str, replicas: int) -> None:
+        """Set a Deployment's replicas through its scale subresource (touches nothing else)."""
+        apps = self._apis[k8s.AppsV1Api]
+        await self._call(
+            apps.patch_namespaced_deployment_scale, name, namespace,
+            {"spec": {"replicas": replicas}}, _content_type=MERGE_PATCH,
+        )  # fmt: skip
+
+    async def create_event(self, event: Obj) -> None:
+        """Post a core/v1 Event (built by `kube.events`)."""
+        core = self._apis[k8s.CoreV1Api]
+        namespace = event["metadata"]["namespace"]
+        await self._call(core.create_namespaced_event, namespace, event)
 
     async def apply(self, desired: Obj) -> Obj:
         """Create the object, or bring an existing one to `desired` (see `manifests.updated`).

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import threading
+from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp
 import kopf
 from aiohttp import web
 
@@ -15,6 +18,7 @@ from lockgate.gateway.auth import Authenticator
 from lockgate.kube import handlers  # noqa: F401 - registers the kopf handlers
 from lockgate.kube.cluster import Cluster, api_client_from_environment
 from lockgate.kube.reconcile import Context
+from lockgate.kube.scaler import ScalingLoop
 from lockgate.kube.settings import OperatorSettings
 from lockgate.manage.api import create_manage_app
 from lockgate.manage.kube import KubernetesControlPlane
@@ -45,6 +49,21 @@ async def start_manage_api(ctx: Context) -> web.AppRunner:
     return runner
 
 
+@contextlib.asynccontextmanager
+async def scaling(ctx: Context) -> AsyncIterator[None]:
+    """The scaler loop beside kopf (unless `scale_interval_s` is 0), cancelled on exit."""
+    if not ctx.settings.scale_interval_s:
+        yield
+        return
+    async with aiohttp.ClientSession() as session:
+        task = asyncio.create_task(ScalingLoop(ctx, session).run(), name="lockgate-scaler")
+        try:
+            yield
+        finally:
+            task.cancel()
+            await asyncio.wait({task}, timeout=5)
+
+
 async def run(
     settings: OperatorSettings,
     *,
@@ -58,14 +77,15 @@ async def run(
     port = settings.liveness_port
     liveness = f"http://0.0.0.0:{port}/healthz" if port else None
     try:
-        await kopf.operator(
-            clusterwide=not settings.namespaces,
-            namespaces=settings.namespaces,
-            liveness_endpoint=liveness,
-            memo=kopf.Memo(lockgate=ctx),
-            stop_flag=stop_flag,
-            ready_flag=ready_flag,
-        )
+        async with scaling(ctx):
+            await kopf.operator(
+                clusterwide=not settings.namespaces,
+                namespaces=settings.namespaces,
+                liveness_endpoint=liveness,
+                memo=kopf.Memo(lockgate=ctx),
+                stop_flag=stop_flag,
+                ready_flag=ready_flag,
+            )
     finally:
         if manage is not None:
             await manage.cleanup()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -52,6 +52,7 @@ class Context:
     redis: Redis
     registry: Registry
     jobs: JobStore
+    scaling: dict[str, Check] = field(default_factory=dict)  # endpoint id -> MetricsAvailable
 
     @classmethod
     def open(cls, settings: OperatorSettings, cluster: Cluster) -> Context:
@@ -233,6 +234,7 @@ async def reconcile(body: Body, ctx: Context) -> dict[str, Any]:
         checks=checks,
         deployment=deployment,
         activity=counts,
+        scaling=ctx.scaling.get(owner.name),
     )
     return endpoint_status(
         observed,

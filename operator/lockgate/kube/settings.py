@@ -33,6 +33,12 @@ class OperatorSettings(BaseSettings):
     resync_s: float = Field(10.0, gt=0, description="how often each Endpoint is re-reconciled")
     heartbeat_timeout_s: float = Field(30.0, description="a silent worker is not counted after")
 
+    # The scaler: one loop for every Endpoint, reading the gateway's /metrics.
+    metrics_url: str = Field("", description="gateway /metrics URL; default: gateway_url/metrics")
+    metrics_token: str = Field("", description="bearer token, when the gateway requires one")
+    metrics_timeout_s: float = Field(2.0, gt=0, description="a scrape slower than this fails")
+    scale_interval_s: float = Field(1.0, ge=0, description="seconds between decisions; 0: off")
+
     # Scheduling: node label keys that the Endpoint's lists are matched against.
     gpu_resource: str = "nvidia.com/gpu"
     gpu_type_label: str = "nvidia.com/gpu.product"
@@ -63,6 +69,10 @@ class OperatorSettings(BaseSettings):
     def manage_namespace(self) -> str:
         """The namespace the management API writes Endpoints into."""
         return self.endpoint_namespace or (self.namespaces[0] if self.namespaces else "default")
+
+    def scrape_url(self) -> str:
+        """Where the scaler reads metrics: `metrics_url`, else the gateway Service's."""
+        return self.metrics_url or f"{self.gateway_url.rstrip('/')}/metrics"
 
     def job_api_url(self, endpoint_id: str) -> str:
         return f"{self.base_url.rstrip('/')}/v2/{endpoint_id}/"

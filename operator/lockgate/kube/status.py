@@ -15,6 +15,7 @@ REGISTERED = "Registered"
 WORKLOADS_APPLIED = "WorkloadsApplied"  # the API server took the Deployment (and DaemonSet)
 DEPLOYMENT_AVAILABLE = "DeploymentAvailable"
 READY = "Ready"  # mirrors the phase, for tools that read a Ready condition (kstatus, Flux)
+METRICS_AVAILABLE = "MetricsAvailable"  # the scaler could read the gateway's /metrics
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,7 @@ class Observed:
     checks: Sequence[Check] = ()  # spec, Template, registry, workloads: up to the first failure
     deployment: Mapping[str, Any] | None = None  # the Deployment as the API returned it
     activity: Activity = field(default_factory=Activity)
+    scaling: Check | None = None  # the scaler's `MetricsAvailable`; never changes the phase
 
 
 def deployment_check(deployment: Mapping[str, Any] | None) -> Check:
@@ -132,6 +134,8 @@ def endpoint_status(
     current, why = phase(observed.checks, observed.deployment)
     ready = Check(READY, current == Phase.READY, str(current), why)
     checks = [*observed.checks, deployment_check(observed.deployment), ready]
+    if observed.scaling is not None:
+        checks.append(observed.scaling)
     desired, ready_workers = replica_counts(observed.deployment)
     act = observed.activity
     status = EndpointStatus(

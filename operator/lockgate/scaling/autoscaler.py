@@ -1,13 +1,23 @@
-"""The dev-mode scaling loop: read the store, decide, start or stop local workers."""
+"""Scaling one endpoint: a reading goes through `decide` and the result to a `WorkerPool`.
+
+`Autoscaler` is shared by the operator's loop (readings from the gateway's `/metrics`)
+and by dev mode's `LocalAutoscaler`, which reads its own Redis directly: in one process
+there is no reason for an HTTP hop, and the snapshot it reads is the one `/metrics`
+would publish (`readings.from_snapshot`).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
-from lockgate.scaling.decision import Limits, PoolView, desired_workers
+from lockgate.scaling.decision import Decision, EndpointMetrics, Limits, Workers, decide
 from lockgate.scaling.local_pool import LocalProcessPool
+from lockgate.scaling.memory import ScalerMemory
+from lockgate.scaling.pool import WorkerPool
+from lockgate.scaling.readings import from_snapshot
 from lockgate.store import JobStore
 
 log = logging.getLogger("lockgate.scaler")
@@ -15,8 +25,37 @@ log = logging.getLogger("lockgate.scaler")
 INTERVAL_S = 0.25
 
 
+class Autoscaler:
+    """Keeps one endpoint's pool at the size `decide` asks for."""
+
+    def __init__(self, pool: WorkerPool, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.pool = pool
+        self.clock = clock
+        self.memory = ScalerMemory()
+
+    async def step(self, metrics: EndpointMetrics | None, limits: Limits) -> Decision:
+        """One decision, applied. Without a reading the pool is held (within bounds)."""
+        state = await self.pool.state()
+        now = self.clock()
+        jobs = metrics.worker_jobs if metrics is not None else {}
+        if metrics is None:  # nothing is known of the workers: remember nothing
+            workers = Workers(state.size)
+        else:
+            workers = self.memory.observe(state.size, state.members, jobs, now)
+            await self.pool.mark_busy([w for w in state.members if jobs.get(w, 0) > 0])
+        last_up = self.memory.last_scale_up
+        decision = decide(metrics, limits, workers, now=now, last_scale_up=last_up)
+        if decision.desired != state.size:
+            idle_first = self.memory.idle_first(state.members, jobs) if metrics else []
+            await self.pool.resize(decision.desired, idle_first=idle_first)
+        self.memory.record(decision, state.size, now)
+        return decision
+
+
 class LocalAutoscaler:
-    """Keeps a `LocalProcessPool` at the size `desired_workers` asks for."""
+    """Dev mode: reads the store, decides, starts or stops local worker processes.
+
+    `limits` may be replaced at any time (an edited endpoint takes effect next tick)."""
 
     def __init__(
         self, store: JobStore, pool: LocalProcessPool, endpoint_id: str, limits: Limits
@@ -25,7 +64,7 @@ class LocalAutoscaler:
         self.pool = pool
         self.endpoint_id = endpoint_id
         self.limits = limits
-        self.last_busy: dict[str, float] = {}  # worker id -> monotonic time it last held a job
+        self.scaler = Autoscaler(pool)
 
     async def run(self) -> None:
         while True:
@@ -35,28 +74,19 @@ class LocalAutoscaler:
                 log.warning("scaling tick failed: %s", err)
             await asyncio.sleep(INTERVAL_S)
 
-    async def tick(self) -> None:
+    async def tick(self) -> Decision:
         await self._reap()
-        now = time.monotonic()
-        loads = await self.store.worker_loads(self.endpoint_id)
-        active = self.pool.active
-        for worker_id in active:
-            if loads.get(worker_id, (0, 0))[1] > 0 or worker_id not in self.last_busy:
-                self.last_busy[worker_id] = now
-        idle = {w: now - self.last_busy[w] for w in active if loads.get(w, (0, 0))[1] == 0}
         snap = await self.store.snapshot(self.endpoint_id)
-        view = PoolView(snap.in_queue, snap.in_progress, len(active), tuple(idle.values()))
-        desired = desired_workers(view, self.limits)
-        for _ in range(desired - len(active)):
-            await self.pool.start_worker()
-        longest_idle = sorted(idle, key=idle.__getitem__, reverse=True)
-        for worker_id in longest_idle[: max(0, len(active) - desired)]:
-            self.pool.stop_worker(worker_id)
+        metrics = from_snapshot(snap, self.store.clock())
+        before = len(self.pool.active)
+        decision = await self.scaler.step(metrics, self.limits)
+        if decision.desired != before:
+            log.info("endpoint %s: %s", self.endpoint_id, decision.reason)
+        return decision
 
     async def _reap(self) -> None:
         """Workers that exited give their jobs back to the queue at once."""
         for worker_id, code, asked in self.pool.reap():
-            self.last_busy.pop(worker_id, None)
             requeued, failed = await self.store.release_worker(self.endpoint_id, worker_id)
             if requeued or failed or not asked:
                 log.warning(

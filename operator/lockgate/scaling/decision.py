@@ -1,35 +1,169 @@
-"""How many workers an endpoint should have: a pure function of what the queue shows."""
+"""How many workers an endpoint should have: a pure function of metrics, settings and time.
+
+The rules, in the order `decide` applies them:
+
+1. **No data, no change.** Without a metrics reading the count is held (only clamped to
+   `workersMin..workersMax`): missing data never scales anything to zero.
+2. **Bounds.** Below `workersMin` or above `workersMax`, go to the bound at once.
+3. **Scale up** only while normal (not lowPriority) jobs wait:
+   - `QUEUE_DELAY`: when the oldest normal job has waited longer than `scalerValue` s,
+     want one worker per waiting job beyond the busy ones (`busy + queued`; a worker that
+     is still starting counts as free, so a cold start is never paid twice). At zero
+     workers the first one starts at once (activation): nothing else could serve the job.
+   - `REQUEST_COUNT`: want `ceil((queued + in progress) / scalerValue)` workers.
+   Step limit: one decision adds at most `max(UP_STEP_MIN, current)` workers (it at
+   most doubles the pool), so one odd reading cannot summon `workersMax` workers.
+4. **Scale down** only when no normal job waits, and only by workers idle for at least
+   `idleTimeout` s (the per-worker stabilisation: a worker idle that long was surplus for
+   that whole window), down to what the scaler type wants (zero when nothing runs and
+   `workersMin` is 0). Nothing is removed within `STABILISATION_S` of a scale-up, so a
+   pool that just grew is not shrunk by the next reading, even with `idleTimeout` 0.
+
+lowPriority jobs never cause a scale-up: they are run by workers that exist for other
+reasons (`workersMin`, normal jobs), which take them like any other job, and a worker
+never counts as idle while it holds one. At zero workers they wait until a normal job
+(or `workersMin`) brings a worker, or until their `ttl` ends; an endpoint that receives
+only lowPriority jobs needs `workersMin` >= 1. Jobs in progress count for
+`REQUEST_COUNT` whatever their priority: they already have a worker.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from lockgate.models.endpoint import EndpointSpec, ScalerType
+
+UP_STEP_MIN = 4  # workers a scale-up may always add, even to a pool of 0 or 1
+STABILISATION_S = 10.0  # s after a scale-up during which nothing is removed
+
+_DEFAULTS = EndpointSpec()
 
 
 @dataclass(frozen=True, slots=True)
-class PoolView:
-    """What the scaler sees of one endpoint at one instant."""
+class EndpointMetrics:
+    """What the gateway's `/metrics` says about one endpoint at one instant."""
 
-    queued: int  # jobs waiting that may trigger scaling (lowPriority excluded)
-    in_progress: int
-    workers: int  # workers started and not yet stopping
-    idle_s: tuple[float, ...]  # for each idle worker, seconds since it last held a job
+    queued: int = 0  # normal jobs waiting
+    queued_low: int = 0  # lowPriority jobs waiting
+    oldest_queued_age_s: float = 0.0  # of normal jobs; 0 when none waits
+    oldest_queued_low_age_s: float = 0.0
+    in_progress: int = 0
+    workers_idle: int = 0
+    workers_running: int = 0
+    worker_jobs: Mapping[str, int] = field(default_factory=dict)  # live worker -> jobs held
 
 
 @dataclass(frozen=True, slots=True)
 class Limits:
+    """The endpoint settings scaling obeys; idle timeout in seconds."""
+
     workers_min: int
     workers_max: int
     idle_timeout_s: float
+    scaler_type: ScalerType = _DEFAULTS.scalerType
+    scaler_value: int = _DEFAULTS.scalerValue
+
+    @classmethod
+    def from_settings(cls, entry: Mapping[str, Any]) -> Limits:
+        """From an endpoint's settings in the spec's camelCase (a registry entry, a spec)."""
+        spec = EndpointSpec.model_validate(
+            {k: v for k, v in entry.items() if k in EndpointSpec.model_fields}
+        )
+        return cls(
+            workers_min=spec.workersMin,
+            workers_max=spec.workersMax,
+            idle_timeout_s=float(spec.idleTimeout),
+            scaler_type=spec.scalerType,
+            scaler_value=spec.scalerValue,
+        )
 
 
-def desired_workers(view: PoolView, limits: Limits) -> int:
-    """One worker per waiting job beyond those already free (idle or starting), up to the
-    maximum; when nothing waits, stop idle workers past the idle timeout one at a time;
-    never below the minimum."""
-    current = view.workers
-    if view.queued > 0:
-        busy = view.workers - len(view.idle_s)
-        current = max(current, busy + view.queued)
-    elif any(s >= limits.idle_timeout_s for s in view.idle_s):
-        current -= 1
-    return max(limits.workers_min, min(limits.workers_max, current))
+@dataclass(frozen=True, slots=True)
+class Workers:
+    """The pool as the scaler sees it: how many workers, and how long each free one idled."""
+
+    count: int  # asked for and not stopping, including those still starting
+    idle_s: tuple[float, ...] = ()  # per worker holding no job (or starting): seconds idle
+
+    @property
+    def busy(self) -> int:
+        return max(0, self.count - len(self.idle_s))
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The desired worker count and why, in words fit for a Kubernetes Event."""
+
+    desired: int
+    reason: str
+
+
+def _clamp(n: int, limits: Limits) -> int:
+    return max(limits.workers_min, min(limits.workers_max, n))
+
+
+def wanted(metrics: EndpointMetrics, limits: Limits, workers: Workers) -> tuple[int, str]:
+    """The workers the scaler type asks for now, and why (before bounds and steps)."""
+    q = metrics.queued
+    if limits.scaler_type == ScalerType.REQUEST_COUNT:
+        need = math.ceil((q + metrics.in_progress) / limits.scaler_value)
+        return need, f"{q} queued + {metrics.in_progress} in progress, {limits.scaler_value}/worker"
+    if not q:
+        return workers.busy, f"nothing queued, {workers.busy} busy"
+    age, limit = metrics.oldest_queued_age_s, limits.scaler_value
+    if age > limit:
+        return workers.busy + q, f"oldest job waited {age:.1f}s > {limit}s, {q} queued"
+    if workers.count == 0:
+        return 1, f"{q} queued and no worker: starting one"
+    return workers.count, f"oldest job waited {age:.1f}s <= {limit}s"
+
+
+def _scale_down(
+    need: int, limits: Limits, workers: Workers, now: float, last_scale_up: float | None
+) -> Decision:
+    current = workers.count
+    target = _clamp(need, limits)
+    if last_scale_up is not None and now - last_scale_up < STABILISATION_S:
+        return Decision(current, f"holding {current}: scaled up {now - last_scale_up:.0f}s ago")
+    removable = sum(1 for s in workers.idle_s if s >= limits.idle_timeout_s)
+    desired = max(target, current - removable)
+    if desired == current:
+        return Decision(current, f"holding {current}: no worker idle {limits.idle_timeout_s:g}s")
+    why = f"{current - desired} worker(s) idle >= {limits.idle_timeout_s:g}s"
+    return Decision(desired, f"{why}: {current} -> {desired}")
+
+
+def decide(
+    metrics: EndpointMetrics | None,
+    limits: Limits,
+    workers: Workers,
+    *,
+    now: float,
+    last_scale_up: float | None = None,
+) -> Decision:
+    """The desired worker count (see the module docstring for the rules).
+
+    `now` and `last_scale_up` are seconds on one monotonic clock; `last_scale_up` is when
+    a previous decision last raised the count (None: never)."""
+    current = workers.count
+    if metrics is None:
+        held = _clamp(current, limits)
+        return Decision(held, f"metrics unavailable: holding {held}")
+    if current != _clamp(current, limits):
+        bound = _clamp(current, limits)
+        name = "workersMin" if bound > current else "workersMax"
+        return Decision(bound, f"{name} is {bound}: {current} -> {bound}")
+    need, why = wanted(metrics, limits, workers)
+    if need > current:
+        if metrics.queued == 0:
+            return Decision(current, f"holding {current}: only lowPriority or running work")
+        desired = min(_clamp(need, limits), current + max(UP_STEP_MIN, current))
+        if desired > current:
+            return Decision(desired, f"{limits.scaler_type}: {why}: {current} -> {desired}")
+        return Decision(current, f"holding {current}: workersMax is {limits.workers_max}")
+    if metrics.queued > 0 or need == current:
+        return Decision(current, f"holding {current}: {why}")
+    return _scale_down(need, limits, workers, now, last_scale_up)

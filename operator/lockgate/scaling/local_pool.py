@@ -8,9 +8,10 @@ import os
 import secrets
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
+from lockgate.scaling.pool import PoolState
 from lockgate.workerenv import worker_id_env
 
 log = logging.getLogger("lockgate.pool")
@@ -25,7 +26,10 @@ class LocalWorker:
 
 
 class LocalProcessPool:
-    """Starts `command` once per worker with the worker contract's environment."""
+    """Starts `command` once per worker with the worker contract's environment.
+
+    A `WorkerPool`: `resize` starts workers, or stops idle ones only (SIGTERM; the
+    runtime finishes the job in hand, then exits)."""
 
     def __init__(
         self, endpoint_id: str, command: Sequence[str], env: dict[str, str], *, cwd: str | None
@@ -61,6 +65,21 @@ class LocalProcessPool:
             worker.stopping = True
             worker.process.send_signal(signal.SIGTERM)
             log.info("worker %s stopping (idle)", worker_id)
+
+    async def state(self) -> PoolState:
+        active = tuple(self.active)
+        return PoolState(len(active), active)
+
+    async def mark_busy(self, busy: Collection[str]) -> None:
+        """Nothing to mark: `resize` is told which workers are idle."""
+
+    async def resize(self, desired: int, *, idle_first: Sequence[str]) -> None:
+        """Start workers up to `desired`, or stop idle ones (never one not in `idle_first`)."""
+        active = self.active
+        for _ in range(desired - len(active)):
+            await self.start_worker()
+        for worker_id in [w for w in idle_first if w in active][: len(active) - desired]:
+            self.stop_worker(worker_id)
 
     def reap(self) -> list[tuple[str, int, bool]]:
         """Forget exited workers; returns (id, exit code, whether it was asked to stop)."""

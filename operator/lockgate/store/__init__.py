@@ -12,11 +12,12 @@ from lockgate.store.jobs import (
     Sweep,
     now_ms,
 )
-from lockgate.store.records import JobRecord, Snapshot, TakenJob
+from lockgate.store.records import Finished, JobRecord, Snapshot, TakenJob
 from lockgate.store.registry import Registry, key_digest
 
 __all__ = [
     "Delivery",
+    "Finished",
     "IneligibleState",
     "JobNotFound",
     "JobRecord",

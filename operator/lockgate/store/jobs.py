@@ -10,7 +10,7 @@ from redis.asyncio import Redis
 
 from lockgate.store import keys
 from lockgate.store.keys import F
-from lockgate.store.records import JobRecord, Snapshot, TakenJob
+from lockgate.store.records import Finished, JobRecord, Snapshot, TakenJob
 from lockgate.store.scripts import Scripts
 
 
@@ -142,17 +142,18 @@ class JobStore:
         *,
         output: bytes | None,
         error: str | None,
-    ) -> bool:
-        """Record a worker's result; False when the result is late and was ignored."""
+    ) -> Finished | None:
+        """Record a worker's result; None when the result is late and was ignored."""
         status = "FAILED" if error is not None else "COMPLETED"
         fields: list[str | bytes] = []
         if output is not None:
             fields += [F.OUTPUT, output]
         if error is not None:
             fields += [F.ERROR, error]
-        args = [endpoint_id, job_id, worker_id, self.clock(), status, *self._retention_args()]
+        now = self.clock()
+        args = [endpoint_id, job_id, worker_id, now, status, *self._retention_args()]
         done = await self.scripts.finish(keys=[keys.prefix(endpoint_id)], args=args + fields)
-        return bool(done)
+        return Finished(int(done[0]), int(done[1]), now) if done else None
 
     async def push_stream(
         self, endpoint_id: str, worker_id: str, job_id: str, chunks: Sequence[bytes]
@@ -224,7 +225,8 @@ class JobStore:
             keys=[keys.prefix(endpoint_id)], args=[self.clock(), self.liveness.heartbeat_timeout_ms]
         )
         oldest, oldest_low = (int(v) if int(v) >= 0 else None for v in r[8:10])
-        return Snapshot(*(int(v) for v in r[:8]), oldest, oldest_low)
+        held = {w.decode(): int(n) for w, n in zip(r[10::2], r[11::2], strict=True)}
+        return Snapshot(*(int(v) for v in r[:8]), oldest, oldest_low, held)
 
     async def heartbeat(self, endpoint_id: str, worker_id: str) -> None:
         """Mark a worker alive now."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from lockgate.store.keys import F
 
@@ -78,3 +78,21 @@ class Snapshot:
     retried: int
     oldest_queued_ms: int | None  # submission time of the oldest normal job waiting
     oldest_queued_low_ms: int | None
+    worker_jobs: dict[str, int] = field(default_factory=dict)  # live worker -> jobs it holds
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """A result the store recorded: when its job entered the queue and started (ms)."""
+
+    queued: int
+    started: int
+    finished: int
+
+    @property
+    def delay_ms(self) -> int:
+        return max(0, self.started - self.queued)
+
+    @property
+    def execution_ms(self) -> int:
+        return max(0, self.finished - self.started)

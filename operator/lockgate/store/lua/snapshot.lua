@@ -1,6 +1,7 @@
 -- Counts for /health and /metrics. ARGV: now, heartbeat timeout (ms).
 -- Returns {inQueue, inQueueLow, inProgress, idle, running, completed, failed, retried,
---          oldest queued ms or -1, oldest lowPriority queued ms or -1}.
+--          oldest queued ms or -1, oldest lowPriority queued ms or -1,
+--          then worker id, jobs held, ... for every live worker}.
 local now, timeout = tonumber(ARGV[1]), tonumber(ARGV[2])
 local function oldest(q)
   local head = redis.call('ZRANGE', q, 0, 0)
@@ -8,12 +9,17 @@ local function oldest(q)
   return tonumber(redis.call('HGET', jkey(head[1]), 'qd')) or -1
 end
 local alive = redis.call('ZRANGEBYSCORE', P .. 'w', now - timeout, '+inf')
-local busy = 0
+local busy, held = 0, {}
 for _, w in ipairs(alive) do
-  if redis.call('SCARD', P .. 'wj:' .. w) > 0 then busy = busy + 1 end
+  local n = redis.call('SCARD', P .. 'wj:' .. w)
+  if n > 0 then busy = busy + 1 end
+  held[#held + 1] = w
+  held[#held + 1] = n
 end
 local s = redis.call('HMGET', P .. 'stats', 'completed', 'failed', 'retried')
-return {redis.call('ZCARD', P .. 'q'), redis.call('ZCARD', P .. 'ql'),
+local out = {redis.call('ZCARD', P .. 'q'), redis.call('ZCARD', P .. 'ql'),
   redis.call('ZCARD', P .. 'run'), #alive - busy, busy,
   tonumber(s[1]) or 0, tonumber(s[2]) or 0, tonumber(s[3]) or 0,
   oldest(P .. 'q'), oldest(P .. 'ql')}
+for _, v in ipairs(held) do out[#out + 1] = v end
+return out

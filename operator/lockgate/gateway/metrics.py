@@ -1,0 +1,185 @@
+"""Prometheus metrics of the gateway, served at `GET /metrics` (text format 0.0.4).
+
+Per endpoint, read from Redis at scrape time, so every replica reports the same values
+(aggregate replicas with `max`, not `sum`); the scaler reads these:
+
+    lockgate_jobs_queued{endpoint,priority}               gauge    jobs waiting (normal|low)
+    lockgate_oldest_queued_job_age_seconds{endpoint,priority}  gauge  oldest wait; 0 if none
+    lockgate_jobs_in_progress{endpoint}                   gauge    jobs held by workers
+    lockgate_workers{endpoint,state}                      gauge    live workers (idle|running)
+    lockgate_worker_jobs{endpoint,worker}                 gauge    jobs each live worker holds
+    lockgate_jobs_total{endpoint,outcome}                 counter  completed|failed|retried
+
+Per replica, since the process started (sum them over replicas):
+
+    lockgate_http_requests_total{route,method,status}     counter  route: the route pattern
+    lockgate_job_queue_delay_seconds{endpoint}            histogram  both observed when a
+    lockgate_job_execution_seconds{endpoint}              histogram  worker reports a result
+    lockgate_webhook_deliveries_total{endpoint,outcome}   counter  one per attempt: delivered|
+                                              retrying|gave_up|refused (private)|expired
+    lockgate_rate_limited_total{endpoint,operation}       counter  requests refused by limits
+
+Access: `/metrics` is served on the gateway's own port, without an API key by default (the
+gateway Service is cluster-internal; Prometheus and the operator scrape it there). When
+`LOCKGATE_METRICS_TOKEN` is set it requires `Authorization: Bearer <token>`. Labels
+never carry job ids, inputs or `s3Config`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+from collections.abc import Iterable, Iterator
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from lockgate.store import JobStore, Registry, Snapshot
+from lockgate.store.records import Finished
+
+QUEUED = "lockgate_jobs_queued"
+OLDEST_AGE = "lockgate_oldest_queued_job_age_seconds"
+IN_PROGRESS = "lockgate_jobs_in_progress"
+WORKERS = "lockgate_workers"
+WORKER_JOBS = "lockgate_worker_jobs"
+JOBS = "lockgate_jobs"  # a counter: exposed as lockgate_jobs_total
+
+DELAY_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+EXECUTION_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+
+
+class GatewayMetrics:
+    """The replica's own counters and histograms, in a registry of their own (no globals)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "lockgate_http_requests", "HTTP requests answered", ["route", "method", "status"],
+            registry=r,
+        )  # fmt: skip
+        self.queue_delay = Histogram(
+            "lockgate_job_queue_delay_seconds", "time jobs waited in the queue before starting",
+            ["endpoint"], buckets=DELAY_BUCKETS_S, registry=r,
+        )  # fmt: skip
+        self.execution = Histogram(
+            "lockgate_job_execution_seconds", "time from a job's start to its worker's result",
+            ["endpoint"], buckets=EXECUTION_BUCKETS_S, registry=r,
+        )  # fmt: skip
+        self.webhooks = Counter(
+            "lockgate_webhook_deliveries", "webhook delivery attempts by outcome",
+            ["endpoint", "outcome"], registry=r,
+        )  # fmt: skip
+        self.rate_limited = Counter(
+            "lockgate_rate_limited", "requests refused by a rate limit",
+            ["endpoint", "operation"], registry=r,
+        )  # fmt: skip
+        self._requests: dict[tuple[str, str, int], object] = {}
+
+    def count_request(self, route: str, method: str, status: int) -> None:
+        """One answered request (a cached child per label set: cheap on the hot path)."""
+        key = (route, method, status)
+        child = self._requests.get(key)
+        if child is None:
+            child = self._requests[key] = self.requests.labels(route, method, str(status))
+        child.inc()
+
+    def observe_finished(self, endpoint_id: str, done: Finished) -> None:
+        self.queue_delay.labels(endpoint_id).observe(done.delay_ms / 1000)
+        self.execution.labels(endpoint_id).observe(done.execution_ms / 1000)
+
+
+def age_s(since_ms: int | None, now_ms: int) -> float:
+    """Seconds since `since_ms`; 0 when nothing waits."""
+    return 0.0 if since_ms is None else max(0, now_ms - since_ms) / 1000
+
+
+def endpoint_families(snapshots: dict[str, Snapshot], now_ms: int) -> list[Metric]:
+    """The per-endpoint gauges and counters, from one store snapshot per endpoint."""
+    queued = GaugeMetricFamily(QUEUED, "jobs waiting", labels=["endpoint", "priority"])
+    oldest = GaugeMetricFamily(
+        OLDEST_AGE, "seconds the oldest waiting job has waited", labels=["endpoint", "priority"]
+    )
+    running = GaugeMetricFamily(IN_PROGRESS, "jobs held by workers", labels=["endpoint"])
+    workers = GaugeMetricFamily(WORKERS, "live workers", labels=["endpoint", "state"])
+    held = GaugeMetricFamily(WORKER_JOBS, "jobs a live worker holds", labels=["endpoint", "worker"])
+    jobs = CounterMetricFamily(JOBS, "jobs by outcome", labels=["endpoint", "outcome"])
+    for ep, s in sorted(snapshots.items()):
+        queued.add_metric([ep, "normal"], s.in_queue)
+        queued.add_metric([ep, "low"], s.in_queue_low)
+        oldest.add_metric([ep, "normal"], age_s(s.oldest_queued_ms, now_ms))
+        oldest.add_metric([ep, "low"], age_s(s.oldest_queued_low_ms, now_ms))
+        running.add_metric([ep], s.in_progress)
+        workers.add_metric([ep, "idle"], s.workers_idle)
+        workers.add_metric([ep, "running"], s.workers_running)
+        for worker, n in sorted(s.worker_jobs.items()):
+            held.add_metric([ep, worker], n)
+        outcomes = {"completed": s.completed, "failed": s.failed, "retried": s.retried}
+        for outcome, n in outcomes.items():
+            jobs.add_metric([ep, outcome], n)
+    return [queued, oldest, running, workers, held, jobs]
+
+
+async def read_snapshots(store: JobStore, registry: Registry) -> dict[str, Snapshot]:
+    """One snapshot of every registered endpoint, read concurrently."""
+    ids = sorted(await registry.list_endpoints())
+    snaps = await asyncio.gather(*(store.snapshot(ep) for ep in ids))
+    return dict(zip(ids, snaps, strict=True))
+
+
+class _Exposition:
+    """What one scrape writes: the replica's own metrics, then the endpoints' families."""
+
+    def __init__(self, own: CollectorRegistry, families: Iterable[Metric]) -> None:
+        self.own = own
+        self.families = families
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self.own.collect()
+        yield from self.families
+
+
+async def render(metrics: GatewayMetrics, store: JobStore, registry: Registry) -> bytes:
+    """The `/metrics` body: Redis is read first (async), then the text is generated."""
+    snapshots = await read_snapshots(store, registry)
+    families = endpoint_families(snapshots, store.clock())
+    return generate_latest(_Exposition(metrics.registry, families))  # type: ignore[arg-type]
+
+
+def authorized(request: web.Request, token: str) -> bool:
+    """No token configured: open. Otherwise `Authorization: Bearer <token>`, compared in
+    constant time."""
+    if not token:
+        return True
+    given = request.headers.get("Authorization", "")
+    return hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
+
+
+def metrics_middleware(metrics: GatewayMetrics):
+    """Counts every answered request by route pattern (never the raw path), method, status."""
+
+    @web.middleware
+    async def count_requests(request: web.Request, handler) -> web.StreamResponse:
+        resource = request.match_info.route.resource
+        route = resource.canonical if resource is not None else "unmatched"
+        try:
+            response = await handler(request)
+        except web.HTTPException as err:
+            metrics.count_request(route, request.method, err.status)
+            raise
+        metrics.count_request(route, request.method, response.status)
+        return response
+
+    return count_requests
+
+
+async def serve_metrics(
+    request: web.Request, metrics: GatewayMetrics, store: JobStore, registry: Registry, token: str
+) -> web.Response:
+    """The `/metrics` response (401 without the token when one is configured)."""
+    if not authorized(request, token):
+        return web.json_response({"error": "metrics need the bearer token"}, status=401)
+    body = await render(metrics, store, registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -1,0 +1,193 @@
+"""The operator's scaler: one loop for every Endpoint, about once a second.
+
+Each tick reads the gateway's `/metrics` once, lists the worker Deployments and pods of
+each namespace once, then for each registered endpoint lets an `Autoscaler` decide and
+apply through a `DeploymentPool`. When `/metrics` cannot be read, or does not report an
+endpoint, its worker count is held (missing data never scales anything to zero) and the
+Endpoint's `MetricsAvailable` condition says why. Changes of the count are Events on the
+Endpoint, and its `status.workers.desired/ready` are patched at once.
+
+The operator itself sets replicas only when it creates a Deployment (`workersMin`);
+after that only this loop writes them, through the scale subresource.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import aiohttp
+import kopf
+
+from lockgate.kube import reconcile as rc
+from lockgate.kube.cluster import ClusterError
+from lockgate.kube.events import endpoint_event
+from lockgate.kube.manifests import Owner
+from lockgate.kube.status import METRICS_AVAILABLE, Check
+from lockgate.scaling.autoscaler import Autoscaler
+from lockgate.scaling.decision import Decision, EndpointMetrics, Limits
+from lockgate.scaling.deployment_pool import DeploymentPool
+from lockgate.scaling.readings import MetricsUnreadable, parse_metrics
+
+log = logging.getLogger("lockgate.scaler")
+
+ENDPOINT_LABEL = "lockgate.dev/endpoint"
+WORKERS = "app.kubernetes.io/component=worker,app.kubernetes.io/managed-by=lockgate-operator"
+
+Obj = Mapping[str, Any]
+
+
+async def fetch_metrics(
+    session: aiohttp.ClientSession, url: str, *, token: str = "", timeout_s: float = 2.0
+) -> dict[str, EndpointMetrics]:
+    """Every endpoint's reading from one scrape; `MetricsUnreadable` when it fails."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        timeout = aiohttp.ClientTimeout(total=timeout_s)
+        async with session.get(url, headers=headers, timeout=timeout) as response:
+            if response.status != 200:
+                raise MetricsUnreadable(f"{url} answered HTTP {response.status}")
+            text = await response.text()
+    except (aiohttp.ClientError, TimeoutError) as err:
+        raise MetricsUnreadable(f"{url}: {err or type(err).__name__}") from err
+    return parse_metrics(text)
+
+
+def metrics_check(endpoint_id: str, readings: Mapping[str, Any], error: str | None) -> Check:
+    """The `MetricsAvailable` condition of one endpoint after a scrape."""
+    holding = "the worker count is held until metrics return"
+    if error is not None:
+        return Check(METRICS_AVAILABLE, False, "GatewayUnreachable", f"{error}; {holding}")
+    if endpoint_id not in readings:
+        message = f"the gateway's /metrics does not report this endpoint; {holding}"
+        return Check(METRICS_AVAILABLE, False, "EndpointNotReported", message)
+    return Check(METRICS_AVAILABLE, True, "Scraped", "the scaler reads the gateway's /metrics")
+
+
+def by_endpoint(objects: list[Obj]) -> dict[str, list[Obj]]:
+    grouped: dict[str, list[Obj]] = defaultdict(list)
+    for obj in objects:
+        endpoint = (obj["metadata"].get("labels") or {}).get(ENDPOINT_LABEL)
+        if endpoint:
+            grouped[endpoint].append(obj)
+    return grouped
+
+
+class ScalingLoop:
+    """Scales every registered Endpoint of the watched namespaces; state lives here."""
+
+    def __init__(
+        self,
+        ctx: rc.Context,
+        session: aiohttp.ClientSession,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ctx = ctx
+        self.session = session
+        self.clock = clock
+        self.scalers: dict[str, Autoscaler] = {}
+
+    async def run(self) -> None:
+        """Tick until cancelled; a failed tick is logged and the next one tries again."""
+        while True:
+            try:
+                await self.tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:
+                log.warning("scaling tick failed: %s", err)
+            await asyncio.sleep(self.ctx.settings.scale_interval_s)
+
+    def _ours(self, entry: Obj) -> bool:
+        watched = self.ctx.settings.namespaces
+        namespace = entry.get("namespace")
+        return bool(namespace and entry.get("uid")) and (not watched or namespace in watched)
+
+    async def _read(self) -> tuple[dict[str, EndpointMetrics], str | None]:
+        settings = self.ctx.settings
+        try:
+            readings = await fetch_metrics(
+                self.session, settings.scrape_url(), token=settings.metrics_token,
+                timeout_s=settings.metrics_timeout_s,
+            )  # fmt: skip
+        except MetricsUnreadable as err:
+            return {}, str(err)
+        return readings, None
+
+    async def tick(self) -> None:
+        """One decision for every endpoint."""
+        entries = await self.ctx.registry.list_endpoints()
+        ours = {ep: e for ep, e in entries.items() if self._ours(e)}
+        readings, error = await self._read()
+        namespaces: dict[str, dict[str, Obj]] = defaultdict(dict)
+        for ep, entry in ours.items():
+            namespaces[entry["namespace"]][ep] = entry
+        for namespace, group in namespaces.items():
+            cluster = self.ctx.cluster
+            deployments = by_endpoint(await cluster.list_objects("Deployment", namespace, WORKERS))
+            pods = by_endpoint(await cluster.list_objects("Pod", namespace, WORKERS))
+            for ep, entry in group.items():
+                owner = Owner(ep, namespace, entry["uid"])
+                deployment = next(iter(deployments.get(ep, [])), None)
+                try:
+                    await self.scale(owner, entry, deployment, pods.get(ep, []), readings, error)
+                except (ClusterError, kopf.TemporaryError) as err:
+                    log.warning("scaling %s/%s failed: %s", namespace, ep, err)
+        for gone in set(self.scalers) - set(ours):
+            del self.scalers[gone]
+        for gone in set(self.ctx.scaling) - set(ours):
+            del self.ctx.scaling[gone]
+
+    async def scale(
+        self,
+        owner: Owner,
+        entry: Obj,
+        deployment: Obj | None,
+        pods: list[Obj],
+        readings: Mapping[str, EndpointMetrics],
+        error: str | None,
+    ) -> Decision | None:
+        """Decide for one endpoint and apply it; None when it has no Deployment yet."""
+        check = metrics_check(owner.name, readings, error)
+        await self._report_metrics(owner, check)
+        if deployment is None:
+            return None
+        pool = DeploymentPool(self.ctx.cluster, deployment, pods)
+        scaler = self.scalers.setdefault(owner.name, Autoscaler(pool, clock=self.clock))
+        scaler.pool = pool
+        before = pool.replicas
+        metrics = readings.get(owner.name) if check.ok else None
+        decision = await scaler.step(metrics, Limits.from_settings(entry))
+        if decision.desired != before:
+            await self._scaled(owner, deployment, before, decision)
+        return decision
+
+    async def _scaled(self, owner: Owner, deployment: Obj, before: int, decision: Decision) -> None:
+        """Tell people: an Event on the Endpoint, and the new desired count in its status."""
+        reason = "ScaledUp" if decision.desired > before else "ScaledDown"
+        log.info("%s/%s %s: %s", owner.namespace, owner.name, reason, decision.reason)
+        await self.ctx.cluster.create_event(
+            endpoint_event(owner, reason, decision.reason, now=rc.now())
+        )
+        ready = int((deployment.get("status") or {}).get("readyReplicas") or 0)
+        workers = {"workers": {"desired": decision.desired, "ready": ready}}
+        await self.ctx.cluster.patch_endpoint_status(owner.namespace, owner.name, workers)
+
+    async def _report_metrics(self, owner: Owner, check: Check) -> None:
+        """Keep `MetricsAvailable` current; on a change, an Event and a status refresh."""
+        previous = self.ctx.scaling.get(owner.name)
+        self.ctx.scaling[owner.name] = check
+        if previous is not None and (previous.ok, previous.reason) == (check.ok, check.reason):
+            return
+        if not check.ok or previous is not None:
+            reason = "MetricsAvailable" if check.ok else "MetricsUnavailable"
+            event = endpoint_event(owner, reason, check.message, now=rc.now(), warning=not check.ok)
+            await self.ctx.cluster.create_event(event)
+        body = await self.ctx.cluster.get_endpoint(owner.namespace, owner.name)
+        if body is not None and not body["metadata"].get("deletionTimestamp"):
+            await rc.refresh(self.ctx, body)

@@ -1,0 +1,182 @@
+"""The operator's scaling loop against a real kube-apiserver (envtest) and a real gateway.
+
+The gateway serves `/metrics` from the same Redis the operator registers endpoints in;
+jobs are put in the store directly, and a "worker" holding a job is simply a worker id
+equal to a pod's name (envtest has no kubelet: the ReplicaSet's pods stay Pending).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING
+
+import pytest
+from redis.asyncio import Redis
+
+from lockgate.dev.redis_server import EmbeddedRedis
+from lockgate.scaling.deployment_pool import BUSY_COST, DELETION_COST
+from lockgate.store import JobStore, NewJob, Registry
+from tests.conftest import make_settings, start_gateway
+
+if TYPE_CHECKING:
+    from kube_fixtures import Resources, RunningOperator
+
+pytest_plugins = ["kube_fixtures"]
+pytestmark = [pytest.mark.envtest]
+
+
+class MetricsGateway:
+    """A real gateway on the port the operator scrapes; can be stopped mid-test."""
+
+    def __init__(self, redis_url: str, port: int) -> None:
+        self.settings = make_settings(redis_url, port)
+        self.runner = None
+
+    async def start(self) -> None:
+        self.runner = await start_gateway(self.settings)
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+            self.runner = None
+
+
+@pytest.fixture
+async def metrics_gateway(
+    operator: RunningOperator, redis_server: EmbeddedRedis
+) -> AsyncIterator[MetricsGateway]:
+    gateway = MetricsGateway(redis_server.url, operator.metrics_port)
+    yield gateway
+    await gateway.stop()
+
+
+async def until(check: Callable[[], object], what: str, timeout: float = 30.0):
+    """Poll a blocking check in a thread, so the gateway on this event loop keeps serving."""
+    from kube_fixtures import eventually
+
+    return await eventually(lambda: asyncio.to_thread(check), what, timeout)
+
+
+def metrics_condition(resources: Resources, name: str) -> dict:
+    return resources.condition(resources.status(name), "MetricsAvailable")
+
+
+def replicas(resources: Resources, name: str) -> int | None:
+    deployment = resources.deployment(f"{name}-workers")
+    return None if deployment is None else deployment.spec.replicas
+
+
+def events(resources: Resources, name: str, reason: str) -> list:
+    items = resources.core.list_namespaced_event(
+        resources.namespace, field_selector=f"involvedObject.name={name}"
+    ).items
+    return [e for e in items if e.reason == reason and e.involved_object.kind == "Endpoint"]
+
+
+def worker_pods(resources: Resources, name: str) -> list:
+    pods = resources.core.list_namespaced_pod(
+        resources.namespace, label_selector=f"lockgate.dev/endpoint={name}"
+    ).items
+    return [p for p in pods if p.metadata.deletion_timestamp is None]
+
+
+def cost_of(resources: Resources, pod_name: str) -> str | None:
+    pod = resources.core.read_namespaced_pod(pod_name, resources.namespace)
+    return (pod.metadata.annotations or {}).get(DELETION_COST)
+
+
+async def queue_jobs(redis: Redis, endpoint: str, count: int) -> None:
+    store = JobStore(redis)
+    for n in range(count):
+        await store.submit(endpoint, NewJob(id=f"job-{n}", input=b"{}", ttl_ms=600_000))
+
+
+async def test_the_loop_scales_the_deployment_annotates_busy_pods_and_reports_it(
+    resources: Resources, redis: Redis, metrics_gateway: MetricsGateway
+) -> None:
+    name = "ep-autoscale"
+    resources.template("as-tpl")
+    resources.endpoint(
+        name, templateId="as-tpl", workersMin=0, workersMax=3, idleTimeout=1,
+        scalerType="REQUEST_COUNT", scalerValue=1,
+    )  # fmt: skip
+    await resources.eventually(lambda: Registry(redis).get_endpoint(name), "registered")
+    await until(lambda: replicas(resources, name) == 0, "the Deployment at 0")
+    await metrics_gateway.start()
+    metrics = await until(
+        lambda: resources.condition(resources.status(name), "MetricsAvailable"),
+        "MetricsAvailable",
+    )
+    await until(
+        lambda: resources.condition(resources.status(name), "MetricsAvailable")["status"] == "True",
+        f"MetricsAvailable True (was {metrics})",
+    )
+
+    await queue_jobs(redis, name, 2)
+
+    await until(lambda: replicas(resources, name) == 2, "scaled to 2")
+    [up] = await until(lambda: events(resources, name, "ScaledUp"), "a ScaledUp event")
+    assert "0 -> 2" in up.message and "REQUEST_COUNT" in up.message
+    await until(
+        lambda: resources.status(name).get("workers", {}).get("desired") == 2, "status desired 2"
+    )
+
+    pods = await until(
+        lambda: len(pods := worker_pods(resources, name)) == 2 and pods, "the ReplicaSet's pods"
+    )
+    busy, idle = (p.metadata.name for p in pods)
+    store = JobStore(redis)
+    taken, _ = await store.take(name, busy, 1, 600_000)
+    await store.heartbeat(name, busy)
+    await until(lambda: cost_of(resources, busy) == BUSY_COST, "the busy pod marked")
+    assert cost_of(resources, idle) in (None, "0")
+    assert replicas(resources, name) == 2  # one running, one queued: still two wanted
+
+    await store.purge(name)
+    assert await store.finish(name, busy, taken[0].id, output=b"1", error=None)
+
+    await until(lambda: cost_of(resources, busy) == "0", "the idle pod unmarked")
+    # Idle for idleTimeout (1 s), once the stabilisation window (10 s) after the scale-up ends.
+    await until(lambda: replicas(resources, name) == 0, "back to 0", timeout=40)
+    [down] = await until(lambda: events(resources, name, "ScaledDown"), "ScaledDown")
+    assert "2 -> 0" in down.message
+
+
+async def test_the_loop_holds_the_count_when_metrics_cannot_be_read(
+    resources: Resources, redis: Redis, metrics_gateway: MetricsGateway
+) -> None:
+    name = "ep-blind"
+    resources.template("blind-tpl")
+    resources.endpoint(name, templateId="blind-tpl", workersMin=0, workersMax=4, idleTimeout=0)
+    await resources.eventually(lambda: Registry(redis).get_endpoint(name), "registered")
+    await until(lambda: replicas(resources, name) == 0, "the Deployment at 0")
+    resources.apps.patch_namespaced_deployment_scale(
+        f"{name}-workers", resources.namespace, {"spec": {"replicas": 2}}
+    )
+    await queue_jobs(redis, name, 3)
+
+    unavailable = await until(
+        lambda: (
+            (c := resources.condition(resources.status(name), "MetricsAvailable"))
+            and c["status"] == "False"
+            and c
+        ),
+        "MetricsAvailable False",
+    )
+    assert unavailable["reason"] == "GatewayUnreachable"
+    assert "held" in unavailable["message"]
+    await until(lambda: events(resources, name, "MetricsUnavailable"), "a Warning event")
+    await asyncio.sleep(
+        1.5
+    )  # several ticks (every 0.2 s): neither up for the queue nor down to zero
+    assert replicas(resources, name) == 2
+
+    # The same situation with metrics: nobody works, idleTimeout is 0, so it scales at once.
+    await JobStore(redis).purge(name)
+    await metrics_gateway.start()
+    await until(lambda: replicas(resources, name) == 0, "scaled to 0 with metrics")
+    await until(
+        lambda: resources.condition(resources.status(name), "MetricsAvailable")["status"] == "True",
+        "MetricsAvailable True",
+    )

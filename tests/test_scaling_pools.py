@@ -1,0 +1,81 @@
+"""Pools at their edges: which pods get a deletion cost, which local processes stop; the
+loop's pure helpers (condition, event, metrics parsing)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import pytest
+
+from lockgate.kube.crds import API_VERSION
+from lockgate.kube.events import endpoint_event
+from lockgate.kube.manifests import Owner
+from lockgate.kube.scaler import metrics_check
+from lockgate.scaling.decision import EndpointMetrics
+from lockgate.scaling.deployment_pool import BUSY_COST, DELETION_COST, cost_changes, live_pods
+from lockgate.scaling.local_pool import LocalProcessPool
+from lockgate.scaling.readings import MetricsUnreadable, parse_metrics
+
+
+def pod(name: str, cost: str | None = None, phase: str = "Pending", deleting: bool = False):
+    meta: dict = {"name": name}
+    if cost is not None:
+        meta["annotations"] = {DELETION_COST: cost}
+    if deleting:
+        meta["deletionTimestamp"] = "2024-01-01T00:00:00Z"
+    return {"metadata": meta, "status": {"phase": phase}}
+
+
+def test_only_pods_whose_deletion_cost_must_change_are_patched() -> None:
+    pods = [pod("busy-new"), pod("busy-known", BUSY_COST), pod("idle-new"), pod("was-busy", "1000")]
+    changes = cost_changes(pods, busy={"busy-new", "busy-known"})
+    assert changes == {"busy-new": BUSY_COST, "was-busy": "0"}
+
+
+def test_terminating_and_finished_pods_are_not_workers() -> None:
+    pods = [pod("a"), pod("b", deleting=True), pod("c", phase="Failed"), pod("d", phase="Running")]
+    assert [p["metadata"]["name"] for p in live_pods(pods)] == ["a", "d"]
+
+
+def test_the_metrics_condition_names_what_is_missing() -> None:
+    assert metrics_check("ep", {"ep": EndpointMetrics()}, None).ok is True
+    assert metrics_check("ep", {}, None).reason == "EndpointNotReported"
+    down = metrics_check("ep", {}, "http://gw/metrics: connection refused")
+    assert (down.ok, down.reason) == (False, "GatewayUnreachable")
+    assert "connection refused" in down.message
+
+
+def test_a_scaling_event_is_about_the_endpoint() -> None:
+    event = endpoint_event(Owner("ep", "ns", "u-1"), "ScaledUp", "0 -> 2", now="t")
+    assert event["involvedObject"] == {
+        "apiVersion": API_VERSION, "kind": "Endpoint", "name": "ep", "namespace": "ns",
+        "uid": "u-1",
+    }  # fmt: skip
+    assert (event["type"], event["reason"], event["metadata"]["namespace"]) == (
+        "Normal", "ScaledUp", "ns",
+    )  # fmt: skip
+
+
+def test_text_that_is_not_prometheus_is_unreadable() -> None:
+    with pytest.raises(MetricsUnreadable):
+        parse_metrics("<html>502 Bad Gateway</html>\n")
+    assert parse_metrics("") == {}
+
+
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
+
+
+async def test_the_local_pool_grows_and_stops_only_the_idle_workers_it_is_given() -> None:
+    pool = LocalProcessPool("ep", SLEEPER, {}, cwd=None)
+    try:
+        await pool.resize(3, idle_first=[])
+        first, second, third = (await pool.state()).members
+        await pool.resize(1, idle_first=[third])  # only one idle worker: only it stops
+        assert (await pool.state()).members == (first, second)
+        assert await asyncio.wait_for(pool.workers[third].process.wait(), 10) == -15  # SIGTERM
+        assert pool.workers[first].process.returncode is None
+        await pool.resize(0, idle_first=[second, first])
+        assert (await pool.state()).size == 0
+    finally:
+        await pool.close(grace_s=5)
