@@ -25,6 +25,18 @@ def _dev(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers-min", type=int, default=0, help="default 0")
     p.add_argument("--workers-max", type=int, default=3, help="default 3")
     p.add_argument("--idle-timeout", type=int, default=5, help="seconds (default 5)")
+    p.add_argument(
+        "--scaler-type",
+        choices=["QUEUE_DELAY", "REQUEST_COUNT"],
+        default="QUEUE_DELAY",
+        help="how the pool grows (default QUEUE_DELAY)",
+    )
+    p.add_argument(
+        "--scaler-value",
+        type=int,
+        default=4,
+        help="QUEUE_DELAY: seconds a job may wait; REQUEST_COUNT: jobs per worker (default 4)",
+    )
     p.add_argument("--data-dir", default=".lockgate", help="Redis data (default .lockgate)")
     p.set_defaults(run=_lazy("lockgate.dev.runner", "main"))
 

@@ -99,7 +99,8 @@ def options(args: argparse.Namespace) -> DevOptions:
         spec = EndpointSpec(
             name=endpoint_id, templateId=template_id_for(args.handler, args.worker_command),
             workersMin=args.workers_min, workersMax=args.workers_max,
-            idleTimeout=args.idle_timeout,
+            idleTimeout=args.idle_timeout, scalerType=args.scaler_type,
+            scalerValue=args.scaler_value,
         )  # fmt: skip
     except ValidationError as err:
         sys.exit(f"lockgate dev: {describe_validation_error(err)}")
