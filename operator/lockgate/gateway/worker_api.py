@@ -54,14 +54,20 @@ def _listening(request: web.Request) -> bool:
 
 
 async def _take(request: web.Request, count: int) -> list[TakenJob]:
-    """Long-poll: take jobs as soon as any is queued, or give up after `take_wait_s`."""
+    """Long-poll: take jobs as soon as any is queued, or give up after `take_wait_s`.
+
+    A submit wakes one waiter per replica, and only when the queue was empty: a taker that
+    leaves jobs behind wakes the next waiter, and a waiter woken for nothing (its worker
+    hung up) passes its wake-up on, so the chain of wake-ups never breaks."""
     gw, endpoint_id, worker_id, entry = await _worker(request)
     timeout_ms = execution_timeout_ms(entry)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + gw.settings.take_wait_s
+    woken = False
     while _listening(request) and not gw.draining:
         generation = gw.notifier.generation(endpoint_id)
         jobs, left = await gw.store.take(endpoint_id, worker_id, count, timeout_ms)
+        woken = False
         if jobs:
             if left:
                 gw.notifier.kick(endpoint_id)
@@ -70,7 +76,10 @@ async def _take(request: web.Request, count: int) -> list[TakenJob]:
         if remaining <= 0:
             break
         if gw.notifier.generation(endpoint_id) == generation:
-            await gw.notifier.wait_for_job(endpoint_id, min(remaining, gw.settings.poll_fallback_s))
+            wait_s = min(remaining, gw.settings.poll_fallback_s)
+            woken = await gw.notifier.wait_for_job(endpoint_id, wait_s)
+    if woken:
+        gw.notifier.kick(endpoint_id)
     return []
 
 
