@@ -1,6 +1,7 @@
-"""Faults with real processes: a gateway SIGKILLed and Redis restarted under load.
+"""Faults with real processes: a gateway SIGKILLed and Redis restarted under load, and a
+gateway SIGKILLed while a webhook delivery waits for its retry.
 
-No job that /run accepted (returned an id for) may be lost.
+No job that /run accepted (returned an id for) may be lost; no webhook either.
 """
 
 from __future__ import annotations
@@ -9,18 +10,32 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
+import orjson
 import pytest
 from redis.asyncio import Redis
 
 from lockgate.dev.redis_server import EmbeddedRedis, free_port
+from lockgate.store import keys, now_ms
+from lockgate.worker import verify_webhook
 from lockgate.workerenv import worker_env, worker_id_env
 from tests.conftest import REPO, register
+from tests.test_lifecycle import SECRET, Receiver, eventually
 
 JOBS = 2000
+
+
+def gateway_process(redis_url: str, port: int, **env: str) -> subprocess.Popen:
+    """A `lockgate gateway` process; `env` adds LOCKGATE_* settings (names without prefix)."""
+    settings = {"REDIS_URL": redis_url, "PORT": str(port), **env}
+    return subprocess.Popen(
+        [sys.executable, "-m", "lockgate.cli", "gateway", "--log-format", "text"],
+        env={**os.environ, **{f"LOCKGATE_{k}": v for k, v in settings.items()}},
+    )
 
 
 class Cluster:
@@ -35,15 +50,10 @@ class Cluster:
         self.client_key = self.worker_key = ""
 
     def start_gateway(self) -> None:
-        env = {
-            **os.environ, "LOCKGATE_REDIS_URL": self.redis.url, "LOCKGATE_PORT": str(self.port),
-            "LOCKGATE_TAKE_WAIT_S": "2", "LOCKGATE_SWEEP_INTERVAL_S": "0.2",
-            "LOCKGATE_HEARTBEAT_TIMEOUT_S": "3", "LOCKGATE_UNLISTED_GRACE_S": "1",
-            "LOCKGATE_POLL_FALLBACK_S": "0.5",
-        }  # fmt: skip
-        self.gateway = subprocess.Popen(
-            [sys.executable, "-m", "lockgate.cli", "gateway", "--log-format", "text"], env=env
-        )
+        self.gateway = gateway_process(
+            self.redis.url, self.port, TAKE_WAIT_S="2", SWEEP_INTERVAL_S="0.2",
+            HEARTBEAT_TIMEOUT_S="3", UNLISTED_GRACE_S="1", POLL_FALLBACK_S="0.5",
+        )  # fmt: skip
 
     def start_workers(self, n: int = 2) -> None:
         base = worker_env(self.url, "echo", self.worker_key)
@@ -157,3 +167,83 @@ async def test_a_redis_restarted_under_load_loses_no_accepted_job(cluster: Clust
         assert accepted_before_restart < JOBS
         assert len(ids) == len(set(ids)) == JOBS
         await wait_all_completed(session, cluster, ids)
+
+
+RETRY_S = 2.0  # seconds between webhook attempts, for the test below
+
+
+async def gateway_up(session: aiohttp.ClientSession, base: str, key: str) -> None:
+    async def answers() -> bool:
+        try:
+            async with session.get(f"{base}/health", headers={"authorization": key}) as r:
+                return r.status == 200
+        except aiohttp.ClientError:
+            return False
+
+    await eventually(answers, timeout_s=20)
+
+
+async def retry_waits_in_the_outbox(redis: Redis, job_id: str) -> bool:
+    """The first attempt failed, and the second is due within RETRY_S (not leased)."""
+    attempts = await redis.hget(keys.prefix("echo") + "wha", job_id)
+    due_ms = await redis.zscore(keys.prefix("echo") + "wh", job_id)
+    return attempts == b"1" and due_ms is not None and due_ms <= now_ms() + RETRY_S * 1000
+
+
+@pytest.mark.parametrize("first_attempt", ["refused", "answered 500"])
+async def test_a_webhook_waiting_for_its_retry_is_delivered_once_by_a_restarted_gateway(
+    redis: Redis, redis_server: EmbeddedRedis, first_attempt: str
+):
+    client_key, worker_key = await register(redis, "echo")
+    settings = dict(
+        WEBHOOK_SECRET=SECRET, WEBHOOK_RETRY_INTERVAL_S=str(RETRY_S),
+        WEBHOOK_ALLOW_PRIVATE="true", SWEEP_INTERVAL_S="0.2",
+    )  # fmt: skip
+    port, hook_port = free_port(), free_port()
+    base = f"http://127.0.0.1:{port}/v2/echo"
+    receiver = Receiver(failures=1 if first_attempt == "answered 500" else 0)
+    if first_attempt == "answered 500":
+        await receiver.start(hook_port)
+    gateway = gateway_process(redis_server.url, port, **settings)
+    try:
+        async with aiohttp.ClientSession() as http:
+            await gateway_up(http, base, client_key)
+            client, worker = {"authorization": client_key}, {"authorization": worker_key}
+            webhook = f"http://127.0.0.1:{hook_port}/hook"
+            body = {"input": {}, "webhook": webhook}
+            async with http.post(f"{base}/run", json=body, headers=client) as r:
+                job_id = (await r.json())["id"]
+            async with http.get(f"{base}/job-take/w1", headers=worker) as r:
+                assert (await r.json())["id"] == job_id
+            async with http.post(
+                f"{base}/job-done/w1/{job_id}", json={"output": {"n": 7}}, headers=worker
+            ) as r:
+                assert (await r.json())["accepted"] is True
+            await eventually(lambda: retry_waits_in_the_outbox(redis, job_id))
+            gateway.kill()
+            gateway.wait()
+            killed_at = time.monotonic()
+            if first_attempt == "refused":
+                await receiver.start(hook_port)
+            gateway = gateway_process(redis_server.url, port, **settings)
+            expected = 2 if first_attempt == "answered 500" else 1
+            await eventually(lambda: _true(len(receiver.calls) >= expected), timeout_s=20)
+            await asyncio.sleep(RETRY_S + 1)  # time for a duplicate to show up, if any
+            assert len(receiver.calls) == expected
+            delivered_at, headers, sent = receiver.calls[-1]
+            assert delivered_at > killed_at
+            verify_webhook(headers, sent, SECRET)
+            assert orjson.loads(sent) | {"delayTime": 0, "executionTime": 0} == {
+                "id": job_id, "status": "COMPLETED", "delayTime": 0, "executionTime": 0,
+                "output": {"n": 7},
+            }  # fmt: skip
+            assert await redis.zscore(keys.prefix("echo") + "wh", job_id) is None
+    finally:
+        gateway.kill()
+        gateway.wait()
+        if hasattr(receiver, "runner"):
+            await receiver.runner.cleanup()
+
+
+async def _true(value: bool) -> bool:
+    return value

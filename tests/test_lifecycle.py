@@ -144,12 +144,12 @@ class Receiver:
         self.calls.append((time.monotonic(), dict(request.headers), await request.read()))
         return web.Response(status=500 if len(self.calls) <= self.failures else 200)
 
-    async def start(self) -> str:
+    async def start(self, port: int | None = None) -> str:
         app = web.Application()
         app.router.add_post("/hook", self.handle)
         self.runner = web.AppRunner(app)
         await self.runner.setup()
-        port = free_port()
+        port = port or free_port()
         await web.TCPSite(self.runner, "127.0.0.1", port).start()
         return f"http://127.0.0.1:{port}/hook"
 

@@ -82,6 +82,13 @@ def test_stream_yields_each_chunk_of_a_generator_worker(streamer):
     assert chunks == [{"text": [f"token-{i}"], "output_tokens": i + 1} for i in range(4)]
 
 
+def test_a_streamed_string_over_1_mb_arrives_split_in_order(streamer):
+    job = streamer.run({"big": 1_500_000})  # 3 MB of UTF-8 in one chunk from the worker
+    pieces = list(job.stream())
+    assert len(pieces) == 3
+    assert "".join(pieces) == "é" * 1_500_000
+
+
 def test_a_generator_worker_with_aggregate_stream_returns_every_chunk(streamer):
     output = streamer.run_sync({"input": {"n": 2}}, timeout=30)
     assert output == [

@@ -1,5 +1,7 @@
 """The worker runtime without a real gateway: `--test_input` runs, handler kinds, settings,
-and the runtime's loops against a small stand-in for the gateway's worker API."""
+and what only a stand-in for the gateway's worker API can show (the exact calls a worker
+makes, a gateway answering 5xx). Stopping jobs and SIGTERM against the real gateway are
+in test_worker_gateway.py."""
 
 from __future__ import annotations
 
@@ -401,7 +403,7 @@ def test_gateway_is_configured_by_either_family_of_variables() -> None:
     assert not config.gateway_configured({"RUNPOD_POD_ID": "x"})
 
 
-# -- the runtime's loops against a stand-in gateway
+# -- the worker's calls, as a stand-in gateway sees them
 
 
 class StandInGateway:
@@ -409,7 +411,6 @@ class StandInGateway:
 
     def __init__(self) -> None:
         self.queue: list[dict[str, Any]] = []
-        self.stops: list[str] = []
         self.done: dict[str, tuple[dict[str, Any], str]] = {}
         self.takes: list[dict[str, str]] = []
         self.pings: list[dict[str, str]] = []
@@ -448,10 +449,7 @@ class StandInGateway:
         return web.json_response({})
 
     async def stop(self, request: web.Request) -> web.StreamResponse:
-        await asyncio.sleep(0.05)
-        if self.stops:
-            ids, self.stops[:] = list(self.stops), []
-            return web.json_response({"jobsToStop": ids})
+        await asyncio.sleep(0.05)  # a short long-poll that never has a job to stop
         return web.Response(status=204)
 
 
@@ -502,17 +500,6 @@ async def test_worker_takes_a_batch_reports_results_and_pings_with_job_ids(gatew
     assert any(set(p.get("job_id", "").split(",")) == {"j0", "j1", "j2"} for p in stand_in.pings)
 
 
-async def test_sigterm_lets_the_job_in_hand_finish_and_report_then_exits_0(gateway) -> None:
-    stand_in, url = gateway
-    stand_in.queue.append({"id": "slow", "input": {"sleep": 1}})
-    worker = await start_worker(url, "sync")
-    await until(lambda: not stand_in.queue)
-    await asyncio.sleep(0.2)
-    worker.send_signal(signal.SIGTERM)
-    assert await exit_status(worker) == 0
-    assert stand_in.done["slow"][0] == {"output": {"echo": {"sleep": 1}}}
-
-
 async def test_result_is_retried_while_the_gateway_answers_5xx(gateway) -> None:
     stand_in, url = gateway
     stand_in.failing_done = 2
@@ -521,27 +508,3 @@ async def test_result_is_retried_while_the_gateway_answers_5xx(gateway) -> None:
     await until(lambda: "j" in stand_in.done)
     worker.send_signal(signal.SIGTERM)
     assert await exit_status(worker) == 0
-
-
-async def test_stopping_an_async_job_cancels_it_and_the_worker_goes_on(gateway) -> None:
-    stand_in, url = gateway
-    stand_in.queue.append({"id": "long", "input": {"sleep": 60}})
-    worker = await start_worker(url, "async")
-    await until(lambda: any(p.get("job_id") == "long" for p in stand_in.pings))
-    stand_in.stops.append("long")
-    await until(lambda: stand_in.pings[-1].get("job_id") is None and not stand_in.stops)
-    stand_in.queue.append({"id": "next", "input": {}})
-    await until(lambda: "next" in stand_in.done)
-    worker.send_signal(signal.SIGTERM)
-    assert await exit_status(worker) == 0
-    assert "long" not in stand_in.done
-
-
-async def test_stopping_a_sync_job_abandons_it_and_exits_3_for_a_fresh_worker(gateway) -> None:
-    stand_in, url = gateway
-    stand_in.queue.append({"id": "stuck", "input": {"sleep": 60}})
-    worker = await start_worker(url, "sync")
-    await until(lambda: any(p.get("job_id") == "stuck" for p in stand_in.pings))
-    stand_in.stops.append("stuck")
-    assert await exit_status(worker) == 3
-    assert "stuck" not in stand_in.done

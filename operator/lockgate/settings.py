@@ -38,7 +38,14 @@ class Settings(BaseSettings):
     )
     auth_cache_s: float = Field(5.0, description="how long a key lookup is cached in-process")
     registry_cache_s: float = Field(2.0, description="how long an endpoint entry is cached")
-    max_result_bytes: int = 20 * 1024 * 1024
+    max_result_bytes: int = Field(
+        20 * 1024 * 1024, description="largest job-done or job-stream body a worker may post"
+    )
+    max_stream_bytes: int = Field(
+        64 * 1024 * 1024,
+        description="stream data kept per job until /stream reads it; a worker posting "
+        "past it gets 413",
+    )
     metrics_token: str = Field(
         "", description="when set, /metrics requires `Authorization: Bearer <token>`"
     )

@@ -1,19 +1,44 @@
-"""Sleeps `input.sleep` seconds, then echoes. argv: sync|async [concurrency]."""
+"""Sleeps `input.sleep` seconds, then echoes. argv: sync|async [concurrency].
+
+With `input.marks` (a directory) it leaves files that tests read: `<job id>.start` and
+`<job id>.end` around the sleep, `<job id>.cancelled` when an async sleep is cancelled;
+each holds this process's BOOT token, which tells a restarted worker from the first.
+With `input.stubborn` the async handler shrugs a cancellation off and returns anyway.
+"""
 
 import asyncio
 import sys
 import time
+import uuid
+from pathlib import Path
 
 import lockgate.worker
 
+BOOT = uuid.uuid4().hex
+
+
+def mark(job, what):
+    if marks := job["input"].get("marks"):
+        Path(marks, f"{job['id']}.{what}").write_text(BOOT)
+
 
 def sync_handler(job):
+    mark(job, "start")
     time.sleep(job["input"].get("sleep", 0))
+    mark(job, "end")
     return {"echo": job["input"]}
 
 
 async def async_handler(job):
-    await asyncio.sleep(job["input"].get("sleep", 0))
+    mark(job, "start")
+    try:
+        await asyncio.sleep(job["input"].get("sleep", 0))
+    except asyncio.CancelledError:
+        mark(job, "cancelled")
+        if not job["input"].get("stubborn"):
+            raise
+        return {"late": True}
+    mark(job, "end")
     return {"echo": job["input"]}
 
 

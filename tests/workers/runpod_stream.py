@@ -1,4 +1,5 @@
-"""A generator runpod-SDK worker with return_aggregate_stream: yields `n` text chunks."""
+"""A generator runpod-SDK worker with return_aggregate_stream: yields `n` text chunks
+(or one long string)."""
 
 import time
 
@@ -6,6 +7,9 @@ import runpod
 
 
 def handler(job):
+    if big := job["input"].get("big"):  # one string chunk of `big` two-byte characters
+        yield "é" * big
+        return
     for i in range(job["input"].get("n", 3)):
         time.sleep(job["input"].get("gap", 0))
         yield {"text": [f"token-{i}"], "output_tokens": i + 1}

@@ -1,7 +1,9 @@
 """Wake-ups across gateway replicas: one Redis pub/sub subscription per process.
 
-The store's scripts publish on `lg:events`: `q:<ep>` (a job was queued), `d:<ep>:<id>`
-(a /runsync job ended), `s:<ep>:<worker>` (a stop signal), `r:<ep>` (registry changed).
+The store's scripts publish on `lg:events`: `q:<ep>` (a job was queued onto empty queues,
+or requeued), `d:<ep>:<id>` (a /runsync job ended), `s:<ep>:<worker>` (a stop signal),
+`r:<ep>` (registry changed). A `q:` wakes one job-take per replica; a taker that leaves
+jobs queued wakes the next (`kick`), so a busy queue costs no PUBLISH per submit.
 Waiters also re-check Redis every few seconds, so a message lost while Redis restarts
 delays a wake-up but never loses one.
 """

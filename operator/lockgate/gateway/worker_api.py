@@ -9,6 +9,7 @@ import orjson
 from aiohttp import web
 
 from lockgate.gateway.auth import WORKERS
+from lockgate.gateway.chunks import stream_chunks
 from lockgate.gateway.endpoints import execution_timeout_ms
 from lockgate.gateway.errors import BadRequest, PayloadTooLarge
 from lockgate.gateway.http import (
@@ -20,10 +21,9 @@ from lockgate.gateway.http import (
     read_body,
 )
 from lockgate.gateway.state import Gateway, gateway_of
-from lockgate.store import TakenJob
+from lockgate.store import StreamFull, TakenJob
 from lockgate.store.keys import JOB_ID_RE, WORKER_ID_RE
 
-CHUNK_LIMIT = 1024 * 1024  # one streamed chunk, the spec's size limit
 BATCH_MAX = 100
 
 routes = web.RouteTableDef()
@@ -54,14 +54,20 @@ def _listening(request: web.Request) -> bool:
 
 
 async def _take(request: web.Request, count: int) -> list[TakenJob]:
-    """Long-poll: take jobs as soon as any is queued, or give up after `take_wait_s`."""
+    """Long-poll: take jobs as soon as any is queued, or give up after `take_wait_s`.
+
+    A submit wakes one waiter per replica, and only when the queue was empty: a taker that
+    leaves jobs behind wakes the next waiter, and a waiter woken for nothing (its worker
+    hung up) passes its wake-up on, so the chain of wake-ups never breaks."""
     gw, endpoint_id, worker_id, entry = await _worker(request)
     timeout_ms = execution_timeout_ms(entry)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + gw.settings.take_wait_s
+    woken = False
     while _listening(request) and not gw.draining:
         generation = gw.notifier.generation(endpoint_id)
         jobs, left = await gw.store.take(endpoint_id, worker_id, count, timeout_ms)
+        woken = False
         if jobs:
             if left:
                 gw.notifier.kick(endpoint_id)
@@ -70,7 +76,10 @@ async def _take(request: web.Request, count: int) -> list[TakenJob]:
         if remaining <= 0:
             break
         if gw.notifier.generation(endpoint_id) == generation:
-            await gw.notifier.wait_for_job(endpoint_id, min(remaining, gw.settings.poll_fallback_s))
+            wait_s = min(remaining, gw.settings.poll_fallback_s)
+            woken = await gw.notifier.wait_for_job(endpoint_id, wait_s)
+    if woken:
+        gw.notifier.kick(endpoint_id)
     return []
 
 
@@ -118,22 +127,21 @@ async def job_done(request: web.Request) -> web.Response:
     return json_response({"accepted": done is not None})
 
 
-def _chunks(body: Any) -> list[bytes]:
-    """A job-stream body as stored chunks `{"output": ..., "metrics"?: ...}`."""
-    if not isinstance(body, dict) or "output" not in body:
-        raise BadRequest('stream body must be a JSON object with "output"')
-    chunk = {"output": body["output"]}
-    if isinstance(body.get("metrics"), dict):
-        chunk["metrics"] = body["metrics"]
-    return [orjson.dumps(chunk)]
-
-
 @routes.post("/v2/{endpoint}/job-stream/{worker}/{job}")
 async def job_stream(request: web.Request) -> web.Response:
     gw, endpoint_id, worker_id, _ = await _worker(request)
     job_id = job_id_param(request)
     body = parse_json(await read_body(request, gw.settings.max_result_bytes))
-    accepted = await gw.store.push_stream(endpoint_id, worker_id, job_id, _chunks(body))
+    cap = gw.settings.max_stream_bytes
+    try:
+        accepted = await gw.store.push_stream(
+            endpoint_id, worker_id, job_id, stream_chunks(body), max_unread_bytes=cap
+        )
+    except StreamFull as err:
+        raise PayloadTooLarge(
+            f"stream chunk refused: job {job_id} would hold more than {cap} bytes of stream "
+            "data not yet read with /stream (the job goes on; LOCKGATE_MAX_STREAM_BYTES)"
+        ) from err
     return json_response({"accepted": accepted})
 
 

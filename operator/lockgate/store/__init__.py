@@ -9,6 +9,7 @@ from lockgate.store.jobs import (
     Liveness,
     NewJob,
     Retention,
+    StreamFull,
     Sweep,
     now_ms,
 )
@@ -27,6 +28,7 @@ __all__ = [
     "Registry",
     "Retention",
     "Snapshot",
+    "StreamFull",
     "Sweep",
     "TakenJob",
     "connect",

@@ -23,6 +23,10 @@ class JobNotFound(LookupError):
     """The job does not exist: never submitted, expired or deleted."""
 
 
+class StreamFull(ValueError):
+    """The job's unread stream data would exceed its cap; nothing was appended."""
+
+
 class IneligibleState(ValueError):
     """The job's state does not allow the transition."""
 
@@ -156,12 +160,21 @@ class JobStore:
         return Finished(int(done[0]), int(done[1]), now) if done else None
 
     async def push_stream(
-        self, endpoint_id: str, worker_id: str, job_id: str, chunks: Sequence[bytes]
+        self,
+        endpoint_id: str,
+        worker_id: str,
+        job_id: str,
+        chunks: Sequence[bytes],
+        *,
+        max_unread_bytes: int,
     ) -> bool:
-        """Append stream chunks to a job the worker holds; False when it no longer does."""
+        """Append stream chunks (all or none) to a job the worker holds; False when it no
+        longer does. StreamFull when the chunks not yet read would pass `max_unread_bytes`."""
         accepted = await self.scripts.stream(
-            keys=[keys.prefix(endpoint_id)], args=[job_id, worker_id, *chunks]
+            keys=[keys.prefix(endpoint_id)], args=[job_id, worker_id, max_unread_bytes, *chunks]
         )
+        if int(accepted) < 0:
+            raise StreamFull(job_id)
         return bool(accepted)
 
     async def read_stream(self, endpoint_id: str, job_id: str) -> tuple[str, list[bytes]]:

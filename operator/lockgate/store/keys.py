@@ -18,7 +18,7 @@ the single description of what they build.
     lg:{ep}:wha          HASH  job id -> webhook attempts made
     lg:{ep}:sweep        STR   lock: one replica sweeps the endpoint per interval
     lg:{ep}:j:{id}       HASH  job record (fields in FIELDS below); expires at ttl / retention
-    lg:{ep}:s:{id}       LIST  stream chunks not yet read by /stream
+    lg:{ep}:s:{id}       LIST  stream chunks not yet read by /stream; dies with the record
     lg:endpoints         HASH  endpoint id -> registry entry (JSON)
     lg:keys              HASH  sha256(api key) -> key record (JSON)
 """
@@ -73,3 +73,4 @@ class F:
     ATTEMPTS = "at"
     OUTPUT = "out"  # raw JSON
     ERROR = "err"
+    STREAM_BYTES = "sb"  # bytes of stream chunks not yet read by /stream

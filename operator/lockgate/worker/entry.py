@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 from . import config, local, logs
 from .logs import log
 from .options import StartOptions
-from .runtime import EXIT_OK, Runtime, exit_now
+from .runtime import EXIT_OK, EXIT_RESTART, Runtime, exit_now, restart_now
 
 
 def start(settings: Mapping[str, Any]) -> NoReturn:
@@ -19,7 +19,9 @@ def start(settings: Mapping[str, Any]) -> NoReturn:
 
     Keys: `handler` (required), `return_aggregate_stream`, `concurrency_modifier`,
     `refresh_worker`. Exits 0 after SIGTERM/SIGINT once the jobs in hand are reported,
-    3 when a stopped sync handler needs a fresh process, 1 on a failed local test.
+    1 on a failed local test. A stopped sync handler cannot be interrupted in its thread:
+    once no other job is in hand the worker re-executes its own command line (same pid
+    and worker id), or exits 3 for its supervisor when that fails.
     """
     options = StartOptions.from_mapping(settings)
     args = _parse_args()
@@ -31,8 +33,11 @@ def start(settings: Mapping[str, Any]) -> NoReturn:
     except config.ConfigError as err:
         log.error("cannot start: %s", err)
         sys.exit(2)
-    status = _serve(Runtime(options, worker_config))
-    if status != EXIT_OK:
+    runtime = Runtime(options, worker_config)
+    status = _serve(runtime)
+    if status == EXIT_RESTART:
+        restart_now(worker_config.worker_id)
+    if status != EXIT_OK or runtime.abandoned:
         exit_now(status)  # an abandoned handler thread would otherwise hold the exit
     sys.exit(status)
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import os
+import shlex
 import signal
 import sys
 import time
@@ -23,7 +25,7 @@ from .options import StartOptions
 
 EXIT_OK = 0
 EXIT_LOOP_FAILED = 1
-EXIT_RESTART = 3  # a sync handler was abandoned: the supervisor must start a fresh worker
+EXIT_RESTART = 3  # a sync handler was abandoned and re-executing the worker failed
 EXIT_INTERRUPTED = 130  # a second SIGINT
 RESCALE_EVERY_S = 1.0  # how often a full worker asks concurrency_modifier again
 MIN_EMPTY_POLL_S = 0.1  # an empty long-poll answered faster than this is not retried at once
@@ -41,6 +43,7 @@ class Runtime:
         self._jobs = JobsInHand()
         self._stopping = asyncio.Event()
         self._signalled = False
+        self.abandoned = False  # a sync handler was left running in its thread
         self._exit_code = EXIT_OK
         self._concurrency = 1
         self._executor = ThreadPoolExecutor(MAX_HANDLER_THREADS, "lockgate-handler")
@@ -65,7 +68,10 @@ class Runtime:
                 task.cancel()
             await asyncio.gather(taker, *watchers, return_exceptions=True)
         self._executor.shutdown(wait=False, cancel_futures=True)
-        log.info("worker %s exits with status %d", self._config.worker_id, self._exit_code)
+        if self._exit_code == EXIT_RESTART:
+            log.info("worker %s stopped, to restart", self._config.worker_id)
+        else:
+            log.info("worker %s exits with status %d", self._config.worker_id, self._exit_code)
         return self._exit_code
 
     def shutdown(self, reason: str, exit_code: int = EXIT_OK) -> None:
@@ -120,7 +126,7 @@ class Runtime:
 
     async def _run_job(self, job_id: str, job: Job) -> None:
         started = time.monotonic()
-        log.info("job %s started", job_id)
+        log.debug("job %s started", job_id)  # per-job lines are DEBUG: INFO stays readable
         try:
             outcome = await handlers.run(
                 self._options.handler,
@@ -166,12 +172,11 @@ class Runtime:
         if not self._kind.in_thread:
             log.info("job %s stopping: its handler is cancelled", job_id)
             return
+        self.abandoned = True
         log.warning(
             "job %s stopped, but its sync handler cannot be interrupted in its thread: "
-            "it is abandoned, and this worker exits with status %d for a fresh one "
-            "once no other job is in hand",
+            "it is abandoned, and this worker restarts itself once no other job is in hand",
             job_id,
-            EXIT_RESTART,
         )
         self.shutdown("restart for a fresh worker", EXIT_RESTART)
 
@@ -208,7 +213,23 @@ class Runtime:
             log.warning("second SIGINT: exiting now, abandoning %d job(s)", len(self._jobs))
             exit_now(EXIT_INTERRUPTED)
         self._signalled = True
+        if self._exit_code == EXIT_RESTART:
+            self._exit_code = EXIT_OK  # told to end: a pending restart is called off
         self.shutdown(f"{signum.name} received")
+
+
+def restart_now(worker_id: str) -> None:
+    """Replace this process with a fresh run of its own command line: same pid, same worker
+    id, and no abandoned handler thread (threads do not survive exec). Returns only if that
+    failed."""
+    log.warning("worker %s restarting: %s", worker_id, shlex.join(sys.orig_argv))
+    os.environ["LOCKGATE_WORKER_ID"] = worker_id  # a generated id is kept too
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+    except OSError as err:
+        log.error("cannot restart: %s", err)
 
 
 def exit_now(status: int) -> None:
@@ -226,7 +247,9 @@ def _report(call: str, err: GatewayError, retry_in_s: float) -> None:
 
 
 def _report_outcome(job_id: str, outcome: handlers.Outcome, sent: bool, took_s: float) -> None:
+    if not log.isEnabledFor(logging.DEBUG):
+        return  # an undelivered result and a raising handler are logged as errors anyway
     state = "failed" if outcome.failed else "completed"
     detail = f": {outcome.body['error']}" if outcome.failed else ""
     delivery = "" if sent else " (result not delivered)"
-    log.info("job %s %s in %.0f ms%s%s", job_id, state, took_s * 1000, delivery, detail)
+    log.debug("job %s %s in %.0f ms%s%s", job_id, state, took_s * 1000, delivery, detail)

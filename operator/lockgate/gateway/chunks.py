@@ -1,0 +1,95 @@
+"""Stream chunks: a worker's job-stream body as the `{"output": ...}` chunks `/stream` returns.
+
+A chunk is at most `CHUNK_LIMIT` bytes of JSON (the spec's "one streamed chunk: 1 MB").
+A string output over it is split on character boundaries into consecutive chunks that
+concatenate back to the string; `metrics`, when sent, go with the last of them. Any other
+output is a structure whose parts cannot be split without changing what it means, so it
+is kept whole as one chunk (bounded by the job-stream body limit and the per-job cap on
+unread stream data).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from lockgate.gateway.errors import BadRequest
+
+CHUNK_LIMIT = 1024 * 1024  # bytes of one stored chunk's JSON
+_MIN_BUDGET = 8  # bytes: room for the widest character (a 6-byte \u001f escape)
+
+
+def stream_chunks(body: Any, limit: int = CHUNK_LIMIT) -> list[bytes]:
+    """Turn a job-stream body into stored chunks, each at most `limit` bytes when the output
+    is a string; other outputs stay one chunk whatever their size."""
+    if not isinstance(body, dict) or "output" not in body:
+        raise BadRequest('stream body must be a JSON object with "output"')
+    output = body["output"]
+    metrics = body.get("metrics") if isinstance(body.get("metrics"), dict) else None
+    whole = _chunk(output, metrics)
+    if len(whole) <= limit or not isinstance(output, str):
+        return [whole]
+    budget = limit - len(_chunk("", metrics))
+    if budget < _MIN_BUDGET:
+        return [whole]  # metrics alone fill the chunk: nothing sensible to split
+    pieces = split_text(output, budget)
+    return [_chunk(p, None) for p in pieces[:-1]] + [_chunk(pieces[-1], metrics)]
+
+
+def split_text(text: str, budget: int) -> list[str]:
+    """Split `text` into consecutive pieces whose JSON string bodies (UTF-8, escapes
+    included, quotes excluded) are at most `budget` bytes; never inside a character (one
+    character wider than the budget is a piece of its own)."""
+    raw = text.encode()
+    pieces: list[str] = []
+    start = 0
+    while start < len(raw):
+        end = _longest_fit(raw, start, budget)
+        pieces.append(raw[start:end].decode())
+        start = end
+    return pieces
+
+
+def _longest_fit(raw: bytes, start: int, budget: int) -> int:
+    """The furthest character boundary after `start` whose piece fits `budget`."""
+    hi = _boundary(raw, start, start + budget)
+    over = _json_size(raw[start:hi]) - budget
+    if over <= 0:
+        return hi  # no escapes to speak of: the common case, one measurement
+    # Each byte cut removes at least one byte of JSON, so cutting `over` bytes fits; an
+    # escape-heavy text may fit more, found by bisection between the two.
+    lo = _boundary(raw, start, hi - over)
+    while (mid := _boundary(raw, start, (lo + hi) // 2)) > lo:
+        if _json_size(raw[start:mid]) <= budget:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _boundary(raw: bytes, start: int, end: int) -> int:
+    """`end` moved back to the start of a UTF-8 character, but past at least one character
+    after `start`."""
+    if end >= len(raw):
+        return len(raw)
+    back = end
+    while back > start and raw[back] & 0xC0 == 0x80:  # 0b10xxxxxx continues a character
+        back -= 1
+    if back > start:
+        return back
+    end = max(end, start + 1)
+    while end < len(raw) and raw[end] & 0xC0 == 0x80:
+        end += 1
+    return end
+
+
+def _json_size(piece: bytes) -> int:
+    return len(orjson.dumps(piece.decode())) - 2
+
+
+def _chunk(output: Any, metrics: dict | None) -> bytes:
+    chunk: dict[str, Any] = {"output": output}
+    if metrics is not None:
+        chunk["metrics"] = metrics
+    return orjson.dumps(chunk)
