@@ -8,6 +8,7 @@ from aiohttp import web
 
 from lockgate.gateway.auth import Authenticator
 from lockgate.gateway.endpoints import EndpointCache
+from lockgate.gateway.limits import Limiter
 from lockgate.gateway.notify import Notifier
 from lockgate.settings import Settings
 from lockgate.store import JobStore, Registry
@@ -22,6 +23,7 @@ class Gateway:
     registry: Registry
     endpoints: EndpointCache
     auth: Authenticator
+    limiter: Limiter
     notifier: Notifier
     draining: bool = False
 
