@@ -60,7 +60,9 @@ async def create(registry: Registry, record: KeyRecord) -> str:
     """Store a new key under a name no other key has; returns the key."""
     taken = await registry.list_keys()
     if any(r.get("name") == record.name for r in taken.values()):
-        raise KeyCommandError(f"a key named {record.name!r} exists: revoke it or choose another name")
+        raise KeyCommandError(
+            f"a key named {record.name!r} exists: revoke it or choose another name"
+        )
     key = new_key()
     await registry.put_key(key, record.model_dump(mode="json", exclude_none=True))
     return key

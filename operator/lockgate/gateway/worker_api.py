@@ -9,6 +9,7 @@ import orjson
 from aiohttp import web
 
 from lockgate.gateway.auth import WORKERS
+from lockgate.gateway.chunks import ChunkTooLarge, split_output
 from lockgate.gateway.endpoints import execution_timeout_ms
 from lockgate.gateway.errors import BadRequest, PayloadTooLarge
 from lockgate.gateway.http import (
@@ -23,7 +24,6 @@ from lockgate.gateway.state import Gateway, gateway_of
 from lockgate.store import TakenJob
 from lockgate.store.keys import JOB_ID_RE, WORKER_ID_RE
 
-CHUNK_LIMIT = 1024 * 1024  # one streamed chunk, the spec's size limit
 BATCH_MAX = 100
 
 routes = web.RouteTableDef()
@@ -117,13 +117,14 @@ async def job_done(request: web.Request) -> web.Response:
 
 
 def _chunks(body: Any) -> list[bytes]:
-    """A job-stream body as stored chunks `{"output": ..., "metrics"?: ...}`."""
+    """A job-stream body as stored chunks `{"output": ..., "metrics"?: ...}` of at most 1 MB."""
     if not isinstance(body, dict) or "output" not in body:
         raise BadRequest('stream body must be a JSON object with "output"')
-    chunk = {"output": body["output"]}
-    if isinstance(body.get("metrics"), dict):
-        chunk["metrics"] = body["metrics"]
-    return [orjson.dumps(chunk)]
+    metrics = body.get("metrics") if isinstance(body.get("metrics"), dict) else None
+    try:
+        return split_output(body["output"], metrics)
+    except ChunkTooLarge as err:
+        raise PayloadTooLarge(str(err)) from err
 
 
 @routes.post("/v2/{endpoint}/job-stream/{worker}/{job}")
