@@ -74,7 +74,7 @@ async def _new_job(request: web.Request, limit: int, job_id: str, *, sync: bool)
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object with an 'input' object")
     try:
-        req = JobRequest.model_validate(body)
+        req = JobRequest.model_validate(body, strict=True)  # a boolean is not 0, an int not "5"
     except ValidationError as err:
         raise BadRequest(describe_validation_error(err)) from err
     private = not gateway_of(request).settings.webhook_allow_private

@@ -120,7 +120,9 @@ def _chunks(body: Any) -> list[bytes]:
     """A job-stream body as stored chunks `{"output": ..., "metrics"?: ...}` of at most 1 MB."""
     if not isinstance(body, dict) or "output" not in body:
         raise BadRequest('stream body must be a JSON object with "output"')
-    metrics = body.get("metrics") if isinstance(body.get("metrics"), dict) else None
+    metrics = body.get("metrics")
+    if metrics is not None and not isinstance(metrics, dict):
+        raise BadRequest('stream "metrics" must be a JSON object')
     try:
         return split_output(body["output"], metrics)
     except ChunkTooLarge as err:
