@@ -65,9 +65,21 @@ class S3Config(_Strict):
     endpointUrl: str
 
 
-# An http(s) URL with a host name or an IPv4 address (the document says what the validator
-# below checks; IPv6 literals are left out: a pattern cannot tell which ones are valid).
-WEBHOOK_PATTERN = r"^https?://[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*(:[0-9]{1,5})?([/?#]\S*)?$"
+# An http(s) URL with a host name, an IPv4 address or an IPv6 literal: the document says
+# what the validator below checks. The IPv6 forms are the standard ones (no zone id, no
+# embedded IPv4), spelled out so that no string the pattern admits is refused by urlsplit.
+_H = "[0-9A-Fa-f]{1,4}"
+_IPV6 = "|".join(
+    [
+        f"({_H}:){{7}}{_H}",
+        f"({_H}:){{1,7}}:",
+        *(f"({_H}:){{1,{7 - n}}}(:{_H}){{1,{n}}}" for n in range(1, 7)),
+        f":((:{_H}){{1,7}}|:)",
+    ]
+)
+WEBHOOK_PATTERN = (
+    rf"^https?://([A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*|\[({_IPV6})\])(:[0-9]{{1,5}})?([/?#]\S*)?$"
+)
 
 
 class JobRequest(BaseModel):
