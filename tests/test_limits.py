@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable
 
 import pytest
 
 from lockgate.dev.redis_server import free_port
-from lockgate.gateway.limits import effective_rate, retry_after_s
+from lockgate.gateway.limits import effective_rate, rate_batch, retry_after_s, slot_batch
 from lockgate.models.limits import (
     DEFAULT_LIMITS,
     LimitOverride,
@@ -18,7 +19,7 @@ from lockgate.models.limits import (
     limits_table,
 )
 from lockgate.store import Registry
-from lockgate.store.limits import RateLimits, Verdict
+from lockgate.store.limits import Grant, RateLimits
 from tests.conftest import make_settings, register, start_gateway
 
 ROUTES = {
@@ -172,13 +173,40 @@ async def test_requests_in_flight_past_the_concurrency_limit_are_refused(http, g
     assert (await call(http, gateway.url, gateway.client_key, Operation.RUNSYNC))[0] == 200
 
 
-async def test_a_slot_not_given_back_is_freed_when_its_lease_ends(redis):
-    counts = RateLimits(redis)
-    args = dict(window_ms=10_000, rate=None, concurrency=1, lease_ms=100)
-    assert (await counts.admit("ep", "run", "o", now=1_000, **args)).verdict is Verdict.ADMITTED
-    refused = await counts.admit("ep", "run", "o", now=1_050, **args)
-    assert refused.verdict is Verdict.CONCURRENCY
-    assert (await counts.admit("ep", "run", "o", now=1_101, **args)).verdict is Verdict.ADMITTED
+def reserve(counts: RateLimits, now: int, **kw) -> Awaitable[Grant]:
+    args = dict(window_ms=10_000, rate=None, units=0, concurrency=None, slots=None, lease_ms=100)
+    return counts.reserve("ep", "run", "owner", now=now, **{**args, **kw})
+
+
+async def test_replicas_are_never_granted_more_than_the_rate_together(redis):
+    one, two = RateLimits(redis), RateLimits(redis)
+    assert (await reserve(one, 1_000, rate=4, units=3)).units == 3
+    assert (await reserve(two, 1_001, rate=4, units=3)).units == 1
+    spent = await reserve(one, 1_002, rate=4, units=3)
+    assert (spent.units, spent.window_left_ms) == (0, 8_998)
+    assert (await reserve(one, 10_000, rate=4, units=3)).units == 3  # the next window
+
+
+async def test_replicas_hold_no_more_slots_than_the_concurrency_together(redis):
+    one, two = RateLimits(redis), RateLimits(redis)
+    assert (await reserve(one, 1_000, concurrency=3, slots=2)).slots == 2
+    assert (await reserve(two, 1_001, concurrency=3, slots=2)).slots == 1
+    assert (await reserve(one, 1_002, concurrency=3, slots=0)).slots == 0  # given back
+    assert (await reserve(two, 1_003, concurrency=3, slots=3)).slots == 3
+
+
+async def test_slots_of_a_replica_that_stops_renewing_are_freed_when_its_lease_ends(redis):
+    gone, alive = RateLimits(redis), RateLimits(redis)
+    assert (await reserve(gone, 1_000, concurrency=1, slots=1)).slots == 1
+    assert (await reserve(alive, 1_050, concurrency=1, slots=1)).slots == 0
+    assert (await reserve(alive, 1_101, concurrency=1, slots=1)).slots == 1
+
+
+@pytest.mark.parametrize(
+    ("limit", "rate_units", "slots"), [(1, 1, 1), (2, 1, 1), (400, 4, 20), (2000, 20, 100)]
+)
+def test_replicas_reserve_small_batches_and_exactly_one_for_small_limits(limit, rate_units, slots):
+    assert (rate_batch(limit), slot_batch(limit)) == (rate_units, slots)
 
 
 # -- the dynamic rule, live
@@ -240,3 +268,16 @@ async def test_two_gateways_on_one_redis_share_the_limits(http, gateway, gateway
         assert (await held)[0] == 200
     finally:
         await second.cleanup()
+
+
+@pytest.mark.parametrize(
+    "gateway_settings",
+    [{"workers_cache_s": 0.0, **limited("health", rate=2, requests_per_worker=2)}],
+    indirect=True,
+)
+async def test_workers_starting_mid_window_raise_a_spent_rate(http, gateway):
+    statuses = [(await call(http, gateway.url, gateway.client_key))[0] for _ in range(3)]
+    assert statuses == [200, 200, 429]
+    await hold_jobs(http, gateway, ["w1", "w2"])  # 2 x 2 = 4: two more in this window
+    statuses = [(await call(http, gateway.url, gateway.client_key))[0] for _ in range(3)]
+    assert statuses == [200, 200, 429]

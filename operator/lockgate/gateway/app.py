@@ -102,7 +102,10 @@ def create_app(settings: Settings, *, redis: Redis | None = None) -> web.Applica
 
     async def background(_app: web.Application) -> AsyncIterator[None]:
         gw.notifier.start()
-        tasks = {asyncio.create_task(run_background(gw), name="lockgate-background")}
+        tasks = {
+            asyncio.create_task(run_background(gw), name="lockgate-background"),
+            asyncio.create_task(gw.limiter.run(), name="lockgate-limits"),
+        }
         if gw.auth.key_file is not None:
             tasks.add(asyncio.create_task(gw.auth.key_file.watch(), name="lockgate-key-file"))
         yield

@@ -4,27 +4,32 @@ Per key owner (the key's name), per endpoint, per operation: a rate per fixed 10
 window (see store/limits.py for why fixed) and a number of requests in flight. The rate
 follows the dynamic rule `max(base, running workers x requests_per_worker)`; running
 workers are those `/health` reports as running, counted at most every `workers_cache_s`.
+
+A Redis call per request would cost more than the request itself, so each replica
+reserves a batch (1% of a rate, 5% of a concurrency) and spends it locally; Redis never
+grants past a limit, so the limits hold across replicas. The price: a client near its
+limit may be refused a little early while another replica still holds part of a batch.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 
 from lockgate.gateway.errors import TooManyRequests
 from lockgate.models.limits import Operation, OperationLimit
 from lockgate.store import JobStore
-from lockgate.store.limits import RateLimits, Verdict
+from lockgate.store.limits import RateLimits
 
 log = logging.getLogger("lockgate.gateway")
 
-# How long an in-flight slot is held at most if its replica dies before giving it back (ms):
-# a /runsync may wait 300 s; every other request is short.
-LEASE_MS = {Operation.RUNSYNC: 330_000}
-LEASE_DEFAULT_MS = 60_000
+LEASE_MS = 15_000  # slots of a replica that stops renewing them are free after this
+RENEW_S = 5.0  # how often held slots are renewed, and idle ones given back
 
 
 def effective_rate(base: int | None, running_workers: int, requests_per_worker: int) -> int | None:
@@ -32,6 +37,16 @@ def effective_rate(base: int | None, running_workers: int, requests_per_worker: 
     if base is None:
         return None
     return max(base, running_workers * requests_per_worker)
+
+
+def rate_batch(rate: int) -> int:
+    """Rate units a replica reserves at once: 1% of the rate (exact for small rates)."""
+    return max(1, rate // 100)
+
+
+def slot_batch(concurrency: int) -> int:
+    """Slots a replica reserves beyond those in use: 5% of the concurrency."""
+    return max(1, concurrency // 20)
 
 
 def retry_after_s(retry_after_ms: int) -> int:
@@ -44,8 +59,29 @@ def rate_limited(endpoint_id: str, operation: Operation) -> None:
     Prometheus counter `lockgate_rate_limited_total{endpoint,operation}` hooks in here."""
 
 
+@dataclass
+class Budget:
+    """One replica's share of one (endpoint, operation, owner)'s limits."""
+
+    window: int = -1  # start (ms) of the window `units` belong to
+    units: int = 0  # rate granted in that window and not spent yet
+    spent_until: int = 0  # ms: Redis said the window's rate is all granted...
+    spent_rate: int = 0  # ...at this rate (more running workers may raise it meanwhile)
+    in_flight: int = 0
+    slots: int = 0  # concurrency slots this replica holds in Redis
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def short(self, rate: int | None, concurrency: int | None) -> bool:
+        """No rate unit or no free slot left: Redis must be asked."""
+        out_of_units = rate is not None and self.units <= 0
+        return out_of_units or (concurrency is not None and self.in_flight >= self.slots)
+
+
+Key = tuple[str, Operation, str]
+
+
 class Limiter:
-    """Admits or refuses a client request; an admitted request holds its slot while it runs."""
+    """Admits or refuses a client request; an admitted request holds a slot while it runs."""
 
     def __init__(
         self,
@@ -66,6 +102,7 @@ class Limiter:
         self.enabled = enabled
         self.clock = clock or store.clock
         self._workers: dict[str, tuple[float, int]] = {}
+        self._budgets: dict[Key, Budget] = {}
 
     async def running_workers(self, endpoint_id: str) -> int:
         """Workers running a job on the endpoint, as `/health` counts them (cached briefly)."""
@@ -92,24 +129,86 @@ class Limiter:
         if not self.enabled or (limit.rate is None and limit.concurrency is None):
             yield
             return
-        admission = await self.counts.admit(
-            endpoint_id, op, owner,
-            now=self.clock(), window_ms=self.window_ms, rate=await self.rate(endpoint_id, limit),
-            concurrency=limit.concurrency, lease_ms=LEASE_MS.get(op, LEASE_DEFAULT_MS),
-        )  # fmt: skip
-        if admission.verdict is not Verdict.ADMITTED:
-            rate_limited(endpoint_id, op)
-            raise _refusal(op, admission.verdict, admission.retry_after_ms)
+        key = (endpoint_id, op, owner)
+        budget = self._budgets.setdefault(key, Budget())
+        await self._admit(key, budget, limit)
         try:
             yield
         finally:
-            if admission.holds:
-                await self.counts.release(endpoint_id, op, owner, admission.token)
+            if limit.concurrency is not None:
+                budget.in_flight -= 1
+
+    async def _admit(self, key: Key, budget: Budget, limit: OperationLimit) -> None:
+        """Spend one unit of rate and take one slot, reserving more from Redis if needed."""
+        now, rate, conc = self.clock(), await self.rate(key[0], limit), limit.concurrency
+        start = now - now % self.window_ms
+        if budget.window != start:
+            budget.window, budget.units = start, 0
+        spent = now < budget.spent_until and rate is not None and rate <= budget.spent_rate
+        if spent and budget.units <= 0:
+            raise _refusal(key, "requests in this window", budget.spent_until - now)
+        if budget.short(rate, conc):
+            async with budget.lock:  # one reservation at a time; the others then reuse it
+                if budget.short(rate, conc):
+                    await self._reserve(key, budget, now, rate, conc)
+        if rate is not None and budget.units <= 0:
+            raise _refusal(key, "requests in this window", budget.spent_until - now)
+        if conc is not None and budget.in_flight >= budget.slots:
+            raise _refusal(key, "requests in flight", 1000)
+        if rate is not None:
+            budget.units -= 1
+        if conc is not None:
+            budget.in_flight += 1
+
+    async def _reserve(
+        self, key: Key, budget: Budget, now: int, rate: int | None, conc: int | None
+    ) -> None:
+        want_units = rate is not None and budget.units <= 0
+        want_slots = conc is not None and budget.in_flight >= budget.slots
+        slots = None
+        if want_slots and conc is not None:
+            slots = min(conc, budget.in_flight + slot_batch(conc))
+        grant = await self.counts.reserve(
+            *key, now=now, window_ms=self.window_ms, rate=rate,
+            units=rate_batch(rate) if want_units and rate is not None else 0,
+            concurrency=conc, slots=slots, lease_ms=LEASE_MS,
+        )  # fmt: skip
+        if want_units and budget.window == now - now % self.window_ms:
+            budget.units += grant.units
+            if grant.units == 0:
+                budget.spent_until, budget.spent_rate = now + grant.window_left_ms, rate or 0
+        if slots is not None:
+            budget.slots = grant.slots
+
+    async def renew(self) -> None:
+        """Renew the leases of slots in use, give back idle ones, forget spent budgets."""
+        now = self.clock()
+        for key, budget in list(self._budgets.items()):
+            conc = self.table[key[1]].concurrency
+            if budget.slots > 0 and conc is not None:
+                grant = await self.counts.reserve(
+                    *key, now=now, window_ms=self.window_ms, rate=None, units=0,
+                    concurrency=conc, slots=budget.in_flight, lease_ms=LEASE_MS,
+                )  # fmt: skip
+                budget.slots = grant.slots
+            idle = budget.in_flight == 0 and budget.slots == 0
+            if idle and budget.window + self.window_ms <= now and budget.spent_until <= now:
+                del self._budgets[key]
+
+    async def run(self) -> None:
+        """Renew every `RENEW_S` until cancelled (a Redis outage is logged, not fatal)."""
+        while True:
+            await asyncio.sleep(RENEW_S)
+            try:
+                await self.renew()
+            except Exception as err:  # the next round tries again
+                log.warning("renewing rate-limit slots failed: %s", err)
 
 
-def _refusal(op: Operation, verdict: Verdict, retry_after_ms: int) -> TooManyRequests:
+def _refusal(key: Key, what: str, retry_after_ms: int) -> TooManyRequests:
+    endpoint_id, op, _owner = key
+    rate_limited(endpoint_id, op)
     seconds = retry_after_s(retry_after_ms)
-    what = "requests in this window" if verdict is Verdict.RATE else "requests in flight"
     return TooManyRequests(
         f"rate limit: too many /{op} {what} for this key; retry in {seconds} s",
         headers={"Retry-After": str(seconds)},

@@ -19,10 +19,10 @@ the single description of what they build.
     lg:{ep}:sweep        STR   lock: one replica sweeps the endpoint per interval
     lg:{ep}:j:{id}       HASH  job record (fields in FIELDS below); expires at ttl / retention
     lg:{ep}:s:{id}       LIST  stream chunks not yet read by /stream
-    lg:{ep}:rl:{op}:{owner}:{start} STR requests counted in the fixed rate-limit window
-                               that starts at {start} (ms); expires 1 s after it ends
-    lg:{ep}:rc:{op}:{owner} ZSET in-flight requests (concurrency limit): token, score =
-                               end of its lease (ms); expired members are dropped
+    lg:{ep}:rl:{op}:{owner}:{start} STR requests granted to replicas in the fixed
+                               rate-limit window starting at {start} (ms); dies 1 s after it
+    lg:{ep}:rc:{op}:{owner} HASH concurrency slots held: replica -> "slots:lease end (ms)";
+                               an expired lease is dropped
     lg:endpoints         HASH  endpoint id -> registry entry (JSON)
     lg:keys              HASH  sha256(api key) -> key record (JSON: name, scopes, endpoints,
                                created); never the key itself
@@ -57,10 +57,6 @@ def job(endpoint_id: str, job_id: str) -> str:
 
 def stream(endpoint_id: str, job_id: str) -> str:
     return f"{prefix(endpoint_id)}s:{job_id}"
-
-
-def in_flight(endpoint_id: str, operation: str, owner: str) -> str:
-    return f"{prefix(endpoint_id)}rc:{operation}:{owner}"
 
 
 # Job record fields. Short names: a queued job's record is most of its memory.

@@ -1,25 +1,42 @@
--- Rate and concurrency limit of one operation for one key owner (see store/limits.py).
--- ARGV: operation, owner, now (ms), window (ms), rate (-1: none), concurrency (-1: none),
---       token, lease (ms).
--- Returns {verdict, retry_after_ms}: verdict 2 admitted (the request counts and, with a
--- concurrency limit, holds `token` until released or the lease ends), 0 refused by the
--- rate, 1 refused by the concurrency. A refused request is not counted.
+-- Reserve rate and concurrency for one operation of one key owner (see store/limits.py).
+-- ARGV: operation, owner, now (ms), window (ms), rate (-1: none), units wanted,
+--       concurrency (-1: none), replica, slots wanted (-1: leave as is), lease (ms).
+-- Returns {units granted, ms left in the window, slots this replica now holds}.
+-- Grants never take the window's count past the rate, nor the replicas' slots past the
+-- concurrency: a request is admitted only out of what was granted.
 local now, window = tonumber(ARGV[3]), tonumber(ARGV[4])
-local rate, conc, lease = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[8])
+local rate, want = tonumber(ARGV[5]), tonumber(ARGV[6])
+local conc, replica, slots, lease = tonumber(ARGV[7]), ARGV[8], tonumber(ARGV[9]), tonumber(ARGV[10])
 local start = now - now % window
-local ck = P .. 'rl:' .. ARGV[1] .. ':' .. ARGV[2] .. ':' .. start
-local fk = P .. 'rc:' .. ARGV[1] .. ':' .. ARGV[2]
-if rate >= 0 and (tonumber(redis.call('GET', ck)) or 0) >= rate then
-  return {0, start + window - now}
+local left_ms = start + window - now
+local granted = 0
+if rate >= 0 and want > 0 then
+  local ck = P .. 'rl:' .. ARGV[1] .. ':' .. ARGV[2] .. ':' .. start
+  granted = math.max(0, math.min(want, rate - (tonumber(redis.call('GET', ck)) or 0)))
+  if granted > 0 and redis.call('INCRBY', ck, granted) == granted then
+    -- 1 s past the window's end: replicas whose clocks lag a little still find the count.
+    redis.call('PEXPIRE', ck, left_ms + 1000)
+  end
 end
-if conc >= 0 then
-  redis.call('ZREMRANGEBYSCORE', fk, '-inf', now)
-  if redis.call('ZCARD', fk) >= conc then return {1, 1000} end
-  redis.call('ZADD', fk, now + lease, ARGV[7])
-  redis.call('PEXPIRE', fk, lease)
+local held = 0
+if conc >= 0 and slots >= 0 then
+  local rk = P .. 'rc:' .. ARGV[1] .. ':' .. ARGV[2]
+  local others = 0
+  local all = redis.call('HGETALL', rk)
+  for i = 1, #all, 2 do
+    local n, expiry = string.match(all[i + 1], '^(%d+):(%d+)$')
+    if tonumber(expiry) <= now then
+      redis.call('HDEL', rk, all[i])
+    elseif all[i] ~= replica then
+      others = others + tonumber(n)
+    end
+  end
+  held = math.max(0, math.min(slots, conc - others))
+  if held > 0 then
+    redis.call('HSET', rk, replica, held .. ':' .. (now + lease))
+    redis.call('PEXPIRE', rk, lease)
+  else
+    redis.call('HDEL', rk, replica)
+  end
 end
-if rate >= 0 and redis.call('INCR', ck) == 1 then
-  -- 1 s past the window's end: replicas whose clocks lag a little still find the count.
-  redis.call('PEXPIRE', ck, start + window - now + 1000)
-end
-return {2, 0}
+return {granted, left_ms, held}
