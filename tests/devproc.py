@@ -69,7 +69,7 @@ class DevProcess:
     def workers(self) -> list[psutil.Process]:
         """The worker processes (children of dev that are not redis-server)."""
         kids = psutil.Process(self.proc.pid).children()
-        return [p for p in kids if "redis-server" not in " ".join(p.cmdline())]
+        return [p for p in kids if "redis-server" not in " ".join(_cmdline(p))]
 
     def stop(self, timeout_s: float = 30) -> int:
         """Ctrl-C, as a person would; the exit code."""
@@ -89,3 +89,11 @@ class DevProcess:
     def __exit__(self, *exc) -> None:
         if self.proc and self.proc.poll() is None:
             self.stop()
+
+
+def _cmdline(process: psutil.Process) -> list[str]:
+    """A process's command line; empty for one that just exited (a zombie not reaped yet)."""
+    try:
+        return process.cmdline()
+    except (psutil.ZombieProcess, psutil.NoSuchProcess):
+        return []
