@@ -38,8 +38,11 @@ format: setup ## Format the code (ruff)
 	$(VENV)/bin/ruff check --fix operator tests examples
 	$(VENV)/bin/ruff format operator tests examples
 
-bench: setup ## Benchmarks: latency, throughput, purge, memory; then the scaler simulation
+bench: setup ## Benchmarks: latency, throughput, purge, memory, auth+limits overhead; then the scaler simulation
 	$(PY) -m bench.core; status=$$?; echo; $(PY) -m bench.scaler_sim && exit $$status
+
+bench-status: setup ## Benchmark alone: /status req/s with auth and rate limits on vs off
+	$(PY) -m bench.core --only status
 
 ##@ Kubernetes
 
@@ -55,4 +58,4 @@ envtest: ## Build kube-apiserver/etcd for operator tests (once, cached)
 e2e: setup ## Operator tests against a kind cluster (needs Docker and kind)
 	bash hack/e2e-kind.sh
 
-.PHONY: help setup run test lint format bench crds verify-crds envtest e2e
+.PHONY: help setup run test lint format bench bench-status crds verify-crds envtest e2e

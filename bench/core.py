@@ -3,7 +3,9 @@
 1. /runsync latency, one warm worker, sequential requests;
 2. /run acceptance rate with 32 concurrent clients and no workers;
 3. end-to-end completed jobs/s with 4 workers, checked for lost and doubled jobs;
-4. purge of 100,000 queued 1 KB jobs, and memory with them queued.
+4. purge of 100,000 queued 1 KB jobs, and memory with them queued;
+5. /status requests/s with auth and rate limits on, against both off (bench/access.py).
+`--only NAME` runs one scenario (runsync, run, e2e, status).
 Progress goes to stderr; the table to stdout.
 """
 
@@ -25,6 +27,7 @@ import aiohttp
 import orjson
 
 from bench import load
+from bench.access import status_overhead
 from bench.measure import (
     CpuMeter,
     floor_meter,
@@ -52,6 +55,7 @@ class Config:
     clients: int = 32
     queue_clients: int = 64
     e2e_workers: int = 4
+    rounds: int = 3  # alternating on/off rounds of the /status overhead scenario
 
     def n(self, full: int) -> int:
         return max(1, int(full * self.scale))
@@ -237,13 +241,20 @@ async def attempt(
         return [Row(name, "ERROR", "", f"{type(err).__name__}: {err}"[:80], False)]
 
 
-async def run_all(cfg: Config, work: Path) -> tuple[list[Row], list[float]]:
-    """Every scenario in turn, beside one floor server; also others' CPU load before each."""
-    scenarios: list[tuple[str, Scenario]] = [
-        ("/runsync latency", runsync_latency),
-        ("/run acceptance, purge, memory", acceptance_and_queue),
-        ("end to end", end_to_end),
-    ]
+SCENARIOS: dict[str, tuple[str, Scenario]] = {
+    "runsync": ("/runsync latency", runsync_latency),
+    "run": ("/run acceptance, purge, memory", acceptance_and_queue),
+    "e2e": ("end to end", end_to_end),
+    "status": ("/status with auth and limits on vs off", status_overhead),
+}
+
+
+async def run_all(
+    cfg: Config, work: Path, only: str | None = None
+) -> tuple[list[Row], list[float]]:
+    """Every scenario (or the one named) in turn, beside one floor server; also others'
+    CPU load before each."""
+    scenarios = [v for k, v in SCENARIOS.items() if only in (None, k)]
     rows: list[Row] = []
     busy: list[float] = []
     with floor_server(work) as floor:
@@ -254,15 +265,18 @@ async def run_all(cfg: Config, work: Path) -> tuple[list[Row], list[float]]:
     return rows, busy
 
 
-def parse_args() -> tuple[Config, bool]:
+def parse_args() -> tuple[Config, bool, str | None]:
     parser = argparse.ArgumentParser(
         prog="python -m bench.core", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--scale", type=float, default=1.0, help="shrink every count (e.g. 0.1)")
     parser.add_argument("--concurrency", type=int, default=1, help="jobs per worker at once")
     parser.add_argument("--keep", action="store_true", help="keep the work dir (logs, data)")
+    parser.add_argument("--only", choices=list(SCENARIOS), help="run this scenario alone")
+    parser.add_argument("--rounds", type=int, default=3, help="on/off rounds of `status`")
     args = parser.parse_args()
-    return Config(scale=args.scale, concurrency=args.concurrency), args.keep
+    cfg = Config(scale=args.scale, concurrency=args.concurrency, rounds=args.rounds)
+    return cfg, args.keep, args.only
 
 
 def new_loop() -> asyncio.AbstractEventLoop:
@@ -275,12 +289,12 @@ def new_loop() -> asyncio.AbstractEventLoop:
 
 
 def main() -> None:
-    cfg, keep = parse_args()
+    cfg, keep, only = parse_args()
     work = Path(tempfile.mkdtemp(prefix="lockgate-bench-"))
     log(f"work dir {work}; {machine()}")
     started = time.monotonic()
     with asyncio.Runner(loop_factory=new_loop) as runner:
-        rows, busy = runner.run(run_all(cfg, work))
+        rows, busy = runner.run(run_all(cfg, work, only))
     log(f"done in {time.monotonic() - started:.0f} s")
     print(machine())
     print(table(rows))

@@ -37,12 +37,12 @@ async def session(clients: int = 32) -> AsyncIterator[aiohttp.ClientSession]:
         yield http
 
 
-async def post(http: aiohttp.ClientSession, url: str, body: bytes) -> bytes:
-    """POST and return the reply body; raise on any status but 200."""
-    async with http.post(url, data=body) as reply:
+async def post(http: aiohttp.ClientSession, url: str, body: bytes, method: str = "POST") -> bytes:
+    """POST (or `method`) and return the reply body; raise on any status but 200."""
+    async with http.request(method, url, data=body if method == "POST" else None) as reply:
         data = await reply.read()
         if reply.status != 200:
-            raise RuntimeError(f"POST {url} answered {reply.status}: {data[:200]!r}")
+            raise RuntimeError(f"{method} {url} answered {reply.status}: {data[:200]!r}")
         return data
 
 
@@ -66,16 +66,22 @@ async def sequential(http: aiohttp.ClientSession, url: str, body: bytes, count: 
 
 
 async def burst(
-    http: aiohttp.ClientSession, url: str, body: bytes, count: int, clients: int
+    http: aiohttp.ClientSession,
+    url: str,
+    body: bytes,
+    count: int,
+    clients: int,
+    *,
+    method: str = "POST",
 ) -> Burst:
-    """`count` POSTs from `clients` concurrent senders, each sending its next as soon as
-    its previous reply arrived."""
+    """`count` POSTs (or GETs) from `clients` concurrent senders, each sending its next as
+    soon as its previous reply arrived."""
     todo = iter(range(count))
     replies: list[bytes] = []
 
     async def sender() -> None:
         for _ in todo:
-            replies.append(await post(http, url, body))
+            replies.append(await post(http, url, body, method))
 
     started = time.perf_counter()
     await asyncio.gather(*(sender() for _ in range(clients)))

@@ -19,6 +19,14 @@ HANDLER = Path(__file__).with_name("noop_handler.py")
 REPO = Path(__file__).resolve().parent.parent
 API_KEY = "bench-key"
 ENDPOINT = "bench"
+# The bench measures speed, not refusals: every rate is raised out of reach, while the
+# limit check itself (a Redis round trip per request) still runs as in production.
+UNREACHED_RATES = (
+    '{"runsync": {"rate": 1000000000}, "run": {"rate": 1000000000}, '
+    '"status": {"rate": 1000000000}, "stream": {"rate": 1000000000}, '
+    '"cancel": {"rate": 1000000000}, "retry": {"rate": 1000000000}, '
+    '"purge-queue": {"rate": 1000000000}, "health": {"rate": 1000000000}}'
+)
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
 
@@ -160,7 +168,8 @@ def lockgate_dev(workdir: Path, name: str, workers: int, env: dict[str, str]) ->
         "--api-key", API_KEY, "--endpoint-id", ENDPOINT, "--workers-min", str(workers),
         "--workers-max", str(workers), "--idle-timeout", "60",
     ]  # fmt: skip
-    service = Service(_spawn(command, log_path, {**os.environ, **env}), port, log_path)
+    env = {**os.environ, "LOCKGATE_RATE_LIMITS": UNREACHED_RATES, **env}
+    service = Service(_spawn(command, log_path, env), port, log_path)
     try:
         service.redis_port = int(_wait_for(service, r"redis ready on 127\.0\.0\.1:(\d+)")[1])
         _wait_for(service, r"endpoint '\S+' ready")

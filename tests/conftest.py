@@ -102,9 +102,9 @@ async def start_gateway(settings: Settings) -> web.AppRunner:
 
 
 @pytest.fixture
-def gateway_settings() -> dict:
-    """Override in a test module to change the gateway's settings."""
-    return {}
+def gateway_settings(request: pytest.FixtureRequest) -> dict:
+    """The gateway's settings: parametrize indirectly, or override in a test module."""
+    return dict(getattr(request, "param", {}))
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from lockgate.dev.redis_server import free_port
-from lockgate.gateway.state import GATEWAY
 from lockgate.scaling.readings import parse_metrics
 from tests.conftest import LiveGateway, make_settings, start_gateway
 from tests.test_job_api import done, get, submit, take
@@ -18,8 +17,9 @@ from tests.test_lifecycle import Receiver
 
 
 @pytest.fixture
-def gateway_settings() -> dict:
-    return dict(webhook_allow_private=True, webhook_retry_interval_s=0.3, sweep_interval_s=0.1)
+def gateway_settings(request: pytest.FixtureRequest) -> dict:
+    quick = dict(webhook_allow_private=True, webhook_retry_interval_s=0.3, sweep_interval_s=0.1)
+    return {**quick, **getattr(request, "param", {})}
 
 
 async def scrape(http: aiohttp.ClientSession, url: str, **kw) -> str:
@@ -145,11 +145,19 @@ async def test_webhook_attempts_are_counted_by_outcome(http, gateway):
     assert (outcome("retrying"), outcome("delivered"), outcome("gave_up")) == (1, 1, 0)
 
 
-async def test_rate_limit_refusals_have_a_counter_for_the_rate_limiter_to_increment(http, gateway):
-    gateway.app[GATEWAY].metrics.rate_limited.labels("echo", "run").inc()
+@pytest.mark.parametrize(
+    "gateway_settings",
+    [{"rate_limit_window_s": 3600, "rate_limits": {"health": {"rate": 1}}}],
+    indirect=True,
+)
+async def test_each_rate_limit_refusal_is_counted(http, gateway):
+    for _ in range(3):
+        async with http.get(gateway.job_url("health"), headers=gateway.client_headers()) as r:
+            await r.read()
+    assert r.status == 429
     counted = samples(await scrape(http, gateway.url))
-    key = frozenset({("endpoint", "echo"), ("operation", "run")})
-    assert counted[("lockgate_rate_limited_total", key)] == 1
+    key = frozenset({("endpoint", "echo"), ("operation", "health")})
+    assert counted[("lockgate_rate_limited_total", key)] == 2
 
 
 async def test_a_metrics_token_is_required_when_configured(http, redis, redis_server):

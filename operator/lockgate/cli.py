@@ -67,6 +67,31 @@ def _operator(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=_lazy("lockgate.kube.main", "main"))
 
 
+def _keys(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "keys",
+        help="create, list and revoke API keys",
+        description="API keys, stored in Redis as their SHA-256. Scopes: jobs (client job "
+        "API), jobs:read (status, stream, health), workers (worker API), admin (management).",
+    )
+    p.add_argument("--redis-url", help="LOCKGATE_REDIS_URL, default redis://127.0.0.1:6379/0")
+    keys = p.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
+    create = keys.add_parser("create", help="create a key and print it (once)")
+    create.add_argument("name", help="who owns the key; rate limits count per name")
+    create.add_argument(
+        "--scope", action="append", required=True, help="jobs, jobs:read, workers or admin"
+    )
+    create.add_argument("--endpoint", action="append", help="only these endpoints (default all)")
+    create.add_argument(
+        "--file-entry", action="store_true",
+        help="write nothing to Redis; print the key and its entry for the key file",
+    )  # fmt: skip
+    keys.add_parser("list", help="list keys: id, name, scopes, endpoints (never the key)")
+    revoke = keys.add_parser("revoke", help="revoke keys by name or id")
+    revoke.add_argument("name_or_id", help="a key's name, or the start of its id")
+    p.set_defaults(run=_lazy("lockgate.apikeys", "main"))
+
+
 def _crds(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "crds",
@@ -94,7 +119,7 @@ def parser() -> argparse.ArgumentParser:
         description="Self-hosted queue-based serverless endpoints with the RunPod job API.",
     )
     sub = p.add_subparsers(title="commands", metavar="COMMAND", required=True)
-    for add in (_dev, _gateway, _operator, _crds):
+    for add in (_dev, _gateway, _operator, _keys, _crds):
         add(sub)
     return p
 

@@ -10,7 +10,8 @@ import time
 
 
 class JsonFormatter(logging.Formatter):
-    """`{"ts", "level", "logger", "msg", ...extra}` per line."""
+    """`{"ts", "level", "logger", "msg", ...fields}` per line; `fields` is a dict passed as
+    `extra={"fields": {...}}`, for values a log search filters on (status, key name...)."""
 
     def format(self, record: logging.LogRecord) -> str:
         entry = {
@@ -20,6 +21,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        entry.update(getattr(record, "fields", None) or {})
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return json.dumps(entry)

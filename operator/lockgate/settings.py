@@ -5,6 +5,8 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from lockgate.models.limits import LimitOverride, Operation
+
 
 class Settings(BaseSettings):
     """Gateway and store settings. Durations carry their unit in the name."""
@@ -36,7 +38,26 @@ class Settings(BaseSettings):
     webhook_allow_private: bool = Field(
         False, description="allow webhook URLs on loopback, link-local or private addresses"
     )
-    auth_cache_s: float = Field(5.0, description="how long a key lookup is cached in-process")
+    auth: bool = Field(
+        True, description="false: no key is asked for (benchmarks only; never in production)"
+    )
+    auth_cache_s: float = Field(
+        5.0, description="how long a key lookup is cached in-process; bounds a revocation"
+    )
+    keys_file: str = Field(
+        "", description="JSON list of {name, sha256, scopes, endpoints?} (a mounted Secret)"
+    )
+    keys_file_reload_s: float = Field(5.0, description="how often the key file is looked at")
+    rate_limited: bool = Field(True, description="false: no rate or concurrency limit")
+    rate_limit_window_s: float = Field(10.0, description="the spec's counting window")
+    rate_limits: dict[Operation, LimitOverride] = Field(
+        default_factory=dict,
+        description='per-operation overrides of the spec\'s table, e.g. {"status": {"rate": '
+        '5000, "concurrency": 0, "requests_per_worker": 100}} (0: no limit)',
+    )
+    workers_cache_s: float = Field(
+        1.0, description="how long the running-worker count of the dynamic rule is cached"
+    )
     registry_cache_s: float = Field(2.0, description="how long an endpoint entry is cached")
     max_result_bytes: int = Field(
         20 * 1024 * 1024, description="largest job-done or job-stream body a worker may post"

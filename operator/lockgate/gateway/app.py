@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 
 from aiohttp import web
@@ -13,12 +14,19 @@ from lockgate.gateway.auth import Authenticator
 from lockgate.gateway.background import run_background
 from lockgate.gateway.endpoints import EndpointCache
 from lockgate.gateway.http import json_response
-from lockgate.gateway.metrics import metrics_middleware, serve_metrics
+from lockgate.gateway.keyfile import KeyFile
+from lockgate.gateway.limits import Limiter
+from lockgate.gateway.metrics import GatewayMetrics, metrics_middleware, serve_metrics
 from lockgate.gateway.middleware import error_middleware
 from lockgate.gateway.notify import Notifier
+from lockgate.gateway.openapi import openapi_json
 from lockgate.gateway.state import GATEWAY, Gateway
+from lockgate.models.limits import limits_table
 from lockgate.settings import Settings
 from lockgate.store import JobStore, Liveness, Registry, Retention, connect
+from lockgate.store.limits import RateLimits
+
+log = logging.getLogger("lockgate.gateway")
 
 # aiohttp's own cap; each route enforces its smaller limit (10 MB /run, 20 MB /runsync).
 MAX_BODY = 21 * 1024 * 1024
@@ -35,15 +43,35 @@ def build_gateway(settings: Settings, redis: Redis) -> Gateway:
         max_attempts=settings.max_attempts,
         unlisted_grace_ms=int(settings.unlisted_grace_s * 1000),
     )
+    store = JobStore(redis, retention=retention, liveness=liveness)
+    meters = GatewayMetrics()
+    key_file = None
+    if settings.keys_file:
+        key_file = KeyFile(settings.keys_file, reload_s=settings.keys_file_reload_s)
     gw = Gateway(
         settings=settings,
-        store=JobStore(redis, retention=retention, liveness=liveness),
+        store=store,
         registry=registry,
         endpoints=EndpointCache(registry, cache_s=settings.registry_cache_s),
-        auth=Authenticator(registry, cache_s=settings.auth_cache_s),
+        auth=Authenticator(
+            registry, cache_s=settings.auth_cache_s, key_file=key_file, enabled=settings.auth
+        ),
+        limiter=Limiter(
+            RateLimits(redis, store.scripts),
+            store,
+            limits_table(settings.rate_limits),
+            window_s=settings.rate_limit_window_s,
+            workers_cache_s=settings.workers_cache_s,
+            enabled=settings.rate_limited,
+            on_refusal=lambda ep, op: meters.rate_limited.labels(ep, op).inc(),
+        ),
+        metrics=meters,
         notifier=Notifier(redis),
     )
+    if key_file is not None:
+        key_file.load()  # a broken key file stops the gateway before it serves
     gw.notifier.on_registry_change = gw.endpoints.invalidate
+    gw.notifier.on_key_change = gw.auth.forget
     return gw
 
 
@@ -82,13 +110,22 @@ def create_app(settings: Settings, *, redis: Redis | None = None) -> web.Applica
     app.router.add_get("/livez", livez)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
+    app.router.add_get("/openapi.json", openapi_json)
+    if not settings.auth:
+        log.warning("LOCKGATE_AUTH=false: every request is let in without a key")
 
     async def background(_app: web.Application) -> AsyncIterator[None]:
         gw.notifier.start()
-        work = asyncio.create_task(run_background(gw), name="lockgate-background")
+        tasks = {
+            asyncio.create_task(run_background(gw), name="lockgate-background"),
+            asyncio.create_task(gw.limiter.run(), name="lockgate-limits"),
+        }
+        if gw.auth.key_file is not None:
+            tasks.add(asyncio.create_task(gw.auth.key_file.watch(), name="lockgate-key-file"))
         yield
-        work.cancel()
-        await asyncio.wait({work}, timeout=5)
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait(tasks, timeout=5)
         await gw.notifier.close()
         if owned:
             await client.aclose()

@@ -1,19 +1,35 @@
-"""API keys: the `authorization` header (raw key or `Bearer key`) checked against Redis."""
+"""API keys: the `authorization` header (raw key or `Bearer key`) checked against Redis and
+the mounted key file.
+
+A key is never compared: its SHA-256 is the lookup key (in the file's table, the cache and
+Redis), so lookup timing can say something about a digest at most, which tells nothing
+about any key. Records are cached for `auth_cache_s`; a revocation publishes an event that
+drops the cached entry at once, and the cache time bounds it when the event is missed.
+"""
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 
 from aiohttp import web
 
 from lockgate.gateway.errors import Unauthorized
+from lockgate.gateway.keyfile import KeyFile
+from lockgate.models.keys import Scope, effective_scopes
 from lockgate.store import Registry, key_digest
 
-# Scopes a key may hold. Client routes need `jobs`; worker routes need `workers`.
-JOBS = "jobs"
-WORKERS = "workers"
-ADMIN = "admin"
+log = logging.getLogger("lockgate.gateway")
+
+# Scopes a key may hold (see models/keys.py). `jobs` implies `jobs:read`.
+JOBS = str(Scope.JOBS)
+JOBS_READ = str(Scope.JOBS_READ)
+WORKERS = str(Scope.WORKERS)
+ADMIN = str(Scope.ADMIN)
+_SCOPES = frozenset(str(s) for s in Scope)
+# Where the middleware finds who called, to log a refusal with the key's name.
+CALLER = web.RequestKey("caller", str)
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +45,10 @@ class Principal:
         return in_scope and (self.endpoints is None or endpoint_id in self.endpoints)
 
 
+# With `LOCKGATE_AUTH=false` every request is this caller (benchmarks, trusted networks).
+ANONYMOUS = Principal("anonymous", frozenset(str(s) for s in Scope), None)
+
+
 def bearer_token(header: str | None) -> str | None:
     """The key in an `authorization` header: `<key>` or `Bearer <key>`."""
     if not header:
@@ -38,24 +58,57 @@ def bearer_token(header: str | None) -> str | None:
     return token or None
 
 
-class Authenticator:
-    """Resolves keys to principals, caching lookups briefly so auth costs no round trip."""
+def principal_of(record: dict) -> Principal:
+    """A key record (stored or from the key file) as a principal; unknown scopes are ignored."""
+    scopes = [Scope(s) for s in record.get("scopes", ()) if s in _SCOPES]
+    endpoints = record.get("endpoints")
+    return Principal(
+        name=str(record.get("name", "?")),
+        scopes=effective_scopes(scopes),
+        endpoints=frozenset(endpoints) if endpoints is not None else None,
+    )
 
-    def __init__(self, registry: Registry, *, cache_s: float) -> None:
+
+class Authenticator:
+    """Resolves keys to principals: the key file first, then Redis, cached briefly."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        *,
+        cache_s: float,
+        key_file: KeyFile | None = None,
+        enabled: bool = True,
+    ) -> None:
         self.registry = registry
         self.cache_s = cache_s
+        self.key_file = key_file
+        self.enabled = enabled
         self._cache: dict[str, tuple[float, Principal | None]] = {}
+        self._file: dict[str, Principal] = {}
+        if key_file is not None:
+            key_file.on_change = self._load_file
+
+    def _load_file(self) -> None:
+        assert self.key_file is not None
+        self._file = {d: principal_of(e.model_dump()) for d, e in self.key_file.entries.items()}
+
+    def forget(self, digest: str) -> None:
+        """Drop a cached lookup (the key changed or was revoked)."""
+        self._cache.pop(digest, None)
 
     async def principal(self, header: str | None) -> Principal | None:
         token = bearer_token(header)
         if token is None:
             return None
         digest = key_digest(token)
+        if (found := self._file.get(digest)) is not None:
+            return found
         hit = self._cache.get(digest)
         if hit is not None and hit[0] > time.monotonic():
             return hit[1]
         record = await self.registry.get_key(digest)
-        principal = _principal(record) if record is not None else None
+        principal = principal_of(record) if record is not None else None
         if len(self._cache) > 10_000:  # unknown keys must not grow memory without bound
             self._cache.clear()
         self._cache[digest] = (time.monotonic() + self.cache_s, principal)
@@ -63,18 +116,19 @@ class Authenticator:
 
     async def require(self, request: web.Request, scope: str, endpoint_id: str) -> Principal:
         """The caller's principal, or 401 when the key is missing, unknown or not allowed."""
-        principal = await self.principal(request.headers.get("authorization"))
+        if not self.enabled:
+            request[CALLER] = ANONYMOUS.name
+            return ANONYMOUS
+        header = request.headers.get("authorization")
+        principal = await self.principal(header)
         if principal is None:
-            raise Unauthorized("missing or unknown API key in the authorization header")
+            missing = bearer_token(header) is None
+            raise Unauthorized(
+                "missing API key in the authorization header"
+                if missing
+                else "unknown or revoked API key"
+            )
+        request[CALLER] = principal.name
         if not principal.allows(scope, endpoint_id):
             raise Unauthorized(f"API key {principal.name!r} may not use {scope} on {endpoint_id!r}")
         return principal
-
-
-def _principal(record: dict) -> Principal:
-    endpoints = record.get("endpoints")
-    return Principal(
-        name=record.get("name", "?"),
-        scopes=frozenset(record.get("scopes", ())),
-        endpoints=frozenset(endpoints) if endpoints is not None else None,
-    )

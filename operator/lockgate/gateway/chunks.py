@@ -26,7 +26,9 @@ def stream_chunks(body: Any, limit: int = CHUNK_LIMIT) -> list[bytes]:
     if not isinstance(body, dict) or "output" not in body:
         raise BadRequest('stream body must be a JSON object with "output"')
     output = body["output"]
-    metrics = body.get("metrics") if isinstance(body.get("metrics"), dict) else None
+    metrics = body.get("metrics")
+    if metrics is not None and not isinstance(metrics, dict):
+        raise BadRequest('stream "metrics" must be a JSON object')
     whole = _chunk(output, metrics)
     if len(whole) <= limit or not isinstance(output, str):
         return [whole]

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import orjson
 from aiohttp import web
 from pydantic import ValidationError
 
-from lockgate.gateway.auth import JOBS
+from lockgate.gateway.auth import JOBS, JOBS_READ
 from lockgate.gateway.errors import BadRequest, NotFound
 from lockgate.gateway.http import int_param, job_id_param, json_response, parse_json, read_body
 from lockgate.gateway.ssrf import private_destination
@@ -17,6 +19,7 @@ from lockgate.gateway.state import Gateway, gateway_of
 from lockgate.gateway.views import job_body, stream_body
 from lockgate.models import FINAL_STATES, JobRequest, describe_validation_error
 from lockgate.models.jobs import MAX_DURATION_MS, TTL_MIN_MS
+from lockgate.models.limits import Operation
 from lockgate.store import IneligibleState, JobNotFound, NewJob
 
 MB = 1024 * 1024
@@ -27,12 +30,42 @@ WAIT_DEFAULT_MS, WAIT_MIN_MS, WAIT_MAX_MS = 90_000, 1_000, 300_000
 routes = web.RouteTableDef()
 
 
-async def _client(request: web.Request) -> tuple[Gateway, str, dict]:
-    """Authenticate a client call and resolve its endpoint (401, then 404)."""
-    gw = gateway_of(request)
-    endpoint_id = request.match_info["endpoint"]
-    await gw.auth.require(request, JOBS, endpoint_id)
-    return gw, endpoint_id, await gw.endpoints.get(endpoint_id)
+@dataclass(frozen=True, slots=True)
+class Call:
+    """An admitted client call: the gateway and the endpoint it names."""
+
+    gw: Gateway
+    endpoint_id: str
+    entry: dict
+
+
+Handler = Callable[[web.Request, Call], Awaitable[web.Response]]
+# Operations that only read: a `jobs:read` key may call them.
+READS = frozenset({Operation.STATUS, Operation.STREAM, Operation.HEALTH})
+# Operations on one job: their path ends in `/{job}`.
+JOB_ROUTES = frozenset({Operation.STATUS, Operation.STREAM, Operation.CANCEL, Operation.RETRY})
+
+
+def client_route(method: str, op: Operation) -> Callable[[Handler], Handler]:
+    """Register a client route: 401 (key), then 404 (endpoint), then 429 (limits), then the
+    handler, which holds an in-flight slot of its operation while it runs."""
+    path = f"/v2/{{endpoint}}/{op}" + ("/{job}" if op in JOB_ROUTES else "")
+    scope = JOBS_READ if op in READS else JOBS
+
+    def register(handler: Handler) -> Handler:
+        async def route(request: web.Request) -> web.Response:
+            gw = gateway_of(request)
+            endpoint_id = request.match_info["endpoint"]
+            principal = await gw.auth.require(request, scope, endpoint_id)
+            call = Call(gw, endpoint_id, await gw.endpoints.get(endpoint_id))
+            async with gw.limiter.hold(endpoint_id, op, principal.name):
+                return await handler(request, call)
+
+        route.__name__ = route.__qualname__ = handler.__name__
+        routes.route(method, path)(route)
+        return handler
+
+    return register
 
 
 async def _new_job(request: web.Request, limit: int, job_id: str, *, sync: bool) -> NewJob:
@@ -41,7 +74,7 @@ async def _new_job(request: web.Request, limit: int, job_id: str, *, sync: bool)
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object with an 'input' object")
     try:
-        req = JobRequest.model_validate(body)
+        req = JobRequest.model_validate(body, strict=True)  # a boolean is not 0, an int not "5"
     except ValidationError as err:
         raise BadRequest(describe_validation_error(err)) from err
     private = not gateway_of(request).settings.webhook_allow_private
@@ -62,17 +95,17 @@ async def _new_job(request: web.Request, limit: int, job_id: str, *, sync: bool)
     )
 
 
-@routes.post("/v2/{endpoint}/run")
-async def run(request: web.Request) -> web.Response:
-    gw, endpoint_id, _ = await _client(request)
+@client_route("POST", Operation.RUN)
+async def run(request: web.Request, call: Call) -> web.Response:
+    gw, endpoint_id = call.gw, call.endpoint_id
     job = await _new_job(request, RUN_LIMIT, str(uuid.uuid4()), sync=False)
     await gw.store.submit(endpoint_id, job)
     return json_response({"id": job.id, "status": "IN_QUEUE"})
 
 
-@routes.post("/v2/{endpoint}/runsync")
-async def runsync(request: web.Request) -> web.Response:
-    gw, endpoint_id, _ = await _client(request)
+@client_route("POST", Operation.RUNSYNC)
+async def runsync(request: web.Request, call: Call) -> web.Response:
+    gw, endpoint_id = call.gw, call.endpoint_id
     wait_ms = int_param(request, "wait", default=WAIT_DEFAULT_MS, lo=WAIT_MIN_MS, hi=WAIT_MAX_MS)
     job = await _new_job(request, RUNSYNC_LIMIT, f"sync-{uuid.uuid4()}", sync=True)
     # Wait from before the submit: the job may finish before `submit` even returns.
@@ -102,9 +135,9 @@ async def _wait_final(gw: Gateway, endpoint_id: str, job_id: str, wait_s: float)
             continue  # not submitted yet, or gone: the caller reads it once more
 
 
-@routes.get("/v2/{endpoint}/status/{job}")
-async def status(request: web.Request) -> web.Response:
-    gw, endpoint_id, _ = await _client(request)
+@client_route("GET", Operation.STATUS)
+async def status(request: web.Request, call: Call) -> web.Response:
+    gw, endpoint_id = call.gw, call.endpoint_id
     job_id = job_id_param(request)
     ttl = request.query.get("ttl")
     try:
@@ -117,9 +150,9 @@ async def status(request: web.Request) -> web.Response:
     return json_response(job_body(record, gw.store.clock()))
 
 
-@routes.get("/v2/{endpoint}/stream/{job}")
-async def stream(request: web.Request) -> web.Response:
-    gw, endpoint_id, _ = await _client(request)
+@client_route("GET", Operation.STREAM)
+async def stream(request: web.Request, call: Call) -> web.Response:
+    gw, endpoint_id = call.gw, call.endpoint_id
     job_id = job_id_param(request)
     try:
         state, chunks = await gw.store.read_stream(endpoint_id, job_id)
@@ -128,9 +161,9 @@ async def stream(request: web.Request) -> web.Response:
     return json_response(stream_body(job_id, state, chunks))
 
 
-@routes.post("/v2/{endpoint}/cancel/{job}")
-async def cancel(request: web.Request) -> web.Response:
-    gw, endpoint_id, _ = await _client(request)
+@client_route("POST", Operation.CANCEL)
+async def cancel(request: web.Request, call: Call) -> web.Response:
+    gw, endpoint_id = call.gw, call.endpoint_id
     job_id = job_id_param(request)
     try:
         state = await gw.store.cancel(endpoint_id, job_id)
@@ -143,9 +176,9 @@ async def cancel(request: web.Request) -> web.Response:
     return json_response({"id": job_id, "status": state})
 
 
-@routes.post("/v2/{endpoint}/retry/{job}")
-async def retry(request: web.Request) -> web.Response:
-    gw, endpoint_id, _ = await _client(request)
+@client_route("POST", Operation.RETRY)
+async def retry(request: web.Request, call: Call) -> web.Response:
+    gw, endpoint_id = call.gw, call.endpoint_id
     job_id = job_id_param(request)
     try:
         state = await gw.store.retry(endpoint_id, job_id)
@@ -158,16 +191,16 @@ async def retry(request: web.Request) -> web.Response:
     return json_response({"id": job_id, "status": state})
 
 
-@routes.post("/v2/{endpoint}/purge-queue")
-async def purge_queue(request: web.Request) -> web.Response:
-    gw, endpoint_id, _ = await _client(request)
+@client_route("POST", Operation.PURGE_QUEUE)
+async def purge_queue(request: web.Request, call: Call) -> web.Response:
+    gw, endpoint_id = call.gw, call.endpoint_id
     removed = await gw.store.purge(endpoint_id)
     return json_response({"removed": removed, "status": "completed"})
 
 
-@routes.get("/v2/{endpoint}/health")
-async def health(request: web.Request) -> web.Response:
-    gw, endpoint_id, _ = await _client(request)
+@client_route("GET", Operation.HEALTH)
+async def health(request: web.Request, call: Call) -> web.Response:
+    gw, endpoint_id = call.gw, call.endpoint_id
     snap = await gw.store.snapshot(endpoint_id)
     return json_response(
         {

@@ -42,3 +42,9 @@ class Unavailable(ApiError):
     """The store cannot be reached right now; the client may retry."""
 
     status = 503
+
+
+class TooManyRequests(ApiError):
+    """Over a rate or concurrency limit; `Retry-After` says when to come back."""
+
+    status = 429

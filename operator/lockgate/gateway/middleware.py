@@ -1,4 +1,5 @@
-"""The one error middleware: every failure becomes `{"error": ...}` with the right status."""
+"""The one error middleware: every failure becomes `{"error": ...}` with the right status,
+and every refusal is logged with the caller's key name (never the key) and the reason."""
 
 from __future__ import annotations
 
@@ -8,10 +9,31 @@ from aiohttp import web
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from lockgate.gateway.auth import CALLER
 from lockgate.gateway.errors import ApiError, PayloadTooLarge
 from lockgate.gateway.http import json_response
 
 log = logging.getLogger("lockgate.gateway")
+
+# Headers of aiohttp's own HTTP errors worth keeping on the JSON answer (e.g. 405's Allow).
+KEPT_HEADERS = ("Allow", "Retry-After")
+
+
+def log_refusal(request: web.Request, status: int, reason: str) -> None:
+    """One line per refused request: who (key name), what, and why."""
+    fields = {
+        "status": status,
+        "reason": reason,
+        "key": request.get(CALLER),
+        "method": request.method,
+        "path": request.path,
+        "endpoint": request.match_info.get("endpoint"),
+    }
+    log.info(
+        "refused %s %s with %d for key %s: %s",
+        request.method, request.path, status, fields["key"] or "-", reason,
+        extra={"fields": fields},
+    )  # fmt: skip
 
 
 @web.middleware
@@ -20,6 +42,7 @@ async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except ApiError as err:
+        log_refusal(request, err.status, err.message)
         response = json_response({"error": err.message}, status=err.status, headers=err.headers)
         if isinstance(err, PayloadTooLarge):
             response.force_close()  # the rest of the body is not worth reading
@@ -27,7 +50,9 @@ async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
     except web.HTTPException as err:
         if err.status < 400:
             raise
-        return json_response({"error": err.reason.lower()}, status=err.status)
+        log_refusal(request, err.status, err.reason)
+        headers = {h: err.headers[h] for h in KEPT_HEADERS if h in err.headers}
+        return json_response({"error": err.reason.lower()}, status=err.status, headers=headers)
     except (RedisConnectionError, RedisTimeoutError, ConnectionRefusedError) as err:
         log.warning("store unavailable on %s %s: %s", request.method, request.path, err)
         return json_response(

@@ -2,8 +2,9 @@
 
 The store's scripts publish on `lg:events`: `q:<ep>` (a job was queued onto empty queues,
 or requeued), `d:<ep>:<id>` (a /runsync job ended), `s:<ep>:<worker>` (a stop signal),
-`r:<ep>` (registry changed). A `q:` wakes one job-take per replica; a taker that leaves
-jobs queued wakes the next (`kick`), so a busy queue costs no PUBLISH per submit.
+`r:<ep>` (registry changed), `k:<digest>` (an API key was changed or revoked). A `q:` wakes
+one job-take per replica; a taker that leaves jobs queued wakes the next (`kick`), so a
+busy queue costs no PUBLISH per submit.
 Waiters also re-check Redis every few seconds, so a message lost while Redis restarts
 delays a wake-up but never loses one.
 """
@@ -61,6 +62,7 @@ class Notifier:
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
         self.on_registry_change: Callable[[str], None] = lambda _ep: None
+        self.on_key_change: Callable[[str], None] = lambda _digest: None
         self._jobs: Waiters = defaultdict(dict)
         self._done: Waiters = defaultdict(dict)
         self._stops: Waiters = defaultdict(dict)
@@ -99,6 +101,8 @@ class Notifier:
             _wake(self._stops, (ep, worker), one=False)
         elif kind == "r":
             self.on_registry_change(rest)
+        elif kind == "k":
+            self.on_key_change(rest)
 
     def wake_everyone(self) -> None:
         for table in (self._jobs, self._done, self._stops):

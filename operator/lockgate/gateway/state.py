@@ -8,6 +8,7 @@ from aiohttp import web
 
 from lockgate.gateway.auth import Authenticator
 from lockgate.gateway.endpoints import EndpointCache
+from lockgate.gateway.limits import Limiter
 from lockgate.gateway.metrics import GatewayMetrics
 from lockgate.gateway.notify import Notifier
 from lockgate.settings import Settings
@@ -23,6 +24,7 @@ class Gateway:
     registry: Registry
     endpoints: EndpointCache
     auth: Authenticator
+    limiter: Limiter
     notifier: Notifier
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     draining: bool = False

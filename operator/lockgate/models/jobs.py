@@ -16,6 +16,13 @@ TTL_MIN_MS = 10_000
 MAX_DURATION_MS = 604_800_000  # 7 days, the bound of both executionTimeout and ttl
 
 
+def _integral(value: Any) -> Any:
+    """JSON has one number type: 5000.0 is the integer 5000 (as JSON Schema says)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
 class JobStatus(StrEnum):
     """The job states of the spec."""
 
@@ -45,6 +52,9 @@ class JobPolicy(_Strict):
     lowPriority: bool = False
     ttl: int = Field(TTL_DEFAULT_MS, ge=TTL_MIN_MS, le=MAX_DURATION_MS, description="milliseconds")
 
+    # In strict validation (no "5000", no true) an integral 5000.0 is still the integer 5000.
+    _integral = field_validator("executionTimeout", "ttl", mode="before")(_integral)
+
 
 class S3Config(_Strict):
     """Bucket credentials handed to the worker with the job; never echoed in responses."""
@@ -55,11 +65,28 @@ class S3Config(_Strict):
     endpointUrl: str
 
 
+# An http(s) URL with a host name, an IPv4 address or an IPv6 literal: the document says
+# what the validator below checks. The IPv6 forms are the standard ones (no zone id, no
+# embedded IPv4), spelled out so that no string the pattern admits is refused by urlsplit.
+_H = "[0-9A-Fa-f]{1,4}"
+_IPV6 = "|".join(
+    [
+        f"({_H}:){{7}}{_H}",
+        f"({_H}:){{1,7}}:",
+        *(f"({_H}:){{1,{7 - n}}}(:{_H}){{1,{n}}}" for n in range(1, 7)),
+        f":((:{_H}){{1,7}}|:)",
+    ]
+)
+WEBHOOK_PATTERN = (
+    rf"^https?://([A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*|\[({_IPV6})\])(:[0-9]{{1,5}})?([/?#]\S*)?$"
+)
+
+
 class JobRequest(BaseModel):
     """Body of `/run` and `/runsync`. Unknown top-level keys are ignored, as RunPod does."""
 
     input: dict[str, Any]
-    webhook: str | None = None
+    webhook: str | None = Field(None, pattern=WEBHOOK_PATTERN, description="http(s) URL")
     policy: JobPolicy = Field(default_factory=JobPolicy)
     s3Config: S3Config | None = None
 

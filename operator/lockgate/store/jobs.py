@@ -228,8 +228,15 @@ class JobStore:
         return int(await self.scripts.purge(keys=[keys.prefix(endpoint_id)], args=[]))
 
     async def delete_endpoint_data(self, endpoint_id: str) -> int:
-        """Remove all jobs, queues, workers and counters of an endpoint; returns jobs removed."""
-        reply = await self.scripts.delete_endpoint(keys=[keys.prefix(endpoint_id)], args=[])
+        """Remove all jobs, queues, workers and counters of an endpoint; returns jobs removed.
+
+        Rate-limit counters are short-lived and not indexed, so they are found by a SCAN
+        of the endpoint's prefix: deleting an endpoint is rare and never on a request path."""
+        prefix = keys.prefix(endpoint_id)
+        reply = await self.scripts.delete_endpoint(keys=[prefix], args=[])
+        limit_keys = [k async for k in self.redis.scan_iter(match=f"{prefix}r[lc]:*", count=1000)]
+        if limit_keys:
+            await self.redis.unlink(*limit_keys)
         return int(reply)
 
     async def snapshot(self, endpoint_id: str) -> Snapshot:

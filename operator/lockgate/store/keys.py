@@ -19,8 +19,13 @@ the single description of what they build.
     lg:{ep}:sweep        STR   lock: one replica sweeps the endpoint per interval
     lg:{ep}:j:{id}       HASH  job record (fields in FIELDS below); expires at ttl / retention
     lg:{ep}:s:{id}       LIST  stream chunks not yet read by /stream; dies with the record
+    lg:{ep}:rl:{op}:{owner}:{start} STR requests granted to replicas in the fixed
+                               rate-limit window starting at {start} (ms); dies 1 s after it
+    lg:{ep}:rc:{op}:{owner} HASH concurrency slots held: replica -> "slots:lease end (ms)";
+                               an expired lease is dropped
     lg:endpoints         HASH  endpoint id -> registry entry (JSON)
-    lg:keys              HASH  sha256(api key) -> key record (JSON)
+    lg:keys              HASH  sha256(api key) -> key record (JSON: name, scopes, endpoints,
+                               created); never the key itself
 """
 
 from __future__ import annotations

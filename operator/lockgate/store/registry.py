@@ -40,11 +40,23 @@ class Registry:
 
     async def put_key(self, api_key: str, record: dict) -> None:
         """Store a key's record (name, scopes, endpoints) under the key's digest."""
-        await self.redis.hset(keys.API_KEYS, key_digest(api_key), orjson.dumps(record))
+        await self.put_key_digest(key_digest(api_key), record)
+
+    async def put_key_digest(self, digest: str, record: dict) -> None:
+        await self.redis.hset(keys.API_KEYS, digest, orjson.dumps(record))
+        await self.redis.publish(keys.EVENTS_CHANNEL, f"k:{digest}")
 
     async def get_key(self, digest: str) -> dict | None:
         raw = await self.redis.hget(keys.API_KEYS, digest)
         return orjson.loads(raw) if raw is not None else None
 
+    async def list_keys(self) -> dict[str, dict]:
+        """Every key record by digest (for `lockgate keys list`; never on a request path)."""
+        raw = await self.redis.hgetall(keys.API_KEYS)
+        return {k.decode(): orjson.loads(v) for k, v in raw.items()}
+
     async def delete_key(self, digest: str) -> None:
+        """Revoke a key; gateways drop it from their caches at once (the event) or within
+        their cache time (a missed event)."""
         await self.redis.hdel(keys.API_KEYS, digest)
+        await self.redis.publish(keys.EVENTS_CHANNEL, f"k:{digest}")

@@ -26,6 +26,7 @@ NAMES = (
     "reconcile",
     "claim_webhooks",
     "settle_webhook",
+    "limit",
 )
 
 

@@ -1,0 +1,120 @@
+"""`lockgate keys`: create, list and revoke API keys (stored in Redis as their SHA-256).
+
+`create` prints the key once, on stdout alone (`KEY=$(lockgate keys create ci --scope jobs)`);
+nothing keeps it. With `--file-entry` nothing is written to Redis: the key and the JSON entry
+for the gateway's mounted key file are printed instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import secrets
+import sys
+import time
+
+import orjson
+from pydantic import ValidationError
+
+from lockgate.models import describe_validation_error
+from lockgate.models.keys import KeyFileEntry, KeyRecord
+from lockgate.store import Registry, connect, key_digest
+
+KEY_PREFIX = "lg_"
+ID_CHARS = 12  # `keys list` shows this much of the digest as the key's id
+
+
+class KeyCommandError(Exception):
+    """A key command cannot be carried out (message for the user)."""
+
+
+def new_key() -> str:
+    """A fresh key: 256 random bits."""
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+def key_record(name: str, scopes: list[str], endpoints: list[str] | None) -> KeyRecord:
+    """The record of a new key, or KeyCommandError naming the bad field."""
+    try:
+        return KeyRecord(
+            name=name, scopes=scopes, endpoints=endpoints, created=time.time_ns() // 1_000_000
+        )
+    except ValidationError as err:
+        raise KeyCommandError(describe_validation_error(err)) from err
+
+
+def describe(digest: str, record: dict) -> str:
+    """One line of `keys list`: id, name, scopes, endpoints."""
+    endpoints = ",".join(record.get("endpoints") or []) or "*"
+    scopes = ",".join(record.get("scopes", []))
+    return f"{digest[:ID_CHARS]}  {record.get('name', '?'):<32} {scopes:<24} {endpoints}"
+
+
+def matches(digest: str, record: dict, name_or_id: str) -> bool:
+    """A key is named by its name, or by a prefix of its digest (8 hex digits or more)."""
+    by_id = len(name_or_id) >= 8 and digest.startswith(name_or_id)
+    return by_id or record.get("name") == name_or_id
+
+
+async def create(registry: Registry, record: KeyRecord) -> str:
+    """Store a new key under a name no other key has; returns the key."""
+    taken = await registry.list_keys()
+    if any(r.get("name") == record.name for r in taken.values()):
+        raise KeyCommandError(
+            f"a key named {record.name!r} exists: revoke it or choose another name"
+        )
+    key = new_key()
+    await registry.put_key(key, record.model_dump(mode="json", exclude_none=True))
+    return key
+
+
+async def revoke(registry: Registry, name_or_id: str) -> list[str]:
+    """Delete every key with that name or digest prefix; returns their digests."""
+    found = [d for d, r in (await registry.list_keys()).items() if matches(d, r, name_or_id)]
+    if not found:
+        raise KeyCommandError(f"no key named {name_or_id!r} or with an id starting so")
+    for digest in found:
+        await registry.delete_key(digest)
+    return found
+
+
+async def _run(args: argparse.Namespace) -> None:
+    if args.keys_command == "create" and args.file_entry:
+        record = key_record(args.name, args.scope, args.endpoint)
+        key = new_key()
+        entry = KeyFileEntry(**record.model_dump(), sha256=key_digest(key))
+        print(key)
+        print(orjson.dumps(entry.model_dump(mode="json", exclude_none=True)).decode())
+        print("the key is shown once; add the entry to the key file", file=sys.stderr)
+        return
+    redis = connect(args.redis_url)
+    try:
+        registry = Registry(redis)
+        if args.keys_command == "create":
+            print(await create(registry, key_record(args.name, args.scope, args.endpoint)))
+            print("the key is shown once and kept nowhere: store it now", file=sys.stderr)
+        elif args.keys_command == "list":
+            for digest, record in sorted((await registry.list_keys()).items(), key=_by_name):
+                print(describe(digest, record))
+        else:
+            for digest in await revoke(registry, args.name_or_id):
+                print(f"revoked {digest[:ID_CHARS]}")
+    finally:
+        await redis.aclose()
+
+
+def _by_name(item: tuple[str, dict]) -> str:
+    return str(item[1].get("name", ""))
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.redis_url is None:
+        from lockgate.settings import Settings
+
+        args.redis_url = Settings().redis_url
+    try:
+        asyncio.run(_run(args))
+    except KeyCommandError as err:
+        print(f"lockgate keys: {err}", file=sys.stderr)
+        return 1
+    return 0

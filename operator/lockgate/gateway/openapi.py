@@ -1,0 +1,350 @@
+"""`/openapi.json`: the client job API and the worker API as an OpenAPI 3.1 document.
+
+Schemas come from the pydantic models (`models_json_schema`, refs into
+`components/schemas`); paths, parameters, limits and error responses come from the
+constants the handlers use, so the document cannot drift from what the gateway enforces.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib.metadata import version
+from typing import Any
+
+import orjson
+from aiohttp import web
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from lockgate.gateway.client_api import (
+    RUN_LIMIT,
+    RUNSYNC_LIMIT,
+    WAIT_DEFAULT_MS,
+    WAIT_MAX_MS,
+    WAIT_MIN_MS,
+)
+from lockgate.gateway.worker_api import BATCH_MAX
+from lockgate.models import ENDPOINT_ID_PATTERN, Health, JobRequest, PurgeResult
+from lockgate.models.api import (
+    Accepted,
+    Empty,
+    ErrorBody,
+    Job,
+    JobHandout,
+    JobResult,
+    JobState,
+    JobsToStop,
+    StreamPost,
+    StreamRead,
+)
+from lockgate.models.jobs import MAX_DURATION_MS, TTL_MIN_MS
+from lockgate.store.keys import JOB_ID_RE, WORKER_ID_RE
+
+REF = "#/components/schemas/{model}"
+JSON = "application/json"
+MB = 1024 * 1024
+
+# Error responses; each operation lists the ones it can give (all give 500 and 503).
+ERRORS: dict[str, str] = {
+    "400": "malformed request or parameter; or a job in an ineligible state",
+    "401": "missing, unknown or revoked API key, or a key without the permission",
+    "404": "unknown endpoint or job (a job is gone once its ttl expires)",
+    "413": "request body over the operation's size limit",
+    "429": "over a rate limit (per 10-second window) or a concurrency limit",
+    "500": "internal error (no detail is given)",
+    "503": "the job store is unavailable; retry shortly",
+}
+RETRY_AFTER = {
+    "Retry-After": {
+        "description": "seconds to wait before retrying",
+        "required": True,
+        "schema": {"type": "integer", "minimum": 1},
+    }
+}
+
+
+def _schemas() -> tuple[dict[str, Any], dict[str, Any]]:
+    """Component schemas of every model, and the ref of each model by name."""
+    models: list[type[BaseModel]] = [
+        Job,
+        JobState,
+        StreamRead,
+        Health,
+        PurgeResult,
+        ErrorBody,
+        JobHandout,
+        Accepted,
+        JobsToStop,
+        Empty,
+    ]
+    inputs: list[type[BaseModel]] = [JobRequest, JobResult, StreamPost]
+    pairs = [(m, "serialization") for m in models] + [(m, "validation") for m in inputs]
+    refs, top = models_json_schema(pairs, ref_template=REF)
+    by_name = {model.__name__: ref for (model, _mode), ref in refs.items()}
+    return top.get("$defs", {}), by_name
+
+
+def _error_responses(codes: str) -> dict[str, Any]:
+    """`{"400": {"$ref": ...}, ...}` for the codes given (space-separated), plus 500 and 503."""
+    return {c: {"$ref": f"#/components/responses/E{c}"} for c in [*codes.split(), "500", "503"]}
+
+
+def _error_components() -> dict[str, Any]:
+    out = {}
+    for code, text in ERRORS.items():
+        response: dict[str, Any] = {
+            "description": text,
+            "content": {JSON: {"schema": {"$ref": REF.format(model="ErrorBody")}}},
+        }
+        if code in ("429", "503"):
+            response["headers"] = RETRY_AFTER
+        out[f"E{code}"] = response
+    return out
+
+
+def _param(name: str, where: str, schema: dict[str, Any], text: str, **kw: Any) -> dict:
+    return {"name": name, "in": where, "schema": schema, "description": text, **kw}
+
+
+ENDPOINT = _param(
+    "endpoint",
+    "path",
+    {"type": "string", "pattern": ENDPOINT_ID_PATTERN},
+    "endpoint id",
+    required=True,
+)
+JOB = _param(
+    "job", "path", {"type": "string", "pattern": JOB_ID_RE.pattern}, "job id", required=True
+)
+WORKER = _param(
+    "worker",
+    "path",
+    {"type": "string", "pattern": WORKER_ID_RE.pattern},
+    "worker id (the pod name)",
+    required=True,
+)
+
+
+def _ok(schema: dict[str, Any], text: str = "success") -> dict[str, Any]:
+    return {"200": {"description": text, "content": {JSON: {"schema": schema}}}}
+
+
+def _op(
+    summary: str,
+    scope: str,
+    ok: dict[str, Any],
+    errors: str,
+    *,
+    params: list[dict] | None = None,
+    body: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    op: dict[str, Any] = {
+        "summary": summary,
+        "description": f"Needs a key with the `{scope}` scope.",
+        "tags": ["workers" if scope == "workers" else "jobs"],
+        "parameters": params or [],
+        "responses": {**ok, **_error_responses(errors)},
+    }
+    if body is not None:
+        op["requestBody"] = {"required": True, "content": {JSON: {"schema": body}}}
+    return op
+
+
+def _client_paths(ref: dict[str, dict]) -> dict[str, Any]:
+    job_body = ref["JobRequest"]
+    wait = _param(
+        "wait",
+        "query",
+        {
+            "type": "integer",
+            "minimum": WAIT_MIN_MS,
+            "maximum": WAIT_MAX_MS,
+            "default": WAIT_DEFAULT_MS,
+        },
+        "milliseconds to wait for the job to finish",
+    )
+    ttl = _param(
+        "ttl",
+        "query",
+        {"type": "integer", "minimum": TTL_MIN_MS, "maximum": MAX_DURATION_MS},
+        "new ttl of the job (ms, from submission)",
+    )
+    either = {"anyOf": [ref["Job"], ref["JobState"]]}
+    return {
+        "/v2/{endpoint}/run": {
+            "post": _op(
+                f"Queue a job (body at most {RUN_LIMIT // MB} MB)",
+                "jobs",
+                _ok(ref["JobState"]),
+                "400 401 404 413 429",
+                body=job_body,
+            )
+        },
+        "/v2/{endpoint}/runsync": {
+            "post": _op(
+                f"Run a job and wait for it (body at most {RUNSYNC_LIMIT // MB} MB); when `wait` "
+                "elapses first, its `{id, status}`",
+                "jobs",
+                _ok(either),
+                "400 401 404 413 429",
+                params=[wait],
+                body=job_body,
+            )
+        },
+        "/v2/{endpoint}/status/{job}": {
+            "get": _op(
+                "A job's status and, once completed, its output",
+                "jobs:read",
+                _ok(ref["Job"]),
+                "400 401 404 429",
+                params=[JOB, ttl],
+            )
+        },
+        "/v2/{endpoint}/stream/{job}": {
+            "get": _op(
+                "Stream chunks produced since the previous read",
+                "jobs:read",
+                _ok(ref["StreamRead"]),
+                "401 404 429",
+                params=[JOB],
+            )
+        },
+        "/v2/{endpoint}/cancel/{job}": {
+            "post": _op(
+                "Cancel a queued or running job",
+                "jobs",
+                _ok(ref["JobState"]),
+                "400 401 404 429",
+                params=[JOB],
+            )
+        },
+        "/v2/{endpoint}/retry/{job}": {
+            "post": _op(
+                "Queue a FAILED or TIMED_OUT job again",
+                "jobs",
+                _ok(ref["JobState"]),
+                "400 401 404 429",
+                params=[JOB],
+            )
+        },
+        "/v2/{endpoint}/purge-queue": {
+            "post": _op("Remove every queued job", "jobs", _ok(ref["PurgeResult"]), "401 404 429")
+        },
+        "/v2/{endpoint}/health": {
+            "get": _op("Job and worker counts", "jobs:read", _ok(ref["Health"]), "401 404 429")
+        },
+    }
+
+
+def _worker_paths(ref: dict[str, dict]) -> dict[str, Any]:
+    none = {"204": {"description": "nothing for this worker before the long-poll ended"}}
+    batch = _param(
+        "batch_size",
+        "query",
+        {"type": "integer", "minimum": 1, "maximum": BATCH_MAX, "default": 1},
+        "most jobs to take",
+    )
+    listed = _param(
+        "job_id", "query", {"type": "string"}, "comma-separated ids of the jobs the worker runs"
+    )
+    return {
+        "/v2/{endpoint}/job-take/{worker}": {
+            "get": _op(
+                "Long-poll for a job",
+                "workers",
+                {**_ok(ref["JobHandout"]), **none},
+                "400 401 404",
+                params=[WORKER],
+            )
+        },
+        "/v2/{endpoint}/job-take-batch/{worker}": {
+            "get": _op(
+                "Long-poll for up to `batch_size` jobs",
+                "workers",
+                {**_ok({"type": "array", "items": ref["JobHandout"]}), **none},
+                "400 401 404",
+                params=[WORKER, batch],
+            )
+        },
+        "/v2/{endpoint}/job-done/{worker}/{job}": {
+            "post": _op(
+                "Report a job's output or error (a result over the size cap fails the job)",
+                "workers",
+                _ok(ref["Accepted"]),
+                "400 401 404",
+                params=[WORKER, JOB],
+                body=ref["JobResult"],
+            )
+        },
+        "/v2/{endpoint}/job-stream/{worker}/{job}": {
+            "post": _op(
+                "Append a chunk to a job's stream",
+                "workers",
+                _ok(ref["Accepted"]),
+                "400 401 404 413",
+                params=[WORKER, JOB],
+                body=ref["StreamPost"],
+            )
+        },
+        "/v2/{endpoint}/ping/{worker}": {
+            "get": _op(
+                "Heartbeat, optionally listing the jobs the worker runs",
+                "workers",
+                _ok(ref["Empty"]),
+                "400 401 404",
+                params=[WORKER, listed],
+            )
+        },
+        "/v2/{endpoint}/job-stop/{worker}": {
+            "get": _op(
+                "Long-poll for jobs to stop",
+                "workers",
+                {**_ok(ref["JobsToStop"]), **none},
+                "400 401 404",
+                params=[WORKER],
+            )
+        },
+    }
+
+
+@cache
+def openapi_document() -> dict[str, Any]:
+    """The whole document (built once per process)."""
+    schemas, ref = _schemas()
+    refs = {name: {"$ref": r["$ref"]} for name, r in ref.items()}
+    paths = {**_client_paths(refs), **_worker_paths(refs)}
+    for item in paths.values():
+        item["parameters"] = [ENDPOINT]
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "lockgate job API",
+            "version": version("lockgate"),
+            "description": "Queue-based serverless endpoints with the RunPod job API: the "
+            'client job API and the worker API. Every error is `{"error": message}`.',
+        },
+        "paths": paths,
+        "components": {
+            "schemas": schemas,
+            "responses": _error_components(),
+            "securitySchemes": {
+                "apiKey": {
+                    "type": "apiKey",
+                    "in": "header",
+                    "name": "authorization",
+                    "description": "the API key, or `Bearer <key>`",
+                },
+            },
+        },
+        "security": [{"apiKey": []}],
+    }
+
+
+@cache
+def _body() -> bytes:
+    return orjson.dumps(openapi_document())
+
+
+async def openapi_json(request: web.Request) -> web.Response:
+    """GET /openapi.json (no key needed)."""
+    return web.Response(body=_body(), content_type=JSON)

@@ -1,0 +1,98 @@
+"""Wire shapes of the job API and worker API beyond the spec's resources, for `/openapi.json`.
+
+The handlers build these bodies directly (orjson, raw JSON fragments); the models describe
+them, so the OpenAPI document and the responses come from one definition of each field.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from lockgate.models.jobs import JobStatus, S3Config
+
+
+class ErrorBody(BaseModel):
+    """Every refusal and failure: one message a person can act on."""
+
+    error: str
+
+
+class JobState(BaseModel):
+    """`{id, status}`: /run, /cancel, /retry, and /runsync when `wait` elapsed first."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    status: JobStatus
+
+
+class Job(BaseModel):
+    """`/status`, a finished `/runsync`, and the webhook body."""
+
+    id: str
+    status: JobStatus
+    delayTime: int = Field(ge=0, description="milliseconds queued")
+    executionTime: int = Field(ge=0, description="milliseconds running")
+    output: Any = Field(None, description="the handler's output; only when COMPLETED")
+    error: str | None = Field(None, description="why the job failed; only when it did")
+
+
+class StreamChunk(BaseModel):
+    """One piece of a job's streamed output (at most 1 MB)."""
+
+    output: Any
+    metrics: dict[str, Any] | None = None
+
+
+class StreamRead(BaseModel):
+    """`/stream`: the chunks since the previous read; final `status` and no chunks: ended."""
+
+    id: str
+    status: JobStatus
+    stream: list[StreamChunk]
+
+
+class JobHandout(BaseModel):
+    """A job handed to a worker by job-take."""
+
+    id: str
+    input: dict[str, Any]
+    s3Config: S3Config | None = None
+
+
+class JobResult(BaseModel):
+    """job-done body: the output, or an error; the runpod SDK adds fields of its own."""
+
+    model_config = ConfigDict(extra="allow")
+
+    output: Any = None
+    error: Any = None
+
+
+class StreamPost(BaseModel):
+    """job-stream body: one chunk of output, with optional metrics."""
+
+    model_config = ConfigDict(extra="allow")
+
+    output: Any
+    metrics: dict[str, Any] | None = None
+
+
+class Accepted(BaseModel):
+    """Whether the gateway recorded a worker's result or chunk (False: the job moved on)."""
+
+    accepted: bool
+
+
+class JobsToStop(BaseModel):
+    """job-stop: ids of jobs the worker must stop (cancelled or timed out)."""
+
+    jobsToStop: list[str]
+
+
+class Empty(BaseModel):
+    """An empty JSON object (ping)."""
+
+    model_config = ConfigDict(extra="forbid")
