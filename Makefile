@@ -43,10 +43,10 @@ bench: setup ## Benchmarks: latency, throughput, purge, memory (prints a table)
 
 ##@ Kubernetes
 
-crds: setup ## Regenerate crds/ from the models
-	$(VENV)/bin/lockgate crds --out crds
+crds: setup ## Regenerate crds/ and the chart's templates/crds/ from the models
+	$(VENV)/bin/lockgate crds --out crds --chart charts/lockgate
 
-verify-crds: setup ## Fail when crds/ is stale
+verify-crds: setup ## Fail when crds/ or the chart's CRDs are stale
 	$(PY) -m pytest -q tests/test_crds.py
 
 envtest: ## Build kube-apiserver/etcd for operator tests (once, cached)
