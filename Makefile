@@ -64,8 +64,8 @@ e2e: setup ## Operator tests against a kind cluster (needs Docker and kind)
 
 ##@ Packaging
 
-chart-lint: setup ## Chart: schema, docs and CRD-sync tests; helm lint and helm template | kubeconform where installed
-	$(PY) -m pytest -q tests/test_chart.py
+chart-lint: setup ## Chart: schema, docs, CRD-sync and rendering tests; helm lint and helm template | kubeconform where installed
+	$(PY) -m pytest -q -rs tests/test_chart.py
 	@if ! command -v helm >/dev/null 2>&1; then \
 	  echo "chart-lint: helm not found: skipped helm lint and helm template | kubeconform"; exit 0; \
 	fi; \
@@ -81,6 +81,11 @@ chart-lint: setup ## Chart: schema, docs and CRD-sync tests; helm lint and helm 
 	    | kubeconform -strict -summary -ignore-missing-schemas -kubernetes-version $(KUBE_VERSION); \
 	done
 
+chart-template: ## Render the chart without helm (hack/render-chart; VALUES=file to add values)
+	@bash hack/render-chart/deps.sh >/dev/null
+	@mkdir -p build && GO111MODULE=off GOPATH=/usr/share/gocode go build -o build/render-chart ./hack/render-chart
+	@build/render-chart -chart $(CHART) -name lockgate -namespace lockgate $(if $(VALUES),-f $(VALUES))
+
 images: ## Build the control-plane and worker images (needs Docker; IMAGE_REGISTRY, IMAGE_TAG, BASE_IMAGE)
 	@if ! docker info >/dev/null 2>&1; then \
 	  echo "images: no Docker daemon here (docker info failed): nothing built"; exit 1; \
@@ -90,4 +95,4 @@ images: ## Build the control-plane and worker images (needs Docker; IMAGE_REGIST
 	  -t $(IMAGE_REGISTRY)/worker:$(IMAGE_TAG) .
 	@echo "images: built $(IMAGE_REGISTRY)/control-plane:$(IMAGE_TAG) and $(IMAGE_REGISTRY)/worker:$(IMAGE_TAG)"
 
-.PHONY: help setup run test lint format bench crds verify-crds envtest e2e chart-lint images
+.PHONY: help setup run test lint format bench crds verify-crds envtest e2e chart-lint chart-template images

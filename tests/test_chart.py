@@ -3,9 +3,13 @@ templates referring only to values that exist, and CRDs in sync with the models.
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
+import os
 import re
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -286,3 +290,215 @@ def test_crds_command_writes_the_chart_templates(tmp_path: Path) -> None:
     assert sorted(p.name for p in written.iterdir()) == sorted(
         crds.file_name(kind) for kind in crds.KINDS
     )
+
+
+# -- rendered (hack/render-chart: Go's text/template and sprig, as helm uses) -------------
+
+RENDERER = REPO / "hack" / "render-chart"
+GOPATH = Path("/usr/share/gocode")
+SPRIG = GOPATH / "src" / "github.com" / "Masterminds" / "sprig"
+
+
+@pytest.fixture(scope="module")
+def render_chart(tmp_path_factory: pytest.TempPathFactory):
+    """A function rendering the chart with extra values; skips without Go and sprig
+    (`bash hack/render-chart/deps.sh` installs them from Debian)."""
+    go = shutil.which("go")
+    if go is None or not SPRIG.is_dir():
+        pytest.skip("Go or Debian's sprig missing: run `bash hack/render-chart/deps.sh`")
+    out = tmp_path_factory.mktemp("render")
+    env = {**os.environ, "GO111MODULE": "off", "GOPATH": str(GOPATH), "GOCACHE": str(out / "c")}
+    build = [go, "build", "-o", str(out / "render-chart"), "./hack/render-chart"]
+    subprocess.run(build, cwd=REPO, env=env, check=True, capture_output=True)
+
+    def render(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        args = [str(out / "render-chart"), "-chart", str(CHART), "-namespace", "lockgate"]
+        if values is not None:
+            path = out / f"values-{abs(hash(json.dumps(values, sort_keys=True)))}.yaml"
+            path.write_text(yaml.safe_dump(values))
+            args += ["-f", str(path)]
+        done = subprocess.run(args, capture_output=True, text=True)
+        if done.returncode:
+            raise RenderError(done.stderr.strip())
+        return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+    return render
+
+
+class RenderError(Exception):
+    """The chart did not render."""
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
+
+
+def env_of(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+@pytest.mark.parametrize(
+    ("name", "values"), [("values.yaml", {}), *example_values()], ids=lambda v: str(v)[:40]
+)
+def test_chart_renders_with_every_values_file(render_chart, name: str, values: dict) -> None:
+    docs = render_chart(values)
+    for doc in docs:
+        assert {"apiVersion", "kind", "metadata"} <= set(doc), doc
+        labels = doc["metadata"].get("labels", {})
+        assert labels.get("app.kubernetes.io/part-of") == "lockgate", doc["metadata"]
+
+
+def test_default_install_has_every_component(render_chart) -> None:
+    docs = render_chart()
+    kinds = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    assert {
+        ("CustomResourceDefinition", "endpoints.lockgate.dev"),
+        ("CustomResourceDefinition", "templates.lockgate.dev"),
+        ("Deployment", "lockgate-gateway"),
+        ("Service", "lockgate-gateway"),
+        ("PodDisruptionBudget", "lockgate-gateway"),
+        ("Deployment", "lockgate-operator"),
+        ("Service", "lockgate-operator"),
+        ("StatefulSet", "lockgate-redis"),
+        ("ClusterRole", "lockgate-operator"),
+        ("Secret", "lockgate-settings"),
+        ("Secret", "lockgate-api-keys"),
+    } <= kinds
+    assert not {"Ingress", "ServiceMonitor", "ScaledObject", "Role"} & {k for k, _ in kinds}
+
+
+def test_gateway_and_operator_share_settings_and_find_each_other(render_chart) -> None:
+    deployments = by_kind(render_chart(), "Deployment")
+    gateway = env_of(deployments["lockgate-gateway"]["spec"]["template"]["spec"]["containers"][0])
+    operator = env_of(deployments["lockgate-operator"]["spec"]["template"]["spec"]["containers"][0])
+    internal = "http://lockgate-gateway.lockgate.svc.cluster.local:8080"
+    assert operator["LOCKGATE_GATEWAY_URL"] == internal
+    assert operator["LOCKGATE_METRICS_URL"] == f"{internal}/metrics"
+    assert gateway["LOCKGATE_HOST"] == "0.0.0.0"
+    assert gateway["LOCKGATE_REDIS_URL"] == operator["LOCKGATE_REDIS_URL"]
+    assert gateway["LOCKGATE_KEYS_FILE"] == operator["LOCKGATE_KEYS_FILE"]
+    assert deployments["lockgate-gateway"]["spec"]["replicas"] >= 1
+
+
+def test_chart_redis_is_append_only_with_a_password_in_the_redis_url(render_chart) -> None:
+    docs = render_chart()
+    config = by_kind(docs, "ConfigMap")["lockgate-redis"]["data"]["redis.conf"]
+    assert "appendonly yes" in config and "appendfsync everysec" in config
+    secret = by_kind(docs, "Secret")["lockgate-settings"]["data"]
+    url = base64.b64decode(secret["LOCKGATE_REDIS_URL"]).decode()
+    password = base64.b64decode(secret["REDIS_PASSWORD"]).decode()
+    assert url == f"redis://:{password}@lockgate-redis.lockgate.svc.cluster.local:6379/0"
+    assert len(password) == 32
+    statefulset = by_kind(docs, "StatefulSet")["lockgate-redis"]
+    assert statefulset["spec"]["volumeClaimTemplates"][0]["metadata"]["name"] == "data"
+
+
+def test_external_redis_replaces_the_statefulset(render_chart) -> None:
+    url = "rediss://:pw@redis.example.internal:6380/0"
+    docs = render_chart({"redis": {"enabled": False}, "externalRedis": {"url": url}})
+    assert not by_kind(docs, "StatefulSet")
+    secret = by_kind(docs, "Secret")["lockgate-settings"]["data"]
+    assert base64.b64decode(secret["LOCKGATE_REDIS_URL"]).decode() == url
+
+
+def test_redis_off_without_a_url_fails_with_a_message(render_chart) -> None:
+    with pytest.raises(RenderError, match=r"externalRedis\.url"):
+        render_chart({"redis": {"enabled": False}})
+
+
+def test_generated_admin_key_has_the_jobs_and_admin_scopes(render_chart) -> None:
+    secret = by_kind(render_chart(), "Secret")["lockgate-api-keys"]["data"]
+    [key] = json.loads(base64.b64decode(secret["keys.json"]))
+    assert key["name"] == "admin" and key["scopes"] == ["jobs", "admin"]
+    assert key["key"].startswith("lg_")
+
+
+def test_existing_secrets_replace_the_charts_own(render_chart) -> None:
+    values = {"settings": {"existingSecret": "mine"}, "apiKeys": {"existingSecret": "keys"}}
+    docs = render_chart(values)
+    assert not by_kind(docs, "Secret")
+    gateway = by_kind(docs, "Deployment")["lockgate-gateway"]["spec"]["template"]["spec"]
+    assert env_of(gateway["containers"][0])["LOCKGATE_REDIS_URL"]["secretKeyRef"]["name"] == "mine"
+    assert gateway["volumes"][0]["secret"]["secretName"] == "keys"
+
+
+def rules_of(role: dict[str, Any]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for rule in role["rules"]:
+        for resource in rule["resources"]:
+            out.setdefault(resource, set()).update(rule["verbs"])
+    return out
+
+
+def test_cluster_wide_rbac_grants_only_the_verbs_the_operator_uses(render_chart) -> None:
+    rules = rules_of(by_kind(render_chart(), "ClusterRole")["lockgate-operator"])
+    assert rules == {
+        "customresourcedefinitions": {"list", "watch"},
+        "namespaces": {"list", "watch"},
+        "endpoints": {"get", "list", "watch", "create", "patch", "update", "delete"},
+        "endpoints/status": {"get", "patch"},
+        "templates": {"get", "list", "watch", "patch"},
+        "deployments": {"get", "create", "update"},
+        "deployments/scale": {"get", "patch"},
+        "daemonsets": {"get", "create", "update", "delete"},
+        "secrets": {"get", "create", "update"},
+        "pods": {"list", "patch"},
+        "events": {"create"},
+    }
+
+
+def test_namespaced_operator_gets_a_role_per_namespace(render_chart) -> None:
+    values = {"operator": {"namespaces": ["team-a", "team-b"], "endpointNamespace": "intake"}}
+    docs = render_chart(values)
+    roles = [d for d in docs if d["kind"] == "Role"]
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["intake", "team-a", "team-b"]
+    bindings = [d for d in docs if d["kind"] == "RoleBinding"]
+    assert {b["subjects"][0]["namespace"] for b in bindings} == {"lockgate"}
+    cluster = rules_of(by_kind(docs, "ClusterRole")["lockgate-operator"])
+    assert cluster == {"customresourcedefinitions": {"list", "watch"}}
+    operator = by_kind(docs, "Deployment")["lockgate-operator"]["spec"]["template"]["spec"]
+    assert env_of(operator["containers"][0])["LOCKGATE_NAMESPACES"] == "team-a,team-b"
+
+
+def test_crds_install_off_renders_no_crd(render_chart) -> None:
+    docs = render_chart({"crds": {"install": False}})
+    assert not by_kind(docs, "CustomResourceDefinition")
+
+
+def test_rendered_crds_are_the_generated_ones(render_chart) -> None:
+    rendered = by_kind(render_chart(), "CustomResourceDefinition")
+    for kind in crds.KINDS:
+        crd = rendered[kind.crd_name]
+        assert crd["metadata"].pop("annotations") == {"helm.sh/resource-policy": "keep"}
+        assert crd == crds.crd(kind)
+
+
+def test_ingress_routes_only_the_job_api_and_sets_the_base_url(render_chart) -> None:
+    values = {
+        "gateway": {"ingress": {"enabled": True, "tls": [{"secretName": "t", "hosts": ["h"]}]}}
+    }
+    docs = render_chart(values)
+    [ingress] = by_kind(docs, "Ingress").values()
+    paths = [p["path"] for rule in ingress["spec"]["rules"] for p in rule["http"]["paths"]]
+    assert paths == ["/v2"]
+    operator = by_kind(docs, "Deployment")["lockgate-operator"]["spec"]["template"]["spec"]
+    assert env_of(operator["containers"][0])["LOCKGATE_BASE_URL"] == "https://lockgate.example.com"
+
+
+def test_keda_scaled_object_targets_the_endpoints_worker_deployment(render_chart) -> None:
+    values = {
+        "keda": {
+            "enabled": True,
+            "scaledObjects": [{"endpoint": "sdxl", "namespace": "gpu", "jobsPerWorker": 2}],
+        }
+    }
+    [scaled] = by_kind(render_chart(values), "ScaledObject").values()
+    assert scaled["metadata"]["namespace"] == "gpu"
+    assert scaled["spec"]["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": "sdxl-workers",
+    }
+    trigger = scaled["spec"]["triggers"][0]
+    assert trigger["type"] == "prometheus" and trigger["metadata"]["threshold"] == "2"
+    assert 'lockgate_endpoint_jobs_queued{endpoint="sdxl"}' in trigger["metadata"]["query"]
