@@ -311,8 +311,9 @@ def render_chart(tmp_path_factory: pytest.TempPathFactory):
     build = [go, "build", "-o", str(out / "render-chart"), "./hack/render-chart"]
     subprocess.run(build, cwd=REPO, env=env, check=True, capture_output=True)
 
-    def render(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    def render(values: dict[str, Any] | None = None, *, notes: bool = False) -> Any:
         args = [str(out / "render-chart"), "-chart", str(CHART), "-namespace", "lockgate"]
+        args += ["-notes"] if notes else []
         if values is not None:
             path = out / f"values-{abs(hash(json.dumps(values, sort_keys=True)))}.yaml"
             path.write_text(yaml.safe_dump(values))
@@ -320,6 +321,8 @@ def render_chart(tmp_path_factory: pytest.TempPathFactory):
         done = subprocess.run(args, capture_output=True, text=True)
         if done.returncode:
             raise RenderError(done.stderr.strip())
+        if notes:
+            return done.stdout
         return [d for d in yaml.safe_load_all(done.stdout) if d]
 
     return render
@@ -502,3 +505,18 @@ def test_keda_scaled_object_targets_the_endpoints_worker_deployment(render_chart
     trigger = scaled["spec"]["triggers"][0]
     assert trigger["type"] == "prometheus" and trigger["metadata"]["threshold"] == "2"
     assert 'lockgate_endpoint_jobs_queued{endpoint="sdxl"}' in trigger["metadata"]["query"]
+
+
+def test_notes_tell_how_to_reach_the_api_read_the_key_and_create_an_endpoint(render_chart) -> None:
+    notes = render_chart(notes=True)
+    assert "port-forward svc/lockgate-gateway 8080:8080" in notes
+    assert "port-forward svc/lockgate-operator 8081:8081" in notes
+    assert "get secret lockgate-api-keys -o json" in notes and '["keys.json"]' in notes
+    assert "kubectl apply -f examples/echo/" in notes
+    assert "/v2/echo/runsync" in notes
+
+
+def test_notes_with_an_ingress_show_the_public_url(render_chart) -> None:
+    notes = render_chart({"baseUrl": "https://gpu.example.com"}, notes=True)
+    assert "The job API ({base_url}) is https://gpu.example.com" in notes
+    assert "port-forward svc/lockgate-gateway" not in notes

@@ -36,16 +36,17 @@ func main() {
 	chart := flag.String("chart", "charts/lockgate", "chart folder")
 	name := flag.String("name", "lockgate", "release name")
 	namespace := flag.String("namespace", "default", "release namespace")
+	notes := flag.Bool("notes", false, "print the rendered NOTES.txt instead of the objects")
 	var valueFiles files
 	flag.Var(&valueFiles, "f", "values file merged over values.yaml (repeatable)")
 	flag.Parse()
-	if err := run(*chart, *name, *namespace, valueFiles); err != nil {
+	if err := run(*chart, *name, *namespace, valueFiles, *notes); err != nil {
 		fmt.Fprintln(os.Stderr, "render-chart:", err)
 		os.Exit(1)
 	}
 }
 
-func run(chart, name, namespace string, valueFiles []string) error {
+func run(chart, name, namespace string, valueFiles []string, notes bool) error {
 	values, err := readYAML(filepath.Join(chart, "values.yaml"))
 	if err != nil {
 		return err
@@ -81,7 +82,8 @@ func run(chart, name, namespace string, valueFiles []string) error {
 	for _, path := range paths {
 		rel, _ := filepath.Rel(filepath.Dir(chart), path)
 		rel = filepath.ToSlash(rel)
-		if strings.HasPrefix(filepath.Base(rel), "_") || strings.HasSuffix(rel, ".txt") {
+		isNotes := filepath.Base(rel) == "NOTES.txt"
+		if strings.HasPrefix(filepath.Base(rel), "_") || isNotes != notes {
 			continue
 		}
 		data := map[string]interface{}{
@@ -99,6 +101,10 @@ func run(chart, name, namespace string, valueFiles []string) error {
 		var out bytes.Buffer
 		if err := root.ExecuteTemplate(&out, rel, data); err != nil {
 			return err
+		}
+		if notes {
+			fmt.Print(out.String())
+			continue
 		}
 		if strings.TrimSpace(out.String()) == "" {
 			continue
