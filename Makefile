@@ -6,6 +6,13 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+IMAGE_REGISTRY ?= registry.example.com/lockgate
+IMAGE_TAG ?= $(VERSION)
+# Worker base image: a CUDA runtime by default; BASE_IMAGE=python:3.12-slim for CPU workers.
+BASE_IMAGE ?= nvidia/cuda:12.6.3-cudnn-runtime-ubuntu24.04
+KUBE_VERSION ?= 1.28.0
+CHART := charts/lockgate
 
 ##@ Getting started
 
@@ -46,11 +53,11 @@ bench-status: setup ## Benchmark alone: /status req/s with auth and rate limits 
 
 ##@ Kubernetes
 
-crds: setup ## Regenerate crds/ from the models
-	$(VENV)/bin/lockgate crds --out crds
+crds: setup ## Regenerate crds/ and the chart's templates/crds/ from the models
+	$(VENV)/bin/lockgate crds --out crds --chart charts/lockgate
 
-verify-crds: setup ## Fail when crds/ is stale
-	$(PY) -m pytest -q tests/test_crds.py
+verify-crds: setup ## Fail when crds/ or the chart's CRDs are stale
+	$(PY) -m pytest -q tests/test_crds.py tests/test_chart.py -k crd
 
 envtest: ## Build kube-apiserver/etcd for operator tests (once, cached)
 	bash hack/envtest.sh
@@ -58,4 +65,37 @@ envtest: ## Build kube-apiserver/etcd for operator tests (once, cached)
 e2e: setup ## Operator tests against a kind cluster (needs Docker and kind)
 	bash hack/e2e-kind.sh
 
-.PHONY: help setup run test lint format bench bench-status crds verify-crds envtest e2e
+##@ Packaging
+
+chart-lint: setup ## Chart: schema, docs, CRD-sync and rendering tests; helm lint and helm template | kubeconform where installed
+	$(PY) -m pytest -q -rs tests/test_chart.py
+	@if ! command -v helm >/dev/null 2>&1; then \
+	  echo "chart-lint: helm not found: skipped helm lint and helm template | kubeconform"; exit 0; \
+	fi; \
+	set -e; \
+	helm lint --strict $(CHART); \
+	for values in $(CHART)/ci/*-values.yaml; do helm lint --strict $(CHART) -f $$values; done; \
+	if ! command -v kubeconform >/dev/null 2>&1; then \
+	  echo "chart-lint: kubeconform not found: skipped schema checks of the rendered objects"; exit 0; \
+	fi; \
+	for values in $(CHART)/values.yaml $(CHART)/ci/*-values.yaml; do \
+	  echo "chart-lint: helm template -f $$values | kubeconform"; \
+	  helm template lockgate $(CHART) -n lockgate -f $$values \
+	    | kubeconform -strict -summary -ignore-missing-schemas -kubernetes-version $(KUBE_VERSION); \
+	done
+
+chart-template: ## Render the chart without helm (hack/render-chart; VALUES=file to add values)
+	@bash hack/render-chart/deps.sh >/dev/null
+	@mkdir -p build && GO111MODULE=off GOPATH=/usr/share/gocode go build -o build/render-chart ./hack/render-chart
+	@build/render-chart -chart $(CHART) -name lockgate -namespace lockgate $(if $(VALUES),-f $(VALUES))
+
+images: ## Build the control-plane and worker images (needs Docker; IMAGE_REGISTRY, IMAGE_TAG, BASE_IMAGE)
+	@if ! docker info >/dev/null 2>&1; then \
+	  echo "images: no Docker daemon here (docker info failed): nothing built"; exit 1; \
+	fi
+	docker build -f images/control-plane.Dockerfile -t $(IMAGE_REGISTRY)/control-plane:$(IMAGE_TAG) .
+	docker build -f images/worker.Dockerfile --build-arg BASE_IMAGE=$(BASE_IMAGE) \
+	  -t $(IMAGE_REGISTRY)/worker:$(IMAGE_TAG) .
+	@echo "images: built $(IMAGE_REGISTRY)/control-plane:$(IMAGE_TAG) and $(IMAGE_REGISTRY)/worker:$(IMAGE_TAG)"
+
+.PHONY: help setup run test lint format bench bench-status crds verify-crds envtest e2e chart-lint chart-template images

@@ -302,7 +302,11 @@ async def test_deleted_worker_key_secret_gets_a_new_key_that_rolls_the_workers(
 
 
 async def test_echo_example_manifest_becomes_a_ready_endpoint(resources: Resources) -> None:
-    docs = list(yaml.safe_load_all((REPO / "examples/echo/endpoint.yaml").read_text()))
+    docs = [
+        doc
+        for name in ("template.yaml", "endpoint.yaml")  # `kubectl apply -f examples/echo/`
+        for doc in yaml.safe_load_all((REPO / "examples/echo" / name).read_text())
+    ]
     for doc in docs:
         plural = doc["kind"].lower() + "s"
         resources.created.append((plural, doc["metadata"]["name"]))

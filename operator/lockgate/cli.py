@@ -96,9 +96,10 @@ def _crds(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "crds",
         help="print or write the CustomResourceDefinitions",
-        description="Render the CRDs from the pydantic models.",
+        description="Render the CRDs from the pydantic models (plain files or chart templates).",
     )
     p.add_argument("--out", help="write one file per CRD into this folder (default: stdout)")
+    p.add_argument("--chart", help="also write them as Helm templates into CHART/templates/crds")
     p.set_defaults(run=_lazy("lockgate.kube.crds", "main"))
 
 

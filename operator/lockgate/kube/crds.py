@@ -1,7 +1,9 @@
 """CustomResourceDefinitions of `lockgate.dev`, generated from the pydantic models.
 
-`lockgate crds --out crds` writes one file per CRD; `tests/test_crds.py` fails when the
-checked-in files differ from what this module renders. The schemas are structural
+`lockgate crds --out crds --chart charts/lockgate` writes one file per CRD, and the same
+CRDs as Helm templates under the chart's `templates/crds/` (behind `crds.install`);
+`tests/test_crds.py` and `tests/test_chart.py` fail when the checked-in files differ from
+what this module renders. The schemas are structural
 (apiextensions.k8s.io/v1): every node has a type, `$ref`s are inlined, pydantic-only
 keywords are dropped. Kubernetes 1.20 has no CEL rules, so cross-field checks
 (`workersMin <= workersMax`) live in the operator and the management API.
@@ -213,14 +215,43 @@ def file_name(kind: Kind) -> str:
     return f"{kind.crd_name}.yaml"
 
 
+# Helm never upgrades a chart's `crds/` folder, so the chart ships its CRDs as templates
+# (as KEDA and cert-manager do); `keep` leaves them, and so every Endpoint, on uninstall.
+CHART_CRD_DIR = Path("templates") / "crds"
+CHART_OPEN = "{{- if .Values.crds.install }}\n"
+CHART_CLOSE = "{{- end }}\n"
+CHART_KEEP = (
+    "metadata:\n"
+    "  {{- if .Values.crds.keep }}\n"
+    "  annotations:\n"
+    "    helm.sh/resource-policy: keep\n"
+    "  {{- end }}\n"
+)
+
+
+def render_chart(kind: Kind) -> str:
+    """The CRD as a Helm template: `render(kind)` wrapped in `crds.install`, and annotated
+    to survive `helm uninstall` while `crds.keep` is on."""
+    body = render(kind).replace("metadata:\n", CHART_KEEP, 1)
+    return CHART_OPEN + body + CHART_CLOSE
+
+
 def main(args: argparse.Namespace) -> int:
-    """`lockgate crds [--out DIR]`: write one file per CRD, or print them all."""
-    if not args.out:
+    """`lockgate crds [--out DIR] [--chart CHART]`: write one file per CRD into DIR and into
+    the chart's `templates/crds/`, or print them all."""
+    chart = getattr(args, "chart", None)
+    if not args.out and not chart:
         sys.stdout.write("---\n".join(render(kind) for kind in KINDS))
         return 0
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    for kind in KINDS:
-        (out / file_name(kind)).write_text(render(kind))
-        print(f"wrote {out / file_name(kind)}")
+    if args.out:
+        _write(Path(args.out), render)
+    if chart:
+        _write(Path(chart) / CHART_CRD_DIR, render_chart)
     return 0
+
+
+def _write(folder: Path, renderer: Any) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for kind in KINDS:
+        (folder / file_name(kind)).write_text(renderer(kind))
+        print(f"wrote {folder / file_name(kind)}")

@@ -1,0 +1,172 @@
+{{/*
+lockgate chart helpers: names, the standard app.kubernetes.io/* labels, and the values
+every component derives from the others (URLs, Secret names, the image).
+*/}}
+
+{{/* The chart name, unless nameOverride says otherwise. */}}
+{{- define "lockgate.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The release's base name: "<release>-lockgate", or just the release when it already says lockgate. */}}
+{{- define "lockgate.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else if contains (include "lockgate.name" .) .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name (include "lockgate.name" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{/* "name-version" for the helm.sh/chart label. */}}
+{{- define "lockgate.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels on every object; call with (dict "ctx" . "component" "gateway"). */}}
+{{- define "lockgate.labels" -}}
+helm.sh/chart: {{ include "lockgate.chart" .ctx }}
+{{ include "lockgate.selectorLabels" . }}
+app.kubernetes.io/version: {{ .ctx.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
+app.kubernetes.io/part-of: lockgate
+{{- with .ctx.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* The immutable selector of one component's pods. */}}
+{{- define "lockgate.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "lockgate.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/* Object names per component. */}}
+{{- define "lockgate.gateway.fullname" -}}
+{{- printf "%s-gateway" (include "lockgate.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- define "lockgate.operator.fullname" -}}
+{{- printf "%s-operator" (include "lockgate.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- define "lockgate.redis.fullname" -}}
+{{- printf "%s-redis" (include "lockgate.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* ServiceAccount names: the given one, else the component's name (or "default"). */}}
+{{- define "lockgate.gateway.serviceAccountName" -}}
+{{- if .Values.gateway.serviceAccount.create }}
+{{- default (include "lockgate.gateway.fullname" .) .Values.gateway.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.gateway.serviceAccount.name }}
+{{- end }}
+{{- end }}
+{{- define "lockgate.operator.serviceAccountName" -}}
+{{- if .Values.operator.serviceAccount.create }}
+{{- default (include "lockgate.operator.fullname" .) .Values.operator.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.operator.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The control-plane image (gateway and operator share it); the tag defaults to appVersion. */}}
+{{- define "lockgate.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag }}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- end }}
+{{- end }}
+
+{{/* Secret names: the user's existing Secret, else the one this chart writes. */}}
+{{- define "lockgate.settingsSecretName" -}}
+{{- default (printf "%s-settings" (include "lockgate.fullname" .)) .Values.settings.existingSecret }}
+{{- end }}
+{{- define "lockgate.apiKeysSecretName" -}}
+{{- default (printf "%s-api-keys" (include "lockgate.fullname" .)) .Values.apiKeys.existingSecret }}
+{{- end }}
+
+{{/* In-cluster URLs: workers in any namespace reach the gateway by its full DNS name. */}}
+{{- define "lockgate.gateway.internalUrl" -}}
+{{- printf "http://%s.%s.svc.%s:%d" (include "lockgate.gateway.fullname" .) .Release.Namespace .Values.clusterDomain (int .Values.gateway.service.port) }}
+{{- end }}
+{{- define "lockgate.redis.host" -}}
+{{- printf "%s.%s.svc.%s" (include "lockgate.redis.fullname" .) .Release.Namespace .Values.clusterDomain }}
+{{- end }}
+
+{{/* The public job API base ({base_url}): baseUrl, else the first Ingress host, else the in-cluster gateway. */}}
+{{- define "lockgate.baseUrl" -}}
+{{- if .Values.baseUrl }}
+{{- .Values.baseUrl | trimSuffix "/" }}
+{{- else if and .Values.gateway.ingress.enabled .Values.gateway.ingress.hosts }}
+{{- $host := (first .Values.gateway.ingress.hosts).host }}
+{{- printf "%s://%s" (ternary "https" "http" (gt (len .Values.gateway.ingress.tls) 0)) $host }}
+{{- else }}
+{{- include "lockgate.gateway.internalUrl" . }}
+{{- end }}
+{{- end }}
+
+{{/* Where the keys file is mounted in gateway and operator pods. */}}
+{{- define "lockgate.keysDir" -}}/etc/lockgate/keys{{- end }}
+
+{{/* The keys file's volume and mount, shared by gateway and operator. */}}
+{{- define "lockgate.keysVolume" -}}
+- name: api-keys
+  secret:
+    secretName: {{ include "lockgate.apiKeysSecretName" . }}
+    items:
+      - key: {{ .Values.apiKeys.secretKey }}
+        path: {{ .Values.apiKeys.secretKey }}
+{{- end }}
+
+{{/* Refuse settings that cannot work, at render time. */}}
+{{- define "lockgate.validate" -}}
+{{- if and (not .Values.redis.enabled) (not .Values.externalRedis.url) (not .Values.settings.existingSecret) }}
+{{- fail "redis.enabled=false needs externalRedis.url, or settings.existingSecret holding LOCKGATE_REDIS_URL" }}
+{{- end }}
+{{- if and .Values.redis.enabled .Values.externalRedis.url }}
+{{- fail "set externalRedis.url only with redis.enabled=false" }}
+{{- end }}
+{{- end }}
+
+{{/* The operator's rules in each namespace it manages (a Role, or the ClusterRole). */}}
+{{- define "lockgate.operator.rules" -}}
+# kopf watches Endpoints and Templates and patches its annotations and finalizer on them;
+# the management API creates, edits and deletes Endpoints (manage/controlplane.py).
+- apiGroups: [lockgate.dev]
+  resources: [endpoints]
+  verbs: [get, list, watch, create, patch, update, delete]
+- apiGroups: [lockgate.dev]
+  resources: [endpoints/status]
+  verbs: [get, patch]
+- apiGroups: [lockgate.dev]
+  resources: [templates]
+  verbs: [get, list, watch, patch]
+# Worker Deployments (kube/cluster.py apply: read, create, replace); deletion is left to
+# the garbage collector through owner references.
+- apiGroups: [apps]
+  resources: [deployments]
+  verbs: [get, create, update]
+# The scaler sets worker counts through the scale subresource.
+- apiGroups: [apps]
+  resources: [deployments/scale]
+  verbs: [get, patch]
+# flashboot DaemonSets: applied, and deleted when flashboot is switched off.
+- apiGroups: [apps]
+  resources: [daemonsets]
+  verbs: [get, create, update, delete]
+# Worker-key Secrets (kube/cluster.py worker_key): read, created, refilled when emptied.
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get, create, update]
+# The scaler marks busy worker pods with controller.kubernetes.io/pod-deletion-cost.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list, patch]
+# kopf and the scaler post Events on Endpoints.
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+{{- end }}

@@ -1,0 +1,522 @@
+"""The Helm chart without helm: values against the strict schema, every key documented,
+templates referring only to values that exist, and CRDs in sync with the models."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from lockgate.kube import crds
+
+REPO = Path(__file__).resolve().parent.parent
+CHART = REPO / "charts" / "lockgate"
+TEMPLATES = CHART / "templates"
+SCHEMA = json.loads((CHART / "values.schema.json").read_text())
+DEFAULTS = yaml.safe_load((CHART / "values.yaml").read_text())
+VALIDATOR = jsonschema.Draft7Validator(SCHEMA)
+
+# -- helpers ------------------------------------------------------------------------------
+
+
+def merged(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Helm's merge of a values file over the chart's defaults (maps merge, the rest wins)."""
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def errors(values: dict[str, Any]) -> list[str]:
+    found = VALIDATOR.iter_errors(merged(DEFAULTS, values))
+    return [f"{'.'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}" for e in found]
+
+
+def resolve(node: dict[str, Any]) -> dict[str, Any]:
+    if "$ref" in node:
+        return resolve(SCHEMA["definitions"][node["$ref"].rsplit("/", 1)[-1]])
+    return node
+
+
+def chart_keys(values: dict[str, Any], schema: dict[str, Any], path=()) -> Iterator[tuple]:
+    """Paths of the chart's own keys: those the schema names as `properties`. Free-form
+    Kubernetes objects (resources, affinity, …) pass through and are not walked."""
+    props = resolve(schema).get("properties", {})
+    for key, value in values.items():
+        if key in props:
+            yield (*path, key)
+            if isinstance(value, dict):
+                yield from chart_keys(value, props[key], (*path, key))
+
+
+def schema_paths(schema: dict[str, Any], path=()) -> Iterator[tuple]:
+    for key, sub in resolve(schema).get("properties", {}).items():
+        if path == () or "properties" in resolve(schema):
+            yield (*path, key)
+        sub = resolve(sub)
+        if sub.get("type") == "object" and "properties" in sub:
+            yield from schema_paths(sub, (*path, key))
+
+
+KEY_LINE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z0-9_]+):(\s|$)")
+
+
+def documented_keys(text: str) -> dict[tuple, bool]:
+    """Each block-style key of a values file, and whether a `# --` comment precedes it.
+    Items of list defaults (ingress hosts) are example content, not keys."""
+    lines = text.splitlines()
+    stack: list[tuple[int, str]] = []
+    out: dict[tuple, bool] = {}
+    in_list_at: int | None = None
+    for number, line in enumerate(lines):
+        stripped = line.lstrip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        indent = len(line) - len(stripped)
+        if in_list_at is not None and (
+            indent > in_list_at or (indent == in_list_at and stripped.startswith("- "))
+        ):
+            continue
+        in_list_at = None
+        if stripped.startswith("- "):
+            in_list_at = indent
+            continue
+        match = KEY_LINE.match(line)
+        if not match:
+            continue
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        path = (*(key for _, key in stack), match["key"])
+        stack.append((indent, match["key"]))
+        out[path] = _doc_comment_above(lines, number)
+    return out
+
+
+def _doc_comment_above(lines: list[str], number: int) -> bool:
+    above = number - 1
+    while above >= 0 and lines[above].lstrip().startswith("#"):
+        if lines[above].lstrip().startswith("# -- "):
+            return True
+        above -= 1
+    return False
+
+
+def template_files() -> list[Path]:
+    return sorted(p for p in TEMPLATES.rglob("*") if p.suffix in {".yaml", ".tpl", ".txt"})
+
+
+def example_values() -> list[tuple[str, dict[str, Any]]]:
+    """The chart's ci/ values files and the values inside the GitOps examples."""
+    found = [(p.name, yaml.safe_load(p.read_text())) for p in sorted((CHART / "ci").glob("*"))]
+    for path in sorted((REPO / "examples" / "gitops").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            values = _values_of(doc or {})
+            if values is not None:
+                found.append((f"{path.name}:{doc['kind']}", values))
+    return found
+
+
+def _values_of(doc: dict[str, Any]) -> dict[str, Any] | None:
+    if doc.get("kind") == "HelmRelease":
+        return doc["spec"].get("values", {})
+    if doc.get("kind") == "Application":
+        helm = doc["spec"]["source"].get("helm", {})
+        if "valuesObject" in helm:
+            return helm["valuesObject"]
+        return yaml.safe_load(helm.get("values", "{}"))
+    return None
+
+
+# -- the schema ---------------------------------------------------------------------------
+
+
+def test_schema_is_valid_draft_7() -> None:
+    jsonschema.Draft7Validator.check_schema(SCHEMA)
+
+
+def test_values_yaml_validates_against_the_schema() -> None:
+    assert errors({}) == []
+
+
+@pytest.mark.parametrize(("name", "values"), example_values(), ids=lambda v: str(v)[:40])
+def test_example_values_validate_against_the_schema(name: str, values: dict[str, Any]) -> None:
+    assert errors(values) == [], name
+
+
+def test_there_are_example_values_for_external_redis_namespaces_and_gitops() -> None:
+    names = {name for name, _ in example_values()}
+    assert {"external-redis-values.yaml", "namespaced-values.yaml"} <= names
+    assert any("HelmRelease" in n for n in names) and any("Application" in n for n in names)
+
+
+@pytest.mark.parametrize(
+    ("values", "complaint"),
+    [
+        ({"gateway": {"replicas": 2}}, "Additional properties"),
+        ({"gateway": {"replicaCount": 0}}, "less than the minimum"),
+        ({"redis": {"enabled": False}}, "is not valid under any"),
+        ({"redis": {"appendfsync": "sometimes"}}, "is not one of"),
+        ({"operator": {"namespaces": ["Team_A"]}}, "does not match"),
+        ({"apiKeys": {"keys": [{"name": "a", "scopes": ["jobs"]}]}}, "is not valid under any"),
+        ({"apiKeys": {"keys": [{"name": "a", "key": "k" * 20, "scopes": ["root"]}]}}, "one of"),
+        ({"keda": {"scaledObjects": [{"endpoint": "echo"}]}}, "'namespace' is a required"),
+        ({"externalRedis": {"url": "http://redis"}}, "does not match"),
+    ],
+)
+def test_schema_refuses_what_cannot_work(values: dict[str, Any], complaint: str) -> None:
+    found = errors(values)
+    assert any(complaint in e for e in found), found
+
+
+def test_external_redis_is_accepted_with_a_url_or_a_settings_secret() -> None:
+    assert errors({"redis": {"enabled": False}, "externalRedis": {"url": "redis://r:6379/0"}}) == []
+    assert errors({"redis": {"enabled": False}, "settings": {"existingSecret": "mine"}}) == []
+
+
+def test_every_object_of_the_schema_is_closed() -> None:
+    def walk(node: Any, where: str) -> Iterator[str]:
+        if isinstance(node, dict):
+            if "properties" in node and node.get("additionalProperties") is not False:
+                yield where
+            for key, value in node.items():
+                yield from walk(value, f"{where}.{key}")
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                yield from walk(value, f"{where}[{i}]")
+
+    open_objects = [w for w in walk(SCHEMA, "") if ".allOf" not in w]
+    assert open_objects == []
+
+
+def test_schema_and_values_yaml_name_the_same_keys() -> None:
+    in_values = set(chart_keys(DEFAULTS, SCHEMA))
+    assert set(schema_paths(SCHEMA)) == in_values
+
+
+# -- documentation ------------------------------------------------------------------------
+
+
+def test_every_key_of_values_yaml_is_documented() -> None:
+    keys = documented_keys((CHART / "values.yaml").read_text())
+    ours = list(chart_keys(DEFAULTS, SCHEMA))
+    missing = [".".join(p) for p in ours if p not in keys]
+    assert missing == [], "keys written in flow style cannot carry a comment"
+    undocumented = [".".join(p) for p in ours if not keys[p]]
+    assert undocumented == []
+
+
+def test_chart_has_the_usual_layout() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["apiVersion"] == "v2" and chart["kubeVersion"]
+    for name in ("_helpers.tpl", "NOTES.txt"):
+        assert (TEMPLATES / name).exists()
+    components = {p.parent.name for p in TEMPLATES.rglob("*.yaml")}
+    assert {"operator", "gateway", "redis", "keda", "secrets", "crds"} <= components
+
+
+# -- templates ----------------------------------------------------------------------------
+
+VALUES_REF = re.compile(r"\$?\.Values((?:\.[A-Za-z_][A-Za-z0-9_]*)+)")
+OPENERS = re.compile(r"\{\{-?\s*(if|range|with|define)\b")
+ENDS = re.compile(r"\{\{-?\s*end\s*-?\}\}")
+
+
+def test_templates_refer_only_to_values_that_exist() -> None:
+    unknown = []
+    for path in template_files():
+        for match in VALUES_REF.finditer(path.read_text()):
+            node: Any = DEFAULTS
+            for key in match[1].strip(".").split("."):
+                if not isinstance(node, dict) or key not in node:
+                    unknown.append(f"{path.relative_to(CHART)}: .Values{match[1]}")
+                    break
+                node = node[key]
+    assert unknown == []
+
+
+@pytest.mark.parametrize("path", template_files(), ids=lambda p: str(p.relative_to(TEMPLATES)))
+def test_template_blocks_are_balanced(path: Path) -> None:
+    text = re.sub(r"\{\{-?\s*/\*.*?\*/\s*-?\}\}", "", path.read_text(), flags=re.S)
+    assert len(OPENERS.findall(text)) == len(ENDS.findall(text))
+
+
+# -- CRDs ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", crds.KINDS, ids=lambda k: k.kind)
+def test_chart_crd_is_up_to_date(kind: crds.Kind) -> None:
+    path = CHART / crds.CHART_CRD_DIR / crds.file_name(kind)
+    assert path.exists(), f"{path} is missing: run `make crds`"
+    assert path.read_text() == crds.render_chart(kind), f"{path} is stale: run `make crds`"
+
+
+@pytest.mark.parametrize("kind", crds.KINDS, ids=lambda k: k.kind)
+def test_chart_crd_is_the_crds_folder_file_behind_crds_install(kind: crds.Kind) -> None:
+    text = (CHART / crds.CHART_CRD_DIR / crds.file_name(kind)).read_text()
+    assert text.startswith("{{- if .Values.crds.install }}\n")
+    assert text.rstrip().endswith("{{- end }}")
+    helm_free = "\n".join(line for line in text.splitlines() if "{{" not in line)
+    rendered = yaml.safe_load(helm_free)  # as helm renders it with crds.keep=true
+    annotations = rendered["metadata"].pop("annotations")
+    assert annotations == {"helm.sh/resource-policy": "keep"}
+    assert rendered == yaml.safe_load((REPO / "crds" / crds.file_name(kind)).read_text())
+
+
+def test_every_chart_crd_is_generated_or_kopfs_peering() -> None:
+    generated = {crds.file_name(kind) for kind in crds.KINDS}
+    present = {p.name for p in (CHART / crds.CHART_CRD_DIR).iterdir()}
+    assert present == generated | {"kopf-peerings.yaml"}
+
+
+def test_crds_command_writes_the_chart_templates(tmp_path: Path) -> None:
+    import argparse
+
+    crds.main(argparse.Namespace(out=None, chart=str(tmp_path)))
+    written = tmp_path / crds.CHART_CRD_DIR
+    assert sorted(p.name for p in written.iterdir()) == sorted(
+        crds.file_name(kind) for kind in crds.KINDS
+    )
+
+
+# -- rendered (hack/render-chart: Go's text/template and sprig, as helm uses) -------------
+
+RENDERER = REPO / "hack" / "render-chart"
+GOPATH = Path("/usr/share/gocode")
+SPRIG = GOPATH / "src" / "github.com" / "Masterminds" / "sprig"
+
+
+@pytest.fixture(scope="module")
+def render_chart(tmp_path_factory: pytest.TempPathFactory):
+    """A function rendering the chart with extra values; skips without Go and sprig
+    (`bash hack/render-chart/deps.sh` installs them from Debian)."""
+    go = shutil.which("go")
+    if go is None or not SPRIG.is_dir():
+        pytest.skip("Go or Debian's sprig missing: run `bash hack/render-chart/deps.sh`")
+    out = tmp_path_factory.mktemp("render")
+    env = {**os.environ, "GO111MODULE": "off", "GOPATH": str(GOPATH), "GOCACHE": str(out / "c")}
+    build = [go, "build", "-o", str(out / "render-chart"), "./hack/render-chart"]
+    subprocess.run(build, cwd=REPO, env=env, check=True, capture_output=True)
+
+    def render(values: dict[str, Any] | None = None, *, notes: bool = False) -> Any:
+        args = [str(out / "render-chart"), "-chart", str(CHART), "-namespace", "lockgate"]
+        args += ["-notes"] if notes else []
+        if values is not None:
+            path = out / f"values-{abs(hash(json.dumps(values, sort_keys=True)))}.yaml"
+            path.write_text(yaml.safe_dump(values))
+            args += ["-f", str(path)]
+        done = subprocess.run(args, capture_output=True, text=True)
+        if done.returncode:
+            raise RenderError(done.stderr.strip())
+        if notes:
+            return done.stdout
+        return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+    return render
+
+
+class RenderError(Exception):
+    """The chart did not render."""
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
+
+
+def env_of(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+@pytest.mark.parametrize(
+    ("name", "values"), [("values.yaml", {}), *example_values()], ids=lambda v: str(v)[:40]
+)
+def test_chart_renders_with_every_values_file(render_chart, name: str, values: dict) -> None:
+    docs = render_chart(values)
+    for doc in docs:
+        assert {"apiVersion", "kind", "metadata"} <= set(doc), doc
+        labels = doc["metadata"].get("labels", {})
+        assert labels.get("app.kubernetes.io/part-of") == "lockgate", doc["metadata"]
+
+
+def test_default_install_has_every_component(render_chart) -> None:
+    docs = render_chart()
+    kinds = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    assert {
+        ("CustomResourceDefinition", "endpoints.lockgate.dev"),
+        ("CustomResourceDefinition", "templates.lockgate.dev"),
+        ("Deployment", "lockgate-gateway"),
+        ("Service", "lockgate-gateway"),
+        ("PodDisruptionBudget", "lockgate-gateway"),
+        ("Deployment", "lockgate-operator"),
+        ("Service", "lockgate-operator"),
+        ("StatefulSet", "lockgate-redis"),
+        ("ClusterRole", "lockgate-operator"),
+        ("Secret", "lockgate-settings"),
+        ("Secret", "lockgate-api-keys"),
+    } <= kinds
+    assert not {"Ingress", "ServiceMonitor", "ScaledObject", "Role"} & {k for k, _ in kinds}
+
+
+def test_gateway_and_operator_share_settings_and_find_each_other(render_chart) -> None:
+    deployments = by_kind(render_chart(), "Deployment")
+    gateway = env_of(deployments["lockgate-gateway"]["spec"]["template"]["spec"]["containers"][0])
+    operator = env_of(deployments["lockgate-operator"]["spec"]["template"]["spec"]["containers"][0])
+    internal = "http://lockgate-gateway.lockgate.svc.cluster.local:8080"
+    assert operator["LOCKGATE_GATEWAY_URL"] == internal
+    assert operator["LOCKGATE_METRICS_URL"] == f"{internal}/metrics"
+    assert gateway["LOCKGATE_HOST"] == "0.0.0.0"
+    assert gateway["LOCKGATE_REDIS_URL"] == operator["LOCKGATE_REDIS_URL"]
+    assert gateway["LOCKGATE_KEYS_FILE"] == operator["LOCKGATE_KEYS_FILE"]
+    assert deployments["lockgate-gateway"]["spec"]["replicas"] >= 1
+
+
+def test_chart_redis_is_append_only_with_a_password_in_the_redis_url(render_chart) -> None:
+    docs = render_chart()
+    config = by_kind(docs, "ConfigMap")["lockgate-redis"]["data"]["redis.conf"]
+    assert "appendonly yes" in config and "appendfsync everysec" in config
+    secret = by_kind(docs, "Secret")["lockgate-settings"]["data"]
+    url = base64.b64decode(secret["LOCKGATE_REDIS_URL"]).decode()
+    password = base64.b64decode(secret["REDIS_PASSWORD"]).decode()
+    assert url == f"redis://:{password}@lockgate-redis.lockgate.svc.cluster.local:6379/0"
+    assert len(password) == 32
+    statefulset = by_kind(docs, "StatefulSet")["lockgate-redis"]
+    assert statefulset["spec"]["volumeClaimTemplates"][0]["metadata"]["name"] == "data"
+
+
+def test_external_redis_replaces_the_statefulset(render_chart) -> None:
+    url = "rediss://:pw@redis.example.internal:6380/0"
+    docs = render_chart({"redis": {"enabled": False}, "externalRedis": {"url": url}})
+    assert not by_kind(docs, "StatefulSet")
+    secret = by_kind(docs, "Secret")["lockgate-settings"]["data"]
+    assert base64.b64decode(secret["LOCKGATE_REDIS_URL"]).decode() == url
+
+
+def test_redis_off_without_a_url_fails_with_a_message(render_chart) -> None:
+    with pytest.raises(RenderError, match=r"externalRedis\.url"):
+        render_chart({"redis": {"enabled": False}})
+
+
+def test_generated_admin_key_has_the_jobs_and_admin_scopes(render_chart) -> None:
+    secret = by_kind(render_chart(), "Secret")["lockgate-api-keys"]["data"]
+    [key] = json.loads(base64.b64decode(secret["keys.json"]))
+    assert key["name"] == "admin" and key["scopes"] == ["jobs", "admin"]
+    assert key["key"].startswith("lg_")
+
+
+def test_existing_secrets_replace_the_charts_own(render_chart) -> None:
+    values = {"settings": {"existingSecret": "mine"}, "apiKeys": {"existingSecret": "keys"}}
+    docs = render_chart(values)
+    assert not by_kind(docs, "Secret")
+    gateway = by_kind(docs, "Deployment")["lockgate-gateway"]["spec"]["template"]["spec"]
+    assert env_of(gateway["containers"][0])["LOCKGATE_REDIS_URL"]["secretKeyRef"]["name"] == "mine"
+    assert gateway["volumes"][0]["secret"]["secretName"] == "keys"
+
+
+def rules_of(role: dict[str, Any]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for rule in role["rules"]:
+        for resource in rule["resources"]:
+            out.setdefault(resource, set()).update(rule["verbs"])
+    return out
+
+
+def test_cluster_wide_rbac_grants_only_the_verbs_the_operator_uses(render_chart) -> None:
+    rules = rules_of(by_kind(render_chart(), "ClusterRole")["lockgate-operator"])
+    assert rules == {
+        "customresourcedefinitions": {"list", "watch"},
+        "namespaces": {"list", "watch"},
+        "endpoints": {"get", "list", "watch", "create", "patch", "update", "delete"},
+        "endpoints/status": {"get", "patch"},
+        "templates": {"get", "list", "watch", "patch"},
+        "deployments": {"get", "create", "update"},
+        "deployments/scale": {"get", "patch"},
+        "daemonsets": {"get", "create", "update", "delete"},
+        "secrets": {"get", "create", "update"},
+        "pods": {"list", "patch"},
+        "events": {"create"},
+    }
+
+
+def test_namespaced_operator_gets_a_role_per_namespace(render_chart) -> None:
+    values = {"operator": {"namespaces": ["team-a", "team-b"], "endpointNamespace": "intake"}}
+    docs = render_chart(values)
+    roles = [d for d in docs if d["kind"] == "Role"]
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["intake", "team-a", "team-b"]
+    bindings = [d for d in docs if d["kind"] == "RoleBinding"]
+    assert {b["subjects"][0]["namespace"] for b in bindings} == {"lockgate"}
+    cluster = rules_of(by_kind(docs, "ClusterRole")["lockgate-operator"])
+    assert cluster == {"customresourcedefinitions": {"list", "watch"}}
+    operator = by_kind(docs, "Deployment")["lockgate-operator"]["spec"]["template"]["spec"]
+    assert env_of(operator["containers"][0])["LOCKGATE_NAMESPACES"] == "team-a,team-b"
+
+
+def test_crds_install_off_renders_no_crd(render_chart) -> None:
+    docs = render_chart({"crds": {"install": False}})
+    assert not by_kind(docs, "CustomResourceDefinition")
+
+
+def test_rendered_crds_are_the_generated_ones(render_chart) -> None:
+    rendered = by_kind(render_chart(), "CustomResourceDefinition")
+    for kind in crds.KINDS:
+        crd = rendered[kind.crd_name]
+        assert crd["metadata"].pop("annotations") == {"helm.sh/resource-policy": "keep"}
+        assert crd == crds.crd(kind)
+
+
+def test_ingress_routes_only_the_job_api_and_sets_the_base_url(render_chart) -> None:
+    values = {
+        "gateway": {"ingress": {"enabled": True, "tls": [{"secretName": "t", "hosts": ["h"]}]}}
+    }
+    docs = render_chart(values)
+    [ingress] = by_kind(docs, "Ingress").values()
+    paths = [p["path"] for rule in ingress["spec"]["rules"] for p in rule["http"]["paths"]]
+    assert paths == ["/v2"]
+    operator = by_kind(docs, "Deployment")["lockgate-operator"]["spec"]["template"]["spec"]
+    assert env_of(operator["containers"][0])["LOCKGATE_BASE_URL"] == "https://lockgate.example.com"
+
+
+def test_keda_scaled_object_targets_the_endpoints_worker_deployment(render_chart) -> None:
+    values = {
+        "keda": {
+            "enabled": True,
+            "scaledObjects": [{"endpoint": "sdxl", "namespace": "gpu", "jobsPerWorker": 2}],
+        }
+    }
+    [scaled] = by_kind(render_chart(values), "ScaledObject").values()
+    assert scaled["metadata"]["namespace"] == "gpu"
+    assert scaled["spec"]["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": "sdxl-workers",
+    }
+    trigger = scaled["spec"]["triggers"][0]
+    assert trigger["type"] == "prometheus" and trigger["metadata"]["threshold"] == "2"
+    assert 'lockgate_endpoint_jobs_queued{endpoint="sdxl"}' in trigger["metadata"]["query"]
+
+
+def test_notes_tell_how_to_reach_the_api_read_the_key_and_create_an_endpoint(render_chart) -> None:
+    notes = render_chart(notes=True)
+    assert "port-forward svc/lockgate-gateway 8080:8080" in notes
+    assert "port-forward svc/lockgate-operator 8081:8081" in notes
+    assert "get secret lockgate-api-keys -o json" in notes and '["keys.json"]' in notes
+    assert "kubectl apply -f examples/echo/" in notes
+    assert "/v2/echo/runsync" in notes
+
+
+def test_notes_with_an_ingress_show_the_public_url(render_chart) -> None:
+    notes = render_chart({"baseUrl": "https://gpu.example.com"}, notes=True)
+    assert "The job API ({base_url}) is https://gpu.example.com" in notes
+    assert "port-forward svc/lockgate-gateway" not in notes

@@ -1,0 +1,53 @@
+"""The documentation's links lead somewhere: files exist, anchors name a heading."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+REQUIRED = {
+    "install.md",
+    "job-api.md",
+    "migrating-from-runpod.md",
+    "endpoint-reference.md",
+    "scaling.md",
+    "security.md",
+    "operations.md",
+    "troubleshooting.md",
+}
+
+
+def anchors(page: Path) -> set[str]:
+    """GitHub's heading slugs: lowercase, punctuation dropped, spaces as dashes."""
+    headings = re.findall(r"^#+ (.+)$", page.read_text(), re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def test_docs_cover_every_topic_and_the_readme_links_them() -> None:
+    assert {p.name for p in PAGES} >= REQUIRED
+    readme = (REPO / "README.md").read_text()
+    assert all(f"docs/{name}" in readme for name in REQUIRED)
+
+
+def resolves(file: Path, anchor: str) -> bool:
+    if not file.exists():
+        return False
+    return not anchor or file.suffix != ".md" or anchor in anchors(file)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_relative_links_resolve(page: Path) -> None:
+    broken = []
+    for target in LINK.findall(page.read_text()):
+        if re.match(r"^[a-z]+:", target):
+            continue  # https:, mailto:
+        path, _, anchor = target.partition("#")
+        file = (page.parent / path).resolve() if path else page
+        if not resolves(file, anchor):
+            broken.append(target)
+    assert broken == []

@@ -1,0 +1,149 @@
+"""The examples as a user meets them: each handler under `lockgate dev`, each manifest valid."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+import yaml
+
+from lockgate.kube.crds import API_VERSION
+from lockgate.models import EndpointSpec, TemplateSpec
+from lockgate.models.resources import ENDPOINT_ID_PATTERN
+from tests.devproc import REPO, DevProcess
+
+EXAMPLES = REPO / "examples"
+HANDLER_EXAMPLES = ("echo", "streaming", "pytorch")
+FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT"}
+
+
+def documents(path: Path) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def manifests(example: str) -> dict[str, dict[str, Any]]:
+    """The example's Kubernetes objects by kind (one Endpoint, one Template)."""
+    found: dict[str, dict[str, Any]] = {}
+    for path in sorted((EXAMPLES / example).glob("*.yaml")):
+        for doc in documents(path):
+            assert doc["kind"] not in found, f"two {doc['kind']}s in {example}"
+            found[doc["kind"]] = doc
+    return found
+
+
+def dev(example: str, tmp_path: Path, *extra: str) -> DevProcess:
+    handler = str(EXAMPLES / example / "handler.py")
+    return DevProcess(handler, "--api-key", "k-examples", *extra, data_dir=tmp_path)
+
+
+def until_final(proc: DevProcess, job_id: str, timeout_s: float = 30) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        body = requests.get(proc.job_url(f"status/{job_id}"), headers=proc.headers()).json()
+        if body["status"] in FINAL:
+            return body
+        time.sleep(0.1)
+    raise AssertionError(f"job {job_id} not final in {timeout_s} s")
+
+
+# -- manifests ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("example", HANDLER_EXAMPLES)
+def test_example_has_a_handler_dockerfile_and_manifests(example: str) -> None:
+    folder = EXAMPLES / example
+    for name in ("handler.py", "Dockerfile", "endpoint.yaml", "template.yaml"):
+        assert (folder / name).is_file(), f"{example}/{name} is missing"
+    dockerfile = (folder / "Dockerfile").read_text()
+    assert re.search(r"^FROM \$\{WORKER_IMAGE\}$", dockerfile, re.M)
+    assert re.search(r'^CMD \["python", "-u", "/app/handler.py"\]$', dockerfile, re.M)
+
+
+@pytest.mark.parametrize("example", HANDLER_EXAMPLES)
+def test_example_manifests_validate_against_the_models(example: str) -> None:
+    objects = manifests(example)
+    assert set(objects) == {"Endpoint", "Template"}
+    endpoint, template = objects["Endpoint"], objects["Template"]
+    for obj in (endpoint, template):
+        assert obj["apiVersion"] == API_VERSION
+        assert re.match(ENDPOINT_ID_PATTERN, obj["metadata"]["name"])
+    spec = EndpointSpec.model_validate(endpoint["spec"])
+    template_spec = TemplateSpec.model_validate(template["spec"])
+    assert spec.templateId == template["metadata"]["name"]
+    assert template_spec.command == ["python", "-u", "/app/handler.py"]
+
+
+def test_gpu_example_asks_for_a_gpu_and_the_others_do_not() -> None:
+    specs = {
+        e: EndpointSpec.model_validate(manifests(e)["Endpoint"]["spec"]) for e in HANDLER_EXAMPLES
+    }
+    assert specs["pytorch"].computeType == "GPU" and specs["pytorch"].gpuTypeIds
+    assert specs["echo"].computeType == specs["streaming"].computeType == "CPU"
+
+
+def test_gitops_examples_install_the_chart_from_a_declared_source() -> None:
+    argo = documents(EXAMPLES / "gitops" / "argocd-application.yaml")
+    [app] = [d for d in argo if d["kind"] == "Application"]
+    assert app["spec"]["source"]["path"] == "charts/lockgate"
+    flux = {d["kind"]: d for d in documents(EXAMPLES / "gitops" / "flux-helmrelease.yaml")}
+    source = flux["HelmRelease"]["spec"]["chart"]["spec"]["sourceRef"]
+    assert source["kind"] in flux and flux[source["kind"]]["metadata"]["name"] == source["name"]
+    assert flux["HelmRelease"]["spec"]["chart"]["spec"]["chart"] == "./charts/lockgate"
+
+
+# -- handlers under lockgate dev ----------------------------------------------------------
+
+
+def test_echo_returns_its_input(tmp_path: Path) -> None:
+    with dev("echo", tmp_path) as proc:
+        r = requests.post(proc.job_url("runsync"), json={"input": {"x": 1}}, headers=proc.headers())
+        assert r.json()["status"] == "COMPLETED", r.text
+        assert r.json()["output"] == {"echo": {"x": 1}}
+
+
+def test_streaming_yields_text_generation_chunks_then_the_aggregate(tmp_path: Path) -> None:
+    job_input = {"prompt": "Once upon a time", "max_tokens": 5, "delay_ms": 20}
+    with dev("streaming", tmp_path) as proc:
+        job = requests.post(proc.job_url("run"), json={"input": job_input}, headers=proc.headers())
+        job_id = job.json()["id"]
+        chunks, deadline = [], time.monotonic() + 30
+        while time.monotonic() < deadline:
+            read = requests.get(proc.job_url(f"stream/{job_id}"), headers=proc.headers()).json()
+            chunks += read["stream"]
+            if read["status"] in FINAL and not read["stream"]:
+                break
+            time.sleep(0.05)
+        final = until_final(proc, job_id)
+    outputs = [chunk["output"] for chunk in chunks]
+    assert [o["output_tokens"] for o in outputs] == [1, 2, 3, 4, 5]
+    assert {o["input_tokens"] for o in outputs} == {4}
+    assert all(isinstance(o["text"], list) and len(o["text"]) == 1 for o in outputs)
+    assert final["status"] == "COMPLETED" and final["output"] == outputs
+
+
+def test_pytorch_model_computes_xor_on_whatever_it_has(tmp_path: Path) -> None:
+    points = [[0, 0], [0, 1], [1, 0], [1, 1]]
+    with dev("pytorch", tmp_path) as proc:
+        r = requests.post(
+            proc.job_url("runsync"), json={"input": {"points": points}}, headers=proc.headers()
+        )
+        body = r.json()
+        bad = requests.post(proc.job_url("runsync"), json={"input": {}}, headers=proc.headers())
+        log = "\n".join(proc.lines)
+    assert body["status"] == "COMPLETED", body
+    output = body["output"]
+    assert output["xor"] == [0, 1, 1, 0]
+    assert output["scores"] == pytest.approx([0.0, 1.0, 1.0, 0.0], abs=1e-5)
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        assert output["backend"] == "python" and output["device"] == "cpu"
+        assert "torch is not installed: running the pure-Python fallback" in log
+    else:
+        assert output["backend"] == "torch" and output["device"] in {"cpu", "cuda"}
+    assert bad.json()["status"] == "FAILED"
+    assert "points" in bad.json()["error"]
