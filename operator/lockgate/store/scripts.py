@@ -1,12 +1,22 @@
-"""Load the Lua transition scripts once, each with the shared preamble."""
+"""Load the Lua transition scripts once, each with the shared preamble, and call them.
+
+Calls made in the same event-loop tick (many concurrent requests on a busy gateway) go to
+Redis as one pipeline: one write and one read for the lot instead of one round trip each,
+which is most of the gateway's CPU per request. A call alone in its tick is sent as is.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+import functools
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from importlib import resources
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError
 
 NAMES = (
     "submit",
@@ -34,19 +44,83 @@ def _source(name: str) -> str:
     return (resources.files("lockgate.store") / "lua" / f"{name}.lua").read_text()
 
 
-@dataclass(frozen=True)
+Call = tuple[AsyncScript, Sequence[Any], Sequence[Any], asyncio.Future]
+
+
+@dataclass
 class Scripts:
     """One registered script per transition. redis-py reloads them after a Redis restart."""
 
+    redis: Redis
     by_name: dict[str, AsyncScript]
+    _pending: list[Call] = field(default_factory=list)
+    _tasks: set[asyncio.Task] = field(default_factory=set)
 
     @classmethod
     def register(cls, redis: Redis) -> Scripts:
         common = _source("common")
-        return cls({n: redis.register_script(common + "\n" + _source(n)) for n in NAMES})
+        return cls(redis, {n: redis.register_script(common + "\n" + _source(n)) for n in NAMES})
 
-    def __getattr__(self, name: str) -> AsyncScript:
+    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
         try:
-            return self.by_name[name]
+            script = self.by_name[name]
         except KeyError as err:
             raise AttributeError(name) from err
+        return functools.partial(self.call, script)
+
+    async def call(
+        self, script: AsyncScript, keys: Sequence[Any] = (), args: Sequence[Any] = ()
+    ) -> Any:
+        """Run `script`, batched with the other calls of this loop tick."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._pending.append((script, keys, args, future))
+        if len(self._pending) == 1:
+            loop.call_soon(self._flush)
+        return await future
+
+    def _flush(self) -> None:
+        batch, self._pending = self._pending, []
+        task = asyncio.create_task(self._send(batch))
+        self._tasks.add(task)  # held until done: a task nobody references may be collected
+        task.add_done_callback(self._tasks.discard)
+
+    async def _send(self, batch: list[Call]) -> None:
+        if len(batch) == 1:
+            await _settle(batch[0], _direct(batch[0]))
+            return
+        try:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for script, keys, args, _ in batch:
+                    pipe.evalsha(script.sha, len(keys), *keys, *args)
+                replies = await pipe.execute(raise_on_error=False)
+        except Exception as err:  # the connection failed: every call in the batch fails
+            for *_, future in batch:
+                if not future.done():
+                    future.set_exception(err)
+            return
+        for call, reply in zip(batch, replies, strict=True):
+            if isinstance(reply, NoScriptError):  # Redis restarted: load it, call again
+                await _settle(call, _direct(call))
+            elif not call[3].done():
+                if isinstance(reply, Exception):
+                    call[3].set_exception(reply)
+                else:
+                    call[3].set_result(reply)
+
+
+def _direct(call: Call) -> Awaitable[Any]:
+    script, keys, args, _ = call
+    return script(keys=keys, args=args)
+
+
+async def _settle(call: Call, reply: Awaitable[Any]) -> None:
+    future = call[3]
+    try:
+        result = await reply
+    except Exception as err:
+        if not future.done():
+            future.set_exception(err)
+    else:
+        if not future.done():
+            future.set_result(result)
