@@ -544,6 +544,12 @@ def test_keda_scaled_object_targets_the_endpoints_worker_deployment(render_chart
     )
 
 
+def test_service_monitor_keeps_the_metrics_own_endpoint_label(render_chart) -> None:
+    docs = render_chart({"gateway": {"serviceMonitor": {"enabled": True}}})
+    [monitor] = by_kind(docs, "ServiceMonitor").values()
+    assert monitor["spec"]["endpoints"][0]["honorLabels"] is True
+
+
 def test_keda_metric_names_are_the_gateways() -> None:
     metrics = (REPO / "operator" / "lockgate" / "gateway" / "metrics.py").read_text()
     for name in DEFAULTS["keda"]["metrics"].values():
