@@ -220,3 +220,8 @@ async def test_an_endpoint_annotated_scaler_external_is_left_to_its_own_scaler(
     await asyncio.sleep(1.5)  # idleTimeout 0 and nothing to do: it would scale to 0
     assert replicas(resources, name) == 2
     assert not events(resources, name, "ScaledUp") and not events(resources, name, "ScaledDown")
+
+    # Without the annotation the built-in scaler takes the count back (at the next resync).
+    resources.patch("endpoints", name, {"metadata": {"annotations": {"lockgate.dev/scaler": None}}})
+    await until(lambda: replicas(resources, name) == 0, "scaled to 0 by the built-in scaler")
+    assert "scaler" not in await Registry(redis).get_endpoint(name)
