@@ -208,9 +208,10 @@ class Resources:
         self.created.append(("templates", name))
         return self.custom.create_namespaced_custom_object(*self._args("templates"), body)
 
-    def endpoint(self, name: str, **spec: Any) -> dict:
+    def endpoint(self, name: str, *, annotations: dict | None = None, **spec: Any) -> dict:
         body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Endpoint"}
-        body |= {"metadata": {"name": name}, "spec": spec}
+        meta = {"name": name, **({"annotations": annotations} if annotations else {})}
+        body |= {"metadata": meta, "spec": spec}
         self.created.append(("endpoints", name))
         return self.custom.create_namespaced_custom_object(*self._args("endpoints"), body)
 

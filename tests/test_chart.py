@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import hashlib
 import json
 import os
 import re
@@ -18,6 +19,7 @@ import jsonschema
 import pytest
 import yaml
 
+from lockgate.gateway.keyfile import parse_key_file
 from lockgate.kube import crds
 
 REPO = Path(__file__).resolve().parent.parent
@@ -171,8 +173,9 @@ def test_there_are_example_values_for_external_redis_namespaces_and_gitops() -> 
         ({"redis": {"enabled": False}}, "is not valid under any"),
         ({"redis": {"appendfsync": "sometimes"}}, "is not one of"),
         ({"operator": {"namespaces": ["Team_A"]}}, "does not match"),
-        ({"apiKeys": {"keys": [{"name": "a", "scopes": ["jobs"]}]}}, "is not valid under any"),
-        ({"apiKeys": {"keys": [{"name": "a", "key": "k" * 20, "scopes": ["root"]}]}}, "one of"),
+        ({"apiKeys": {"keys": [{"name": "a", "scopes": ["jobs"]}]}}, "'sha256' is a required"),
+        ({"apiKeys": {"keys": [{"name": "a", "sha256": "a" * 64, "scopes": ["root"]}]}}, "one of"),
+        ({"apiKeys": {"keys": [{"name": "a b", "sha256": "a" * 64, "scopes": ["jobs"]}]}}, "match"),
         ({"keda": {"scaledObjects": [{"endpoint": "echo"}]}}, "'namespace' is a required"),
         ({"externalRedis": {"url": "http://redis"}}, "does not match"),
     ],
@@ -379,7 +382,7 @@ def test_gateway_and_operator_share_settings_and_find_each_other(render_chart) -
     assert operator["LOCKGATE_METRICS_URL"] == f"{internal}/metrics"
     assert gateway["LOCKGATE_HOST"] == "0.0.0.0"
     assert gateway["LOCKGATE_REDIS_URL"] == operator["LOCKGATE_REDIS_URL"]
-    assert gateway["LOCKGATE_KEYS_FILE"] == operator["LOCKGATE_KEYS_FILE"]
+    assert gateway["LOCKGATE_KEYS_FILE"] == "/etc/lockgate/keys/keys.json"
     assert deployments["lockgate-gateway"]["spec"]["replicas"] >= 1
 
 
@@ -409,11 +412,42 @@ def test_redis_off_without_a_url_fails_with_a_message(render_chart) -> None:
         render_chart({"redis": {"enabled": False}})
 
 
-def test_generated_admin_key_has_the_jobs_and_admin_scopes(render_chart) -> None:
-    secret = by_kind(render_chart(), "Secret")["lockgate-api-keys"]["data"]
-    [key] = json.loads(base64.b64decode(secret["keys.json"]))
-    assert key["name"] == "admin" and key["scopes"] == ["jobs", "admin"]
-    assert key["key"].startswith("lg_")
+def test_generated_client_key_is_in_clear_apart_and_by_digest_in_the_keys_file(
+    render_chart,
+) -> None:
+    secrets = by_kind(render_chart(), "Secret")
+    [entry] = json.loads(base64.b64decode(secrets["lockgate-api-keys"]["data"]["keys.json"]))
+    key = base64.b64decode(secrets["lockgate-client-key"]["data"]["key"]).decode()
+    assert key.startswith("lg_") and len(key) >= 40
+    assert entry == {
+        "name": "client",
+        "sha256": hashlib.sha256(key.encode()).hexdigest(),
+        "scopes": ["jobs"],
+    }
+
+
+@pytest.mark.parametrize(
+    "values",
+    [{}, {"apiKeys": {"keys": [{"name": "ci", "sha256": "a" * 64, "scopes": ["jobs"]}]}}],
+    ids=["generated", "listed"],
+)
+def test_keys_file_is_one_the_gateway_accepts(render_chart, values: dict) -> None:
+    raw = base64.b64decode(
+        by_kind(render_chart(values), "Secret")["lockgate-api-keys"]["data"]["keys.json"]
+    )
+    assert parse_key_file(raw)
+
+
+def test_keys_file_takes_digests_only() -> None:
+    plaintext = {"name": "ci", "key": "lg_" + "x" * 40, "scopes": ["jobs"]}
+    assert errors({"apiKeys": {"keys": [plaintext]}})
+
+
+def test_only_the_gateway_mounts_the_keys_file(render_chart) -> None:
+    deployments = by_kind(render_chart(), "Deployment")
+    operator = deployments["lockgate-operator"]["spec"]["template"]["spec"]
+    assert "LOCKGATE_KEYS_FILE" not in env_of(operator["containers"][0])
+    assert all(v["name"] != "api-keys" for v in operator["volumes"])
 
 
 def test_existing_secrets_replace_the_charts_own(render_chart) -> None:
@@ -438,11 +472,11 @@ def test_cluster_wide_rbac_grants_only_the_verbs_the_operator_uses(render_chart)
     assert rules == {
         "customresourcedefinitions": {"list", "watch"},
         "namespaces": {"list", "watch"},
-        "endpoints": {"get", "list", "watch", "create", "patch", "update", "delete"},
-        "endpoints/status": {"get", "patch"},
+        "endpoints": {"get", "list", "watch", "create", "patch", "delete"},
+        "endpoints/status": {"patch"},
         "templates": {"get", "list", "watch", "patch"},
-        "deployments": {"get", "create", "update"},
-        "deployments/scale": {"get", "patch"},
+        "deployments": {"get", "list", "create", "update"},
+        "deployments/scale": {"patch"},
         "daemonsets": {"get", "create", "update", "delete"},
         "secrets": {"get", "create", "update"},
         "pods": {"list", "patch"},
@@ -504,14 +538,40 @@ def test_keda_scaled_object_targets_the_endpoints_worker_deployment(render_chart
     }
     trigger = scaled["spec"]["triggers"][0]
     assert trigger["type"] == "prometheus" and trigger["metadata"]["threshold"] == "2"
-    assert 'lockgate_endpoint_jobs_queued{endpoint="sdxl"}' in trigger["metadata"]["query"]
+    assert trigger["metadata"]["query"] == (
+        '(max(lockgate_jobs_queued{endpoint="sdxl",priority="normal"}) or vector(0))'
+        ' + (max(lockgate_jobs_in_progress{endpoint="sdxl"}) or vector(0))'
+    )
+
+
+def test_service_monitor_keeps_the_metrics_own_endpoint_label(render_chart) -> None:
+    docs = render_chart({"gateway": {"serviceMonitor": {"enabled": True}}})
+    [monitor] = by_kind(docs, "ServiceMonitor").values()
+    assert monitor["spec"]["endpoints"][0]["honorLabels"] is True
+
+
+def test_keda_metric_names_are_the_gateways() -> None:
+    metrics = (REPO / "operator" / "lockgate" / "gateway" / "metrics.py").read_text()
+    for name in DEFAULTS["keda"]["metrics"].values():
+        assert f'"{name}"' in metrics, name
+
+
+def test_notes_with_keda_tell_how_to_hand_each_endpoint_to_it(render_chart) -> None:
+    values = {
+        "keda": {"enabled": True, "scaledObjects": [{"endpoint": "sdxl", "namespace": "gpu"}]}
+    }
+    notes = render_chart(values, notes=True)
+    assert (
+        "kubectl -n gpu annotate endpoints.lockgate.dev/sdxl lockgate.dev/scaler=external" in notes
+    )
 
 
 def test_notes_tell_how_to_reach_the_api_read_the_key_and_create_an_endpoint(render_chart) -> None:
     notes = render_chart(notes=True)
     assert "port-forward svc/lockgate-gateway 8080:8080" in notes
     assert "port-forward svc/lockgate-operator 8081:8081" in notes
-    assert "get secret lockgate-api-keys -o json" in notes and '["keys.json"]' in notes
+    assert "exec deploy/lockgate-operator -- lockgate keys create admin --scope admin" in notes
+    assert "get secret lockgate-client-key -o jsonpath='{.data.key}'" in notes
     assert "kubectl apply -f examples/echo/" in notes
     assert "/v2/echo/runsync" in notes
 

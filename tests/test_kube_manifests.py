@@ -174,6 +174,30 @@ def test_registry_entry_holds_every_setting_and_the_key_digest() -> None:
     assert entry["executionTimeoutMs"] == 30_000 and entry["workersMax"] == 4
     assert entry["workerKeyDigest"] == "abc"
     assert set(EndpointSpec.model_fields) <= set(entry)
+    assert "scaler" not in entry  # the operator's own scaler sets the count
+
+
+@pytest.mark.parametrize(
+    ("annotations", "external"),
+    [
+        (None, False),
+        ({}, False),
+        ({"lockgate.dev/scaler": "external"}, True),
+        ({"lockgate.dev/scaler": " External "}, True),
+        ({"lockgate.dev/scaler": "builtin"}, False),
+        ({"lockgate.dev/scaler": ""}, False),
+        ({"scaler": "external"}, False),
+    ],
+)
+def test_scaler_annotation_hands_the_count_to_another_scaler(annotations, external) -> None:
+    assert manifests.scaled_externally(annotations) is external
+
+
+def test_registry_entry_says_when_another_scaler_owns_the_count() -> None:
+    entry = manifests.registry_entry(
+        OWNER, EndpointSpec(), key_digest="abc", job_api_url="u", external_scaler=True
+    )
+    assert entry["scaler"] == "external"
 
 
 # -- Template settings ---------------------------------------------------------------------

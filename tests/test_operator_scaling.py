@@ -180,3 +180,48 @@ async def test_the_loop_holds_the_count_when_metrics_cannot_be_read(
         lambda: resources.condition(resources.status(name), "MetricsAvailable")["status"] == "True",
         "MetricsAvailable True",
     )
+
+
+async def test_an_endpoint_annotated_scaler_external_is_left_to_its_own_scaler(
+    resources: Resources, redis: Redis, metrics_gateway: MetricsGateway
+) -> None:
+    name = "ep-keda"
+    resources.template("keda-tpl")
+    resources.endpoint(
+        name, annotations={"lockgate.dev/scaler": "external"}, templateId="keda-tpl",
+        workersMin=0, workersMax=4, idleTimeout=0, scalerType="REQUEST_COUNT", scalerValue=1,
+    )  # fmt: skip
+    entry = await resources.eventually(lambda: Registry(redis).get_endpoint(name), "registered")
+    assert entry["scaler"] == "external"
+    await until(lambda: replicas(resources, name) == 0, "the Deployment at 0")
+    await metrics_gateway.start()
+    # Another scaler (KEDA, through an HPA) sets 2 workers; 3 jobs wait.
+    resources.apps.patch_namespaced_deployment_scale(
+        f"{name}-workers", resources.namespace, {"spec": {"replicas": 2}}
+    )
+    await queue_jobs(redis, name, 3)
+    await until(
+        lambda: metrics_condition(resources, name).get("status") == "True",
+        "MetricsAvailable True: the status is still reported",
+    )
+    pods = await until(
+        lambda: len(pods := worker_pods(resources, name)) == 2 and pods, "the ReplicaSet's pods"
+    )
+    busy = pods[0].metadata.name
+    store = JobStore(redis)
+    taken, _ = await store.take(name, busy, 1, 600_000)
+    await store.heartbeat(name, busy)
+    await until(lambda: cost_of(resources, busy) == BUSY_COST, "the busy pod still marked")
+    await asyncio.sleep(1.5)  # several ticks: REQUEST_COUNT would want 3 workers
+    assert replicas(resources, name) == 2
+
+    await store.purge(name)
+    assert await store.finish(name, busy, taken[0].id, output=b"1", error=None)
+    await asyncio.sleep(1.5)  # idleTimeout 0 and nothing to do: it would scale to 0
+    assert replicas(resources, name) == 2
+    assert not events(resources, name, "ScaledUp") and not events(resources, name, "ScaledDown")
+
+    # Without the annotation the built-in scaler takes the count back (at the next resync).
+    resources.patch("endpoints", name, {"metadata": {"annotations": {"lockgate.dev/scaler": None}}})
+    await until(lambda: replicas(resources, name) == 0, "scaled to 0 by the built-in scaler")
+    assert "scaler" not in await Registry(redis).get_endpoint(name)

@@ -87,6 +87,9 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "lockgate.apiKeysSecretName" -}}
 {{- default (printf "%s-api-keys" (include "lockgate.fullname" .)) .Values.apiKeys.existingSecret }}
 {{- end }}
+{{- define "lockgate.clientKeySecretName" -}}
+{{- printf "%s-client-key" (include "lockgate.fullname" .) }}
+{{- end }}
 
 {{/* In-cluster URLs: workers in any namespace reach the gateway by its full DNS name. */}}
 {{- define "lockgate.gateway.internalUrl" -}}
@@ -108,10 +111,11 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end }}
 
-{{/* Where the keys file is mounted in gateway and operator pods. */}}
+{{/* Where the keys file is mounted in gateway pods. */}}
 {{- define "lockgate.keysDir" -}}/etc/lockgate/keys{{- end }}
 
-{{/* The keys file's volume and mount, shared by gateway and operator. */}}
+{{/* The keys file's volume. Only the gateway reads it: the management API in the operator
+accepts only keys kept in Redis (`lockgate keys create`). */}}
 {{- define "lockgate.keysVolume" -}}
 - name: api-keys
   secret:
@@ -133,26 +137,27 @@ app.kubernetes.io/component: {{ .component }}
 
 {{/* The operator's rules in each namespace it manages (a Role, or the ClusterRole). */}}
 {{- define "lockgate.operator.rules" -}}
-# kopf watches Endpoints and Templates and patches its annotations and finalizer on them;
-# the management API creates, edits and deletes Endpoints (manage/controlplane.py).
+# kopf lists, watches and patches (annotations, finalizer) Endpoints and Templates; the
+# operator reads Endpoints (kube/cluster.py) and the management API creates, patches and
+# deletes them (manage/kube.py). kopf and the scaler patch the status subresource.
 - apiGroups: [lockgate.dev]
   resources: [endpoints]
-  verbs: [get, list, watch, create, patch, update, delete]
+  verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [lockgate.dev]
   resources: [endpoints/status]
-  verbs: [get, patch]
+  verbs: [patch]
 - apiGroups: [lockgate.dev]
   resources: [templates]
   verbs: [get, list, watch, patch]
-# Worker Deployments (kube/cluster.py apply: read, create, replace); deletion is left to
-# the garbage collector through owner references.
+# Worker Deployments (kube/cluster.py apply: read, create, replace; kube/scaler.py lists
+# them); deletion is left to the garbage collector through owner references.
 - apiGroups: [apps]
   resources: [deployments]
-  verbs: [get, create, update]
-# The scaler sets worker counts through the scale subresource.
+  verbs: [get, list, create, update]
+# The scaler sets worker counts through the scale subresource (a merge patch, no read).
 - apiGroups: [apps]
   resources: [deployments/scale]
-  verbs: [get, patch]
+  verbs: [patch]
 # flashboot DaemonSets: applied, and deleted when flashboot is switched off.
 - apiGroups: [apps]
   resources: [daemonsets]
@@ -161,7 +166,7 @@ app.kubernetes.io/component: {{ .component }}
 - apiGroups: [""]
   resources: [secrets]
   verbs: [get, create, update]
-# The scaler marks busy worker pods with controller.kubernetes.io/pod-deletion-cost.
+# The scaler lists worker pods and marks busy ones with controller.kubernetes.io/pod-deletion-cost.
 - apiGroups: [""]
   resources: [pods]
   verbs: [list, patch]

@@ -18,6 +18,7 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -38,6 +39,10 @@ WORKER_CONTAINER = "worker"
 MODEL_DIR = "/lockgate/model"  # where workers see the model cache (read-only)
 SHUTDOWN_MARGIN_S = 15  # after a job's timeout: time to report the result and exit
 KEY_VARIABLES = ("RUNPOD_AI_API_KEY", "LOCKGATE_WORKER_KEY")
+# `lockgate.dev/scaler: external` on an Endpoint hands its worker count to another scaler
+# (KEDA, an HPA): the operator's scaler then leaves the Deployment's replicas alone.
+SCALER_ANNOTATION = "lockgate.dev/scaler"
+EXTERNAL_SCALER = "external"
 
 
 @dataclass(frozen=True, slots=True)
@@ -509,7 +514,20 @@ def flashboot_daemonset(
 # -- the registry entry --------------------------------------------------------------------
 
 
-def registry_entry(owner: Owner, spec: EndpointSpec, *, key_digest: str, job_api_url: str) -> Obj:
+def scaled_externally(annotations: Mapping[str, str] | None) -> bool:
+    """Whether an Endpoint's annotations hand its worker count to another scaler."""
+    value = (annotations or {}).get(SCALER_ANNOTATION) or ""
+    return value.strip().lower() == EXTERNAL_SCALER
+
+
+def registry_entry(
+    owner: Owner,
+    spec: EndpointSpec,
+    *,
+    key_digest: str,
+    job_api_url: str,
+    external_scaler: bool = False,
+) -> Obj:
     """What the gateway (and the scaler) read about the endpoint from Redis."""
     return {
         "id": owner.name,
@@ -518,4 +536,5 @@ def registry_entry(owner: Owner, spec: EndpointSpec, *, key_digest: str, job_api
         "uid": owner.uid,
         "workerKeyDigest": key_digest,
         "jobApiUrl": job_api_url,
+        **({"scaler": EXTERNAL_SCALER} if external_scaler else {}),
     }

@@ -115,7 +115,9 @@ async def find_template(
     return template, Check(TEMPLATE_FOUND, True, "Found", f"Template {name!r}")
 
 
-async def register(ctx: Context, owner: Owner, spec: EndpointSpec) -> tuple[str | None, Check]:
+async def register(
+    ctx: Context, owner: Owner, spec: EndpointSpec, *, external_scaler: bool = False
+) -> tuple[str | None, Check]:
     """Register the worker key and the endpoint in Redis; returns the key's digest."""
     entry = await ctx.registry.get_endpoint(owner.name)
     if entry is not None and entry.get("namespace", owner.namespace) != owner.namespace:
@@ -134,7 +136,11 @@ async def register(ctx: Context, owner: Owner, spec: EndpointSpec) -> tuple[str 
     if await ctx.registry.get_key(digest) != record:
         await ctx.registry.put_key(key, record)
     wanted = manifests.registry_entry(
-        owner, spec, key_digest=digest, job_api_url=ctx.settings.job_api_url(owner.name)
+        owner,
+        spec,
+        key_digest=digest,
+        job_api_url=ctx.settings.job_api_url(owner.name),
+        external_scaler=external_scaler,
     )
     if entry != wanted:
         old_digest = (entry or {}).get("workerKeyDigest")
@@ -183,10 +189,10 @@ async def activity(ctx: Context, endpoint_id: str) -> Activity:
 # -- the whole reconcile -------------------------------------------------------------------
 
 
-async def _converge(ctx: Context, owner: Owner, raw: Mapping[str, Any]) -> tuple[list[Check], bool]:
+async def _converge(ctx: Context, owner: Owner, body: Body) -> tuple[list[Check], bool]:
     """Run the steps in order, stopping at the first one that cannot pass; also says
     whether the endpoint is registered (so its job counts are its own)."""
-    spec, check = validate(owner.name, raw)
+    spec, check = validate(owner.name, body.get("spec") or {})
     checks = [check]
     if spec is None:
         return checks, False
@@ -194,7 +200,8 @@ async def _converge(ctx: Context, owner: Owner, raw: Mapping[str, Any]) -> tuple
     checks.append(check)
     if template is None:
         return checks, False
-    digest, check = await register(ctx, owner, spec)
+    external = manifests.scaled_externally(body["metadata"].get("annotations"))
+    digest, check = await register(ctx, owner, spec, external_scaler=external)
     checks.append(check)
     if digest is None:
         return checks, False
@@ -225,7 +232,7 @@ async def reconcile(body: Body, ctx: Context) -> dict[str, Any]:
     """Bring the Endpoint's objects and registry entry in line; return its new status."""
     owner = owner_of(body)
     async with _transient_errors():
-        checks, registered = await _converge(ctx, owner, body.get("spec") or {})
+        checks, registered = await _converge(ctx, owner, body)
         name = manifests.deployment_name(owner.name)
         deployment = await ctx.cluster.read("Deployment", owner.namespace, name)
         counts = await activity(ctx, owner.name) if registered else Activity()

@@ -8,7 +8,9 @@ Endpoint's `MetricsAvailable` condition says why. Changes of the count are Event
 Endpoint, and its `status.workers.desired/ready` are patched at once.
 
 The operator itself sets replicas only when it creates a Deployment (`workersMin`);
-after that only this loop writes them, through the scale subresource.
+after that only this loop writes them, through the scale subresource, unless the Endpoint
+carries `lockgate.dev/scaler: external` (KEDA or an HPA owns the count): then the loop
+still reports `MetricsAvailable` and marks busy pods, and writes no replica count.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import aiohttp
@@ -26,7 +28,7 @@ import kopf
 from lockgate.kube import reconcile as rc
 from lockgate.kube.cluster import ClusterError
 from lockgate.kube.events import endpoint_event
-from lockgate.kube.manifests import Owner
+from lockgate.kube.manifests import EXTERNAL_SCALER, Owner
 from lockgate.kube.status import METRICS_AVAILABLE, Check
 from lockgate.scaling.autoscaler import Autoscaler
 from lockgate.scaling.decision import Decision, EndpointMetrics, Limits
@@ -66,6 +68,16 @@ def metrics_check(endpoint_id: str, readings: Mapping[str, Any], error: str | No
         message = f"the gateway's /metrics does not report this endpoint; {holding}"
         return Check(METRICS_AVAILABLE, False, "EndpointNotReported", message)
     return Check(METRICS_AVAILABLE, True, "Scraped", "the scaler reads the gateway's /metrics")
+
+
+def externally_scaled(entry: Obj) -> bool:
+    """Whether another scaler owns the endpoint's worker count (its registry entry says)."""
+    return entry.get("scaler") == EXTERNAL_SCALER
+
+
+def busy_members(members: Iterable[str], worker_jobs: Mapping[str, int]) -> list[str]:
+    """The workers holding at least one job."""
+    return [w for w in members if worker_jobs.get(w, 0) > 0]
 
 
 def by_endpoint(objects: list[Obj]) -> dict[str, list[Obj]]:
@@ -152,16 +164,25 @@ class ScalingLoop:
         readings: Mapping[str, EndpointMetrics],
         error: str | None,
     ) -> Decision | None:
-        """Decide for one endpoint and apply it; None when it has no Deployment yet."""
+        """Decide for one endpoint and apply it; None when it has no Deployment yet or
+        another scaler owns its count."""
         check = metrics_check(owner.name, readings, error)
         await self._report_metrics(owner, check)
         if deployment is None:
             return None
         pool = DeploymentPool(self.ctx.cluster, deployment, pods)
+        metrics = readings.get(owner.name) if check.ok else None
+        if externally_scaled(entry):
+            # Another scaler sets the count; busy pods are still marked, so that its
+            # scale-downs remove idle pods first.
+            self.scalers.pop(owner.name, None)
+            if metrics is not None:
+                members = (await pool.state()).members
+                await pool.mark_busy(busy_members(members, metrics.worker_jobs))
+            return None
         scaler = self.scalers.setdefault(owner.name, Autoscaler(pool, clock=self.clock))
         scaler.pool = pool
         before = pool.replicas
-        metrics = readings.get(owner.name) if check.ok else None
         decision = await scaler.step(metrics, Limits.from_settings(entry))
         if decision.desired != before:
             await self._scaled(owner, deployment, before, decision)
