@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import threading
 import time
@@ -31,10 +32,12 @@ from lockgate.dev.redis_server import EmbeddedRedis, free_port
 from lockgate.kube.crds import GROUP, VERSION
 from lockgate.kube.main import run
 from lockgate.kube.settings import OperatorSettings
+from lockgate.store import key_digest
 from tests.conftest import eventually
 
 REPO = Path(__file__).resolve().parent.parent
 NAMESPACE = "lockgate-test"
+FILE_ADMIN_KEY = "lg_admin_from_the_key_file"
 E2E_KUBECONFIG = "LOCKGATE_E2E_KUBECONFIG"  # an existing cluster instead of envtest
 T = TypeVar("T")
 
@@ -121,12 +124,19 @@ class RunningOperator:
     settings: OperatorSettings
     manage_url: str
     metrics_port: int  # the scaler scrapes 127.0.0.1:<port>/metrics; a test may serve it
+    file_admin_key: str = FILE_ADMIN_KEY  # an admin key known from the key file alone
 
 
 @pytest.fixture(scope="session")
-def operator(kube: k8s.ApiClient, redis_server: EmbeddedRedis) -> Iterator[RunningOperator]:
-    """`lockgate operator` (kopf + management API) in a thread, watching the test namespace."""
+def operator(
+    kube: k8s.ApiClient, redis_server: EmbeddedRedis, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningOperator]:
+    """`lockgate operator` (kopf + management API) in a thread, watching the test namespace;
+    its key file (a mounted Secret in a cluster) holds the admin key `FILE_ADMIN_KEY`."""
     manage_port, metrics_port = free_port(), free_port()
+    keys_file = tmp_path_factory.mktemp("keys") / "keys.json"
+    entry = {"name": "file-admin", "sha256": key_digest(FILE_ADMIN_KEY), "scopes": ["admin"]}
+    keys_file.write_text(json.dumps([entry]))
     settings = OperatorSettings(
         redis_url=redis_server.url,
         namespaces=[NAMESPACE],
@@ -138,6 +148,7 @@ def operator(kube: k8s.ApiClient, redis_server: EmbeddedRedis) -> Iterator[Runni
         resync_s=1.0,
         metrics_url=f"http://127.0.0.1:{metrics_port}/metrics",  # nothing there unless a test
         scale_interval_s=0.2,
+        keys_file=str(keys_file),
     )
     stop, ready = threading.Event(), threading.Event()
     errors: list[BaseException] = []

@@ -443,11 +443,13 @@ def test_keys_file_takes_digests_only() -> None:
     assert errors({"apiKeys": {"keys": [plaintext]}})
 
 
-def test_only_the_gateway_mounts_the_keys_file(render_chart) -> None:
-    deployments = by_kind(render_chart(), "Deployment")
-    operator = deployments["lockgate-operator"]["spec"]["template"]["spec"]
-    assert "LOCKGATE_KEYS_FILE" not in env_of(operator["containers"][0])
-    assert all(v["name"] != "api-keys" for v in operator["volumes"])
+@pytest.mark.parametrize("name", ["lockgate-gateway", "lockgate-operator"])
+def test_the_gateway_and_the_operator_read_the_mounted_keys_file(render_chart, name) -> None:
+    pod = by_kind(render_chart(), "Deployment")[name]["spec"]["template"]["spec"]
+    path = env_of(pod["containers"][0])["LOCKGATE_KEYS_FILE"]
+    [mount] = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "api-keys"]
+    assert path.startswith(mount["mountPath"] + "/")
+    assert any(v["name"] == "api-keys" for v in pod["volumes"])
 
 
 def test_existing_secrets_replace_the_charts_own(render_chart) -> None:

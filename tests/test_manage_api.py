@@ -130,6 +130,14 @@ async def create(api: Api, endpoint_id: str | None = None, **fields: Any) -> dic
     return record
 
 
+@pytest.mark.envtest
+async def test_an_admin_key_from_the_operators_key_file_is_accepted(
+    kubernetes_api: Api, operator: RunningOperator
+) -> None:
+    assert (await kubernetes_api.call("GET", key=operator.file_admin_key))[0] == 200
+    assert (await kubernetes_api.call("GET", key="lg_not_in_the_file"))[0] == 401
+
+
 async def test_post_creates_an_endpoint_with_a_runpod_style_id(api: Api) -> None:
     record = await create(api, name="echo", gpuTypeIds=["NVIDIA L4"])
     assert re.fullmatch(r"[a-z0-9]{14}", record["id"])

@@ -29,6 +29,10 @@ class OperatorSettings(BaseSettings):
     manage_host: str = "0.0.0.0"
     manage_port: int = Field(8081, description="management API port; 0 disables it")
     liveness_port: int = Field(8082, description="serves /healthz for probes; 0 disables it")
+    keys_file: str = Field(
+        "", description="JSON list of {name, sha256, scopes, endpoints?}: admin keys beside Redis"
+    )
+    keys_file_reload_s: float = Field(5.0, description="how often the key file is looked at")
     peering: bool = Field(False, description="kopf peering, for several operator replicas")
     resync_s: float = Field(10.0, gt=0, description="how often each Endpoint is re-reconciled")
     heartbeat_timeout_s: float = Field(30.0, description="a silent worker is not counted after")
