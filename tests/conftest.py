@@ -103,8 +103,9 @@ async def start_gateway(settings: Settings) -> web.AppRunner:
 
 @pytest.fixture
 def gateway_settings(request: pytest.FixtureRequest) -> dict:
-    """The gateway's settings: parametrize indirectly, or override in a test module."""
-    return dict(getattr(request, "param", {}))
+    """The gateway's settings: the test module's `GATEWAY_SETTINGS`, with what a test gives
+    by indirect parametrization on top."""
+    return {**getattr(request.module, "GATEWAY_SETTINGS", {}), **getattr(request, "param", {})}
 
 
 @pytest.fixture

@@ -22,11 +22,6 @@ WRITES = [("POST", "run"), ("POST", "runsync?wait=1000"), ("POST", "cancel/nope"
           ("POST", "retry/nope"), ("POST", "purge-queue")]  # fmt: skip
 
 
-@pytest.fixture
-def gateway_settings(request: pytest.FixtureRequest) -> dict:
-    return dict(getattr(request, "param", {}))
-
-
 async def call(http, gw: LiveGateway, method: str, path: str, key: str) -> int:
     body = {"input": {}} if method == "POST" else None
     headers = {"authorization": key}

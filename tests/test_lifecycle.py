@@ -17,18 +17,16 @@ from tests.test_job_api import done, get, post, submit, take
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 
-@pytest.fixture
-def gateway_settings(request: pytest.FixtureRequest) -> dict:
-    """Test-sized timings; a test may override some with indirect parametrization."""
-    return dict(
-        sweep_interval_s=0.1,
-        heartbeat_timeout_s=1.0,
-        max_attempts=2,
-        unlisted_grace_s=0.3,
-        webhook_secret=SECRET,
-        webhook_retry_interval_s=1.0,
-        webhook_allow_private=True,
-    ) | getattr(request, "param", {})
+# Test-sized timings; a test may override some with indirect parametrization.
+GATEWAY_SETTINGS = dict(
+    sweep_interval_s=0.1,
+    heartbeat_timeout_s=1.0,
+    max_attempts=2,
+    unlisted_grace_s=0.3,
+    webhook_secret=SECRET,
+    webhook_retry_interval_s=1.0,
+    webhook_allow_private=True,
+)
 
 
 async def eventually(check, timeout_s: float = 10.0):

@@ -39,9 +39,7 @@ ROUTES = {
 HOUR_WINDOW = {"rate_limit_window_s": 3600.0}
 
 
-@pytest.fixture
-def gateway_settings(request: pytest.FixtureRequest) -> dict:
-    return {**HOUR_WINDOW, **getattr(request, "param", {})}
+GATEWAY_SETTINGS = HOUR_WINDOW
 
 
 async def call(http, url: str, key: str, op: Operation = Operation.HEALTH, endpoint="echo"):

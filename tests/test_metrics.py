@@ -15,11 +15,9 @@ from tests.conftest import LiveGateway, make_settings, start_gateway
 from tests.test_job_api import done, get, submit, take
 from tests.test_lifecycle import Receiver
 
-
-@pytest.fixture
-def gateway_settings(request: pytest.FixtureRequest) -> dict:
-    quick = dict(webhook_allow_private=True, webhook_retry_interval_s=0.3, sweep_interval_s=0.1)
-    return {**quick, **getattr(request, "param", {})}
+GATEWAY_SETTINGS = dict(
+    webhook_allow_private=True, webhook_retry_interval_s=0.3, sweep_interval_s=0.1
+)
 
 
 async def scrape(http: aiohttp.ClientSession, url: str, **kw) -> str:

@@ -11,9 +11,7 @@ from tests.test_job_api import get, submit, take
 CAP = 3 * 1024 * 1024
 
 
-@pytest.fixture
-def gateway_settings() -> dict:
-    return {"max_result_bytes": CAP}
+GATEWAY_SETTINGS = {"max_result_bytes": CAP}
 
 
 async def test_a_result_over_the_cap_fails_the_job_with_a_clear_error(http, gateway):

@@ -17,9 +17,7 @@ CAP = 3 * 1024 * 1024  # bytes of unread stream data per job, for these tests
 ACCEPTED = (200, {"accepted": True})
 
 
-@pytest.fixture
-def gateway_settings() -> dict:
-    return {"max_stream_bytes": CAP, "retention_run_s": 1.0}
+GATEWAY_SETTINGS = {"max_stream_bytes": CAP, "retention_run_s": 1.0}
 
 
 async def push(http, gw: LiveGateway, job_id: str, body: dict, worker: str = "w1"):

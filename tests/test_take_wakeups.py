@@ -8,7 +8,6 @@ import asyncio
 import uuid
 
 import aiohttp
-import pytest
 from redis.asyncio import Redis
 
 from lockgate.dev.redis_server import free_port
@@ -16,13 +15,8 @@ from lockgate.store import JobStore, NewJob, keys, now_ms
 from tests.conftest import LiveGateway, make_settings, start_gateway
 from tests.test_job_api import submit, take
 
-SETTINGS = {"poll_fallback_s": 30.0, "take_wait_s": 20.0}
+GATEWAY_SETTINGS = {"poll_fallback_s": 30.0, "take_wait_s": 20.0}
 PROMPTLY_S = 10.0  # well under poll_fallback_s: only a wake-up gets a taker its job by then
-
-
-@pytest.fixture
-def gateway_settings() -> dict:
-    return SETTINGS
 
 
 async def waiting_takers(http, gw: LiveGateway, workers: list[str]) -> list[asyncio.Task]:
@@ -68,7 +62,9 @@ async def test_submits_over_http_wake_every_waiting_taker(http, gateway):
 
 
 async def test_waiting_takers_on_two_replicas_are_all_woken(http, gateway, redis, redis_server):
-    second = await start_gateway(make_settings(redis_server.url, port := free_port(), **SETTINGS))
+    second = await start_gateway(
+        make_settings(redis_server.url, port := free_port(), **GATEWAY_SETTINGS)
+    )
     try:
         other = LiveGateway(
             f"http://127.0.0.1:{port}", gateway.endpoint, gateway.client_key,

@@ -24,9 +24,7 @@ FINAL = {"cancel": "CANCELLED", "timeout": "TIMED_OUT"}
 TIMEOUT_MS = 1500  # the endpoint's executionTimeout when a test stops jobs by timeout
 
 
-@pytest.fixture
-def gateway_settings() -> dict:
-    return {"sweep_interval_s": 0.1}
+GATEWAY_SETTINGS = {"sweep_interval_s": 0.1}
 
 
 class Worker:
