@@ -125,8 +125,15 @@ async def all_completed(session: aiohttp.ClientSession, c: Cluster, ids: list[st
     sem = asyncio.Semaphore(32)
 
     async def done(job_id: str) -> bool:
-        async with sem, session.get(f"{c.url}/v2/echo/status/{job_id}", headers=headers) as r:
-            return r.status == 200 and (await r.json())["status"] == "COMPLETED"
+        async with sem:
+            while True:  # 2,000 reads can outrun the /status limit: wait like a client would
+                async with session.get(
+                    f"{c.url}/v2/echo/status/{job_id}", headers=headers
+                ) as r:
+                    if r.status != 429:
+                        return r.status == 200 and (await r.json())["status"] == "COMPLETED"
+                    retry_after = float(r.headers["retry-after"])
+                await asyncio.sleep(retry_after)
 
     return all(await asyncio.gather(*(done(i) for i in ids)))
 
