@@ -127,9 +127,7 @@ async def all_completed(session: aiohttp.ClientSession, c: Cluster, ids: list[st
     async def done(job_id: str) -> bool:
         async with sem:
             while True:  # 2,000 reads can outrun the /status limit: wait like a client would
-                async with session.get(
-                    f"{c.url}/v2/echo/status/{job_id}", headers=headers
-                ) as r:
+                async with session.get(f"{c.url}/v2/echo/status/{job_id}", headers=headers) as r:
                     if r.status != 429:
                         return r.status == 200 and (await r.json())["status"] == "COMPLETED"
                     retry_after = float(r.headers["retry-after"])
