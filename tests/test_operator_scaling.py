@@ -8,6 +8,7 @@ equal to a pod's name (envtest has no kubelet: the ReplicaSet's pods stay Pendin
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
@@ -221,7 +222,17 @@ async def test_an_endpoint_annotated_scaler_external_is_left_to_its_own_scaler(
     assert replicas(resources, name) == 2
     assert not events(resources, name, "ScaledUp") and not events(resources, name, "ScaledDown")
 
-    # Without the annotation the built-in scaler takes the count back (at the next resync).
+    # Without the annotation the built-in scaler takes the count back: kopf sees the change
+    # as an update of the Endpoint (its last handled configuration follows it).
+    assert handled_annotations(resources, name) == {"lockgate.dev/scaler": "external"}
     resources.patch("endpoints", name, {"metadata": {"annotations": {"lockgate.dev/scaler": None}}})
+    await until(lambda: handled_annotations(resources, name) == {}, "kopf handled the update")
     await until(lambda: replicas(resources, name) == 0, "scaled to 0 by the built-in scaler")
     assert "scaler" not in await Registry(redis).get_endpoint(name)
+
+
+def handled_annotations(resources: Resources, name: str) -> dict:
+    """The annotations in the configuration kopf last handled for an Endpoint."""
+    annotations = resources.get("endpoints", name)["metadata"]["annotations"]
+    handled = json.loads(annotations["operator.lockgate.dev/last-handled-configuration"])
+    return handled.get("metadata", {}).get("annotations", {})

@@ -1,7 +1,9 @@
 """kopf handlers: thin, typed, each delegating to `kube.reconcile`.
 
-kopf keeps its own bookkeeping in annotations under `lockgate.dev/` (see `configure`): the
-CRD's status schema declares only lockgate's fields, and Kubernetes prunes anything else.
+kopf keeps its own bookkeeping in annotations under `operator.lockgate.dev/` (see
+`configure`): the CRD's status schema declares only lockgate's fields, and Kubernetes prunes
+anything else. The prefix is not `lockgate.dev/` itself: kopf leaves annotations under its
+own prefix out of its diffs, and a change of `lockgate.dev/scaler` must reach the handler.
 Handlers return nothing for the same reason (kopf would store results under status).
 """
 
@@ -17,6 +19,17 @@ from lockgate.kube.crds import ENDPOINT, GROUP, TEMPLATE, VERSION
 ENDPOINTS = (GROUP, VERSION, ENDPOINT.plural)
 TEMPLATES = (GROUP, VERSION, TEMPLATE.plural)
 FINALIZER = f"{GROUP}/cleanup"  # held only for the Redis cleanup of a deleted Endpoint
+KOPF_PREFIX = f"operator.{GROUP}"  # kopf's own annotations, marked as such by kopf
+
+
+def progress_storage() -> kopf.AnnotationsProgressStorage:
+    """Where kopf records handler progress."""
+    return kopf.AnnotationsProgressStorage(prefix=KOPF_PREFIX)
+
+
+def diffbase_storage() -> kopf.AnnotationsDiffBaseStorage:
+    """Where kopf keeps the last handled spec, labels and annotations it diffs against."""
+    return kopf.AnnotationsDiffBaseStorage(prefix=KOPF_PREFIX, key="last-handled-configuration")
 
 
 def _ctx(memo: Any) -> rc.Context:
@@ -28,10 +41,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     """Every kopf setting of the operator, in one place."""
     ours = _ctx(memo).settings
     settings.persistence.finalizer = FINALIZER
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=GROUP, key="last-handled-configuration"
-    )
+    settings.persistence.progress_storage = progress_storage()
+    settings.persistence.diffbase_storage = diffbase_storage()
     settings.peering.standalone = not ours.peering
     settings.peering.mandatory = ours.peering
     settings.posting.reporting_component = "lockgate-operator"
