@@ -235,6 +235,8 @@ class LeaderElector:
         try:
             while True:
                 if await self.try_once():
+                    if task is not None and task.done():
+                        _report(task)
                     if task is None or task.done():
                         task = asyncio.create_task(work(), name=f"leading-{self.name}")
                 elif task is not None:
@@ -251,3 +253,9 @@ class LeaderElector:
 async def _stop(task: asyncio.Task[None]) -> None:
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
+
+
+def _report(task: asyncio.Task[None]) -> None:
+    """Log why work ended while this replica still leads (it is started again)."""
+    if not task.cancelled() and (err := task.exception()) is not None:
+        log.warning("scaler: the work of this term failed, starting it again: %r", err)
