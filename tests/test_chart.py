@@ -170,6 +170,8 @@ def test_there_are_example_values_for_external_redis_namespaces_and_gitops() -> 
     [
         ({"gateway": {"replicas": 2}}, "Additional properties"),
         ({"gateway": {"replicaCount": 0}}, "less than the minimum"),
+        ({"operator": {"replicaCount": 0}}, "less than the minimum"),
+        ({"operator": {"replicas": 2}}, "Additional properties"),
         ({"redis": {"enabled": False}}, "is not valid under any"),
         ({"redis": {"appendfsync": "sometimes"}}, "is not one of"),
         ({"operator": {"namespaces": ["Team_A"]}}, "does not match"),
@@ -367,10 +369,12 @@ def test_default_install_has_every_component(render_chart) -> None:
         ("Service", "lockgate-operator"),
         ("StatefulSet", "lockgate-redis"),
         ("ClusterRole", "lockgate-operator"),
+        ("Role", "lockgate-operator-leader-election"),
         ("Secret", "lockgate-settings"),
         ("Secret", "lockgate-api-keys"),
     } <= kinds
-    assert not {"Ingress", "ServiceMonitor", "ScaledObject", "Role"} & {k for k, _ in kinds}
+    assert not {"Ingress", "ServiceMonitor", "ScaledObject"} & {k for k, _ in kinds}
+    assert [n for k, n in kinds if k == "Role"] == ["lockgate-operator-leader-election"]
 
 
 def test_gateway_and_operator_share_settings_and_find_each_other(render_chart) -> None:
@@ -489,7 +493,9 @@ def test_cluster_wide_rbac_grants_only_the_verbs_the_operator_uses(render_chart)
 def test_namespaced_operator_gets_a_role_per_namespace(render_chart) -> None:
     values = {"operator": {"namespaces": ["team-a", "team-b"], "endpointNamespace": "intake"}}
     docs = render_chart(values)
-    roles = [d for d in docs if d["kind"] == "Role"]
+    roles = [
+        d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == "lockgate-operator"
+    ]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["intake", "team-a", "team-b"]
     bindings = [d for d in docs if d["kind"] == "RoleBinding"]
     assert {b["subjects"][0]["namespace"] for b in bindings} == {"lockgate"}
@@ -497,6 +503,58 @@ def test_namespaced_operator_gets_a_role_per_namespace(render_chart) -> None:
     assert cluster == {"customresourcedefinitions": {"list", "watch"}}
     operator = by_kind(docs, "Deployment")["lockgate-operator"]["spec"]["template"]["spec"]
     assert env_of(operator["containers"][0])["LOCKGATE_NAMESPACES"] == "team-a,team-b"
+
+
+@pytest.mark.parametrize("values", [{}, {"operator": {"namespaces": ["team-a"]}}])
+def test_the_operator_may_keep_only_its_scaler_lease_in_its_own_namespace(
+    render_chart, values: dict
+) -> None:
+    docs = render_chart(values)
+    role = by_kind(docs, "Role")["lockgate-operator-leader-election"]
+    assert role["metadata"]["namespace"] == "lockgate"
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": ["lockgate-operator-scaler"],
+            "verbs": ["get", "update"],
+        },
+    ]
+    binding = by_kind(docs, "RoleBinding")["lockgate-operator-leader-election"]
+    assert binding["roleRef"]["name"] == "lockgate-operator-leader-election"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "lockgate-operator", "namespace": "lockgate"}
+    ]
+    operator = by_kind(docs, "Deployment")["lockgate-operator"]["spec"]["template"]["spec"]
+    env = env_of(operator["containers"][0])
+    assert env["LOCKGATE_LEASE_NAME"] == "lockgate-operator-scaler"
+    assert env["LOCKGATE_LEASE_NAMESPACE"] == "lockgate"
+    assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+
+
+def test_rbac_create_off_renders_no_lease_role(render_chart) -> None:
+    docs = render_chart({"rbac": {"create": False}})
+    assert not by_kind(docs, "Role") and not by_kind(docs, "RoleBinding")
+
+
+def test_one_operator_is_recreated_and_two_roll_spread_over_nodes(render_chart) -> None:
+    one = by_kind(render_chart(), "Deployment")["lockgate-operator"]["spec"]
+    assert one["replicas"] == 1 and one["strategy"] == {"type": "Recreate"}
+    assert "affinity" not in one["template"]["spec"]
+    two = by_kind(render_chart({"operator": {"replicaCount": 2}}), "Deployment")
+    spec = two["lockgate-operator"]["spec"]
+    assert spec["replicas"] == 2 and spec["strategy"]["type"] == "RollingUpdate"
+    assert spec["strategy"]["rollingUpdate"] == {"maxUnavailable": 0, "maxSurge": 1}
+    spread = spec["template"]["spec"]["affinity"]["podAntiAffinity"]
+    term = spread["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+    assert term["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] == "operator"
+
+
+def test_several_operators_with_kopf_peering_fail_with_a_message(render_chart) -> None:
+    # kopf pauses every operator when peers of equal priority run: nothing would reconcile.
+    with pytest.raises(RenderError, match="peering=false"):
+        render_chart({"operator": {"replicaCount": 2, "peering": True}})
 
 
 def test_crds_install_off_renders_no_crd(render_chart) -> None:

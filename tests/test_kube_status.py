@@ -117,3 +117,17 @@ def test_metrics_unavailable_is_a_condition_that_leaves_the_phase_alone() -> Non
     assert status["phase"] == "Ready"
     [cond] = [c for c in status["conditions"] if c["type"] == "MetricsAvailable"]
     assert (cond["status"], cond["reason"]) == ("False", "GatewayUnreachable")
+
+
+def test_a_replica_without_the_scaler_keeps_the_metrics_condition_it_found() -> None:
+    # Only the scaler Lease's holder reads /metrics; another replica's reconcile must
+    # neither drop its condition nor restamp it.
+    before = {"type": "MetricsAvailable", "status": "False", "reason": "GatewayUnreachable"}
+    before |= {"message": "holding", "lastTransitionTime": "T0"}
+    observed = Observed(generation=1, checks=ALL_OK, deployment=deployment(0))
+    status = endpoint_status(
+        observed, endpoint_id="ep", job_api_url="u", previous={"conditions": [before]}, now="T1"
+    )
+    assert [c for c in status["conditions"] if c["type"] == "MetricsAvailable"] == [before]
+    fresh = endpoint_status(observed, endpoint_id="ep", job_api_url="u", previous=None, now="T1")
+    assert not [c for c in fresh["conditions"] if c["type"] == "MetricsAvailable"]

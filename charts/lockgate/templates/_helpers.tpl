@@ -50,6 +50,9 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "lockgate.operator.fullname" -}}
 {{- printf "%s-operator" (include "lockgate.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
+{{- define "lockgate.operator.leaseName" -}}
+{{- printf "%s-scaler" (include "lockgate.operator.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
 {{- define "lockgate.redis.fullname" -}}
 {{- printf "%s-redis" (include "lockgate.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
@@ -132,6 +135,9 @@ accepts only keys kept in Redis (`lockgate keys create`). */}}
 {{- end }}
 {{- if and .Values.redis.enabled .Values.externalRedis.url }}
 {{- fail "set externalRedis.url only with redis.enabled=false" }}
+{{- end }}
+{{- if and .Values.operator.peering (gt (int .Values.operator.replicaCount) 1) }}
+{{- fail "operator.replicaCount > 1 needs operator.peering=false: kopf pauses every operator when peers of equal priority run (the replicas elect a scaler through a Lease instead)" }}
 {{- end }}
 {{- end }}
 

@@ -27,6 +27,10 @@ Obj = dict[str, Any]
 T = TypeVar("T")
 MERGE_PATCH = "application/merge-patch+json"
 CONFLICT_RETRIES = 3
+# Leases go through the generic (custom objects) API: it sends dict bodies as they are,
+# where the typed client parses renewTime into a datetime and writes it back without
+# microseconds when they are 0, a MicroTime the API server refuses (400).
+LEASES = ("coordination.k8s.io", "v1", "leases")
 
 
 class ClusterError(Exception):
@@ -221,18 +225,43 @@ class Cluster:
                 continue  # written concurrently: read theirs
         raise kopf.TemporaryError(f"Secret {name} cannot be read or created", delay=1)
 
+    # -- Leases (leader election, see `kube.leader`) ------------------------------------
+
+    async def get_lease(self, namespace: str, name: str) -> Obj | None:
+        """The Lease as JSON, or None when it does not exist."""
+        return await self._get_custom(LEASES, namespace, name)
+
+    async def create_lease(self, lease: Obj) -> Obj:
+        """Create a Lease; `Conflict` when another writer created it first."""
+        group, version, plural = LEASES
+        namespace = lease["metadata"]["namespace"]
+        create = self.custom.create_namespaced_custom_object
+        return await self._call(create, group, version, namespace, plural, lease)
+
+    async def replace_lease(self, lease: Obj) -> Obj:
+        """Write a Lease read before; `Conflict` when it changed since (resourceVersion)."""
+        group, version, plural = LEASES
+        meta = lease["metadata"]
+        replace = self.custom.replace_namespaced_custom_object
+        return await self._call(
+            replace, group, version, meta["namespace"], plural, meta["name"], lease
+        )
+
     # -- lockgate.dev resources -----------------------------------------------------------
 
     async def get_template(self, namespace: str, name: str) -> Obj | None:
-        return await self._get_custom(TEMPLATE.plural, namespace, name)
+        return await self._get_custom((GROUP, VERSION, TEMPLATE.plural), namespace, name)
 
     async def get_endpoint(self, namespace: str, name: str) -> Obj | None:
-        return await self._get_custom(ENDPOINT.plural, namespace, name)
+        return await self._get_custom((GROUP, VERSION, ENDPOINT.plural), namespace, name)
 
-    async def _get_custom(self, plural: str, namespace: str, name: str) -> Obj | None:
+    async def _get_custom(
+        self, resource: tuple[str, str, str], namespace: str, name: str
+    ) -> Obj | None:
+        group, version, plural = resource
         try:
             return await self._call(
-                self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, plural, name
+                self.custom.get_namespaced_custom_object, group, version, namespace, plural, name
             )
         except NotFound:
             return None

@@ -18,6 +18,7 @@ from lockgate.gateway.auth import Authenticator
 from lockgate.gateway.keyfile import KeyFile
 from lockgate.kube import handlers  # noqa: F401 - registers the kopf handlers
 from lockgate.kube.cluster import Cluster, api_client_from_environment
+from lockgate.kube.leader import LeaderElector
 from lockgate.kube.reconcile import Context
 from lockgate.kube.scaler import ScalingLoop
 from lockgate.kube.settings import OperatorSettings
@@ -70,14 +71,27 @@ async def start_manage_api(ctx: Context) -> web.AppRunner:
     return runner
 
 
+async def scale(ctx: Context, session: aiohttp.ClientSession) -> None:
+    """One leadership term of the scaler: a fresh `ScalingLoop` until cancelled; what it
+    learnt (stabilisation windows, `MetricsAvailable` readings) goes with it."""
+    try:
+        await ScalingLoop(ctx, session).run()
+    finally:
+        ctx.scaling.clear()
+
+
 @contextlib.asynccontextmanager
-async def scaling(ctx: Context) -> AsyncIterator[None]:
-    """The scaler loop beside kopf (unless `scale_interval_s` is 0), cancelled on exit."""
+async def scaling(ctx: Context, elector: LeaderElector | None = None) -> AsyncIterator[None]:
+    """The scaler beside kopf (unless `scale_interval_s` is 0), running only while this
+    replica holds the scaler Lease; on exit it stops and the Lease is released."""
     if not ctx.settings.scale_interval_s:
         yield
         return
+    elector = elector or LeaderElector.for_scaler(ctx.cluster, ctx.settings)
     async with aiohttp.ClientSession() as session:
-        task = asyncio.create_task(ScalingLoop(ctx, session).run(), name="lockgate-scaler")
+        task = asyncio.create_task(
+            elector.run(lambda: scale(ctx, session)), name="lockgate-scaler-election"
+        )
         try:
             yield
         finally:

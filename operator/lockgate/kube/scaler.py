@@ -11,6 +11,10 @@ The operator itself sets replicas only when it creates a Deployment (`workersMin
 after that only this loop writes them, through the scale subresource, unless the Endpoint
 carries `lockgate.dev/scaler: external` (KEDA or an HPA owns the count): then the loop
 still reports `MetricsAvailable` and marks busy pods, and writes no replica count.
+
+Of several operator replicas only one runs this loop: the holder of the scaler Lease
+(`kube.leader`; `kube.main.scaling` starts a fresh loop for each term and cancels it when
+the Lease is lost).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
@@ -43,6 +43,14 @@ class OperatorSettings(BaseSettings):
     metrics_timeout_s: float = Field(2.0, gt=0, description="a scrape slower than this fails")
     scale_interval_s: float = Field(1.0, ge=0, description="seconds between decisions; 0: off")
 
+    # Leader election: of several operator replicas, only the Lease holder runs the scaler.
+    lease_name: str = Field("lockgate-scaler", description="the scaler's coordination.k8s.io Lease")
+    lease_namespace: str = Field(
+        "", description="the operator's own namespace; default: manage_namespace()"
+    )
+    lease_duration_s: int = Field(15, ge=1, description="a Lease not renewed this long expires")
+    lease_renew_s: float = Field(5.0, gt=0, description="how often the Lease is read and renewed")
+
     # Scheduling: node label keys that the Endpoint's lists are matched against.
     gpu_resource: str = "nvidia.com/gpu"
     gpu_type_label: str = "nvidia.com/gpu.product"
@@ -69,6 +77,16 @@ class OperatorSettings(BaseSettings):
         if isinstance(value, str):
             return [n.strip() for n in value.split(",") if n.strip()]
         return value
+
+    @model_validator(mode="after")
+    def _renew_within_the_lease(self) -> OperatorSettings:
+        if self.lease_renew_s >= self.lease_duration_s:
+            raise ValueError("lease_renew_s must be shorter than lease_duration_s")
+        return self
+
+    def scaler_lease_namespace(self) -> str:
+        """Where the scaler's Lease lives: `lease_namespace`, else `manage_namespace()`."""
+        return self.lease_namespace or self.manage_namespace()
 
     def manage_namespace(self) -> str:
         """The namespace the management API writes Endpoints into."""

@@ -54,7 +54,9 @@ class Observed:
     checks: Sequence[Check] = ()  # spec, Template, registry, workloads: up to the first failure
     deployment: Mapping[str, Any] | None = None  # the Deployment as the API returned it
     activity: Activity = field(default_factory=Activity)
-    scaling: Check | None = None  # the scaler's `MetricsAvailable`; never changes the phase
+    # The scaler's `MetricsAvailable`; never changes the phase. None where this replica
+    # does not run the scaler (another holds its Lease): the condition is then kept as is.
+    scaling: Check | None = None
 
 
 def deployment_check(deployment: Mapping[str, Any] | None) -> Check:
@@ -122,6 +124,11 @@ def merge_conditions(
     return out
 
 
+def carried(previous: Sequence[Mapping[str, Any]], type_: str) -> list[Condition]:
+    """The previous condition of `type_`, unchanged (none when there was none)."""
+    return [Condition.model_validate(c) for c in previous if c.get("type") == type_]
+
+
 def endpoint_status(
     observed: Observed,
     *,
@@ -136,6 +143,8 @@ def endpoint_status(
     checks = [*observed.checks, deployment_check(observed.deployment), ready]
     if observed.scaling is not None:
         checks.append(observed.scaling)
+    before = (previous or {}).get("conditions") or []
+    kept = [] if observed.scaling is not None else carried(before, METRICS_AVAILABLE)
     desired, ready_workers = replica_counts(observed.deployment)
     act = observed.activity
     status = EndpointStatus(
@@ -149,7 +158,7 @@ def endpoint_status(
             "running": act.running,
         },
         jobs={"inQueue": act.in_queue, "inProgress": act.in_progress},
-        conditions=merge_conditions((previous or {}).get("conditions") or [], checks, now),
+        conditions=merge_conditions(before, checks, now) + kept,
         observedGeneration=observed.generation,
     )
     return omit_empty_strings(status.model_dump(mode="json"))

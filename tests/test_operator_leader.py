@@ -1,0 +1,187 @@
+"""Leader election for the scaler against a real kube-apiserver (envtest): electors in one
+process stand for operator replicas, each with its own identity, sharing one Lease.
+
+Durations are test-sized (a 2 s Lease renewed every 0.5 s); the assertions are about who
+leads, never about how fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from lockgate.dev.redis_server import EmbeddedRedis
+from lockgate.kube import main
+from lockgate.kube.cluster import Cluster
+from lockgate.kube.leader import LeaderElector, holder_of
+from lockgate.kube.reconcile import Context
+from lockgate.kube.scaler import ScalingLoop
+from lockgate.kube.settings import OperatorSettings
+from lockgate.kube.status import METRICS_AVAILABLE, Check
+from tests.conftest import eventually
+
+pytest_plugins = ["kube_fixtures"]
+pytestmark = [pytest.mark.envtest]
+
+NAMESPACE = "lockgate-test"  # kube_fixtures creates it
+LEASE_TIMING = {"lease_duration_s": 2, "lease_renew_s": 0.5}
+_names = itertools.count()
+
+
+@pytest.fixture
+def lease_name() -> str:
+    """A Lease of its own for each test (the session's operator holds `lockgate-scaler`)."""
+    return f"test-scaler-{next(_names)}"
+
+
+@pytest.fixture
+def cluster(kube: k8s.ApiClient) -> Cluster:
+    return Cluster(kube)
+
+
+def elector(cluster: Cluster, lease_name: str, me: str) -> LeaderElector:
+    return LeaderElector(
+        cluster, name=lease_name, namespace=NAMESPACE, me=me, duration_s=2, renew_s=0.5
+    )
+
+
+class Replica:
+    """One elector campaigning in a task, counting the terms its work ran."""
+
+    def __init__(self, elector: LeaderElector) -> None:
+        self.elector = elector
+        self.working = False
+        self.terms = 0
+        self.task: asyncio.Task[None] | None = None
+
+    async def work(self) -> None:
+        self.terms += 1
+        self.working = True
+        try:
+            await asyncio.Event().wait()
+        finally:
+            self.working = False
+
+    def start(self) -> Replica:
+        self.task = asyncio.create_task(self.elector.run(self.work))
+        return self
+
+    async def stop(self) -> None:
+        """Shut down as a replica does: cancel, which stops the work and releases."""
+        if self.task is not None:
+            self.task.cancel()
+            await asyncio.gather(self.task, return_exceptions=True)
+            self.task = None
+
+
+@pytest.fixture
+async def replicas(cluster: Cluster, lease_name: str) -> AsyncIterator[Callable[[str], Replica]]:
+    started: list[Replica] = []
+
+    def start(me: str) -> Replica:
+        started.append(Replica(elector(cluster, lease_name, me)).start())
+        return started[-1]
+
+    yield start
+    for replica in started:
+        await replica.stop()
+
+
+async def until(check: Callable[[], Any], what: str) -> Any:
+    async def once() -> Any:
+        return check()
+
+    return await eventually(once, what, timeout=20)
+
+
+async def holder(cluster: Cluster, lease_name: str) -> str:
+    return holder_of(await cluster.get_lease(NAMESPACE, lease_name))
+
+
+async def test_of_two_electors_on_one_lease_exactly_one_leads(
+    cluster: Cluster, lease_name: str, replicas: Callable[[str], Replica]
+) -> None:
+    a, b = replicas("replica-a"), replicas("replica-b")
+    await until(lambda: a.working or b.working, "a leader")
+    leader, standby = (a, b) if a.working else (b, a)
+    for _ in range(8):  # a few renewals: the leader keeps the Lease, the other never works
+        await asyncio.sleep(0.5)
+        assert leader.working and not standby.working and standby.terms == 0
+    assert await holder(cluster, lease_name) == leader.elector.me
+    assert leader.terms == 1  # renewals do not restart the work
+
+
+async def test_when_the_leader_shuts_down_the_standby_takes_over(
+    cluster: Cluster, lease_name: str, replicas: Callable[[str], Replica]
+) -> None:
+    a = replicas("replica-a")
+    await until(lambda: a.working, "a leading")
+    b = replicas("replica-b")
+    await asyncio.sleep(1)
+    assert not b.working
+    await a.stop()
+    assert not a.working
+    assert await holder(cluster, lease_name) in {"", b.elector.me}  # released, or taken
+    await until(lambda: b.working, "b leading")
+    assert await holder(cluster, lease_name) == b.elector.me
+
+
+async def test_when_the_leader_stops_renewing_the_standby_takes_over_after_expiry(
+    cluster: Cluster, lease_name: str, replicas: Callable[[str], Replica]
+) -> None:
+    silent = elector(cluster, lease_name, "replica-hung")
+    assert await silent.try_once()  # holds the Lease, then never renews (a hung replica)
+    b = replicas("replica-b")
+    await asyncio.sleep(1)
+    assert not b.working  # the Lease is still fresh
+    await until(lambda: b.working, "b leading once the Lease expired")
+    lease = await cluster.get_lease(NAMESPACE, lease_name)
+    assert holder_of(lease) == b.elector.me and lease["spec"]["leaseTransitions"] == 1
+    assert await silent.try_once() is False  # the hung replica, back, stands by
+
+
+@pytest.fixture
+async def contexts(
+    cluster: Cluster, redis_server: EmbeddedRedis, lease_name: str
+) -> AsyncIterator[list[Context]]:
+    """Two operator contexts sharing the cluster and Redis, as two replicas would."""
+    settings = OperatorSettings(
+        redis_url=redis_server.url, namespaces=[NAMESPACE], scale_interval_s=0.1,
+        lease_name=lease_name, lease_namespace=NAMESPACE, **LEASE_TIMING,
+    )  # fmt: skip
+    made = [Context.open(settings, cluster) for _ in range(2)]
+    yield made
+    for ctx in made:
+        await ctx.close()
+
+
+async def test_the_scaling_loop_runs_only_in_the_replica_holding_the_lease(
+    contexts: list[Context], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ticks: list[int] = []  # whose loop ticked, by index into contexts
+
+    async def tick(self: ScalingLoop) -> None:
+        ticks.append(contexts.index(self.ctx))
+
+    monkeypatch.setattr(ScalingLoop, "tick", tick)
+    first, second = contexts
+    async with contextlib.AsyncExitStack() as second_replica:
+        async with contextlib.AsyncExitStack() as first_replica:
+            await first_replica.enter_async_context(main.scaling(first))
+            await until(lambda: 0 in ticks, "the first replica scaling")
+            await second_replica.enter_async_context(main.scaling(second))
+            await asyncio.sleep(1.5)  # three renewals: the second replica stands by
+            assert 1 not in ticks
+            first.scaling["ep"] = Check(METRICS_AVAILABLE, True, "Scraped")  # a term's state
+        # The first replica shut down: its loop stopped and its state went with it.
+        assert first.scaling == {}
+        ticks.clear()
+        await until(lambda: 1 in ticks, "the second replica scaling")
+        await asyncio.sleep(0.5)
+        assert 0 not in ticks
