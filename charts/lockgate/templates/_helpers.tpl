@@ -94,6 +94,26 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s-client-key" (include "lockgate.fullname" .) }}
 {{- end }}
 
+{{/* The bearer token of the gateway's /metrics: required when enabled, given, or in an
+existing Secret; kept in metrics.token.existingSecret, else in the settings Secret. */}}
+{{- define "lockgate.metricsToken.enabled" -}}
+{{- with .Values.metrics.token }}{{ if or .enabled .value .existingSecret }}true{{ end }}{{ end }}
+{{- end }}
+{{- define "lockgate.metricsToken.secretName" -}}
+{{- default (include "lockgate.settingsSecretName" .) .Values.metrics.token.existingSecret }}
+{{- end }}
+{{- define "lockgate.metricsToken.secretKey" -}}
+{{- ternary .Values.metrics.token.secretKey "LOCKGATE_METRICS_TOKEN" (ne .Values.metrics.token.existingSecret "") }}
+{{- end }}
+{{/* LOCKGATE_METRICS_TOKEN of the gateway (which requires it) and the operator (which sends it). */}}
+{{- define "lockgate.metricsToken.env" -}}
+- name: LOCKGATE_METRICS_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "lockgate.metricsToken.secretName" . }}
+      key: {{ include "lockgate.metricsToken.secretKey" . }}
+{{- end }}
+
 {{/* In-cluster URLs: workers in any namespace reach the gateway by its full DNS name. */}}
 {{- define "lockgate.gateway.internalUrl" -}}
 {{- printf "http://%s.%s.svc.%s:%d" (include "lockgate.gateway.fullname" .) .Release.Namespace .Values.clusterDomain (int .Values.gateway.service.port) }}
@@ -138,6 +158,9 @@ accepts only keys kept in Redis (`lockgate keys create`). */}}
 {{- end }}
 {{- if and .Values.operator.peering (gt (int .Values.operator.replicaCount) 1) }}
 {{- fail "operator.replicaCount > 1 needs operator.peering=false: kopf pauses every operator when peers of equal priority run (the replicas elect a scaler through a Lease instead)" }}
+{{- end }}
+{{- if and .Values.settings.existingSecret .Values.metrics.token.value (not .Values.metrics.token.existingSecret) }}
+{{- fail "metrics.token.value goes into the chart's settings Secret, which settings.existingSecret replaces: put LOCKGATE_METRICS_TOKEN in that Secret, or give metrics.token.existingSecret" }}
 {{- end }}
 {{- end }}
 
