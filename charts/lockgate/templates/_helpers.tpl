@@ -83,6 +83,14 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end }}
 
+{{/* A value of the settings Secret: the one given, else the previous release's (`previous`:
+that Secret's data, under `key`), else 32 random characters. */}}
+{{- define "lockgate.keptValue" -}}
+{{- if .given }}{{ .given }}
+{{- else }}{{ ternary (index .previous .key | default "" | b64dec) (randAlphaNum 32) (hasKey .previous .key) }}
+{{- end }}
+{{- end }}
+
 {{/* Secret names: the user's existing Secret, else the one this chart writes. */}}
 {{- define "lockgate.settingsSecretName" -}}
 {{- default (printf "%s-settings" (include "lockgate.fullname" .)) .Values.settings.existingSecret }}
