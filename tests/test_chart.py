@@ -180,6 +180,7 @@ def test_there_are_example_values_for_external_redis_namespaces_and_gitops() -> 
         ({"apiKeys": {"keys": [{"name": "a b", "sha256": "a" * 64, "scopes": ["jobs"]}]}}, "match"),
         ({"keda": {"scaledObjects": [{"endpoint": "echo"}]}}, "'namespace' is a required"),
         ({"externalRedis": {"url": "http://redis"}}, "does not match"),
+        ({"metrics": {"token": {"value": "two words"}}}, "does not match"),
     ],
 )
 def test_schema_refuses_what_cannot_work(values: dict[str, Any], complaint: str) -> None:
@@ -608,6 +609,77 @@ def test_service_monitor_keeps_the_metrics_own_endpoint_label(render_chart) -> N
     docs = render_chart({"gateway": {"serviceMonitor": {"enabled": True}}})
     [monitor] = by_kind(docs, "ServiceMonitor").values()
     assert monitor["spec"]["endpoints"][0]["honorLabels"] is True
+
+
+MONITOR = {"gateway": {"serviceMonitor": {"enabled": True}}}
+SCRAPERS = ("lockgate-gateway", "lockgate-operator", "ServiceMonitor")
+
+
+def metrics_token_refs(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where each reader of the metrics token takes it from (None: it has none)."""
+    deployments = by_kind(docs, "Deployment")
+    refs: dict[str, Any] = {}
+    for name in SCRAPERS[:2]:
+        env = env_of(deployments[name]["spec"]["template"]["spec"]["containers"][0])
+        token = env.get("LOCKGATE_METRICS_TOKEN")
+        refs[name] = token and token["secretKeyRef"]
+    [monitor] = by_kind(docs, "ServiceMonitor").values()
+    refs["ServiceMonitor"] = monitor["spec"]["endpoints"][0].get("bearerTokenSecret")
+    return refs
+
+
+def test_metrics_stay_open_without_a_token(render_chart) -> None:
+    docs = render_chart(MONITOR)
+    assert metrics_token_refs(docs) == dict.fromkeys(SCRAPERS)
+    assert "LOCKGATE_METRICS_TOKEN" not in by_kind(docs, "Secret")["lockgate-settings"]["data"]
+
+
+@pytest.mark.parametrize(
+    ("token", "given"),
+    [({"enabled": True}, None), ({"value": "s3cret-token"}, "s3cret-token")],
+    ids=["generated", "given"],
+)
+def test_a_metrics_token_is_kept_in_the_settings_secret_and_sent_by_every_scraper(
+    render_chart, token: dict, given: str | None
+) -> None:
+    docs = render_chart(merged(MONITOR, {"metrics": {"token": token}}))
+    data = by_kind(docs, "Secret")["lockgate-settings"]["data"]
+    value = base64.b64decode(data["LOCKGATE_METRICS_TOKEN"]).decode()
+    assert value == given or (given is None and re.fullmatch(r"[A-Za-z0-9]{32}", value))
+    ref = {"name": "lockgate-settings", "key": "LOCKGATE_METRICS_TOKEN"}
+    assert metrics_token_refs(docs) == dict.fromkeys(SCRAPERS, ref)
+
+
+@pytest.mark.parametrize(
+    ("values", "ref"),
+    [
+        (
+            {"metrics": {"token": {"existingSecret": "prom", "secretKey": "bearer"}}},
+            ("prom", "bearer"),
+        ),
+        (
+            {"settings": {"existingSecret": "mine"}, "metrics": {"token": {"enabled": True}}},
+            ("mine", "LOCKGATE_METRICS_TOKEN"),
+        ),
+    ],
+    ids=["metrics-secret", "settings-secret"],
+)
+def test_a_metrics_token_can_come_from_an_existing_secret(
+    render_chart, values: dict, ref: tuple[str, str]
+) -> None:
+    docs = render_chart(merged(MONITOR, values))
+    expected = {"name": ref[0], "key": ref[1]}
+    assert metrics_token_refs(docs) == dict.fromkeys(SCRAPERS, expected)
+    settings = by_kind(docs, "Secret").get("lockgate-settings", {"data": {}})
+    assert "LOCKGATE_METRICS_TOKEN" not in settings["data"]
+
+
+def test_a_metrics_token_value_with_an_existing_settings_secret_fails_with_a_message(
+    render_chart,
+) -> None:
+    values = {"settings": {"existingSecret": "mine"}, "metrics": {"token": {"value": "t"}}}
+    with pytest.raises(RenderError, match=r"metrics\.token\.existingSecret"):
+        render_chart(values)
 
 
 def test_keda_metric_names_are_the_gateways() -> None:

@@ -1,5 +1,5 @@
 """Faults with real processes: a gateway SIGKILLed and Redis restarted under load, and a
-gateway SIGKILLed while a webhook delivery waits for its retry.
+gateway SIGKILLed while a webhook delivery waits for its retry or is in flight.
 
 No job that /run accepted (returned an id for) may be lost; no webhook either.
 """
@@ -195,6 +195,39 @@ async def retry_waits_in_the_outbox(redis: Redis, job_id: str) -> bool:
     return attempts == b"1" and due_ms is not None and due_ms <= now_ms() + RETRY_S * 1000
 
 
+async def finish_a_job_with_a_webhook(
+    http: aiohttp.ClientSession, base: str, client_key: str, worker_key: str, webhook: str
+) -> str:
+    """Submit a job with `webhook`, take it as worker w1 and complete it; its id."""
+    client, worker = {"authorization": client_key}, {"authorization": worker_key}
+    async with http.post(
+        f"{base}/run", json={"input": {}, "webhook": webhook}, headers=client
+    ) as r:
+        job_id = (await r.json())["id"]
+    async with http.get(f"{base}/job-take/w1", headers=worker) as r:
+        assert (await r.json())["id"] == job_id
+    async with http.post(
+        f"{base}/job-done/w1/{job_id}", json={"output": {"n": 7}}, headers=worker
+    ) as r:
+        assert (await r.json())["accepted"] is True
+    return job_id
+
+
+def assert_the_completed_job(sent: bytes, job_id: str) -> None:
+    """`sent` is the /status body of the job finished by `finish_a_job_with_a_webhook`."""
+    assert orjson.loads(sent) | {"delayTime": 0, "executionTime": 0} == {
+        "id": job_id, "status": "COMPLETED", "delayTime": 0, "executionTime": 0,
+        "output": {"n": 7},
+    }  # fmt: skip
+
+
+async def outbox_is_empty(redis: Redis, job_id: str) -> bool:
+    """No delivery of the job is due, leased or counted."""
+    prefix = keys.prefix("echo")
+    due = await redis.zscore(prefix + "wh", job_id)
+    return due is None and await redis.hget(prefix + "wha", job_id) is None
+
+
 @pytest.mark.parametrize("first_attempt", ["refused", "answered 500"])
 async def test_a_webhook_waiting_for_its_retry_is_delivered_once_by_a_restarted_gateway(
     redis: Redis, redis_server: EmbeddedRedis, first_attempt: str
@@ -213,17 +246,8 @@ async def test_a_webhook_waiting_for_its_retry_is_delivered_once_by_a_restarted_
     try:
         async with aiohttp.ClientSession() as http:
             await gateway_up(http, base, client_key)
-            client, worker = {"authorization": client_key}, {"authorization": worker_key}
             webhook = f"http://127.0.0.1:{hook_port}/hook"
-            body = {"input": {}, "webhook": webhook}
-            async with http.post(f"{base}/run", json=body, headers=client) as r:
-                job_id = (await r.json())["id"]
-            async with http.get(f"{base}/job-take/w1", headers=worker) as r:
-                assert (await r.json())["id"] == job_id
-            async with http.post(
-                f"{base}/job-done/w1/{job_id}", json={"output": {"n": 7}}, headers=worker
-            ) as r:
-                assert (await r.json())["accepted"] is True
+            job_id = await finish_a_job_with_a_webhook(http, base, client_key, worker_key, webhook)
             await eventually(lambda: retry_waits_in_the_outbox(redis, job_id))
             gateway.kill()
             gateway.wait()
@@ -238,16 +262,54 @@ async def test_a_webhook_waiting_for_its_retry_is_delivered_once_by_a_restarted_
             delivered_at, headers, sent = receiver.calls[-1]
             assert delivered_at > killed_at
             verify_webhook(headers, sent, SECRET)
-            assert orjson.loads(sent) | {"delayTime": 0, "executionTime": 0} == {
-                "id": job_id, "status": "COMPLETED", "delayTime": 0, "executionTime": 0,
-                "output": {"n": 7},
-            }  # fmt: skip
-            assert await redis.zscore(keys.prefix("echo") + "wh", job_id) is None
+            assert_the_completed_job(sent, job_id)
+            assert await outbox_is_empty(redis, job_id)
     finally:
         gateway.kill()
         gateway.wait()
         if hasattr(receiver, "runner"):
             await receiver.runner.cleanup()
+
+
+async def test_a_webhook_call_cut_by_a_killed_gateway_is_made_again_once_its_lease_ends(
+    redis: Redis, redis_server: EmbeddedRedis
+):
+    client_key, worker_key = await register(redis, "echo")
+    timeout_s, margin_s = 4.0, 1.0  # the claimed call's lease: 5 s (default 10 + 20)
+    settings = dict(
+        WEBHOOK_SECRET=SECRET, WEBHOOK_TIMEOUT_S=str(timeout_s),
+        WEBHOOK_LEASE_MARGIN_S=str(margin_s), WEBHOOK_ALLOW_PRIVATE="true",
+        SWEEP_INTERVAL_S="0.2",
+    )  # fmt: skip
+    port = free_port()
+    base = f"http://127.0.0.1:{port}/v2/echo"
+    receiver = Receiver(hangs=1)  # takes the first call and never answers it
+    webhook = await receiver.start()
+    gateway = gateway_process(redis_server.url, port, **settings)
+    try:
+        async with aiohttp.ClientSession() as http:
+            await gateway_up(http, base, client_key)
+            job_id = await finish_a_job_with_a_webhook(http, base, client_key, worker_key, webhook)
+            await eventually(lambda: _true(len(receiver.calls) == 1), timeout_s=10)
+            gateway.kill()  # while the call waits for its answer, well before its timeout
+            gateway.wait()
+            gateway = gateway_process(redis_server.url, port, **settings)
+            lease_s = timeout_s + margin_s
+            await eventually(lambda: _true(len(receiver.calls) >= 2), timeout_s=lease_s + 10)
+            await asyncio.sleep(1.0)  # a duplicate already on its way lands; the empty outbox
+            assert len(receiver.calls) == 2  # (checked below) rules out any later one
+            (cut_at, cut_headers, cut), (delivered_at, headers, sent) = receiver.calls
+            assert delivered_at - cut_at >= lease_s - 0.5  # not while the lease held
+            for call_headers, body in ((cut_headers, cut), (headers, sent)):
+                verify_webhook(call_headers, body, SECRET)
+                assert_the_completed_job(body, job_id)
+            assert headers["webhook-id"] == cut_headers["webhook-id"]  # one message, twice
+            assert await outbox_is_empty(redis, job_id)
+    finally:
+        gateway.kill()
+        gateway.wait()
+        receiver.released.set()
+        await receiver.runner.cleanup()
 
 
 async def _true(value: bool) -> bool:

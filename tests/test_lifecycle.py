@@ -132,15 +132,21 @@ async def test_a_job_the_workers_ping_lists_stays_with_it(http, gateway):
 
 
 class Receiver:
-    """A webhook receiver on loopback that fails its first `failures` calls."""
+    """A webhook receiver on loopback that fails its first `failures` calls, or leaves its
+    first `hangs` calls unanswered until `released` is set."""
 
-    def __init__(self, failures: int = 0) -> None:
+    def __init__(self, failures: int = 0, hangs: int = 0) -> None:
         self.failures = failures
+        self.hangs = hangs
+        self.released = asyncio.Event()
         self.calls: list[tuple[float, dict, bytes]] = []
 
     async def handle(self, request: web.Request) -> web.Response:
         self.calls.append((time.monotonic(), dict(request.headers), await request.read()))
-        return web.Response(status=500 if len(self.calls) <= self.failures else 200)
+        n = len(self.calls)
+        if n <= self.hangs:
+            await self.released.wait()
+        return web.Response(status=500 if n <= self.failures else 200)
 
     async def start(self, port: int | None = None) -> str:
         app = web.Application()

@@ -6,11 +6,18 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable
+from contextlib import AsyncExitStack
 
 import pytest
 
 from lockgate.dev.redis_server import free_port
-from lockgate.gateway.limits import effective_rate, rate_batch, retry_after_s, slot_batch
+from lockgate.gateway.limits import (
+    Limiter,
+    effective_rate,
+    rate_batch,
+    retry_after_s,
+    slot_batch,
+)
 from lockgate.models.limits import (
     DEFAULT_LIMITS,
     LimitOverride,
@@ -18,7 +25,7 @@ from lockgate.models.limits import (
     OperationLimit,
     limits_table,
 )
-from lockgate.store import Registry
+from lockgate.store import JobStore, Registry
 from lockgate.store.limits import Grant, RateLimits
 from tests.conftest import make_settings, register, start_gateway
 
@@ -198,6 +205,47 @@ async def test_slots_of_a_replica_that_stops_renewing_are_freed_when_its_lease_e
     assert (await reserve(gone, 1_000, concurrency=1, slots=1)).slots == 1
     assert (await reserve(alive, 1_050, concurrency=1, slots=1)).slots == 0
     assert (await reserve(alive, 1_101, concurrency=1, slots=1)).slots == 1
+
+
+async def reads_processed(redis) -> int:
+    """Socket reads the Redis server has processed: one per round trip of a small request."""
+    return int((await redis.info("stats"))["total_reads_processed"])
+
+
+async def test_renewal_keeps_every_held_slot_leased_in_one_round_trip(redis):
+    owners = [f"owner-{i}" for i in range(20)]
+    table = limits_table({Operation.RUN: LimitOverride(concurrency=1)})
+    store = JobStore(redis)
+    limiter = Limiter(
+        RateLimits(redis, store.scripts), store, table,
+        window_s=3600.0, workers_cache_s=60.0, lease_ms=300,
+    )  # fmt: skip
+    other = RateLimits(redis)  # another replica, wanting the same slots
+
+    async def others_slots() -> list[int]:
+        now, slots = store.clock(), []
+        for owner in owners:
+            grant = await other.reserve(
+                "ep", "run", owner, now=now, window_ms=10_000, rate=None, units=0,
+                concurrency=1, slots=1, lease_ms=300,
+            )  # fmt: skip
+            slots.append(grant.slots)
+        return slots
+
+    async with AsyncExitStack() as held:
+        for owner in owners:  # each owner has one request in flight: its one slot
+            await held.enter_async_context(limiter.hold("ep", Operation.RUN, owner))
+        await limiter.renew()  # warm up: the connection is open, the script loaded
+        rounds = []
+        for _ in range(8):  # 8 x 100 ms: well past the 300 ms lease
+            await asyncio.sleep(0.1)
+            before = await reads_processed(redis)
+            await limiter.renew()
+            rounds.append(await reads_processed(redis) - before - 1)  # - the INFO itself
+        assert rounds == [1] * 8  # one round trip renews all 20 leases
+        assert await others_slots() == [0] * len(owners)  # all still held
+    await limiter.renew()  # nothing in flight: the slots are given back at once
+    assert await others_slots() == [1] * len(owners)
 
 
 @pytest.mark.parametrize(

@@ -35,6 +35,12 @@ class Settings(BaseSettings):
     webhook_attempts: int = 3
     webhook_retry_interval_s: float = 10.0
     webhook_timeout_s: float = 10.0
+    webhook_lease_margin_s: float = Field(
+        20.0,
+        gt=0,
+        description="a claimed delivery is leased for webhook_timeout_s plus this; if its "
+        "gateway dies mid-call, another replica calls again once the lease ends",
+    )
     webhook_allow_private: bool = Field(
         False, description="allow webhook URLs on loopback, link-local or private addresses"
     )

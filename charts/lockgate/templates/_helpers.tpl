@@ -83,6 +83,14 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end }}
 
+{{/* A value of the settings Secret: the one given, else the previous release's (`previous`:
+that Secret's data, under `key`), else 32 random characters. */}}
+{{- define "lockgate.keptValue" -}}
+{{- if .given }}{{ .given }}
+{{- else }}{{ ternary (index .previous .key | default "" | b64dec) (randAlphaNum 32) (hasKey .previous .key) }}
+{{- end }}
+{{- end }}
+
 {{/* Secret names: the user's existing Secret, else the one this chart writes. */}}
 {{- define "lockgate.settingsSecretName" -}}
 {{- default (printf "%s-settings" (include "lockgate.fullname" .)) .Values.settings.existingSecret }}
@@ -92,6 +100,26 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- define "lockgate.clientKeySecretName" -}}
 {{- printf "%s-client-key" (include "lockgate.fullname" .) }}
+{{- end }}
+
+{{/* The bearer token of the gateway's /metrics: required when enabled, given, or in an
+existing Secret; kept in metrics.token.existingSecret, else in the settings Secret. */}}
+{{- define "lockgate.metricsToken.enabled" -}}
+{{- with .Values.metrics.token }}{{ if or .enabled .value .existingSecret }}true{{ end }}{{ end }}
+{{- end }}
+{{- define "lockgate.metricsToken.secretName" -}}
+{{- default (include "lockgate.settingsSecretName" .) .Values.metrics.token.existingSecret }}
+{{- end }}
+{{- define "lockgate.metricsToken.secretKey" -}}
+{{- ternary .Values.metrics.token.secretKey "LOCKGATE_METRICS_TOKEN" (ne .Values.metrics.token.existingSecret "") }}
+{{- end }}
+{{/* LOCKGATE_METRICS_TOKEN of the gateway (which requires it) and the operator (which sends it). */}}
+{{- define "lockgate.metricsToken.env" -}}
+- name: LOCKGATE_METRICS_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "lockgate.metricsToken.secretName" . }}
+      key: {{ include "lockgate.metricsToken.secretKey" . }}
 {{- end }}
 
 {{/* In-cluster URLs: workers in any namespace reach the gateway by its full DNS name. */}}
@@ -138,6 +166,9 @@ accepts only keys kept in Redis (`lockgate keys create`). */}}
 {{- end }}
 {{- if and .Values.operator.peering (gt (int .Values.operator.replicaCount) 1) }}
 {{- fail "operator.replicaCount > 1 needs operator.peering=false: kopf pauses every operator when peers of equal priority run (the replicas elect a scaler through a Lease instead)" }}
+{{- end }}
+{{- if and .Values.settings.existingSecret .Values.metrics.token.value (not .Values.metrics.token.existingSecret) }}
+{{- fail "metrics.token.value goes into the chart's settings Secret, which settings.existingSecret replaces: put LOCKGATE_METRICS_TOKEN in that Secret, or give metrics.token.existingSecret" }}
 {{- end }}
 {{- end }}
 

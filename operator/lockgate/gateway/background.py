@@ -1,7 +1,9 @@
 """Background work every gateway replica runs: the sweeper and webhook deliveries.
 
 Both are safe to run in many replicas at once: a sweep takes a per-endpoint lock in
-Redis, and each webhook attempt is leased to the one replica that claimed it.
+Redis, and each webhook attempt is leased to the one replica that claimed it, for
+`webhook_timeout_s + webhook_lease_margin_s`: the attempt is settled before the lease
+ends, unless its replica died, and then another replica makes the next attempt.
 """
 
 from __future__ import annotations
@@ -59,7 +61,8 @@ class WebhookSender:
         self.settings = gw.settings
 
     async def deliver_all(self) -> None:
-        lease_ms = int((self.settings.webhook_timeout_s + 20) * 1000)
+        lease_s = self.settings.webhook_timeout_s + self.settings.webhook_lease_margin_s
+        lease_ms = int(lease_s * 1000)
         for endpoint_id in await self.gw.registry.list_endpoints():
             claimed = await self.gw.store.claim_webhooks(endpoint_id, lease_ms=lease_ms)
             await asyncio.gather(*(self.deliver(endpoint_id, d) for d in claimed))

@@ -9,6 +9,8 @@ A Redis call per request would cost more than the request itself, so each replic
 reserves a batch (1% of a rate, 5% of a concurrency) and spends it locally; Redis never
 grants past a limit, so the limits hold across replicas. The price: a client near its
 limit may be refused a little early while another replica still holds part of a batch.
+Held slots are leases, renewed every `RENEW_S` for every (endpoint, operation, owner) at
+once: the calls are issued together, so `store/scripts.py` sends them as one pipeline.
 """
 
 from __future__ import annotations
@@ -17,14 +19,14 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from lockgate.gateway.errors import TooManyRequests
 from lockgate.models.limits import Operation, OperationLimit
 from lockgate.store import JobStore
-from lockgate.store.limits import RateLimits
+from lockgate.store.limits import Grant, RateLimits
 
 log = logging.getLogger("lockgate.gateway")
 
@@ -88,6 +90,7 @@ class Limiter:
         workers_cache_s: float,
         enabled: bool = True,
         clock: Callable[[], int] | None = None,
+        lease_ms: int = LEASE_MS,
         on_refusal: Callable[[str, Operation], None] = lambda endpoint_id, operation: None,
     ) -> None:
         self.counts = counts
@@ -97,6 +100,7 @@ class Limiter:
         self.workers_cache_s = workers_cache_s
         self.enabled = enabled
         self.clock = clock or store.clock
+        self.lease_ms = lease_ms  # must outlast a renewal round (RENEW_S) by a safe margin
         self.on_refusal = on_refusal  # counts each 429 (lockgate_rate_limited_total)
         self._workers: dict[str, tuple[float, int]] = {}
         self._budgets: dict[Key, Budget] = {}
@@ -168,7 +172,7 @@ class Limiter:
         grant = await self.counts.reserve(
             *key, now=now, window_ms=self.window_ms, rate=rate,
             units=rate_batch(rate) if want_units and rate is not None else 0,
-            concurrency=conc, slots=slots, lease_ms=LEASE_MS,
+            concurrency=conc, slots=slots, lease_ms=self.lease_ms,
         )  # fmt: skip
         if want_units and budget.window == now - now % self.window_ms:
             budget.units += grant.units
@@ -187,19 +191,38 @@ class Limiter:
         )
 
     async def renew(self) -> None:
-        """Renew the leases of slots in use, give back idle ones, forget spent budgets."""
+        """Renew the leases of slots in use, give back idle ones, forget spent budgets.
+
+        One round trip for all of them: the calls are made in one loop tick, which
+        `store/scripts.py` sends to Redis as one pipeline."""
         now = self.clock()
-        for key, budget in list(self._budgets.items()):
-            conc = self.table[key[1]].concurrency
-            if budget.slots > 0 and conc is not None:
-                grant = await self.counts.reserve(
-                    *key, now=now, window_ms=self.window_ms, rate=None, units=0,
-                    concurrency=conc, slots=budget.in_flight, lease_ms=LEASE_MS,
-                )  # fmt: skip
+        held = [
+            (key, budget, conc)
+            for key, budget in self._budgets.items()
+            if budget.slots > 0 and (conc := self.table[key[1]].concurrency) is not None
+        ]
+        grants = await asyncio.gather(
+            *(self._renewal(key, conc, budget.in_flight, now) for key, budget, conc in held),
+            return_exceptions=True,
+        )
+        failed = None
+        for (_key, budget, _conc), grant in zip(held, grants, strict=True):
+            if isinstance(grant, BaseException):
+                failed = failed or grant
+            else:
                 budget.slots = grant.slots
+        for key, budget in list(self._budgets.items()):
             idle = budget.in_flight == 0 and budget.slots == 0
             if idle and budget.window + self.window_ms <= now and budget.spent_until <= now:
                 del self._budgets[key]
+        if failed is not None:
+            raise failed
+
+    def _renewal(self, key: Key, conc: int, in_flight: int, now: int) -> Awaitable[Grant]:
+        return self.counts.reserve(
+            *key, now=now, window_ms=self.window_ms, rate=None, units=0,
+            concurrency=conc, slots=in_flight, lease_ms=self.lease_ms,
+        )  # fmt: skip
 
     async def run(self) -> None:
         """Renew every `RENEW_S` until cancelled (a Redis outage is logged, not fatal)."""
