@@ -25,7 +25,7 @@ from lockgate.models.limits import (
     OperationLimit,
     limits_table,
 )
-from lockgate.store import JobStore, Registry
+from lockgate.store import JobStore, Registry, keys
 from lockgate.store.limits import Grant, RateLimits
 from tests.conftest import make_settings, register, start_gateway
 
@@ -246,6 +246,27 @@ async def test_renewal_keeps_every_held_slot_leased_in_one_round_trip(redis):
         assert await others_slots() == [0] * len(owners)  # all still held
     await limiter.renew()  # nothing in flight: the slots are given back at once
     assert await others_slots() == [1] * len(owners)
+
+
+async def test_a_request_admitted_during_a_renewal_holds_a_slot_in_redis(redis):
+    table = limits_table({Operation.RUN: LimitOverride(concurrency=100)})
+    store = JobStore(redis)
+    limiter = Limiter(
+        RateLimits(redis, store.scripts), store, table, window_s=3600.0, workers_cache_s=60.0
+    )
+    slots = keys.prefix("ep") + "rc:run:me"
+
+    async def held_in_redis() -> int:
+        (value,) = (await redis.hgetall(slots)).values()
+        return int(value.split(b":")[0])
+
+    async with limiter.hold("ep", Operation.RUN, "me"):  # 1 in flight, a batch of 5 held
+        assert await held_in_redis() == 5
+        renewal = asyncio.create_task(limiter.renew())  # gives back the 4 idle slots...
+        await asyncio.sleep(0)  # ...and is on its way to Redis
+        async with limiter.hold("ep", Operation.RUN, "me"):  # admitted meanwhile
+            await renewal
+            assert await held_in_redis() >= 2  # both requests hold a slot in Redis
 
 
 @pytest.mark.parametrize(

@@ -19,14 +19,14 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from lockgate.gateway.errors import TooManyRequests
 from lockgate.models.limits import Operation, OperationLimit
 from lockgate.store import JobStore
-from lockgate.store.limits import Grant, RateLimits
+from lockgate.store.limits import RateLimits
 
 log = logging.getLogger("lockgate.gateway")
 
@@ -197,32 +197,29 @@ class Limiter:
         `store/scripts.py` sends to Redis as one pipeline."""
         now = self.clock()
         held = [
-            (key, budget, conc)
+            self._renewal(key, budget, conc, now)
             for key, budget in self._budgets.items()
             if budget.slots > 0 and (conc := self.table[key[1]].concurrency) is not None
         ]
-        grants = await asyncio.gather(
-            *(self._renewal(key, conc, budget.in_flight, now) for key, budget, conc in held),
-            return_exceptions=True,
-        )
-        failed = None
-        for (_key, budget, _conc), grant in zip(held, grants, strict=True):
-            if isinstance(grant, BaseException):
-                failed = failed or grant
-            else:
-                budget.slots = grant.slots
+        failed = [r for r in await asyncio.gather(*held, return_exceptions=True) if r is not None]
         for key, budget in list(self._budgets.items()):
             idle = budget.in_flight == 0 and budget.slots == 0
             if idle and budget.window + self.window_ms <= now and budget.spent_until <= now:
                 del self._budgets[key]
-        if failed is not None:
-            raise failed
+        if failed:
+            raise failed[0]
 
-    def _renewal(self, key: Key, conc: int, in_flight: int, now: int) -> Awaitable[Grant]:
-        return self.counts.reserve(
-            *key, now=now, window_ms=self.window_ms, rate=None, units=0,
-            concurrency=conc, slots=in_flight, lease_ms=self.lease_ms,
-        )  # fmt: skip
+    async def _renewal(self, key: Key, budget: Budget, conc: int, now: int) -> None:
+        """Keep as many slots as are in flight. The idle ones are given back here first, so
+        a request admitted meanwhile reserves its slot (after this) instead of counting on
+        one that Redis is being told this replica no longer holds."""
+        async with budget.lock:
+            budget.slots = min(budget.slots, budget.in_flight)
+            grant = await self.counts.reserve(
+                *key, now=now, window_ms=self.window_ms, rate=None, units=0,
+                concurrency=conc, slots=budget.slots, lease_ms=self.lease_ms,
+            )  # fmt: skip
+            budget.slots = grant.slots
 
     async def run(self) -> None:
         """Renew every `RENEW_S` until cancelled (a Redis outage is logged, not fatal)."""
