@@ -24,8 +24,14 @@ REPO = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
 
 
-async def eventually(check: Callable[[], Awaitable[T]], what: str, timeout: float = 30.0) -> T:
-    """Await `check` until it returns something truthy; its value is returned."""
+async def eventually(
+    check: Callable[[], Awaitable[T]],
+    what: str = "the condition",
+    timeout: float = 30.0,
+    interval: float = 0.2,
+) -> T:
+    """Await `check` every `interval` seconds until it returns something truthy; its value
+    is returned."""
     deadline = time.monotonic() + timeout
     while True:
         value = await check()
@@ -33,7 +39,7 @@ async def eventually(check: Callable[[], Awaitable[T]], what: str, timeout: floa
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(interval)
 
 
 @pytest.fixture(scope="session")

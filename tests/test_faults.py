@@ -24,7 +24,7 @@ from lockgate.store import keys, now_ms
 from lockgate.worker import verify_webhook
 from lockgate.workerenv import worker_env, worker_id_env
 from tests.conftest import REPO, register
-from tests.test_lifecycle import SECRET, Receiver, eventually
+from tests.test_lifecycle import SECRET, Receiver, _true, eventually
 
 JOBS = 2000
 
@@ -310,7 +310,3 @@ async def test_a_webhook_call_cut_by_a_killed_gateway_is_made_again_once_its_lea
         gateway.wait()
         receiver.released.set()
         await receiver.runner.cleanup()
-
-
-async def _true(value: bool) -> bool:
-    return value
