@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Build, once, the real Kubernetes control plane the operator tests run against ("envtest"):
-# kube-apiserver and kube-controller-manager v1.20.2 compiled from Debian's `kubernetes`
-# source package, plus Debian's etcd. Everything lands in a cache folder outside the repo:
+# Build, once, the real Kubernetes the tests run against: the control plane of the operator
+# tests ("envtest": kube-apiserver, kube-controller-manager) and the node of the cluster
+# tests (kube-scheduler, kubelet, kube-proxy, kubectl, and the static `pause` binary of the
+# sandbox image), all v1.20.2 compiled in one tree from Debian's `kubernetes` source
+# package, plus Debian's etcd. Everything lands in a cache folder outside the repo:
 #
-#   ${LOCKGATE_ENVTEST_DIR:-$HOME/.cache/lockgate-envtest}/bin/{kube-apiserver,kube-controller-manager,etcd}
+#   ${LOCKGATE_ENVTEST_DIR:-$HOME/.cache/lockgate-envtest}/bin/{kube-*,kubelet,kubectl,pause,etcd}
 #
 # Idempotent: when the three binaries are there and run, it says so and exits at once.
 # A cold build takes several minutes (2 cores) and about 2 GB of disk while it runs; the
 # source tree and build output are deleted afterwards, only bin/ and build.log stay.
-# tests/envtest.py starts and stops these binaries on 127.0.0.1.
+# tests/envtest.py starts and stops the control plane on 127.0.0.1; tests/cluster.py adds
+# containerd (Debian) and the node parts on a bridge of its own.
 set -euo pipefail
 
 K8S_VERSION=1.20.2
@@ -43,8 +46,12 @@ run() {
 
 runs() { [[ -x "$1" ]] && "$1" --version >/dev/null 2>&1; }
 
+KUBE_BINS=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet)
+
 kube_ready() {
-  runs "$BIN/kube-apiserver" && runs "$BIN/kube-controller-manager" &&
+  local b
+  for b in "${KUBE_BINS[@]}"; do runs "$BIN/$b" || return 1; done
+  [[ -x "$BIN/kubectl" && -x "$BIN/pause" ]] &&
     "$BIN/kube-apiserver" --version 2>/dev/null | grep -q "v$K8S_VERSION\$"
 }
 
@@ -157,8 +164,10 @@ build_kube() {
     run nice -n 10 make gen_openapi
     touch "$WORK/.openapi"
   fi
-  say "building kube-apiserver and kube-controller-manager (several minutes)…"
-  run nice -n 10 hack/make-rules/build.sh cmd/kube-apiserver cmd/kube-controller-manager
+  say "building ${KUBE_BINS[*]} and kubectl (several minutes)…"
+  run nice -n 10 hack/make-rules/build.sh "${KUBE_BINS[@]/#/cmd/}" cmd/kubectl
+  # The sandbox ("pause") image's one binary, from the same tree.
+  run gcc -Os -static -DVERSION="v$K8S_VERSION" -o "$WORK/pause" build/pause/linux/pause.c
   say "compiled in $((SECONDS - t0)) s"
 }
 
@@ -166,11 +175,13 @@ install_kube() {
   local out="$SRC/_output/local/bin/linux/amd64" b
   [[ -x "$out/kube-apiserver" ]] || out=$(dirname "$(find "$SRC/_output" -type f -name kube-apiserver | head -n 1)")
   mkdir -p "$BIN"
-  for b in kube-apiserver kube-controller-manager; do
+  for b in "${KUBE_BINS[@]}" kubectl; do
     [[ -x "$out/$b" ]] || die "build produced no $b"
     cp "$out/$b" "$BIN/.$b.tmp"
     mv -f "$BIN/.$b.tmp" "$BIN/$b"
   done
+  cp "$WORK/pause" "$BIN/.pause.tmp"
+  mv -f "$BIN/.pause.tmp" "$BIN/pause"
 }
 
 link_etcd() {

@@ -18,6 +18,7 @@ import atexit
 import base64
 import contextlib
 import ctypes
+import ipaddress
 import json
 import os
 import pathlib
@@ -40,6 +41,7 @@ BINARIES = ("kube-apiserver", "kube-controller-manager", "etcd")
 HOST = "127.0.0.1"
 START_TIMEOUT = 60.0
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+SERVICE_CIDR = "10.0.0.0/24"
 
 
 class EnvTestError(RuntimeError):
@@ -90,9 +92,13 @@ def _openssl(*args: str, cwd: pathlib.Path) -> None:
         raise EnvTestError(f"openssl {' '.join(args)} failed:\n{proc.stderr}")
 
 
-def _write_certs(d: pathlib.Path) -> None:
-    """Self-signed CA, a serving cert for 127.0.0.1/localhost, a service-account key pair."""
-    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+EC_KEY = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+
+
+def _write_certs(d: pathlib.Path, ips: tuple[str, ...]) -> None:
+    """Self-signed CA, a serving cert for `ips` and localhost, an admin client cert
+    (system:masters), a service-account key pair."""
+    ec = EC_KEY
     _openssl(
         "req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "3650",
         "-subj", "/CN=lockgate-envtest-ca",
@@ -107,7 +113,7 @@ def _write_certs(d: pathlib.Path) -> None:
         "extendedKeyUsage=serverAuth,clientAuth\n"
         "subjectKeyIdentifier=hash\n"
         "authorityKeyIdentifier=keyid,issuer\n"
-        "subjectAltName=IP:127.0.0.1,DNS:localhost,IP:10.0.0.1,DNS:kubernetes,"
+        f"subjectAltName={','.join(f'IP:{ip}' for ip in ips)},DNS:localhost,DNS:kubernetes,"
         "DNS:kubernetes.default,DNS:kubernetes.default.svc,"
         "DNS:kubernetes.default.svc.cluster.local\n"
     )
@@ -120,8 +126,27 @@ def _write_certs(d: pathlib.Path) -> None:
         "-CAcreateserial", "-out", "serving.crt", "-days", "3650",
         "-extfile", "serving.ext", cwd=d,
     )  # fmt: skip
+    sign_client_cert(d, "admin", "/O=system:masters/CN=lockgate-admin")
     _openssl("genrsa", "-out", "sa.key", "2048", cwd=d)
     _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=d)
+
+
+def sign_client_cert(d: pathlib.Path, name: str, subject: str) -> None:
+    """`name.crt`/`name.key` in `d`: a client certificate for `subject`, signed by `d`'s CA."""
+    (d / "client.ext").write_text(
+        "basicConstraints=critical,CA:FALSE\n"
+        "keyUsage=critical,digitalSignature,keyEncipherment\n"
+        "extendedKeyUsage=clientAuth\n"
+    )
+    _openssl(
+        "req", "-new", *EC_KEY, "-keyout", f"{name}.key", "-out", f"{name}.csr",
+        "-subj", subject, cwd=d,
+    )  # fmt: skip
+    _openssl(
+        "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+        "-CAcreateserial", "-out", f"{name}.crt", "-days", "3650",
+        "-extfile", "client.ext", cwd=d,
+    )  # fmt: skip
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child
@@ -130,10 +155,24 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child
 
 
 class EnvTest:
-    """etcd + kube-apiserver (+ kube-controller-manager) on 127.0.0.1, in a temp dir."""
+    """etcd + kube-apiserver (+ kube-controller-manager) on 127.0.0.1, in a temp dir.
 
-    def __init__(self, bin_dir: pathlib.Path | None = None) -> None:
+    With `node=True` the apiserver serves a real node (tests/cluster.py): it listens on
+    `host` (an address pods can reach), admits ServiceAccounts and keeps the `kubernetes`
+    Service's endpoints, and reaches kubelets with the admin client certificate."""
+
+    def __init__(
+        self,
+        bin_dir: pathlib.Path | None = None,
+        *,
+        host: str = HOST,
+        service_cidr: str = SERVICE_CIDR,
+        node: bool = False,
+    ) -> None:
         self.bin_dir = bin_dir or binaries_dir()
+        self.host = host
+        self.service_cidr = service_cidr
+        self.node = node
         self.dir: pathlib.Path | None = None
         self.server = ""
         self.token = ""
@@ -154,7 +193,8 @@ class EnvTest:
         self.dir = pathlib.Path(tempfile.mkdtemp(prefix="lockgate-envtest-"))
         atexit.register(self.stop)
         try:
-            _write_certs(self.dir)
+            first_service_ip = str(next(ipaddress.ip_network(self.service_cidr).hosts()))
+            _write_certs(self.dir, tuple(dict.fromkeys((HOST, self.host, first_service_ip))))
             self.ca_file = self.dir / "ca.crt"
             self.token = secrets.token_urlsafe(32)
             (self.dir / "tokens.csv").write_text(f'{self.token},admin,admin,"system:masters"\n')
@@ -174,7 +214,7 @@ class EnvTest:
         assert self.dir is not None and self.kubeconfig is not None
         (port,) = _free_ports(1)
         kubeconfig = str(self.kubeconfig)
-        proc = self._spawn(
+        proc = self.spawn(
             "kube-controller-manager",
             f"--kubeconfig={kubeconfig}",
             f"--authentication-kubeconfig={kubeconfig}",
@@ -189,19 +229,30 @@ class EnvTest:
             f"--root-ca-file={self.ca_file}",
             "--cluster-name=lockgate-envtest",
         )
+        self.wait_healthy("kube-controller-manager", proc, port)
+
+    def wait_healthy(self, name: str, proc: subprocess.Popen[bytes], port: int) -> None:
+        """Wait for a component's https://127.0.0.1:`port`/healthz (self-signed) to say ok."""
         url = f"https://{HOST}:{port}/healthz"
         ctx = ssl.create_default_context()
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE  # its serving cert is self-signed in --cert-dir
-        self._wait("kube-controller-manager", proc, lambda: _get(url, ctx) == "ok")
+        self.wait_for(name, proc, lambda: _get(url, ctx) == "ok")
+
+    def process(self, name: str) -> subprocess.Popen[bytes]:
+        return self._procs[name]
+
+    def stop_process(self, name: str) -> None:
+        """Stop one process started by spawn() (SIGTERM, then SIGKILL), if it runs."""
+        proc = self._procs.pop(name, None)
+        if proc is not None:
+            _terminate(proc)
 
     def stop(self) -> None:
         with contextlib.suppress(Exception):
             atexit.unregister(self.stop)
-        for name in ("kube-controller-manager", "kube-apiserver", "etcd"):
-            proc = self._procs.pop(name, None)
-            if proc is not None:
-                _terminate(proc)
+        for name in reversed(list(self._procs)):  # the last started first
+            self.stop_process(name)
         if self.dir is not None and not os.environ.get(KEEP_ENV):
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
@@ -230,13 +281,14 @@ class EnvTest:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _spawn(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+    def spawn(self, name: str, *args: str, exe: str = "") -> subprocess.Popen[bytes]:
+        """Start `name` (from the binaries folder, or `exe`) with its output in its log."""
         assert self.dir is not None and self.bin_dir is not None
         log = open(self.log_file(name), "ab")  # noqa: SIM115 - handed to the child
         in_main = threading.current_thread() is threading.main_thread()
         try:
             proc = subprocess.Popen(
-                [str(self.bin_dir / name), *args],
+                [exe or str(self.bin_dir / name), *args],
                 cwd=self.dir,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -255,7 +307,7 @@ class EnvTest:
         assert self.dir is not None
         client, peer = _free_ports(2)
         self.etcd_url = f"http://{HOST}:{client}"
-        proc = self._spawn(
+        proc = self.spawn(
             "etcd",
             "--name=envtest",
             f"--data-dir={self.dir / 'etcd'}",
@@ -268,40 +320,53 @@ class EnvTest:
             "--log-level=warn",
         )
         url = f"{self.etcd_url}/health"
-        self._wait("etcd", proc, lambda: '"true"' in _get(url))
+        self.wait_for("etcd", proc, lambda: '"true"' in _get(url))
 
     def _start_apiserver(self) -> None:
         assert self.dir is not None
         (port,) = _free_ports(1)
         d = self.dir
-        proc = self._spawn(
+        node_args = (
+            ("--endpoint-reconciler-type=lease", "--enable-admission-plugins=ServiceAccount")
+            if self.node
+            else ("--endpoint-reconciler-type=none", "--disable-admission-plugins=ServiceAccount")
+        )
+        proc = self.spawn(
             "kube-apiserver",
             f"--etcd-servers={self.etcd_url}",
-            f"--bind-address={HOST}",
-            f"--advertise-address={HOST}",
+            f"--bind-address={self.host}",
+            f"--advertise-address={self.host}",
             f"--secure-port={port}",
             f"--cert-dir={d / 'apiserver-certs'}",
             f"--tls-cert-file={d / 'serving.crt'}",
             f"--tls-private-key-file={d / 'serving.key'}",
             f"--client-ca-file={d / 'ca.crt'}",
             f"--token-auth-file={d / 'tokens.csv'}",
-            "--authorization-mode=RBAC",
-            "--endpoint-reconciler-type=none",
-            "--disable-admission-plugins=ServiceAccount",
+            "--authorization-mode=Node,RBAC",
+            *node_args,
+            f"--kubelet-client-certificate={d / 'admin.crt'}",
+            f"--kubelet-client-key={d / 'admin.key'}",
             f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
             f"--service-account-key-file={d / 'sa.pub'}",
             f"--service-account-signing-key-file={d / 'sa.key'}",
-            "--service-cluster-ip-range=10.0.0.0/24",
+            f"--service-cluster-ip-range={self.service_cidr}",
             "--allow-privileged=true",
             "--profiling=false",
         )
-        self.server = f"https://{HOST}:{port}"
+        self.server = f"https://{self.host}:{port}"
         ctx = ssl.create_default_context(cafile=str(d / "ca.crt"))
         url = f"{self.server}/readyz"
-        self._wait("kube-apiserver", proc, lambda: _get(url, ctx, self.token) == "ok")
+        self.wait_for("kube-apiserver", proc, lambda: _get(url, ctx, self.token) == "ok")
 
-    def _wait(self, name: str, proc: subprocess.Popen[bytes], ready: Any) -> None:
-        deadline = time.monotonic() + START_TIMEOUT
+    def wait_for(
+        self,
+        name: str,
+        proc: subprocess.Popen[bytes],
+        ready: Any,
+        timeout: float = START_TIMEOUT,
+    ) -> None:
+        """Poll `ready()` until true; fail with `name`'s log if `proc` exits or time runs out."""
+        deadline = time.monotonic() + timeout
         while True:
             if proc.poll() is not None:
                 raise EnvTestError(
@@ -311,7 +376,7 @@ class EnvTest:
                 return
             if time.monotonic() > deadline:
                 raise EnvTestError(
-                    f"{name} not ready after {START_TIMEOUT:.0f} s; {self._log_tail(name)}"
+                    f"{name} not ready after {timeout:.0f} s; {self._log_tail(name)}"
                 )
             time.sleep(0.25)
 

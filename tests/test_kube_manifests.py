@@ -76,6 +76,14 @@ def test_cpu_endpoint_has_no_gpu_and_vcpu_count_as_request_and_limit() -> None:
     assert env({"computeType": "CPU", "vcpuCount": 8})["RUNPOD_CPU_COUNT"] == "8"
 
 
+def test_cpu_request_ratio_packs_cpu_workers_keeping_their_limit() -> None:
+    settings = SETTINGS.model_copy(update={"cpu_request_ratio": 0.1})
+    spec = {"computeType": "CPU", "vcpuCount": 2}
+    [container] = deployment(spec, settings=settings)["spec"]["template"]["spec"]["containers"]
+    assert container["resources"]["requests"]["cpu"] == "200m"
+    assert container["resources"]["limits"]["cpu"] == "2"
+
+
 def test_gpu_endpoint_requests_vcpu_count_without_a_cpu_limit() -> None:
     res = worker({"vcpuCount": 6})["resources"]
     assert res["requests"]["cpu"] == "6"

@@ -63,6 +63,7 @@ class Notifier:
         self.redis = redis
         self.on_registry_change: Callable[[str], None] = lambda _ep: None
         self.on_key_change: Callable[[str], None] = lambda _digest: None
+        self.on_queued: Callable[[str], None] = lambda _ep: None
         self._jobs: Waiters = defaultdict(dict)
         self._done: Waiters = defaultdict(dict)
         self._stops: Waiters = defaultdict(dict)
@@ -93,6 +94,7 @@ class Notifier:
         kind, _, rest = message.decode().partition(":")
         if kind == "q":
             self.kick(rest)
+            self.on_queued(rest)
         elif kind == "d":
             ep, _, job_id = rest.partition(":")
             _wake(self._done, (ep, job_id), one=False)

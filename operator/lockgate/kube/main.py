@@ -16,6 +16,7 @@ from aiohttp import web
 
 from lockgate.gateway.auth import Authenticator
 from lockgate.gateway.keyfile import KeyFile
+from lockgate.gateway.notify import Notifier
 from lockgate.kube import handlers  # noqa: F401 - registers the kopf handlers
 from lockgate.kube.cluster import Cluster, api_client_from_environment
 from lockgate.kube.leader import LeaderElector
@@ -73,10 +74,18 @@ async def start_manage_api(ctx: Context) -> web.AppRunner:
 
 async def scale(ctx: Context, session: aiohttp.ClientSession) -> None:
     """One leadership term of the scaler: a fresh `ScalingLoop` until cancelled; what it
-    learnt (stabilisation windows, `MetricsAvailable` readings) goes with it."""
+    learnt (stabilisation windows, `MetricsAvailable` readings) goes with it.
+
+    A job queued onto an endpoint's empty queues (the store's `q:` event) wakes the loop
+    at once: at zero workers the first one starts without waiting for the next tick."""
+    loop = ScalingLoop(ctx, session)
+    notifier = Notifier(ctx.redis)
+    notifier.on_queued = lambda _endpoint: loop.wakeup.set()
+    notifier.start()
     try:
-        await ScalingLoop(ctx, session).run()
+        await loop.run()
     finally:
+        await notifier.close()
         ctx.scaling.clear()
 
 

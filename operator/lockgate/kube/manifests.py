@@ -269,10 +269,15 @@ def tolerations(spec: EndpointSpec, settings: OperatorSettings) -> list[Obj]:
 def resources(spec: EndpointSpec, template: TemplateSpec, settings: OperatorSettings) -> Obj:
     """GPUs, vCPUs and the container disk (as ephemeral storage) of one worker.
 
-    CPU workers get `vcpuCount` as request and limit, as a CPU flavor would; GPU workers
-    get it as a request only, so a burst of pre-processing is not throttled."""
+    CPU workers get `vcpuCount` as limit, as a CPU flavor would, and request
+    `vcpuCount times cpu_request_ratio` (1 by default; less packs more workers on a node);
+    GPU workers request `vcpuCount` and have no CPU limit, so a burst of pre-processing is
+    not throttled."""
     disk = f"{template.containerDiskInGb}Gi"
-    requests = {"cpu": str(spec.vcpuCount), "ephemeral-storage": disk}
+    cpu = str(spec.vcpuCount)
+    if spec.computeType == ComputeType.CPU and settings.cpu_request_ratio < 1:
+        cpu = f"{max(1, round(spec.vcpuCount * settings.cpu_request_ratio * 1000))}m"
+    requests = {"cpu": cpu, "ephemeral-storage": disk}
     limits = {"ephemeral-storage": disk}
     if spec.computeType == ComputeType.CPU:
         limits["cpu"] = str(spec.vcpuCount)

@@ -20,6 +20,7 @@ the Lease is lost).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import defaultdict
@@ -107,17 +108,21 @@ class ScalingLoop:
         self.session = session
         self.clock = clock
         self.scalers: dict[str, Autoscaler] = {}
+        self.wakeup = asyncio.Event()  # set: tick now instead of at the next interval
 
     async def run(self) -> None:
-        """Tick until cancelled; a failed tick is logged and the next one tries again."""
+        """Tick every `scale_interval_s`, or at once when `wakeup` is set, until cancelled;
+        a failed tick is logged and the next one tries again."""
         while True:
+            self.wakeup.clear()  # a wake-up during the tick below starts the next one
             try:
                 await self.tick()
             except asyncio.CancelledError:
                 raise
             except Exception as err:
                 log.warning("scaling tick failed: %s", err)
-            await asyncio.sleep(self.ctx.settings.scale_interval_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wakeup.wait(), self.ctx.settings.scale_interval_s)
 
     def _ours(self, entry: Obj) -> bool:
         watched = self.ctx.settings.namespaces

@@ -57,6 +57,9 @@ class OperatorSettings(BaseSettings):
     cuda_version_label: str = "nvidia.com/cuda.runtime-version.full"
     datacenter_label: str = "topology.kubernetes.io/zone"
     cpu_flavor_label: str = "lockgate.dev/cpu-flavor"
+    cpu_request_ratio: float = Field(
+        1.0, gt=0, le=1, description="CPU workers request vcpuCount times this (limit: vcpuCount)"
+    )
     termination_grace_cap_s: int = Field(
         3600, ge=30, description="longest a stopping worker may take to finish its job"
     )
