@@ -353,3 +353,27 @@ async def test_status_ttl_shortens_a_jobs_life(http, gateway):
     assert status == 200
     status, body = await get(http, gateway, f"status/{job['id']}?ttl=5")
     assert status == 400 and "ttl" in body["error"]
+
+
+async def take_saying(http, gw: LiveGateway, worker: str, in_progress: str) -> dict | None:
+    url = gw.job_url(f"job-take/{worker}?job_in_progress={in_progress}")
+    async with http.get(url, headers=gw.worker_headers()) as r:
+        assert r.status in (200, 204), await r.text()
+        return await r.json() if r.status == 200 else None
+
+
+async def test_a_worker_that_holds_no_job_gets_back_what_its_id_held_before(http, gateway):
+    """A container restarted in its pod keeps the worker id (the pod name): its first take
+    says `job_in_progress=0`, and the job its killed predecessor held runs again at once."""
+    job = await submit(http, gateway, {"input": {"x": 1}})
+    assert (await take_saying(http, gateway, "pod-a", "0"))["id"] == job["id"]
+    assert await take_saying(http, gateway, "pod-a", "1") is None  # still its own: kept
+    _, body = await get(http, gateway, f"status/{job['id']}")
+    assert body["status"] == "IN_PROGRESS"
+    again = await take_saying(http, gateway, "pod-a", "0")  # the restarted process
+    assert again is not None and again["id"] == job["id"]
+    _, health = await get(http, gateway, "health")
+    assert health["jobs"]["retried"] == 1
+    assert (await done(http, gateway, job["id"], {"output": 7}, worker="pod-a"))
+    _, body = await get(http, gateway, f"status/{job['id']}")
+    assert body["status"] == "COMPLETED" and body["output"] == 7

@@ -64,9 +64,14 @@ async def _take(request: web.Request, count: int) -> list[TakenJob]:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + gw.settings.take_wait_s
     woken = False
+    # RunPod's protocol: `job_in_progress=0` says the worker holds no job (see JobStore.take).
+    holds_none = request.query.get("job_in_progress") == "0"
     while _listening(request) and not gw.draining:
         generation = gw.notifier.generation(endpoint_id)
-        jobs, left = await gw.store.take(endpoint_id, worker_id, count, timeout_ms)
+        jobs, left = await gw.store.take(
+            endpoint_id, worker_id, count, timeout_ms, holds_none=holds_none
+        )
+        holds_none = False  # said once per request is enough
         woken = False
         if jobs:
             if left:

@@ -128,13 +128,25 @@ class JobStore:
         await self.scripts.submit(keys=[keys.prefix(endpoint_id)], args=args + job.fields())
 
     async def take(
-        self, endpoint_id: str, worker_id: str, count: int, default_timeout_ms: int
+        self,
+        endpoint_id: str,
+        worker_id: str,
+        count: int,
+        default_timeout_ms: int,
+        *,
+        holds_none: bool = False,
     ) -> tuple[list[TakenJob], int]:
-        """Hand up to `count` queued jobs to a worker; also returns how many still wait."""
-        reply = await self.scripts.take(
-            keys=[keys.prefix(endpoint_id)],
-            args=[worker_id, self.clock(), count, default_timeout_ms],
-        )
+        """Hand up to `count` queued jobs to a worker; also returns how many still wait.
+
+        `holds_none`: the worker says it has no job in hand (`job_in_progress=0`), so jobs
+        still recorded as its belong to an earlier process with the same worker id (a
+        container restarted in its pod): they go back to the queue first, as if that
+        process had been released, instead of waiting for their execution timeout."""
+        args = [worker_id, self.clock(), count, default_timeout_ms]
+        if holds_none:
+            args += [endpoint_id, self.liveness.max_attempts, *self._retention_args()]
+            args.append(self._lost_reason())
+        reply = await self.scripts.take(keys=[keys.prefix(endpoint_id)], args=args)
         jobs = [TakenJob(i.decode(), inp, s3) for i, inp, s3 in reply[1:]]
         return jobs, int(reply[0])
 
