@@ -374,6 +374,6 @@ async def test_a_worker_that_holds_no_job_gets_back_what_its_id_held_before(http
     assert again is not None and again["id"] == job["id"]
     _, health = await get(http, gateway, "health")
     assert health["jobs"]["retried"] == 1
-    assert (await done(http, gateway, job["id"], {"output": 7}, worker="pod-a"))
+    assert await done(http, gateway, job["id"], {"output": 7}, worker="pod-a")
     _, body = await get(http, gateway, f"status/{job['id']}")
     assert body["status"] == "COMPLETED" and body["output"] == 7
