@@ -417,3 +417,11 @@ def test_every_endpoint_field_changes_the_generated_objects(field: str) -> None:
 @pytest.mark.parametrize("field", sorted(TEMPLATE_FIELDS))
 def test_every_template_field_changes_the_generated_objects(field: str) -> None:
     assert rendered({}) != rendered({}, {field: TEMPLATE_FIELDS[field]})
+
+
+def test_worker_pods_are_ready_only_while_the_scaler_keeps_them_in_service() -> None:
+    gates = pod()["readinessGates"]
+    assert gates == [{"conditionType": manifests.SERVING_CONDITION}]
+    without_scaler = SETTINGS.model_copy(update={"scale_interval_s": 0})
+    spec = deployment(settings=without_scaler)["spec"]["template"]["spec"]
+    assert "readinessGates" not in spec, "no scaler: nothing would ever open the gate"

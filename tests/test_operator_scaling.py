@@ -16,6 +16,7 @@ import pytest
 from redis.asyncio import Redis
 
 from lockgate.dev.redis_server import EmbeddedRedis
+from lockgate.kube.manifests import SERVING_CONDITION
 from lockgate.scaling.deployment_pool import BUSY_COST, DELETION_COST
 from lockgate.store import JobStore, NewJob, Registry
 from tests.conftest import make_settings, start_gateway
@@ -82,6 +83,12 @@ def worker_pods(resources: Resources, name: str) -> list:
     return [p for p in pods if p.metadata.deletion_timestamp is None]
 
 
+def serving_of(resources: Resources, pod_name: str) -> str | None:
+    pod = resources.core.read_namespaced_pod(pod_name, resources.namespace)
+    conditions = pod.status.conditions or []
+    return next((c.status for c in conditions if c.type == SERVING_CONDITION), None)
+
+
 def cost_of(resources: Resources, pod_name: str) -> str | None:
     pod = resources.core.read_namespaced_pod(pod_name, resources.namespace)
     return (pod.metadata.annotations or {}).get(DELETION_COST)
@@ -127,6 +134,9 @@ async def test_the_loop_scales_the_deployment_annotates_busy_pods_and_reports_it
         lambda: len(pods := worker_pods(resources, name)) == 2 and pods, "the ReplicaSet's pods"
     )
     busy, idle = (p.metadata.name for p in pods)
+    # The readiness gate the scaler holds: each pod is put in service (what makes it Ready).
+    for pod in (busy, idle):
+        await until(lambda pod=pod: serving_of(resources, pod) == "True", f"{pod} in service")
     store = JobStore(redis)
     taken, _ = await store.take(name, busy, 1, 600_000)
     await store.heartbeat(name, busy)

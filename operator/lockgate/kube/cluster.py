@@ -173,6 +173,12 @@ class Cluster:
             self._method(kind, "patch"), name, namespace, patch, _content_type=MERGE_PATCH
         )
 
+    async def set_pod_condition(self, namespace: str, name: str, condition: Obj) -> None:
+        """Set one condition of a pod's status (conditions merge by `type`)."""
+        core = self._apis[k8s.CoreV1Api]
+        patch = {"status": {"conditions": [condition]}}
+        await self._call(core.patch_namespaced_pod_status, name, namespace, patch)
+
     async def scale_deployment(self, namespace: str, name: str, replicas: int) -> None:
         """Set a Deployment's replicas through its scale subresource (touches nothing else)."""
         apps = self._apis[k8s.AppsV1Api]

@@ -34,6 +34,7 @@ ANNOTATION_PREFIX = "lockgate.dev/"
 HASH_ANNOTATION = "lockgate.dev/applied-hash"
 TEMPLATE_ANNOTATION = "lockgate.dev/template"
 KEY_ANNOTATION = "lockgate.dev/worker-key"
+SERVING_CONDITION = "lockgate.dev/Serving"  # a worker pod's readiness gate (the scaler's)
 SECRET_KEY = "RUNPOD_AI_API_KEY"  # the Secret's data key holding the worker key
 WORKER_CONTAINER = "worker"
 MODEL_DIR = "/lockgate/model"  # where workers see the model cache (read-only)
@@ -406,6 +407,11 @@ def worker_pod_template(
         "automountServiceAccountToken": False,  # workers talk to the gateway, not to the API
         "enableServiceLinks": False,
     }
+    if settings.scale_interval_s:
+        # Ready only while the scaler keeps the pod in service: it takes a pod out (False)
+        # before shrinking, and a ReplicaSet removes pods that are not Ready first, so the
+        # pod removed is an idle one on every Kubernetes (pod-deletion-cost needs >= 1.22).
+        pod["readinessGates"] = [{"conditionType": SERVING_CONDITION}]
     if template.modelUrl:
         pod["initContainers"] = [model_fetch_container(template, settings)]
         pod["volumes"] = [model_cache_volume(template, settings)]

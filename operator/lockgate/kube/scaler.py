@@ -179,7 +179,8 @@ class ScalingLoop:
         await self._report_metrics(owner, check)
         if deployment is None:
             return None
-        pool = DeploymentPool(self.ctx.cluster, deployment, pods)
+        pool = DeploymentPool(self.ctx.cluster, deployment, pods, now=rc.now())
+        await pool.keep_serving()
         metrics = readings.get(owner.name) if check.ok else None
         if externally_scaled(entry):
             # Another scaler sets the count; busy pods are still marked, so that its

@@ -1,10 +1,13 @@
 """`DeploymentPool`: an endpoint's workers as the pods of its Deployment.
 
-It resizes through the Deployment's scale subresource and marks busy pods with a high
-`controller.kubernetes.io/pod-deletion-cost`, so the ReplicaSet removes idle pods first
-(Kubernetes >= 1.22; older clusters ignore the annotation). Whichever pod is removed,
-no job is cut short: the pod gets SIGTERM, the worker runtime finishes the job in hand,
-and the pod's termination grace period covers the endpoint's execution timeout.
+It resizes through the Deployment's scale subresource, and makes the ReplicaSet remove
+idle pods first in two ways: before shrinking it takes the idle pods to remove out of
+service (their readiness gate `lockgate.dev/Serving` goes False, so they are not Ready,
+and a ReplicaSet deletes pods that are not Ready first: any Kubernetes version); and busy
+pods carry a high `controller.kubernetes.io/pod-deletion-cost` (Kubernetes >= 1.22). Every
+other live pod is kept in service (its gate True, which is what makes it Ready). Whichever
+pod is removed, no job is cut short: the pod gets SIGTERM, the worker runtime finishes the
+job in hand, and the pod's termination grace period covers the endpoint's execution timeout.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from lockgate.kube.cluster import Cluster, NotFound
+from lockgate.kube.manifests import SERVING_CONDITION
 from lockgate.scaling.pool import PoolState
 
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
@@ -44,11 +48,37 @@ def cost_changes(pods: Sequence[Obj], busy: Collection[str]) -> dict[str, str]:
     return changes
 
 
+def gated(pod: Obj) -> bool:
+    """Whether the pod's readiness waits for the scaler's `Serving` condition."""
+    gates = (pod.get("spec") or {}).get("readinessGates") or []
+    return any(g.get("conditionType") == SERVING_CONDITION for g in gates)
+
+
+def serving(pod: Obj) -> str | None:
+    """The pod's `Serving` condition status ("True"/"False"), None while it has none."""
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return next((c["status"] for c in conditions if c["type"] == SERVING_CONDITION), None)
+
+
+def serving_condition(on: bool, now: str) -> Obj:
+    reason, message = (
+        ("InService", "the scaler keeps this worker")
+        if on
+        else ("ScalingDown", "idle: the scaler removes this worker")
+    )
+    status = "True" if on else "False"
+    return {"type": SERVING_CONDITION, "status": status, "reason": reason,
+            "message": message, "lastTransitionTime": now}  # fmt: skip
+
+
 class DeploymentPool:
     """One endpoint's Deployment and its pods, as observed at the start of a loop tick."""
 
-    def __init__(self, cluster: Cluster, deployment: Obj, pods: Sequence[Obj]) -> None:
+    def __init__(
+        self, cluster: Cluster, deployment: Obj, pods: Sequence[Obj], *, now: str = ""
+    ) -> None:
         self.cluster = cluster
+        self.now = now  # RFC 3339: when conditions it sets changed
         self.namespace = deployment["metadata"]["namespace"]
         self.name = deployment["metadata"]["name"]
         self.replicas = int((deployment.get("spec") or {}).get("replicas", 1))
@@ -63,7 +93,25 @@ class DeploymentPool:
             with contextlib.suppress(NotFound):  # deleted since the tick began
                 await self.cluster.annotate("Pod", self.namespace, name, {DELETION_COST: cost})
 
+    async def keep_serving(self) -> None:
+        """Put every gated live pod that is not in service into service (Ready)."""
+        for pod in self.pods:
+            if gated(pod) and serving(pod) != "True":
+                await self._set_serving(pod["metadata"]["name"], True)
+
     async def resize(self, desired: int, *, idle_first: Sequence[str]) -> None:
-        """Patch the scale subresource; the ReplicaSet picks victims by deletion cost."""
+        """Patch the scale subresource. Shrinking, the idle pods to remove (`idle_first`
+        first) are taken out of service before, so the ReplicaSet deletes them."""
+        surplus = len(self.pods) - desired
+        if surplus > 0:
+            by_name = {p["metadata"]["name"]: p for p in self.pods}
+            for name in [n for n in idle_first if n in by_name][:surplus]:
+                if gated(by_name[name]):
+                    await self._set_serving(name, False)
         await self.cluster.scale_deployment(self.namespace, self.name, desired)
         self.replicas = desired
+
+    async def _set_serving(self, name: str, on: bool) -> None:
+        with contextlib.suppress(NotFound):  # deleted since the tick began
+            condition = serving_condition(on, self.now)
+            await self.cluster.set_pod_condition(self.namespace, name, condition)
