@@ -7,6 +7,7 @@ import asyncio
 import aiohttp
 import pytest
 
+from lockgate.store import JobStore
 from tests.conftest import LiveGateway
 
 
@@ -377,3 +378,17 @@ async def test_a_worker_that_holds_no_job_gets_back_what_its_id_held_before(http
     assert await done(http, gateway, job["id"], {"output": 7}, worker="pod-a")
     _, body = await get(http, gateway, f"status/{job['id']}")
     assert body["status"] == "COMPLETED" and body["output"] == 7
+
+
+@pytest.mark.parametrize("gateway_settings", [{"take_wait_s": 1.0}], indirect=True)
+async def test_a_worker_told_to_stop_gets_no_new_job_until_resumed(http, gateway, redis):
+    """Its pod is going (a scale-down, a rollout): its long-poll stays empty, the job waits
+    for another worker; resumed (the pod stayed), it takes jobs again."""
+    store = JobStore(redis)
+    await store.stop_taking("echo", ["pod-going"])
+    job = await submit(http, gateway, {"input": {}})
+    assert await take_saying(http, gateway, "pod-going", "0") is None
+    _, body = await get(http, gateway, f"status/{job['id']}")
+    assert body["status"] == "IN_QUEUE"
+    await store.stop_taking("echo", [], resume=["pod-going"])
+    assert (await take_saying(http, gateway, "pod-going", "0"))["id"] == job["id"]

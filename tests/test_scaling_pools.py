@@ -5,15 +5,22 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from datetime import UTC, datetime
 
 import pytest
 
 from lockgate.kube.crds import API_VERSION
 from lockgate.kube.events import endpoint_event
-from lockgate.kube.manifests import Owner
+from lockgate.kube.manifests import SERVING_CONDITION, Owner
 from lockgate.kube.scaler import metrics_check
 from lockgate.scaling.decision import EndpointMetrics
-from lockgate.scaling.deployment_pool import BUSY_COST, DELETION_COST, cost_changes, live_pods
+from lockgate.scaling.deployment_pool import (
+    BUSY_COST,
+    DELETION_COST,
+    cost_changes,
+    live_pods,
+    to_serve,
+)
 from lockgate.scaling.local_pool import LocalProcessPool
 from lockgate.scaling.readings import MetricsUnreadable, parse_metrics
 
@@ -31,6 +38,27 @@ def test_only_pods_whose_deletion_cost_must_change_are_patched() -> None:
     pods = [pod("busy-new"), pod("busy-known", BUSY_COST), pod("idle-new"), pod("was-busy", "1000")]
     changes = cost_changes(pods, busy={"busy-new", "busy-known"})
     assert changes == {"busy-new": BUSY_COST, "was-busy": "0"}
+
+
+def gated_pod(name: str, serving: str | None = None, since: str = "") -> dict:
+    body = pod(name)
+    body["spec"] = {"readinessGates": [{"conditionType": SERVING_CONDITION}]}
+    if serving is not None:
+        condition = {"type": SERVING_CONDITION, "status": serving, "lastTransitionTime": since}
+        body["status"]["conditions"] = [condition]
+    return body
+
+
+def test_new_pods_and_pods_long_out_of_service_are_put_in_service() -> None:
+    now = datetime(2026, 1, 1, 12, 0, 30, tzinfo=UTC)
+    pods = [
+        gated_pod("new"),
+        gated_pod("serving", "True", "2026-01-01T11:00:00Z"),
+        gated_pod("just-taken-out", "False", "2026-01-01T12:00:25Z"),  # the RS acts on it now
+        gated_pod("left-behind", "False", "2026-01-01T12:00:00Z"),  # the RS removed another
+        pod("ungated"),  # made before the scaler held a gate: nothing to open
+    ]
+    assert to_serve(pods, now) == ["new", "left-behind"]
 
 
 def test_terminating_and_finished_pods_are_not_workers() -> None:

@@ -21,7 +21,7 @@ from lockgate.gateway.http import (
     read_body,
 )
 from lockgate.gateway.state import Gateway, gateway_of
-from lockgate.store import StreamFull, TakenJob
+from lockgate.store import STOPPING, StreamFull, TakenJob
 from lockgate.store.keys import JOB_ID_RE, WORKER_ID_RE
 
 BATCH_MAX = 100
@@ -72,6 +72,9 @@ async def _take(request: web.Request, count: int) -> list[TakenJob]:
             endpoint_id, worker_id, count, timeout_ms, holds_none=holds_none
         )
         holds_none = False  # said once per request is enough
+        if left == STOPPING:  # its pod is going: no job for it; hold the poll as an empty one
+            await asyncio.sleep(max(0.0, deadline - loop.time()))
+            return []
         woken = False
         if jobs:
             if left:

@@ -179,7 +179,9 @@ class ScalingLoop:
         await self._report_metrics(owner, check)
         if deployment is None:
             return None
-        pool = DeploymentPool(self.ctx.cluster, deployment, pods, now=rc.now())
+        pool = DeploymentPool(
+            self.ctx.cluster, deployment, pods, store=self.ctx.jobs, endpoint_id=owner.name
+        )
         await pool.keep_serving()
         metrics = readings.get(owner.name) if check.ok else None
         if externally_scaled(entry):

@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Collection, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from lockgate.kube.cluster import Cluster, NotFound
 from lockgate.kube.manifests import SERVING_CONDITION
 from lockgate.scaling.pool import PoolState
+from lockgate.store import JobStore
 
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+REVERT_AFTER_S = 10.0  # a pod taken out of service that still lives after this goes back
 BUSY_COST = "1000"  # removed last
 IDLE_COST = "0"  # the default when the annotation is absent
 
@@ -54,10 +57,32 @@ def gated(pod: Obj) -> bool:
     return any(g.get("conditionType") == SERVING_CONDITION for g in gates)
 
 
-def serving(pod: Obj) -> str | None:
-    """The pod's `Serving` condition status ("True"/"False"), None while it has none."""
+def serving(pod: Obj) -> Obj | None:
+    """The pod's `Serving` condition, None while it has none."""
     conditions = (pod.get("status") or {}).get("conditions") or []
-    return next((c["status"] for c in conditions if c["type"] == SERVING_CONDITION), None)
+    return next((c for c in conditions if c["type"] == SERVING_CONDITION), None)
+
+
+def rfc3339(at: datetime) -> str:
+    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def to_serve(pods: Sequence[Obj], now: datetime) -> list[str]:
+    """Gated live pods to put in service: new ones, and those taken out of service over
+    `REVERT_AFTER_S` ago that still live (the ReplicaSet removed another pod, or the
+    scaler grew again before it acted)."""
+    names = []
+    for pod in pods:
+        condition = serving(pod)
+        if not gated(pod) or (condition and condition["status"] == "True"):
+            continue
+        since = condition and condition.get("lastTransitionTime")
+        if since:
+            taken_out = datetime.strptime(since, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+            if (now - taken_out).total_seconds() < REVERT_AFTER_S:
+                continue
+        names.append(pod["metadata"]["name"])
+    return names
 
 
 def serving_condition(on: bool, now: str) -> Obj:
@@ -75,14 +100,25 @@ class DeploymentPool:
     """One endpoint's Deployment and its pods, as observed at the start of a loop tick."""
 
     def __init__(
-        self, cluster: Cluster, deployment: Obj, pods: Sequence[Obj], *, now: str = ""
+        self,
+        cluster: Cluster,
+        deployment: Obj,
+        pods: Sequence[Obj],
+        *,
+        store: JobStore | None = None,
+        endpoint_id: str = "",
+        now: datetime | None = None,
     ) -> None:
         self.cluster = cluster
-        self.now = now  # RFC 3339: when conditions it sets changed
+        self.store = store  # tells the gateway which workers get no new job
+        self.endpoint_id = endpoint_id
+        self.now = now or datetime.now(UTC)
         self.namespace = deployment["metadata"]["namespace"]
         self.name = deployment["metadata"]["name"]
         self.replicas = int((deployment.get("spec") or {}).get("replicas", 1))
         self.pods = live_pods(pods)
+        live = {p["metadata"]["name"] for p in self.pods}
+        self.leaving = [p["metadata"]["name"] for p in pods if p["metadata"]["name"] not in live]
 
     async def state(self) -> PoolState:
         return PoolState(self.replicas, tuple(p["metadata"]["name"] for p in self.pods))
@@ -94,10 +130,13 @@ class DeploymentPool:
                 await self.cluster.annotate("Pod", self.namespace, name, {DELETION_COST: cost})
 
     async def keep_serving(self) -> None:
-        """Put every gated live pod that is not in service into service (Ready)."""
-        for pod in self.pods:
-            if gated(pod) and serving(pod) != "True":
-                await self._set_serving(pod["metadata"]["name"], True)
+        """Pods being deleted (a scale-down, a rollout, `kubectl delete`) get no new job;
+        gated live pods not in service are put in service (Ready) and get jobs again."""
+        back = to_serve(self.pods, self.now)
+        if self.store is not None and (self.leaving or back):
+            await self.store.stop_taking(self.endpoint_id, self.leaving, resume=back)
+        for name in back:
+            await self._set_serving(name, True)
 
     async def resize(self, desired: int, *, idle_first: Sequence[str]) -> None:
         """Patch the scale subresource. Shrinking, the idle pods to remove (`idle_first`
@@ -105,7 +144,10 @@ class DeploymentPool:
         surplus = len(self.pods) - desired
         if surplus > 0:
             by_name = {p["metadata"]["name"]: p for p in self.pods}
-            for name in [n for n in idle_first if n in by_name][:surplus]:
+            victims = [n for n in idle_first if n in by_name][:surplus]
+            if self.store is not None and victims:
+                await self.store.stop_taking(self.endpoint_id, victims)
+            for name in victims:
                 if gated(by_name[name]):
                     await self._set_serving(name, False)
         await self.cluster.scale_deployment(self.namespace, self.name, desired)
@@ -113,5 +155,5 @@ class DeploymentPool:
 
     async def _set_serving(self, name: str, on: bool) -> None:
         with contextlib.suppress(NotFound):  # deleted since the tick began
-            condition = serving_condition(on, self.now)
+            condition = serving_condition(on, rfc3339(self.now))
             await self.cluster.set_pod_condition(self.namespace, name, condition)

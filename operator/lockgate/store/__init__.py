@@ -2,6 +2,7 @@
 
 from lockgate.store.connection import connect
 from lockgate.store.jobs import (
+    STOPPING,
     Delivery,
     IneligibleState,
     JobNotFound,
@@ -17,6 +18,7 @@ from lockgate.store.records import Finished, JobRecord, Snapshot, TakenJob
 from lockgate.store.registry import Registry, key_digest
 
 __all__ = [
+    "STOPPING",
     "Delivery",
     "Finished",
     "IneligibleState",

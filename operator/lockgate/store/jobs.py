@@ -100,6 +100,9 @@ class NewJob:
         return pairs
 
 
+STOPPING = -1  # `take`'s count of jobs left when the worker was told to stop
+
+
 class JobStore:
     """Jobs of every endpoint in one Redis. Methods map one to one onto transitions."""
 
@@ -259,6 +262,22 @@ class JobStore:
         oldest, oldest_low = (int(v) if int(v) >= 0 else None for v in r[8:10])
         held = {w.decode(): int(n) for w, n in zip(r[10::2], r[11::2], strict=True)}
         return Snapshot(*(int(v) for v in r[:8]), oldest, oldest_low, held)
+
+    async def stop_taking(
+        self, endpoint_id: str, workers: Sequence[str], *, resume: Sequence[str] = ()
+    ) -> None:
+        """Workers told to stop (their pod is going) get no new job from `take` (it answers
+        STOPPING) for `STOPPING_MS`; those in `resume` get jobs again."""
+        key = keys.prefix(endpoint_id) + "stopping"
+        now = self.clock()
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zremrangebyscore(key, "-inf", now)
+        if workers:
+            pipe.zadd(key, {worker: now + keys.STOPPING_MS for worker in workers})
+            pipe.pexpire(key, keys.STOPPING_MS)
+        if resume:
+            pipe.zrem(key, *resume)
+        await pipe.execute()
 
     async def heartbeat(self, endpoint_id: str, worker_id: str) -> None:
         """Mark a worker alive now."""

@@ -13,6 +13,8 @@ the single description of what they build.
     lg:{ep}:w            ZSET  worker ids, score = last heartbeat (ms)
     lg:{ep}:wj:{worker}  SET   job ids a worker holds
     lg:{ep}:stop:{worker} LIST job ids the worker must stop
+    lg:{ep}:stopping     ZSET  workers told to stop (their pod is going): no new job for
+                               them; score = until when (ms)
     lg:{ep}:stats        HASH  completed, failed, retried counters
     lg:{ep}:wh           ZSET  webhook outbox: job ids, score = next attempt (ms)
     lg:{ep}:wha          HASH  job id -> webhook attempts made
@@ -44,6 +46,8 @@ WORKER_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,253}$")
 # Retention of results after completion (ms), the spec's "Time limits and retention".
 RETENTION_RUN_MS = 30 * 60 * 1000
 RETENTION_SYNC_MS = 60 * 1000
+# How long a worker told to stop is refused new jobs (ms): longer than any pod takes to go.
+STOPPING_MS = 2 * 60 * 60 * 1000
 
 
 def prefix(endpoint_id: str) -> str:
