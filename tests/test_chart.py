@@ -1,5 +1,7 @@
-"""The Helm chart without helm: values against the strict schema, every key documented,
-templates referring only to values that exist, and CRDs in sync with the models."""
+"""The Helm chart: values against the strict schema, every key documented, templates
+referring only to values that exist, CRDs in sync with the models; then rendered by real
+helm (`helm template`), linted (`helm lint --strict`) and the objects validated strictly
+against the Kubernetes API schemas of the versions the chart supports."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,7 @@ TEMPLATES = CHART / "templates"
 SCHEMA = json.loads((CHART / "values.schema.json").read_text())
 DEFAULTS = yaml.safe_load((CHART / "values.yaml").read_text())
 VALIDATOR = jsonschema.Draft7Validator(SCHEMA)
+LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 # -- helpers ------------------------------------------------------------------------------
 
@@ -298,38 +301,73 @@ def test_crds_command_writes_the_chart_templates(tmp_path: Path) -> None:
     )
 
 
-# -- rendered (hack/render-chart: Go's text/template and sprig, as helm uses) -------------
+# -- rendered by real helm (`make tools` installs the pinned helm) ------------------------
 
-RENDERER = REPO / "hack" / "render-chart"
-GOPATH = Path("/usr/share/gocode")
-SPRIG = GOPATH / "src" / "github.com" / "Masterminds" / "sprig"
+TOOLS_BIN = Path(os.environ.get("LOCKGATE_TOOLS_DIR") or Path.home() / ".cache" / "lockgate-tools")
+TOOLS_BIN /= "bin"
+RELEASE = ("lockgate", "--namespace", "lockgate")
+NOTES_PROBE = "templates/zz-notes-for-tests.yaml"
+
+
+def find_helm() -> str | None:
+    """helm from `make tools` (the version these tests are written against), else the
+    first on PATH."""
+    pinned = TOOLS_BIN / "helm"
+    return str(pinned) if os.access(pinned, os.X_OK) else shutil.which("helm")
+
+
+@pytest.fixture(scope="session")
+def helm() -> str:
+    """The helm binary; without one the test skips, or fails under LOCKGATE_REQUIRE_CLUSTER=1."""
+    found = find_helm()
+    if found is None:
+        message = "helm missing: `make tools` installs it"
+        if os.environ.get("LOCKGATE_REQUIRE_CLUSTER") == "1":
+            pytest.fail(f"{message} (LOCKGATE_REQUIRE_CLUSTER=1)", pytrace=False)
+        pytest.skip(message)
+    return found
+
+
+def notes_chart(root: Path) -> Path:
+    """A copy of the chart with one more template printing NOTES.txt as an object:
+    `helm template` renders NOTES.txt but never prints it."""
+    chart = root / CHART.name
+    shutil.copytree(CHART, chart)
+    probe = '{{ include (print $.Template.BasePath "/NOTES.txt") . | toJson }}'
+    (chart / NOTES_PROBE).write_text(f"kind: RenderedNotes\nnotes: {probe}\n")
+    return chart
 
 
 @pytest.fixture(scope="module")
-def render_chart(tmp_path_factory: pytest.TempPathFactory):
-    """A function rendering the chart with extra values; skips without Go and sprig
-    (`bash hack/render-chart/deps.sh` installs them from Debian)."""
-    go = shutil.which("go")
-    if go is None or not SPRIG.is_dir():
-        pytest.skip("Go or Debian's sprig missing: run `bash hack/render-chart/deps.sh`")
+def render_chart(helm: str, tmp_path_factory: pytest.TempPathFactory):
+    """A function running `helm template` on the chart with extra values (and, optionally,
+    the Kubernetes version and extra API versions helm's Capabilities report); it returns
+    the objects, or the rendered NOTES.txt with `notes=True`."""
     out = tmp_path_factory.mktemp("render")
-    env = {**os.environ, "GO111MODULE": "off", "GOPATH": str(GOPATH), "GOCACHE": str(out / "c")}
-    build = [go, "build", "-o", str(out / "render-chart"), "./hack/render-chart"]
-    subprocess.run(build, cwd=REPO, env=env, check=True, capture_output=True)
+    with_notes = notes_chart(out)
 
-    def render(values: dict[str, Any] | None = None, *, notes: bool = False) -> Any:
-        args = [str(out / "render-chart"), "-chart", str(CHART), "-namespace", "lockgate"]
-        args += ["-notes"] if notes else []
+    def render(
+        values: dict[str, Any] | None = None,
+        *,
+        notes: bool = False,
+        kube_version: str | None = None,
+        api_versions: Sequence[str] = (),
+    ) -> Any:
+        args = [helm, "template", *RELEASE]
+        args += [str(with_notes), "--show-only", NOTES_PROBE] if notes else [str(CHART)]
+        args += ["--kube-version", kube_version] if kube_version else []
+        for api_version in api_versions:
+            args += ["--api-versions", api_version]
         if values is not None:
-            path = out / f"values-{abs(hash(json.dumps(values, sort_keys=True)))}.yaml"
+            digest = hashlib.sha1(json.dumps(values, sort_keys=True).encode()).hexdigest()
+            path = out / f"values-{digest[:16]}.yaml"
             path.write_text(yaml.safe_dump(values))
-            args += ["-f", str(path)]
+            args += ["--values", str(path)]
         done = subprocess.run(args, capture_output=True, text=True)
         if done.returncode:
             raise RenderError(done.stderr.strip())
-        if notes:
-            return done.stdout
-        return [d for d in yaml.safe_load_all(done.stdout) if d]
+        docs = [d for d in yaml.load_all(done.stdout, Loader=LOADER) if d]
+        return docs[0]["notes"] if notes else docs
 
     return render
 
