@@ -308,8 +308,8 @@ def test_crds_command_writes_the_chart_templates(tmp_path: Path) -> None:
 
 # -- rendered by real helm (`make tools` installs the pinned helm) ------------------------
 
-TOOLS_BIN = Path(os.environ.get("LOCKGATE_TOOLS_DIR") or Path.home() / ".cache" / "lockgate-tools")
-TOOLS_BIN /= "bin"
+TOOLS_DIR = os.environ.get("LOCKGATE_TOOLS_DIR") or Path.home() / ".cache" / "lockgate-tools"
+TOOLS_BIN = Path(TOOLS_DIR) / "bin"  # hack/tools.sh installs helm there
 RELEASE = ("lockgate", "--namespace", "lockgate")
 NOTES_PROBE = "templates/zz-notes-for-tests.yaml"
 
@@ -347,12 +347,12 @@ def notes_chart(root: Path) -> Path:
 def render_chart(helm: str, tmp_path_factory: pytest.TempPathFactory):
     """A function running `helm template` on the chart with extra values (and, optionally,
     the Kubernetes version and extra API versions helm's Capabilities report); it returns
-    the objects, or the rendered NOTES.txt with `notes=True`."""
+    the objects, or the rendered NOTES.txt with `notes=True`. Values: a dict, or a file."""
     out = tmp_path_factory.mktemp("render")
     with_notes = notes_chart(out)
 
     def render(
-        values: dict[str, Any] | None = None,
+        values: dict[str, Any] | Path | None = None,
         *,
         notes: bool = False,
         kube_version: str | None = None,
@@ -363,7 +363,9 @@ def render_chart(helm: str, tmp_path_factory: pytest.TempPathFactory):
         args += ["--kube-version", kube_version] if kube_version else []
         for api_version in api_versions:
             args += ["--api-versions", api_version]
-        if values is not None:
+        if isinstance(values, Path):
+            args += ["--values", str(values)]
+        elif values is not None:
             digest = hashlib.sha1(json.dumps(values, sort_keys=True).encode()).hexdigest()
             path = out / f"values-{digest[:16]}.yaml"
             path.write_text(yaml.safe_dump(values))
@@ -933,9 +935,7 @@ def test_kinds_left_unvalidated_are_those_without_a_schema(api_version: str, kin
 def test_rendered_objects_are_valid_for_kubernetes(
     render_chart, values: Path, version: str
 ) -> None:
-    docs = render_chart(
-        yaml.safe_load(values.read_text()), kube_version=f"{version}.0", api_versions=SERVED
-    )
+    docs = render_chart(values, kube_version=f"{version}.0", api_versions=SERVED)
     checked = [d for d in docs if (d["apiVersion"], d["kind"]) not in NO_SCHEMA]
     assert len(checked) > 10
     assert [problem for doc in checked for problem in schema_problems(doc, version)] == []
