@@ -74,7 +74,8 @@ tools: ## Install helm 3.17 and kubectl 1.31 into ~/.cache/lockgate-tools/bin (o
 chart-lint: setup tools ## Chart: schema, docs, CRDs; helm lint --strict; helm template checked against Kubernetes 1.27-1.31 schemas
 	LOCKGATE_REQUIRE_CLUSTER=1 $(PY) -m pytest -q tests/test_chart.py
 
-chart-template: tools ## Print the chart's objects (helm template; VALUES=file to add values)
+chart-template: ## Print the chart's objects (helm template; VALUES=file to add values)
+	@bash hack/tools.sh >&2
 	@$(TOOLS_BIN)/helm template lockgate $(CHART) --namespace lockgate $(if $(VALUES),--values $(VALUES))
 
 images: ## Build the control-plane and worker images (needs Docker; IMAGE_REGISTRY, IMAGE_TAG, BASE_IMAGE)
