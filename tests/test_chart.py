@@ -1,21 +1,28 @@
-"""The Helm chart without helm: values against the strict schema, every key documented,
-templates referring only to values that exist, and CRDs in sync with the models."""
+"""The Helm chart: values against the strict schema, every key documented, templates
+referring only to values that exist, CRDs in sync with the models; then rendered by real
+helm (`helm template`), linted (`helm lint --strict`) and the objects validated strictly
+against the Kubernetes API schemas of the versions the chart supports."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import hashlib
+import http.server
 import json
 import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
+import sys
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import jsonschema
+import kubernetes_validate
 import pytest
 import yaml
 
@@ -28,6 +35,7 @@ TEMPLATES = CHART / "templates"
 SCHEMA = json.loads((CHART / "values.schema.json").read_text())
 DEFAULTS = yaml.safe_load((CHART / "values.yaml").read_text())
 VALIDATOR = jsonschema.Draft7Validator(SCHEMA)
+LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 # -- helpers ------------------------------------------------------------------------------
 
@@ -298,40 +306,81 @@ def test_crds_command_writes_the_chart_templates(tmp_path: Path) -> None:
     )
 
 
-# -- rendered (hack/render-chart: Go's text/template and sprig, as helm uses) -------------
+# -- rendered by real helm (`make tools` installs the pinned helm) ------------------------
 
-RENDERER = REPO / "hack" / "render-chart"
-GOPATH = Path("/usr/share/gocode")
-SPRIG = GOPATH / "src" / "github.com" / "Masterminds" / "sprig"
+TOOLS_DIR = os.environ.get("LOCKGATE_TOOLS_DIR") or Path.home() / ".cache" / "lockgate-tools"
+TOOLS_BIN = Path(TOOLS_DIR) / "bin"  # hack/tools.sh installs helm there
+RELEASE = ("lockgate", "--namespace", "lockgate")
+NOTES_PROBE = "templates/zz-notes-for-tests.yaml"
+
+
+def find_helm() -> str | None:
+    """helm from `make tools` (the version these tests are written against), else the
+    first on PATH."""
+    pinned = TOOLS_BIN / "helm"
+    return str(pinned) if os.access(pinned, os.X_OK) else shutil.which("helm")
+
+
+@pytest.fixture(scope="session")
+def helm() -> str:
+    """The helm binary; without one the test skips, or fails under LOCKGATE_REQUIRE_CLUSTER=1."""
+    found = find_helm()
+    if found is None:
+        message = "helm missing: `make tools` installs it"
+        if os.environ.get("LOCKGATE_REQUIRE_CLUSTER") == "1":
+            pytest.fail(f"{message} (LOCKGATE_REQUIRE_CLUSTER=1)", pytrace=False)
+        pytest.skip(message)
+    return found
+
+
+def notes_chart(root: Path) -> Path:
+    """A copy of the chart with one more template printing NOTES.txt as an object:
+    `helm template` renders NOTES.txt but never prints it."""
+    chart = root / CHART.name
+    shutil.copytree(CHART, chart)
+    probe = '{{ include (print $.Template.BasePath "/NOTES.txt") . | toJson }}'
+    (chart / NOTES_PROBE).write_text(f"kind: RenderedNotes\nnotes: {probe}\n")
+    return chart
 
 
 @pytest.fixture(scope="module")
-def render_chart(tmp_path_factory: pytest.TempPathFactory):
-    """A function rendering the chart with extra values; skips without Go and sprig
-    (`bash hack/render-chart/deps.sh` installs them from Debian)."""
-    go = shutil.which("go")
-    if go is None or not SPRIG.is_dir():
-        pytest.skip("Go or Debian's sprig missing: run `bash hack/render-chart/deps.sh`")
+def render_chart(helm: str, tmp_path_factory: pytest.TempPathFactory):
+    """A function running `helm template` on the chart with extra values (and, optionally,
+    the Kubernetes version and extra API versions helm's Capabilities report); it returns
+    the objects, or the rendered NOTES.txt with `notes=True`. Values: a dict, or a file."""
     out = tmp_path_factory.mktemp("render")
-    env = {**os.environ, "GO111MODULE": "off", "GOPATH": str(GOPATH), "GOCACHE": str(out / "c")}
-    build = [go, "build", "-o", str(out / "render-chart"), "./hack/render-chart"]
-    subprocess.run(build, cwd=REPO, env=env, check=True, capture_output=True)
+    with_notes = notes_chart(out)
 
-    def render(values: dict[str, Any] | None = None, *, notes: bool = False) -> Any:
-        args = [str(out / "render-chart"), "-chart", str(CHART), "-namespace", "lockgate"]
-        args += ["-notes"] if notes else []
-        if values is not None:
-            path = out / f"values-{abs(hash(json.dumps(values, sort_keys=True)))}.yaml"
+    def render(
+        values: dict[str, Any] | Path | None = None,
+        *,
+        notes: bool = False,
+        kube_version: str | None = None,
+        api_versions: Sequence[str] = (),
+    ) -> Any:
+        args = [helm, "template", *RELEASE]
+        args += [str(with_notes), "--show-only", NOTES_PROBE] if notes else [str(CHART)]
+        args += ["--kube-version", kube_version] if kube_version else []
+        for api_version in api_versions:
+            args += ["--api-versions", api_version]
+        if isinstance(values, Path):
+            args += ["--values", str(values)]
+        elif values is not None:
+            digest = hashlib.sha1(json.dumps(values, sort_keys=True).encode()).hexdigest()
+            path = out / f"values-{digest[:16]}.yaml"
             path.write_text(yaml.safe_dump(values))
-            args += ["-f", str(path)]
+            args += ["--values", str(path)]
         done = subprocess.run(args, capture_output=True, text=True)
         if done.returncode:
             raise RenderError(done.stderr.strip())
-        if notes:
-            return done.stdout
-        return [d for d in yaml.safe_load_all(done.stdout) if d]
+        docs = [d for d in yaml.load_all(done.stdout, Loader=LOADER) if d]
+        return docs[0]["notes"] if notes else docs
 
     return render
+
+
+# The APIs of the Prometheus Operator and KEDA, which `helm template` does not report.
+SERVED = ("monitoring.coreos.com/v1", "keda.sh/v1alpha1")
 
 
 class RenderError(Exception):
@@ -590,7 +639,7 @@ def test_keda_scaled_object_targets_the_endpoints_worker_deployment(render_chart
             "scaledObjects": [{"endpoint": "sdxl", "namespace": "gpu", "jobsPerWorker": 2}],
         }
     }
-    [scaled] = by_kind(render_chart(values), "ScaledObject").values()
+    [scaled] = by_kind(render_chart(values, api_versions=SERVED), "ScaledObject").values()
     assert scaled["metadata"]["namespace"] == "gpu"
     assert scaled["spec"]["scaleTargetRef"] == {
         "apiVersion": "apps/v1",
@@ -606,7 +655,7 @@ def test_keda_scaled_object_targets_the_endpoints_worker_deployment(render_chart
 
 
 def test_service_monitor_keeps_the_metrics_own_endpoint_label(render_chart) -> None:
-    docs = render_chart({"gateway": {"serviceMonitor": {"enabled": True}}})
+    docs = render_chart({"gateway": {"serviceMonitor": {"enabled": True}}}, api_versions=SERVED)
     [monitor] = by_kind(docs, "ServiceMonitor").values()
     assert monitor["spec"]["endpoints"][0]["honorLabels"] is True
 
@@ -629,7 +678,7 @@ def metrics_token_refs(docs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def test_metrics_stay_open_without_a_token(render_chart) -> None:
-    docs = render_chart(MONITOR)
+    docs = render_chart(MONITOR, api_versions=SERVED)
     assert metrics_token_refs(docs) == dict.fromkeys(SCRAPERS)
     assert "LOCKGATE_METRICS_TOKEN" not in by_kind(docs, "Secret")["lockgate-settings"]["data"]
 
@@ -642,7 +691,7 @@ def test_metrics_stay_open_without_a_token(render_chart) -> None:
 def test_a_metrics_token_is_kept_in_the_settings_secret_and_sent_by_every_scraper(
     render_chart, token: dict, given: str | None
 ) -> None:
-    docs = render_chart(merged(MONITOR, {"metrics": {"token": token}}))
+    docs = render_chart(merged(MONITOR, {"metrics": {"token": token}}), api_versions=SERVED)
     data = by_kind(docs, "Secret")["lockgate-settings"]["data"]
     value = base64.b64decode(data["LOCKGATE_METRICS_TOKEN"]).decode()
     assert value == given or (given is None and re.fullmatch(r"[A-Za-z0-9]{32}", value))
@@ -667,7 +716,7 @@ def test_a_metrics_token_is_kept_in_the_settings_secret_and_sent_by_every_scrape
 def test_a_metrics_token_can_come_from_an_existing_secret(
     render_chart, values: dict, ref: tuple[str, str]
 ) -> None:
-    docs = render_chart(merged(MONITOR, values))
+    docs = render_chart(merged(MONITOR, values), api_versions=SERVED)
     expected = {"name": ref[0], "key": ref[1]}
     assert metrics_token_refs(docs) == dict.fromkeys(SCRAPERS, expected)
     settings = by_kind(docs, "Secret").get("lockgate-settings", {"data": {}})
@@ -692,7 +741,7 @@ def test_notes_with_keda_tell_how_to_hand_each_endpoint_to_it(render_chart) -> N
     values = {
         "keda": {"enabled": True, "scaledObjects": [{"endpoint": "sdxl", "namespace": "gpu"}]}
     }
-    notes = render_chart(values, notes=True)
+    notes = render_chart(values, notes=True, api_versions=SERVED)
     assert (
         "kubectl -n gpu annotate endpoints.lockgate.dev/sdxl lockgate.dev/scaler=external" in notes
     )
@@ -712,3 +761,278 @@ def test_notes_with_an_ingress_show_the_public_url(render_chart) -> None:
     notes = render_chart({"baseUrl": "https://gpu.example.com"}, notes=True)
     assert "The job API ({base_url}) is https://gpu.example.com" in notes
     assert "port-forward svc/lockgate-gateway" not in notes
+
+
+# -- values that reach pods as written ----------------------------------------------------
+
+ENV_AS_WRITTEN = {
+    "LOCKGATE_MAX_RESULT_BYTES": (50000000, "50000000"),
+    "LOCKGATE_BIG": (123456789012, "123456789012"),
+    "LOCKGATE_RATIO": (0.5, "0.5"),
+    "LOCKGATE_FLAG": (True, "true"),
+    "LOCKGATE_TEXT": ("0755", "0755"),  # a string stays as it is, numeric or not
+}
+
+
+@pytest.mark.parametrize("component", ["gateway", "operator"])
+def test_env_numbers_and_booleans_reach_pods_as_the_text_written_in_values(
+    render_chart, component: str
+) -> None:
+    env = {name: value for name, (value, _) in ENV_AS_WRITTEN.items()}
+    docs = render_chart({component: {"env": env}})
+    pod = by_kind(docs, "Deployment")[f"lockgate-{component}"]["spec"]["template"]["spec"]
+    rendered = env_of(pod["containers"][0])
+    assert {name: rendered[name] for name in env} == {
+        name: text for name, (_, text) in ENV_AS_WRITTEN.items()
+    }
+
+
+def test_a_large_number_in_a_values_file_renders_as_its_digits(helm: str, tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text("gateway:\n  env:\n    LOCKGATE_MAX_RESULT_BYTES: 50000000\n")
+    args = [helm, "template", *RELEASE, str(CHART), "--values", str(values)]
+    args += ["--show-only", "templates/gateway/deployment.yaml"]
+    out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
+    assert '- name: LOCKGATE_MAX_RESULT_BYTES\n              value: "50000000"\n' in out
+
+
+def test_numeric_chart_settings_reach_pods_as_digits(render_chart) -> None:
+    values = {"operator": {"scheduling": {"terminationGraceCapSeconds": 86400000}}}
+    operator = by_kind(render_chart(values), "Deployment")["lockgate-operator"]
+    container = operator["spec"]["template"]["spec"]["containers"][0]
+    assert env_of(container)["LOCKGATE_TERMINATION_GRACE_CAP_S"] == "86400000"
+    assert env_of(container)["LOCKGATE_LIVENESS_PORT"] == "8082"
+
+
+# -- Kubernetes versions and the APIs a cluster serves -----------------------------------
+
+OLDEST = "1.20.2"  # the envtest and test-cluster servers
+
+
+def api_versions_of(docs: list[dict[str, Any]]) -> dict[str, str]:
+    return {d["kind"]: d["apiVersion"] for d in docs}
+
+
+def test_the_chart_installs_on_kubernetes_1_20(render_chart) -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["kubeVersion"] == ">=1.20.0-0"
+    assert render_chart(kube_version=OLDEST)
+
+
+@pytest.mark.parametrize(
+    ("kube_version", "expected"),
+    [(OLDEST, "policy/v1beta1"), ("1.21.0", "policy/v1"), (None, "policy/v1")],
+    ids=["1.20", "1.21", "helm-default"],
+)
+def test_the_disruption_budget_is_policy_v1_from_kubernetes_1_21(
+    render_chart, kube_version: str | None, expected: str
+) -> None:
+    # helm template reports policy/v1 even for 1.20; a 1.20 server does not serve it.
+    docs = render_chart(kube_version=kube_version)
+    assert api_versions_of(docs)["PodDisruptionBudget"] == expected
+
+
+OTHER_OPERATORS = {
+    "gateway": {"serviceMonitor": {"enabled": True}},
+    "keda": {"enabled": True, "scaledObjects": [{"endpoint": "sdxl", "namespace": "gpu"}]},
+}
+
+
+@pytest.mark.parametrize(
+    ("api_versions", "force", "expected"),
+    [
+        ((), False, set()),
+        (("monitoring.coreos.com/v1",), False, {"ServiceMonitor"}),
+        (("keda.sh/v1alpha1",), False, {"ScaledObject"}),
+        (SERVED, False, {"ServiceMonitor", "ScaledObject"}),
+        ((), True, {"ServiceMonitor", "ScaledObject"}),
+    ],
+    ids=["none-served", "prometheus-operator", "keda", "both", "forced"],
+)
+def test_service_monitor_and_scaled_objects_are_written_where_their_api_is_served_or_forced(
+    render_chart, api_versions: tuple[str, ...], force: bool, expected: set[str]
+) -> None:
+    forced = {"gateway": {"serviceMonitor": {"force": force}}, "keda": {"force": force}}
+    docs = render_chart(merged(OTHER_OPERATORS, forced), api_versions=api_versions)
+    assert {"ServiceMonitor", "ScaledObject"} & set(api_versions_of(docs)) == expected
+
+
+def test_forcing_writes_nothing_that_is_not_enabled(render_chart) -> None:
+    forced = {"gateway": {"serviceMonitor": {"force": True}}, "keda": {"force": True}}
+    kinds = set(api_versions_of(render_chart(forced, api_versions=SERVED)))
+    assert not {"ServiceMonitor", "ScaledObject"} & kinds
+
+
+def test_notes_say_when_a_service_monitor_or_scaled_objects_were_left_out(render_chart) -> None:
+    notes = render_chart(OTHER_OPERATORS, notes=True)
+    assert "does not serve\nmonitoring.coreos.com/v1" in notes
+    assert "gateway.serviceMonitor.force=true" in notes
+    assert "does not serve keda.sh/v1alpha1" in notes and "keda.force=true" in notes
+    assert "annotate endpoints.lockgate.dev/sdxl" not in notes
+    served = render_chart(OTHER_OPERATORS, notes=True, api_versions=SERVED)
+    assert "does not serve" not in served and "annotate endpoints.lockgate.dev/sdxl" in served
+
+
+# -- helm lint, and the objects against the Kubernetes API schemas -----------------------
+
+VALUES_FILES = [CHART / "values.yaml", *sorted((CHART / "ci").glob("*-values.yaml"))]
+KUBE_VERSIONS = ("1.27", "1.28", "1.29", "1.30", "1.31")
+# Custom resources of other projects' CRDs: kubernetes-validate has the Kubernetes API's
+# schemas only. Every other kind must have one.
+NO_SCHEMA = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("keda.sh/v1alpha1", "ScaledObject"),
+    ("kopf.dev/v1", "ClusterKopfPeering"),
+    ("kopf.dev/v1", "KopfPeering"),
+}
+
+
+def helm_lint(helm: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [helm, "lint", "--strict", str(CHART), *args], capture_output=True, text=True
+    )
+
+
+@pytest.mark.parametrize("values", VALUES_FILES, ids=lambda p: p.name)
+def test_helm_lint_strict_passes(helm: str, values: Path) -> None:
+    done = helm_lint(helm, "--values", str(values))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("values", VALUES_FILES, ids=lambda p: p.name)
+def test_helm_lint_strict_passes_for_kubernetes_1_20(helm: str, values: Path) -> None:
+    done = helm_lint(helm, "--values", str(values), "--kube-version", OLDEST)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def schema_problems(doc: dict[str, Any], version: str) -> list[str]:
+    """What kubernetes-validate, strict (no unknown fields), finds wrong with one object."""
+    where = f"{doc['kind']} {doc['metadata']['name']}"
+    try:
+        kubernetes_validate.validate(doc, version, strict=True)
+    except kubernetes_validate.SchemaNotFoundError as err:
+        return [f"{where}: {err.message}"]
+    except kubernetes_validate.ValidationError as err:
+        return [f"{where}: {'.'.join(map(str, err.path))}: {err.message}"]
+    return []
+
+
+def test_kubernetes_validate_has_the_schemas_of_every_version_checked() -> None:
+    config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}
+    used = [kubernetes_validate.validate(config_map, v, strict=True) for v in KUBE_VERSIONS]
+    assert used == list(KUBE_VERSIONS)  # not an older version's schemas in their place
+
+
+@pytest.mark.parametrize(("api_version", "kind"), sorted(NO_SCHEMA))
+def test_kinds_left_unvalidated_are_those_without_a_schema(api_version: str, kind: str) -> None:
+    doc = {"apiVersion": api_version, "kind": kind, "metadata": {"name": "x"}}
+    with pytest.raises(kubernetes_validate.SchemaNotFoundError):
+        kubernetes_validate.validate(doc, KUBE_VERSIONS[-1], strict=True)
+
+
+@pytest.mark.parametrize("version", KUBE_VERSIONS)
+@pytest.mark.parametrize("values", VALUES_FILES, ids=lambda p: p.name)
+def test_rendered_objects_are_valid_for_kubernetes(
+    render_chart, values: Path, version: str
+) -> None:
+    docs = render_chart(values, kube_version=f"{version}.0", api_versions=SERVED)
+    checked = [d for d in docs if (d["apiVersion"], d["kind"]) not in NO_SCHEMA]
+    assert len(checked) > 10
+    assert [problem for doc in checked for problem in schema_problems(doc, version)] == []
+
+
+# -- helm test ------------------------------------------------------------------------------
+
+
+def hook_pod(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The Pod `helm test` runs."""
+    [pod] = [d for d in docs if d["metadata"].get("annotations", {}).get("helm.sh/hook") == "test"]
+    return pod
+
+
+def test_helm_test_asks_the_gateway_and_the_management_api_from_the_control_plane_image(
+    render_chart,
+) -> None:
+    docs = render_chart()
+    pod = hook_pod(docs)
+    assert pod["kind"] == "Pod" and pod["spec"]["restartPolicy"] == "Never"
+    assert pod["metadata"]["annotations"]["helm.sh/hook-delete-policy"] == "before-hook-creation"
+    [container] = pod["spec"]["containers"]
+    gateway = by_kind(docs, "Deployment")["lockgate-gateway"]["spec"]["template"]["spec"]
+    assert container["image"] == gateway["containers"][0]["image"]
+    assert container["command"] == ["python", "-c"]
+    services = {name: s["spec"]["ports"][0]["port"] for name, s in by_kind(docs, "Service").items()}
+    env = env_of(container)
+    assert env["GATEWAY_URL"] == (
+        f"http://lockgate-gateway.lockgate.svc.cluster.local:{services['lockgate-gateway']}"
+    )
+    assert env["MANAGE_URL"] == (
+        f"http://lockgate-operator.lockgate.svc.cluster.local:{services['lockgate-operator']}"
+    )
+
+
+def test_helm_test_pod_meets_pod_security_restricted(render_chart) -> None:
+    pod = hook_pod(render_chart())["spec"]
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 10001,
+        "runAsGroup": 10001,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    [container] = pod["containers"]
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
+    assert pod["automountServiceAccountToken"] is False
+
+
+class Answers(http.server.BaseHTTPRequestHandler):
+    """Answers GET with the status `statuses` gives its path (404 for others)."""
+
+    statuses: dict[str, int] = {}
+
+    def do_GET(self) -> None:
+        self.send_response(self.statuses.get(self.path, 404))
+        self.end_headers()
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def answering(statuses: dict[str, int]) -> Iterator[str]:
+    """The URL of a local server answering with `statuses`."""
+    handler = type("Handler", (Answers,), {"statuses": statuses})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("statuses", "passes"),
+    [
+        ({"/readyz": 200, "/v1/endpoints": 401}, True),
+        ({"/readyz": 503, "/v1/endpoints": 401}, False),
+        ({"/readyz": 200, "/v1/endpoints": 200}, False),
+        ({"/readyz": 200}, False),
+    ],
+    ids=["both-answer", "gateway-not-ready", "api-open-to-anyone", "no-api"],
+)
+def test_helm_test_passes_only_when_the_gateway_is_ready_and_the_api_refuses_strangers(
+    render_chart, statuses: dict[str, int], passes: bool
+) -> None:
+    [container] = hook_pod(render_chart())["spec"]["containers"]
+    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+    with answering(statuses) as url:
+        env |= {"GATEWAY_URL": url, "MANAGE_URL": url, "TIMEOUT_S": "0"}
+        args = [sys.executable, "-c", container["args"][0]]
+        done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=30)
+    assert (done.returncode == 0) is passes, done.stdout + done.stderr

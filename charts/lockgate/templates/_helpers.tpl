@@ -122,9 +122,38 @@ existing Secret; kept in metrics.token.existingSecret, else in the settings Secr
       key: {{ include "lockgate.metricsToken.secretKey" . }}
 {{- end }}
 
+{{/* An environment variable's value, as the text the user wrote in values.yaml. Helm reads
+every number of a values file as a float64, which `quote` prints as 5e+07: JSON prints
+it back as written (50000000, 0.5). Strings are quoted as they are, booleans as true/false. */}}
+{{- define "lockgate.envValue" -}}
+{{- if kindIs "float64" . }}{{ toJson . | quote }}{{ else }}{{ . | toString | quote }}{{ end }}
+{{- end }}
+
+{{/* The API versions of objects that are newer than the oldest Kubernetes the chart
+supports. `helm template` reports policy/v1 whatever --kube-version says, so the version
+decides too; a real install sees what the server serves. */}}
+{{- define "lockgate.pdb.apiVersion" -}}
+{{- if and (.Capabilities.APIVersions.Has "policy/v1") (semverCompare ">=1.21-0" .Capabilities.KubeVersion.Version) }}policy/v1{{ else }}policy/v1beta1{{ end }}
+{{- end }}
+
+{{/* Objects of other operators' kinds are written only where their API is served (or
+when forced: e.g. `helm template` for a cluster that will serve it): else
+`helm install` fails on a kind the cluster does not know. "true" or empty. */}}
+{{- define "lockgate.serviceMonitor.enabled" -}}
+{{- with .Values.gateway.serviceMonitor }}
+{{- if and .enabled (or .force ($.Capabilities.APIVersions.Has "monitoring.coreos.com/v1")) }}true{{ end }}
+{{- end }}
+{{- end }}
+{{- define "lockgate.keda.enabled" -}}
+{{- if and .Values.keda.enabled (or .Values.keda.force (.Capabilities.APIVersions.Has "keda.sh/v1alpha1")) }}true{{ end }}
+{{- end }}
+
 {{/* In-cluster URLs: workers in any namespace reach the gateway by its full DNS name. */}}
 {{- define "lockgate.gateway.internalUrl" -}}
 {{- printf "http://%s.%s.svc.%s:%d" (include "lockgate.gateway.fullname" .) .Release.Namespace .Values.clusterDomain (int .Values.gateway.service.port) }}
+{{- end }}
+{{- define "lockgate.operator.manageUrl" -}}
+{{- printf "http://%s.%s.svc.%s:%d" (include "lockgate.operator.fullname" .) .Release.Namespace .Values.clusterDomain (int .Values.operator.manage.servicePort) }}
 {{- end }}
 {{- define "lockgate.redis.host" -}}
 {{- printf "%s.%s.svc.%s" (include "lockgate.redis.fullname" .) .Release.Namespace .Values.clusterDomain }}
