@@ -536,6 +536,7 @@ def test_cluster_wide_rbac_grants_only_the_verbs_the_operator_uses(render_chart)
         "daemonsets": {"get", "create", "update", "delete"},
         "secrets": {"get", "create", "update"},
         "pods": {"list", "patch"},
+        "pods/status": {"patch"},
         "events": {"create"},
     }
 

@@ -232,10 +232,14 @@ accepts only keys kept in Redis (`lockgate keys create`). */}}
 - apiGroups: [""]
   resources: [secrets]
   verbs: [get, create, update]
-# The scaler lists worker pods and marks busy ones with controller.kubernetes.io/pod-deletion-cost.
+# The scaler lists worker pods and marks busy ones with controller.kubernetes.io/pod-deletion-cost;
+# it holds their readiness gate, the lockgate.dev/Serving condition (scaling/deployment_pool.py).
 - apiGroups: [""]
   resources: [pods]
   verbs: [list, patch]
+- apiGroups: [""]
+  resources: [pods/status]
+  verbs: [patch]
 # kopf and the scaler post Events on Endpoints.
 - apiGroups: [""]
   resources: [events]
