@@ -52,6 +52,9 @@ bench: setup ## Benchmarks: latency, throughput, purge, memory, auth+limits over
 bench-status: setup ## Benchmark alone: /status req/s with auth and rate limits on vs off
 	$(PY) -m bench.core --only status
 
+bench-cluster: setup envtest tools ## On a real node (root): applied -> first pod -> first job, from zero, warm, burst, idle -> zero
+	$(PY) -m bench.cluster
+
 ##@ Kubernetes
 
 crds: setup ## Regenerate crds/ and the chart's templates/crds/ from the models
@@ -60,7 +63,7 @@ crds: setup ## Regenerate crds/ and the chart's templates/crds/ from the models
 verify-crds: setup ## Fail when crds/ or the chart's CRDs are stale
 	$(PY) -m pytest -q tests/test_crds.py tests/test_chart.py -k crd
 
-envtest: ## Build kube-apiserver/etcd for operator tests (once, cached)
+envtest: ## Build Kubernetes 1.20 (control plane and node) for the operator and node tests (once, cached)
 	bash hack/envtest.sh
 
 e2e: setup ## Operator tests against a kind cluster (needs Docker and kind)
@@ -87,4 +90,4 @@ images: ## Build the control-plane and worker images (needs Docker; IMAGE_REGIST
 	  -t $(IMAGE_REGISTRY)/worker:$(IMAGE_TAG) .
 	@echo "images: built $(IMAGE_REGISTRY)/control-plane:$(IMAGE_TAG) and $(IMAGE_REGISTRY)/worker:$(IMAGE_TAG)"
 
-.PHONY: help setup run test lint format bench bench-status crds verify-crds envtest e2e tools chart-lint chart-template images
+.PHONY: help setup run test lint format bench bench-status bench-cluster crds verify-crds envtest e2e tools chart-lint chart-template images

@@ -1,0 +1,160 @@
+"""`make bench-cluster`: lockgate on a real node (tests/cluster.py), timed as a user meets it.
+
+Starts the node, `helm install`s the chart with the locally built images, applies
+examples/echo/ and measures: Endpoint applied → first worker pod Running → first job
+COMPLETED; from zero, submit → COMPLETED (the pod starts for the job); a warm /runsync
+through the gateway Service; a burst to workersMax pods; last job → zero pods. Figures
+are medians over a few rounds; nothing is asserted. Needs root and the harness of the
+real-node tests (make envtest cluster-images tools).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from images import archives
+
+from bench.report import Row, machine, table
+from cluster import Cluster, missing_parts
+from node_fixtures import (
+    REPO,
+    USER_NAMESPACE,
+    Jobs,
+    Release,
+    endpoint_status,
+    helm_binary,
+    running,
+    wait_until,
+    worker_pods,
+)
+
+ECHO = REPO / "examples" / "echo"
+IDLE_TIMEOUT_S = 5  # examples/echo/endpoint.yaml
+WORKERS_MAX = 3
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms" if seconds < 10 else f"{seconds:.1f} s"
+
+
+def no_pods(release: Release) -> bool:
+    return not worker_pods(release, "echo", live=False)
+
+
+def cold_start(release: Release) -> tuple[float, float]:
+    """Apply the echo example: (applied → first pod Running, applied → first job COMPLETED)."""
+    t0 = time.monotonic()
+    release.node.kubectl("-n", USER_NAMESPACE, "apply", "-f", str(ECHO))
+    wait_until(lambda: endpoint_status(release, "echo").get("phase") == "Ready", "Ready", 60)
+    jobs = Jobs(release, "echo")
+    job_id = jobs.run({"input": {"cold": True}})
+    running_at = wait_until(
+        lambda: any(running(p) for p in worker_pods(release, "echo")) and time.monotonic(),
+        "a running echo pod",
+        120,
+        every=0.05,
+    )
+    jobs.final(job_id)
+    done_at = time.monotonic()
+    return running_at - t0, done_at - t0
+
+
+def from_zero(release: Release, jobs: Jobs) -> tuple[float, float]:
+    """(submit → COMPLETED from zero pods, last job → zero pods)."""
+    wait_until(lambda: no_pods(release), "zero echo pods", 120)
+    t0 = time.monotonic()
+    out = jobs.runsync({"input": {"zero": True}})
+    took = time.monotonic() - t0
+    assert out["status"] == "COMPLETED", out
+    t1 = time.monotonic()
+    wait_until(lambda: no_pods(release), "zero echo pods", 120, every=0.1)
+    return took, time.monotonic() - t1
+
+
+def warm(jobs: Jobs, n: int) -> list[float]:
+    times = []
+    for i in range(n):
+        t0 = time.monotonic()
+        jobs.runsync({"input": {"warm": i}})
+        times.append(time.monotonic() - t0)
+    return times
+
+
+def burst(release: Release, jobs: Jobs) -> float:
+    """12 jobs of 3 s at zero pods: seconds until workersMax pods run."""
+    wait_until(lambda: no_pods(release), "zero echo pods", 120)
+    t0 = time.monotonic()
+    ids = [jobs.run({"input": {"sleep": 3, "i": i}}) for i in range(12)]
+    reached = wait_until(
+        lambda: sum(running(p) for p in worker_pods(release, "echo")) >= WORKERS_MAX
+        and time.monotonic(),
+        "workersMax pods",
+        180,
+        every=0.1,
+    )
+    for job_id in ids:
+        jobs.final(job_id)
+    return reached - t0
+
+
+def measure(release: Release, rounds: int) -> list[Row]:
+    applied_running, applied_done = [], []
+    for _ in range(rounds):
+        a, b = cold_start(release)
+        applied_running.append(a)
+        applied_done.append(b)
+        release.node.kubectl("-n", USER_NAMESPACE, "delete", "-f", str(ECHO))
+        wait_until(lambda: no_pods(release), "zero echo pods", 120)
+    release.node.kubectl("-n", USER_NAMESPACE, "apply", "-f", str(ECHO))
+    wait_until(lambda: endpoint_status(release, "echo").get("phase") == "Ready", "Ready", 60)
+    jobs = Jobs(release, "echo")
+    zero, to_zero = zip(*(from_zero(release, jobs) for _ in range(rounds)), strict=True)
+    jobs.runsync({"input": {"prime": True}})
+    warm_times = warm(jobs, 30)
+    burst_s = burst(release, jobs)
+    med = statistics.median
+    zero_med = med(zero)
+    return [
+        Row("Endpoint applied -> first pod Running (median)", ms(med(applied_running))),
+        Row("Endpoint applied -> first job COMPLETED (median)", ms(med(applied_done))),
+        Row("from zero: submit -> COMPLETED (median)", ms(zero_med), "", "<= 1.0 s",
+            zero_med <= 1.0),
+        Row("warm /runsync through the Service (median)", ms(med(warm_times)), "", "<= 40 ms",
+            med(warm_times) <= 0.040),
+        Row(f"burst: 0 -> {WORKERS_MAX} running pods", ms(burst_s)),
+        Row("last job -> zero pods (median)", ms(med(to_zero)), "",
+            f"<= idleTimeout + 5 s = {IDLE_TIMEOUT_S + 5} s", med(to_zero) <= IDLE_TIMEOUT_S + 5),
+        Row("from zero, every round", ", ".join(ms(s) for s in zero), detail=True),
+        Row("last job -> zero pods, every round", ", ".join(ms(s) for s in to_zero),
+            detail=True),
+    ]  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5, help="rounds per figure (default 5)")
+    args = parser.parse_args()
+    missing = missing_parts() + ([] if archives() else ["the images (make cluster-images)"])
+    if helm_binary() is None:
+        missing.append("helm (make tools)")
+    if missing:
+        sys.exit("bench-cluster: cannot run a node here: missing " + ", ".join(missing))
+    print(machine())
+    with Cluster(archives()) as node:
+        print(f"bench-cluster: node Ready in {node.timings['node Ready']:.1f} s")
+        release = Release(node)
+        t0 = time.monotonic()
+        release.install()
+        print(f"bench-cluster: helm install --wait took {time.monotonic() - t0:.1f} s")
+        rows = measure(release, args.rounds)
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()
