@@ -327,7 +327,11 @@ class EnvTest:
         (port,) = _free_ports(1)
         d = self.dir
         node_args = (
-            ("--endpoint-reconciler-type=lease", "--enable-admission-plugins=ServiceAccount")
+            (
+                "--endpoint-reconciler-type=lease",
+                "--enable-admission-plugins=ServiceAccount",
+                "--kubelet-preferred-address-types=InternalIP",  # no DNS for node names
+            )
             if self.node
             else ("--endpoint-reconciler-type=none", "--disable-admission-plugins=ServiceAccount")
         )
