@@ -62,6 +62,9 @@ verify-crds: setup ## Fail when crds/ or the chart's CRDs are stale
 envtest: ## Build kube-apiserver/etcd for operator tests (once, cached)
 	bash hack/envtest.sh
 
+cluster-images: ## Build the test cluster's images without Docker (buildah, mmdebstrap; cached archives for ctr import)
+	bash hack/images.sh
+
 e2e: setup ## Operator tests against a kind cluster (needs Docker and kind)
 	bash hack/e2e-kind.sh
 
@@ -98,4 +101,4 @@ images: ## Build the control-plane and worker images (needs Docker; IMAGE_REGIST
 	  -t $(IMAGE_REGISTRY)/worker:$(IMAGE_TAG) .
 	@echo "images: built $(IMAGE_REGISTRY)/control-plane:$(IMAGE_TAG) and $(IMAGE_REGISTRY)/worker:$(IMAGE_TAG)"
 
-.PHONY: help setup run test lint format bench bench-status crds verify-crds envtest e2e chart-lint chart-template images
+.PHONY: help setup run test lint format bench bench-status crds verify-crds envtest cluster-images e2e chart-lint chart-template images

@@ -40,6 +40,8 @@ BASE=localhost/lockgate-test/base:bookworm
 # The local stand-in for python:3.11-slim-bookworm: python-is-python3 because the
 # Dockerfiles call `python`, python3-pip because they call `pip` outside a virtualenv.
 BASE_PKGS=python3,python3-venv,python3-pip,python-is-python3,ca-certificates
+# Its python3 (bookworm's, for the release's lifetime): wheels are chosen for it.
+BASE_PYTHON=3.11.2
 # Bump when the way images are built or exported changes: every image is rebuilt.
 RECIPE=1
 TOOLS=(buildah mmdebstrap eatmydata)
@@ -124,6 +126,11 @@ make_base_tar() {
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
     --dpkgopt='path-exclude=/usr/share/locale/*' \
     bookworm "$BASE_TAR.tmp" "${sources[@]}"
+  local python
+  python=$(tar -xOf "$BASE_TAR.tmp" ./var/lib/dpkg/status |
+    awk '/^Package: / { p = $2 } p == "python3.11-minimal" && /^Version: / { print $2; exit }')
+  [[ $python == "$BASE_PYTHON"-* ]] ||
+    die "the base has python3.11 $python, not $BASE_PYTHON: set BASE_PYTHON in $0 to its version"
   sha <"$BASE_TAR.tmp" >"$BASE_TAR.sha256"
   mv -f "$BASE_TAR.tmp" "$BASE_TAR"
   printf '%s\n' "$key" >"$BASE_TAR.key"
@@ -172,8 +179,11 @@ EOF
 # The pip requirement for runpod in pyproject.toml's test extra ("runpod>=1.7").
 runpod_requirement() { requirements | grep -E '^runpod\b'; }
 
-# Wheels for the base's Python (3.11) on any glibc up to bookworm's 2.36; binary only,
-# so the builds need no compiler.
+# Wheels for the base's Python on any glibc up to bookworm's 2.36; binary only, so the
+# builds need no compiler. pip's --python-version covers wheel tags and Requires-Python but
+# not environment markers (`async-timeout; python_full_version < "3.11.3"`), which it
+# evaluates for the Python running it: the host's may be another 3.11.x, so pip runs with
+# the markers of the base's Python.
 download_wheels() {
   local platforms=() y
   for y in $(seq 36 -1 17); do platforms+=(--platform "manylinux_2_${y}_x86_64"); done
@@ -181,12 +191,21 @@ download_wheels() {
   rm -rf "$WHEELS.new"
   mkdir -p "$WHEELS.new"
   requirements >"$WHEELS.new/requirements.txt"
-  nice -n 10 "$PYTHON" -m pip download --disable-pip-version-check --progress-bar off \
-    --dest "$WHEELS.new" --only-binary=:all: --python-version 3.11 --implementation cp \
+  nice -n 10 "$PYTHON" -c '
+import sys
+from pip._vendor.packaging import markers
+version = sys.argv.pop(1)
+env = markers.default_environment()
+env.update(python_full_version=version, implementation_version=version,
+           python_version=".".join(version.split(".")[:2]))
+markers.default_environment = lambda: dict(env)
+from pip._internal.cli.main import main
+sys.exit(main())' "$BASE_PYTHON" download --disable-pip-version-check --progress-bar off \
+    --dest "$WHEELS.new" --only-binary=:all: --python-version "$BASE_PYTHON" --implementation cp \
     --abi cp311 "${platforms[@]}" -r "$WHEELS.new/requirements.txt"
 }
 
-wheels_key() { { requirements; echo "$RECIPE"; } | sha; }
+wheels_key() { { requirements; echo "$BASE_PYTHON $RECIPE"; } | sha; }
 
 wheels_ready() { [[ "$(cat "$WHEELS/.key" 2>/dev/null)" == "$(wheels_key)" ]]; }
 
@@ -342,6 +361,13 @@ clean_storage() {
   rm -rf "$STORE" "$CACHE/run" "$CACHE/tmp"
 }
 
+# buildah 1.28 keeps a blob-info cache in /var/lib/containers/cache whatever --root says:
+# when this run made that folder, it goes at exit.
+tidy_var_lib() {
+  rm -f /var/lib/containers/cache/blob-info-cache-v1.boltdb
+  rmdir /var/lib/containers/cache /var/lib/containers 2>/dev/null || true
+}
+
 write_list() {
   printf '%s\n' "${LISTED[@]}" >"$CACHE/images.list.tmp"
   mv -f "$CACHE/images.list.tmp" "$CACHE/images.list"
@@ -356,6 +382,7 @@ main() {
   exec 9>"$CACHE/.lock"
   flock 9
   : >"$LOG"
+  [[ -e /var/lib/containers ]] || trap tidy_var_lib EXIT
   install_pkgs "${TOOLS[@]}"
   mkdir -p "$ARCHIVES" "$CACHE/tmp"
   if ! wheels_ready; then
@@ -365,6 +392,7 @@ main() {
   wheels_pid=$!
   make_base_tar
   wait "$wheels_pid" || die "the wheel download failed (log: $CACHE/wheels.log)"
+  [[ $((SECONDS - t0)) -gt 5 ]] && say "base root file system and wheels ready after $((SECONDS - t0)) s"
   build_all
   write_list
   if [[ ${#BUILT[@]} -gt 0 ]]; then
