@@ -59,7 +59,7 @@ die() {
 
 # run CMD...: run a command with its output appended to the build log.
 run() {
-  printf '\n+ %s\n' "$*" >>"$LOG"
+  printf '\n+ [%s s] %s\n' "$((SECONDS - T0))" "$*" >>"$LOG"
   "$@" >>"$LOG" 2>&1 || die "command failed (exit $?): $*"
 }
 
@@ -134,6 +134,7 @@ make_base_tar() {
   sha <"$BASE_TAR.tmp" >"$BASE_TAR.sha256"
   mv -f "$BASE_TAR.tmp" "$BASE_TAR"
   printf '%s\n' "$key" >"$BASE_TAR.key"
+  say "base root file system ready after $((SECONDS - T0)) s ($(du -h "$BASE_TAR" | cut -f1))"
 }
 
 # ensure_base: the base image in buildah's storage (imported from the tar when absent).
@@ -222,6 +223,14 @@ fetch_wheels() {
   mv "$WHEELS.new" "$WHEELS"
 }
 
+# need_wheels: wait for the background download, once.
+need_wheels() {
+  [[ -n $WHEELS_PID ]] || return 0
+  wait "$WHEELS_PID" || die "the wheel download failed (log: $CACHE/wheels.log)"
+  WHEELS_PID=
+  say "wheels ready in $WHEELS after $((SECONDS - T0)) s"
+}
+
 # -- images --------------------------------------------------------------------------------
 
 # context_files DOCKERFILE CONTEXT: the context files the Dockerfile's COPY/ADD lines take
@@ -288,6 +297,7 @@ export_image() {
 build() {
   local file=$1 image=$2 dockerfile=$3 context=$4 parent=$5 parent_hash hash t0=$SECONDS args=()
   shift 5
+  if grep -q PIP_FIND_LINKS "$dockerfile"; then need_wheels; fi
   if [[ $parent == "$BASE" ]]; then
     parent_hash=$(cat "$BASE_TAR.sha256")
   else
@@ -334,8 +344,12 @@ build_pause() {
   export_image "$image" pause "$hash"
 }
 
+# Redis and pause first: they need no wheels, which may still be downloading.
 build_all() {
   local cpu="registry.example.com/lockgate/worker:$VERSION-cpu"
+  build redis localhost/lockgate-test/redis:7 \
+    "$REPO/tests/images/redis.Dockerfile" "$REPO/tests/images" "$BASE" "BASE_IMAGE=$BASE"
+  build_pause
   build control-plane "registry.example.com/lockgate/control-plane:$VERSION" \
     "$REPO/images/control-plane.Dockerfile" "$REPO" "$BASE" "PYTHON_IMAGE=$BASE"
   build worker-cpu "$cpu" "$REPO/images/worker.Dockerfile" "$REPO" "$BASE" \
@@ -347,9 +361,6 @@ build_all() {
   build runpod-worker localhost/lockgate-test/runpod-worker:dev \
     "$REPO/tests/images/runpod-worker.Dockerfile" "$REPO/tests/workers" "$BASE" \
     "PYTHON_IMAGE=$BASE" "RUNPOD_REQUIREMENT=$(runpod_requirement)"
-  build redis localhost/lockgate-test/redis:7 \
-    "$REPO/tests/images/redis.Dockerfile" "$REPO/tests/images" "$BASE" "BASE_IMAGE=$BASE"
-  build_pause
 }
 
 # Built images live on in their archives only: buildah's vfs storage keeps a full copy of
@@ -361,11 +372,18 @@ clean_storage() {
   rm -rf "$STORE" "$CACHE/run" "$CACHE/tmp"
 }
 
-# buildah 1.28 keeps a blob-info cache in /var/lib/containers/cache whatever --root says:
-# when this run made that folder, it goes at exit.
-tidy_var_lib() {
-  rm -f /var/lib/containers/cache/blob-info-cache-v1.boltdb
-  rmdir /var/lib/containers/cache /var/lib/containers 2>/dev/null || true
+# At exit: stop a wheel download still running (after an error), and remove the
+# blob-info cache buildah 1.28 keeps in /var/lib/containers/cache whatever --root says,
+# when this run made that folder.
+on_exit() {
+  if [[ -n ${WHEELS_PID:-} ]]; then
+    pkill -P "$WHEELS_PID" 2>/dev/null || true
+    kill "$WHEELS_PID" 2>/dev/null || true
+  fi
+  if [[ $MADE_VAR_LIB == 1 ]]; then
+    rm -f /var/lib/containers/cache/blob-info-cache-v1.boltdb
+    rmdir /var/lib/containers/cache /var/lib/containers 2>/dev/null || true
+  fi
 }
 
 write_list() {
@@ -374,7 +392,7 @@ write_list() {
 }
 
 main() {
-  local t0=$SECONDS wheels_pid
+  declare -g T0=$SECONDS WHEELS_PID='' MADE_VAR_LIB=0
   declare -gA FILE_OF=()
   declare -ga LISTED=() BUILT=()
   mkdir -p "$CACHE"
@@ -382,22 +400,21 @@ main() {
   exec 9>"$CACHE/.lock"
   flock 9
   : >"$LOG"
-  [[ -e /var/lib/containers ]] || trap tidy_var_lib EXIT
+  [[ -e /var/lib/containers ]] || MADE_VAR_LIB=1
+  trap on_exit EXIT
   install_pkgs "${TOOLS[@]}"
   mkdir -p "$ARCHIVES" "$CACHE/tmp"
   if ! wheels_ready; then
-    say "downloading wheels for the builds into $WHEELS (log: $CACHE/wheels.log)…"
+    say "downloading wheels for the builds into $WHEELS in the background (log: $CACHE/wheels.log)…"
+    fetch_wheels &
+    WHEELS_PID=$!
   fi
-  fetch_wheels &
-  wheels_pid=$!
   make_base_tar
-  wait "$wheels_pid" || die "the wheel download failed (log: $CACHE/wheels.log)"
-  [[ $((SECONDS - t0)) -gt 5 ]] && say "base root file system and wheels ready after $((SECONDS - t0)) s"
   build_all
   write_list
   if [[ ${#BUILT[@]} -gt 0 ]]; then
     clean_storage
-    say "built ${#BUILT[@]} image(s) in $((SECONDS - t0)) s; archives: $(du -sh "$ARCHIVES" | cut -f1)"
+    say "built ${#BUILT[@]} image(s) in $((SECONDS - T0)) s; archives: $(du -sh "$ARCHIVES" | cut -f1)"
   fi
   say "${#LISTED[@]} images listed in $CACHE/images.list"
 }
