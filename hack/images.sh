@@ -19,7 +19,7 @@
 # wheelhouse mounted read-only with PIP_NO_INDEX=1 PIP_FIND_LINKS=/wheelhouse.
 #
 # Idempotent: an image is rebuilt only when the hash of its inputs changed; with nothing
-# to do it says so in well under a second. The pause image needs the static `pause` that
+# to do it says so in about a second. Runs as root (tested so; the cluster needs it too). The pause image needs the static `pause` that
 # hack/envtest.sh builds; until it exists that image is skipped (run again later).
 # Settings (environment): LOCKGATE_IMAGES_DIR, LOCKGATE_ENVTEST_DIR, PYTHON (a host Python
 # 3.11+ with pip, default python3).
@@ -270,14 +270,14 @@ inputs_hash() {
 
 archive() { printf '%s/%s.tar' "$ARCHIVES" "$1"; }
 
-# current FILE NAME HASH: the archive exists and was built from these inputs.
+# current FILE HASH: the archive exists and was built from these inputs.
 current() { [[ -f "$(archive "$1")" && "$(cat "$ARCHIVES/$1.inputs" 2>/dev/null)" == "$2" ]]; }
 
-# ensure_parent IMAGE FILE: IMAGE in buildah's storage, loaded from its archive if absent.
+# ensure_parent IMAGE FILE: IMAGE in buildah's storage, loaded from its archive (which
+# keeps its name) if absent.
 ensure_parent() {
   bah inspect --type image "$1" >/dev/null 2>&1 && return 0
   run bah pull --quiet "docker-archive:$(archive "$2")"
-  bah inspect --type image "$1" >/dev/null 2>&1 || run bah tag "$(bah images -q | head -n 1)" "$1"
 }
 
 # export_image IMAGE FILE HASH: write the docker-archive (tagged IMAGE) and its inputs hash.
@@ -292,8 +292,8 @@ export_image() {
 }
 
 # build FILE IMAGE DOCKERFILE CONTEXT PARENT BUILD_ARGS...: build IMAGE from DOCKERFILE
-# unless its archive is current. PARENT is the image it starts FROM (the base or another
-# of ours, whose archive is named after it in PARENT_OF).
+# unless its archive (archives/FILE.tar) is current. PARENT is the image it starts FROM:
+# the base, or one built before it (its archive file is in FILE_OF).
 build() {
   local file=$1 image=$2 dockerfile=$3 context=$4 parent=$5 parent_hash hash t0=$SECONDS args=()
   shift 5
