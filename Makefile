@@ -52,7 +52,7 @@ bench: setup ## Benchmarks: latency, throughput, purge, memory, auth+limits over
 bench-status: setup ## Benchmark alone: /status req/s with auth and rate limits on vs off
 	$(PY) -m bench.core --only status
 
-bench-cluster: setup envtest tools ## On a real node (root): applied -> first pod -> first job, from zero, warm, burst, idle -> zero
+bench-cluster: setup envtest tools cluster-images ## On a real node (root): applied -> first pod -> first job, from zero, warm, burst, idle -> zero
 	$(PY) -m bench.cluster
 
 ##@ Kubernetes
@@ -65,6 +65,9 @@ verify-crds: setup ## Fail when crds/ or the chart's CRDs are stale
 
 envtest: ## Build Kubernetes 1.20 (control plane and node) for the operator and node tests (once, cached)
 	bash hack/envtest.sh
+
+cluster-images: ## Build the test cluster's images without Docker (buildah, mmdebstrap; cached archives for ctr import)
+	bash hack/images.sh
 
 e2e: setup ## Operator tests against a kind cluster (needs Docker and kind)
 	bash hack/e2e-kind.sh
@@ -90,4 +93,4 @@ images: ## Build the control-plane and worker images (needs Docker; IMAGE_REGIST
 	  -t $(IMAGE_REGISTRY)/worker:$(IMAGE_TAG) .
 	@echo "images: built $(IMAGE_REGISTRY)/control-plane:$(IMAGE_TAG) and $(IMAGE_REGISTRY)/worker:$(IMAGE_TAG)"
 
-.PHONY: help setup run test lint format bench bench-status bench-cluster crds verify-crds envtest e2e tools chart-lint chart-template images
+.PHONY: help setup run test lint format bench bench-status bench-cluster crds verify-crds envtest cluster-images e2e tools chart-lint chart-template images

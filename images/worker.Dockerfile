@@ -7,10 +7,14 @@
 # Your worker image starts FROM it, copies its handler and sets the command (see
 # examples/*/Dockerfile). The runtime reads the RUNPOD_* / LOCKGATE_* variables the
 # operator sets; any base with Python 3.11+ (or none: it is installed) will do.
+# Without access to PyPI: --build-arg PIP_NO_INDEX=1 --build-arg PIP_FIND_LINKS=<wheelhouse>,
+# as for images/control-plane.Dockerfile; unset (the default) they change nothing.
 ARG BASE_IMAGE=nvidia/cuda:12.6.3-cudnn-runtime-ubuntu24.04
 ARG BUILD_IMAGE=python:3.11-slim-bookworm
 
 FROM ${BUILD_IMAGE} AS build
+ARG PIP_NO_INDEX
+ARG PIP_FIND_LINKS
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
@@ -19,6 +23,8 @@ COPY operator ./operator
 RUN pip wheel --no-deps --wheel-dir /wheels .
 
 FROM ${BASE_IMAGE}
+ARG PIP_NO_INDEX
+ARG PIP_FIND_LINKS
 ENV DEBIAN_FRONTEND=noninteractive PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 # CUDA images carry no Python: add the distribution's (Ubuntu 24.04: 3.12).
 RUN if ! command -v python3 >/dev/null || ! python3 -c 'import venv, ensurepip' 2>/dev/null; then \
