@@ -29,6 +29,10 @@ LABEL org.opencontainers.image.title="lockgate control plane" \
       org.opencontainers.image.description="lockgate gateway and operator" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /opt/lockgate /opt/lockgate
+# The user has a name too: kopf (getpass.getuser) fails for a uid /etc/passwd does not list.
+# Written directly: minimal bases have no useradd.
+RUN echo 'lockgate:x:10001:10001:lockgate:/nonexistent:/usr/sbin/nologin' >> /etc/passwd \
+ && echo 'lockgate:x:10001:' >> /etc/group
 ENV PATH=/opt/lockgate/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1

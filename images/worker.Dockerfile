@@ -35,7 +35,9 @@ RUN if ! command -v python3 >/dev/null || ! python3 -c 'import venv, ensurepip' 
  && python3 -c 'import sys; assert sys.version_info >= (3, 11), "lockgate needs Python 3.11+"' \
  && python3 -m venv /opt/lockgate
 COPY --from=build /wheels /wheels
-RUN /opt/lockgate/bin/pip install /wheels/*.whl && rm -rf /wheels
+RUN /opt/lockgate/bin/pip install /wheels/*.whl && rm -rf /wheels \
+ && echo 'lockgate:x:10001:10001:lockgate:/app:/usr/sbin/nologin' >> /etc/passwd \
+ && echo 'lockgate:x:10001:' >> /etc/group
 ENV PATH=/opt/lockgate/bin:$PATH \
     PYTHONUNBUFFERED=1
 WORKDIR /app

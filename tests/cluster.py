@@ -230,8 +230,7 @@ class Cluster:
     """One real node: envtest's control plane + scheduler, containerd, kubelet, kube-proxy,
     DNS, on the bridge `lgbr0`. `kubeconfig` is an admin kubeconfig (path)."""
 
-    def __init__(self, images: dict[str, pathlib.Path] | None = None) -> None:
-        self.images = images or {}
+    def __init__(self) -> None:
         self.env = EnvTest(host=NODE_IP, service_cidr=SERVICE_CIDR, node=True)
         self.dir: pathlib.Path | None = None
         self.kubeconfig = ""
@@ -444,10 +443,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         return proc.returncode
 
     def _import_images(self) -> None:
-        from images import import_archives
+        from images import import_all
 
         t0 = time.monotonic()
-        import_archives(self.socket, self.images)
+        import_all(self.socket)
         self.timings["images imported"] = time.monotonic() - t0
 
     def _start_kubelet(self) -> None:
@@ -662,10 +661,8 @@ def clean_stale() -> None:
 
 
 def main() -> None:
-    from images import archives
-
     t0 = time.monotonic()
-    with Cluster(archives()) as cluster:
+    with Cluster() as cluster:
         print(f"cluster: node Ready in {cluster.timings['node Ready']:.1f} s ({cluster.timings})")
         pod = {
             "apiVersion": "v1",

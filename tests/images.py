@@ -22,8 +22,10 @@ NAMESPACE = "k8s.io"  # the containerd namespace the kubelet's CRI uses
 
 
 def archives(images_dir: Path = IMAGES_DIR) -> dict[str, Path]:
-    """Image name → archive file, as listed by the last `make cluster-images`."""
-    found = {}
+    """Image name → archive file, as listed by the last `make cluster-images` (none yet: {})."""
+    found: dict[str, Path] = {}
+    if not (images_dir / "images.list").is_file():
+        return found
     for line in (images_dir / "images.list").read_text().splitlines():
         name, _, path = line.partition("\t")
         if name and path:

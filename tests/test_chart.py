@@ -957,7 +957,8 @@ def test_helm_test_asks_the_gateway_and_the_management_api_from_the_control_plan
     docs = render_chart()
     pod = hook_pod(docs)
     assert pod["kind"] == "Pod" and pod["spec"]["restartPolicy"] == "Never"
-    assert pod["metadata"]["annotations"]["helm.sh/hook-delete-policy"] == "before-hook-creation"
+    policy = pod["metadata"]["annotations"]["helm.sh/hook-delete-policy"]
+    assert policy == "before-hook-creation,hook-succeeded"  # no pod left after success
     [container] = pod["spec"]["containers"]
     gateway = by_kind(docs, "Deployment")["lockgate-gateway"]["spec"]["template"]["spec"]
     assert container["image"] == gateway["containers"][0]["image"]

@@ -107,6 +107,13 @@ def test_nothing_is_removed_within_the_stabilisation_window_after_a_scale_up() -
     assert decide(m(), limits(idle=0), w(4, 9, 9, 9, 9), now=later, last_scale_up=95).desired == 0
 
 
+def test_a_short_idle_timeout_shortens_the_stabilisation_window() -> None:
+    idle = w(1, 5)  # the worker started for one job, idle 5 s since it finished
+    held = decide(m(), limits(idle=5), idle, now=104.0, last_scale_up=100.0)
+    assert held.desired == 1
+    assert decide(m(), limits(idle=5), idle, now=105.0, last_scale_up=100.0).desired == 0
+
+
 def test_the_up_step_is_at_least_the_minimum_and_at_most_doubling() -> None:
     assert decide(m(q=99, age=9), limits(hi=100), w(1), now=0).desired == 1 + UP_STEP_MIN
     assert decide(m(q=99, age=9), limits(hi=100), w(20), now=0).desired == 40

@@ -108,6 +108,7 @@ class ScalingLoop:
         self.session = session
         self.clock = clock
         self.scalers: dict[str, Autoscaler] = {}
+        self.pods_seen: dict[str, set[str]] = {}  # endpoint -> its pods at the last tick
         self.wakeup = asyncio.Event()  # set: tick now instead of at the next interval
 
     async def run(self) -> None:
@@ -161,6 +162,8 @@ class ScalingLoop:
                     log.warning("scaling %s/%s failed: %s", namespace, ep, err)
         for gone in set(self.scalers) - set(ours):
             del self.scalers[gone]
+        for gone in set(self.pods_seen) - set(ours):
+            del self.pods_seen[gone]
         for gone in set(self.ctx.scaling) - set(ours):
             del self.ctx.scaling[gone]
 
@@ -175,6 +178,7 @@ class ScalingLoop:
     ) -> Decision | None:
         """Decide for one endpoint and apply it; None when it has no Deployment yet or
         another scaler owns its count."""
+        await self._forget_gone_pods(owner.name, pods)
         check = metrics_check(owner.name, readings, error)
         await self._report_metrics(owner, check)
         if deployment is None:
@@ -199,6 +203,20 @@ class ScalingLoop:
         if decision.desired != before:
             await self._scaled(owner, deployment, before, decision)
         return decision
+
+    async def _forget_gone_pods(self, endpoint_id: str, pods: list[Obj]) -> None:
+        """A pod the API no longer lists has no process left: its worker is released at
+        once (its jobs back to the queue, `/health` no longer counts it) instead of when
+        its heartbeat times out."""
+        names = {p["metadata"]["name"] for p in pods}
+        for worker in self.pods_seen.get(endpoint_id, set()) - names:
+            requeued, failed = await self.ctx.jobs.release_worker(endpoint_id, worker)
+            if requeued or failed:
+                log.warning(
+                    "worker pod %s of %s is gone: %d job(s) requeued, %d failed",
+                    worker, endpoint_id, requeued, failed,
+                )  # fmt: skip
+        self.pods_seen[endpoint_id] = names
 
     async def _scaled(self, owner: Owner, deployment: Obj, before: int, decision: Decision) -> None:
         """Tell people: an Event on the Endpoint, and the new desired count in its status."""

@@ -16,8 +16,10 @@ The rules, in the order `decide` applies them:
 4. **Scale down** only when no normal job waits, and only by workers idle for at least
    `idleTimeout` s (the per-worker stabilisation: a worker idle that long was surplus for
    that whole window), down to what the scaler type wants (zero when nothing runs and
-   `workersMin` is 0). Nothing is removed within `STABILISATION_S` of a scale-up, so a
-   pool that just grew is not shrunk by the next reading, even with `idleTimeout` 0.
+   `workersMin` is 0). Nothing is removed within `STABILISATION_S` of a scale-up (or
+   `idleTimeout`, when shorter and not 0), so a pool that just grew is not shrunk by the
+   next reading, even with `idleTimeout` 0; a worker started for a job arriving at zero
+   goes `idleTimeout` after that job, as the user set it, not 10 s after it started.
 
 lowPriority jobs never cause a scale-up: they are run by workers that exist for other
 reasons (`workersMin`, normal jobs), which take them like any other job, and a worker
@@ -126,7 +128,8 @@ def _scale_down(
 ) -> Decision:
     current = workers.count
     target = _clamp(need, limits)
-    if last_scale_up is not None and now - last_scale_up < STABILISATION_S:
+    window = min(STABILISATION_S, limits.idle_timeout_s or STABILISATION_S)
+    if last_scale_up is not None and now - last_scale_up < window:
         return Decision(current, f"holding {current}: scaled up {now - last_scale_up:.0f}s ago")
     removable = sum(1 for s in workers.idle_s if s >= limits.idle_timeout_s)
     desired = max(target, current - removable)

@@ -1,0 +1,215 @@
+"""lockgate on a real node (tests/cluster.py) as a user drives it: a helm release of
+charts/lockgate with the images hack/images.sh builds, the job API through the gateway
+Service, and what kubectl shows. Used by tests/test_node.py and bench/cluster.py."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import requests
+
+from cluster import Cluster, missing_parts
+from images import archives
+
+REPO = Path(__file__).resolve().parent.parent
+CHART = REPO / "charts" / "lockgate"
+NODE_VALUES = Path(__file__).resolve().parent / "node-values.yaml"
+REQUIRE_ENV = "LOCKGATE_REQUIRE_CLUSTER"
+TOOLS_ENV = "LOCKGATE_TOOLS_DIR"
+RELEASE = "lockgate"
+NAMESPACE = "lockgate"
+USER_NAMESPACE = "default"  # where `kubectl apply -f examples/echo/` puts the Endpoint
+T = TypeVar("T")
+
+
+def helm_binary() -> str | None:
+    """helm from PATH, else from the tools folder `make tools` fills."""
+    tools = Path(os.environ.get(TOOLS_ENV) or Path.home() / ".cache" / "lockgate-tools")
+    for candidate in (shutil.which("helm"), tools / "bin" / "helm"):
+        if candidate and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
+
+
+def require_cluster() -> None:
+    """Skip (or, with LOCKGATE_REQUIRE_CLUSTER=1, fail) when the node cannot run here."""
+    missing = missing_parts()
+    if not archives():
+        missing.append("the images (make cluster-images)")
+    if helm_binary() is None:
+        missing.append("helm (make tools)")
+    if not missing:
+        return
+    message = "no real node here: missing " + ", ".join(missing)
+    if os.environ.get(REQUIRE_ENV) == "1":
+        pytest.fail(f"{message} ({REQUIRE_ENV}=1)", pytrace=False)
+    pytest.skip(message)
+
+
+def wait_until(check: Callable[[], T], what: str, timeout: float = 60.0, every: float = 0.2) -> T:
+    """Call `check` until it returns something truthy, and return that."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(every)
+
+
+@dataclass
+class Release:
+    """lockgate installed by helm on the node, and what a user reads from it."""
+
+    node: Cluster
+    name: str = RELEASE
+    namespace: str = NAMESPACE
+    values: list[Path] = field(default_factory=lambda: [NODE_VALUES])
+    uninstalled: bool = False
+
+    def helm(self, *args: str, timeout: float = 300) -> str:
+        cmd = [helm_binary() or "helm", "--kubeconfig", self.node.kubeconfig, *args]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+        if proc.returncode != 0:
+            raise AssertionError(
+                f"helm {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}\n{self.describe()}"
+            )
+        return proc.stdout
+
+    def install(self, *extra: str) -> str:
+        files = [arg for v in self.values for arg in ("-f", str(v))]
+        return self.helm(
+            "install", self.name, str(CHART), "-n", self.namespace, "--create-namespace",
+            *files, "--wait", "--timeout", "180s", *extra,
+        )  # fmt: skip
+
+    def upgrade(self, *extra: str) -> str:
+        files = [arg for v in self.values for arg in ("-f", str(v))]
+        return self.helm(
+            "upgrade", self.name, str(CHART), "-n", self.namespace, *files,
+            "--wait", "--timeout", "180s", *extra,
+        )  # fmt: skip
+
+    def kubectl(self, *args: str, check: bool = True) -> str:
+        return self.node.kubectl("-n", self.namespace, *args, check=check)
+
+    def get(self, kind: str, name: str = "", *args: str) -> Any:
+        out = self.kubectl("get", kind, *([name] if name else []), *args, "-o", "json")
+        return json.loads(out)
+
+    def client_key(self) -> str:
+        secret = self.get("secret", f"{self.name}-client-key")
+        return base64.b64decode(secret["data"]["key"]).decode()
+
+    def service_url(self, service: str, port_name: str = "") -> str:
+        """http://<ClusterIP>:<port>: the node routes Service IPs (kube-proxy)."""
+        svc = self.get("service", service)
+        ports = svc["spec"]["ports"]
+        port = next((p for p in ports if p.get("name") == port_name), ports[0])["port"]
+        return f"http://{svc['spec']['clusterIP']}:{port}"
+
+    @property
+    def gateway_url(self) -> str:
+        return self.service_url(f"{self.name}-gateway")
+
+    def pods(self, selector: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        ns = namespace or self.namespace
+        out = self.node.kubectl("-n", ns, "get", "pods", "-l", selector, "-o", "json")
+        return json.loads(out)["items"]
+
+    def describe(self) -> str:
+        """What a person would look at when something failed: pods, events."""
+        return (
+            self.node.kubectl(
+                "get", "pods,deploy,endpoints.lockgate.dev", "-A", "-o", "wide", check=False
+            )
+            + self.node.kubectl("get", "events", "-A", "--sort-by=.lastTimestamp", check=False)[
+                -4000:
+            ]
+        )
+
+
+def running(pod: dict[str, Any]) -> bool:
+    """A pod whose containers all run and that is not being deleted."""
+    statuses = pod.get("status", {}).get("containerStatuses") or []
+    return (
+        not pod["metadata"].get("deletionTimestamp")
+        and pod.get("status", {}).get("phase") == "Running"
+        and bool(statuses)
+        and all("running" in (s.get("state") or {}) for s in statuses)
+    )
+
+
+class Jobs:
+    """The job API of one endpoint through the gateway Service, with the client key."""
+
+    def __init__(self, release: Release, endpoint: str) -> None:
+        self.url = f"{release.gateway_url}/v2/{endpoint}"
+        self.http = requests.Session()
+        self.http.headers["authorization"] = release.client_key()
+
+    def runsync(self, payload: dict[str, Any], wait_ms: int = 60000) -> dict[str, Any]:
+        response = self.http.post(f"{self.url}/runsync?wait={wait_ms}", json=payload, timeout=90)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    def run(self, payload: dict[str, Any]) -> str:
+        response = self.http.post(f"{self.url}/run", json=payload, timeout=10)
+        assert response.status_code == 200, response.text
+        return response.json()["id"]
+
+    def status(self, job_id: str) -> dict[str, Any]:
+        response = self.http.get(f"{self.url}/status/{job_id}", timeout=10)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    def final(self, job_id: str, timeout: float = 120) -> dict[str, Any]:
+        final = {"COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT"}
+        return wait_until(
+            lambda: (s := self.status(job_id))["status"] in final and s,
+            f"job {job_id} to end",
+            timeout,
+        )
+
+    def health(self) -> dict[str, Any]:
+        return self.http.get(f"{self.url}/health", timeout=10).json()
+
+
+def endpoint_status(release: Release, name: str) -> dict[str, Any]:
+    obj = json.loads(
+        release.node.kubectl(
+            "-n", USER_NAMESPACE, "get", "endpoints.lockgate.dev", name, "-o", "json"
+        )
+    )
+    return obj.get("status") or {}
+
+
+def worker_pods(release: Release, endpoint: str, *, live: bool = True) -> list[dict[str, Any]]:
+    pods = release.pods(f"lockgate.dev/endpoint={endpoint}", USER_NAMESPACE)
+    return [p for p in pods if not live or not p["metadata"].get("deletionTimestamp")]
+
+
+def any_running(release: Release, endpoint: str) -> bool:
+    """Whether any worker container of the endpoint still runs (a stopping pod's too)."""
+    return any(
+        "running" in (c.get("state") or {})
+        for pod in worker_pods(release, endpoint, live=False)
+        for c in pod.get("status", {}).get("containerStatuses") or []
+    )
+
+
+def pod_log(release: Release, pod: dict[str, Any]) -> str:
+    return release.node.kubectl(
+        "-n", USER_NAMESPACE, "logs", pod["metadata"]["name"], "--all-containers", check=False
+    )
