@@ -124,8 +124,9 @@ class Release:
         return self.service_url(f"{self.name}-gateway")
 
     def pods(self, selector: str, namespace: str | None = None) -> list[dict[str, Any]]:
-        ns = namespace or self.namespace
-        out = self.node.kubectl("-n", ns, "get", "pods", "-l", selector, "-o", "json")
+        """Pods matching `selector` in `namespace` (default: the release's; "": all)."""
+        ns = ("-A",) if namespace == "" else ("-n", namespace or self.namespace)
+        out = self.node.kubectl("get", "pods", *ns, "-l", selector, "-o", "json")
         return json.loads(out)["items"]
 
     def describe(self) -> str:

@@ -425,3 +425,10 @@ def test_worker_pods_are_ready_only_while_the_scaler_keeps_them_in_service() -> 
     without_scaler = SETTINGS.model_copy(update={"scale_interval_s": 0})
     spec = deployment(settings=without_scaler)["spec"]["template"]["spec"]
     assert "readinessGates" not in spec, "no scaler: nothing would ever open the gate"
+
+
+def test_runpod_fitness_checks_are_off_unless_the_template_turns_them_on() -> None:
+    """runpod >= 1.8 exits when it cannot reach 8.8.8.8: a cluster without egress."""
+    assert env()["RUNPOD_SKIP_AUTO_SYSTEM_CHECKS"] == "true"
+    on = env(template={"env": {"RUNPOD_SKIP_AUTO_SYSTEM_CHECKS": "false"}})
+    assert on["RUNPOD_SKIP_AUTO_SYSTEM_CHECKS"] == "false"

@@ -148,7 +148,9 @@ def _busy_pod(release: Release, echo: Jobs, seconds: float) -> tuple[str, dict[s
     """Submit a job that runs `seconds`; return its id and the one pod running it."""
     job_id = echo.run({"input": {"sleep": seconds}})
     wait_until(lambda: echo.status(job_id)["status"] == "IN_PROGRESS", "the job to start", 90)
-    [pod] = [p for p in worker_pods(release, "echo") if running(p)]
+    [pod] = wait_until(
+        lambda: [p for p in worker_pods(release, "echo") if running(p)], "its pod's status"
+    )
     return job_id, pod
 
 
@@ -313,8 +315,12 @@ def test_helm_upgrade_rolls_without_losing_a_queued_job(release: Release, echo: 
 
 
 def test_helm_uninstall_leaves_no_lockgate_object_pod_or_finalizer(release: Release) -> None:
-    release.node.kubectl("-n", USER_NAMESPACE, "delete", "-f", str(ECHO))
-    wait_until(lambda: not worker_pods(release, "echo", live=False), "echo pods gone", 60)
+    """The runbook (docs/install.md): delete the Endpoints while the operator runs, then
+    `helm uninstall`."""
+    release.node.kubectl("delete", "endpoints.lockgate.dev", "--all", "-A", "--wait")
+    release.node.kubectl("delete", "templates.lockgate.dev", "--all", "-A", "--wait")
+    workers = "app.kubernetes.io/component=worker"
+    wait_until(lambda: not release.pods(workers, ""), "no worker pod", 60)
     release.helm("uninstall", release.name, "-n", release.namespace, "--wait")
     wait_until(
         lambda: not release.pods("app.kubernetes.io/instance=" + release.name),

@@ -6,6 +6,12 @@ replace at run time, so one set of URLs serves every worker of an endpoint.
 
 from __future__ import annotations
 
+# Defaults that a Template's variables (in dev mode: the shell's) may override. The runpod
+# SDK (1.8+) runs RunPod's platform "fitness checks" at start and exits when one fails; one
+# of them connects to 8.8.8.8:53, which a cluster without egress refuses, so every runpod
+# worker would crash-loop there. Node health is Kubernetes' job (probes, conditions) here.
+WORKER_DEFAULTS = {"RUNPOD_SKIP_AUTO_SYSTEM_CHECKS": "true"}
+
 
 def worker_env(gateway_url: str, endpoint_id: str, worker_key: str) -> dict[str, str]:
     """Both `RUNPOD_*` and `LOCKGATE_*` variables, minus the worker id (set per worker)."""

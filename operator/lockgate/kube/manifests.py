@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 from lockgate.kube.crds import API_VERSION, ENDPOINT
 from lockgate.kube.settings import OperatorSettings
 from lockgate.models import ComputeType, EndpointSpec, TemplateSpec
-from lockgate.workerenv import worker_env, worker_id_env
+from lockgate.workerenv import WORKER_DEFAULTS, worker_env, worker_id_env
 
 Obj = dict[str, Any]
 
@@ -178,7 +178,8 @@ def container_env(
     endpoint_id: str, spec: EndpointSpec, template: TemplateSpec, settings: OperatorSettings
 ) -> list[Obj]:
     """The worker contract first (so the Template may refer to it as `$(VAR)`), then the
-    Template's variables. The contract wins: a Template cannot redefine its names."""
+    Template's variables, then `WORKER_DEFAULTS` the Template did not set. The contract
+    wins: a Template cannot redefine its names."""
     env: list[Obj] = [
         {"name": name, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
         for name in worker_id_env("")
@@ -196,6 +197,8 @@ def container_env(
     env += [{"name": k, "value": v} for k, v in extra.items()]
     reserved = {e["name"] for e in env}
     env += [{"name": k, "value": v} for k, v in template.env.items() if k not in reserved]
+    given = reserved | set(template.env)
+    env += [{"name": k, "value": v} for k, v in WORKER_DEFAULTS.items() if k not in given]
     return env
 
 

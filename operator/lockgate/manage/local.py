@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import secrets
 import sys
 from collections.abc import Collection
@@ -37,7 +38,7 @@ from lockgate.models import (
     WorkerCounts,
 )
 from lockgate.store import Snapshot, key_digest
-from lockgate.workerenv import worker_env
+from lockgate.workerenv import WORKER_DEFAULTS, worker_env
 
 log = logging.getLogger("lockgate.dev")
 
@@ -285,7 +286,8 @@ class LocalControlPlane:
     def _workers(
         self, endpoint_id: str, launch: Launch, worker_key: str, spec: EndpointSpec
     ) -> LocalWorkers:
-        env = worker_env(self.gateway_url, endpoint_id, worker_key)
+        defaults = {k: v for k, v in WORKER_DEFAULTS.items() if k not in os.environ}
+        env = {**defaults, **worker_env(self.gateway_url, endpoint_id, worker_key)}
         return LocalWorkers.start(self.gw.store, endpoint_id, launch, env, limits_of(spec))
 
     def _retire(self, ep: LocalEndpoint) -> None:
