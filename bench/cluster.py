@@ -26,12 +26,12 @@ from node_release import (
     USER_NAMESPACE,
     Jobs,
     Release,
-    any_running,
     endpoint_status,
     helm_binary,
     running,
     wait_until,
     worker_pods,
+    workers_stopped,
 )
 
 ECHO = REPO / "examples" / "echo"
@@ -73,7 +73,7 @@ def from_zero(release: Release, jobs: Jobs) -> tuple[float, float, float]:
     took = time.monotonic() - t0
     assert out["status"] == "COMPLETED", out
     t1 = time.monotonic()
-    wait_until(lambda: not any_running(release, "echo"), "no running worker", 120, every=0.1)
+    wait_until(lambda: workers_stopped(release, "echo"), "no running worker", 120, every=0.1)
     stopped = time.monotonic() - t1
     wait_until(lambda: no_pods(release), "zero echo pods", 120, every=0.1)
     return took, stopped, time.monotonic() - t1

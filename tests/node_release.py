@@ -201,11 +201,13 @@ def worker_pods(release: Release, endpoint: str, *, live: bool = True) -> list[d
     return [p for p in pods if not live or not p["metadata"].get("deletionTimestamp")]
 
 
-def any_running(release: Release, endpoint: str) -> bool:
-    """Whether any worker container of the endpoint still runs (a stopping pod's too)."""
-    return any(
+def workers_stopped(release: Release, endpoint: str) -> bool:
+    """Every worker pod of the endpoint is being deleted and none of its containers runs
+    (the pod objects may stay until the kubelet's next status sync)."""
+    pods = worker_pods(release, endpoint, live=False)
+    return all(p["metadata"].get("deletionTimestamp") for p in pods) and not any(
         "running" in (c.get("state") or {})
-        for pod in worker_pods(release, endpoint, live=False)
+        for pod in pods
         for c in pod.get("status", {}).get("containerStatuses") or []
     )
 

@@ -22,12 +22,12 @@ from node_release import (
     USER_NAMESPACE,
     Jobs,
     Release,
-    any_running,
     endpoint_status,
     pod_log,
     running,
     wait_until,
     worker_pods,
+    workers_stopped,
 )
 
 pytest_plugins = ["node_fixtures"]
@@ -114,7 +114,7 @@ def test_a_warm_job_completes_through_the_service(echo: Jobs) -> None:
 def test_after_the_idle_timeout_no_worker_pod_is_left(release: Release, echo: Jobs) -> None:
     echo.runsync({"input": {"last": True}})
     t0 = time.monotonic()
-    wait_until(lambda: not any_running(release, "echo"), "no running echo worker", timeout=60)
+    wait_until(lambda: workers_stopped(release, "echo"), "no running echo worker", timeout=60)
     TIMINGS["last job -> no worker running (idleTimeout 5 s)"] = time.monotonic() - t0
     # The kubelet deletes a stopped pod's object at its next status sync (10 s at most).
     wait_until(lambda: not worker_pods(release, "echo", live=False), "no echo pod", timeout=60)
