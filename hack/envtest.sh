@@ -27,22 +27,9 @@ WORK="$CACHE/work"
 LOG="$CACHE/build.log"
 SRC="$WORK/kubernetes-$K8S_VERSION"
 
-say() { printf 'envtest: %s\n' "$*"; }
-
-die() {
-  say "ERROR: $*" >&2
-  if [[ -s "$LOG" ]]; then
-    say "last lines of $LOG:" >&2
-    tail -n 40 "$LOG" >&2
-  fi
-  exit 1
-}
-
-# run CMD...: run a command with its output appended to the build log.
-run() {
-  printf '\n+ %s\n' "$*" >>"$LOG"
-  "$@" >>"$LOG" 2>&1 || die "command failed (exit $?): $*"
-}
+TAG=envtest
+# shellcheck source=hack/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 runs() { [[ -x "$1" ]] && "$1" --version >/dev/null 2>&1; }
 
@@ -56,28 +43,6 @@ kube_ready() {
 }
 
 all_ready() { kube_ready && runs "$BIN/etcd"; }
-
-as_root() {
-  if [[ $EUID -eq 0 ]]; then
-    "$@"
-  elif command -v sudo >/dev/null; then
-    sudo "$@"
-  else
-    die "need root (or sudo) to run: $*"
-  fi
-}
-
-# install_pkgs PKG...: apt-get install whatever of PKG... is not installed yet.
-install_pkgs() {
-  local missing=() p
-  for p in "$@"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-  done
-  [[ ${#missing[@]} -eq 0 ]] && return 0
-  say "installing build dependencies: ${missing[*]}…"
-  run as_root apt-get update
-  run as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
-}
 
 # The Debian mirror this machine already uses (first bookworm entry), deb822 or one-line format.
 debian_mirror() {

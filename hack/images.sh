@@ -46,44 +46,9 @@ BASE_PYTHON=3.11.2
 RECIPE=1
 TOOLS=(buildah mmdebstrap eatmydata)
 
-say() { printf 'images: %s\n' "$*"; }
-
-die() {
-  say "ERROR: $*" >&2
-  if [[ -s "$LOG" ]]; then
-    say "last lines of $LOG:" >&2
-    tail -n 40 "$LOG" >&2
-  fi
-  exit 1
-}
-
-# run CMD...: run a command with its output appended to the build log.
-run() {
-  printf '\n+ [%s s] %s\n' "$((SECONDS - T0))" "$*" >>"$LOG"
-  "$@" >>"$LOG" 2>&1 || die "command failed (exit $?): $*"
-}
-
-as_root() {
-  if [[ $EUID -eq 0 ]]; then
-    "$@"
-  elif command -v sudo >/dev/null; then
-    sudo "$@"
-  else
-    die "need root (or sudo) to run: $*"
-  fi
-}
-
-# install_pkgs PKG...: apt-get install whatever of PKG... is not installed yet.
-install_pkgs() {
-  local missing=() p
-  for p in "$@"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-  done
-  [[ ${#missing[@]} -eq 0 ]] && return 0
-  say "installing ${missing[*]}…"
-  run as_root apt-get update
-  run as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
-}
+TAG=images
+# shellcheck source=hack/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # buildah with its storage and run state inside the cache (nothing is left in
 # /var/lib/containers), niced: the machine may be compiling something else.

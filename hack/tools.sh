@@ -23,22 +23,9 @@ BIN="$CACHE/bin"
 WORK="$CACHE/work"
 LOG="$CACHE/install.log"
 
-say() { printf 'tools: %s\n' "$*"; }
-
-die() {
-  say "ERROR: $*" >&2
-  if [[ -s "$LOG" ]]; then
-    say "last lines of $LOG:" >&2
-    tail -n 20 "$LOG" >&2
-  fi
-  exit 1
-}
-
-# run CMD...: run a command with its output appended to the install log.
-run() {
-  printf '\n+ %s\n' "$*" >>"$LOG"
-  "$@" >>"$LOG" 2>&1 || die "command failed (exit $?): $*"
-}
+TAG=tools
+# shellcheck source=hack/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 helm_ready() {
   [[ -x "$BIN/helm" ]] &&
@@ -51,16 +38,6 @@ kubectl_ready() {
 }
 
 all_ready() { helm_ready && kubectl_ready; }
-
-as_root() {
-  if [[ $EUID -eq 0 ]]; then
-    "$@"
-  elif command -v sudo >/dev/null; then
-    sudo "$@"
-  else
-    die "need root (or sudo) to run: $*"
-  fi
-}
 
 # install_cmds CMD...: apt-get install the package of each command that is missing.
 install_cmds() {

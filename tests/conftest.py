@@ -42,6 +42,21 @@ async def eventually(
         await asyncio.sleep(interval)
 
 
+def wait_until(
+    check: Callable[[], T], what: str = "the condition", timeout: float = 30.0, every: float = 0.2
+) -> T:
+    """Call `check` every `every` seconds until it returns something truthy; its value is
+    returned (the blocking twin of `eventually`)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(every)
+
+
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRedis]:
     server = EmbeddedRedis(tmp_path_factory.mktemp("redis"))

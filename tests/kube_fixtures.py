@@ -15,7 +15,6 @@ import contextlib
 import json
 import os
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +32,7 @@ from lockgate.kube.crds import GROUP, VERSION
 from lockgate.kube.main import run
 from lockgate.kube.settings import OperatorSettings
 from lockgate.store import key_digest
-from tests.conftest import eventually
+from tests.conftest import eventually, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 NAMESPACE = "lockgate-test"
@@ -178,18 +177,6 @@ def _ok(call: Callable[[], Any]) -> bool:
     except Exception:
         return False
     return True
-
-
-def wait_until(check: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-    """Poll `check` until it returns something truthy; its value is returned."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.2)
 
 
 def condition(status: dict, type_: str) -> dict:

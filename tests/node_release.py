@@ -9,17 +9,16 @@ import json
 import os
 import shutil
 import subprocess
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import requests
 
 from cluster import Cluster, missing_parts
 from images import archives
+from tests.conftest import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "charts" / "lockgate"
@@ -29,7 +28,6 @@ TOOLS_ENV = "LOCKGATE_TOOLS_DIR"
 RELEASE = "lockgate"
 NAMESPACE = "lockgate"
 USER_NAMESPACE = "default"  # where `kubectl apply -f examples/echo/` puts the Endpoint
-T = TypeVar("T")
 
 
 def helm_binary() -> str | None:
@@ -54,18 +52,6 @@ def require_cluster() -> None:
     if os.environ.get(REQUIRE_ENV) == "1":
         pytest.fail(f"{message} ({REQUIRE_ENV}=1)", pytrace=False)
     pytest.skip(message)
-
-
-def wait_until(check: Callable[[], T], what: str, timeout: float = 60.0, every: float = 0.2) -> T:
-    """Call `check` until it returns something truthy, and return that."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(every)
 
 
 @dataclass
