@@ -805,6 +805,14 @@ def test_numeric_chart_settings_reach_pods_as_digits(render_chart) -> None:
     assert env_of(container)["LOCKGATE_LIVENESS_PORT"] == "8082"
 
 
+def test_cpu_workers_request_ratio_reaches_the_operator(render_chart) -> None:
+    values = {"operator": {"scheduling": {"cpuRequestRatio": 0.25}}}
+    operator = by_kind(render_chart(values), "Deployment")["lockgate-operator"]
+    container = operator["spec"]["template"]["spec"]["containers"][0]
+    assert env_of(container)["LOCKGATE_CPU_REQUEST_RATIO"] == "0.25"
+    assert errors({"operator": {"scheduling": {"cpuRequestRatio": 0}}}), "0 would request nothing"
+
+
 # -- Kubernetes versions and the APIs a cluster serves -----------------------------------
 
 OLDEST = "1.20.2"  # the envtest and test-cluster servers
