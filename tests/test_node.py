@@ -300,8 +300,8 @@ def test_helm_upgrade_rolls_without_losing_a_queued_job(release: Release, echo: 
         "--set", "image.tag=0.1.0-upgrade",
     )  # fmt: skip
     TIMINGS["helm upgrade --wait"] = time.monotonic() - t0
-    gateways = release.pods("app.kubernetes.io/component=gateway")
-    assert len([p for p in gateways if running(p)]) == 2
+    gateways = [p for p in release.pods("app.kubernetes.io/component=gateway") if running(p)]
+    assert len(gateways) == 2, "old gateway pods may still be terminating, new ones run"
     assert all(p["spec"]["containers"][0]["image"].endswith(":0.1.0-upgrade") for p in gateways)
     release.node.kubectl(
         "-n", USER_NAMESPACE, "patch", "endpoints.lockgate.dev", "echo", "--type=merge",

@@ -148,10 +148,11 @@ async def test_the_loop_scales_the_deployment_annotates_busy_pods_and_reports_it
     assert await store.finish(name, busy, taken[0].id, output=b"1", error=None)
 
     await until(lambda: cost_of(resources, busy) == "0", "the idle pod unmarked")
-    # Idle for idleTimeout (1 s), once the stabilisation window (10 s) after the scale-up ends.
+    # Each worker goes once idle for idleTimeout (1 s, which also bounds the stabilisation
+    # window): the one that never held a job may go first.
     await until(lambda: replicas(resources, name) == 0, "back to 0", timeout=40)
-    [down] = await until(lambda: events(resources, name, "ScaledDown"), "ScaledDown")
-    assert "2 -> 0" in down.message
+    downs = await until(lambda: events(resources, name, "ScaledDown"), "ScaledDown")
+    assert any(d.message.endswith("-> 0") for d in downs), [d.message for d in downs]
 
 
 async def test_the_loop_holds_the_count_when_metrics_cannot_be_read(
