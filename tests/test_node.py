@@ -207,9 +207,12 @@ def test_scale_down_removes_the_idle_pod_not_the_busy_one(release: Release, echo
     apply(release, KEEP)
     wait_until(lambda: endpoint_status(release, "keep").get("phase") == "Ready", "keep Ready")
     keep = Jobs(release, "keep")
-    short = keep.run({"input": {"sleep": 6}})
+    short = keep.run({"input": {"sleep": 10}})
     wait_until(lambda: keep.status(short)["status"] == "IN_PROGRESS", "A to take the short job")
     [a] = worker_pods(release, "keep")
+    # B must be Ready seconds after A (the API's times have 1 s resolution): a ReplicaSet
+    # left to itself removes the pod Ready most recently, so B, the busy one.
+    time.sleep(3)
     long = keep.run({"input": {"sleep": 40}})
     wait_until(lambda: keep.status(long)["status"] == "IN_PROGRESS", "B to take the long job", 90)
     names = {p["metadata"]["name"] for p in worker_pods(release, "keep")}
