@@ -100,7 +100,7 @@ def test_a_job_from_zero_starts_a_worker_pod_and_completes_in_it(
     assert job["status"] == "COMPLETED", job
     assert job["output"] == {"echo": {"hello": "world"}}
     [pod] = worker_pods(release, "echo")
-    assert running(pod)
+    wait_until(lambda: running(worker_pods(release, "echo")[0]), "its status to say Running")
     assert job["id"] in pod_log(release, pod), "the worker pod's log names the job"
 
 

@@ -12,7 +12,9 @@ job in hand, and the pod's termination grace period covers the endpoint's execut
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -24,10 +26,14 @@ from lockgate.store import JobStore
 
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 REVERT_AFTER_S = 10.0  # a pod taken out of service that still lives after this goes back
+NOT_READY_WAIT_S = 5.0  # longest a scale-down waits for the kubelet to mark victims not Ready
+NOT_READY_POLL_S = 0.1
 BUSY_COST = "1000"  # removed last
 IDLE_COST = "0"  # the default when the annotation is absent
 
 Obj = Mapping[str, Any]
+
+log = logging.getLogger("lockgate.scaler")
 
 
 def live_pods(pods: Sequence[Obj]) -> list[Obj]:
@@ -65,6 +71,12 @@ def serving(pod: Obj) -> Obj | None:
 
 def rfc3339(at: datetime) -> str:
     return at.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def ready(pod: Obj) -> bool:
+    """Whether the pod's `Ready` condition is True (what the ReplicaSet ranks by)."""
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
 def to_serve(pods: Sequence[Obj], now: datetime) -> list[str]:
@@ -116,6 +128,8 @@ class DeploymentPool:
         self.namespace = deployment["metadata"]["namespace"]
         self.name = deployment["metadata"]["name"]
         self.replicas = int((deployment.get("spec") or {}).get("replicas", 1))
+        labels = ((deployment.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        self.selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
         self.pods = live_pods(pods)
         live = {p["metadata"]["name"] for p in self.pods}
         self.leaving = [p["metadata"]["name"] for p in pods if p["metadata"]["name"] not in live]
@@ -147,11 +161,27 @@ class DeploymentPool:
             victims = [n for n in idle_first if n in by_name][:surplus]
             if self.store is not None and victims:
                 await self.store.stop_taking(self.endpoint_id, victims)
-            for name in victims:
-                if gated(by_name[name]):
-                    await self._set_serving(name, False)
+            gated_victims = [n for n in victims if gated(by_name[n])]
+            for name in gated_victims:
+                await self._set_serving(name, False)
+            await self._until_not_ready(gated_victims)
         await self.cluster.scale_deployment(self.namespace, self.name, desired)
         self.replicas = desired
+
+    async def _until_not_ready(self, names: Collection[str]) -> None:
+        """Wait (a little) until the kubelet has turned the pods' `Ready` to False: a
+        ReplicaSet told to shrink before that would rank them like any Ready pod."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + NOT_READY_WAIT_S
+        while names and self.selector:
+            pods = await self.cluster.list_objects("Pod", self.namespace, self.selector)
+            if not any(ready(p) for p in pods if p["metadata"]["name"] in names):
+                return
+            if loop.time() > deadline:
+                log.warning("pods %s still Ready after %.0f s; shrinking anyway",
+                            ", ".join(names), NOT_READY_WAIT_S)  # fmt: skip
+                return
+            await asyncio.sleep(NOT_READY_POLL_S)
 
     async def _set_serving(self, name: str, on: bool) -> None:
         with contextlib.suppress(NotFound):  # deleted since the tick began
