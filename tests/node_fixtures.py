@@ -1,4 +1,4 @@
-"""Fixtures for the tests on a real node: the node itself, once per session.
+"""Fixtures for the tests on a real node: the node itself, once per test module.
 
 Test modules load this with `pytest_plugins = ["node_fixtures"]` (and never import it; the
 helpers are in node_release). Without the harness (root, containerd, the node binaries of
@@ -16,9 +16,11 @@ from cluster import Cluster
 from node_release import require_cluster
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def node() -> Iterator[Cluster]:
-    """A real one-node cluster with the images imported (~30 s to Ready)."""
+    """A real one-node cluster with the images imported (~30-45 s to Ready), per module:
+    stopped when the module's tests are done, so its processes (~0.9 GB, a busy kubelet)
+    do not load the rest of the suite on a 2-core machine."""
     require_cluster()
     cluster = Cluster()
     cluster.start()
