@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import json
 import os
 import pathlib
@@ -49,6 +50,8 @@ NODE_NAME = "lockgate-node"
 CLUSTER_DOMAIN = "cluster.local"
 PAUSE_IMAGE = "localhost/lockgate-test/pause:3.2"
 STATE_FILE = pathlib.Path("/run/lockgate-cluster.json")  # what a killed run left behind
+# One node per host (one bridge, one state file): a second test run waits for the first.
+LOCK_FILE = pathlib.Path("/run/lockgate-cluster.lock")
 READY_TIMEOUT = 120.0
 # Host sysctls the kubelet (overcommit, panics) and kube-proxy (route_localnet) set.
 SYSCTLS = (
@@ -240,12 +243,14 @@ class Cluster:
         self._sysctls: dict[str, str] = {}
         self._absent: list[str] = []
         self._chains: set[str] = set()
+        self._lock: Any = None
 
     # -- public API ------------------------------------------------------------------------
 
     def start(self) -> None:
         if missing := missing_parts():
             raise ClusterError("cannot run a node here: missing " + ", ".join(missing))
+        self._take_host_lock()
         clean_stale()
         t0 = time.monotonic()
         self.dir = pathlib.Path(tempfile.mkdtemp(prefix="lockgate-cluster-"))
@@ -277,6 +282,7 @@ class Cluster:
         with contextlib.suppress(Exception):
             atexit.unregister(self.stop)
         if self.dir is None:
+            self._release_host_lock()
             return
         for name in ("kube-proxy", "kubelet"):
             self.env.stop_process(name)
@@ -292,6 +298,30 @@ class Cluster:
         cleanup_host(str(self.dir), self._absent, self._sysctls, self._chains, keep=keep)
         STATE_FILE.unlink(missing_ok=True)
         self.dir = None
+        self._release_host_lock()
+
+    def _take_host_lock(self) -> None:
+        """Wait (up to 40 min) while another process runs a node on this host."""
+        self._lock = LOCK_FILE.open("a")
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            print(f"cluster: another node runs on this host; waiting for {LOCK_FILE}", flush=True)
+        deadline = time.monotonic() + 2400
+        while time.monotonic() < deadline:
+            time.sleep(2)
+            with contextlib.suppress(BlockingIOError):
+                fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+        self._lock.close()
+        self._lock = None
+        raise ClusterError(f"another node kept {LOCK_FILE} for 40 min")
+
+    def _release_host_lock(self) -> None:
+        if self._lock is not None:
+            self._lock.close()  # closing drops the flock
+            self._lock = None
 
     def api_get(self, path: str) -> dict[str, Any] | None:
         """GET an apiserver path as the admin; None on 404 or any error."""
