@@ -217,6 +217,17 @@ def test_scale_down_removes_the_idle_pod_not_the_busy_one(release: Release, echo
     wait_until(lambda: keep.status(long)["status"] == "IN_PROGRESS", "B to take the long job", 90)
     names = {p["metadata"]["name"] for p in worker_pods(release, "keep")}
     [b] = names - {a["metadata"]["name"]}
+
+    def annotations(name: str) -> dict[str, str]:
+        pods = {p["metadata"]["name"]: p for p in worker_pods(release, "keep", live=False)}
+        return pods[name]["metadata"].get("annotations") or {} if name in pods else {}
+
+    # While its job runs, the cluster autoscaler may not evict B, and B is removed last.
+    wait_until(
+        lambda: annotations(b).get("cluster-autoscaler.kubernetes.io/safe-to-evict") == "false",
+        "B marked not safe to evict",
+    )
+    assert annotations(b).get("controller.kubernetes.io/pod-deletion-cost") == "1000"
     assert keep.final(short)["status"] == "COMPLETED"
     wait_until(lambda: len(worker_pods(release, "keep", live=False)) == 1, "one pod left", 60)
     [left] = worker_pods(release, "keep", live=False)

@@ -15,9 +15,12 @@ from lockgate.kube.manifests import SERVING_CONDITION, Owner
 from lockgate.kube.scaler import metrics_check
 from lockgate.scaling.decision import EndpointMetrics
 from lockgate.scaling.deployment_pool import (
+    BUSY,
     BUSY_COST,
     DELETION_COST,
-    cost_changes,
+    IDLE,
+    SAFE_TO_EVICT,
+    eviction_changes,
     live_pods,
     to_serve,
 )
@@ -34,10 +37,16 @@ def pod(name: str, cost: str | None = None, phase: str = "Pending", deleting: bo
     return {"metadata": meta, "status": {"phase": phase}}
 
 
-def test_only_pods_whose_deletion_cost_must_change_are_patched() -> None:
-    pods = [pod("busy-new"), pod("busy-known", BUSY_COST), pod("idle-new"), pod("was-busy", "1000")]
-    changes = cost_changes(pods, busy={"busy-new", "busy-known"})
-    assert changes == {"busy-new": BUSY_COST, "was-busy": "0"}
+def test_only_pods_whose_eviction_annotations_must_change_are_patched() -> None:
+    known_busy = pod("busy-known")
+    known_busy["metadata"]["annotations"] = dict(BUSY)
+    known_idle = pod("idle-known")
+    known_idle["metadata"]["annotations"] = {SAFE_TO_EVICT: "true"}  # cost absent: idle
+    pods = [pod("busy-new"), known_busy, pod("idle-new"), known_idle, pod("was-busy", "1000")]
+    changes = eviction_changes(pods, busy={"busy-new", "busy-known"})
+    assert changes == {"busy-new": BUSY, "idle-new": IDLE, "was-busy": IDLE}
+    assert BUSY == {DELETION_COST: BUSY_COST, SAFE_TO_EVICT: "false"}
+    assert IDLE[SAFE_TO_EVICT] == "true"
 
 
 def gated_pod(name: str, serving: str | None = None, since: str = "") -> dict:
@@ -58,7 +67,18 @@ def test_new_pods_and_pods_long_out_of_service_are_put_in_service() -> None:
         gated_pod("left-behind", "False", "2026-01-01T12:00:00Z"),  # the RS removed another
         pod("ungated"),  # made before the scaler held a gate: nothing to open
     ]
-    assert to_serve(pods, now) == ["new", "left-behind"]
+    assert to_serve(pods, now, seen={"new"}) == ["new", "left-behind"]
+
+
+def test_a_new_pod_is_put_in_service_only_once_its_worker_has_polled() -> None:
+    now = datetime(2026, 1, 1, 12, 0, 30, tzinfo=UTC)
+    pods = [
+        gated_pod("starting"),
+        gated_pod("polled"),
+        gated_pod("left", "False", "2026-01-01T12:00:00Z"),
+    ]
+    assert to_serve(pods, now, seen={"polled", "left"}) == ["polled", "left"]
+    assert to_serve(pods, now, seen=None) == ["left"], "metrics unknown: no new pod is Ready"
 
 
 def test_terminating_and_finished_pods_are_not_workers() -> None:

@@ -186,8 +186,8 @@ class ScalingLoop:
         pool = DeploymentPool(
             self.ctx.cluster, deployment, pods, store=self.ctx.jobs, endpoint_id=owner.name
         )
-        await pool.keep_serving()
         metrics = readings.get(owner.name) if check.ok else None
+        await pool.keep_serving(set(metrics.worker_jobs) if metrics is not None else None)
         if externally_scaled(entry):
             # Another scaler sets the count; busy pods are still marked, so that its
             # scale-downs remove idle pods first.

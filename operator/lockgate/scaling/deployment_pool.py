@@ -4,8 +4,11 @@ It resizes through the Deployment's scale subresource, and makes the ReplicaSet 
 idle pods first in two ways: before shrinking it takes the idle pods to remove out of
 service (their readiness gate `lockgate.dev/Serving` goes False, so they are not Ready,
 and a ReplicaSet deletes pods that are not Ready first: any Kubernetes version); and busy
-pods carry a high `controller.kubernetes.io/pod-deletion-cost` (Kubernetes >= 1.22). Every
-other live pod is kept in service (its gate True, which is what makes it Ready). Whichever
+pods carry a high `controller.kubernetes.io/pod-deletion-cost` (Kubernetes >= 1.22). A new
+pod is put in service (its gate True, which is what makes it Ready) once its worker runtime
+has started, that is once the gateway has seen it poll: readiness means "takes jobs", and a
+rollout waits for it. Busy pods also carry `cluster-autoscaler.kubernetes.io/safe-to-evict:
+"false"`, idle ones "true" (their /dev/shm emptyDir would otherwise keep a node up). Whichever
 pod is removed, no job is cut short: the pod gets SIGTERM, the worker runtime finishes the
 job in hand, and the pod's termination grace period covers the endpoint's execution timeout.
 """
@@ -28,8 +31,13 @@ DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 REVERT_AFTER_S = 10.0  # a pod taken out of service that still lives after this goes back
 NOT_READY_WAIT_S = 5.0  # longest a scale-down waits for the kubelet to mark victims not Ready
 NOT_READY_POLL_S = 0.1
+SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 BUSY_COST = "1000"  # removed last
 IDLE_COST = "0"  # the default when the annotation is absent
+# What a pod carries, busy or idle: removed last and never evicted by the autoscaler while
+# a job runs; idle, it may go (emptyDir volumes alone would make the autoscaler keep it).
+BUSY = {DELETION_COST: BUSY_COST, SAFE_TO_EVICT: "false"}
+IDLE = {DELETION_COST: IDLE_COST, SAFE_TO_EVICT: "true"}
 
 Obj = Mapping[str, Any]
 
@@ -46,13 +54,15 @@ def live_pods(pods: Sequence[Obj]) -> list[Obj]:
     ]
 
 
-def cost_changes(pods: Sequence[Obj], busy: Collection[str]) -> dict[str, str]:
-    """Pod name -> the deletion cost it should carry, for pods whose annotation differs."""
+def eviction_changes(pods: Sequence[Obj], busy: Collection[str]) -> dict[str, dict[str, str]]:
+    """Pod name -> the deletion cost and safe-to-evict annotations it should carry, for pods
+    whose annotations differ (a missing deletion cost counts as the idle one)."""
     changes = {}
     for pod in pods:
         meta = pod["metadata"]
-        want = BUSY_COST if meta["name"] in busy else IDLE_COST
-        if (meta.get("annotations") or {}).get(DELETION_COST, IDLE_COST) != want:
+        want = BUSY if meta["name"] in busy else IDLE
+        have = {DELETION_COST: IDLE_COST, **(meta.get("annotations") or {})}
+        if any(have.get(k) != v for k, v in want.items()):
             changes[meta["name"]] = want
     return changes
 
@@ -79,8 +89,9 @@ def ready(pod: Obj) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
-def to_serve(pods: Sequence[Obj], now: datetime) -> list[str]:
-    """Gated live pods to put in service: new ones, and those taken out of service over
+def to_serve(pods: Sequence[Obj], now: datetime, seen: Collection[str] | None) -> list[str]:
+    """Gated live pods to put in service: new ones whose worker the gateway has `seen`
+    (None: not known, so no new pod yet), and those taken out of service over
     `REVERT_AFTER_S` ago that still live (the ReplicaSet removed another pod, or the
     scaler grew again before it acted)."""
     names = []
@@ -88,6 +99,8 @@ def to_serve(pods: Sequence[Obj], now: datetime) -> list[str]:
         condition = serving(pod)
         if not gated(pod) or (condition and condition["status"] == "True"):
             continue
+        if condition is None and pod["metadata"]["name"] not in (seen or ()):
+            continue  # its worker runtime has not polled yet: not Ready
         since = condition and condition.get("lastTransitionTime")
         if since:
             taken_out = datetime.strptime(since, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
@@ -138,15 +151,17 @@ class DeploymentPool:
         return PoolState(self.replicas, tuple(p["metadata"]["name"] for p in self.pods))
 
     async def mark_busy(self, busy: Collection[str]) -> None:
-        """Busy pods cost much to delete, idle ones nothing; only changed pods are patched."""
-        for name, cost in cost_changes(self.pods, busy).items():
+        """Busy pods cost much to delete and may not be evicted, idle ones cost nothing and
+        may; only pods whose annotations change are patched."""
+        for name, wanted in eviction_changes(self.pods, busy).items():
             with contextlib.suppress(NotFound):  # deleted since the tick began
-                await self.cluster.annotate("Pod", self.namespace, name, {DELETION_COST: cost})
+                await self.cluster.annotate("Pod", self.namespace, name, wanted)
 
-    async def keep_serving(self) -> None:
-        """Pods being deleted (a scale-down, a rollout, `kubectl delete`) get no new job;
-        gated live pods not in service are put in service (Ready) and get jobs again."""
-        back = to_serve(self.pods, self.now)
+    async def keep_serving(self, seen: Collection[str] | None = None) -> None:
+        """Pods being deleted (a scale-down, a rollout, `kubectl delete`, an eviction) get no
+        new job; gated live pods not in service whose worker has polled (`seen`: the live
+        workers the gateway reports; None when unknown) are put in service (Ready)."""
+        back = to_serve(self.pods, self.now, seen)
         if self.store is not None and (self.leaving or back):
             await self.store.stop_taking(self.endpoint_id, self.leaving, resume=back)
         for name in back:
