@@ -245,3 +245,18 @@ accepts only keys kept in Redis (`lockgate keys create`). */}}
   resources: [events]
   verbs: [create]
 {{- end }}
+
+{{/* -- chartlife: CRDs shared by several releases ----------------------------------- */}}
+
+{{/* Whether this release writes the CRD `name` (call with (dict "ctx" . "name" NAME)): the
+CRD is absent, or helm's ownership annotations name this release. A CRD applied by
+`kubectl apply -f crds/`, or owned by another release, is left to its owner: helm would
+refuse to import it ("exists and cannot be imported into the current release"). `lookup`
+sees nothing under `helm template`, which so renders every CRD. "true" or empty. */}}
+{{- define "lockgate.crd.owned" -}}
+{{- $crd := lookup "apiextensions.k8s.io/v1" "CustomResourceDefinition" "" .name }}
+{{- $owner := dig "metadata" "annotations" dict $crd }}
+{{- $release := index $owner "meta.helm.sh/release-name" | default "" }}
+{{- $namespace := index $owner "meta.helm.sh/release-namespace" | default "" }}
+{{- if or (not $crd) (and (eq $release .ctx.Release.Name) (eq $namespace .ctx.Release.Namespace)) }}true{{ end }}
+{{- end }}

@@ -1,0 +1,120 @@
+"""The chart's life in a cluster, with real helm against a real kube-apiserver (envtest):
+CRDs shared by several releases or applied by `kubectl apply -f crds/`, upgrades that
+change the Redis password or its storage, and uninstall/reinstall keeping the Secrets that
+belong to Redis's data. No --wait: nothing here needs a pod to run."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envtest import EnvTest, binaries_dir
+from tests.conftest import wait_until
+from tests.node_release import CHART, helm_binary
+
+REPO = Path(__file__).resolve().parent.parent
+CRDS = ("endpoints.lockgate.dev", "templates.lockgate.dev")
+# Values every release here installs with: a small chart (no KEDA, no ServiceMonitor).
+BASE = ("--set", "gateway.replicaCount=1")
+
+
+@dataclass
+class Cluster:
+    """helm and kubectl against one envtest apiserver."""
+
+    env: EnvTest
+    helm_path: str
+
+    def run(self, *cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=180, check=False)
+        if check and done.returncode:
+            raise AssertionError(f"{' '.join(cmd)} failed:\n{done.stdout}\n{done.stderr}")
+        return done
+
+    def helm(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self.run(
+            self.helm_path, "--kubeconfig", str(self.env.kubeconfig), *args, check=check
+        )
+
+    def kubectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        kubectl = str(Path(self.helm_path).with_name("kubectl"))
+        return self.run(kubectl, "--kubeconfig", str(self.env.kubeconfig), *args, check=check)
+
+    def install(self, release: str, namespace: str, *extra: str) -> None:
+        self.helm("install", release, str(CHART), "-n", namespace, "--create-namespace",
+                  *BASE, *extra)  # fmt: skip
+
+    def upgrade(self, release: str, namespace: str, *extra: str, check: bool = True):
+        return self.helm("upgrade", release, str(CHART), "-n", namespace, "--reuse-values",
+                         *extra, check=check)  # fmt: skip
+
+    def get(self, kind: str, name: str, namespace: str = "") -> dict[str, Any] | None:
+        ns = ("-n", namespace) if namespace else ()
+        done = self.kubectl("get", kind, name, *ns, "-o", "json", check=False)
+        return json.loads(done.stdout) if done.returncode == 0 else None
+
+    def secret(self, name: str, namespace: str) -> dict[str, str]:
+        found = self.get("secret", name, namespace)
+        assert found is not None, f"Secret {namespace}/{name} is missing"
+        return {k: base64.b64decode(v).decode() for k, v in found["data"].items()}
+
+    def delete_crds(self) -> None:
+        self.kubectl("delete", "crd", *CRDS, "--ignore-not-found", "--wait=true")
+        wait_until(lambda: all(self.get("crd", name) is None for name in CRDS), timeout=60)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    helm = helm_binary()
+    if helm is None or binaries_dir() is None:
+        pytest.skip("needs helm (make tools) and the envtest binaries (hack/envtest.sh)")
+    with EnvTest() as env:
+        yield Cluster(env, helm)
+
+
+def pod_annotations(cluster: Cluster, kind: str, name: str, namespace: str) -> dict[str, str]:
+    found = cluster.get(kind, name, namespace)
+    assert found is not None, f"{kind} {namespace}/{name} is missing"
+    return found["spec"]["template"]["metadata"].get("annotations", {})
+
+
+def owner(cluster: Cluster, crd: str) -> str | None:
+    found = cluster.get("crd", crd)
+    assert found is not None, f"CRD {crd} is missing"
+    return found["metadata"].get("annotations", {}).get("meta.helm.sh/release-namespace")
+
+
+# -- item 4: CRDs shared safely ------------------------------------------------------------
+
+
+def test_crds_applied_with_kubectl_do_not_block_helm_install(cluster: Cluster) -> None:
+    cluster.delete_crds()
+    cluster.kubectl("apply", "-f", str(REPO / "crds"))
+    cluster.install("applied", "crds-applied")
+    for crd in CRDS:
+        assert owner(cluster, crd) is None  # still the admin's, untouched by the release
+    cluster.helm("uninstall", "applied", "-n", "crds-applied")
+    assert all(cluster.get("crd", crd) for crd in CRDS)
+
+
+def test_a_second_release_installs_and_keeps_the_crds_when_the_first_goes(
+    cluster: Cluster,
+) -> None:
+    cluster.delete_crds()
+    cluster.install("first", "crds-first")
+    assert [owner(cluster, crd) for crd in CRDS] == ["crds-first"] * len(CRDS)
+    cluster.install("second", "crds-second")
+    cluster.upgrade("second", "crds-second")  # upgrades of the non-owner keep working
+    cluster.helm("uninstall", "first", "-n", "crds-first")
+    for crd in CRDS:
+        found = cluster.get("crd", crd)
+        assert found is not None and "deletionTimestamp" not in found["metadata"], crd
+    cluster.upgrade("second", "crds-second")
+    assert all(cluster.get("crd", crd) for crd in CRDS)
