@@ -6,6 +6,7 @@ belong to Redis's data. No --wait: nothing here needs a pod to run."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import subprocess
 from collections.abc import Iterator
@@ -118,3 +119,59 @@ def test_a_second_release_installs_and_keeps_the_crds_when_the_first_goes(
         assert found is not None and "deletionTimestamp" not in found["metadata"], crd
     cluster.upgrade("second", "crds-second")
     assert all(cluster.get("crd", crd) for crd in CRDS)
+
+
+# -- item 6: upgrades and reinstalls -------------------------------------------------------
+
+
+def test_a_redis_password_change_rolls_redis_and_its_clients(cluster: Cluster) -> None:
+    ns = "upgrade-password"
+    cluster.install("pw", ns)
+    rolled = {
+        ("statefulset", "pw-lockgate-redis"): "checksum/auth",
+        ("deployment", "pw-lockgate-gateway"): "checksum/settings",
+        ("deployment", "pw-lockgate-operator"): "checksum/settings",
+    }
+
+    def annotations() -> dict[tuple[str, str], str | None]:
+        return {
+            (kind, name): pod_annotations(cluster, kind, name, ns).get(key)
+            for (kind, name), key in rolled.items()
+        }
+
+    installed = annotations()
+    cluster.upgrade("pw", ns)  # nothing changed: nothing rolls (the first upgrade included)
+    assert annotations() == installed
+    cluster.upgrade("pw", ns, "--set", "redis.auth.password=a-new-password")
+    changed = annotations()
+    assert all(changed[key] != installed[key] for key in rolled), (installed, changed)
+    assert cluster.secret("pw-lockgate-settings", ns)["REDIS_PASSWORD"] == "a-new-password"
+
+
+def test_a_redis_storage_change_fails_before_anything_changes(cluster: Cluster) -> None:
+    ns = "upgrade-storage"
+    cluster.install("st", ns, "--set", "redis.persistence.size=8Gi")
+    cluster.upgrade("st", ns, "--set", "redis.persistence.size=8192Mi")  # the same size
+    for change in ("redis.persistence.size=16Gi", "redis.persistence.storageClass=fast"):
+        done = cluster.upgrade("st", ns, "--set", change, "--set", "gateway.replicaCount=3",
+                               check=False)  # fmt: skip
+        assert done.returncode != 0, change
+        assert change.split("=")[0] in done.stderr, done.stderr
+        assert "docs/install.md" in done.stderr, done.stderr
+        gateway = cluster.get("deployment", "st-lockgate-gateway", ns)
+        assert gateway is not None and gateway["spec"]["replicas"] == 1, change
+
+
+def test_settings_and_client_key_survive_uninstall_and_reinstall(cluster: Cluster) -> None:
+    ns = "reinstall"
+    names = ("again-lockgate-settings", "again-lockgate-client-key")
+    cluster.install("again", ns)
+    before = {name: cluster.secret(name, ns) for name in names}
+    cluster.helm("uninstall", "again", "-n", ns)
+    assert cluster.get("deployment", "again-lockgate-gateway", ns) is None
+    assert {name: cluster.secret(name, ns) for name in names} == before
+    cluster.install("again", ns)
+    assert {name: cluster.secret(name, ns) for name in names} == before
+    keys = json.loads(cluster.secret("again-lockgate-api-keys", ns)["keys.json"])
+    client_key = before["again-lockgate-client-key"]["key"]
+    assert keys[0]["sha256"] == hashlib.sha256(client_key.encode()).hexdigest()
