@@ -24,6 +24,8 @@ REPO = Path(__file__).resolve().parent.parent
 CRDS = ("endpoints.lockgate.dev", "templates.lockgate.dev")
 # Values every release here installs with: a small chart (no KEDA, no ServiceMonitor).
 BASE = ("--set", "gateway.replicaCount=1")
+# The upgrade tests leave the CRDs to the tests above: they install releases of their own.
+NO_CRDS = ("--set", "crds.install=false")
 
 
 @dataclass
@@ -126,7 +128,7 @@ def test_a_second_release_installs_and_keeps_the_crds_when_the_first_goes(
 
 def test_a_redis_password_change_rolls_redis_and_its_clients(cluster: Cluster) -> None:
     ns = "upgrade-password"
-    cluster.install("pw", ns)
+    cluster.install("pw", ns, *NO_CRDS)
     rolled = {
         ("statefulset", "pw-lockgate-redis"): "checksum/auth",
         ("deployment", "pw-lockgate-gateway"): "checksum/settings",
@@ -150,7 +152,7 @@ def test_a_redis_password_change_rolls_redis_and_its_clients(cluster: Cluster) -
 
 def test_a_redis_storage_change_fails_before_anything_changes(cluster: Cluster) -> None:
     ns = "upgrade-storage"
-    cluster.install("st", ns, "--set", "redis.persistence.size=8Gi")
+    cluster.install("st", ns, *NO_CRDS, "--set", "redis.persistence.size=8Gi")
     cluster.upgrade("st", ns, "--set", "redis.persistence.size=8192Mi")  # the same size
     for change in ("redis.persistence.size=16Gi", "redis.persistence.storageClass=fast"):
         done = cluster.upgrade("st", ns, "--set", change, "--set", "gateway.replicaCount=3",
@@ -165,12 +167,12 @@ def test_a_redis_storage_change_fails_before_anything_changes(cluster: Cluster) 
 def test_settings_and_client_key_survive_uninstall_and_reinstall(cluster: Cluster) -> None:
     ns = "reinstall"
     names = ("again-lockgate-settings", "again-lockgate-client-key")
-    cluster.install("again", ns)
+    cluster.install("again", ns, *NO_CRDS)
     before = {name: cluster.secret(name, ns) for name in names}
     cluster.helm("uninstall", "again", "-n", ns)
     assert cluster.get("deployment", "again-lockgate-gateway", ns) is None
     assert {name: cluster.secret(name, ns) for name in names} == before
-    cluster.install("again", ns)
+    cluster.install("again", ns, *NO_CRDS)
     assert {name: cluster.secret(name, ns) for name in names} == before
     keys = json.loads(cluster.secret("again-lockgate-api-keys", ns)["keys.json"])
     client_key = before["again-lockgate-client-key"]["key"]
