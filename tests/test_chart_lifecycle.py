@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import shutil
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -47,7 +48,9 @@ class Cluster:
         )
 
     def kubectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        kubectl = str(Path(self.helm_path).with_name("kubectl"))
+        beside_helm = Path(self.helm_path).with_name("kubectl")  # both from `make tools`
+        kubectl = str(beside_helm) if beside_helm.exists() else shutil.which("kubectl")
+        assert kubectl, "kubectl missing: `make tools` installs it"
         return self.run(kubectl, "--kubeconfig", str(self.env.kubeconfig), *args, check=check)
 
     def install(self, release: str, namespace: str, *extra: str) -> None:
