@@ -278,15 +278,22 @@ def test_chart_crd_is_up_to_date(kind: crds.Kind) -> None:
     assert path.read_text() == crds.render_chart(kind), f"{path} is stale: run `make crds`"
 
 
+# Kept on uninstall (crds.keep) and never pruned by Argo CD.
+CRD_ANNOTATIONS = {
+    "argocd.argoproj.io/sync-options": "Prune=false",
+    "helm.sh/resource-policy": "keep",
+}
+
+
 @pytest.mark.parametrize("kind", crds.KINDS, ids=lambda k: k.kind)
 def test_chart_crd_is_the_crds_folder_file_behind_crds_install(kind: crds.Kind) -> None:
     text = (CHART / crds.CHART_CRD_DIR / crds.file_name(kind)).read_text()
-    assert text.startswith("{{- if .Values.crds.install }}\n")
+    assert text.startswith(crds.CHART_OPEN % kind.crd_name)
     assert text.rstrip().endswith("{{- end }}")
     helm_free = "\n".join(line for line in text.splitlines() if "{{" not in line)
     rendered = yaml.safe_load(helm_free)  # as helm renders it with crds.keep=true
     annotations = rendered["metadata"].pop("annotations")
-    assert annotations == {"helm.sh/resource-policy": "keep"}
+    assert annotations == CRD_ANNOTATIONS
     assert rendered == yaml.safe_load((REPO / "crds" / crds.file_name(kind)).read_text())
 
 
@@ -617,7 +624,7 @@ def test_rendered_crds_are_the_generated_ones(render_chart) -> None:
     rendered = by_kind(render_chart(), "CustomResourceDefinition")
     for kind in crds.KINDS:
         crd = rendered[kind.crd_name]
-        assert crd["metadata"].pop("annotations") == {"helm.sh/resource-policy": "keep"}
+        assert crd["metadata"].pop("annotations") == CRD_ANNOTATIONS
         assert crd == crds.crd(kind)
 
 

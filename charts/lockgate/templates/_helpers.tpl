@@ -245,3 +245,108 @@ accepts only keys kept in Redis (`lockgate keys create`). */}}
   resources: [events]
   verbs: [create]
 {{- end }}
+
+{{/* -- chartlife: CRDs shared by several releases ----------------------------------- */}}
+
+{{/* Whether this release writes the CRD `name` (call with (dict "ctx" . "name" NAME)): the
+CRD is absent, or helm's ownership annotations name this release. A CRD applied by
+`kubectl apply -f crds/`, or owned by another release, is left to its owner: helm would
+refuse to import it ("exists and cannot be imported into the current release"). `lookup`
+sees nothing under `helm template`, which so renders every CRD. "true" or empty. */}}
+{{- define "lockgate.crd.owned" -}}
+{{- $crd := lookup "apiextensions.k8s.io/v1" "CustomResourceDefinition" "" .name }}
+{{- $owner := dig "metadata" "annotations" dict $crd }}
+{{- $release := index $owner "meta.helm.sh/release-name" | default "" }}
+{{- $namespace := index $owner "meta.helm.sh/release-namespace" | default "" }}
+{{- if or (not $crd) (and (eq $release .ctx.Release.Name) (eq $namespace .ctx.Release.Namespace)) }}true{{ end }}
+{{- end }}
+
+{{/* -- chartlife: generated settings, Redis bounds and storage ----------------------- */}}
+
+{{/* A generated setting, the same in every template of one render, so the Secret and the
+checksums that roll pods on its change agree: given, else the previous release's, else
+random (lockgate.keptValue). Memoised under the key "__generated" of the values, which every template of the
+chart shares. Call with (dict "ctx" . "given" G "previous" P "key" K). */}}
+{{- define "lockgate.generated" -}}
+{{- if not (hasKey .ctx.Values "__generated") }}{{ $_ := set .ctx.Values "__generated" dict }}{{ end }}
+{{- $memo := get .ctx.Values "__generated" }}
+{{- if not (hasKey $memo .key) }}{{ $_ := set $memo .key (include "lockgate.keptValue" .) }}{{ end }}
+{{- index $memo .key }}
+{{- end }}
+
+{{/* The data of the settings Secret of the previous release (empty on a first install and
+under `helm template`). */}}
+{{- define "lockgate.settings.previous" -}}
+{{- (lookup "v1" "Secret" .Release.Namespace (include "lockgate.settingsSecretName" .)).data | default dict | toJson }}
+{{- end }}
+
+{{/* The chart's Redis password: settings.existingSecret's REDIS_PASSWORD when given (as far
+as `lookup` sees it), else the generated one. */}}
+{{- define "lockgate.redis.password" -}}
+{{- $previous := include "lockgate.settings.previous" . | fromJson }}
+{{- if .Values.settings.existingSecret }}
+{{- index $previous "REDIS_PASSWORD" | default "" | b64dec }}
+{{- else }}
+{{- include "lockgate.generated" (dict "ctx" . "given" .Values.redis.auth.password "previous" $previous "key" "REDIS_PASSWORD") }}
+{{- end }}
+{{- end }}
+
+{{/* Bytes of a Kubernetes quantity ("1Gi", "512Mi", "1.5G", 1073741824). */}}
+{{- define "lockgate.bytes" -}}
+{{- $text := ternary (toJson .) (toString .) (kindIs "float64" .) }}
+{{- if not (regexMatch "^[0-9]+(\\.[0-9]+)?(e[0-9]+|[KMGTPE]i|[kMGTPE])?$" $text) }}
+{{- fail (printf "%q is not a memory quantity (e.g. 1Gi, 512Mi)" $text) }}
+{{- end }}
+{{- $units := dict "" 1 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 "P" 1000000000000000 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 "Pi" 1125899906842624 }}
+{{- $unit := regexReplaceAll "^[0-9.]+" $text "" }}
+{{- if hasPrefix "e" $unit }}{{ $text | float64 | int64 }}
+{{- else }}{{ mulf (regexFind "^[0-9.]+" $text | float64) (index $units $unit) | int64 }}
+{{- end }}
+{{- end }}
+
+{{/* Redis's maxmemory: redis.maxmemory, else redis.maxmemoryPercent of the container's
+memory limit; the rest of the limit is headroom for an AOF rewrite's copy-on-write pages,
+client buffers and fragmentation (docs/operations.md, "Redis memory"). */}}
+{{- define "lockgate.redis.maxmemory" -}}
+{{- $limit := dig "limits" "memory" "" .Values.redis.resources }}
+{{- if .Values.redis.maxmemory }}{{ .Values.redis.maxmemory }}
+{{- else if not $limit }}
+{{- fail "redis.resources.limits.memory is required (Redis's maxmemory is derived from it), or set redis.maxmemory" }}
+{{- else }}{{ div (mul (include "lockgate.bytes" $limit | int64) (int64 .Values.redis.maxmemoryPercent)) 100 }}
+{{- end }}
+{{- end }}
+
+{{/* The StatefulSet's governing Service: the headless one, unless a release from before it
+existed made the StatefulSet with another (serviceName is immutable). */}}
+{{- define "lockgate.redis.serviceName" -}}
+{{- $sts := lookup "apps/v1" "StatefulSet" .Release.Namespace (include "lockgate.redis.fullname" .) }}
+{{- dig "spec" "serviceName" (include "lockgate.redis.headlessName" .) $sts }}
+{{- end }}
+{{- define "lockgate.redis.headlessName" -}}
+{{- printf "%s-headless" (include "lockgate.redis.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Refuse, at render time, a change to Redis storage that the StatefulSet's immutable
+volumeClaimTemplates would refuse half-way through an upgrade. */}}
+{{- define "lockgate.redis.checkStorage" -}}
+{{- $sts := lookup "apps/v1" "StatefulSet" .Release.Namespace (include "lockgate.redis.fullname" .) }}
+{{- if $sts }}
+{{- $runbook := "a StatefulSet's volumeClaimTemplates cannot change: follow docs/install.md, \"Changing Redis storage\"" }}
+{{- $wanted := .Values.redis.persistence }}
+{{- $claims := dig "spec" "volumeClaimTemplates" list $sts }}
+{{- if ne (gt (len $claims) 0) $wanted.enabled }}
+{{- fail (printf "redis.persistence.enabled cannot change from %v to %v on an existing release: %s" (gt (len $claims) 0) $wanted.enabled $runbook) }}
+{{- end }}
+{{- with $claims }}
+{{- $claim := (first .).spec }}
+{{- $size := dig "resources" "requests" "storage" "" $claim }}
+{{- if ne (include "lockgate.bytes" $size) (include "lockgate.bytes" $wanted.size) }}
+{{- fail (printf "redis.persistence.size cannot change from %s to %s on an existing release: %s" $size $wanted.size $runbook) }}
+{{- end }}
+{{- $class := $claim.storageClassName | default "" }}
+{{- if ne $class $wanted.storageClass }}
+{{- fail (printf "redis.persistence.storageClass cannot change from %q to %q on an existing release: %s" $class $wanted.storageClass $runbook) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}

@@ -7,6 +7,7 @@ import logging
 
 from aiohttp import web
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import OutOfMemoryError as RedisOutOfMemoryError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from lockgate.gateway.auth import CALLER
@@ -17,6 +18,14 @@ log = logging.getLogger("lockgate.gateway")
 
 # Headers of aiohttp's own HTTP errors worth keeping on the JSON answer (e.g. 405's Allow).
 KEPT_HEADERS = ("Allow", "Retry-After")
+# Redis at its maxmemory refuses every write (noeviction; the chart sets maxmemory from its
+# memory limit): 507 Insufficient Storage, retryable. A refused write changed nothing: a
+# store script is refused at its first write, so a job is either accepted whole or not.
+STORE_FULL = (
+    "job store full: Redis reached its maxmemory and refuses writes; nothing was changed, "
+    "retry later (operators: docs/operations.md, Redis memory)"
+)
+STORE_FULL_RETRY_S = "5"
 
 
 def log_refusal(request: web.Request, status: int, reason: str) -> None:
@@ -53,6 +62,10 @@ async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
         log_refusal(request, err.status, err.reason)
         headers = {h: err.headers[h] for h in KEPT_HEADERS if h in err.headers}
         return json_response({"error": err.reason.lower()}, status=err.status, headers=headers)
+    except RedisOutOfMemoryError as err:
+        log.error("store full on %s %s: %s", request.method, request.path, err)
+        headers = {"Retry-After": STORE_FULL_RETRY_S}
+        return json_response({"error": STORE_FULL}, status=507, headers=headers)
     except (RedisConnectionError, RedisTimeoutError, ConnectionRefusedError) as err:
         log.warning("store unavailable on %s %s: %s", request.method, request.path, err)
         return json_response(

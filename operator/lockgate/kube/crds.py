@@ -217,23 +217,32 @@ def file_name(kind: Kind) -> str:
 
 # Helm never upgrades a chart's `crds/` folder, so the chart ships its CRDs as templates
 # (as KEDA and cert-manager do); `keep` leaves them, and so every Endpoint, on uninstall.
+# The CRDs are shared by every release in the cluster: a release writes a CRD only while
+# it is absent or already this release's (`lockgate.crd.owned` in _helpers.tpl, a helm
+# `lookup`), so a second release, or CRDs first applied by `kubectl apply -f crds/`, never
+# make `helm install` fail on an object it "cannot import" (docs/install.md, "CRDs").
 CHART_CRD_DIR = Path("templates") / "crds"
-CHART_OPEN = "{{- if .Values.crds.install }}\n"
+CHART_OPEN = (
+    '{{- if and .Values.crds.install (include "lockgate.crd.owned" (dict "ctx" . "name" "%s")) }}\n'
+)
 CHART_CLOSE = "{{- end }}\n"
-CHART_KEEP = (
+# Argo CD must never prune a CRD: that would delete every Endpoint and Template with it.
+CHART_ANNOTATIONS = (
     "metadata:\n"
-    "  {{- if .Values.crds.keep }}\n"
     "  annotations:\n"
+    "    argocd.argoproj.io/sync-options: Prune=false\n"
+    "    {{- if .Values.crds.keep }}\n"
     "    helm.sh/resource-policy: keep\n"
-    "  {{- end }}\n"
+    "    {{- end }}\n"
 )
 
 
 def render_chart(kind: Kind) -> str:
-    """The CRD as a Helm template: `render(kind)` wrapped in `crds.install`, and annotated
-    to survive `helm uninstall` while `crds.keep` is on."""
-    body = render(kind).replace("metadata:\n", CHART_KEEP, 1)
-    return CHART_OPEN + body + CHART_CLOSE
+    """The CRD as a Helm template: `render(kind)` written when `crds.install` is on and no
+    other owner holds the CRD, kept from Argo CD's pruning, and annotated to survive
+    `helm uninstall` while `crds.keep` is on."""
+    body = render(kind).replace("metadata:\n", CHART_ANNOTATIONS, 1)
+    return CHART_OPEN % kind.crd_name + body + CHART_CLOSE
 
 
 def main(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, OutOfMemoryError, ResponseError
 
 NAMES = (
     "submit",
@@ -38,6 +38,19 @@ NAMES = (
     "settle_webhook",
     "limit",
 )
+
+
+class StoreFull(OutOfMemoryError):
+    """Redis is at its maxmemory (noeviction) and refused a script at its first write, so
+    the script changed nothing."""
+
+
+def _translated(err: Exception) -> Exception:
+    """A script refused for want of memory, which Redis reports as a plain script error
+    ("... -OOM command not allowed ..."), as StoreFull; any other error as it is."""
+    if isinstance(err, ResponseError) and "OOM command not allowed" in str(err):
+        return err if isinstance(err, OutOfMemoryError) else StoreFull(str(err))
+    return err
 
 
 def _source(name: str) -> str:
@@ -104,7 +117,7 @@ class Scripts:
                 await _settle(call, _direct(call))
             elif not call[3].done():
                 if isinstance(reply, Exception):
-                    call[3].set_exception(reply)
+                    call[3].set_exception(_translated(reply))
                 else:
                     call[3].set_result(reply)
 
@@ -120,7 +133,7 @@ async def _settle(call: Call, reply: Awaitable[Any]) -> None:
         result = await reply
     except Exception as err:
         if not future.done():
-            future.set_exception(err)
+            future.set_exception(_translated(err))
     else:
         if not future.done():
             future.set_result(result)
