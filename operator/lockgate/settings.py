@@ -17,6 +17,13 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8080
     base_url: str = Field("", description="public job API base; default http://{host}:{port}")
+    worker_port: int = Field(
+        0,
+        ge=0,
+        le=65535,
+        description="serve the worker API on this port alone (a NetworkPolicy can then admit "
+        "only worker pods to it) and no longer on `port`; 0: both APIs on `port`",
+    )
 
     take_wait_s: float = Field(20.0, description="how long job-take long-polls are held")
     stop_wait_s: float = Field(20.0, description="how long job-stop long-polls are held")
