@@ -245,3 +245,13 @@ accepts only keys kept in Redis (`lockgate keys create`). */}}
   resources: [events]
   verbs: [create]
 {{- end }}
+
+{{/* The gateway's worker API as workers reach it (the operator hands it to them): the
+Service's `worker` port when gateway.workerPort is set, else the job API's URL. */}}
+{{- define "lockgate.gateway.workerUrl" -}}
+{{- if .Values.gateway.workerPort }}
+{{- printf "http://%s.%s.svc.%s:%d" (include "lockgate.gateway.fullname" .) .Release.Namespace .Values.clusterDomain (int .Values.gateway.service.workerPort) }}
+{{- else }}
+{{- include "lockgate.gateway.internalUrl" . }}
+{{- end }}
+{{- end }}
