@@ -11,10 +11,12 @@ from dataclasses import dataclass
 
 import aiohttp
 import pytest
+from pydantic import ValidationError
 from redis.asyncio import Redis
 
 from lockgate.dev.redis_server import EmbeddedRedis, free_port
 from lockgate.gateway.main import start
+from lockgate.settings import Settings
 from tests.conftest import LiveGateway, make_settings, register
 
 WORKER = "w1"
@@ -109,3 +111,8 @@ async def test_without_a_worker_port_the_client_port_serves_workers_as_before(
     assert gateway.settings.worker_port == 0
     async with http.get(gateway.job_url(f"ping/{WORKER}"), headers=gateway.worker_headers()) as r:
         assert r.status == 200
+
+
+def test_a_worker_port_equal_to_the_client_port_is_refused() -> None:
+    with pytest.raises(ValidationError, match="worker_port must differ from port"):
+        Settings(port=8080, worker_port=8080)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lockgate.models.limits import LimitOverride, Operation
@@ -83,6 +83,12 @@ class Settings(BaseSettings):
     metrics_token: str = Field(
         "", description="when set, /metrics requires `Authorization: Bearer <token>`"
     )
+
+    @model_validator(mode="after")
+    def _worker_port_apart(self) -> Settings:
+        if self.worker_port and self.worker_port == self.port:
+            raise ValueError("worker_port must differ from port (or be 0: both APIs on port)")
+        return self
 
     def public_base_url(self) -> str:
         return self.base_url.rstrip("/") or f"http://{self.host}:{self.port}"
