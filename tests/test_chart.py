@@ -439,7 +439,8 @@ def test_gateway_and_operator_share_settings_and_find_each_other(render_chart) -
     gateway = env_of(deployments["lockgate-gateway"]["spec"]["template"]["spec"]["containers"][0])
     operator = env_of(deployments["lockgate-operator"]["spec"]["template"]["spec"]["containers"][0])
     internal = "http://lockgate-gateway.lockgate.svc.cluster.local:8080"
-    assert operator["LOCKGATE_GATEWAY_URL"] == internal
+    # Workers get the worker API's port (gateway.workerPort); the scaler reads the job API's.
+    assert operator["LOCKGATE_GATEWAY_URL"] == internal.replace(":8080", ":8081")
     assert operator["LOCKGATE_METRICS_URL"] == f"{internal}/metrics"
     assert gateway["LOCKGATE_HOST"] == "0.0.0.0"
     assert gateway["LOCKGATE_REDIS_URL"] == operator["LOCKGATE_REDIS_URL"]
@@ -681,7 +682,11 @@ def metrics_token_refs(docs: list[dict[str, Any]]) -> dict[str, Any]:
         token = env.get("LOCKGATE_METRICS_TOKEN")
         refs[name] = token and token["secretKeyRef"]
     [monitor] = by_kind(docs, "ServiceMonitor").values()
-    refs["ServiceMonitor"] = monitor["spec"]["endpoints"][0].get("bearerTokenSecret")
+    endpoint = monitor["spec"]["endpoints"][0]
+    assert "bearerTokenSecret" not in endpoint  # deprecated: `authorization` replaces it
+    authorization = endpoint.get("authorization")
+    assert authorization is None or authorization["type"] == "Bearer"
+    refs["ServiceMonitor"] = authorization and authorization["credentials"]
     return refs
 
 

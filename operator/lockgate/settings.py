@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lockgate.models.limits import LimitOverride, Operation
@@ -17,6 +17,13 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8080
     base_url: str = Field("", description="public job API base; default http://{host}:{port}")
+    worker_port: int = Field(
+        0,
+        ge=0,
+        le=65535,
+        description="serve the worker API on this port alone (a NetworkPolicy can then admit "
+        "only worker pods to it) and no longer on `port`; 0: both APIs on `port`",
+    )
 
     take_wait_s: float = Field(20.0, description="how long job-take long-polls are held")
     stop_wait_s: float = Field(20.0, description="how long job-stop long-polls are held")
@@ -76,6 +83,12 @@ class Settings(BaseSettings):
     metrics_token: str = Field(
         "", description="when set, /metrics requires `Authorization: Bearer <token>`"
     )
+
+    @model_validator(mode="after")
+    def _worker_port_apart(self) -> Settings:
+        if self.worker_port and self.worker_port == self.port:
+            raise ValueError("worker_port must differ from port (or be 0: both APIs on port)")
+        return self
 
     def public_base_url(self) -> str:
         return self.base_url.rstrip("/") or f"http://{self.host}:{self.port}"

@@ -97,18 +97,36 @@ async def metrics(request: web.Request) -> web.Response:
     )
 
 
-def create_app(settings: Settings, *, redis: Redis | None = None) -> web.Application:
-    """The gateway as an aiohttp application; owns its Redis client unless one is given."""
-    owned = redis is None
-    client = redis if redis is not None else connect(settings.redis_url)
-    gw = build_gateway(settings, client)
+def _application(gw: Gateway) -> web.Application:
+    """An application over `gw` with the shared middlewares and the probes."""
     middlewares = [metrics_middleware(gw.metrics), error_middleware]
     app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY)
     app[GATEWAY] = gw
-    app.add_routes(client_api.routes)
-    app.add_routes(worker_api.routes)
     app.router.add_get("/livez", livez)
     app.router.add_get("/readyz", readyz)
+    return app
+
+
+def create_worker_app(gw: Gateway) -> web.Application:
+    """The worker API alone, served on `settings.worker_port` beside the application of
+    `create_app` (whose gateway, Redis client and background tasks it shares)."""
+    app = _application(gw)
+    app.add_routes(worker_api.routes)
+    return app
+
+
+def create_app(settings: Settings, *, redis: Redis | None = None) -> web.Application:
+    """The gateway as an aiohttp application; owns its Redis client unless one is given.
+
+    It serves the worker API too unless `settings.worker_port` is set: then the worker
+    routes answer 404 here and only `create_worker_app(app[GATEWAY])` serves them."""
+    owned = redis is None
+    client = redis if redis is not None else connect(settings.redis_url)
+    gw = build_gateway(settings, client)
+    app = _application(gw)
+    app.add_routes(client_api.routes)
+    if not settings.worker_port:
+        app.add_routes(worker_api.routes)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/openapi.json", openapi_json)
     if not settings.auth:

@@ -6,10 +6,11 @@ import argparse
 import asyncio
 import logging
 import signal
+from typing import Any
 
 from aiohttp import web
 
-from lockgate.gateway.app import create_app
+from lockgate.gateway.app import create_app, create_worker_app
 from lockgate.gateway.state import GATEWAY
 from lockgate.logs import setup_logging
 from lockgate.settings import Settings
@@ -23,18 +24,32 @@ def settings_from(args: argparse.Namespace) -> Settings:
     return Settings(**{k: v for k, v in flags.items() if v is not None})
 
 
+async def start(settings: Settings, **runner_options: Any) -> list[web.AppRunner]:
+    """Serve the job API on `settings.port` and, when `settings.worker_port` is set, the
+    worker API on that port. The runners come back in the order to clean them up: the
+    worker API first, then the application that owns Redis and the background tasks."""
+    app = create_app(settings)
+    runners = [(web.AppRunner(app, **runner_options), settings.port)]
+    if settings.worker_port:
+        worker_app = create_worker_app(app[GATEWAY])
+        runners.insert(0, (web.AppRunner(worker_app, **runner_options), settings.worker_port))
+    for runner, port in reversed(runners):  # the owning application starts first
+        await runner.setup()
+        await web.TCPSite(runner, settings.host, port, reuse_port=True).start()
+        log.info("gateway listening on %s:%d", settings.host, port)
+    return [runner for runner, _ in runners]
+
+
 async def serve(settings: Settings) -> None:
-    runner = web.AppRunner(create_app(settings), access_log=None, shutdown_timeout=5)
-    await runner.setup()
-    await web.TCPSite(runner, settings.host, settings.port, reuse_port=True).start()
-    log.info("gateway listening on %s:%d", settings.host, settings.port)
+    runners = await start(settings, access_log=None, shutdown_timeout=5)
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("gateway stopping")
-    runner.app[GATEWAY].drain()
-    await runner.cleanup()
+    runners[-1].app[GATEWAY].drain()
+    for runner in runners:
+        await runner.cleanup()
 
 
 def main(args: argparse.Namespace) -> int:
