@@ -348,6 +348,9 @@ volumeClaimTemplates would refuse half-way through an upgrade. */}}
 {{- fail (printf "redis.persistence.storageClass cannot change from %q to %q on an existing release: %s" $class $wanted.storageClass $runbook) }}
 {{- end }}
 {{- end }}
+{{- end }}
+{{- end }}
+
 {{/* The gateway's worker API as workers reach it (the operator hands it to them): the
 Service's `worker` port when gateway.workerPort is set, else the job API's URL. */}}
 {{- define "lockgate.gateway.workerUrl" -}}
