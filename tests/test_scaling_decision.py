@@ -100,6 +100,30 @@ def test_missing_metrics_hold_the_count_and_never_scale_to_zero() -> None:
     assert decide(None, limits(hi=2), w(3), now=1000.0).desired == 2  # bounds still apply
 
 
+@pytest.mark.parametrize(
+    ("replicas", "metrics", "current", "expected"),
+    [
+        (2, m(q=50, age=60), 5, 2),  # the queue asks for more: the set count wins
+        (2, None, 0, 2),  # no metrics needed
+        (0, m(q=3, age=9), 2, 1),  # below workersMin: kept at 1
+        (9, m(), 1, 4),  # above workersMax: kept at 4
+        (3, m(), 3, 3),
+    ],
+)
+def test_a_count_set_from_outside_is_kept_within_the_bounds(
+    replicas: int, metrics: EndpointMetrics | None, current: int, expected: int
+) -> None:
+    lim = Limits(1, 4, 5.0, replicas=replicas)
+    decision = decide(metrics, lim, w(current, *[999.0] * current), now=100.0)
+    assert decision.desired == expected
+    assert "spec.replicas" in decision.reason
+
+
+def test_replicas_reach_the_limits_from_the_settings() -> None:
+    assert Limits.from_settings({"replicas": 2, "workersMax": 5}).replicas == 2
+    assert Limits.from_settings({"workersMax": 5}).replicas is None
+
+
 def test_nothing_is_removed_within_the_stabilisation_window_after_a_scale_up() -> None:
     recent = decide(m(), limits(idle=0), w(4, 9, 9, 9, 9), now=100.0, last_scale_up=95.0)
     assert recent.desired == 4 and "scaled up" in recent.reason
