@@ -70,6 +70,7 @@ async def test_endpoint_becomes_a_deployment_secret_and_registry_entry(
     assert worker_key["scopes"] == ["workers"] and worker_key["endpoints"] == ["ep-create"]
 
 
+@pytest.mark.usefixtures("metrics_served")  # Ready needs readable metrics
 async def test_endpoint_with_no_workers_wanted_is_ready_with_its_job_api_url(
     resources: Resources,
 ) -> None:
@@ -103,6 +104,7 @@ async def test_endpoint_waiting_for_workers_is_initializing(resources: Resources
 # -- problems a person can act on ----------------------------------------------------------
 
 
+@pytest.mark.usefixtures("metrics_served")  # Ready needs readable metrics
 async def test_missing_template_shows_as_a_condition_and_recovers_when_created(
     resources: Resources,
 ) -> None:
@@ -301,6 +303,7 @@ async def test_deleted_worker_key_secret_gets_a_new_key_that_rolls_the_workers(
     assert old_pods["lockgate.dev/worker-key"] == old["workerKeyDigest"][:12]
 
 
+@pytest.mark.usefixtures("metrics_served")  # Ready needs readable metrics
 async def test_echo_example_manifest_becomes_a_ready_endpoint(resources: Resources) -> None:
     docs = [
         doc
