@@ -283,7 +283,9 @@ async def test_deleted_worker_key_secret_gets_a_new_key_that_rolls_the_workers(
     resources.endpoint("ep-key", templateId="key-tpl")
     registry = Registry(redis)
     old = await resources.eventually(lambda: registry.get_endpoint("ep-key"), "the entry")
-    old_pods = resources.deployment("ep-key-workers").spec.template.metadata.annotations
+    # The operator registers the endpoint before it writes the Deployment: wait for both.
+    deployment = resources.wait_until(lambda: resources.deployment("ep-key-workers"), "workers")
+    old_pods = deployment.spec.template.metadata.annotations
 
     resources.core.delete_namespaced_secret("ep-key-worker-key", resources.namespace)
 
