@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lockgate.models.endpoint import ScalerType
+from lockgate.dev.workers import limits_of
+from lockgate.models.endpoint import EndpointSpec, ScalerType
 from lockgate.scaling.decision import (
     STABILISATION_S,
     UP_STEP_MIN,
@@ -119,9 +120,10 @@ def test_a_count_set_from_outside_is_kept_within_the_bounds(
     assert "spec.replicas" in decision.reason
 
 
-def test_replicas_reach_the_limits_from_the_settings() -> None:
+def test_replicas_reach_the_limits_from_the_settings_and_in_dev_mode() -> None:
     assert Limits.from_settings({"replicas": 2, "workersMax": 5}).replicas == 2
     assert Limits.from_settings({"workersMax": 5}).replicas is None
+    assert limits_of(EndpointSpec(replicas=2, workersMax=5)).replicas == 2
 
 
 def test_nothing_is_removed_within_the_stabilisation_window_after_a_scale_up() -> None:
