@@ -143,9 +143,8 @@ def test_blind_metrics_leave_a_phase_that_is_not_ready_alone(
 def test_metrics_read_again_make_it_ready_and_a_replica_without_the_scaler_keeps_degraded() -> None:
     seeing = Check("MetricsAvailable", True, "Scraped", "")
     observed = Observed(generation=1, checks=ALL_OK, deployment=deployment(0), scaling=seeing)
-    assert endpoint_status(observed, endpoint_id="e", job_api_url="u", previous=None, now="T")[
-        "phase"
-    ] == ("Ready")
+    ready = endpoint_status(observed, endpoint_id="e", job_api_url="u", previous=None, now="T")
+    assert ready["phase"] == "Ready"
     before = {"conditions": [{"type": "MetricsAvailable", "status": "False", "message": "m"}]}
     other = Observed(generation=1, checks=ALL_OK, deployment=deployment(0))
     status = endpoint_status(other, endpoint_id="e", job_api_url="u", previous=before, now="T")
