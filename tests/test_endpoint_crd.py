@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from lockgate.kube.crds import GROUP, VERSION
@@ -162,6 +163,39 @@ def test_unsetting_replicas_hands_the_count_back_to_the_scaler(
     resources.wait_until(
         lambda: workers_replicas(resources, name) == 0, "back to 0 by the scaler", timeout=40
     )
+
+
+def test_an_hpa_scales_the_endpoint_through_its_scale_subresource(
+    resources: Resources,
+) -> None:
+    # The controller-manager's HPA controller, with no metrics at all: a target above
+    # maxReplicas is brought down to it, through GET and PUT of the Endpoint's `/scale`.
+    name = "ep-hpa"
+    resources.template("hpa-tpl")
+    resources.endpoint(name, templateId="hpa-tpl", workersMin=0, workersMax=4, replicas=3)
+    resources.wait_until(lambda: workers_replicas(resources, name) == 3, "the Deployment at 3")
+    hpa = k8s.V1HorizontalPodAutoscaler(
+        metadata=k8s.V1ObjectMeta(name=name),
+        spec=k8s.V1HorizontalPodAutoscalerSpec(
+            scale_target_ref=k8s.V1CrossVersionObjectReference(
+                api_version=f"{GROUP}/{VERSION}", kind="Endpoint", name=name
+            ),
+            min_replicas=1,
+            max_replicas=1,
+            target_cpu_utilization_percentage=80,
+        ),
+    )
+    autoscaling = k8s.AutoscalingV1Api(resources.custom.api_client)
+    autoscaling.create_namespaced_horizontal_pod_autoscaler(resources.namespace, hpa)
+    try:
+        resources.wait_until(
+            lambda: resources.get("endpoints", name)["spec"].get("replicas") == 1,
+            "the HPA to set spec.replicas 1",
+            timeout=60,
+        )
+        resources.wait_until(lambda: workers_replicas(resources, name) == 1, "the Deployment at 1")
+    finally:
+        autoscaling.delete_namespaced_horizontal_pod_autoscaler(name, resources.namespace)
 
 
 # -- the phase while metrics cannot be read ------------------------------------------------
