@@ -45,11 +45,13 @@ def condition(status: dict, type_: str) -> dict:
 
 def test_the_echo_endpoint_is_ready_with_its_metrics_read(release: Release) -> None:
     kubectl(release, "apply", "-f", str(REPO / "examples" / "echo"))
-    wait_until(
-        lambda: endpoint_status(release, "echo").get("phase") == "Ready", "echo Ready", timeout=90
-    )
-    status = endpoint_status(release, "echo")
-    assert condition(status, "MetricsAvailable")["status"] == "True", status
+
+    def ready_with_metrics() -> dict | None:
+        status = endpoint_status(release, "echo")
+        seen = condition(status, "MetricsAvailable").get("status") == "True"
+        return status if seen and status.get("phase") == "Ready" else None
+
+    status = wait_until(ready_with_metrics, "echo Ready, its metrics read", timeout=90)
     assert condition(status, "Ready")["status"] == "True", status
 
 
