@@ -248,9 +248,12 @@ async def test_resync_with_nothing_changed_writes_nothing(resources: Resources) 
     resources.template("idle-tpl")
     resources.endpoint("ep-idle", templateId="idle-tpl")
 
-    def settled() -> bool:  # the Deployment controller has reported, and the status says so
-        available = resources.condition(resources.status("ep-idle"), "DeploymentAvailable")
-        return available.get("status") == "True"
+    def settled() -> bool:  # the Deployment controller and the scaler have reported
+        status = resources.status("ep-idle")
+        available = resources.condition(status, "DeploymentAvailable")
+        return available.get("status") == "True" and bool(
+            resources.condition(status, "MetricsAvailable")
+        )
 
     resources.wait_until(settled, "DeploymentAvailable")
     before = resources.get("endpoints", "ep-idle")["metadata"]["resourceVersion"]
