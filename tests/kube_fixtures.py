@@ -32,7 +32,7 @@ from lockgate.kube.crds import GROUP, VERSION
 from lockgate.kube.main import run
 from lockgate.kube.settings import OperatorSettings
 from lockgate.store import key_digest
-from tests.conftest import eventually, wait_until
+from tests.conftest import eventually, make_settings, start_gateway, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 NAMESPACE = "lockgate-test"
@@ -251,3 +251,23 @@ def resources(kube: k8s.ApiClient) -> Iterator[Resources]:
     made = Resources(kube)
     yield made
     made.cleanup()
+
+
+# -- the gateway's /metrics, for tests whose endpoints must be Ready -------------------------
+
+
+@pytest.fixture
+def metrics_served(operator: RunningOperator, redis_server: EmbeddedRedis) -> Iterator[None]:
+    """A real gateway serving `/metrics` where the operator's scaler scrapes. Without one,
+    the scaler cannot read metrics and a Ready endpoint shows as Degraded. It runs on its
+    own event loop in a thread, so blocking waits in a test do not stall it."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="metrics-gateway", daemon=True)
+    thread.start()
+    settings = make_settings(redis_server.url, operator.metrics_port)
+    runner = asyncio.run_coroutine_threadsafe(start_gateway(settings), loop).result(30)
+    yield
+    asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(30)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(10)
+    loop.close()

@@ -377,6 +377,7 @@ ENDPOINT_FIELDS: dict[str, tuple[dict, dict]] = {
     "scalerValue": ({}, {"scalerValue": 9}),
     "workersMin": ({}, {"workersMin": 2}),
     "workersMax": ({}, {"workersMax": 9}),
+    "replicas": ({"workersMax": 5}, {"workersMax": 5, "replicas": 2}),
 }
 TEMPLATE_FIELDS: dict[str, Any] = {
     "image": "img:2",
@@ -392,12 +393,12 @@ TEMPLATE_FIELDS: dict[str, Any] = {
 
 def rendered(spec: dict, template: dict | None = None) -> list[dict]:
     """The workloads the operator writes for an Endpoint, as `reconcile.apply_workloads`
-    renders them: the Deployment (workersMin replicas at creation), and the flashboot
+    renders them: the Deployment (`initial_workers` at creation), and the flashboot
     DaemonSet when on."""
     s = EndpointSpec(**spec)
     t = TemplateSpec(**{"image": "img:1", **(template or {})})
     deployment = manifests.worker_deployment(
-        OWNER, s, t, s.templateId, SETTINGS, replicas=s.workersMin
+        OWNER, s, t, s.templateId, SETTINGS, replicas=s.initial_workers
     )
     daemonsets = [manifests.flashboot_daemonset(OWNER, s, t, SETTINGS)] if s.flashboot else []
     return [deployment, *daemonsets]

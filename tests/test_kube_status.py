@@ -108,15 +108,55 @@ def test_status_json_leaves_empty_strings_out() -> None:
     assert "message" not in valid and valid["reason"] == "Valid"
 
 
-def test_metrics_unavailable_is_a_condition_that_leaves_the_phase_alone() -> None:
-    blind = Check("MetricsAvailable", False, "GatewayUnreachable", "holding")
-    observed = Observed(generation=1, checks=ALL_OK, deployment=deployment(0), scaling=blind)
+BLIND = Check("MetricsAvailable", False, "GatewayUnreachable", "holding")
+
+
+def test_a_ready_endpoint_whose_metrics_cannot_be_read_is_degraded() -> None:
+    observed = Observed(generation=1, checks=ALL_OK, deployment=deployment(0), scaling=BLIND)
     status = endpoint_status(
         observed, endpoint_id="ep", job_api_url="u", previous=None, now="2024-01-01T00:00:00Z"
     )
-    assert status["phase"] == "Ready"
+    assert status["phase"] == "Degraded"
     [cond] = [c for c in status["conditions"] if c["type"] == "MetricsAvailable"]
     assert (cond["status"], cond["reason"]) == ("False", "GatewayUnreachable")
+    [ready] = [c for c in status["conditions"] if c["type"] == "Ready"]
+    assert (ready["status"], ready["reason"]) == ("False", "Degraded")
+    assert "holding" in ready["message"]
+
+
+@pytest.mark.parametrize(
+    ("checks", "observed", "expected"),
+    [
+        ([VALID, Check(TEMPLATE_FOUND, False, "TemplateNotFound", "x")], None, Phase.PENDING),
+        (ALL_OK, deployment(2, 0), Phase.INITIALIZING),
+        (ALL_OK, deployment(2, 0, STALLED), Phase.FAILED),
+    ],
+)
+def test_blind_metrics_leave_a_phase_that_is_not_ready_alone(
+    checks: list[Check], observed: dict | None, expected: Phase
+) -> None:
+    seen = Observed(generation=1, checks=checks, deployment=observed, scaling=BLIND)
+    status = endpoint_status(seen, endpoint_id="ep", job_api_url="u", previous=None, now="T")
+    assert status["phase"] == expected
+
+
+def test_metrics_read_again_make_it_ready_and_a_replica_without_the_scaler_keeps_degraded() -> None:
+    seeing = Check("MetricsAvailable", True, "Scraped", "")
+    observed = Observed(generation=1, checks=ALL_OK, deployment=deployment(0), scaling=seeing)
+    ready = endpoint_status(observed, endpoint_id="e", job_api_url="u", previous=None, now="T")
+    assert ready["phase"] == "Ready"
+    before = {"conditions": [{"type": "MetricsAvailable", "status": "False", "message": "m"}]}
+    other = Observed(generation=1, checks=ALL_OK, deployment=deployment(0))
+    status = endpoint_status(other, endpoint_id="e", job_api_url="u", previous=before, now="T")
+    assert status["phase"] == "Degraded"
+
+
+def test_status_carries_the_scale_subresource_fields() -> None:
+    observed = Observed(generation=1, checks=ALL_OK, deployment=deployment(3, 1))
+    observed.deployment["status"]["replicas"] = 3
+    status = endpoint_status(observed, endpoint_id="ep", job_api_url="u", previous=None, now="T")
+    assert status["replicas"] == 3
+    assert status["selector"] == "app.kubernetes.io/component=worker,lockgate.dev/endpoint=ep"
 
 
 def test_a_replica_without_the_scaler_keeps_the_metrics_condition_it_found() -> None:

@@ -148,7 +148,11 @@ async def test_post_creates_an_endpoint_with_a_runpod_style_id(api: Api) -> None
     assert (await api.stored(record["id"]))["gpuTypeIds"] == ["NVIDIA L4"]
 
 
-async def test_created_endpoint_reads_back_ready_once_reconciled(api: Api) -> None:
+async def test_created_endpoint_reads_back_ready_once_reconciled(
+    api: Api, request: pytest.FixtureRequest
+) -> None:
+    if request.node.callspec.params["api"] == "kubernetes":
+        request.getfixturevalue("metrics_served")  # a Ready endpoint needs readable metrics
     await create(api, "mg-ready")
 
     async def ready() -> dict | None:
@@ -196,6 +200,11 @@ async def test_delete_removes_the_endpoint(api: Api) -> None:
         ({"gpuCount": "many"}, "gpuCount"),
         ({"colour": "blue"}, "colour"),
         ({"id": "Not_An_Id"}, "id"),
+        ({"id": "ep.dotted"}, "id"),  # a Kubernetes name, but no endpoint id (label value)
+        ({"id": "a" * 64}, "id"),
+        ({"gpuCount": 0}, "gpuCount must be at least 1 for a GPU endpoint"),
+        ({"computeType": "GPU", "gpuCount": 0}, "gpuCount"),
+        ({"replicas": -1}, "replicas"),
     ],
 )
 async def test_invalid_payload_is_refused_naming_the_field(
@@ -209,6 +218,12 @@ async def test_invalid_payload_is_refused_naming_the_field(
 async def test_body_that_is_not_a_json_object_is_refused(api: Api) -> None:
     status, error = await api.call("POST", body=[1, 2])
     assert status == 400 and "JSON object" in error["error"]
+
+
+async def test_patch_that_makes_a_gpu_endpoint_without_gpus_is_refused(api: Api) -> None:
+    await create(api, "mg-cpu", computeType="CPU", gpuCount=0)
+    status, error = await api.call("PATCH", "/mg-cpu", {"computeType": "GPU"})
+    assert status == 400 and "gpuCount must be at least 1" in error["error"]
 
 
 async def test_patch_that_breaks_min_not_above_max_is_refused(api: Api) -> None:

@@ -70,6 +70,7 @@ async def test_endpoint_becomes_a_deployment_secret_and_registry_entry(
     assert worker_key["scopes"] == ["workers"] and worker_key["endpoints"] == ["ep-create"]
 
 
+@pytest.mark.usefixtures("metrics_served")  # Ready needs readable metrics
 async def test_endpoint_with_no_workers_wanted_is_ready_with_its_job_api_url(
     resources: Resources,
 ) -> None:
@@ -103,6 +104,7 @@ async def test_endpoint_waiting_for_workers_is_initializing(resources: Resources
 # -- problems a person can act on ----------------------------------------------------------
 
 
+@pytest.mark.usefixtures("metrics_served")  # Ready needs readable metrics
 async def test_missing_template_shows_as_a_condition_and_recovers_when_created(
     resources: Resources,
 ) -> None:
@@ -246,9 +248,12 @@ async def test_resync_with_nothing_changed_writes_nothing(resources: Resources) 
     resources.template("idle-tpl")
     resources.endpoint("ep-idle", templateId="idle-tpl")
 
-    def settled() -> bool:  # the Deployment controller has reported, and the status says so
-        available = resources.condition(resources.status("ep-idle"), "DeploymentAvailable")
-        return available.get("status") == "True"
+    def settled() -> bool:  # the Deployment controller and the scaler have reported
+        status = resources.status("ep-idle")
+        available = resources.condition(status, "DeploymentAvailable")
+        return available.get("status") == "True" and bool(
+            resources.condition(status, "MetricsAvailable")
+        )
 
     resources.wait_until(settled, "DeploymentAvailable")
     before = resources.get("endpoints", "ep-idle")["metadata"]["resourceVersion"]
@@ -281,7 +286,9 @@ async def test_deleted_worker_key_secret_gets_a_new_key_that_rolls_the_workers(
     resources.endpoint("ep-key", templateId="key-tpl")
     registry = Registry(redis)
     old = await resources.eventually(lambda: registry.get_endpoint("ep-key"), "the entry")
-    old_pods = resources.deployment("ep-key-workers").spec.template.metadata.annotations
+    # The operator registers the endpoint before it writes the Deployment: wait for both.
+    deployment = resources.wait_until(lambda: resources.deployment("ep-key-workers"), "workers")
+    old_pods = deployment.spec.template.metadata.annotations
 
     resources.core.delete_namespaced_secret("ep-key-worker-key", resources.namespace)
 
@@ -301,6 +308,7 @@ async def test_deleted_worker_key_secret_gets_a_new_key_that_rolls_the_workers(
     assert old_pods["lockgate.dev/worker-key"] == old["workerKeyDigest"][:12]
 
 
+@pytest.mark.usefixtures("metrics_served")  # Ready needs readable metrics
 async def test_echo_example_manifest_becomes_a_ready_endpoint(resources: Resources) -> None:
     docs = [
         doc

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lockgate.models.endpoint import ScalerType
+from lockgate.dev.workers import limits_of
+from lockgate.models.endpoint import EndpointSpec, ScalerType
 from lockgate.scaling.decision import (
     STABILISATION_S,
     UP_STEP_MIN,
@@ -98,6 +99,31 @@ def test_missing_metrics_hold_the_count_and_never_scale_to_zero() -> None:
     held = decide(None, limits(), w(3, 60, 60, 60), now=1000.0)
     assert held.desired == 3 and "unavailable" in held.reason
     assert decide(None, limits(hi=2), w(3), now=1000.0).desired == 2  # bounds still apply
+
+
+@pytest.mark.parametrize(
+    ("replicas", "metrics", "current", "expected"),
+    [
+        (2, m(q=50, age=60), 5, 2),  # the queue asks for more: the set count wins
+        (2, None, 0, 2),  # no metrics needed
+        (0, m(q=3, age=9), 2, 1),  # below workersMin: kept at 1
+        (9, m(), 1, 4),  # above workersMax: kept at 4
+        (3, m(), 3, 3),
+    ],
+)
+def test_a_count_set_from_outside_is_kept_within_the_bounds(
+    replicas: int, metrics: EndpointMetrics | None, current: int, expected: int
+) -> None:
+    lim = Limits(1, 4, 5.0, replicas=replicas)
+    decision = decide(metrics, lim, w(current, *[999.0] * current), now=100.0)
+    assert decision.desired == expected
+    assert "spec.replicas" in decision.reason
+
+
+def test_replicas_reach_the_limits_from_the_settings_and_in_dev_mode() -> None:
+    assert Limits.from_settings({"replicas": 2, "workersMax": 5}).replicas == 2
+    assert Limits.from_settings({"workersMax": 5}).replicas is None
+    assert limits_of(EndpointSpec(replicas=2, workersMax=5)).replicas == 2
 
 
 def test_nothing_is_removed_within_the_stabilisation_window_after_a_scale_up() -> None:

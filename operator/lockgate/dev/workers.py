@@ -21,6 +21,7 @@ def limits_of(spec: EndpointSpec) -> Limits:
         float(spec.idleTimeout),
         scaler_type=spec.scalerType,
         scaler_value=spec.scalerValue,
+        replicas=spec.replicas,
     )
 
 

@@ -4,9 +4,14 @@
 CRDs as Helm templates under the chart's `templates/crds/` (behind `crds.install`);
 `tests/test_crds.py` and `tests/test_chart.py` fail when the checked-in files differ from
 what this module renders. The schemas are structural
-(apiextensions.k8s.io/v1): every node has a type, `$ref`s are inlined, pydantic-only
-keywords are dropped. Kubernetes 1.20 has no CEL rules, so cross-field checks
-(`workersMin <= workersMax`) live in the operator and the management API.
+(apiextensions.k8s.io/v1): every node has a type, `$ref`s are inlined, optional fields
+lose their `null` branch, pydantic-only keywords are dropped. Kubernetes 1.20 has no CEL
+rules, but a structural schema may carry value validation (`anyOf` of `properties` that
+restate no type): a model's `json_schema_extra` `anyOf` becomes one (GPU endpoints need
+`gpuCount >= 1`). A comparison of two fields (`workersMin <= workersMax`) cannot be said
+that way: the operator (`SpecValid`) and the management API refuse it. The Endpoint's
+`metadata.name` is restricted to an endpoint id (a DNS label: also a valid label value).
+See docs/crd-versioning.md for how `v1alpha1` will evolve.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from lockgate.models import EndpointSpec, EndpointStatus, TemplateSpec
+from lockgate.models import ENDPOINT_ID_PATTERN, EndpointSpec, EndpointStatus, TemplateSpec
 
 GROUP = "lockgate.dev"
 VERSION = "v1alpha1"
@@ -45,6 +50,7 @@ _KEPT = {
     "pattern",
     "additionalProperties",
     "format",
+    "anyOf",  # value validation only: `_optional` removes pydantic's `T | None` ones first
 }
 
 _ORDER = {"type": 0, "description": 1, "required": 3, "properties": 4, "items": 4}
@@ -60,6 +66,9 @@ class Kind:
     spec: type[BaseModel]
     status: type[BaseModel] | None = None
     columns: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    name_pattern: str | None = None  # what `metadata.name` must match (at most 63 chars)
+    # The scale subresource's paths (`kubectl scale`, HPA, KEDA); None: no scale subresource.
+    scale: dict[str, str] | None = None
 
     @property
     def singular(self) -> str:
@@ -86,6 +95,12 @@ ENDPOINT = Kind(
     short_names=("lgep", "lgendpoint"),
     spec=EndpointSpec,
     status=EndpointStatus,
+    name_pattern=ENDPOINT_ID_PATTERN,
+    scale={
+        "specReplicasPath": ".spec.replicas",
+        "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.selector",
+    },
     columns=(
         _column("Phase", ".status.phase"),
         _column("Ready", ".status.workers.ready", "integer", description="ready workers"),
@@ -124,11 +139,11 @@ def _clean(node: Any, defs: dict[str, Any], defaults: bool) -> Any:
         return [_clean(item, defs, defaults) for item in node]
     if not isinstance(node, dict):
         return node
-    node = _inline(node, defs)
+    node = _optional(_inline(node, defs))
     out: dict[str, Any] = {}
     for key, value in node.items():
-        if key not in _KEPT or (key == "default" and (not defaults or value == "")):
-            continue  # an empty-string default says nothing (and some clients drop it)
+        if key not in _KEPT or (key == "default" and (not defaults or value in ("", None))):
+            continue  # an empty-string or null default says nothing (some clients drop it)
         if key == "properties":
             out[key] = {name: _clean(sub, defs, defaults) for name, sub in value.items()}
         elif key == "additionalProperties" and value is False:
@@ -149,15 +164,36 @@ def _inline(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     return node
 
 
+def _optional(node: dict[str, Any]) -> dict[str, Any]:
+    """pydantic's `T | None` (`anyOf: [T, {type: null}]`) as plain `T`: a CRD field that
+    is not set is absent, never null (`omit_empty_strings` drops the nulls)."""
+    branches = node.get("anyOf") or []
+    kept = [b for b in branches if b.get("type") != "null"]
+    if len(branches) != 2 or len(kept) != 1:
+        return node
+    return {**{k: v for k, v in node.items() if k != "anyOf"}, **kept[0]}
+
+
+def _metadata_schema(pattern: str) -> dict[str, Any]:
+    """The only restriction a structural schema may put on `metadata`: its name."""
+    name = {"type": "string", "maxLength": 63, "pattern": pattern}
+    return {"type": "object", "properties": {"name": name}}
+
+
 def crd(kind: Kind) -> dict[str, Any]:
     """The CustomResourceDefinition of one kind."""
-    properties: dict[str, Any] = {"spec": structural_schema(kind.spec)}
+    properties: dict[str, Any] = {}
+    if kind.name_pattern is not None:
+        properties["metadata"] = _metadata_schema(kind.name_pattern)
+    properties["spec"] = structural_schema(kind.spec)
     version: dict[str, Any] = {"name": VERSION, "served": True, "storage": True}
     if kind.status is not None:
         # Only declared status fields survive pruning: kopf keeps its own state in
         # annotations (see kube.main), never under status.
         properties["status"] = structural_schema(kind.status, defaults=False)
         version["subresources"] = {"status": {}}
+        if kind.scale is not None:
+            version["subresources"]["scale"] = dict(kind.scale)
     version["additionalPrinterColumns"] = list(kind.columns)
     version["schema"] = {
         "openAPIV3Schema": {
@@ -194,10 +230,11 @@ def crd(kind: Kind) -> dict[str, Any]:
 
 
 def omit_empty_strings(value: Any) -> Any:
-    """JSON for a custom resource with empty-string fields left out: they read back as the
-    models' "" defaults, and the envtest kube-apiserver build rejects "" as null."""
+    """JSON for a custom resource with empty-string and null fields left out: they read
+    back as the models' "" and None defaults, the envtest kube-apiserver build rejects ""
+    as null, and the CRD schemas declare no field nullable."""
     if isinstance(value, dict):
-        return {k: omit_empty_strings(v) for k, v in value.items() if v != ""}
+        return {k: omit_empty_strings(v) for k, v in value.items() if v not in ("", None)}
     if isinstance(value, list):
         return [omit_empty_strings(v) for v in value]
     return value

@@ -166,7 +166,7 @@ async def apply_workloads(
         template,
         template_name,
         ctx.settings,
-        replicas=spec.workersMin,
+        replicas=spec.initial_workers,
         key_revision=digest[:12],
     )
     await ctx.cluster.apply(deployment)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lockgate.kube.crds import omit_empty_strings
+from lockgate.kube.manifests import selector
 from lockgate.models import Condition, ConditionStatus, EndpointStatus, Phase
 
 SPEC_VALID = "SpecValid"
@@ -54,8 +55,9 @@ class Observed:
     checks: Sequence[Check] = ()  # spec, Template, registry, workloads: up to the first failure
     deployment: Mapping[str, Any] | None = None  # the Deployment as the API returned it
     activity: Activity = field(default_factory=Activity)
-    # The scaler's `MetricsAvailable`; never changes the phase. None where this replica
-    # does not run the scaler (another holds its Lease): the condition is then kept as is.
+    # The scaler's `MetricsAvailable`; when False, a Ready endpoint shows as Degraded. None
+    # where this replica does not run the scaler (another holds its Lease): the condition
+    # is then kept as it was, and so is its effect on the phase.
     scaling: Check | None = None
 
 
@@ -68,6 +70,17 @@ def deployment_check(deployment: Mapping[str, Any] | None) -> Check:
             ok = {"True": True, "False": False}.get(cond.get("status"))
             return Check(DEPLOYMENT_AVAILABLE, ok, cond.get("reason", ""), cond.get("message", ""))
     return Check(DEPLOYMENT_AVAILABLE, None, "NotObservedYet", "the Deployment has no status yet")
+
+
+def worker_selector(endpoint_id: str) -> str:
+    """The worker pods' label selector as a string (`status.selector`, which an HPA reads
+    through the scale subresource)."""
+    return ",".join(f"{k}={v}" for k, v in sorted(selector(endpoint_id, "worker").items()))
+
+
+def pod_count(deployment: Mapping[str, Any] | None) -> int:
+    """Worker pods the Deployment has, in any state (`status.replicas`)."""
+    return int(((deployment or {}).get("status") or {}).get("replicas") or 0)
 
 
 def replica_counts(deployment: Mapping[str, Any] | None) -> tuple[int, int]:
@@ -100,6 +113,24 @@ def phase(checks: Sequence[Check], deployment: Mapping[str, Any] | None) -> tupl
     if stalled := _stalled(deployment):
         return Phase.FAILED, stalled
     return Phase.INITIALIZING, f"waiting for {desired} worker(s) to become ready"
+
+
+def degraded(current: Phase, why: str, metrics: Check | None) -> tuple[Phase, str]:
+    """A Ready endpoint whose metrics the scaler cannot read is Degraded: it serves with the
+    workers it has, but the count is held, so queued jobs may get no new worker."""
+    if current != Phase.READY or metrics is None or metrics.ok is not False:
+        return current, why
+    return Phase.DEGRADED, f"{why}; {metrics.message}"
+
+
+def metrics_of(observed: Observed, previous: Sequence[Mapping[str, Any]]) -> Check | None:
+    """`MetricsAvailable` as this reconcile knows it: the scaler's, else the one carried."""
+    if observed.scaling is not None:
+        return observed.scaling
+    for cond in carried(previous, METRICS_AVAILABLE):
+        ok = {"True": True, "False": False}.get(cond.status)
+        return Check(cond.type, ok, cond.reason, cond.message)
+    return None
 
 
 def merge_conditions(
@@ -138,12 +169,14 @@ def endpoint_status(
     now: str,
 ) -> dict[str, Any]:
     """The `status` to write on the Endpoint (JSON)."""
-    current, why = phase(observed.checks, observed.deployment)
+    before = (previous or {}).get("conditions") or []
+    current, why = degraded(
+        *phase(observed.checks, observed.deployment), metrics_of(observed, before)
+    )
     ready = Check(READY, current == Phase.READY, str(current), why)
     checks = [*observed.checks, deployment_check(observed.deployment), ready]
     if observed.scaling is not None:
         checks.append(observed.scaling)
-    before = (previous or {}).get("conditions") or []
     kept = [] if observed.scaling is not None else carried(before, METRICS_AVAILABLE)
     desired, ready_workers = replica_counts(observed.deployment)
     act = observed.activity
@@ -160,6 +193,8 @@ def endpoint_status(
         jobs={"inQueue": act.in_queue, "inProgress": act.in_progress},
         conditions=merge_conditions(before, checks, now) + kept,
         observedGeneration=observed.generation,
+        replicas=pod_count(observed.deployment),
+        selector=worker_selector(endpoint_id),
     )
     return omit_empty_strings(status.model_dump(mode="json"))
 

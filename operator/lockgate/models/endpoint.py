@@ -36,8 +36,6 @@ class EndpointSpec(BaseModel):
     Defaults follow RunPod's documented ones where the spec is silent.
     """
 
-    model_config = ConfigDict(extra="forbid")
-
     name: str = Field("", max_length=191, description="display name")
     computeType: ComputeType = Field(ComputeType.GPU, description="GPU or CPU workers")
     gpuTypeIds: list[str] = Field(
@@ -69,6 +67,28 @@ class EndpointSpec(BaseModel):
     )
     workersMin: int = Field(0, ge=0, le=1000, description="workers kept running (may be 0)")
     workersMax: int = Field(3, ge=0, le=1000, description="most workers at once")
+    replicas: int | None = Field(
+        None,
+        ge=0,
+        le=1000,
+        description=(
+            "workers wanted, set by `kubectl scale`, an HPA or KEDA through the scale "
+            "subresource; kept within workersMin..workersMax. Unset: lockgate's scaler decides"
+        ),
+    )
+
+    # The API server enforces this one too (Kubernetes 1.20 has no CEL, but a structural
+    # schema may carry value validation): `crds.py` puts it on the CRD's `spec`. Defaults
+    # apply first, so a spec without computeType is a GPU one.
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "anyOf": [
+                {"properties": {"computeType": {"enum": [ComputeType.CPU.value]}}},
+                {"properties": {"gpuCount": {"minimum": 1}}},
+            ]
+        },
+    )
 
     @model_validator(mode="after")
     def _min_not_above_max(self) -> EndpointSpec:
@@ -76,6 +96,19 @@ class EndpointSpec(BaseModel):
             raise ValueError(
                 f"workersMin ({self.workersMin}) must not exceed workersMax ({self.workersMax})"
             )
+        return self
+
+    @property
+    def initial_workers(self) -> int:
+        """Workers a new worker Deployment starts with: `replicas` when set (within the
+        bounds), else `workersMin`."""
+        wanted = self.workersMin if self.replicas is None else self.replicas
+        return max(self.workersMin, min(self.workersMax, wanted))
+
+    @model_validator(mode="after")
+    def _gpu_endpoints_have_gpus(self) -> EndpointSpec:
+        if self.computeType == ComputeType.GPU and self.gpuCount < 1:
+            raise ValueError("gpuCount must be at least 1 for a GPU endpoint (computeType GPU)")
         return self
 
 

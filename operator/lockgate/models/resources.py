@@ -19,6 +19,10 @@ class Phase(StrEnum):
     PENDING = "Pending"  # waiting for something outside its spec (e.g. its Template)
     INITIALIZING = "Initializing"  # resources written, workers not ready yet
     READY = "Ready"  # accepts jobs; a worker is ready or none is wanted yet
+    # Workers may serve, but the scaler cannot read this endpoint's metrics (the gateway's
+    # /metrics): its worker count is held, so queued jobs may wait for a worker that is
+    # never started. Never reported in dev mode, whose scaler reads Redis directly.
+    DEGRADED = "Degraded"
     FAILED = "Failed"  # its spec (or its Template) must change before it can work
 
 
@@ -60,6 +64,10 @@ class EndpointStatus(BaseModel):
     jobs: JobCounts = Field(default_factory=JobCounts)
     conditions: list[Condition] = Field(default_factory=list)
     observedGeneration: int = Field(0, ge=0)
+    # For the scale subresource (`kubectl scale`, HPA, KEDA): its status replicas and the
+    # worker pods' label selector, in the string form an HPA reads.
+    replicas: int = Field(0, ge=0, description="worker pods the Deployment has (any state)")
+    selector: str = Field("", description="label selector of the worker pods")
 
 
 class EndpointRecord(EndpointSpec):

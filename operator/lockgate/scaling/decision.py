@@ -2,6 +2,9 @@
 
 The rules, in the order `decide` applies them:
 
+0. **Set from outside.** While the endpoint's `replicas` is set (`kubectl scale`, an HPA
+   or KEDA through the Endpoint's scale subresource), it is the count, kept within
+   `workersMin..workersMax`, with or without metrics; the rules below apply once it is unset.
 1. **No data, no change.** Without a metrics reading the count is held (only clamped to
    `workersMin..workersMax`): missing data never scales anything to zero.
 2. **Bounds.** Below `workersMin` or above `workersMax`, go to the bound at once.
@@ -67,6 +70,7 @@ class Limits:
     idle_timeout_s: float
     scaler_type: ScalerType = _DEFAULTS.scalerType
     scaler_value: int = _DEFAULTS.scalerValue
+    replicas: int | None = None  # set from outside (scale subresource): the count to keep
 
     @classmethod
     def from_settings(cls, entry: Mapping[str, Any]) -> Limits:
@@ -80,6 +84,7 @@ class Limits:
             idle_timeout_s=float(spec.idleTimeout),
             scaler_type=spec.scalerType,
             scaler_value=spec.scalerValue,
+            replicas=spec.replicas,
         )
 
 
@@ -139,6 +144,14 @@ def _scale_down(
     return Decision(desired, f"{why}: {current} -> {desired}")
 
 
+def _pinned(current: int, replicas: int, limits: Limits) -> Decision:
+    target = _clamp(replicas, limits)
+    why = f"spec.replicas is {replicas}" + (f", kept to {target}" if target != replicas else "")
+    if target == current:
+        return Decision(current, f"holding {current}: {why}")
+    return Decision(target, f"{why}: {current} -> {target}")
+
+
 def decide(
     metrics: EndpointMetrics | None,
     limits: Limits,
@@ -152,6 +165,8 @@ def decide(
     `now` and `last_scale_up` are seconds on one monotonic clock; `last_scale_up` is when
     a previous decision last raised the count (None: never)."""
     current = workers.count
+    if limits.replicas is not None:
+        return _pinned(current, limits.replicas, limits)
     if metrics is None:
         held = _clamp(current, limits)
         return Decision(held, f"metrics unavailable: holding {held}")
