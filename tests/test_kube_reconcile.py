@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from redis.asyncio import Redis
 
+from lockgate.kube.cluster import WorkerKey
 from lockgate.kube.manifests import Owner
 from lockgate.kube.reconcile import Context, clean_up, register
 from lockgate.kube.settings import OperatorSettings
 from lockgate.models import EndpointSpec
-from lockgate.store import JobStore, NewJob, Registry
+from lockgate.store import JobStore, NewJob, Registry, key_digest
 
 
 class FakeCluster:
@@ -17,8 +18,11 @@ class FakeCluster:
     def __init__(self) -> None:
         self.keys: dict[str, str] = {}
 
-    async def worker_key(self, owner: Owner) -> str:
-        return self.keys.setdefault(owner.uid, f"lgw_{owner.uid}")
+    async def worker_key(self, owner: Owner, known_digest: str | None) -> WorkerKey:
+        if owner.uid in self.keys:
+            return WorkerKey(key_digest(self.keys[owner.uid]), None)
+        key = self.keys.setdefault(owner.uid, f"lgw_{owner.uid}")
+        return WorkerKey(key_digest(key), key)
 
     async def read(self, kind: str, namespace: str, name: str) -> None:
         return None

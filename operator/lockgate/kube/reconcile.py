@@ -36,7 +36,7 @@ from lockgate.kube.status import (
     same_status,
 )
 from lockgate.models import EndpointSpec, TemplateSpec, describe_validation_error
-from lockgate.store import JobStore, Liveness, Registry, connect, key_digest
+from lockgate.store import JobStore, Liveness, Registry, connect
 from lockgate.store.keys import ENDPOINT_ID_RE
 
 Body = Mapping[str, Any]
@@ -115,6 +115,13 @@ async def find_template(
     return template, Check(TEMPLATE_FOUND, True, "Found", f"Template {name!r}")
 
 
+async def deployed_key_digest(ctx: Context, owner: Owner) -> str | None:
+    """The worker key's digest as the worker Deployment remembers it (an annotation)."""
+    name = manifests.deployment_name(owner.name)
+    deployment = await ctx.cluster.read("Deployment", owner.namespace, name)
+    return manifests.key_digest_of(deployment) if deployment else None
+
+
 async def register(
     ctx: Context, owner: Owner, spec: EndpointSpec, *, external_scaler: bool = False
 ) -> tuple[str | None, Check]:
@@ -126,15 +133,18 @@ async def register(
             f"{entry['namespace']!r}: endpoint ids are cluster-wide, choose another name"
         )
         return None, Check(REGISTERED, False, "EndpointIdTaken", message, fatal=True)
-    key = await ctx.cluster.worker_key(owner)
-    digest = key_digest(key)
+    known = (entry or {}).get("workerKeyDigest") or await deployed_key_digest(ctx, owner)
+    worker_key = await ctx.cluster.worker_key(owner, known)
+    digest = worker_key.digest
     record = {
         "name": f"worker:{owner.namespace}/{owner.name}",
         "scopes": ["workers"],
         "endpoints": [owner.name],
     }
-    if await ctx.registry.get_key(digest) != record:
-        await ctx.registry.put_key(key, record)
+    if worker_key.new_key is not None:
+        await ctx.registry.put_key(worker_key.new_key, record)
+    elif await ctx.registry.get_key(digest) != record:
+        await ctx.registry.put_key_digest(digest, record)
     wanted = manifests.registry_entry(
         owner,
         spec,
@@ -167,7 +177,7 @@ async def apply_workloads(
         template_name,
         ctx.settings,
         replicas=spec.workersMin,
-        key_revision=digest[:12],
+        key_revision=digest,
     )
     await ctx.cluster.apply(deployment)
     if spec.flashboot:
@@ -275,15 +285,14 @@ async def template_users(ctx: Context, namespace: str, template_name: str) -> li
 
 async def clean_up(ctx: Context, name: str, namespace: str) -> int:
     """Forget a deleted Endpoint: registry entry, worker key, queued jobs and job history.
-    Kubernetes objects go by owner reference. Returns how many jobs were removed."""
+    Kubernetes objects go by owner reference. Returns how many jobs were removed. The worker
+    key's digest comes from the registry and the worker Deployment, never from its Secret."""
+    owner = Owner(name=name, namespace=namespace, uid="")
     async with _transient_errors():
         entry = await ctx.registry.get_endpoint(name)
         if entry is not None and entry.get("namespace", namespace) != namespace:
             return 0  # the id belongs to another namespace's Endpoint: not ours to erase
-        digests = {(entry or {}).get("workerKeyDigest")}
-        secret = await ctx.cluster.read("Secret", namespace, manifests.secret_name(name))
-        if secret is not None and (key := manifests.secret_key(secret)):
-            digests.add(key_digest(key))
+        digests = {(entry or {}).get("workerKeyDigest"), await deployed_key_digest(ctx, owner)}
         for digest in digests - {None}:
             await ctx.registry.delete_key(digest)
         await ctx.registry.delete_endpoint(name)
