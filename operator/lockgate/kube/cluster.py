@@ -221,12 +221,16 @@ class Cluster:
                 continue
         raise kopf.TemporaryError(f"{desired['kind']} {meta['name']} keeps changing", delay=1)
 
-    async def worker_key(self, owner: manifests.Owner, known_digest: str | None) -> WorkerKey:
+    async def worker_key(
+        self, owner: manifests.Owner, known_digest: str | None, *, may_rotate: bool = True
+    ) -> WorkerKey:
         """The endpoint's worker key, without reading its Secret (the operator may not).
 
         Creates the Secret with a new key; when it exists already (409) the key it holds is
         the one whose digest is known (`known_digest`). With none known (Redis flushed and
-        no worker Deployment), replaces the Secret unconditionally with a new key."""
+        no worker Deployment), replaces the Secret unconditionally with a new key, unless
+        `may_rotate` is false: then another reconcile (or replica) may have just created it
+        and not yet recorded its digest, so this one retries later."""
         fresh_key = "lgw_" + secrets.token_urlsafe(32)
         fresh = manifests.worker_key_secret(owner, fresh_key)
         try:
@@ -234,6 +238,9 @@ class Cluster:
         except Conflict:
             if known_digest:
                 return WorkerKey(known_digest, None)
+            if not may_rotate:
+                message = f"Secret {fresh['metadata']['name']} is being registered elsewhere"
+                raise kopf.TemporaryError(message, delay=2) from None
             await self.replace(fresh)  # no resourceVersion: an unconditional update
         return WorkerKey(key_digest(fresh_key), fresh_key)
 

@@ -56,6 +56,7 @@ class Owner:
     name: str
     namespace: str
     uid: str
+    created: str = ""  # metadata.creationTimestamp (RFC 3339), when known
 
     def reference(self) -> Obj:
         return {

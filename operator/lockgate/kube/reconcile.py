@@ -41,6 +41,7 @@ from lockgate.store.keys import ENDPOINT_ID_RE
 
 Body = Mapping[str, Any]
 RETRY_DELAY_S = 5
+KEY_SETTLE_S = 60  # s: an Endpoint this young never has its worker key rotated
 
 
 @dataclass
@@ -66,7 +67,8 @@ class Context:
 
 def owner_of(body: Body) -> Owner:
     meta = body["metadata"]
-    return Owner(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
+    created = meta.get("creationTimestamp") or ""
+    return Owner(meta["name"], meta["namespace"], meta["uid"], created=str(created))
 
 
 def now() -> str:
@@ -115,6 +117,16 @@ async def find_template(
     return template, Check(TEMPLATE_FOUND, True, "Found", f"Template {name!r}")
 
 
+def key_may_rotate(created: str, at: datetime) -> bool:
+    """Whether a worker-key Secret whose digest nobody knows may get a new key: not while
+    its Endpoint is younger than `KEY_SETTLE_S`, when a concurrent reconcile (the resync
+    daemon, another replica) may have created it and not yet registered its digest."""
+    if not created:
+        return True
+    born = datetime.fromisoformat(created.replace("Z", "+00:00"))
+    return (at - born).total_seconds() >= KEY_SETTLE_S
+
+
 async def deployed_key_digest(ctx: Context, owner: Owner) -> str | None:
     """The worker key's digest as the worker Deployment remembers it (an annotation)."""
     name = manifests.deployment_name(owner.name)
@@ -134,7 +146,8 @@ async def register(
         )
         return None, Check(REGISTERED, False, "EndpointIdTaken", message, fatal=True)
     known = (entry or {}).get("workerKeyDigest") or await deployed_key_digest(ctx, owner)
-    worker_key = await ctx.cluster.worker_key(owner, known)
+    may_rotate = key_may_rotate(owner.created, datetime.now(UTC))
+    worker_key = await ctx.cluster.worker_key(owner, known, may_rotate=may_rotate)
     digest = worker_key.digest
     record = {
         "name": f"worker:{owner.namespace}/{owner.name}",
