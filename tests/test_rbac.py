@@ -12,11 +12,15 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import json
 import logging
 import os
 import shutil
 import subprocess
+import sys
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +31,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from envtest import EnvTest, binaries_dir, sign_client_cert
-from lockgate.dev.redis_server import EmbeddedRedis
+from lockgate.dev.redis_server import EmbeddedRedis, free_port
 from lockgate.kube.crds import GROUP, VERSION
 from lockgate.kube.main import run
 from lockgate.kube.settings import OperatorSettings
@@ -323,3 +327,128 @@ def test_overlapping_namespace_lists_are_refused_and_the_overlap_named(env: EnvT
         assert "(overlap: team-e)" in second.stderr
     finally:
         uninstall(env, "ov-1", "ov-2")
+
+
+# -- item 1: the management API apart, with its own rights --------------------------------
+
+
+def service_account_kubeconfig(env: EnvTest, namespace: str, name: str) -> Path:
+    """A kubeconfig that authenticates as the ServiceAccount (for a `lockgate` process)."""
+    client = service_account_client(env, namespace, name)
+    cfg = client.configuration
+    path = Path(env.dir or "/tmp") / f"kubeconfig-{namespace}-{name}"
+    user = {"client-certificate": cfg.cert_file, "client-key": cfg.key_file}
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "envtest",
+                "cluster": {"server": env.server, "certificate-authority": cfg.ssl_ca_cert},
+            }
+        ],
+        "users": [{"name": name, "user": user}],
+        "contexts": [{"name": "sa", "context": {"cluster": "envtest", "user": name}}],
+        "current-context": "sa",
+    }
+    path.write_text(json.dumps(config))
+    return path
+
+
+def test_lockgate_manage_serves_endpoints_with_only_its_own_role(
+    env: EnvTest, redis_server: EmbeddedRedis
+) -> None:
+    release_ns, intake = "lg-manage", "team-intake"
+    namespaces(env, release_ns, intake)
+    values = {"operator": {"namespaces": [intake]}}
+    values_file = Path(env.dir or "/tmp") / "manage-values.yaml"
+    values_file.write_text(yaml.safe_dump(values))
+    done = helm(
+        env, "template", RELEASE, str(CHART), "--namespace", release_ns, "--values",
+        str(values_file), "--show-only", "templates/manage/rbac.yaml",
+        "--show-only", "templates/manage/serviceaccount.yaml",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    kubectl(env, "apply", "-f", "-", stdin=done.stdout)
+    admin_key = "lg_admin_" + "k" * 32
+    keys_file = Path(env.dir or "/tmp") / "manage-keys.json"
+    entry = {"name": "admin", "sha256": key_digest(admin_key), "scopes": ["admin"]}
+    keys_file.write_text(json.dumps([entry]))
+    port = free_port()
+    environment = {
+        **os.environ,
+        "PYTHONPATH": str(REPO / "operator"),
+        "KUBECONFIG": str(service_account_kubeconfig(env, release_ns, "lockgate-manage")),
+        "LOCKGATE_REDIS_URL": redis_server.url,
+        "LOCKGATE_KEYS_FILE": str(keys_file),
+        "LOCKGATE_ENDPOINT_NAMESPACE": intake,
+        "LOCKGATE_BASE_URL": "https://jobs.example.test",
+    }
+    command = [sys.executable, "-m", "lockgate.cli", "manage", "--host", "127.0.0.1"]
+    proc = subprocess.Popen([*command, "--port", str(port)], env=environment)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: _http("GET", f"{base}/healthz")[0] == 200, "lockgate manage")
+        auth = {"Authorization": admin_key}
+        assert _http("GET", f"{base}/v1/endpoints")[0] == 401
+        body = {"id": "ep-manage", "templateId": "tpl", "workersMax": 2}
+        status, created = _http("POST", f"{base}/v1/endpoints", body, auth)
+        assert status in (200, 201), created
+        assert created["id"] == "ep-manage"
+        status, listed = _http("GET", f"{base}/v1/endpoints", None, auth)
+        assert status == 200 and [e["id"] for e in listed] == ["ep-manage"]
+        status, patched = _http("PATCH", f"{base}/v1/endpoints/ep-manage", {"workersMax": 3}, auth)
+        assert status == 200 and patched["workersMax"] == 3
+        assert _http("DELETE", f"{base}/v1/endpoints/ep-manage", None, auth)[0] == 204
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        kubectl(env, "delete", "--ignore-not-found", "-f", "-", stdin=done.stdout)
+
+
+def test_the_management_apis_account_can_read_no_secret_nor_write_workloads(
+    env: EnvTest,
+) -> None:
+    release_ns, intake = "lg-manage-2", "team-intake-2"
+    namespaces(env, release_ns, intake)
+    values_file = Path(env.dir or "/tmp") / "manage-values-2.yaml"
+    values_file.write_text(yaml.safe_dump({"operator": {"namespaces": [intake]}}))
+    done = helm(
+        env, "template", RELEASE, str(CHART), "--namespace", release_ns, "--values",
+        str(values_file), "--show-only", "templates/manage/rbac.yaml",
+        "--show-only", "templates/manage/serviceaccount.yaml",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    kubectl(env, "apply", "-f", "-", stdin=done.stdout)
+    try:
+        as_manage = service_account_client(env, release_ns, "lockgate-manage")
+        core, apps = k8s.CoreV1Api(as_manage), k8s.AppsV1Api(as_manage)
+        custom = k8s.CustomObjectsApi(as_manage)
+        for call in (
+            lambda: core.list_namespaced_secret(intake),
+            lambda: core.list_namespaced_secret(release_ns),
+            lambda: apps.list_namespaced_deployment(intake),
+            lambda: core.list_namespaced_pod(intake),
+            lambda: custom.list_namespaced_custom_object(GROUP, VERSION, "default", "endpoints"),
+        ):
+            with pytest.raises(ApiException) as refused:
+                call()
+            assert refused.value.status == 403
+        assert custom.list_namespaced_custom_object(GROUP, VERSION, intake, "endpoints")
+    finally:
+        kubectl(env, "delete", "--ignore-not-found", "-f", "-", stdin=done.stdout)
+
+
+def _http(method: str, url: str, body: Any = None, headers: dict | None = None) -> tuple[int, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method, headers=headers or {})
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            raw = response.read()
+            return response.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode(errors="replace")
+    except OSError:
+        return 0, None
