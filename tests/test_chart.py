@@ -675,12 +675,21 @@ def test_the_operator_may_set_owner_references_that_block_deletion(render_chart,
     assert not any("templates/finalizers" in rules_of(d) for d in docs if "rules" in d)
 
 
+CLUSTER_SCOPED = ("ClusterRole", "ClusterRoleBinding", "ClusterKopfPeering")
+
+
 def test_cluster_scoped_names_carry_the_release_namespace(render_chart) -> None:
-    docs = render_chart(namespace="team-x")
-    cluster_scoped = [d for d in docs if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
-    assert cluster_scoped
+    docs = render_chart({"operator": {"peering": True}}, namespace="team-x")
+    cluster_scoped = [d for d in docs if d["kind"] in CLUSTER_SCOPED]
+    assert {d["kind"] for d in cluster_scoped} == set(CLUSTER_SCOPED)
     for doc in cluster_scoped:
         assert doc["metadata"]["name"] == "team-x-lockgate-operator"
+    operator = by_kind(docs, "Deployment")["lockgate-operator"]["spec"]["template"]["spec"]
+    assert env_of(operator["containers"][0])["LOCKGATE_PEERING_NAME"] == "team-x-lockgate-operator"
+    namespaced = by_kind(
+        render_chart({"operator": {"peering": True, "namespaces": ["a"]}}), "KopfPeering"
+    )
+    assert list(namespaced) == ["lockgate-lockgate-operator"]
     binding = by_kind(docs, "ClusterRoleBinding")["team-x-lockgate-operator"]
     assert binding["roleRef"]["name"] == "team-x-lockgate-operator"
 

@@ -215,6 +215,11 @@ one; kept within 63 characters by a digest of what was cut. */}}
 {{- end }}
 {{- end }}
 
+{{/* kopf's peering object (operator.peering): cluster-scoped in cluster-wide mode. */}}
+{{- define "lockgate.peeringName" -}}
+{{- include "lockgate.clusterScopedName" (dict "ctx" . "name" (include "lockgate.operator.fullname" .)) }}
+{{- end }}
+
 {{/* The management API (`lockgate manage`): its Deployment, Service and ServiceAccount. */}}
 {{- define "lockgate.manage.fullname" -}}
 {{- printf "%s-manage" (include "lockgate.fullname" .) | trunc 63 | trimSuffix "-" }}
