@@ -85,4 +85,4 @@ async def test_registration_is_idempotent_and_carries_the_settings(redis: Redis)
 def test_a_worker_key_nobody_knows_is_rotated_only_once_its_endpoint_has_settled(
     created: str, may_rotate: bool
 ) -> None:
-    assert key_may_rotate(created, datetime(2026, 1, 1, 12, 0, tzinfo=UTC)) is may_rotate
+    assert key_may_rotate(created, datetime(2026, 1, 1, 12, 0, tzinfo=UTC), 60) is may_rotate

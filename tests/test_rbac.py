@@ -35,7 +35,7 @@ from lockgate.dev.redis_server import EmbeddedRedis, free_port
 from lockgate.kube.crds import GROUP, VERSION
 from lockgate.kube.main import run
 from lockgate.kube.settings import OperatorSettings
-from lockgate.store import key_digest
+from lockgate.store import Registry, connect, key_digest
 from tests.conftest import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
@@ -174,6 +174,7 @@ def operator_settings(redis_url: str, release_ns: str, watched: list[str]) -> Op
         scale_interval_s=0.5,
         lease_name="lockgate-operator-scaler",  # the chart's Role names this Lease only
         lease_namespace=release_ns,
+        worker_key_settle_s=0,  # a lost key is replaced at once (the test below loses one)
     )
 
 
@@ -216,6 +217,35 @@ def reconciles_with_the_charts_rights(
         )
         assert status["status"] == "True", status
 
+        # Redis flushed and the Deployment gone: no digest is known, so the operator
+        # replaces the Secret's key (an update, never a read) and registers the new one.
+        # Lost again until it does, so that no reconcile in flight finds the old digest.
+        def lose_and_look() -> str | None:
+            secret = core.read_namespaced_secret(f"{name}-worker-key", watched_ns)
+            now = base64.b64decode(secret.data["RUNPOD_AI_API_KEY"]).decode()
+            if now != key:
+                return now
+            with contextlib.suppress(ApiException):
+                apps.delete_namespaced_deployment(f"{name}-workers", watched_ns)
+            asyncio.run(_forget(redis_url, name))
+            return None
+
+        new_key = wait_until(lose_and_look, "a new worker key", every=1.0)
+
+        def registered() -> dict | None:
+            entry = asyncio.run(_entry(redis_url, name))
+            return entry if entry and entry["workerKeyDigest"] == key_digest(new_key) else None
+
+        entry = wait_until(registered, "the new key registered")
+        assert entry["workerKeyDigest"] == key_digest(new_key)
+        redeployed = wait_until(
+            lambda: _read(lambda: apps.read_namespaced_deployment(f"{name}-workers", watched_ns)),
+            "the worker Deployment again",
+        )
+        assert redeployed.metadata.annotations["lockgate.dev/worker-key-digest"] == key_digest(
+            new_key
+        )
+
         custom.delete_namespaced_custom_object(*args, "endpoints", name)
         wait_until(
             lambda: (
@@ -225,6 +255,26 @@ def reconciles_with_the_charts_rights(
         )
         custom.delete_namespaced_custom_object(*args, "templates", "tpl")
     return refusals.seen
+
+
+async def _forget(redis_url: str, endpoint_id: str) -> None:
+    """Lose what Redis knows of an endpoint (as a flushed Redis would)."""
+    redis = connect(redis_url)
+    try:
+        registry = Registry(redis)
+        entry = await registry.get_endpoint(endpoint_id)
+        await registry.delete_key((entry or {}).get("workerKeyDigest") or "none")
+        await registry.delete_endpoint(endpoint_id)
+    finally:
+        await redis.aclose()
+
+
+async def _entry(redis_url: str, endpoint_id: str) -> dict | None:
+    redis = connect(redis_url)
+    try:
+        return await Registry(redis).get_endpoint(endpoint_id)
+    finally:
+        await redis.aclose()
 
 
 def _read(call: Any) -> Any:

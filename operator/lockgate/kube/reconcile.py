@@ -9,6 +9,7 @@ nothing. Transient failures (Redis or the API server unreachable) raise
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,7 +42,6 @@ from lockgate.store.keys import ENDPOINT_ID_RE
 
 Body = Mapping[str, Any]
 RETRY_DELAY_S = 5
-KEY_SETTLE_S = 60  # s: an Endpoint this young never has its worker key rotated
 
 
 @dataclass
@@ -54,6 +54,9 @@ class Context:
     registry: Registry
     jobs: JobStore
     scaling: dict[str, Check] = field(default_factory=dict)  # endpoint id -> MetricsAvailable
+    # One registration at a time per endpoint in this process: the worker key is never read
+    # back, so two concurrent ones (a handler and the resync daemon) must not interleave.
+    registering: dict[str, asyncio.Lock] = field(default_factory=dict)
 
     @classmethod
     def open(cls, settings: OperatorSettings, cluster: Cluster) -> Context:
@@ -117,14 +120,14 @@ async def find_template(
     return template, Check(TEMPLATE_FOUND, True, "Found", f"Template {name!r}")
 
 
-def key_may_rotate(created: str, at: datetime) -> bool:
+def key_may_rotate(created: str, at: datetime, settle_s: float) -> bool:
     """Whether a worker-key Secret whose digest nobody knows may get a new key: not while
-    its Endpoint is younger than `KEY_SETTLE_S`, when a concurrent reconcile (the resync
+    its Endpoint is younger than `settle_s`, when a concurrent reconcile (the resync
     daemon, another replica) may have created it and not yet registered its digest."""
     if not created:
         return True
     born = datetime.fromisoformat(created.replace("Z", "+00:00"))
-    return (at - born).total_seconds() >= KEY_SETTLE_S
+    return (at - born).total_seconds() >= settle_s
 
 
 async def deployed_key_digest(ctx: Context, owner: Owner) -> str | None:
@@ -138,6 +141,13 @@ async def register(
     ctx: Context, owner: Owner, spec: EndpointSpec, *, external_scaler: bool = False
 ) -> tuple[str | None, Check]:
     """Register the worker key and the endpoint in Redis; returns the key's digest."""
+    async with ctx.registering.setdefault(owner.name, asyncio.Lock()):
+        return await _register(ctx, owner, spec, external_scaler=external_scaler)
+
+
+async def _register(
+    ctx: Context, owner: Owner, spec: EndpointSpec, *, external_scaler: bool
+) -> tuple[str | None, Check]:
     entry = await ctx.registry.get_endpoint(owner.name)
     if entry is not None and entry.get("namespace", owner.namespace) != owner.namespace:
         message = (
@@ -146,7 +156,8 @@ async def register(
         )
         return None, Check(REGISTERED, False, "EndpointIdTaken", message, fatal=True)
     known = (entry or {}).get("workerKeyDigest") or await deployed_key_digest(ctx, owner)
-    may_rotate = key_may_rotate(owner.created, datetime.now(UTC))
+    settle_s = ctx.settings.worker_key_settle_s
+    may_rotate = key_may_rotate(owner.created, datetime.now(UTC), settle_s)
     worker_key = await ctx.cluster.worker_key(owner, known, may_rotate=may_rotate)
     digest = worker_key.digest
     record = {
@@ -309,4 +320,5 @@ async def clean_up(ctx: Context, name: str, namespace: str) -> int:
         for digest in digests - {None}:
             await ctx.registry.delete_key(digest)
         await ctx.registry.delete_endpoint(name)
+        ctx.registering.pop(name, None)
         return await ctx.jobs.delete_endpoint_data(name)

@@ -39,6 +39,9 @@ class OperatorSettings(BaseSettings):
     )
     resync_s: float = Field(10.0, gt=0, description="how often each Endpoint is re-reconciled")
     heartbeat_timeout_s: float = Field(30.0, description="a silent worker is not counted after")
+    worker_key_settle_s: float = Field(
+        60.0, ge=0, description="an Endpoint this young never has its worker key replaced"
+    )
 
     # The scaler: one loop for every Endpoint, reading the gateway's /metrics.
     metrics_url: str = Field("", description="gateway /metrics URL; default: gateway_url/metrics")
