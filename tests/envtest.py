@@ -42,6 +42,9 @@ HOST = "127.0.0.1"
 START_TIMEOUT = 60.0
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 SERVICE_CIDR = "10.0.0.0/24"
+# As on OpenShift: setting an ownerReference with blockOwnerDeletion needs `update` on the
+# owner's finalizers subresource, so the chart's RBAC is tested against it.
+OWNER_REFERENCES = "OwnerReferencesPermissionEnforcement"
 
 
 class EnvTestError(RuntimeError):
@@ -329,11 +332,15 @@ class EnvTest:
         node_args = (
             (
                 "--endpoint-reconciler-type=lease",
-                "--enable-admission-plugins=ServiceAccount",
+                f"--enable-admission-plugins=ServiceAccount,{OWNER_REFERENCES}",
                 "--kubelet-preferred-address-types=InternalIP",  # no DNS for node names
             )
             if self.node
-            else ("--endpoint-reconciler-type=none", "--disable-admission-plugins=ServiceAccount")
+            else (
+                "--endpoint-reconciler-type=none",
+                f"--enable-admission-plugins={OWNER_REFERENCES}",
+                "--disable-admission-plugins=ServiceAccount",
+            )
         )
         proc = self.spawn(
             "kube-apiserver",

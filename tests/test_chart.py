@@ -364,8 +364,10 @@ def render_chart(helm: str, tmp_path_factory: pytest.TempPathFactory):
         notes: bool = False,
         kube_version: str | None = None,
         api_versions: Sequence[str] = (),
+        namespace: str | None = None,
     ) -> Any:
         args = [helm, "template", *RELEASE]
+        args += ["--namespace", namespace] if namespace else []
         args += [str(with_notes), "--show-only", NOTES_PROBE] if notes else [str(CHART)]
         args += ["--kube-version", kube_version] if kube_version else []
         for api_version in api_versions:
@@ -423,15 +425,18 @@ def test_default_install_has_every_component(render_chart) -> None:
         ("Service", "lockgate-gateway"),
         ("PodDisruptionBudget", "lockgate-gateway"),
         ("Deployment", "lockgate-operator"),
-        ("Service", "lockgate-operator"),
+        ("Deployment", "lockgate-manage"),
+        ("Service", "lockgate-manage"),
         ("StatefulSet", "lockgate-redis"),
-        ("ClusterRole", "lockgate-operator"),
+        ("ClusterRole", "lockgate-lockgate-operator"),
         ("Role", "lockgate-operator-leader-election"),
+        ("Role", "lockgate-manage"),
         ("Secret", "lockgate-settings"),
         ("Secret", "lockgate-api-keys"),
     } <= kinds
     assert not {"Ingress", "ServiceMonitor", "ScaledObject"} & {k for k, _ in kinds}
-    assert [n for k, n in kinds if k == "Role"] == ["lockgate-operator-leader-election"]
+    roles = sorted(n for k, n in kinds if k == "Role")
+    assert roles == ["lockgate-manage", "lockgate-operator-leader-election"]
 
 
 def test_gateway_and_operator_share_settings_and_find_each_other(render_chart) -> None:
@@ -505,8 +510,8 @@ def test_keys_file_takes_digests_only() -> None:
     assert errors({"apiKeys": {"keys": [plaintext]}})
 
 
-@pytest.mark.parametrize("name", ["lockgate-gateway", "lockgate-operator"])
-def test_the_gateway_and_the_operator_read_the_mounted_keys_file(render_chart, name) -> None:
+@pytest.mark.parametrize("name", ["lockgate-gateway", "lockgate-manage"])
+def test_the_gateway_and_the_management_api_read_the_mounted_keys_file(render_chart, name) -> None:
     pod = by_kind(render_chart(), "Deployment")[name]["spec"]["template"]["spec"]
     path = env_of(pod["containers"][0])["LOCKGATE_KEYS_FILE"]
     [mount] = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "api-keys"]
@@ -532,17 +537,18 @@ def rules_of(role: dict[str, Any]) -> dict[str, set[str]]:
 
 
 def test_cluster_wide_rbac_grants_only_the_verbs_the_operator_uses(render_chart) -> None:
-    rules = rules_of(by_kind(render_chart(), "ClusterRole")["lockgate-operator"])
+    rules = rules_of(by_kind(render_chart(), "ClusterRole")["lockgate-lockgate-operator"])
     assert rules == {
         "customresourcedefinitions": {"list", "watch"},
         "namespaces": {"list", "watch"},
-        "endpoints": {"get", "list", "watch", "create", "patch", "delete"},
+        "endpoints": {"get", "list", "watch", "patch"},
         "endpoints/status": {"patch"},
+        "endpoints/finalizers": {"update"},
         "templates": {"get", "list", "watch", "patch"},
         "deployments": {"get", "list", "create", "update"},
         "deployments/scale": {"patch"},
         "daemonsets": {"get", "create", "update", "delete"},
-        "secrets": {"get", "create", "update"},
+        "secrets": {"create", "update"},
         "pods": {"list", "patch"},
         "pods/status": {"patch"},
         "events": {"create"},
@@ -550,16 +556,19 @@ def test_cluster_wide_rbac_grants_only_the_verbs_the_operator_uses(render_chart)
 
 
 def test_namespaced_operator_gets_a_role_per_namespace(render_chart) -> None:
-    values = {"operator": {"namespaces": ["team-a", "team-b"], "endpointNamespace": "intake"}}
+    values = {"operator": {"namespaces": ["team-a", "team-b"], "endpointNamespace": "team-b"}}
     docs = render_chart(values)
     roles = [
         d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == "lockgate-operator"
     ]
-    assert sorted(r["metadata"]["namespace"] for r in roles) == ["intake", "team-a", "team-b"]
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     bindings = [d for d in docs if d["kind"] == "RoleBinding"]
     assert {b["subjects"][0]["namespace"] for b in bindings} == {"lockgate"}
-    cluster = rules_of(by_kind(docs, "ClusterRole")["lockgate-operator"])
-    assert cluster == {"customresourcedefinitions": {"list", "watch"}}
+    cluster = rules_of(by_kind(docs, "ClusterRole")["lockgate-lockgate-operator"])
+    assert cluster == {
+        "customresourcedefinitions": {"list", "watch"},
+        "namespaces": {"list", "watch"},  # kopf lists them in namespaced mode too
+    }
     operator = by_kind(docs, "Deployment")["lockgate-operator"]["spec"]["template"]["spec"]
     assert env_of(operator["containers"][0])["LOCKGATE_NAMESPACES"] == "team-a,team-b"
 
@@ -590,6 +599,133 @@ def test_the_operator_may_keep_only_its_scaler_lease_in_its_own_namespace(
     assert env["LOCKGATE_LEASE_NAME"] == "lockgate-operator-scaler"
     assert env["LOCKGATE_LEASE_NAMESPACE"] == "lockgate"
     assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+
+
+# -- access: the management API apart, least privilege, several releases (issue 12) --------
+
+
+def test_the_operator_serves_no_management_api_and_mounts_no_admin_keys(render_chart) -> None:
+    docs = render_chart()
+    pod = by_kind(docs, "Deployment")["lockgate-operator"]["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert container["args"][container["args"].index("--manage-port") + 1] == "0"
+    assert [p["name"] for p in container["ports"]] == ["healthz"]
+    assert "LOCKGATE_KEYS_FILE" not in env_of(container)
+    assert not any(v["name"] == "api-keys" for v in pod["volumes"])
+    service = by_kind(docs, "Service")["lockgate-manage"]
+    assert service["spec"]["selector"]["app.kubernetes.io/component"] == "manage"
+    assert "lockgate-operator" not in by_kind(docs, "Service")
+
+
+def test_the_management_api_runs_apart_with_its_own_service_account(render_chart) -> None:
+    docs = render_chart({"operator": {"namespaces": ["team-a", "team-b"]}})
+    deployment = by_kind(docs, "Deployment")["lockgate-manage"]["spec"]["template"]
+    pod = deployment["spec"]
+    assert pod["serviceAccountName"] == "lockgate-manage"
+    assert "lockgate-manage" in by_kind(docs, "ServiceAccount")
+    [container] = pod["containers"]
+    assert container["args"] == ["manage"]
+    env = env_of(container)
+    assert env["LOCKGATE_ENDPOINT_NAMESPACE"] == "team-a"
+    assert env["LOCKGATE_MANAGE_PORT"] == "8081"
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "manage"}
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+
+
+def test_the_management_api_may_only_write_endpoints_in_one_namespace(render_chart) -> None:
+    docs = render_chart({"operator": {"namespaces": ["team-a"]}})
+    [role] = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == "lockgate-manage"]
+    assert role["metadata"]["namespace"] == "team-a"
+    assert role["rules"] == [
+        {
+            "apiGroups": ["lockgate.dev"],
+            "resources": ["endpoints"],
+            "verbs": ["get", "list", "create", "patch", "delete"],
+        }
+    ]
+    [binding] = [
+        d for d in docs if d["kind"] == "RoleBinding" and d["metadata"]["name"] == "lockgate-manage"
+    ]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "lockgate-manage", "namespace": "lockgate"}
+    ]
+    manage_bound = [
+        d for d in docs
+        if d["kind"] in ("ClusterRoleBinding", "RoleBinding")
+        and any(s["name"] == "lockgate-manage" for s in d["subjects"])
+    ]  # fmt: skip
+    assert manage_bound == [binding]
+
+
+@pytest.mark.parametrize("values", [{}, {"operator": {"namespaces": ["team-a"]}}])
+def test_the_operator_reads_no_secret_and_writes_no_endpoint(render_chart, values) -> None:
+    docs = render_chart(values)
+    operator_roles = [
+        d for d in docs
+        if d["kind"] in ("ClusterRole", "Role") and d["metadata"]["name"].endswith("operator")
+    ]  # fmt: skip
+    assert operator_roles
+    for role in operator_roles:
+        rules = rules_of(role)
+        assert rules.get("secrets", {"create"}) <= {"create", "update"}
+        assert not {"create", "delete", "update"} & rules.get("endpoints", set())
+
+
+@pytest.mark.parametrize("values", [{}, {"operator": {"namespaces": ["team-a"]}}])
+def test_the_operator_may_set_owner_references_that_block_deletion(render_chart, values) -> None:
+    docs = render_chart(values)
+    granted = [
+        d for d in docs
+        if d["kind"] in ("ClusterRole", "Role")
+        and "update" in rules_of(d).get("endpoints/finalizers", set())
+    ]  # fmt: skip
+    assert granted
+    assert not any("templates/finalizers" in rules_of(d) for d in docs if "rules" in d)
+
+
+CLUSTER_SCOPED = ("ClusterRole", "ClusterRoleBinding", "ClusterKopfPeering")
+
+
+def test_cluster_scoped_names_carry_the_release_namespace(render_chart) -> None:
+    docs = render_chart({"operator": {"peering": True}}, namespace="team-x")
+    cluster_scoped = [d for d in docs if d["kind"] in CLUSTER_SCOPED]
+    assert {d["kind"] for d in cluster_scoped} == set(CLUSTER_SCOPED)
+    for doc in cluster_scoped:
+        assert doc["metadata"]["name"] == "team-x-lockgate-operator"
+    operator = by_kind(docs, "Deployment")["lockgate-operator"]["spec"]["template"]["spec"]
+    assert env_of(operator["containers"][0])["LOCKGATE_PEERING_NAME"] == "team-x-lockgate-operator"
+    namespaced = by_kind(
+        render_chart({"operator": {"peering": True, "namespaces": ["a"]}}), "KopfPeering"
+    )
+    assert list(namespaced) == ["lockgate-lockgate-operator"]
+    binding = by_kind(docs, "ClusterRoleBinding")["team-x-lockgate-operator"]
+    assert binding["roleRef"]["name"] == "team-x-lockgate-operator"
+
+
+def test_long_cluster_scoped_names_stay_valid_and_distinct(render_chart) -> None:
+    long = "n" * 60
+    names = {
+        ns: by_kind(render_chart(namespace=ns), "ClusterRole") for ns in (long + "a", long + "b")
+    }
+    [a], [b] = (list(roles) for roles in names.values())
+    assert a != b and len(a) <= 63 and len(b) <= 63
+
+
+@pytest.mark.parametrize(
+    ("values", "annotation"),
+    [({}, "*"), ({"operator": {"namespaces": ["team-b", "team-a"]}}, "team-a,team-b")],
+)
+def test_the_cluster_role_says_which_namespaces_the_operator_watches(
+    render_chart, values: dict, annotation: str
+) -> None:
+    role = by_kind(render_chart(values), "ClusterRole")["lockgate-lockgate-operator"]
+    assert role["metadata"]["annotations"]["lockgate.dev/watched-namespaces"] == annotation
+
+
+def test_an_endpoint_namespace_the_operator_does_not_watch_is_refused(render_chart) -> None:
+    values = {"operator": {"namespaces": ["team-a"], "endpointNamespace": "intake"}}
+    with pytest.raises(RenderError, match=r'endpointNamespace "intake" is not among'):
+        render_chart(values)
 
 
 def test_rbac_create_off_renders_no_lease_role(render_chart) -> None:
@@ -763,7 +899,7 @@ def test_notes_with_keda_tell_how_to_hand_each_endpoint_to_it(render_chart) -> N
 def test_notes_tell_how_to_reach_the_api_read_the_key_and_create_an_endpoint(render_chart) -> None:
     notes = render_chart(notes=True)
     assert "port-forward svc/lockgate-gateway 8080:8080" in notes
-    assert "port-forward svc/lockgate-operator 8081:8081" in notes
+    assert "port-forward svc/lockgate-manage 8081:8081" in notes
     assert "exec deploy/lockgate-operator -- lockgate keys create admin --scope admin" in notes
     assert "get secret lockgate-client-key -o jsonpath='{.data.key}'" in notes
     assert "kubectl apply -f examples/echo/" in notes
@@ -989,7 +1125,7 @@ def test_helm_test_asks_the_gateway_and_the_management_api_from_the_control_plan
         f"http://lockgate-gateway.lockgate.svc.cluster.local:{services['lockgate-gateway']}"
     )
     assert env["MANAGE_URL"] == (
-        f"http://lockgate-operator.lockgate.svc.cluster.local:{services['lockgate-operator']}"
+        f"http://lockgate-manage.lockgate.svc.cluster.local:{services['lockgate-manage']}"
     )
 
 

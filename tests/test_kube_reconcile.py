@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
+import pytest
 from redis.asyncio import Redis
 
+from lockgate.kube.cluster import WorkerKey
 from lockgate.kube.manifests import Owner
-from lockgate.kube.reconcile import Context, clean_up, register
+from lockgate.kube.reconcile import Context, clean_up, key_may_rotate, register
 from lockgate.kube.settings import OperatorSettings
 from lockgate.models import EndpointSpec
-from lockgate.store import JobStore, NewJob, Registry
+from lockgate.store import JobStore, NewJob, Registry, key_digest
 
 
 class FakeCluster:
@@ -17,8 +21,11 @@ class FakeCluster:
     def __init__(self) -> None:
         self.keys: dict[str, str] = {}
 
-    async def worker_key(self, owner: Owner) -> str:
-        return self.keys.setdefault(owner.uid, f"lgw_{owner.uid}")
+    async def worker_key(self, owner: Owner, known_digest: str | None, **_: bool) -> WorkerKey:
+        if owner.uid in self.keys:
+            return WorkerKey(key_digest(self.keys[owner.uid]), None)
+        key = self.keys.setdefault(owner.uid, f"lgw_{owner.uid}")
+        return WorkerKey(key_digest(key), key)
 
     async def read(self, kind: str, namespace: str, name: str) -> None:
         return None
@@ -64,3 +71,18 @@ async def test_registration_is_idempotent_and_carries_the_settings(redis: Redis)
     assert entry["executionTimeoutMs"] == 9_000
     assert entry["jobApiUrl"] == "https://jobs.example/v2/ep/"
     assert (await ctx.registry.get_key(first))["endpoints"] == ["ep"]
+
+
+@pytest.mark.parametrize(
+    ("created", "may_rotate"),
+    [
+        ("", True),  # unknown age: nothing to wait for
+        ("2026-01-01T11:59:30Z", False),  # 30 s old: a concurrent reconcile may be registering
+        ("2026-01-01T11:59:00Z", True),  # 60 s old: an unknown key is a lost one
+        ("2025-12-31T12:00:00Z", True),
+    ],
+)
+def test_a_worker_key_nobody_knows_is_rotated_only_once_its_endpoint_has_settled(
+    created: str, may_rotate: bool
+) -> None:
+    assert key_may_rotate(created, datetime(2026, 1, 1, 12, 0, tzinfo=UTC), 60) is may_rotate

@@ -58,13 +58,37 @@ def _gateway(sub: argparse._SubParsersAction) -> None:
 def _operator(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "operator",
-        help="reconcile Endpoint/Template resources; serve the management API",
-        description="The Kubernetes operator (kopf) and the management API (/v1/endpoints).",
+        help="reconcile Endpoint/Template resources",
+        description="The Kubernetes operator (kopf) and the scaler. In a cluster the "
+        "management API runs apart (`lockgate manage`); --manage-port serves it here too, "
+        "for development.",
     )
     p.add_argument("--namespace", action="append", help="watch only these (default: all)")
-    p.add_argument("--manage-port", type=int, default=8081, help="management API port")
+    p.add_argument(
+        "--manage-port",
+        type=int,
+        help="also serve the management API on this port (LOCKGATE_MANAGE_PORT; 0: off)",
+    )
     p.add_argument("--log-format", choices=["text", "json"], default="json")
     p.set_defaults(run=_lazy("lockgate.kube.main", "main"))
+
+
+def _manage(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "manage",
+        help="serve the management API (/v1/endpoints) apart from the operator",
+        description="The management API: creates, edits and deletes Endpoint resources in "
+        "one namespace for holders of admin keys. Settings come from LOCKGATE_* variables "
+        "(LOCKGATE_REDIS_URL, LOCKGATE_KEYS_FILE, LOCKGATE_BASE_URL, ...); flags win.",
+    )
+    p.add_argument("--host", help="listen address (LOCKGATE_MANAGE_HOST, default 0.0.0.0)")
+    p.add_argument("--port", type=int, help="listen port (LOCKGATE_MANAGE_PORT, default 8081)")
+    p.add_argument(
+        "--endpoint-namespace",
+        help="where Endpoints are written (LOCKGATE_ENDPOINT_NAMESPACE; default: the first "
+        "of LOCKGATE_NAMESPACES, else default)",
+    )
+    p.set_defaults(run=_lazy("lockgate.manage.main", "main"))
 
 
 def _keys(sub: argparse._SubParsersAction) -> None:
@@ -120,7 +144,7 @@ def parser() -> argparse.ArgumentParser:
         description="Self-hosted queue-based serverless endpoints with the RunPod job API.",
     )
     sub = p.add_subparsers(title="commands", metavar="COMMAND", required=True)
-    for add in (_dev, _gateway, _operator, _keys, _crds):
+    for add in (_dev, _gateway, _operator, _manage, _keys, _crds):
         add(sub)
     return p
 

@@ -153,7 +153,7 @@ when forced: e.g. `helm template` for a cluster that will serve it): else
 {{- printf "http://%s.%s.svc.%s:%d" (include "lockgate.gateway.fullname" .) .Release.Namespace .Values.clusterDomain (int .Values.gateway.service.port) }}
 {{- end }}
 {{- define "lockgate.operator.manageUrl" -}}
-{{- printf "http://%s.%s.svc.%s:%d" (include "lockgate.operator.fullname" .) .Release.Namespace .Values.clusterDomain (int .Values.operator.manage.servicePort) }}
+{{- printf "http://%s.%s.svc.%s:%d" (include "lockgate.manage.fullname" .) .Release.Namespace .Values.clusterDomain (int .Values.operator.manage.servicePort) }}
 {{- end }}
 {{- define "lockgate.redis.host" -}}
 {{- printf "%s.%s.svc.%s" (include "lockgate.redis.fullname" .) .Release.Namespace .Values.clusterDomain }}
@@ -201,22 +201,100 @@ accepts only keys kept in Redis (`lockgate keys create`). */}}
 {{- end }}
 {{- end }}
 
-{{/* The operator's rules in each namespace it manages (a Role, or the ClusterRole). */}}
+{{/* -- Access: RBAC names and rules, the management API (docs/security.md) -- */}}
+
+{{/* The name of a cluster-scoped object (ClusterRole, ClusterRoleBinding): the release
+namespace, then `name`, so that releases of the same name in two namespaces never share
+one; kept within 63 characters by a digest of what was cut. */}}
+{{- define "lockgate.clusterScopedName" -}}
+{{- $full := printf "%s-%s" .ctx.Release.Namespace .name }}
+{{- if gt (len $full) 63 }}
+{{- printf "%s-%s" ($full | trunc 54 | trimSuffix "-") ($full | sha256sum | trunc 8) }}
+{{- else }}
+{{- $full }}
+{{- end }}
+{{- end }}
+
+{{/* kopf's peering object (operator.peering): cluster-scoped in cluster-wide mode. */}}
+{{- define "lockgate.peeringName" -}}
+{{- include "lockgate.clusterScopedName" (dict "ctx" . "name" (include "lockgate.operator.fullname" .)) }}
+{{- end }}
+
+{{/* The management API (`lockgate manage`): its Deployment, Service and ServiceAccount. */}}
+{{- define "lockgate.manage.fullname" -}}
+{{- printf "%s-manage" (include "lockgate.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- define "lockgate.manage.serviceAccountName" -}}
+{{- with .Values.operator.manage.serviceAccount }}
+{{- if .create }}
+{{- default (include "lockgate.manage.fullname" $) .name }}
+{{- else }}
+{{- default "default" .name }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{/* Where the management API writes Endpoints. */}}
+{{- define "lockgate.endpointNamespace" -}}
+{{- .Values.operator.endpointNamespace | default (first .Values.operator.namespaces) | default .Release.Namespace }}
+{{- end }}
+
+{{/* What the operator watches, as its ClusterRole's lockgate.dev/watched-namespaces
+annotation says it: "*" (every namespace) or the sorted, comma-separated list. */}}
+{{- define "lockgate.watchedNamespaces" -}}
+{{- if .Values.operator.namespaces }}{{ .Values.operator.namespaces | sortAlpha | join "," }}{{ else }}*{{ end }}
+{{- end }}
+
+{{/* Refuse access settings that cannot work. At install and upgrade (not `helm template`,
+which sees no cluster) also refuse a release whose operator would watch a namespace that
+another lockgate release's operator watches: both would reconcile the same Endpoints. */}}
+{{- define "lockgate.validate.access" -}}
+{{- $namespaces := .Values.operator.namespaces }}
+{{- with .Values.operator.endpointNamespace }}
+{{- if and $namespaces (not (has . $namespaces)) }}
+{{- fail (printf "operator.endpointNamespace %q is not among operator.namespaces %v: the operator would never reconcile the Endpoints the management API writes there; add it to operator.namespaces" . $namespaces) }}
+{{- end }}
+{{- end }}
+{{- $roles := lookup "rbac.authorization.k8s.io/v1" "ClusterRole" "" "" }}
+{{- range ($roles.items | default list) }}
+{{- $annotations := .metadata.annotations | default dict }}
+{{- $theirs := index $annotations "lockgate.dev/watched-namespaces" | default "" }}
+{{- $release := printf "%s/%s" (index $annotations "meta.helm.sh/release-namespace" | default "") (index $annotations "meta.helm.sh/release-name" | default "") }}
+{{- if and $theirs (ne $release (printf "%s/%s" $.Release.Namespace $.Release.Name)) }}
+{{- $overlap := list }}
+{{- if or (eq $theirs "*") (not $namespaces) }}
+{{- $overlap = list "every namespace" }}
+{{- else }}
+{{- range $namespaces }}{{ if has . (splitList "," $theirs) }}{{ $overlap = append $overlap . }}{{ end }}{{ end }}
+{{- end }}
+{{- if $overlap }}
+{{- fail (printf "the lockgate release %s already watches %s (operator.namespaces): two operators would reconcile the same Endpoints (overlap: %s). Give each release its own operator.namespaces, disjoint from the others'" $release (ternary "every namespace" $theirs (eq $theirs "*")) (join ", " $overlap)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The operator's rules in each namespace it manages (a Role, or the ClusterRole). It
+reads no Secret and writes no Endpoint: the management API does (its own Role). */}}
 {{- define "lockgate.operator.rules" -}}
-# kopf lists, watches and patches (annotations, finalizer) Endpoints and Templates; the
-# operator reads Endpoints (kube/cluster.py) and the management API creates, patches and
-# deletes them (manage/kube.py). kopf and the scaler patch the status subresource.
+# kopf lists and watches Endpoints and Templates and patches them (its annotations and the
+# lockgate.dev/cleanup finalizer: kube/handlers.py); kube/cluster.py get_endpoint,
+# list_endpoints (kube/reconcile.py template_users) read Endpoints.
 - apiGroups: [lockgate.dev]
-  resources: [endpoints]
-  verbs: [get, list, watch, create, patch, delete]
+  resources: [endpoints, templates]
+  verbs: [get, list, watch, patch]
+# kopf and the scaler write the status (kube/cluster.py patch_endpoint_status).
 - apiGroups: [lockgate.dev]
   resources: [endpoints/status]
   verbs: [patch]
+# Worker Deployments, DaemonSets and Secrets name their Endpoint as owner with
+# blockOwnerDeletion: OwnerReferencesPermissionEnforcement (OpenShift) asks for this.
+# Templates own nothing, so templates/finalizers is not granted.
 - apiGroups: [lockgate.dev]
-  resources: [templates]
-  verbs: [get, list, watch, patch]
+  resources: [endpoints/finalizers]
+  verbs: [update]
 # Worker Deployments (kube/cluster.py apply: read, create, replace; kube/scaler.py lists
-# them); deletion is left to the garbage collector through owner references.
+# them; kube/reconcile.py reads the worker key's digest from one); deletion is left to
+# the garbage collector through owner references.
 - apiGroups: [apps]
   resources: [deployments]
   verbs: [get, list, create, update]
@@ -228,10 +306,11 @@ accepts only keys kept in Redis (`lockgate keys create`). */}}
 - apiGroups: [apps]
   resources: [daemonsets]
   verbs: [get, create, update, delete]
-# Worker-key Secrets (kube/cluster.py worker_key): read, created, refilled when emptied.
+# Worker-key Secrets (kube/cluster.py worker_key): created, and replaced by an
+# unconditional update when no digest of the key is known. Never read: no get/list/watch.
 - apiGroups: [""]
   resources: [secrets]
-  verbs: [get, create, update]
+  verbs: [create, update]
 # The scaler lists worker pods and marks busy ones with controller.kubernetes.io/pod-deletion-cost;
 # it holds their readiness gate, the lockgate.dev/Serving condition (scaling/deployment_pool.py).
 - apiGroups: [""]
@@ -359,4 +438,12 @@ Service's `worker` port when gateway.workerPort is set, else the job API's URL. 
 {{- else }}
 {{- include "lockgate.gateway.internalUrl" . }}
 {{- end }}
+{{- end }}
+
+{{/* The management API's rules in the namespace it writes Endpoints into
+(manage/kube.py KubernetesControlPlane: create, get, list, patch, delete). */}}
+{{- define "lockgate.manage.rules" -}}
+- apiGroups: [lockgate.dev]
+  resources: [endpoints]
+  verbs: [get, list, create, patch, delete]
 {{- end }}

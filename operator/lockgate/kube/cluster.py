@@ -22,6 +22,7 @@ from kubernetes.client.exceptions import ApiException
 
 from lockgate.kube import manifests
 from lockgate.kube.crds import ENDPOINT, GROUP, TEMPLATE, VERSION
+from lockgate.store import key_digest
 
 Obj = dict[str, Any]
 T = TypeVar("T")
@@ -81,6 +82,14 @@ _KINDS = {
     "Secret": _Kind(k8s.CoreV1Api, "secret", k8s.V1Secret),
     "Pod": _Kind(k8s.CoreV1Api, "pod", k8s.V1Pod),
 }
+
+
+@dataclass(frozen=True)
+class WorkerKey:
+    """An endpoint's worker key: its digest, and the key itself when it was just written."""
+
+    digest: str
+    new_key: str | None
 
 
 class Cluster:
@@ -212,24 +221,28 @@ class Cluster:
                 continue
         raise kopf.TemporaryError(f"{desired['kind']} {meta['name']} keeps changing", delay=1)
 
-    async def worker_key(self, owner: manifests.Owner) -> str:
-        """The endpoint's worker key from its Secret, creating both when missing."""
-        name = manifests.secret_name(owner.name)
-        for _ in range(CONFLICT_RETRIES):
-            secret = await self.read("Secret", owner.namespace, name)
-            if secret is not None and (key := manifests.secret_key(secret)):
-                return key
-            key = "lgw_" + secrets.token_urlsafe(32)
-            fresh = manifests.worker_key_secret(owner, key)
-            try:
-                if secret is None:
-                    await self.create(fresh)
-                else:  # emptied by hand: put a new key in
-                    await self.replace(manifests.updated(secret, fresh))
-                return key
-            except Conflict:
-                continue  # written concurrently: read theirs
-        raise kopf.TemporaryError(f"Secret {name} cannot be read or created", delay=1)
+    async def worker_key(
+        self, owner: manifests.Owner, known_digest: str | None, *, may_rotate: bool = True
+    ) -> WorkerKey:
+        """The endpoint's worker key, without reading its Secret (the operator may not).
+
+        Creates the Secret with a new key; when it exists already (409) the key it holds is
+        the one whose digest is known (`known_digest`). With none known (Redis flushed and
+        no worker Deployment), replaces the Secret unconditionally with a new key, unless
+        `may_rotate` is false: then another reconcile (or replica) may have just created it
+        and not yet recorded its digest, so this one retries later."""
+        fresh_key = "lgw_" + secrets.token_urlsafe(32)
+        fresh = manifests.worker_key_secret(owner, fresh_key)
+        try:
+            await self.create(fresh)
+        except Conflict:
+            if known_digest:
+                return WorkerKey(known_digest, None)
+            if not may_rotate:
+                message = f"Secret {fresh['metadata']['name']} is being registered elsewhere"
+                raise kopf.TemporaryError(message, delay=2) from None
+            await self.replace(fresh)  # no resourceVersion: an unconditional update
+        return WorkerKey(key_digest(fresh_key), fresh_key)
 
     # -- Leases (leader election, see `kube.leader`) ------------------------------------
 

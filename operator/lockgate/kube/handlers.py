@@ -45,6 +45,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.persistence.diffbase_storage = diffbase_storage()
     settings.peering.standalone = not ours.peering
     settings.peering.mandatory = ours.peering
+    settings.peering.name = ours.peering_name
     settings.posting.reporting_component = "lockgate-operator"
     settings.watching.server_timeout = 300  # s; re-list now and then, whatever the proxies do
     settings.watching.client_timeout = 330

@@ -1,5 +1,5 @@
-"""`lockgate operator`: kopf reconciling Endpoints and Templates, and the management API,
-in one event loop."""
+"""`lockgate operator`: kopf reconciling Endpoints and Templates and the scaler, in one
+event loop; with `--manage-port`, the management API too (the chart serves it apart)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,13 @@ import argparse
 import asyncio
 import contextlib
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import kopf
 from aiohttp import web
 
-from lockgate.gateway.auth import Authenticator
-from lockgate.gateway.keyfile import KeyFile
 from lockgate.gateway.notify import Notifier
 from lockgate.kube import handlers  # noqa: F401 - registers the kopf handlers
 from lockgate.kube.cluster import Cluster, api_client_from_environment
@@ -23,8 +21,7 @@ from lockgate.kube.leader import LeaderElector
 from lockgate.kube.reconcile import Context
 from lockgate.kube.scaler import ScalingLoop
 from lockgate.kube.settings import OperatorSettings
-from lockgate.manage.api import create_manage_app
-from lockgate.manage.kube import KubernetesControlPlane
+from lockgate.manage import main as manage
 
 Flag = asyncio.Event | threading.Event | None
 
@@ -39,37 +36,10 @@ def settings_from_args(args: argparse.Namespace) -> OperatorSettings:
     return OperatorSettings(**overrides)
 
 
-def _watching(key_file: KeyFile) -> Callable[[web.Application], AsyncIterator[None]]:
-    """A cleanup context that re-reads the key file while the management API serves."""
-
-    async def watch(_app: web.Application) -> AsyncIterator[None]:
-        task = asyncio.create_task(key_file.watch(), name="lockgate-key-file")
-        yield
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-
-    return watch
-
-
 async def start_manage_api(ctx: Context) -> web.AppRunner:
-    """Serve `/v1/endpoints` beside kopf, writing through a `KubernetesControlPlane`."""
-    settings = ctx.settings
-    control_plane = KubernetesControlPlane(
-        ctx.cluster, namespace=settings.manage_namespace(), job_api_url=settings.job_api_url
-    )
-    key_file = None
-    if settings.keys_file:
-        key_file = KeyFile(settings.keys_file, reload_s=settings.keys_file_reload_s)
-    app = create_manage_app(
-        control_plane, Authenticator(ctx.registry, cache_s=5.0, key_file=key_file)
-    )
-    if key_file is not None:
-        key_file.load()  # after the authenticator hooked it; a broken file stops the operator
-        app.cleanup_ctx.append(_watching(key_file))
-    runner = web.AppRunner(app, handle_signals=False, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, settings.manage_host, settings.manage_port).start()
-    return runner
+    """Serve `/v1/endpoints` beside kopf (development and tests; the chart runs
+    `lockgate manage` apart, with its own ServiceAccount)."""
+    return await manage.start(ctx.settings, ctx.cluster, ctx.registry)
 
 
 async def scale(ctx: Context, session: aiohttp.ClientSession) -> None:

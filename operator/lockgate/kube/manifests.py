@@ -34,6 +34,9 @@ ANNOTATION_PREFIX = "lockgate.dev/"
 HASH_ANNOTATION = "lockgate.dev/applied-hash"
 TEMPLATE_ANNOTATION = "lockgate.dev/template"
 KEY_ANNOTATION = "lockgate.dev/worker-key"
+# The worker key's full SHA-256 on the worker Deployment: the operator reads no Secret, so
+# this (and the Redis registry) is where it finds the key's digest again.
+KEY_DIGEST_ANNOTATION = "lockgate.dev/worker-key-digest"
 SERVING_CONDITION = "lockgate.dev/Serving"  # a worker pod's readiness gate (the scaler's)
 SECRET_KEY = "RUNPOD_AI_API_KEY"  # the Secret's data key holding the worker key
 WORKER_CONTAINER = "worker"
@@ -53,6 +56,7 @@ class Owner:
     name: str
     namespace: str
     uid: str
+    created: str = ""  # metadata.creationTimestamp (RFC 3339), when known
 
     def reference(self) -> Obj:
         return {
@@ -163,6 +167,11 @@ def worker_key_secret(owner: Owner, worker_key: str) -> Obj:
         "metadata": _metadata(owner, secret_name(owner.name), "worker-key"),
         "stringData": {SECRET_KEY: worker_key},
     }
+
+
+def key_digest_of(deployment: Obj) -> str | None:
+    """The worker key's digest a worker Deployment carries, if any."""
+    return ((deployment.get("metadata") or {}).get("annotations") or {}).get(KEY_DIGEST_ANNOTATION)
 
 
 def secret_key(secret: Obj) -> str | None:
@@ -422,7 +431,7 @@ def worker_pod_template(
         "metadata": {
             "labels": labels(owner.name, "worker"),
             # A new worker key (its Secret was deleted) must reach running workers: roll them.
-            "annotations": {TEMPLATE_ANNOTATION: template_name, KEY_ANNOTATION: key_revision},
+            "annotations": {TEMPLATE_ANNOTATION: template_name, KEY_ANNOTATION: key_revision[:12]},
         },
         "spec": pod,
     }
@@ -454,8 +463,11 @@ def worker_deployment(
     key_revision: str = "",
 ) -> Obj:
     """The workers. `replicas` is used at creation only: later the scaler owns it;
-    `key_revision` names the worker key (a short digest), so a new key rolls the workers."""
+    `key_revision` is the worker key's digest: kept whole on the Deployment, and short on
+    the pod template, so a new key rolls the workers."""
     annotations = {TEMPLATE_ANNOTATION: template_name, **scaling_annotations(spec)}
+    if key_revision:
+        annotations[KEY_DIGEST_ANNOTATION] = key_revision
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

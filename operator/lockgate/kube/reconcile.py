@@ -9,6 +9,7 @@ nothing. Transient failures (Redis or the API server unreachable) raise
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ from lockgate.kube.status import (
     same_status,
 )
 from lockgate.models import EndpointSpec, TemplateSpec, describe_validation_error
-from lockgate.store import JobStore, Liveness, Registry, connect, key_digest
+from lockgate.store import JobStore, Liveness, Registry, connect
 from lockgate.store.keys import ENDPOINT_ID_RE
 
 Body = Mapping[str, Any]
@@ -53,6 +54,9 @@ class Context:
     registry: Registry
     jobs: JobStore
     scaling: dict[str, Check] = field(default_factory=dict)  # endpoint id -> MetricsAvailable
+    # One registration at a time per endpoint in this process: the worker key is never read
+    # back, so two concurrent ones (a handler and the resync daemon) must not interleave.
+    registering: dict[str, asyncio.Lock] = field(default_factory=dict)
 
     @classmethod
     def open(cls, settings: OperatorSettings, cluster: Cluster) -> Context:
@@ -66,7 +70,8 @@ class Context:
 
 def owner_of(body: Body) -> Owner:
     meta = body["metadata"]
-    return Owner(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
+    created = meta.get("creationTimestamp") or ""
+    return Owner(meta["name"], meta["namespace"], meta["uid"], created=str(created))
 
 
 def now() -> str:
@@ -115,10 +120,34 @@ async def find_template(
     return template, Check(TEMPLATE_FOUND, True, "Found", f"Template {name!r}")
 
 
+def key_may_rotate(created: str, at: datetime, settle_s: float) -> bool:
+    """Whether a worker-key Secret whose digest nobody knows may get a new key: not while
+    its Endpoint is younger than `settle_s`, when a concurrent reconcile (the resync
+    daemon, another replica) may have created it and not yet registered its digest."""
+    if not created:
+        return True
+    born = datetime.fromisoformat(created.replace("Z", "+00:00"))
+    return (at - born).total_seconds() >= settle_s
+
+
+async def deployed_key_digest(ctx: Context, owner: Owner) -> str | None:
+    """The worker key's digest as the worker Deployment remembers it (an annotation)."""
+    name = manifests.deployment_name(owner.name)
+    deployment = await ctx.cluster.read("Deployment", owner.namespace, name)
+    return manifests.key_digest_of(deployment) if deployment else None
+
+
 async def register(
     ctx: Context, owner: Owner, spec: EndpointSpec, *, external_scaler: bool = False
 ) -> tuple[str | None, Check]:
     """Register the worker key and the endpoint in Redis; returns the key's digest."""
+    async with ctx.registering.setdefault(owner.name, asyncio.Lock()):
+        return await _register(ctx, owner, spec, external_scaler=external_scaler)
+
+
+async def _register(
+    ctx: Context, owner: Owner, spec: EndpointSpec, *, external_scaler: bool
+) -> tuple[str | None, Check]:
     entry = await ctx.registry.get_endpoint(owner.name)
     if entry is not None and entry.get("namespace", owner.namespace) != owner.namespace:
         message = (
@@ -126,15 +155,20 @@ async def register(
             f"{entry['namespace']!r}: endpoint ids are cluster-wide, choose another name"
         )
         return None, Check(REGISTERED, False, "EndpointIdTaken", message, fatal=True)
-    key = await ctx.cluster.worker_key(owner)
-    digest = key_digest(key)
+    known = (entry or {}).get("workerKeyDigest") or await deployed_key_digest(ctx, owner)
+    settle_s = ctx.settings.worker_key_settle_s
+    may_rotate = key_may_rotate(owner.created, datetime.now(UTC), settle_s)
+    worker_key = await ctx.cluster.worker_key(owner, known, may_rotate=may_rotate)
+    digest = worker_key.digest
     record = {
         "name": f"worker:{owner.namespace}/{owner.name}",
         "scopes": ["workers"],
         "endpoints": [owner.name],
     }
-    if await ctx.registry.get_key(digest) != record:
-        await ctx.registry.put_key(key, record)
+    if worker_key.new_key is not None:
+        await ctx.registry.put_key(worker_key.new_key, record)
+    elif await ctx.registry.get_key(digest) != record:
+        await ctx.registry.put_key_digest(digest, record)
     wanted = manifests.registry_entry(
         owner,
         spec,
@@ -167,7 +201,7 @@ async def apply_workloads(
         template_name,
         ctx.settings,
         replicas=spec.initial_workers,
-        key_revision=digest[:12],
+        key_revision=digest,
     )
     await ctx.cluster.apply(deployment)
     if spec.flashboot:
@@ -275,16 +309,16 @@ async def template_users(ctx: Context, namespace: str, template_name: str) -> li
 
 async def clean_up(ctx: Context, name: str, namespace: str) -> int:
     """Forget a deleted Endpoint: registry entry, worker key, queued jobs and job history.
-    Kubernetes objects go by owner reference. Returns how many jobs were removed."""
+    Kubernetes objects go by owner reference. Returns how many jobs were removed. The worker
+    key's digest comes from the registry and the worker Deployment, never from its Secret."""
+    owner = Owner(name=name, namespace=namespace, uid="")
     async with _transient_errors():
         entry = await ctx.registry.get_endpoint(name)
         if entry is not None and entry.get("namespace", namespace) != namespace:
             return 0  # the id belongs to another namespace's Endpoint: not ours to erase
-        digests = {(entry or {}).get("workerKeyDigest")}
-        secret = await ctx.cluster.read("Secret", namespace, manifests.secret_name(name))
-        if secret is not None and (key := manifests.secret_key(secret)):
-            digests.add(key_digest(key))
+        digests = {(entry or {}).get("workerKeyDigest"), await deployed_key_digest(ctx, owner)}
         for digest in digests - {None}:
             await ctx.registry.delete_key(digest)
         await ctx.registry.delete_endpoint(name)
+        ctx.registering.pop(name, None)
         return await ctx.jobs.delete_endpoint_data(name)

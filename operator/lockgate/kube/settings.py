@@ -34,8 +34,14 @@ class OperatorSettings(BaseSettings):
     )
     keys_file_reload_s: float = Field(5.0, description="how often the key file is looked at")
     peering: bool = Field(False, description="kopf peering, for several operator replicas")
+    peering_name: str = Field(
+        "default", description="kopf's (Cluster)KopfPeering object; the chart names it per release"
+    )
     resync_s: float = Field(10.0, gt=0, description="how often each Endpoint is re-reconciled")
     heartbeat_timeout_s: float = Field(30.0, description="a silent worker is not counted after")
+    worker_key_settle_s: float = Field(
+        60.0, ge=0, description="an Endpoint this young never has its worker key replaced"
+    )
 
     # The scaler: one loop for every Endpoint, reading the gateway's /metrics.
     metrics_url: str = Field("", description="gateway /metrics URL; default: gateway_url/metrics")

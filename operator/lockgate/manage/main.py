@@ -1,0 +1,99 @@
+"""`lockgate manage`: the management API (`/v1/endpoints`) on its own, for Kubernetes.
+
+It writes Endpoint resources in one namespace and reads admin keys from Redis (and the
+key file); the operator does the rest. Apart from the operator, it runs with its own
+ServiceAccount, which may touch nothing but Endpoints (docs/security.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from aiohttp import web
+
+from lockgate.gateway.auth import Authenticator
+from lockgate.gateway.keyfile import KeyFile
+from lockgate.kube.cluster import Cluster, api_client_from_environment
+from lockgate.kube.settings import OperatorSettings
+from lockgate.manage.api import create_manage_app
+from lockgate.manage.kube import KubernetesControlPlane
+from lockgate.store import Registry, connect
+
+
+def _watching(key_file: KeyFile) -> Callable[[web.Application], AsyncIterator[None]]:
+    """A cleanup context that re-reads the key file while the management API serves."""
+
+    async def watch(_app: web.Application) -> AsyncIterator[None]:
+        task = asyncio.create_task(key_file.watch(), name="lockgate-key-file")
+        yield
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    return watch
+
+
+async def healthz(_request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+def create_app(settings: OperatorSettings, cluster: Cluster, registry: Registry) -> web.Application:
+    """`/v1/endpoints…` (admin keys only) writing through a `KubernetesControlPlane`, and an
+    unauthenticated `/healthz` for probes."""
+    control_plane = KubernetesControlPlane(
+        cluster, namespace=settings.manage_namespace(), job_api_url=settings.job_api_url
+    )
+    key_file = None
+    if settings.keys_file:
+        key_file = KeyFile(settings.keys_file, reload_s=settings.keys_file_reload_s)
+    manage = create_manage_app(
+        control_plane, Authenticator(registry, cache_s=5.0, key_file=key_file), prefix=""
+    )
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    app.add_subapp("/v1", manage)
+    if key_file is not None:
+        key_file.load()  # after the authenticator hooked it; a broken file stops the process
+        app.cleanup_ctx.append(_watching(key_file))
+    return app
+
+
+async def start(settings: OperatorSettings, cluster: Cluster, registry: Registry) -> web.AppRunner:
+    """Serve the management API on `manage_host:manage_port`; `cleanup()` the runner to stop."""
+    runner = web.AppRunner(create_app(settings, cluster, registry), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, settings.manage_host, settings.manage_port).start()
+    return runner
+
+
+async def serve(settings: OperatorSettings, *, api_client: Any = None) -> None:
+    """Run until SIGTERM or SIGINT."""
+    redis = connect(settings.redis_url, max_connections=16)
+    cluster = Cluster(api_client or api_client_from_environment())
+    runner = await start(settings, cluster, Registry(redis))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+        await redis.aclose()
+
+
+def main(args: argparse.Namespace) -> int:
+    overrides: dict[str, Any] = {}
+    if args.port is not None:
+        overrides["manage_port"] = args.port
+    if args.host:
+        overrides["manage_host"] = args.host
+    if args.endpoint_namespace:
+        overrides["endpoint_namespace"] = args.endpoint_namespace
+    asyncio.run(serve(OperatorSettings(**overrides)))
+    return 0
