@@ -160,6 +160,10 @@ async def choose_gpu_type(
     None for endpoints with fewer than two GPU types (nothing to choose)."""
     if spec.computeType != ComputeType.GPU or len(set(spec.gpuTypeIds)) < 2:
         return None
+    # Read afresh: a body from before this operator's last choice would undo it.
+    fresh = await ctx.cluster.get_endpoint(owner.namespace, owner.name)
+    if fresh is not None:
+        annotations = fresh["metadata"].get("annotations")
     previous = placement.from_annotations(annotations)
     selector = ",".join(f"{k}={v}" for k, v in manifests.selector(owner.name, "worker").items())
     pods = await ctx.cluster.list_objects("Pod", owner.namespace, selector)
