@@ -20,15 +20,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from cluster import NODE_NAME
-from node_release import (
-    USER_NAMESPACE,
-    Jobs,
-    Release,
-    endpoint_status,
-    wait_until,
-    worker_pods,
-    workers_stopped,
-)
+from node_release import USER_NAMESPACE, Jobs, Release, endpoint_status, wait_until
 
 pytest_plugins = ["node_fixtures"]
 pytestmark = [pytest.mark.node, pytest.mark.timeout(900)]
@@ -108,6 +100,22 @@ def events(release: Release, reason: str) -> list[str]:
     return [e["message"] for e in json.loads(out)["items"]]
 
 
+def pods_of(release: Release, component: str) -> list[dict[str, Any]]:
+    """The endpoint's live worker (or flashboot) pods."""
+    selector = f"lockgate.dev/endpoint={ENDPOINT},app.kubernetes.io/component={component}"
+    pods = release.pods(selector, USER_NAMESPACE)
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+
+def placed_workers(release: Release) -> list[str]:
+    """The GPU type of each worker pod the scheduler placed on the node."""
+    return [
+        p["metadata"]["annotations"]["lockgate.dev/gpu-type"]
+        for p in pods_of(release, "worker")
+        if p["spec"].get("nodeName") == NODE_NAME
+    ]
+
+
 def flashboot(release: Release) -> dict[str, Any]:
     out = release.node.kubectl(
         "-n", USER_NAMESPACE, "get", "daemonset", f"{ENDPOINT}-flashboot", "-o", "json"
@@ -167,8 +175,7 @@ def test_flashboot_has_no_pod_on_a_node_without_the_endpoints_gpu_types(
         60,
     )
     assert scheduled == [0], flashboot(release)["status"]
-    assert release.pods(f"lockgate.dev/endpoint={ENDPOINT},app.kubernetes.io/component=flashboot",
-                        USER_NAMESPACE) == []  # fmt: skip
+    assert pods_of(release, "flashboot") == []
 
 
 def test_flashboot_gets_a_pod_once_the_node_has_one_of_the_types(
@@ -176,16 +183,11 @@ def test_flashboot_gets_a_pod_once_the_node_has_one_of_the_types(
 ) -> None:
     label_node(release, SECOND)  # the second type only: the DaemonSet takes every listed type
     wait_until(lambda: flashboot_scheduled(release) == 1, "a flashboot pod on the node", 60)
-    selector = f"lockgate.dev/endpoint={ENDPOINT},app.kubernetes.io/component=flashboot"
-    placed = wait_until(
-        lambda: (
-            [p["spec"].get("nodeName") for p in release.pods(selector, USER_NAMESPACE)]
-            == [NODE_NAME]
-        ),
+    wait_until(
+        lambda: [p["spec"].get("nodeName") for p in pods_of(release, "flashboot")] == [NODE_NAME],
         "the flashboot pod to be placed on the node",
         60,
     )
-    assert placed
 
 
 # -- workers: one type at a time, with a fallback --------------------------------------------
@@ -197,7 +199,7 @@ def test_a_job_runs_on_the_second_type_when_the_first_stays_unschedulable(
     t0 = time.monotonic()
     job_id = jobs.run({"input": {"on": "second"}})
     pending = wait_until(
-        lambda: [p for p in worker_pods(release, ENDPOINT) if not p["spec"].get("nodeName")],
+        lambda: [p for p in pods_of(release, "worker") if not p["spec"].get("nodeName")],
         "a worker pod waiting for a node of the first type",
         60,
     )
@@ -206,8 +208,7 @@ def test_a_job_runs_on_the_second_type_when_the_first_stays_unschedulable(
     assert gpu_type(release) == (SECOND, "Unschedulable")
     assert jobs.final(job_id, timeout=180)["status"] == "COMPLETED"
     TIMINGS["job submitted -> COMPLETED on the fallback type"] = time.monotonic() - t0
-    on_node = [p for p in worker_pods(release, ENDPOINT) if p["spec"].get("nodeName")]
-    assert [p["metadata"]["annotations"]["lockgate.dev/gpu-type"] for p in on_node] == [SECOND]
+    assert placed_workers(release) == [SECOND]
     cond = wait_until(lambda: condition(release).get("reason") == "Unschedulable" and condition(
         release), "the GPUTypeSelected condition", 30)  # fmt: skip
     assert SECOND in cond["message"] and "gpuTypeIds[1]" in cond["message"], cond
@@ -218,7 +219,7 @@ def test_the_workers_move_back_to_the_first_type_when_it_is_free_again(
     release: Release, jobs: Jobs
 ) -> None:
     label_node(release, FIRST)
-    wait_until(lambda: workers_stopped(release, ENDPOINT), "the idle worker to stop", 90)
+    wait_until(lambda: not pods_of(release, "worker"), "the idle worker to stop", 90)
     t0 = time.monotonic()
     wait_until(
         lambda: gpu_type(release) == (FIRST, "RetryingFirst"),
@@ -228,8 +229,7 @@ def test_the_workers_move_back_to_the_first_type_when_it_is_free_again(
     TIMINGS["idle -> first type retried"] = time.monotonic() - t0
     job_id = jobs.run({"input": {"on": "first"}})
     assert jobs.final(job_id, timeout=180)["status"] == "COMPLETED"
-    on_node = [p for p in worker_pods(release, ENDPOINT) if p["spec"].get("nodeName")]
-    assert [p["metadata"]["annotations"]["lockgate.dev/gpu-type"] for p in on_node] == [FIRST]
+    assert placed_workers(release) == [FIRST]
     assert gpu_type(release) == (FIRST, "RetryingFirst")
     cond = wait_until(lambda: condition(release).get("reason") == "RetryingFirst" and condition(
         release), "the GPUTypeSelected condition", 30)  # fmt: skip
