@@ -23,7 +23,7 @@ from cluster import NODE_NAME
 from node_release import USER_NAMESPACE, Jobs, Release, endpoint_status, wait_until
 
 pytest_plugins = ["node_fixtures"]
-pytestmark = [pytest.mark.node, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.node, pytest.mark.timeout(2400)]  # may wait for the node
 
 GPU_RESOURCE = "example.com/gpu"
 PRODUCT = "nvidia.com/gpu.product"
