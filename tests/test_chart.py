@@ -28,6 +28,7 @@ import yaml
 
 from lockgate.gateway.keyfile import parse_key_file
 from lockgate.kube import crds
+from lockgate.kube.settings import OperatorSettings
 
 REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "charts" / "lockgate"
@@ -959,6 +960,56 @@ def test_cpu_workers_request_ratio_reaches_the_operator(render_chart) -> None:
     container = operator["spec"]["template"]["spec"]["containers"][0]
     assert env_of(container)["LOCKGATE_CPU_REQUEST_RATIO"] == "0.25"
     assert errors({"operator": {"scheduling": {"cpuRequestRatio": 0}}}), "0 would request nothing"
+
+
+# -- GPU placement (operator.scheduling) --------------------------------------------------
+
+
+def operator_settings_from(
+    docs: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> OperatorSettings:
+    """The operator's settings as its process reads them from the rendered env."""
+    operator = by_kind(docs, "Deployment")["lockgate-operator"]
+    env = env_of(operator["spec"]["template"]["spec"]["containers"][0])
+    for name, value in env.items():
+        if name.startswith("LOCKGATE_") and isinstance(value, str):
+            monkeypatch.setenv(name, value)
+    return OperatorSettings()
+
+
+@pytest.mark.parametrize(
+    ("preset", "label", "value"),
+    [
+        ("nvidia-gfd", "nvidia.com/gpu.product", "NVIDIA-L4"),
+        ("gke", "cloud.google.com/gke-accelerator", "nvidia-l4"),
+        ("karpenter", "karpenter.k8s.aws/instance-gpu-name", "l4"),
+    ],
+)
+def test_gpu_label_preset_reaches_the_operator(
+    render_chart, monkeypatch, preset, label, value
+) -> None:
+    values = {"operator": {"scheduling": {"gpuLabels": preset, "gpuFallbackSeconds": 90}}}
+    settings = operator_settings_from(render_chart(values), monkeypatch)
+    gpus = settings.gpu_labelling()
+    assert (gpus.type_label, gpus.label_values(["NVIDIA L4"])) == (label, [value])
+    assert settings.gpu_fallback_s == 90
+
+
+def test_gpu_type_values_override_reaches_the_operator(render_chart, monkeypatch) -> None:
+    scheduling = {"gpuLabels": "custom", "gpuTypeLabel": "example.com/gpu"}
+    scheduling["gpuTypeValues"] = {"NVIDIA L4": ["l4-small", "l4-large"]}
+    docs = render_chart({"operator": {"scheduling": scheduling}})
+    settings = operator_settings_from(docs, monkeypatch)
+    gpus = settings.gpu_labelling()
+    assert gpus.type_label == "example.com/gpu"
+    assert gpus.label_values(["NVIDIA L4"]) == ["l4-small", "l4-large"]
+
+
+def test_custom_gpu_labels_without_a_label_fail_with_a_message(render_chart) -> None:
+    with pytest.raises(RenderError, match=r"set operator\.scheduling\.gpuTypeLabel"):
+        render_chart({"operator": {"scheduling": {"gpuLabels": "custom"}}})
+    found = errors({"operator": {"scheduling": {"gpuLabels": "aks"}}})
+    assert any("is not one of" in e for e in found), found
 
 
 # -- Kubernetes versions and the APIs a cluster serves -----------------------------------

@@ -90,28 +90,26 @@ def test_gpu_endpoint_requests_vcpu_count_without_a_cpu_limit() -> None:
     assert "cpu" not in res["limits"]
 
 
-def test_gpu_types_are_required_and_preferred_in_the_listed_order() -> None:
+def test_gpu_types_are_required_one_at_a_time_first_listed_first() -> None:
     ids = ["NVIDIA GeForce RTX 4090", "NVIDIA A100 80GB PCIe", "NVIDIA L4"]
     spec = pod({"gpuTypeIds": ids})
-    wanted = ["NVIDIA-GeForce-RTX-4090", "NVIDIA-A100-80GB-PCIe", "NVIDIA-L4"]
-    assert required(spec)["nvidia.com/gpu.product"] == wanted
-    weights = preferred(spec)
-    assert [v for _, v in weights] == wanted
-    assert weights[0][0] > weights[1][0] > weights[2][0] >= 1
+    assert required(spec)["nvidia.com/gpu.product"] == ["NVIDIA-GeForce-RTX-4090"]
+    assert "preferredDuringSchedulingIgnoredDuringExecution" not in spec["affinity"]["nodeAffinity"]
 
 
 def test_gpu_type_label_key_is_configurable() -> None:
     settings = OperatorSettings(gpu_type_label="example.com/gpu")
     spec = deployment({"gpuTypeIds": ["A", "B"]}, settings=settings)["spec"]["template"]["spec"]
-    assert required(spec) == {"example.com/gpu": ["A", "B"]}
+    assert required(spec) == {"example.com/gpu": ["A"]}
 
 
 def test_cuda_versions_and_data_centers_constrain_nodes() -> None:
     spec = pod({"allowedCudaVersions": ["12.4", "12.6"], "dataCenterIds": ["EU-RO-1"]})
-    assert required(spec) == {
-        "nvidia.com/cuda.runtime-version.full": ["12.4", "12.6"],
-        "topology.kubernetes.io/zone": ["EU-RO-1"],
-    }
+    node = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    for term in node["nodeSelectorTerms"]:  # "12.4 or newer": alternatives, each in the zone
+        exprs = {e["key"]: e["values"] for e in term["matchExpressions"]}
+        assert exprs["topology.kubernetes.io/zone"] == ["EU-RO-1"]
+        assert "nvidia.com/cuda.runtime-version.major" in exprs
 
 
 def test_cpu_flavors_constrain_nodes_of_cpu_endpoints() -> None:

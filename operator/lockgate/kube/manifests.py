@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from lockgate.kube import gpus
 from lockgate.kube.crds import API_VERSION, ENDPOINT
+from lockgate.kube.placement import GPU_TYPE_ANNOTATION
 from lockgate.kube.settings import OperatorSettings
 from lockgate.models import ComputeType, EndpointSpec, TemplateSpec
 from lockgate.workerenv import WORKER_DEFAULTS, worker_env, worker_id_env
@@ -217,7 +219,7 @@ def container_env(
 def node_label_value(value: str) -> str:
     """A setting as a node label value: `NVIDIA GeForce RTX 4090` → `NVIDIA-GeForce-RTX-4090`,
     the form NVIDIA's GPU feature discovery writes into `nvidia.com/gpu.product`."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", value.strip()).strip("-_.")[:63]
+    return gpus.label_value(value)
 
 
 def _values(items: list[str]) -> list[str]:
@@ -237,38 +239,59 @@ def _preferences(key: str, items: list[str]) -> list[Obj]:
     ]
 
 
-def _requirements(spec: EndpointSpec, settings: OperatorSettings) -> list[Obj]:
-    """Hard node constraints: every listed setting narrows where a worker may run."""
+def worker_gpu_types(spec: EndpointSpec, gpu_type: str | None = None) -> list[str]:
+    """The GPU types a worker is required to use: one at a time (`kube.placement` picks it;
+    the first listed without a choice), since autoscalers ignore preferences."""
+    if gpu_type and gpu_type in spec.gpuTypeIds:
+        return [gpu_type]
+    return spec.gpuTypeIds[:1]
+
+
+def _requirements(
+    spec: EndpointSpec, settings: OperatorSettings, gpu_types: list[str], *, gpu_node: bool
+) -> list[list[Obj]]:
+    """Hard node constraints as alternatives (ORed node selector terms of ANDed expressions):
+    the GPU types given (else, with `gpu_node`, any node the preset marks as a GPU node),
+    "this CUDA or newer", data centers, CPU flavors."""
+    common: list[Obj] = []
+    alternatives: list[list[Obj]] = []
     if spec.computeType == ComputeType.GPU:
-        wanted = [
-            (settings.gpu_type_label, spec.gpuTypeIds),
-            (settings.cuda_version_label, spec.allowedCudaVersions),
-        ]
-    else:
-        wanted = [(settings.cpu_flavor_label, spec.cpuFlavorIds)]
-    wanted.append((settings.datacenter_label, spec.dataCenterIds))
-    return [
-        {"key": key, "operator": "In", "values": _values(items)}
-        for key, items in wanted
-        if _values(items)
-    ]
+        labelling = settings.gpu_labelling()
+        if expression := labelling.type_expression(gpu_types):
+            common.append(expression)
+        elif gpu_node and spec.gpuCount > 0:
+            common.append(dict(labelling.present))
+        alternatives = labelling.cuda_alternatives(spec.allowedCudaVersions)
+    elif values := _values(spec.cpuFlavorIds):
+        common.append({"key": settings.cpu_flavor_label, "operator": "In", "values": values})
+    if values := _values(spec.dataCenterIds):
+        common.append({"key": settings.datacenter_label, "operator": "In", "values": values})
+    if not alternatives:
+        return [common] if common else []
+    return [[*common, *alt] for alt in alternatives]
 
 
-def affinity(spec: EndpointSpec, settings: OperatorSettings) -> Obj | None:
-    """Node affinity from GPU types (preferred in order), CUDA versions, data centers and
-    CPU flavors; None when nothing constrains placement."""
+def affinity(
+    spec: EndpointSpec,
+    settings: OperatorSettings,
+    gpu_types: list[str] | None = None,
+    *,
+    gpu_node: bool = False,
+) -> Obj | None:
+    """Node affinity: required GPU types (`gpu_types`, default: the worker's one type),
+    CUDA versions, data centers and CPU flavors (preferred in order); None when nothing
+    constrains placement."""
+    types = worker_gpu_types(spec) if gpu_types is None else gpu_types
     node: Obj = {}
-    required = _requirements(spec, settings)
-    if required:
+    terms = _requirements(spec, settings, types, gpu_node=gpu_node)
+    if terms:
         node["requiredDuringSchedulingIgnoredDuringExecution"] = {
-            "nodeSelectorTerms": [{"matchExpressions": required}]
+            "nodeSelectorTerms": [{"matchExpressions": t} for t in terms]
         }
-    if spec.computeType == ComputeType.GPU:
-        preferred = _preferences(settings.gpu_type_label, spec.gpuTypeIds)
-    else:
+    if spec.computeType == ComputeType.CPU:
         preferred = _preferences(settings.cpu_flavor_label, spec.cpuFlavorIds)
-    if len(preferred) > 1:  # one choice is already required: preferring it adds nothing
-        node["preferredDuringSchedulingIgnoredDuringExecution"] = preferred
+        if len(preferred) > 1:  # one choice is already required: preferring it adds nothing
+            node["preferredDuringSchedulingIgnoredDuringExecution"] = preferred
     return {"nodeAffinity": node} if node else None
 
 
@@ -370,10 +393,17 @@ def model_fetch_container(template: TemplateSpec, settings: OperatorSettings) ->
 # -- workloads -----------------------------------------------------------------------------
 
 
-def _placement(spec: EndpointSpec, template: TemplateSpec, settings: OperatorSettings) -> Obj:
+def _placement(
+    spec: EndpointSpec,
+    template: TemplateSpec,
+    settings: OperatorSettings,
+    gpu_types: list[str],
+    *,
+    gpu_node: bool = False,
+) -> Obj:
     """Pod spec fields shared by workers and the flashboot DaemonSet."""
     pod: Obj = {}
-    node_affinity = affinity(spec, settings)
+    node_affinity = affinity(spec, settings, gpu_types, gpu_node=gpu_node)
     if node_affinity:
         pod["affinity"] = node_affinity
     if tol := tolerations(spec, settings):
@@ -411,10 +441,12 @@ def worker_pod_template(
     settings: OperatorSettings,
     *,
     key_revision: str = "",
+    gpu_type: str | None = None,
 ) -> Obj:
+    gpu_types = worker_gpu_types(spec, gpu_type) if spec.computeType == ComputeType.GPU else []
     pod: Obj = {
         "containers": [worker_container(owner.name, spec, template, settings)],
-        **_placement(spec, template, settings),
+        **_placement(spec, template, settings, gpu_types),
         "terminationGracePeriodSeconds": termination_grace_s(spec, settings),
         "automountServiceAccountToken": False,  # workers talk to the gateway, not to the API
         "enableServiceLinks": False,
@@ -427,12 +459,12 @@ def worker_pod_template(
     if template.modelUrl:
         pod["initContainers"] = [model_fetch_container(template, settings)]
         pod["volumes"] = [model_cache_volume(template, settings)]
+    # A new worker key (its Secret was deleted) must reach running workers: roll them.
+    annotations = {TEMPLATE_ANNOTATION: template_name, KEY_ANNOTATION: key_revision[:12]}
+    if gpu_types:  # which type the pod requires: kube.placement reads it back
+        annotations[GPU_TYPE_ANNOTATION] = gpu_types[0]
     return {
-        "metadata": {
-            "labels": labels(owner.name, "worker"),
-            # A new worker key (its Secret was deleted) must reach running workers: roll them.
-            "annotations": {TEMPLATE_ANNOTATION: template_name, KEY_ANNOTATION: key_revision[:12]},
-        },
+        "metadata": {"labels": labels(owner.name, "worker"), "annotations": annotations},
         "spec": pod,
     }
 
@@ -461,10 +493,12 @@ def worker_deployment(
     *,
     replicas: int,
     key_revision: str = "",
+    gpu_type: str | None = None,
 ) -> Obj:
     """The workers. `replicas` is used at creation only: later the scaler owns it;
     `key_revision` is the worker key's digest: kept whole on the Deployment, and short on
-    the pod template, so a new key rolls the workers."""
+    the pod template, so a new key rolls the workers; `gpu_type` is the one of `gpuTypeIds`
+    they require (default: the first)."""
     annotations = {TEMPLATE_ANNOTATION: template_name, **scaling_annotations(spec)}
     if key_revision:
         annotations[KEY_DIGEST_ANNOTATION] = key_revision
@@ -477,7 +511,13 @@ def worker_deployment(
             "revisionHistoryLimit": 3,
             "selector": {"matchLabels": selector(owner.name, "worker")},
             "template": worker_pod_template(
-                owner, spec, template, template_name, settings, key_revision=key_revision
+                owner,
+                spec,
+                template,
+                template_name,
+                settings,
+                key_revision=key_revision,
+                gpu_type=gpu_type,
             ),
         },
     }
@@ -486,7 +526,9 @@ def worker_deployment(
 def flashboot_daemonset(
     owner: Owner, spec: EndpointSpec, template: TemplateSpec, settings: OperatorSettings
 ) -> Obj:
-    """Pre-pulls the worker image (and fetches the model) on each node a worker may use.
+    """Pre-pulls the worker image (and fetches the model) on each node a worker may use:
+    nodes of any listed GPU type, whichever the fallback requires now (or, without
+    `gpuTypeIds`, any node the GPU label preset marks as a GPU node), never on every node.
 
     A static busybox is copied into a shared folder, then run as `true` inside the worker
     image: that pulls the image whatever it contains (even distroless); a pause container
@@ -521,7 +563,7 @@ def flashboot_daemonset(
         "initContainers": init,
         "containers": [pause],
         "volumes": volumes,
-        **_placement(spec, template, settings),
+        **_placement(spec, template, settings, list(spec.gpuTypeIds), gpu_node=True),
         "terminationGracePeriodSeconds": 1,
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,

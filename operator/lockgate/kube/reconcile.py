@@ -21,8 +21,9 @@ from pydantic import ValidationError
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from lockgate.kube import manifests
+from lockgate.kube import manifests, placement
 from lockgate.kube.cluster import Cluster, ClusterError
+from lockgate.kube.events import endpoint_event
 from lockgate.kube.manifests import Owner
 from lockgate.kube.settings import OperatorSettings
 from lockgate.kube.status import (
@@ -36,7 +37,7 @@ from lockgate.kube.status import (
     endpoint_status,
     same_status,
 )
-from lockgate.models import EndpointSpec, TemplateSpec, describe_validation_error
+from lockgate.models import ComputeType, EndpointSpec, TemplateSpec, describe_validation_error
 from lockgate.store import JobStore, Liveness, Registry, connect
 from lockgate.store.keys import ENDPOINT_ID_RE
 
@@ -185,6 +186,35 @@ async def _register(
     return digest, Check(REGISTERED, True, "Registered", message)
 
 
+async def choose_gpu_type(
+    ctx: Context, owner: Owner, spec: EndpointSpec, annotations: Mapping[str, str] | None
+) -> placement.Choice | None:
+    """The GPU type the workers require now (`kube.placement`), from their pods'
+    scheduling; a change is recorded on the Endpoint (annotations) and told in an Event.
+    None for endpoints with fewer than two GPU types (nothing to choose)."""
+    if spec.computeType != ComputeType.GPU or len(set(spec.gpuTypeIds)) < 2:
+        return None
+    # Read afresh: a body from before this operator's last choice would undo it.
+    fresh = await ctx.cluster.get_endpoint(owner.namespace, owner.name)
+    if fresh is not None:
+        annotations = fresh["metadata"].get("annotations")
+    previous = placement.from_annotations(annotations)
+    selector = ",".join(f"{k}={v}" for k, v in manifests.selector(owner.name, "worker").items())
+    pods = await ctx.cluster.list_objects("Pod", owner.namespace, selector)
+    settings = ctx.settings
+    choice = placement.choose(
+        spec.gpuTypeIds, previous, map(placement.pod_scheduling, pods),
+        now=datetime.now(UTC).replace(microsecond=0),
+        fallback_s=settings.gpu_fallback_s, retry_first_s=settings.gpu_retry_first_s,
+    )  # fmt: skip
+    if choice != previous:
+        patch = {"metadata": {"annotations": choice.annotations()}}
+        await ctx.cluster.patch_endpoint(owner.namespace, owner.name, patch)
+        message = choice.message(spec.gpuTypeIds)
+        await ctx.cluster.create_event(endpoint_event(owner, choice.reason, message, now=now()))
+    return choice
+
+
 async def apply_workloads(
     ctx: Context,
     owner: Owner,
@@ -192,8 +222,11 @@ async def apply_workloads(
     template: TemplateSpec,
     template_name: str,
     digest: str,
-) -> None:
-    """The worker Deployment, and the flashboot DaemonSet while flashboot is on."""
+    annotations: Mapping[str, str] | None = None,
+) -> Check | None:
+    """The worker Deployment (on the GPU type `choose_gpu_type` picks), and the flashboot
+    DaemonSet while flashboot is on; returns the `GPUTypeSelected` condition, if any."""
+    choice = await choose_gpu_type(ctx, owner, spec, annotations)
     deployment = manifests.worker_deployment(
         owner,
         spec,
@@ -202,12 +235,16 @@ async def apply_workloads(
         ctx.settings,
         replicas=spec.initial_workers,
         key_revision=digest,
+        gpu_type=choice.gpu_type if choice else None,
     )
     await ctx.cluster.apply(deployment)
     if spec.flashboot:
         await ctx.cluster.apply(manifests.flashboot_daemonset(owner, spec, template, ctx.settings))
     else:
         await ctx.cluster.delete("DaemonSet", owner.namespace, manifests.daemonset_name(owner.name))
+    if choice is None:
+        return None
+    return Check(placement.CONDITION, True, choice.reason, choice.message(spec.gpuTypeIds))
 
 
 async def activity(ctx: Context, endpoint_id: str) -> Activity:
@@ -240,7 +277,10 @@ async def _converge(ctx: Context, owner: Owner, body: Body) -> tuple[list[Check]
     if digest is None:
         return checks, False
     try:
-        await apply_workloads(ctx, owner, spec, template, spec.templateId, digest)
+        meta = body["metadata"]
+        gpu = await apply_workloads(
+            ctx, owner, spec, template, spec.templateId, digest, meta.get("annotations")
+        )
     except ClusterError as err:
         if err.status not in (400, 422):
             raise  # transient: retried
@@ -248,7 +288,7 @@ async def _converge(ctx: Context, owner: Owner, body: Body) -> tuple[list[Check]
         checks.append(Check(WORKLOADS_APPLIED, False, "Rejected", message, fatal=True))
         return checks, True
     checks.append(Check(WORKLOADS_APPLIED, True, "Applied", ""))
-    return checks, True
+    return [*checks, *([gpu] if gpu else [])], True
 
 
 @contextlib.asynccontextmanager

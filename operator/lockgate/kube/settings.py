@@ -7,6 +7,8 @@ from typing import Annotated
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from lockgate.kube.gpus import GFD, GpuLabels
+
 
 class OperatorSettings(BaseSettings):
     """What the operator and the management API need. Durations carry their unit."""
@@ -59,8 +61,26 @@ class OperatorSettings(BaseSettings):
 
     # Scheduling: node label keys that the Endpoint's lists are matched against.
     gpu_resource: str = "nvidia.com/gpu"
-    gpu_type_label: str = "nvidia.com/gpu.product"
-    cuda_version_label: str = "nvidia.com/cuda.runtime-version.full"
+    # GPU placement (kube.gpus, kube.placement): which labels name GPU types, and how long
+    # a type may leave pods Unschedulable before the next of `gpuTypeIds` is tried.
+    gpu_labels: str = Field(
+        GFD, description="GPU label preset: nvidia-gfd, gke, karpenter or custom"
+    )
+    gpu_type_label: str = Field("", description="node label naming the GPU type; '': preset's")
+    gpu_present_label: str = Field(
+        "", description="'key' or 'key=value' marking GPU nodes (flashboot); '': preset's"
+    )
+    gpu_type_values: dict[str, list[str]] = Field(
+        default_factory=dict, description="JSON: gpuTypeId -> label values, over the preset's"
+    )
+    cuda_major_label: str = Field("", description="node label: CUDA major; '': preset's")
+    cuda_minor_label: str = Field("", description="node label: CUDA minor; '': preset's")
+    gpu_fallback_s: float = Field(
+        600.0, gt=0, description="pods Unschedulable this long on a GPU type: try the next"
+    )
+    gpu_retry_first_s: float = Field(
+        1800.0, gt=0, description="on a fallback GPU type this long: try the first again"
+    )
     datacenter_label: str = "topology.kubernetes.io/zone"
     cpu_flavor_label: str = "lockgate.dev/cpu-flavor"
     cpu_request_ratio: float = Field(
@@ -92,6 +112,21 @@ class OperatorSettings(BaseSettings):
         if self.lease_renew_s >= self.lease_duration_s:
             raise ValueError("lease_renew_s must be shorter than lease_duration_s")
         return self
+
+    @model_validator(mode="after")
+    def _known_gpu_labels(self) -> OperatorSettings:
+        self.gpu_labelling()  # an unknown preset, or `custom` without a label, fails at start
+        return self
+
+    def gpu_labelling(self) -> GpuLabels:
+        """The GPU labelling of this cluster: the preset with the overrides set here."""
+        return GpuLabels.resolve(
+            self.gpu_labels,
+            type_label=self.gpu_type_label,
+            present=self.gpu_present_label,
+            cuda_labels=(self.cuda_major_label, self.cuda_minor_label),
+            values=self.gpu_type_values,
+        )
 
     def scaler_lease_namespace(self) -> str:
         """Where the scaler's Lease lives: `lease_namespace`, else `manage_namespace()`."""
