@@ -54,8 +54,11 @@ class Cluster:
         return self.run(kubectl, "--kubeconfig", str(self.env.kubeconfig), *args, check=check)
 
     def install(self, release: str, namespace: str, *extra: str) -> None:
+        """Each release watches its own namespace only: the chart refuses two operators
+        watching the same ones (two cluster-wide releases)."""
+        own = ("--set", f"operator.namespaces={{{namespace}}}")
         self.helm("install", release, str(CHART), "-n", namespace, "--create-namespace",
-                  *BASE, *extra)  # fmt: skip
+                  *BASE, *own, *extra)  # fmt: skip
 
     def upgrade(self, release: str, namespace: str, *extra: str, check: bool = True):
         return self.helm("upgrade", release, str(CHART), "-n", namespace, "--reuse-values",
