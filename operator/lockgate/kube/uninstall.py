@@ -25,7 +25,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from lockgate.kube.cluster import api_client_from_environment
+from lockgate.kube.cluster import MERGE_PATCH, api_client_from_environment
 from lockgate.kube.crds import ENDPOINT, GROUP, TEMPLATE, VERSION
 from lockgate.kube.handlers import FINALIZER
 
@@ -115,7 +115,9 @@ class Cleaner:
                 raise
             self.say(f"operator Deployment {ns}/{name} not found: nothing to stop")
             return
-        self.apps.patch_namespaced_deployment_scale(name, ns, {"spec": {"replicas": 0}})
+        self.apps.patch_namespaced_deployment_scale(
+            name, ns, {"spec": {"replicas": 0}}, _content_type=MERGE_PATCH
+        )
         labels = deployment.spec.selector.match_labels or {}
         selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
         self.say(f"operator Deployment {ns}/{name} scaled to 0; waiting for its pods to go")
@@ -190,8 +192,9 @@ class Cleaner:
             }
             try:
                 self.custom.patch_namespaced_custom_object(
-                    GROUP, VERSION, meta["namespace"], plural, meta["name"], patch
-                )
+                    GROUP, VERSION, meta["namespace"], plural, meta["name"], patch,
+                    _content_type=MERGE_PATCH,
+                )  # fmt: skip
             except ApiException as err:
                 if err.status == 404:
                     return False
