@@ -5,6 +5,7 @@ The chart's pre-delete hook on a real node: tests/test_node_uninstall.py."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
@@ -22,6 +24,7 @@ from lockgate.kube.crds import GROUP, VERSION
 from lockgate.kube.handlers import FINALIZER
 from lockgate.kube.uninstall import finalizers_without_ours, namespaces_to_clean, owned_by_endpoint
 from tests.conftest import wait_until
+from tests.test_chart import CHART, find_helm
 
 pytest_plugins = ["kube_fixtures"]
 
@@ -239,3 +242,91 @@ def test_cleanup_ends_with_a_clear_message_when_the_operator_does_not_stop(
         world.core.patch_namespaced_pod(
             "stuck", world.release_ns, {"metadata": {"finalizers": None}}
         )
+
+
+# -- the chart's pre-delete hook (helm template) -------------------------------------------------
+
+HOOK = "app.kubernetes.io/component"
+
+
+def render_chart(values: dict | None = None) -> list[dict]:
+    """`helm template lockgate -n lockgate` of the chart with `values` (real helm)."""
+    helm = find_helm()
+    if helm is None:
+        pytest.skip("helm missing: `make tools` installs it")
+    done = subprocess.run(
+        [helm, "template", "lockgate", str(CHART), "-n", "lockgate", "-f", "-"],
+        input=json.dumps(values or {}), capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def hook_objects(docs: list[dict]) -> list[dict]:
+    return [d for d in docs if d["metadata"].get("labels", {}).get(HOOK) == "uninstall-cleanup"]
+
+
+def test_hook_objects_are_pre_delete_hooks_created_in_order_and_deleted_after_success() -> None:
+    objs = hook_objects(render_chart())
+    kinds = {d["kind"] for d in objs}
+    assert kinds == {
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Job",
+    }
+    weight = {}
+    for obj in objs:
+        notes = obj["metadata"]["annotations"]
+        assert notes["helm.sh/hook"] == "pre-delete"
+        assert notes["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+        weight[obj["kind"]] = int(notes["helm.sh/hook-weight"])
+    assert weight["ServiceAccount"] < weight["Role"] == weight["ClusterRole"] < weight["Job"]
+
+
+def test_hook_job_runs_the_command_under_pod_security_restricted() -> None:
+    [job] = [d for d in hook_objects(render_chart()) if d["kind"] == "Job"]
+    pod = job["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert container["args"][:3] == [
+        "uninstall-cleanup",
+        "--release-namespace=lockgate",
+        "--operator-deployment=lockgate-operator",
+    ]
+    assert pod["serviceAccountName"] == "lockgate-uninstall-cleanup"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert job["spec"]["activeDeadlineSeconds"] > int(container["args"][-1].split("=")[1])
+
+
+def test_hook_rbac_grants_only_what_the_command_uses() -> None:
+    objs = hook_objects(render_chart())
+    rules = [r for d in objs if d["kind"] in ("Role", "ClusterRole") for r in d["rules"]]
+    granted = {(res, verb) for r in rules for res in r["resources"] for verb in r["verbs"]}
+    assert not {res for res, _ in granted} & {"secrets", "configmaps", "*"}
+    assert ("deployments", "delete") in granted and ("endpoints", "patch") in granted
+    assert ("deployments", "create") not in granted and ("pods", "delete") not in granted
+    [scale] = [r for r in rules if r["resources"] == ["deployments/scale"]]
+    assert scale["resourceNames"] == ["lockgate-operator"]
+
+
+def test_namespaced_hook_gets_a_role_per_watched_namespace_and_no_cluster_role() -> None:
+    values = {"operator": {"namespaces": ["team-a", "team-b"], "peering": True}}
+    objs = hook_objects(render_chart(values))
+    assert not [d for d in objs if d["kind"].startswith("Cluster")]
+    roles = {
+        (d["metadata"].get("namespace"), d["metadata"]["name"]) for d in objs if d["kind"] == "Role"
+    }
+    assert {("team-a", "lockgate-uninstall-cleanup-workloads"),
+            ("team-b", "lockgate-uninstall-cleanup-workloads")} <= roles  # fmt: skip
+    [job] = [d for d in objs if d["kind"] == "Job"]
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert {"--namespace=team-a", "--namespace=team-b"} <= set(args)
+    assert any(a.startswith("--peering-selector=") for a in args)
+
+
+def test_hook_can_be_switched_off() -> None:
+    assert hook_objects(render_chart({"uninstallHook": {"enabled": False}})) == []
