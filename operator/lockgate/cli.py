@@ -1,4 +1,4 @@
-"""The `lockgate` command: dev mode, gateway, operator, keys, CRDs."""
+"""The `lockgate` command: dev mode, gateway, operator, keys, CRDs, uninstall cleanup."""
 
 from __future__ import annotations
 
@@ -127,6 +127,29 @@ def _crds(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=_lazy("lockgate.kube.crds", "main"))
 
 
+def _uninstall_cleanup(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "uninstall-cleanup",
+        help="stop the operator and its workers before `helm uninstall` (the chart's hook)",
+        description="Scale the operator to 0 and wait for its pods, delete every Endpoint's "
+        "worker Deployment and flashboot DaemonSet, remove the lockgate.dev/cleanup "
+        "finalizer from Endpoints and Templates, delete the release's kopf peering objects. "
+        "Endpoints, Templates and worker-key Secrets stay. Run by the chart's pre-delete "
+        "hook; uses the pod's service account, else $KUBECONFIG.",
+    )
+    p.add_argument("--release-namespace", required=True, help="where the operator runs")
+    p.add_argument("--operator-deployment", required=True, help="the operator Deployment's name")
+    p.add_argument("--namespace", action="append", help="the operator's namespaces (default: all)")
+    p.add_argument("--endpoint-namespace", help="the management API's namespace, if apart")
+    p.add_argument(
+        "--peering-selector", default="",
+        help="label selector of the release's KopfPeering/ClusterKopfPeering objects "
+        "(default: none, peering is off)",
+    )  # fmt: skip
+    p.add_argument("--timeout", type=float, default=120, help="seconds to finish in (default 120)")
+    p.set_defaults(run=_lazy("lockgate.kube.uninstall", "main"))
+
+
 def _lazy(module: str, name: str) -> Command:
     """Import a command's module only when it runs: `lockgate dev` needs no kopf."""
 
@@ -144,7 +167,7 @@ def parser() -> argparse.ArgumentParser:
         description="Self-hosted queue-based serverless endpoints with the RunPod job API.",
     )
     sub = p.add_subparsers(title="commands", metavar="COMMAND", required=True)
-    for add in (_dev, _gateway, _operator, _manage, _keys, _crds):
+    for add in (_dev, _gateway, _operator, _manage, _keys, _crds, _uninstall_cleanup):
         add(sub)
     return p
 
