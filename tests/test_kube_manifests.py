@@ -135,8 +135,13 @@ def test_execution_timeout_sets_a_grace_period_that_lets_a_job_finish() -> None:
     assert pod({"executionTimeoutMs": 5_000})["terminationGracePeriodSeconds"] == 20
 
 
-def test_grace_period_is_capped() -> None:
-    assert pod({"executionTimeoutMs": 86_400_000})["terminationGracePeriodSeconds"] == 3600
+def test_grace_period_is_capped_at_the_cluster_autoscalers_600_s_by_default() -> None:
+    """cluster-autoscaler gives a pod it scales down at most --max-graceful-termination-sec
+    (600 s by default): a longer grace period would only mislead."""
+    assert pod({"executionTimeoutMs": 86_400_000})["terminationGracePeriodSeconds"] == 600
+    raised = SETTINGS.model_copy(update={"termination_grace_cap_s": 3600})
+    long = deployment({"executionTimeoutMs": 86_400_000}, settings=raised)
+    assert long["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 3600
 
 
 def test_flashboot_uses_pre_pulled_images() -> None:

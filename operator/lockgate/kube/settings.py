@@ -60,8 +60,10 @@ class OperatorSettings(BaseSettings):
     cpu_request_ratio: float = Field(
         1.0, gt=0, le=1, description="CPU workers request vcpuCount times this (limit: vcpuCount)"
     )
+    # 600 s: cluster-autoscaler's --max-graceful-termination-sec default; an autoscaler
+    # scale-down gives a pod no more than that, whatever its grace period says.
     termination_grace_cap_s: int = Field(
-        3600, ge=30, description="longest a stopping worker may take to finish its job"
+        600, ge=30, description="longest a stopping worker may take to finish its job"
     )
 
     # Model cache and flashboot helpers.
@@ -73,8 +75,11 @@ class OperatorSettings(BaseSettings):
         "busybox:1.36-musl", description="static busybox: runs `true` inside any worker image"
     )
     pause_image: str = "registry.k8s.io/pause:3.9"
+    helper_image_pull_secrets: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="comma-separated Secret names for the helper images"
+    )
 
-    @field_validator("namespaces", mode="before")
+    @field_validator("namespaces", "helper_image_pull_secrets", mode="before")
     @classmethod
     def _split(cls, value: object) -> object:
         if isinstance(value, str):
