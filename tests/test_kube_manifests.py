@@ -259,20 +259,20 @@ def test_image_pull_secret_is_referenced_by_the_pods() -> None:
 def test_model_url_is_fetched_once_per_node_into_a_cache_mounted_read_only() -> None:
     url = "https://models.example/llama/model.gguf?download=1"
     spec = pod(template={"modelUrl": url})
-    (volume,) = spec["volumes"]
+    [volume] = [v for v in spec["volumes"] if v["name"] == "model-cache"]
     assert volume["hostPath"]["path"].startswith("/var/lib/lockgate/models/")
     (fetch,) = spec["initContainers"]
     assert {"name": "MODEL_URL", "value": url} in fetch["env"]
     assert "flock" in fetch["command"][-1]
-    mount = spec["containers"][0]["volumeMounts"][0]
+    [mount] = [m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "model-cache"]
     assert mount == {"name": "model-cache", "mountPath": "/lockgate/model", "readOnly": True}
     assert env(template={"modelUrl": url})["LOCKGATE_MODEL_PATH"] == "/lockgate/model/model.gguf"
 
 
 def test_same_model_url_shares_one_node_folder_across_endpoints() -> None:
     url = "https://models.example/m.bin"
-    a = pod(template={"modelUrl": url})["volumes"][0]
-    b = pod({"gpuCount": 4}, {"modelUrl": url})["volumes"][0]
+    a = pod(template={"modelUrl": url})["volumes"][-1]
+    b = pod({"gpuCount": 4}, {"modelUrl": url})["volumes"][-1]
     assert a == b
 
 
@@ -392,6 +392,19 @@ TEMPLATE_FIELDS: dict[str, Any] = {
     "containerDiskInGb": 50,
     "modelUrl": "https://models.example.test/tiny.bin",
     "imagePullSecret": "regcred",
+    "imagePullSecrets": ["regcred-2"],
+    "memoryInGb": 12,
+    "shmSizeInGb": 3,
+    "podSecurity": "baseline",
+    "runAsUser": 1000,
+    "secretEnv": {"HF_TOKEN": {"name": "hf", "key": "token"}},
+    "envFromSecrets": ["model-settings"],
+    "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ml"}],
+    "nodeSelector": {"pool": "ml"},
+    "runtimeClassName": "nvidia",
+    "priorityClassName": "inference",
+    "podLabels": {"team": "ml"},
+    "podAnnotations": {"example.com/owner": "ml"},
 }
 
 

@@ -245,3 +245,9 @@ accepts only keys kept in Redis (`lockgate keys create`). */}}
   resources: [events]
   verbs: [create]
 {{- end }}
+
+{{/* A helper image of the operator's (operator.helperImages.*): `repository:tag@digest`,
+or `repository:tag` without a digest. */}}
+{{- define "lockgate.helperImage" -}}
+{{- printf "%s:%s" .repository (toString .tag) }}{{ with .digest }}@{{ . }}{{ end }}
+{{- end }}
