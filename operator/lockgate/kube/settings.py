@@ -76,8 +76,7 @@ class OperatorSettings(BaseSettings):
         "@sha256:73e4d532ea62d7505c5865b517d3704966ffe916609bedc22af6833dc9969bcd"
     )
     flashboot_helper_image: str = Field(
-        "busybox:1.36-musl"
-        "@sha256:3c6ae8008e2c2eedd141725c30b20d9c36b026eb796688f88205845ef17aa213",
+        "busybox:1.36-musl@sha256:3c6ae8008e2c2eedd141725c30b20d9c36b026eb796688f88205845ef17aa213",
         description="static busybox: runs `true` inside any worker image",
     )
     pause_image: str = (
