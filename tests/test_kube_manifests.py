@@ -679,3 +679,12 @@ def test_helper_pull_secrets_reach_workers_only_when_they_fetch_a_model() -> Non
 def test_helper_pull_secrets_setting_reads_a_comma_separated_list(monkeypatch) -> None:
     monkeypatch.setenv("LOCKGATE_HELPER_IMAGE_PULL_SECRETS", "a, b,")
     assert OperatorSettings().helper_image_pull_secrets == ["a", "b"]
+
+
+def test_a_pod_annotation_removed_from_the_template_leaves_the_pods() -> None:
+    before = deployment({}, {"podAnnotations": {"example.com/a": "1", "example.com/b": "2"}})
+    before["spec"]["template"]["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"] = "t"
+    after = manifests.updated(before, deployment({}, {"podAnnotations": {"example.com/b": "2"}}))
+    annotations = after["spec"]["template"]["metadata"]["annotations"]
+    assert "example.com/a" not in annotations and annotations["example.com/b"] == "2"
+    assert annotations["kubectl.kubernetes.io/restartedAt"] == "t", "other tools' stay"

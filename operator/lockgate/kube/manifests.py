@@ -35,6 +35,9 @@ ANNOTATION_PREFIX = "lockgate.dev/"
 HASH_ANNOTATION = "lockgate.dev/applied-hash"
 TEMPLATE_ANNOTATION = "lockgate.dev/template"
 KEY_ANNOTATION = "lockgate.dev/worker-key"
+# The pod annotations a Template set (comma-separated keys): removed from the Template, they
+# are removed from the pods too, while annotations other tools added stay.
+POD_ANNOTATIONS_ANNOTATION = "lockgate.dev/template-annotations"
 SERVING_CONDITION = "lockgate.dev/Serving"  # a worker pod's readiness gate (the scaler's)
 SECRET_KEY = "RUNPOD_AI_API_KEY"  # the Secret's data key holding the worker key
 WORKER_CONTAINER = "worker"
@@ -155,7 +158,10 @@ def updated(existing: Obj, desired: Obj) -> Obj:
     if "template" in out.get("spec", {}):
         old = (old_spec.get("template") or {}).get("metadata") or {}
         tpl = out["spec"]["template"].setdefault("metadata", {})
-        tpl["annotations"] = {**_theirs(old.get("annotations")), **tpl.get("annotations", {})}
+        theirs = _theirs(old.get("annotations"))
+        for key in (old.get("annotations") or {}).get(POD_ANNOTATIONS_ANNOTATION, "").split(","):
+            theirs.pop(key, None)
+        tpl["annotations"] = {**theirs, **tpl.get("annotations", {})}
     return out
 
 
@@ -511,6 +517,8 @@ def worker_pod_template(
         pod["volumes"].append(model_cache_volume(template, settings))
     # A new worker key (its Secret was deleted) must reach running workers: roll them.
     ours = {TEMPLATE_ANNOTATION: template_name, KEY_ANNOTATION: key_revision}
+    if template.podAnnotations:
+        ours[POD_ANNOTATIONS_ANNOTATION] = ",".join(sorted(template.podAnnotations))
     return {
         "metadata": {
             "labels": {**template.podLabels, **labels(owner.name, "worker")},
