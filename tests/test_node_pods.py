@@ -6,7 +6,9 @@ operator builds, so each check below is the kubelet's and the kernel's, not ours
 - a Template's `secretEnv` reaches the worker from a Secret;
 - /dev/shm is a memory tmpfs of `shmSizeInGb`, and the cgroup's memory limit is
   `memoryInGb`;
-- `podSecurity: baseline` gives the same image its own (root) user back.
+- `podSecurity: baseline` gives the same image its own (root) user back;
+- the flashboot DaemonSet's helpers run as a non-root uid, `busybox true` inside the
+  (root-user) worker image included.
 
 The probe worker is tests/workers/runpod_probe.py in localhost/lockgate-test/runpod-worker.
 """
@@ -34,10 +36,21 @@ SECRET = {
 }
 
 
+# The flashboot helpers, as hack/images.sh builds them (nothing can be pulled here).
+HELPERS = (
+    "operator.helperImages.busybox.repository=localhost/lockgate-test/busybox",
+    "operator.helperImages.busybox.tag=static",
+    "operator.helperImages.busybox.digest=",
+    "operator.helperImages.pause.repository=localhost/lockgate-test/pause",
+    "operator.helperImages.pause.tag=3.2",
+    "operator.helperImages.pause.digest=",
+)
+
+
 @pytest.fixture(scope="module")
 def release(node) -> Iterator[Release]:
     rel = Release(node)
-    rel.install()
+    rel.install(*(arg for value in HELPERS for arg in ("--set", value)))
     yield rel
     rel.helm("uninstall", rel.name, "-n", rel.namespace, "--wait")
 
@@ -104,3 +117,24 @@ def test_the_worker_memory_limit_is_memory_in_gb(restricted) -> None:
 def test_baseline_pod_security_runs_the_image_as_its_own_root_user(release: Release) -> None:
     jobs = probe_endpoint(release, "probe-root", podSecurity="baseline")
     assert probe(jobs)["uid"] == 0
+
+
+def test_flashboot_pre_pulls_with_non_root_helpers(release: Release) -> None:
+    meta = {"name": "probe-flash", "namespace": USER_NAMESPACE}
+    apply(release, {"apiVersion": "lockgate.dev/v1alpha1", "kind": "Template", "metadata": meta,
+                    "spec": {"image": IMAGE}})  # fmt: skip
+    apply(release, {"apiVersion": "lockgate.dev/v1alpha1", "kind": "Endpoint", "metadata": meta,
+                    "spec": {"templateId": "probe-flash", "computeType": "CPU", "vcpuCount": 1,
+                             "flashboot": True, "workersMax": 0}})  # fmt: skip
+    selector = "lockgate.dev/endpoint=probe-flash,app.kubernetes.io/component=flashboot"
+
+    def running_pod() -> dict[str, Any] | None:
+        pods = release.pods(selector, USER_NAMESPACE)
+        return next((p for p in pods if p["status"].get("phase") == "Running"), None)
+
+    pod = wait_until(running_pod, "the flashboot pod to run", timeout=180)
+    inits = pod["status"]["initContainerStatuses"]
+    assert [c["state"]["terminated"]["exitCode"] for c in inits] == [0, 0], inits
+    containers = pod["spec"]["initContainers"] + pod["spec"]["containers"]
+    assert all(c["securityContext"]["runAsUser"] == 10001 for c in containers)
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
