@@ -132,7 +132,11 @@ def test_flashboot_pre_pulls_with_non_root_helpers(release: Release) -> None:
         pods = release.pods(selector, USER_NAMESPACE)
         return next((p for p in pods if p["status"].get("phase") == "Running"), None)
 
-    pod = wait_until(running_pod, "the flashboot pod to run", timeout=180)
+    try:
+        pod = wait_until(running_pod, "the flashboot pod to run", timeout=180)
+    except AssertionError:
+        print(release.describe())
+        raise
     inits = pod["status"]["initContainerStatuses"]
     assert [c["state"]["terminated"]["exitCode"] for c in inits] == [0, 0], inits
     containers = pod["spec"]["initContainers"] + pod["spec"]["containers"]

@@ -591,7 +591,9 @@ def flashboot_daemonset(
         {
             "name": "copy-helper",
             "image": settings.flashboot_helper_image,
-            "command": ["cp", "/bin/busybox", "/lockgate-bin/busybox"],
+            # busybox calls its applets itself: the image needs no `cp` link (a scratch
+            # image holding only /bin/busybox works as well as Docker Hub's).
+            "command": ["/bin/busybox", "cp", "/bin/busybox", "/lockgate-bin/busybox"],
             "volumeMounts": [helper],
             "securityContext": helper_security_context(),
         },
