@@ -9,6 +9,7 @@
 #     archives/NAME.inputs   hash of what the image was built from (Dockerfile, context
 #                            files, build args, base or parent image, wheelhouse)
 #     base/rootfs.tar        Debian bookworm minbase + python3, made by mmdebstrap
+#     debs/                  downloaded .debs (busybox-static for the flashboot helper)
 #     wheels/                the wheelhouse pip installs from inside the builds (offline)
 #     build.log, wheels.log
 #
@@ -309,12 +310,39 @@ build_pause() {
   export_image "$image" pause "$hash"
 }
 
+# A static busybox (Debian's busybox-static) as /bin/busybox in a scratch image: the
+# flashboot helper (operator.helperImages.busybox), which copies it next to the worker image
+# and runs `busybox true` there. The .deb is downloaded, not installed.
+build_busybox() {
+  local image=localhost/lockgate-test/busybox:static hash c deb debs="$CACHE/debs"
+  mkdir -p "$debs"
+  if ! compgen -G "$debs/busybox-static_*.deb" >/dev/null; then
+    (cd "$debs" && run apt-get download busybox-static)
+  fi
+  deb=$(compgen -G "$debs/busybox-static_*.deb" | tail -n 1)
+  hash=$({ printf 'recipe %s\n' "$RECIPE"; sha256sum <"$deb"; } | sha)
+  LISTED+=("$image	$(archive busybox)")
+  if current busybox "$hash"; then
+    say "$image: up to date"
+    return 0
+  fi
+  say "$image: packing $(basename "$deb")…"
+  rm -rf "$CACHE/tmp/busybox"
+  run dpkg-deb -x "$deb" "$CACHE/tmp/busybox"
+  c=$(bah from --pull=never scratch)
+  run bah copy "$c" "$CACHE/tmp/busybox/bin/busybox" /bin/busybox
+  run bah config --entrypoint '["/bin/busybox"]' --cmd '' "$c"
+  run bah commit --rm --format docker "$c" "$image"
+  export_image "$image" busybox "$hash"
+}
+
 # Redis and pause first: they need no wheels, which may still be downloading.
 build_all() {
   local cpu="registry.example.com/lockgate/worker:$VERSION-cpu"
   build redis localhost/lockgate-test/redis:7 \
     "$REPO/tests/images/redis.Dockerfile" "$REPO/tests/images" "$BASE" "BASE_IMAGE=$BASE"
   build_pause
+  build_busybox
   build control-plane "registry.example.com/lockgate/control-plane:$VERSION" \
     "$REPO/images/control-plane.Dockerfile" "$REPO" "$BASE" "PYTHON_IMAGE=$BASE"
   build worker-cpu "$cpu" "$REPO/images/worker.Dockerfile" "$REPO" "$BASE" \

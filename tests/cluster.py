@@ -515,6 +515,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             "makeIPTablesUtilChains": False,
             "serializeImagePulls": False,
             "nodeStatusUpdateFrequency": "4s",
+            # A memory-backed emptyDir's tmpfs gets its sizeLimit as size (the default from
+            # 1.22 on; alpha, so off, in 1.20): worker pods' /dev/shm (tests/test_node_pods.py).
+            "featureGates": {"SizeMemoryBackedVolumes": True},
         }
         path = self._write("kubelet/config.json", json.dumps(config, indent=2))
         proc = self.env.spawn(

@@ -693,7 +693,9 @@ def test_cluster_scoped_names_carry_the_release_namespace(render_chart) -> None:
     cluster_scoped = [d for d in docs if d["kind"] in CLUSTER_SCOPED]
     assert {d["kind"] for d in cluster_scoped} == set(CLUSTER_SCOPED)
     for doc in cluster_scoped:
-        assert doc["metadata"]["name"] == "team-x-lockgate-operator"
+        hook = "helm.sh/hook" in (doc["metadata"].get("annotations") or {})
+        want = "team-x-lockgate-uninstall-cleanup" if hook else "team-x-lockgate-operator"
+        assert doc["metadata"]["name"] == want
     operator = by_kind(docs, "Deployment")["lockgate-operator"]["spec"]["template"]["spec"]
     assert env_of(operator["containers"][0])["LOCKGATE_PEERING_NAME"] == "team-x-lockgate-operator"
     namespaced = by_kind(
@@ -1246,3 +1248,57 @@ def test_helm_test_passes_only_when_the_gateway_is_ready_and_the_api_refuses_str
         args = [sys.executable, "-c", container["args"][0]]
         done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=30)
     assert (done.returncode == 0) is passes, done.stdout + done.stderr
+
+
+# -- worker pods: helper images and the grace cap (podspec) ---------------------------------
+
+
+def operator_env(render_chart, values: dict[str, Any] | None = None) -> dict[str, Any]:
+    operator = by_kind(render_chart(values), "Deployment")["lockgate-operator"]
+    return env_of(operator["spec"]["template"]["spec"]["containers"][0])
+
+
+def test_worker_grace_cap_defaults_to_the_cluster_autoscalers_600_s(render_chart) -> None:
+    assert operator_env(render_chart)["LOCKGATE_TERMINATION_GRACE_CAP_S"] == "600"
+
+
+def test_helper_images_are_pinned_by_digest_by_default(render_chart) -> None:
+    env = operator_env(render_chart)
+    for name in ("LOCKGATE_FLASHBOOT_HELPER_IMAGE", "LOCKGATE_PAUSE_IMAGE"):
+        assert "@sha256:" in env[name], env[name]
+    assert env["LOCKGATE_MODEL_FETCH_IMAGE"].startswith("curlimages/curl:8.8.0@sha256:")
+    assert env["LOCKGATE_HELPER_IMAGE_PULL_SECRETS"] == ""
+
+
+def test_helper_images_and_their_pull_secrets_reach_the_operator(render_chart) -> None:
+    digest = "sha256:" + "a" * 64
+    values = {
+        "operator": {
+            "helperImages": {
+                "busybox": {
+                    "repository": "mirror.example/busybox",
+                    "tag": "1.37",
+                    "digest": digest,
+                },
+                "pause": {"repository": "mirror.example/pause", "tag": "3.10", "digest": ""},
+                "curl": {"repository": "mirror.example/curl", "tag": "8.9.1", "digest": ""},
+                "pullSecrets": ["mirror-cred", "other"],
+            }
+        }
+    }
+    env = operator_env(render_chart, values)
+    assert env["LOCKGATE_FLASHBOOT_HELPER_IMAGE"] == f"mirror.example/busybox:1.37@{digest}"
+    assert env["LOCKGATE_PAUSE_IMAGE"] == "mirror.example/pause:3.10"
+    assert env["LOCKGATE_MODEL_FETCH_IMAGE"] == "mirror.example/curl:8.9.1"
+    assert env["LOCKGATE_HELPER_IMAGE_PULL_SECRETS"] == "mirror-cred,other"
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        {"repository": "busybox", "tag": "1", "digest": "latest"},
+        {"repository": "busybox", "tag": ""},
+    ],
+)
+def test_schema_refuses_a_helper_image_without_a_tag_or_with_a_bad_digest(image: dict) -> None:
+    assert errors({"operator": {"helperImages": {"busybox": image}}})

@@ -130,3 +130,25 @@ def test_crds_command_writes_one_file_per_crd(tmp_path: Path) -> None:
         "endpoints.lockgate.dev.yaml",
         "templates.lockgate.dev.yaml",
     ]
+
+
+def test_template_schema_checks_the_worker_pod_fields() -> None:
+    """Each pod field is typed to its end (a map's values too: nothing is pruned), and what
+    the apiserver can check it does: patterns, enums and bounds."""
+    props = spec_schema(crds.TEMPLATE)["properties"]
+    secret_ref = props["secretEnv"]["additionalProperties"]
+    assert (
+        secret_ref["required"] == ["name", "key"] and "pattern" in secret_ref["properties"]["name"]
+    )
+    assert props["podSecurity"]["enum"] == ["restricted", "baseline"]
+    assert props["runAsUser"]["minimum"] == 1 and props["runAsUser"]["default"] == 10001
+    toleration = props["tolerations"]["items"]["properties"]
+    assert toleration["effect"]["enum"] == ["", "NoSchedule", "PreferNoSchedule", "NoExecute"]
+    assert toleration["operator"]["enum"] == ["Exists", "Equal"]
+    for name in ("nodeSelector", "podLabels"):
+        assert "pattern" in props[name]["additionalProperties"], name
+    for name in ("imagePullSecrets", "envFromSecrets"):
+        assert "pattern" in props[name]["items"], name
+    for name in ("runtimeClassName", "priorityClassName"):
+        assert "pattern" in props[name], name
+    assert props["memoryInGb"]["type"] == props["shmSizeInGb"]["type"] == "number"

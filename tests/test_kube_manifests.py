@@ -133,8 +133,13 @@ def test_execution_timeout_sets_a_grace_period_that_lets_a_job_finish() -> None:
     assert pod({"executionTimeoutMs": 5_000})["terminationGracePeriodSeconds"] == 20
 
 
-def test_grace_period_is_capped() -> None:
-    assert pod({"executionTimeoutMs": 86_400_000})["terminationGracePeriodSeconds"] == 3600
+def test_grace_period_is_capped_at_the_cluster_autoscalers_600_s_by_default() -> None:
+    """cluster-autoscaler gives a pod it scales down at most --max-graceful-termination-sec
+    (600 s by default): a longer grace period would only mislead."""
+    assert pod({"executionTimeoutMs": 86_400_000})["terminationGracePeriodSeconds"] == 600
+    raised = SETTINGS.model_copy(update={"termination_grace_cap_s": 3600})
+    long = deployment({"executionTimeoutMs": 86_400_000}, settings=raised)
+    assert long["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 3600
 
 
 def test_flashboot_uses_pre_pulled_images() -> None:
@@ -252,20 +257,20 @@ def test_image_pull_secret_is_referenced_by_the_pods() -> None:
 def test_model_url_is_fetched_once_per_node_into_a_cache_mounted_read_only() -> None:
     url = "https://models.example/llama/model.gguf?download=1"
     spec = pod(template={"modelUrl": url})
-    (volume,) = spec["volumes"]
+    [volume] = [v for v in spec["volumes"] if v["name"] == "model-cache"]
     assert volume["hostPath"]["path"].startswith("/var/lib/lockgate/models/")
     (fetch,) = spec["initContainers"]
     assert {"name": "MODEL_URL", "value": url} in fetch["env"]
     assert "flock" in fetch["command"][-1]
-    mount = spec["containers"][0]["volumeMounts"][0]
+    [mount] = [m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "model-cache"]
     assert mount == {"name": "model-cache", "mountPath": "/lockgate/model", "readOnly": True}
     assert env(template={"modelUrl": url})["LOCKGATE_MODEL_PATH"] == "/lockgate/model/model.gguf"
 
 
 def test_same_model_url_shares_one_node_folder_across_endpoints() -> None:
     url = "https://models.example/m.bin"
-    a = pod(template={"modelUrl": url})["volumes"][0]
-    b = pod({"gpuCount": 4}, {"modelUrl": url})["volumes"][0]
+    a = pod(template={"modelUrl": url})["volumes"][-1]
+    b = pod({"gpuCount": 4}, {"modelUrl": url})["volumes"][-1]
     assert a == b
 
 
@@ -386,6 +391,19 @@ TEMPLATE_FIELDS: dict[str, Any] = {
     "containerDiskInGb": 50,
     "modelUrl": "https://models.example.test/tiny.bin",
     "imagePullSecret": "regcred",
+    "imagePullSecrets": ["regcred-2"],
+    "memoryInGb": 12,
+    "shmSizeInGb": 3,
+    "podSecurity": "baseline",
+    "runAsUser": 1000,
+    "secretEnv": {"HF_TOKEN": {"name": "hf", "key": "token"}},
+    "envFromSecrets": ["model-settings"],
+    "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ml"}],
+    "nodeSelector": {"pool": "ml"},
+    "runtimeClassName": "nvidia",
+    "priorityClassName": "inference",
+    "podLabels": {"team": "ml"},
+    "podAnnotations": {"example.com/owner": "ml"},
 }
 
 
@@ -431,3 +449,241 @@ def test_runpod_fitness_checks_are_off_unless_the_template_turns_them_on() -> No
     assert env()["RUNPOD_SKIP_AUTO_SYSTEM_CHECKS"] == "true"
     on = env(template={"env": {"RUNPOD_SKIP_AUTO_SYSTEM_CHECKS": "false"}})
     assert on["RUNPOD_SKIP_AUTO_SYSTEM_CHECKS"] == "false"
+
+
+# -- complete worker pods (issue 12, item 7) ------------------------------------------------
+
+# Volume types Pod Security `restricted` allows (kubernetes.io/docs/concepts/security/
+# pod-security-standards, "Volume Types").
+RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral"}
+RESTRICTED_VOLUMES |= {"persistentVolumeClaim", "projected", "secret"}
+
+
+def restricted_violations(pod_spec: dict) -> list[str]:
+    """What Pod Security `restricted` (v1.20+ rules) would refuse in a pod spec."""
+    out = []
+    pod_ctx = pod_spec.get("securityContext", {})
+    for volume in pod_spec.get("volumes", []):
+        kinds = set(volume) - {"name"}
+        if not kinds <= RESTRICTED_VOLUMES:
+            out.append(f"volume {volume['name']}: {kinds}")
+    containers = pod_spec["containers"] + pod_spec.get("initContainers", [])
+    for c in containers:
+        ctx = c.get("securityContext", {})
+        name = c["name"]
+        if not ctx.get("runAsNonRoot", pod_ctx.get("runAsNonRoot")):
+            out.append(f"{name}: runAsNonRoot")
+        if ctx.get("runAsUser", pod_ctx.get("runAsUser")) == 0:
+            out.append(f"{name}: runAsUser 0")
+        if ctx.get("allowPrivilegeEscalation") is not False:
+            out.append(f"{name}: allowPrivilegeEscalation")
+        if ctx.get("capabilities", {}).get("drop") != ["ALL"]:
+            out.append(f"{name}: capabilities")
+        seccomp = ctx.get("seccompProfile", pod_ctx.get("seccompProfile", {}))
+        if seccomp.get("type") not in ("RuntimeDefault", "Localhost"):
+            out.append(f"{name}: seccomp")
+        if ctx.get("privileged"):
+            out.append(f"{name}: privileged")
+    return out
+
+
+@pytest.mark.parametrize("spec", [{}, {"computeType": "CPU"}, {"gpuCount": 4, "flashboot": True}])
+def test_worker_pods_pass_pod_security_restricted_by_default(spec: dict) -> None:
+    pod_spec = pod(spec)
+    assert restricted_violations(pod_spec) == []
+    assert pod_spec["securityContext"]["runAsUser"] == 10001
+    assert pod_spec["securityContext"]["runAsNonRoot"] is True
+
+
+def test_run_as_user_sets_the_workers_uid() -> None:
+    ctx = pod(template={"runAsUser": 1000})["securityContext"]
+    assert ctx["runAsUser"] == ctx["runAsGroup"] == ctx["fsGroup"] == 1000
+
+
+def test_baseline_pod_security_keeps_the_images_own_user() -> None:
+    pod_spec = pod(template={"podSecurity": "baseline"})
+    assert pod_spec["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+    ctx = pod_spec["containers"][0]["securityContext"]
+    assert "runAsNonRoot" not in ctx and ctx["privileged"] is False
+
+
+def test_a_model_url_needs_a_privileged_namespace_only_for_its_host_path() -> None:
+    """The model cache is a node folder (hostPath, root-owned): the fetch runs as root but
+    with no capability and no privilege escalation; the worker stays restricted."""
+    pod_spec = pod(template={"modelUrl": "https://models.example.test/m.bin"})
+    violations = restricted_violations(pod_spec)
+    assert "volume model-cache: {'hostPath'}" in violations
+    assert set(violations) <= {
+        "volume model-cache: {'hostPath'}",
+        "fetch-model: runAsNonRoot",
+        "fetch-model: runAsUser 0",
+    }, violations
+
+
+def test_memory_is_requested_and_limited_from_memory_in_gb() -> None:
+    res = worker(template={"memoryInGb": 0.5})["resources"]
+    assert res["requests"]["memory"] == res["limits"]["memory"] == "512Mi"
+
+
+@pytest.mark.parametrize(
+    ("spec", "memory"),
+    [
+        ({"computeType": "CPU", "vcpuCount": 1}, "2048Mi"),
+        ({"computeType": "CPU", "vcpuCount": 8}, "16384Mi"),
+        ({"gpuCount": 1, "vcpuCount": 4}, "16384Mi"),
+        ({"gpuCount": 4, "vcpuCount": 8}, "65536Mi"),
+        ({"gpuCount": 1, "vcpuCount": 16}, "32768Mi"),
+        ({"computeType": "CPU", "vcpuCount": 2}, "4096Mi"),
+    ],
+)
+def test_default_memory_fits_the_vcpu_and_gpu_count(spec: dict, memory: str) -> None:
+    res = worker(spec)["resources"]
+    assert res["requests"]["memory"] == res["limits"]["memory"] == memory
+
+
+def test_dev_shm_is_a_sized_memory_backed_empty_dir() -> None:
+    pod_spec = pod({"computeType": "CPU", "vcpuCount": 2}, {"shmSizeInGb": 1.5})
+    [shm] = [v for v in pod_spec["volumes"] if v["name"] == "shm"]
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "1536Mi"}
+    mounts = pod_spec["containers"][0]["volumeMounts"]
+    assert {"name": "shm", "mountPath": "/dev/shm"} in mounts
+
+
+def test_dev_shm_defaults_to_half_the_memory() -> None:
+    [shm] = [v for v in pod({"gpuCount": 2}, {})["volumes"] if v["name"] == "shm"]
+    assert shm["emptyDir"]["sizeLimit"] == "16384Mi"
+
+
+def test_secret_env_becomes_secret_key_refs_and_never_plain_values() -> None:
+    ref = {"name": "hf", "key": "token"}
+    container = worker(template={"secretEnv": {"HF_TOKEN": ref}, "envFromSecrets": ["s3"]})
+    [var] = [e for e in container["env"] if e["name"] == "HF_TOKEN"]
+    assert var == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": ref}}
+    assert container["envFrom"] == [{"secretRef": {"name": "s3"}}]
+
+
+def test_secret_env_cannot_replace_the_worker_contract() -> None:
+    ref = {"name": "mine", "key": "k"}
+    values = env(template={"secretEnv": {"RUNPOD_ENDPOINT_ID": ref}})
+    assert values["RUNPOD_ENDPOINT_ID"] == "ep1"
+
+
+@pytest.mark.parametrize(
+    ("template", "complaint"),
+    [
+        ({"env": {"A": "1"}, "secretEnv": {"A": {"name": "s", "key": "k"}}}, "both env"),
+        ({"secretEnv": {"1 BAD": {"name": "s", "key": "k"}}}, "environment variable"),
+        ({"secretEnv": {"A": {"name": "Not_A_Name", "key": "k"}}}, "pattern"),
+        ({"envFromSecrets": ["UPPER"]}, "pattern"),
+        ({"imagePullSecrets": ["a b"]}, "pattern"),
+        ({"nodeSelector": {"pool": "not valid"}}, "pattern"),
+        ({"nodeSelector": {"-bad": "x"}}, "not a valid key"),
+        ({"podLabels": {"lockgate.dev/endpoint": "x"}}, "operator only"),
+        ({"podAnnotations": {"lockgate.dev/template": "x"}}, "operator only"),
+        ({"podLabels": {"a": "x" * 64}}, "at most 63"),
+        ({"runtimeClassName": "Nvidia"}, "pattern"),
+        ({"priorityClassName": "high priority"}, "pattern"),
+        ({"tolerations": [{"operator": "Exists", "value": "x"}]}, "takes no value"),
+        ({"tolerations": [{"value": "x"}]}, "without a key"),
+        ({"tolerations": [{"key": "a", "effect": "Sometimes"}]}, "NoSchedule"),
+        ({"memoryInGb": -1}, "greater than or equal"),
+        ({"runAsUser": 0}, "greater than or equal to 1"),
+        ({"podSecurity": "privileged"}, "restricted"),
+    ],
+)
+def test_template_pod_fields_are_refused_with_a_clear_error(template: dict, complaint: str) -> None:
+    with pytest.raises(ValueError, match=complaint):
+        TemplateSpec(image="img:1", **template)
+
+
+def test_template_tolerations_are_added_to_the_gpu_taints() -> None:
+    extra = {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}
+    tol = pod({"gpuCount": 1}, {"tolerations": [extra, {"operator": "Exists"}]})["tolerations"]
+    assert tol == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        extra,
+        {"operator": "Exists"},
+    ]
+
+
+def test_node_selector_runtime_and_priority_class_reach_the_pod() -> None:
+    template = {
+        "nodeSelector": {"cloud.example.com/pool": "gpu-a"},
+        "runtimeClassName": "nvidia",
+        "priorityClassName": "inference",
+    }
+    pod_spec = pod({}, template)
+    assert pod_spec["nodeSelector"] == {"cloud.example.com/pool": "gpu-a"}
+    assert pod_spec["runtimeClassName"] == "nvidia"
+    assert pod_spec["priorityClassName"] == "inference"
+
+
+def test_image_pull_secrets_keep_the_single_field_and_add_the_list() -> None:
+    template = {"imagePullSecret": "a", "imagePullSecrets": ["b", "a", "c"]}
+    assert pod({}, template)["imagePullSecrets"] == [{"name": "a"}, {"name": "b"}, {"name": "c"}]
+    assert "imagePullSecrets" not in pod()
+
+
+def test_pod_labels_and_annotations_are_added_but_ours_win() -> None:
+    template = {
+        "podLabels": {"team": "ml", "app.kubernetes.io/component": "mine"},
+        "podAnnotations": {"example.com/owner": "ml"},
+    }
+    meta = deployment({}, template)["spec"]["template"]["metadata"]
+    assert meta["labels"]["team"] == "ml"
+    assert meta["labels"]["app.kubernetes.io/component"] == "worker", "the selector stays"
+    assert meta["annotations"]["example.com/owner"] == "ml"
+    assert meta["annotations"]["lockgate.dev/template"] == "tpl"
+
+
+# -- flashboot helpers (issue 12, item 11) -------------------------------------------------
+
+
+def flashboot(template: dict | None = None, settings: OperatorSettings = SETTINGS) -> dict:
+    t = TemplateSpec(**{"image": "img:1", **(template or {})})
+    ds = manifests.flashboot_daemonset(OWNER, EndpointSpec(flashboot=True), t, settings)
+    return ds["spec"]["template"]["spec"]
+
+
+def test_flashboot_pods_pass_pod_security_restricted() -> None:
+    pod_spec = flashboot()
+    assert restricted_violations(pod_spec) == []
+    for c in pod_spec["initContainers"] + pod_spec["containers"]:
+        assert c["securityContext"]["runAsUser"] == manifests.HELPER_UID
+
+
+def test_flashboot_uses_the_helper_images_and_their_pull_secrets() -> None:
+    settings = SETTINGS.model_copy(
+        update={
+            "flashboot_helper_image": "mirror/busybox:1@sha256:" + "b" * 64,
+            "pause_image": "mirror/pause:3",
+            "helper_image_pull_secrets": ["mirror-cred"],
+        }
+    )
+    pod_spec = flashboot({"imagePullSecret": "regcred"}, settings)
+    assert pod_spec["initContainers"][0]["image"] == "mirror/busybox:1@sha256:" + "b" * 64
+    assert pod_spec["containers"][0]["image"] == "mirror/pause:3"
+    assert pod_spec["imagePullSecrets"] == [{"name": "regcred"}, {"name": "mirror-cred"}]
+
+
+def test_helper_pull_secrets_reach_workers_only_when_they_fetch_a_model() -> None:
+    settings = SETTINGS.model_copy(update={"helper_image_pull_secrets": ["mirror-cred"]})
+    url = {"modelUrl": "https://models.example.test/m.bin"}
+    fetching = deployment({}, url, settings=settings)["spec"]["template"]["spec"]
+    assert fetching["imagePullSecrets"] == [{"name": "mirror-cred"}]
+    plain = deployment({}, {}, settings=settings)["spec"]["template"]["spec"]
+    assert "imagePullSecrets" not in plain
+
+
+def test_helper_pull_secrets_setting_reads_a_comma_separated_list(monkeypatch) -> None:
+    monkeypatch.setenv("LOCKGATE_HELPER_IMAGE_PULL_SECRETS", "a, b,")
+    assert OperatorSettings().helper_image_pull_secrets == ["a", "b"]
+
+
+def test_a_pod_annotation_removed_from_the_template_leaves_the_pods() -> None:
+    before = deployment({}, {"podAnnotations": {"example.com/a": "1", "example.com/b": "2"}})
+    before["spec"]["template"]["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"] = "t"
+    after = manifests.updated(before, deployment({}, {"podAnnotations": {"example.com/b": "2"}}))
+    annotations = after["spec"]["template"]["metadata"]["annotations"]
+    assert "example.com/a" not in annotations and annotations["example.com/b"] == "2"
+    assert annotations["kubectl.kubernetes.io/restartedAt"] == "t", "other tools' stay"

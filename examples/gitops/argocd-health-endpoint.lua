@@ -33,13 +33,12 @@ if generation ~= nil and (status.observedGeneration == nil or status.observedGen
 end
 
 local ready = condition(status, "Ready")
-if status.phase == "Ready" then
-  local metrics = condition(status, "MetricsAvailable")
-  if metrics ~= nil and metrics.status == "False" then
-    hs.status = "Degraded"
-    hs.message = "Scaler cannot read metrics: " .. say(metrics, metrics.reason or "")
-    return hs
-  end
+local metrics = condition(status, "MetricsAvailable")
+if status.phase == "Degraded" or (status.phase == "Ready" and metrics ~= nil and metrics.status == "False") then
+  -- Degraded: it would be Ready, but the scaler cannot read the gateway's metrics
+  hs.status = "Degraded"
+  hs.message = "Scaler cannot read metrics: " .. say(metrics, (metrics and metrics.reason) or "")
+elseif status.phase == "Ready" then
   hs.status = "Healthy"
   hs.message = say(ready, "Ready")
 elseif status.phase == "Failed" then

@@ -447,3 +447,9 @@ Service's `worker` port when gateway.workerPort is set, else the job API's URL. 
   resources: [endpoints]
   verbs: [get, list, create, patch, delete]
 {{- end }}
+
+{{/* A helper image of the operator's (operator.helperImages.*): `repository:tag@digest`,
+or `repository:tag` without a digest. */}}
+{{- define "lockgate.helperImage" -}}
+{{- printf "%s:%s" .repository (toString .tag) }}{{ with .digest }}@{{ . }}{{ end }}
+{{- end }}

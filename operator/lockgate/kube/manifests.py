@@ -28,6 +28,7 @@ from lockgate.kube.crds import API_VERSION, ENDPOINT
 from lockgate.kube.placement import GPU_TYPE_ANNOTATION
 from lockgate.kube.settings import OperatorSettings
 from lockgate.models import ComputeType, EndpointSpec, TemplateSpec
+from lockgate.models.podfields import PodSecurity
 from lockgate.workerenv import WORKER_DEFAULTS, worker_env, worker_id_env
 
 Obj = dict[str, Any]
@@ -39,12 +40,23 @@ KEY_ANNOTATION = "lockgate.dev/worker-key"
 # The worker key's full SHA-256 on the worker Deployment: the operator reads no Secret, so
 # this (and the Redis registry) is where it finds the key's digest again.
 KEY_DIGEST_ANNOTATION = "lockgate.dev/worker-key-digest"
+
+# The pod annotations a Template set (comma-separated keys): removed from the Template, they
+# are removed from the pods too, while annotations other tools added stay.
+POD_ANNOTATIONS_ANNOTATION = "lockgate.dev/template-annotations"
 SERVING_CONDITION = "lockgate.dev/Serving"  # a worker pod's readiness gate (the scaler's)
 SECRET_KEY = "RUNPOD_AI_API_KEY"  # the Secret's data key holding the worker key
 WORKER_CONTAINER = "worker"
 MODEL_DIR = "/lockgate/model"  # where workers see the model cache (read-only)
 SHUTDOWN_MARGIN_S = 15  # after a job's timeout: time to report the result and exit
 KEY_VARIABLES = ("RUNPOD_AI_API_KEY", "LOCKGATE_WORKER_KEY")
+SHM_DIR = "/dev/shm"
+# Default memory of a worker, GiB: RunPod's compute-optimised CPU ratio (2 per vCPU), and on
+# GPU endpoints at least as much host memory per GPU as a 16 GB card holds (models are
+# loaded through host memory).
+MEMORY_PER_VCPU_GIB = 2
+MEMORY_PER_GPU_GIB = 16
+HELPER_UID = 10001  # the flashboot helpers' non-root user (any image runs `busybox true` so)
 # `lockgate.dev/scaler: external` on an Endpoint hands its worker count to another scaler
 # (KEDA, an HPA): the operator's scaler then leaves the Deployment's replicas alone.
 SCALER_ANNOTATION = "lockgate.dev/scaler"
@@ -153,7 +165,10 @@ def updated(existing: Obj, desired: Obj) -> Obj:
     if "template" in out.get("spec", {}):
         old = (old_spec.get("template") or {}).get("metadata") or {}
         tpl = out["spec"]["template"].setdefault("metadata", {})
-        tpl["annotations"] = {**_theirs(old.get("annotations")), **tpl.get("annotations", {})}
+        theirs = _theirs(old.get("annotations"))
+        for key in (old.get("annotations") or {}).get(POD_ANNOTATIONS_ANNOTATION, "").split(","):
+            theirs.pop(key, None)
+        tpl["annotations"] = {**theirs, **tpl.get("annotations", {})}
     return out
 
 
@@ -189,8 +204,9 @@ def container_env(
     endpoint_id: str, spec: EndpointSpec, template: TemplateSpec, settings: OperatorSettings
 ) -> list[Obj]:
     """The worker contract first (so the Template may refer to it as `$(VAR)`), then the
-    Template's variables, then `WORKER_DEFAULTS` the Template did not set. The contract
-    wins: a Template cannot redefine its names."""
+    Template's variables (`env`, then `secretEnv` as `secretKeyRef`s), then
+    `WORKER_DEFAULTS` the Template did not set. The contract wins: a Template cannot
+    redefine its names (nor can `envFromSecrets`: Kubernetes lets `env` win over `envFrom`)."""
     env: list[Obj] = [
         {"name": name, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
         for name in worker_id_env("")
@@ -208,7 +224,12 @@ def container_env(
     env += [{"name": k, "value": v} for k, v in extra.items()]
     reserved = {e["name"] for e in env}
     env += [{"name": k, "value": v} for k, v in template.env.items() if k not in reserved]
-    given = reserved | set(template.env)
+    env += [
+        {"name": k, "valueFrom": {"secretKeyRef": ref.model_dump()}}
+        for k, ref in template.secretEnv.items()
+        if k not in reserved
+    ]
+    given = reserved | set(template.env) | set(template.secretEnv)
     env += [{"name": k, "value": v} for k, v in WORKER_DEFAULTS.items() if k not in given]
     return env
 
@@ -302,8 +323,29 @@ def tolerations(spec: EndpointSpec, settings: OperatorSettings) -> list[Obj]:
     return [{"key": settings.gpu_resource, "operator": "Exists", "effect": "NoSchedule"}]
 
 
+def memory_gib(spec: EndpointSpec, template: TemplateSpec) -> float:
+    """A worker's memory: `memoryInGb`, else 2 GiB per vCPU, and 16 per GPU if more."""
+    if template.memoryInGb:
+        return template.memoryInGb
+    gpus = spec.gpuCount if spec.computeType == ComputeType.GPU else 0
+    return max(MEMORY_PER_VCPU_GIB * spec.vcpuCount, MEMORY_PER_GPU_GIB * gpus)
+
+
+def shm_gib(spec: EndpointSpec, template: TemplateSpec) -> float:
+    """The size of `/dev/shm`: `shmSizeInGb`, else half the memory (it counts against it)."""
+    return template.shmSizeInGb or memory_gib(spec, template) / 2
+
+
+def mebibytes(gib: float) -> str:
+    """GiB as a Kubernetes quantity in whole MiB (`0.5` → `512Mi`)."""
+    return f"{max(1, round(gib * 1024))}Mi"
+
+
 def resources(spec: EndpointSpec, template: TemplateSpec, settings: OperatorSettings) -> Obj:
-    """GPUs, vCPUs and the container disk (as ephemeral storage) of one worker.
+    """GPUs, vCPUs, memory and the container disk (as ephemeral storage) of one worker.
+
+    Memory is requested and limited alike (`memory_gib`): a worker is never the first to be
+    evicted for using what it asked for, and an overrun is an OOM kill of this worker only.
 
     CPU workers get `vcpuCount` as limit, as a CPU flavor would, and request
     `vcpuCount times cpu_request_ratio` (1 by default; less packs more workers on a node);
@@ -313,8 +355,9 @@ def resources(spec: EndpointSpec, template: TemplateSpec, settings: OperatorSett
     cpu = str(spec.vcpuCount)
     if spec.computeType == ComputeType.CPU and settings.cpu_request_ratio < 1:
         cpu = f"{max(1, round(spec.vcpuCount * settings.cpu_request_ratio * 1000))}m"
-    requests = {"cpu": cpu, "ephemeral-storage": disk}
-    limits = {"ephemeral-storage": disk}
+    memory = mebibytes(memory_gib(spec, template))
+    requests = {"cpu": cpu, "memory": memory, "ephemeral-storage": disk}
+    limits = {"memory": memory, "ephemeral-storage": disk}
     if spec.computeType == ComputeType.CPU:
         limits["cpu"] = str(spec.vcpuCount)
     elif spec.gpuCount > 0:
@@ -335,6 +378,34 @@ def container_ports(ports: list[str]) -> list[Obj]:
         number, kind = port.split("/")
         out.append({"name": f"{kind}-{number}", "containerPort": int(number), "protocol": "TCP"})
     return out
+
+
+# -- security ------------------------------------------------------------------------------
+
+SECCOMP = {"seccompProfile": {"type": "RuntimeDefault"}}
+LOCKED = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+def pod_security_context(template: TemplateSpec) -> Obj:
+    """Pod-level: `restricted` runs as a fixed non-root uid (the kubelet refuses to start a
+    container as root); `baseline` keeps the image's own user and only sets seccomp."""
+    if template.podSecurity == PodSecurity.BASELINE:
+        return dict(SECCOMP)
+    uid = template.runAsUser
+    return {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": uid, "fsGroup": uid, **SECCOMP}
+
+
+def container_security_context(template: TemplateSpec) -> Obj:
+    """Container-level: no privilege escalation and no capabilities under `restricted`;
+    `baseline` keeps the runtime's default capabilities (root images may need them)."""
+    if template.podSecurity == PodSecurity.BASELINE:
+        return {"privileged": False, **SECCOMP}
+    return {"runAsNonRoot": True, **LOCKED, **SECCOMP}
+
+
+def helper_security_context() -> Obj:
+    """The flashboot helpers: `restricted`, as a non-root uid that any image can run as."""
+    return {"runAsNonRoot": True, "runAsUser": HELPER_UID, "runAsGroup": HELPER_UID, **LOCKED}
 
 
 # -- model cache ---------------------------------------------------------------------------
@@ -385,12 +456,24 @@ def model_fetch_container(template: TemplateSpec, settings: OperatorSettings) ->
             {"name": "MODEL_FILE", "value": _model_file(template.modelUrl)},
         ],
         "volumeMounts": [{"name": "model-cache", "mountPath": "/cache"}],
-        # The kubelet creates the node folder as root; the download must be able to write.
-        "securityContext": {"runAsUser": 0},
+        # The kubelet creates the node folder as root; the download must be able to write,
+        # and root needs no capability to write what root owns. The hostPath volume is what
+        # makes a modelUrl pod `privileged` under Pod Security (docs/security.md).
+        "securityContext": {"runAsUser": 0, "runAsNonRoot": False, **LOCKED, **SECCOMP},
     }
 
 
 # -- workloads -----------------------------------------------------------------------------
+
+
+def pull_secrets(template: TemplateSpec, settings: OperatorSettings, *, helpers: bool) -> Obj:
+    """`imagePullSecrets`: the Template's (`imagePullSecret` then `imagePullSecrets`), and
+    the helper images' from the settings when the pod runs a helper image."""
+    names = [template.imagePullSecret, *template.imagePullSecrets]
+    if helpers:
+        names += settings.helper_image_pull_secrets
+    unique = [n for n in dict.fromkeys(names) if n]
+    return {"imagePullSecrets": [{"name": n} for n in unique]} if unique else {}
 
 
 def _placement(
@@ -401,15 +484,17 @@ def _placement(
     *,
     gpu_node: bool = False,
 ) -> Obj:
-    """Pod spec fields shared by workers and the flashboot DaemonSet."""
+    """Pod spec fields shared by workers and the flashboot DaemonSet: where they may run."""
     pod: Obj = {}
     node_affinity = affinity(spec, settings, gpu_types, gpu_node=gpu_node)
     if node_affinity:
         pod["affinity"] = node_affinity
-    if tol := tolerations(spec, settings):
+    tol = tolerations(spec, settings)
+    tol += [t.manifest() for t in template.tolerations if t.manifest() not in tol]
+    if tol:
         pod["tolerations"] = tol
-    if template.imagePullSecret:
-        pod["imagePullSecrets"] = [{"name": template.imagePullSecret}]
+    if template.nodeSelector:
+        pod["nodeSelector"] = dict(template.nodeSelector)
     return pod
 
 
@@ -425,9 +510,13 @@ def worker_container(
     if template.ports:
         container["ports"] = container_ports(template.ports)
     container["resources"] = resources(spec, template, settings)
+    if template.envFromSecrets:
+        container["envFrom"] = [{"secretRef": {"name": n}} for n in template.envFromSecrets]
+    mounts = [{"name": "shm", "mountPath": SHM_DIR}]
     if template.modelUrl:
-        mount = {"name": "model-cache", "mountPath": MODEL_DIR, "readOnly": True}
-        container["volumeMounts"] = [mount]
+        mounts.append({"name": "model-cache", "mountPath": MODEL_DIR, "readOnly": True})
+    container["volumeMounts"] = mounts
+    container["securityContext"] = container_security_context(template)
     if spec.flashboot:
         container["imagePullPolicy"] = "IfNotPresent"  # use the pre-pulled image, even :latest
     return container
@@ -447,26 +536,46 @@ def worker_pod_template(
     pod: Obj = {
         "containers": [worker_container(owner.name, spec, template, settings)],
         **_placement(spec, template, settings, gpu_types),
+        **pull_secrets(template, settings, helpers=bool(template.modelUrl)),
+        "securityContext": pod_security_context(template),
         "terminationGracePeriodSeconds": termination_grace_s(spec, settings),
         "automountServiceAccountToken": False,  # workers talk to the gateway, not to the API
         "enableServiceLinks": False,
     }
+    if template.runtimeClassName:
+        pod["runtimeClassName"] = template.runtimeClassName
+    if template.priorityClassName:
+        pod["priorityClassName"] = template.priorityClassName
     if settings.scale_interval_s:
         # Ready only while the scaler keeps the pod in service: it takes a pod out (False)
         # before shrinking, and a ReplicaSet removes pods that are not Ready first, so the
         # pod removed is an idle one on every Kubernetes (pod-deletion-cost needs >= 1.22).
         pod["readinessGates"] = [{"conditionType": SERVING_CONDITION}]
+    # /dev/shm in memory, sized (a container runtime's default is 64 MiB, too small for
+    # PyTorch data loaders and NCCL); it counts against the memory limit.
+    pod["volumes"] = [shm_volume(spec, template)]
     if template.modelUrl:
         pod["initContainers"] = [model_fetch_container(template, settings)]
-        pod["volumes"] = [model_cache_volume(template, settings)]
+        pod["volumes"].append(model_cache_volume(template, settings))
     # A new worker key (its Secret was deleted) must reach running workers: roll them.
-    annotations = {TEMPLATE_ANNOTATION: template_name, KEY_ANNOTATION: key_revision[:12]}
+    ours = {TEMPLATE_ANNOTATION: template_name, KEY_ANNOTATION: key_revision[:12]}
     if gpu_types:  # which type the pod requires: kube.placement reads it back
-        annotations[GPU_TYPE_ANNOTATION] = gpu_types[0]
+        ours[GPU_TYPE_ANNOTATION] = gpu_types[0]
+    if template.podAnnotations:
+        ours[POD_ANNOTATIONS_ANNOTATION] = ",".join(sorted(template.podAnnotations))
     return {
-        "metadata": {"labels": labels(owner.name, "worker"), "annotations": annotations},
+        "metadata": {
+            "labels": {**template.podLabels, **labels(owner.name, "worker")},
+            "annotations": {**template.podAnnotations, **ours},
+        },
         "spec": pod,
     }
+
+
+def shm_volume(spec: EndpointSpec, template: TemplateSpec) -> Obj:
+    """A memory-backed emptyDir for /dev/shm, limited to `shm_gib`."""
+    size = mebibytes(shm_gib(spec, template))
+    return {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": size}}
 
 
 def scaling_annotations(spec: EndpointSpec) -> dict[str, str]:
@@ -539,8 +648,11 @@ def flashboot_daemonset(
         {
             "name": "copy-helper",
             "image": settings.flashboot_helper_image,
-            "command": ["cp", "/bin/busybox", "/lockgate-bin/busybox"],
+            # busybox calls its applets itself: the image needs no `cp` link (a scratch
+            # image holding only /bin/busybox works as well as Docker Hub's).
+            "command": ["/bin/busybox", "cp", "/bin/busybox", "/lockgate-bin/busybox"],
             "volumeMounts": [helper],
+            "securityContext": helper_security_context(),
         },
         {
             "name": "pull-worker-image",
@@ -548,6 +660,7 @@ def flashboot_daemonset(
             "imagePullPolicy": "IfNotPresent",
             "command": ["/lockgate-bin/busybox", "true"],
             "volumeMounts": [helper],
+            "securityContext": helper_security_context(),
         },
     ]
     volumes: list[Obj] = [{"name": "lockgate-bin", "emptyDir": {}}]
@@ -558,12 +671,16 @@ def flashboot_daemonset(
         "name": "pause",
         "image": settings.pause_image,
         "resources": {"requests": {"cpu": "1m", "memory": "8Mi"}, "limits": {"memory": "32Mi"}},
+        "securityContext": helper_security_context(),
     }
     pod = {
         "initContainers": init,
         "containers": [pause],
         "volumes": volumes,
         **_placement(spec, template, settings, list(spec.gpuTypeIds), gpu_node=True),
+        **pull_secrets(template, settings, helpers=True),
+        # restricted, but for the model fetch (root, hostPath) when there is a modelUrl
+        "securityContext": {"runAsNonRoot": True, **SECCOMP},
         "terminationGracePeriodSeconds": 1,
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,

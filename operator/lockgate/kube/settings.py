@@ -86,21 +86,34 @@ class OperatorSettings(BaseSettings):
     cpu_request_ratio: float = Field(
         1.0, gt=0, le=1, description="CPU workers request vcpuCount times this (limit: vcpuCount)"
     )
+    # 600 s: cluster-autoscaler's --max-graceful-termination-sec default; an autoscaler
+    # scale-down gives a pod no more than that, whatever its grace period says.
     termination_grace_cap_s: int = Field(
-        3600, ge=30, description="longest a stopping worker may take to finish its job"
+        600, ge=30, description="longest a stopping worker may take to finish its job"
     )
 
     # Model cache and flashboot helpers.
     model_cache_path: str = Field(
         "/var/lib/lockgate/models", description="node folder holding downloaded models"
     )
-    model_fetch_image: str = "curlimages/curl:8.8.0"
-    flashboot_helper_image: str = Field(
-        "busybox:1.36-musl", description="static busybox: runs `true` inside any worker image"
+    # Pinned as the chart pins them (operator.helperImages).
+    model_fetch_image: str = (
+        "curlimages/curl:8.8.0"
+        "@sha256:73e4d532ea62d7505c5865b517d3704966ffe916609bedc22af6833dc9969bcd"
     )
-    pause_image: str = "registry.k8s.io/pause:3.9"
+    flashboot_helper_image: str = Field(
+        "busybox:1.36-musl@sha256:3c6ae8008e2c2eedd141725c30b20d9c36b026eb796688f88205845ef17aa213",
+        description="static busybox: runs `true` inside any worker image",
+    )
+    pause_image: str = (
+        "registry.k8s.io/pause:3.9"
+        "@sha256:7031c1b283388d2c2e09b57badb803c05ebed362dc88d84b480cc47f72a21097"
+    )
+    helper_image_pull_secrets: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="comma-separated Secret names for the helper images"
+    )
 
-    @field_validator("namespaces", mode="before")
+    @field_validator("namespaces", "helper_image_pull_secrets", mode="before")
     @classmethod
     def _split(cls, value: object) -> object:
         if isinstance(value, str):

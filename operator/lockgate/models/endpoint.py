@@ -7,6 +7,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from lockgate.models import podfields
 from lockgate.models.jobs import (
     EXECUTION_TIMEOUT_DEFAULT_MS,
     EXECUTION_TIMEOUT_MIN_MS,
@@ -129,3 +130,51 @@ class TemplateSpec(BaseModel):
         "", pattern=r"^(https?://\S+)?$", description="downloaded once per node, mounted read-only"
     )
     imagePullSecret: str = Field("", description="name of a docker-registry Secret")
+    # -- the pod around the worker (docs/endpoint-reference.md, "Worker pods")
+    imagePullSecrets: list[podfields.Name] = Field(
+        default_factory=list, max_length=32, description="more docker-registry Secret names"
+    )
+    memoryInGb: float = Field(
+        0, ge=0, le=4096, description="GiB of memory (request = limit); 0: 2 per vCPU, 16 per GPU"
+    )
+    shmSizeInGb: float = Field(
+        0, ge=0, le=4096, description="GiB of /dev/shm (in memory); 0: half of memoryInGb"
+    )
+    podSecurity: podfields.PodSecurity = Field(
+        podfields.PodSecurity.RESTRICTED,
+        description="Pod Security Standard the pod passes; baseline: the image's user, root too",
+    )
+    runAsUser: int = Field(
+        10001, ge=1, le=2147483647, description="uid of the worker (restricted; baseline: image's)"
+    )
+    secretEnv: podfields.SecretEnv = Field(
+        default_factory=dict, description="variables read from Secret keys: {NAME: {name, key}}"
+    )
+    envFromSecrets: list[podfields.Name] = Field(
+        default_factory=list, max_length=32, description="Secrets whose every key is a variable"
+    )
+    tolerations: list[podfields.Toleration] = Field(
+        default_factory=list, max_length=32, description="added to the GPU taint's toleration"
+    )
+    nodeSelector: podfields.Labels = Field(
+        default_factory=dict, description="node labels a worker's node must have"
+    )
+    runtimeClassName: str = Field(
+        "", max_length=253, pattern=r"^$|" + podfields.DNS_SUBDOMAIN, description="e.g. nvidia"
+    )
+    priorityClassName: str = Field(
+        "", max_length=253, pattern=r"^$|" + podfields.DNS_SUBDOMAIN, description="pod priority"
+    )
+    podLabels: podfields.Labels = Field(
+        default_factory=dict, description="extra worker pod labels (lockgate's own win)"
+    )
+    podAnnotations: podfields.Annotations = Field(
+        default_factory=dict, description="extra worker pod annotations (lockgate's own win)"
+    )
+
+    @model_validator(mode="after")
+    def _one_source_per_variable(self) -> TemplateSpec:
+        both = sorted(set(self.env) & set(self.secretEnv))
+        if both:
+            raise ValueError(f"variables set in both env and secretEnv: {', '.join(both)}")
+        return self

@@ -7,7 +7,7 @@
 
 {{/* Cluster-scoped names carry the release namespace: two releases never share them. */}}
 {{- define "lockgate.uninstallHook.clusterName" -}}
-{{- printf "%s-%s-uninstall-cleanup" (include "lockgate.fullname" .) .Release.Namespace | trunc 63 | trimSuffix "-" }}
+{{- printf "%s-%s-uninstall-cleanup" .Release.Namespace (include "lockgate.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
 {{/* Hook annotations; call with (dict "weight" "-10"). Deleted once it succeeded, and

@@ -1,0 +1,114 @@
+"""Template fields that reach the worker pod as Kubernetes writes them, each checked here
+with the apiserver's own rules so a bad value is refused at admission (CRD schema) or by
+the management API (400), not by a Deployment the operator cannot apply."""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+# Kubernetes name rules (k8s.io/apimachinery/pkg/util/validation).
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+ENV_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+SECRET_KEY = r"^[-._a-zA-Z0-9]+$"
+_NAME_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_PREFIX = re.compile(DNS_SUBDOMAIN)
+
+# Keys a Template may not set on worker pods: the operator's own (it reads them back).
+RESERVED_PREFIX = "lockgate.dev/"
+
+
+def qualified_name(key: str) -> str:
+    """A label or annotation key: `[prefix/]name`, name ≤ 63, prefix a DNS subdomain ≤ 253;
+    `lockgate.dev/` keys belong to the operator."""
+    prefix, _, name = key.rpartition("/")
+    if not (0 < len(name) <= 63 and _NAME_PART.match(name)):
+        raise ValueError(f"{key!r} is not a valid key: its name must be 1-63 of [A-Za-z0-9_.-]")
+    if "/" in key and not (0 < len(prefix) <= 253 and _PREFIX.match(prefix)):
+        raise ValueError(f"{key!r} is not a valid key: its prefix must be a DNS subdomain")
+    if key.startswith(RESERVED_PREFIX):
+        raise ValueError(f"{key!r}: keys under {RESERVED_PREFIX} are set by the operator only")
+    return key
+
+
+def _closed_keys(value: dict[str, str]) -> dict[str, str]:
+    for key in value:
+        qualified_name(key)
+    return value
+
+
+def _env_names(value: dict[str, object]) -> dict[str, object]:
+    for name in value:
+        if not (len(name) <= 256 and re.match(ENV_NAME, name)):
+            raise ValueError(f"{name!r} is not a valid environment variable name")
+    return value
+
+
+Name = Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)]
+LabelValue = Annotated[str, Field(max_length=63, pattern=LABEL_VALUE)]
+# Map keys are checked by validators, not patterns: a pattern on a key becomes
+# `patternProperties`, which a structural CRD schema cannot carry (its values would be pruned).
+Labels = Annotated[dict[str, LabelValue], AfterValidator(_closed_keys)]
+Annotations = Annotated[dict[str, str], AfterValidator(_closed_keys)]
+
+
+class PodSecurity(StrEnum):
+    """The Pod Security Standard the worker pod is built to pass."""
+
+    RESTRICTED = "restricted"
+    BASELINE = "baseline"
+
+
+class TaintEffect(StrEnum):
+    ANY = ""  # every effect
+    NO_SCHEDULE = "NoSchedule"
+    PREFER_NO_SCHEDULE = "PreferNoSchedule"
+    NO_EXECUTE = "NoExecute"
+
+
+class TolerationOperator(StrEnum):
+    EXISTS = "Exists"
+    EQUAL = "Equal"
+
+
+class Toleration(BaseModel):
+    """A pod toleration, as Kubernetes spells it (an empty `key` with `Exists`: any taint)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: Annotated[str, Field(max_length=316)] = ""
+    operator: TolerationOperator = TolerationOperator.EQUAL
+    value: LabelValue = ""
+    effect: TaintEffect = Field(TaintEffect.ANY, description="empty: every effect")
+
+    @model_validator(mode="after")
+    def _as_kubernetes_checks(self) -> Toleration:
+        if self.operator == TolerationOperator.EXISTS and self.value:
+            raise ValueError("a toleration with operator Exists takes no value")
+        if not self.key and self.operator != TolerationOperator.EXISTS:
+            raise ValueError("a toleration without a key must use operator Exists")
+        return self
+
+    def manifest(self) -> dict[str, object]:
+        """The toleration as the pod spec takes it, empty fields left out."""
+        out = self.model_dump(mode="json")
+        return {k: v for k, v in out.items() if v != ""}
+
+
+class SecretKeyRef(BaseModel):
+    """One key of a Secret in the Endpoint's namespace."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Name = Field(..., description="the Secret's name")
+    key: Annotated[str, Field(min_length=1, max_length=253, pattern=SECRET_KEY)] = Field(
+        ..., description="the key in the Secret's data"
+    )
+
+
+SecretEnv = Annotated[dict[str, SecretKeyRef], AfterValidator(_env_names)]
