@@ -24,7 +24,9 @@ from tests.node_release import CHART, helm_binary
 REPO = Path(__file__).resolve().parent.parent
 CRDS = ("endpoints.lockgate.dev", "templates.lockgate.dev")
 # Values every release here installs with: a small chart (no KEDA, no ServiceMonitor).
-BASE = ("--set", "gateway.replicaCount=1")
+# No uninstall hook: its Job needs a node, which envtest lacks (helm uninstall would wait for
+# it); tests/test_node_uninstall.py runs it on the real node.
+BASE = ("--set", "gateway.replicaCount=1", "--set", "uninstallHook.enabled=false")
 # The upgrade tests leave the CRDs to the tests above: they install releases of their own.
 NO_CRDS = ("--set", "crds.install=false")
 

@@ -319,7 +319,8 @@ def test_namespaced_operator_reconciles_at_once_without_a_single_refusal(
 
 def install(env: EnvTest, namespace: str, *values: str) -> subprocess.CompletedProcess[str]:
     args = ["install", RELEASE, str(CHART), "--namespace", namespace, "--create-namespace"]
-    for value in ("crds.install=false", *values):  # the CRDs came by `kubectl apply`
+    # The CRDs came by `kubectl apply`; no uninstall hook (its Job needs a node).
+    for value in ("crds.install=false", "uninstallHook.enabled=false", *values):
         args += ["--set", value]
     return helm(env, *args)
 
@@ -349,9 +350,7 @@ def test_a_release_watching_what_another_watches_is_refused_at_install(env: EnvT
     try:
         first = install(env, "cw-1")
         assert first.returncode == 0, first.stderr
-        upgrade = helm(
-            env, "upgrade", RELEASE, str(CHART), "-n", "cw-1", "--set", "crds.install=false"
-        )
+        upgrade = helm(env, "upgrade", RELEASE, str(CHART), "-n", "cw-1", "--reuse-values")
         assert upgrade.returncode == 0, upgrade.stderr  # a release never conflicts with itself
 
         both_cluster_wide = install(env, "cw-2")

@@ -7,7 +7,7 @@
 
 {{/* Cluster-scoped names carry the release namespace: two releases never share them. */}}
 {{- define "lockgate.uninstallHook.clusterName" -}}
-{{- printf "%s-%s-uninstall-cleanup" .Release.Namespace (include "lockgate.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- include "lockgate.clusterScopedName" (dict "ctx" . "name" (printf "%s-uninstall-cleanup" (include "lockgate.fullname" .))) }}
 {{- end }}
 
 {{/* Hook annotations; call with (dict "weight" "-10"). Deleted once it succeeded, and
