@@ -325,4 +325,6 @@ async def test_echo_example_manifest_becomes_a_ready_endpoint(resources: Resourc
     resources.wait_until(phase_is(resources, "echo", "Ready"), "the echo endpoint Ready")
     container = resources.deployment("echo-workers").spec.template.spec.containers[0]
     assert container.command == ["python", "-u", "/app/handler.py"]
-    assert container.resources.limits == {"cpu": "1", "ephemeral-storage": "5Gi"}
+    # memoryInGb unset: 2 GiB per vCPU, request = limit
+    limits = {"cpu": "1", "ephemeral-storage": "5Gi", "memory": "2Gi"}
+    assert container.resources.limits == limits
