@@ -91,14 +91,17 @@ def namespaces(env: EnvTest, *names: str) -> None:
 
 
 @contextlib.contextmanager
-def chart_rbac(env: EnvTest, namespace: str, values: dict[str, Any]) -> Iterator[None]:
-    """The operator's ServiceAccount and RBAC exactly as the chart renders them, applied."""
-    values_file = Path(env.dir or "/tmp") / f"rbac-{namespace}.yaml"
+def chart_rbac(
+    env: EnvTest, namespace: str, values: dict[str, Any], component: str = "operator"
+) -> Iterator[None]:
+    """A component's ServiceAccount and RBAC (`templates/<component>/`) exactly as the chart
+    renders them, applied; deleted afterwards."""
+    values_file = Path(env.dir or "/tmp") / f"rbac-{component}-{namespace}.yaml"
     values_file.write_text(yaml.safe_dump(values))
     done = helm(
         env, "template", RELEASE, str(CHART), "--namespace", namespace, "--values",
-        str(values_file), "--show-only", "templates/operator/rbac.yaml",
-        "--show-only", "templates/operator/serviceaccount.yaml",
+        str(values_file), "--show-only", f"templates/{component}/rbac.yaml",
+        "--show-only", f"templates/{component}/serviceaccount.yaml",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     kubectl(env, "apply", "-f", "-", stdin=done.stdout)
@@ -410,15 +413,6 @@ def test_lockgate_manage_serves_endpoints_with_only_its_own_role(
     release_ns, intake = "lg-manage", "team-intake"
     namespaces(env, release_ns, intake)
     values = {"operator": {"namespaces": [intake]}}
-    values_file = Path(env.dir or "/tmp") / "manage-values.yaml"
-    values_file.write_text(yaml.safe_dump(values))
-    done = helm(
-        env, "template", RELEASE, str(CHART), "--namespace", release_ns, "--values",
-        str(values_file), "--show-only", "templates/manage/rbac.yaml",
-        "--show-only", "templates/manage/serviceaccount.yaml",
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    kubectl(env, "apply", "-f", "-", stdin=done.stdout)
     admin_key = "lg_admin_" + "k" * 32
     keys_file = Path(env.dir or "/tmp") / "manage-keys.json"
     entry = {"name": "admin", "sha256": key_digest(admin_key), "scopes": ["admin"]}
@@ -434,25 +428,27 @@ def test_lockgate_manage_serves_endpoints_with_only_its_own_role(
         "LOCKGATE_BASE_URL": "https://jobs.example.test",
     }
     command = [sys.executable, "-m", "lockgate.cli", "manage", "--host", "127.0.0.1"]
-    proc = subprocess.Popen([*command, "--port", str(port)], env=environment)
     base = f"http://127.0.0.1:{port}"
-    try:
-        wait_until(lambda: _http("GET", f"{base}/healthz")[0] == 200, "lockgate manage")
-        auth = {"Authorization": admin_key}
-        assert _http("GET", f"{base}/v1/endpoints")[0] == 401
-        body = {"id": "ep-manage", "templateId": "tpl", "workersMax": 2}
-        status, created = _http("POST", f"{base}/v1/endpoints", body, auth)
-        assert status in (200, 201), created
-        assert created["id"] == "ep-manage"
-        status, listed = _http("GET", f"{base}/v1/endpoints", None, auth)
-        assert status == 200 and [e["id"] for e in listed] == ["ep-manage"]
-        status, patched = _http("PATCH", f"{base}/v1/endpoints/ep-manage", {"workersMax": 3}, auth)
-        assert status == 200 and patched["workersMax"] == 3
-        assert _http("DELETE", f"{base}/v1/endpoints/ep-manage", None, auth)[0] == 204
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        kubectl(env, "delete", "--ignore-not-found", "-f", "-", stdin=done.stdout)
+    with chart_rbac(env, release_ns, values, "manage"):
+        proc = subprocess.Popen([*command, "--port", str(port)], env=environment)
+        try:
+            wait_until(lambda: _http("GET", f"{base}/healthz")[0] == 200, "lockgate manage")
+            auth = {"Authorization": admin_key}
+            assert _http("GET", f"{base}/v1/endpoints")[0] == 401
+            body = {"id": "ep-manage", "templateId": "tpl", "workersMax": 2}
+            status, created = _http("POST", f"{base}/v1/endpoints", body, auth)
+            assert status in (200, 201), created
+            assert created["id"] == "ep-manage"
+            status, listed = _http("GET", f"{base}/v1/endpoints", None, auth)
+            assert status == 200 and [e["id"] for e in listed] == ["ep-manage"]
+            status, patched = _http(
+                "PATCH", f"{base}/v1/endpoints/ep-manage", {"workersMax": 3}, auth
+            )
+            assert status == 200 and patched["workersMax"] == 3
+            assert _http("DELETE", f"{base}/v1/endpoints/ep-manage", None, auth)[0] == 204
+        finally:
+            proc.terminate()
+            proc.wait(10)
 
 
 def test_the_management_apis_account_can_read_no_secret_nor_write_workloads(
@@ -460,16 +456,8 @@ def test_the_management_apis_account_can_read_no_secret_nor_write_workloads(
 ) -> None:
     release_ns, intake = "lg-manage-2", "team-intake-2"
     namespaces(env, release_ns, intake)
-    values_file = Path(env.dir or "/tmp") / "manage-values-2.yaml"
-    values_file.write_text(yaml.safe_dump({"operator": {"namespaces": [intake]}}))
-    done = helm(
-        env, "template", RELEASE, str(CHART), "--namespace", release_ns, "--values",
-        str(values_file), "--show-only", "templates/manage/rbac.yaml",
-        "--show-only", "templates/manage/serviceaccount.yaml",
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    kubectl(env, "apply", "-f", "-", stdin=done.stdout)
-    try:
+    values = {"operator": {"namespaces": [intake]}}
+    with chart_rbac(env, release_ns, values, "manage"):
         as_manage = service_account_client(env, release_ns, "lockgate-manage")
         core, apps = k8s.CoreV1Api(as_manage), k8s.AppsV1Api(as_manage)
         custom = k8s.CustomObjectsApi(as_manage)
@@ -484,8 +472,6 @@ def test_the_management_apis_account_can_read_no_secret_nor_write_workloads(
                 call()
             assert refused.value.status == 403
         assert custom.list_namespaced_custom_object(GROUP, VERSION, intake, "endpoints")
-    finally:
-        kubectl(env, "delete", "--ignore-not-found", "-f", "-", stdin=done.stdout)
 
 
 def _http(method: str, url: str, body: Any = None, headers: dict | None = None) -> tuple[int, Any]:
