@@ -87,6 +87,16 @@ class Release:
             "--wait", "--timeout", "180s", *extra,
         )  # fmt: skip
 
+    def uninstall(self) -> None:
+        """`helm uninstall --wait`, once (a module's teardown after a test did it is a no-op)."""
+        if not self.uninstalled:
+            self.helm("uninstall", self.name, "-n", self.namespace, "--wait")
+            self.uninstalled = True
+
+    def apply(self, obj: dict[str, Any]) -> None:
+        """`kubectl apply` one object (its own namespace in its metadata, if any)."""
+        self.node.kubectl("apply", "-f", "-", input=json.dumps(obj))
+
     def kubectl(self, *args: str, check: bool = True) -> str:
         return self.node.kubectl("-n", self.namespace, *args, check=check)
 

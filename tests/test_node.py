@@ -45,8 +45,7 @@ def release(node) -> Iterator[Release]:
     TIMINGS["helm install --wait"] = time.monotonic() - t0
     yield rel
     print("\nnode timings (s):", json.dumps({k: round(v, 2) for k, v in TIMINGS.items()}))
-    if not rel.uninstalled:
-        rel.helm("uninstall", rel.name, "-n", rel.namespace, "--wait")
+    rel.uninstall()
 
 
 # -- install ------------------------------------------------------------------------------
@@ -197,14 +196,10 @@ KEEP = {
 }
 
 
-def apply(release: Release, obj: dict[str, Any]) -> None:
-    release.node.kubectl("apply", "-f", "-", input=json.dumps(obj))
-
-
 def test_scale_down_removes_the_idle_pod_not_the_busy_one(release: Release, echo: Jobs) -> None:
     """Pod A (older) runs a short job, pod B (newer) a long one; when A has idled, the
     count goes to 1 and A is the pod removed, while B's job runs to the end."""
-    apply(release, KEEP)
+    release.apply(KEEP)
     wait_until(lambda: endpoint_status(release, "keep").get("phase") == "Ready", "keep Ready")
     keep = Jobs(release, "keep")
     short = keep.run({"input": {"sleep": 10}})
@@ -277,8 +272,8 @@ def test_a_runpod_sdk_worker_image_runs_unchanged_in_a_pod(release: Release) -> 
         "spec": {"templateId": "runpod-echo", "computeType": "CPU", "vcpuCount": 1,
                  "workersMin": 0, "workersMax": 1, "idleTimeout": 5},
     }  # fmt: skip
-    apply(release, template)
-    apply(release, endpoint)
+    release.apply(template)
+    release.apply(endpoint)
     wait_until(lambda: endpoint_status(release, "runpod-echo").get("phase") == "Ready", "Ready")
     runpod.endpoint_url_base = f"{release.gateway_url}/v2"
     runpod.api_key = release.client_key()
@@ -335,7 +330,7 @@ def test_helm_uninstall_leaves_no_lockgate_object_pod_or_finalizer(release: Rele
     release.node.kubectl("delete", "templates.lockgate.dev", "--all", "-A", "--wait")
     workers = "app.kubernetes.io/component=worker"
     wait_until(lambda: not release.pods(workers, ""), "no worker pod", 60)
-    release.helm("uninstall", release.name, "-n", release.namespace, "--wait")
+    release.uninstall()
     wait_until(
         lambda: not release.pods("app.kubernetes.io/instance=" + release.name),
         "the release's pods to go",
@@ -352,4 +347,3 @@ def test_helm_uninstall_leaves_no_lockgate_object_pod_or_finalizer(release: Rele
     for kind in ("endpoints.lockgate.dev", "templates.lockgate.dev"):
         items = json.loads(release.node.kubectl("get", kind, "-A", "-o", "json"))["items"]
         assert all(not i["metadata"].get("finalizers") for i in items), items
-    release.uninstalled = True

@@ -31,8 +31,7 @@ def release(node) -> Iterator[Release]:
     rel = Release(node)
     rel.install()
     yield rel
-    if not rel.uninstalled:
-        rel.helm("uninstall", rel.name, "-n", rel.namespace, "--wait")
+    rel.uninstall()
 
 
 def kubectl(release: Release, *args: str) -> str:

@@ -70,10 +70,6 @@ def label_node(release: Release, gpu_type: str | None) -> None:
     core(release).patch_node(NODE_NAME, {"metadata": {"labels": {PRODUCT: value}}})
 
 
-def apply(release: Release, obj: dict[str, Any]) -> None:
-    release.node.kubectl("apply", "-f", "-", input=json.dumps(obj))
-
-
 def endpoint(release: Release) -> dict[str, Any]:
     out = release.node.kubectl(
         "-n", USER_NAMESPACE, "get", "endpoints.lockgate.dev", ENDPOINT, "-o", "json"
@@ -150,15 +146,15 @@ def release(node) -> Iterator[Release]:
     label_node(rel, None)
     rel.node.kubectl("-n", USER_NAMESPACE, "delete", "endpoints.lockgate.dev", ENDPOINT,
                      "--ignore-not-found", "--timeout=60s", check=False)  # fmt: skip
-    rel.helm("uninstall", rel.name, "-n", rel.namespace, "--wait")
+    rel.uninstall()
 
 
 @pytest.fixture(scope="module")
 def jobs(release: Release) -> Jobs:
     """The GPU Endpoint, applied while the node carries no GPU type label."""
     label_node(release, None)
-    apply(release, TEMPLATE)
-    apply(release, ENDPOINT_OBJ)
+    release.apply(TEMPLATE)
+    release.apply(ENDPOINT_OBJ)
     wait_until(lambda: gpu_type(release)[0] == FIRST, "the first GPU type to be chosen", 60)
     return Jobs(release, ENDPOINT)
 

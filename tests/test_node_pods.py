@@ -52,20 +52,16 @@ def release(node) -> Iterator[Release]:
     rel = Release(node)
     rel.install(*(arg for value in HELPERS for arg in ("--set", value)))
     yield rel
-    rel.helm("uninstall", rel.name, "-n", rel.namespace, "--wait")
-
-
-def apply(release: Release, obj: dict[str, Any]) -> None:
-    release.node.kubectl("apply", "-f", "-", input=json.dumps(obj))
+    rel.uninstall()
 
 
 def probe_endpoint(release: Release, name: str, **template: Any) -> Jobs:
     """A Template running the probe worker with `template`'s fields, and its Endpoint."""
     spec = {"image": IMAGE, "command": ["python", "-u", "/app/runpod_probe.py"], **template}
     meta = {"name": name, "namespace": USER_NAMESPACE}
-    apply(release, {"apiVersion": "lockgate.dev/v1alpha1", "kind": "Template",
+    release.apply({"apiVersion": "lockgate.dev/v1alpha1", "kind": "Template",
                     "metadata": meta, "spec": spec})  # fmt: skip
-    apply(release, {"apiVersion": "lockgate.dev/v1alpha1", "kind": "Endpoint", "metadata": meta,
+    release.apply({"apiVersion": "lockgate.dev/v1alpha1", "kind": "Endpoint", "metadata": meta,
                     "spec": {"templateId": name, "computeType": "CPU", "vcpuCount": 1,
                              "workersMin": 0, "workersMax": 1, "idleTimeout": 5}})  # fmt: skip
     wait_until(lambda: endpoint_status(release, name).get("phase") == "Ready", f"{name} Ready")
@@ -83,7 +79,7 @@ def probe(jobs: Jobs, var: str = "") -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def restricted(release: Release) -> dict[str, Any]:
     """What the probe saw in a pod built with the defaults and a few Template fields."""
-    apply(release, SECRET)
+    release.apply(SECRET)
     jobs = probe_endpoint(
         release,
         "probe",
@@ -121,9 +117,9 @@ def test_baseline_pod_security_runs_the_image_as_its_own_root_user(release: Rele
 
 def test_flashboot_pre_pulls_with_non_root_helpers(release: Release) -> None:
     meta = {"name": "probe-flash", "namespace": USER_NAMESPACE}
-    apply(release, {"apiVersion": "lockgate.dev/v1alpha1", "kind": "Template", "metadata": meta,
+    release.apply({"apiVersion": "lockgate.dev/v1alpha1", "kind": "Template", "metadata": meta,
                     "spec": {"image": IMAGE}})  # fmt: skip
-    apply(release, {"apiVersion": "lockgate.dev/v1alpha1", "kind": "Endpoint", "metadata": meta,
+    release.apply({"apiVersion": "lockgate.dev/v1alpha1", "kind": "Endpoint", "metadata": meta,
                     "spec": {"templateId": "probe-flash", "computeType": "CPU", "vcpuCount": 1,
                              "flashboot": True, "workersMax": 0}})  # fmt: skip
     selector = "lockgate.dev/endpoint=probe-flash,app.kubernetes.io/component=flashboot"

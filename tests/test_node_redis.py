@@ -33,7 +33,7 @@ def release(node) -> Iterator[Release]:
     rel = Release(node)
     rel.install()
     yield rel
-    rel.helm("uninstall", rel.name, "-n", rel.namespace, "--wait")
+    rel.uninstall()
 
 
 def redis_pod(release: Release) -> dict[str, Any]:

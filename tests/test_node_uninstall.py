@@ -73,9 +73,8 @@ def test_helm_uninstall_with_endpoints_left_stops_workers_and_frees_the_endpoint
     assert written.strip(), "peering is on: the release wrote its ClusterKopfPeering"
 
     t0 = time.monotonic()
-    release.helm("uninstall", release.name, "-n", release.namespace, "--wait")
+    release.uninstall()
     print(f"\nhelm uninstall --wait (with the hook): {time.monotonic() - t0:.1f} s")
-    release.uninstalled = True
 
     wait_until(lambda: _no_container_runs(node), "no worker container left running", 120)
     assert not _get(node, "deployments")["items"], "the worker Deployment is deleted"
