@@ -41,12 +41,29 @@ class Settings(BaseSettings):
     webhook_secret: str = Field("", description="Standard Webhooks secret (whsec_… or text)")
     webhook_attempts: int = 3
     webhook_retry_interval_s: float = 10.0
-    webhook_timeout_s: float = 10.0
+    webhook_timeout_s: float = Field(
+        10.0, description="budget of one webhook attempt: lookup, connect, send and answer"
+    )
     webhook_lease_margin_s: float = Field(
         20.0,
         gt=0,
         description="a claimed delivery is leased for webhook_timeout_s plus this; if its "
         "gateway dies mid-call, another replica calls again once the lease ends",
+    )
+    webhook_per_host: int = Field(
+        4,
+        ge=1,
+        description="webhook attempts in flight to one host, per gateway replica; a slow "
+        "receiver holds at most this many, and other hosts' deliveries do not wait for it",
+    )
+    webhook_concurrency: int = Field(
+        256, ge=1, description="webhook attempts in flight in all, per gateway replica"
+    )
+    webhook_host_busy_delay_s: float = Field(
+        1.0,
+        gt=0,
+        description="a due delivery whose host is at webhook_per_host waits this long and "
+        "is tried then, without using one of its webhook_attempts",
     )
     webhook_allow_private: bool = Field(
         False, description="allow webhook URLs on loopback, link-local or private addresses"

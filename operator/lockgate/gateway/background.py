@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
+from aiohttp.abc import AbstractResolver
+from aiohttp.resolver import ThreadedResolver
 
-from lockgate.gateway.ssrf import private_destination
+from lockgate.gateway.ssrf import PrivateDestination, PublicOnlyResolver, private_literal
 from lockgate.gateway.state import Gateway
 from lockgate.gateway.views import job_body
 from lockgate.signing import signature_headers
@@ -52,20 +55,91 @@ async def sweep_all(gw: Gateway) -> None:
             )  # fmt: skip
 
 
+class HostSlots:
+    """Webhook attempts in flight, at most `per_host` to one host and `total` in all."""
+
+    def __init__(self, *, per_host: int, total: int) -> None:
+        self.per_host = per_host
+        self.total = total
+        self.busy: dict[str, int] = {}
+
+    def free(self) -> int:
+        """How many more attempts may start (to hosts below their cap)."""
+        return max(0, self.total - sum(self.busy.values()))
+
+    def take(self, host: str) -> bool:
+        """Start an attempt to `host`, unless it or the whole sender is at its cap."""
+        if self.free() == 0 or self.busy.get(host, 0) >= self.per_host:
+            return False
+        self.busy[host] = self.busy.get(host, 0) + 1
+        return True
+
+    def give(self, host: str) -> None:
+        """An attempt to `host` ended."""
+        left = self.busy.pop(host) - 1
+        if left:
+            self.busy[host] = left
+
+
+def host_of(url: str) -> str:
+    """What deliveries are capped by: the URL's host name (ports of one host share it)."""
+    return (urlsplit(url).hostname or "").lower()
+
+
 class WebhookSender:
-    """Delivers the outbox: POST the job's /status body, signed, with retries."""
+    """Delivers the outbox: POST the job's /status body, signed, with retries.
+
+    Each claimed delivery runs as its own task, so one round of claims never waits for a
+    slow receiver; `HostSlots` keeps a receiver that never answers to `webhook_per_host`
+    attempts at once, each bounded by `webhook_timeout_s`, and puts back (without using an
+    attempt) what its host has no slot for."""
 
     def __init__(self, gw: Gateway, session: aiohttp.ClientSession) -> None:
         self.gw = gw
         self.session = session
         self.settings = gw.settings
+        self.slots = HostSlots(
+            per_host=self.settings.webhook_per_host, total=self.settings.webhook_concurrency
+        )
+        self.tasks: set[asyncio.Task] = set()
 
     async def deliver_all(self) -> None:
+        """Claim what is due and start each attempt its host has a slot for."""
         lease_s = self.settings.webhook_timeout_s + self.settings.webhook_lease_margin_s
         lease_ms = int(lease_s * 1000)
+        busy_ms = int(self.settings.webhook_host_busy_delay_s * 1000)
         for endpoint_id in await self.gw.registry.list_endpoints():
-            claimed = await self.gw.store.claim_webhooks(endpoint_id, lease_ms=lease_ms)
-            await asyncio.gather(*(self.deliver(endpoint_id, d) for d in claimed))
+            if not (free := self.slots.free()):
+                return
+            claimed = await self.gw.store.claim_webhooks(endpoint_id, lease_ms=lease_ms, limit=free)
+            for delivery in claimed:
+                host = host_of(delivery.url)
+                if self.slots.take(host):
+                    self._start(endpoint_id, delivery, host)
+                else:
+                    await self.gw.store.settle_webhook(
+                        endpoint_id, delivery.job_id, done=False, retry_in_ms=busy_ms,
+                        attempted=False,
+                    )  # fmt: skip
+
+    def _start(self, endpoint_id: str, delivery: Delivery, host: str) -> None:
+        task = asyncio.create_task(self._deliver_in_slot(endpoint_id, delivery, host))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _deliver_in_slot(self, endpoint_id: str, delivery: Delivery, host: str) -> None:
+        try:
+            await self.deliver(endpoint_id, delivery)
+        except Exception as err:  # Redis gone mid-settle: the lease brings it back
+            log.warning("webhook for job %s: %s", delivery.job_id, err)
+        finally:
+            self.slots.give(host)
+
+    async def close(self) -> None:
+        """Stop the attempts in flight (their leases bring them back)."""
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
 
     async def deliver(self, endpoint_id: str, delivery: Delivery) -> None:
         """One attempt; then settle it: done, or due again after the retry interval."""
@@ -87,27 +161,35 @@ class WebhookSender:
             record = await self.gw.store.get(endpoint_id, delivery.job_id)
         except JobNotFound:
             return EXPIRED  # expired or deleted meanwhile: nothing left to tell
-        if not self.settings.webhook_allow_private and (
-            where := await private_destination(delivery.url)
-        ):
-            log.warning("webhook for job %s refused: %s is private", delivery.job_id, where)
-            return REFUSED
+        if not self.settings.webhook_allow_private and (where := private_literal(delivery.url)):
+            return _refused(delivery, f"{where} is private")
         body = orjson.dumps(job_body(record, self.gw.store.clock()))
         headers = {"content-type": "application/json"}
         if self.settings.webhook_secret:
             msg_id = f"{record.id}-{record.finished}"
             headers |= signature_headers(self.settings.webhook_secret, body, msg_id=msg_id)
+        # The whole attempt, lookup included (the connector resolves inside the request).
         timeout = aiohttp.ClientTimeout(total=self.settings.webhook_timeout_s)
         try:
             async with self.session.post(
                 delivery.url, data=body, headers=headers, timeout=timeout, allow_redirects=False
             ) as response:
                 ok = 200 <= response.status < 300
+        except aiohttp.ClientConnectorError as err:
+            if isinstance(err.os_error, PrivateDestination):
+                return _refused(delivery, str(err.os_error))
+            log.info("webhook for job %s attempt %d: %s", delivery.job_id, delivery.attempt, err)
+            return RETRYING
         except (aiohttp.ClientError, TimeoutError) as err:
             log.info("webhook for job %s attempt %d: %s", delivery.job_id, delivery.attempt, err)
             return RETRYING
         log.info("webhook for job %s attempt %d: HTTP %d", *_who(delivery), response.status)
         return DELIVERED if ok else RETRYING
+
+
+def _refused(delivery: Delivery, why: str) -> str:
+    log.warning("webhook for job %s refused: %s", delivery.job_id, why)
+    return REFUSED
 
 
 def _who(delivery: Delivery) -> tuple[str, int]:
@@ -116,10 +198,24 @@ def _who(delivery: Delivery) -> tuple[str, int]:
 
 async def run_background(gw: Gateway) -> None:
     """The sweeper and the webhook sender, until cancelled."""
-    async with aiohttp.ClientSession() as session:
+    async with aiohttp.ClientSession(connector=webhook_connector(gw)) as session:
         sender = WebhookSender(gw, session)
         interval = gw.settings.sweep_interval_s
-        await asyncio.gather(
-            _every(interval, lambda: sweep_all(gw), "sweep"),
-            _every(min(interval, 0.5), sender.deliver_all, "webhook delivery"),
-        )
+        try:
+            await asyncio.gather(
+                _every(interval, lambda: sweep_all(gw), "sweep"),
+                _every(min(interval, 0.5), sender.deliver_all, "webhook delivery"),
+            )
+        finally:
+            await sender.close()
+
+
+def webhook_connector(gw: Gateway) -> aiohttp.TCPConnector:
+    """The sender's connector: each delivery looks its host up once, through the SSRF
+    guard unless `webhook_allow_private`, and connects to what that lookup returned. No
+    pool-wide limit: `HostSlots` bounds the attempts in flight (aiohttp's default of 100
+    would let one slow host hold every connection)."""
+    resolver: AbstractResolver = ThreadedResolver()
+    if not gw.settings.webhook_allow_private:
+        resolver = PublicOnlyResolver(resolver)
+    return aiohttp.TCPConnector(resolver=resolver, use_dns_cache=False, limit=0)

@@ -326,10 +326,18 @@ class JobStore:
         return [Delivery(i.decode(), u.decode(), int(a)) for i, u, a in reply]
 
     async def settle_webhook(
-        self, endpoint_id: str, job_id: str, *, done: bool, retry_in_ms: int = 0
+        self,
+        endpoint_id: str,
+        job_id: str,
+        *,
+        done: bool,
+        retry_in_ms: int = 0,
+        attempted: bool = True,
     ) -> None:
-        """Record an attempt's outcome: finished with, or due again in `retry_in_ms`."""
+        """Record an attempt's outcome: finished with, or due again in `retry_in_ms`;
+        `attempted=False` gives back the attempt its claim counted (none was made)."""
         args = [job_id, "1" if done else "0", self.clock() + retry_in_ms]
+        args.append("0" if attempted else "1")
         await self.scripts.settle_webhook(keys=[keys.prefix(endpoint_id)], args=args)
 
     async def worker_loads(self, endpoint_id: str) -> dict[str, tuple[int, int]]:
