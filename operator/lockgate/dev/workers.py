@@ -9,7 +9,7 @@ from lockgate.dev.launch import Launch
 from lockgate.models import EndpointSpec
 from lockgate.scaling.autoscaler import LocalAutoscaler
 from lockgate.scaling.decision import Limits
-from lockgate.scaling.local_pool import LocalProcessPool
+from lockgate.scaling.local_pool import LocalProcessPool, WorkerKeyIssuer
 from lockgate.store import JobStore
 
 
@@ -43,9 +43,10 @@ class LocalWorkers:
         launch: Launch,
         env: dict[str, str],
         limits: Limits,
+        keys: WorkerKeyIssuer | None = None,
     ) -> LocalWorkers:
         """Start scaling at once (workersMin workers start on the first tick)."""
-        pool = LocalProcessPool(endpoint_id, launch.command, env, cwd=launch.cwd)
+        pool = LocalProcessPool(endpoint_id, launch.command, env, cwd=launch.cwd, keys=keys)
         scaler = LocalAutoscaler(store, pool, endpoint_id, limits)
         task = asyncio.create_task(scaler.run(), name=f"lockgate-scaler-{endpoint_id}")
         return cls(endpoint_id, store, pool, scaler, task)

@@ -34,11 +34,13 @@ CALLER = web.RequestKey("caller", str)
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who is calling: the key's name (never the key), its scopes and endpoints."""
+    """Who is calling: the key's name (never the key), its scopes and endpoints, and for a
+    worker's own key, the one worker id it may act as."""
 
     name: str
     scopes: frozenset[str]
     endpoints: frozenset[str] | None  # None: every endpoint
+    worker: str | None = None  # None: any worker id (an endpoint's shared worker key)
 
     def allows(self, scope: str, endpoint_id: str) -> bool:
         in_scope = scope in self.scopes
@@ -66,6 +68,7 @@ def principal_of(record: dict) -> Principal:
         name=str(record.get("name", "?")),
         scopes=effective_scopes(scopes),
         endpoints=frozenset(endpoints) if endpoints is not None else None,
+        worker=str(record["worker"]) if record.get("worker") is not None else None,
     )
 
 

@@ -26,6 +26,12 @@ class Unauthorized(ApiError):
     status = 401
 
 
+class Forbidden(ApiError):
+    """A valid key used beyond what it is bound to (another worker's id)."""
+
+    status = 403
+
+
 class NotFound(ApiError):
     """Unknown endpoint or job."""
 

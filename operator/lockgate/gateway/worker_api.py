@@ -11,7 +11,7 @@ from aiohttp import web
 from lockgate.gateway.auth import WORKERS
 from lockgate.gateway.chunks import stream_chunks
 from lockgate.gateway.endpoints import execution_timeout_ms
-from lockgate.gateway.errors import BadRequest, PayloadTooLarge
+from lockgate.gateway.errors import BadRequest, Forbidden, PayloadTooLarge
 from lockgate.gateway.http import (
     int_param,
     job_id_param,
@@ -33,11 +33,16 @@ async def _worker(request: web.Request) -> tuple[Gateway, str, str, dict]:
     """Authenticate a worker call; resolve its endpoint and worker id."""
     gw = gateway_of(request)
     endpoint_id = request.match_info["endpoint"]
-    await gw.auth.require(request, WORKERS, endpoint_id)
+    principal = await gw.auth.require(request, WORKERS, endpoint_id)
     entry = await gw.endpoints.get(endpoint_id)
     worker_id = request.match_info["worker"]
     if not WORKER_ID_RE.match(worker_id):
         raise BadRequest(f"invalid worker id {worker_id!r}")
+    if principal.worker is not None and principal.worker != worker_id:
+        raise Forbidden(
+            f"API key {principal.name!r} belongs to worker {principal.worker!r}; "
+            "it may not act as another worker"
+        )
     return gw, endpoint_id, worker_id, entry
 
 

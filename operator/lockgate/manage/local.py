@@ -23,6 +23,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from lockgate.dev.launch import Launch, launch_for
+from lockgate.dev.worker_keys import WorkerKeys
 from lockgate.dev.workers import LocalWorkers, limits_of
 from lockgate.gateway.errors import Unavailable
 from lockgate.gateway.state import Gateway
@@ -288,7 +289,8 @@ class LocalControlPlane:
     ) -> LocalWorkers:
         defaults = {k: v for k, v in WORKER_DEFAULTS.items() if k not in os.environ}
         env = {**defaults, **worker_env(self.gateway_url, endpoint_id, worker_key)}
-        return LocalWorkers.start(self.gw.store, endpoint_id, launch, env, limits_of(spec))
+        keys = WorkerKeys(self.gw.registry, endpoint_id)  # no process gets the shared key
+        return LocalWorkers.start(self.gw.store, endpoint_id, launch, env, limits_of(spec), keys)
 
     def _retire(self, ep: LocalEndpoint) -> None:
         """Stop the endpoint's current workers in the background."""

@@ -10,11 +10,20 @@ import signal
 import sys
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from lockgate.scaling.pool import PoolState
 from lockgate.workerenv import worker_id_env
 
 log = logging.getLogger("lockgate.pool")
+
+
+class WorkerKeyIssuer(Protocol):
+    """Gives each worker process its own key, bound to its id (`dev.worker_keys`)."""
+
+    async def issue(self, worker_id: str) -> dict[str, str]: ...
+
+    async def revoke(self, worker_id: str) -> None: ...
 
 
 @dataclass
@@ -32,13 +41,21 @@ class LocalProcessPool:
     runtime finishes the job in hand, then exits)."""
 
     def __init__(
-        self, endpoint_id: str, command: Sequence[str], env: dict[str, str], *, cwd: str | None
+        self,
+        endpoint_id: str,
+        command: Sequence[str],
+        env: dict[str, str],
+        *,
+        cwd: str | None,
+        keys: WorkerKeyIssuer | None = None,
     ) -> None:
         self.endpoint_id = endpoint_id
         self.command = list(command)
         self.env = env
         self.cwd = cwd
+        self.keys = keys
         self.workers: dict[str, LocalWorker] = {}
+        self._revoking: set[asyncio.Task] = set()
 
     @property
     def active(self) -> list[str]:
@@ -47,7 +64,9 @@ class LocalProcessPool:
 
     async def start_worker(self) -> str:
         worker_id = f"{self.endpoint_id}-{secrets.token_hex(3)}"
-        env = {**os.environ, **self.env, **worker_id_env(worker_id), "PYTHONUNBUFFERED": "1"}
+        own_key = await self.keys.issue(worker_id) if self.keys is not None else {}
+        env = {**os.environ, **self.env, **worker_id_env(worker_id), **own_key}
+        env["PYTHONUNBUFFERED"] = "1"
         process = await asyncio.create_subprocess_exec(
             *self.command, env=env, cwd=self.cwd,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
@@ -86,9 +105,17 @@ class LocalProcessPool:
         gone = [w for w in self.workers.values() if w.process.returncode is not None]
         for w in gone:
             del self.workers[w.id]
+            self._revoke(w.id)
             level = logging.INFO if w.stopping else logging.WARNING
             log.log(level, "worker %s exited with %s", w.id, w.process.returncode)
         return [(w.id, w.process.returncode, w.stopping) for w in gone]
+
+    def _revoke(self, worker_id: str) -> None:
+        """Revoke a gone worker's own key (in the background: `reap` is not async)."""
+        if self.keys is not None:
+            task = asyncio.create_task(self.keys.revoke(worker_id))
+            self._revoking.add(task)
+            task.add_done_callback(self._revoking.discard)
 
     async def close(self, grace_s: float = 30.0) -> None:
         """Stop every worker; kill those still running after `grace_s` seconds."""
@@ -105,7 +132,9 @@ class LocalProcessPool:
         for w in self.workers.values():
             for pipe in w.pipes:
                 await pipe
+            self._revoke(w.id)
         self.workers.clear()
+        await asyncio.gather(*self._revoking, return_exceptions=True)
 
 
 async def _forward(worker_id: str, stream: asyncio.StreamReader | None) -> None:
