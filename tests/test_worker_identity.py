@@ -4,7 +4,9 @@ worker process such a key (and never the endpoint's shared worker key)."""
 from __future__ import annotations
 
 import secrets
+from collections.abc import AsyncIterator
 
+import aiohttp
 import pytest
 import requests
 
@@ -71,3 +73,42 @@ def test_each_dev_worker_process_has_its_own_key_bound_to_its_id_and_revoked_aft
             return requests.get(ping, headers={"Authorization": out["key"]}).status_code == 401
 
         wait_until(revoked, timeout_s=30)
+
+
+@pytest.fixture
+async def elsewhere() -> AsyncIterator[aiohttp.ClientSession]:
+    """A client calling from another address (127.0.0.2): another pod, as the gateway sees it."""
+    connector = aiohttp.TCPConnector(local_addr=("127.0.0.2", 0))
+    async with aiohttp.ClientSession(connector=connector) as session:
+        yield session
+
+
+async def test_a_worker_id_is_bound_to_the_address_it_first_called_from(http, gateway, elsewhere):
+    """Every worker holds the endpoint's shared key: another holder, calling from another
+    address, cannot finish or requeue worker w1's job, while w1 and new ids work."""
+    shared = gateway.worker_headers()
+    job = await submit(http, gateway, {"input": {"n": 1}})
+    async with http.get(gateway.job_url("job-take/w1"), headers=shared) as r:
+        assert r.status == 200 and (await r.json())["id"] == job["id"]
+
+    forged = gateway.job_url(f"job-done/w1/{job['id']}?isStream=false")
+    async with elsewhere.post(forged, headers=shared, json={"output": "forged"}) as r:
+        assert r.status == 403, await r.text()
+        assert "bound to another address" in (await r.json())["error"]
+    async with elsewhere.get(gateway.job_url("ping/w1?job_id="), headers=shared) as r:
+        assert r.status == 403  # a ping not listing w1's job would requeue it
+    async with elsewhere.get(gateway.job_url("ping/w2"), headers=shared) as r:
+        assert r.status == 200  # a worker id first seen from there is that address's
+
+    async with http.post(forged, headers=shared, json={"output": "real"}) as r:
+        assert (await r.json()) == {"accepted": True}
+    _, status = await get(http, gateway, f"status/{job['id']}")
+    assert status["status"] == "COMPLETED" and status["output"] == "real"
+
+
+@pytest.mark.parametrize("gateway_settings", [{"worker_address_binding": False}], indirect=True)
+async def test_address_binding_can_be_turned_off(http, gateway, elsewhere):
+    async with http.get(gateway.job_url("ping/w1"), headers=gateway.worker_headers()) as r:
+        assert r.status == 200
+    async with elsewhere.get(gateway.job_url("ping/w1"), headers=gateway.worker_headers()) as r:
+        assert r.status == 200

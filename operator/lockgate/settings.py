@@ -68,6 +68,16 @@ class Settings(BaseSettings):
     webhook_allow_private: bool = Field(
         False, description="allow webhook URLs on loopback, link-local or private addresses"
     )
+    worker_address_binding: bool = Field(
+        True,
+        description="a worker id presented with an endpoint's shared worker key is bound "
+        "to the first network address it came from (its pod's IP); the same id from "
+        "another address gets 403. Turn off when one worker's calls reach the gateway "
+        "from changing addresses (several NAT egress IPs, a proxy per connection)",
+    )
+    worker_binding_ttl_s: float = Field(
+        600.0, gt=0, description="a worker id's address binding ends this long after its last use"
+    )
     auth: bool = Field(
         True, description="false: no key is asked for (benchmarks only; never in production)"
     )

@@ -21,9 +21,11 @@ from lockgate.gateway.middleware import error_middleware
 from lockgate.gateway.notify import Notifier
 from lockgate.gateway.openapi import openapi_json
 from lockgate.gateway.state import GATEWAY, Gateway
+from lockgate.gateway.worker_binding import WorkerBinding
 from lockgate.models.limits import limits_table
 from lockgate.settings import Settings
 from lockgate.store import JobStore, Liveness, Registry, Retention, connect
+from lockgate.store.addresses import WorkerAddresses
 from lockgate.store.limits import RateLimits
 
 log = logging.getLogger("lockgate.gateway")
@@ -67,6 +69,11 @@ def build_gateway(settings: Settings, redis: Redis) -> Gateway:
         ),
         metrics=meters,
         notifier=Notifier(redis),
+        binding=WorkerBinding(
+            WorkerAddresses(redis, ttl_ms=int(settings.worker_binding_ttl_s * 1000)),
+            enabled=settings.worker_address_binding,
+            cache_s=min(settings.auth_cache_s, settings.worker_binding_ttl_s / 4),
+        ),
     )
     if key_file is not None:
         key_file.load()  # a broken key file stops the gateway before it serves

@@ -38,7 +38,9 @@ async def _worker(request: web.Request) -> tuple[Gateway, str, str, dict]:
     worker_id = request.match_info["worker"]
     if not WORKER_ID_RE.match(worker_id):
         raise BadRequest(f"invalid worker id {worker_id!r}")
-    if principal.worker is not None and principal.worker != worker_id:
+    if principal.worker is None:  # a shared worker key: the id keeps its first address
+        await gw.binding.check(endpoint_id, worker_id, request.remote)
+    elif principal.worker != worker_id:
         raise Forbidden(
             f"API key {principal.name!r} belongs to worker {principal.worker!r}; "
             "it may not act as another worker"

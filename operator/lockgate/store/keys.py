@@ -19,6 +19,8 @@ the single description of what they build.
     lg:{ep}:wh           ZSET  webhook outbox: job ids, score = next attempt (ms)
     lg:{ep}:wha          HASH  job id -> webhook attempts made
     lg:{ep}:sweep        STR   lock: one replica sweeps the endpoint per interval
+    lg:{ep}:wa:{worker}  STR   the network address the worker id is bound to (the first
+                               to present it); dies `worker_binding_ttl_s` after its last use
     lg:{ep}:j:{id}       HASH  job record (fields in FIELDS below); expires at ttl / retention
     lg:{ep}:s:{id}       LIST  stream chunks not yet read by /stream; dies with the record
     lg:{ep}:rl:{op}:{owner}:{start} STR requests granted to replicas in the fixed
@@ -61,6 +63,10 @@ def job(endpoint_id: str, job_id: str) -> str:
 
 def stream(endpoint_id: str, job_id: str) -> str:
     return f"{prefix(endpoint_id)}s:{job_id}"
+
+
+def worker_address(endpoint_id: str, worker_id: str) -> str:
+    return f"{prefix(endpoint_id)}wa:{worker_id}"
 
 
 # Job record fields. Short names: a queued job's record is most of its memory.
