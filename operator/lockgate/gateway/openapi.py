@@ -48,6 +48,7 @@ MB = 1024 * 1024
 ERRORS: dict[str, str] = {
     "400": "malformed request or parameter; or a job in an ineligible state",
     "401": "missing, unknown or revoked API key, or a key without the permission",
+    "403": "a worker id other than the key's own, or than the one bound to the caller's address",
     "404": "unknown endpoint or job (a job is gone once its ttl expires)",
     "413": "request body over the operation's size limit",
     "429": "over a rate limit (per 10-second window) or a concurrency limit",
@@ -253,7 +254,7 @@ def _worker_paths(ref: dict[str, dict]) -> dict[str, Any]:
                 "Long-poll for a job",
                 "workers",
                 {**_ok(ref["JobHandout"]), **none},
-                "400 401 404",
+                "400 401 403 404",
                 params=[WORKER],
             )
         },
@@ -262,7 +263,7 @@ def _worker_paths(ref: dict[str, dict]) -> dict[str, Any]:
                 "Long-poll for up to `batch_size` jobs",
                 "workers",
                 {**_ok({"type": "array", "items": ref["JobHandout"]}), **none},
-                "400 401 404",
+                "400 401 403 404",
                 params=[WORKER, batch],
             )
         },
@@ -271,7 +272,7 @@ def _worker_paths(ref: dict[str, dict]) -> dict[str, Any]:
                 "Report a job's output or error (a result over the size cap fails the job)",
                 "workers",
                 _ok(ref["Accepted"]),
-                "400 401 404",
+                "400 401 403 404",
                 params=[WORKER, JOB],
                 body=ref["JobResult"],
             )
@@ -281,7 +282,7 @@ def _worker_paths(ref: dict[str, dict]) -> dict[str, Any]:
                 "Append a chunk to a job's stream",
                 "workers",
                 _ok(ref["Accepted"]),
-                "400 401 404 413",
+                "400 401 403 404 413",
                 params=[WORKER, JOB],
                 body=ref["StreamPost"],
             )
@@ -291,7 +292,7 @@ def _worker_paths(ref: dict[str, dict]) -> dict[str, Any]:
                 "Heartbeat, optionally listing the jobs the worker runs",
                 "workers",
                 _ok(ref["Empty"]),
-                "400 401 404",
+                "400 401 403 404",
                 params=[WORKER, listed],
             )
         },
@@ -300,7 +301,7 @@ def _worker_paths(ref: dict[str, dict]) -> dict[str, Any]:
                 "Long-poll for jobs to stop",
                 "workers",
                 {**_ok(ref["JobsToStop"]), **none},
-                "400 401 404",
+                "400 401 403 404",
                 params=[WORKER],
             )
         },
