@@ -21,7 +21,7 @@ IMPOSTOR = str(REPO / "tests/workers/runpod_impostor.py")
 async def _own_key(redis, worker_id: str) -> dict[str, str]:
     """A key bound to `worker_id`, recorded as dev mode records each worker's key."""
     key = f"lgw_{secrets.token_hex(8)}"
-    record = {"name": f"dev-worker:echo/{worker_id}", "scopes": ["workers"]}
+    record = {"name": f"dev-worker:{worker_id}", "scopes": ["workers"]}
     await Registry(redis).put_key(key, {**record, "endpoints": ["echo"], "worker": worker_id})
     return {"authorization": key}
 

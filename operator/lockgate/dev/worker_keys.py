@@ -31,7 +31,7 @@ class WorkerKeys:
         """A new key for `worker_id`, registered before the process starts; its env."""
         key = f"lgw_{secrets.token_urlsafe(24)}"
         record = {
-            "name": f"dev-worker:{self.endpoint_id}/{worker_id}",
+            "name": f"dev-worker:{worker_id}",  # the worker id carries the endpoint id
             "scopes": ["workers"],
             "endpoints": [self.endpoint_id],
             "worker": worker_id,
