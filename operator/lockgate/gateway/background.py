@@ -107,7 +107,7 @@ class WebhookSender:
         """Claim what is due and start each attempt its host has a slot for."""
         lease_s = self.settings.webhook_timeout_s + self.settings.webhook_lease_margin_s
         lease_ms = int(lease_s * 1000)
-        busy_ms = int(self.settings.webhook_host_busy_delay_s * 1000)
+        deferred: dict[str, int] = {}  # per busy host, deliveries put back this round
         for endpoint_id in await self.gw.registry.list_endpoints():
             if not (free := self.slots.free()):
                 return
@@ -116,11 +116,20 @@ class WebhookSender:
                 host = host_of(delivery.url)
                 if self.slots.take(host):
                     self._start(endpoint_id, delivery, host)
-                else:
-                    await self.gw.store.settle_webhook(
-                        endpoint_id, delivery.job_id, done=False, retry_in_ms=busy_ms,
-                        attempted=False,
-                    )  # fmt: skip
+                    continue
+                deferred[host] = nth = deferred.get(host, -1) + 1
+                await self.gw.store.settle_webhook(
+                    endpoint_id, delivery.job_id, done=False, retry_in_ms=self._busy_ms(nth),
+                    attempted=False,
+                )  # fmt: skip
+
+    def _busy_ms(self, nth: int) -> int:
+        """When the `nth` (from 0) delivery put back for one busy host is due again: in
+        groups of `webhook_per_host`, one `webhook_host_busy_delay_s` apart, so a backlog
+        for a receiver that never answers is claimed about `webhook_per_host` at a time,
+        in its order, rather than all of it every round."""
+        groups = 1 + nth // self.settings.webhook_per_host
+        return int(groups * self.settings.webhook_host_busy_delay_s * 1000)
 
     def _start(self, endpoint_id: str, delivery: Delivery, host: str) -> None:
         task = asyncio.create_task(self._deliver_in_slot(endpoint_id, delivery, host))
