@@ -62,8 +62,9 @@ class Settings(BaseSettings):
     webhook_host_busy_delay_s: float = Field(
         1.0,
         gt=0,
-        description="a due delivery whose host is at webhook_per_host waits this long and "
-        "is tried then, without using one of its webhook_attempts",
+        description="a due delivery whose host is at webhook_per_host is put back for this "
+        "long (the next webhook_per_host put back for twice this, and so on), without "
+        "using one of its webhook_attempts",
     )
     webhook_allow_private: bool = Field(
         False, description="allow webhook URLs on loopback, link-local or private addresses"
