@@ -69,7 +69,8 @@ def test_the_worker_key_cannot_act_as_a_live_worker_pod_from_elsewhere(
     [pod] = worker_pods(release, NAME)
     worker_id = pod["metadata"]["name"]
     auth = {"authorization": _worker_key(release)}
-    base = f"{release.gateway_url}/v2/{NAME}"
+    worker_api = release.service_url(f"{release.name}-gateway", "worker")
+    base = f"{worker_api}/v2/{NAME}"
 
     # A ping as the pod not listing its jobs would requeue them; a job-done would forge.
     as_pod = requests.get(f"{base}/ping/{worker_id}?job_id=", headers=auth, timeout=10)
