@@ -4,6 +4,7 @@ submit-time check and the delivery (the delivery connects only where its lookup 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import socket
 
 import aiohttp.connector
@@ -70,6 +71,21 @@ class RebindingDns:
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, int(port or 0)))]
 
 
+def stay_on_this_machine(loop, monkeypatch) -> list[str]:
+    """No test traffic leaves the machine: a connect to an address off loopback is refused
+    before any packet is sent (and recorded), as an unreachable receiver would be."""
+    real, outside = loop.sock_connect, []
+
+    async def sock_connect(sock, address):
+        if not ipaddress.ip_address(address[0]).is_loopback:
+            outside.append(address[0])
+            raise ConnectionRefusedError(f"test: no traffic off this machine ({address[0]})")
+        return await real(sock, address)
+
+    monkeypatch.setattr(loop, "sock_connect", sock_connect)
+    return outside
+
+
 @pytest.fixture
 def system_resolver(monkeypatch):
     """aiohttp's default resolver is the system's (getaddrinfo), as in the gateway image:
@@ -95,6 +111,7 @@ async def test_a_webhook_host_that_rebinds_to_loopback_after_the_checks_is_never
     loop = asyncio.get_running_loop()
     dns = RebindingDns("rebind.lockgate.test", loop.getaddrinfo, public_answers=2)
     monkeypatch.setattr(loop, "getaddrinfo", dns.getaddrinfo)
+    outside = stay_on_this_machine(loop, monkeypatch)
     try:
         job = await submit(
             http, gateway, {"input": {}, "webhook": f"http://rebind.lockgate.test:{port}/hook"}
@@ -108,5 +125,6 @@ async def test_a_webhook_host_that_rebinds_to_loopback_after_the_checks_is_never
         await eventually(settled, "the delivery to be refused (or made)", timeout=20)
         assert receiver.calls == [], "the webhook reached 127.0.0.1 through a rebound name"
         assert dns.lookups >= 3  # the checks saw the public address; delivery saw loopback
+        assert set(outside) <= {RebindingDns.PUBLIC}  # an attempt went only where it checked
     finally:
         await receiver.runner.cleanup()
