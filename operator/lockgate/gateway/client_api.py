@@ -11,8 +11,8 @@ import orjson
 from aiohttp import web
 from pydantic import ValidationError
 
-from lockgate.gateway.auth import JOBS, JOBS_READ
-from lockgate.gateway.errors import BadRequest, NotFound
+from lockgate.gateway.auth import JOBS, JOBS_READ, Principal
+from lockgate.gateway.errors import BadRequest, Forbidden, NotFound
 from lockgate.gateway.http import int_param, job_id_param, json_response, parse_json, read_body
 from lockgate.gateway.ssrf import private_destination
 from lockgate.gateway.state import Gateway, gateway_of
@@ -37,6 +37,7 @@ class Call:
     gw: Gateway
     endpoint_id: str
     entry: dict
+    principal: Principal
 
 
 Handler = Callable[[web.Request, Call], Awaitable[web.Response]]
@@ -48,7 +49,8 @@ JOB_ROUTES = frozenset({Operation.STATUS, Operation.STREAM, Operation.CANCEL, Op
 
 def client_route(method: str, op: Operation) -> Callable[[Handler], Handler]:
     """Register a client route: 401 (key), then 404 (endpoint), then 429 (limits), then the
-    handler, which holds an in-flight slot of its operation while it runs."""
+    handler, which holds an in-flight slot of its operation while it runs. The path answers
+    with a trailing slash too (`jobApiUrl` ends in one, and clients join paths to it)."""
     path = f"/v2/{{endpoint}}/{op}" + ("/{job}" if op in JOB_ROUTES else "")
     scope = JOBS_READ if op in READS else JOBS
 
@@ -57,12 +59,13 @@ def client_route(method: str, op: Operation) -> Callable[[Handler], Handler]:
             gw = gateway_of(request)
             endpoint_id = request.match_info["endpoint"]
             principal = await gw.auth.require(request, scope, endpoint_id)
-            call = Call(gw, endpoint_id, await gw.endpoints.get(endpoint_id))
+            call = Call(gw, endpoint_id, await gw.endpoints.get(endpoint_id), principal)
             async with gw.limiter.hold(endpoint_id, op, principal.name):
                 return await handler(request, call)
 
         route.__name__ = route.__qualname__ = handler.__name__
         routes.route(method, path)(route)
+        routes.route(method, path + "/")(route)
         return handler
 
     return register
@@ -83,13 +86,14 @@ async def _new_job(request: web.Request, limit: int, job_id: str, *, sync: bool)
             f"webhook: {req.webhook!r} reaches a private address ({where}); "
             "set LOCKGATE_WEBHOOK_ALLOW_PRIVATE=true to allow it"
         )
+    policy = req.effective_policy
     return NewJob(
         id=job_id,
         input=orjson.dumps(req.input),
-        ttl_ms=req.policy.ttl,
-        low_priority=req.policy.lowPriority,
+        ttl_ms=policy.ttl,
+        low_priority=policy.lowPriority,
         sync=sync,
-        execution_timeout_ms=req.policy.executionTimeout,
+        execution_timeout_ms=policy.executionTimeout,
         webhook=req.webhook,
         s3_config=orjson.dumps(req.s3Config.model_dump()) if req.s3Config else None,
     )
@@ -108,21 +112,35 @@ async def runsync(request: web.Request, call: Call) -> web.Response:
     gw, endpoint_id = call.gw, call.endpoint_id
     wait_ms = int_param(request, "wait", default=WAIT_DEFAULT_MS, lo=WAIT_MIN_MS, hi=WAIT_MAX_MS)
     job = await _new_job(request, RUNSYNC_LIMIT, f"sync-{uuid.uuid4()}", sync=True)
+    submitted = asyncio.Event()
     # Wait from before the submit: the job may finish before `submit` even returns.
-    done = asyncio.ensure_future(_wait_final(gw, endpoint_id, job.id, wait_ms / 1000))
+    done = asyncio.ensure_future(_wait_final(gw, endpoint_id, job.id, wait_ms / 1000, submitted))
     try:
         await gw.store.submit(endpoint_id, job)
+        submitted.set()
         await done
+        record = await gw.store.get(endpoint_id, job.id)
+    except JobNotFound as err:
+        raise NotFound(_gone(job.id)) from err
     finally:
         done.cancel()
-    record = await gw.store.get(endpoint_id, job.id)
     if record.status in FINAL_STATES:
         return json_response(job_body(record, gw.store.clock()))
     return json_response({"id": job.id, "status": record.status})
 
 
-async def _wait_final(gw: Gateway, endpoint_id: str, job_id: str, wait_s: float) -> None:
-    """Sleep until the job is final or `wait_s` passes, re-checking Redis now and then."""
+def _gone(job_id: str) -> str:
+    return (
+        f"job {job_id!r} not found: it was removed while /runsync waited for it "
+        "(its ttl passed, or the queue was purged)"
+    )
+
+
+async def _wait_final(
+    gw: Gateway, endpoint_id: str, job_id: str, wait_s: float, submitted: asyncio.Event
+) -> None:
+    """Sleep until the job is final or `wait_s` passes, re-checking Redis now and then;
+    JobNotFound once the job is gone after `submitted` (ttl, purge): the wait is over."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_s
     while (left := deadline - loop.time()) > 0:
@@ -132,7 +150,9 @@ async def _wait_final(gw: Gateway, endpoint_id: str, job_id: str, wait_s: float)
             if (await gw.store.get(endpoint_id, job_id)).status in FINAL_STATES:
                 return
         except JobNotFound:
-            continue  # not submitted yet, or gone: the caller reads it once more
+            if submitted.is_set():
+                raise
+            # not submitted yet: wait on
 
 
 @client_route("GET", Operation.STATUS)
@@ -140,6 +160,11 @@ async def status(request: web.Request, call: Call) -> web.Response:
     gw, endpoint_id = call.gw, call.endpoint_id
     job_id = job_id_param(request)
     ttl = request.query.get("ttl")
+    if ttl is not None and not call.principal.allows(JOBS, endpoint_id):
+        raise Forbidden(
+            f"API key {call.principal.name!r} may read jobs but not set their ttl: "
+            f"`?ttl=` changes the job (it can end its life), which needs the {JOBS!r} scope"
+        )
     try:
         if ttl is not None:
             ttl_ms = int_param(request, "ttl", default=None, lo=TTL_MIN_MS, hi=MAX_DURATION_MS)

@@ -26,6 +26,12 @@ class Unauthorized(ApiError):
     status = 401
 
 
+class Forbidden(ApiError):
+    """A known key asks for something its scopes allow on the route but not this way."""
+
+    status = 403
+
+
 class NotFound(ApiError):
     """Unknown endpoint or job."""
 

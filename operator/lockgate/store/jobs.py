@@ -240,7 +240,7 @@ class JobStore:
 
     async def purge(self, endpoint_id: str) -> int:
         """Remove every queued job of the endpoint; returns how many."""
-        return int(await self.scripts.purge(keys=[keys.prefix(endpoint_id)], args=[]))
+        return int(await self.scripts.purge(keys=[keys.prefix(endpoint_id)], args=[endpoint_id]))
 
     async def delete_endpoint_data(self, endpoint_id: str) -> int:
         """Remove all jobs, queues, workers and counters of an endpoint; returns jobs removed.
