@@ -5,13 +5,14 @@ and CORS for browser clients. A real gateway and Redis; workers speak raw HTTP."
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
 from lockgate.apikeys import create, key_record
 from lockgate.store import JobStore, Registry
 from tests.conftest import LiveGateway
-from tests.test_job_api import get, post, submit
+from tests.test_job_api import get, post, submit, take
 
 
 async def runsync(http, gw: LiveGateway, body: dict, wait_ms: int) -> tuple[int, dict]:
@@ -138,3 +139,78 @@ async def test_a_star_allows_every_origin(http, gateway):
     headers = {"Origin": "https://any.example", "Access-Control-Request-Method": "GET"}
     async with http.options(gateway.job_url("status/x"), headers=headers) as r:
         assert r.status == 204 and r.headers["Access-Control-Allow-Origin"] == "*"
+
+
+# -- inputs and results the schema allows: no 500 (item 10) ----------------------------------
+
+
+def nested(levels: int) -> dict:
+    """An object nested `levels` deep: {"a": {"a": ... 1}}."""
+    value: dict | int = 1
+    for _ in range(levels):
+        value = {"a": value}
+    return value  # type: ignore[return-value]
+
+
+async def post_raw(http, gw: LiveGateway, path: str, raw: str) -> tuple[int, dict]:
+    headers = {**gw.client_headers(), "content-type": "application/json"}
+    async with http.post(gw.job_url(path), data=raw, headers=headers) as r:
+        return r.status, await r.json()
+
+
+async def test_an_input_nested_254_deep_reaches_the_worker_whole(http, gateway):
+    job = await submit(http, gateway, {"input": nested(254)})
+    assert (await take(http, gateway))["input"] == nested(254)
+    assert job["status"] == "IN_QUEUE"
+
+
+@pytest.mark.parametrize("levels", [255, 600, 1022])
+async def test_an_input_nested_deeper_is_refused_with_400_saying_so(http, gateway, levels):
+    raw = '{"input": ' + '{"a": ' * levels + "1" + "}" * levels + "}"
+    status, body = await post_raw(http, gateway, "run", raw)
+    assert status == 400, body
+    assert f"nested {levels} levels deep; at most 254" in body["error"]
+
+
+async def test_an_input_nested_past_the_parser_is_refused_with_400(http, gateway):
+    raw = '{"input": ' + '{"a": ' * 1100 + "1" + "}" * 1100 + "}"
+    status, body = await post_raw(http, gateway, "runsync?wait=1000", raw)
+    assert status == 400 and "nested deeper than 1024" in body["error"]
+
+
+BIG = [2**64, -(2**63) - 1, 10**40, 2**63 - 1]
+
+
+async def test_integers_beyond_64_bits_in_input_reach_the_worker_exact(http, gateway):
+    numbers = ", ".join(str(n) for n in BIG)
+    raw = f'{{"input": {{"big": [{numbers}], "f": 1.5, "s": "12345678901234567890"}}}}'
+    status, job = await post_raw(http, gateway, "run", raw)
+    assert status == 200, job
+    url = gateway.job_url("job-take/w1")
+    async with http.get(url, headers=gateway.worker_headers()) as r:
+        text = await r.text()
+    for n in BIG:
+        assert str(n) in text  # exact digits on the wire, not 1.8446744073709552e19
+    assert json.loads(text)["input"] == {"big": BIG, "f": 1.5, "s": "12345678901234567890"}
+
+
+async def test_a_worker_result_nested_too_deep_fails_the_job_with_a_clear_error(http, gateway):
+    job = await submit(http, gateway, {"input": {}})
+    await take(http, gateway)
+    url = gateway.job_url(f"job-done/w1/{job['id']}")
+    async with http.post(url, json={"output": nested(300)}, headers=gateway.worker_headers()) as r:
+        assert r.status == 200 and (await r.json())["accepted"] is True
+    body = (await get(http, gateway, f"status/{job['id']}"))[1]
+    assert body["status"] == "FAILED"
+    assert "nested 300 levels deep; at most 254" in body["error"]
+
+
+async def test_a_worker_result_nested_past_the_parser_fails_the_job(http, gateway):
+    job = await submit(http, gateway, {"input": {}})
+    await take(http, gateway)
+    raw = '{"output": ' + "[" * 1100 + "]" * 1100 + "}"
+    url = gateway.job_url(f"job-done/w1/{job['id']}")
+    async with http.post(url, data=raw, headers=gateway.worker_headers()) as r:
+        assert r.status == 200
+    body = (await get(http, gateway, f"status/{job['id']}"))[1]
+    assert body["status"] == "FAILED" and "nested deeper than 1024" in body["error"]

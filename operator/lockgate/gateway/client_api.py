@@ -11,9 +11,10 @@ import orjson
 from aiohttp import web
 from pydantic import ValidationError
 
+from lockgate.gateway import jsonbody
 from lockgate.gateway.auth import JOBS, JOBS_READ, Principal
 from lockgate.gateway.errors import BadRequest, Forbidden, NotFound
-from lockgate.gateway.http import int_param, job_id_param, json_response, parse_json, read_body
+from lockgate.gateway.http import int_param, job_id_param, json_response, read_body
 from lockgate.gateway.ssrf import private_destination
 from lockgate.gateway.state import Gateway, gateway_of
 from lockgate.gateway.views import job_body, stream_body
@@ -73,7 +74,7 @@ def client_route(method: str, op: Operation) -> Callable[[Handler], Handler]:
 
 async def _new_job(request: web.Request, limit: int, job_id: str, *, sync: bool) -> NewJob:
     """Read and validate a job request body into a job ready to queue."""
-    body = parse_json(await read_body(request, limit))
+    body = jsonbody.parse(await read_body(request, limit))
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object with an 'input' object")
     try:
@@ -89,7 +90,7 @@ async def _new_job(request: web.Request, limit: int, job_id: str, *, sync: bool)
     policy = req.effective_policy
     return NewJob(
         id=job_id,
-        input=orjson.dumps(req.input),
+        input=jsonbody.dumps(req.input, "input"),
         ttl_ms=policy.ttl,
         low_priority=policy.lowPriority,
         sync=sync,

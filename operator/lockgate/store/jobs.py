@@ -174,6 +174,16 @@ class JobStore:
         done = await self.scripts.finish(keys=[keys.prefix(endpoint_id)], args=args + fields)
         return Finished(int(done[0]), int(done[1]), now) if done else None
 
+    async def progress(
+        self, endpoint_id: str, worker_id: str, job_id: str, progress: bytes
+    ) -> bool:
+        """Keep a running job's latest progress report (JSON); False when the worker no
+        longer holds the job. The job's state does not change."""
+        kept = await self.scripts.progress(
+            keys=[keys.prefix(endpoint_id)], args=[job_id, worker_id, progress]
+        )
+        return bool(kept)
+
     async def push_stream(
         self,
         endpoint_id: str,

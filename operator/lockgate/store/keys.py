@@ -83,3 +83,4 @@ class F:
     OUTPUT = "out"  # raw JSON
     ERROR = "err"
     STREAM_BYTES = "sb"  # bytes of stream chunks not yet read by /stream
+    PROGRESS = "pg"  # raw JSON: the latest progress_update of a running job
