@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-import re
 from enum import StrEnum
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    WithJsonSchema,
+    field_validator,
+)
 
 # Durations are milliseconds, as in the spec's "Time limits and retention".
 EXECUTION_TIMEOUT_DEFAULT_MS = 600_000
@@ -82,7 +89,9 @@ _PORT = "[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0
 WEBHOOK_PATTERN = (
     rf"^https?://([A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*|\[({_IPV6})\])(:({_PORT}))?([/?#]\S*)?$"
 )
-_WEBHOOK_RE = re.compile(WEBHOOK_PATTERN)
+# Matched by pydantic's regex engine, as the pattern was before it moved into the validator
+# (Python's `re` reads `\S` differently, e.g. for \x1c).
+_WEBHOOK_SHAPE = TypeAdapter(Annotated[str, Field(pattern=WEBHOOK_PATTERN)])
 
 
 WebhookUrl = Annotated[str, WithJsonSchema({"type": "string", "pattern": WEBHOOK_PATTERN})]
@@ -129,7 +138,11 @@ def webhook_problem(url: str) -> str | None:
         port = 0
     if port is not None and not 1 <= port <= 65535:
         return "its port must be from 1 to 65535"
-    if not _WEBHOOK_RE.match(url) or not parts.hostname:
+    try:
+        _WEBHOOK_SHAPE.validate_python(url)
+    except ValidationError:
+        return WEBHOOK_RULE
+    if not parts.hostname:
         return WEBHOOK_RULE
     return None
 
