@@ -97,6 +97,12 @@ _WEBHOOK_SHAPE = TypeAdapter(Annotated[str, Field(pattern=WEBHOOK_PATTERN)])
 WebhookUrl = Annotated[str, WithJsonSchema({"type": "string", "pattern": WEBHOOK_PATTERN})]
 
 
+def _nullable(schema: dict[str, Any]) -> None:
+    """Let a field's JSON schema admit null too (the validator reads null as absent)."""
+    ref = schema.pop("$ref", None) or schema.pop("allOf")[0]["$ref"]
+    schema["anyOf"] = [{"$ref": ref}, {"type": "null"}]
+
+
 class JobRequest(BaseModel):
     """Body of `/run` and `/runsync`. Unknown top-level keys are ignored, as RunPod does."""
 
@@ -104,13 +110,17 @@ class JobRequest(BaseModel):
     # The validator checks the pattern and says what failed in words: pydantic's own message
     # would quote the whole 1 KB pattern (the OpenAPI document still shows it).
     webhook: WebhookUrl | None = Field(None, description="http(s) URL")
-    policy: JobPolicy | None = Field(None, description="null or absent: every default")
+    policy: JobPolicy = Field(
+        default_factory=JobPolicy,
+        description="null or absent: every default",
+        json_schema_extra=lambda schema: _nullable(schema),
+    )
     s3Config: S3Config | None = None
 
-    @property
-    def effective_policy(self) -> JobPolicy:
-        """The policy, a null or absent one being every default."""
-        return self.policy or JobPolicy()
+    @field_validator("policy", mode="before")
+    @classmethod
+    def _null_policy_is_absent(cls, value: Any) -> Any:
+        return JobPolicy() if value is None else value
 
     @field_validator("webhook")
     @classmethod

@@ -83,6 +83,7 @@ class NewJob:
     execution_timeout_ms: int | None = None
     webhook: str | None = None
     s3_config: bytes | None = None
+    idempotency_key: str = ""  # a digest naming the key, its holder and route; "" for none
 
     def fields(self) -> list[str | bytes | int]:
         """The optional record fields, as flat field/value pairs."""
@@ -123,12 +124,18 @@ class JobStore:
     def _retention_args(self) -> list[int]:
         return [self.retention.run_ms, self.retention.sync_ms]
 
-    async def submit(self, endpoint_id: str, job: NewJob) -> None:
-        """Record a job and put it at the back of its endpoint's queue."""
+    async def submit(self, endpoint_id: str, job: NewJob) -> tuple[str, str]:
+        """Record a job and put it at the back of its endpoint's queue; returns its (id,
+        status). With an idempotency key that a living job was submitted with, that job's
+        id and status instead, and nothing is queued."""
         args = [endpoint_id, job.id, self.clock(), job.ttl_ms, "1" if job.low_priority else "0"]
-        # A 0 reply means the record exists: ids are fresh UUIDs, so that is this very
-        # submission, re-sent by the client's retry after a dropped reply. Accepting it is right.
-        await self.scripts.submit(keys=[keys.prefix(endpoint_id)], args=args + job.fields())
+        args.append(job.idempotency_key)
+        # A record with this id already exists only when this very submission was re-sent
+        # (ids are fresh UUIDs) by redis-py's retry after a dropped reply: its state is given.
+        job_id, status = await self.scripts.submit(
+            keys=[keys.prefix(endpoint_id)], args=args + job.fields()
+        )
+        return job_id.decode(), status.decode()
 
     async def take(
         self,

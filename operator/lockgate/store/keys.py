@@ -19,6 +19,8 @@ the single description of what they build.
     lg:{ep}:wh           ZSET  webhook outbox: job ids, score = next attempt (ms)
     lg:{ep}:wha          HASH  job id -> webhook attempts made
     lg:{ep}:sweep        STR   lock: one replica sweeps the endpoint per interval
+    lg:{ep}:ik:{digest}  STR   job id first submitted with an Idempotency-Key (digest of the
+                               key, its holder and route); dies with the job's ttl
     lg:{ep}:j:{id}       HASH  job record (fields in FIELDS below); expires at ttl / retention
     lg:{ep}:s:{id}       LIST  stream chunks not yet read by /stream; dies with the record
     lg:{ep}:rl:{op}:{owner}:{start} STR requests granted to replicas in the fixed
