@@ -35,7 +35,11 @@ class Job(BaseModel):
     status: JobStatus
     delayTime: int = Field(ge=0, description="milliseconds queued")
     executionTime: int = Field(ge=0, description="milliseconds running")
-    output: Any = Field(None, description="the handler's output; only when COMPLETED")
+    output: Any = Field(
+        None,
+        description="the handler's output when COMPLETED; while IN_PROGRESS, its latest "
+        "progress report (runpod's progress_update), if any",
+    )
     error: str | None = Field(None, description="why the job failed; only when it did")
 
 
