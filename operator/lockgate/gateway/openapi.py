@@ -280,10 +280,12 @@ def _worker_paths(ref: dict[str, dict]) -> dict[str, Any]:
         },
         "/v2/{endpoint}/job-done/{worker}/{job}": {
             "post": _op(
-                "Report a job's output or error (a result over the size cap fails the job)",
+                "Report a job's output or error (a result over the size cap, or nested too "
+                "deep to store, fails the job); or, with `status: IN_PROGRESS`, a progress "
+                "report (at most 1 MB) shown in /status while the job runs",
                 "workers",
                 _ok(ref["Accepted"]),
-                "400 401 404",
+                "400 401 404 413",
                 params=[WORKER, JOB],
                 body=ref["JobResult"],
             )
