@@ -10,7 +10,6 @@ with `json`, and a value orjson cannot write is written by `json` when it is not
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import orjson
@@ -18,7 +17,11 @@ import orjson
 from lockgate.gateway.errors import BadRequest
 
 MAX_DEPTH = 254  # levels of nesting a stored value may have (orjson writes no deeper)
-_LONG_DIGITS = re.compile(rb"\d{19,}")  # 2**63 has 19 digits: shorter integers always fit
+# 2**63 has 19 digits: a body without a run of 19 digits holds no integer orjson reads
+# inexactly. Found by mapping every digit to 0 and searching for nineteen 0s: a C-speed
+# pass over the body (a regular expression takes ten times longer on a 10 MB body).
+_DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_LONG_RUN = b"0" * 19
 
 
 class TooDeep(BadRequest):
@@ -36,9 +39,9 @@ def parse(raw: bytes) -> Any:
         if "depth" in str(err) or "recursion" in str(err):
             raise TooDeep("the JSON body is nested deeper than 1024 levels") from err
         raise BadRequest(f"request body is not valid JSON: {err}") from err
-    if _LONG_DIGITS.search(raw):
+    if _LONG_RUN in raw.translate(_DIGITS_TO_ZERO):
         try:
-            return json.loads(raw, parse_constant=_no_constant)
+            return json.loads(raw)  # orjson accepted it: no NaN or other non-JSON in it
         except RecursionError as err:
             raise TooDeep("the JSON body is nested too deeply") from err
     return value
@@ -69,7 +72,3 @@ def depth(value: Any) -> int:
         stack.extend((child, level + 1) for child in node)
         deepest = max(deepest, level + 1)
     return deepest
-
-
-def _no_constant(name: str) -> Any:
-    raise BadRequest(f"request body is not valid JSON: {name} is not a JSON value")
