@@ -13,7 +13,7 @@ import pytest
 
 from lockgate.apikeys import create, key_record
 from lockgate.dev.redis_server import free_port
-from lockgate.store import Registry
+from lockgate.store import JobStore, Registry, keys
 from tests.conftest import LiveGateway, make_settings, register, start_gateway
 from tests.test_job_api import done, get, take
 
@@ -86,6 +86,14 @@ async def test_once_the_first_job_is_gone_the_key_makes_a_new_job(http, gateway)
     await http.post(gateway.job_url("purge-queue"), headers=gateway.client_headers())
     _, second, headers = await submit(http, gateway, "run", {"input": {}}, KEY)
     assert second["id"] != first["id"] and "Idempotent-Replayed" not in headers
+
+
+async def test_deleting_an_endpoints_data_removes_its_idempotency_keys(http, gateway, redis):
+    await submit(http, gateway, "run", {"input": {}}, KEY)
+    pattern = keys.prefix(gateway.endpoint) + "ik:*"
+    assert [k async for k in redis.scan_iter(match=pattern)]
+    await JobStore(redis).delete_endpoint_data(gateway.endpoint)
+    assert not [k async for k in redis.scan_iter(match=pattern)]
 
 
 @pytest.mark.parametrize("key", ["", "x" * 256, "with space", "naïve"])

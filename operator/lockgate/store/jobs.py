@@ -262,13 +262,15 @@ class JobStore:
     async def delete_endpoint_data(self, endpoint_id: str) -> int:
         """Remove all jobs, queues, workers and counters of an endpoint; returns jobs removed.
 
-        Rate-limit counters are short-lived and not indexed, so they are found by a SCAN
-        of the endpoint's prefix: deleting an endpoint is rare and never on a request path."""
+        Rate-limit counters and idempotency keys are not indexed, so they are found by a
+        SCAN of the endpoint's prefix: deleting an endpoint is rare and never on a request
+        path."""
         prefix = keys.prefix(endpoint_id)
         reply = await self.scripts.delete_endpoint(keys=[prefix], args=[])
-        limit_keys = [k async for k in self.redis.scan_iter(match=f"{prefix}r[lc]:*", count=1000)]
-        if limit_keys:
-            await self.redis.unlink(*limit_keys)
+        for pattern in ("r[lc]:*", "ik:*"):
+            found = [k async for k in self.redis.scan_iter(match=prefix + pattern, count=1000)]
+            if found:
+                await self.redis.unlink(*found)
         return int(reply)
 
     async def snapshot(self, endpoint_id: str) -> Snapshot:
