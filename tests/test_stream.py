@@ -53,11 +53,17 @@ async def test_a_long_string_chunk_is_read_as_chunks_of_at_most_1_mb(http, gatew
     assert "".join(c["output"] for c in await read(http, gateway, job_id)) == text[2_000_000:]
 
 
-async def test_a_large_output_that_is_not_a_string_is_one_chunk(http, gateway):
+async def test_a_large_output_that_is_not_a_string_is_split_as_its_json_text(http, gateway):
     job_id = await running_job(http, gateway)
     image = {"image": "x" * (CHUNK_LIMIT + 10), "format": "png"}
     assert await push(http, gateway, job_id, {"output": image}) == ACCEPTED
-    assert await read(http, gateway, job_id) == [{"output": image}]
+    stream = await read(http, gateway, job_id)
+    assert all(len(orjson.dumps(chunk)) <= CHUNK_LIMIT for chunk in stream)
+    assert [c["split"] for c in stream] == [
+        {"index": 0, "count": 2, "format": "json"},
+        {"index": 1, "count": 2, "format": "json"},
+    ]
+    assert orjson.loads("".join(c["output"] for c in stream)) == image
 
 
 async def test_stream_data_past_the_cap_is_refused_with_413_and_the_job_goes_on(http, gateway):
@@ -86,12 +92,12 @@ async def test_a_split_chunk_that_does_not_fit_under_the_cap_is_refused_whole(ht
 
 async def test_a_requeued_job_starts_its_stream_and_its_cap_afresh(http, gateway):
     job_id = await running_job(http, gateway)
-    assert (await push(http, gateway, job_id, {"output": "x" * (CAP - 100)}))[0] == 200
+    assert (await push(http, gateway, job_id, {"output": "x" * (CAP - 1000)}))[0] == 200
     await done(http, gateway, job_id, {"error": "boom"})
     assert (await post(http, gateway, f"retry/{job_id}"))[1]["status"] == "IN_QUEUE"
     assert (await take(http, gateway, "w2"))["id"] == job_id
     assert await read(http, gateway, job_id) == []
-    assert (await push(http, gateway, job_id, {"output": "y" * (CAP - 100)}, "w2"))[0] == 200
+    assert (await push(http, gateway, job_id, {"output": "y" * (CAP - 1000)}, "w2"))[0] == 200
 
 
 async def test_a_worker_that_no_longer_holds_the_job_streams_nothing(http, gateway):

@@ -6,11 +6,22 @@ import orjson
 import pytest
 
 from lockgate.gateway.chunks import CHUNK_LIMIT, split_text, stream_chunks
-from lockgate.gateway.errors import BadRequest
+from lockgate.gateway.errors import BadRequest, PayloadTooLarge
 
 
 def outputs(chunks: list[bytes]) -> list:
     return [orjson.loads(c)["output"] for c in chunks]
+
+
+def rejoin(chunks: list[bytes]):
+    """What a client does: join the pieces of a split output back into it."""
+    parsed = [orjson.loads(c) for c in chunks]
+    count = len(parsed)
+    assert [c["split"] | {"format": None} for c in parsed] == [
+        {"index": i, "count": count, "format": None} for i in range(count)
+    ]
+    text = "".join(c["output"] for c in parsed)
+    return orjson.loads(text) if parsed[0]["split"]["format"] == "json" else text
 
 
 @pytest.mark.parametrize("output", ["short", "", 0, None, [1, 2], {"text": ["a"]}])
@@ -43,15 +54,18 @@ def test_a_long_string_is_split_into_chunks_within_the_limit_that_join_back(text
     chunks = stream_chunks({"output": text})
     assert len(chunks) > 1
     assert all(len(c) <= CHUNK_LIMIT for c in chunks)
-    assert "".join(outputs(chunks)) == text
-    # Chunks are filled: only the last may be much shorter than the limit.
-    assert all(len(c) > CHUNK_LIMIT - 16 for c in chunks[:-1])
+    assert rejoin(chunks) == text
+    # Chunks are filled: only the last may be much shorter than the limit (less the room
+    # reserved for the widest split marker).
+    assert all(len(c) > CHUNK_LIMIT - 64 for c in chunks[:-1])  # 64: the split marker
 
 
 def test_a_string_just_at_the_limit_is_one_chunk_and_one_byte_more_is_two() -> None:
     fits = "x" * (CHUNK_LIMIT - len(b'{"output":""}'))
-    assert len(stream_chunks({"output": fits})) == 1
-    assert outputs(stream_chunks({"output": fits + "y"})) == [fits, "y"]
+    assert stream_chunks({"output": fits}) == [orjson.dumps({"output": fits})]
+    chunks = stream_chunks({"output": fits + "y"})
+    assert len(chunks) == 2 and rejoin(chunks) == fits + "y"
+    assert orjson.loads(chunks[0])["split"] == {"index": 0, "count": 2, "format": "text"}
 
 
 def test_metrics_of_a_split_output_go_with_its_last_chunk() -> None:
@@ -65,10 +79,26 @@ def test_metrics_of_a_split_output_go_with_its_last_chunk() -> None:
 @pytest.mark.parametrize(
     "output", [["a" * 700_000, "b" * 700_000], {"image": "x" * 1_500_000}, list(range(300_000))]
 )
-def test_an_output_over_the_limit_that_is_not_a_string_is_kept_whole(output) -> None:
-    chunks = stream_chunks({"output": output})
-    assert len(chunks) == 1 and len(chunks[0]) > CHUNK_LIMIT
-    assert outputs(chunks) == [output]
+def test_an_output_over_the_limit_that_is_not_a_string_is_split_as_json_text(output) -> None:
+    chunks = stream_chunks({"output": output, "metrics": {"n": 1}})
+    assert len(chunks) > 1 and all(len(c) <= CHUNK_LIMIT for c in chunks)
+    assert all(isinstance(o, str) for o in outputs(chunks))
+    assert orjson.loads(chunks[0])["split"]["format"] == "json"
+    assert rejoin(chunks) == output
+    assert [orjson.loads(c).get("metrics") for c in chunks][-1] == {"n": 1}
+
+
+def test_metrics_too_large_for_any_chunk_are_refused() -> None:
+    with pytest.raises(PayloadTooLarge, match="metrics"):
+        stream_chunks({"output": "x" * 10, "metrics": {"m": "y" * CHUNK_LIMIT}})
+
+
+def test_an_output_nested_too_deep_to_store_is_refused_with_400() -> None:
+    deep: list = []
+    for _ in range(300):
+        deep = [deep]
+    with pytest.raises(BadRequest, match="cannot be stored"):
+        stream_chunks({"output": deep})
 
 
 @pytest.mark.parametrize(

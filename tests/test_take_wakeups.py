@@ -36,10 +36,10 @@ async def queued_at_once(redis: Redis, gw: LiveGateway, n: int) -> set[str]:
     async with redis.pipeline(transaction=True) as pipe:
         for job_id in ids:
             job = NewJob(id=job_id, input=b"{}", ttl_ms=60_000)
-            args = [gw.endpoint, job_id, now_ms(), job.ttl_ms, "0", *job.fields()]
+            args = [gw.endpoint, job_id, now_ms(), job.ttl_ms, "0", "", *job.fields()]
             submit = store.scripts.by_name["submit"]  # the script itself, into the transaction
             await submit(keys=[keys.prefix(gw.endpoint)], args=args, client=pipe)
-        assert await pipe.execute() == [1] * n
+        assert await pipe.execute() == [[i.encode(), b"IN_QUEUE"] for i in ids]
     return set(ids)
 
 

@@ -108,6 +108,11 @@ class Settings(BaseSettings):
         description="stream data kept per job until /stream reads it; a worker posting "
         "past it gets 413",
     )
+    cors_allow_origins: list[str] = Field(
+        default_factory=list,
+        description="origins whose browser pages may call the job API (CORS), a JSON list: "
+        '["https://app.example.com"], or ["*"] for any; empty: none (no CORS headers)',
+    )
     metrics_token: str = Field(
         "", description="when set, /metrics requires `Authorization: Bearer <token>`"
     )

@@ -12,6 +12,7 @@ from redis.asyncio import Redis
 from lockgate.gateway import client_api, worker_api
 from lockgate.gateway.auth import Authenticator
 from lockgate.gateway.background import run_background
+from lockgate.gateway.cors import cors_middleware
 from lockgate.gateway.endpoints import EndpointCache
 from lockgate.gateway.http import json_response
 from lockgate.gateway.keyfile import KeyFile
@@ -104,9 +105,12 @@ async def metrics(request: web.Request) -> web.Response:
     )
 
 
-def _application(gw: Gateway) -> web.Application:
-    """An application over `gw` with the shared middlewares and the probes."""
+def _application(gw: Gateway, *, cors: bool = False) -> web.Application:
+    """An application over `gw` with the shared middlewares and the probes; `cors`: answer
+    browsers from `settings.cors_allow_origins` (the job API's application only)."""
     middlewares = [metrics_middleware(gw.metrics), error_middleware]
+    if cors and gw.settings.cors_allow_origins:
+        middlewares.insert(1, cors_middleware(gw.settings.cors_allow_origins))
     app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY)
     app[GATEWAY] = gw
     app.router.add_get("/livez", livez)
@@ -130,7 +134,7 @@ def create_app(settings: Settings, *, redis: Redis | None = None) -> web.Applica
     owned = redis is None
     client = redis if redis is not None else connect(settings.redis_url)
     gw = build_gateway(settings, client)
-    app = _application(gw)
+    app = _application(gw, cors=True)
     app.add_routes(client_api.routes)
     if not settings.worker_port:
         app.add_routes(worker_api.routes)

@@ -1,11 +1,13 @@
 """Stream chunks: a worker's job-stream body as the `{"output": ...}` chunks `/stream` returns.
 
-A chunk is at most `CHUNK_LIMIT` bytes of JSON (the spec's "one streamed chunk: 1 MB").
-A string output over it is split on character boundaries into consecutive chunks that
-concatenate back to the string; `metrics`, when sent, go with the last of them. Any other
-output is a structure whose parts cannot be split without changing what it means, so it
-is kept whole as one chunk (bounded by the job-stream body limit and the per-job cap on
-unread stream data).
+A chunk is at most `CHUNK_LIMIT` bytes of JSON (the spec's "one streamed chunk: 1 MB"). An
+output over it is cut into consecutive chunks, each marked `"split": {"index": i, "count":
+n, "format": f}` (i from 0), whose `output`s are strings that concatenate to:
+- `format: "text"`: the output itself, when it is a string (cut on character boundaries);
+- `format: "json"`: the JSON text of the output, when it is anything else (a client parses
+  the joined text: `json.loads("".join(outputs))`).
+`metrics`, when sent, go with the last piece. A chunk that fits is stored as sent, unmarked,
+so small outputs look exactly as before; the runpod SDK's stream loop yields each piece.
 """
 
 from __future__ import annotations
@@ -14,29 +16,42 @@ from typing import Any
 
 import orjson
 
-from lockgate.gateway.errors import BadRequest
+from lockgate.gateway.errors import BadRequest, PayloadTooLarge
 
 CHUNK_LIMIT = 1024 * 1024  # bytes of one stored chunk's JSON
 _MIN_BUDGET = 8  # bytes: room for the widest character (a 6-byte \u001f escape)
+# The widest `split` marker a chunk may carry: reserved in every piece's budget.
+_WIDEST_SPLIT = {"index": 10**9, "count": 10**9, "format": "text"}
 
 
 def stream_chunks(body: Any, limit: int = CHUNK_LIMIT) -> list[bytes]:
-    """Turn a job-stream body into stored chunks, each at most `limit` bytes when the output
-    is a string; other outputs stay one chunk whatever their size."""
+    """Turn a job-stream body into stored chunks of at most `limit` bytes each."""
     if not isinstance(body, dict) or "output" not in body:
         raise BadRequest('stream body must be a JSON object with "output"')
     output = body["output"]
     metrics = body.get("metrics")
     if metrics is not None and not isinstance(metrics, dict):
         raise BadRequest('stream "metrics" must be a JSON object')
-    whole = _chunk(output, metrics)
-    if len(whole) <= limit or not isinstance(output, str):
+    try:
+        whole = _chunk(output, metrics)
+    except orjson.JSONEncodeError as err:  # nested deeper than orjson writes
+        raise BadRequest(f"stream chunk refused: it cannot be stored ({err})") from err
+    if len(whole) <= limit:
         return [whole]
-    budget = limit - len(_chunk("", metrics))
+    budget = limit - len(_chunk("", metrics, _WIDEST_SPLIT))
     if budget < _MIN_BUDGET:
-        return [whole]  # metrics alone fill the chunk: nothing sensible to split
-    pieces = split_text(output, budget)
-    return [_chunk(p, None) for p in pieces[:-1]] + [_chunk(pieces[-1], metrics)]
+        raise PayloadTooLarge(f"stream chunk refused: its metrics alone exceed {limit} bytes")
+    text, form = (output, "text") if isinstance(output, str) else (_json_text(output), "json")
+    pieces = split_text(text, budget)
+    count = len(pieces)
+    return [
+        _chunk(p, metrics if i == count - 1 else None, {"index": i, "count": count, "format": form})
+        for i, p in enumerate(pieces)
+    ]
+
+
+def _json_text(output: Any) -> str:
+    return orjson.dumps(output).decode()
 
 
 def split_text(text: str, budget: int) -> list[str]:
@@ -90,8 +105,10 @@ def _json_size(piece: bytes) -> int:
     return len(orjson.dumps(piece.decode())) - 2
 
 
-def _chunk(output: Any, metrics: dict | None) -> bytes:
+def _chunk(output: Any, metrics: dict | None, split: dict | None = None) -> bytes:
     chunk: dict[str, Any] = {"output": output}
     if metrics is not None:
         chunk["metrics"] = metrics
+    if split is not None:
+        chunk["split"] = split
     return orjson.dumps(chunk)

@@ -11,16 +11,18 @@ import orjson
 from aiohttp import web
 from pydantic import ValidationError
 
-from lockgate.gateway.auth import JOBS, JOBS_READ
-from lockgate.gateway.errors import BadRequest, NotFound
-from lockgate.gateway.http import int_param, job_id_param, json_response, parse_json, read_body
+from lockgate.gateway import jsonbody
+from lockgate.gateway.auth import JOBS, JOBS_READ, Principal
+from lockgate.gateway.errors import BadRequest, Forbidden, NotFound
+from lockgate.gateway.http import int_param, job_id_param, json_response, read_body
+from lockgate.gateway.idempotency import REPLAYED, SubmitUncertain, key_digest, store_unavailable
 from lockgate.gateway.ssrf import private_destination
 from lockgate.gateway.state import Gateway, gateway_of
 from lockgate.gateway.views import job_body, stream_body
 from lockgate.models import FINAL_STATES, JobRequest, describe_validation_error
 from lockgate.models.jobs import MAX_DURATION_MS, TTL_MIN_MS
 from lockgate.models.limits import Operation
-from lockgate.store import IneligibleState, JobNotFound, NewJob
+from lockgate.store import UNAVAILABLE, IneligibleState, JobNotFound, NewJob
 
 MB = 1024 * 1024
 RUN_LIMIT = 10 * MB
@@ -37,18 +39,22 @@ class Call:
     gw: Gateway
     endpoint_id: str
     entry: dict
+    principal: Principal
 
 
 Handler = Callable[[web.Request, Call], Awaitable[web.Response]]
 # Operations that only read: a `jobs:read` key may call them.
 READS = frozenset({Operation.STATUS, Operation.STREAM, Operation.HEALTH})
+# Operations that submit a job: a store failure says whether the job may exist.
+SUBMITS = frozenset({Operation.RUN, Operation.RUNSYNC})
 # Operations on one job: their path ends in `/{job}`.
 JOB_ROUTES = frozenset({Operation.STATUS, Operation.STREAM, Operation.CANCEL, Operation.RETRY})
 
 
 def client_route(method: str, op: Operation) -> Callable[[Handler], Handler]:
     """Register a client route: 401 (key), then 404 (endpoint), then 429 (limits), then the
-    handler, which holds an in-flight slot of its operation while it runs."""
+    handler, which holds an in-flight slot of its operation while it runs. The path answers
+    with a trailing slash too (`jobApiUrl` ends in one, and clients join paths to it)."""
     path = f"/v2/{{endpoint}}/{op}" + ("/{job}" if op in JOB_ROUTES else "")
     scope = JOBS_READ if op in READS else JOBS
 
@@ -56,21 +62,31 @@ def client_route(method: str, op: Operation) -> Callable[[Handler], Handler]:
         async def route(request: web.Request) -> web.Response:
             gw = gateway_of(request)
             endpoint_id = request.match_info["endpoint"]
-            principal = await gw.auth.require(request, scope, endpoint_id)
-            call = Call(gw, endpoint_id, await gw.endpoints.get(endpoint_id))
-            async with gw.limiter.hold(endpoint_id, op, principal.name):
-                return await handler(request, call)
+            try:
+                principal = await gw.auth.require(request, scope, endpoint_id)
+                call = Call(gw, endpoint_id, await gw.endpoints.get(endpoint_id), principal)
+                async with gw.limiter.hold(endpoint_id, op, principal.name):
+                    return await handler(request, call)
+            except SubmitUncertain as err:
+                return store_unavailable(request, err.job_id)
+            except UNAVAILABLE:
+                if op not in SUBMITS:
+                    raise
+                return store_unavailable(request, None)  # failed before the submit
 
         route.__name__ = route.__qualname__ = handler.__name__
         routes.route(method, path)(route)
+        routes.route(method, path + "/")(route)
         return handler
 
     return register
 
 
-async def _new_job(request: web.Request, limit: int, job_id: str, *, sync: bool) -> NewJob:
+async def _new_job(
+    request: web.Request, limit: int, job_id: str, *, sync: bool, idempotency_key: str
+) -> NewJob:
     """Read and validate a job request body into a job ready to queue."""
-    body = parse_json(await read_body(request, limit))
+    body = jsonbody.parse(await read_body(request, limit))
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object with an 'input' object")
     try:
@@ -83,46 +99,89 @@ async def _new_job(request: web.Request, limit: int, job_id: str, *, sync: bool)
             f"webhook: {req.webhook!r} reaches a private address ({where}); "
             "set LOCKGATE_WEBHOOK_ALLOW_PRIVATE=true to allow it"
         )
+    policy = req.policy
     return NewJob(
         id=job_id,
-        input=orjson.dumps(req.input),
-        ttl_ms=req.policy.ttl,
-        low_priority=req.policy.lowPriority,
+        input=jsonbody.dumps(req.input, "input"),
+        ttl_ms=policy.ttl,
+        low_priority=policy.lowPriority,
         sync=sync,
-        execution_timeout_ms=req.policy.executionTimeout,
+        execution_timeout_ms=policy.executionTimeout,
         webhook=req.webhook,
         s3_config=orjson.dumps(req.s3Config.model_dump()) if req.s3Config else None,
+        idempotency_key=idempotency_key,
     )
+
+
+async def _submit(call: Call, job: NewJob) -> tuple[str, str, dict[str, str]]:
+    """Queue `job`: (id, status, headers) of it, or of the job first submitted with its
+    idempotency key. SubmitUncertain when the store fails meanwhile."""
+    try:
+        job_id, status = await call.gw.store.submit(call.endpoint_id, job)
+    except UNAVAILABLE as err:
+        raise SubmitUncertain(job.id) from err
+    return job_id, status, ({REPLAYED: "true"} if job_id != job.id else {})
 
 
 @client_route("POST", Operation.RUN)
 async def run(request: web.Request, call: Call) -> web.Response:
-    gw, endpoint_id = call.gw, call.endpoint_id
-    job = await _new_job(request, RUN_LIMIT, str(uuid.uuid4()), sync=False)
-    await gw.store.submit(endpoint_id, job)
-    return json_response({"id": job.id, "status": "IN_QUEUE"})
+    key = key_digest(request, call.principal.name, Operation.RUN)
+    job = await _new_job(request, RUN_LIMIT, str(uuid.uuid4()), sync=False, idempotency_key=key)
+    job_id, status, headers = await _submit(call, job)
+    return json_response({"id": job_id, "status": status}, headers=headers)
 
 
 @client_route("POST", Operation.RUNSYNC)
 async def runsync(request: web.Request, call: Call) -> web.Response:
     gw, endpoint_id = call.gw, call.endpoint_id
     wait_ms = int_param(request, "wait", default=WAIT_DEFAULT_MS, lo=WAIT_MIN_MS, hi=WAIT_MAX_MS)
-    job = await _new_job(request, RUNSYNC_LIMIT, f"sync-{uuid.uuid4()}", sync=True)
+    key = key_digest(request, call.principal.name, Operation.RUNSYNC)
+    job_id = f"sync-{uuid.uuid4()}"
+    job = await _new_job(request, RUNSYNC_LIMIT, job_id, sync=True, idempotency_key=key)
+    submitted = asyncio.Event()
     # Wait from before the submit: the job may finish before `submit` even returns.
-    done = asyncio.ensure_future(_wait_final(gw, endpoint_id, job.id, wait_ms / 1000))
+    done = asyncio.ensure_future(_wait_final(gw, endpoint_id, job_id, wait_ms / 1000, submitted))
     try:
-        await gw.store.submit(endpoint_id, job)
+        job_id, status, headers = await _submit(call, job)
+        submitted.set()
+        if job_id != job.id:  # the job first submitted with this idempotency key
+            done.cancel()
+            done = asyncio.ensure_future(
+                _wait_final(gw, endpoint_id, job_id, wait_ms / 1000, submitted, status)
+            )
         await done
+        record = await gw.store.get(endpoint_id, job_id)
+    except JobNotFound as err:
+        raise NotFound(_gone(job_id)) from err
+    except UNAVAILABLE as err:  # after the submit: the job exists
+        raise SubmitUncertain(job_id) from err
     finally:
         done.cancel()
-    record = await gw.store.get(endpoint_id, job.id)
     if record.status in FINAL_STATES:
-        return json_response(job_body(record, gw.store.clock()))
-    return json_response({"id": job.id, "status": record.status})
+        return json_response(job_body(record, gw.store.clock()), headers=headers)
+    return json_response({"id": job_id, "status": record.status}, headers=headers)
 
 
-async def _wait_final(gw: Gateway, endpoint_id: str, job_id: str, wait_s: float) -> None:
-    """Sleep until the job is final or `wait_s` passes, re-checking Redis now and then."""
+def _gone(job_id: str) -> str:
+    return (
+        f"job {job_id!r} not found: it was removed while /runsync waited for it "
+        "(its ttl passed, or the queue was purged)"
+    )
+
+
+async def _wait_final(
+    gw: Gateway,
+    endpoint_id: str,
+    job_id: str,
+    wait_s: float,
+    submitted: asyncio.Event,
+    status: str | None = None,
+) -> None:
+    """Sleep until the job is final or `wait_s` passes, re-checking Redis now and then;
+    JobNotFound once the job is gone after `submitted` (ttl, purge): the wait is over.
+    `status`: the job's state already known (no wait when final)."""
+    if status in FINAL_STATES:
+        return
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_s
     while (left := deadline - loop.time()) > 0:
@@ -132,7 +191,9 @@ async def _wait_final(gw: Gateway, endpoint_id: str, job_id: str, wait_s: float)
             if (await gw.store.get(endpoint_id, job_id)).status in FINAL_STATES:
                 return
         except JobNotFound:
-            continue  # not submitted yet, or gone: the caller reads it once more
+            if submitted.is_set():
+                raise
+            # not submitted yet: wait on
 
 
 @client_route("GET", Operation.STATUS)
@@ -140,6 +201,11 @@ async def status(request: web.Request, call: Call) -> web.Response:
     gw, endpoint_id = call.gw, call.endpoint_id
     job_id = job_id_param(request)
     ttl = request.query.get("ttl")
+    if ttl is not None and not call.principal.allows(JOBS, endpoint_id):
+        raise Forbidden(
+            f"API key {call.principal.name!r} may read jobs but not set their ttl: "
+            f"`?ttl=` changes the job (it can end its life), which needs the {JOBS!r} scope"
+        )
     try:
         if ttl is not None:
             ttl_ms = int_param(request, "ttl", default=None, lo=TTL_MIN_MS, hi=MAX_DURATION_MS)

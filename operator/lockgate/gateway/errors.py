@@ -27,7 +27,8 @@ class Unauthorized(ApiError):
 
 
 class Forbidden(ApiError):
-    """A valid key used beyond what it is bound to (another worker's id)."""
+    """A valid key used beyond what it may do: another worker's id, or a write a read-only
+    scope does not allow (`?ttl=` on /status)."""
 
     status = 403
 

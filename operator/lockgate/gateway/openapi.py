@@ -23,6 +23,7 @@ from lockgate.gateway.client_api import (
     WAIT_MAX_MS,
     WAIT_MIN_MS,
 )
+from lockgate.gateway.idempotency import HEADER, MAX_KEY_CHARS
 from lockgate.gateway.worker_api import BATCH_MAX
 from lockgate.models import ENDPOINT_ID_PATTERN, Health, JobRequest, PurgeResult
 from lockgate.models.api import (
@@ -48,12 +49,14 @@ MB = 1024 * 1024
 ERRORS: dict[str, str] = {
     "400": "malformed request or parameter; or a job in an ineligible state",
     "401": "missing, unknown or revoked API key, or a key without the permission",
-    "403": "a worker id other than the key's own, or than the one bound to the caller's address",
+    "403": "a worker id other than the key's own or than the one bound to the caller's "
+    "address; or `?ttl=` on /status without the `jobs` scope",
     "404": "unknown endpoint or job (a job is gone once its ttl expires)",
     "413": "request body over the operation's size limit",
     "429": "over a rate limit (per 10-second window) or a concurrency limit",
     "500": "internal error (no detail is given)",
-    "503": "the job store is unavailable; retry shortly",
+    "503": "the job store is unavailable; retry shortly (a submit's answer says in "
+    "`jobMayExist` whether its job may exist, and then gives its `id`)",
 }
 RETRY_AFTER = {
     "Retry-After": {
@@ -171,6 +174,13 @@ def _client_paths(ref: dict[str, dict]) -> dict[str, Any]:
         "new ttl of the job (ms, from submission)",
     )
     either = {"anyOf": [ref["Job"], ref["JobState"]]}
+    idempotency = _param(
+        HEADER,
+        "header",
+        {"type": "string", "pattern": f"^[!-~]{{1,{MAX_KEY_CHARS}}}$"},
+        "a retry with the same key, while the first job lives, gets that job instead of a "
+        "new one (per endpoint, key holder and route)",
+    )
     return {
         "/v2/{endpoint}/run": {
             "post": _op(
@@ -178,6 +188,7 @@ def _client_paths(ref: dict[str, dict]) -> dict[str, Any]:
                 "jobs",
                 _ok(ref["JobState"]),
                 "400 401 404 413 429",
+                params=[idempotency],
                 body=job_body,
             )
         },
@@ -188,16 +199,17 @@ def _client_paths(ref: dict[str, dict]) -> dict[str, Any]:
                 "jobs",
                 _ok(either),
                 "400 401 404 413 429",
-                params=[wait],
+                params=[wait, idempotency],
                 body=job_body,
             )
         },
         "/v2/{endpoint}/status/{job}": {
             "get": _op(
-                "A job's status and, once completed, its output",
+                "A job's status and, once completed, its output (while running, its latest "
+                "progress report, if any); `ttl` needs the `jobs` scope",
                 "jobs:read",
                 _ok(ref["Job"]),
-                "400 401 404 429",
+                "400 401 403 404 429",
                 params=[JOB, ttl],
             )
         },
@@ -269,10 +281,12 @@ def _worker_paths(ref: dict[str, dict]) -> dict[str, Any]:
         },
         "/v2/{endpoint}/job-done/{worker}/{job}": {
             "post": _op(
-                "Report a job's output or error (a result over the size cap fails the job)",
+                "Report a job's output or error (a result over the size cap, or nested too "
+                "deep to store, fails the job); or, with `status: IN_PROGRESS`, a progress "
+                "report (at most 1 MB) shown in /status while the job runs",
                 "workers",
                 _ok(ref["Accepted"]),
-                "400 401 403 404",
+                "400 401 403 404 413",
                 params=[WORKER, JOB],
                 body=ref["JobResult"],
             )

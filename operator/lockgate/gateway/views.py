@@ -20,6 +20,8 @@ def job_body(record: JobRecord, now: int) -> dict[str, Any]:
     }
     if record.status == JobStatus.COMPLETED and record.output is not None:
         body["output"] = orjson.Fragment(record.output)
+    elif record.status == JobStatus.IN_PROGRESS and record.progress is not None:
+        body["output"] = orjson.Fragment(record.progress)  # the latest progress_update
     if record.error is not None:
         body["error"] = record.error
     return body

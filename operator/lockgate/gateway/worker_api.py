@@ -8,8 +8,9 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from lockgate.gateway import jsonbody
 from lockgate.gateway.auth import WORKERS
-from lockgate.gateway.chunks import stream_chunks
+from lockgate.gateway.chunks import CHUNK_LIMIT, stream_chunks
 from lockgate.gateway.endpoints import execution_timeout_ms
 from lockgate.gateway.errors import BadRequest, Forbidden, PayloadTooLarge
 from lockgate.gateway.http import (
@@ -25,6 +26,7 @@ from lockgate.store import STOPPING, StreamFull, TakenJob
 from lockgate.store.keys import JOB_ID_RE, WORKER_ID_RE
 
 BATCH_MAX = 100
+PROGRESS_LIMIT = CHUNK_LIMIT  # bytes of one progress report's JSON, as one stream chunk
 
 routes = web.RouteTableDef()
 
@@ -112,13 +114,17 @@ async def job_take_batch(request: web.Request) -> web.Response:
 
 
 def _result(body: Any) -> tuple[bytes | None, str | None]:
-    """Split a job-done body into (output JSON, error message)."""
+    """Split a job-done body into (output JSON, error message). An output that cannot be
+    stored (nested deeper than orjson writes) is an error: the job must not stay running."""
     if not isinstance(body, dict):
         raise BadRequest('job result must be a JSON object with "output" or "error"')
-    output = orjson.dumps(body["output"]) if "output" in body else None
     error = body.get("error")
-    if error is not None and not isinstance(error, str):
-        error = orjson.dumps(error).decode()
+    try:
+        output = jsonbody.dumps(body["output"], "its output") if "output" in body else None
+        if error is not None and not isinstance(error, str):
+            error = jsonbody.dumps(error, "its error").decode()
+    except jsonbody.TooDeep as err:
+        return None, f"the worker's result could not be stored: {err.message}"
     return output, error
 
 
@@ -129,17 +135,32 @@ async def job_done(request: web.Request) -> web.Response:
     job_id = job_id_param(request)
     cap = gw.settings.max_result_bytes
     try:
-        body = parse_json(await read_body(request, cap))
+        body = jsonbody.parse(await read_body(request, cap))
     except PayloadTooLarge:
         body = {"error": f"the worker's result exceeds the {cap} byte limit"}
+    except jsonbody.TooDeep as err:  # the job ends here rather than run to its timeout
+        body = {"error": f"the worker's result could not be stored: {err.message}"}
     if isinstance(body, dict) and body.get("status") == "IN_PROGRESS":
-        # runpod's progress_update() posts here too; a progress report is not a result.
-        return json_response({"accepted": False})
+        # runpod's progress_update() posts here too: a progress report, not a result.
+        return await _progress(gw, endpoint_id, worker_id, job_id, body.get("output"))
     output, error = _result(body)
     done = await gw.store.finish(endpoint_id, worker_id, job_id, output=output, error=error)
     if done is not None:
         gw.metrics.observe_finished(endpoint_id, done)
     return json_response({"accepted": done is not None})
+
+
+async def _progress(
+    gw: Gateway, endpoint_id: str, worker_id: str, job_id: str, progress: Any
+) -> web.Response:
+    """Keep the latest progress report of a running job (its `/status` output meanwhile)."""
+    raw = jsonbody.dumps(progress, "the progress report")
+    if len(raw) > PROGRESS_LIMIT:
+        raise PayloadTooLarge(
+            f"progress report of {len(raw)} bytes refused: at most {PROGRESS_LIMIT} bytes "
+            "(the job goes on; send large data as its output)"
+        )
+    return json_response({"accepted": await gw.store.progress(endpoint_id, worker_id, job_id, raw)})
 
 
 @routes.post("/v2/{endpoint}/job-stream/{worker}/{job}")

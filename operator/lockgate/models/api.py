@@ -6,7 +6,7 @@ them, so the OpenAPI document and the responses come from one definition of each
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -35,15 +35,29 @@ class Job(BaseModel):
     status: JobStatus
     delayTime: int = Field(ge=0, description="milliseconds queued")
     executionTime: int = Field(ge=0, description="milliseconds running")
-    output: Any = Field(None, description="the handler's output; only when COMPLETED")
+    output: Any = Field(
+        None,
+        description="the handler's output when COMPLETED; while IN_PROGRESS, its latest "
+        "progress report (runpod's progress_update), if any",
+    )
     error: str | None = Field(None, description="why the job failed; only when it did")
 
 
+class StreamSplit(BaseModel):
+    """Marks a piece of an output cut to fit 1 MB chunks: the `output`s of pieces 0 to
+    count - 1 concatenate to the output itself (`text`) or to its JSON text (`json`)."""
+
+    index: int = Field(ge=0)
+    count: int = Field(ge=2)
+    format: Literal["text", "json"]
+
+
 class StreamChunk(BaseModel):
-    """One piece of a job's streamed output (at most 1 MB)."""
+    """One piece of a job's streamed output (at most 1 MB of JSON)."""
 
     output: Any
     metrics: dict[str, Any] | None = None
+    split: StreamSplit | None = Field(None, description="only on a piece of a larger output")
 
 
 class StreamRead(BaseModel):

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    WithJsonSchema,
+    field_validator,
+)
 
 # Durations are milliseconds, as in the spec's "Time limits and retention".
 EXECUTION_TIMEOUT_DEFAULT_MS = 600_000
@@ -77,28 +85,76 @@ _IPV6 = "|".join(
         f":((:{_H}){{1,7}}|:)",
     ]
 )
+_PORT = "[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]"
 WEBHOOK_PATTERN = (
-    rf"^https?://([A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*|\[({_IPV6})\])(:[0-9]{{1,5}})?([/?#]\S*)?$"
+    rf"^https?://([A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*|\[({_IPV6})\])(:({_PORT}))?([/?#]\S*)?$"
 )
+# Matched by pydantic's regex engine, as the pattern was before it moved into the validator
+# (Python's `re` reads `\S` differently, e.g. for \x1c).
+_WEBHOOK_SHAPE = TypeAdapter(Annotated[str, Field(pattern=WEBHOOK_PATTERN)])
+
+
+WebhookUrl = Annotated[str, WithJsonSchema({"type": "string", "pattern": WEBHOOK_PATTERN})]
+
+
+def _nullable(schema: dict[str, Any]) -> None:
+    """Let a field's JSON schema admit null too (the validator reads null as absent)."""
+    ref = schema.pop("$ref", None) or schema.pop("allOf")[0]["$ref"]
+    schema["anyOf"] = [{"$ref": ref}, {"type": "null"}]
 
 
 class JobRequest(BaseModel):
     """Body of `/run` and `/runsync`. Unknown top-level keys are ignored, as RunPod does."""
 
     input: dict[str, Any]
-    webhook: str | None = Field(None, pattern=WEBHOOK_PATTERN, description="http(s) URL")
-    policy: JobPolicy = Field(default_factory=JobPolicy)
+    # The validator checks the pattern and says what failed in words: pydantic's own message
+    # would quote the whole 1 KB pattern (the OpenAPI document still shows it).
+    webhook: WebhookUrl | None = Field(None, description="http(s) URL")
+    policy: JobPolicy = Field(
+        default_factory=JobPolicy,
+        description="null or absent: every default",
+        json_schema_extra=lambda schema: _nullable(schema),
+    )
     s3Config: S3Config | None = None
+
+    @field_validator("policy", mode="before")
+    @classmethod
+    def _null_policy_is_absent(cls, value: Any) -> Any:
+        return JobPolicy() if value is None else value
 
     @field_validator("webhook")
     @classmethod
     def _webhook_is_http_url(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError("must be an http or https URL")
+        if value is not None and (problem := webhook_problem(value)):
+            raise ValueError(problem)
         return value
+
+
+WEBHOOK_RULE = (
+    "must be an http:// or https:// URL with a host name, an IPv4 address or a bracketed "
+    "IPv6 address, an optional port from 1 to 65535, and no spaces"
+)
+
+
+def webhook_problem(url: str) -> str | None:
+    """Why `url` is no acceptable webhook URL, in words; None when it is one."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # a broken [IPv6] literal
+        return WEBHOOK_RULE
+    try:
+        port = parts.port
+    except ValueError:  # over 65535
+        port = 0
+    if port is not None and not 1 <= port <= 65535:
+        return "its port must be from 1 to 65535"
+    try:
+        _WEBHOOK_SHAPE.validate_python(url)
+    except ValidationError:
+        return WEBHOOK_RULE
+    if not parts.hostname:
+        return WEBHOOK_RULE
+    return None
 
 
 class HealthJobs(BaseModel):

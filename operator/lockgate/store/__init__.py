@@ -1,6 +1,6 @@
 """Redis job store: keys, Lua transition scripts, registry of endpoints and keys."""
 
-from lockgate.store.connection import connect
+from lockgate.store.connection import UNAVAILABLE, connect
 from lockgate.store.jobs import (
     STOPPING,
     Delivery,
@@ -19,6 +19,7 @@ from lockgate.store.registry import Registry, key_digest
 
 __all__ = [
     "STOPPING",
+    "UNAVAILABLE",
     "Delivery",
     "Finished",
     "IneligibleState",

@@ -7,6 +7,9 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError, TimeoutError
 
+# What a command raises when Redis cannot be reached (after the client's retries).
+UNAVAILABLE: tuple[type[Exception], ...] = (ConnectionError, TimeoutError, ConnectionRefusedError)
+
 
 def connect(url: str, *, max_connections: int = 256) -> Redis:
     """A client that retries a command a few times across a reconnect before failing."""

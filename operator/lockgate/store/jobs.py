@@ -83,6 +83,7 @@ class NewJob:
     execution_timeout_ms: int | None = None
     webhook: str | None = None
     s3_config: bytes | None = None
+    idempotency_key: str = ""  # a digest naming the key, its holder and route; "" for none
 
     def fields(self) -> list[str | bytes | int]:
         """The optional record fields, as flat field/value pairs."""
@@ -123,12 +124,18 @@ class JobStore:
     def _retention_args(self) -> list[int]:
         return [self.retention.run_ms, self.retention.sync_ms]
 
-    async def submit(self, endpoint_id: str, job: NewJob) -> None:
-        """Record a job and put it at the back of its endpoint's queue."""
+    async def submit(self, endpoint_id: str, job: NewJob) -> tuple[str, str]:
+        """Record a job and put it at the back of its endpoint's queue; returns its (id,
+        status). With an idempotency key that a living job was submitted with, that job's
+        id and status instead, and nothing is queued."""
         args = [endpoint_id, job.id, self.clock(), job.ttl_ms, "1" if job.low_priority else "0"]
-        # A 0 reply means the record exists: ids are fresh UUIDs, so that is this very
-        # submission, re-sent by the client's retry after a dropped reply. Accepting it is right.
-        await self.scripts.submit(keys=[keys.prefix(endpoint_id)], args=args + job.fields())
+        args.append(job.idempotency_key)
+        # A record with this id already exists only when this very submission was re-sent
+        # (ids are fresh UUIDs) by redis-py's retry after a dropped reply: its state is given.
+        job_id, status = await self.scripts.submit(
+            keys=[keys.prefix(endpoint_id)], args=args + job.fields()
+        )
+        return job_id.decode(), status.decode()
 
     async def take(
         self,
@@ -173,6 +180,16 @@ class JobStore:
         args = [endpoint_id, job_id, worker_id, now, status, *self._retention_args()]
         done = await self.scripts.finish(keys=[keys.prefix(endpoint_id)], args=args + fields)
         return Finished(int(done[0]), int(done[1]), now) if done else None
+
+    async def progress(
+        self, endpoint_id: str, worker_id: str, job_id: str, progress: bytes
+    ) -> bool:
+        """Keep a running job's latest progress report (JSON); False when the worker no
+        longer holds the job. The job's state does not change."""
+        kept = await self.scripts.progress(
+            keys=[keys.prefix(endpoint_id)], args=[job_id, worker_id, progress]
+        )
+        return bool(kept)
 
     async def push_stream(
         self,
@@ -240,18 +257,20 @@ class JobStore:
 
     async def purge(self, endpoint_id: str) -> int:
         """Remove every queued job of the endpoint; returns how many."""
-        return int(await self.scripts.purge(keys=[keys.prefix(endpoint_id)], args=[]))
+        return int(await self.scripts.purge(keys=[keys.prefix(endpoint_id)], args=[endpoint_id]))
 
     async def delete_endpoint_data(self, endpoint_id: str) -> int:
         """Remove all jobs, queues, workers and counters of an endpoint; returns jobs removed.
 
-        Rate-limit counters are short-lived and not indexed, so they are found by a SCAN
-        of the endpoint's prefix: deleting an endpoint is rare and never on a request path."""
+        Rate-limit counters and idempotency keys are not indexed, so they are found by a
+        SCAN of the endpoint's prefix: deleting an endpoint is rare and never on a request
+        path."""
         prefix = keys.prefix(endpoint_id)
         reply = await self.scripts.delete_endpoint(keys=[prefix], args=[])
-        limit_keys = [k async for k in self.redis.scan_iter(match=f"{prefix}r[lc]:*", count=1000)]
-        if limit_keys:
-            await self.redis.unlink(*limit_keys)
+        for pattern in ("r[lc]:*", "ik:*"):
+            found = [k async for k in self.redis.scan_iter(match=prefix + pattern, count=1000)]
+            if found:
+                await self.redis.unlink(*found)
         return int(reply)
 
     async def snapshot(self, endpoint_id: str) -> Snapshot:

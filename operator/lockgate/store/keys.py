@@ -21,6 +21,8 @@ the single description of what they build.
     lg:{ep}:sweep        STR   lock: one replica sweeps the endpoint per interval
     lg:{ep}:wa:{worker}  STR   the network address the worker id is bound to (the first
                                to present it); dies `worker_binding_ttl_s` after its last use
+    lg:{ep}:ik:{digest}  STR   job id first submitted with an Idempotency-Key (digest of the
+                               key, its holder and route); dies with the job's ttl
     lg:{ep}:j:{id}       HASH  job record (fields in FIELDS below); expires at ttl / retention
     lg:{ep}:s:{id}       LIST  stream chunks not yet read by /stream; dies with the record
     lg:{ep}:rl:{op}:{owner}:{start} STR requests granted to replicas in the fixed
@@ -89,3 +91,4 @@ class F:
     OUTPUT = "out"  # raw JSON
     ERROR = "err"
     STREAM_BYTES = "sb"  # bytes of stream chunks not yet read by /stream
+    PROGRESS = "pg"  # raw JSON: the latest progress_update of a running job

@@ -20,12 +20,14 @@ class JobRecord:
     finished: int | None
     output: bytes | None
     error: str | None
+    progress: bytes | None = None  # raw JSON of the latest progress report, while running
 
     FIELDS = (F.STATUS, F.CREATED, F.TTL, F.QUEUED, F.STARTED, F.FINISHED, F.OUTPUT, F.ERROR)
+    FIELDS += (F.PROGRESS,)
 
     @classmethod
     def from_fields(cls, job_id: str, values: list[bytes | None]) -> JobRecord | None:
-        status, created, ttl, queued, started, finished, output, error = values
+        status, created, ttl, queued, started, finished, output, error, progress = values
         if status is None:
             return None
         return cls(
@@ -38,6 +40,7 @@ class JobRecord:
             finished=int(finished) if finished else None,
             output=output,
             error=error.decode() if error is not None else None,
+            progress=progress,
         )
 
     def expired(self, now: int) -> bool:

@@ -22,6 +22,7 @@ NAMES = (
     "submit",
     "take",
     "finish",
+    "progress",
     "stream",
     "read_stream",
     "cancel",

@@ -19,6 +19,7 @@ end
 local function finalize(ep, id, status, now, worker, sync, ret_run, ret_sync, extra)
   local jk = jkey(id)
   redis.call('HSET', jk, 'st', status, 'fi', now, unpack(extra))
+  redis.call('HDEL', jk, 'pg')  -- progress is shown while running only
   redis.call('ZREM', P .. 'run', id)
   if worker then redis.call('SREM', P .. 'wj:' .. worker, id) end
   if status == 'COMPLETED' then
@@ -54,7 +55,7 @@ local function requeue(ep, id, f, now, max_attempts, ret_run, ret_sync, reason)
   local jk = jkey(id)
   redis.call('ZREM', P .. 'run', id)
   redis.call('SREM', P .. 'wj:' .. f[2], id)
-  redis.call('HDEL', jk, 'wk', 'sa', 'sb')
+  redis.call('HDEL', jk, 'wk', 'sa', 'sb', 'pg')
   redis.call('HSET', jk, 'st', 'IN_QUEUE')
   local c = redis.call('HMGET', jk, 'cr', 'tl')
   expire_at(id, tonumber(c[1]) + tonumber(c[2]))
