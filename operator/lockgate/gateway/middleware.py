@@ -19,10 +19,11 @@ log = logging.getLogger("lockgate.gateway")
 # Headers of aiohttp's own HTTP errors worth keeping on the JSON answer (e.g. 405's Allow).
 KEPT_HEADERS = ("Allow", "Retry-After")
 # Redis at its maxmemory refuses every write (noeviction; the chart sets maxmemory from its
-# memory limit): 507 Insufficient Storage, retryable. A refused write changed nothing: a
-# store script is refused at its first write, so a job is either accepted whole or not.
+# memory limit): 503, retryable. A refused write changed nothing: a store script is refused
+# at its first write, so a job is either accepted whole or not. Reads, cancel and purge
+# keep working (their scripts free memory before they add any), so an operator can drain.
 STORE_FULL = (
-    "job store full: Redis reached its maxmemory and refuses writes; nothing was changed, "
+    "store full: Redis reached its maxmemory and refuses writes; nothing was changed, "
     "retry later (operators: docs/operations.md, Redis memory)"
 )
 STORE_FULL_RETRY_S = "5"
@@ -65,7 +66,7 @@ async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
     except RedisOutOfMemoryError as err:
         log.error("store full on %s %s: %s", request.method, request.path, err)
         headers = {"Retry-After": STORE_FULL_RETRY_S}
-        return json_response({"error": STORE_FULL}, status=507, headers=headers)
+        return json_response({"error": STORE_FULL}, status=503, headers=headers)
     except (RedisConnectionError, RedisTimeoutError, ConnectionRefusedError) as err:
         log.warning("store unavailable on %s %s: %s", request.method, request.path, err)
         return json_response(
