@@ -11,7 +11,7 @@ from redis.exceptions import OutOfMemoryError as RedisOutOfMemoryError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from lockgate.gateway.auth import CALLER
-from lockgate.gateway.errors import ApiError, PayloadTooLarge
+from lockgate.gateway.errors import CLIENT_CLOSED, ApiError, PayloadTooLarge, clip
 from lockgate.gateway.http import json_response
 
 log = logging.getLogger("lockgate.gateway")
@@ -33,17 +33,23 @@ def log_refusal(request: web.Request, status: int, reason: str) -> None:
     """One line per refused request: who (key name), what, and why."""
     fields = {
         "status": status,
-        "reason": reason,
+        "reason": clip(reason),
         "key": request.get(CALLER),
         "method": request.method,
-        "path": request.path,
-        "endpoint": request.match_info.get("endpoint"),
+        "path": clip(request.path),
+        "endpoint": clip(request.match_info.get("endpoint") or "") or None,
     }
     log.info(
         "refused %s %s with %d for key %s: %s",
-        request.method, request.path, status, fields["key"] or "-", reason,
+        request.method, fields["path"], status, fields["key"] or "-", fields["reason"],
         extra={"fields": fields},
     )  # fmt: skip
+
+
+def client_closed(request: web.Request) -> web.Response:
+    """The answer to a request whose client hung up: never sent, counted as 499."""
+    log.info("client closed the connection during %s %s", request.method, clip(request.path))
+    return web.Response(status=CLIENT_CLOSED, reason="Client Closed Request")
 
 
 @web.middleware
@@ -62,18 +68,21 @@ async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
             raise
         log_refusal(request, err.status, err.reason)
         headers = {h: err.headers[h] for h in KEPT_HEADERS if h in err.headers}
-        return json_response({"error": err.reason.lower()}, status=err.status, headers=headers)
+        body = {"error": clip(err.reason.lower())}
+        return json_response(body, status=err.status, headers=headers)
+    except ConnectionResetError:  # the client hung up mid-request: not our error
+        return client_closed(request)
     except RedisOutOfMemoryError as err:
-        log.error("store full on %s %s: %s", request.method, request.path, err)
+        log.error("store full on %s %s: %s", request.method, clip(request.path), err)
         headers = {"Retry-After": STORE_FULL_RETRY_S}
         return json_response({"error": STORE_FULL}, status=503, headers=headers)
     except (RedisConnectionError, RedisTimeoutError, ConnectionRefusedError) as err:
-        log.warning("store unavailable on %s %s: %s", request.method, request.path, err)
+        log.warning("store unavailable on %s %s: %s", request.method, clip(request.path), err)
         return json_response(
             {"error": "job store unavailable, retry shortly"},
             status=503,
             headers={"Retry-After": "1"},
         )
     except Exception:
-        log.exception("internal error on %s %s", request.method, request.path)
+        log.exception("internal error on %s %s", request.method, clip(request.path))
         return json_response({"error": "internal error"}, status=500)

@@ -1,0 +1,84 @@
+"""Connections a client or worker drops, holds open or multiplies, against a real gateway
+and Redis: hang-ups are no errors (499), slow or silent connections are closed after their
+timeouts, and many long-polls share Redis connections instead of exhausting them."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+
+import aiohttp
+import pytest
+
+from tests.conftest import LiveGateway, eventually
+
+
+async def raw(gateway: LiveGateway) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A plain TCP connection to the gateway."""
+    host, port = gateway.url.removeprefix("http://").split(":")
+    return await asyncio.open_connection(host, int(port))
+
+
+def request_head(method: str, path: str, headers: dict[str, str]) -> bytes:
+    lines = [
+        f"{method} {path} HTTP/1.1",
+        "Host: gateway",
+        *(f"{k}: {v}" for k, v in headers.items()),
+    ]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+async def requests_by_status(http: aiohttp.ClientSession, url: str) -> dict[tuple[str, str], float]:
+    """lockgate_http_requests_total by (route, status)."""
+    async with http.get(f"{url}/metrics") as r:
+        text = await r.text()
+    pattern = r'lockgate_http_requests_total\{method="\w+",route="([^"]+)",status="(\d+)"\} (\S+)'
+    return {(m[1], m[2]): float(m[3]) for m in re.finditer(pattern, text)}
+
+
+async def test_a_client_hanging_up_mid_body_counts_as_499_and_logs_no_error(
+    http, gateway: LiveGateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="lockgate")
+    _, writer = await raw(gateway)
+    headers = {**gateway.client_headers(), "Content-Type": "application/json"}
+    writer.write(request_head("POST", "/v2/echo/run", {**headers, "Content-Length": "1000"}))
+    writer.write(b'{"input": {"half": ')
+    await writer.drain()
+    await asyncio.sleep(0.3)  # the gateway is reading the body now
+    writer.close()
+    run = ("/v2/{endpoint}/run", "499")
+    counts = await eventually(
+        lambda: _with(requests_by_status(http, gateway.url), run),
+        "a 499 counted for /run",
+        timeout=10,
+    )
+    assert not any(status == "500" for _, status in counts), counts
+    errors = [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
+    assert not errors, [r.getMessage() for r in errors]
+
+
+async def test_a_worker_hanging_up_its_long_poll_counts_as_499_and_logs_no_error(
+    http, gateway: LiveGateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="lockgate")
+    _, writer = await raw(gateway)
+    writer.write(request_head("GET", "/v2/echo/job-take/w1", gateway.worker_headers()))
+    await writer.drain()
+    await asyncio.sleep(0.3)  # the long-poll is waiting for a job
+    writer.close()
+    take = ("/v2/{endpoint}/job-take/{worker}", "499")
+    counts = await eventually(
+        lambda: _with(requests_by_status(http, gateway.url), take),
+        "a 499 counted for job-take",
+        timeout=10,
+    )
+    assert not any(status in ("204", "500") for _, status in counts), counts
+    errors = [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
+    assert not errors, [r.getMessage() for r in errors]
+
+
+async def _with(counts_coro, key: tuple[str, str]) -> dict | None:
+    counts = await counts_coro
+    return counts if key in counts else None
