@@ -5,13 +5,33 @@ timeouts, and many long-polls share Redis connections instead of exhausting them
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
+from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
 
-from tests.conftest import LiveGateway, eventually
+from lockgate.dev.redis_server import free_port
+from lockgate.gateway.main import start
+from tests.conftest import LiveGateway, eventually, make_settings, register
+
+# Short timeouts for the tests (seconds); a connection must be closed well within CLOSED_S.
+TIMEOUTS = {"header_timeout_s": 1.0, "body_timeout_s": 1.0, "idle_timeout_s": 1.0}
+CLOSED_S = 15.0
+
+
+@pytest.fixture
+async def served(redis, redis_server) -> AsyncIterator[LiveGateway]:
+    """The gateway as `lockgate gateway` serves it (main.start), with short timeouts."""
+    client_key, worker_key = await register(redis, "echo")
+    settings = make_settings(redis_server.url, port := free_port(), **TIMEOUTS)
+    runners = await start(settings, shutdown_timeout=1)
+    url = f"http://127.0.0.1:{port}"
+    yield LiveGateway(url, "echo", client_key, worker_key, settings, runners[-1].app)
+    for runner in runners:
+        await runner.cleanup()
 
 
 async def raw(gateway: LiveGateway) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -82,3 +102,62 @@ async def test_a_worker_hanging_up_its_long_poll_counts_as_499_and_logs_no_error
 async def _with(counts_coro, key: tuple[str, str]) -> dict | None:
     counts = await counts_coro
     return counts if key in counts else None
+
+
+async def closed_by_gateway(reader: asyncio.StreamReader) -> bytes:
+    """Everything the gateway sends until it closes the connection (fails after CLOSED_S)."""
+    return await asyncio.wait_for(reader.read(), CLOSED_S)
+
+
+async def test_a_connection_that_sends_nothing_is_closed_after_the_header_timeout(
+    served: LiveGateway,
+) -> None:
+    reader, writer = await raw(served)
+    assert await closed_by_gateway(reader) == b""
+    writer.close()
+
+
+async def test_a_connection_trickling_its_headers_is_closed_after_the_header_timeout(
+    served: LiveGateway,
+) -> None:
+    reader, writer = await raw(served)
+    head = request_head("GET", "/v2/echo/health", {**served.client_headers(), "X-Pad": "p" * 500})
+
+    async def trickle() -> None:
+        with contextlib.suppress(ConnectionError):
+            for byte in head[:-2]:  # never the final CRLF
+                writer.write(bytes([byte]))
+                await writer.drain()
+                await asyncio.sleep(0.05)
+
+    task = asyncio.create_task(trickle())
+    try:
+        assert await closed_by_gateway(reader) == b""
+    finally:
+        task.cancel()
+        writer.close()
+
+
+async def test_half_a_body_is_answered_408_and_closed_after_the_body_timeout(
+    served: LiveGateway,
+) -> None:
+    reader, writer = await raw(served)
+    headers = {**served.client_headers(), "Content-Type": "application/json"}
+    writer.write(request_head("POST", "/v2/echo/run", {**headers, "Content-Length": "1000"}))
+    writer.write(b'{"input": {"half": ')
+    await writer.drain()
+    answer = await closed_by_gateway(reader)
+    writer.close()
+    assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
+    assert b"not received within 1 s" in answer, answer
+
+
+async def test_an_idle_keep_alive_connection_is_closed_after_the_idle_timeout(
+    served: LiveGateway,
+) -> None:
+    reader, writer = await raw(served)
+    writer.write(request_head("GET", "/v2/echo/health", served.client_headers()))
+    await writer.drain()
+    answer = await closed_by_gateway(reader)  # answered, then kept alive until the timeout
+    writer.close()
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]

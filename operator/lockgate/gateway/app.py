@@ -20,6 +20,7 @@ from lockgate.gateway.metrics import GatewayMetrics, metrics_middleware, serve_m
 from lockgate.gateway.middleware import error_middleware
 from lockgate.gateway.notify import Notifier
 from lockgate.gateway.openapi import openapi_json
+from lockgate.gateway.resources import BodyBudget, HeaderTimeout, resources_middleware
 from lockgate.gateway.state import GATEWAY, Gateway
 from lockgate.models.limits import limits_table
 from lockgate.settings import Settings
@@ -67,6 +68,8 @@ def build_gateway(settings: Settings, redis: Redis) -> Gateway:
         ),
         metrics=meters,
         notifier=Notifier(redis),
+        budget=BodyBudget(settings.body_budget()),
+        header_timeout=HeaderTimeout(settings.header_timeout_s),
     )
     if key_file is not None:
         key_file.load()  # a broken key file stops the gateway before it serves
@@ -99,7 +102,11 @@ async def metrics(request: web.Request) -> web.Response:
 
 def _application(gw: Gateway) -> web.Application:
     """An application over `gw` with the shared middlewares and the probes."""
-    middlewares = [metrics_middleware(gw.metrics), error_middleware]
+    middlewares = [
+        metrics_middleware(gw.metrics),
+        error_middleware,
+        resources_middleware(gw.budget, gw.header_timeout),
+    ]
     app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY)
     app[GATEWAY] = gw
     app.router.add_get("/livez", livez)
@@ -137,6 +144,7 @@ def create_app(settings: Settings, *, redis: Redis | None = None) -> web.Applica
         tasks = {
             asyncio.create_task(run_background(gw), name="lockgate-background"),
             asyncio.create_task(gw.limiter.run(), name="lockgate-limits"),
+            asyncio.create_task(gw.header_timeout.run(), name="lockgate-header-timeout"),
         }
         if gw.auth.key_file is not None:
             tasks.add(asyncio.create_task(gw.auth.key_file.watch(), name="lockgate-key-file"))

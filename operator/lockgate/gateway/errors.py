@@ -52,6 +52,12 @@ class PayloadTooLarge(ApiError):
     status = 413
 
 
+class RequestTimeout(ApiError):
+    """The request body did not arrive within the body timeout."""
+
+    status = 408
+
+
 class Unavailable(ApiError):
     """The store cannot be reached right now; the client may retry."""
 

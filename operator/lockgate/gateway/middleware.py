@@ -11,7 +11,14 @@ from redis.exceptions import OutOfMemoryError as RedisOutOfMemoryError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from lockgate.gateway.auth import CALLER
-from lockgate.gateway.errors import CLIENT_CLOSED, ApiError, PayloadTooLarge, clip
+from lockgate.gateway.errors import (
+    CLIENT_CLOSED,
+    ApiError,
+    PayloadTooLarge,
+    RequestTimeout,
+    Unavailable,
+    clip,
+)
 from lockgate.gateway.http import json_response
 
 log = logging.getLogger("lockgate.gateway")
@@ -60,7 +67,7 @@ async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
     except ApiError as err:
         log_refusal(request, err.status, err.message)
         response = json_response({"error": err.message}, status=err.status, headers=err.headers)
-        if isinstance(err, PayloadTooLarge):
+        if isinstance(err, PayloadTooLarge | RequestTimeout | Unavailable):
             response.force_close()  # the rest of the body is not worth reading
         return response
     except web.HTTPException as err:
