@@ -137,6 +137,15 @@ class Settings(BaseSettings):
     )
 
     @model_validator(mode="after")
+    def _body_budget_fits_a_body(self) -> Settings:
+        if self.body_budget_bytes and self.body_budget_bytes < MIN_BODY_BUDGET:
+            raise ValueError(
+                f"body_budget_bytes must be 0 (derived) or at least {MIN_BODY_BUDGET} "
+                "(one body of the largest size a route admits)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _worker_port_apart(self) -> Settings:
         if self.worker_port and self.worker_port == self.port:
             raise ValueError("worker_port must differ from port (or be 0: both APIs on port)")

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass, field
 
@@ -24,6 +25,7 @@ log = logging.getLogger("lockgate.gateway")
 MIB = 1024 * 1024
 BUSY_RETRY_S = "1"
 HELD = web.RequestKey("lockgate_body_bytes_held", int)
+LARGE = 64 * 1024  # an answer body this large is sent at once and not kept (see send_now)
 
 
 @dataclass
@@ -32,6 +34,12 @@ class BodyBudget:
 
     limit: int
     held: int = 0
+    _freed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def wait_for_room(self, timeout_s: float) -> None:
+        """Return when some request gave bytes back, or after `timeout_s`."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._freed.wait(), timeout_s)
 
     def free(self) -> int:
         return self.limit - self.held
@@ -53,14 +61,24 @@ class BodyBudget:
         self.charge(request, size)
 
     def charge(self, request: web.Request, size: int) -> None:
-        """Count `size` bytes for `request` even past the limit (they are already held)."""
+        """Count `size` bytes for `request` even past the limit (they are already held;
+        a negative size gives part of a reservation back)."""
         self.held += size
         request[HELD] = request.get(HELD, 0) + size
+        if size < 0:
+            self._wake()
+
+    def _wake(self) -> None:
+        """Wake every waiter for room (each then waits anew if there is not enough)."""
+        self._freed.set()
+        self._freed = asyncio.Event()
 
     def give_back(self, request: web.Request) -> None:
         """The request ended: what it held is free again."""
-        self.held -= request.get(HELD, 0)
-        request[HELD] = 0
+        if given := request.get(HELD, 0):
+            self.held -= given
+            request[HELD] = 0
+            self._wake()
 
 
 @dataclass
@@ -110,14 +128,39 @@ class HeaderTimeout:
 
 
 def resources_middleware(budget: BodyBudget, header_timeout: HeaderTimeout):
-    """Marks the connection as served and gives the request's bytes back when it ends."""
+    """Marks the connection as served and gives the request's bytes back when it ends: an
+    answer made while bytes are held (e.g. jobs taken) is sent first, so the bytes stay
+    counted until the client has them (a slow reader holds them that long)."""
 
     @web.middleware
     async def bound(request: web.Request, handler) -> web.StreamResponse:
         header_timeout.served(request)
         try:
-            return await handler(request)
+            response = await handler(request)
+            large = isinstance(response, web.Response) and len(response.body or b"") > LARGE
+            if request.get(HELD) or large:
+                return await send_now(request, response)
+            return response
         finally:
             budget.give_back(request)
 
     return bound
+
+
+async def send_now(request: web.Request, response: web.StreamResponse) -> web.StreamResponse:
+    """Send `response` now; a large body goes out through a stand-in that does not keep it
+    (aiohttp keeps a connection's last response until its next request: an idle keep-alive
+    connection would hold megabytes)."""
+    body = response.body if isinstance(response, web.Response) else None
+    if not isinstance(body, bytes):
+        await response.prepare(request)
+        await response.write_eof()
+        return response
+    sent = web.StreamResponse(
+        status=response.status, reason=response.reason, headers=response.headers
+    )
+    sent.content_length = len(body)
+    await sent.prepare(request)
+    await sent.write(body)
+    await sent.write_eof()
+    return sent

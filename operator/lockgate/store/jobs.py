@@ -138,14 +138,16 @@ class JobStore:
         default_timeout_ms: int,
         *,
         holds_none: bool = False,
+        max_bytes: int = 2**53,
     ) -> tuple[list[TakenJob], int]:
         """Hand up to `count` queued jobs to a worker; also returns how many still wait.
+        The inputs taken stay within `max_bytes` (the first job is taken whatever its size).
 
         `holds_none`: the worker says it has no job in hand (`job_in_progress=0`), so jobs
         still recorded as its belong to an earlier process with the same worker id (a
         container restarted in its pod): they go back to the queue first, as if that
         process had been released, instead of waiting for their execution timeout."""
-        args = [worker_id, self.clock(), count, default_timeout_ms]
+        args = [worker_id, self.clock(), count, default_timeout_ms, max_bytes]
         if holds_none:
             args += [endpoint_id, self.liveness.max_attempts, *self._retention_args()]
             args.append(self._lost_reason())
