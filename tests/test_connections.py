@@ -16,6 +16,7 @@ import pytest
 from lockgate.dev.redis_server import free_port
 from lockgate.gateway.main import start
 from tests.conftest import LiveGateway, eventually, make_settings, register
+from tests.gateway_process import run_gateway
 
 # Short timeouts for the tests (seconds); a connection must be closed well within CLOSED_S.
 TIMEOUTS = {"header_timeout_s": 1.0, "body_timeout_s": 1.0, "idle_timeout_s": 1.0}
@@ -161,3 +162,24 @@ async def test_an_idle_keep_alive_connection_is_closed_after_the_idle_timeout(
     answer = await closed_by_gateway(reader)  # answered, then kept alive until the timeout
     writer.close()
     assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
+
+
+async def test_500_concurrent_worker_long_polls_never_run_out_of_redis_connections(
+    redis, redis_server, tmp_path
+) -> None:
+    env = {"LOCKGATE_TAKE_WAIT_S": "3", "LOCKGATE_REDIS_MAX_CONNECTIONS": "64"}
+    async with run_gateway(redis, redis_server, tmp_path, env) as gw:
+        connector = aiohttp.TCPConnector(limit=0)
+        timeout = aiohttp.ClientTimeout(total=120)
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
+
+            async def poll(worker: int) -> tuple[int, str]:
+                url = f"{gw.url}/v2/echo/job-take/w{worker}"
+                async with http.get(url, headers=gw.worker) as r:
+                    return r.status, await r.text()
+
+            # Redis stalls for 2 s (as during a slow fsync): every request waits for it at once.
+            await redis.client_pause(2000)
+            answers = await asyncio.gather(*(poll(n) for n in range(500)))
+    refused = [text for status, text in answers if status != 204]
+    assert not refused, f"{len(refused)} of 500 long-polls refused, e.g. {refused[0]}"

@@ -6,20 +6,14 @@ allows, and its peak RSS stays under that figure."""
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import aiohttp
 import orjson
 import pytest
 
-from lockgate.dev.redis_server import free_port
 from lockgate.settings import Settings
-from tests.conftest import REPO, eventually, register
+from tests.gateway_process import GatewayProcess, run_gateway
 
 MIB = 1024 * 1024
 # The gateway's memory figure (LOCKGATE_MEMORY_LIMIT_BYTES, as the chart passes its limit):
@@ -29,58 +23,11 @@ BODY = orjson.dumps({"input": {"blob": "x" * (99 * MIB // 10)}})  # a 9.9 MB /ru
 INPUT_9MB = {"input": {"blob": "y" * (9 * MIB)}}
 
 
-@dataclass
-class GatewayProcess:
-    url: str
-    pid: int
-    client: dict[str, str]
-    worker: dict[str, str]
-
-    def peak_rss(self) -> int:
-        """The process's peak resident set (VmHWM), in bytes."""
-        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-        raise AssertionError("no VmHWM in /proc/<pid>/status")
-
-
 @pytest.fixture
 async def gateway_process(redis, redis_server, tmp_path) -> AsyncIterator[GatewayProcess]:
-    client_key, worker_key = await register(redis, "echo")
-    port = free_port()
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(
-            [os.environ.get("PYTHONPATH", ""), str(REPO / "operator"), str(REPO)]
-        ),
-        "LOCKGATE_MEMORY_LIMIT_BYTES": str(MEMORY_FIGURE),
-        "LOCKGATE_TAKE_WAIT_S": "2",
-    }
-    log = (tmp_path / "gateway.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "lockgate.cli", "gateway", "--port", str(port),
-         "--redis-url", redis_server.url, "--log-format", "text"],
-        env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    async with aiohttp.ClientSession() as http:
-
-        async def up() -> bool:
-            try:
-                async with http.get(f"{url}/livez") as r:
-                    return r.status == 200
-            except aiohttp.ClientError:
-                return False
-
-        await eventually(up, "the gateway process to serve")
-    try:
-        yield GatewayProcess(
-            url, proc.pid, {"authorization": client_key}, {"authorization": worker_key}
-        )
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        log.close()
+    env = {"LOCKGATE_MEMORY_LIMIT_BYTES": str(MEMORY_FIGURE), "LOCKGATE_TAKE_WAIT_S": "2"}
+    async with run_gateway(redis, redis_server, tmp_path, env) as gw:
+        yield gw
 
 
 def test_the_body_budget_is_derived_from_the_memory_figure() -> None:

@@ -128,7 +128,13 @@ def create_app(settings: Settings, *, redis: Redis | None = None) -> web.Applica
     It serves the worker API too unless `settings.worker_port` is set: then the worker
     routes answer 404 here and only `create_worker_app(app[GATEWAY])` serves them."""
     owned = redis is None
-    client = redis if redis is not None else connect(settings.redis_url)
+    client = redis
+    if client is None:
+        client = connect(
+            settings.redis_url,
+            max_connections=settings.redis_max_connections,
+            pool_timeout_s=settings.redis_pool_timeout_s,
+        )
     gw = build_gateway(settings, client)
     app = _application(gw)
     app.add_routes(client_api.routes)
