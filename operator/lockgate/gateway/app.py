@@ -24,7 +24,7 @@ from lockgate.gateway.resources import BodyBudget, HeaderTimeout, resources_midd
 from lockgate.gateway.state import GATEWAY, Gateway
 from lockgate.models.limits import limits_table
 from lockgate.settings import Settings
-from lockgate.store import JobStore, Liveness, Registry, Retention, connect
+from lockgate.store import JobStore, Liveness, QueueQuota, Registry, Retention, connect
 from lockgate.store.limits import RateLimits
 
 log = logging.getLogger("lockgate.gateway")
@@ -44,7 +44,8 @@ def build_gateway(settings: Settings, redis: Redis) -> Gateway:
         max_attempts=settings.max_attempts,
         unlisted_grace_ms=int(settings.unlisted_grace_s * 1000),
     )
-    store = JobStore(redis, retention=retention, liveness=liveness)
+    quota = QueueQuota(max_jobs=settings.max_queued_jobs, max_bytes=settings.max_queued_bytes)
+    store = JobStore(redis, retention=retention, liveness=liveness, quota=quota)
     meters = GatewayMetrics()
     key_file = None
     if settings.keys_file:

@@ -20,6 +20,7 @@ from lockgate.gateway.errors import (
     clip,
 )
 from lockgate.gateway.http import json_response
+from lockgate.store import QueueFull
 
 log = logging.getLogger("lockgate.gateway")
 
@@ -34,6 +35,18 @@ STORE_FULL = (
     "retry later (operators: docs/operations.md, Redis memory)"
 )
 STORE_FULL_RETRY_S = "5"
+
+
+def queue_full(err: QueueFull) -> str:
+    """The 429 message of a full queue quota."""
+    if err.what == "jobs":
+        amount, setting = f"{err.limit} jobs", "LOCKGATE_MAX_QUEUED_JOBS"
+    else:
+        amount, setting = f"{err.limit // (1024 * 1024)} MB of input", "LOCKGATE_MAX_QUEUED_BYTES"
+    return (
+        f"queue full: this endpoint already has {amount} queued, its quota ({setting}); "
+        "retry once workers have taken some, or purge the queue"
+    )
 
 
 def log_refusal(request: web.Request, status: int, reason: str) -> None:
@@ -79,6 +92,10 @@ async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
         return json_response(body, status=err.status, headers=headers)
     except ConnectionResetError:  # the client hung up mid-request: not our error
         return client_closed(request)
+    except QueueFull as err:
+        reason = queue_full(err)
+        log_refusal(request, 429, reason)
+        return json_response({"error": reason}, status=429, headers={"Retry-After": "5"})
     except RedisOutOfMemoryError as err:
         log.error("store full on %s %s: %s", request.method, clip(request.path), err)
         headers = {"Retry-After": STORE_FULL_RETRY_S}

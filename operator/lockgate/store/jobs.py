@@ -27,6 +27,16 @@ class StreamFull(ValueError):
     """The job's unread stream data would exceed its cap; nothing was appended."""
 
 
+class QueueFull(Exception):
+    """The endpoint's queue quota (`what`: "jobs" or "bytes") would be exceeded; nothing
+    was queued."""
+
+    def __init__(self, what: str, limit: int) -> None:
+        super().__init__(what)
+        self.what = what
+        self.limit = limit
+
+
 class IneligibleState(ValueError):
     """The job's state does not allow the transition."""
 
@@ -50,6 +60,14 @@ class Liveness:
     heartbeat_timeout_ms: int = 30_000
     max_attempts: int = 3
     unlisted_grace_ms: int = 10_000  # a job a worker's ping does not list, taken this long ago
+
+
+@dataclass(frozen=True)
+class QueueQuota:
+    """How much one endpoint may have queued (0: no limit)."""
+
+    max_jobs: int = 0
+    max_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,22 +131,30 @@ class JobStore:
         clock: Callable[[], int] = now_ms,
         retention: Retention | None = None,
         liveness: Liveness | None = None,
+        quota: QueueQuota | None = None,
     ) -> None:
         self.redis = redis
         self.clock = clock
         self.retention = retention or Retention()
         self.liveness = liveness or Liveness()
+        self.quota = quota or QueueQuota()
         self.scripts = Scripts.register(redis)
 
     def _retention_args(self) -> list[int]:
         return [self.retention.run_ms, self.retention.sync_ms]
 
     async def submit(self, endpoint_id: str, job: NewJob) -> None:
-        """Record a job and put it at the back of its endpoint's queue."""
+        """Record a job and put it at the back of its endpoint's queue; QueueFull when the
+        endpoint's quota would be exceeded."""
         args = [endpoint_id, job.id, self.clock(), job.ttl_ms, "1" if job.low_priority else "0"]
+        args += [self.quota.max_jobs, self.quota.max_bytes, len(job.input)]
         # A 0 reply means the record exists: ids are fresh UUIDs, so that is this very
         # submission, re-sent by the client's retry after a dropped reply. Accepting it is right.
-        await self.scripts.submit(keys=[keys.prefix(endpoint_id)], args=args + job.fields())
+        reply = await self.scripts.submit(keys=[keys.prefix(endpoint_id)], args=args + job.fields())
+        if int(reply) == -1:
+            raise QueueFull("jobs", self.quota.max_jobs)
+        if int(reply) == -2:
+            raise QueueFull("bytes", self.quota.max_bytes)
 
     async def take(
         self,

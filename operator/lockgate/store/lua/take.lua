@@ -25,6 +25,7 @@ for _, q in ipairs({P .. 'q', P .. 'ql'}) do
       redis.call('ZADD', q, popped[2], id)  -- it does not fit this answer: back in its place
       full = true
     elseif f[1] == 'IN_QUEUE' and tonumber(f[5]) + tonumber(f[6]) > now then
+      count_queued(id, -1)
       redis.call('HSET', jk, 'st', 'IN_PROGRESS', 'sa', now, 'wk', worker)
       redis.call('PEXPIREAT', jk, tonumber(f[5]) + tonumber(f[6]) + RUNNING_GRACE)
       redis.call('HINCRBY', jk, 'at', 1)
@@ -32,6 +33,8 @@ for _, q in ipairs({P .. 'q', P .. 'ql'}) do
       redis.call('SADD', P .. 'wj:' .. worker, id)
       out[#out + 1] = {id, f[2], f[3]}
       bytes = bytes + #f[2]
+    elseif f[1] == 'IN_QUEUE' then
+      count_queued(id, -1)  -- past its ttl: dropped
     end
   end
 end
