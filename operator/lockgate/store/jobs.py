@@ -146,15 +146,20 @@ class JobStore:
     async def submit(self, endpoint_id: str, job: NewJob) -> None:
         """Record a job and put it at the back of its endpoint's queue; QueueFull when the
         endpoint's quota would be exceeded."""
-        args = [endpoint_id, job.id, self.clock(), job.ttl_ms, "1" if job.low_priority else "0"]
-        args += [self.quota.max_jobs, self.quota.max_bytes, len(job.input)]
         # A 0 reply means the record exists: ids are fresh UUIDs, so that is this very
         # submission, re-sent by the client's retry after a dropped reply. Accepting it is right.
-        reply = await self.scripts.submit(keys=[keys.prefix(endpoint_id)], args=args + job.fields())
+        args = self.submit_args(endpoint_id, job)
+        reply = await self.scripts.submit(keys=[keys.prefix(endpoint_id)], args=args)
         if int(reply) == -1:
             raise QueueFull("jobs", self.quota.max_jobs)
         if int(reply) == -2:
             raise QueueFull("bytes", self.quota.max_bytes)
+
+    def submit_args(self, endpoint_id: str, job: NewJob) -> list[str | bytes | int]:
+        """The arguments of the `submit` script for `job`."""
+        args = [endpoint_id, job.id, self.clock(), job.ttl_ms, "1" if job.low_priority else "0"]
+        args += [self.quota.max_jobs, self.quota.max_bytes, len(job.input)]
+        return args + job.fields()
 
     async def take(
         self,
