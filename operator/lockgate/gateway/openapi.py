@@ -49,10 +49,13 @@ ERRORS: dict[str, str] = {
     "400": "malformed request or parameter; or a job in an ineligible state",
     "401": "missing, unknown or revoked API key, or a key without the permission",
     "404": "unknown endpoint or job (a job is gone once its ttl expires)",
+    "408": "the request body did not arrive within the body timeout",
     "413": "request body over the operation's size limit",
-    "429": "over a rate limit (per 10-second window) or a concurrency limit",
+    "429": "over a rate limit (per 10-second window) or a concurrency limit, or the "
+    "endpoint's queue quota is full (`queue full: ...`)",
     "500": "internal error (no detail is given)",
-    "503": "the job store is unavailable; retry shortly",
+    "503": "the job store is unavailable or full (`store full: ...`), or the gateway holds "
+    "its budget of request bodies; retry shortly",
 }
 RETRY_AFTER = {
     "Retry-After": {
@@ -176,7 +179,7 @@ def _client_paths(ref: dict[str, dict]) -> dict[str, Any]:
                 f"Queue a job (body at most {RUN_LIMIT // MB} MB)",
                 "jobs",
                 _ok(ref["JobState"]),
-                "400 401 404 413 429",
+                "400 401 404 408 413 429",
                 body=job_body,
             )
         },
@@ -186,7 +189,7 @@ def _client_paths(ref: dict[str, dict]) -> dict[str, Any]:
                 "elapses first, its `{id, status}`",
                 "jobs",
                 _ok(either),
-                "400 401 404 413 429",
+                "400 401 404 408 413 429",
                 params=[wait],
                 body=job_body,
             )
@@ -271,7 +274,7 @@ def _worker_paths(ref: dict[str, dict]) -> dict[str, Any]:
                 "Report a job's output or error (a result over the size cap fails the job)",
                 "workers",
                 _ok(ref["Accepted"]),
-                "400 401 404",
+                "400 401 404 408",
                 params=[WORKER, JOB],
                 body=ref["JobResult"],
             )
@@ -281,7 +284,7 @@ def _worker_paths(ref: dict[str, dict]) -> dict[str, Any]:
                 "Append a chunk to a job's stream",
                 "workers",
                 _ok(ref["Accepted"]),
-                "400 401 404 413",
+                "400 401 404 408 413",
                 params=[WORKER, JOB],
                 body=ref["StreamPost"],
             )
