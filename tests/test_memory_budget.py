@@ -25,7 +25,11 @@ INPUT_9MB = {"input": {"blob": "y" * (9 * MIB)}}
 
 @pytest.fixture
 async def gateway_process(redis, redis_server, tmp_path) -> AsyncIterator[GatewayProcess]:
-    env = {"LOCKGATE_MEMORY_LIMIT_BYTES": str(MEMORY_FIGURE), "LOCKGATE_TAKE_WAIT_S": "2"}
+    env = {
+        "LOCKGATE_MEMORY_LIMIT_BYTES": str(MEMORY_FIGURE),
+        "LOCKGATE_TAKE_WAIT_S": "2",
+        "LOCKGATE_MAX_QUEUED_BYTES": "0",  # 360 MB queued here: no quota (test_quotas.py)
+    }
     async with run_gateway(redis, redis_server, tmp_path, env) as gw:
         yield gw
 
