@@ -5,10 +5,14 @@ purged)."""
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
+import yaml
 from redis.asyncio import Redis
 
 from tests.conftest import LiveGateway, register
+from tests.test_chart import CHART, RELEASE, find_helm
 
 BLOB = "x" * 1_000_000  # an input of about 1 MB
 
@@ -67,3 +71,20 @@ async def test_past_the_queued_bytes_quota_run_gets_429_until_bytes_leave_the_qu
 
     await call(http, "POST", gateway.job_url("purge-queue"), client)
     assert [(await submit(http, gateway, blob=BLOB))[0] for _ in range(3)] == [200, 200, 429]
+
+
+def test_the_chart_gives_the_gateway_its_quotas_and_its_memory_limit() -> None:
+    helm = find_helm()
+    if helm is None:
+        pytest.skip("helm missing: `make tools` installs it")
+    done = subprocess.run(
+        [helm, "template", *RELEASE, str(CHART), "--show-only",
+         "templates/gateway/deployment.yaml", "--set", "gateway.quota.maxQueuedJobs=50"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    container = yaml.safe_load(done.stdout)["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["LOCKGATE_MAX_QUEUED_JOBS"]["value"] == "50"
+    assert env["LOCKGATE_MAX_QUEUED_BYTES"]["value"] == str(256 * 1024 * 1024)
+    memory = env["LOCKGATE_MEMORY_LIMIT_BYTES"]["valueFrom"]["resourceFieldRef"]
+    assert memory == {"containerName": container["name"], "resource": "limits.memory"}
