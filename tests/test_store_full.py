@@ -76,6 +76,8 @@ async def test_a_full_redis_still_serves_reads_cancel_and_purge_so_an_operator_c
     assert status == 200 and health["jobs"]["inQueue"] == 3, health
     status, job, _ = await call(http, "GET", gateway.job_url(f"status/{ids[0]}"), client)
     assert status == 200 and job["status"] == "IN_QUEUE", job
+    status, streamed, _ = await call(http, "GET", gateway.job_url(f"stream/{ids[0]}"), client)
+    assert status == 200 and streamed["status"] == "IN_QUEUE", streamed
     status, cancelled, _ = await call(http, "POST", gateway.job_url(f"cancel/{ids[0]}"), client)
     assert status == 200 and cancelled["status"] == "CANCELLED", cancelled
     status, purged, _ = await call(http, "POST", gateway.job_url("purge-queue"), client)
