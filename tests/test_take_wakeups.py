@@ -11,7 +11,7 @@ import aiohttp
 from redis.asyncio import Redis
 
 from lockgate.dev.redis_server import free_port
-from lockgate.store import JobStore, NewJob, keys, now_ms
+from lockgate.store import JobStore, NewJob, keys
 from tests.conftest import LiveGateway, make_settings, start_gateway
 from tests.test_job_api import submit, take
 
@@ -36,7 +36,7 @@ async def queued_at_once(redis: Redis, gw: LiveGateway, n: int) -> set[str]:
     async with redis.pipeline(transaction=True) as pipe:
         for job_id in ids:
             job = NewJob(id=job_id, input=b"{}", ttl_ms=60_000)
-            args = [gw.endpoint, job_id, now_ms(), job.ttl_ms, "0", "", *job.fields()]
+            args = store.submit_args(gw.endpoint, job)
             submit = store.scripts.by_name["submit"]  # the script itself, into the transaction
             await submit(keys=[keys.prefix(gw.endpoint)], args=args, client=pipe)
         assert await pipe.execute() == [[i.encode(), b"IN_QUEUE"] for i in ids]

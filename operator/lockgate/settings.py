@@ -7,6 +7,15 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lockgate.models.limits import LimitOverride, Operation
 
+MIB = 1024 * 1024
+# The body budget derived from a memory limit: the idle process's share is set apart, and
+# each body byte held costs about four bytes at a request's peak (the raw body, its parsed
+# objects, the input serialised again and Redis' command buffer).
+BASELINE_BYTES = 160 * MIB
+COPIES_PER_BODY_BYTE = 4
+MIN_BODY_BUDGET = 21 * MIB  # one body of the largest size a route admits (/runsync, 20 MB)
+DEFAULT_BODY_BUDGET = 256 * MIB  # no memory limit known
+
 
 class Settings(BaseSettings):
     """Gateway and store settings. Durations carry their unit in the name."""
@@ -117,11 +126,72 @@ class Settings(BaseSettings):
         "", description="when set, /metrics requires `Authorization: Bearer <token>`"
     )
 
+    # Resources: memory, Redis and connections (docs/operations.md, "Gateway resources").
+    memory_limit_bytes: int = Field(
+        0,
+        ge=0,
+        description="the gateway container's memory limit (the chart passes "
+        "resources.limits.memory); sizes the default body budget. 0: unknown",
+    )
+    body_budget_bytes: int = Field(
+        0,
+        ge=0,
+        description="bytes of request bodies and taken job inputs held at once, gateway-wide; "
+        "a request past it gets 503 with Retry-After. 0: derived from memory_limit_bytes",
+    )
+    batch_take_bytes: int = Field(
+        32 * MIB,
+        gt=0,
+        description="a job-take-batch answer takes no more jobs once their inputs reach this",
+    )
+    max_queued_jobs: int = Field(
+        100_000, ge=0, description="jobs one endpoint may have queued; past it /run gets 429"
+    )
+    max_queued_bytes: int = Field(
+        256 * MIB,
+        ge=0,
+        description="bytes of input one endpoint may have queued; past it /run gets 429",
+    )
+    redis_max_connections: int = Field(256, gt=0, description="Redis connections per process")
+    redis_pool_timeout_s: float = Field(
+        10.0, gt=0, description="how long a request waits for a free Redis connection"
+    )
+    header_timeout_s: float = Field(
+        10.0, gt=0, description="a new connection must send a whole request head within this"
+    )
+    body_timeout_s: float = Field(
+        60.0, gt=0, description="a request body must arrive whole within this (else 408)"
+    )
+    idle_timeout_s: float = Field(
+        75.0,
+        gt=0,
+        description="an idle keep-alive connection is closed after this (keep it above a "
+        "load balancer's idle timeout, e.g. 60 s)",
+    )
+
+    @model_validator(mode="after")
+    def _body_budget_fits_a_body(self) -> Settings:
+        if self.body_budget_bytes and self.body_budget_bytes < MIN_BODY_BUDGET:
+            raise ValueError(
+                f"body_budget_bytes must be 0 (derived) or at least {MIN_BODY_BUDGET} "
+                "(one body of the largest size a route admits)"
+            )
+        return self
+
     @model_validator(mode="after")
     def _worker_port_apart(self) -> Settings:
         if self.worker_port and self.worker_port == self.port:
             raise ValueError("worker_port must differ from port (or be 0: both APIs on port)")
         return self
+
+    def body_budget(self) -> int:
+        """The body budget in bytes: as set, else derived from the memory limit."""
+        if self.body_budget_bytes:
+            return self.body_budget_bytes
+        if not self.memory_limit_bytes:
+            return DEFAULT_BODY_BUDGET
+        spare = (self.memory_limit_bytes - BASELINE_BYTES) // COPIES_PER_BODY_BYTE
+        return max(MIN_BODY_BUDGET, spare)
 
     def public_base_url(self) -> str:
         return self.base_url.rstrip("/") or f"http://{self.host}:{self.port}"

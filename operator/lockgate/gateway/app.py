@@ -21,11 +21,12 @@ from lockgate.gateway.metrics import GatewayMetrics, metrics_middleware, serve_m
 from lockgate.gateway.middleware import error_middleware
 from lockgate.gateway.notify import Notifier
 from lockgate.gateway.openapi import openapi_json
+from lockgate.gateway.resources import BodyBudget, HeaderTimeout, resources_middleware
 from lockgate.gateway.state import GATEWAY, Gateway
 from lockgate.gateway.worker_binding import WorkerBinding
 from lockgate.models.limits import limits_table
 from lockgate.settings import Settings
-from lockgate.store import JobStore, Liveness, Registry, Retention, connect
+from lockgate.store import JobStore, Liveness, QueueQuota, Registry, Retention, connect
 from lockgate.store.addresses import WorkerAddresses
 from lockgate.store.limits import RateLimits
 
@@ -46,7 +47,8 @@ def build_gateway(settings: Settings, redis: Redis) -> Gateway:
         max_attempts=settings.max_attempts,
         unlisted_grace_ms=int(settings.unlisted_grace_s * 1000),
     )
-    store = JobStore(redis, retention=retention, liveness=liveness)
+    quota = QueueQuota(max_jobs=settings.max_queued_jobs, max_bytes=settings.max_queued_bytes)
+    store = JobStore(redis, retention=retention, liveness=liveness, quota=quota)
     meters = GatewayMetrics()
     key_file = None
     if settings.keys_file:
@@ -75,6 +77,8 @@ def build_gateway(settings: Settings, redis: Redis) -> Gateway:
             enabled=settings.worker_address_binding,
             cache_s=min(settings.auth_cache_s, settings.worker_binding_ttl_s / 4),
         ),
+        budget=BodyBudget(settings.body_budget()),
+        header_timeout=HeaderTimeout(settings.header_timeout_s),
     )
     if key_file is not None:
         key_file.load()  # a broken key file stops the gateway before it serves
@@ -108,7 +112,11 @@ async def metrics(request: web.Request) -> web.Response:
 def _application(gw: Gateway, *, cors: bool = False) -> web.Application:
     """An application over `gw` with the shared middlewares and the probes; `cors`: answer
     browsers from `settings.cors_allow_origins` (the job API's application only)."""
-    middlewares = [metrics_middleware(gw.metrics), error_middleware]
+    middlewares = [
+        metrics_middleware(gw.metrics),
+        error_middleware,
+        resources_middleware(gw.budget, gw.header_timeout),
+    ]
     if cors and gw.settings.cors_allow_origins:
         middlewares.insert(1, cors_middleware(gw.settings.cors_allow_origins))
     app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY)
@@ -132,7 +140,13 @@ def create_app(settings: Settings, *, redis: Redis | None = None) -> web.Applica
     It serves the worker API too unless `settings.worker_port` is set: then the worker
     routes answer 404 here and only `create_worker_app(app[GATEWAY])` serves them."""
     owned = redis is None
-    client = redis if redis is not None else connect(settings.redis_url)
+    client = redis
+    if client is None:
+        client = connect(
+            settings.redis_url,
+            max_connections=settings.redis_max_connections,
+            pool_timeout_s=settings.redis_pool_timeout_s,
+        )
     gw = build_gateway(settings, client)
     app = _application(gw, cors=True)
     app.add_routes(client_api.routes)
@@ -148,6 +162,7 @@ def create_app(settings: Settings, *, redis: Redis | None = None) -> web.Applica
         tasks = {
             asyncio.create_task(run_background(gw), name="lockgate-background"),
             asyncio.create_task(gw.limiter.run(), name="lockgate-limits"),
+            asyncio.create_task(gw.header_timeout.run(), name="lockgate-header-timeout"),
         }
         if gw.auth.key_file is not None:
             tasks.add(asyncio.create_task(gw.auth.key_file.watch(), name="lockgate-key-file"))

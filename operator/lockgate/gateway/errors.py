@@ -2,6 +2,19 @@
 
 from __future__ import annotations
 
+# Client-supplied text (a 5 MB webhook URL, a long path) is cut to this many characters in
+# error bodies and log lines, so one request cannot put megabytes into either.
+CLIP_CHARS = 512
+# aiohttp's status for "the client closed the connection before the answer" (nginx's 499).
+CLIENT_CLOSED = 499
+
+
+def clip(text: str, limit: int = CLIP_CHARS) -> str:
+    """`text`, cut to `limit` characters with a note of how long it was."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} characters, cut)"
+
 
 class ApiError(Exception):
     """A refusal with an HTTP status and a message for the client."""
@@ -9,6 +22,7 @@ class ApiError(Exception):
     status = 400
 
     def __init__(self, message: str, *, headers: dict[str, str] | None = None) -> None:
+        message = clip(message, 4 * CLIP_CHARS)
         super().__init__(message)
         self.message = message
         self.headers = headers
@@ -43,6 +57,12 @@ class PayloadTooLarge(ApiError):
     """Body over the route's size limit."""
 
     status = 413
+
+
+class RequestTimeout(ApiError):
+    """The request body did not arrive within the body timeout."""
+
+    status = 408
 
 
 class Unavailable(ApiError):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
 from aiohttp import web
 
-from lockgate.gateway.errors import BadRequest, NotFound, PayloadTooLarge
+from lockgate.gateway.errors import BadRequest, NotFound, PayloadTooLarge, RequestTimeout
+from lockgate.gateway.state import gateway_of
 from lockgate.store.keys import JOB_ID_RE
 
 JSON = "application/json"
@@ -26,15 +28,28 @@ def no_content() -> web.Response:
 
 async def read_body(request: web.Request, limit: int) -> bytes:
     """The request body, refused with 413 when over `limit` bytes (before reading it whole
-    when the client declares its length)."""
+    when the client declares its length), with 503 when the gateway's body budget cannot
+    hold it now, and with 408 when it does not arrive within the body timeout."""
+    gw = gateway_of(request)
     too_large = PayloadTooLarge(f"request body exceeds the {limit // (1024 * 1024)} MB limit")
-    if request.content_length is not None and request.content_length > limit:
+    declared = request.content_length
+    if declared is not None and declared > limit:
         raise too_large
+    if declared:
+        gw.budget.take(request, declared)
     body = bytearray()
-    while chunk := await request.content.readany():
-        body += chunk
-        if len(body) > limit:
-            raise too_large
+    try:
+        async with asyncio.timeout(gw.settings.body_timeout_s):
+            while chunk := await request.content.readany():
+                body += chunk
+                if len(body) > limit:
+                    raise too_large
+                if declared is None:  # chunked: counted as it comes
+                    gw.budget.take(request, len(chunk))
+    except TimeoutError as err:
+        raise RequestTimeout(
+            f"request body not received within {gw.settings.body_timeout_s:g} s"
+        ) from err
     return bytes(body)
 
 

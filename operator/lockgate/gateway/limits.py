@@ -27,6 +27,7 @@ from lockgate.gateway.errors import TooManyRequests
 from lockgate.models.limits import Operation, OperationLimit
 from lockgate.store import JobStore
 from lockgate.store.limits import RateLimits
+from lockgate.store.scripts import StoreFull
 
 log = logging.getLogger("lockgate.gateway")
 
@@ -132,7 +133,15 @@ class Limiter:
             return
         key = (endpoint_id, op, owner)
         budget = self._budgets.setdefault(key, Budget())
-        await self._admit(key, budget, limit)
+        try:
+            await self._admit(key, budget, limit)
+        except StoreFull:
+            # Redis refuses writes, so no count can be kept: let the request through
+            # uncounted, so reads, cancel and purge still drain a full store (a write the
+            # request makes is refused by the store as a whole anyway).
+            log.warning("store full: /%s on %s admitted without rate limiting", op, endpoint_id)
+            yield
+            return
         try:
             yield
         finally:

@@ -29,12 +29,19 @@ async def start(settings: Settings, **runner_options: Any) -> list[web.AppRunner
     worker API on that port. The runners come back in the order to clean them up: the
     worker API first, then the application that owns Redis and the background tasks."""
     app = create_app(settings)
+    gw = app[GATEWAY]
+    runner_options.setdefault("keepalive_timeout", settings.idle_timeout_s)
+    # After an answer that left a body unread (413, 408), aiohttp reads on for this long
+    # (its default: 10 s) so the client sees the answer: no longer than a body may take.
+    runner_options.setdefault("lingering_time", min(10.0, settings.body_timeout_s))
     runners = [(web.AppRunner(app, **runner_options), settings.port)]
     if settings.worker_port:
-        worker_app = create_worker_app(app[GATEWAY])
+        worker_app = create_worker_app(gw)
         runners.insert(0, (web.AppRunner(worker_app, **runner_options), settings.worker_port))
     for runner, port in reversed(runners):  # the owning application starts first
         await runner.setup()
+        assert runner.server is not None
+        gw.header_timeout.watch(runner.server)
         await web.TCPSite(runner, settings.host, port, reuse_port=True).start()
         log.info("gateway listening on %s:%d", settings.host, port)
     return [runner for runner, _ in runners]

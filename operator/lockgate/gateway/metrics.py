@@ -12,7 +12,8 @@ Per endpoint, read from Redis at scrape time, so every replica reports the same 
 
 Per replica, since the process started (sum them over replicas):
 
-    lockgate_http_requests_total{route,method,status}     counter  route: the route pattern
+    lockgate_http_requests_total{route,method,status}     counter  route: the route pattern;
+                                              status 499: the client hung up first
     lockgate_job_queue_delay_seconds{endpoint}            histogram  both observed when a
     lockgate_job_execution_seconds{endpoint}              histogram  worker reports a result
     lockgate_webhook_deliveries_total{endpoint,outcome}   counter  one per attempt: delivered|
@@ -36,6 +37,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from lockgate.gateway.errors import CLIENT_CLOSED
 from lockgate.store import JobStore, Registry, Snapshot
 from lockgate.store.records import Finished
 
@@ -169,7 +171,10 @@ def metrics_middleware(metrics: GatewayMetrics):
         except web.HTTPException as err:
             metrics.count_request(route, request.method, err.status)
             raise
-        metrics.count_request(route, request.method, response.status)
+        status = response.status
+        if request.transport is None or request.transport.is_closing():
+            status = CLIENT_CLOSED  # e.g. a worker's long-poll whose worker hung up
+        metrics.count_request(route, request.method, status)
         return response
 
     return count_requests

@@ -11,38 +11,65 @@ from redis.exceptions import OutOfMemoryError as RedisOutOfMemoryError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from lockgate.gateway.auth import CALLER
-from lockgate.gateway.errors import ApiError, PayloadTooLarge
+from lockgate.gateway.errors import (
+    CLIENT_CLOSED,
+    ApiError,
+    PayloadTooLarge,
+    RequestTimeout,
+    Unavailable,
+    clip,
+)
 from lockgate.gateway.http import json_response
+from lockgate.store import QueueFull
 
 log = logging.getLogger("lockgate.gateway")
 
 # Headers of aiohttp's own HTTP errors worth keeping on the JSON answer (e.g. 405's Allow).
 KEPT_HEADERS = ("Allow", "Retry-After")
 # Redis at its maxmemory refuses every write (noeviction; the chart sets maxmemory from its
-# memory limit): 507 Insufficient Storage, retryable. A refused write changed nothing: a
-# store script is refused at its first write, so a job is either accepted whole or not.
+# memory limit): 503, retryable. A refused write changed nothing: a store script is refused
+# at its first write, so a job is either accepted whole or not. Reads, cancel and purge
+# keep working (their scripts free memory before they add any), so an operator can drain.
 STORE_FULL = (
-    "job store full: Redis reached its maxmemory and refuses writes; nothing was changed, "
+    "store full: Redis reached its maxmemory and refuses writes; nothing was changed, "
     "retry later (operators: docs/operations.md, Redis memory)"
 )
 STORE_FULL_RETRY_S = "5"
+
+
+def queue_full(err: QueueFull) -> str:
+    """The 429 message of a full queue quota."""
+    if err.what == "jobs":
+        amount, setting = f"{err.limit} jobs", "LOCKGATE_MAX_QUEUED_JOBS"
+    else:
+        amount, setting = f"{err.limit // (1024 * 1024)} MB of input", "LOCKGATE_MAX_QUEUED_BYTES"
+    return (
+        f"queue full: this endpoint already has {amount} queued, its quota ({setting}); "
+        "retry once workers have taken some, or purge the queue"
+    )
 
 
 def log_refusal(request: web.Request, status: int, reason: str) -> None:
     """One line per refused request: who (key name), what, and why."""
     fields = {
         "status": status,
-        "reason": reason,
+        "reason": clip(reason),
         "key": request.get(CALLER),
         "method": request.method,
-        "path": request.path,
-        "endpoint": request.match_info.get("endpoint"),
+        "path": clip(request.path),
+        "endpoint": clip(request.match_info.get("endpoint") or "") or None,
     }
     log.info(
         "refused %s %s with %d for key %s: %s",
-        request.method, request.path, status, fields["key"] or "-", reason,
+        request.method, fields["path"], status, fields["key"] or "-", fields["reason"],
         extra={"fields": fields},
     )  # fmt: skip
+
+
+def client_closed(request: web.Request) -> web.Response:
+    """The answer to a request whose client hung up: never sent, counted as 499."""
+    log.info("client closed the connection during %s %s", request.method, clip(request.path))
+    return web.Response(status=CLIENT_CLOSED, reason="Client Closed Request")
 
 
 @web.middleware
@@ -53,7 +80,7 @@ async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
     except ApiError as err:
         log_refusal(request, err.status, err.message)
         response = json_response({"error": err.message}, status=err.status, headers=err.headers)
-        if isinstance(err, PayloadTooLarge):
+        if isinstance(err, PayloadTooLarge | RequestTimeout | Unavailable):
             response.force_close()  # the rest of the body is not worth reading
         return response
     except web.HTTPException as err:
@@ -61,18 +88,25 @@ async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
             raise
         log_refusal(request, err.status, err.reason)
         headers = {h: err.headers[h] for h in KEPT_HEADERS if h in err.headers}
-        return json_response({"error": err.reason.lower()}, status=err.status, headers=headers)
+        body = {"error": clip(err.reason.lower())}
+        return json_response(body, status=err.status, headers=headers)
+    except ConnectionResetError:  # the client hung up mid-request: not our error
+        return client_closed(request)
+    except QueueFull as err:
+        reason = queue_full(err)
+        log_refusal(request, 429, reason)
+        return json_response({"error": reason}, status=429, headers={"Retry-After": "5"})
     except RedisOutOfMemoryError as err:
-        log.error("store full on %s %s: %s", request.method, request.path, err)
+        log.error("store full on %s %s: %s", request.method, clip(request.path), err)
         headers = {"Retry-After": STORE_FULL_RETRY_S}
-        return json_response({"error": STORE_FULL}, status=507, headers=headers)
+        return json_response({"error": STORE_FULL}, status=503, headers=headers)
     except (RedisConnectionError, RedisTimeoutError, ConnectionRefusedError) as err:
-        log.warning("store unavailable on %s %s: %s", request.method, request.path, err)
+        log.warning("store unavailable on %s %s: %s", request.method, clip(request.path), err)
         return json_response(
             {"error": "job store unavailable, retry shortly"},
             status=503,
             headers={"Retry-After": "1"},
         )
     except Exception:
-        log.exception("internal error on %s %s", request.method, request.path)
+        log.exception("internal error on %s %s", request.method, clip(request.path))
         return json_response({"error": "internal error"}, status=500)

@@ -52,11 +52,14 @@ ERRORS: dict[str, str] = {
     "403": "a worker id other than the key's own or than the one bound to the caller's "
     "address; or `?ttl=` on /status without the `jobs` scope",
     "404": "unknown endpoint or job (a job is gone once its ttl expires)",
+    "408": "the request body did not arrive within the body timeout",
     "413": "request body over the operation's size limit",
-    "429": "over a rate limit (per 10-second window) or a concurrency limit",
+    "429": "over a rate limit (per 10-second window) or a concurrency limit, or the "
+    "endpoint's queue quota is full (`queue full: ...`)",
     "500": "internal error (no detail is given)",
-    "503": "the job store is unavailable; retry shortly (a submit's answer says in "
-    "`jobMayExist` whether its job may exist, and then gives its `id`)",
+    "503": "the job store is unavailable or full (`store full: ...`), or the gateway holds "
+    "its budget of request bodies; retry shortly (a submit's answer says in `jobMayExist` "
+    "whether its job may exist, and then gives its `id`)",
 }
 RETRY_AFTER = {
     "Retry-After": {
@@ -187,7 +190,7 @@ def _client_paths(ref: dict[str, dict]) -> dict[str, Any]:
                 f"Queue a job (body at most {RUN_LIMIT // MB} MB)",
                 "jobs",
                 _ok(ref["JobState"]),
-                "400 401 404 413 429",
+                "400 401 404 408 413 429",
                 params=[idempotency],
                 body=job_body,
             )
@@ -198,7 +201,7 @@ def _client_paths(ref: dict[str, dict]) -> dict[str, Any]:
                 "elapses first, its `{id, status}`",
                 "jobs",
                 _ok(either),
-                "400 401 404 413 429",
+                "400 401 404 408 413 429",
                 params=[wait, idempotency],
                 body=job_body,
             )
@@ -286,7 +289,7 @@ def _worker_paths(ref: dict[str, dict]) -> dict[str, Any]:
                 "report (at most 1 MB) shown in /status while the job runs",
                 "workers",
                 _ok(ref["Accepted"]),
-                "400 401 403 404 413",
+                "400 401 403 404 408 413",
                 params=[WORKER, JOB],
                 body=ref["JobResult"],
             )
@@ -296,7 +299,7 @@ def _worker_paths(ref: dict[str, dict]) -> dict[str, Any]:
                 "Append a chunk to a job's stream",
                 "workers",
                 _ok(ref["Accepted"]),
-                "400 401 403 404 413",
+                "400 401 403 404 408 413",
                 params=[WORKER, JOB],
                 body=ref["StreamPost"],
             )

@@ -11,6 +11,7 @@ from lockgate.gateway.endpoints import EndpointCache
 from lockgate.gateway.limits import Limiter
 from lockgate.gateway.metrics import GatewayMetrics
 from lockgate.gateway.notify import Notifier
+from lockgate.gateway.resources import BodyBudget, HeaderTimeout
 from lockgate.gateway.worker_binding import WorkerBinding
 from lockgate.settings import Settings
 from lockgate.store import JobStore, Registry
@@ -28,6 +29,8 @@ class Gateway:
     limiter: Limiter
     notifier: Notifier
     binding: WorkerBinding
+    budget: BodyBudget
+    header_timeout: HeaderTimeout
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     draining: bool = False
 

@@ -11,6 +11,7 @@ from aiohttp import web
 from lockgate.gateway import jsonbody
 from lockgate.gateway.auth import WORKERS
 from lockgate.gateway.chunks import CHUNK_LIMIT, stream_chunks
+from lockgate.gateway.client_api import RUNSYNC_LIMIT
 from lockgate.gateway.endpoints import execution_timeout_ms
 from lockgate.gateway.errors import BadRequest, Forbidden, PayloadTooLarge
 from lockgate.gateway.http import (
@@ -27,6 +28,7 @@ from lockgate.store.keys import JOB_ID_RE, WORKER_ID_RE
 
 BATCH_MAX = 100
 PROGRESS_LIMIT = CHUNK_LIMIT  # bytes of one progress report's JSON, as one stream chunk
+MAX_JOB_BYTES = RUNSYNC_LIMIT  # the largest input a job can have
 
 routes = web.RouteTableDef()
 
@@ -77,8 +79,8 @@ async def _take(request: web.Request, count: int) -> list[TakenJob]:
     holds_none = request.query.get("job_in_progress") == "0"
     while _listening(request) and not gw.draining:
         generation = gw.notifier.generation(endpoint_id)
-        jobs, left = await gw.store.take(
-            endpoint_id, worker_id, count, timeout_ms, holds_none=holds_none
+        jobs, left = await _take_within_budget(
+            gw, request, endpoint_id, worker_id, count, timeout_ms, deadline, holds_none=holds_none
         )
         holds_none = False  # said once per request is enough
         if left == STOPPING:  # its pod is going: no job for it; hold the poll as an empty one
@@ -98,6 +100,38 @@ async def _take(request: web.Request, count: int) -> list[TakenJob]:
     if woken:
         gw.notifier.kick(endpoint_id)
     return []
+
+
+async def _take_within_budget(
+    gw: Gateway,
+    request: web.Request,
+    endpoint_id: str,
+    worker_id: str,
+    count: int,
+    timeout_ms: int,
+    deadline: float,
+    *,
+    holds_none: bool,
+) -> tuple[list[TakenJob], int]:
+    """`store.take` within the gateway's body budget. It reserves room for the largest job
+    (more for a batch, up to `batch_take_bytes`) before taking, waits (until `deadline`)
+    while the budget has not that much, and keeps what the inputs taken hold counted until
+    the answer is made: takes cannot push the gateway past its budget."""
+    loop = asyncio.get_running_loop()
+    wanted = max(MAX_JOB_BYTES, gw.settings.batch_take_bytes if count > 1 else 0)
+    while (room := min(gw.budget.free(), wanted)) < MAX_JOB_BYTES:
+        if loop.time() >= deadline or not _listening(request) or gw.draining:
+            return [], 0
+        await gw.budget.wait_for_room(min(deadline - loop.time(), 1.0))
+    gw.budget.charge(request, room)
+    try:
+        jobs, left = await gw.store.take(
+            endpoint_id, worker_id, count, timeout_ms, holds_none=holds_none, max_bytes=room
+        )
+    finally:
+        gw.budget.charge(request, -room)
+    gw.budget.charge(request, sum(len(job.input) for job in jobs))
+    return jobs, left
 
 
 @routes.get("/v2/{endpoint}/job-take/{worker}")

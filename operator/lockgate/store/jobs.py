@@ -27,6 +27,16 @@ class StreamFull(ValueError):
     """The job's unread stream data would exceed its cap; nothing was appended."""
 
 
+class QueueFull(Exception):
+    """The endpoint's queue quota (`what`: "jobs" or "bytes") would be exceeded; nothing
+    was queued."""
+
+    def __init__(self, what: str, limit: int) -> None:
+        super().__init__(what)
+        self.what = what
+        self.limit = limit
+
+
 class IneligibleState(ValueError):
     """The job's state does not allow the transition."""
 
@@ -50,6 +60,14 @@ class Liveness:
     heartbeat_timeout_ms: int = 30_000
     max_attempts: int = 3
     unlisted_grace_ms: int = 10_000  # a job a worker's ping does not list, taken this long ago
+
+
+@dataclass(frozen=True)
+class QueueQuota:
+    """How much one endpoint may have queued (0: no limit)."""
+
+    max_jobs: int = 0
+    max_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,11 +132,13 @@ class JobStore:
         clock: Callable[[], int] = now_ms,
         retention: Retention | None = None,
         liveness: Liveness | None = None,
+        quota: QueueQuota | None = None,
     ) -> None:
         self.redis = redis
         self.clock = clock
         self.retention = retention or Retention()
         self.liveness = liveness or Liveness()
+        self.quota = quota or QueueQuota()
         self.scripts = Scripts.register(redis)
 
     def _retention_args(self) -> list[int]:
@@ -127,15 +147,22 @@ class JobStore:
     async def submit(self, endpoint_id: str, job: NewJob) -> tuple[str, str]:
         """Record a job and put it at the back of its endpoint's queue; returns its (id,
         status). With an idempotency key that a living job was submitted with, that job's
-        id and status instead, and nothing is queued."""
-        args = [endpoint_id, job.id, self.clock(), job.ttl_ms, "1" if job.low_priority else "0"]
-        args.append(job.idempotency_key)
-        # A record with this id already exists only when this very submission was re-sent
-        # (ids are fresh UUIDs) by redis-py's retry after a dropped reply: its state is given.
-        job_id, status = await self.scripts.submit(
-            keys=[keys.prefix(endpoint_id)], args=args + job.fields()
-        )
+        id and status instead, and nothing is queued. QueueFull when the endpoint's quota
+        would be exceeded."""
+        args = self.submit_args(endpoint_id, job)
+        reply = await self.scripts.submit(keys=[keys.prefix(endpoint_id)], args=args)
+        if reply == -1:
+            raise QueueFull("jobs", self.quota.max_jobs)
+        if reply == -2:
+            raise QueueFull("bytes", self.quota.max_bytes)
+        job_id, status = reply
         return job_id.decode(), status.decode()
+
+    def submit_args(self, endpoint_id: str, job: NewJob) -> list[str | bytes | int]:
+        """The arguments of the `submit` script for `job`."""
+        args = [endpoint_id, job.id, self.clock(), job.ttl_ms, "1" if job.low_priority else "0"]
+        args += [self.quota.max_jobs, self.quota.max_bytes, len(job.input), job.idempotency_key]
+        return args + job.fields()
 
     async def take(
         self,
@@ -145,14 +172,16 @@ class JobStore:
         default_timeout_ms: int,
         *,
         holds_none: bool = False,
+        max_bytes: int = 2**53,
     ) -> tuple[list[TakenJob], int]:
         """Hand up to `count` queued jobs to a worker; also returns how many still wait.
+        The inputs taken stay within `max_bytes` (the first job is taken whatever its size).
 
         `holds_none`: the worker says it has no job in hand (`job_in_progress=0`), so jobs
         still recorded as its belong to an earlier process with the same worker id (a
         container restarted in its pod): they go back to the queue first, as if that
         process had been released, instead of waiting for their execution timeout."""
-        args = [worker_id, self.clock(), count, default_timeout_ms]
+        args = [worker_id, self.clock(), count, default_timeout_ms, max_bytes]
         if holds_none:
             args += [endpoint_id, self.liveness.max_attempts, *self._retention_args()]
             args.append(self._lost_reason())

@@ -7,7 +7,11 @@ if not f[1] then return false end
 if f[1] == 'IN_QUEUE' then
   redis.call('ZREM', P .. 'q', id)
   redis.call('ZREM', P .. 'ql', id)
+  count_queued(id, -1)
 elseif f[1] == 'IN_PROGRESS' then
+  -- A removal first: a full Redis (noeviction) refuses a script's growing writes only
+  -- until it made its first write, so a cancel still goes through to drain a full store.
+  redis.call('ZREM', P .. 'run', id)
   signal_stop(ep, f[2], id)
 else
   return {0, f[1]}

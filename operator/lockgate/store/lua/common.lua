@@ -8,6 +8,12 @@ local RUNNING_GRACE = 60000
 
 local function jkey(id) return P .. 'j:' .. id end
 
+-- Bytes of input queued on the endpoint, for its queued-bytes quota (see submit.lua):
+-- counted as jobs enter (sign 1) and leave (sign -1) the queues.
+local function count_queued(id, sign)
+  redis.call('INCRBY', P .. 'qb', sign * redis.call('HSTRLEN', jkey(id), 'in'))
+end
+
 -- Set when a job's record dies, and index it there (the `exp` zset lists every record).
 local function expire_at(id, at)
   redis.call('PEXPIREAT', jkey(id), at)
@@ -61,6 +67,7 @@ local function requeue(ep, id, f, now, max_attempts, ret_run, ret_sync, reason)
   expire_at(id, tonumber(c[1]) + tonumber(c[2]))
   redis.call('DEL', P .. 's:' .. id)
   redis.call('ZADD', P .. (f[5] == '1' and 'ql' or 'q'), tonumber(f[4]), id)
+  count_queued(id, 1)
   redis.call('HINCRBY', P .. 'stats', 'retried', 1)
   redis.call('PUBLISH', EVENTS, 'q:' .. ep)
   return 1

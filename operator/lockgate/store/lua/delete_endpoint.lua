@@ -14,5 +14,5 @@ for _, w in ipairs(redis.call('ZRANGE', P .. 'w', 0, -1)) do
   redis.call('UNLINK', P .. 'wj:' .. w, P .. 'stop:' .. w)
 end
 redis.call('UNLINK', P .. 'q', P .. 'ql', P .. 'run', P .. 'exp', P .. 'w', P .. 'seq',
-  P .. 'stats', P .. 'wh', P .. 'wha', P .. 'sweep')
+  P .. 'stats', P .. 'wh', P .. 'wha', P .. 'sweep', P .. 'qb')
 return #ids

@@ -20,4 +20,5 @@ for _, q in ipairs({P .. 'q', P .. 'ql'}) do
   removed = removed + #ids
   redis.call('UNLINK', q)
 end
+redis.call('DEL', P .. 'qb')
 return removed

@@ -11,6 +11,7 @@ redis.call('HSET', jk, 'st', 'IN_QUEUE', 'qd', now, 'sq', seq)
 expire_at(id, tonumber(f[3]) + tonumber(f[4]))
 redis.call('DEL', P .. 's:' .. id)
 redis.call('ZADD', P .. (f[2] == '1' and 'ql' or 'q'), seq, id)
+count_queued(id, 1)
 redis.call('HINCRBY', P .. 'stats', 'retried', 1)
 redis.call('PUBLISH', EVENTS, 'q:' .. ep)
 return {1, 'IN_QUEUE'}

@@ -1,10 +1,13 @@
--- Accept a job: record it and queue it. ARGV: ep, id, now, ttl, low, idempotency key digest
--- ('' for none), field/value pairs... Returns {id, status} of the job: this one, or the one
--- first submitted with the same idempotency key while it lives (then nothing is queued).
+-- Accept a job: record it and queue it. ARGV: ep, id, now, ttl, low, max queued jobs,
+-- max queued bytes (0: no quota), input bytes, idempotency key digest ('' for none),
+-- field/value pairs... Returns {id, status} of the job: this one, or the one first
+-- submitted with the same idempotency key while it lives (then nothing is queued); or
+-- -1 (the endpoint's queued-jobs quota is full) or -2 (its queued-bytes quota is full).
 -- Waiting job-takes are woken only when the queues were empty: while jobs wait, each
 -- taker that leaves some behind wakes the next waiter of its replica (see gateway/notify.py).
 local ep, id, now, ttl, low = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
-local idem = ARGV[6]
+local max_jobs, max_bytes, size = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local idem = ARGV[9]
 local ik = P .. 'ik:' .. idem
 if idem ~= '' then
   local first = redis.call('GET', ik)
@@ -14,14 +17,21 @@ if idem ~= '' then
   end
 end
 local jk = jkey(id)
+-- A record with this id exists only when this very submission was re-sent (ids are fresh
+-- UUIDs) by a retry after a dropped reply: its state is given.
 local st = redis.call('HGET', jk, 'st')
 if st then return {id, st} end
+local queued = redis.call('ZCARD', P .. 'q') + redis.call('ZCARD', P .. 'ql')
+-- The byte count restarts from 0 whenever the queues are empty: no drift outlives that.
+local queued_bytes = queued > 0 and math.max(0, tonumber(redis.call('GET', P .. 'qb')) or 0) or 0
+if max_jobs > 0 and queued >= max_jobs then return -1 end
+if max_bytes > 0 and queued_bytes + size > max_bytes then return -2 end
 local seq = redis.call('INCR', P .. 'seq')
 redis.call('HSET', jk, 'st', 'IN_QUEUE', 'cr', now, 'qd', now, 'sq', seq, 'tl', ttl,
-  unpack(ARGV, 7))
+  unpack(ARGV, 10))
 expire_at(id, now + ttl)
 if idem ~= '' then redis.call('SET', ik, id, 'PX', ttl) end
-local idle = redis.call('ZCARD', P .. 'q') + redis.call('ZCARD', P .. 'ql') == 0
+redis.call('SET', P .. 'qb', queued_bytes + size)
 redis.call('ZADD', P .. (low == '1' and 'ql' or 'q'), seq, id)
-if idle then redis.call('PUBLISH', EVENTS, 'q:' .. ep) end
+if queued == 0 then redis.call('PUBLISH', EVENTS, 'q:' .. ep) end
 return {id, 'IN_QUEUE'}

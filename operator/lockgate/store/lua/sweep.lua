@@ -25,6 +25,8 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. 'exp', '-inf', now, 'LIMIT'
   if f[1] == 'IN_PROGRESS' then
     signal_stop(ep, f[2], id)
     redis.call('SREM', P .. 'wj:' .. f[2], id)
+  elseif f[1] == 'IN_QUEUE' then
+    count_queued(id, -1)
   end
   redis.call('ZREM', P .. 'q', id)
   redis.call('ZREM', P .. 'ql', id)

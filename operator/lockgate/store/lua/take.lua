@@ -1,31 +1,40 @@
 -- A worker takes up to n jobs, normal queue first, then lowPriority. Also a heartbeat.
--- ARGV: worker, now, n, default execution timeout (ms)[, ep, max attempts, retention run,
--- retention sync, reason: the worker holds no job, so jobs recorded as its are an earlier
--- process's (same worker id): give them back first].
+-- ARGV: worker, now, n, default execution timeout (ms), max bytes (the inputs taken stay
+-- within it; the first job is taken whatever its size)[, ep, max attempts, retention
+-- run, retention sync, reason: the worker holds no job, so jobs recorded as its are an
+-- earlier process's (same worker id): give them back first].
 -- Returns {jobs left in the queues, {id, input, s3Config or false}, ...}, or {-1} when
 -- the worker was told to stop (it gets no new job).
 local worker, now, n, det = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-if ARGV[5] and redis.call('SCARD', P .. 'wj:' .. worker) > 0 then
-  release(ARGV[5], worker, now, tonumber(ARGV[6]), ARGV[7], ARGV[8], ARGV[9])
+local max_bytes, bytes = tonumber(ARGV[5]), 0
+if ARGV[6] and redis.call('SCARD', P .. 'wj:' .. worker) > 0 then
+  release(ARGV[6], worker, now, tonumber(ARGV[7]), ARGV[8], ARGV[9], ARGV[10])
 end
 redis.call('ZADD', P .. 'w', now, worker)
 local stopping_until = redis.call('ZSCORE', P .. 'stopping', worker)
 if stopping_until and tonumber(stopping_until) > now then return {-1} end  -- STOPPING
-local out = {0}
+local out, full = {0}, false
 for _, q in ipairs({P .. 'q', P .. 'ql'}) do
-  while #out <= n do
+  while #out <= n and not full do
     local popped = redis.call('ZPOPMIN', q)
     if #popped == 0 then break end
     local id = popped[1]
     local jk = jkey(id)
     local f = redis.call('HMGET', jk, 'st', 'in', 's3', 'et', 'cr', 'tl')
-    if f[1] == 'IN_QUEUE' and tonumber(f[5]) + tonumber(f[6]) > now then
+    if #out > 1 and bytes + #(f[2] or '') > max_bytes then
+      redis.call('ZADD', q, popped[2], id)  -- it does not fit this answer: back in its place
+      full = true
+    elseif f[1] == 'IN_QUEUE' and tonumber(f[5]) + tonumber(f[6]) > now then
+      count_queued(id, -1)
       redis.call('HSET', jk, 'st', 'IN_PROGRESS', 'sa', now, 'wk', worker)
       redis.call('PEXPIREAT', jk, tonumber(f[5]) + tonumber(f[6]) + RUNNING_GRACE)
       redis.call('HINCRBY', jk, 'at', 1)
       redis.call('ZADD', P .. 'run', now + (tonumber(f[4]) or det), id)
       redis.call('SADD', P .. 'wj:' .. worker, id)
       out[#out + 1] = {id, f[2], f[3]}
+      bytes = bytes + #f[2]
+    elseif f[1] == 'IN_QUEUE' then
+      count_queued(id, -1)  -- past its ttl: dropped
     end
   end
 end
