@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 from lockgate.gateway import client_api, worker_api
 from lockgate.gateway.auth import Authenticator
 from lockgate.gateway.background import run_background
-from lockgate.gateway.cors import cors_middleware
+from lockgate.gateway.cors import add_cors_headers, cors_middleware
 from lockgate.gateway.endpoints import EndpointCache
 from lockgate.gateway.http import json_response
 from lockgate.gateway.keyfile import KeyFile
@@ -117,9 +117,12 @@ def _application(gw: Gateway, *, cors: bool = False) -> web.Application:
         error_middleware,
         resources_middleware(gw.budget, gw.header_timeout),
     ]
-    if cors and gw.settings.cors_allow_origins:
+    cors = cors and bool(gw.settings.cors_allow_origins)
+    if cors:
         middlewares.insert(1, cors_middleware(gw.settings.cors_allow_origins))
     app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY)
+    if cors:
+        app.on_response_prepare.append(add_cors_headers)
     app[GATEWAY] = gw
     app.router.add_get("/livez", livez)
     app.router.add_get("/readyz", readyz)

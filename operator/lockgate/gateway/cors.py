@@ -19,6 +19,7 @@ ALLOW_METHODS = "GET, POST, OPTIONS"
 ALLOW_HEADERS = "authorization, content-type, idempotency-key"
 EXPOSE_HEADERS = "retry-after"
 MAX_AGE_S = "600"  # how long a browser may cache a pre-flight answer
+ALLOW = web.RequestKey("lockgate_cors_allow", str)  # the Allow-Origin value for the request
 
 
 def allowed_origin(origin: str | None, allowed: Collection[str]) -> str | None:
@@ -42,7 +43,8 @@ def _cors_headers(allow: str) -> dict[str, str]:
 
 
 def cors_middleware(origins: Collection[str]) -> Callable[[web.Request, Handler], Awaitable]:
-    """A middleware that answers pre-flights and adds CORS headers for `origins`."""
+    """A middleware that answers pre-flights and marks requests from `origins` for
+    `add_cors_headers`."""
     allowed = frozenset(o.rstrip("/") for o in origins)
 
     @web.middleware
@@ -66,9 +68,15 @@ def cors_middleware(origins: Collection[str]) -> Callable[[web.Request, Handler]
                 "Access-Control-Max-Age": MAX_AGE_S,
             }
             return web.Response(status=204, headers=headers)
-        response = await handler(request)
         if allow is not None:
-            response.headers.update(_cors_headers(allow))
-        return response
+            request[ALLOW] = allow
+        return await handler(request)
 
     return cors
+
+
+async def add_cors_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """`on_response_prepare`: the CORS headers go on every answer to an allowed origin,
+    errors and answers sent early (see gateway/resources.py) included."""
+    if (allow := request.get(ALLOW)) is not None:
+        response.headers.update(_cors_headers(allow))
