@@ -1,8 +1,16 @@
-"""`LocalProcessPool`: workers as local processes (dev mode), stopped only when idle."""
+"""`LocalProcessPool`: workers as local processes (dev mode), stopped only when idle.
+
+Each worker runs in its own session (process group), as a container would: SIGTERM goes
+to the worker process alone (it finishes its job in hand; its own children are its
+business), and once it exits, or when it is killed after its grace, whatever it left
+behind in its group (the runpod SDK's heartbeat process) is killed too. Output pipes are
+never waited on for long: a descendant that escaped the group could hold them forever.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import secrets
@@ -12,9 +20,12 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from lockgate.scaling.pool import PoolState
+from lockgate.store import JobStore
 from lockgate.workerenv import worker_id_env
 
 log = logging.getLogger("lockgate.pool")
+
+PIPE_DRAIN_S = 1.0  # how long a gone worker's output may still be copied after it exits
 
 
 @dataclass
@@ -25,19 +36,42 @@ class LocalWorker:
     pipes: list[asyncio.Task] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class Exited:
+    """A worker process that ended: its exit code, and whether it was asked to stop."""
+
+    id: str
+    code: int
+    asked: bool
+
+    @property
+    def clean(self) -> bool:
+        """Asked to stop and exited 0: it ran no job it still held (it never started it)."""
+        return self.asked and self.code == 0
+
+
 class LocalProcessPool:
     """Starts `command` once per worker with the worker contract's environment.
 
     A `WorkerPool`: `resize` starts workers, or stops idle ones only (SIGTERM; the
-    runtime finishes the job in hand, then exits)."""
+    runtime finishes the job in hand, then exits). With a `store`, a worker being stopped
+    is first told to take no new job (`JobStore.stop_taking`), which also answers its
+    open job-take long-poll at once."""
 
     def __init__(
-        self, endpoint_id: str, command: Sequence[str], env: dict[str, str], *, cwd: str | None
+        self,
+        endpoint_id: str,
+        command: Sequence[str],
+        env: dict[str, str],
+        *,
+        cwd: str | None,
+        store: JobStore | None = None,
     ) -> None:
         self.endpoint_id = endpoint_id
         self.command = list(command)
         self.env = env
         self.cwd = cwd
+        self.store = store
         self.workers: dict[str, LocalWorker] = {}
 
     @property
@@ -49,7 +83,7 @@ class LocalProcessPool:
         worker_id = f"{self.endpoint_id}-{secrets.token_hex(3)}"
         env = {**os.environ, **self.env, **worker_id_env(worker_id), "PYTHONUNBUFFERED": "1"}
         process = await asyncio.create_subprocess_exec(
-            *self.command, env=env, cwd=self.cwd,
+            *self.command, env=env, cwd=self.cwd, start_new_session=True,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
         )  # fmt: skip
         worker = LocalWorker(worker_id, process)
@@ -58,13 +92,20 @@ class LocalProcessPool:
         log.info("worker %s started (pid %d)", worker_id, process.pid)
         return worker_id
 
-    def stop_worker(self, worker_id: str) -> None:
-        """SIGTERM: the runtime finishes the job in hand, then exits."""
+    async def stop_worker(self, worker_id: str, why: str = "idle") -> None:
+        """No new job for it, then SIGTERM: the runtime finishes the job in hand, then exits."""
         worker = self.workers.get(worker_id)
-        if worker is not None and not worker.stopping and worker.process.returncode is None:
-            worker.stopping = True
+        if worker is None or worker.stopping or worker.process.returncode is not None:
+            return
+        worker.stopping = True
+        if self.store is not None:
+            try:
+                await self.store.stop_taking(self.endpoint_id, [worker_id])
+            except Exception as err:  # Redis away: SIGTERM still stops it
+                log.warning("worker %s: cannot tell the gateway it stops: %s", worker_id, err)
+        with contextlib.suppress(ProcessLookupError):
             worker.process.send_signal(signal.SIGTERM)
-            log.info("worker %s stopping (idle)", worker_id)
+        log.info("worker %s stopping (%s)", worker_id, why)
 
     async def state(self) -> PoolState:
         active = tuple(self.active)
@@ -79,33 +120,46 @@ class LocalProcessPool:
         for _ in range(desired - len(active)):
             await self.start_worker()
         for worker_id in [w for w in idle_first if w in active][: len(active) - desired]:
-            self.stop_worker(worker_id)
+            await self.stop_worker(worker_id)
 
-    def reap(self) -> list[tuple[str, int, bool]]:
-        """Forget exited workers; returns (id, exit code, whether it was asked to stop)."""
+    def reap(self) -> list[Exited]:
+        """Forget exited workers, killing what they left in their process group."""
         gone = [w for w in self.workers.values() if w.process.returncode is not None]
         for w in gone:
             del self.workers[w.id]
+            _kill_group(w.process)
             level = logging.INFO if w.stopping else logging.WARNING
             log.log(level, "worker %s exited with %s", w.id, w.process.returncode)
-        return [(w.id, w.process.returncode, w.stopping) for w in gone]
+        return [Exited(w.id, w.process.returncode, w.stopping) for w in gone]
 
-    async def close(self, grace_s: float = 30.0) -> None:
-        """Stop every worker; kill those still running after `grace_s` seconds."""
+    async def close(self, grace_s: float = 30.0) -> list[Exited]:
+        """Stop every worker; kill (with its process group) each still running after
+        `grace_s` seconds. Returns the workers as `reap` does."""
         for worker_id in list(self.workers):
-            self.stop_worker(worker_id)
-        waits = [w.process.wait() for w in self.workers.values()]
+            await self.stop_worker(worker_id, "closing")
+        workers = list(self.workers.values())
+        waits = [w.process.wait() for w in workers]
         try:
             await asyncio.wait_for(asyncio.gather(*waits), grace_s)
         except TimeoutError:
-            for w in self.workers.values():
+            for w in workers:
                 if w.process.returncode is None:
-                    w.process.kill()
-            await asyncio.gather(*(w.process.wait() for w in self.workers.values()))
-        for w in self.workers.values():
-            for pipe in w.pipes:
-                await pipe
-        self.workers.clear()
+                    log.warning("worker %s still running after %.0f s: killed", w.id, grace_s)
+                    _kill_group(w.process)
+            await asyncio.gather(*(w.process.wait() for w in workers))
+        exited = self.reap()
+        pipes = [pipe for w in workers for pipe in w.pipes]
+        if pipes:
+            _, late = await asyncio.wait(pipes, timeout=PIPE_DRAIN_S)
+            for pipe in late:  # held open by a descendant outside the group
+                pipe.cancel()
+        return exited
+
+
+def _kill_group(process: asyncio.subprocess.Process) -> None:
+    """SIGKILL the worker's process group (its session: the worker and its descendants)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
 
 
 async def _forward(worker_id: str, stream: asyncio.StreamReader | None) -> None:

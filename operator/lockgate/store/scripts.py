@@ -31,6 +31,7 @@ NAMES = (
     "stops",
     "set_ttl",
     "release_worker",
+    "heartbeat",
     "delete_endpoint",
     "sweep",
     "reconcile",
