@@ -186,10 +186,13 @@ async def ping(request: web.Request) -> web.Response:
 
 @routes.get("/v2/{endpoint}/job-stop/{worker}")
 async def job_stop(request: web.Request) -> web.Response:
-    """Long-poll: the ids of jobs this worker must stop (cancelled or timed out)."""
+    """Long-poll: the ids of jobs this worker must stop (cancelled or timed out). Woken
+    with none, the worker itself was told to stop (`stop_taking`): answered at once, so a
+    worker that checks for its own shutdown between polls (the runpod SDK) exits soon."""
     gw, endpoint_id, worker_id, _ = await _worker(request)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + gw.settings.stop_wait_s
+    woken = False
     while _listening(request) and not gw.draining:
         waiter = asyncio.ensure_future(
             gw.notifier.wait_stop(endpoint_id, worker_id, gw.settings.poll_fallback_s)
@@ -197,9 +200,9 @@ async def job_stop(request: web.Request) -> web.Response:
         try:
             if ids := await gw.store.take_stop_signals(endpoint_id, worker_id):
                 return json_response({"jobsToStop": ids})
-            if deadline - loop.time() <= 0:
+            if woken or deadline - loop.time() <= 0:
                 break
-            await waiter
+            woken = await waiter
         finally:
             waiter.cancel()
     return no_content()
