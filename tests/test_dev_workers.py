@@ -31,6 +31,7 @@ from tests.devproc import DevProcess
 
 RUNPOD_ECHO = "tests/workers/runpod_echo.py"  # sync handler; `sleep` seconds, then echo
 LOCKGATE_ECHO = "tests/handlers/sync_echo.py"  # lockgate's runtime; echoes at once
+PROBE = "tests/workers/runpod_probe.py"  # answers with an environment variable it was given
 GRACE_S = 3.0  # dev mode's stop grace here (30 s by default)
 
 
@@ -167,21 +168,21 @@ async def test_after_a_new_template_id_the_killed_workers_job_runs_again_at_once
 
 
 async def test_a_worker_stopped_for_idleness_is_handed_no_job(dev: Dev) -> None:
-    await dev.create("dw-idle", RUNPOD_ECHO, workersMax=1, idleTimeout=1)
-    first = await dev.run("dw-idle", {"n": 1})
-    await dev.until_status("dw-idle", first, "COMPLETED")
+    await dev.create("dw-idle", PROBE, workersMax=1, idleTimeout=3)
+    whoami = {"var": "RUNPOD_POD_ID"}  # the probe answers with the worker's id
+    first = await dev.run("dw-idle", whoami)
+    ran_first = (await dev.until_status("dw-idle", first, "COMPLETED"))["output"]["env"]
     pool = dev.pool("dw-idle")
 
     async def stopping() -> list[str]:
         return [w.id for w in pool.workers.values() if w.stopping]
 
-    assert len(await eventually(stopping, "the idle worker to be stopped")) == 1
-    job_id = await dev.run("dw-idle", {"n": 2})  # its job-take long-poll was still open
+    assert await eventually(stopping, "the idle worker to be stopped") == [ran_first]
+    job_id = await dev.run("dw-idle", whoami)  # its job-take long-poll was still open
 
     done = await dev.until_status("dw-idle", job_id, "COMPLETED")
-    assert done["output"] == {"echo": {"n": 2}}
-    health = await dev.health("dw-idle")
-    assert health["jobs"]["retried"] == 0, "the job was never handed to the stopping worker"
+    assert done["output"]["env"] != ran_first, "a fresh worker ran it, not the stopping one"
+    assert (await dev.health("dw-idle"))["jobs"]["retried"] == 0
 
 
 async def test_a_job_taken_by_a_worker_that_exits_cleanly_goes_back_without_an_attempt(

@@ -72,18 +72,6 @@ async def test_stop_taking_answers_the_workers_open_long_poll_empty_at_once(
     assert (await take(http, gateway, "pod-b"))[1]["id"] == job["id"]
 
 
-async def test_a_job_queued_while_a_stopping_worker_waits_reaches_another_worker(
-    http, gateway, store
-):
-    await store.stop_taking(gateway.endpoint, ["pod-a"])
-    stopping = asyncio.create_task(take(http, gateway, "pod-a"))  # held, as an empty poll
-    other = asyncio.create_task(take(http, gateway, "pod-b"))
-    await asyncio.sleep(0.5)  # both wait
-    job = await submit(http, gateway, {"input": {}})
-    assert (await asyncio.wait_for(other, 30))[1]["id"] == job["id"]
-    stopping.cancel()
-
-
 # -- item 1: a released worker id vouches for nothing --------------------------------------
 
 
@@ -158,8 +146,8 @@ async def test_a_result_with_stop_pod_gives_the_worker_no_further_job(http, gate
     job_id = await running_job(http, gateway, "w-1", {})
     body = {"output": {"ok": True}, "stopPod": True}  # what the runpod SDK posts
     assert await done(http, gateway, "w-1", job_id, body) == {"accepted": True}
-    assert await store.refreshing(gateway.endpoint) == ["w-1"]
 
     following = await submit(http, gateway, {"input": {}})
     assert await take(http, gateway, "w-1") == (204, {})
     assert (await take(http, gateway, "w-2"))[1]["id"] == following["id"]
+    assert await store.refreshing(gateway.endpoint) == ["w-1"]  # for its pool to replace
