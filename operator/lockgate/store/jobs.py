@@ -273,14 +273,19 @@ class JobStore:
         now = self.clock()
         pipe = self.redis.pipeline(transaction=False)
         pipe.zremrangebyscore(key, "-inf", now)
+        for worker in workers:
+            pipe.zadd(key, {worker: now + keys.STOPPING_MS})
         if workers:
-            pipe.zadd(key, {worker: now + keys.STOPPING_MS for worker in workers})
             pipe.pexpire(key, keys.STOPPING_MS)
         if resume:
             pipe.zrem(key, *resume)
-        for worker in workers:
-            pipe.publish(keys.EVENTS_CHANNEL, f"s:{endpoint_id}:{worker}")
-        await pipe.execute()
+        added = (await pipe.execute())[1 : 1 + len(workers)]
+        told = [worker for worker, new in zip(workers, added, strict=True) if new]
+        if told:  # newly told (a pod being deleted is told again every tick): wake its polls
+            async with self.redis.pipeline(transaction=False) as wake:
+                for worker in told:
+                    wake.publish(keys.EVENTS_CHANNEL, f"s:{endpoint_id}:{worker}")
+                await wake.execute()
 
     async def refresh_worker(self, endpoint_id: str, worker_id: str) -> None:
         """The worker asked to be replaced after its job (`refresh_worker`): it gets no new
