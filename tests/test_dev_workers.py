@@ -9,6 +9,7 @@ itself is the last test.
 
 from __future__ import annotations
 
+import os
 import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -243,6 +244,24 @@ async def test_a_runpod_worker_asking_for_refresh_is_replaced_and_gets_no_other_
     second = await dev.run("dw-refresh", {})
     other = (await dev.until_status("dw-refresh", second, "COMPLETED"))["output"]["worker"]
     assert other != ran
+
+
+# -- item 6: RunPod's variables a worker may read ----------------------------------------
+
+
+async def test_dev_mode_sets_runpods_host_variables_for_its_workers(dev: Dev) -> None:
+    await dev.create("dw-env", PROBE, computeType="GPU", gpuCount=2, vcpuCount=4)
+
+    async def given(var: str) -> str | None:
+        job_id = await dev.run("dw-env", {"var": var})
+        return (await dev.until_status("dw-env", job_id, "COMPLETED"))["output"]["env"]
+
+    worker_id = await given("RUNPOD_POD_ID")
+    assert await given("RUNPOD_POD_HOSTNAME") == worker_id
+    assert await given("RUNPOD_CPU_COUNT") == str(min(4, os.cpu_count() or 1))
+    gpus = await given("RUNPOD_GPU_COUNT")  # at most the GPUs this machine has
+    assert gpus is not None and 0 <= int(gpus) <= 2
+    assert await given("RUNPOD_ENDPOINT_ID") == "dw-env"
 
 
 # -- item 1: Ctrl-C of `lockgate dev` ends it, with its workers' every process ---------------
