@@ -178,7 +178,7 @@ async def test_a_worker_stopped_for_idleness_is_handed_no_job(dev: Dev) -> None:
     async def stopping() -> list[str]:
         return [w.id for w in pool.workers.values() if w.stopping]
 
-    assert await eventually(stopping, "the idle worker to be stopped") == [ran_first]
+    assert await eventually(stopping, "the idle worker to be stopped", interval=0.05) == [ran_first]
     job_id = await dev.run("dw-idle", whoami)  # its job-take long-poll was still open
 
     done = await dev.until_status("dw-idle", job_id, "COMPLETED")
