@@ -551,7 +551,7 @@ def test_cluster_wide_rbac_grants_only_the_verbs_the_operator_uses(render_chart)
         "deployments/scale": {"patch"},
         "daemonsets": {"get", "create", "update", "delete"},
         "secrets": {"create", "update"},
-        "pods": {"list", "patch"},
+        "pods": {"list", "patch", "delete"},
         "pods/status": {"patch"},
         "events": {"create"},
     }

@@ -76,6 +76,10 @@ def test_cpu_endpoint_has_no_gpu_and_vcpu_count_as_request_and_limit() -> None:
     assert env({"computeType": "CPU", "vcpuCount": 8})["RUNPOD_CPU_COUNT"] == "8"
 
 
+def test_the_pod_host_name_is_the_pod_name_as_runpod_pod_hostname() -> None:
+    assert env()["RUNPOD_POD_HOSTNAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+
+
 def test_cpu_request_ratio_packs_cpu_workers_keeping_their_limit() -> None:
     settings = SETTINGS.model_copy(update={"cpu_request_ratio": 0.1})
     spec = {"computeType": "CPU", "vcpuCount": 2}

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from lockgate.store import Registry
+from lockgate.store import JobStore, Registry
 from tests.conftest import LiveGateway
 from tests.test_job_api import get, post, submit
 from tests.test_lifecycle import _is, eventually, status_of
@@ -157,3 +157,24 @@ async def test_sigterm_while_a_restart_waits_for_other_jobs_ends_the_worker(http
     assert await exit_status(worker.process) == 0
     assert not worker.logged("w1 restarting")
     assert await status_of(http, gateway, other) == "COMPLETED"
+
+
+async def test_a_sync_handler_abandoned_after_a_cancel_counts_as_busy_while_it_runs(
+    http, gateway, worker, redis
+):
+    await worker.start("sync", concurrency=2)
+    stuck = await worker.submit(http, sleep=60)
+    other = await worker.submit(http, sleep=5)  # the restart waits for it
+    await until(lambda: worker.mark(stuck, "start") and worker.mark(other, "start"))
+    await stop_by("cancel", http, gateway, stuck)
+    await until(lambda: worker.logged("restarts itself once no other job is in hand"))
+    store = JobStore(redis)
+
+    async def both_counted() -> bool:  # after pings (every 200 ms) that list the jobs
+        return (await store.snapshot(gateway.endpoint)).worker_jobs.get("w1") == 2
+
+    # the abandoned handler still runs in its thread beside the other job: two jobs run
+    assert await eventually(both_counted)
+    await asyncio.sleep(1)  # more pings
+    assert await both_counted()
+    assert worker.mark(other, "end") is None  # the other job had not finished yet

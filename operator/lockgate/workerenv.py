@@ -6,6 +6,8 @@ replace at run time, so one set of URLs serves every worker of an endpoint.
 
 from __future__ import annotations
 
+from lockgate.models import ComputeType, EndpointSpec
+
 # Defaults that a Template's variables (in dev mode: the shell's) may override. The runpod
 # SDK (1.8+) runs RunPod's platform "fitness checks" at start and exits when one fails; one
 # of them connects to 8.8.8.8:53, which a cluster without egress refuses, so every runpod
@@ -30,6 +32,25 @@ def worker_env(gateway_url: str, endpoint_id: str, worker_key: str) -> dict[str,
     }
 
 
+def resource_env(
+    spec: EndpointSpec, *, cpus_here: int | None = None, gpus_here: int | None = None
+) -> dict[str, str]:
+    """What a worker is given, as RunPod names it: `RUNPOD_CPU_COUNT` (`vcpuCount`) and, for
+    GPU endpoints, `RUNPOD_GPU_COUNT` (`gpuCount`). On a cluster the pod gets exactly that;
+    a local worker (dev mode) at most what this machine has (`cpus_here`, `gpus_here`)."""
+    cpus = spec.vcpuCount if cpus_here is None else max(1, min(spec.vcpuCount, cpus_here))
+    env = {"RUNPOD_CPU_COUNT": str(cpus)}
+    if spec.computeType == ComputeType.GPU:
+        gpus = spec.gpuCount if gpus_here is None else min(spec.gpuCount, gpus_here)
+        env["RUNPOD_GPU_COUNT"] = str(gpus)
+    return env
+
+
 def worker_id_env(worker_id: str) -> dict[str, str]:
-    """The per-worker part: its id under both names."""
-    return {"RUNPOD_POD_ID": worker_id, "LOCKGATE_WORKER_ID": worker_id}
+    """The per-worker part: its id under both names, and as `RUNPOD_POD_HOSTNAME` (on RunPod
+    the worker container's host name; a pod's host name is its name, the worker id)."""
+    return {
+        "RUNPOD_POD_ID": worker_id,
+        "LOCKGATE_WORKER_ID": worker_id,
+        "RUNPOD_POD_HOSTNAME": worker_id,
+    }

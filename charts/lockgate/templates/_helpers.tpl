@@ -312,10 +312,11 @@ reads no Secret and writes no Endpoint: the management API does (its own Role). 
   resources: [secrets]
   verbs: [create, update]
 # The scaler lists worker pods and marks busy ones with controller.kubernetes.io/pod-deletion-cost;
-# it holds their readiness gate, the lockgate.dev/Serving condition (scaling/deployment_pool.py).
+# it holds their readiness gate, the lockgate.dev/Serving condition (scaling/deployment_pool.py);
+# it deletes a pod whose worker asked to be replaced after its job (refresh_worker).
 - apiGroups: [""]
   resources: [pods]
-  verbs: [list, patch]
+  verbs: [list, patch, delete]
 - apiGroups: [""]
   resources: [pods/status]
   verbs: [patch]

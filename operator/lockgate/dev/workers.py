@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from lockgate.dev.launch import Launch
 from lockgate.models import EndpointSpec
-from lockgate.scaling.autoscaler import LocalAutoscaler
+from lockgate.scaling.autoscaler import LocalAutoscaler, release_exited
 from lockgate.scaling.decision import Limits
 from lockgate.scaling.local_pool import LocalProcessPool, WorkerKeyIssuer
 from lockgate.store import JobStore
@@ -46,7 +46,9 @@ class LocalWorkers:
         keys: WorkerKeyIssuer | None = None,
     ) -> LocalWorkers:
         """Start scaling at once (workersMin workers start on the first tick)."""
-        pool = LocalProcessPool(endpoint_id, launch.command, env, cwd=launch.cwd, keys=keys)
+        pool = LocalProcessPool(
+            endpoint_id, launch.command, env, cwd=launch.cwd, keys=keys, store=store
+        )
         scaler = LocalAutoscaler(store, pool, endpoint_id, limits)
         task = asyncio.create_task(scaler.run(), name=f"lockgate-scaler-{endpoint_id}")
         return cls(endpoint_id, store, pool, scaler, task)
@@ -70,10 +72,7 @@ class LocalWorkers:
 
     async def stop(self, grace_s: float) -> None:
         """Stop scaling, then the workers: SIGTERM lets each finish its job in hand; those
-        still running after `grace_s` seconds are killed. The store then forgets them
-        (a job a killed worker held goes back to the queue)."""
+        still running after `grace_s` seconds are killed with their process group. The
+        store then forgets them (a job a killed worker held goes back to the queue)."""
         await self.halt()
-        worker_ids = list(self.pool.workers)
-        await self.pool.close(grace_s)
-        for worker_id in worker_ids:
-            await self.store.release_worker(self.endpoint_id, worker_id)
+        await release_exited(self.store, self.endpoint_id, await self.pool.close(grace_s))

@@ -69,12 +69,13 @@ async def _take(request: web.Request, count: int) -> list[TakenJob]:
 
     A submit wakes one waiter per replica, and only when the queue was empty: a taker that
     leaves jobs behind wakes the next waiter, and a waiter woken for nothing (its worker
-    hung up) passes its wake-up on, so the chain of wake-ups never breaks."""
+    hung up, or was told to stop) passes its wake-up on, so the chain of wake-ups never
+    breaks. A worker told to stop while it waits is answered empty at once."""
     gw, endpoint_id, worker_id, entry = await _worker(request)
     timeout_ms = execution_timeout_ms(entry)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + gw.settings.take_wait_s
-    woken = False
+    woken, first = False, True
     # RunPod's protocol: `job_in_progress=0` says the worker holds no job (see JobStore.take).
     holds_none = request.query.get("job_in_progress") == "0"
     while _listening(request) and not gw.draining:
@@ -83,10 +84,13 @@ async def _take(request: web.Request, count: int) -> list[TakenJob]:
             gw, request, endpoint_id, worker_id, count, timeout_ms, deadline, holds_none=holds_none
         )
         holds_none = False  # said once per request is enough
-        if left == STOPPING:  # its pod is going: no job for it; hold the poll as an empty one
-            await asyncio.sleep(max(0.0, deadline - loop.time()))
-            return []
-        woken = False
+        if left == STOPPING:  # going: no job for it
+            if first:  # it polls again after being told: hold the poll as an empty one
+                await asyncio.sleep(max(0.0, deadline - loop.time()))
+            else:  # told while waiting: answer now, passing on a wake-up it may have had
+                woken = True
+            break
+        first = woken = False
         if jobs:
             if left:
                 gw.notifier.kick(endpoint_id)
@@ -96,7 +100,7 @@ async def _take(request: web.Request, count: int) -> list[TakenJob]:
             break
         if gw.notifier.generation(endpoint_id) == generation:
             wait_s = min(remaining, gw.settings.poll_fallback_s)
-            woken = await gw.notifier.wait_for_job(endpoint_id, wait_s)
+            woken = await _wait_for_job(gw, endpoint_id, worker_id, wait_s)
     if woken:
         gw.notifier.kick(endpoint_id)
     return []
@@ -132,6 +136,19 @@ async def _take_within_budget(
         gw.budget.charge(request, -room)
     gw.budget.charge(request, sum(len(job.input) for job in jobs))
     return jobs, left
+
+
+async def _wait_for_job(gw: Gateway, endpoint_id: str, worker_id: str, wait_s: float) -> bool:
+    """Wait until a job is queued (True), or the worker is told to stop (its stop channel
+    also carries `stop_taking`), or `wait_s` passes (False)."""
+    job = asyncio.ensure_future(gw.notifier.wait_for_job(endpoint_id, wait_s))
+    stop = asyncio.ensure_future(gw.notifier.wait_stop(endpoint_id, worker_id, wait_s))
+    try:
+        await asyncio.wait({job, stop}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+        job.cancel()
+    return job.done() and not job.cancelled() and bool(job.result())
 
 
 @routes.get("/v2/{endpoint}/job-take/{worker}")
@@ -181,6 +198,8 @@ async def job_done(request: web.Request) -> web.Response:
     done = await gw.store.finish(endpoint_id, worker_id, job_id, output=output, error=error)
     if done is not None:
         gw.metrics.observe_finished(endpoint_id, done)
+    if body.get("stopPod") is True:  # refresh_worker: replace this worker after its job
+        await gw.store.refresh_worker(endpoint_id, worker_id)
     return json_response({"accepted": done is not None})
 
 
@@ -229,10 +248,13 @@ async def ping(request: web.Request) -> web.Response:
 
 @routes.get("/v2/{endpoint}/job-stop/{worker}")
 async def job_stop(request: web.Request) -> web.Response:
-    """Long-poll: the ids of jobs this worker must stop (cancelled or timed out)."""
+    """Long-poll: the ids of jobs this worker must stop (cancelled or timed out). Woken
+    with none, the worker itself was told to stop (`stop_taking`): answered at once, so a
+    worker that checks for its own shutdown between polls (the runpod SDK) exits soon."""
     gw, endpoint_id, worker_id, _ = await _worker(request)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + gw.settings.stop_wait_s
+    woken = False
     while _listening(request) and not gw.draining:
         waiter = asyncio.ensure_future(
             gw.notifier.wait_stop(endpoint_id, worker_id, gw.settings.poll_fallback_s)
@@ -240,9 +262,9 @@ async def job_stop(request: web.Request) -> web.Response:
         try:
             if ids := await gw.store.take_stop_signals(endpoint_id, worker_id):
                 return json_response({"jobsToStop": ids})
-            if deadline - loop.time() <= 0:
+            if woken or deadline - loop.time() <= 0:
                 break
-            await waiter
+            woken = await waiter
         finally:
             waiter.cancel()
     return no_content()

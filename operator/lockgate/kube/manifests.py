@@ -29,7 +29,7 @@ from lockgate.kube.placement import GPU_TYPE_ANNOTATION
 from lockgate.kube.settings import OperatorSettings
 from lockgate.models import ComputeType, EndpointSpec, TemplateSpec
 from lockgate.models.podfields import PodSecurity
-from lockgate.workerenv import WORKER_DEFAULTS, worker_env, worker_id_env
+from lockgate.workerenv import WORKER_DEFAULTS, resource_env, worker_env, worker_id_env
 
 Obj = dict[str, Any]
 
@@ -217,10 +217,7 @@ def container_env(
             env.append({"name": name, "valueFrom": {"secretKeyRef": ref}})
         else:
             env.append({"name": name, "value": value})
-    extra = {"RUNPOD_CPU_COUNT": str(spec.vcpuCount)}
-    if spec.computeType == ComputeType.GPU:
-        extra["RUNPOD_GPU_COUNT"] = str(spec.gpuCount)
-    extra.update(_model_env(template))
+    extra = {**resource_env(spec), **_model_env(template)}
     env += [{"name": k, "value": v} for k, v in extra.items()]
     reserved = {e["name"] for e in env}
     env += [{"name": k, "value": v} for k, v in template.env.items() if k not in reserved]

@@ -188,6 +188,7 @@ class ScalingLoop:
         )
         metrics = readings.get(owner.name) if check.ok else None
         await pool.keep_serving(set(metrics.worker_jobs) if metrics is not None else None)
+        await pool.replace_refreshing()
         if externally_scaled(entry):
             # Another scaler sets the count; busy pods are still marked, so that its
             # scale-downs remove idle pods first.

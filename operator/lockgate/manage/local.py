@@ -39,7 +39,7 @@ from lockgate.models import (
     WorkerCounts,
 )
 from lockgate.store import Snapshot, key_digest
-from lockgate.workerenv import WORKER_DEFAULTS, worker_env
+from lockgate.workerenv import WORKER_DEFAULTS, resource_env, worker_env
 
 log = logging.getLogger("lockgate.dev")
 
@@ -48,6 +48,15 @@ ORIGIN_CLI = "cli"  # the command line's endpoint: applied again by the command 
 STOP_GRACE_S = 30.0  # shutdown or a new templateId: workers finish the job in hand
 DELETE_GRACE_S = 5.0  # the endpoint's jobs are deleted anyway: no reason to wait long
 READY = "Ready"
+
+
+def gpus_here() -> int:
+    """GPUs a local worker can use: those `CUDA_VISIBLE_DEVICES` names, else the NVIDIA
+    devices of this machine."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    return len([p for p in Path("/dev").glob("nvidia*") if p.name[6:].isdigit()])
 
 
 def now() -> str:
@@ -288,7 +297,8 @@ class LocalControlPlane:
         self, endpoint_id: str, launch: Launch, worker_key: str, spec: EndpointSpec
     ) -> LocalWorkers:
         defaults = {k: v for k, v in WORKER_DEFAULTS.items() if k not in os.environ}
-        env = {**defaults, **worker_env(self.gateway_url, endpoint_id, worker_key)}
+        given = resource_env(spec, cpus_here=os.cpu_count() or 1, gpus_here=gpus_here())
+        env = {**defaults, **given, **worker_env(self.gateway_url, endpoint_id, worker_key)}
         keys = WorkerKeys(self.gw.registry, endpoint_id)  # no process gets the shared key
         return LocalWorkers.start(self.gw.store, endpoint_id, launch, env, limits_of(spec), keys)
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from lockgate.scaling.decision import Decision, EndpointMetrics, Limits, Workers, decide
-from lockgate.scaling.local_pool import LocalProcessPool
+from lockgate.scaling.local_pool import Exited, LocalProcessPool
 from lockgate.scaling.memory import ScalerMemory
 from lockgate.scaling.pool import WorkerPool
 from lockgate.scaling.readings import from_snapshot
@@ -76,6 +76,8 @@ class LocalAutoscaler:
 
     async def tick(self) -> Decision:
         await self._reap()
+        for worker_id in await self.store.refreshing(self.endpoint_id):
+            await self.pool.stop_worker(worker_id, "refresh_worker: replaced after its job")
         snap = await self.store.snapshot(self.endpoint_id)
         metrics = from_snapshot(snap, self.store.clock())
         before = len(self.pool.active)
@@ -86,14 +88,20 @@ class LocalAutoscaler:
 
     async def _reap(self) -> None:
         """Workers that exited give their jobs back to the queue at once."""
-        for worker_id, code, asked in self.pool.reap():
-            requeued, failed = await self.store.release_worker(self.endpoint_id, worker_id)
-            if requeued or failed or not asked:
-                log.warning(
-                    "worker %s exited (code %s): %d job(s) requeued, %d failed",
-                    worker_id, code, requeued, failed,
-                )  # fmt: skip
+        await release_exited(self.store, self.endpoint_id, self.pool.reap())
 
     async def release_all(self) -> None:
         """After the pool closed: forget every worker it had."""
         await self._reap()
+
+
+async def release_exited(store: JobStore, endpoint_id: str, exited: Sequence[Exited]) -> None:
+    """Forget exited workers for good: their jobs go back to the queue (without using an
+    attempt when the worker exited cleanly after being asked to stop: it never ran them)."""
+    for w in exited:
+        requeued, failed = await store.release_worker(endpoint_id, w.id, clean=w.clean)
+        if requeued or failed or not w.asked:
+            log.warning(
+                "worker %s exited (code %s): %d job(s) requeued, %d failed",
+                w.id, w.code, requeued, failed,
+            )  # fmt: skip

@@ -167,6 +167,21 @@ class DeploymentPool:
         for name in back:
             await self._set_serving(name, True)
 
+    async def replace_refreshing(self) -> None:
+        """Delete the live pods whose worker asked to be replaced after its job
+        (`refresh_worker`; the runpod SDK's `stopPod`): the ReplicaSet starts a fresh pod,
+        where restarting the container in place would reuse the pod (and, exited 0 again
+        and again, back off as a crash loop). The gateway already gives them no new job."""
+        if self.store is None:
+            return
+        wanted = set(await self.store.refreshing(self.endpoint_id))
+        for pod in [p for p in self.pods if p["metadata"]["name"] in wanted]:
+            name = pod["metadata"]["name"]
+            log.info("pod %s/%s asked for a fresh worker: deleting it", self.namespace, name)
+            await self.cluster.delete("Pod", self.namespace, name)
+            self.pods.remove(pod)
+            self.leaving.append(name)
+
     async def resize(self, desired: int, *, idle_first: Sequence[str]) -> None:
         """Patch the scale subresource. Shrinking, the idle pods to remove (`idle_first`
         first) are taken out of service before, so the ReplicaSet deletes them."""

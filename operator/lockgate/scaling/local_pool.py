@@ -1,8 +1,16 @@
-"""`LocalProcessPool`: workers as local processes (dev mode), stopped only when idle."""
+"""`LocalProcessPool`: workers as local processes (dev mode), stopped only when idle.
+
+Each worker runs in its own session (process group), as a container would: SIGTERM goes
+to the worker process alone (it finishes its job in hand; its own children are its
+business), and once it exits, or when it is killed after its grace, whatever it left
+behind in its group (the runpod SDK's heartbeat process) is killed too. Output pipes are
+never waited on for long: a descendant that escaped the group could hold them forever.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import secrets
@@ -13,9 +21,12 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from lockgate.scaling.pool import PoolState
+from lockgate.store import JobStore
 from lockgate.workerenv import worker_id_env
 
 log = logging.getLogger("lockgate.pool")
+
+PIPE_DRAIN_S = 1.0  # how long a gone worker's output may still be copied after it exits
 
 
 class WorkerKeyIssuer(Protocol):
@@ -34,11 +45,27 @@ class LocalWorker:
     pipes: list[asyncio.Task] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class Exited:
+    """A worker process that ended: its exit code, and whether it was asked to stop."""
+
+    id: str
+    code: int
+    asked: bool
+
+    @property
+    def clean(self) -> bool:
+        """Asked to stop and exited 0: it ran no job it still held (it never started it)."""
+        return self.asked and self.code == 0
+
+
 class LocalProcessPool:
     """Starts `command` once per worker with the worker contract's environment.
 
     A `WorkerPool`: `resize` starts workers, or stops idle ones only (SIGTERM; the
-    runtime finishes the job in hand, then exits)."""
+    runtime finishes the job in hand, then exits). With a `store`, a worker being stopped
+    is first told to take no new job (`JobStore.stop_taking`), which also answers its
+    open job-take long-poll at once."""
 
     def __init__(
         self,
@@ -48,12 +75,14 @@ class LocalProcessPool:
         *,
         cwd: str | None,
         keys: WorkerKeyIssuer | None = None,
+        store: JobStore | None = None,
     ) -> None:
         self.endpoint_id = endpoint_id
         self.command = list(command)
         self.env = env
         self.cwd = cwd
         self.keys = keys
+        self.store = store
         self.workers: dict[str, LocalWorker] = {}
         self._revoking: set[asyncio.Task] = set()
 
@@ -68,7 +97,7 @@ class LocalProcessPool:
         env = {**os.environ, **self.env, **worker_id_env(worker_id), **own_key}
         env["PYTHONUNBUFFERED"] = "1"
         process = await asyncio.create_subprocess_exec(
-            *self.command, env=env, cwd=self.cwd,
+            *self.command, env=env, cwd=self.cwd, start_new_session=True,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
         )  # fmt: skip
         worker = LocalWorker(worker_id, process)
@@ -77,13 +106,20 @@ class LocalProcessPool:
         log.info("worker %s started (pid %d)", worker_id, process.pid)
         return worker_id
 
-    def stop_worker(self, worker_id: str) -> None:
-        """SIGTERM: the runtime finishes the job in hand, then exits."""
+    async def stop_worker(self, worker_id: str, why: str = "idle") -> None:
+        """No new job for it, then SIGTERM: the runtime finishes the job in hand, then exits."""
         worker = self.workers.get(worker_id)
-        if worker is not None and not worker.stopping and worker.process.returncode is None:
-            worker.stopping = True
+        if worker is None or worker.stopping or worker.process.returncode is not None:
+            return
+        worker.stopping = True
+        if self.store is not None:
+            try:
+                await self.store.stop_taking(self.endpoint_id, [worker_id])
+            except Exception as err:  # Redis away: SIGTERM still stops it
+                log.warning("worker %s: cannot tell the gateway it stops: %s", worker_id, err)
+        with contextlib.suppress(ProcessLookupError):
             worker.process.send_signal(signal.SIGTERM)
-            log.info("worker %s stopping (idle)", worker_id)
+        log.info("worker %s stopping (%s)", worker_id, why)
 
     async def state(self) -> PoolState:
         active = tuple(self.active)
@@ -98,17 +134,18 @@ class LocalProcessPool:
         for _ in range(desired - len(active)):
             await self.start_worker()
         for worker_id in [w for w in idle_first if w in active][: len(active) - desired]:
-            self.stop_worker(worker_id)
+            await self.stop_worker(worker_id)
 
-    def reap(self) -> list[tuple[str, int, bool]]:
-        """Forget exited workers; returns (id, exit code, whether it was asked to stop)."""
+    def reap(self) -> list[Exited]:
+        """Forget exited workers, killing what they left in their process group."""
         gone = [w for w in self.workers.values() if w.process.returncode is not None]
         for w in gone:
             del self.workers[w.id]
             self._revoke(w.id)
+            _kill_group(w.process)
             level = logging.INFO if w.stopping else logging.WARNING
             log.log(level, "worker %s exited with %s", w.id, w.process.returncode)
-        return [(w.id, w.process.returncode, w.stopping) for w in gone]
+        return [Exited(w.id, w.process.returncode, w.stopping) for w in gone]
 
     def _revoke(self, worker_id: str) -> None:
         """Revoke a gone worker's own key (in the background: `reap` is not async)."""
@@ -117,24 +154,35 @@ class LocalProcessPool:
             self._revoking.add(task)
             task.add_done_callback(self._revoking.discard)
 
-    async def close(self, grace_s: float = 30.0) -> None:
-        """Stop every worker; kill those still running after `grace_s` seconds."""
+    async def close(self, grace_s: float = 30.0) -> list[Exited]:
+        """Stop every worker; kill (with its process group) each still running after
+        `grace_s` seconds. Returns the workers as `reap` does."""
         for worker_id in list(self.workers):
-            self.stop_worker(worker_id)
-        waits = [w.process.wait() for w in self.workers.values()]
+            await self.stop_worker(worker_id, "closing")
+        workers = list(self.workers.values())
+        waits = [w.process.wait() for w in workers]
         try:
             await asyncio.wait_for(asyncio.gather(*waits), grace_s)
         except TimeoutError:
-            for w in self.workers.values():
+            for w in workers:
                 if w.process.returncode is None:
-                    w.process.kill()
-            await asyncio.gather(*(w.process.wait() for w in self.workers.values()))
-        for w in self.workers.values():
-            for pipe in w.pipes:
-                await pipe
-            self._revoke(w.id)
-        self.workers.clear()
+                    log.warning("worker %s still running after %.0f s: killed", w.id, grace_s)
+                    _kill_group(w.process)
+            await asyncio.gather(*(w.process.wait() for w in workers))
+        exited = self.reap()  # revokes their keys too
+        pipes = [pipe for w in workers for pipe in w.pipes]
+        if pipes:
+            _, late = await asyncio.wait(pipes, timeout=PIPE_DRAIN_S)
+            for pipe in late:  # held open by a descendant outside the group
+                pipe.cancel()
         await asyncio.gather(*self._revoking, return_exceptions=True)
+        return exited
+
+
+def _kill_group(process: asyncio.subprocess.Process) -> None:
+    """SIGKILL the worker's process group (its session: the worker and its descendants)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
 
 
 async def _forward(worker_id: str, stream: asyncio.StreamReader | None) -> None:

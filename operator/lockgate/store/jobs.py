@@ -315,32 +315,65 @@ class JobStore:
         self, endpoint_id: str, workers: Sequence[str], *, resume: Sequence[str] = ()
     ) -> None:
         """Workers told to stop (their pod is going) get no new job from `take` (it answers
-        STOPPING) for `STOPPING_MS`; those in `resume` get jobs again."""
+        STOPPING) for `STOPPING_MS`, and their open job-take long-polls are woken to answer
+        empty at once; those in `resume` get jobs again."""
         key = keys.prefix(endpoint_id) + "stopping"
         now = self.clock()
         pipe = self.redis.pipeline(transaction=False)
         pipe.zremrangebyscore(key, "-inf", now)
+        for worker in workers:
+            pipe.zadd(key, {worker: now + keys.STOPPING_MS})
         if workers:
-            pipe.zadd(key, {worker: now + keys.STOPPING_MS for worker in workers})
             pipe.pexpire(key, keys.STOPPING_MS)
         if resume:
             pipe.zrem(key, *resume)
+        added = (await pipe.execute())[1 : 1 + len(workers)]
+        told = [worker for worker, new in zip(workers, added, strict=True) if new]
+        if told:  # newly told (a pod being deleted is told again every tick): wake its polls
+            async with self.redis.pipeline(transaction=False) as wake:
+                for worker in told:
+                    wake.publish(keys.EVENTS_CHANNEL, f"s:{endpoint_id}:{worker}")
+                await wake.execute()
+
+    async def refresh_worker(self, endpoint_id: str, worker_id: str) -> None:
+        """The worker asked to be replaced after its job (`refresh_worker`): it gets no new
+        job, and `refreshing` lists it for its pool to stop and replace."""
+        await self.stop_taking(endpoint_id, [worker_id])
+        key = keys.prefix(endpoint_id) + "refresh"
+        now = self.clock()
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zremrangebyscore(key, "-inf", now)
+        pipe.zadd(key, {worker_id: now + keys.STOPPING_MS})
+        pipe.pexpire(key, keys.STOPPING_MS)
         await pipe.execute()
 
+    async def refreshing(self, endpoint_id: str) -> list[str]:
+        """Workers that asked to be replaced (see `refresh_worker`)."""
+        key = keys.prefix(endpoint_id) + "refresh"
+        return [w.decode() for w in await self.redis.zrangebyscore(key, self.clock(), "+inf")]
+
     async def heartbeat(self, endpoint_id: str, worker_id: str) -> None:
-        """Mark a worker alive now."""
-        await self.redis.zadd(keys.prefix(endpoint_id) + "w", {worker_id: self.clock()})
+        """Mark a worker alive now, running no job (a ping without a job list); a worker
+        released for good is not registered again."""
+        await self.scripts.heartbeat(
+            keys=[keys.prefix(endpoint_id)], args=[worker_id, self.clock()]
+        )
 
     def _lost_reason(self) -> str:
         attempts = self.liveness.max_attempts
         return f"the worker running this job was lost ({attempts} attempts made)"
 
-    async def release_worker(self, endpoint_id: str, worker_id: str) -> tuple[int, int]:
-        """Forget a worker; requeue its jobs, failing those out of attempts. (requeued, failed)"""
+    async def release_worker(
+        self, endpoint_id: str, worker_id: str, *, clean: bool = False
+    ) -> tuple[int, int]:
+        """Forget a worker whose process or pod is gone, for good (a late ping with its id
+        registers nothing); requeue its jobs, failing those out of attempts. `clean`: it
+        exited cleanly when told to stop, so it never ran them: they go back without using
+        an attempt. Returns (requeued, failed)."""
         args = [endpoint_id, worker_id, self.clock(), self.liveness.max_attempts]
-        args += [*self._retention_args(), self._lost_reason()]
+        args += [*self._retention_args(), self._lost_reason(), "1" if clean else "0"]
         requeued, failed = await self.scripts.release_worker(
-            keys=[keys.prefix(endpoint_id)], args=args
+            keys=[keys.prefix(endpoint_id)], args=[*args, keys.GONE_MS]
         )
         return int(requeued), int(failed)
 
@@ -389,14 +422,17 @@ class JobStore:
         await self.scripts.settle_webhook(keys=[keys.prefix(endpoint_id)], args=args)
 
     async def worker_loads(self, endpoint_id: str) -> dict[str, tuple[int, int]]:
-        """Every known worker: (last heartbeat ms, jobs held)."""
+        """Every known worker: (last heartbeat ms, jobs running: held, or told to stop
+        while their handler has not returned)."""
         p = keys.prefix(endpoint_id)
         seen = await self.redis.zrange(p + "w", 0, -1, withscores=True)
         async with self.redis.pipeline(transaction=False) as pipe:
             for worker, _ in seen:
                 pipe.scard(p + "wj:" + worker.decode())
+                pipe.scard(p + "wx:" + worker.decode())
             counts = await pipe.execute()
-        return {w.decode(): (int(ts), int(n)) for (w, ts), n in zip(seen, counts, strict=True)}
+        loads = [a + b for a, b in zip(counts[::2], counts[1::2], strict=True)]
+        return {w.decode(): (int(ts), n) for (w, ts), n in zip(seen, loads, strict=True)}
 
     async def take_stop_signals(self, endpoint_id: str, worker_id: str) -> list[str]:
         """Heartbeat, then the ids of jobs the worker must stop (each handed out once)."""

@@ -15,6 +15,13 @@ the single description of what they build.
     lg:{ep}:stop:{worker} LIST job ids the worker must stop
     lg:{ep}:stopping     ZSET  workers told to stop (their pod is going): no new job for
                                them; score = until when (ms)
+    lg:{ep}:wx:{worker}  SET   job ids the worker was told to stop (cancel, timeout) whose
+                               handler may still run: it counts as busy until its ping
+                               no longer lists them
+    lg:{ep}:gone         ZSET  workers released for good (process exited, pod deleted): not
+                               registered again by a late ping; score = until when (ms)
+    lg:{ep}:refresh      ZSET  workers that asked to be replaced after their job
+                               (`refresh_worker`, the runpod SDK's `stopPod`); score = until
     lg:{ep}:stats        HASH  completed, failed, retried counters
     lg:{ep}:wh           ZSET  webhook outbox: job ids, score = next attempt (ms)
     lg:{ep}:wha          HASH  job id -> webhook attempts made
@@ -52,6 +59,8 @@ RETENTION_RUN_MS = 30 * 60 * 1000
 RETENTION_SYNC_MS = 60 * 1000
 # How long a worker told to stop is refused new jobs (ms): longer than any pod takes to go.
 STOPPING_MS = 2 * 60 * 60 * 1000
+# How long a released worker id stays refused (ms): longer than an orphan outlives it.
+GONE_MS = STOPPING_MS
 
 
 def prefix(endpoint_id: str) -> str:

@@ -32,6 +32,7 @@ NAMES = (
     "stops",
     "set_ttl",
     "release_worker",
+    "heartbeat",
     "delete_endpoint",
     "sweep",
     "reconcile",

@@ -43,7 +43,7 @@ class Runtime:
         self._jobs = JobsInHand()
         self._stopping = asyncio.Event()
         self._signalled = False
-        self.abandoned = False  # a sync handler was left running in its thread
+        self._abandoned: set[str] = set()  # stopped jobs whose sync handler still runs
         self._exit_code = EXIT_OK
         self._concurrency = 1
         self._executor = ThreadPoolExecutor(MAX_HANDLER_THREADS, "lockgate-handler")
@@ -137,14 +137,17 @@ class Runtime:
                 executor=self._executor,
             )
             self._jobs.sending(job_id)
-            sent = await self._client.done(job_id, outcome.body, is_stream=outcome.is_stream)
+            refresh = outcome.refresh_worker or self._options.refresh_worker
+            # As the runpod SDK does: `stopPod` asks the gateway to replace this worker.
+            body = {**outcome.body, "stopPod": True} if refresh else outcome.body
+            sent = await self._client.done(job_id, body, is_stream=outcome.is_stream)
         except asyncio.CancelledError:
             log.info("job %s stopped; its result is not sent", job_id)
             return
         finally:
             self._jobs.remove(job_id)
         _report_outcome(job_id, outcome, sent, time.monotonic() - started)
-        if outcome.refresh_worker or self._options.refresh_worker:
+        if refresh:
             self.shutdown(f"job {job_id} asked for a fresh worker (refresh_worker)")
 
     # -- stop signals and heartbeats
@@ -172,7 +175,7 @@ class Runtime:
         if not self._kind.in_thread:
             log.info("job %s stopping: its handler is cancelled", job_id)
             return
-        self.abandoned = True
+        self._abandoned.add(job_id)
         log.warning(
             "job %s stopped, but its sync handler cannot be interrupted in its thread: "
             "it is abandoned, and this worker restarts itself once no other job is in hand",
@@ -183,10 +186,16 @@ class Runtime:
     async def _ping_loop(self) -> None:
         while True:
             try:
-                await self._client.ping(self._jobs.ids())
+                # An abandoned handler still runs: listed, this worker counts as busy.
+                await self._client.ping([*self._jobs.ids(), *sorted(self._abandoned)])
             except GatewayError as err:
                 _report("ping", err, self._config.ping_interval_s)
             await asyncio.sleep(self._config.ping_interval_s)
+
+    @property
+    def abandoned(self) -> bool:
+        """Whether a sync handler was left running in its thread."""
+        return bool(self._abandoned)
 
     # -- process plumbing
 

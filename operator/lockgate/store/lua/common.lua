@@ -5,6 +5,10 @@ local EVENTS = 'lg:events'
 -- A running job's record outlives its ttl by this much (ms), so the sweeper can still
 -- find its worker to stop it; readers treat the job as gone from the ttl on.
 local RUNNING_GRACE = 60000
+-- A job a worker was told to stop stays in `wx:<worker>` (the worker counts as busy: a sync
+-- handler cannot be interrupted) until its ping no longer lists it; dies this long (ms)
+-- after the last ping that did.
+local STOPPED_RUNNING_MS = 60000
 
 local function jkey(id) return P .. 'j:' .. id end
 
@@ -47,14 +51,18 @@ local function signal_stop(ep, worker, id)
   local sk = P .. 'stop:' .. worker
   redis.call('RPUSH', sk, id)
   redis.call('PEXPIRE', sk, 3600000)
+  redis.call('SADD', P .. 'wx:' .. worker, id)
+  redis.call('PEXPIRE', P .. 'wx:' .. worker, STOPPED_RUNNING_MS)
   redis.call('PUBLISH', EVENTS, 's:' .. ep .. ':' .. worker)
 end
 
 -- Take a job away from a worker that lost it: back to the front of its queue (counted as
 -- retried), or FAILED when its attempts are used up. f = HMGET st wk at sq lp sy.
+-- `clean`: the worker exited cleanly when told to stop, so it never ran the job: the job
+-- goes back without using an attempt and is not counted as retried.
 -- Returns 1 when requeued, 0 when failed.
-local function requeue(ep, id, f, now, max_attempts, ret_run, ret_sync, reason)
-  if (tonumber(f[3]) or 0) >= max_attempts then
+local function requeue(ep, id, f, now, max_attempts, ret_run, ret_sync, reason, clean)
+  if not clean and (tonumber(f[3]) or 0) >= max_attempts then
     finalize(ep, id, 'FAILED', now, f[2], f[6], ret_run, ret_sync, {'err', reason})
     return 0
   end
@@ -68,7 +76,11 @@ local function requeue(ep, id, f, now, max_attempts, ret_run, ret_sync, reason)
   redis.call('DEL', P .. 's:' .. id)
   redis.call('ZADD', P .. (f[5] == '1' and 'ql' or 'q'), tonumber(f[4]), id)
   count_queued(id, 1)
-  redis.call('HINCRBY', P .. 'stats', 'retried', 1)
+  if clean then
+    redis.call('HINCRBY', jk, 'at', -1)
+  else
+    redis.call('HINCRBY', P .. 'stats', 'retried', 1)
+  end
   redis.call('PUBLISH', EVENTS, 'q:' .. ep)
   return 1
 end
@@ -76,17 +88,30 @@ end
 local HELD = {'st', 'wk', 'at', 'sq', 'lp', 'sy'}
 
 -- Forget a worker; give back every job it held. Returns {requeued, failed}.
-local function release(ep, worker, now, max_attempts, ret_run, ret_sync, reason)
+local function release(ep, worker, now, max_attempts, ret_run, ret_sync, reason, clean)
   local wk = P .. 'wj:' .. worker
   local requeued, failed = 0, 0
   for _, id in ipairs(redis.call('SMEMBERS', wk)) do
     local f = redis.call('HMGET', jkey(id), unpack(HELD))
     if f[1] == 'IN_PROGRESS' and f[2] == worker then
-      local r = requeue(ep, id, f, now, max_attempts, ret_run, ret_sync, reason)
+      local r = requeue(ep, id, f, now, max_attempts, ret_run, ret_sync, reason, clean)
       requeued, failed = requeued + r, failed + 1 - r
     end
   end
-  redis.call('DEL', wk, P .. 'stop:' .. worker)
+  redis.call('DEL', wk, P .. 'stop:' .. worker, P .. 'wx:' .. worker)
   redis.call('ZREM', P .. 'w', worker)
   return {requeued, failed}
+end
+
+-- A worker id released for good (its process or pod is gone): whatever still speaks with
+-- it (an orphaned heartbeat process) must not register it again nor vouch for jobs.
+local function gone(worker, now)
+  local until_ms = redis.call('ZSCORE', P .. 'gone', worker)
+  return until_ms and tonumber(until_ms) > now
+end
+
+-- Jobs a worker runs: those it holds, plus those it was told to stop whose handler has not
+-- returned yet (see STOPPED_RUNNING_MS).
+local function load_of(worker)
+  return redis.call('SCARD', P .. 'wj:' .. worker) + redis.call('SCARD', P .. 'wx:' .. worker)
 end

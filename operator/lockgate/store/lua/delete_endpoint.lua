@@ -11,8 +11,9 @@ for i = 1, #ids, 500 do
   redis.call('UNLINK', unpack(batch))
 end
 for _, w in ipairs(redis.call('ZRANGE', P .. 'w', 0, -1)) do
-  redis.call('UNLINK', P .. 'wj:' .. w, P .. 'stop:' .. w)
+  redis.call('UNLINK', P .. 'wj:' .. w, P .. 'stop:' .. w, P .. 'wx:' .. w)
 end
 redis.call('UNLINK', P .. 'q', P .. 'ql', P .. 'run', P .. 'exp', P .. 'w', P .. 'seq',
-  P .. 'stats', P .. 'wh', P .. 'wha', P .. 'sweep', P .. 'qb')
+  P .. 'stats', P .. 'wh', P .. 'wha', P .. 'sweep', P .. 'qb', P .. 'stopping', P .. 'gone',
+  P .. 'refresh')
 return #ids

@@ -2,10 +2,17 @@
 -- list, and that it took more than `grace` ms ago never reached it (the take's reply was
 -- lost): give it back. Also a heartbeat.
 -- ARGV: ep, worker, now, grace, max attempts, retention run, retention sync, reason, ids...
+-- Jobs it was told to stop and no longer lists have left their handler.
 local ep, worker, now, grace = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+if gone(worker, now) then return 0 end
 redis.call('ZADD', P .. 'w', now, worker)
 local listed = {}
 for i = 9, #ARGV do listed[ARGV[i]] = true end
+local wx = P .. 'wx:' .. worker
+for _, id in ipairs(redis.call('SMEMBERS', wx)) do
+  if not listed[id] then redis.call('SREM', wx, id) end
+end
+if redis.call('EXISTS', wx) == 1 then redis.call('PEXPIRE', wx, STOPPED_RUNNING_MS) end
 local requeued = 0
 for _, id in ipairs(redis.call('SMEMBERS', P .. 'wj:' .. worker)) do
   local f = redis.call('HMGET', jkey(id), unpack(HELD))

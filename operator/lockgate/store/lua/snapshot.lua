@@ -11,7 +11,7 @@ end
 local alive = redis.call('ZRANGEBYSCORE', P .. 'w', now - timeout, '+inf')
 local busy, held = 0, {}
 for _, w in ipairs(alive) do
-  local n = redis.call('SCARD', P .. 'wj:' .. w)
+  local n = load_of(w)
   if n > 0 then busy = busy + 1 end
   held[#held + 1] = w
   held[#held + 1] = n

@@ -1,6 +1,7 @@
 -- A worker's job-stop poll: heartbeat, then take every pending stop signal.
 -- ARGV: worker, now. Returns the job ids to stop.
 local worker, now = ARGV[1], tonumber(ARGV[2])
+if gone(worker, now) then return {} end
 redis.call('ZADD', P .. 'w', now, worker)
 local sk = P .. 'stop:' .. worker
 local ids = redis.call('LRANGE', sk, 0, -1)

@@ -4,9 +4,10 @@
 -- run, retention sync, reason: the worker holds no job, so jobs recorded as its are an
 -- earlier process's (same worker id): give them back first].
 -- Returns {jobs left in the queues, {id, input, s3Config or false}, ...}, or {-1} when
--- the worker was told to stop (it gets no new job).
+-- the worker was told to stop or is gone (it gets no new job).
 local worker, now, n, det = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local max_bytes, bytes = tonumber(ARGV[5]), 0
+if gone(worker, now) then return {-1} end  -- STOPPING: released for good
 if ARGV[6] and redis.call('SCARD', P .. 'wj:' .. worker) > 0 then
   release(ARGV[6], worker, now, tonumber(ARGV[7]), ARGV[8], ARGV[9], ARGV[10])
 end
