@@ -15,7 +15,8 @@ import pytest
 
 from lockgate.dev.redis_server import free_port
 from lockgate.gateway.main import start
-from tests.conftest import LiveGateway, eventually, make_settings, register
+from tests.conftest import REPO, LiveGateway, eventually, make_settings, register
+from tests.devproc import DevProcess
 from tests.gateway_process import run_gateway
 
 # Short timeouts for the tests (seconds); a connection must be closed well within CLOSED_S.
@@ -183,3 +184,21 @@ async def test_500_concurrent_worker_long_polls_never_run_out_of_redis_connectio
             answers = await asyncio.gather(*(poll(n) for n in range(500)))
     refused = [text for status, text in answers if status != 204]
     assert not refused, f"{len(refused)} of 500 long-polls refused, e.g. {refused[0]}"
+
+
+async def test_lockgate_dev_closes_silent_and_idle_connections_too(tmp_path) -> None:
+    """`lockgate dev` serves through its own runner: the header and idle timeouts hold there
+    as well (LOCKGATE_HEADER_TIMEOUT_S, LOCKGATE_IDLE_TIMEOUT_S)."""
+    env = {"LOCKGATE_HEADER_TIMEOUT_S": "1", "LOCKGATE_IDLE_TIMEOUT_S": "1"}
+    handler = str(REPO / "examples" / "echo" / "handler.py")
+    dev = DevProcess(handler, data_dir=tmp_path / "dev", env=env)
+    with await asyncio.to_thread(dev.start):
+        host, port = "127.0.0.1", dev.port
+        reader, writer = await asyncio.open_connection(host, port)  # sends nothing
+        assert await closed_by_gateway(reader) == b""
+        writer.close()
+        reader, writer = await asyncio.open_connection(host, port)
+        writer.write(request_head("GET", f"/v2/{dev.endpoint}/health", dev.headers()))
+        assert (await reader.readline()).startswith(b"HTTP/1.1 200")
+        assert (await closed_by_gateway(reader)).endswith(b"}")  # the rest, then closed idle
+        writer.close()

@@ -22,6 +22,7 @@ from lockgate.dev.launch import HANDLER_SUFFIX
 from lockgate.dev.names import curl_line, endpoint_id_for
 from lockgate.dev.redis_server import EmbeddedRedis
 from lockgate.gateway.app import create_app
+from lockgate.gateway.main import connection_options
 from lockgate.gateway.state import GATEWAY
 from lockgate.logs import setup_logging
 from lockgate.manage.api import create_manage_app
@@ -150,8 +151,11 @@ async def serve(opts: DevOptions, redis_url: str, stop: asyncio.Event) -> None:
     local_url = f"http://127.0.0.1:{opts.port}"
     app, plane = build_app(settings, gateway_url=local_url, base_dir=Path.cwd())
     gw = app[GATEWAY]
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=2)
+    options = connection_options(settings)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=2, **options)
     await runner.setup()
+    assert runner.server is not None
+    gw.header_timeout.watch(runner.server)
     await gw.registry.put_key(opts.api_key, {"name": "dev", "scopes": ["jobs", "admin"]})
     await web.TCPSite(runner, opts.host, opts.port).start()
     try:

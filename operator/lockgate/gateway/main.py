@@ -24,16 +24,24 @@ def settings_from(args: argparse.Namespace) -> Settings:
     return Settings(**{k: v for k, v in flags.items() if v is not None})
 
 
+def connection_options(settings: Settings) -> dict[str, float]:
+    """`web.AppRunner` options for the idle keep-alive timeout and the lingering time (the
+    header timeout is `Gateway.header_timeout`, watching the runner's server)."""
+    return {
+        "keepalive_timeout": settings.idle_timeout_s,
+        # After an answer that left a body unread (413, 408), aiohttp reads on for this long
+        # (its default: 10 s) so the client sees the answer: no longer than a body may take.
+        "lingering_time": min(10.0, settings.body_timeout_s),
+    }
+
+
 async def start(settings: Settings, **runner_options: Any) -> list[web.AppRunner]:
     """Serve the job API on `settings.port` and, when `settings.worker_port` is set, the
     worker API on that port. The runners come back in the order to clean them up: the
     worker API first, then the application that owns Redis and the background tasks."""
     app = create_app(settings)
     gw = app[GATEWAY]
-    runner_options.setdefault("keepalive_timeout", settings.idle_timeout_s)
-    # After an answer that left a body unread (413, 408), aiohttp reads on for this long
-    # (its default: 10 s) so the client sees the answer: no longer than a body may take.
-    runner_options.setdefault("lingering_time", min(10.0, settings.body_timeout_s))
+    runner_options = connection_options(settings) | runner_options
     runners = [(web.AppRunner(app, **runner_options), settings.port)]
     if settings.worker_port:
         worker_app = create_worker_app(gw)
