@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from cluster import Cluster
-from node_release import require_cluster
+from node_release import Release, require_cluster
 
 
 @pytest.fixture(scope="module")
@@ -26,3 +26,13 @@ def node() -> Iterator[Cluster]:
     cluster.start()
     yield cluster
     cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def release(node: Cluster) -> Iterator[Release]:
+    """The chart installed by real helm with tests/node-values.yaml, uninstalled after the
+    module (a module that installs otherwise defines its own `release`)."""
+    rel = Release(node)
+    rel.install()
+    yield rel
+    rel.uninstall()

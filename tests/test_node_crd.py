@@ -7,7 +7,6 @@ Endpoint's `/scale` selects, until `spec.replicas` is unset and the scaler takes
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 
@@ -24,14 +23,6 @@ from node_release import (
 
 pytest_plugins = ["node_fixtures"]
 pytestmark = [pytest.mark.node, pytest.mark.timeout(900)]
-
-
-@pytest.fixture(scope="module")
-def release(node) -> Iterator[Release]:
-    rel = Release(node)
-    rel.install()
-    yield rel
-    rel.uninstall()
 
 
 def kubectl(release: Release, *args: str) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -26,14 +25,6 @@ REDIS = "app.kubernetes.io/component=redis"
 CLIENTS = ("app.kubernetes.io/component=gateway", "app.kubernetes.io/component=operator")
 UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
 MAXMEMORY_PERCENT = 60  # the chart's redis.maxmemoryPercent
-
-
-@pytest.fixture(scope="module")
-def release(node) -> Iterator[Release]:
-    rel = Release(node)
-    rel.install()
-    yield rel
-    rel.uninstall()
 
 
 def redis_pod(release: Release) -> dict[str, Any]:

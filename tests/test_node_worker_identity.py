@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
 
 import pytest
 import requests
@@ -24,14 +23,6 @@ pytestmark = [pytest.mark.node, pytest.mark.timeout(900)]
 
 IMAGE = "localhost/lockgate-test/runpod-worker:dev"
 NAME = "ident"
-
-
-@pytest.fixture(scope="module")
-def release(node) -> Iterator[Release]:
-    rel = Release(node)
-    rel.install()
-    yield rel
-    rel.uninstall()
 
 
 @pytest.fixture(scope="module")
