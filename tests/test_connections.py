@@ -59,17 +59,22 @@ async def requests_by_status(http: aiohttp.ClientSession, url: str) -> dict[tupl
     return {(m[1], m[2]): float(m[3]) for m in re.finditer(pattern, text)}
 
 
+async def hang_up(gateway: LiveGateway, sent: bytes) -> None:
+    """Send `sent` on a new connection, let the gateway start on it, then close it."""
+    _, writer = await raw(gateway)
+    writer.write(sent)
+    await writer.drain()
+    await asyncio.sleep(0.3)
+    writer.close()
+
+
 async def test_a_client_hanging_up_mid_body_counts_as_499_and_logs_no_error(
     http, gateway: LiveGateway, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="lockgate")
-    _, writer = await raw(gateway)
     headers = {**gateway.client_headers(), "Content-Type": "application/json"}
-    writer.write(request_head("POST", "/v2/echo/run", {**headers, "Content-Length": "1000"}))
-    writer.write(b'{"input": {"half": ')
-    await writer.drain()
-    await asyncio.sleep(0.3)  # the gateway is reading the body now
-    writer.close()
+    head = request_head("POST", "/v2/echo/run", {**headers, "Content-Length": "1000"})
+    await hang_up(gateway, head + b'{"input": {"half": ')  # while the body is being read
     run = ("/v2/{endpoint}/run", "499")
     counts = await eventually(
         lambda: _with(requests_by_status(http, gateway.url), run),
@@ -85,11 +90,8 @@ async def test_a_worker_hanging_up_its_long_poll_counts_as_499_and_logs_no_error
     http, gateway: LiveGateway, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="lockgate")
-    _, writer = await raw(gateway)
-    writer.write(request_head("GET", "/v2/echo/job-take/w1", gateway.worker_headers()))
-    await writer.drain()
-    await asyncio.sleep(0.3)  # the long-poll is waiting for a job
-    writer.close()
+    head = request_head("GET", "/v2/echo/job-take/w1", gateway.worker_headers())
+    await hang_up(gateway, head)  # while the long-poll waits for a job
     take = ("/v2/{endpoint}/job-take/{worker}", "499")
     counts = await eventually(
         lambda: _with(requests_by_status(http, gateway.url), take),
