@@ -72,6 +72,9 @@ cluster-images: ## Build the test cluster's images without Docker (buildah, mmde
 e2e: setup ## Operator tests against a kind cluster (needs Docker and kind)
 	bash hack/e2e-kind.sh
 
+browser: ## Install Chromium (Debian's package) for the console's browser tests (once)
+	@command -v chromium >/dev/null || { apt-get update -q && apt-get install -y -q --no-install-recommends chromium; }
+
 tools: ## Install helm 3.17 and kubectl 1.31 into ~/.cache/lockgate-tools/bin (once, cached)
 	bash hack/tools.sh
 

@@ -26,6 +26,7 @@ from lockgate.gateway.main import connection_options
 from lockgate.gateway.state import GATEWAY
 from lockgate.logs import setup_logging
 from lockgate.manage.api import create_manage_app
+from lockgate.manage.console import add_console
 from lockgate.manage.controlplane import UnusableSettings
 from lockgate.manage.local import STOP_GRACE_S, LocalControlPlane
 from lockgate.models import EndpointSpec, describe_validation_error
@@ -128,6 +129,7 @@ def build_app(
         gw, gateway_url=gateway_url, base_dir=base_dir, stop_grace_s=stop_grace_s
     )
     app.add_subapp("/v1", create_manage_app(plane, gw.auth, prefix=""))
+    add_console(app)
     return app, plane
 
 
@@ -163,6 +165,7 @@ async def serve(opts: DevOptions, redis_url: str, stop: asyncio.Event) -> None:
         base = settings.public_base_url()
         say(f"endpoint {opts.endpoint_id!r} ready: job API {base}/v2/{opts.endpoint_id}")
         say(f"management API: {base}/v1/endpoints (authorization: Bearer <API key>)")
+        say(f"console: {base}/console/ (sign in with the API key)")
         say(f"API key: {opts.api_key}")
         say(f"try: {curl_line(base, opts.endpoint_id, opts.api_key)}")
         await stop.wait()

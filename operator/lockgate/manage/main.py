@@ -21,6 +21,7 @@ from lockgate.gateway.keyfile import KeyFile
 from lockgate.kube.cluster import Cluster, api_client_from_environment
 from lockgate.kube.settings import OperatorSettings
 from lockgate.manage.api import create_manage_app
+from lockgate.manage.console import add_console
 from lockgate.manage.kube import KubernetesControlPlane
 from lockgate.store import Registry, connect
 
@@ -56,6 +57,7 @@ def create_app(settings: OperatorSettings, cluster: Cluster, registry: Registry)
     app = web.Application()
     app.router.add_get("/healthz", healthz)
     app.add_subapp("/v1", manage)
+    add_console(app, connect_src=settings.console_connect_src())
     if key_file is not None:
         key_file.load()  # after the authenticator hooked it; a broken file stops the process
         app.cleanup_ctx.append(_watching(key_file))

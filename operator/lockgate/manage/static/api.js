@@ -1,0 +1,112 @@
+// The console's only way to the server: the public REST APIs, with the admin key that the
+// person signed in with. The key lives in sessionStorage (this tab only), never in a URL.
+
+const KEY = "lockgate.key";
+
+export class ApiError extends Error {
+  constructor(status, message, body) {
+    super(message);
+    this.status = status;
+    this.body = body;
+  }
+}
+
+export function apiKey() {
+  return sessionStorage.getItem(KEY) || "";
+}
+
+export function setApiKey(key) {
+  sessionStorage.setItem(KEY, key);
+}
+
+export function signOut() {
+  sessionStorage.removeItem(KEY);
+  location.hash = "#/signin";
+}
+
+function headers(extra = {}) {
+  return {authorization: `Bearer ${apiKey()}`, ...extra};
+}
+
+async function failure(response, redirect = true) {
+  let body = null;
+  try {
+    body = await response.json();
+  } catch {
+    // not JSON: keep the status line
+  }
+  const message = body?.error || `${response.status} ${response.statusText}`;
+  if (response.status === 401 && redirect) {
+    // a wrong, revoked or expired key: back to the sign-in page, saying why
+    sessionStorage.removeItem(KEY);
+    sessionStorage.setItem("lockgate.signin-reason", message);
+    location.hash = "#/signin";
+  }
+  return new ApiError(response.status, message, body);
+}
+
+/**
+ * Call a REST route: `path` is absolute ("/v1/endpoints") or a full URL (a job API URL).
+ * Resolves to the parsed JSON (null for 204); throws ApiError with the server's `error`.
+ * A 401 signs the person out (back to the sign-in page) unless `redirect` is false.
+ */
+export async function api(path, {method = "GET", body, signal, headers: extra, redirect = true} = {}) {
+  const init = {method, headers: headers(extra), signal};
+  if (body !== undefined) {
+    init.body = typeof body === "string" ? body : JSON.stringify(body);
+    init.headers["content-type"] = "application/json";
+  }
+  let response;
+  try {
+    response = await fetch(path, init);
+  } catch (err) {
+    if (err.name === "AbortError") throw err;
+    throw new ApiError(0, `cannot reach ${path}: ${err.message}`, null);
+  }
+  if (!response.ok) throw await failure(response, redirect);
+  if (response.status === 204) return null;
+  const text = await response.text();
+  return text ? JSON.parse(text) : null;
+}
+
+/** The job API base of an endpoint record (`jobApiUrl` without its trailing slash). */
+export function jobApi(record) {
+  return (record.jobApiUrl || `${location.origin}/v2/${record.id}`).replace(/\/+$/, "");
+}
+
+/**
+ * Read Server-Sent Events from `path` (fetch, so the key goes in a header: EventSource
+ * cannot send one). Calls onEvent({event, data}) per event; `data` is parsed JSON when it
+ * is JSON. Resolves when the stream ends; abort with `signal`.
+ */
+export async function events(path, onEvent, {signal} = {}) {
+  const response = await fetch(path, {headers: headers({accept: "text/event-stream"}), signal});
+  if (!response.ok) throw await failure(response);
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  for (;;) {
+    const {value, done} = await reader.read();
+    if (done) return;
+    buffer += value;
+    let end;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const block = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      let event = "message";
+      const data = [];
+      for (const line of block.split("\n")) {
+        if (line.startsWith("event:")) event = line.slice(6).trim();
+        else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
+      }
+      if (!data.length) continue;
+      const text = data.join("\n");
+      let parsed = text;
+      try {
+        parsed = JSON.parse(text);
+      } catch {
+        // plain text data
+      }
+      onEvent({event, data: parsed});
+    }
+  }
+}

@@ -1,0 +1,38 @@
+"""Helpers for the console's browser tests (fixtures: tests/console_fixtures.py)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from devproc import REPO, DevProcess
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+REQUIRE_ENV = "LOCKGATE_REQUIRE_BROWSER"
+ARTIFACTS = Path(os.environ.get("LOCKGATE_ARTIFACTS", REPO / "test-artifacts")) / "console"
+DESKTOP = {"width": 1280, "height": 860}
+PHONE = {"width": 390, "height": 844}
+
+
+def screenshot(tab, name: str) -> Path:
+    """Save a full-page screenshot as a test artefact; the path is returned."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    tab.screenshot(path=str(path), full_page=True)
+    return path
+
+
+def sign_in(tab, dev: DevProcess, key: str | None = None) -> None:
+    """Open the console and sign in with `key` (default: the dev API key)."""
+    tab.goto(f"{dev.url}/console/")
+    tab.get_by_label("Admin API key").fill(key if key is not None else dev.key)
+    tab.get_by_role("button", name="Sign in").click()
+
+
+def assert_clean(tab, *, allow: tuple[str, ...] = ()) -> None:
+    """No console error or page error, apart from those containing an `allow` text (an
+    API's expected 4xx answer is logged by the browser as a failed resource load)."""
+    left = [p for p in tab.problems if not any(a in p for a in allow)]
+    assert not left, left
