@@ -1,4 +1,5 @@
-"""The client job API of the spec: run, runsync, status, stream, cancel, retry, purge, health."""
+"""The client job API of the spec: run, runsync, status, stream, cancel, retry, purge, health,
+requests."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import orjson
 from aiohttp import web
 from pydantic import ValidationError
 
-from lockgate.gateway import jsonbody
+from lockgate.gateway import jsonbody, listing
 from lockgate.gateway.auth import JOBS, JOBS_READ, Principal
 from lockgate.gateway.errors import BadRequest, Forbidden, NotFound
 from lockgate.gateway.http import int_param, job_id_param, json_response, read_body
@@ -44,7 +45,7 @@ class Call:
 
 Handler = Callable[[web.Request, Call], Awaitable[web.Response]]
 # Operations that only read: a `jobs:read` key may call them.
-READS = frozenset({Operation.STATUS, Operation.STREAM, Operation.HEALTH})
+READS = frozenset({Operation.STATUS, Operation.STREAM, Operation.HEALTH, Operation.REQUESTS})
 # Operations that submit a job: a store failure says whether the job may exist.
 SUBMITS = frozenset({Operation.RUN, Operation.RUNSYNC})
 # Operations on one job: their path ends in `/{job}`.
@@ -262,6 +263,16 @@ async def purge_queue(request: web.Request, call: Call) -> web.Response:
     gw, endpoint_id = call.gw, call.endpoint_id
     removed = await gw.store.purge(endpoint_id)
     return json_response({"removed": removed, "status": "completed"})
+
+
+@client_route("GET", Operation.REQUESTS)
+async def requests(request: web.Request, call: Call) -> web.Response:
+    """The endpoint's recent jobs, newest first, a page at a time (docs/job-api.md)."""
+    gw = call.gw
+    limit = int_param(request, "limit", default=listing.LIMIT_DEFAULT, lo=1, hi=listing.LIMIT_MAX)
+    query = listing.parse_query(request.query, limit)
+    records, after = await gw.store.list_jobs(call.endpoint_id, query)
+    return json_response(listing.page(records, after, gw.store.clock()))
 
 
 @client_route("GET", Operation.HEALTH)

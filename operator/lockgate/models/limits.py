@@ -18,6 +18,7 @@ class Operation(StrEnum):
     RETRY = "retry"
     PURGE_QUEUE = "purge-queue"
     HEALTH = "health"
+    REQUESTS = "requests"
 
 
 class OperationLimit(BaseModel):
@@ -55,6 +56,7 @@ DEFAULT_LIMITS: dict[Operation, OperationLimit] = {
     Operation.RETRY: OperationLimit(rate=100, concurrency=20, requests_per_worker=2),
     Operation.PURGE_QUEUE: OperationLimit(rate=2, concurrency=None),
     Operation.HEALTH: OperationLimit(rate=2000, concurrency=400, requests_per_worker=50),
+    Operation.REQUESTS: OperationLimit(rate=10, concurrency=2),
 }
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
+from lockgate.models import JobStatus
 from lockgate.store import keys
 from lockgate.store.keys import F
 from lockgate.store.records import Finished, JobRecord, Snapshot, TakenJob
@@ -120,6 +121,43 @@ class NewJob:
 
 
 STOPPING = -1  # `take`'s count of jobs left when the worker was told to stop
+
+
+@dataclass(frozen=True, slots=True)
+class JobQuery:
+    """Which jobs a listing wants: states (empty: all), createdAt in [since_ms, until_ms)
+    (None: open), and where the previous page ended (`after`: an index score, exclusive)."""
+
+    states: tuple[str, ...] = ()
+    since_ms: int | None = None
+    until_ms: int | None = None
+    after: int | None = None
+    limit: int = 20
+
+
+def _bounds(query: JobQuery) -> tuple[str, str]:
+    """The (hi, lo) index score range of a query, in Redis range syntax."""
+    his = [query.until_ms * keys.ORDER_SLOTS] if query.until_ms is not None else []
+    his += [query.after] if query.after is not None else []
+    hi = f"({min(his)}" if his else "+inf"
+    lo = str(query.since_ms * keys.ORDER_SLOTS) if query.since_ms is not None else "-inf"
+    return hi, lo
+
+
+def _listed(row: list[bytes]) -> JobRecord:
+    job_id, status, created, ttl, queued, started, finished, worker, error = row
+    return JobRecord(
+        id=job_id.decode(),
+        status=status.decode(),
+        created=int(created),
+        ttl=int(ttl),
+        queued=int(queued or created),
+        started=int(started) if started else None,
+        finished=int(finished) if finished else None,
+        output=None,
+        error=error.decode() if error is not None else None,
+        worker=worker.decode() if worker is not None else None,
+    )
 
 
 class JobStore:
@@ -254,6 +292,20 @@ class JobStore:
         if record is None or record.expired(self.clock()):
             raise JobNotFound(job_id)
         return record
+
+    async def list_jobs(
+        self, endpoint_id: str, query: JobQuery
+    ) -> tuple[list[JobRecord], int | None]:
+        """A page of the endpoint's living jobs, newest first (records without input or
+        output), and where the next page starts (None: this was the last). A page can
+        hold fewer than `limit` jobs while more follow (records that just died)."""
+        hi, lo = _bounds(query)
+        states = query.states or tuple(JobStatus)
+        reply = await self.scripts.list_jobs(
+            keys=[keys.prefix(endpoint_id)], args=[self.clock(), hi, lo, query.limit, *states]
+        )
+        after = int(float(reply[0])) if reply[0] else None  # a score: an exact integer
+        return [_listed(row) for row in reply[1:]], after
 
     async def set_ttl(self, endpoint_id: str, job_id: str, ttl_ms: int) -> None:
         """Give a job a new ttl, counted from its submission."""

@@ -23,6 +23,11 @@ the single description of what they build.
     lg:{ep}:refresh      ZSET  workers that asked to be replaced after their job
                                (`refresh_worker`, the runpod SDK's `stopPod`); score = until
     lg:{ep}:stats        HASH  completed, failed, retried counters
+    lg:{ep}:ix:{state}   ZSET  listing index of GET /requests: the job ids now in {state},
+                               score = createdAt (ms) * ORDER_SLOTS + submission sequence
+                               mod ORDER_SLOTS (fixed per job: newest first, ties broken);
+                               moved by the scripts that change a job's state, left when
+                               the record dies (sweep, purge, endpoint deletion)
     lg:{ep}:wh           ZSET  webhook outbox: job ids, score = next attempt (ms)
     lg:{ep}:wha          HASH  job id -> webhook attempts made
     lg:{ep}:sweep        STR   lock: one replica sweeps the endpoint per interval
@@ -59,6 +64,8 @@ RETENTION_RUN_MS = 30 * 60 * 1000
 RETENTION_SYNC_MS = 60 * 1000
 # How long a worker told to stop is refused new jobs (ms): longer than any pod takes to go.
 STOPPING_MS = 2 * 60 * 60 * 1000
+# Index entries per ms of createdAt in the listing index's score (common.lua has the same).
+ORDER_SLOTS = 1024
 # How long a released worker id stays refused (ms): longer than an orphan outlives it.
 GONE_MS = STOPPING_MS
 

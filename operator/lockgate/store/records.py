@@ -21,6 +21,7 @@ class JobRecord:
     output: bytes | None
     error: str | None
     progress: bytes | None = None  # raw JSON of the latest progress report, while running
+    worker: str | None = None  # the worker running or that ran it, where known (listings)
 
     FIELDS = (F.STATUS, F.CREATED, F.TTL, F.QUEUED, F.STARTED, F.FINISHED, F.OUTPUT, F.ERROR)
     FIELDS += (F.PROGRESS,)

@@ -39,6 +39,7 @@ NAMES = (
     "claim_webhooks",
     "settle_webhook",
     "limit",
+    "list_jobs",
 )
 
 

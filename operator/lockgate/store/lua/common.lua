@@ -5,12 +5,37 @@ local EVENTS = 'lg:events'
 -- A running job's record outlives its ttl by this much (ms), so the sweeper can still
 -- find its worker to stop it; readers treat the job as gone from the ttl on.
 local RUNNING_GRACE = 60000
+-- No record lives longer than this after its submission (ms): the longest ttl
+-- (models/jobs.py MAX_DURATION_MS, 7 days; retention never outlasts the ttl) plus the grace.
+local INDEX_MAX_AGE = 604800000 + RUNNING_GRACE
 -- A job a worker was told to stop stays in `wx:<worker>` (the worker counts as busy: a sync
 -- handler cannot be interrupted) until its ping no longer lists it; dies this long (ms)
 -- after the last ping that did.
 local STOPPED_RUNNING_MS = 60000
 
 local function jkey(id) return P .. 'j:' .. id end
+
+-- The listing index of GET /requests (list_jobs.lua): one zset per state, `ix:<state>`,
+-- holding each job under its current state with a fixed score, its place in time:
+-- createdAt (ms) * ORDER_SLOTS + submission sequence mod ORDER_SLOTS (unique per job
+-- unless ORDER_SLOTS jobs are submitted within one ms; store/keys.py has the same number).
+local ORDER_SLOTS = 1024
+local STATES = {'IN_QUEUE', 'IN_PROGRESS', 'COMPLETED', 'FAILED', 'CANCELLED', 'TIMED_OUT'}
+
+-- Move a job's index entry from its old state's zset to its new one's (same score).
+local function reindex(id, from, to)
+  if not from or from == to then return end
+  local score = redis.call('ZSCORE', P .. 'ix:' .. from, id)
+  if score then
+    redis.call('ZREM', P .. 'ix:' .. from, id)
+    redis.call('ZADD', P .. 'ix:' .. to, score, id)
+  end
+end
+
+-- Drop a job from the listing index (its record is gone; its state may be unknown).
+local function unindex(id)
+  for _, s in ipairs(STATES) do redis.call('ZREM', P .. 'ix:' .. s, id) end
+end
 
 -- Bytes of input queued on the endpoint, for its queued-bytes quota (see submit.lua):
 -- counted as jobs enter (sign 1) and leave (sign -1) the queues.
@@ -28,6 +53,7 @@ end
 -- retention (never beyond its ttl), queue its webhook, and wake /runsync waiters.
 local function finalize(ep, id, status, now, worker, sync, ret_run, ret_sync, extra)
   local jk = jkey(id)
+  reindex(id, redis.call('HGET', jk, 'st'), status)
   redis.call('HSET', jk, 'st', status, 'fi', now, unpack(extra))
   redis.call('HDEL', jk, 'pg')  -- progress is shown while running only
   redis.call('ZREM', P .. 'run', id)
@@ -70,6 +96,7 @@ local function requeue(ep, id, f, now, max_attempts, ret_run, ret_sync, reason, 
   redis.call('ZREM', P .. 'run', id)
   redis.call('SREM', P .. 'wj:' .. f[2], id)
   redis.call('HDEL', jk, 'wk', 'sa', 'sb', 'pg')
+  reindex(id, f[1], 'IN_QUEUE')
   redis.call('HSET', jk, 'st', 'IN_QUEUE')
   local c = redis.call('HMGET', jk, 'cr', 'tl')
   expire_at(id, tonumber(c[1]) + tonumber(c[2]))

@@ -16,4 +16,5 @@ end
 redis.call('UNLINK', P .. 'q', P .. 'ql', P .. 'run', P .. 'exp', P .. 'w', P .. 'seq',
   P .. 'stats', P .. 'wh', P .. 'wha', P .. 'sweep', P .. 'qb', P .. 'stopping', P .. 'gone',
   P .. 'refresh')
+for _, s in ipairs(STATES) do redis.call('UNLINK', P .. 'ix:' .. s) end
 return #ids

@@ -16,6 +16,7 @@ for _, q in ipairs({P .. 'q', P .. 'ql'}) do
     end
     redis.call('UNLINK', unpack(batch))
     redis.call('ZREM', P .. 'exp', unpack(members))
+    redis.call('ZREM', P .. 'ix:IN_QUEUE', unpack(members))
   end
   removed = removed + #ids
   redis.call('UNLINK', q)

@@ -7,6 +7,7 @@ if not f[1] then return false end
 if f[1] ~= 'FAILED' and f[1] ~= 'TIMED_OUT' then return {0, f[1]} end
 local seq = redis.call('INCR', P .. 'seq')
 redis.call('HDEL', jk, 'out', 'err', 'sa', 'fi', 'wk', 'at', 'sb')
+reindex(id, f[1], 'IN_QUEUE')
 redis.call('HSET', jk, 'st', 'IN_QUEUE', 'qd', now, 'sq', seq)
 expire_at(id, tonumber(f[3]) + tonumber(f[4]))
 redis.call('DEL', P .. 's:' .. id)

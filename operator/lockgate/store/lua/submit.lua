@@ -30,6 +30,7 @@ local seq = redis.call('INCR', P .. 'seq')
 redis.call('HSET', jk, 'st', 'IN_QUEUE', 'cr', now, 'qd', now, 'sq', seq, 'tl', ttl,
   unpack(ARGV, 10))
 expire_at(id, now + ttl)
+redis.call('ZADD', P .. 'ix:IN_QUEUE', now * ORDER_SLOTS + seq % ORDER_SLOTS, id)
 if idem ~= '' then redis.call('SET', ik, id, 'PX', ttl) end
 redis.call('SET', P .. 'qb', queued_bytes + size)
 redis.call('ZADD', P .. (low == '1' and 'ql' or 'q'), seq, id)

@@ -34,8 +34,13 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. 'exp', '-inf', now, 'LIMIT'
   redis.call('ZREM', P .. 'exp', id)
   redis.call('ZREM', P .. 'wh', id)
   redis.call('UNLINK', jkey(id), P .. 's:' .. id)
+  unindex(id)
   expired = expired + 1
 end
+-- The listing index keeps nothing older than any record can live (a safety net: records
+-- leave it as they die, above).
+local too_old = '(' .. string.format('%.0f', (now - INDEX_MAX_AGE) * ORDER_SLOTS)
+for _, s in ipairs(STATES) do redis.call('ZREMRANGEBYSCORE', P .. 'ix:' .. s, '-inf', too_old) end
 for _, w in ipairs(redis.call('ZRANGEBYSCORE', P .. 'w', '-inf', now - hb, 'LIMIT', 0, batch)) do
   local r = release(ep, w, now, max_attempts, ret_run, ret_sync, ARGV[9])
   lost, requeued = lost + 1, requeued + r[1]

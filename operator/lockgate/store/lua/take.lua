@@ -27,6 +27,7 @@ for _, q in ipairs({P .. 'q', P .. 'ql'}) do
       full = true
     elseif f[1] == 'IN_QUEUE' and tonumber(f[5]) + tonumber(f[6]) > now then
       count_queued(id, -1)
+      reindex(id, 'IN_QUEUE', 'IN_PROGRESS')
       redis.call('HSET', jk, 'st', 'IN_PROGRESS', 'sa', now, 'wk', worker)
       redis.call('PEXPIREAT', jk, tonumber(f[5]) + tonumber(f[6]) + RUNNING_GRACE)
       redis.call('HINCRBY', jk, 'at', 1)
