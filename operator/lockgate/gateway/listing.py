@@ -7,10 +7,9 @@ the previous page stopped, so a page never repeats or skips a job while new jobs
 
 from __future__ import annotations
 
-import base64
-import binascii
+import re
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from multidict import MultiMapping
@@ -20,70 +19,75 @@ from lockgate.models import JobStatus
 from lockgate.store import JobQuery, JobRecord
 
 LIMIT_DEFAULT, LIMIT_MAX = 20, 100
-CURSOR_PREFIX = "c1:"
+CURSOR_RE = re.compile(r"[0-9]{1,20}")
+RFC3339_RE = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})"
+)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 STATES = tuple(JobStatus)
-MAX_EPOCH_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+MAX_EPOCH_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z; later times mean this
+EPOCH_MS_DIGITS = len(str(MAX_EPOCH_MS))
 
 
 def parse_states(values: list[str]) -> tuple[str, ...]:
     """`status`, repeated or comma-separated, as job states (empty: every state)."""
     states: list[str] = []
     for value in values:
-        for part in filter(None, (p.strip() for p in value.split(","))):
-            if part.upper() not in STATES:
+        for part in (p.strip() for p in value.split(",")):
+            if part not in STATES:
                 raise BadRequest(
                     f"query parameter 'status' must be one or more of {', '.join(STATES)}, "
                     f"got {part!r}"
                 )
-            if part.upper() not in states:
-                states.append(part.upper())
+            if part not in states:
+                states.append(part)
     return tuple(states)
 
 
 def parse_time(name: str, raw: str | None) -> int | None:
-    """An ISO-8601 time (UTC when it names no zone) or epoch milliseconds, as epoch ms."""
-    if raw is None or raw == "":
+    """An RFC 3339 (ISO-8601) time with its zone, or epoch milliseconds, as epoch ms."""
+    if raw is None:
         return None
     if raw.isascii() and raw.isdigit():
-        if len(raw) > len(str(MAX_EPOCH_MS)) or int(raw) > MAX_EPOCH_MS:
-            raise BadRequest(f"query parameter {name!r} is past the year 9999, got {raw!r}")
-        return int(raw)
+        if len(raw) > EPOCH_MS_DIGITS:
+            raise BadRequest(
+                f"query parameter {name!r} as epoch milliseconds has at most "
+                f"{EPOCH_MS_DIGITS} digits, got {raw!r}"
+            )
+        return min(int(raw), MAX_EPOCH_MS)
+    text = raw.replace(" ", "+")  # a `+` of the zone arrives as a space when not encoded
     try:
-        when = datetime.fromisoformat(raw.replace("Z", "+00:00").replace(" ", "+"))
+        if not RFC3339_RE.fullmatch(text):
+            raise ValueError(text)
+        when = datetime.fromisoformat(text.upper().replace("Z", "+00:00"))
     except ValueError as err:
         raise BadRequest(
-            f"query parameter {name!r} must be an ISO-8601 time or epoch milliseconds, got {raw!r}"
+            f"query parameter {name!r} must be an RFC 3339 time with its zone "
+            f"(2026-11-23T00:50:00.123Z) or epoch milliseconds, got {raw!r}"
         ) from err
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return int(when.timestamp() * 1000)
+    return (when - EPOCH) // timedelta(milliseconds=1)  # no overflow near year 1 or 9999
 
 
 def encode_cursor(after: int) -> str:
-    return base64.urlsafe_b64encode(f"{CURSOR_PREFIX}{after}".encode()).decode().rstrip("=")
+    return str(after)
 
 
 def decode_cursor(raw: str | None) -> int | None:
-    """The index position a `nextCursor` names; 400 for anything this API did not issue."""
-    if not raw:
+    """The index position a `nextCursor` names (any position is valid: the page starts
+    below it); 400 for anything that cannot be one."""
+    if raw is None:
         return None
-    try:
-        text = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode()
-        if text.startswith(CURSOR_PREFIX) and text[len(CURSOR_PREFIX) :].isdigit():
-            return int(text[len(CURSOR_PREFIX) :])
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        pass
-    raise BadRequest(
-        "query parameter 'cursor' is not a cursor this API returned (use a `nextCursor`)"
-    )
+    if not CURSOR_RE.fullmatch(raw):
+        raise BadRequest(
+            "query parameter 'cursor' is not a cursor this API returns (use a `nextCursor`)"
+        )
+    return int(raw)
 
 
 def parse_query(query: MultiMapping[str], limit: int) -> JobQuery:
     """The listing asked for by the query string (`limit` already checked)."""
     since = parse_time("from", query.get("from"))
     until = parse_time("to", query.get("to"))
-    if since is not None and until is not None and since >= until:
-        raise BadRequest("query parameter 'from' must be before 'to'")
     return JobQuery(
         states=parse_states(query.getall("status", [])),
         since_ms=since,

@@ -24,14 +24,16 @@ from lockgate.gateway.client_api import (
     WAIT_MIN_MS,
 )
 from lockgate.gateway.idempotency import HEADER, MAX_KEY_CHARS
+from lockgate.gateway.listing import CURSOR_RE, EPOCH_MS_DIGITS, LIMIT_DEFAULT, LIMIT_MAX
 from lockgate.gateway.worker_api import BATCH_MAX
-from lockgate.models import ENDPOINT_ID_PATTERN, Health, JobRequest, PurgeResult
+from lockgate.models import ENDPOINT_ID_PATTERN, Health, JobRequest, JobStatus, PurgeResult
 from lockgate.models.api import (
     Accepted,
     Empty,
     ErrorBody,
     Job,
     JobHandout,
+    JobPage,
     JobResult,
     JobState,
     JobsToStop,
@@ -83,6 +85,7 @@ def _schemas() -> tuple[dict[str, Any], dict[str, Any]]:
         Accepted,
         JobsToStop,
         Empty,
+        JobPage,
     ]
     inputs: list[type[BaseModel]] = [JobRequest, JobResult, StreamPost]
     pairs = [(m, "serialization") for m in models] + [(m, "validation") for m in inputs]
@@ -246,10 +249,55 @@ def _client_paths(ref: dict[str, dict]) -> dict[str, Any]:
         "/v2/{endpoint}/purge-queue": {
             "post": _op("Remove every queued job", "jobs", _ok(ref["PurgeResult"]), "401 404 429")
         },
+        "/v2/{endpoint}/requests": {
+            "get": _op(
+                "The endpoint's jobs whose record lives, newest first, a page at a time "
+                "(never their input, output, webhook or s3Config)",
+                "jobs:read",
+                _ok(ref["JobPage"]),
+                "400 401 404 429",
+                params=_listing_params(),
+            )
+        },
         "/v2/{endpoint}/health": {
             "get": _op("Job and worker counts", "jobs:read", _ok(ref["Health"]), "401 404 429")
         },
     }
+
+
+def _listing_params() -> list[dict[str, Any]]:
+    """Query parameters of `/requests` (docs/job-api.md, "Listing jobs")."""
+    when = {
+        "anyOf": [
+            {"type": "string", "format": "date-time"},
+            {"type": "string", "pattern": f"^[0-9]{{1,{EPOCH_MS_DIGITS}}}$"},
+        ]
+    }
+    states = {"type": "array", "items": {"type": "string", "enum": list(JobStatus)}}
+    return [
+        _param(
+            "status",
+            "query",
+            states,
+            "only jobs in these states (repeat it, or separate states with commas)",
+            style="form",
+            explode=True,
+        ),
+        _param("from", "query", when, "only jobs created at or after (ISO-8601 or epoch ms)"),
+        _param("to", "query", when, "only jobs created before (ISO-8601 or epoch ms)"),
+        _param(
+            "limit",
+            "query",
+            {"type": "integer", "minimum": 1, "maximum": LIMIT_MAX, "default": LIMIT_DEFAULT},
+            "jobs per page",
+        ),
+        _param(
+            "cursor",
+            "query",
+            {"type": "string", "pattern": f"^{CURSOR_RE.pattern}$"},
+            "the previous page's `nextCursor` (opaque)",
+        ),
+    ]
 
 
 def _worker_paths(ref: dict[str, dict]) -> dict[str, Any]:

@@ -110,3 +110,27 @@ class Empty(BaseModel):
     """An empty JSON object (ping)."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+class ListedJob(BaseModel):
+    """One job of `/requests`: its state and times, never its input, output, webhook or
+    s3Config."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    status: JobStatus
+    createdAt: str = Field(description="submission time, ISO-8601 UTC with milliseconds")
+    delayTime: int = Field(ge=0, description="milliseconds queued")
+    executionTime: int = Field(ge=0, description="milliseconds running")
+    workerId: str | None = Field(None, description="the worker that holds or ran the job")
+    error: str | None = Field(None, description="why the job failed; only when it did")
+
+
+class JobPage(BaseModel):
+    """`/requests`: a page of jobs, newest first, and the cursor of the next (older) page."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    items: list[ListedJob]
+    nextCursor: str | None = Field(description="`cursor` of the next page; null on the last")
