@@ -1,6 +1,360 @@
-// The requests page: see app.js for render(view, ctx).
-import {h} from "../dom.js";
+// The Requests tab: send a test request (Run = /runsync, Run async = /run then poll), watch it
+// live (status, "workers are starting", stream, output, times, error and the worker's log
+// lines), and browse the endpoint's jobs (GET /requests: filters, pages, cancel, retry, log
+// lines, purge). Every call goes through api() to the endpoint's job API (jobApi(record)).
+import {api, jobApi} from "../api.js";
+import {duration, errorBox, h, replace, toast} from "../dom.js";
+import {jobLogs} from "./joblogs.js";
 
-export async function render(view) {
-  view.append(h("p", {class: "hint"}, "Not built yet."));
+const STATES = ["IN_QUEUE", "IN_PROGRESS", "COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT"];
+const FINAL = new Set(["COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT"]);
+const DEFAULT_REQUEST = {input: {prompt: "Hello from the lockgate console"}};
+const POLL_MS = 500;
+const PAGE = 10;
+
+const storageKey = (id) => `lockgate.request.${id}`;
+const pause = (ms, signal) => new Promise((resolve, reject) => {
+  const timer = setTimeout(resolve, ms);
+  signal.addEventListener("abort", () => { clearTimeout(timer); reject(signal.reason); }, {once: true});
+});
+
+/** The class of a state's badge. */
+function tone(status) {
+  if (status === "COMPLETED") return "ok";
+  if (status === "FAILED" || status === "TIMED_OUT") return "bad";
+  if (status === "IN_PROGRESS") return "warn";
+  return "muted";
+}
+
+function badge(status) {
+  return h("span", {class: `badge ${tone(status)}`}, status);
+}
+
+/** The request body to send, or an Error saying why the text is not one. */
+export function parseRequest(text) {
+  let body;
+  try {
+    body = JSON.parse(text);
+  } catch (err) {
+    return new Error(`The test request is not valid JSON: ${err.message}. Nothing was sent.`);
+  }
+  if (!body || typeof body !== "object" || Array.isArray(body) || typeof body.input !== "object" || body.input === null || Array.isArray(body.input)) {
+    return new Error('The test request must be a JSON object with an "input" object, e.g. {"input": {"prompt": "hi"}}. Nothing was sent.');
+  }
+  return body;
+}
+
+/** The text a stream chunk adds: text generation's `text` pieces, a string, else JSON. */
+function chunkText(chunk) {
+  const out = chunk?.output;
+  if (typeof out === "string") return out;
+  if (out && Array.isArray(out.text)) return out.text.join("");
+  return `${JSON.stringify(out)}\n`;
+}
+
+export async function render(view, ctx) {
+  const id = ctx.params.id;
+  const record = await api(`/v1/endpoints/${encodeURIComponent(id)}`, {signal: ctx.signal});
+  const base = jobApi(record);
+  const job = (path, opts = {}) => api(`${base}/${path}`, {signal: ctx.signal, ...opts});
+  const list = requestsList(id, job, ctx);
+  view.append(testRequest(id, job, ctx, () => list.refresh()), list.element);
+  await list.refresh();
+}
+
+// --- the test request -------------------------------------------------------------------
+
+function testRequest(id, job, ctx, onDone) {
+  const saved = localStorage.getItem(storageKey(id));
+  const textarea = h("textarea", {id: "test-request", rows: 8, spellcheck: "false", "aria-describedby": "test-request-help"});
+  textarea.value = saved || JSON.stringify(DEFAULT_REQUEST, null, 2);
+  textarea.addEventListener("input", () => localStorage.setItem(storageKey(id), textarea.value));
+  const message = h("div", {"aria-live": "assertive"});
+  const result = h("div", {class: "result", "aria-live": "polite"});
+  let running = null;
+
+  async function start(mode) {
+    const body = parseRequest(textarea.value);
+    if (body instanceof Error) {
+      replace(message, errorBox(body));
+      return;
+    }
+    replace(message);
+    localStorage.setItem(storageKey(id), textarea.value);
+    running?.abort();
+    running = new AbortController();
+    const signal = AbortSignal.any([ctx.signal, running.signal]);
+    const live = liveJob(id, job, signal);
+    replace(result, live.element);
+    for (const b of buttons) b.disabled = true;
+    try {
+      await live.run(mode, body);
+    } catch (err) {
+      if (err.name !== "AbortError") live.fail(err);
+    } finally {
+      for (const b of buttons) b.disabled = false;
+      if (!ctx.signal.aborted) onDone();
+    }
+  }
+
+  const buttons = [
+    h("button", {type: "button", class: "primary", onclick: () => start("sync")}, "Run"),
+    h("button", {type: "button", onclick: () => start("async")}, "Run async"),
+  ];
+  const reset = h("button", {type: "button", class: "link", onclick: () => {
+    textarea.value = JSON.stringify(DEFAULT_REQUEST, null, 2);
+    localStorage.removeItem(storageKey(id));
+  }}, "Reset to the default");
+  return h("div", {class: "card"},
+    h("h2", {}, "Test request"),
+    h("label", {for: "test-request"}, "Request body (JSON)"),
+    textarea,
+    h("p", {id: "test-request-help", class: "hint"},
+      'A job request: {"input": {...}} (optionally "policy" and "webhook"). It is remembered in this browser for this endpoint. ',
+      reset),
+    message,
+    h("div", {class: "row"}, buttons,
+      h("span", {class: "hint"}, "Run waits for the result (/runsync); Run async queues it (/run) and follows it.")),
+    result);
+}
+
+/** The live view of one job: status, cold-start note, stream, output, times, error, logs. */
+function liveJob(endpointId, job, signal) {
+  const status = h("span", {}, badge("SENDING"));
+  const note = h("div");
+  const times = h("span", {class: "hint"});
+  const jobId = h("span", {class: "mono"});
+  const stream = h("pre", {class: "stream", hidden: true, "aria-label": "Stream"});
+  const output = h("div");
+  const cancel = h("button", {type: "button", class: "small danger", hidden: true, onclick: async () => {
+    try {
+      await job(`cancel/${cancel.dataset.job}`, {method: "POST"});
+      toast("Cancel sent");
+    } catch (err) {
+      replace(note, errorBox(err));
+    }
+  }}, "Cancel");
+  const element = h("div", {class: "card live-job"},
+    h("div", {class: "row"}, h("strong", {}, "Status:"), status, jobId, times, cancel),
+    note, stream, output);
+  let lastHealthCheck = 0;
+  let current = "SENDING";
+
+  function show(state, body = {}) {
+    current = state;
+    replace(status, badge(state));
+    if (body.id) {
+      replace(jobId, body.id);
+      cancel.dataset.job = body.id;
+    }
+    cancel.hidden = !body.id || FINAL.has(state);
+    if (body.delayTime !== undefined) {
+      replace(times, `delay ${duration(body.delayTime)} · execution ${duration(body.executionTime)}`);
+    }
+  }
+
+  async function coldStart(state) {
+    if (state !== "IN_QUEUE") return replace(note);
+    if (Date.now() - lastHealthCheck < 2000) return;
+    lastHealthCheck = Date.now();
+    const health = await job("health").catch(() => null);
+    if (current !== "IN_QUEUE") return; // it moved on meanwhile
+    const w = health?.workers || {};
+    const starting = (w.idle || 0) + (w.running || 0) === 0 || (w.initializing || 0) > 0;
+    replace(note, starting
+      ? h("div", {class: "warning", role: "status"}, "Workers are starting: the job waits in the queue until one is ready (a cold start).")
+      : null);
+  }
+
+  async function finish(body) {
+    show(body.status, body);
+    replace(note);
+    if (body.status === "COMPLETED") {
+      replace(output, h("h3", {}, "Output"), h("pre", {class: "output", "aria-label": "Output"}, JSON.stringify(body.output, null, 2)));
+    } else if (body.status === "FAILED" || body.status === "TIMED_OUT") {
+      replace(output, errorBox(new Error(body.error || body.status)));
+      output.append(await jobLogs(endpointId, body.id, {signal}));
+    }
+  }
+
+  async function follow(jobIdValue) {
+    for (;;) {
+      const read = await job(`stream/${encodeURIComponent(jobIdValue)}`);
+      if (read.stream.length) {
+        stream.hidden = false;
+        stream.append(read.stream.map(chunkText).join(""));
+      }
+      const body = await job(`status/${encodeURIComponent(jobIdValue)}`);
+      if (FINAL.has(body.status) && FINAL.has(read.status) && !read.stream.length) return finish(body);
+      show(body.status, body);
+      await coldStart(body.status);
+      await pause(POLL_MS, signal);
+    }
+  }
+
+  async function run(mode, request) {
+    if (mode === "async") {
+      const queued = await job("run", {method: "POST", body: request});
+      show(queued.status, queued);
+      return follow(queued.id);
+    }
+    // /runsync answers once the job is final (or its wait elapsed): meanwhile, tell whether
+    // workers are starting.
+    show("IN_QUEUE");
+    const answered = new AbortController();
+    const waiting = AbortSignal.any([signal, answered.signal]);
+    (async () => {
+      for (;;) {
+        await coldStart("IN_QUEUE");
+        await pause(2000, waiting);
+      }
+    })().catch(() => {});
+    let answer;
+    try {
+      answer = await job("runsync", {method: "POST", body: request, signal});
+    } finally {
+      answered.abort();
+    }
+    if (FINAL.has(answer.status)) return finish(answer);
+    show(answer.status, answer);
+    return follow(answer.id);
+  }
+
+  return {element, run, fail: (err) => replace(note, errorBox(err))};
+}
+
+// --- the list of requests ---------------------------------------------------------------
+
+function requestsList(endpointId, job, ctx) {
+  const status = h("select", {id: "filter-status"},
+    h("option", {value: ""}, "All states"), STATES.map((s) => h("option", {value: s}, s)));
+  const from = h("input", {id: "filter-from", type: "datetime-local"});
+  const to = h("input", {id: "filter-to", type: "datetime-local"});
+  const body = h("tbody");
+  const message = h("div", {"aria-live": "polite"});
+  const cursors = [null]; // the cursor of each page read so far; the last is the one shown
+  let next = null;
+  let retrying = null;
+  const newer = h("button", {type: "button", onclick: () => { cursors.pop(); refresh(); }}, "Newer");
+  const older = h("button", {type: "button", onclick: () => { cursors.push(next); refresh(); }}, "Older");
+  const pageInfo = h("span", {class: "hint"});
+
+  function query() {
+    const q = new URLSearchParams({limit: String(PAGE)});
+    if (status.value) q.set("status", status.value);
+    if (from.value) q.set("from", new Date(from.value).toISOString());
+    if (to.value) q.set("to", new Date(to.value).toISOString());
+    const cursor = cursors[cursors.length - 1];
+    if (cursor) q.set("cursor", cursor);
+    return q;
+  }
+
+  async function act(path, done) {
+    try {
+      await job(path, {method: "POST"});
+      toast(done);
+      await refresh();
+    } catch (err) {
+      if (err.name !== "AbortError") replace(message, errorBox(err));
+    }
+  }
+
+  function row(item) {
+    const logsRow = h("tr", {class: "job-logs-row", hidden: true}, h("td", {colspan: 7}));
+    const logs = h("button", {type: "button", class: "small", "aria-expanded": "false", "aria-label": `Log lines of ${item.id}`, onclick: async () => {
+      const open = logsRow.hidden;
+      logsRow.hidden = !open;
+      logs.setAttribute("aria-expanded", String(open));
+      if (open && !logsRow.dataset.loaded) {
+        logsRow.dataset.loaded = "1";
+        replace(logsRow.firstChild, await jobLogs(endpointId, item.id, {signal: ctx.signal}));
+      }
+    }}, "Logs");
+    const actions = [logs];
+    if (item.status === "IN_QUEUE" || item.status === "IN_PROGRESS") {
+      actions.unshift(h("button", {type: "button", class: "small danger", "aria-label": `Cancel ${item.id}`,
+        onclick: () => act(`cancel/${encodeURIComponent(item.id)}`, "Cancelled")}, "Cancel"));
+    }
+    if (item.status === "FAILED" || item.status === "TIMED_OUT") {
+      actions.unshift(h("button", {type: "button", class: "small", "aria-label": `Retry ${item.id}`,
+        onclick: () => act(`retry/${encodeURIComponent(item.id)}`, "Queued again")}, "Retry"));
+    }
+    return [
+      h("tr", {dataset: {job: item.id}},
+        h("td", {}, new Date(item.createdAt).toLocaleString()),
+        h("td", {class: "mono"}, item.id),
+        h("td", {}, badge(item.status), item.error ? h("div", {class: "hint"}, item.error) : null),
+        h("td", {}, duration(item.delayTime)),
+        h("td", {}, duration(item.executionTime)),
+        h("td", {class: "mono"}, item.workerId || "—"),
+        h("td", {}, h("div", {class: "row"}, actions))),
+      logsRow,
+    ];
+  }
+
+  async function refresh() {
+    try {
+      const page = await job(`requests?${query()}`);
+      next = page.nextCursor;
+      replace(message);
+      replace(body, page.items.length
+        ? page.items.map(row)
+        : h("tr", {}, h("td", {colspan: 7, class: "hint"}, "No requests match.")));
+      newer.disabled = cursors.length <= 1;
+      older.disabled = !next;
+      replace(pageInfo, `Page ${cursors.length}`);
+    } catch (err) {
+      if (err.name === "AbortError") return;
+      replace(message, errorBox(err));
+      if (err.status === 429 && !retrying) {
+        // the listing is limited to 10 calls per 10 s: try again once the window moves on
+        retrying = setTimeout(() => { retrying = null; refresh(); }, 2500);
+        ctx.signal.addEventListener("abort", () => clearTimeout(retrying), {once: true});
+      }
+    }
+  }
+
+  const apply = (event) => {
+    event.preventDefault();
+    cursors.splice(1);
+    refresh();
+  };
+  const filters = h("form", {class: "row filters", onsubmit: apply},
+    h("div", {}, h("label", {for: "filter-status"}, "Status"), status),
+    h("div", {}, h("label", {for: "filter-from"}, "Created from"), from),
+    h("div", {}, h("label", {for: "filter-to"}, "Created before"), to),
+    h("button", {type: "submit", class: "apply"}, "Apply filters"));
+  const element = h("div", {class: "card"},
+    h("div", {class: "row"}, h("h2", {class: "grow"}, "Requests"),
+      h("button", {type: "button", onclick: () => refresh()}, "Refresh"),
+      purgeButton(job, refresh)),
+    filters,
+    message,
+    h("div", {class: "table-wrap"}, h("table", {"aria-label": "Requests"},
+      h("thead", {}, h("tr", {}, ["Created", "ID", "Status", "Delay", "Execution", "Worker", "Actions"].map((t) => h("th", {scope: "col"}, t)))),
+      body)),
+    h("div", {class: "row pager"}, newer, older, pageInfo));
+  return {element, refresh};
+}
+
+/** "Purge queue" with a confirmation dialog; POST /purge-queue on confirm. */
+function purgeButton(job, refresh) {
+  const dialog = h("dialog", {"aria-labelledby": "purge-title"},
+    h("h2", {id: "purge-title"}, "Purge the queue?"),
+    h("p", {}, "Every queued job of this endpoint is removed for good. Running jobs go on."),
+    h("form", {method: "dialog", class: "row"},
+      h("button", {type: "submit", value: "cancel"}, "Keep the queue"),
+      h("button", {type: "submit", value: "purge", class: "danger"}, "Purge queued jobs")));
+  dialog.addEventListener("close", async () => {
+    if (dialog.returnValue !== "purge") return;
+    try {
+      const {removed} = await job("purge-queue", {method: "POST"});
+      toast(`Purged ${removed} queued job${removed === 1 ? "" : "s"}`);
+      await refresh();
+    } catch (err) {
+      if (err.name !== "AbortError") toast(err.message);
+    }
+  });
+  const open = h("button", {type: "button", class: "danger", onclick: () => { dialog.returnValue = ""; dialog.showModal(); }}, "Purge queue");
+  return [open, dialog];
 }

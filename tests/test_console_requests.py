@@ -1,0 +1,211 @@
+"""The console's Requests tab in Chromium against a real `lockgate dev`: the default test
+request runs to COMPLETED with its output, an invalid one is not sent, a failing handler
+shows its error (and its worker's log lines), a stream shows while the job runs, a running
+job is cancelled from the list, the list pages and filters, and purge asks first."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import requests
+
+from console_browser import PHONE, assert_clean, screenshot, sign_in
+from tests.conftest import wait_until
+
+pytest_plugins = ["console_fixtures"]
+
+# An API's expected 4xx shows in the browser's console as a failed resource load; the logs
+# API (/v1/endpoints/{id}/logs) is another helper's and answers 404 until it is merged.
+EXPECTED = ("404", "429")
+
+
+@pytest.fixture(scope="module")
+def endpoints(console_dev) -> dict[str, str]:
+    """Endpoints made through the management API, as a person would in the console."""
+    made = {"echo": console_dev.endpoint}
+    specs = {
+        "raising": {"templateId": "tests/handlers/raising.py", "workersMax": 1},
+        "streaming": {"templateId": "examples/streaming/handler.py", "workersMax": 1},
+        "parked": {"templateId": "examples/echo/handler.py", "workersMax": 0},
+    }
+    for name, spec in specs.items():
+        r = requests.post(
+            f"{console_dev.url}/v1/endpoints",
+            json={"id": name, **spec},
+            headers=console_dev.headers(),
+            timeout=30,
+        )
+        assert r.status_code in (200, 201), r.text
+        made[name] = name
+    return made
+
+
+def open_tab(page, dev, endpoint: str) -> None:
+    sign_in(page, dev)
+    page.wait_for_url(re.compile(r"#/endpoints$"))
+    page.goto(f"{dev.url}/console/#/endpoints/{endpoint}/requests")
+    page.get_by_label("Request body (JSON)").wait_for()
+    page.get_by_role("table", name="Requests").wait_for()
+
+
+def live_status(page) -> str:
+    return page.locator(".live-job .badge").first.inner_text()
+
+
+def wait_status(page, status: str, timeout_ms: int = 60_000) -> None:
+    page.locator(".live-job .badge", has_text=re.compile(f"^{status}$")).wait_for(
+        timeout=timeout_ms
+    )
+
+
+def listed(dev, endpoint: str, query: str = "") -> list[dict]:
+    """The endpoint's jobs through the API (waiting out its 10-per-10-s limit, which the
+    console's calls with the same key share)."""
+    url = f"{dev.url}/v2/{endpoint}/requests{query}"
+    r = wait_until(
+        lambda: (x := requests.get(url, headers=dev.headers(), timeout=10)).status_code != 429 and x
+    )
+    assert r.status_code == 200, r.text
+    return r.json()["items"]
+
+
+def test_the_default_request_runs_to_completed_and_bad_json_is_not_sent(
+    page, console_dev, endpoints
+):
+    open_tab(page, console_dev, endpoints["echo"])
+    body = page.get_by_label("Request body (JSON)")
+    assert '"input"' in body.input_value()
+    page.get_by_role("button", name="Run", exact=True).click()
+    wait_status(page, "COMPLETED")
+    output = page.get_by_label("Output")
+    assert "Hello from the lockgate console" in output.inner_text()
+    assert re.search(r"delay .+ · execution .+", page.locator(".live-job").inner_text())
+    job_id = page.locator(".live-job .mono").first.inner_text()
+    assert job_id.startswith("sync-")
+    page.locator(f'tr[data-job="{job_id}"]').wait_for()
+    screenshot(page, "requests-completed")
+
+    before = len(listed(console_dev, endpoints["echo"]))
+    body.fill('{"input": {oops}')
+    page.get_by_role("button", name="Run async").click()
+    alert = page.get_by_role("alert")
+    alert.wait_for()
+    assert "not valid JSON" in alert.inner_text() and "Nothing was sent" in alert.inner_text()
+    assert len(listed(console_dev, endpoints["echo"])) == before
+
+    body.fill('{"input": {"remembered": true}}')
+    page.reload()
+    page.get_by_label("Request body (JSON)").wait_for()
+    assert "remembered" in page.get_by_label("Request body (JSON)").input_value()
+
+    page.set_viewport_size(PHONE)
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    screenshot(page, "phone-requests")
+    assert overflow <= 0
+    assert_clean(page, allow=EXPECTED)
+
+
+def test_a_streaming_job_shows_its_chunks_while_it_runs(page, console_dev, endpoints):
+    open_tab(page, console_dev, endpoints["streaming"])
+    page.get_by_label("Request body (JSON)").fill(
+        '{"input": {"prompt": "tell me", "max_tokens": 8, "delay_ms": 600}}'
+    )
+    page.get_by_role("button", name="Run async").click()
+    stream = page.get_by_label("Stream")
+    stream.wait_for(timeout=60_000)
+    first_status, first_text = live_status(page), stream.inner_text()
+    assert first_status in ("IN_QUEUE", "IN_PROGRESS"), first_status  # not ended yet
+    wait_status(page, "COMPLETED")
+    words = stream.inner_text().split()
+    assert len(words) == 8 and len(words) > len(first_text.split())
+    assert_clean(page, allow=EXPECTED)
+
+
+def test_a_running_job_is_cancelled_from_the_list(page, console_dev, endpoints):
+    ep = endpoints["streaming"]
+    r = requests.post(
+        f"{console_dev.url}/v2/{ep}/run",
+        json={"input": {"prompt": "slow", "max_tokens": 300, "delay_ms": 1000}},
+        headers=console_dev.headers(),
+        timeout=10,
+    )
+    job_id = r.json()["id"]
+    open_tab(page, console_dev, ep)
+    row = page.locator(f'tr[data-job="{job_id}"]')
+    for _ in range(60):  # until the worker holds it (IN_PROGRESS); the list is not live
+        page.get_by_role("button", name="Refresh", exact=True).click()
+        row.wait_for()
+        if "IN_PROGRESS" in row.inner_text():
+            break
+        page.wait_for_timeout(1000)
+    assert "IN_PROGRESS" in row.inner_text()
+    row.get_by_role("button", name=f"Cancel {job_id}").click()
+    page.locator(f'tr[data-job="{job_id}"] .badge', has_text="CANCELLED").wait_for()
+    status = requests.get(
+        f"{console_dev.url}/v2/{ep}/status/{job_id}", headers=console_dev.headers(), timeout=10
+    ).json()
+    assert status["status"] == "CANCELLED"
+    assert_clean(page, allow=EXPECTED)
+
+
+def test_the_list_pages_filters_and_purge_asks_first(page, console_dev, endpoints):
+    ep = endpoints["parked"]  # workersMax 0: its jobs stay queued
+    ids = []
+    for n in range(23):
+        r = requests.post(
+            f"{console_dev.url}/v2/{ep}/run",
+            json={"input": {"n": n}},
+            headers=console_dev.headers(),
+            timeout=10,
+        )
+        ids.append(r.json()["id"])
+    open_tab(page, console_dev, ep)
+    rows = page.locator("tbody tr[data-job]")
+    shown: list[str] = []
+    for expected in (10, 10, 3):
+        page.get_by_text(f"Page {len(shown) // 10 + 1}").wait_for()
+        assert rows.count() == expected
+        shown += [rows.nth(i).get_attribute("data-job") for i in range(expected)]
+        if expected == 10:
+            page.get_by_role("button", name="Older").click()
+    assert shown == ids[::-1]
+    assert page.get_by_role("button", name="Older").is_disabled()
+    page.get_by_role("button", name="Newer").click()
+    page.get_by_text("Page 2").wait_for()
+    assert rows.first.get_attribute("data-job") == ids[12]
+    screenshot(page, "requests-list")
+
+    page.get_by_label("Status", exact=True).select_option("COMPLETED")
+    page.get_by_role("button", name="Apply filters").click()
+    page.get_by_text("No requests match.").wait_for()
+    page.get_by_label("Status", exact=True).select_option("IN_QUEUE")
+    page.get_by_role("button", name="Apply filters").click()
+    page.get_by_text("Page 1").wait_for()
+    rows.first.wait_for()
+    assert rows.first.get_attribute("data-job") == ids[-1] and rows.count() == 10
+
+    page.get_by_role("button", name="Purge queue").click()
+    dialog = page.get_by_role("dialog", name="Purge the queue?")
+    dialog.wait_for()
+    dialog.get_by_role("button", name="Keep the queue").click()
+    assert len(listed(console_dev, ep)) == 20  # nothing purged
+    page.get_by_role("button", name="Purge queue").click()
+    dialog.get_by_role("button", name="Purge queued jobs").click()
+    page.get_by_text("No requests match.").wait_for()
+    assert listed(console_dev, ep) == []
+    assert_clean(page, allow=EXPECTED)
+
+
+def test_a_failing_handler_shows_its_error_and_worker_log_lines(page, console_dev, endpoints):
+    open_tab(page, console_dev, endpoints["raising"])
+    page.get_by_role("button", name="Run async").click()
+    wait_status(page, "FAILED")
+    error = page.locator(".live-job .error").first
+    assert "bad input" in error.inner_text()
+    page.locator(".live-job .job-logs").wait_for()
+    screenshot(page, "requests-failed")
+    # The worker's log lines come from the logs API (GET /v1/endpoints/{id}/logs?job=),
+    # another helper's work: this passes once it is merged.
+    page.locator(".live-job .job-logs pre.log", has_text="ValueError").wait_for(timeout=15_000)
+    assert_clean(page, allow=EXPECTED)
