@@ -78,12 +78,13 @@ def test_the_default_request_runs_to_completed_and_bad_json_is_not_sent(
     assert '"input"' in body.input_value()
     page.get_by_role("button", name="Run", exact=True).click()
     wait_status(page, "COMPLETED")
-    output = page.get_by_label("Output")
+    output = page.get_by_label("Output", exact=True)
     assert "Hello from the lockgate console" in output.inner_text()
     assert re.search(r"delay .+ · execution .+", page.locator(".live-job").inner_text())
     job_id = page.locator(".live-job .mono").first.inner_text()
     assert job_id.startswith("sync-")
     page.locator(f'tr[data-job="{job_id}"]').wait_for()
+    assert page.locator(".live-job").get_by_role("button", name="Cancel").count() == 0
     screenshot(page, "requests-completed")
 
     before = len(listed(console_dev, endpoints["echo"]))
@@ -112,7 +113,7 @@ def test_a_streaming_job_shows_its_chunks_while_it_runs(page, console_dev, endpo
         '{"input": {"prompt": "tell me", "max_tokens": 8, "delay_ms": 600}}'
     )
     page.get_by_role("button", name="Run async").click()
-    stream = page.get_by_label("Stream")
+    stream = page.get_by_label("Stream", exact=True)
     stream.wait_for(timeout=60_000)
     first_status, first_text = live_status(page), stream.inner_text()
     assert first_status in ("IN_QUEUE", "IN_PROGRESS"), first_status  # not ended yet
@@ -205,7 +206,17 @@ def test_a_failing_handler_shows_its_error_and_worker_log_lines(page, console_de
     assert "bad input" in error.inner_text()
     page.locator(".live-job .job-logs").wait_for()
     screenshot(page, "requests-failed")
-    # The worker's log lines come from the logs API (GET /v1/endpoints/{id}/logs?job=),
-    # another helper's work: this passes once it is merged.
-    page.locator(".live-job .job-logs pre.log", has_text="ValueError").wait_for(timeout=15_000)
+    job_id = page.locator(".live-job .mono").first.inner_text()
+    page.locator(f'tr[data-job="{job_id}"]').get_by_role("button", name=f"Retry {job_id}").click()
+    page.get_by_text("Queued again").wait_for()
     assert_clean(page, allow=EXPECTED)
+    # The worker's log lines come from the logs API (GET /v1/endpoints/{id}/logs?job=),
+    # another helper's work (contract B): checked once it is merged.
+    logs = requests.get(
+        f"{console_dev.url}/v1/endpoints/{endpoints['raising']}/logs?tail=1",
+        headers=console_dev.headers(),
+        timeout=10,
+    )
+    if logs.status_code == 404:
+        pytest.skip("the logs API (GET /v1/endpoints/{id}/logs) is not on this branch yet")
+    page.locator(".live-job .job-logs pre.log", has_text="ValueError").wait_for(timeout=15_000)

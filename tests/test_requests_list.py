@@ -109,6 +109,30 @@ async def test_status_and_time_filters(http, gateway):
     assert reversed_range == {"items": [], "nextCursor": None}
 
 
+async def test_cancel_retry_and_a_lost_worker_move_jobs_between_status_filters(
+    http, gateway, redis
+):
+    async def ids_in(status: str) -> list[str]:
+        return [i["id"] for i in (await listing(http, gateway, f"?status={status}"))[1]["items"]]
+
+    queued, failing, running = [(await submit(http, gateway, {"input": {}}))["id"] for _ in "abc"]
+    async with http.post(gateway.job_url(f"cancel/{queued}"), headers=gateway.client_headers()):
+        pass
+    assert await ids_in("CANCELLED") == [queued]
+    assert (await take(http, gateway, "w1"))["id"] == failing
+    await done(http, gateway, failing, {"error": "boom"}, "w1")
+    assert await ids_in("FAILED") == [failing]
+    async with http.post(gateway.job_url(f"retry/{failing}"), headers=gateway.client_headers()):
+        pass
+    assert await ids_in("FAILED") == []
+    assert await ids_in("IN_QUEUE") == [running, failing]
+    assert (await take(http, gateway, "w2"))["id"] == running  # a retry queues at the back
+    assert await ids_in("IN_PROGRESS") == [running]
+    await JobStore(redis).release_worker(gateway.endpoint, "w2")  # its pod is gone
+    assert await ids_in("IN_QUEUE") == [running, failing]
+    assert await ids_in("IN_PROGRESS") == []
+
+
 async def test_pages_have_no_duplicates_or_gaps_while_new_jobs_arrive(http, gateway):
     before = [(await submit(http, gateway, {"input": {"n": n}}))["id"] for n in range(23)]
     seen, cursor, arrived = [], None, []

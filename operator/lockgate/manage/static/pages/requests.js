@@ -126,7 +126,10 @@ function liveJob(endpointId, job, signal) {
   const jobId = h("span", {class: "mono"});
   const stream = h("pre", {class: "stream", hidden: true, "aria-label": "Stream"});
   const output = h("div");
-  const cancel = h("button", {type: "button", class: "small danger", hidden: true, onclick: async () => {
+  // shown only while the job can be cancelled (a `hidden` attribute loses to the
+  // stylesheet's `button {display: inline-block}`, so it is put in and taken out)
+  const cancelSlot = h("span");
+  const cancel = h("button", {type: "button", class: "small danger", onclick: async () => {
     try {
       await job(`cancel/${cancel.dataset.job}`, {method: "POST"});
       toast("Cancel sent");
@@ -135,7 +138,7 @@ function liveJob(endpointId, job, signal) {
     }
   }}, "Cancel");
   const element = h("div", {class: "card live-job"},
-    h("div", {class: "row"}, h("strong", {}, "Status:"), status, jobId, times, cancel),
+    h("div", {class: "row"}, h("strong", {}, "Status:"), status, jobId, times, cancelSlot),
     note, stream, output);
   let lastHealthCheck = 0;
   let current = "SENDING";
@@ -147,7 +150,7 @@ function liveJob(endpointId, job, signal) {
       replace(jobId, body.id);
       cancel.dataset.job = body.id;
     }
-    cancel.hidden = !body.id || FINAL.has(state);
+    replace(cancelSlot, cancel.dataset.job && !FINAL.has(state) ? cancel : null);
     if (body.delayTime !== undefined) {
       replace(times, `delay ${duration(body.delayTime)} · execution ${duration(body.executionTime)}`);
     }
