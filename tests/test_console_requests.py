@@ -187,6 +187,14 @@ def test_the_list_pages_filters_and_purge_asks_first(page, console_dev, endpoint
     page.get_by_text("Page 1").wait_for()
     rows.first.wait_for()
     assert rows.first.get_attribute("data-job") == ids[-1] and rows.count() == 10
+    page.get_by_label("Created from").fill("2099-01-01T00:00")
+    page.get_by_role("button", name="Apply filters").click()
+    page.get_by_text("No requests match.").wait_for()
+    page.get_by_label("Created from").fill("")
+    page.get_by_label("Created before").fill("2099-01-01T00:00")
+    page.get_by_role("button", name="Apply filters").click()
+    rows.first.wait_for()
+    assert rows.count() == 10
 
     page.get_by_role("button", name="Purge queue").click()
     dialog = page.get_by_role("dialog", name="Purge the queue?")
