@@ -18,19 +18,25 @@ function edit(editor, record, ctx, saved = null) {
   const {element, payload} = endpointForm(record, {withId: false});
   const status = h("div", {"aria-live": "assertive"}, saved);
   const review = h("div");
+  const actions = h("div", {class: "row"}, h("button", {type: "submit", class: "primary"}, "Review changes"));
   const form = h("form", {class: "card", novalidate: true, onsubmit: (event) => {
     event.preventDefault();
     const changes = diff(record, payload());
     replace(status);
     if (!changes.length) return replace(status, h("p", {class: "hint"}, "Nothing changed."));
+    actions.hidden = true;
     replace(review, confirm(record, changes, ctx, {
       saved: (next) => edit(editor, next, ctx, h("p", {class: "ok"}, `Saved: ${summary(changes)}.`)),
-      failed: (err) => { replace(review); replace(status, errorBox(err)); markInvalid(form, err.message); },
-      back: () => { replace(review); form.querySelector("button[type=submit]").focus(); },
+      failed: (err) => {
+        replace(review);
+        actions.hidden = false;
+        replace(status, errorBox(err));
+        markInvalid(form, err.message);
+      },
+      back: () => { replace(review); actions.hidden = false; actions.querySelector("button").focus(); },
     }));
     review.querySelector("h2").focus();
-  }}, h("h2", {}, "Settings"), element, status, review,
-  h("div", {class: "row"}, h("button", {type: "submit", class: "primary"}, "Review changes")));
+  }}, h("h2", {}, "Settings"), element, status, review, actions);
   replace(editor, form);
 }
 
