@@ -136,6 +136,7 @@ def test_endpoints_list_shows_state_and_makes_a_failing_endpoint_stand_out(page,
         page.goto(f"{console_dev.url}/console/{hash_}")
         page.get_by_role("heading", level=1).wait_for()
         no_horizontal_scroll(page)
+        screenshot(page, f"phone-{hash_[2:]}")
     assert_clean(page, allow=EXPECTED)
 
 
@@ -207,3 +208,41 @@ def test_api_keys_are_shown_once_and_a_revoked_key_gets_401(page, console_dev):
     expect(row).to_have_count(0)
     assert requests.get(health, headers=auth(console_dev, key), timeout=10).status_code == 401
     assert_clean(page, allow=EXPECTED)
+
+
+@pytest.mark.parametrize(
+    ("changed", "restarts"),
+    [
+        (["workersMax", "idleTimeout", "scalerValue", "name"], []),
+        (["templateId"], [["templateId", "everywhere"]]),
+        (["gpuTypeIds", "workersMin"], [["gpuTypeIds", "kubernetes"]]),
+        (
+            ["executionTimeoutMs", "flashboot"],
+            [["executionTimeoutMs", "kubernetes"], ["flashboot", "kubernetes"]],
+        ),
+    ],
+)
+def test_the_edit_page_knows_which_changes_restart_workers(page, console_dev, changed, restarts):
+    page.goto(f"{console_dev.url}/console/")
+    got = page.evaluate(
+        """async (fields) => {
+            const form = await import("./pages/form.js");
+            return form.restarts(fields.map((field) => ({field}))).map((r) => [r.field, r.where]);
+        }""",
+        changed,
+    )
+    assert got == restarts
+
+
+def test_jobs_per_minute_and_failures_come_from_the_history(page, console_dev):
+    page.goto(f"{console_dev.url}/console/")
+    points = [{"t": 1000 + 10 * i, "completed": 2, "failed": 1 if i == 0 else 0} for i in range(12)]
+    got = page.evaluate(
+        """async (points) => {
+            const list = await import("./pages/endpoints.js");
+            return [list.throughput({interval: 10, points}), list.throughput({points: []})];
+        }""",
+        points,
+    )
+    # the last minute is the last 6 points (t in (1050, 1110]); failures count the hour
+    assert got == [{"perMin": 12, "failed": 1}, None]
