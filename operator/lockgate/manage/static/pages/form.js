@@ -1,6 +1,7 @@
 // The endpoint settings form shared by Create and Edit: every field of the creation payload
 // (models/endpoint.py EndpointSpec), the payload it makes, and the diff of an edit.
 import {h, replace} from "../dom.js";
+import {templateBuilder} from "./template.js";
 
 // Fields whose change restarts workers. Dev mode: a new templateId replaces the worker
 // processes (manage/local.py LocalControlPlane.patch). Kubernetes: these change the worker
@@ -153,6 +154,7 @@ export function endpointForm(initial = {}, {withId = true} = {}) {
     h("fieldset", {}, h("legend", {}, "Worker"),
       field("templateId", "Template, handler file or command", inputs.templateId,
         "On a cluster: the name of a Template (image, start command, env, disk, ports, model URL) in the endpoints' namespace. With `lockgate dev`: a handler file (*.py) or a worker command."),
+      withId ? templateBuilder((name) => { inputs.templateId.value = name; inputs.templateId.focus(); }) : null,
       h("div", {class: "grid"},
         field("computeType", "Compute", inputs.computeType),
         field("vcpuCount", "vCPUs per worker", inputs.vcpuCount)),
