@@ -158,11 +158,12 @@ def test_endpoints_list_shows_state_and_makes_a_failing_endpoint_stand_out(page,
     expect(gone.get_by_role("note")).to_be_visible()
     no_horizontal_scroll(page)
     screenshot(page, "phone-endpoints-list")
-    for hash_ in ("#/new", "#/keys"):
+    for hash_ in ("#/new", "#/keys", f"#/endpoints/{console_dev.endpoint}/edit"):
         page.goto(f"{console_dev.url}/console/{hash_}")
         page.get_by_role("heading", level=1).wait_for()
+        page.locator("form").first.wait_for()  # the page's own content, not only the shell
         no_horizontal_scroll(page)
-        screenshot(page, f"phone-{hash_[2:]}")
+        screenshot(page, f"phone-{hash_[2:].replace('/', '-')}")
     assert_clean(page, allow=EXPECTED)
 
 
