@@ -49,9 +49,9 @@ export async function render(view, ctx) {
       const health = optional(api(`${jobApi(r)}/health`, {signal: ctx.signal, redirect: false}));
       const metrics = noMetrics.has(r.id) ? null
         : optional(api(`/v1/endpoints/${id}/metrics`, {signal: ctx.signal, redirect: false}));
-      const [h2, m] = await Promise.all([health, metrics]);
+      const [healthAnswer, m] = await Promise.all([health, metrics]);
       if (m === null) noMetrics.add(r.id);
-      return {health: h2, metrics: m};
+      return {health: healthAnswer, metrics: m};
     }));
     keepFocus(list, () => replace(list, records.length
       ? table(records, extra)
@@ -100,7 +100,7 @@ function rows(record, {health, metrics}) {
     cell("Jobs/min", stats ? String(stats.perMin) : "—"),
     cell("Failures", stats
       ? h("span", {class: stats.failed ? "bad-text" : null}, `${stats.failed} in 1 h`)
-      : (health?.jobs?.failed !== undefined ? `${health.jobs.failed}` : "—")));
+      : (health?.jobs?.failed !== undefined ? String(health.jobs.failed) : "—")));
   if (!problems.length) return h("tbody", {}, main);
   return h("tbody", {class: "failing"}, main, h("tr", {class: "problem"},
     h("td", {colspan: 7}, problems.map((c) => h("div", {class: "error", role: "note"},
