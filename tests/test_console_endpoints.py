@@ -24,6 +24,9 @@ GONE = "gone-handler"  # an endpoint whose handler file vanished between two run
 # The metrics route belongs to another part of issue 14; until it answers, the browser logs
 # its 404 (the page shows "—"); a validation error is a logged 400.
 EXPECTED = ("404", "400")
+# Seconds `lockgate dev` may take to start or stop: generous, the test machine's cores are
+# shared (a stop waited more than 30 s there once).
+STOP_S = 90
 
 
 def expect(locator):
@@ -40,14 +43,17 @@ def console_dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevProcess
     data_dir = tmp_path_factory.mktemp("console-endpoints")
     handler = tmp_path_factory.mktemp("handlers") / "soon_gone.py"
     shutil.copy(REPO / ECHO, handler)
-    with DevProcess(ECHO, data_dir=data_dir) as first:
+    first = DevProcess(ECHO, data_dir=data_dir).start()
+    try:
         body = {"id": GONE, "templateId": str(handler)}
         answer = requests.post(f"{first.url}/v1/endpoints", json=body, headers=auth(first))
         assert answer.status_code == 200, answer.text
+    finally:
+        first.stop(STOP_S)
     handler.unlink()
-    dev = DevProcess(ECHO, data_dir=data_dir).start()
+    dev = DevProcess(ECHO, data_dir=data_dir).start(timeout_s=STOP_S)
     yield dev
-    dev.stop()
+    dev.stop(STOP_S)
 
 
 def auth(dev: DevProcess, key: str | None = None) -> dict[str, str]:
