@@ -1,6 +1,51 @@
-// The create page: see app.js for render(view, ctx).
-import {h} from "../dom.js";
+// The Create page (#/new): every setting of the creation payload, POST /v1/endpoints, then a
+// live view of the new endpoint until its job API URL shows.
+import {api} from "../api.js";
+import {copyButton, errorBox, h, replace} from "../dom.js";
+import {endpointForm, markInvalid} from "./form.js";
 
-export async function render(view) {
-  view.append(h("p", {class: "hint"}, "Not built yet."));
+export async function render(view, ctx) {
+  const {element, payload} = endpointForm();
+  const status = h("div", {"aria-live": "assertive"});
+  const submit = h("button", {type: "submit", class: "primary"}, "Create endpoint");
+  const form = h("form", {class: "card", novalidate: true, onsubmit: async (event) => {
+    event.preventDefault();
+    submit.disabled = true;
+    try {
+      const record = await api("/v1/endpoints", {method: "POST", body: payload(), signal: ctx.signal});
+      watch(view, ctx, record.id);
+    } catch (err) {
+      if (err.name === "AbortError") return;
+      replace(status, errorBox(err));
+      markInvalid(form, err.message);
+      submit.disabled = false;
+    }
+  }}, element, status, h("div", {class: "row"}, submit, h("a", {href: "#/endpoints"}, "Cancel")));
+  replace(view, h("h1", {}, "New endpoint"), form);
+  form.querySelector("input")?.focus();
+}
+
+/** The live view: the record's phase and conditions until its job API URL shows. */
+function watch(view, ctx, id) {
+  const base = `#/endpoints/${encodeURIComponent(id)}`;
+  const body = h("div", {"aria-live": "polite"});
+  replace(view, h("h1", {}, `Creating ${id}`), h("div", {class: "card"}, body));
+  view.querySelector("h1").setAttribute("tabindex", "-1");
+  view.querySelector("h1").focus();
+  let done = false;
+  ctx.every(1500, async () => {
+    if (done) return;
+    const record = await api(`/v1/endpoints/${encodeURIComponent(id)}`, {signal: ctx.signal});
+    const url = record.status?.jobApiUrl;
+    const failing = (record.status?.conditions || []).filter((c) => c.status === "False");
+    replace(body,
+      h("p", {}, "Phase: ", h("span", {class: "badge", dataset: {phase: record.status?.phase}}, record.status?.phase || "Pending")),
+      failing.map((c) => h("div", {class: "error", role: "alert"}, `${c.type}: ${c.message || c.reason}`)),
+      url
+        ? [h("p", {}, "Job API URL: ", h("code", {class: "url"}, url), " ", copyButton(url)),
+           h("p", {}, h("a", {class: "button primary", href: `${base}/requests`}, "Send a test request"), " ",
+             h("a", {href: base}, "Overview"), " · ", h("a", {href: "#/endpoints"}, "All endpoints"))]
+        : h("p", {class: "hint"}, "Initialising: the job API URL shows when the endpoint is ready."));
+    done = Boolean(url) && record.status?.phase === "Ready";
+  });
 }

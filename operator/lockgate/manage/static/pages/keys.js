@@ -1,6 +1,102 @@
-// The keys page: see app.js for render(view, ctx).
-import {h} from "../dom.js";
+// The API keys page (#/keys): list, create (the key is shown once, with a copy button) and
+// revoke with confirmation — what `lockgate keys` does, through /v1/keys.
+import {api} from "../api.js";
+import {copyButton, errorBox, h, replace, toast} from "../dom.js";
 
-export async function render(view) {
-  view.append(h("p", {class: "hint"}, "Not built yet."));
+const SCOPES = [
+  ["jobs", "jobs: run, read and cancel jobs"],
+  ["jobs:read", "jobs:read: status, stream and health only"],
+  ["workers", "workers: the worker API"],
+  ["admin", "admin: this console and the management API"],
+];
+
+export async function render(view, ctx) {
+  const list = h("div");
+  const created = h("div", {"aria-live": "polite"});
+  const refresh = async () => replace(list, table(await api("/v1/keys", {signal: ctx.signal}), ctx, refresh));
+  replace(view, h("h1", {}, "API keys"), createForm(ctx, created, refresh), created, h("h2", {}, "Keys"), list);
+  await refresh();
+}
+
+function createForm(ctx, created, refresh) {
+  const name = h("input", {id: "key-name", type: "text", required: true, autocomplete: "off",
+    spellcheck: "false", "aria-describedby": "key-name-hint"});
+  const endpoints = h("input", {id: "key-endpoints", type: "text", autocomplete: "off",
+    spellcheck: "false", "aria-describedby": "key-endpoints-hint"});
+  const boxes = SCOPES.map(([value, label]) => {
+    const box = h("input", {type: "checkbox", id: `scope-${value}`, name: "scope", value, checked: value === "jobs"});
+    return h("label", {class: "inline", for: `scope-${value}`}, box, ` ${label}`);
+  });
+  const status = h("div", {"aria-live": "assertive"});
+  const form = h("form", {class: "card", novalidate: true, onsubmit: async (event) => {
+    event.preventDefault();
+    const body = {
+      name: name.value.trim(),
+      scopes: [...form.querySelectorAll("input[name=scope]:checked")].map((b) => b.value),
+    };
+    const only = endpoints.value.split(",").map((s) => s.trim()).filter(Boolean);
+    if (only.length) body.endpoints = only;
+    try {
+      const key = await api("/v1/keys", {method: "POST", body, signal: ctx.signal});
+      replace(status);
+      form.reset();
+      replace(created, shownOnce(key, created));
+      created.querySelector("h2").focus();
+      await refresh();
+    } catch (err) {
+      if (err.name !== "AbortError") replace(status, errorBox(err));
+    }
+  }},
+  h("h2", {}, "Create a key"),
+  h("label", {for: "key-name"}, "Name"), name,
+  h("p", {class: "hint", id: "key-name-hint"}, "Who owns it: letters, digits and _ . : / @ -; rate limits count per name."),
+  h("fieldset", {class: "choice"}, h("legend", {}, "Scopes"), boxes),
+  h("label", {for: "key-endpoints"}, "Endpoints (optional)"), endpoints,
+  h("p", {class: "hint", id: "key-endpoints-hint"}, "Comma-separated endpoint ids; empty: every endpoint."),
+  status, h("button", {type: "submit", class: "primary"}, "Create key"));
+  return form;
+}
+
+function shownOnce(key, created) {
+  return h("section", {class: "card once", "aria-labelledby": "once-title"},
+    h("h2", {id: "once-title", tabindex: "-1"}, `Key "${key.name}" created`),
+    h("p", {class: "warning"}, "This is the only time the key is shown: copy it now. lockgate keeps only its SHA-256."),
+    h("div", {class: "url-cell"}, h("code", {class: "url secret", "aria-label": "The new key"}, key.key), copyButton(key.key, "Copy key")),
+    h("button", {type: "button", onclick: () => replace(created)}, "Done"));
+}
+
+function table(keys, ctx, refresh) {
+  if (!keys.length) return h("p", {class: "hint"}, "No key.");
+  return h("div", {class: "table-wrap"}, h("table", {class: "keys"},
+    h("thead", {}, h("tr", {}, ["Name", "Id", "Scopes", "Endpoints", "Created", ""].map((c) => h("th", {scope: "col"}, c)))),
+    h("tbody", {}, keys.map((k) => h("tr", {dataset: {key: k.name}},
+      h("td", {"data-label": "Name"}, k.name),
+      h("td", {"data-label": "Id"}, h("code", {}, k.id)),
+      h("td", {"data-label": "Scopes"}, k.scopes.join(", ")),
+      h("td", {"data-label": "Endpoints"}, k.endpoints ? k.endpoints.join(", ") : "all"),
+      h("td", {"data-label": "Created"}, k.createdAt ? k.createdAt.slice(0, 16).replace("T", " ") : "—"),
+      h("td", {"data-label": ""}, revokeCell(k, ctx, refresh)))))));
+}
+
+/** Revoke asks first: an inline confirmation (Escape or Cancel goes back). */
+function revokeCell(key, ctx, refresh) {
+  const cell = h("div", {class: "row"});
+  const ask = () => {
+    const yes = h("button", {type: "button", class: "danger", onclick: async () => {
+      try {
+        await api(`/v1/keys/${encodeURIComponent(key.id)}`, {method: "DELETE", signal: ctx.signal});
+        toast(`Revoked ${key.name}`);
+        await refresh();
+      } catch (err) {
+        if (err.name !== "AbortError") replace(cell, errorBox(err), start);
+      }
+    }}, `Revoke ${key.name}`);
+    const no = h("button", {type: "button", onclick: () => { replace(cell, start); start.focus(); }}, "Cancel");
+    replace(cell, h("span", {role: "alert", class: "confirm"}, "Revoke? Clients using it get 401 at once."), yes, no);
+    cell.onkeydown = (event) => { if (event.key === "Escape") no.click(); };
+    no.focus();
+  };
+  const start = h("button", {type: "button", class: "danger small", "aria-label": `Revoke ${key.name}`, onclick: ask}, "Revoke");
+  replace(cell, start);
+  return cell;
 }

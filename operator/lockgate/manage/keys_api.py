@@ -1,0 +1,120 @@
+"""API keys over REST, `{prefix}/keys`: what `lockgate keys` does, for the console.
+
+Admin scope (the management app's middleware). Same rules and messages as the command
+(`lockgate.apikeys`): a key is shown once, at creation, and only its SHA-256 is kept; a
+key's `id` is the start of that digest, as `lockgate keys list` prints it.
+
+| route | answer |
+|---|---|
+| `GET /v1/keys` | `[{"id", "name", "scopes", "endpoints", "createdAt"?}]`, by name |
+| `POST /v1/keys` `{"name", "scopes", "endpoints"?}` | the same object plus `"key"` |
+| `DELETE /v1/keys/{id}` | 204; 404 when no key has that id |
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+
+from lockgate import apikeys
+from lockgate.gateway.errors import ApiError, BadRequest, NotFound
+from lockgate.gateway.http import json_response
+from lockgate.store import Registry, key_digest
+
+REGISTRY = web.AppKey("keys_registry", Registry)
+KEY_ID_RE = re.compile(r"^[0-9a-f]{8,64}$")  # a digest prefix, as `lockgate keys revoke` takes
+
+
+class KeyExists(ApiError):
+    """Another key has this name."""
+
+    status = 409
+
+
+def iso_ms(ms: int) -> str:
+    """Milliseconds since the epoch as ISO-8601 UTC with milliseconds."""
+    moment = datetime.fromtimestamp(ms / 1000, UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def describe_key(digest: str, record: dict) -> dict[str, Any]:
+    """A key as the API shows it: never the key, its id is the digest's start."""
+    shown: dict[str, Any] = {
+        "id": digest[: apikeys.ID_CHARS],
+        "name": record.get("name", "?"),
+        "scopes": list(record.get("scopes", [])),
+        "endpoints": record.get("endpoints"),
+    }
+    if isinstance(record.get("created"), int):
+        shown["createdAt"] = iso_ms(record["created"])
+    return shown
+
+
+def parse_new_key(body: Any) -> tuple[str, list[str], list[str] | None]:
+    """`{"name", "scopes", "endpoints"?}` checked for shape; values are checked by the
+    command's own rules (`apikeys.key_record`)."""
+    if not isinstance(body, dict):
+        raise BadRequest("body: expected a JSON object")
+    unknown = sorted(set(body) - {"name", "scopes", "endpoints"})
+    if unknown:
+        raise BadRequest(f"{unknown[0]}: not a field of a key (name, scopes, endpoints)")
+    name, scopes, endpoints = body.get("name"), body.get("scopes"), body.get("endpoints")
+    if not isinstance(name, str):
+        raise BadRequest("name: required, a string")
+    if not isinstance(scopes, list) or not all(isinstance(s, str) for s in scopes):
+        raise BadRequest("scopes: required, a list of jobs, jobs:read, workers or admin")
+    if endpoints is not None and (
+        not isinstance(endpoints, list) or not all(isinstance(e, str) for e in endpoints)
+    ):
+        raise BadRequest("endpoints: a list of endpoint ids, or absent for every endpoint")
+    return name, scopes, endpoints or None
+
+
+async def list_keys(request: web.Request) -> web.Response:
+    stored = await request.app[REGISTRY].list_keys()
+    shown = [describe_key(d, r) for d, r in stored.items()]
+    return json_response(sorted(shown, key=lambda k: (str(k["name"]), k["id"])))
+
+
+async def create_key(request: web.Request) -> web.Response:
+    try:
+        body = await request.json()
+    except ValueError as err:
+        raise BadRequest("body: expected a JSON object") from err
+    name, scopes, endpoints = parse_new_key(body)
+    registry = request.app[REGISTRY]
+    try:
+        record = apikeys.key_record(name, scopes, endpoints)
+    except apikeys.KeyCommandError as err:
+        raise BadRequest(str(err)) from err
+    try:
+        key = await apikeys.create(registry, record)
+    except apikeys.KeyCommandError as err:
+        raise KeyExists(str(err)) from err
+    stored = record.model_dump(mode="json", exclude_none=True)
+    return json_response({**describe_key(key_digest(key), stored), "key": key})
+
+
+async def revoke_key(request: web.Request) -> web.Response:
+    key_id = request.match_info["key_id"]
+    if not KEY_ID_RE.match(key_id):
+        raise BadRequest("id: the key's id (8 to 64 lowercase hex digits, as listed)")
+    registry = request.app[REGISTRY]
+    found = [d for d in await registry.list_keys() if d.startswith(key_id)]
+    if not found:
+        raise NotFound(f"no key with an id starting {key_id!r}")
+    if len(found) > 1:
+        raise BadRequest(f"id: {key_id!r} starts {len(found)} keys' ids: give more digits")
+    await registry.delete_key(found[0])
+    return web.Response(status=204)
+
+
+def add_keys_routes(app: web.Application, registry: Registry, *, prefix: str = "/v1") -> None:
+    """`{prefix}/keys` on the management app (whose middleware requires an admin key)."""
+    app[REGISTRY] = registry
+    app.router.add_get(f"{prefix}/keys", list_keys)
+    app.router.add_post(f"{prefix}/keys", create_key)
+    app.router.add_delete(f"{prefix}/keys/{{key_id}}", revoke_key)

@@ -1,0 +1,133 @@
+"""`/v1/keys`: what `lockgate keys` does, over REST for the console (admin keys only),
+served by dev mode's real app (gateway + `/v1`) on loopback over a real Redis."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from redis.asyncio import Redis
+
+from lockgate.dev.redis_server import EmbeddedRedis, free_port
+from lockgate.dev.runner import build_app
+from lockgate.store import Registry, key_digest
+from tests.conftest import REPO, make_settings
+
+
+class Keys:
+    """A client of `/v1/keys` with an admin key."""
+
+    def __init__(self, http: aiohttp.ClientSession, url: str, key: str) -> None:
+        self.http, self.url, self.key = http, url, key
+
+    async def call(
+        self, method: str, path: str = "", body: Any = None, key: str | None = None
+    ) -> tuple[int, Any]:
+        headers = {"authorization": f"Bearer {key or self.key}"}
+        async with self.http.request(
+            method, f"{self.url}/v1/keys{path}", json=body, headers=headers
+        ) as resp:
+            payload = await resp.json() if resp.content_type == "application/json" else None
+            return resp.status, payload
+
+    async def job_api_status(self, key: str) -> int:
+        """What the job API answers this key (an unknown endpoint: 404 once the key is
+        accepted, 401 when it is not)."""
+        headers = {"authorization": f"Bearer {key}"}
+        async with self.http.get(f"{self.url}/v2/no-such-endpoint/health", headers=headers) as r:
+            return r.status
+
+
+@pytest.fixture
+async def keys(
+    redis: Redis, redis_server: EmbeddedRedis, http: aiohttp.ClientSession
+) -> AsyncIterator[Keys]:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    settings = make_settings(redis_server.url, port, auth_cache_s=30.0)
+    app, plane = build_app(settings, gateway_url=url, base_dir=REPO, stop_grace_s=1)
+    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    admin = f"lga_{secrets.token_hex(8)}"
+    await Registry(redis).put_key(admin, {"name": "admin", "scopes": ["admin"]})
+    try:
+        yield Keys(http, url, admin)
+    finally:
+        await plane.close()
+        await runner.cleanup()
+
+
+async def test_a_created_key_is_shown_once_and_works_until_revoked(
+    keys: Keys, redis: Redis
+) -> None:
+    status, created = await keys.call("POST", body={"name": "ci", "scopes": ["jobs"]})
+    assert status == 200, created
+    key = created["key"]
+    assert key.startswith("lg_")
+    assert created["id"] == key_digest(key)[:12]
+    assert (created["name"], created["scopes"], created["endpoints"]) == ("ci", ["jobs"], None)
+    assert created["createdAt"].endswith("Z")
+    assert await keys.job_api_status(key) == 404  # accepted: the endpoint is what is missing
+
+    status, listed = await keys.call("GET")
+    assert status == 200
+    mine = [k for k in listed if k["name"] == "ci"]
+    assert mine == [{k: v for k, v in created.items() if k != "key"}]
+    assert all("key" not in k for k in listed)
+    assert key not in str(listed)
+
+    assert (await keys.call("DELETE", f"/{created['id']}"))[0] == 204
+    assert await keys.job_api_status(key) == 401  # the gateway forgot it at once
+    assert await Registry(redis).get_key(key_digest(key)) is None
+    assert (await keys.call("DELETE", f"/{created['id']}"))[0] == 404
+
+
+async def test_a_key_limited_to_endpoints_keeps_them(keys: Keys) -> None:
+    body = {"name": "team-a", "scopes": ["jobs:read", "jobs"], "endpoints": ["sd", "llm"]}
+    status, created = await keys.call("POST", body=body)
+    assert status == 200, created
+    assert created["endpoints"] == ["sd", "llm"]
+    assert created["scopes"] == ["jobs:read", "jobs"]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"name": "x", "scopes": ["root"]}, "scopes"),
+        ({"name": "x", "scopes": []}, "scopes"),
+        ({"name": "x"}, "scopes"),
+        ({"name": "has space", "scopes": ["jobs"]}, "name"),
+        ({"scopes": ["jobs"]}, "name"),
+        ({"name": "x", "scopes": ["jobs"], "endpoints": "sd"}, "endpoints"),
+        ({"name": "x", "scopes": ["jobs"], "ttl": 5}, "ttl"),
+        (["x"], "body"),
+    ],
+)
+async def test_bad_input_is_a_400_naming_the_field(keys: Keys, body: Any, field: str) -> None:
+    status, answer = await keys.call("POST", body=body)
+    assert status == 400, answer
+    assert answer["error"].startswith(field), answer
+
+
+async def test_a_taken_name_is_a_409_with_the_commands_message(keys: Keys) -> None:
+    assert (await keys.call("POST", body={"name": "dup", "scopes": ["jobs"]}))[0] == 200
+    status, answer = await keys.call("POST", body={"name": "dup", "scopes": ["admin"]})
+    assert status == 409
+    assert answer["error"] == "a key named 'dup' exists: revoke it or choose another name"
+
+
+async def test_revoking_needs_a_listed_id(keys: Keys) -> None:
+    status, answer = await keys.call("DELETE", "/admin")
+    assert status == 400 and answer["error"].startswith("id")
+    assert (await keys.call("DELETE", "/0123456789ab"))[0] == 404
+
+
+async def test_only_admin_keys_may_manage_keys(keys: Keys) -> None:
+    _, created = await keys.call("POST", body={"name": "client", "scopes": ["jobs"]})
+    assert (await keys.call("GET", key=created["key"]))[0] in (401, 403)
+    assert (await keys.call("POST", body={"name": "x", "scopes": ["admin"]}, key="lg_no"))[0] == 401
