@@ -1,6 +1,7 @@
 """The console ships in the wheel: `pip install lockgate` serves it without Node or a build
-step. Builds the real wheel (pip, with the build backend pyproject.toml asks for) from a
-copy of the sources and checks that every file under manage/static/ is in it."""
+step. Builds the real wheel (pip, with the venv's setuptools — the test extras pin the
+version pyproject.toml's build backend asks for — so nothing is fetched) from a copy of the
+sources and checks that every file under manage/static/ is in it."""
 
 from __future__ import annotations
 
@@ -24,7 +25,18 @@ def build_wheel(tmp_path: Path) -> Path:
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
     shutil.copytree(REPO / "operator", src / "operator", ignore=ignore)
     out = tmp_path / "dist"
-    command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(src)]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--no-deps",
+        "--no-build-isolation",
+        "-q",
+        "-w",
+        str(out),
+        str(src),
+    ]
     subprocess.run(command, check=True, timeout=300)
     (wheel,) = out.glob("lockgate-*.whl")
     return wheel
