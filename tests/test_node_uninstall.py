@@ -91,8 +91,10 @@ def test_helm_uninstall_with_endpoints_left_stops_workers_and_frees_the_endpoint
     wait_until(lambda: not hook_objects(), "the hook's objects to go once it succeeded", 60)
 
     node.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
+    # The last worker pod goes only when the kubelet confirms it; on a loaded machine that
+    # took just over 120 s once (the namespace said: "pods. has 1 resource instances").
     try:
-        wait_until(lambda: _namespace_gone(node), f"namespace {NAMESPACE} to be deleted", 120)
+        wait_until(lambda: _namespace_gone(node), f"namespace {NAMESPACE} to be deleted", 300)
     except AssertionError as err:  # say what holds it (the namespace's conditions, what is left)
         held = node.kubectl("get", "namespace", NAMESPACE, "-o", "jsonpath={.status}")
         left = node.kubectl("-n", NAMESPACE, "get", "all,secrets,endpoints.lockgate.dev,"
