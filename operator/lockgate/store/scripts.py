@@ -39,6 +39,8 @@ NAMES = (
     "claim_webhooks",
     "settle_webhook",
     "limit",
+    "history",
+    "worker_states",
 )
 
 
