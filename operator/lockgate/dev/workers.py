@@ -52,16 +52,14 @@ def crashes_of(exited: Iterable[LocalWorker]) -> list[Crash]:
     ]
 
 
-def worker_states(
-    starting: int, crashes: list[Crash], now: float, workers_max: int
-) -> WorkerStates:
+def worker_states(starting: int, crashes: list[Crash], now: float, wanted: int) -> WorkerStates:
     """Dev mode's worker states: processes started but not yet polling are initializing;
     when workers keep exiting at once (a crash loop), as many as crashed recently (at most
-    `workersMax`, at least one) are unhealthy, and the message quotes the last crash."""
+    the `wanted` workers, at least one) are unhealthy, and the message quotes the last crash."""
     recent = [c for c in crashes if now - c.ended < CRASH_WINDOW_S]
     if len(recent) < CRASH_LOOP:
         return WorkerStates(initializing=starting)
-    unhealthy = max(1, min(len(recent), workers_max))
+    unhealthy = max(1, min(len(recent), wanted))
     last = recent[-1]
     said = f": last output {last.last_line!r}" if last.last_line else " without any output"
     message = (
@@ -123,7 +121,8 @@ class LocalWorkers:
         starting = len([w for w in self.pool.active if w not in snap.worker_jobs])
         crashes = crashes_of(self.pool.crashes)
         now = time.monotonic()
-        self.states = worker_states(starting, crashes, now, self.scaler.limits.workers_max)
+        wanted = max(self.scaler.limits.workers_min, len(self.pool.active))
+        self.states = worker_states(starting, crashes, now, wanted)
         await self.store.report_worker_states(
             self.endpoint_id, initializing=self.states.initializing, throttled=0,
             unhealthy=self.states.unhealthy,
