@@ -28,6 +28,12 @@ from lockgate.store.keys import ENDPOINT_ID_RE, HISTORY_INTERVAL_S, HISTORY_POIN
 log = logging.getLogger("lockgate.history")
 
 SETTLE_S = 1.0  # after an interval ends, scripts of jobs that ended in it have run
+# Each sample also writes the intervals before the newest one if they have no point yet
+# (a late wake-up, a busy loop, a restart): a point per interval, never a gap.
+CATCH_UP = 3
+# The loop sleeps on the monotonic clock but slots follow the wall clock; when the two
+# drift (NTP slewing), a wake-up can come a little early: then it sleeps at least this (s).
+MIN_SLEEP_S = 0.5
 HISTORY_STORE = web.AppKey("history_store", JobStore)
 HISTORY_REGISTRY = web.AppKey("history_registry", Registry)
 
@@ -54,16 +60,19 @@ class HistorySampler:
         self.clock = clock
 
     async def sample(self) -> int:
-        """Write the points of the last ended interval; returns how many this call wrote."""
-        t = interval_to_sample(self.clock())
+        """Write the points of the last ended intervals that have none yet (oldest first);
+        returns how many this call wrote."""
+        newest = interval_to_sample(self.clock())
+        slots = [newest - k * HISTORY_INTERVAL_S for k in reversed(range(CATCH_UP))]
         written = 0
         for endpoint_id in await self.registry.list_endpoints():
-            written += await self.store.record_history(endpoint_id, t)
+            for t in slots:
+                written += await self.store.record_history(endpoint_id, t)
         return written
 
     async def run(self) -> None:
         while True:
-            await asyncio.sleep(seconds_to_next(self.clock()))
+            await asyncio.sleep(max(MIN_SLEEP_S, seconds_to_next(self.clock())))
             try:
                 await self.sample()
             except Exception as err:  # Redis away for a moment: the next interval retries
