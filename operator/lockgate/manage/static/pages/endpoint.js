@@ -104,7 +104,7 @@ async function refresh(id, ctx, failure, body) {
 export async function render(view, ctx) {
   useStyles();
   const failure = h("div");
-  const body = h("div", {}, h("p", {class: "hint"}, "Loading…"));
+  const body = h("div", {class: "overview"}, h("p", {class: "hint"}, "Loading…"));
   view.append(failure, body);
   ctx.every(REFRESH_MS, async () => {
     try {
