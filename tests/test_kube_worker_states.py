@@ -10,6 +10,7 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import requests
 from kubernetes.client.exceptions import ApiException
 from redis.asyncio import Redis
 
@@ -17,7 +18,7 @@ from lockgate.dev.redis_server import EmbeddedRedis
 from lockgate.store import JobStore, Snapshot
 
 if TYPE_CHECKING:
-    from kube_fixtures import Resources
+    from kube_fixtures import Resources, RunningOperator
 
 pytest_plugins = ["kube_fixtures"]
 pytestmark = [pytest.mark.envtest, pytest.mark.usefixtures("operator")]
@@ -121,3 +122,22 @@ def test_pod_states_become_health_counts_and_a_condition_naming_the_cause(
                 resources.core.delete_namespaced_pod(
                     name, resources.namespace, grace_period_seconds=0
                 )
+
+
+def test_the_management_api_on_a_cluster_serves_the_endpoints_history(
+    resources: Resources, operator: RunningOperator
+) -> None:
+    resources.template("history-tpl")
+    resources.endpoint("ep-history", templateId="history-tpl", workersMin=0)
+    url = f"{operator.manage_url}/v1/endpoints/ep-history/metrics"
+    headers = {"authorization": f"Bearer {operator.file_admin_key}"}
+
+    def points() -> list:
+        resp = requests.get(url, headers=headers, timeout=10)
+        return resp.status_code == 200 and resp.json()["points"]
+
+    # Sampled by the operator's own process once registered: a point within ~11 s.
+    [first, *_] = resources.wait_until(points, "a history point", timeout=40)
+    assert first["t"] % 10 == 0 and first["inQueue"] == 0 and first["completed"] == 0
+    missing = requests.get(url.replace("ep-history", "ep-nothing"), headers=headers, timeout=10)
+    assert missing.status_code == 404
