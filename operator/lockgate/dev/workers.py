@@ -60,7 +60,8 @@ def worker_states(starting: int, crashes: list[Crash], now: float, wanted: int) 
     if len(recent) < CRASH_LOOP:
         return WorkerStates(initializing=starting)
     unhealthy = max(1, min(len(recent), wanted))
-    last = recent[-1]
+    # The newest crash whose output was read (a pipe may still be draining the very last).
+    last = next((c for c in reversed(recent) if c.last_line), recent[-1])
     said = f": last output {last.last_line!r}" if last.last_line else " without any output"
     message = (
         f"Workers exit at once (exit code {last.code}){said}. Fix the handler or image; "
