@@ -112,9 +112,11 @@ async def endpoint_metrics(request: web.Request) -> web.Response:
     return json_response({"interval": HISTORY_INTERVAL_S, "points": points[-HISTORY_POINTS:]})
 
 
-def add_history_routes(app: web.Application, store: JobStore, registry: Registry) -> None:
-    """`GET {prefix}/endpoints/{id}/metrics` on the management app (admin auth is its
-    middleware's)."""
+def add_history_routes(
+    app: web.Application, store: JobStore, registry: Registry, *, prefix: str = ""
+) -> None:
+    """`GET {prefix}/endpoints/{id}/metrics` on the management app (its middleware checks
+    the admin key); `prefix` as given to `create_manage_app`."""
     app[HISTORY_STORE] = store
     app[HISTORY_REGISTRY] = registry
-    app.router.add_get("/endpoints/{endpoint_id}/metrics", endpoint_metrics)
+    app.router.add_get(f"{prefix}/endpoints/{{endpoint_id}}/metrics", endpoint_metrics)
