@@ -97,7 +97,11 @@ function legend(spec, points) {
 }
 
 function draw(grid, points) {
-  const width = Math.max(300, Math.min(760, Math.floor(grid.clientWidth / (grid.clientWidth > 1100 ? 2 : 1)) - 34));
+  // The charts' drawing width is the width they show at (health.css: columns of at least
+  // 520 px, 14 px apart; 34 px of card padding), so their text keeps its size on a phone.
+  const columns = Math.max(1, Math.floor((grid.clientWidth + 14) / (520 + 14)));
+  const column = (grid.clientWidth - 14 * (columns - 1)) / columns;
+  const width = Math.max(280, Math.min(900, Math.floor(column) - 34));
   const t1 = points.length ? points[points.length - 1].t + 10 : Date.now() / 1000;
   const t0 = Math.min(points.length ? points[0].t : t1, t1 - 600); // at least 10 minutes wide
   replace(grid, CHARTS.map((spec) => h("section", {class: "card chart", "aria-labelledby": `chart-${spec.id}`},
