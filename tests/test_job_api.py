@@ -283,7 +283,7 @@ async def test_health_counts_jobs_and_workers(http, gateway):
     _, health = await get(http, gateway, "health")
     assert health == {
         "jobs": {"completed": 1, "failed": 1, "inProgress": 1, "inQueue": 0, "retried": 0},
-        "workers": {"idle": 2, "running": 1},
+        "workers": {"idle": 2, "running": 1, "initializing": 0, "throttled": 0, "unhealthy": 0},
     }
 
 

@@ -118,7 +118,7 @@ def test_after_the_idle_timeout_no_worker_pod_is_left(release: Release, echo: Jo
     # The kubelet deletes a stopped pod's object at its next status sync (10 s at most).
     wait_until(lambda: not worker_pods(release, "echo", live=False), "no echo pod", timeout=60)
     TIMINGS["last job -> no worker pod object"] = time.monotonic() - t0
-    idle = {"idle": 0, "running": 0}
+    idle = {"idle": 0, "running": 0, "initializing": 0, "throttled": 0, "unhealthy": 0}
     wait_until(lambda: echo.health()["workers"] == idle, "/health to count no worker", 10)
 
 

@@ -28,6 +28,7 @@ from lockgate.logs import setup_logging
 from lockgate.manage.api import create_manage_app
 from lockgate.manage.console import add_console
 from lockgate.manage.controlplane import UnusableSettings
+from lockgate.manage.history import add_history_routes, history_sampler
 from lockgate.manage.local import STOP_GRACE_S, LocalControlPlane
 from lockgate.models import EndpointSpec, describe_validation_error
 from lockgate.settings import Settings
@@ -128,7 +129,10 @@ def build_app(
     plane = LocalControlPlane(
         gw, gateway_url=gateway_url, base_dir=base_dir, stop_grace_s=stop_grace_s
     )
-    app.add_subapp("/v1", create_manage_app(plane, gw.auth, prefix=""))
+    manage = create_manage_app(plane, gw.auth, prefix="")
+    add_history_routes(manage, gw.store, gw.registry)
+    app.add_subapp("/v1", manage)
+    app.cleanup_ctx.append(history_sampler(gw.store, gw.registry))
     add_console(app)
     return app, plane
 

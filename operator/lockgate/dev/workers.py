@@ -3,14 +3,71 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+import contextlib
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from lockgate.dev.launch import Launch
 from lockgate.models import EndpointSpec
 from lockgate.scaling.autoscaler import LocalAutoscaler, release_exited
 from lockgate.scaling.decision import Limits
-from lockgate.scaling.local_pool import LocalProcessPool, WorkerKeyIssuer
+from lockgate.scaling.local_pool import LocalProcessPool, LocalWorker, WorkerKeyIssuer
 from lockgate.store import JobStore
+
+log = logging.getLogger("lockgate.dev")
+
+QUICK_EXIT_S = 10.0  # a worker that exits (unasked) sooner than this after starting crashed
+CRASH_WINDOW_S = 60.0  # crashes this recent count; two of them make a crash loop
+CRASH_LOOP = 2
+REPORT_S = 1.0  # how often worker states go to Redis (they live WORKER_STATES_TTL_MS)
+
+
+@dataclass(frozen=True)
+class Crash:
+    """A worker process that exited unasked soon after it started."""
+
+    code: int
+    ended: float  # monotonic
+    last_line: str
+
+
+@dataclass(frozen=True)
+class WorkerStates:
+    """What dev mode reports beside the gateway's idle/running, and why."""
+
+    initializing: int = 0
+    unhealthy: int = 0
+    reason: str = ""  # CamelCase, for the endpoint's WorkersHealthy condition
+    message: str = ""
+
+
+def crashes_of(exited: Iterable[LocalWorker]) -> list[Crash]:
+    """The quick unasked exits among reaped workers."""
+    return [
+        Crash(w.process.returncode or 0, w.ended, w.last_line)
+        for w in exited
+        if w.ended is not None and w.ended - w.started < QUICK_EXIT_S
+    ]
+
+
+def worker_states(starting: int, crashes: list[Crash], now: float, wanted: int) -> WorkerStates:
+    """Dev mode's worker states: processes started but not yet polling are initializing;
+    when workers keep exiting at once (a crash loop), as many as crashed recently (at most
+    the `wanted` workers, at least one) are unhealthy, and the message quotes the last crash."""
+    recent = [c for c in crashes if now - c.ended < CRASH_WINDOW_S]
+    if len(recent) < CRASH_LOOP:
+        return WorkerStates(initializing=starting)
+    unhealthy = max(1, min(len(recent), wanted))
+    # The newest crash whose output was read (a pipe may still be draining the very last).
+    last = next((c for c in reversed(recent) if c.last_line), recent[-1])
+    said = f": last output {last.last_line!r}" if last.last_line else " without any output"
+    message = (
+        f"Workers exit at once (exit code {last.code}){said}. Fix the handler or image; "
+        "the worker logs show the whole output."
+    )
+    return WorkerStates(max(0, starting - unhealthy), unhealthy, "CrashLoop", message)
 
 
 def limits_of(spec: EndpointSpec) -> Limits:
@@ -34,6 +91,8 @@ class LocalWorkers:
     pool: LocalProcessPool
     scaler: LocalAutoscaler
     task: asyncio.Task
+    states: WorkerStates = field(default_factory=WorkerStates)
+    reporter: asyncio.Task | None = None
 
     @classmethod
     def start(
@@ -51,7 +110,33 @@ class LocalWorkers:
         )
         scaler = LocalAutoscaler(store, pool, endpoint_id, limits)
         task = asyncio.create_task(scaler.run(), name=f"lockgate-scaler-{endpoint_id}")
-        return cls(endpoint_id, store, pool, scaler, task)
+        workers = cls(endpoint_id, store, pool, scaler, task)
+        workers.reporter = asyncio.create_task(
+            workers.report(), name=f"lockgate-states-{endpoint_id}"
+        )
+        return workers
+
+    async def observe(self) -> WorkerStates:
+        """Compute the worker states now and report them to Redis (for /health)."""
+        snap = await self.store.snapshot(self.endpoint_id)
+        starting = len([w for w in self.pool.active if w not in snap.worker_jobs])
+        crashes = crashes_of(self.pool.crashes)
+        now = time.monotonic()
+        wanted = max(self.scaler.limits.workers_min, len(self.pool.active))
+        self.states = worker_states(starting, crashes, now, wanted)
+        await self.store.report_worker_states(
+            self.endpoint_id, initializing=self.states.initializing, throttled=0,
+            unhealthy=self.states.unhealthy,
+        )  # fmt: skip
+        return self.states
+
+    async def report(self) -> None:
+        while True:
+            try:
+                await self.observe()
+            except Exception as err:  # Redis away for a moment: report next time
+                log.warning("endpoint %s: worker states not reported: %s", self.endpoint_id, err)
+            await asyncio.sleep(REPORT_S)
 
     @property
     def count(self) -> int:
@@ -75,4 +160,8 @@ class LocalWorkers:
         still running after `grace_s` seconds are killed with their process group. The
         store then forgets them (a job a killed worker held goes back to the queue)."""
         await self.halt()
+        if self.reporter is not None:
+            self.reporter.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.reporter
         await release_exited(self.store, self.endpoint_id, await self.pool.close(grace_s))

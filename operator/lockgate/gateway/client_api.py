@@ -288,6 +288,12 @@ async def health(request: web.Request, call: Call) -> web.Response:
                 "inQueue": snap.in_queue + snap.in_queue_low,
                 "retried": snap.retried,
             },
-            "workers": {"idle": snap.workers_idle, "running": snap.workers_running},
+            "workers": {
+                "idle": snap.workers_idle,
+                "running": snap.workers_running,
+                "initializing": snap.workers_initializing,
+                "throttled": snap.workers_throttled,
+                "unhealthy": snap.workers_unhealthy,
+            },
         }
     )

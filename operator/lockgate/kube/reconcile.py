@@ -55,6 +55,7 @@ class Context:
     registry: Registry
     jobs: JobStore
     scaling: dict[str, Check] = field(default_factory=dict)  # endpoint id -> MetricsAvailable
+    pods: dict[str, Check] = field(default_factory=dict)  # endpoint id -> WorkersHealthy
     # One registration at a time per endpoint in this process: the worker key is never read
     # back, so two concurrent ones (a handler and the resync daemon) must not interleave.
     registering: dict[str, asyncio.Lock] = field(default_factory=dict)
@@ -316,6 +317,7 @@ async def reconcile(body: Body, ctx: Context) -> dict[str, Any]:
         deployment=deployment,
         activity=counts,
         scaling=ctx.scaling.get(owner.name),
+        pods=ctx.pods.get(owner.name),
     )
     return endpoint_status(
         observed,

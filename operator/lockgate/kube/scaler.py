@@ -34,6 +34,7 @@ from lockgate.kube import reconcile as rc
 from lockgate.kube.cluster import ClusterError
 from lockgate.kube.events import endpoint_event
 from lockgate.kube.manifests import EXTERNAL_SCALER, Owner
+from lockgate.kube.podstates import pod_states
 from lockgate.kube.status import METRICS_AVAILABLE, Check
 from lockgate.scaling.autoscaler import Autoscaler
 from lockgate.scaling.decision import Decision, EndpointMetrics, Limits
@@ -166,6 +167,8 @@ class ScalingLoop:
             del self.pods_seen[gone]
         for gone in set(self.ctx.scaling) - set(ours):
             del self.ctx.scaling[gone]
+        for gone in set(self.ctx.pods) - set(ours):
+            del self.ctx.pods[gone]
 
     async def scale(
         self,
@@ -179,6 +182,7 @@ class ScalingLoop:
         """Decide for one endpoint and apply it; None when it has no Deployment yet or
         another scaler owns its count."""
         await self._forget_gone_pods(owner.name, pods)
+        await self._report_pods(owner, entry, pods)
         check = metrics_check(owner.name, readings, error)
         await self._report_metrics(owner, check)
         if deployment is None:
@@ -229,6 +233,25 @@ class ScalingLoop:
         ready = int((deployment.get("status") or {}).get("readyReplicas") or 0)
         workers = {"workers": {"desired": decision.desired, "ready": ready}}
         await self.ctx.cluster.patch_endpoint_status(owner.namespace, owner.name, workers)
+
+    async def _report_pods(self, owner: Owner, entry: Obj, pods: list[Obj]) -> None:
+        """Worker states from the pods to Redis (for `/health`), and `WorkersHealthy` on
+        the Endpoint: on a change, an Event and a status refresh."""
+        states = pod_states(pods, entry)
+        await self.ctx.jobs.report_worker_states(
+            owner.name, initializing=states.initializing, throttled=states.throttled,
+            unhealthy=states.unhealthy,
+        )  # fmt: skip
+        check, previous = states.check, self.ctx.pods.get(owner.name)
+        self.ctx.pods[owner.name] = check
+        if check is None or check == previous:
+            return
+        if check.ok is False:
+            event = endpoint_event(owner, check.reason, check.message, now=rc.now(), warning=True)
+            await self.ctx.cluster.create_event(event)
+        body = await self.ctx.cluster.get_endpoint(owner.namespace, owner.name)
+        if body is not None and not body["metadata"].get("deletionTimestamp"):
+            await rc.refresh(self.ctx, body)
 
     async def _report_metrics(self, owner: Owner, check: Check) -> None:
         """Keep `MetricsAvailable` current; on a change, an Event and a status refresh."""

@@ -17,6 +17,7 @@ WORKLOADS_APPLIED = "WorkloadsApplied"  # the API server took the Deployment (an
 DEPLOYMENT_AVAILABLE = "DeploymentAvailable"
 READY = "Ready"  # mirrors the phase, for tools that read a Ready condition (kstatus, Flux)
 METRICS_AVAILABLE = "MetricsAvailable"  # the scaler could read the gateway's /metrics
+WORKERS_HEALTHY = "WorkersHealthy"  # worker pods schedule and start (kube.podstates)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +60,9 @@ class Observed:
     # where this replica does not run the scaler (another holds its Lease): the condition
     # is then kept as it was, and so is its effect on the phase.
     scaling: Check | None = None
+    # `WorkersHealthy` from the worker pods (kube.podstates), by the replica running the
+    # scaler; None elsewhere: the condition is then kept as it was.
+    pods: Check | None = None
 
 
 def deployment_check(deployment: Mapping[str, Any] | None) -> Check:
@@ -177,7 +181,10 @@ def endpoint_status(
     checks = [*observed.checks, deployment_check(observed.deployment), ready]
     if observed.scaling is not None:
         checks.append(observed.scaling)
+    if observed.pods is not None:
+        checks.append(observed.pods)
     kept = [] if observed.scaling is not None else carried(before, METRICS_AVAILABLE)
+    kept += [] if observed.pods is not None else carried(before, WORKERS_HEALTHY)
     desired, ready_workers = replica_counts(observed.deployment)
     act = observed.activity
     status = EndpointStatus(

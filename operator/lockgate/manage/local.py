@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from lockgate.dev.launch import Launch, launch_for
 from lockgate.dev.worker_keys import WorkerKeys
-from lockgate.dev.workers import LocalWorkers, limits_of
+from lockgate.dev.workers import LocalWorkers, WorkerStates, limits_of
 from lockgate.gateway.errors import Unavailable
 from lockgate.gateway.state import Gateway
 from lockgate.manage.controlplane import EndpointExists, EndpointNotFound, UnusableSettings
@@ -48,6 +48,7 @@ ORIGIN_CLI = "cli"  # the command line's endpoint: applied again by the command 
 STOP_GRACE_S = 30.0  # shutdown or a new templateId: workers finish the job in hand
 DELETE_GRACE_S = 5.0  # the endpoint's jobs are deleted anyway: no reason to wait long
 READY = "Ready"
+WORKERS_HEALTHY = "WorkersHealthy"
 
 
 def gpus_here() -> int:
@@ -105,6 +106,9 @@ def local_status(
         message=message,
         lastTransitionTime=ep.since,
     )
+    conditions = [condition]
+    if ep.workers is not None:
+        conditions.append(workers_condition(ep.workers.states, ep.since))
     return EndpointStatus(
         phase=Phase.READY if ok else Phase.FAILED,
         endpointId=ep.id,
@@ -116,9 +120,22 @@ def local_status(
             running=snap.workers_running,
         ),
         jobs=JobCounts(inQueue=snap.in_queue + snap.in_queue_low, inProgress=snap.in_progress),
-        conditions=[condition],
+        conditions=conditions,
         observedGeneration=ep.generation,
     )
+
+
+def workers_condition(states: WorkerStates, since: str) -> Condition:
+    """`WorkersHealthy`: False, with the cause and what to do, while workers crash-loop."""
+    if states.reason:
+        return Condition(
+            type=WORKERS_HEALTHY, status=ConditionStatus.FALSE, reason=states.reason,
+            message=states.message, lastTransitionTime=now(),
+        )  # fmt: skip
+    return Condition(
+        type=WORKERS_HEALTHY, status=ConditionStatus.TRUE, reason="WorkersStart",
+        message="Worker processes start and stay up", lastTransitionTime=since,
+    )  # fmt: skip
 
 
 class LocalControlPlane:

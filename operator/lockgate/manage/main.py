@@ -22,8 +22,9 @@ from lockgate.kube.cluster import Cluster, api_client_from_environment
 from lockgate.kube.settings import OperatorSettings
 from lockgate.manage.api import create_manage_app
 from lockgate.manage.console import add_console
+from lockgate.manage.history import add_history_routes, history_sampler
 from lockgate.manage.kube import KubernetesControlPlane
-from lockgate.store import Registry, connect
+from lockgate.store import JobStore, Registry, connect
 
 
 def _watching(key_file: KeyFile) -> Callable[[web.Application], AsyncIterator[None]]:
@@ -54,8 +55,11 @@ def create_app(settings: OperatorSettings, cluster: Cluster, registry: Registry)
     manage = create_manage_app(
         control_plane, Authenticator(registry, cache_s=5.0, key_file=key_file), prefix=""
     )
+    store = JobStore(registry.redis)
+    add_history_routes(manage, store, registry)
     app = web.Application()
     app.router.add_get("/healthz", healthz)
+    app.cleanup_ctx.append(history_sampler(store, registry))
     app.add_subapp("/v1", manage)
     add_console(app, connect_src=settings.console_connect_src())
     if key_file is not None:

@@ -166,8 +166,20 @@ class HealthJobs(BaseModel):
 
 
 class HealthWorkers(BaseModel):
-    idle: int = 0
-    running: int = 0
+    """The spec's `idle` and `running`, and the states that explain a waiting queue:
+    `initializing` (started, not yet taking jobs), `throttled` (wanted but unschedulable:
+    no node or GPU of the endpoint's types) and `unhealthy` (crash-looping, failing
+    readiness, image pull errors). The endpoint's conditions say why."""
+
+    idle: int = Field(0, description="Workers alive and holding no job")
+    running: int = Field(0, description="Workers holding at least one job")
+    initializing: int = Field(0, description="Workers started but not yet taking jobs")
+    throttled: int = Field(
+        0, description="Workers wanted but unschedulable (no node or GPU of the endpoint's types)"
+    )
+    unhealthy: int = Field(
+        0, description="Workers crash-looping, failing readiness or failing to pull their image"
+    )
 
 
 class Health(BaseModel):

@@ -16,6 +16,8 @@ import os
 import secrets
 import signal
 import sys
+import time
+from collections import deque
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -43,6 +45,9 @@ class LocalWorker:
     process: asyncio.subprocess.Process
     stopping: bool = False
     pipes: list[asyncio.Task] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+    ended: float | None = None  # monotonic, once reaped
+    last_line: str = ""  # its latest line of output, for a crash's condition message
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +89,7 @@ class LocalProcessPool:
         self.keys = keys
         self.store = store
         self.workers: dict[str, LocalWorker] = {}
+        self.crashes: deque[LocalWorker] = deque(maxlen=32)  # exited without being asked
         self._revoking: set[asyncio.Task] = set()
 
     @property
@@ -101,7 +107,7 @@ class LocalProcessPool:
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
         )  # fmt: skip
         worker = LocalWorker(worker_id, process)
-        worker.pipes.append(asyncio.create_task(_forward(worker_id, process.stdout)))
+        worker.pipes.append(asyncio.create_task(_forward(worker, process.stdout)))
         self.workers[worker_id] = worker
         log.info("worker %s started (pid %d)", worker_id, process.pid)
         return worker_id
@@ -141,6 +147,9 @@ class LocalProcessPool:
         gone = [w for w in self.workers.values() if w.process.returncode is not None]
         for w in gone:
             del self.workers[w.id]
+            w.ended = time.monotonic()
+            if not w.stopping:
+                self.crashes.append(w)
             self._revoke(w.id)
             _kill_group(w.process)
             level = logging.INFO if w.stopping else logging.WARNING
@@ -185,9 +194,11 @@ def _kill_group(process: asyncio.subprocess.Process) -> None:
         os.killpg(process.pid, signal.SIGKILL)
 
 
-async def _forward(worker_id: str, stream: asyncio.StreamReader | None) -> None:
+async def _forward(worker: LocalWorker, stream: asyncio.StreamReader | None) -> None:
     """Copy a worker's output to ours, each line prefixed with the worker id."""
     if stream is None:
         return
     while line := await stream.readline():
-        sys.stderr.write(f"[{worker_id}] {line.decode(errors='replace')}")
+        text = line.decode(errors="replace")
+        worker.last_line = text.strip() or worker.last_line
+        sys.stderr.write(f"[{worker.id}] {text}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -347,7 +348,8 @@ class JobStore:
         SCAN of the endpoint's prefix: deleting an endpoint is rare and never on a request
         path."""
         prefix = keys.prefix(endpoint_id)
-        reply = await self.scripts.delete_endpoint(keys=[prefix], args=[])
+        now_s = self.clock() // 1000
+        reply = await self.scripts.delete_endpoint(keys=[prefix], args=[now_s])
         for pattern in ("r[lc]:*", "ik:*"):
             found = [k async for k in self.redis.scan_iter(match=prefix + pattern, count=1000)]
             if found:
@@ -360,8 +362,35 @@ class JobStore:
             keys=[keys.prefix(endpoint_id)], args=[self.clock(), self.liveness.heartbeat_timeout_ms]
         )
         oldest, oldest_low = (int(v) if int(v) >= 0 else None for v in r[8:10])
-        held = {w.decode(): int(n) for w, n in zip(r[10::2], r[11::2], strict=True)}
-        return Snapshot(*(int(v) for v in r[:8]), oldest, oldest_low, held)
+        held = {w.decode(): int(n) for w, n in zip(r[13::2], r[14::2], strict=True)}
+        initializing, throttled, unhealthy = (int(v) for v in r[10:13])
+        return Snapshot(
+            *(int(v) for v in r[:8]), oldest, oldest_low, held,
+            workers_initializing=initializing, workers_throttled=throttled,
+            workers_unhealthy=unhealthy,
+        )  # fmt: skip
+
+    async def report_worker_states(
+        self, endpoint_id: str, *, initializing: int, throttled: int, unhealthy: int
+    ) -> None:
+        """Worker states only the operator or dev pool can see; they vanish
+        `WORKER_STATES_TTL_MS` after the last report."""
+        args = [initializing, throttled, unhealthy, keys.WORKER_STATES_TTL_MS]
+        await self.scripts.worker_states(keys=[keys.prefix(endpoint_id)], args=args)
+
+    async def record_history(self, endpoint_id: str, t: int) -> bool:
+        """Write the history point of the interval starting at epoch second `t` (gauges as
+        of now), unless one exists (another replica wrote it). True when written."""
+        snap = await self.snapshot(endpoint_id)
+        gauges = [snap.in_queue, snap.in_queue_low, snap.in_progress, snap.workers_running]
+        gauges += [snap.workers_idle, snap.workers_initializing, keys.HISTORY_POINTS]
+        reply = await self.scripts.history(keys=[keys.prefix(endpoint_id)], args=[t, *gauges])
+        return reply == 1
+
+    async def history(self, endpoint_id: str, since: int = 0) -> list[dict]:
+        """History points of the endpoint from epoch second `since` on, oldest first."""
+        raw = await self.redis.zrangebyscore(keys.prefix(endpoint_id) + "hist", since, "+inf")
+        return [json.loads(p) for p in raw]
 
     async def stop_taking(
         self, endpoint_id: str, workers: Sequence[str], *, resume: Sequence[str] = ()

@@ -28,6 +28,15 @@ the single description of what they build.
                                mod ORDER_SLOTS (fixed per job: newest first, ties broken);
                                moved by the scripts that change a job's state, left when
                                the record dies (sweep, purge, endpoint deletion)
+    lg:{ep}:iv:{t}       HASH  what happened in the 10 s interval starting at epoch second
+                               {t}: c (jobs completed), f (failed or timed out), d{b} (jobs
+                               taken with a queue delay in log bucket b); dies after
+                               INTERVAL_KEEP_MS, read by the history sampler
+    lg:{ep}:hist         ZSET  history points (JSON, see manage/history.py), score = the
+                               interval's epoch second; at most HISTORY_POINTS
+    lg:{ep}:ws           HASH  worker states the gateway cannot see: initializing, throttled,
+                               unhealthy (counts) as the operator or dev pool last saw them;
+                               dies WORKER_STATES_TTL_MS after the last report
     lg:{ep}:wh           ZSET  webhook outbox: job ids, score = next attempt (ms)
     lg:{ep}:wha          HASH  job id -> webhook attempts made
     lg:{ep}:sweep        STR   lock: one replica sweeps the endpoint per interval
@@ -68,6 +77,15 @@ STOPPING_MS = 2 * 60 * 60 * 1000
 ORDER_SLOTS = 1024
 # How long a released worker id stays refused (ms): longer than an orphan outlives it.
 GONE_MS = STOPPING_MS
+
+
+# History for the console's charts: one point per interval, one hour kept.
+HISTORY_INTERVAL_S = 10
+HISTORY_POINTS = 360
+# Per-interval counters outlive their interval long enough for a late sampler (ms).
+INTERVAL_KEEP_MS = 15 * 60 * 1000
+# Worker-state reports vanish when their reporter stops reporting (ms).
+WORKER_STATES_TTL_MS = 30_000
 
 
 def prefix(endpoint_id: str) -> str:

@@ -83,6 +83,10 @@ class Snapshot:
     oldest_queued_ms: int | None  # submission time of the oldest normal job waiting
     oldest_queued_low_ms: int | None
     worker_jobs: dict[str, int] = field(default_factory=dict)  # live worker -> jobs it holds
+    # Worker states the operator (pod state) or dev pool (process state) reported.
+    workers_initializing: int = 0
+    workers_throttled: int = 0
+    workers_unhealthy: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,8 @@ NAMES = (
     "settle_webhook",
     "limit",
     "list_jobs",
+    "history",
+    "worker_states",
 )
 
 

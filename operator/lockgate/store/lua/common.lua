@@ -49,6 +49,20 @@ local function expire_at(id, at)
   redis.call('ZADD', P .. 'exp', at, id)
 end
 
+-- Count an event in the 10 s history interval holding `now` (ms): `lg:{ep}:iv:<t>`.
+local INTERVAL_KEEP = 900000
+local function count_interval(now, field)
+  local k = P .. 'iv:' .. (math.floor(now / 10000) * 10)
+  redis.call('HINCRBY', k, field, 1)
+  redis.call('PEXPIRE', k, INTERVAL_KEEP)
+end
+
+-- The log bucket of a queue delay (ms): buckets 10 % wide, so percentiles read from
+-- them are within 5 % (history.lua turns a bucket back into its middle).
+local function delay_bucket(ms)
+  return math.floor(math.log(math.max(ms, 0) + 1) / math.log(1.1))
+end
+
 -- Move a job into a final state: release its worker slot, count it, keep it for the
 -- retention (never beyond its ttl), queue its webhook, and wake /runsync waiters.
 local function finalize(ep, id, status, now, worker, sync, ret_run, ret_sync, extra)
@@ -60,8 +74,10 @@ local function finalize(ep, id, status, now, worker, sync, ret_run, ret_sync, ex
   if worker then redis.call('SREM', P .. 'wj:' .. worker, id) end
   if status == 'COMPLETED' then
     redis.call('HINCRBY', P .. 'stats', 'completed', 1)
+    count_interval(now, 'c')
   elseif status == 'FAILED' or status == 'TIMED_OUT' then
     redis.call('HINCRBY', P .. 'stats', 'failed', 1)
+    count_interval(now, 'f')
   end
   local f = redis.call('HMGET', jk, 'cr', 'tl', 'wh')
   local death = math.min(now + tonumber(sync == '1' and ret_sync or ret_run),

@@ -1,0 +1,143 @@
+"""Pure: worker states from worker pods, as the kubelet and scheduler wrote them.
+
+The gateway sees workers only once they poll (`idle`, `running`); why a queue waits with
+no worker taking jobs is in the pods: `initializing` (scheduled or being scheduled,
+pulling, starting, not ready yet), `throttled` (the scheduler found no node: no GPU of the
+endpoint's types free) and `unhealthy` (crash loop, image pull errors, a container that
+cannot be created). The worst cause becomes the Endpoint's `WorkersHealthy` condition,
+in plain words with what to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lockgate.kube.status import WORKERS_HEALTHY, Check
+
+PULL_ERRORS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
+CRASHES = {"CrashLoopBackOff", "RunContainerError"}
+CONFIG_ERRORS = {"CreateContainerConfigError", "CreateContainerError"}
+LAST_LINE_CHARS = 300
+
+Obj = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class PodStates:
+    """Counts of worker pods the gateway cannot see, and the condition naming the cause."""
+
+    initializing: int = 0
+    throttled: int = 0
+    unhealthy: int = 0
+    check: Check | None = None  # WorkersHealthy
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Why one pod is throttled or unhealthy; `rank` orders causes (worst first)."""
+
+    state: str  # "throttled" or "unhealthy"
+    reason: str
+    message: str
+    rank: int
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in (text or "").splitlines() if line.strip()]
+    return lines[-1].strip()[:LAST_LINE_CHARS] if lines else ""
+
+
+def _capacity(endpoint: Obj) -> str:
+    if endpoint.get("computeType", "GPU") == "CPU":
+        return f"{endpoint.get('vcpuCount') or 'the asked'} free vCPUs and the memory asked for"
+    types = " or ".join(endpoint.get("gpuTypeIds") or []) or "any type"
+    count = endpoint.get("gpuCount") or 1
+    return f"GPU type {types} with {count} free GPU{'s' if count != 1 else ''}"
+
+
+def unschedulable(pod: Obj, endpoint: Obj) -> Problem | None:
+    """Throttled: the scheduler found no node for the pod."""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("reason") == "Unschedulable":
+            gpu = endpoint.get("computeType", "GPU") != "CPU"
+            said = cond.get("message") or "no node fits"
+            message = (
+                f"Worker pods cannot be scheduled: no node has {_capacity(endpoint)} "
+                f"(scheduler: {said!r}). Add such a node or "
+                f"{'allow more GPU types' if gpu else 'ask for fewer vCPUs'}."
+            )
+            return Problem("throttled", "NoGpuCapacity" if gpu else "NoCpuCapacity", message, 2)
+    return None
+
+
+def container_problem(status: Obj, image: str) -> Problem | None:
+    """The problem of one container status, if it has one."""
+    waiting = (status.get("state") or {}).get("waiting") or {}
+    reason, said = waiting.get("reason", ""), waiting.get("message", "")
+    if reason in PULL_ERRORS:
+        message = (
+            f"The worker image {image!r} cannot be pulled ({reason}: {said or 'no detail'}). "
+            "Check the image name and tag in the Template, and the registry's pull secret."
+        )
+        return Problem("unhealthy", "ImagePullError", message, 0)
+    last = (status.get("lastState") or {}).get("terminated") or {}
+    if reason in CRASHES or (last and reason and status.get("restartCount", 0) > 0):
+        code = last.get("exitCode", "?")
+        line = _last_line(last.get("message", ""))
+        output = f": last output {line!r}" if line else ""
+        message = f"Workers exit at once (exit code {code}){output}. Fix the handler or image."
+        return Problem("unhealthy", "CrashLoop", message, 1)
+    if reason in CONFIG_ERRORS:
+        message = f"Worker containers cannot be created ({reason}: {said}). Fix the Template."
+        return Problem("unhealthy", "ContainerConfigError", message, 1)
+    return None
+
+
+def pod_problem(pod: Obj, endpoint: Obj) -> Problem | None:
+    """Why a worker pod cannot take jobs, if it is not just starting."""
+    if problem := unschedulable(pod, endpoint):
+        return problem
+    containers = (pod.get("spec") or {}).get("containers") or []
+    images = {c.get("name"): c.get("image", "") for c in containers}
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        image = images.get(status.get("name")) or status.get("image", "")
+        if problem := container_problem(status, image):
+            return problem
+    return None
+
+
+def _ready(pod: Obj) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def pod_states(pods: Iterable[Obj], endpoint: Obj) -> PodStates:
+    """Worker states of an endpoint's pods (those being deleted do not count). Ready pods
+    are the gateway's idle/running; others are initializing unless a problem shows."""
+    counts = {"initializing": 0, "throttled": 0, "unhealthy": 0}
+    problems: list[Problem] = []
+    seen = 0
+    for pod in pods:
+        if pod["metadata"].get("deletionTimestamp"):
+            continue
+        seen += 1
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        problem = pod_problem(pod, endpoint)
+        if problem is not None:
+            counts[problem.state] += 1
+            problems.append(problem)
+        elif not _ready(pod):
+            counts["initializing"] += 1
+    return PodStates(**counts, check=_check(problems, seen))
+
+
+def _check(problems: Sequence[Problem], pods: int) -> Check:
+    if not pods:
+        return Check(WORKERS_HEALTHY, True, "NoWorkers", "no worker pods now")
+    if not problems:
+        return Check(WORKERS_HEALTHY, True, "WorkersStart", "worker pods schedule and start")
+    worst = min(problems, key=lambda p: p.rank)
+    return Check(WORKERS_HEALTHY, False, worst.reason, worst.message)

@@ -1,0 +1,109 @@
+"""The console's Overview and Metrics pages in Chromium against a real `lockgate dev`: worker
+states from /health and the cause of a crash loop on the Overview; charts of the history
+after some jobs on the Metrics page; both readable at phone width."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import requests
+
+from console_browser import PHONE, assert_clean, screenshot, sign_in
+
+pytest_plugins = ["console_fixtures"]
+
+CRASHING = "python -c \"print('boom: CUDA driver not found'); raise SystemExit(1)\""
+
+
+def call(dev, method: str, path: str, body=None):
+    headers = {"authorization": f"Bearer {dev.key}"}
+    resp = requests.request(method, dev.url + path, json=body, headers=headers, timeout=30)
+    assert resp.status_code < 300, resp.text
+    return resp.json() if resp.content else None
+
+
+def poll(check, what: str, timeout_s: float = 60):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if value := check():
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def no_horizontal_scroll(page) -> None:
+    assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0
+
+
+def open_page(page, dev, hash_: str) -> None:
+    sign_in(page, dev)
+    page.wait_for_url(re.compile(r"#/endpoints$"))
+    page.goto(f"{dev.url}/console/#/{hash_}")
+
+
+def test_overview_shows_worker_states_queue_and_settings(page, console_dev):
+    for n in range(3):
+        job = call(console_dev, "POST", f"/v2/{console_dev.endpoint}/runsync", {"input": {"n": n}})
+        assert job["status"] == "COMPLETED"
+    open_page(page, console_dev, f"endpoints/{console_dev.endpoint}")
+    workers = page.get_by_role("region", name="Workers")
+    workers.wait_for()
+    for state in ("running", "idle", "initializing", "throttled", "unhealthy"):
+        assert workers.get_by_text(state, exact=True).is_visible()
+    jobs = page.get_by_role("region", name="Jobs")
+    page.wait_for_function("document.body.innerText.includes('completed')")
+    assert "3" in jobs.inner_text()
+    assert page.get_by_role("button", name=re.compile("Copy URL")).is_visible()
+    assert f"/v2/{console_dev.endpoint}" in page.get_by_role("region", name="Endpoint").inner_text()
+    assert page.get_by_role("region", name="Problems").count() == 0
+    assert "Ready" in page.get_by_role("region", name="Conditions").inner_text()
+    screenshot(page, "overview-healthy")
+    page.set_viewport_size(PHONE)
+    workers.wait_for()
+    no_horizontal_scroll(page)
+    screenshot(page, "overview-healthy-phone")
+    assert_clean(page)
+
+
+def test_a_crash_looping_endpoint_shows_unhealthy_and_the_cause(page, console_dev):
+    call(console_dev, "POST", "/v1/endpoints",
+         {"id": "crashy", "name": "crashy", "templateId": CRASHING, "workersMin": 1})  # fmt: skip
+    health = poll(
+        lambda: (h := call(console_dev, "GET", "/v2/crashy/health"))["workers"]["unhealthy"] and h,
+        "unhealthy workers in /health",
+    )
+    assert health["workers"]["unhealthy"] >= 1
+    open_page(page, console_dev, "endpoints/crashy")
+    problem = page.get_by_role("region", name="Problems").get_by_role("alert")
+    problem.wait_for()
+    text = problem.inner_text()
+    assert "CrashLoop" in text and "exit code 1" in text and "boom: CUDA driver not found" in text
+    unhealthy = page.get_by_role("region", name="Workers").locator(".stat.bad")
+    assert "unhealthy" in unhealthy.inner_text()
+    screenshot(page, "overview-unhealthy")
+    assert_clean(page)
+    call(console_dev, "DELETE", "/v1/endpoints/crashy")
+
+
+def test_metrics_page_charts_the_history_after_some_jobs(page, console_dev):
+    for n in range(4):
+        call(console_dev, "POST", f"/v2/{console_dev.endpoint}/runsync", {"input": {"n": n}})
+    path = f"/v1/endpoints/{console_dev.endpoint}/metrics"
+    poll(
+        lambda: sum(p["completed"] for p in call(console_dev, "GET", path)["points"]) >= 4,
+        "the jobs in the history",
+    )
+    open_page(page, console_dev, f"endpoints/{console_dev.endpoint}/metrics")
+    for name in ("Queue", "Workers", "Jobs ended per 10 s", "Queue delay"):
+        page.get_by_role("img", name=re.compile(f"^{name},")).wait_for()
+    outcomes = page.get_by_role("list", name="Jobs ended per 10 s legend")
+    assert "completed" in outcomes.inner_text() and "failed" in outcomes.inner_text()
+    assert page.locator("svg path.series").count() >= 4
+    screenshot(page, "metrics")
+    page.set_viewport_size(PHONE)
+    page.reload()
+    page.get_by_role("img", name=re.compile("^Queue delay,")).wait_for()
+    no_horizontal_scroll(page)
+    screenshot(page, "metrics-phone")
+    assert_clean(page)

@@ -1,0 +1,143 @@
+"""Worker states from worker pods through the real kube-apiserver (envtest) and the real
+operator: pods carrying the statuses the scheduler and kubelet write (Unschedulable,
+CrashLoopBackOff, ImagePullBackOff) become `/health`'s throttled/unhealthy counts in Redis
+and a `WorkersHealthy` condition naming the cause (issue 14, item 4)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import requests
+from kubernetes.client.exceptions import ApiException
+from redis.asyncio import Redis
+
+from lockgate.dev.redis_server import EmbeddedRedis
+from lockgate.store import JobStore, Snapshot
+
+if TYPE_CHECKING:
+    from kube_fixtures import Resources, RunningOperator
+
+pytest_plugins = ["kube_fixtures"]
+pytestmark = [pytest.mark.envtest, pytest.mark.usefixtures("operator")]
+
+EP = "ep-states"
+IMAGE = "registry.example.test/team/worker:missing"
+
+
+def worker_pod(resources: Resources, name: str) -> None:
+    labels = {
+        "lockgate.dev/endpoint": EP,
+        "app.kubernetes.io/component": "worker",
+        "app.kubernetes.io/managed-by": "lockgate-operator",
+    }
+    body = {
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"containers": [{"name": "worker", "image": IMAGE}]},
+    }
+    resources.core.create_namespaced_pod(resources.namespace, body)
+
+
+def pod_status(resources: Resources, name: str, status: dict[str, Any]) -> None:
+    """Write a pod's status as the scheduler or the kubelet would."""
+    resources.core.patch_namespaced_pod_status(name, resources.namespace, {"status": status})
+
+
+def waiting(reason: str, message: str = "", **extra: Any) -> dict[str, Any]:
+    container = {
+        "name": "worker", "image": IMAGE, "imageID": "", "ready": False,
+        "state": {"waiting": {"reason": reason, "message": message}}, **extra,
+    }  # fmt: skip
+    return {"phase": "Pending", "containerStatuses": [container]}
+
+
+SCHEDULER_SAYS = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+NOT_SCHEDULED = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+UNSCHEDULABLE = {"phase": "Pending", "conditions": [{**NOT_SCHEDULED, "message": SCHEDULER_SAYS}]}
+PULL = waiting("ImagePullBackOff", f'Back-off pulling image "{IMAGE}"')
+CRASH = waiting(
+    "CrashLoopBackOff", "back-off 40s restarting failed container", restartCount=4,
+    lastState={"terminated": {"exitCode": 3, "reason": "Error",
+                              "message": "loading model\nKeyError: 'MODEL_PATH'\n"}},
+)  # fmt: skip
+
+
+def snapshot(redis_server: EmbeddedRedis) -> Snapshot:
+    async def read() -> Snapshot:
+        redis = Redis.from_url(redis_server.url)
+        try:
+            return await JobStore(redis).snapshot(EP)
+        finally:
+            await redis.aclose()
+
+    return asyncio.run(read())
+
+
+def test_pod_states_become_health_counts_and_a_condition_naming_the_cause(
+    resources: Resources, redis_server: EmbeddedRedis
+) -> None:
+    resources.template("states-tpl", image=IMAGE)
+    resources.endpoint(
+        EP, templateId="states-tpl", gpuTypeIds=["NVIDIA A40"], gpuCount=2, workersMin=0
+    )
+    resources.wait_until(lambda: resources.deployment(f"{EP}-workers"), "the worker Deployment")
+    for name in ("w-unschedulable", "w-crash", "w-pull", "w-starting"):
+        worker_pod(resources, name)
+    pod_status(resources, "w-unschedulable", UNSCHEDULABLE)
+    pod_status(resources, "w-crash", CRASH)
+    pod_status(resources, "w-pull", PULL)
+    try:
+        counts = resources.wait_until(
+            lambda: (s := snapshot(redis_server)).workers_unhealthy == 2 and s, "unhealthy 2"
+        )
+        assert (counts.workers_throttled, counts.workers_initializing) == (1, 1)
+
+        def failing() -> dict:
+            cond = resources.condition(resources.status(EP), "WorkersHealthy")
+            return cond if cond.get("status") == "False" else {}
+
+        cond = resources.wait_until(failing, "WorkersHealthy False")
+        assert cond["reason"] == "ImagePullError"  # the worst cause first
+        assert IMAGE in cond["message"] and "Check the image name" in cond["message"]
+
+        resources.core.delete_namespaced_pod("w-pull", resources.namespace, grace_period_seconds=0)
+        crash = resources.wait_until(
+            lambda: (c := failing()).get("reason") == "CrashLoop" and c, "the crash loop named"
+        )
+        assert "exit code 3" in crash["message"] and "KeyError: 'MODEL_PATH'" in crash["message"]
+        assert "Fix the handler or image" in crash["message"]
+
+        resources.core.delete_namespaced_pod("w-crash", resources.namespace, grace_period_seconds=0)
+        throttled = resources.wait_until(
+            lambda: (c := failing()).get("reason") == "NoGpuCapacity" and c, "no GPU capacity"
+        )
+        assert "no node has GPU type NVIDIA A40 with 2 free GPUs" in throttled["message"]
+        assert "Add such a node or allow more GPU types" in throttled["message"]
+        assert snapshot(redis_server).workers_unhealthy == 0
+    finally:
+        for name in ("w-unschedulable", "w-crash", "w-pull", "w-starting"):
+            with contextlib.suppress(ApiException):  # deleted above
+                resources.core.delete_namespaced_pod(
+                    name, resources.namespace, grace_period_seconds=0
+                )
+
+
+def test_the_management_api_on_a_cluster_serves_the_endpoints_history(
+    resources: Resources, operator: RunningOperator
+) -> None:
+    resources.template("history-tpl")
+    resources.endpoint("ep-history", templateId="history-tpl", workersMin=0)
+    url = f"{operator.manage_url}/v1/endpoints/ep-history/metrics"
+    headers = {"authorization": f"Bearer {operator.file_admin_key}"}
+
+    def points() -> list:
+        resp = requests.get(url, headers=headers, timeout=10)
+        return resp.status_code == 200 and resp.json()["points"]
+
+    # Sampled by the operator's own process once registered: a point within ~11 s.
+    [first, *_] = resources.wait_until(points, "a history point", timeout=40)
+    assert first["t"] % 10 == 0 and first["inQueue"] == 0 and first["completed"] == 0
+    missing = requests.get(url.replace("ep-history", "ep-nothing"), headers=headers, timeout=10)
+    assert missing.status_code == 404

@@ -1,0 +1,79 @@
+"""The pure decisions behind `/health`'s worker states: pods (kube.podstates) and dev-mode
+processes (dev.workers.worker_states), as tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lockgate.dev.workers import Crash, worker_states
+from lockgate.kube.podstates import pod_states
+
+GPU = {"computeType": "GPU", "gpuTypeIds": ["NVIDIA L4", "NVIDIA A10"], "gpuCount": 1}
+CPU = {"computeType": "CPU", "vcpuCount": 8}
+
+
+def pod(status: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
+    spec = {"containers": [{"name": "worker", "image": "repo/img:1"}]}
+    return {"metadata": {"name": "p", **meta}, "spec": spec, "status": status or {}}
+
+
+def waiting(reason: str, **extra: Any) -> dict[str, Any]:
+    state = {"waiting": {"reason": reason, "message": "m"}}
+    return {"containerStatuses": [{"name": "worker", "state": state, **extra}]}
+
+
+READY = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+UNSCHEDULABLE = {
+    "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
+}
+
+
+@pytest.mark.parametrize(
+    ("pods", "endpoint", "counts", "reason"),
+    [
+        ([], GPU, (0, 0, 0), "NoWorkers"),
+        ([pod(READY)], GPU, (0, 0, 0), "WorkersStart"),
+        ([pod({"phase": "Pending"})], GPU, (1, 0, 0), "WorkersStart"),
+        ([pod(UNSCHEDULABLE)], GPU, (0, 1, 0), "NoGpuCapacity"),
+        ([pod(UNSCHEDULABLE)], CPU, (0, 1, 0), "NoCpuCapacity"),
+        ([pod(waiting("ErrImagePull"))], GPU, (0, 0, 1), "ImagePullError"),
+        ([pod(waiting("CrashLoopBackOff", restartCount=2))], GPU, (0, 0, 1), "CrashLoop"),
+        ([pod(waiting("CreateContainerConfigError"))], GPU, (0, 0, 1), "ContainerConfigError"),
+        ([pod(waiting("ErrImagePull"), deletionTimestamp="2026-01-01T00:00:00Z")], GPU,
+         (0, 0, 0), "NoWorkers"),
+        ([pod(UNSCHEDULABLE), pod(waiting("CrashLoopBackOff"))], GPU, (0, 1, 1), "CrashLoop"),
+    ],
+)  # fmt: skip
+def test_pod_states(pods: list, endpoint: dict, counts: tuple, reason: str) -> None:
+    states = pod_states(pods, endpoint)
+    assert (states.initializing, states.throttled, states.unhealthy) == counts
+    assert states.check is not None and states.check.reason == reason
+    assert states.check.ok is (reason in ("NoWorkers", "WorkersStart"))
+
+
+def test_unschedulable_message_names_the_gpu_types_and_what_to_do() -> None:
+    check = pod_states([pod(UNSCHEDULABLE)], {**GPU, "gpuCount": 2}).check
+    assert check is not None
+    assert "no node has GPU type NVIDIA L4 or NVIDIA A10 with 2 free GPUs" in check.message
+    assert check.message.endswith("Add such a node or allow more GPU types.")
+
+
+@pytest.mark.parametrize(
+    ("starting", "crash_ages", "wanted", "expected"),
+    [
+        (1, [], 1, (1, 0, "")),
+        (1, [5.0], 1, (1, 0, "")),  # one quick exit is not a loop yet
+        (1, [5.0, 2.0], 1, (0, 1, "CrashLoop")),
+        (0, [90.0, 70.0], 1, (0, 0, "")),  # old crashes are forgiven
+        (2, [9.0, 6.0, 3.0], 2, (0, 2, "CrashLoop")),
+    ],
+)
+def test_dev_worker_states(starting: int, crash_ages: list, wanted: int, expected: tuple) -> None:
+    now = 1000.0
+    crashes = [Crash(1, now - age, "Traceback: boom") for age in crash_ages]
+    states = worker_states(starting, crashes, now, wanted)
+    assert (states.initializing, states.unhealthy, states.reason) == expected
+    if states.reason:
+        assert "exit code 1" in states.message and "Traceback: boom" in states.message
