@@ -40,9 +40,7 @@ def test_sign_in_with_the_admin_key_keeps_it_out_of_the_url(page, console_dev):
     stored = page.evaluate("sessionStorage.getItem('lockgate.key')")
     assert stored == console_dev.key
     screenshot(page, "signed-in")
-    # the Endpoints page asks each endpoint's history (contract C, another part of issue
-    # 14); until that route answers, the browser logs its 404 and the page shows "—"
-    assert_clean(page, allow=("404",))
+    assert_clean(page)
 
 
 def test_a_wrong_key_is_refused_with_a_reason(page, console_dev):
