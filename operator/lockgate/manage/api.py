@@ -24,6 +24,7 @@ from lockgate.manage.controlplane import (
     EndpointNotFound,
     UnusableSettings,
 )
+from lockgate.manage.logs import add_logs_routes
 from lockgate.models import ENDPOINT_ID_PATTERN, EndpointSpec, describe_validation_error
 
 CONTROL_PLANE = web.AppKey("control_plane", ControlPlane)
@@ -150,4 +151,5 @@ def create_manage_app(
     app.router.add_get(f"{prefix}/endpoints/{{endpoint_id}}", get_endpoint)
     app.router.add_patch(f"{prefix}/endpoints/{{endpoint_id}}", patch_endpoint)
     app.router.add_delete(f"{prefix}/endpoints/{{endpoint_id}}", delete_endpoint)
+    add_logs_routes(app, control_plane, prefix=prefix)
     return app
