@@ -32,7 +32,6 @@ from lockgate.manage.loglines import (
 log = logging.getLogger("lockgate.manage")
 
 PODS_EVERY_S = 3.0  # how often a follow looks for new worker pods
-READ_CHUNK = 16384  # bytes per read of a followed log
 
 
 def worker_selector(endpoint_id: str) -> str:
@@ -164,7 +163,7 @@ class _Watch:
             resp.shutdown()
         pending = b""
         with contextlib.suppress(Exception):  # shut down, or the connection broke
-            for chunk in resp.stream(READ_CHUNK, decode_content=True):
+            for chunk in resp.stream(None, decode_content=True):  # as each chunk arrives
                 *complete, pending = (pending + chunk).split(b"\n")
                 for raw in complete:
                     for line in parse_pod_log(maker, raw.decode(errors="replace")):
