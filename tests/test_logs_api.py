@@ -272,3 +272,37 @@ def _epoch(iso: str) -> float:
     from lockgate.manage.loglines import parse_time
 
     return parse_time(iso, "ts")
+
+
+# -- Kubernetes pod log text, without a cluster (the node test reads real pods) ----------------
+
+
+def test_timestamped_pod_log_text_becomes_lines_of_that_pod() -> None:
+    from lockgate.manage.podlogs import parse_pod_log
+
+    text = (
+        "2026-11-23T00:50:00.123456789Z 2026 INFO    lockgate.worker | job j-9 started\n"
+        "2026-11-23T00:50:00.200000000Z hello from the handler\n"
+        "2026-11-23T00:50:01Z 2026 INFO    lockgate.worker | job j-9 completed in 5 ms\n"
+    )
+    lines = parse_pod_log(LineMaker("echo-workers-abc"), text)
+    assert [x.to_json()["ts"] for x in lines] == [
+        "2026-11-23T00:50:00.123Z",
+        "2026-11-23T00:50:00.200Z",
+        "2026-11-23T00:50:01.000Z",
+    ]
+    assert [x.job for x in lines] == ["j-9", "j-9", "j-9"]
+    assert lines[1].line == "hello from the handler" and lines[1].worker == "echo-workers-abc"
+
+
+def test_pod_log_options_follow_the_query() -> None:
+    from lockgate.manage.loglines import LogQuery
+    from lockgate.manage.podlogs import log_options
+
+    now = 1_800_000_000_000
+    assert log_options(LogQuery(tail=7), now) == {
+        "container": "worker", "timestamps": True, "tail_lines": 7,
+    }  # fmt: skip
+    since = log_options(LogQuery(since=now - 2500), now)
+    assert since["since_seconds"] == 3 and since["tail_lines"] == 500
+    assert log_options(LogQuery(job="j", tail=3), now)["tail_lines"] == 5000
