@@ -172,6 +172,22 @@ async def test_runpod_sdk_lines_carry_the_job_id(dev: Dev) -> None:
     assert all(x["job"] == job["id"] for x in lines)
 
 
+async def test_a_worker_that_exits_at_once_can_still_be_read(dev: Dev) -> None:
+    crash = "python -c \"print('cannot load the model', flush=True); raise SystemExit(3)\""
+    await dev.create("lg-crash", crash)
+    lines = await lines_saying(dev, "lg-crash", "cannot load the model")
+    gone = lines[0]["worker"]
+    pool = dev.plane._endpoints["lg-crash"].workers.pool
+
+    async def exited() -> bool:
+        return gone not in pool.workers  # reaped
+
+    await eventually(exited, f"worker {gone} to exit")
+    assert [x["line"] for x in await dev.lines("lg-crash", worker=gone)] == [
+        "cannot load the model"
+    ]
+
+
 async def test_bad_parameters_unknown_endpoints_and_wrong_keys_are_refused(dev: Dev) -> None:
     await dev.create("lg-refuse", PRINTING, workersMin=0)
     for params, name in [
