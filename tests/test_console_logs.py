@@ -29,10 +29,10 @@ def two_workers(console_dev) -> str:
     return ENDPOINT
 
 
-def run_job(dev, word: str) -> dict:
+def run_job(dev, word: str, **extra) -> dict:
     resp = requests.post(
         f"{dev.url}/v2/{ENDPOINT}/runsync?wait=60000",
-        json={"input": {"say": word}}, headers=dev.headers(), timeout=70,
+        json={"input": {"say": word, **extra}}, headers=dev.headers(), timeout=70,
     )  # fmt: skip
     assert resp.status_code == 200, resp.text
     return resp.json()
@@ -84,4 +84,25 @@ def test_logs_page_at_phone_width(page, console_dev, two_workers) -> None:
     overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
     assert overflow <= 0
     screenshot(page, "logs-phone")
+    assert_clean(page)
+
+
+def test_job_logs_show_a_failed_jobs_traceback(page, console_dev, two_workers) -> None:
+    """joblogs.js `jobLogs` (the Requests tab shows it per job) on its own."""
+    job = run_job(console_dev, "broken", fail=True)
+    assert job["status"] == "FAILED", job
+    sign_in(page, console_dev)
+    page.wait_for_url(re.compile(r"#/endpoints$"))
+    page.evaluate(
+        """async ([endpoint, id]) => {
+          const {jobLogs} = await import("./pages/joblogs.js");
+          document.getElementById("main").replaceChildren(await jobLogs(endpoint, id));
+        }""",
+        [two_workers, job["id"]],
+    )
+    box = page.get_by_role("log", name=f"Log lines of job {job['id']}")
+    box.get_by_text("RuntimeError: failing on purpose: broken", exact=True).wait_for()
+    assert page.locator(".job-logs pre.log", has_text="Traceback").count() == 1
+    assert "says after-open" not in box.inner_text()  # another job's lines
+    screenshot(page, "job-logs")
     assert_clean(page)

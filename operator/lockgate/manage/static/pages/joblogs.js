@@ -15,9 +15,10 @@ function clock(ts) {
   return (ts || "").slice(11, 23);
 }
 
-/** One log line: time, worker, job (its first characters), text; stderr lines are marked. */
-export function lineElement(line) {
-  return h("div", {class: `log-line ${line.stream}`},
+/** One log line: time, worker, job (its first characters), text; stderr lines are marked.
+ * `tag` "span" puts it inside a <pre>. */
+export function lineElement(line, tag = "div") {
+  return h(tag, {class: `log-line ${line.stream}`},
     h("span", {class: "ts", title: `${line.ts} (${line.stream})`}, clock(line.ts)),
     h("span", {class: "who", title: line.worker}, line.worker),
     h("span", {class: "job", title: line.job ? `job ${line.job}` : "no job"}, line.job ? line.job.slice(0, 13) : ""),
@@ -32,8 +33,8 @@ export async function jobLogs(endpointId, jobId, {signal} = {}) {
     const path = `/v1/endpoints/${encodeURIComponent(endpointId)}/logs?job=${encodeURIComponent(jobId)}&tail=500`;
     const {lines} = await api(path, {signal});
     box.append(lines.length
-      ? h("div", {class: "log-view", role: "log", "aria-label": `Log lines of job ${jobId}`, tabindex: "0"},
-        lines.map(lineElement))
+      ? h("pre", {class: "log log-view", role: "log", "aria-label": `Log lines of job ${jobId}`, tabindex: "0"},
+        lines.map((line) => lineElement(line, "span")))
       : h("p", {class: "hint"}, "No log lines for this job."));
     box.append(h("p", {class: "hint"},
       h("a", {href: `#/endpoints/${encodeURIComponent(endpointId)}/logs?job=${encodeURIComponent(jobId)}`}, "Follow this job's lines")));

@@ -34,7 +34,7 @@ export async function render(view, ctx) {
 
   function redraw() {
     const visible = lines.filter(shown);
-    replace(box, visible.length ? visible.map(lineElement)
+    replace(box, visible.length ? visible.map((line) => lineElement(line))
       : h("div", {class: "log-empty"}, paused ? "Paused." : "No log lines yet: they appear here as workers write them."));
     if (stick) toBottom();
   }
