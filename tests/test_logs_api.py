@@ -39,7 +39,9 @@ class Dev:
         return {"authorization": f"Bearer {self.key}"}
 
     async def create(self, endpoint_id: str, template: str, **fields: Any) -> None:
-        body = {"id": endpoint_id, "templateId": template, "workersMin": 1, **fields}
+        # one worker: a second one (a slow start under load) would double the lines
+        one = {"workersMin": 1, "workersMax": 1}
+        body = {"id": endpoint_id, "templateId": template, **one, **fields}
         async with self.http.post(
             f"{self.url}/v1/endpoints", json=body, headers=self.headers
         ) as resp:
@@ -216,6 +218,15 @@ def test_a_workers_buffer_keeps_its_last_lines_cut_to_length(monkeypatch) -> Non
     lines = book.select(logbook.LogQuery(tail=5000))
     assert [x.line for x in lines[:2]] == ["line 8", "line 9"]
     assert len(lines[2].line) < 8300 and lines[2].line.endswith("(100000 characters, cut)")
+
+
+def test_a_workers_buffer_keeps_at_most_so_many_characters(monkeypatch) -> None:
+    monkeypatch.setattr(logbook, "CHARS_PER_WORKER", 25)
+    book = logbook.EndpointLogs()
+    for n in range(10):
+        book.add("w1", STDOUT, f"line {n:04d}")  # 9 characters each
+    assert [x.line for x in book.select(logbook.LogQuery())] == ["line 0008", "line 0009"]
+    assert book.workers["w1"].chars == 18
 
 
 def test_a_slow_follower_loses_lines_and_is_told_how_many() -> None:

@@ -1,7 +1,8 @@
 """Dev mode's worker logs: a bounded buffer of each local worker's output, and followers.
 
 `LocalLogs.sink(endpoint)` is what a `LocalProcessPool` calls with each line a worker
-writes. Each worker keeps its last `LINES_PER_WORKER` lines, and is kept `KEEP_EXITED_S`
+writes. Each worker keeps its last `LINES_PER_WORKER` lines (at most `CHARS_PER_WORKER`
+characters of them), and is kept `KEEP_EXITED_S`
 after it exits (a failed cold start can still be read), at most `WORKERS_KEPT` workers per
 endpoint (the oldest exited go first). A follower gets new lines through a bounded queue:
 a reader slower than the workers loses lines (and is told how many), memory stays bounded.
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from lockgate.manage.loglines import STDERR, STDOUT, LineMaker, LogLine, LogQuery
 
 LINES_PER_WORKER = 5000
+CHARS_PER_WORKER = 2 * 1024 * 1024  # and at most this much text: 5000 long lines would be 40 MB
 KEEP_EXITED_S = 900.0  # 15 min: long enough to read why a worker died
 WORKERS_KEPT = 64  # per endpoint, running ones included
 FOLLOW_QUEUE = 1000  # lines a follower may have unread before new ones are dropped
@@ -52,6 +54,15 @@ class WorkerBuffer:
     lines: deque[LogLine] = field(default_factory=lambda: deque(maxlen=LINES_PER_WORKER))
     closed: set[str] = field(default_factory=set)  # streams at end of file
     exited_at: float | None = None
+    chars: int = 0  # of the lines kept
+
+    def keep(self, line: LogLine) -> None:
+        if len(self.lines) == self.lines.maxlen:
+            self.chars -= len(self.lines[0].line)
+        self.lines.append(line)
+        self.chars += len(line.line)
+        while self.chars > CHARS_PER_WORKER and len(self.lines) > 1:
+            self.chars -= len(self.lines.popleft().line)
 
 
 class EndpointLogs:
@@ -72,7 +83,7 @@ class EndpointLogs:
                 buf.exited_at = time.monotonic()
             return
         line = buf.maker.make(text, stream)
-        buf.lines.append(line)
+        buf.keep(line)
         for follower in self.followers:
             follower.offer(line)
 
