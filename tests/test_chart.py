@@ -643,7 +643,9 @@ def test_the_management_api_may_only_write_endpoints_in_one_namespace(render_cha
             "apiGroups": ["lockgate.dev"],
             "resources": ["endpoints"],
             "verbs": ["get", "list", "create", "patch", "delete"],
-        }
+        },
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},  # worker logs (issue 14)
+        {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     ]
     [binding] = [
         d for d in docs if d["kind"] == "RoleBinding" and d["metadata"]["name"] == "lockgate-manage"

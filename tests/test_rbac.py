@@ -445,6 +445,9 @@ def test_lockgate_manage_serves_endpoints_with_only_its_own_role(
                 "PATCH", f"{base}/v1/endpoints/ep-manage", {"workersMax": 3}, auth
             )
             assert status == 200 and patched["workersMax"] == 3
+            # worker logs: listing the endpoint's pods is allowed (none run on envtest)
+            status, logs = _http("GET", f"{base}/v1/endpoints/ep-manage/logs", None, auth)
+            assert (status, logs) == (200, {"lines": []})
             assert _http("DELETE", f"{base}/v1/endpoints/ep-manage", None, auth)[0] == 204
         finally:
             proc.terminate()
@@ -465,13 +468,21 @@ def test_the_management_apis_account_can_read_no_secret_nor_write_workloads(
             lambda: core.list_namespaced_secret(intake),
             lambda: core.list_namespaced_secret(release_ns),
             lambda: apps.list_namespaced_deployment(intake),
-            lambda: core.list_namespaced_pod(intake),
+            lambda: core.list_namespaced_pod(release_ns),
+            lambda: core.read_namespaced_pod("any", intake),
+            lambda: core.read_namespaced_pod_log("any", release_ns),
+            lambda: core.delete_namespaced_pod("any", intake),
             lambda: custom.list_namespaced_custom_object(GROUP, VERSION, "default", "endpoints"),
         ):
             with pytest.raises(ApiException) as refused:
                 call()
             assert refused.value.status == 403
         assert custom.list_namespaced_custom_object(GROUP, VERSION, intake, "endpoints")
+        # worker logs (issue 14): list pods and read their logs, in its namespace only
+        assert core.list_namespaced_pod(intake).items == []
+        with pytest.raises(ApiException) as missing:
+            core.read_namespaced_pod_log("no-such-pod", intake)
+        assert missing.value.status == 404  # allowed, and the pod is not there
 
 
 def _http(method: str, url: str, body: Any = None, headers: dict | None = None) -> tuple[int, Any]:

@@ -13,7 +13,12 @@ from lockgate.dev.launch import Launch
 from lockgate.models import EndpointSpec
 from lockgate.scaling.autoscaler import LocalAutoscaler, release_exited
 from lockgate.scaling.decision import Limits
-from lockgate.scaling.local_pool import LocalProcessPool, LocalWorker, WorkerKeyIssuer
+from lockgate.scaling.local_pool import (
+    LineSink,
+    LocalProcessPool,
+    LocalWorker,
+    WorkerKeyIssuer,
+)
 from lockgate.store import JobStore
 
 log = logging.getLogger("lockgate.dev")
@@ -103,10 +108,12 @@ class LocalWorkers:
         env: dict[str, str],
         limits: Limits,
         keys: WorkerKeyIssuer | None = None,
+        sink: LineSink | None = None,
     ) -> LocalWorkers:
-        """Start scaling at once (workersMin workers start on the first tick)."""
+        """Start scaling at once (workersMin workers start on the first tick); each line
+        a worker writes goes to `sink` too."""
         pool = LocalProcessPool(
-            endpoint_id, launch.command, env, cwd=launch.cwd, keys=keys, store=store
+            endpoint_id, launch.command, env, cwd=launch.cwd, keys=keys, store=store, sink=sink
         )
         scaler = LocalAutoscaler(store, pool, endpoint_id, limits)
         task = asyncio.create_task(scaler.run(), name=f"lockgate-scaler-{endpoint_id}")

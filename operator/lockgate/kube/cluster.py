@@ -175,6 +175,23 @@ class Cluster:
         )
         return list(json.loads(resp.data).get("items") or [])
 
+    async def pod_log(self, namespace: str, name: str, **options: Any) -> str:
+        """A pod's log as text; `options` are `read_namespaced_pod_log`'s (container,
+        timestamps, since_seconds, tail_lines). Raises `ClusterError` (400: no container
+        has started yet)."""
+        read = self._apis[k8s.CoreV1Api].read_namespaced_pod_log
+        resp = await self._call(read, name, namespace, _preload_content=False, **options)
+        return resp.data.decode(errors="replace")
+
+    def pod_log_stream(self, namespace: str, name: str, **options: Any) -> Any:
+        """A pod's log, followed: an open (blocking) urllib3 response whose body grows as
+        the pod writes; read it in a thread, `shutdown()` it to stop. Raises `ClusterError`."""
+        read = self._apis[k8s.CoreV1Api].read_namespaced_pod_log
+        try:
+            return read(name, namespace, follow=True, _preload_content=False, **options)
+        except ApiException as err:
+            raise _wrap(err) from err
+
     async def annotate(self, kind: str, namespace: str, name: str, annotations: Obj) -> None:
         """Merge `annotations` into an object's (a None value removes one)."""
         patch = {"metadata": {"annotations": annotations}}

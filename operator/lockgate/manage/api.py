@@ -25,6 +25,7 @@ from lockgate.manage.controlplane import (
     UnusableSettings,
 )
 from lockgate.manage.keys_api import add_keys_routes
+from lockgate.manage.logs import add_logs_routes
 from lockgate.models import ENDPOINT_ID_PATTERN, EndpointSpec, describe_validation_error
 
 CONTROL_PLANE = web.AppKey("control_plane", ControlPlane)
@@ -152,4 +153,5 @@ def create_manage_app(
     app.router.add_patch(f"{prefix}/endpoints/{{endpoint_id}}", patch_endpoint)
     app.router.add_delete(f"{prefix}/endpoints/{{endpoint_id}}", delete_endpoint)
     add_keys_routes(app, authenticator.registry, prefix=prefix)
+    add_logs_routes(app, control_plane, prefix=prefix)
     return app

@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from lockgate.kube.cluster import Cluster, Conflict, NotFound
 from lockgate.kube.crds import API_VERSION, ENDPOINT, omit_empty_strings
 from lockgate.manage.controlplane import EndpointExists, EndpointNotFound
+from lockgate.manage.podlogs import PodLogs
 from lockgate.models import EndpointRecord, EndpointSpec, EndpointStatus
 
 
@@ -38,6 +39,7 @@ class KubernetesControlPlane:
         self.cluster = cluster
         self.namespace = namespace
         self.job_api_url = job_api_url
+        self.logs = PodLogs(cluster, namespace)  # the worker pods' logs
 
     def _record(self, obj: Mapping[str, Any]) -> EndpointRecord:
         return record_from_resource(obj, self.job_api_url(obj["metadata"]["name"]))

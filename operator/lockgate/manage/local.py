@@ -28,6 +28,7 @@ from lockgate.dev.workers import LocalWorkers, WorkerStates, limits_of
 from lockgate.gateway.errors import Unavailable
 from lockgate.gateway.state import Gateway
 from lockgate.manage.controlplane import EndpointExists, EndpointNotFound, UnusableSettings
+from lockgate.manage.logbook import LocalLogs
 from lockgate.models import (
     Condition,
     ConditionStatus,
@@ -159,6 +160,7 @@ class LocalControlPlane:
         self._lock = asyncio.Lock()
         self._background: set[asyncio.Task] = set()
         self._closing = False
+        self.logs = LocalLogs()  # each worker's recent output (`GET /v1/endpoints/{id}/logs`)
 
     def job_api_url(self, endpoint_id: str) -> str:
         return f"{self.gw.settings.public_base_url()}/v2/{endpoint_id}/"
@@ -218,6 +220,7 @@ class LocalControlPlane:
         await asyncio.gather(*(w.stop(DELETE_GRACE_S) for w in _all_workers(ep)))
         await self.gw.registry.delete_key(key_digest(ep.worker_key))
         removed = await self.gw.store.delete_endpoint_data(endpoint_id)
+        self.logs.forget(endpoint_id)
         log.info("endpoint %s deleted with %d job(s)", endpoint_id, removed)
 
     # -- dev mode's own operations --------------------------------------------------------
@@ -317,7 +320,10 @@ class LocalControlPlane:
         given = resource_env(spec, cpus_here=os.cpu_count() or 1, gpus_here=gpus_here())
         env = {**defaults, **given, **worker_env(self.gateway_url, endpoint_id, worker_key)}
         keys = WorkerKeys(self.gw.registry, endpoint_id)  # no process gets the shared key
-        return LocalWorkers.start(self.gw.store, endpoint_id, launch, env, limits_of(spec), keys)
+        sink = self.logs.sink(endpoint_id)
+        return LocalWorkers.start(
+            self.gw.store, endpoint_id, launch, env, limits_of(spec), keys, sink
+        )
 
     def _retire(self, ep: LocalEndpoint) -> None:
         """Stop the endpoint's current workers in the background."""

@@ -18,7 +18,7 @@ import signal
 import sys
 import time
 from collections import deque
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -29,6 +29,10 @@ from lockgate.workerenv import worker_id_env
 log = logging.getLogger("lockgate.pool")
 
 PIPE_DRAIN_S = 1.0  # how long a gone worker's output may still be copied after it exits
+
+# Gets each line a worker writes: (worker id, "stdout" or "stderr", the line), and the
+# line None when that stream ends (dev mode's log buffer, `manage.logbook`).
+LineSink = Callable[[str, str, str | None], None]
 
 
 class WorkerKeyIssuer(Protocol):
@@ -81,6 +85,7 @@ class LocalProcessPool:
         cwd: str | None,
         keys: WorkerKeyIssuer | None = None,
         store: JobStore | None = None,
+        sink: LineSink | None = None,
     ) -> None:
         self.endpoint_id = endpoint_id
         self.command = list(command)
@@ -88,6 +93,7 @@ class LocalProcessPool:
         self.cwd = cwd
         self.keys = keys
         self.store = store
+        self.sink = sink
         self.workers: dict[str, LocalWorker] = {}
         self.crashes: deque[LocalWorker] = deque(maxlen=32)  # exited without being asked
         self._revoking: set[asyncio.Task] = set()
@@ -104,10 +110,11 @@ class LocalProcessPool:
         env["PYTHONUNBUFFERED"] = "1"
         process = await asyncio.create_subprocess_exec(
             *self.command, env=env, cwd=self.cwd, start_new_session=True,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
         worker = LocalWorker(worker_id, process)
-        worker.pipes.append(asyncio.create_task(_forward(worker, process.stdout)))
+        for name, pipe in (("stdout", process.stdout), ("stderr", process.stderr)):
+            worker.pipes.append(asyncio.create_task(_forward(worker, pipe, name, self.sink)))
         self.workers[worker_id] = worker
         log.info("worker %s started (pid %d)", worker_id, process.pid)
         return worker_id
@@ -194,11 +201,29 @@ def _kill_group(process: asyncio.subprocess.Process) -> None:
         os.killpg(process.pid, signal.SIGKILL)
 
 
-async def _forward(worker: LocalWorker, stream: asyncio.StreamReader | None) -> None:
-    """Copy a worker's output to ours, each line prefixed with the worker id."""
+async def _forward(
+    worker: LocalWorker, stream: asyncio.StreamReader | None, name: str, sink: LineSink | None
+) -> None:
+    """Copy a worker's output to ours, each line prefixed with the worker id, and to `sink`."""
     if stream is None:
         return
-    while line := await stream.readline():
-        text = line.decode(errors="replace")
-        worker.last_line = text.strip() or worker.last_line
-        sys.stderr.write(f"[{worker.id}] {text}")
+    try:
+        while line := await _readline(stream):
+            text = line.decode(errors="replace")
+            worker.last_line = text.strip() or worker.last_line
+            sys.stderr.write(f"[{worker.id}] {text}")
+            if sink is not None:
+                sink(worker.id, name, text)
+    finally:
+        if sink is not None:
+            sink(worker.id, name, None)
+
+
+async def _readline(stream: asyncio.StreamReader) -> bytes:
+    """The next line; a line over the stream's limit (64 KiB) comes in pieces."""
+    try:
+        return await stream.readuntil(b"\n")
+    except asyncio.IncompleteReadError as err:
+        return err.partial  # the last line, without a line break (b"" at the end)
+    except asyncio.LimitOverrunError as err:
+        return await stream.readexactly(err.consumed)

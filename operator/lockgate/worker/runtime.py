@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 import os
 import shlex
 import signal
@@ -126,7 +125,9 @@ class Runtime:
 
     async def _run_job(self, job_id: str, job: Job) -> None:
         started = time.monotonic()
-        log.debug("job %s started", job_id)  # per-job lines are DEBUG: INFO stays readable
+        # A start and an end line per job at INFO (as the runpod SDK's): the logs API gives
+        # the lines in between (the handler's prints, a traceback) to this job.
+        log.info("job %s started", job_id)
         try:
             outcome = await handlers.run(
                 self._options.handler,
@@ -256,9 +257,7 @@ def _report(call: str, err: GatewayError, retry_in_s: float) -> None:
 
 
 def _report_outcome(job_id: str, outcome: handlers.Outcome, sent: bool, took_s: float) -> None:
-    if not log.isEnabledFor(logging.DEBUG):
-        return  # an undelivered result and a raising handler are logged as errors anyway
     state = "failed" if outcome.failed else "completed"
     detail = f": {outcome.body['error']}" if outcome.failed else ""
     delivery = "" if sent else " (result not delivered)"
-    log.debug("job %s %s in %.0f ms%s%s", job_id, state, took_s * 1000, delivery, detail)
+    log.info("job %s %s in %.0f ms%s%s", job_id, state, took_s * 1000, delivery, detail)

@@ -1,0 +1,182 @@
+"""Worker log lines: their shape, the query of `GET /v1/endpoints/{id}/logs`, and which job
+a line belongs to. Pure functions and small state machines; the sources (`manage.logbook`
+in dev mode, `manage.podlogs` on Kubernetes) feed them raw lines.
+
+Which job: a line names its job when the runtime wrote it so —
+- the runpod SDK (with `RUNPOD_ENDPOINT_ID` set, as every worker has) prints JSON
+  `{"requestId": "<job>", "message": ..., "level": ...}`, else `LEVEL  | <job> | message`;
+- lockgate's runtime prints `... lockgate.worker | job <job> ...` for each job's start and end.
+Lines between a job's first line and its end that name no job (the handler's own prints,
+a traceback) belong to that job when it is the only one the worker has in hand.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections import deque
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from lockgate.gateway.errors import BadRequest
+
+MAX_LINE_CHARS = 8192  # a longer line is cut (a handler printing a base64 image)
+TAIL_DEFAULT = 500
+TAIL_MAX = 5000
+STDOUT, STDERR = "stdout", "stderr"
+
+LOCKGATE_RE = re.compile(r"lockgate\.worker \| job (\S+) ")
+LOCKGATE_END_RE = re.compile(r"lockgate\.worker \| job \S+ (completed|failed|stopped)\b")
+RUNPOD_PLAIN_RE = re.compile(r"^[A-Z]+ *\| ([0-9A-Za-z][\w-]{2,}) \| ")
+RUNPOD_END_MESSAGES = {"Finished Job", "Job stopped."}
+FRACTION_RE = re.compile(r"\.\d+")  # seconds' fraction in an ISO time
+RECENTLY_ENDED = 64  # ended jobs remembered per worker, so late lines do not reopen them
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    """One line a worker wrote; `ms`: when, in epoch milliseconds."""
+
+    ms: int
+    worker: str
+    stream: str
+    line: str
+    job: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ts": iso(self.ms),
+            "worker": self.worker,
+            "job": self.job,
+            "stream": self.stream,
+            "line": self.line,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class LogQuery:
+    """What a client asked for: lines after `since` (epoch ms), of one worker or job, the
+    last `tail` of them (after filtering); `follow` streams new ones too."""
+
+    since: int | None = None
+    worker: str | None = None
+    job: str | None = None
+    tail: int = TAIL_DEFAULT
+    follow: bool = False
+
+    def matches(self, line: LogLine) -> bool:
+        return (
+            (self.since is None or line.ms > self.since)
+            and (self.worker is None or line.worker == self.worker)
+            and (self.job is None or line.job == self.job)
+        )
+
+    def select(self, lines: list[LogLine]) -> list[LogLine]:
+        """The last `tail` matching lines, oldest first (`lines` in any order)."""
+        chosen = sorted((line for line in lines if self.matches(line)), key=lambda x: x.ms)
+        return chosen[-self.tail :]
+
+
+def iso(ms: int) -> str:
+    """Epoch milliseconds as ISO-8601 UTC with milliseconds."""
+    moment = datetime.fromtimestamp(ms // 1000, UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def parse_time(text: str, name: str) -> int:
+    """ISO-8601 (a `Z` or an offset; no zone means UTC; any fraction) or epoch milliseconds,
+    as epoch milliseconds (cut to whole ms); raises `BadRequest` naming the parameter."""
+    if text.isdigit():
+        return int(text)
+    text = FRACTION_RE.sub(lambda m: m.group(0)[:7], text)  # ns (Kubernetes) -> us
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as err:
+        raise BadRequest(f"{name}: expected an ISO-8601 time or epoch milliseconds") from err
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return _ms(moment)
+
+
+def _ms(moment: datetime) -> int:
+    """Whole epoch milliseconds of an aware datetime (no float rounding up)."""
+    whole = int(moment.replace(microsecond=0).timestamp())
+    return whole * 1000 + moment.microsecond // 1000
+
+
+def parse_query(params: Any) -> LogQuery:
+    """The query string of `GET …/logs`; raises `BadRequest` naming the bad parameter."""
+    since = parse_time(params["since"], "since") if params.get("since") else None
+    tail_text = params.get("tail", str(TAIL_DEFAULT))
+    if not tail_text.isdigit() or not 1 <= int(tail_text) <= TAIL_MAX:
+        raise BadRequest(f"tail: expected a whole number from 1 to {TAIL_MAX}")
+    follow = params.get("follow", "false").lower()
+    if follow not in ("true", "false", "1", "0"):
+        raise BadRequest("follow: expected true or false")
+    return LogQuery(
+        since=since,
+        worker=params.get("worker") or None,
+        job=params.get("job") or None,
+        tail=int(tail_text),
+        follow=follow in ("true", "1"),
+    )
+
+
+def clip_line(text: str) -> str:
+    """A raw line without its line break, cut to `MAX_LINE_CHARS`."""
+    text = text.rstrip("\r\n")
+    if len(text) <= MAX_LINE_CHARS:
+        return text
+    return f"{text[:MAX_LINE_CHARS]}… ({len(text)} characters, cut)"
+
+
+def job_named(text: str) -> tuple[str | None, bool]:
+    """The job a line names, and whether it says that job ended."""
+    if text.startswith("{") and '"requestId"' in text:
+        try:
+            entry = json.loads(text)
+        except ValueError:
+            entry = None
+        if isinstance(entry, dict) and isinstance(entry.get("requestId"), str):
+            return entry["requestId"], entry.get("message") in RUNPOD_END_MESSAGES
+    if found := LOCKGATE_RE.search(text):
+        return found.group(1), LOCKGATE_END_RE.search(text) is not None
+    if found := RUNPOD_PLAIN_RE.match(text):
+        rest = text[found.end() :]
+        return found.group(1), rest in RUNPOD_END_MESSAGES
+    return None, False
+
+
+class JobTracker:
+    """Which job each line of ONE worker belongs to (lines given in the order written)."""
+
+    def __init__(self) -> None:
+        self.open: list[str] = []
+        self.ended: deque[str] = deque(maxlen=RECENTLY_ENDED)
+
+    def job_of(self, text: str) -> str | None:
+        job, ends = job_named(text)
+        if job is None:
+            return self.open[0] if len(self.open) == 1 else None
+        if ends:
+            if job in self.open:
+                self.open.remove(job)
+            self.ended.append(job)
+        elif job not in self.open and job not in self.ended:
+            self.open.append(job)
+        return job
+
+
+class LineMaker:
+    """Turns one worker's raw output into `LogLine`s (clipped, with their job)."""
+
+    def __init__(self, worker: str) -> None:
+        self.worker = worker
+        self.jobs = JobTracker()
+
+    def make(self, text: str, stream: str = STDOUT, ms: int | None = None) -> LogLine:
+        text = clip_line(text)
+        ms = time.time_ns() // 1_000_000 if ms is None else ms
+        return LogLine(ms, self.worker, stream, text, self.jobs.job_of(text))

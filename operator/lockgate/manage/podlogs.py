@@ -1,0 +1,178 @@
+"""Worker logs on Kubernetes: the endpoint's worker pods' logs, read through the API.
+
+Only pods labelled as that endpoint's workers, in the namespace the management API
+serves; the worker id is the pod name (what `RUNPOD_POD_ID` says and the gateway sees).
+The API gives both streams as one, so every line says `stdout`. A pod that is gone (scaled
+down, deleted) has no logs left to read; a cluster's log collector keeps them longer.
+Following: one reader thread per pod (`follow=true`), new pods are picked up every
+`PODS_EVERY_S`; the client leaving stops them all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from typing import Any
+
+from lockgate.kube.cluster import Cluster, ClusterError
+from lockgate.kube.manifests import WORKER_CONTAINER
+from lockgate.manage.logbook import Follower
+from lockgate.manage.loglines import (
+    STDOUT,
+    TAIL_MAX,
+    LineMaker,
+    LogLine,
+    LogQuery,
+    parse_time,
+)
+
+log = logging.getLogger("lockgate.manage")
+
+PODS_EVERY_S = 3.0  # how often a follow looks for new worker pods
+
+
+def worker_selector(endpoint_id: str) -> str:
+    return f"lockgate.dev/endpoint={endpoint_id},app.kubernetes.io/component=worker"
+
+
+def parse_pod_log(maker: LineMaker, text: str) -> list[LogLine]:
+    """Lines of `timestamps=true` output (`2026-11-23T00:50:00.123456789Z text`)."""
+    lines = []
+    for raw in text.splitlines():
+        stamp, _, rest = raw.partition(" ")
+        try:
+            ms = parse_time(stamp, "ts")
+        except ValueError:
+            continue  # not a timestamped line (cannot happen with timestamps=true)
+        lines.append(maker.make(rest, STDOUT, ms))
+    return lines
+
+
+def log_options(query: LogQuery, now_ms: int) -> dict[str, Any]:
+    """`read_namespaced_pod_log` options for a query (the API has no sinceTime here)."""
+    options: dict[str, Any] = {"container": WORKER_CONTAINER, "timestamps": True}
+    # A job filter looks through more lines than it returns.
+    options["tail_lines"] = TAIL_MAX if query.job else query.tail
+    if query.since is not None:
+        options["since_seconds"] = max(1, (now_ms - query.since) // 1000 + 1)
+    return options
+
+
+class PodLogs:
+    """A `LogSource` over the worker pods of one namespace."""
+
+    def __init__(self, cluster: Cluster, namespace: str) -> None:
+        self.cluster = cluster
+        self.namespace = namespace
+        self._follows: dict[Follower, asyncio.Task] = {}
+
+    async def _pods(self, endpoint_id: str, worker: str | None) -> list[str]:
+        pods = await self.cluster.list_objects("Pod", self.namespace, worker_selector(endpoint_id))
+        names = sorted(p["metadata"]["name"] for p in pods)
+        return [n for n in names if worker in (None, n)]
+
+    async def _read(self, pod: str, query: LogQuery) -> list[LogLine]:
+        options = log_options(query, time.time_ns() // 1_000_000)
+        try:
+            text = await self.cluster.pod_log(self.namespace, pod, **options)
+        except ClusterError as err:  # not started yet, or gone meanwhile
+            log.debug("no log of pod %s: %s", pod, err)
+            return []
+        return parse_pod_log(LineMaker(pod), text)
+
+    async def lines(self, endpoint_id: str, query: LogQuery) -> list[LogLine]:
+        pods = await self._pods(endpoint_id, query.worker)
+        found = await asyncio.gather(*(self._read(pod, query) for pod in pods))
+        return query.select([line for lines in found for line in lines])
+
+    async def follow(self, endpoint_id: str, query: LogQuery) -> tuple[list[LogLine], Follower]:
+        started_ms = time.time_ns() // 1_000_000
+        tail = await self.lines(endpoint_id, query)
+        follower = Follower(query)
+        seen = {line.worker: line.ms for line in tail}
+        watch = _Watch(self, endpoint_id, query, follower, seen, started_ms)
+        self._follows[follower] = asyncio.create_task(watch.run(), name="lockgate-pod-logs")
+        return tail, follower
+
+    async def unfollow(self, endpoint_id: str, follower: Follower) -> None:
+        task = self._follows.pop(follower, None)
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
+class _Watch:
+    """One client's follow: a reader thread per worker pod, until cancelled."""
+
+    def __init__(
+        self,
+        source: PodLogs,
+        endpoint_id: str,
+        query: LogQuery,
+        follower: Follower,
+        seen: dict[str, int],
+        started_ms: int,
+    ) -> None:
+        self.source, self.endpoint_id, self.query = source, endpoint_id, query
+        self.follower = follower
+        self.seen = seen  # pod -> ms of the last line already given
+        self.started_ms = started_ms
+        self.readers: dict[str, Any] = {}  # pod -> its open response (None while opening)
+        self.loop = asyncio.get_running_loop()
+        self.stopped = threading.Event()
+
+    async def run(self) -> None:
+        try:
+            while True:
+                with contextlib.suppress(ClusterError):
+                    for pod in await self.source._pods(self.endpoint_id, self.query.worker):
+                        if pod not in self.readers:
+                            self._start(pod)
+                await asyncio.sleep(PODS_EVERY_S)
+        finally:
+            self.stopped.set()
+            for resp in list(self.readers.values()):
+                if resp is not None:
+                    with contextlib.suppress(Exception):
+                        resp.shutdown()  # wakes the thread blocked in a read
+
+    def _start(self, pod: str) -> None:
+        self.readers[pod] = None
+        since = self.seen.get(pod, self.started_ms)
+        thread = threading.Thread(
+            target=self._read, args=(pod, since), name=f"lockgate-log-{pod}", daemon=True
+        )
+        thread.start()
+
+    def _read(self, pod: str, after_ms: int) -> None:
+        """In a thread: follow one pod's log, handing lines newer than `after_ms` over."""
+        query = LogQuery(since=after_ms - 1000, tail=TAIL_MAX)
+        options = log_options(query, time.time_ns() // 1_000_000)
+        options.pop("tail_lines")
+        maker = LineMaker(pod)
+        try:
+            resp = self.source.cluster.pod_log_stream(self.source.namespace, pod, **options)
+        except ClusterError:
+            self.loop.call_soon_threadsafe(self.readers.pop, pod, None)  # try again later
+            return
+        self.readers[pod] = resp
+        if self.stopped.is_set():
+            resp.shutdown()
+        pending = b""
+        with contextlib.suppress(Exception):  # shut down, or the connection broke
+            for chunk in resp.stream(None, decode_content=True):  # as each chunk arrives
+                *complete, pending = (pending + chunk).split(b"\n")
+                for raw in complete:
+                    for line in parse_pod_log(maker, raw.decode(errors="replace")):
+                        if line.ms > after_ms:
+                            after_ms = line.ms
+                            self.loop.call_soon_threadsafe(self.follower.offer, line)
+        with contextlib.suppress(Exception):
+            resp.release_conn()
+        # The container ended (a restart follows, in a crash loop): read it again later.
+        self.seen[pod] = after_ms
+        if not self.stopped.is_set():
+            self.loop.call_soon_threadsafe(self.readers.pop, pod, None)

@@ -1,0 +1,129 @@
+"""Worker logs on a real node (issue 14): the management API, running with only the chart's
+RBAC, reads the echo worker pod's log through the Kubernetes API, by job and live; the
+console (Chromium on this host, through the manage Service) shows the pod's lines."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import requests
+
+from console_browser import assert_clean, screenshot
+from lockgate.store import key_digest
+from node_release import REPO, USER_NAMESPACE, Release, running, wait_until, worker_pods
+
+pytest_plugins = ["node_fixtures", "console_fixtures"]
+pytestmark = [pytest.mark.node, pytest.mark.timeout(900)]
+
+ADMIN_KEY = "lg_node_logs_admin_" + "k" * 24
+ECHO = REPO / "examples" / "echo"
+
+
+@pytest.fixture(scope="module")
+def release(node) -> Iterator[Release]:
+    """The chart with an admin key, its management API serving the examples' namespace."""
+    keys = [{"name": "admin", "sha256": key_digest(ADMIN_KEY), "scopes": ["admin", "jobs"]}]
+    rel = Release(node)
+    rel.install(
+        "--set", f"operator.endpointNamespace={USER_NAMESPACE}",
+        "--set-json", f"apiKeys.keys={json.dumps(keys)}",
+    )  # fmt: skip
+    yield rel
+    rel.uninstall()
+
+
+class Manage:
+    """The management API through its Service, with the admin key."""
+
+    def __init__(self, release: Release) -> None:
+        self.url = release.service_url(f"{release.name}-manage")
+        self.gateway = release.gateway_url
+        self.http = requests.Session()
+        self.http.headers["authorization"] = f"Bearer {ADMIN_KEY}"
+
+    def logs(self, endpoint: str, **params: Any) -> list[dict]:
+        resp = self.http.get(f"{self.url}/v1/endpoints/{endpoint}/logs", params=params, timeout=30)
+        assert resp.status_code == 200, resp.text
+        return resp.json()["lines"]
+
+    def runsync(self, endpoint: str, job_input: dict) -> dict:
+        resp = self.http.post(
+            f"{self.gateway}/v2/{endpoint}/runsync?wait=60000",
+            json={"input": job_input},
+            timeout=90,
+        )
+        assert resp.status_code == 200, resp.text
+        return resp.json()
+
+
+@pytest.fixture(scope="module")
+def manage(release: Release) -> Manage:
+    release.node.kubectl("-n", USER_NAMESPACE, "apply", "-f", str(ECHO))
+    api = Manage(release)
+    resp = api.http.patch(f"{api.url}/v1/endpoints/echo", json={"workersMin": 1}, timeout=30)
+    assert resp.status_code == 200, resp.text  # one worker pod stays up
+    return api
+
+
+@pytest.fixture(scope="module")
+def pod(release: Release, manage: Manage) -> str:
+    pods = wait_until(
+        lambda: [p for p in worker_pods(release, "echo") if running(p)], "a running echo pod", 120
+    )
+    return pods[0]["metadata"]["name"]
+
+
+def test_the_worker_pods_lines_come_through_the_management_api(manage: Manage, pod: str) -> None:
+    started = wait_until(
+        lambda: [x for x in manage.logs("echo") if f"worker {pod} started" in x["line"]],
+        "the worker's start line",
+        60,
+    )
+    assert started[0]["worker"] == pod and started[0]["stream"] == "stdout"
+    job = manage.runsync("echo", {"hello": "node"})
+    assert job["status"] == "COMPLETED", job
+    lines = wait_until(
+        lambda: [x for x in manage.logs("echo", job=job["id"]) if "completed" in x["line"]],
+        "the job's end line",
+        60,
+    )
+    assert lines[0]["worker"] == pod and lines[0]["job"] == job["id"]
+    assert manage.logs("echo", worker=pod, tail=1)[0]["worker"] == pod
+    assert manage.logs("echo", worker="echo-workers-nobody") == []
+
+
+def test_follow_streams_a_pods_new_line(manage: Manage, pod: str) -> None:
+    url = f"{manage.url}/v1/endpoints/echo/logs?follow=true&tail=1"
+    found: dict[str, Any] = {}
+    with manage.http.get(url, stream=True, timeout=120) as resp:
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        worker = threading.Thread(target=lambda: found.update(manage.runsync("echo", {"n": 2})))
+        worker.start()
+        for raw in resp.iter_lines(decode_unicode=True):
+            if raw.startswith("data: "):
+                line = json.loads(raw[6:])
+                if "completed" in line["line"] and line["job"] and line["job"] == found.get("id"):
+                    break
+        worker.join()
+    assert line["worker"] == pod
+
+
+def test_the_console_shows_the_pods_log_lines(page, manage: Manage, pod: str) -> None:
+    job = manage.runsync("echo", {"from": "console"})
+    page.goto(f"{manage.url}/console/")
+    page.get_by_label("Admin API key").fill(ADMIN_KEY)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(re.compile(r"#/endpoints$"))
+    page.goto(f"{manage.url}/console/#/endpoints/echo/logs")
+    log = page.get_by_role("log", name="Worker log lines")
+    line = log.locator(".log-line", has_text=f"job {job['id']} completed")
+    line.wait_for(timeout=60_000)
+    assert line.locator(".who").inner_text() == pod
+    page.get_by_label("Worker", exact=True).select_option(pod)
+    screenshot(page, "logs-node")
+    assert_clean(page)
