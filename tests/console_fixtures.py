@@ -25,9 +25,11 @@ def _missing(message: str) -> None:
     pytest.skip(message)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator:
-    """Headless Chromium for the session."""
+    """Headless Chromium for one module. Not for the session: Playwright's sync API keeps an
+    event loop running in the main thread while it is open, and pytest-asyncio's tests of
+    later modules could not run theirs."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:

@@ -52,7 +52,7 @@ def test_overview_shows_worker_states_queue_and_settings(page, console_dev):
     for state in ("running", "idle", "initializing", "throttled", "unhealthy"):
         assert workers.get_by_text(state, exact=True).is_visible()
     jobs = page.get_by_role("region", name="Jobs")
-    page.wait_for_function("document.body.innerText.includes('completed')")
+    jobs.get_by_text("completed").wait_for()
     assert "3" in jobs.inner_text()
     assert page.get_by_role("button", name=re.compile("Copy URL")).is_visible()
     assert f"/v2/{console_dev.endpoint}" in page.get_by_role("region", name="Endpoint").inner_text()

@@ -7,6 +7,7 @@ import re
 
 import pytest
 import requests
+from playwright.sync_api import expect
 
 from console_browser import PHONE, assert_clean, screenshot, sign_in
 
@@ -46,9 +47,9 @@ def test_logs_page_follows_filters_and_pauses(page, console_dev, two_workers) ->
     log.get_by_text("printing handler loading").first.wait_for()
     page.get_by_role("status").filter(has_text="Live").wait_for()
     picker = page.get_by_label("Worker", exact=True)
-    page.wait_for_function(
-        "document.querySelectorAll('#log-worker option').length === 3"
-    )  # all, and the two workers, learnt from their lines
+    # all, and the two workers, learnt from their lines (a locator wait: a string
+    # predicate would be eval'd in the page, which the console's CSP forbids)
+    expect(page.locator("#log-worker option")).to_have_count(3)
 
     # a line printed after the page opened appears, with its job id
     job = run_job(console_dev, "after-open")
