@@ -1,6 +1,7 @@
 """Worker logs on a real node (issue 14): the management API, running with only the chart's
 RBAC, reads the echo worker pod's log through the Kubernetes API, by job and live; the
-console (Chromium on this host, through the manage Service) shows the pod's lines."""
+console (Chromium on this host, through the manage Service) shows the pod's state on the
+Endpoints page and its lines on the Logs page."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 import requests
+from playwright.sync_api import expect
 
 from console_browser import assert_clean, screenshot
 from lockgate.store import key_digest
@@ -119,6 +121,11 @@ def test_the_console_shows_the_pods_log_lines(page, manage: Manage, pod: str) ->
     page.get_by_label("Admin API key").fill(ADMIN_KEY)
     page.get_by_role("button", name="Sign in").click()
     page.wait_for_url(re.compile(r"#/endpoints$"))
+    # the Endpoints page shows the worker pod's state (a live worker: running or idle)
+    row = page.locator('tr[data-endpoint="echo"]')
+    expect(row).to_contain_text(re.compile(r"[1-9]\d* (running|idle)"), timeout=60_000)
+    expect(row).to_contain_text("Ready")
+    screenshot(page, "endpoints-node")
     page.goto(f"{manage.url}/console/#/endpoints/echo/logs")
     log = page.get_by_role("log", name="Worker log lines")
     line = log.locator(".log-line", has_text=f"job {job['id']} completed")

@@ -39,20 +39,20 @@ function clock(t) {
   return new Date(t * 1000).toLocaleTimeString([], {hour: "2-digit", minute: "2-digit"});
 }
 
-/** The path of one series; null values break the line. */
+/** The path of one series (null values break the line) and its lone points: a point with
+ * no neighbour (one interval with a value) is drawn as a dot, or it would not show at all. */
 function linePath(points, key, x, y) {
   let d = "";
-  let pen = false;
-  for (const p of points) {
-    const v = p[key];
-    if (v === null || v === undefined) {
-      pen = false;
-      continue;
-    }
-    d += `${pen ? "L" : "M"}${x(p.t).toFixed(1)},${y(v).toFixed(1)}`;
-    pen = true;
-  }
-  return d;
+  const dots = [];
+  const has = (p) => p && p[key] !== null && p[key] !== undefined;
+  points.forEach((p, i) => {
+    if (!has(p)) return;
+    const [px, py] = [x(p.t).toFixed(1), y(p[key]).toFixed(1)];
+    const joined = has(points[i - 1]);
+    d += `${joined ? "L" : "M"}${px},${py}`;
+    if (!joined && !has(points[i + 1])) dots.push([px, py]);
+  });
+  return {d, dots};
 }
 
 function svgChart(spec, points, width, t0, t1) {
@@ -81,8 +81,9 @@ function svgChart(spec, points, width, t0, t1) {
   }
   svg.append(s("line", {class: "axis", x1: M.left, x2: M.left, y1: M.top, y2: M.top + plotH}));
   spec.series.forEach(([key], i) => {
-    const d = linePath(points, key, x, y);
+    const {d, dots} = linePath(points, key, x, y);
     if (d) svg.append(s("path", {class: `series s${i}`, d}));
+    for (const [cx, cy] of dots) svg.append(s("circle", {class: `dot s${i}`, cx, cy, r: 3}));
   });
   return svg;
 }
