@@ -1,7 +1,13 @@
-"""Worker logs on a real node (issue 14): the management API, running with only the chart's
-RBAC, reads the echo worker pod's log through the Kubernetes API, by job and live; the
-console (Chromium on this host, through the manage Service) shows the pod's state on the
-Endpoints page and its lines on the Logs page."""
+"""What the console reads, on a real node (issue 14), in one module (one node start):
+
+- worker logs: the management API, running with only the chart's RBAC, reads the echo worker
+  pod's log through the Kubernetes API, by job and live; the console (Chromium on this host,
+  through the manage Service) shows the pod's state on the Endpoints page and its lines on
+  the Logs page;
+- worker states: a Template whose image does not exist makes the worker pod fail to pull
+  (ErrImagePull / ImagePullBackOff, as the kubelet writes it); `/health` counts it
+  `unhealthy` and the Endpoint's `WorkersHealthy` condition names the image and what to do.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +23,16 @@ from playwright.sync_api import expect
 
 from console_browser import assert_clean, screenshot
 from lockgate.store import key_digest
-from node_release import REPO, USER_NAMESPACE, Release, running, wait_until, worker_pods
+from node_release import (
+    REPO,
+    USER_NAMESPACE,
+    Jobs,
+    Release,
+    endpoint_status,
+    running,
+    wait_until,
+    worker_pods,
+)
 
 pytest_plugins = ["node_fixtures", "console_fixtures"]
 pytestmark = [pytest.mark.node, pytest.mark.timeout(900)]
@@ -134,3 +149,45 @@ def test_the_console_shows_the_pods_log_lines(page, manage: Manage, pod: str) ->
     page.get_by_label("Worker", exact=True).select_option(pod)
     screenshot(page, "logs-node")
     assert_clean(page)
+
+
+MISSING = "localhost/lockgate-test/no-such-image:404"
+
+
+def condition(status: dict, type_: str) -> dict:
+    return next((c for c in status.get("conditions") or [] if c["type"] == type_), {})
+
+
+def test_an_image_that_cannot_be_pulled_is_unhealthy_with_the_cause(release: Release) -> None:
+    meta = {"namespace": USER_NAMESPACE}
+    release.apply({
+        "apiVersion": "lockgate.dev/v1alpha1", "kind": "Template",
+        "metadata": {"name": "missing", **meta},
+        "spec": {"image": MISSING, "containerDiskInGb": 1},
+    })  # fmt: skip
+    release.apply({
+        "apiVersion": "lockgate.dev/v1alpha1", "kind": "Endpoint",
+        "metadata": {"name": "missing", **meta},
+        "spec": {"templateId": "missing", "computeType": "CPU", "vcpuCount": 1,
+                 "workersMin": 1, "workersMax": 1},
+    })  # fmt: skip
+    jobs = Jobs(release, "missing")
+    health = wait_until(
+        lambda: (h := jobs.health()).get("workers", {}).get("unhealthy", 0) >= 1 and h,
+        "/health to count the worker unhealthy",
+        timeout=180,
+    )
+    assert health["workers"]["idle"] == health["workers"]["running"] == 0
+
+    def failing() -> dict:
+        cond = condition(endpoint_status(release, "missing"), "WorkersHealthy")
+        return cond if cond.get("status") == "False" else {}
+
+    cond = wait_until(failing, "WorkersHealthy=False", timeout=60)
+    assert cond["reason"] == "ImagePullError", cond
+    assert MISSING in cond["message"] and "Check the image name" in cond["message"]
+    described = release.node.kubectl(
+        "-n", USER_NAMESPACE, "describe", "endpoints.lockgate.dev", "missing"
+    )
+    assert "ImagePullError" in described and MISSING in described
+    release.node.kubectl("-n", USER_NAMESPACE, "delete", "endpoints.lockgate.dev", "missing")
