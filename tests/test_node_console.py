@@ -139,7 +139,8 @@ def test_the_console_shows_the_pods_log_lines(page, manage: Manage, pod: str) ->
     # the Endpoints page shows the worker pod's state (a live worker: running or idle)
     row = page.locator('tr[data-endpoint="echo"]')
     expect(row).to_contain_text(re.compile(r"[1-9]\d* (running|idle)"), timeout=60_000)
-    expect(row).to_contain_text("Ready")
+    # Ready once the operator's status refresh (at most `resync_s`, 10 s) saw the pod ready
+    expect(row).to_contain_text("Ready", timeout=60_000)
     screenshot(page, "endpoints-node")
     page.goto(f"{manage.url}/console/#/endpoints/echo/logs")
     log = page.get_by_role("log", name="Worker log lines")

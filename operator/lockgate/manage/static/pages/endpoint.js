@@ -3,17 +3,18 @@
 // settings summary; refreshed every 5 s. See app.js for render(view, ctx).
 import {api, jobApi} from "../api.js";
 import {copyButton, duration, errorBox, h, replace} from "../dom.js";
+import {failing} from "./endpoints.js";
 import {stat, useStyles} from "./health.js";
 
 const REFRESH_MS = 5000;
 const PHASE_TONE = {Ready: "ok", Failed: "bad", Degraded: "warn", Pending: "warn"};
 
-function problems(conditions) {
-  const failing = conditions.filter((c) => c.status === "False");
-  if (!failing.length) return null;
+function problems(record) {
+  const wrong = failing(record);
+  if (!wrong.length) return null;
   return h("section", {class: "card", "aria-labelledby": "problems"},
     h("h2", {id: "problems"}, "Problems"),
-    failing.map((c) => h("div", {class: "error problem", role: "alert"},
+    wrong.map((c) => h("div", {class: "error problem", role: "alert"},
       h("strong", {}, `${c.type}: ${c.reason || "False"}`), c.message || "")));
 }
 
@@ -97,7 +98,7 @@ async function refresh(id, ctx, failure, body) {
     replace(failure, errorBox(`Health unavailable: ${err.message}`));
   }
   const conditions = record.status?.conditions || [];
-  replace(body, summary(record), problems(conditions), workers(health, record), queue(health),
+  replace(body, summary(record), problems(record), workers(health, record), queue(health),
     settings(record), conditionsTable(conditions));
 }
 

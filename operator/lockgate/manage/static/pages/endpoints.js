@@ -23,7 +23,11 @@ export function throughput(metrics) {
 
 /** The conditions that say something is wrong. */
 export function failing(record) {
-  return (record.status?.conditions || []).filter((c) => c.status === "False");
+  // An endpoint whose workers are still starting is not failing: its Ready condition is
+  // False only until the first worker is ready (phase Initializing).
+  const starting = record.status?.phase === "Initializing";
+  return (record.status?.conditions || [])
+    .filter((c) => c.status === "False" && !(starting && c.type === "Ready"));
 }
 
 async function optional(promise) {
