@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -20,6 +21,23 @@ def json_response(
 ) -> web.Response:
     """A JSON response; `orjson.Fragment` values are embedded without re-parsing."""
     return web.Response(body=orjson.dumps(body), status=status, content_type=JSON, headers=headers)
+
+
+def iso_ms(ms: int) -> str:
+    """Epoch milliseconds as ISO-8601 UTC with milliseconds: `2026-11-23T00:50:00.123Z`."""
+    moment = datetime.fromtimestamp(ms // 1000, UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+async def json_object(request: web.Request) -> dict[str, Any]:
+    """The request body as a JSON object; 400 when it is not one."""
+    try:
+        body = await request.json()
+    except ValueError as err:
+        raise BadRequest("body: expected a JSON object") from err
+    if not isinstance(body, dict):
+        raise BadRequest("body: expected a JSON object")
+    return body
 
 
 def no_content() -> web.Response:

@@ -15,6 +15,7 @@ from typing import Any
 from multidict import MultiMapping
 
 from lockgate.gateway.errors import BadRequest
+from lockgate.gateway.http import iso_ms
 from lockgate.models import JobStatus
 from lockgate.store import JobQuery, JobRecord
 
@@ -95,12 +96,6 @@ def parse_query(query: MultiMapping[str], limit: int) -> JobQuery:
         after=decode_cursor(query.get("cursor")),
         limit=limit,
     )
-
-
-def iso_ms(epoch_ms: int) -> str:
-    """`2026-11-23T00:50:00.123Z`."""
-    when = datetime.fromtimestamp(epoch_ms / 1000, UTC)
-    return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{epoch_ms % 1000:03d}Z"
 
 
 def item(record: JobRecord, now: int) -> dict[str, Any]:

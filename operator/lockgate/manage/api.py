@@ -16,9 +16,10 @@ from pydantic import ValidationError
 
 from lockgate.gateway.auth import ADMIN, Authenticator
 from lockgate.gateway.errors import ApiError, BadRequest, NotFound
-from lockgate.gateway.http import json_response
+from lockgate.gateway.http import json_object, json_response
 from lockgate.gateway.middleware import error_middleware
 from lockgate.manage.controlplane import (
+    CONTROL_PLANE,
     ControlPlane,
     EndpointExists,
     EndpointNotFound,
@@ -28,7 +29,6 @@ from lockgate.manage.keys_api import add_keys_routes
 from lockgate.manage.logs import add_logs_routes
 from lockgate.models import ENDPOINT_ID_PATTERN, EndpointSpec, describe_validation_error
 
-CONTROL_PLANE = web.AppKey("control_plane", ControlPlane)
 AUTHENTICATOR = web.AppKey("authenticator", Authenticator)
 
 ID_ALPHABET = string.ascii_lowercase + string.digits
@@ -67,16 +67,6 @@ def _endpoint_id(payload: dict[str, Any]) -> str:
     return endpoint_id
 
 
-async def _json_object(request: web.Request) -> dict[str, Any]:
-    try:
-        body = await request.json()
-    except ValueError as err:
-        raise BadRequest("body: expected a JSON object") from err
-    if not isinstance(body, dict):
-        raise BadRequest("body: expected a JSON object")
-    return body
-
-
 @web.middleware
 async def admin_only(request: web.Request, handler) -> web.StreamResponse:
     await request.app[AUTHENTICATOR].require(request, ADMIN, ALL_ENDPOINTS)
@@ -84,7 +74,7 @@ async def admin_only(request: web.Request, handler) -> web.StreamResponse:
 
 
 async def create_endpoint(request: web.Request) -> web.Response:
-    payload = await _json_object(request)
+    payload = await json_object(request)
     endpoint_id = _endpoint_id(payload)
     spec = parse_spec(payload)
     try:
@@ -113,7 +103,7 @@ async def get_endpoint(request: web.Request) -> web.Response:
 async def patch_endpoint(request: web.Request) -> web.Response:
     """Edit: the given fields change, the others keep their values."""
     endpoint_id = request.match_info["endpoint_id"]
-    changes = await _json_object(request)
+    changes = await json_object(request)
     if changes.pop("id", endpoint_id) != endpoint_id:
         raise BadRequest("id: an endpoint's id cannot change")
     control_plane = request.app[CONTROL_PLANE]
@@ -153,5 +143,5 @@ def create_manage_app(
     app.router.add_patch(f"{prefix}/endpoints/{{endpoint_id}}", patch_endpoint)
     app.router.add_delete(f"{prefix}/endpoints/{{endpoint_id}}", delete_endpoint)
     add_keys_routes(app, authenticator.registry, prefix=prefix)
-    add_logs_routes(app, control_plane, prefix=prefix)
+    add_logs_routes(app, prefix=prefix)
     return app

@@ -1,4 +1,5 @@
-"""Where endpoint records live: the `ControlPlane` protocol and its errors.
+"""Where endpoint records live: the `ControlPlane` protocol, its errors, and the management
+app's key for it (`CONTROL_PLANE`).
 
 The management API validates payloads and hands a `ControlPlane` complete, valid settings;
 a backend only stores them, acts on them and reports status. `KubernetesControlPlane`
@@ -10,6 +11,8 @@ a local worker pool. This module imports neither, so dev mode needs no Kubernete
 from __future__ import annotations
 
 from typing import Protocol
+
+from aiohttp import web
 
 from lockgate.models import EndpointRecord, EndpointSpec
 
@@ -51,3 +54,7 @@ class ControlPlane(Protocol):
         """Delete the endpoint with its configuration and job history; raises
         `EndpointNotFound`. Removal may finish shortly after this returns."""
         ...
+
+
+# The management app's control plane: set by `create_manage_app`, read by its routes.
+CONTROL_PLANE = web.AppKey("control_plane", ControlPlane)

@@ -14,14 +14,13 @@ key's `id` is the start of that digest, as `lockgate keys list` prints it.
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
 
 from lockgate import apikeys
 from lockgate.gateway.errors import ApiError, BadRequest, NotFound
-from lockgate.gateway.http import json_response
+from lockgate.gateway.http import iso_ms, json_object, json_response
 from lockgate.store import Registry, key_digest
 
 REGISTRY = web.AppKey("keys_registry", Registry)
@@ -32,12 +31,6 @@ class KeyExists(ApiError):
     """Another key has this name."""
 
     status = 409
-
-
-def iso_ms(ms: int) -> str:
-    """Milliseconds since the epoch as ISO-8601 UTC with milliseconds."""
-    moment = datetime.fromtimestamp(ms / 1000, UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 
 def describe_key(digest: str, record: dict) -> dict[str, Any]:
@@ -53,11 +46,9 @@ def describe_key(digest: str, record: dict) -> dict[str, Any]:
     return shown
 
 
-def parse_new_key(body: Any) -> tuple[str, list[str], list[str] | None]:
+def parse_new_key(body: dict[str, Any]) -> tuple[str, list[str], list[str] | None]:
     """`{"name", "scopes", "endpoints"?}` checked for shape; values are checked by the
     command's own rules (`apikeys.key_record`)."""
-    if not isinstance(body, dict):
-        raise BadRequest("body: expected a JSON object")
     unknown = sorted(set(body) - {"name", "scopes", "endpoints"})
     if unknown:
         raise BadRequest(f"{unknown[0]}: not a field of a key (name, scopes, endpoints)")
@@ -80,11 +71,7 @@ async def list_keys(request: web.Request) -> web.Response:
 
 
 async def create_key(request: web.Request) -> web.Response:
-    try:
-        body = await request.json()
-    except ValueError as err:
-        raise BadRequest("body: expected a JSON object") from err
-    name, scopes, endpoints = parse_new_key(body)
+    name, scopes, endpoints = parse_new_key(await json_object(request))
     registry = request.app[REGISTRY]
     try:
         record = apikeys.key_record(name, scopes, endpoints)

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from lockgate.gateway.errors import BadRequest
+from lockgate.gateway.http import iso_ms
 
 MAX_LINE_CHARS = 8192  # a longer line is cut (a handler printing a base64 image)
 TAIL_DEFAULT = 500
@@ -47,7 +48,7 @@ class LogLine:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "ts": iso(self.ms),
+            "ts": iso_ms(self.ms),
             "worker": self.worker,
             "job": self.job,
             "stream": self.stream,
@@ -77,12 +78,6 @@ class LogQuery:
         """The last `tail` matching lines, oldest first (`lines` in any order)."""
         chosen = sorted((line for line in lines if self.matches(line)), key=lambda x: x.ms)
         return chosen[-self.tail :]
-
-
-def iso(ms: int) -> str:
-    """Epoch milliseconds as ISO-8601 UTC with milliseconds."""
-    moment = datetime.fromtimestamp(ms // 1000, UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 
 def parse_time(text: str, name: str) -> int:

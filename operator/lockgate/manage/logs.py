@@ -16,11 +16,10 @@ from aiohttp import web
 
 from lockgate.gateway.errors import ApiError, NotFound
 from lockgate.gateway.http import json_response
-from lockgate.manage.controlplane import ControlPlane, EndpointNotFound
+from lockgate.manage.controlplane import CONTROL_PLANE, ControlPlane, EndpointNotFound
 from lockgate.manage.logbook import Follower
 from lockgate.manage.loglines import LogLine, LogQuery, parse_query
 
-LOGS_PLANE = web.AppKey("logs_control_plane", ControlPlane)
 KEEP_ALIVE_S = 15.0  # a comment line this often keeps proxies from closing a quiet stream
 CHECK_S = 1.0  # how often a quiet stream checks that its client is still there
 
@@ -105,7 +104,7 @@ async def _stream(
 async def get_logs(request: web.Request) -> web.StreamResponse:
     endpoint_id = request.match_info["endpoint_id"]
     query = parse_query(request.query)
-    control_plane = request.app[LOGS_PLANE]
+    control_plane = request.app[CONTROL_PLANE]
     try:
         await control_plane.get(endpoint_id)
     except EndpointNotFound as err:
@@ -117,9 +116,7 @@ async def get_logs(request: web.Request) -> web.StreamResponse:
     return json_response({"lines": [line.to_json() for line in lines]})
 
 
-def add_logs_routes(
-    app: web.Application, control_plane: ControlPlane, *, prefix: str = "/v1"
-) -> None:
-    """`{prefix}/endpoints/{id}/logs` on the management app, reading `control_plane.logs`."""
-    app[LOGS_PLANE] = control_plane
+def add_logs_routes(app: web.Application, *, prefix: str = "/v1") -> None:
+    """`{prefix}/endpoints/{id}/logs` on the management app, reading the `logs` of its
+    control plane (`app[CONTROL_PLANE]`, set by `create_manage_app`)."""
     app.router.add_get(f"{prefix}/endpoints/{{endpoint_id}}/logs", get_logs)
