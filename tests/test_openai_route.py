@@ -262,7 +262,7 @@ async def test_over_the_routes_concurrency_a_request_gets_429_with_retry_after(h
 @pytest.mark.parametrize(
     ("path", "route"),
     [("v1/models", "/v1/models"), ("v1/a/b", "/v1/a/b"), ("v1/", None), ("v1", None),
-     ("v2/x", None), ("v1//x", None), ("", None)],
+     ("v2/x", None), ("v1//x", None), ("", None), ("v1/a\nb", None)],
 )  # fmt: skip
 def test_route_of(path, route):
     assert route_of(path) == route

@@ -21,7 +21,7 @@ from aiohttp import web
 from lockgate.gateway import jsonbody
 from lockgate.gateway.auth import JOBS
 from lockgate.gateway.client_api import RUNSYNC_LIMIT
-from lockgate.gateway.errors import BadRequest, NotFound
+from lockgate.gateway.errors import BadRequest, NotFound, clip
 from lockgate.gateway.http import JSON, json_response, read_body
 from lockgate.gateway.idempotency import store_unavailable
 from lockgate.gateway.middleware import error_middleware
@@ -47,7 +47,7 @@ from lockgate.models.jobs import TTL_DEFAULT_MS
 from lockgate.models.limits import Operation
 from lockgate.store import UNAVAILABLE, IneligibleState, JobNotFound, NewJob
 
-PATH = "/v2/{endpoint}/openai/{path:.*}"
+PATH = r"/v2/{endpoint}/openai/{path:[\s\S]*}"  # any character: a newline too
 JOB_HEADER = "X-Lockgate-Job-Id"
 CLIENT_CHECK_S = 1.0  # how often a waiting request looks whether its client is still there
 EVENT_STREAM = {
@@ -119,6 +119,8 @@ async def _body(request: web.Request) -> dict[str, Any] | None:
     body = jsonbody.parse(await read_body(request, RUNSYNC_LIMIT))
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object (an OpenAI request)")
+    if not isinstance(body.get("stream", False), bool):
+        raise BadRequest(f"stream: expected a boolean, got {clip(repr(body['stream']), 64)}")
     return body
 
 

@@ -29,8 +29,8 @@ _ENDINGS = {
 
 def route_of(path: str) -> str | None:
     """The worker's `openai_route` for the path after `/openai/`; None when it is not an
-    OpenAI API path (`v1/...`)."""
-    if not path.startswith("v1/") or len(path) == 3 or "//" in path:
+    OpenAI API path (`v1/...`, printable, no empty segment)."""
+    if not path.startswith("v1/") or len(path) == 3 or "//" in path or not path.isprintable():
         return None
     return "/" + path
 

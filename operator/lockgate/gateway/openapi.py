@@ -265,6 +265,78 @@ def _client_paths(ref: dict[str, dict]) -> dict[str, Any]:
     }
 
 
+OPENAI_ERROR = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["message", "type"],
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {},
+                "code": {},
+            },
+        }
+    },
+}
+
+
+def _openai_paths() -> dict[str, Any]:
+    """The OpenAI route (docs/openai.md): the common paths, and the catch-all."""
+    errors = {
+        code: {"description": text, "content": {JSON: {"schema": OPENAI_ERROR}}}
+        for code, text in ERRORS.items()
+        if code in ("400", "401", "404", "408", "413", "429", "500", "503")
+    }
+    errors["504"] = {
+        "description": "no answer within the longest wait (the job is cancelled), or the "
+        "job ran past its execution timeout",
+        "content": {JSON: {"schema": OPENAI_ERROR}},
+    }
+    for code in ("429", "503"):
+        errors[code] = {**errors[code], "headers": RETRY_AFTER}
+    answer = {
+        "description": 'the worker\'s answer (a JSON object); with `"stream": true`, '
+        "Server-Sent Events ending with `data: [DONE]`",
+        "headers": {
+            "X-Lockgate-Job-Id": {"description": "the job's id", "schema": {"type": "string"}}
+        },
+        "content": {JSON: {"schema": {}}, "text/event-stream": {"schema": {}}},
+    }
+    path = _param("path", "path", {"type": "string"}, "the rest of the OpenAI path", required=True)
+
+    def op(summary: str, *, body: bool, params: list[dict] | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "summary": summary,
+            "description": "Runs as a job on the endpoint's queue (input `openai_route`, "
+            "`openai_input`). Needs a key with the `jobs` scope, as `Bearer <key>`. Errors "
+            "are OpenAI-shaped.",
+            "tags": ["openai"],
+            "parameters": params or [],
+            "responses": {"200": answer, **errors},
+        }
+        if body:
+            schema = {"type": "object", "properties": {"stream": {"type": "boolean"}}}
+            out["requestBody"] = {"required": True, "content": {JSON: {"schema": schema}}}
+        return out
+
+    base = "/v2/{endpoint}/openai/v1"
+    limit = f"(body at most {RUNSYNC_LIMIT // MB} MB)"
+    named = {"chat/completions": "chat completions", "completions": "completions"}
+    named |= {"embeddings": "embeddings", "models": "models", "{path}": "any other path"}
+    # Every path takes both methods: the worker decides what it supports (a GET carries no
+    # `openai_input`).
+    return {
+        f"{base}/{rest}": {
+            "get": op(f"OpenAI {what}, GET", body=False, params=[path] if "{" in rest else None),
+            "post": op(f"OpenAI {what} {limit}", body=True, params=[path] if "{" in rest else None),
+        }
+        for rest, what in named.items()
+    }
+
+
 def _listing_params() -> list[dict[str, Any]]:
     """Query parameters of `/requests` (docs/job-api.md, "Listing jobs")."""
     when = {
@@ -378,7 +450,7 @@ def openapi_document() -> dict[str, Any]:
     """The whole document (built once per process)."""
     schemas, ref = _schemas()
     refs = {name: {"$ref": r["$ref"]} for name, r in ref.items()}
-    paths = {**_client_paths(refs), **_worker_paths(refs)}
+    paths = {**_client_paths(refs), **_openai_paths(), **_worker_paths(refs)}
     for item in paths.values():
         item["parameters"] = [ENDPOINT]
     return {
@@ -387,7 +459,9 @@ def openapi_document() -> dict[str, Any]:
             "title": "lockgate job API",
             "version": version("lockgate"),
             "description": "Queue-based serverless endpoints with the RunPod job API: the "
-            'client job API and the worker API. Every error is `{"error": message}`.',
+            "client job API, the OpenAI-compatible route and the worker API. Every error is "
+            '`{"error": message}` (on the OpenAI route, OpenAI\'s `{"error": {"message", '
+            '"type", ...}}`).',
         },
         "paths": paths,
         "components": {
