@@ -168,6 +168,7 @@ async def serve(opts: DevOptions, redis_url: str, stop: asyncio.Event) -> None:
         await start_endpoints(plane, opts)
         base = settings.public_base_url()
         say(f"endpoint {opts.endpoint_id!r} ready: job API {base}/v2/{opts.endpoint_id}")
+        say(f"OpenAI base_url: {base}/v2/{opts.endpoint_id}/openai/v1 (api_key: the API key)")
         say(f"management API: {base}/v1/endpoints (authorization: Bearer <API key>)")
         say(f"console: {base}/console/ (sign in with the API key)")
         say(f"API key: {opts.api_key}")
