@@ -180,24 +180,26 @@ def chat_completion(request: Request) -> Reply:
     prompt = message_text(body.get("messages"))
     pieces, finish = generate(prompt, max_tokens(body))
     spent = usage(count_tokens(prompt), len(pieces))
-    head = _head(request, f"chatcmpl-{request.request_id}", model_of(body))
+    response_id, model = f"chatcmpl-{request.request_id}", model_of(body)
     if wants_stream(body):
+        head = _head(response_id, "chat.completion.chunk", request.created, model)
         return Reply(_chat_chunks(head, pieces, finish, spent, body), True, len(pieces))
     message = {"role": "assistant", "content": "".join(pieces)}
     choice = {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
-    response = {**head, "object": "chat.completion", "choices": [choice], "usage": spent}
+    head = _head(response_id, "chat.completion", request.created, model)
+    response = {**head, "choices": [choice], "usage": spent}
     return Reply([response], tokens=len(pieces))
 
 
 def _chat_chunks(head: Json, pieces: list[str], finish: str, spent: Json, body: Json) -> list:
     def chunk(delta: Json, finish_reason: str | None = None) -> Json:
         choice = {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
-        return {**head, "object": "chat.completion.chunk", "choices": [choice]}
+        return {**head, "choices": [choice]}
 
     chunks = [chunk({"role": "assistant", "content": ""})]
     chunks += [chunk({"content": piece}) for piece in pieces]
     chunks.append(chunk({}, finish))
-    return _with_usage(chunks, head | {"object": "chat.completion.chunk"}, spent, body)
+    return _with_usage(chunks, head, spent, body)
 
 
 def _with_usage(chunks: list[Json], head: Json, spent: Json, body: Json) -> list[Json]:
@@ -207,8 +209,8 @@ def _with_usage(chunks: list[Json], head: Json, spent: Json, body: Json) -> list
     return [{**c, "usage": None} for c in chunks] + [{**head, "choices": [], "usage": spent}]
 
 
-def _head(request: Request, response_id: str, model: str) -> Json:
-    return {"id": response_id, "created": request.created, "model": model}
+def _head(response_id: str, kind: str, created: int, model: str) -> Json:
+    return {"id": response_id, "object": kind, "created": created, "model": model}
 
 
 # -- /v1/completions ---------------------------------------------------------------------
@@ -232,8 +234,7 @@ def text_completion(request: Request) -> Reply:
     answers = [generate(text, limit) for text in texts]
     generated = sum(len(pieces) for pieces, _ in answers)
     spent = usage(sum(count_tokens(t) for t in texts), generated)
-    head = _head(request, f"cmpl-{request.request_id}", model_of(body))
-    head["object"] = "text_completion"
+    head = _head(f"cmpl-{request.request_id}", "text_completion", request.created, model_of(body))
     if wants_stream(body):
         return Reply(_completion_chunks(head, answers, spent, body), True, generated)
     choices = [_text_choice(i, "".join(p), f) for i, (p, f) in enumerate(answers)]
