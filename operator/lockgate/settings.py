@@ -40,6 +40,15 @@ class Settings(BaseSettings):
         2.0, description="waiters re-check Redis this often, in case a wake-up was missed"
     )
     heartbeat_timeout_s: float = Field(30.0, description="a silent worker is lost after this")
+    openai_wait_s: float = Field(
+        600.0,
+        gt=0,
+        description="the longest an OpenAI-route request waits for its answer (for a stream: "
+        "for its next chunk); then 504 and its job is cancelled",
+    )
+    openai_keepalive_s: float = Field(
+        10.0, gt=0, description="an OpenAI stream sends a `: keep-alive` comment this often"
+    )
     retention_run_s: float = 30 * 60
     retention_sync_s: float = 60
     sweep_interval_s: float = Field(1.0, description="timeouts, ttl and lost workers, this often")

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 from redis.asyncio import Redis
 
-from lockgate.gateway import client_api, worker_api
+from lockgate.gateway import client_api, openai_api, worker_api
 from lockgate.gateway.auth import Authenticator
 from lockgate.gateway.background import run_background
 from lockgate.gateway.cors import add_cors_headers, cors_middleware
@@ -153,6 +153,7 @@ def create_app(settings: Settings, *, redis: Redis | None = None) -> web.Applica
     gw = build_gateway(settings, client)
     app = _application(gw, cors=True)
     app.add_routes(client_api.routes)
+    app.add_routes(openai_api.routes)
     if not settings.worker_port:
         app.add_routes(worker_api.routes)
     app.router.add_get("/metrics", metrics)

@@ -1,7 +1,8 @@
 """Wake-ups across gateway replicas: one Redis pub/sub subscription per process.
 
 The store's scripts publish on `lg:events`: `q:<ep>` (a job was queued onto empty queues,
-or requeued), `d:<ep>:<id>` (a /runsync job ended), `s:<ep>:<worker>` (a stop signal),
+or requeued), `d:<ep>:<id>` (a /runsync job ended), `c:<ep>:<id>` (a stream chunk of a job
+read live, an OpenAI stream), `s:<ep>:<worker>` (a stop signal),
 `r:<ep>` (registry changed), `k:<digest>` (an API key was changed or revoked). A `q:` wakes
 one job-take per replica; a taker that leaves jobs queued wakes the next (`kick`), so a
 busy queue costs no PUBLISH per submit.
@@ -14,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -66,6 +68,7 @@ class Notifier:
         self.on_queued: Callable[[str], None] = lambda _ep: None
         self._jobs: Waiters = defaultdict(dict)
         self._done: Waiters = defaultdict(dict)
+        self._listeners: dict[tuple[str, str], set[asyncio.Event]] = defaultdict(set)
         self._stops: Waiters = defaultdict(dict)
         self._generation: dict[str, int] = defaultdict(int)
         self.connected = asyncio.Event()
@@ -80,6 +83,23 @@ class Notifier:
 
     async def wait_done(self, endpoint_id: str, job_id: str, timeout: float) -> bool:
         return await _wait(self._done, (endpoint_id, job_id), timeout)
+
+    @contextmanager
+    def listen(self, endpoint_id: str, job_id: str) -> Iterator[asyncio.Event]:
+        """An event set on each stream chunk of a live job and at its end, for as long as
+        the block runs: clear it before reading the job, so no wake-up falls between."""
+        key, changed = (endpoint_id, job_id), asyncio.Event()
+        self._listeners[key].add(changed)
+        try:
+            yield changed
+        finally:
+            self._listeners[key].discard(changed)
+            if not self._listeners[key]:
+                del self._listeners[key]
+
+    def _changed(self, key: tuple[str, str]) -> None:
+        for changed in self._listeners.get(key, ()):
+            changed.set()
 
     async def wait_stop(self, endpoint_id: str, worker_id: str, timeout: float) -> bool:
         return await _wait(self._stops, (endpoint_id, worker_id), timeout)
@@ -98,6 +118,10 @@ class Notifier:
         elif kind == "d":
             ep, _, job_id = rest.partition(":")
             _wake(self._done, (ep, job_id), one=False)
+            self._changed((ep, job_id))
+        elif kind == "c":
+            ep, _, job_id = rest.partition(":")
+            self._changed((ep, job_id))
         elif kind == "s":
             ep, _, worker = rest.partition(":")
             _wake(self._stops, (ep, worker), one=False)
@@ -110,6 +134,8 @@ class Notifier:
         for table in (self._jobs, self._done, self._stops):
             for key in list(table):
                 _wake(table, key, one=False)
+        for key in list(self._listeners):
+            self._changed(key)
 
     def start(self) -> None:
         """Run the subscription in the background."""

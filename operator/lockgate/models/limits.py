@@ -19,6 +19,7 @@ class Operation(StrEnum):
     PURGE_QUEUE = "purge-queue"
     HEALTH = "health"
     REQUESTS = "requests"
+    OPENAI = "openai"
 
 
 class OperationLimit(BaseModel):
@@ -45,8 +46,9 @@ class LimitOverride(BaseModel):
 
 # The spec's table (per 10 seconds). requests_per_worker: the spec's example gives 50 for a
 # base of 2000 (the dynamic rule takes over at 40 running workers); the others keep that
-# ratio. /retry and /health are not in the spec's table: /retry is limited like /cancel
-# (its mirror), /health like /status (a read), so no route is unlimited.
+# ratio. `openai` is the spec's `/openai/*` row. /retry and /health are not in the spec's
+# table: /retry is limited like /cancel (its mirror), /health like /status (a read), so no
+# route is unlimited.
 DEFAULT_LIMITS: dict[Operation, OperationLimit] = {
     Operation.RUNSYNC: OperationLimit(rate=2000, concurrency=400, requests_per_worker=50),
     Operation.RUN: OperationLimit(rate=1000, concurrency=200, requests_per_worker=25),
@@ -57,6 +59,7 @@ DEFAULT_LIMITS: dict[Operation, OperationLimit] = {
     Operation.PURGE_QUEUE: OperationLimit(rate=2, concurrency=None),
     Operation.HEALTH: OperationLimit(rate=2000, concurrency=400, requests_per_worker=50),
     Operation.REQUESTS: OperationLimit(rate=10, concurrency=2),
+    Operation.OPENAI: OperationLimit(rate=2000, concurrency=400, requests_per_worker=50),
 }
 
 

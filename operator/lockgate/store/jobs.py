@@ -100,6 +100,7 @@ class NewJob:
     ttl_ms: int
     low_priority: bool = False
     sync: bool = False
+    live: bool = False  # a client waits on each stream chunk (an OpenAI stream)
     execution_timeout_ms: int | None = None
     webhook: str | None = None
     s3_config: bytes | None = None
@@ -111,6 +112,7 @@ class NewJob:
         optional = (
             (F.LOW_PRIORITY, "1" if self.low_priority else None),
             (F.SYNC, "1" if self.sync else None),
+            (F.LIVE, "1" if self.live else None),
             (F.EXEC_TIMEOUT, self.execution_timeout_ms),
             (F.WEBHOOK, self.webhook),
             (F.S3, self.s3_config),
@@ -271,7 +273,8 @@ class JobStore:
         """Append stream chunks (all or none) to a job the worker holds; False when it no
         longer does. StreamFull when the chunks not yet read would pass `max_unread_bytes`."""
         accepted = await self.scripts.stream(
-            keys=[keys.prefix(endpoint_id)], args=[job_id, worker_id, max_unread_bytes, *chunks]
+            keys=[keys.prefix(endpoint_id)],
+            args=[job_id, worker_id, max_unread_bytes, endpoint_id, *chunks],
         )
         if int(accepted) < 0:
             raise StreamFull(job_id)

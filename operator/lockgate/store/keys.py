@@ -115,6 +115,7 @@ class F:
     LOW_PRIORITY = "lp"  # "1" when lowPriority
     TTL = "tl"  # ms
     SYNC = "sy"  # "1" for /runsync jobs (sync- ids, 1 min retention)
+    LIVE = "lv"  # "1" when a client reads the stream as it comes (each chunk publishes c:)
     CREATED = "cr"  # ms, submission time; ttl counts from here
     QUEUED = "qd"  # ms, last time it entered the queue (submission or retry)
     SEQ = "sq"  # position in the FIFO

@@ -1,16 +1,18 @@
 -- A worker appends stream chunks to a job it holds, all or none, unless the stream data
 -- not yet read by /stream would exceed the cap. The record's `sb` field counts those bytes.
--- ARGV: id, worker, cap (bytes), chunk... Returns 1 when appended, 0 when the worker no
+-- A job read live (`lv`, an OpenAI stream) publishes `c:<ep>:<id>` to wake its reader.
+-- ARGV: id, worker, cap (bytes), ep, chunk... Returns 1 when appended, 0 when the worker no
 -- longer holds the job, -1 when the chunks would take the unread stream past the cap.
-local id, worker, cap = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local id, worker, cap, ep = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local jk = jkey(id)
-local f = redis.call('HMGET', jk, 'st', 'wk', 'sb')
+local f = redis.call('HMGET', jk, 'st', 'wk', 'sb', 'lv')
 if f[1] ~= 'IN_PROGRESS' or f[2] ~= worker then return 0 end
 local unread = tonumber(f[3]) or 0
-for i = 4, #ARGV do unread = unread + #ARGV[i] end
+for i = 5, #ARGV do unread = unread + #ARGV[i] end
 if unread > cap then return -1 end
 redis.call('HSET', jk, 'sb', unread)
 local sk = P .. 's:' .. id
-redis.call('RPUSH', sk, unpack(ARGV, 4))
+redis.call('RPUSH', sk, unpack(ARGV, 5))
 redis.call('PEXPIRE', sk, redis.call('PTTL', jk))
+if f[4] == '1' then redis.call('PUBLISH', EVENTS, 'c:' .. ep .. ':' .. id) end
 return 1
