@@ -127,8 +127,8 @@ def _content_text(content: Any) -> str:
 
 def max_tokens(body: Json) -> int:
     """`max_completion_tokens` (newer chat clients) or `max_tokens`, within 1..MAX_TOKENS."""
-    name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else None
-    name = name or "max_tokens"
+    newer = body.get("max_completion_tokens") is not None
+    name = "max_completion_tokens" if newer else "max_tokens"
     value = body.get(name)
     if value is None:
         return DEFAULT_MAX_TOKENS
@@ -191,7 +191,7 @@ def chat_completion(request: Request) -> Reply:
     return Reply([response], tokens=len(pieces))
 
 
-def _chat_chunks(head: Json, pieces: list[str], finish: str, spent: Json, body: Json) -> list:
+def _chat_chunks(head: Json, pieces: list[str], finish: str, spent: Json, body: Json) -> list[Json]:
     def chunk(delta: Json, finish_reason: str | None = None) -> Json:
         choice = {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
         return {**head, "choices": [choice]}
