@@ -51,3 +51,8 @@ def test_relative_links_resolve(page: Path) -> None:
         if not resolves(file, anchor):
             broken.append(target)
     assert broken == []
+
+
+def test_the_openai_guide_is_linked_from_the_index_and_the_job_api() -> None:
+    for page in ("README.md", "job-api.md"):
+        assert "](openai.md)" in (REPO / "docs" / page).read_text(), page

@@ -17,7 +17,7 @@ from lockgate.models.resources import ENDPOINT_ID_PATTERN
 from tests.devproc import REPO, DevProcess
 
 EXAMPLES = REPO / "examples"
-HANDLER_EXAMPLES = ("echo", "streaming", "pytorch")
+HANDLER_EXAMPLES = ("echo", "streaming", "pytorch", "openai")
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT"}
 
 
@@ -26,7 +26,8 @@ def documents(path: Path) -> list[dict[str, Any]]:
 
 
 def manifests(example: str) -> dict[str, dict[str, Any]]:
-    """The example's Kubernetes objects by kind (one Endpoint, one Template)."""
+    """The example's Kubernetes objects by kind (one Endpoint, one Template); `example` may
+    be a subfolder such as "openai/vllm"."""
     found: dict[str, dict[str, Any]] = {}
     for path in sorted((EXAMPLES / example).glob("*.yaml")):
         for doc in documents(path):
@@ -61,6 +62,11 @@ def test_example_has_a_handler_dockerfile_and_manifests(example: str) -> None:
     dockerfile = (folder / "Dockerfile").read_text()
     assert re.search(r"^FROM \$\{WORKER_IMAGE\}$", dockerfile, re.M)
     assert re.search(r'^CMD \["python", "-u", "/app/handler.py"\]$', dockerfile, re.M)
+    copied = {
+        word for line in re.findall(r"^COPY (.+)$", dockerfile, re.M) for word in line.split()
+    }
+    modules = {path.name for path in folder.glob("*.py")}
+    assert modules <= copied, f"{example}/Dockerfile does not copy {modules - copied}"
 
 
 @pytest.mark.parametrize("example", HANDLER_EXAMPLES)
@@ -83,6 +89,24 @@ def test_gpu_example_asks_for_a_gpu_and_the_others_do_not() -> None:
     }
     assert specs["pytorch"].computeType == "GPU" and specs["pytorch"].gpuTypeIds
     assert specs["echo"].computeType == specs["streaming"].computeType == "CPU"
+
+
+def test_vllm_manifests_run_runpods_worker_image_on_a_gpu() -> None:
+    objects = manifests("openai/vllm")
+    spec = EndpointSpec.model_validate(objects["Endpoint"]["spec"])
+    template = TemplateSpec.model_validate(objects["Template"]["spec"])
+    assert spec.templateId == objects["Template"]["metadata"]["name"]
+    assert re.match(ENDPOINT_ID_PATTERN, objects["Endpoint"]["metadata"]["name"])
+    assert re.fullmatch(r"runpod/worker-v1-vllm:v\d+\.\d+\.\d+", template.image)  # pinned
+    assert template.command == []  # the image's entrypoint starts vLLM, then the worker
+    assert template.env["MODEL_NAME"] and int(template.env["MAX_MODEL_LEN"]) > 0
+    assert spec.computeType == "GPU" and spec.gpuTypeIds and spec.gpuCount >= 1
+    # One worker takes MAX_CONCURRENCY jobs: scale by that many requests per worker.
+    assert spec.scalerType == "REQUEST_COUNT"
+    assert spec.scalerValue == int(template.env["MAX_CONCURRENCY"])
+    # A cold start downloads and loads a model: keep it loaded, let it start slowly.
+    assert spec.idleTimeout >= 300 and int(template.env["VLLM_STARTUP_TIMEOUT"]) >= 1200
+    assert template.containerDiskInGb >= 50 and template.podSecurity == "baseline"
 
 
 def test_gitops_examples_install_the_chart_from_a_declared_source() -> None:
@@ -123,6 +147,28 @@ def test_streaming_yields_text_generation_chunks_then_the_aggregate(tmp_path: Pa
     assert {o["input_tokens"] for o in outputs} == {4}
     assert all(isinstance(o["text"], list) and len(o["text"]) == 1 for o in outputs)
     assert final["status"] == "COMPLETED" and final["output"] == outputs
+
+
+def test_openai_example_answers_openai_jobs_through_the_job_api(tmp_path: Path) -> None:
+    """The job input the gateway's /openai route makes, sent as a plain job: the output is
+    what `return_aggregate_stream` makes of one yield (a one-element list)."""
+    chat = {"model": "lockgate-toy", "messages": [{"role": "user", "content": "Hi"}]}
+    job_input = {"openai_route": "/v1/chat/completions", "openai_input": chat | {"max_tokens": 3}}
+    with dev("openai", tmp_path) as proc:
+        r = requests.post(
+            proc.job_url("runsync"), json={"input": job_input}, headers=proc.headers()
+        )
+        models = requests.post(
+            proc.job_url("runsync"),
+            json={"input": {"openai_route": "/v1/models"}},
+            headers=proc.headers(),
+        )
+    assert r.json()["status"] == "COMPLETED", r.text
+    [completion] = r.json()["output"]
+    assert completion["object"] == "chat.completion"
+    assert completion["id"] == f"chatcmpl-{r.json()['id']}"
+    assert len(completion["choices"][0]["message"]["content"].split()) <= 3
+    assert models.json()["output"][0]["data"][0]["id"] == "lockgate-toy"
 
 
 def test_pytorch_model_computes_xor_on_whatever_it_has(tmp_path: Path) -> None:
