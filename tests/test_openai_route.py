@@ -283,3 +283,15 @@ def test_handler_message_reads_the_runpod_sdks_error_report():
     assert handler_message(report.decode()) == "bad"
     assert handler_message("ValueError: bad") == "ValueError: bad"
     assert worker_error({"error": "a string"}) is None
+
+
+async def test_a_job_failed_with_an_openai_error_object_answers_with_its_status(http, gateway):
+    """lockgate's runtime fails the job of a generator that yields `{"error": {...}}`; its
+    error text is then that object's JSON."""
+    error = {"message": "only n=1 is supported", "type": "invalid_request_error", "code": 400}
+    client = asyncio.create_task(call(http, gateway, {"model": "m", "n": 2}))
+    job = await worker_job(http, gateway)
+    await done(http, gateway, job["id"], {"error": orjson.dumps(error).decode()})
+    status, headers, body = await client
+    assert (status, body) == (400, {"error": error})
+    assert "x-should-retry" not in headers

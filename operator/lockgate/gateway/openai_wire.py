@@ -117,11 +117,28 @@ class Answer:
 
 def ending(record: JobRecord) -> Answer:
     """The answer for a job that ended without a usable output (FAILED, TIMED_OUT,
-    CANCELLED), OpenAI-shaped."""
+    CANCELLED), OpenAI-shaped. A handler that failed with an OpenAI error object (lockgate's
+    runtime fails a job whose generator yields `{"error": {...}}`) gets that error."""
+    if record.status == "FAILED" and (error := _error_object(record.error)) is not None:
+        status, body = error
+        return Answer(status, body, NO_RETRY if status >= 500 else {})
     status, kind, what = _ENDINGS[record.status]
     detail = handler_message(record.error)
     message = f"{what}: {detail}" if detail and record.status != "FAILED" else detail or what
     return Answer(status, error_body(message, kind, record.status.lower()), NO_RETRY)
+
+
+def _error_object(error: str | None) -> tuple[int, dict[str, Any]] | None:
+    """(status, body) when a failed job's error text is an OpenAI error object."""
+    if not error or not error.startswith("{"):
+        return None
+    try:
+        value = orjson.loads(error)
+    except orjson.JSONDecodeError:
+        return None
+    if isinstance(value, dict) and isinstance(value.get("message"), str) and "type" in value:
+        return worker_error({"error": value})
+    return worker_error(value)
 
 
 def answer(record: JobRecord) -> Answer:
