@@ -146,17 +146,17 @@ class _Follow:
         self.loop = asyncio.get_running_loop()
 
     async def answer(self) -> Answer:
-        """The job's answer once it ends; 504 (and the job cancelled) past the longest wait."""
+        """The job's answer once it ends; 504 (and the job cancelled) past the longest wait.
+        The job was just queued: wait before the first read (the listener was there first)."""
         wait_s = self.gw.settings.openai_wait_s
         deadline = self.loop.time() + wait_s
-        while True:
+        while await self._wait(deadline):
             self.changed.clear()
             record = await self.gw.store.get(self.endpoint_id, self.job_id)
             if record.status in FINAL_STATES:
                 return answer(record)
-            if not await self._wait(deadline):
-                await self.cancel()
-                return waited_too_long(wait_s)
+        await self.cancel()
+        return waited_too_long(wait_s)
 
     async def stream(self) -> web.StreamResponse:
         """Server-Sent Events of the job's chunks as they come. Headers wait for the first
@@ -166,15 +166,6 @@ class _Follow:
         deadline = self.loop.time() + settings.openai_wait_s
         keep_alive = self.loop.time() + settings.openai_keepalive_s
         while True:
-            self.changed.clear()
-            status, chunks = await self.gw.store.read_stream(self.endpoint_id, self.job_id)
-            if chunks:
-                if response is None and (error := _first_error(chunks[0])) is not None:
-                    return _respond(Answer(error[0], error[1]), self.job_id)
-                deadline = self.loop.time() + settings.openai_wait_s
-                response = await self._send(response, b"".join(map(framer.feed, chunks)))
-            if status in FINAL_STATES:
-                break
             if not await self._wait(min(deadline, keep_alive)):
                 if self.loop.time() >= deadline:
                     await self.cancel()
@@ -186,7 +177,16 @@ class _Follow:
                     return response
                 response = await self._send(response, KEEP_ALIVE)
                 keep_alive = self.loop.time() + settings.openai_keepalive_s
-        return await self._end(response, framer)
+                continue
+            self.changed.clear()
+            status, chunks = await self.gw.store.read_stream(self.endpoint_id, self.job_id)
+            if chunks:
+                if response is None and (error := _first_error(chunks[0])) is not None:
+                    return _respond(Answer(error[0], error[1]), self.job_id)
+                deadline = self.loop.time() + settings.openai_wait_s
+                response = await self._send(response, b"".join(map(framer.feed, chunks)))
+            if status in FINAL_STATES:
+                return await self._end(response, framer)
 
     async def _end(
         self, response: web.StreamResponse | None, framer: StreamFramer
