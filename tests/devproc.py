@@ -91,7 +91,9 @@ class DevProcess:
             raise
 
     def __enter__(self) -> DevProcess:
-        return self.start()
+        """Start it, unless it was started already (`with await to_thread(dev.start):` used to
+        start a second one and leave the first running)."""
+        return self if self.proc else self.start()
 
     def __exit__(self, *exc) -> None:
         if self.proc and self.proc.poll() is None:
