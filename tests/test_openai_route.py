@@ -65,6 +65,14 @@ async def test_a_get_route_carries_the_route_alone_and_a_plain_output_is_the_ans
     models = {"object": "list", "data": []}
     await done(http, gateway, job["id"], {"output": models})
     assert (await client)[::2] == (200, models)
+    # A query string stays on the route (RunPod's vLLM worker proxies the route as it is).
+    path = "openai/v1/files?purpose=batch&limit=2"
+    client = asyncio.create_task(call(http, gateway, path=path, method="GET"))
+    job = await worker_job(http, gateway)
+    assert job["input"] == {"openai_route": "/v1/files?purpose=batch&limit=2"}
+    models = {"object": "list", "data": []}
+    await done(http, gateway, job["id"], {"output": models})
+    assert (await client)[::2] == (200, models)
 
 
 @pytest.mark.parametrize(

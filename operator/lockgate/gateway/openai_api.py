@@ -84,6 +84,8 @@ async def _serve(request: web.Request) -> web.StreamResponse:
             f"no OpenAI route {request.match_info['path']!r}: paths under /openai/ start "
             "with v1/, e.g. /openai/v1/chat/completions"
         )
+    if request.query_string:  # e.g. GET /v1/files?purpose=batch: the worker's to read
+        route += "?" + request.query_string
     await gw.endpoints.get(endpoint_id)
     async with gw.limiter.hold(endpoint_id, Operation.OPENAI, principal.name):
         body = await _body(request)
