@@ -51,7 +51,7 @@ async def test_a_chat_request_is_a_job_whose_output_is_the_answer(http, gateway)
     await done(http, gateway, job["id"], {"output": [ANSWER]})  # an aggregated stream
     status, headers, answer = await client
     assert (status, answer) == (200, ANSWER)
-    assert headers["X-Lockgate-Job-Id"] == job["id"]
+    assert headers["X-Lockgate-Job-Id"] == headers["X-Request-Id"] == job["id"]
     status, record = await get(http, gateway, f"status/{job['id']}")
     assert record["status"] == "COMPLETED"
     status, health = await get(http, gateway, "health")

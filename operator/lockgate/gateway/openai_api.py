@@ -49,6 +49,7 @@ from lockgate.store import UNAVAILABLE, IneligibleState, JobNotFound, NewJob
 
 PATH = r"/v2/{endpoint}/openai/{path:[\s\S]*}"  # any character: a newline too
 JOB_HEADER = "X-Lockgate-Job-Id"
+REQUEST_ID = "X-Request-Id"  # the job id again: OpenAI SDKs expose it (`_request_id`)
 CLIENT_CHECK_S = 1.0  # how often a waiting request looks whether its client is still there
 EVENT_STREAM = {
     "Content-Type": "text/event-stream; charset=utf-8",
@@ -127,9 +128,11 @@ async def _body(request: web.Request) -> dict[str, Any] | None:
 
 
 def _respond(reply: Answer, job_id: str) -> web.Response:
-    return json_response(
-        reply.body, status=reply.status, headers={JOB_HEADER: job_id, **reply.headers}
-    )
+    return json_response(reply.body, status=reply.status, headers={**_ids(job_id), **reply.headers})
+
+
+def _ids(job_id: str) -> dict[str, str]:
+    return {JOB_HEADER: job_id, REQUEST_ID: job_id}
 
 
 class _Follow:
@@ -215,7 +218,7 @@ class _Follow:
         """Write `data` to the event stream, opening it first if need be."""
         try:
             if response is None:
-                response = web.StreamResponse(headers={**EVENT_STREAM, JOB_HEADER: self.job_id})
+                response = web.StreamResponse(headers={**EVENT_STREAM, **_ids(self.job_id)})
                 await response.prepare(self.request)
             if data:
                 await response.write(data)
