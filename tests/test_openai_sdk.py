@@ -184,10 +184,21 @@ def test_a_raising_handler_is_one_api_error_and_one_job(objects_dev):
         client(objects_dev, seen=seen).chat.completions.create(
             model=toy_llm.MODEL, messages=[{"role": "user", "content": "raise: out of memory"}]
         )
-    assert "out of memory" in caught.value.message
+    assert caught.value.body["message"] == "RuntimeError: out of memory"
     assert caught.value.body["type"] == "handler_error"
     assert seen.statuses == [500]  # x-should-retry: false, so the SDK did not resubmit
     assert job_api(objects_dev, "health")["jobs"]["failed"] == failed + 1
+
+
+def test_a_handler_that_raises_mid_stream_ends_it_with_an_api_error(objects_dev):
+    stream = client(objects_dev).chat.completions.create(
+        model=toy_llm.MODEL, messages=[{"role": "user", "content": "raise: lost GPU"}], stream=True
+    )
+    chunks = []
+    with pytest.raises(openai.APIError) as caught:
+        chunks.extend(stream)
+    assert [c.choices[0].delta.role for c in chunks] == ["assistant"]
+    assert caught.value.message == "RuntimeError: lost GPU"
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -6,8 +6,8 @@ the whole response once; `"stream": true` yields the first chunk as an object, t
 rest in lists of 1, 2, 4, ... chunks (as vLLM's non-raw mode batches them); a refused
 request yields one OpenAI error object with the HTTP status as its `code`.
 
-Test knobs: a last chat message `raise: <text>` raises RuntimeError(<text>); `delay_ms`
-in the body waits that long per yield.
+Test knobs: a last chat message `raise: <text>` raises RuntimeError(<text>) (a stream
+after its first chunk); `delay_ms` in the body waits that long per yield.
 """
 
 from __future__ import annotations
@@ -27,19 +27,30 @@ async def handler(job: dict[str, Any]) -> AsyncIterator[Any]:
     job_input = job["input"]
     route, body = job_input.get("openai_route"), job_input.get("openai_input")
     try:
-        if route == "/v1/chat/completions" and toy_llm.chat_prompt(body).startswith(RAISE):
-            raise RuntimeError(toy_llm.chat_prompt(body).removeprefix(RAISE))
         items = toy_llm.answer(route, body, job["id"])
     except toy_llm.ToyError as err:
         yield {"error": {"message": str(err), "type": "invalid_request_error", "code": err.status}}
         return
+    failure = _failure(route, body)
     if not toy_llm.wants_stream(body):
+        if failure:
+            raise RuntimeError(failure)
         yield items[0]
         return
     delay_s = float(body.get("delay_ms", 0)) / 1000
     for batch in _batches(items):
         await asyncio.sleep(delay_s)
         yield batch
+        if failure:
+            raise RuntimeError(failure)  # mid-stream, after the first chunk
+
+
+def _failure(route: str, body: dict[str, Any]) -> str | None:
+    """The message to raise with: a chat request whose last message is `raise: <text>`."""
+    if route != "/v1/chat/completions":
+        return None
+    prompt = toy_llm.chat_prompt(body)
+    return prompt.removeprefix(RAISE) if prompt.startswith(RAISE) else None
 
 
 def _batches(items: list[Any]) -> list[Any]:
