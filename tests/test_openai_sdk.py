@@ -41,9 +41,10 @@ def objects_dev(tmp_path_factory) -> Iterator[DevProcess]:
 
 @pytest.fixture(scope="module")
 def cold_dev(tmp_path_factory) -> Iterator[DevProcess]:
-    """No worker until a job comes, and one OpenAI request in flight at a time."""
+    """No worker until a job comes, one OpenAI request in flight at a time, and a stream
+    that waits gets a keep-alive comment every 50 ms (the SDK must skip them)."""
     limits = '{"openai": {"concurrency": 1}}'
-    env = {"LOCKGATE_RATE_LIMITS": limits}
+    env = {"LOCKGATE_RATE_LIMITS": limits, "LOCKGATE_OPENAI_KEEPALIVE_S": "0.05"}
     yield from _dev(tmp_path_factory, OBJECTS, "--workers-min", "0", env=env)
 
 
@@ -231,8 +232,10 @@ def test_an_openai_request_is_a_job_in_status_requests_and_health(objects_dev):
 
 def test_from_zero_workers_the_first_request_waits_for_a_cold_start(cold_dev):
     wait_until(lambda: not cold_dev.workers(), 60)  # idle workers stop after 5 s
-    completion = client(cold_dev).chat.completions.create(model=toy_llm.MODEL, messages=HELLO)
-    assert completion.choices[0].message.content == ECHO
+    stream = client(cold_dev).chat.completions.create(
+        model=toy_llm.MODEL, messages=HELLO, stream=True
+    )  # keep-alive comments flow while the worker starts
+    assert streamed_text(stream) == ECHO
     assert cold_dev.workers()
 
 
