@@ -127,10 +127,13 @@ def test_models_list_is_a_get_without_openai_input(vllm_dev):
     assert [m.id for m in models] == [toy_llm.MODEL]
 
 
-def test_a_worker_error_is_an_api_error_with_its_message(vllm_dev):
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_worker_error_is_an_api_error_with_its_message(vllm_dev, stream):
     seen = Seen()
     with pytest.raises(openai.APIError) as caught:
-        client(vllm_dev, seen=seen).chat.completions.create(model="no-such-model", messages=HELLO)
+        client(vllm_dev, seen=seen).chat.completions.create(
+            model="no-such-model", messages=HELLO, stream=stream
+        )
     assert caught.value.body == {
         "message": "vLLM returned HTTP 404: The model `no-such-model` does not exist.",
         "type": "worker_error",
