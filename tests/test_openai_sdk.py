@@ -247,7 +247,7 @@ def test_over_the_concurrency_limit_the_sdk_retries_a_429_and_succeeds(cold_dev)
         model=toy_llm.MODEL,
         messages=[{"role": "user", "content": " ".join(["slow"] * 10)}],
         stream=True,
-        extra_body={"delay_ms": 300},  # 6 yields: ~2 s holding the route's one slot
+        extra_body={"delay_ms": 300},  # 5 yields 300 ms apart: the route's one slot is held
     )
     started = next(iter(first))  # the first request holds the slot until its stream ends
     rest = threading.Thread(target=lambda: list(first))
