@@ -9,6 +9,7 @@ true`, raw SSE text or chunk objects; an OpenAI error object is an answer too.
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,7 @@ from lockgate.store.records import JobRecord
 DONE = b"data: [DONE]\n\n"
 KEEP_ALIVE = b": keep-alive\n\n"
 NO_RETRY = {"x-should-retry": "false"}  # the openai SDK would resubmit a 5xx otherwise
+REPORT_MAX = 65_536  # characters: a longer job error is not parsed for an OpenAI error
 # The job states that end an OpenAI request without an answer from the worker.
 _ENDINGS = {
     "FAILED": (500, "handler_error", "the worker's handler failed"),
@@ -85,6 +87,23 @@ def worker_error(value: Any) -> tuple[int, dict[str, Any]] | None:
     return status, {"error": error}
 
 
+def reported_error(error: str | None) -> tuple[int, dict[str, Any]] | None:
+    """(status, body) when a FAILED job's error text is an OpenAI error object: a handler
+    that yields (or returns) `{"error": {...}}` fails its job in both runtimes, which keep
+    the inner object as JSON (lockgate's, and the runpod SDK for a return) or as Python's
+    `str()` of it (the runpod SDK for a yield, as RunPod's vLLM worker does)."""
+    if not error or not error.startswith("{") or len(error) > REPORT_MAX:
+        return None
+    for parse in (orjson.loads, ast.literal_eval):
+        try:
+            value = parse(error)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            continue
+        if isinstance(value, dict) and isinstance(value.get("message"), str):
+            return worker_error({"error": value})
+    return None
+
+
 def unwrap(output: Any) -> Any:
     """The worker's answer in a job output: the one element of an aggregated stream."""
     if isinstance(output, list) and len(output) == 1:
@@ -117,28 +136,13 @@ class Answer:
 
 def ending(record: JobRecord) -> Answer:
     """The answer for a job that ended without a usable output (FAILED, TIMED_OUT,
-    CANCELLED), OpenAI-shaped. A handler that failed with an OpenAI error object (lockgate's
-    runtime fails a job whose generator yields `{"error": {...}}`) gets that error."""
-    if record.status == "FAILED" and (error := _error_object(record.error)) is not None:
-        status, body = error
-        return Answer(status, body, NO_RETRY if status >= 500 else {})
+    CANCELLED), OpenAI-shaped: a worker's own OpenAI error as it gave it."""
+    if record.status == "FAILED" and (reported := reported_error(record.error)) is not None:
+        return _worker_answer(*reported)
     status, kind, what = _ENDINGS[record.status]
     detail = handler_message(record.error)
     message = f"{what}: {detail}" if detail and record.status != "FAILED" else detail or what
     return Answer(status, error_body(message, kind, record.status.lower()), NO_RETRY)
-
-
-def _error_object(error: str | None) -> tuple[int, dict[str, Any]] | None:
-    """(status, body) when a failed job's error text is an OpenAI error object."""
-    if not error or not error.startswith("{"):
-        return None
-    try:
-        value = orjson.loads(error)
-    except orjson.JSONDecodeError:
-        return None
-    if isinstance(value, dict) and isinstance(value.get("message"), str) and "type" in value:
-        return worker_error({"error": value})
-    return worker_error(value)
 
 
 def answer(record: JobRecord) -> Answer:
@@ -147,9 +151,13 @@ def answer(record: JobRecord) -> Answer:
         return ending(record)
     output = unwrap(orjson.loads(record.output)) if record.output else None
     if (error := worker_error(output)) is not None:
-        status, body = error
-        return Answer(status, body, NO_RETRY if status >= 500 else {})
+        return _worker_answer(*error)
     return Answer(200, output)
+
+
+def _worker_answer(status: int, body: dict[str, Any]) -> Answer:
+    """A worker's OpenAI error; a 5xx is not retried (the worker answered it)."""
+    return Answer(status, body, NO_RETRY if status >= 500 else {})
 
 
 def waited_too_long(wait_s: float) -> Answer:
