@@ -260,3 +260,36 @@ def test_over_the_concurrency_limit_the_sdk_retries_a_429_and_succeeds(cold_dev)
     assert started.choices[0].delta.role == "assistant"
     assert seen.statuses[0] == 429 and seen.statuses[-1] == 200
     assert second.choices[0].message.content == ECHO
+
+
+# -- examples/openai/handler.py, as its docs run it ----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def example_dev(tmp_path_factory) -> Iterator[DevProcess]:
+    yield from _dev(tmp_path_factory, "examples/openai/handler.py", "--workers-min", "1")
+
+
+def test_the_example_answers_every_documented_call(example_dev):
+    """docs/openai.md's SDK lines against the example: chat (plain and streamed: the same
+    words), completions, embeddings (base64, as the SDK asks), models, and a refusal."""
+    api = client(example_dev, max_retries=0)
+    ask = [{"role": "user", "content": "What is a queue?"}]
+    plain = api.chat.completions.create(model="lockgate-toy", messages=ask, max_tokens=8)
+    words = plain.choices[0].message.content
+    assert len(words.split()) == 8 and plain.choices[0].finish_reason == "length"
+    stream = api.chat.completions.create(
+        model="lockgate-toy", messages=ask, max_tokens=8, stream=True,
+        stream_options={"include_usage": True},
+    )  # fmt: skip
+    chunks = list(stream)
+    assert streamed_text(chunks) == words  # deterministic: the same request, the same text
+    assert chunks[-1].usage.completion_tokens == 8
+    completion = api.completions.create(model="lockgate-toy", prompt="Once upon a time")
+    assert completion.object == "text_completion" and completion.choices[0].text
+    vectors = api.embeddings.create(model="lockgate-toy", input=["a", "b"], dimensions=64)
+    assert [len(v.embedding) for v in vectors.data] == [64, 64]
+    assert abs(sum(x * x for x in vectors.data[0].embedding) - 1) < 1e-4  # unit vectors
+    assert [m.id for m in api.models.list()] == ["lockgate-toy"]
+    with pytest.raises(openai.BadRequestError, match="n=1"):
+        api.chat.completions.create(model="lockgate-toy", messages=ask, n=2)
