@@ -75,6 +75,9 @@ e2e: setup ## Operator tests against a kind cluster (needs Docker and kind)
 browser: ## Install Chromium (Debian's package) for the console's browser tests (once)
 	@command -v chromium >/dev/null || { apt-get update -q && apt-get install -y -q --no-install-recommends chromium; }
 
+redis: ## Install Debian's redis-server, redis-sentinel and redis-cli for the Cluster and Sentinel tests (once)
+	@command -v redis-sentinel >/dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends redis-server redis-sentinel redis-tools; }
+
 tools: ## Install helm 3.17 and kubectl 1.31 into ~/.cache/lockgate-tools/bin (once, cached)
 	bash hack/tools.sh
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from pydantic import Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from lockgate.models.limits import LimitOverride, Operation
+from lockgate.store.connection import RedisSettings
 
 MIB = 1024 * 1024
 # The body budget derived from a memory limit: the idle process's share is set apart, and
@@ -17,12 +18,11 @@ MIN_BODY_BUDGET = 21 * MIB  # one body of the largest size a route admits (/runs
 DEFAULT_BODY_BUDGET = 256 * MIB  # no memory limit known
 
 
-class Settings(BaseSettings):
-    """Gateway and store settings. Durations carry their unit in the name."""
+class Settings(RedisSettings):
+    """Gateway and store settings (Redis's in `RedisSettings`). Durations carry their unit."""
 
     model_config = SettingsConfigDict(env_prefix="LOCKGATE_", extra="ignore")
 
-    redis_url: str = "redis://127.0.0.1:6379/0"
     host: str = "127.0.0.1"
     port: int = 8080
     base_url: str = Field("", description="public job API base; default http://{host}:{port}")
@@ -160,10 +160,6 @@ class Settings(BaseSettings):
         256 * MIB,
         ge=0,
         description="bytes of input one endpoint may have queued; past it /run gets 429",
-    )
-    redis_max_connections: int = Field(256, gt=0, description="Redis connections per process")
-    redis_pool_timeout_s: float = Field(
-        10.0, gt=0, description="how long a request waits for a free Redis connection"
     )
     header_timeout_s: float = Field(
         10.0, gt=0, description="a new connection must send a whole request head within this"

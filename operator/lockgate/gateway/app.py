@@ -145,11 +145,7 @@ def create_app(settings: Settings, *, redis: Redis | None = None) -> web.Applica
     owned = redis is None
     client = redis
     if client is None:
-        client = connect(
-            settings.redis_url,
-            max_connections=settings.redis_max_connections,
-            pool_timeout_s=settings.redis_pool_timeout_s,
-        )
+        client = connect(settings)
     gw = build_gateway(settings, client)
     app = _application(gw, cors=True)
     app.add_routes(client_api.routes)

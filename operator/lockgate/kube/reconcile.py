@@ -62,7 +62,7 @@ class Context:
 
     @classmethod
     def open(cls, settings: OperatorSettings, cluster: Cluster) -> Context:
-        redis = connect(settings.redis_url, max_connections=32)
+        redis = connect(settings, max_connections=32)
         liveness = Liveness(heartbeat_timeout_ms=int(settings.heartbeat_timeout_s * 1000))
         return cls(settings, cluster, redis, Registry(redis), JobStore(redis, liveness=liveness))
 

@@ -6,17 +6,17 @@ from typing import Annotated
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import NoDecode, SettingsConfigDict
 
 from lockgate.kube.gpus import GFD, GpuLabels
+from lockgate.store.connection import RedisSettings
 
 
-class OperatorSettings(BaseSettings):
-    """What the operator and the management API need. Durations carry their unit."""
+class OperatorSettings(RedisSettings):
+    """What the operator and the management API need (Redis's in `RedisSettings`)."""
 
     model_config = SettingsConfigDict(env_prefix="LOCKGATE_", extra="ignore")
 
-    redis_url: str = "redis://127.0.0.1:6379/0"
     gateway_url: str = Field(
         "http://lockgate-gateway:8080", description="the gateway as workers reach it (in-cluster)"
     )

