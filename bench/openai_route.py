@@ -93,11 +93,10 @@ def request(stream: bool) -> dict:
 
 
 async def stream_times(dev: Service, streams: int) -> StreamTimes:
-    """`streams` streamed completions one after another (after one to warm up)."""
+    """`streams` streamed completions one after another."""
     url, body = job_url(dev, ROUTE), orjson.dumps(request(stream=True))
     total = StreamTimes()
     async with load.session(1) as http:
-        await read_stream(http, url, body)
         for _ in range(streams):
             one = await read_stream(http, url, body)
             for name in ("chunk", "first", "direct", "queued"):
@@ -187,7 +186,11 @@ async def openai_route(cfg: Config, work: Path, _floor: Service) -> list[Row]:
     with lockgate_dev(work, "openai", cfg.e2e_workers, {}, handler=HANDLER) as dev:
         async with load.session(1) as http:
             await wait_workers(http, dev, cfg.e2e_workers)
+        await stream_times(dev, 1)  # warm-up: each worker's first job pays its imports
         log(f"lockgate: {streams} OpenAI streams of {CHUNKS_PER_STREAM} chunks, one at a time")
-        rows = stream_rows(await stream_times(dev, streams), streams)
+        cpu = meter(dev)
+        times = await stream_times(dev, streams)
+        per_chunk = cpu.row("CPU us per streamed chunk", len(times.chunk))
+        rows = [*stream_rows(times, streams), per_chunk]
         rows += await completion_rates(dev, cfg)
     return rows

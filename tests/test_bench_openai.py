@@ -65,3 +65,4 @@ def test_make_bench_openai_prints_stream_and_throughput_rows() -> None:
         assert rate.endswith(" /s") and float(rate.split()[0].replace(",", "")) > 0
     assert re.search(r">= 90% of /runsync \(is \d+%\)\s+(PASS|MISS)", out)
     assert "CPU us per chat completion via /openai: gateway" in out
+    assert "CPU us per streamed chunk: gateway" in out
