@@ -70,8 +70,10 @@ def add_stream(times: StreamTimes, sent: float, events: list[tuple[float, bytes]
     times.queued.append(first["bench_started"] - sent)
 
 
-async def read_stream(http: aiohttp.ClientSession, url: str, body: bytes) -> StreamTimes:
-    """One streamed chat completion: its events with the time each was read."""
+async def read_stream(
+    http: aiohttp.ClientSession, url: str, body: bytes, times: StreamTimes
+) -> None:
+    """One streamed chat completion, its figures added to `times`."""
     events: list[tuple[float, bytes]] = []
     sent, rest = time.monotonic(), b""
     async with http.post(url, data=body) as reply:
@@ -81,9 +83,7 @@ async def read_stream(http: aiohttp.ClientSession, url: str, body: bytes) -> Str
             read = time.monotonic()
             payloads, rest = split_events(rest + data)
             events += [(read, p) for p in payloads]
-    times = StreamTimes()
     add_stream(times, sent, events)
-    return times
 
 
 def request(stream: bool) -> dict:
@@ -95,13 +95,11 @@ def request(stream: bool) -> dict:
 async def stream_times(dev: Service, streams: int) -> StreamTimes:
     """`streams` streamed completions one after another."""
     url, body = job_url(dev, ROUTE), orjson.dumps(request(stream=True))
-    total = StreamTimes()
+    times = StreamTimes()
     async with load.session(1) as http:
         for _ in range(streams):
-            one = await read_stream(http, url, body)
-            for name in ("chunk", "first", "direct", "queued"):
-                getattr(total, name).extend(getattr(one, name))
-    return total
+            await read_stream(http, url, body, times)
+    return times
 
 
 def stream_rows(times: StreamTimes, streams: int) -> list[Row]:
