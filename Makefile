@@ -46,11 +46,14 @@ format: setup ## Format the code (ruff)
 	$(VENV)/bin/ruff check --fix operator tests examples
 	$(VENV)/bin/ruff format operator tests examples
 
-bench: setup ## Benchmarks: latency, throughput, purge, memory, auth+limits overhead; then the scaler simulation
+bench: setup ## Benchmarks: latency, throughput, purge, memory, auth+limits overhead, OpenAI route; then the scaler simulation
 	$(PY) -m bench.core; status=$$?; echo; $(PY) -m bench.scaler_sim && exit $$status
 
 bench-status: setup ## Benchmark alone: /status req/s with auth and rate limits on vs off
 	$(PY) -m bench.core --only status
+
+bench-openai: setup ## Benchmark alone: OpenAI route stream overhead per chunk, chat completions/s vs /runsync
+	$(PY) -m bench.core --only openai
 
 bench-cluster: setup envtest tools cluster-images ## On a real node (root): applied -> first pod -> first job, from zero, warm, burst, idle -> zero
 	$(PY) -m bench.cluster
@@ -99,4 +102,4 @@ images: ## Build the control-plane and worker images (needs Docker; IMAGE_REGIST
 	  -t $(IMAGE_REGISTRY)/worker:$(IMAGE_TAG) .
 	@echo "images: built $(IMAGE_REGISTRY)/control-plane:$(IMAGE_TAG) and $(IMAGE_REGISTRY)/worker:$(IMAGE_TAG)"
 
-.PHONY: help setup run test lint format bench bench-status bench-cluster crds verify-crds envtest cluster-images e2e tools chart-lint chart-template images
+.PHONY: help setup run test lint format bench bench-status bench-openai bench-cluster crds verify-crds envtest cluster-images e2e tools chart-lint chart-template images

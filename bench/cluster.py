@@ -94,8 +94,10 @@ def burst(release: Release, jobs: Jobs) -> float:
     t0 = time.monotonic()
     ids = [jobs.run({"input": {"sleep": 3, "i": i}}) for i in range(12)]
     reached = wait_until(
-        lambda: sum(running(p) for p in worker_pods(release, "echo")) >= WORKERS_MAX
-        and time.monotonic(),
+        lambda: (
+            sum(running(p) for p in worker_pods(release, "echo")) >= WORKERS_MAX
+            and time.monotonic()
+        ),
         "workersMax pods",
         180,
         every=0.1,

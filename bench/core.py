@@ -4,8 +4,10 @@
 2. /run acceptance rate with 32 concurrent clients and no workers;
 3. end-to-end completed jobs/s with 4 workers, checked for lost and doubled jobs;
 4. purge of 100,000 queued 1 KB jobs, and memory with them queued;
-5. /status requests/s with auth and rate limits on, against both off (bench/access.py).
-`--only NAME` runs one scenario (runsync, run, e2e, status).
+5. /status requests/s with auth and rate limits on, against both off (bench/access.py);
+6. the OpenAI route: per-chunk stream overhead, time to first token, and chat
+   completions/s against /runsync with the same handler (bench/openai_route.py).
+`--only NAME` runs one scenario (runsync, run, e2e, status, openai).
 Progress goes to stderr; the table to stdout.
 """
 
@@ -37,8 +39,9 @@ from bench.measure import (
     redis_memory,
     wait_workers,
 )
+from bench.openai_route import openai_route
 from bench.procs import Service, floor_server, lockgate_dev, log, machine_busy, rss_bytes
-from bench.report import Row, machine, table
+from bench.report import Row, machine, ms, table
 
 SMALL_BODY = orjson.dumps({"input": {"x": 1}})
 KB_BODY = orjson.dumps({"input": {"data": "x" * 1013}})  # `input` is 1,024 bytes of JSON
@@ -59,10 +62,6 @@ class Config:
 
     def n(self, full: int) -> int:
         return max(1, int(full * self.scale))
-
-
-def ms(seconds: float) -> str:
-    return f"{seconds * 1000:.2f} ms"
 
 
 # -- 1. /runsync latency
@@ -246,6 +245,7 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
     "run": ("/run acceptance, purge, memory", acceptance_and_queue),
     "e2e": ("end to end", end_to_end),
     "status": ("/status with auth and limits on vs off", status_overhead),
+    "openai": ("OpenAI route: stream overhead, chat completions/s", openai_route),
 }
 
 

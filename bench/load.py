@@ -88,6 +88,23 @@ async def burst(
     return Burst(time.perf_counter() - started, replies)
 
 
+async def for_duration(
+    http: aiohttp.ClientSession, url: str, body: bytes, clients: int, seconds: float
+) -> Burst:
+    """POSTs from `clients` concurrent senders for `seconds`, each sending its next as soon
+    as its previous reply arrived (replies still in flight at the end are counted too)."""
+    replies: list[bytes] = []
+    started = time.perf_counter()
+    until = started + seconds
+
+    async def sender() -> None:
+        while time.perf_counter() < until:
+            replies.append(await post(http, url, body))
+
+    await asyncio.gather(*(sender() for _ in range(clients)))
+    return Burst(time.perf_counter() - started, replies)
+
+
 def percentile(values: list[float], pct: float) -> float:
     """The `pct` percentile (nearest rank) of `values`."""
     ordered = sorted(values)

@@ -25,7 +25,8 @@ UNREACHED_RATES = (
     '{"runsync": {"rate": 1000000000}, "run": {"rate": 1000000000}, '
     '"status": {"rate": 1000000000}, "stream": {"rate": 1000000000}, '
     '"cancel": {"rate": 1000000000}, "retry": {"rate": 1000000000}, '
-    '"purge-queue": {"rate": 1000000000}, "health": {"rate": 1000000000}}'
+    '"purge-queue": {"rate": 1000000000}, "health": {"rate": 1000000000}, '
+    '"openai": {"rate": 1000000000}}'
 )
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
@@ -160,11 +161,14 @@ def floor_server(workdir: Path) -> Iterator[Service]:
 
 
 @contextlib.contextmanager
-def lockgate_dev(workdir: Path, name: str, workers: int, env: dict[str, str]) -> Iterator[Service]:
-    """`lockgate dev` with the no-op handler and exactly `workers` workers, in its own data dir."""
+def lockgate_dev(
+    workdir: Path, name: str, workers: int, env: dict[str, str], handler: Path = HANDLER
+) -> Iterator[Service]:
+    """`lockgate dev` with `handler` (the no-op one by default) and exactly `workers` workers,
+    in its own data dir."""
     port, data_dir, log_path = free_port(), workdir / f"{name}-data", workdir / f"{name}.log"
     command = [
-        *_lockgate_command(), "dev", str(HANDLER), "--port", str(port), "--data-dir", str(data_dir),
+        *_lockgate_command(), "dev", str(handler), "--port", str(port), "--data-dir", str(data_dir),
         "--api-key", API_KEY, "--endpoint-id", ENDPOINT, "--workers-min", str(workers),
         "--workers-max", str(workers), "--idle-timeout", "60",
     ]  # fmt: skip

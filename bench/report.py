@@ -25,6 +25,11 @@ class Row:
         return {True: "PASS", False: "MISS", None: ""}[self.passed]
 
 
+def ms(seconds: float) -> str:
+    """A duration in milliseconds, as the table shows it."""
+    return f"{seconds * 1000:.2f} ms"
+
+
 def cpu_model() -> str:
     """The CPU's model name from /proc/cpuinfo."""
     try:
