@@ -39,8 +39,8 @@ test: setup lint ## Lint, then run the whole test suite
 	$(PY) -m pytest
 
 lint: setup ## ruff check and format check
-	$(VENV)/bin/ruff check operator tests examples
-	$(VENV)/bin/ruff format --check operator tests examples
+	$(VENV)/bin/ruff check operator tests examples bench
+	$(VENV)/bin/ruff format --check operator tests examples bench
 
 format: setup ## Format the code (ruff)
 	$(VENV)/bin/ruff check --fix operator tests examples

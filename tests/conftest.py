@@ -18,7 +18,8 @@ from redis.asyncio import Redis
 from lockgate.dev.redis_server import EmbeddedRedis, free_port
 from lockgate.gateway import create_app
 from lockgate.settings import Settings
-from lockgate.store import Registry
+from lockgate.store import Registry, connect
+from lockgate.store.connection import RedisSettings
 
 REPO = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
@@ -66,8 +67,22 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedR
 
 
 @pytest.fixture
-async def redis(redis_server: EmbeddedRedis) -> AsyncIterator[Redis]:
-    client = Redis.from_url(redis_server.url)
+def redis_target(redis_server: EmbeddedRedis) -> RedisSettings:
+    """Where the tests' Redis is: the embedded standalone one. A module overrides this
+    fixture to run its tests (or tests it imports) on a Redis Cluster or Sentinel set
+    (tests/redis_topologies.py); `redis` and `gateway` follow it."""
+    return redis_settings(redis_url=redis_server.url)
+
+
+def redis_settings(**fields) -> RedisSettings:
+    """RedisSettings from these fields alone (not from LOCKGATE_* variables)."""
+    defaults = {name: f.default for name, f in RedisSettings.model_fields.items()}
+    return RedisSettings.model_construct(**{**defaults, **fields})
+
+
+@pytest.fixture
+async def redis(redis_target: RedisSettings) -> AsyncIterator[Redis]:
+    client = connect(redis_target)
     await client.flushall()
     yield client
     await client.aclose()
@@ -106,10 +121,11 @@ async def register(redis: Redis, endpoint: str, **entry) -> tuple[str, str]:
     return client_key, worker_key
 
 
-def make_settings(redis_url: str, port: int, **overrides) -> Settings:
-    """Settings with test-sized timings."""
+def make_settings(redis: str | RedisSettings, port: int, **overrides) -> Settings:
+    """Settings with test-sized timings, on `redis` (a standalone URL, or any mode)."""
+    target = redis_settings(redis_url=redis) if isinstance(redis, str) else redis
     values = dict(
-        redis_url=redis_url, port=port, take_wait_s=2.0, stop_wait_s=2.0, poll_fallback_s=0.5
+        target.model_dump(), port=port, take_wait_s=2.0, stop_wait_s=2.0, poll_fallback_s=0.5
     )
     values.update(overrides)
     return Settings(**values)
@@ -131,11 +147,11 @@ def gateway_settings(request: pytest.FixtureRequest) -> dict:
 
 @pytest.fixture
 async def gateway(
-    redis: Redis, redis_server: EmbeddedRedis, gateway_settings: dict
+    redis: Redis, redis_target: RedisSettings, gateway_settings: dict
 ) -> AsyncIterator[LiveGateway]:
     client_key, worker_key = await register(redis, "echo")
     port = free_port()
-    settings = make_settings(redis_server.url, port, **gateway_settings)
+    settings = make_settings(redis_target, port, **gateway_settings)
     runner = await start_gateway(settings)
     yield LiveGateway(
         f"http://127.0.0.1:{port}", "echo", client_key, worker_key, settings, runner.app

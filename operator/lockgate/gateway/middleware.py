@@ -6,9 +6,7 @@ from __future__ import annotations
 import logging
 
 from aiohttp import web
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import OutOfMemoryError as RedisOutOfMemoryError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from lockgate.gateway.auth import CALLER
 from lockgate.gateway.errors import (
@@ -20,7 +18,7 @@ from lockgate.gateway.errors import (
     clip,
 )
 from lockgate.gateway.http import json_response
-from lockgate.store import QueueFull
+from lockgate.store import UNAVAILABLE, QueueFull
 
 log = logging.getLogger("lockgate.gateway")
 
@@ -100,7 +98,7 @@ async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
         log.error("store full on %s %s: %s", request.method, clip(request.path), err)
         headers = {"Retry-After": STORE_FULL_RETRY_S}
         return json_response({"error": STORE_FULL}, status=503, headers=headers)
-    except (RedisConnectionError, RedisTimeoutError, ConnectionRefusedError) as err:
+    except UNAVAILABLE as err:
         log.warning("store unavailable on %s %s: %s", request.method, clip(request.path), err)
         return json_response(
             {"error": "job store unavailable, retry shortly"},

@@ -7,15 +7,32 @@ raises then is in `UNAVAILABLE` (the gateway answers 503 + Retry-After).
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
-from redis.exceptions import ConnectionError, TimeoutError
+from redis.exceptions import (
+    ClusterDownError,
+    ConnectionError,
+    ReadOnlyError,
+    TimeoutError,
+    TryAgainError,
+)
 
-# What a command raises when Redis cannot be reached (after the client's retries).
-UNAVAILABLE: tuple[type[Exception], ...] = (ConnectionError, TimeoutError, ConnectionRefusedError)
+# What a command raises when Redis cannot serve it now (after the client's retries): down,
+# unreachable, or mid-failover (a demoted master refusing writes, a cluster slot without a
+# master, a slot being migrated). A refused write changed nothing.
+UNAVAILABLE: tuple[type[Exception], ...] = (
+    ConnectionError,  # MasterNotFoundError (Sentinel) and BusyLoadingError are ones too
+    TimeoutError,
+    ConnectionRefusedError,
+    ReadOnlyError,
+    ClusterDownError,
+    TryAgainError,
+)
 
 
 class RedisSettings(BaseSettings):
@@ -80,6 +97,32 @@ def _standalone(url: str, *, max_connections: int, pool_timeout_s: float) -> Red
         health_check_interval=30,
     )
     return Redis.from_pool(pool)
+
+
+def client_options(settings: RedisSettings) -> dict[str, Any]:
+    """Credentials and TLS for the cluster and Sentinel clients (a standalone URL carries
+    its own: `rediss://user:password@host:port/0?ssl_ca_certs=...`)."""
+    options: dict[str, Any] = {}
+    if settings.redis_username:
+        options["username"] = settings.redis_username
+    if settings.redis_password:
+        options["password"] = settings.redis_password
+    if settings.redis_tls:
+        options["ssl"] = True
+        if settings.redis_tls_ca_file:
+            options["ssl_ca_certs"] = settings.redis_tls_ca_file
+    return options
+
+
+def nodes(spec: str) -> list[tuple[str, int]]:
+    """`host:port,host:port` as pairs; ValueError naming a malformed one."""
+    pairs = []
+    for item in filter(None, (x.strip() for x in spec.split(","))):
+        host, sep, port = item.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"{item!r}: expected host:port")
+        pairs.append((host.strip("[]"), int(port)))
+    return pairs
 
 
 def _cluster(settings: RedisSettings, *, max_connections: int, pool_timeout_s: float) -> Redis:

@@ -51,10 +51,15 @@ class StoreFull(OutOfMemoryError):
 
 
 def _translated(err: Exception) -> Exception:
-    """A script refused for want of memory, which Redis reports as a plain script error
-    ("... -OOM command not allowed ..."), as StoreFull; any other error as it is."""
-    if isinstance(err, ResponseError) and "OOM command not allowed" in str(err):
-        return err if isinstance(err, OutOfMemoryError) else StoreFull(str(err))
+    """A script refused for want of memory as StoreFull: Redis 6 reports it as a plain
+    script error ("... -OOM command not allowed ..."), Redis 7 as an OOM error (which
+    redis-py raises as OutOfMemoryError); any other error as it is."""
+    if isinstance(err, StoreFull):
+        return err
+    if isinstance(err, OutOfMemoryError) or (
+        isinstance(err, ResponseError) and "OOM command not allowed" in str(err)
+    ):
+        return StoreFull(str(err))
     return err
 
 
