@@ -303,3 +303,48 @@ async def test_a_job_failed_with_an_openai_error_object_answers_with_its_status(
     status, headers, body = await client
     assert (status, body) == (400, {"error": error})
     assert "x-should-retry" not in headers
+
+
+async def lranges(redis) -> int:
+    """LRANGE calls Redis has served (the stream read script's; INFO commandstats)."""
+    return (await redis.info("commandstats")).get("cmdstat_lrange", {}).get("calls", 0)
+
+
+async def test_a_live_stream_gets_its_chunks_from_the_events_without_reading_them(
+    http, gateway, redis
+):
+    """Small chunks ride on their wake-up events: the reader reads the stored stream once
+    it ends (and when a chunk is too large to carry), not once per chunk."""
+    response_task = asyncio.create_task(open_stream(http, gateway))
+    job = await worker_job(http, gateway)
+    before = await lranges(redis)
+    await push(http, gateway, job["id"], {"output": {"n": 0}})
+    response = await response_task
+    assert await response.content.readuntil(b"\n\n") == b'data: {"n":0}\n\n'
+    for n in range(1, 20):
+        await push(http, gateway, job["id"], {"output": {"n": n}})
+        assert await response.content.readuntil(b"\n\n") == f'data: {{"n":{n}}}\n\n'.encode()
+    reads = await lranges(redis) - before
+    large = {"text": "x" * 100_000}  # too large to carry: read, in its place
+    await push(http, gateway, job["id"], {"output": large})
+    await push(http, gateway, job["id"], {"output": {"n": 21}})
+    await done(http, gateway, job["id"], {"output": []})
+    rest = await events(response)
+    assert [orjson.loads(e.removeprefix("data: ")) for e in rest[:2]] == [large, {"n": 21}]
+    assert rest[2:] == ["data: [DONE]"]
+    assert reads <= 2, reads  # a poll may fall in (every 0.5 s here); one per chunk did not
+
+
+def test_live_chunks_come_in_order_once_from_events_and_reads():
+    from lockgate.gateway.openai_wire import LiveChunks
+
+    live = LiveChunks(read_every_s=2.0, now=0.0)
+    assert live.carried_chunks([(0, [b"a", b"b"]), (2, [b"c"])]) == [b"a", b"b", b"c"]
+    assert not live.read_due(1.0, ended=False)
+    assert live.carried_chunks([(2, [b"c"]), (3, None), (4, [b"e"])]) == []  # a repeat, a gap
+    assert live.read_due(1.0, ended=False)
+    # The read returns what is stored since the last read: a, b, c were handed out already.
+    assert live.stored_chunks([b"a", b"b", b"c", b"d", b"e"], 0, 1.0) == [b"d", b"e"]
+    assert live.carried_chunks([(4, [b"e"]), (5, [b"f"])]) == [b"f"]
+    assert live.read_due(3.5, ended=False) and live.read_due(1.5, ended=True)
+    assert live.stored_chunks([b"f", b"g"], 5, 3.5) == [b"g"]

@@ -1,8 +1,9 @@
 """Wake-ups across gateway replicas: one Redis pub/sub subscription per process.
 
 The store's scripts publish on `lg:events`: `q:<ep>` (a job was queued onto empty queues,
-or requeued), `d:<ep>:<id>` (a /runsync job ended), `c:<ep>:<id>` (a stream chunk of a job
-read live, an OpenAI stream), `s:<ep>:<worker>` (a stop signal),
+or requeued), `d:<ep>:<id>` (a /runsync job ended), `c:<ep>:<id>:<seq>[\n<chunk>...]` (stream chunks
+of a job read live, an OpenAI stream: numbered, and carried when small), `s:<ep>:<worker>`
+(a stop signal),
 `r:<ep>` (registry changed), `k:<digest>` (an API key was changed or revoked). A `q:` wakes
 one job-take per replica; a taker that leaves jobs queued wakes the next (`kick`), so a
 busy queue costs no PUBLISH per submit.
@@ -17,6 +18,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -27,6 +29,25 @@ from lockgate.store.keys import EVENTS_CHANNEL
 log = logging.getLogger("lockgate.gateway")
 
 Waiters = dict[object, dict[asyncio.Future, None]]
+
+
+@dataclass(eq=False)
+class Listener:
+    """What happened to one live job since its reader last looked: `changed` is set on each
+    event; `pushed` holds the chunks the events carried, as (number of the first, chunks or
+    None when they were too large to carry); `ended` says the job ended; `stale` that
+    events may have been missed (the subscription reconnected). The reader clears them."""
+
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    pushed: list[tuple[int, list[bytes] | None]] = field(default_factory=list)
+    ended: bool = False
+    stale: bool = False
+
+    def take(self) -> list[tuple[int, list[bytes] | None]]:
+        """The pushed chunks so far, clearing `changed` first (no event falls between)."""
+        self.changed.clear()
+        pushed, self.pushed = self.pushed, []
+        return pushed
 
 
 def _expire(fut: asyncio.Future) -> None:
@@ -68,7 +89,7 @@ class Notifier:
         self.on_queued: Callable[[str], None] = lambda _ep: None
         self._jobs: Waiters = defaultdict(dict)
         self._done: Waiters = defaultdict(dict)
-        self._listeners: dict[tuple[str, str], set[asyncio.Event]] = defaultdict(set)
+        self._listeners: dict[tuple[str, str], set[Listener]] = defaultdict(set)
         self._stops: Waiters = defaultdict(dict)
         self._generation: dict[str, int] = defaultdict(int)
         self.connected = asyncio.Event()
@@ -85,21 +106,30 @@ class Notifier:
         return await _wait(self._done, (endpoint_id, job_id), timeout)
 
     @contextmanager
-    def listen(self, endpoint_id: str, job_id: str) -> Iterator[asyncio.Event]:
-        """An event set on each stream chunk of a live job and at its end, for as long as
-        the block runs: clear it before reading the job, so no wake-up falls between."""
-        key, changed = (endpoint_id, job_id), asyncio.Event()
-        self._listeners[key].add(changed)
+    def listen(self, endpoint_id: str, job_id: str) -> Iterator[Listener]:
+        """A listener of the job's events (its end; a live job's chunks) while the block
+        runs: start it before the submit, so no event falls before it."""
+        key, listener = (endpoint_id, job_id), Listener()
+        self._listeners[key].add(listener)
         try:
-            yield changed
+            yield listener
         finally:
-            self._listeners[key].discard(changed)
+            self._listeners[key].discard(listener)
             if not self._listeners[key]:
                 del self._listeners[key]
 
-    def _changed(self, key: tuple[str, str]) -> None:
-        for changed in self._listeners.get(key, ()):
-            changed.set()
+    def _chunks(self, message: bytes) -> None:
+        """A `c:` event: hand its chunks (or the news of them) to the job's listeners."""
+        head, _, payload = message.partition(b"\n")
+        ep, _, rest = head[2:].decode().partition(":")
+        job_id, _, seq = rest.rpartition(":")
+        listeners = self._listeners.get((ep, job_id))
+        if not listeners or not seq.isdigit():
+            return  # another replica's reader, most of the time
+        chunks = payload.split(b"\n") if payload else None
+        for listener in listeners:
+            listener.pushed.append((int(seq), chunks))
+            listener.changed.set()
 
     async def wait_stop(self, endpoint_id: str, worker_id: str, timeout: float) -> bool:
         return await _wait(self._stops, (endpoint_id, worker_id), timeout)
@@ -111,6 +141,9 @@ class Notifier:
 
     def dispatch(self, message: bytes) -> None:
         """Route one event to its waiters."""
+        if message.startswith(b"c:"):
+            self._chunks(message)
+            return
         kind, _, rest = message.decode().partition(":")
         if kind == "q":
             self.kick(rest)
@@ -118,10 +151,9 @@ class Notifier:
         elif kind == "d":
             ep, _, job_id = rest.partition(":")
             _wake(self._done, (ep, job_id), one=False)
-            self._changed((ep, job_id))
-        elif kind == "c":
-            ep, _, job_id = rest.partition(":")
-            self._changed((ep, job_id))
+            for listener in self._listeners.get((ep, job_id), ()):
+                listener.ended = True
+                listener.changed.set()
         elif kind == "s":
             ep, _, worker = rest.partition(":")
             _wake(self._stops, (ep, worker), one=False)
@@ -134,8 +166,10 @@ class Notifier:
         for table in (self._jobs, self._done, self._stops):
             for key in list(table):
                 _wake(table, key, one=False)
-        for key in list(self._listeners):
-            self._changed(key)
+        for listeners in self._listeners.values():
+            for listener in listeners:
+                listener.stale = True
+                listener.changed.set()
 
     def start(self) -> None:
         """Run the subscription in the background."""

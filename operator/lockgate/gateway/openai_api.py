@@ -25,9 +25,11 @@ from lockgate.gateway.errors import BadRequest, NotFound, clip
 from lockgate.gateway.http import JSON, json_response, read_body
 from lockgate.gateway.idempotency import store_unavailable
 from lockgate.gateway.middleware import error_middleware
+from lockgate.gateway.notify import Listener
 from lockgate.gateway.openai_wire import (
     KEEP_ALIVE,
     Answer,
+    LiveChunks,
     StreamFramer,
     answer,
     ending,
@@ -98,12 +100,12 @@ async def _serve(request: web.Request) -> web.StreamResponse:
             sync=True,
             live=stream,
         )
-        with gw.notifier.listen(endpoint_id, job.id) as changed:
+        with gw.notifier.listen(endpoint_id, job.id) as listener:
             try:
                 await gw.store.submit(endpoint_id, job)
             except UNAVAILABLE:
                 return store_unavailable(request, job.id)
-            follow = _Follow(request, gw, endpoint_id, job.id, changed)
+            follow = _Follow(request, gw, endpoint_id, job.id, listener)
             try:
                 if stream:
                     return await follow.stream()
@@ -144,11 +146,12 @@ class _Follow:
         gw: Gateway,
         endpoint_id: str,
         job_id: str,
-        changed: asyncio.Event,
+        listener: Listener,
     ) -> None:
         self.request, self.gw, self.endpoint_id, self.job_id = request, gw, endpoint_id, job_id
-        self.changed = changed
+        self.listener = listener
         self.loop = asyncio.get_running_loop()
+        self.reader = LiveChunks(read_every_s=gw.settings.poll_fallback_s, now=self.loop.time())
 
     async def answer(self) -> Answer:
         """The job's answer once it ends; 504 (and the job cancelled) past the longest wait.
@@ -156,7 +159,7 @@ class _Follow:
         wait_s = self.gw.settings.openai_wait_s
         deadline = self.loop.time() + wait_s
         while await self._wait(deadline):
-            self.changed.clear()
+            self.listener.take()
             record = await self.gw.store.get(self.endpoint_id, self.job_id)
             if record.status in FINAL_STATES:
                 return answer(record)
@@ -183,8 +186,12 @@ class _Follow:
                 response = await self._send(response, KEEP_ALIVE)
                 keep_alive = self.loop.time() + settings.openai_keepalive_s
                 continue
-            self.changed.clear()
-            status, chunks = await self.gw.store.read_stream(self.endpoint_id, self.job_id)
+            listener, reader, now = self.listener, self.reader, self.loop.time()
+            chunks, status = reader.carried_chunks(listener.take()), None
+            if reader.read_due(now, ended=listener.ended or listener.stale):
+                listener.stale = False
+                status, stored, first = await self.gw.store.read_live(self.endpoint_id, self.job_id)
+                chunks += reader.stored_chunks(stored, first, now)
             if chunks:
                 if response is None and (error := _first_error(chunks[0])) is not None:
                     return _respond(Answer(error[0], error[1]), self.job_id)
@@ -233,7 +240,7 @@ class _Follow:
         while (left := min(until, poll_at) - self.loop.time()) > 0:
             try:
                 async with asyncio.timeout(min(left, CLIENT_CHECK_S)):
-                    await self.changed.wait()
+                    await self.listener.changed.wait()
                 return True
             except TimeoutError:
                 transport = self.request.transport

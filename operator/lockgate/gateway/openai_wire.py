@@ -219,3 +219,44 @@ class StreamFramer:
         )
         self._tail = "\n\n"
         return missing
+
+
+class LiveChunks:
+    """A live job's chunks in the order the worker sent them, each once: from the events
+    that carried them (no read needed) and from reads of the stored stream (chunks too large
+    to carry, events missed, and to drain what is stored now and then)."""
+
+    READ_EVERY_BYTES = 1024 * 1024  # carried chunks are still stored: drain them this often
+
+    def __init__(self, *, read_every_s: float, now: float) -> None:
+        self.read_every_s = read_every_s
+        self.expected = 0  # the number of the next chunk to hand out
+        self.gap = False  # a chunk was not carried: read
+        self.carried = 0  # bytes handed out from events since the last read
+        self.last_read = now
+
+    def carried_chunks(self, pushed: list[tuple[int, list[bytes] | None]]) -> list[bytes]:
+        """The chunks events carried that come next, in order; past a gap, none."""
+        out: list[bytes] = []
+        for first, chunks in pushed:
+            if self.gap or chunks is None or first > self.expected:
+                self.gap = True
+                continue
+            fresh = chunks[self.expected - first :]
+            out += fresh
+            self.expected += len(fresh)
+            self.carried += sum(map(len, fresh))
+        return out
+
+    def read_due(self, now: float, *, ended: bool) -> bool:
+        """Whether to read the stored stream now (`ended`: the job ended, or events may
+        have been missed)."""
+        late = now - self.last_read >= self.read_every_s
+        return ended or self.gap or late or self.carried >= self.READ_EVERY_BYTES
+
+    def stored_chunks(self, stored: list[bytes], first: int, now: float) -> list[bytes]:
+        """The chunks of a read (numbered from `first`) not handed out yet."""
+        self.last_read, self.carried, self.gap = now, 0, False
+        fresh = stored[max(0, self.expected - first) :]
+        self.expected = max(self.expected, first + len(stored))
+        return fresh

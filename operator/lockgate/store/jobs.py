@@ -282,12 +282,18 @@ class JobStore:
 
     async def read_stream(self, endpoint_id: str, job_id: str) -> tuple[str, list[bytes]]:
         """The job's status and the chunks produced since the previous read."""
+        status, chunks, _first = await self.read_live(endpoint_id, job_id)
+        return status, chunks
+
+    async def read_live(self, endpoint_id: str, job_id: str) -> tuple[str, list[bytes], int]:
+        """`read_stream`, and the number of the first chunk returned (of a live job; chunks
+        count from 0 in the order the worker sent them)."""
         reply = await self.scripts.read_stream(
             keys=[keys.prefix(endpoint_id)], args=[job_id, self.clock()]
         )
         if reply is None:
             raise JobNotFound(job_id)
-        return reply[0].decode(), list(reply[1])
+        return reply[0].decode(), list(reply[1]), int(reply[2])
 
     async def get(self, endpoint_id: str, job_id: str) -> JobRecord:
         """The job's record; JobNotFound once it expired or never existed."""

@@ -116,6 +116,8 @@ class F:
     TTL = "tl"  # ms
     SYNC = "sy"  # "1" for /runsync jobs (sync- ids, 1 min retention)
     LIVE = "lv"  # "1" when a client reads the stream as it comes (each chunk publishes c:)
+    CHUNKS_SENT = "cs"  # chunks a live job's worker has streamed so far
+    CHUNKS_READ = "ch"  # chunks of a live job read (and removed) from its stream so far
     CREATED = "cr"  # ms, submission time; ttl counts from here
     QUEUED = "qd"  # ms, last time it entered the queue (submission or retry)
     SEQ = "sq"  # position in the FIFO
