@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
@@ -154,6 +154,22 @@ def check(settings: RedisSettings) -> None:
         raise RedisSettingsError(
             "LOCKGATE_REDIS_MIN_REPLICAS_ACK: not supported with LOCKGATE_REDIS_CLUSTER_NODES"
         )
+
+
+def standalone(url: str) -> dict[str, str]:
+    """Settings fields that make `url` win over any cluster or Sentinel setting (what a
+    `--redis-url` flag means)."""
+    cleared = ("redis_cluster_nodes", "redis_sentinels", "redis_sentinel_master")
+    return {"redis_url": url, **dict.fromkeys(cleared, "")}
+
+
+def describe_settings_error(err: ValidationError) -> str:
+    """A settings ValidationError as one line naming each LOCKGATE_* variable at fault."""
+    parts = []
+    for e in err.errors(include_url=False):
+        message = str(e["msg"]).removeprefix("Value error, ")
+        parts.append(f"LOCKGATE_{str(e['loc'][0]).upper()}: {message}" if e["loc"] else message)
+    return "; ".join(parts)
 
 
 def without_password(url: str) -> str:
