@@ -10,6 +10,7 @@ fixtures) come after them, the fault tests last (each heals the set after its ki
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import subprocess
@@ -24,8 +25,9 @@ import redis as sync_redis
 import runpod
 
 from lockgate.dev.redis_server import EmbeddedRedis, free_port
-from lockgate.store import connect
-from lockgate.store.connection import RedisSettings, RedisSettingsError
+from lockgate.gateway.main import settings_from
+from lockgate.store import JobStore, NewJob, Replication, connect
+from lockgate.store.connection import NotReplicated, RedisSettings, RedisSettingsError
 from lockgate.workerenv import worker_env, worker_id_env
 from tests.conftest import REPO, redis_settings, register
 from tests.devproc import DevProcess
@@ -120,6 +122,26 @@ async def test_writes_fewer_replicas_confirm_are_503_never_success(http, gateway
         assert r.status == 503
 
 
+async def test_accepting_writes_load_their_scripts_on_a_new_master_and_still_wait(redis):
+    """A master without the scripts (a promoted replica: SCRIPT LOAD is not replicated):
+    lone and batched accepting writes load them, then wait for their replica."""
+    store = JobStore(redis, replication=Replication(replicas=1))
+    await redis.script_flush()
+    assert await store.submit("echo", new_job("lone")) == ("lone", "IN_QUEUE")
+    await redis.script_flush()
+    ids = [f"j{i}" for i in range(20)]
+    replies = await asyncio.gather(*(store.submit("echo", new_job(i)) for i in ids))
+    assert replies == [(i, "IN_QUEUE") for i in ids]
+    too_many = JobStore(redis, replication=Replication(replicas=3, timeout_ms=100))
+    with pytest.raises(NotReplicated):
+        await too_many.submit("echo", new_job("unconfirmed"))
+    assert (await store.get("echo", "unconfirmed")).status == "IN_QUEUE"  # on the master
+
+
+def new_job(job_id: str) -> NewJob:
+    return NewJob(id=job_id, input=b"{}", ttl_ms=60_000)
+
+
 # -- settings
 
 
@@ -148,6 +170,15 @@ def test_a_command_with_sentinels_but_no_master_name_exits_naming_the_variable(c
     assert ran.returncode == 2
     assert "LOCKGATE_REDIS_SENTINEL_MASTER: required" in ran.stderr
     assert "Traceback" not in ran.stderr
+
+
+def test_the_gateways_redis_url_flag_wins_over_sentinel_settings(monkeypatch, redis_sentinels):
+    for name, value in sentinel_env(redis_sentinels).items():
+        monkeypatch.setenv(name, value)
+    flags = argparse.Namespace(host=None, port=None, redis_url="redis://127.0.0.1:6390/0")
+    settings = settings_from(flags)
+    assert (settings.redis_url, settings.redis_sentinels) == ("redis://127.0.0.1:6390/0", "")
+    assert settings.describe() == "Redis at redis://127.0.0.1:6390/0"
 
 
 def test_a_redis_url_flag_wins_over_sentinel_settings(redis_sentinels, redis_server):
