@@ -152,6 +152,7 @@ def new_job(job_id: str) -> NewJob:
         ({"redis_sentinels": "127.0.0.1", "redis_sentinel_master": "m"}, "_SENTINELS: '127"),
         ({"redis_sentinels": "h:1,:2", "redis_sentinel_master": "m"}, "LOCKGATE_REDIS_SENTINELS"),
         ({"redis_sentinel_master": "m"}, "LOCKGATE_REDIS_SENTINELS"),
+        ({"redis_sentinels": " , ", "redis_sentinel_master": "m"}, "_SENTINELS: ' , ': no host"),
         ({"redis_cluster_nodes": "h:1", "redis_min_replicas_ack": 1}, "MIN_REPLICAS_ACK"),
     ],
 )

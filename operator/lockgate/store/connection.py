@@ -135,7 +135,8 @@ def check(settings: RedisSettings) -> None:
         ("LOCKGATE_REDIS_SENTINELS", settings.redis_sentinels),
     ):
         try:
-            nodes(spec)
+            if spec and not nodes(spec):
+                raise ValueError(f"{spec!r}: no host:port in it")
         except ValueError as err:
             raise RedisSettingsError(f"{variable}: {err}") from None
     if settings.redis_sentinels and not settings.redis_sentinel_master.strip():
