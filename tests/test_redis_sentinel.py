@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -29,9 +30,9 @@ from lockgate.gateway.main import settings_from
 from lockgate.store import JobStore, NewJob, Replication, connect
 from lockgate.store.connection import NotReplicated, RedisSettings, RedisSettingsError
 from lockgate.workerenv import worker_env, worker_id_env
-from tests.conftest import REPO, redis_settings, register
+from tests.conftest import REPO, eventually, redis_settings, register
 from tests.devproc import DevProcess
-from tests.redis_topologies import SentinelProcs
+from tests.redis_topologies import SentinelProcs, send
 from tests.redis_topologies import redis_sentinels as redis_sentinels  # a fixture
 from tests.test_faults import gateway_process
 from tests.test_job_api import (  # noqa: F401 (re-run here on Sentinel)
@@ -136,6 +137,47 @@ async def test_accepting_writes_load_their_scripts_on_a_new_master_and_still_wai
     with pytest.raises(NotReplicated):
         await too_many.submit("echo", new_job("unconfirmed"))
     assert (await store.get("echo", "unconfirmed")).status == "IN_QUEUE"  # on the master
+
+
+@pytest.mark.parametrize(
+    "gateway_settings, acknowledged",
+    [
+        ({"redis_min_replicas_ack": 0}, True),
+        ({"redis_min_replicas_ack": 1, "redis_replicas_ack_timeout_s": 0.3}, False),
+    ],
+    indirect=["gateway_settings"],
+)
+async def test_a_job_no_replica_got_is_lost_in_a_failover_so_acks_refuse_to_confirm_it(
+    http, gateway, redis_sentinels: SentinelProcs, acknowledged: bool
+):
+    """The replicas cut off (stopped, their links dropped), a /run, the master SIGKILLed:
+    the promoted replica never had the job. Without acks the client was told 200 for a job
+    that is now gone; with MIN_REPLICAS_ACK=1 it was told 503 (it may exist), never 200."""
+    procs = redis_sentinels
+    master = procs.master()
+    replicas = [n for n in procs.servers if n is not master]
+    try:
+        for node in replicas:
+            node.process.send_signal(signal.SIGSTOP)
+        assert send(master.port, "CLIENT", "KILL", "TYPE", "replica") == ":2\r\n"  # both links
+        async with http.post(
+            gateway.job_url("run"), json={"input": {}}, headers=gateway.client_headers()
+        ) as r:
+            status, body = r.status, await r.json()
+        master.kill()
+    finally:
+        for node in replicas:
+            node.process.send_signal(signal.SIGCONT)
+    try:
+        assert (status, body.get("jobMayExist")) == ((200, None) if acknowledged else (503, True))
+
+        async def answered() -> int | None:
+            code = (await get(http, gateway, f"status/{body['id']}"))[0]
+            return code if code != 503 else None  # 503: the failover is under way
+
+        assert await eventually(answered, "the new master to answer", timeout=30) == 404
+    finally:
+        await asyncio.to_thread(procs.heal)
 
 
 def new_job(job_id: str) -> NewJob:

@@ -144,15 +144,17 @@ class Scripts:
         try:
             replies = await self._pipeline(batch, replication)
         except Exception as err:  # the connection failed: every call in the batch fails
-            for *_, future in batch:
-                if not future.done():
-                    future.set_exception(err)
+            _fail(batch, err)
             return
         unloaded = [c for c, r in zip(batch, replies, strict=True) if _unloaded(r)]
         if unloaded and replication.replicas and reload:  # a new master: load, send again
-            for script in {c[0] for c in unloaded}:
-                await self.redis.script_load(script.script)
-            await self._send(unloaded, replication, reload=False)
+            try:
+                for script in {c[0] for c in unloaded}:
+                    await self.redis.script_load(script.script)
+            except Exception as err:
+                _fail(unloaded, err)
+            else:
+                await self._send(unloaded, replication, reload=False)
         for call, reply in zip(batch, replies, strict=True):
             if _unloaded(reply) and not replication.replicas:
                 await _settle(call, _direct(call))  # Redis restarted: load it, call again
@@ -182,6 +184,12 @@ class Scripts:
 
 def _unloaded(reply: Any) -> bool:
     return isinstance(reply, NoScriptError)
+
+
+def _fail(batch: list[Call], err: Exception) -> None:
+    for *_, future in batch:
+        if not future.done():
+            future.set_exception(err)
 
 
 def _deliver(call: Call, reply: Any) -> None:
