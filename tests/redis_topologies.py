@@ -210,9 +210,48 @@ class SentinelProcs:
                 return next(n for n in self.servers if n.port == int(lines[1]))
         raise AssertionError("no sentinel names a master")
 
+    def healthy(self) -> bool:
+        """Every server up, the sentinels' master with both replicas online, quorum met."""
+        try:
+            master = self.master()
+        except AssertionError:
+            return False
+        info = send(master.port, "INFO", "replication")
+        replicas = len(self.servers) - 1
+        in_sync = f"connected_slaves:{replicas}" in info and info.count("state=online") == replicas
+        return in_sync and all(
+            "OK 3 usable" in send(s.port, "SENTINEL", "CKQUORUM", self.master_name)
+            for s in self.sentinels
+        )
+
+    def heal(self) -> None:
+        """Restart the servers that died (as replicas of the master now) and wait until the
+        set is healthy again: the next fault test finds a master and two replicas."""
+        master = wait_for(self._named_master, "the sentinels to name a live master")
+        for node in self.servers:
+            if node.process is None or node.process.poll() is not None:
+                node.argv = [*_without_replicaof(node.argv), "--replicaof", "127.0.0.1",
+                             str(master.port)]  # fmt: skip
+                node.start()
+        wait_for(self.healthy, "a master with both replicas in sync and the sentinels' quorum")
+
+    def _named_master(self) -> Node | None:
+        try:
+            node = self.master()
+        except AssertionError:
+            return None
+        return node if node.process and node.process.poll() is None else None
+
     def stop(self) -> None:
         for node in [*self.sentinels, *self.servers]:
             node.stop()
+
+
+def _without_replicaof(argv: list[str]) -> list[str]:
+    if "--replicaof" not in argv:
+        return argv
+    at = argv.index("--replicaof")
+    return argv[:at] + argv[at + 3 :]
 
 
 def start_sentinels(folder: Path) -> SentinelProcs:

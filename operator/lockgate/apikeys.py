@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from lockgate.models import describe_validation_error
 from lockgate.models.keys import KeyFileEntry, KeyRecord
 from lockgate.store import Registry, connect, key_digest
+from lockgate.store.connection import RedisSettings, standalone
 
 KEY_PREFIX = "lg_"
 ID_CHARS = 12  # `keys list` shows this much of the digest as the key's id
@@ -87,7 +88,7 @@ async def _run(args: argparse.Namespace) -> None:
         print(orjson.dumps(entry.model_dump(mode="json", exclude_none=True)).decode())
         print("the key is shown once; add the entry to the key file", file=sys.stderr)
         return
-    redis = connect(args.redis_url)
+    redis = connect(args.redis, max_connections=4)
     try:
         registry = Registry(redis)
         if args.keys_command == "create":
@@ -108,10 +109,8 @@ def _by_name(item: tuple[str, dict]) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.redis_url is None:
-        from lockgate.settings import Settings
-
-        args.redis_url = Settings().redis_url
+    flags = standalone(args.redis_url) if args.redis_url else {}
+    args.redis = RedisSettings(**flags)  # --redis-url wins over LOCKGATE_REDIS_*
     try:
         asyncio.run(_run(args))
     except KeyCommandError as err:

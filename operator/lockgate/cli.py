@@ -13,8 +13,9 @@ def _dev(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "dev",
         help="run everything in one process: Redis, gateway, local workers",
-        description="Dev mode: an embedded Redis, the gateway and a local pool of worker "
-        "processes running HANDLER.py (or --worker-command), scaled from the queue.",
+        description="Dev mode: an embedded Redis (or an external one: --redis-url or the "
+        "LOCKGATE_REDIS_* settings), the gateway and a local pool of worker processes "
+        "running HANDLER.py (or --worker-command), scaled from the queue.",
     )
     p.add_argument("handler", nargs="?", help="handler file, started as `python HANDLER.py`")
     p.add_argument("--worker-command", help="run this command as each worker instead")
@@ -38,6 +39,12 @@ def _dev(sub: argparse._SubParsersAction) -> None:
         help="QUEUE_DELAY: seconds a job may wait; REQUEST_COUNT: jobs per worker (default 4)",
     )
     p.add_argument("--data-dir", default=".lockgate", help="Redis data (default .lockgate)")
+    p.add_argument(
+        "--redis-url",
+        help="use this Redis (redis:// or rediss://) instead of starting one; without it, "
+        "LOCKGATE_REDIS_URL, LOCKGATE_REDIS_CLUSTER_NODES or LOCKGATE_REDIS_SENTINELS (with "
+        "LOCKGATE_REDIS_SENTINEL_MASTER) name an external Redis of that mode",
+    )
     p.set_defaults(run=_lazy("lockgate.dev.runner", "main"))
 
 
@@ -98,7 +105,11 @@ def _keys(sub: argparse._SubParsersAction) -> None:
         description="API keys, stored in Redis as their SHA-256. Scopes: jobs (client job "
         "API), jobs:read (status, stream, health), workers (worker API), admin (management).",
     )
-    p.add_argument("--redis-url", help="LOCKGATE_REDIS_URL, default redis://127.0.0.1:6379/0")
+    p.add_argument(
+        "--redis-url",
+        help="this standalone Redis; default: the LOCKGATE_REDIS_* settings (URL, cluster or "
+        "Sentinel), else redis://127.0.0.1:6379/0",
+    )
     keys = p.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
     create = keys.add_parser("create", help="create a key and print it (once)")
     create.add_argument("name", help="who owns the key; rate limits count per name")
@@ -174,7 +185,16 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    return int(args.run(args) or 0)
+    from pydantic import ValidationError
+
+    from lockgate.store.connection import RedisSettingsError, describe_settings_error
+
+    try:
+        return int(args.run(args) or 0)
+    except (RedisSettingsError, ValidationError) as err:  # bad LOCKGATE_* settings at startup
+        message = describe_settings_error(err) if isinstance(err, ValidationError) else str(err)
+        print(f"lockgate: invalid settings: {message}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

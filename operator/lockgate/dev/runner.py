@@ -1,5 +1,9 @@
 """`lockgate dev`: embedded Redis, gateway, management API and local worker pools in one
-process. Every endpoint, the command line's included, is a `LocalControlPlane` endpoint."""
+process. Every endpoint, the command line's included, is a `LocalControlPlane` endpoint.
+
+An external Redis of any mode replaces the embedded one when `--redis-url` is given or
+LOCKGATE_REDIS_URL, LOCKGATE_REDIS_CLUSTER_NODES or LOCKGATE_REDIS_SENTINELS is set: a
+team's shared Redis, or a test's cluster."""
 
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ from lockgate.manage.history import add_history_routes, history_sampler
 from lockgate.manage.local import STOP_GRACE_S, LocalControlPlane
 from lockgate.models import EndpointSpec, describe_validation_error
 from lockgate.settings import Settings
+from lockgate.store.connection import RedisSettings, standalone
 from lockgate.store.keys import ENDPOINT_ID_RE
 
 log = logging.getLogger("lockgate.dev")
@@ -45,6 +50,7 @@ class DevOptions:
     port: int
     api_key: str
     data_dir: Path
+    redis: RedisSettings | None = None  # an external Redis; None: start the embedded one
 
 
 def say(line: str) -> None:
@@ -73,6 +79,17 @@ def api_key_for(explicit: str | None, data_dir: Path) -> str:
     if explicit or os.environ.get("LOCKGATE_API_KEY"):
         return explicit or os.environ["LOCKGATE_API_KEY"]
     return secret_in(data_dir, "api-key", "lg_")
+
+
+def external_redis(redis_url: str | None) -> RedisSettings | None:
+    """The external Redis to use: `--redis-url` (over any LOCKGATE_REDIS_* mode), else the
+    LOCKGATE_REDIS_* settings when one of URL, cluster nodes or sentinels is set; None:
+    start the embedded Redis."""
+    if redis_url:
+        return RedisSettings(**standalone(redis_url))
+    settings = RedisSettings()
+    where = {"redis_url", "redis_cluster_nodes", "redis_sentinels"}
+    return settings if where & settings.model_fields_set else None
 
 
 def template_id_for(handler: str | None, worker_command: str | None) -> str:
@@ -115,6 +132,7 @@ def options(args: argparse.Namespace) -> DevOptions:
         port=args.port,
         api_key=api_key_for(args.api_key, data_dir),
         data_dir=data_dir,
+        redis=external_redis(args.redis_url),
     )
 
 
@@ -147,11 +165,11 @@ async def start_endpoints(plane: LocalControlPlane, opts: DevOptions) -> None:
         raise SystemExit(f"lockgate dev: {err}") from err
 
 
-async def serve(opts: DevOptions, redis_url: str, stop: asyncio.Event) -> None:
+async def serve(opts: DevOptions, redis: RedisSettings, stop: asyncio.Event) -> None:
     """Gateway, management API and local endpoints until `stop` is set; then shut down in
     order: scaling stops, long-polls are answered, workers finish their jobs, then the rest."""
     settings = Settings(
-        redis_url=redis_url, host=opts.host, port=opts.port, webhook_allow_private=True,
+        **redis.model_dump(), host=opts.host, port=opts.port, webhook_allow_private=True,
         webhook_secret=secret_in(opts.data_dir, "webhook-secret", "whsec_"),
     )  # fmt: skip
     local_url = f"http://127.0.0.1:{opts.port}"
@@ -181,17 +199,23 @@ async def serve(opts: DevOptions, redis_url: str, stop: asyncio.Event) -> None:
 
 
 async def run(opts: DevOptions) -> None:
-    redis = EmbeddedRedis(opts.data_dir)
-    redis.start()
-    say(f"redis ready on 127.0.0.1:{redis.port} (append-only, data in {opts.data_dir})")
+    embedded = None
+    if opts.redis is None:
+        embedded = EmbeddedRedis(opts.data_dir)
+        embedded.start()
+        say(f"redis ready on 127.0.0.1:{embedded.port} (append-only, data in {opts.data_dir})")
+    else:
+        say(f"using {opts.redis.describe()} (no embedded Redis)")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        await serve(opts, redis.url, stop)
+        redis = opts.redis or RedisSettings(**standalone(embedded.url))
+        await serve(opts, redis, stop)
     finally:
-        redis.stop()
+        if embedded is not None:
+            embedded.stop()
         say("stopped")
 
 

@@ -26,7 +26,15 @@ from lockgate.gateway.state import GATEWAY, Gateway
 from lockgate.gateway.worker_binding import WorkerBinding
 from lockgate.models.limits import limits_table
 from lockgate.settings import Settings
-from lockgate.store import JobStore, Liveness, QueueQuota, Registry, Retention, connect
+from lockgate.store import (
+    JobStore,
+    Liveness,
+    QueueQuota,
+    Registry,
+    Replication,
+    Retention,
+    connect,
+)
 from lockgate.store.addresses import WorkerAddresses
 from lockgate.store.limits import RateLimits
 
@@ -48,7 +56,13 @@ def build_gateway(settings: Settings, redis: Redis) -> Gateway:
         unlisted_grace_ms=int(settings.unlisted_grace_s * 1000),
     )
     quota = QueueQuota(max_jobs=settings.max_queued_jobs, max_bytes=settings.max_queued_bytes)
-    store = JobStore(redis, retention=retention, liveness=liveness, quota=quota)
+    replication = Replication(
+        replicas=settings.redis_min_replicas_ack,
+        timeout_ms=int(settings.redis_replicas_ack_timeout_s * 1000),
+    )
+    store = JobStore(
+        redis, retention=retention, liveness=liveness, quota=quota, replication=replication
+    )
     meters = GatewayMetrics()
     key_file = None
     if settings.keys_file:

@@ -14,14 +14,17 @@ from lockgate.gateway.app import create_app, create_worker_app
 from lockgate.gateway.state import GATEWAY
 from lockgate.logs import setup_logging
 from lockgate.settings import Settings
+from lockgate.store.connection import standalone
 
 log = logging.getLogger("lockgate.gateway")
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
-    """LOCKGATE_* variables, overridden by the flags given."""
-    flags = {"host": args.host, "port": args.port, "redis_url": args.redis_url}
-    return Settings(**{k: v for k, v in flags.items() if v is not None})
+    """LOCKGATE_* variables, overridden by the flags given (--redis-url over any Redis mode)."""
+    flags = {k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None}
+    if args.redis_url is not None:
+        flags |= standalone(args.redis_url)
+    return Settings(**flags)
 
 
 def connection_options(settings: Settings) -> dict[str, float]:

@@ -19,6 +19,7 @@ from lockgate.store.jobs import (
 )
 from lockgate.store.records import Finished, JobRecord, Snapshot, TakenJob
 from lockgate.store.registry import Registry, key_digest
+from lockgate.store.scripts import Replication
 
 __all__ = [
     "STOPPING",
@@ -35,6 +36,7 @@ __all__ = [
     "QueueFull",
     "QueueQuota",
     "Registry",
+    "Replication",
     "Retention",
     "Snapshot",
     "StreamFull",

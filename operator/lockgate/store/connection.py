@@ -8,11 +8,13 @@ raises then is in `UNAVAILABLE` (the gateway answers 503 + Retry-After).
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
-from pydantic import Field
+from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import (
     ClusterDownError,
@@ -22,9 +24,21 @@ from redis.exceptions import (
     TryAgainError,
 )
 
+
+class NotReplicated(Exception):
+    """An accepting write reached the master but fewer replicas than
+    LOCKGATE_REDIS_MIN_REPLICAS_ACK confirmed it in time: it may exist, and may be lost by a
+    failover, so it is not reported as done."""
+
+
+class RedisSettingsError(ValueError):
+    """A LOCKGATE_REDIS_* setting is malformed or contradicts another; the message names it."""
+
+
 # What a command raises when Redis cannot serve it now (after the client's retries): down,
 # unreachable, or mid-failover (a demoted master refusing writes, a cluster slot without a
-# master, a slot being migrated). A refused write changed nothing.
+# master, a slot being migrated). A refused write changed nothing; NotReplicated is the
+# exception: the write is on the master, unconfirmed by its replicas.
 UNAVAILABLE: tuple[type[Exception], ...] = (
     ConnectionError,  # MasterNotFoundError (Sentinel) and BusyLoadingError are ones too
     TimeoutError,
@@ -32,6 +46,7 @@ UNAVAILABLE: tuple[type[Exception], ...] = (
     ReadOnlyError,
     ClusterDownError,
     TryAgainError,
+    NotReplicated,  # an accepting write not confirmed by enough replicas
 )
 
 
@@ -49,6 +64,12 @@ class RedisSettings(BaseSettings):
     )
     redis_sentinels: str = Field("", description="Sentinel: host:port,... of the sentinels")
     redis_sentinel_master: str = Field("", description="Sentinel: the name of the master set")
+    redis_sentinel_username: str = Field(
+        "", description="Sentinel: ACL user of the sentinels themselves (empty: none)"
+    )
+    redis_sentinel_password: str = Field(
+        "", description="Sentinel: password of the sentinels themselves (empty: none)"
+    )
     redis_username: str = Field("", description="ACL user (cluster and Sentinel modes)")
     redis_password: str = Field("", description="password (cluster and Sentinel modes)")
     redis_tls: bool = Field(False, description="TLS to Redis (cluster and Sentinel modes)")
@@ -57,6 +78,28 @@ class RedisSettings(BaseSettings):
     redis_pool_timeout_s: float = Field(
         10.0, gt=0, description="how long a request waits for a free Redis connection"
     )
+    redis_min_replicas_ack: int = Field(
+        0,
+        ge=0,
+        description="replicas that must confirm an accepting write (a job submitted, a "
+        "result recorded) before it is acknowledged (WAIT); 0: the master's word is enough",
+    )
+    redis_replicas_ack_timeout_s: float = Field(
+        1.0, gt=0, description="how long an accepting write waits for those replicas; then 503"
+    )
+
+    @model_validator(mode="after")
+    def _coherent(self) -> RedisSettings:
+        check(self)
+        return self
+
+    def describe(self) -> str:
+        """Which Redis these settings reach, without any password (for a startup line)."""
+        if self.redis_cluster_nodes:
+            return f"Redis Cluster via {self.redis_cluster_nodes}"
+        if self.redis_sentinels:
+            return f"Sentinel master {self.redis_sentinel_master!r} via {self.redis_sentinels}"
+        return f"Redis at {without_password(self.redis_url)}"
 
 
 def connect(
@@ -69,6 +112,7 @@ def connect(
     `pool_timeout_s` override the settings' (a process that needs few connections)."""
     if isinstance(target, str):
         target = RedisSettings.model_construct(**{**_DEFAULTS, "redis_url": target})
+    check(target)  # settings made without validation (model_construct) are checked too
     limits = {
         "max_connections": max_connections or target.redis_max_connections,
         "pool_timeout_s": pool_timeout_s or target.redis_pool_timeout_s,
@@ -83,20 +127,81 @@ def connect(
 _DEFAULTS = {name: f.default for name, f in RedisSettings.model_fields.items()}
 
 
+def check(settings: RedisSettings) -> None:
+    """RedisSettingsError naming the LOCKGATE_REDIS_* variable that is malformed or clashes
+    with another; called when settings are read and again by `connect`."""
+    for variable, spec in (
+        ("LOCKGATE_REDIS_CLUSTER_NODES", settings.redis_cluster_nodes),
+        ("LOCKGATE_REDIS_SENTINELS", settings.redis_sentinels),
+    ):
+        try:
+            if spec and not nodes(spec):
+                raise ValueError(f"{spec!r}: no host:port in it")
+        except ValueError as err:
+            raise RedisSettingsError(f"{variable}: {err}") from None
+    if settings.redis_sentinels and not settings.redis_sentinel_master.strip():
+        raise RedisSettingsError(
+            "LOCKGATE_REDIS_SENTINEL_MASTER: required with LOCKGATE_REDIS_SENTINELS "
+            "(the name the sentinels monitor the master set as)"
+        )
+    if settings.redis_sentinel_master and not settings.redis_sentinels:
+        raise RedisSettingsError(
+            "LOCKGATE_REDIS_SENTINELS: required with LOCKGATE_REDIS_SENTINEL_MASTER "
+            "(host:port,... of the sentinels)"
+        )
+    if settings.redis_cluster_nodes and settings.redis_min_replicas_ack:
+        # redis-py's cluster client sends WAIT to a node of its choosing, on another
+        # connection than the write's: the count would prove nothing.
+        raise RedisSettingsError(
+            "LOCKGATE_REDIS_MIN_REPLICAS_ACK: not supported with LOCKGATE_REDIS_CLUSTER_NODES"
+        )
+
+
+def standalone(url: str) -> dict[str, str]:
+    """Settings fields that make `url` win over any cluster or Sentinel setting (what a
+    `--redis-url` flag means)."""
+    cleared = ("redis_cluster_nodes", "redis_sentinels", "redis_sentinel_master")
+    return {"redis_url": url, **dict.fromkeys(cleared, "")}
+
+
+def describe_settings_error(err: ValidationError) -> str:
+    """A settings ValidationError as one line naming each LOCKGATE_* variable at fault."""
+    parts = []
+    for e in err.errors(include_url=False):
+        message = str(e["msg"]).removeprefix("Value error, ")
+        parts.append(f"LOCKGATE_{str(e['loc'][0]).upper()}: {message}" if e["loc"] else message)
+    return "; ".join(parts)
+
+
+def without_password(url: str) -> str:
+    """`url` with its password (if any) replaced by ***."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
+
+
 def _standalone(url: str, *, max_connections: int, pool_timeout_s: float) -> Redis:
     """A pool of at most `max_connections`; a command finding them all busy (e.g. while
     Redis stalls under a burst) waits up to `pool_timeout_s` for one instead of failing
     at once with "Too many connections"."""
     pool = BlockingConnectionPool.from_url(
-        url,
-        max_connections=max_connections,
-        timeout=pool_timeout_s,
-        retry=Retry(ExponentialBackoff(cap=0.5, base=0.01), retries=3),
-        retry_on_error=[ConnectionError, TimeoutError],
-        socket_connect_timeout=2,
-        health_check_interval=30,
+        url, max_connections=max_connections, timeout=pool_timeout_s, **_resilience()
     )
     return Redis.from_pool(pool)
+
+
+def _resilience() -> dict[str, Any]:
+    """Connection options of every mode: a command is retried 3 times (10 ms doubling, at
+    most 0.5 s apart) across a reconnect, connecting gives up after 2 s, and a connection
+    idle for 30 s is checked before use."""
+    return {
+        "retry": Retry(ExponentialBackoff(cap=0.5, base=0.01), retries=3),
+        "retry_on_error": [ConnectionError, TimeoutError],
+        "socket_connect_timeout": 2,
+        "health_check_interval": 30,
+    }
 
 
 def client_options(settings: RedisSettings) -> dict[str, Any]:
@@ -130,6 +235,39 @@ def _cluster(settings: RedisSettings, *, max_connections: int, pool_timeout_s: f
     raise NotImplementedError("Redis Cluster mode is not built yet")
 
 
+class _BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
+    """The Sentinel pool (each new connection asks the sentinels where the master is, and
+    a connection to a demoted master is dropped) with the blocking wait of the standalone
+    pool when all `max_connections` are busy."""
+
+    async def disconnect(self, inuse_connections: bool = True) -> None:
+        await super().disconnect(inuse_connections)
+        if inuse_connections:  # the client is closing: so do the sentinels' connections
+            for sentinel in self.sentinel_manager.sentinels:
+                await sentinel.connection_pool.disconnect()
+
+
 def _sentinel(settings: RedisSettings, *, max_connections: int, pool_timeout_s: float) -> Redis:
-    """A client of the master the sentinels name (issue 16: the "sentinel" engineer)."""
-    raise NotImplementedError("Sentinel mode is not built yet")
+    """A client of the master the sentinels name, following it through a failover: each
+    new connection asks the sentinels again, and what fails meanwhile is UNAVAILABLE.
+
+    The data nodes get the settings' credentials and TLS; the sentinels get TLS and their
+    own credentials (LOCKGATE_REDIS_SENTINEL_USERNAME/_PASSWORD, often none: a sentinel's
+    password is distinct from the data nodes' `requirepass`)."""
+    tls = {k: v for k, v in client_options(settings).items() if k.startswith("ssl")}
+    sentinel_auth = {
+        "username": settings.redis_sentinel_username or None,
+        "password": settings.redis_sentinel_password or None,
+    }
+    sentinels = Sentinel(
+        nodes(settings.redis_sentinels),
+        sentinel_kwargs={"socket_connect_timeout": 2, "socket_timeout": 2, **tls, **sentinel_auth},
+        **client_options(settings),
+        **_resilience(),
+    )
+    return sentinels.master_for(
+        settings.redis_sentinel_master.strip(),
+        connection_pool_class=_BlockingSentinelPool,
+        max_connections=max_connections,
+        timeout=pool_timeout_s,
+    )

@@ -6,6 +6,7 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from redis.asyncio import Redis
 
@@ -13,7 +14,7 @@ from lockgate.models import JobStatus
 from lockgate.store import keys
 from lockgate.store.keys import F
 from lockgate.store.records import Finished, JobRecord, Snapshot, TakenJob
-from lockgate.store.scripts import Scripts
+from lockgate.store.scripts import NO_REPLICATION, Replication, Scripts
 
 
 def now_ms() -> int:
@@ -174,13 +175,26 @@ class JobStore:
         retention: Retention | None = None,
         liveness: Liveness | None = None,
         quota: QueueQuota | None = None,
+        replication: Replication = NO_REPLICATION,
     ) -> None:
         self.redis = redis
+        self.replication = replication
         self.clock = clock
         self.retention = retention or Retention()
         self.liveness = liveness or Liveness()
         self.quota = quota or QueueQuota()
         self.scripts = Scripts.register(redis)
+
+    async def _accepting(self, name: str, keys: list[str], args: list) -> Any:
+        """Run an accepting write (a job submitted, a worker's result recorded): once it
+        returns, `replication.replicas` replicas have it, so a failover cannot lose it.
+        NotReplicated (an UNAVAILABLE error) when they do not confirm it in time.
+
+        Only these two wait: what the client or worker is told was taken in. A cancel,
+        retry, ttl change or purge lost by a failover is seen as not done and can be sent
+        again; a take lost so is re-run (at least once); stream chunks are not covered."""
+        script = self.scripts.by_name[name]
+        return await self.scripts.call(script, keys, args, replication=self.replication)
 
     def _retention_args(self) -> list[int]:
         return [self.retention.run_ms, self.retention.sync_ms]
@@ -191,7 +205,7 @@ class JobStore:
         id and status instead, and nothing is queued. QueueFull when the endpoint's quota
         would be exceeded."""
         args = self.submit_args(endpoint_id, job)
-        reply = await self.scripts.submit(keys=[keys.prefix(endpoint_id)], args=args)
+        reply = await self._accepting("submit", [keys.prefix(endpoint_id)], args)
         if reply == -1:
             raise QueueFull("jobs", self.quota.max_jobs)
         if reply == -2:
@@ -248,7 +262,7 @@ class JobStore:
             fields += [F.ERROR, error]
         now = self.clock()
         args = [endpoint_id, job_id, worker_id, now, status, *self._retention_args()]
-        done = await self.scripts.finish(keys=[keys.prefix(endpoint_id)], args=args + fields)
+        done = await self._accepting("finish", [keys.prefix(endpoint_id)], args + fields)
         return Finished(int(done[0]), int(done[1]), now) if done else None
 
     async def progress(
