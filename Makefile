@@ -80,6 +80,8 @@ browser: ## Install Chromium (Debian's package) for the console's browser tests 
 
 redis: ## Install Debian's redis-server, redis-sentinel and redis-cli for the Cluster and Sentinel tests (once)
 	@command -v redis-sentinel >/dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends redis-server redis-sentinel redis-tools; }
+	@# The packages start system services where systemd runs: the tests start their own servers.
+	@-systemctl disable --now redis-server redis-sentinel >/dev/null 2>&1 || true
 
 tools: ## Install helm 3.17 and kubectl 1.31 into ~/.cache/lockgate-tools/bin (once, cached)
 	bash hack/tools.sh
@@ -102,4 +104,4 @@ images: ## Build the control-plane and worker images (needs Docker; IMAGE_REGIST
 	  -t $(IMAGE_REGISTRY)/worker:$(IMAGE_TAG) .
 	@echo "images: built $(IMAGE_REGISTRY)/control-plane:$(IMAGE_TAG) and $(IMAGE_REGISTRY)/worker:$(IMAGE_TAG)"
 
-.PHONY: help setup run test lint format bench bench-status bench-openai bench-cluster crds verify-crds envtest cluster-images e2e tools chart-lint chart-template images
+.PHONY: help setup run test lint format bench bench-status bench-openai bench-cluster crds verify-crds envtest cluster-images e2e tools browser redis chart-lint chart-template images
