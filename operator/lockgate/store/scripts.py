@@ -16,7 +16,15 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError, OutOfMemoryError, ResponseError
+from redis.exceptions import (
+    ClusterDownError,
+    ConnectionError,
+    NoScriptError,
+    OutOfMemoryError,
+    ResponseError,
+    TimeoutError,
+    TryAgainError,
+)
 
 NAMES = (
     "submit",
@@ -115,7 +123,9 @@ class Scripts:
         try:
             async with self.redis.pipeline(transaction=False) as pipe:
                 for script, keys, args, _ in batch:
-                    pipe.evalsha(script.sha, len(keys), *keys, *args)
+                    # As a raw command: a cluster pipeline refuses `evalsha()` (it routes
+                    # the raw one by its first key, the endpoint's hash-tagged prefix).
+                    pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
                 replies = await pipe.execute(raise_on_error=False)
         except Exception as err:  # the connection failed: every call in the batch fails
             for *_, future in batch:
@@ -123,13 +133,20 @@ class Scripts:
                     future.set_exception(err)
             return
         for call, reply in zip(batch, replies, strict=True):
-            if isinstance(reply, NoScriptError):  # Redis restarted: load it, call again
+            if isinstance(reply, _AGAIN):  # sent alone, it gets the client's own retries
                 await _settle(call, _direct(call))
             elif not call[3].done():
                 if isinstance(reply, Exception):
                     call[3].set_exception(_translated(reply))
                 else:
                     call[3].set_result(reply)
+
+
+# Replies in a batch that the same call sent alone gets past: the script is not loaded
+# (Redis restarted, or a replica became master), or the endpoint's cluster node failed or
+# moved while the batch was out (the standalone client retries such errors itself; in a
+# cluster pipeline they come back per reply, without the cluster client's retries).
+_AGAIN = (NoScriptError, ConnectionError, TimeoutError, ClusterDownError, TryAgainError)
 
 
 def _direct(call: Call) -> Awaitable[Any]:
