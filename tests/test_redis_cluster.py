@@ -28,7 +28,7 @@ from tests.test_scripts import (  # noqa: F401
     test_scripts_flushed_from_redis_are_loaded_again,
 )
 
-pytest_plugins = ["tests.redis_topologies"]
+pytest_plugins = ["redis_topologies"]
 
 
 @pytest.fixture
