@@ -3,12 +3,21 @@ contract tests re-run on it, endpoints on different masters, and faults under lo
 
 from __future__ import annotations
 
+import asyncio
+import os
+import subprocess
+import sys
+
 import pytest
+import runpod
 from redis.crc import key_slot
 
-from lockgate.store import keys
+from lockgate.gateway.notify import Notifier
+from lockgate.store import JobStore, NewJob, connect, keys, now_ms
 from lockgate.store.connection import RedisSettings
-from tests.conftest import redis_settings
+from lockgate.store.limits import RateLimits
+from lockgate.workerenv import WORKER_DEFAULTS, worker_env, worker_id_env
+from tests.conftest import REPO, eventually, redis_settings, register, wait_until
 from tests.redis_topologies import RedisClusterProcs
 from tests.test_idempotency import (  # noqa: F401
     test_a_second_run_with_the_same_key_returns_the_first_job,
@@ -76,3 +85,102 @@ def endpoints_on_masters(cluster: RedisClusterProcs, count: int) -> list[str]:
         if len(found) == count:
             return list(found.values())
     raise AssertionError(f"fewer than {count} masters serve slots")
+
+
+@pytest.fixture
+def spread(redis_cluster: RedisClusterProcs) -> list[str]:
+    """Three endpoints, each on its own master."""
+    return endpoints_on_masters(redis_cluster, 3)
+
+
+async def test_endpoints_on_different_masters_each_run_their_jobs_through_one_gateway(
+    http, gateway, redis, spread
+):
+    workers = {}
+    for endpoint in spread:
+        _, workers[endpoint] = await register(redis, endpoint)
+    headers = gateway.client_headers()
+    submitted = {}
+    for endpoint in spread:
+        url = f"{gateway.url}/v2/{endpoint}/run"
+        async with http.post(url, json={"input": {"on": endpoint}}, headers=headers) as r:
+            submitted[endpoint] = (await r.json())["id"]
+    for endpoint in spread:
+        auth = {"authorization": workers[endpoint]}
+        base = f"{gateway.url}/v2/{endpoint}"
+        async with http.get(f"{base}/job-take/w1", headers=auth) as r:
+            job = await r.json()
+        assert job["id"] == submitted[endpoint] and job["input"] == {"on": endpoint}
+        url = f"{base}/job-done/w1/{job['id']}?isStream=false"
+        async with http.post(url, json={"output": endpoint}, headers=auth) as r:
+            assert r.status == 200
+    for endpoint in spread:
+        url = f"{gateway.url}/v2/{endpoint}/status/{submitted[endpoint]}"
+        async with http.get(url, headers=headers) as r:
+            assert (await r.json())["output"] == endpoint
+
+
+async def test_deleting_one_endpoints_data_scans_every_master_and_spares_the_others(redis, spread):
+    store, limits = JobStore(redis), RateLimits(redis)
+    for endpoint in spread:
+        await store.submit(endpoint, NewJob(id="j1", input=b"{}", ttl_ms=60_000))
+        await limits.reserve(
+            endpoint, "run", "owner", now=now_ms(), window_ms=10_000, rate=10, units=1,
+            concurrency=None, slots=None, lease_ms=1000,
+        )  # fmt: skip
+    assert await store.delete_endpoint_data(spread[0]) == 1
+    for endpoint in spread:
+        found = [k async for k in redis.scan_iter(match=keys.prefix(endpoint) + "*")]
+        assert (found == []) == (endpoint == spread[0]), found
+
+
+async def test_events_published_on_every_master_reach_one_subscription(redis, spread):
+    """Scripts publish on the node of their endpoint's slot; a gateway subscribes on one
+    node: plain PUBLISH reaches it from every master (the cluster bus carries it)."""
+    notifier, queued = Notifier(redis), []
+    notifier.on_queued = queued.append
+    notifier.start()
+    try:
+        await asyncio.wait_for(notifier.connected.wait(), 10)
+        store = JobStore(redis)
+        for endpoint in spread:  # onto an empty queue: submit publishes q:<endpoint>
+            await store.submit(endpoint, NewJob(id="j1", input=b"{}", ttl_ms=60_000))
+        await eventually(lambda: _settled(sorted(queued) == sorted(spread)), "every q: event")
+    finally:
+        await notifier.close()
+
+
+async def _settled(value: bool) -> bool:
+    return value
+
+
+@pytest.mark.parametrize("spec", ["127.0.0.1", "host:port", "a:1,:2"])
+def test_a_malformed_node_list_is_an_error_naming_the_variable(spec):
+    with pytest.raises(ValueError, match="LOCKGATE_REDIS_CLUSTER_NODES"):
+        connect(redis_settings(redis_cluster_nodes=spec))
+
+
+async def test_the_runpod_sdk_client_and_worker_run_jobs_on_the_cluster(gateway, tmp_path):
+    env = {
+        **os.environ, **WORKER_DEFAULTS, **worker_id_env("pod-1"),
+        **worker_env(gateway.url, gateway.endpoint, gateway.worker_key),
+    }  # fmt: skip
+    with (tmp_path / "worker.log").open("wb") as log:
+        worker = await asyncio.create_subprocess_exec(
+            sys.executable, str(REPO / "tests/workers/runpod_echo.py"), env=env, stdout=log,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        runpod.endpoint_url_base, runpod.api_key = f"{gateway.url}/v2", gateway.client_key
+        endpoint = runpod.Endpoint(gateway.endpoint)
+        output = await asyncio.to_thread(endpoint.run_sync, {"n": 1}, 60)
+        assert output == {"echo": {"n": 1}}
+        job = await asyncio.to_thread(endpoint.run, {"fail": "no"})
+        assert await asyncio.to_thread(_final_status, job) == "FAILED"
+    finally:
+        worker.kill()
+        await worker.wait()
+
+
+def _final_status(job) -> str:
+    return wait_until(lambda: (s := job.status()) in ("COMPLETED", "FAILED") and s, "final")
