@@ -7,17 +7,22 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
+import aiohttp
 import pytest
 import runpod
 from redis.crc import key_slot
 
 from lockgate.gateway.notify import Notifier
-from lockgate.store import JobStore, NewJob, connect, keys, now_ms
+from lockgate.store import UNAVAILABLE, JobNotFound, JobStore, NewJob, connect, keys, now_ms
 from lockgate.store.connection import RedisSettings
 from lockgate.store.limits import RateLimits
 from lockgate.workerenv import WORKER_DEFAULTS, worker_env, worker_id_env
-from tests.conftest import REPO, eventually, redis_settings, register, wait_until
+from tests.conftest import REPO, LiveGateway, eventually, redis_settings, register, wait_until
 from tests.redis_topologies import RedisClusterProcs
 from tests.test_idempotency import (  # noqa: F401
     test_a_second_run_with_the_same_key_returns_the_first_job,
@@ -184,3 +189,181 @@ async def test_the_runpod_sdk_client_and_worker_run_jobs_on_the_cluster(gateway,
 
 def _final_status(job) -> str:
     return wait_until(lambda: (s := job.status()) in ("COMPLETED", "FAILED") and s, "final")
+
+
+# -- faults under load: 2,000 jobs through one gateway, a fault a third of the way in
+
+LOAD_JOBS = 2000
+FAULT_SETTINGS = {
+    "heartbeat_timeout_s": 2.0,  # a worker whose take reply was lost loses its jobs soon
+    "sweep_interval_s": 0.2,
+    "max_attempts": 10,
+    "rate_limited": False,
+    "take_wait_s": 1.0,
+}
+RETRY_S = 0.1  # a client or worker tries again this soon after a 503 or a dropped request
+GIVE_UP_S = 30.0  # the jobs not final by then are counted as never finishing
+
+
+@dataclass
+class Load:
+    """What a load run saw: ids accepted (200 to /run), runs per job, 503s answered."""
+
+    accepted: set[str] = field(default_factory=set)
+    runs: Counter = field(default_factory=Counter)
+    unavailable: int = 0
+    not_final: set[str] = field(default_factory=set)
+
+    @property
+    def run_twice(self) -> int:
+        return sum(1 for n in self.runs.values() if n > 1)
+
+
+async def under_load(http, gw: LiveGateway, redis, fault: Callable[[], object]) -> Load:
+    """Submit LOAD_JOBS jobs (each retried with its Idempotency-Key until accepted) while 8
+    workers take and finish them; call `fault` (in a thread) once a third are accepted;
+    then wait until every accepted job is final, or GIVE_UP_S."""
+    load, stop, faulted = Load(), asyncio.Event(), asyncio.Event()
+    pending = iter(range(LOAD_JOBS))
+
+    async def submitter() -> None:
+        for n in pending:
+            load.accepted.add(await _accepted(http, gw, n, load))
+            if len(load.accepted) == LOAD_JOBS // 3 and not faulted.is_set():
+                faulted.set()
+                await asyncio.to_thread(fault)
+
+    workers = [asyncio.create_task(_worker(http, gw, i, load, stop)) for i in range(8)]
+    try:
+        async with asyncio.timeout(GIVE_UP_S):
+            await asyncio.gather(*(submitter() for _ in range(16)))
+        store, deadline = JobStore(redis), time.monotonic() + GIVE_UP_S
+        load.not_final = set(load.accepted)
+        while load.not_final and time.monotonic() < deadline:
+            load.not_final -= await _final(store, gw.endpoint, load.not_final)
+            await asyncio.sleep(0.2)
+    finally:
+        stop.set()
+        await asyncio.gather(*workers)
+    print(  # the figures the issue asks for (pytest -s shows them)
+        f"\n{fault.__name__}: {len(load.accepted)} accepted, {len(load.not_final)} never "
+        f"final, {load.run_twice} run twice, {load.unavailable} answers 503"
+    )
+    return load
+
+
+async def _accepted(http, gw: LiveGateway, n: int, load: Load) -> str:
+    headers = {**gw.client_headers(), "Idempotency-Key": f"load-{n}"}
+    while True:
+        try:
+            async with http.post(gw.job_url("run"), json={"input": {"n": n}}, headers=headers) as r:
+                if r.status == 200:
+                    return (await r.json())["id"]
+                assert r.status == 503, await r.text()
+                load.unavailable += 1
+        except aiohttp.ClientError:
+            pass
+        await asyncio.sleep(RETRY_S)
+
+
+async def _worker(http, gw: LiveGateway, i: int, load: Load, stop: asyncio.Event) -> None:
+    """Take batches and finish them; after a failed take (its reply may be lost with the
+    jobs it handed out) go on under a new worker id, as a restarted worker would."""
+    generation = 0
+    while not stop.is_set():
+        url = gw.job_url(f"job-take-batch/w{i}-{generation}?batch_size=10")
+        try:
+            async with http.get(url, headers=gw.worker_headers()) as r:
+                if r.status == 204:
+                    continue
+                if r.status != 200:
+                    assert r.status == 503, await r.text()
+                    raise aiohttp.ClientError("unavailable")
+                jobs = await r.json()
+        except aiohttp.ClientError:
+            generation += 1
+            await asyncio.sleep(RETRY_S)
+            continue
+        for job in jobs:
+            load.runs[job["id"]] += 1
+            await _done(http, gw, f"w{i}-{generation}", job, load, stop)
+
+
+async def _done(
+    http, gw: LiveGateway, worker: str, job: dict, load: Load, stop: asyncio.Event
+) -> None:
+    url = gw.job_url(f"job-done/{worker}/{job['id']}?isStream=false")
+    while not stop.is_set():
+        try:
+            async with http.post(
+                url, json={"output": job["input"]}, headers=gw.worker_headers()
+            ) as r:
+                if r.status == 200:
+                    return
+                assert r.status == 503, await r.text()
+                load.unavailable += 1
+        except aiohttp.ClientError:
+            pass
+        await asyncio.sleep(RETRY_S)
+
+
+async def _final(store: JobStore, endpoint: str, ids: set[str]) -> set[str]:
+    """Those of `ids` in a final state now."""
+
+    async def state(job_id: str) -> str | None:
+        try:
+            return (await store.get(endpoint, job_id)).status
+        except JobNotFound:
+            return None
+        except UNAVAILABLE:
+            return None
+
+    ordered = sorted(ids)
+    states = await asyncio.gather(*(state(i) for i in ordered))
+    return {i for i, s in zip(ordered, states, strict=True) if s in FINAL_STATES}
+
+
+FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT"}
+
+
+def endpoint_slot(endpoint: str) -> int:
+    return key_slot(keys.prefix(endpoint).encode())
+
+
+@pytest.mark.parametrize("gateway_settings", [FAULT_SETTINGS], indirect=True)
+async def test_a_sigkilled_master_of_the_endpoints_slot_is_survived_under_load(
+    http, gateway, redis, redis_cluster
+):
+    """Without replicated acknowledgements (LOCKGATE_REDIS_MIN_REPLICAS_ACK), jobs accepted
+    just before the kill may not have reached the replica: they are counted, not failed."""
+    slot = endpoint_slot(gateway.endpoint)
+    killed = redis_cluster.master_of_slot(slot)
+
+    def sigkill_the_master() -> None:
+        killed.kill()
+
+    try:
+        load = await under_load(http, gateway, redis, sigkill_the_master)
+    finally:
+        killed.start()  # it comes back as a replica of the master that replaced it
+        wait_until(redis_cluster.healthy, "the cluster healthy again")
+    assert redis_cluster.master_of_slot(slot) is not killed
+    assert len(load.accepted) == LOAD_JOBS
+    assert len(load.not_final) < LOAD_JOBS // 10  # only those written just before the kill
+
+
+@pytest.mark.parametrize("gateway_settings", [FAULT_SETTINGS], indirect=True)
+async def test_moving_the_busy_endpoints_slot_loses_nothing_and_runs_nothing_twice(
+    http, gateway, redis, redis_cluster
+):
+    slot = endpoint_slot(gateway.endpoint)
+    source = redis_cluster.master_of_slot(slot)
+    target = next(m for m in redis_cluster.masters() if m is not source)
+
+    def reshard_the_endpoints_slot() -> None:
+        assert redis_cluster.move_slot(slot, target) > 0
+
+    load = await under_load(http, gateway, redis, reshard_the_endpoints_slot)
+    assert redis_cluster.master_of_slot(slot) is target
+    assert len(load.accepted) == LOAD_JOBS
+    assert load.not_final == set() and load.run_twice == 0

@@ -146,6 +146,10 @@ def _cluster(settings: RedisSettings, *, max_connections: int, pool_timeout_s: f
     client = RedisCluster(
         startup_nodes=startup,
         max_connections=max_connections,
+        # After MOVED (a slot moved), patch that slot in the client's map; redis-py's
+        # default (a full refresh every 5 MOVED) closes every connection, also those other
+        # requests are using, which then fail outside its retries (AttributeError).
+        reinitialize_steps=0,
         retry=Retry(ExponentialBackoff(cap=0.5, base=0.01), retries=CLUSTER_RETRIES),
         socket_connect_timeout=2,
         health_check_interval=30,
