@@ -12,7 +12,7 @@ from typing import Any, cast
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from redis.asyncio import BlockingConnectionPool, Redis
-from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import (
@@ -143,7 +143,7 @@ def _cluster(settings: RedisSettings, *, max_connections: int, pool_timeout_s: f
         raise ValueError(f"LOCKGATE_REDIS_CLUSTER_NODES: {err}") from None
     if not startup:
         raise ValueError("LOCKGATE_REDIS_CLUSTER_NODES: no host:port given")
-    client = RedisCluster(
+    client = _RedisCluster(
         startup_nodes=startup,
         max_connections=max_connections,
         # After MOVED (a slot moved), patch that slot in the client's map; redis-py's
@@ -156,6 +156,33 @@ def _cluster(settings: RedisSettings, *, max_connections: int, pool_timeout_s: f
         **client_options(settings),
     )
     return cast(Redis, client)  # the commands lockgate uses behave the same (store/scripts.py)
+
+
+class _RedisCluster(RedisCluster):
+    """redis-py's cluster client, where a command whose connection another request's
+    topology refresh closed under it (a failover) fails as the ConnectionError it is, so it
+    is retried (or answered 503) instead of surfacing as redis-py's AttributeError."""
+
+    async def _execute_command(self, target_node: ClusterNode, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super()._execute_command(target_node, *args, **kwargs)
+        except AttributeError as err:
+            raise _closed(err) from err
+
+    def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> ClusterPipeline:
+        return _ClusterPipeline(self, transaction)
+
+
+class _ClusterPipeline(ClusterPipeline):
+    async def execute(self, raise_on_error: bool = True, allow_redirections: bool = True) -> Any:
+        try:
+            return await super().execute(raise_on_error, allow_redirections)
+        except AttributeError as err:
+            raise _closed(err) from err
+
+
+def _closed(err: AttributeError) -> ConnectionError:
+    return ConnectionError(f"connection closed by a cluster topology refresh ({err})")
 
 
 def _sentinel(settings: RedisSettings, *, max_connections: int, pool_timeout_s: float) -> Redis:

@@ -121,17 +121,11 @@ class Scripts:
             await _settle(batch[0], _direct(batch[0]))
             return
         try:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for script, keys, args, _ in batch:
-                    # As a raw command: a cluster pipeline refuses `evalsha()` (it routes
-                    # the raw one by its first key, the endpoint's hash-tagged prefix).
-                    pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
-                replies = await pipe.execute(raise_on_error=False)
-        except Exception as err:  # the connection failed: every call in the batch fails
-            for *_, future in batch:
-                if not future.done():
-                    future.set_exception(err)
-            return
+            replies = await self._pipelined(batch)
+        except _AGAIN:  # the connection failed: each call alone, with the client's retries
+            replies = [ConnectionError()] * len(batch)
+        except Exception as err:
+            replies = [err] * len(batch)
         for call, reply in zip(batch, replies, strict=True):
             if isinstance(reply, _AGAIN):  # sent alone, it gets the client's own retries
                 await _settle(call, _direct(call))
@@ -140,6 +134,15 @@ class Scripts:
                     call[3].set_exception(_translated(reply))
                 else:
                     call[3].set_result(reply)
+
+    async def _pipelined(self, batch: list[Call]) -> list[Any]:
+        """The batch in one pipeline; a reply per call, errors as exceptions."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for script, keys, args, _ in batch:
+                # As a raw command: a cluster pipeline refuses `evalsha()` (it routes the
+                # raw one by its first key, the endpoint's hash-tagged prefix).
+                pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            return await pipe.execute(raise_on_error=False)
 
 
 # Replies in a batch that the same call sent alone gets past: the script is not loaded
