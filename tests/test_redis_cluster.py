@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -173,7 +174,7 @@ async def test_the_runpod_sdk_client_and_worker_run_jobs_on_the_cluster(gateway,
     with (tmp_path / "worker.log").open("wb") as log:
         worker = await asyncio.create_subprocess_exec(
             sys.executable, str(REPO / "tests/workers/runpod_echo.py"), env=env, stdout=log,
-            stderr=subprocess.STDOUT,
+            stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     try:
         runpod.endpoint_url_base, runpod.api_key = f"{gateway.url}/v2", gateway.client_key
@@ -183,7 +184,7 @@ async def test_the_runpod_sdk_client_and_worker_run_jobs_on_the_cluster(gateway,
         job = await asyncio.to_thread(endpoint.run, {"fail": "no"})
         assert await asyncio.to_thread(_final_status, job) == "FAILED"
     finally:
-        worker.kill()
+        os.killpg(worker.pid, signal.SIGKILL)  # the SDK's worker forks: its whole group
         await worker.wait()
 
 
