@@ -20,6 +20,7 @@ from redis.crc import key_slot
 
 from lockgate.gateway.notify import Notifier
 from lockgate.store import UNAVAILABLE, JobNotFound, JobStore, NewJob, connect, keys, now_ms
+from lockgate.store.addresses import WorkerAddresses
 from lockgate.store.connection import RedisSettings
 from lockgate.store.limits import RateLimits
 from lockgate.workerenv import WORKER_DEFAULTS, worker_env, worker_id_env
@@ -368,3 +369,12 @@ async def test_moving_the_busy_endpoints_slot_loses_nothing_and_runs_nothing_twi
     assert redis_cluster.master_of_slot(slot) is target
     assert len(load.accepted) == LOAD_JOBS
     assert load.not_final == set() and load.run_twice == 0
+
+
+async def test_a_worker_id_stays_bound_to_its_first_address_in_a_transaction(redis, spread):
+    addresses = WorkerAddresses(redis, ttl_ms=60_000)
+    for endpoint in spread:  # a MULTI/EXEC on one key, on each master
+        assert (
+            await addresses.bind(endpoint, "w1", f"10.0.0.1:{endpoint}") == f"10.0.0.1:{endpoint}"
+        )
+        assert await addresses.bind(endpoint, "w1", "10.0.0.2:1") == f"10.0.0.1:{endpoint}"
