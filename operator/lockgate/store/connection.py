@@ -7,12 +7,13 @@ raises then is in `UNAVAILABLE` (the gateway answers 503 + Retry-After).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import ExponentialBackoff
@@ -230,9 +231,63 @@ def nodes(spec: str) -> list[tuple[str, int]]:
     return pairs
 
 
+# How often a cluster command is tried again after a connection error, CLUSTERDOWN or an
+# uncovered slot (each time after rediscovering the topology); MOVED, ASK and TRYAGAIN are
+# followed by redis-py within one try. A failover takes the cluster's node timeout plus
+# about a second: requests in between get 503 + Retry-After.
+CLUSTER_RETRIES = 5
+
+
 def _cluster(settings: RedisSettings, *, max_connections: int, pool_timeout_s: float) -> Redis:
-    """A Redis Cluster client (issue 16: the "cluster" engineer builds it)."""
-    raise NotImplementedError("Redis Cluster mode is not built yet")
+    """A Redis Cluster client from any of the nodes (the topology is discovered and
+    followed: MOVED, ASK, failovers). `max_connections` is per node; redis-py's cluster
+    pool does not wait for a free connection, so `pool_timeout_s` has no use here."""
+    try:
+        startup = [ClusterNode(host, port) for host, port in nodes(settings.redis_cluster_nodes)]
+    except ValueError as err:
+        raise ValueError(f"LOCKGATE_REDIS_CLUSTER_NODES: {err}") from None
+    if not startup:
+        raise ValueError("LOCKGATE_REDIS_CLUSTER_NODES: no host:port given")
+    client = _RedisCluster(
+        startup_nodes=startup,
+        max_connections=max_connections,
+        # After MOVED (a slot moved), patch that slot in the client's map; redis-py's
+        # default (a full refresh every 5 MOVED) closes every connection, also those other
+        # requests are using, which then fail outside its retries (AttributeError).
+        reinitialize_steps=0,
+        retry=Retry(ExponentialBackoff(cap=0.5, base=0.01), retries=CLUSTER_RETRIES),
+        socket_connect_timeout=2,
+        health_check_interval=30,
+        **client_options(settings),
+    )
+    return cast(Redis, client)  # the commands lockgate uses behave the same (store/scripts.py)
+
+
+class _RedisCluster(RedisCluster):
+    """redis-py's cluster client, where a command whose connection another request's
+    topology refresh closed under it (a failover) fails as the ConnectionError it is, so it
+    is retried (or answered 503) instead of surfacing as redis-py's AttributeError."""
+
+    async def _execute_command(self, target_node: ClusterNode, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super()._execute_command(target_node, *args, **kwargs)
+        except AttributeError as err:
+            raise _closed(err) from err
+
+    def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> ClusterPipeline:
+        return _ClusterPipeline(self, transaction)
+
+
+class _ClusterPipeline(ClusterPipeline):
+    async def execute(self, raise_on_error: bool = True, allow_redirections: bool = True) -> Any:
+        try:
+            return await super().execute(raise_on_error, allow_redirections)
+        except AttributeError as err:
+            raise _closed(err) from err
+
+
+def _closed(err: AttributeError) -> ConnectionError:
+    return ConnectionError(f"connection closed by a cluster topology refresh ({err})")
 
 
 class _BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -433,11 +434,10 @@ class JobStore:
             pipe.zrem(key, *resume)
         added = (await pipe.execute())[1 : 1 + len(workers)]
         told = [worker for worker, new in zip(workers, added, strict=True) if new]
-        if told:  # newly told (a pod being deleted is told again every tick): wake its polls
-            async with self.redis.pipeline(transaction=False) as wake:
-                for worker in told:
-                    wake.publish(keys.EVENTS_CHANNEL, f"s:{endpoint_id}:{worker}")
-                await wake.execute()
+        # Newly told (a pod being deleted is told again every tick): wake its polls. One
+        # PUBLISH each, concurrently: a cluster client refuses PUBLISH in a pipeline.
+        wakes = (self.redis.publish(keys.EVENTS_CHANNEL, f"s:{endpoint_id}:{w}") for w in told)
+        await asyncio.gather(*wakes)
 
     async def refresh_worker(self, endpoint_id: str, worker_id: str) -> None:
         """The worker asked to be replaced after its job (`refresh_worker`): it gets no new

@@ -21,7 +21,15 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError, OutOfMemoryError, ResponseError
+from redis.exceptions import (
+    ClusterDownError,
+    ConnectionError,
+    NoScriptError,
+    OutOfMemoryError,
+    ResponseError,
+    TimeoutError,
+    TryAgainError,
+)
 
 from lockgate.store.connection import NotReplicated
 
@@ -143,9 +151,11 @@ class Scripts:
             return
         try:
             replies = await self._pipeline(batch, replication)
-        except Exception as err:  # the connection failed: every call in the batch fails
-            _fail(batch, err)
-            return
+        except Exception as err:  # the connection failed
+            if replication.replicas or not isinstance(err, _AGAIN):
+                _fail(batch, err)
+                return
+            replies = [err] * len(batch)  # each call alone, with the client's retries
         unloaded = [c for c, r in zip(batch, replies, strict=True) if _unloaded(r)]
         if unloaded and replication.replicas and reload:  # a new master: load, send again
             try:
@@ -156,8 +166,8 @@ class Scripts:
             else:
                 await self._send(unloaded, replication, reload=False)
         for call, reply in zip(batch, replies, strict=True):
-            if _unloaded(reply) and not replication.replicas:
-                await _settle(call, _direct(call))  # Redis restarted: load it, call again
+            if isinstance(reply, _AGAIN) and not replication.replicas:
+                await _settle(call, _direct(call))  # alone, it gets the client's own retries
             else:
                 _deliver(call, reply)
 
@@ -166,7 +176,9 @@ class Scripts:
         `replication.replicas` replicas confirmed the batch's writes within its timeout."""
         async with self.redis.pipeline(transaction=False) as pipe:
             for script, keys, args, _ in batch:
-                pipe.evalsha(script.sha, len(keys), *keys, *args)
+                # As a raw command: a cluster pipeline refuses `evalsha()` (it routes the
+                # raw one by its first key, the endpoint's hash-tagged prefix).
+                pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
             if replication.replicas:
                 pipe.wait(replication.replicas, replication.timeout_ms)
             replies = await pipe.execute(raise_on_error=False)
@@ -180,6 +192,13 @@ class Scripts:
             f"within {replication.timeout_ms} ms"
         )
         return [r if isinstance(r, Exception) else short for r in replies]
+
+
+# Replies in a batch that the same call sent alone gets past: the script is not loaded
+# (Redis restarted, or a replica became master), or the endpoint's cluster node failed or
+# moved while the batch was out (the standalone client retries such errors itself; in a
+# cluster pipeline they come back per reply, without the cluster client's retries).
+_AGAIN = (NoScriptError, ConnectionError, TimeoutError, ClusterDownError, TryAgainError)
 
 
 def _unloaded(reply: Any) -> bool:
