@@ -14,7 +14,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from lockgate.dev.redis_server import free_port
+from tests.conftest import wait_until
 
 SENTINEL_MASTER = "lockgate"
 
@@ -61,15 +61,6 @@ def _complete(reply: bytes) -> bool:
     return reply.endswith(b"\r\n")
 
 
-def wait_for(check, what: str, timeout_s: float = 30.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if value := check():
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-
-
 @dataclass
 class Node:
     """One redis-server or redis-sentinel process."""
@@ -85,7 +76,9 @@ class Node:
             self.argv, cwd=self.folder, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
-        wait_for(lambda: "PONG" in send(self.port, "PING"), f"redis on port {self.port}", 10)
+        wait_until(
+            lambda: "PONG" in send(self.port, "PING"), f"redis on port {self.port}", 10, 0.05
+        )
         return self
 
     def kill(self) -> None:
@@ -222,7 +215,7 @@ def start_cluster(folder: Path) -> RedisClusterProcs:
              "--cluster-replicas", "1", "--cluster-yes"],
             check=True, capture_output=True, timeout=60,
         )  # fmt: skip
-        wait_for(procs.healthy, "cluster_state:ok on every node")
+        wait_until(procs.healthy, "cluster_state:ok on every node")
         return procs
     except BaseException:
         procs.stop()
@@ -268,13 +261,13 @@ class SentinelProcs:
     def heal(self) -> None:
         """Restart the servers that died (as replicas of the master now) and wait until the
         set is healthy again: the next fault test finds a master and two replicas."""
-        master = wait_for(self._named_master, "the sentinels to name a live master")
+        master = wait_until(self._named_master, "the sentinels to name a live master")
         for node in self.servers:
             if node.process is None or node.process.poll() is not None:
                 node.argv = [*_without_replicaof(node.argv), "--replicaof", "127.0.0.1",
                              str(master.port)]  # fmt: skip
                 node.start()
-        wait_for(self.healthy, "a master with both replicas in sync and the sentinels' quorum")
+        wait_until(self.healthy, "a master with both replicas in sync and the sentinels' quorum")
 
     def _named_master(self) -> Node | None:
         try:
@@ -323,7 +316,7 @@ def start_sentinels(folder: Path) -> SentinelProcs:
             info = send(master_port, "INFO", "replication")
             return "connected_slaves:2" in info and info.count("state=online") == 2
 
-        wait_for(replicas_online, "both replicas in sync")
+        wait_until(replicas_online, "both replicas in sync")
 
         def quorum() -> bool:
             return all(
@@ -331,7 +324,7 @@ def start_sentinels(folder: Path) -> SentinelProcs:
                 for s in procs.sentinels
             )
 
-        wait_for(quorum, "the three sentinels to see each other")
+        wait_until(quorum, "the three sentinels to see each other")
         return procs
     except BaseException:
         procs.stop()
