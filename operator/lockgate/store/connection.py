@@ -94,6 +94,13 @@ class RedisSettings(BaseSettings):
         check(self)
         return self
 
+    @classmethod
+    def of(cls, **fields: Any) -> RedisSettings:
+        """Settings from these fields alone, the others at their defaults (not read from
+        LOCKGATE_* variables, and not validated: `connect` checks them)."""
+        defaults = {name: f.default for name, f in cls.model_fields.items()}
+        return cls.model_construct(**{**defaults, **fields})
+
     def describe(self) -> str:
         """Which Redis these settings reach, without any password (for a startup line)."""
         if self.redis_cluster_nodes:
@@ -112,7 +119,7 @@ def connect(
     """A client for `target` (settings, or a standalone URL). `max_connections` and
     `pool_timeout_s` override the settings' (a process that needs few connections)."""
     if isinstance(target, str):
-        target = RedisSettings.model_construct(**{**_DEFAULTS, "redis_url": target})
+        target = RedisSettings.of(redis_url=target)
     check(target)  # settings made without validation (model_construct) are checked too
     limits = {
         "max_connections": max_connections or target.redis_max_connections,
@@ -123,9 +130,6 @@ def connect(
     if target.redis_sentinels:
         return _sentinel(target, **limits)
     return _standalone(target.redis_url, **limits)
-
-
-_DEFAULTS = {name: f.default for name, f in RedisSettings.model_fields.items()}
 
 
 def check(settings: RedisSettings) -> None:
@@ -242,12 +246,7 @@ def _cluster(settings: RedisSettings, *, max_connections: int, pool_timeout_s: f
     """A Redis Cluster client from any of the nodes (the topology is discovered and
     followed: MOVED, ASK, failovers). `max_connections` is per node; redis-py's cluster
     pool does not wait for a free connection, so `pool_timeout_s` has no use here."""
-    try:
-        startup = [ClusterNode(host, port) for host, port in nodes(settings.redis_cluster_nodes)]
-    except ValueError as err:
-        raise ValueError(f"LOCKGATE_REDIS_CLUSTER_NODES: {err}") from None
-    if not startup:
-        raise ValueError("LOCKGATE_REDIS_CLUSTER_NODES: no host:port given")
+    startup = [ClusterNode(host, port) for host, port in nodes(settings.redis_cluster_nodes)]
     client = _RedisCluster(
         startup_nodes=startup,
         max_connections=max_connections,
