@@ -348,3 +348,14 @@ def test_live_chunks_come_in_order_once_from_events_and_reads():
     assert live.carried_chunks([(4, [b"e"]), (5, [b"f"])]) == [b"f"]
     assert live.read_due(3.5, ended=False) and live.read_due(1.5, ended=True)
     assert live.stored_chunks([b"f", b"g"], 5, 3.5) == [b"g"]
+
+
+async def test_a_streams_first_chunk_5xx_error_is_not_retried_by_the_sdk(http, gateway):
+    """As for a plain request: a worker's 5xx answer carries `x-should-retry: false`."""
+    response_task = asyncio.create_task(open_stream(http, gateway))
+    job = await worker_job(http, gateway)
+    error = {"error": {"message": "vLLM is down", "type": "worker_error", "code": None}}
+    await push(http, gateway, job["id"], {"output": error})
+    response = await response_task
+    assert (response.status, response.headers.get("x-should-retry")) == (500, "false")
+    assert await response.json() == error

@@ -41,6 +41,7 @@ from lockgate.gateway.openai_wire import (
     unwrap,
     waited_too_long,
     wants_stream,
+    worker_answer,
     worker_error,
 )
 from lockgate.gateway.state import Gateway, gateway_of
@@ -194,7 +195,7 @@ class _Follow:
                 chunks += reader.stored_chunks(stored, first, now)
             if chunks:
                 if response is None and (error := _first_error(chunks[0])) is not None:
-                    return _respond(Answer(error[0], error[1]), self.job_id)
+                    return _respond(worker_answer(*error), self.job_id)
                 deadline = self.loop.time() + settings.openai_wait_s
                 response = await self._send(response, b"".join(map(framer.feed, chunks)))
             if status in FINAL_STATES:
@@ -215,7 +216,7 @@ class _Follow:
         elif framer.sent == 0 and record.output:
             output = unwrap(orjson.loads(record.output))
             if response is None and (error := worker_error(output)) is not None:
-                return _respond(Answer(*error), self.job_id)
+                return _respond(worker_answer(*error), self.job_id)
             tail = framer.frame(output)
         response = await self._send(response, tail + framer.finish())
         await response.write_eof()

@@ -138,7 +138,7 @@ def ending(record: JobRecord) -> Answer:
     """The answer for a job that ended without a usable output (FAILED, TIMED_OUT,
     CANCELLED), OpenAI-shaped: a worker's own OpenAI error as it gave it."""
     if record.status == "FAILED" and (reported := reported_error(record.error)) is not None:
-        return _worker_answer(*reported)
+        return worker_answer(*reported)
     status, kind, what = _ENDINGS[record.status]
     detail = handler_message(record.error)
     message = f"{what}: {detail}" if detail and record.status != "FAILED" else detail or what
@@ -151,11 +151,11 @@ def answer(record: JobRecord) -> Answer:
         return ending(record)
     output = unwrap(orjson.loads(record.output)) if record.output else None
     if (error := worker_error(output)) is not None:
-        return _worker_answer(*error)
+        return worker_answer(*error)
     return Answer(200, output)
 
 
-def _worker_answer(status: int, body: dict[str, Any]) -> Answer:
+def worker_answer(status: int, body: dict[str, Any]) -> Answer:
     """A worker's OpenAI error; a 5xx is not retried (the worker answered it)."""
     return Answer(status, body, NO_RETRY if status >= 500 else {})
 
