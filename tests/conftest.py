@@ -25,6 +25,12 @@ REPO = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the real-node tests last, in their modules' order: they share one node
+    (tests/node_fixtures.py), which then never loads the rest of the suite."""
+    items.sort(key=lambda item: item.get_closest_marker("node") is not None)
+
+
 async def eventually(
     check: Callable[[], Awaitable[T]],
     what: str = "the condition",

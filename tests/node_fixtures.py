@@ -1,9 +1,15 @@
-"""Fixtures for the tests on a real node: the node itself, once per test module.
+"""Fixtures for the tests on a real node: one node for every node test of the run.
 
 Test modules load this with `pytest_plugins = ["node_fixtures"]` (and never import it; the
 helpers are in node_release). Without the harness (root, containerd, the node binaries of
 `make envtest`, the images of `make cluster-images`, helm of `make tools`) the tests skip,
 unless LOCKGATE_REQUIRE_CLUSTER=1 (CI) makes that a failure.
+
+The node starts at the first node test and stops at the end of the run; tests/conftest.py
+runs the node tests last, so its processes (~0.9 GB, a busy kubelet) never load the rest of
+the suite on a 2-core machine. After each module, `reset_node` takes away what the module
+left (releases, lockgate objects and CRDs, namespaces), so the next one starts as on a
+fresh node without paying for one (~45 s a module).
 """
 
 from __future__ import annotations
@@ -13,19 +19,24 @@ from collections.abc import Iterator
 import pytest
 
 from cluster import Cluster
-from node_release import Release, require_cluster
+from node_release import Release, require_cluster, reset_node
 
 
-@pytest.fixture(scope="module")
-def node() -> Iterator[Cluster]:
-    """A real one-node cluster with the images imported (~30-45 s to Ready), per module:
-    stopped when the module's tests are done, so its processes (~0.9 GB, a busy kubelet)
-    do not load the rest of the suite on a 2-core machine."""
+@pytest.fixture(scope="session")
+def shared_node() -> Iterator[Cluster]:
+    """The real one-node cluster with the images imported (~30-45 s to Ready)."""
     require_cluster()
     cluster = Cluster()
     cluster.start()
     yield cluster
     cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def node(shared_node: Cluster) -> Iterator[Cluster]:
+    """The node, as fresh for this module: cleared of what the module left after it."""
+    yield shared_node
+    reset_node(shared_node)
 
 
 @pytest.fixture(scope="module")

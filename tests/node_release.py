@@ -212,3 +212,37 @@ def pod_log(release: Release, pod: dict[str, Any]) -> str:
     return release.node.kubectl(
         "-n", USER_NAMESPACE, "logs", pod["metadata"]["name"], "--all-containers", check=False
     )
+
+
+SYSTEM_NAMESPACES = {"default", "kube-system", "kube-public", "kube-node-lease"}
+LOCKGATE_KINDS = ("endpoints.lockgate.dev", "templates.lockgate.dev")
+LOCKGATE_CRDS = (*LOCKGATE_KINDS, "clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev")
+
+
+def reset_node(node: Cluster) -> None:
+    """Take from the node what a test module left, so the next module meets a fresh one:
+    releases still installed (a module that failed before its uninstall), lockgate objects
+    (freed of finalizers no operator will remove) and their CRDs, the namespaces the module
+    made (kept Secrets with them), pods left in `default`, and the node's GPU label."""
+    helm = [helm_binary() or "helm", "--kubeconfig", node.kubeconfig]
+    listed = subprocess.run([*helm, "list", "-A", "-o", "json"], capture_output=True,
+                            text=True, check=False, timeout=60)  # fmt: skip
+    for rel in json.loads(listed.stdout or "[]"):
+        subprocess.run([*helm, "uninstall", rel["name"], "-n", rel["namespace"], "--wait",
+                        "--timeout", "120s"], capture_output=True, check=False, timeout=180)  # fmt: skip
+    for kind in LOCKGATE_KINDS:
+        out = node.kubectl("get", kind, "-A", "-o", "json", check=False) or '{"items": []}'
+        for obj in json.loads(out)["items"]:
+            meta = obj["metadata"]
+            if meta.get("finalizers"):
+                node.kubectl("-n", meta["namespace"], "patch", kind, meta["name"], "--type=merge",
+                             "-p", '{"metadata":{"finalizers":null}}', check=False)  # fmt: skip
+    node.kubectl("delete", "crd", *LOCKGATE_CRDS, "--ignore-not-found", "--timeout=120s",
+                 check=False)  # fmt: skip
+    spaces = json.loads(node.kubectl("get", "namespaces", "-o", "json"))["items"]
+    made = [n["metadata"]["name"] for n in spaces if n["metadata"]["name"] not in SYSTEM_NAMESPACES]
+    if made:
+        node.kubectl("delete", "namespace", *made, "--timeout=180s", check=False, timeout=200)
+    node.kubectl("-n", "default", "delete", "pods,deployments,daemonsets,jobs", "--all",
+                 "--grace-period=0", "--force", "--timeout=60s", check=False)  # fmt: skip
+    node.kubectl("label", "node", "--all", "nvidia.com/gpu.product-", check=False)
