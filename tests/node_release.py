@@ -228,8 +228,8 @@ def reset_node(node: Cluster) -> None:
     listed = subprocess.run([*helm, "list", "-A", "-o", "json"], capture_output=True,
                             text=True, check=False, timeout=60)  # fmt: skip
     for rel in json.loads(listed.stdout or "[]"):
-        subprocess.run([*helm, "uninstall", rel["name"], "-n", rel["namespace"], "--wait",
-                        "--timeout", "120s"], capture_output=True, check=False, timeout=180)  # fmt: skip
+        uninstall = ["uninstall", rel["name"], "-n", rel["namespace"], "--wait", "--timeout=120s"]
+        subprocess.run([*helm, *uninstall], capture_output=True, check=False, timeout=180)
     for kind in LOCKGATE_KINDS:
         out = node.kubectl("get", kind, "-A", "-o", "json", check=False) or '{"items": []}'
         for obj in json.loads(out)["items"]:
