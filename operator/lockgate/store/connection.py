@@ -23,8 +23,10 @@ from redis.exceptions import (
     AskError,
     ClusterDownError,
     ConnectionError,
+    MaxConnectionsError,
     MovedError,
     ReadOnlyError,
+    RedisClusterException,
     TimeoutError,
     TryAgainError,
 )
@@ -341,16 +343,23 @@ class Route:
     asking: bool = False
 
 
-def route(client: Redis, key: Any, after: Any = None) -> Route:
+async def route(client: Redis, key: Any, after: Any = None) -> Route:
     """Where commands on `key` go; `after`: the reply the previous try got, an ASK
-    redirection sends them to its node (a MOVED one was noted in the slot map already)."""
+    redirection sends them to its node (a MOVED one was noted in the slot map already).
+    A cluster client first rediscovers the topology if a connection error asked for it; a
+    slot without a master (a failover) is a ClusterDownError."""
     if not isinstance(client, RedisCluster):
         return Route()
-    if isinstance(after, AskError) and not isinstance(after, MovedError):
-        node = client.get_node(after.host, after.port)
-        if node is not None:
-            return Route(node, asking=True)
-    return Route(client.get_node_from_key(key))
+    try:
+        await client.initialize()  # a no-op unless a rediscovery is due
+        if isinstance(after, AskError) and not isinstance(after, MovedError):
+            node = client.get_node(after.host, after.port)
+            if node is not None:
+                return Route(node, asking=True)
+        return Route(client.get_node_from_key(key))
+    except RedisClusterException as err:  # SlotNotCoveredError, or no startup node answered
+        _rediscover(client)
+        raise ClusterDownError(f"the cluster's topology is unknown now: {err}") from err
 
 
 async def send_together(client: Redis, to: Route, commands: Sequence[Command]) -> list[Any]:
@@ -373,11 +382,15 @@ async def send_together(client: Redis, to: Route, commands: Sequence[Command]) -
         lost = next((c.result for c in pipeline if isinstance(c.result, _LOST)), None)
         if lost is not None:
             raise lost
+    except MaxConnectionsError:  # all of the node's connections busy: the node is fine
+        raise
     except (*_LOST, AttributeError) as err:  # AttributeError: closed by a topology refresh
+        # As redis-py after a command's connection error: drop the node's connections, try
+        # it last, and rediscover the topology before the next command.
         node.update_active_connections_for_reconnect()
         await node.disconnect_free_connections()
         cluster.nodes_manager.move_node_to_end_of_cached_nodes(node.name)
-        cluster._initialize = True  # the next command rediscovers the topology first
+        _rediscover(cluster)
         raise (_closed(err) if isinstance(err, AttributeError) else err) from err
     replies = [c.result for c in pipeline]
     if to.asking:
@@ -389,3 +402,9 @@ async def send_together(client: Redis, to: Route, commands: Sequence[Command]) -
 
 
 _LOST = (ConnectionError, TimeoutError)
+
+
+def _rediscover(cluster: RedisCluster) -> None:
+    """Make the cluster client reload the topology before its next command (what its own
+    retries do after a connection error; redis-py has no public call for it)."""
+    cluster._initialize = True

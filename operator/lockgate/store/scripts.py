@@ -214,10 +214,14 @@ class Scripts:
         one node (all of them but in a cluster) go together on one of its connections,
         followed by a WAIT (which counts the replicas that have that connection's writes)."""
         groups: dict[Route, list[int]] = {}
-        for i, (call, prior) in enumerate(zip(batch, after, strict=True)):
-            key = call[1][0] if call[1] else ""
-            groups.setdefault(route(self.redis, key, prior), []).append(i)
         replies: list[Any] = [None] * len(batch)
+        for i, (call, prior) in enumerate(zip(batch, after, strict=True)):
+            try:
+                to = await route(self.redis, call[1][0] if call[1] else "", prior)
+            except ClusterDownError as err:  # its slot has no master now
+                replies[i] = err
+            else:
+                groups.setdefault(to, []).append(i)
         wait = ("WAIT", replication.replicas, replication.timeout_ms)
 
         async def send(to: Route, indexes: list[int]) -> None:
