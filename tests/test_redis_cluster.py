@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,17 +16,27 @@ from dataclasses import dataclass, field
 
 import aiohttp
 import pytest
+import redis as sync_redis
 import runpod
 from redis.crc import key_slot
 
 from lockgate.gateway.notify import Notifier
-from lockgate.store import UNAVAILABLE, JobNotFound, JobStore, NewJob, connect, keys, now_ms
+from lockgate.store import (
+    UNAVAILABLE,
+    JobNotFound,
+    JobStore,
+    NewJob,
+    Replication,
+    connect,
+    keys,
+    now_ms,
+)
 from lockgate.store.addresses import WorkerAddresses
-from lockgate.store.connection import RedisSettings
+from lockgate.store.connection import NotReplicated, RedisSettings
 from lockgate.store.limits import RateLimits
 from lockgate.workerenv import WORKER_DEFAULTS, worker_env, worker_id_env
 from tests.conftest import REPO, LiveGateway, eventually, redis_settings, register, wait_until
-from tests.redis_topologies import RedisClusterProcs
+from tests.redis_topologies import Node, RedisClusterProcs, send
 from tests.test_idempotency import (  # noqa: F401
     test_a_second_run_with_the_same_key_returns_the_first_job,
     test_deleting_an_endpoints_data_removes_its_idempotency_keys,
@@ -62,6 +73,10 @@ from tests.test_limits import (  # noqa: F401
 )
 from tests.test_progress import (  # noqa: F401
     test_the_latest_progress_is_the_output_of_a_running_job,
+)
+from tests.test_redis_sentinel import (  # noqa: F401 (replica acks, on the cluster)
+    test_accepting_writes_load_their_scripts_on_a_new_master_and_still_wait,
+    test_writes_fewer_replicas_confirm_are_503_never_success,
 )
 from tests.test_requests_list import (  # noqa: F401
     test_cancel_retry_and_a_lost_worker_move_jobs_between_status_filters,
@@ -191,6 +206,73 @@ async def test_the_runpod_sdk_client_and_worker_run_jobs_on_the_cluster(gateway,
 
 def _final_status(job) -> str:
     return wait_until(lambda: (s := job.status()) in ("COMPLETED", "FAILED") and s, "final")
+
+
+# -- LOCKGATE_REDIS_MIN_REPLICAS_ACK: a WAIT per master, on the connection of its writes
+
+
+def replica_of(cluster: RedisClusterProcs, master: Node) -> Node:
+    """The (first) replica of `master`."""
+    info = send(master.port, "INFO", "replication")
+    port = int(re.search(r"slave0:ip=[^,]+,port=(\d+)", info).group(1))  # type: ignore[union-attr]
+    return next(n for n in cluster.nodes if n.port == port)
+
+
+def on_replica(replica: Node, key: str) -> bool:
+    """Whether `replica` has `key` now."""
+    client = sync_redis.Redis(port=replica.port)
+    try:
+        client.execute_command("READONLY")  # a replica answers reads of its slots
+        return bool(client.exists(key))
+    finally:
+        client.close()
+
+
+async def test_replicated_writes_to_three_masters_each_wait_for_their_own_replica(
+    redis, redis_cluster, spread
+):
+    """Submits to endpoints on three masters, sent in one batch, one master's replica
+    frozen: each master's submits wait for its own replica, so those of the frozen one's
+    master alone are NotReplicated (the jobs are on the master: the client may retry with
+    its Idempotency-Key), and the others' jobs are on their replicas once acknowledged."""
+    store = JobStore(redis, replication=Replication(replicas=1, timeout_ms=300))
+    masters = {e: redis_cluster.master_of_slot(endpoint_slot(e)) for e in spread}
+    frozen = replica_of(redis_cluster, masters[spread[0]])
+    ids = [(e, f"j{i}") for e in spread for i in range(3)]
+    frozen.process.send_signal(signal.SIGSTOP)
+    try:
+        replies = await asyncio.gather(
+            *(store.submit(e, NewJob(id=i, input=b"{}", ttl_ms=60_000)) for e, i in ids),
+            return_exceptions=True,
+        )
+        for (endpoint, job_id), reply in zip(ids, replies, strict=True):
+            if endpoint == spread[0]:
+                assert isinstance(reply, NotReplicated), reply
+            else:
+                assert reply == (job_id, "IN_QUEUE")
+                replica = replica_of(redis_cluster, masters[endpoint])
+                assert on_replica(replica, keys.job(endpoint, job_id))
+    finally:
+        frozen.process.send_signal(signal.SIGCONT)
+    assert (await store.get(spread[0], "j0")).status == "IN_QUEUE"  # on the master
+    wait_until(redis_cluster.healthy, "the thawed replica in sync")
+
+
+async def test_a_replicated_write_follows_its_endpoints_slot_to_another_master(
+    redis, redis_cluster
+):
+    """The endpoint's slot moved since the client last wrote to it: the write's MOVED
+    reply updates the client's slot map, and the write and its WAIT go to the new master,
+    whose replica has the job when it is acknowledged."""
+    store = JobStore(redis, replication=Replication(replicas=1))
+    slot = endpoint_slot("echo")
+    assert await store.submit("echo", NewJob(id="before", input=b"{}", ttl_ms=60_000))
+    target = next(m for m in redis_cluster.masters() if m is not redis_cluster.master_of_slot(slot))
+    redis_cluster.move_slot(slot, target)
+    submitted = await store.submit("echo", NewJob(id="after", input=b"{}", ttl_ms=60_000))
+    assert submitted == ("after", "IN_QUEUE")
+    assert redis.get_node_from_key(keys.prefix("echo")).port == target.port
+    assert on_replica(replica_of(redis_cluster, target), keys.job("echo", "after"))
 
 
 # -- faults under load: 2,000 jobs through one gateway, a fault a third of the way in
@@ -332,26 +414,40 @@ def endpoint_slot(endpoint: str) -> int:
     return key_slot(keys.prefix(endpoint).encode())
 
 
-@pytest.mark.parametrize("gateway_settings", [FAULT_SETTINGS], indirect=True)
+@pytest.mark.parametrize(
+    "gateway_settings",
+    [FAULT_SETTINGS, {**FAULT_SETTINGS, "redis_min_replicas_ack": 1}],
+    ids=["acks=0", "acks=1"],
+    indirect=True,
+)
 async def test_a_sigkilled_master_of_the_endpoints_slot_is_survived_under_load(
     http, gateway, redis, redis_cluster
 ):
-    """Without replicated acknowledgements (LOCKGATE_REDIS_MIN_REPLICAS_ACK), jobs accepted
-    just before the kill may not have reached the replica: they are counted, not failed."""
+    """The master is SIGKILLed and restarted (as its pod would be) once a replica took its
+    place, coming back as that one's replica. With MIN_REPLICAS_ACK=1 no accepted job is
+    lost; without, jobs accepted just before the kill may not have reached the replica:
+    they are counted, not failed."""
     slot = endpoint_slot(gateway.endpoint)
     killed = redis_cluster.master_of_slot(slot)
 
     def sigkill_the_master() -> None:
         killed.kill()
+        promoted = lambda: redis_cluster.serving(slot) not in (None, killed)  # noqa: E731
+        wait_until(promoted, "a replica promoted", 20)
+        killed.start()
 
     try:
         load = await under_load(http, gateway, redis, sigkill_the_master)
     finally:
-        killed.start()  # it comes back as a replica of the master that replaced it
+        if killed.process and killed.process.poll() is not None:
+            killed.start()  # the fault failed before restarting it
         wait_until(redis_cluster.healthy, "the cluster healthy again")
     assert redis_cluster.master_of_slot(slot) is not killed
     assert len(load.accepted) == LOAD_JOBS
-    assert len(load.not_final) < LOAD_JOBS // 10  # only those written just before the kill
+    if gateway.settings.redis_min_replicas_ack:
+        assert load.not_final == set()
+    else:
+        assert len(load.not_final) < LOAD_JOBS // 10  # only those written just before the kill
 
 
 @pytest.mark.parametrize("gateway_settings", [FAULT_SETTINGS], indirect=True)

@@ -195,7 +195,6 @@ def new_job(job_id: str) -> NewJob:
         ({"redis_sentinels": "h:1,:2", "redis_sentinel_master": "m"}, "LOCKGATE_REDIS_SENTINELS"),
         ({"redis_sentinel_master": "m"}, "LOCKGATE_REDIS_SENTINELS"),
         ({"redis_sentinels": " , ", "redis_sentinel_master": "m"}, "_SENTINELS: ' , ': no host"),
-        ({"redis_cluster_nodes": "h:1", "redis_min_replicas_ack": 1}, "MIN_REPLICAS_ACK"),
     ],
 )
 def test_malformed_redis_settings_are_an_error_naming_the_variable(fields, variable):

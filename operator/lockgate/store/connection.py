@@ -7,20 +7,26 @@ raises then is in `UNAVAILABLE` (the gateway answers 503 + Retry-After).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from redis.asyncio import BlockingConnectionPool, Redis
-from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
+from redis.asyncio.cluster import ClusterNode, ClusterPipeline, PipelineCommand, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import (
+    AskError,
     ClusterDownError,
     ConnectionError,
+    MaxConnectionsError,
+    MovedError,
     ReadOnlyError,
+    RedisClusterException,
     TimeoutError,
     TryAgainError,
 )
@@ -153,12 +159,6 @@ def check(settings: RedisSettings) -> None:
         raise RedisSettingsError(
             "LOCKGATE_REDIS_SENTINELS: required with LOCKGATE_REDIS_SENTINEL_MASTER "
             "(host:port,... of the sentinels)"
-        )
-    if settings.redis_cluster_nodes and settings.redis_min_replicas_ack:
-        # redis-py's cluster client sends WAIT to a node of its choosing, on another
-        # connection than the write's: the count would prove nothing.
-        raise RedisSettingsError(
-            "LOCKGATE_REDIS_MIN_REPLICAS_ACK: not supported with LOCKGATE_REDIS_CLUSTER_NODES"
         )
 
 
@@ -325,3 +325,86 @@ def _sentinel(settings: RedisSettings, *, max_connections: int, pool_timeout_s: 
         max_connections=max_connections,
         timeout=pool_timeout_s,
     )
+
+
+# -- commands sent together on one connection (what WAIT needs: it counts the replicas that
+# have the writes of the connection it is sent on)
+
+Command = tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """The connection a group of commands goes on: standalone and Sentinel, the client's
+    (`node` None); cluster, one of `node`'s, each command after ASKING when `asking` (the
+    slot is being migrated to that node)."""
+
+    node: ClusterNode | None = None
+    asking: bool = False
+
+
+async def route(client: Redis, key: Any, after: Any = None) -> Route:
+    """Where commands on `key` go; `after`: the reply the previous try got, an ASK
+    redirection sends them to its node (a MOVED one was noted in the slot map already).
+    A cluster client first rediscovers the topology if a connection error asked for it; a
+    slot without a master (a failover) is a ClusterDownError."""
+    if not isinstance(client, RedisCluster):
+        return Route()
+    try:
+        await client.initialize()  # a no-op unless a rediscovery is due
+        if isinstance(after, AskError) and not isinstance(after, MovedError):
+            node = client.get_node(after.host, after.port)
+            if node is not None:
+                return Route(node, asking=True)
+        return Route(client.get_node_from_key(key))
+    except RedisClusterException as err:  # SlotNotCoveredError, or no startup node answered
+        _rediscover(client)
+        raise ClusterDownError(f"the cluster's topology is unknown now: {err}") from err
+
+
+async def send_together(client: Redis, to: Route, commands: Sequence[Command]) -> list[Any]:
+    """The replies of `commands`, sent in order as one pipeline on one connection (an error
+    reply as its exception). A connection error fails them all (raised); in a cluster the
+    client then rediscovers the topology before its next command, and a MOVED reply moves
+    the slot in the client's map, as redis-py does for the commands it routes itself."""
+    if to.node is None:
+        async with client.pipeline(transaction=False) as pipe:
+            for command in commands:
+                pipe.execute_command(*command)
+            return await pipe.execute(raise_on_error=False)
+    cluster, node = cast(RedisCluster, client), to.node
+    sent = list(commands)
+    if to.asking:  # ASKING admits the one command after it
+        sent = [c for command in commands for c in (("ASKING",), command)]
+    pipeline = [PipelineCommand(i, *command) for i, command in enumerate(sent)]
+    try:
+        await node.execute_pipeline(pipeline)
+        lost = next((c.result for c in pipeline if isinstance(c.result, _LOST)), None)
+        if lost is not None:
+            raise lost
+    except MaxConnectionsError:  # all of the node's connections busy: the node is fine
+        raise
+    except (*_LOST, AttributeError) as err:  # AttributeError: closed by a topology refresh
+        # As redis-py after a command's connection error: drop the node's connections, try
+        # it last, and rediscover the topology before the next command.
+        node.update_active_connections_for_reconnect()
+        await node.disconnect_free_connections()
+        cluster.nodes_manager.move_node_to_end_of_cached_nodes(node.name)
+        _rediscover(cluster)
+        raise (_closed(err) if isinstance(err, AttributeError) else err) from err
+    replies = [c.result for c in pipeline]
+    if to.asking:
+        replies = replies[1::2]  # not ASKING's
+    for reply in replies:
+        if isinstance(reply, MovedError):
+            await cluster.nodes_manager.move_slot(reply)
+    return replies
+
+
+_LOST = (ConnectionError, TimeoutError)
+
+
+def _rediscover(cluster: RedisCluster) -> None:
+    """Make the cluster client reload the topology before its next command (what its own
+    retries do after a connection error; redis-py has no public call for it)."""
+    cluster._initialize = True

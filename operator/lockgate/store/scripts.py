@@ -7,7 +7,8 @@ which is most of the gateway's CPU per request. A call alone in its tick is sent
 Accepting writes may ask for replication (`Replication`, LOCKGATE_REDIS_MIN_REPLICAS_ACK):
 those of a tick go as their own pipeline ending in `WAIT n timeout`, on the same
 connection (WAIT counts the replicas that have that connection's writes), so one WAIT
-covers the lot and the other calls of the tick never wait for replicas.
+covers the lot and the other calls of the tick never wait for replicas. In a cluster that
+is one such pipeline per master the tick's calls go to (`connection.send_together`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 from redis.exceptions import (
+    AskError,
     ClusterDownError,
     ConnectionError,
     NoScriptError,
@@ -31,7 +33,7 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from lockgate.store.connection import NotReplicated
+from lockgate.store.connection import Command, NotReplicated, Route, route, send_together
 
 NAMES = (
     "submit",
@@ -68,9 +70,13 @@ class StoreFull(OutOfMemoryError):
 def _translated(err: Exception) -> Exception:
     """A script refused for want of memory as StoreFull: Redis 6 reports it as a plain
     script error ("... -OOM command not allowed ..."), Redis 7 as an OOM error (which
-    redis-py raises as OutOfMemoryError); any other error as it is."""
+    redis-py raises as OutOfMemoryError); a cluster redirection (MOVED, ASK) a replicated
+    call still got when sent again as TryAgainError (UNAVAILABLE); any other error as it
+    is."""
     if isinstance(err, StoreFull):
         return err
+    if isinstance(err, AskError):  # still redirected after a re-send: the slot is moving
+        return TryAgainError(f"the endpoint's slot is moving ({err})")
     if isinstance(err, OutOfMemoryError) or (
         isinstance(err, ResponseError) and "OOM command not allowed" in str(err)
     ):
@@ -144,54 +150,118 @@ class Scripts:
             task.add_done_callback(self._tasks.discard)
 
     async def _send(
-        self, batch: list[Call], replication: Replication, *, reload: bool = True
+        self,
+        batch: list[Call],
+        replication: Replication,
+        *,
+        again: bool = True,
+        after: Sequence[Any] = (),
     ) -> None:
+        """Send `batch` and settle its futures. A replicated call whose script the master
+        lacks (a promoted replica) or whose slot moved is sent once more (`again`), routed
+        by the reply it got (`after`, aligned with the batch)."""
         if len(batch) == 1 and not replication.replicas:
             await _settle(batch[0], _direct(batch[0]))
             return
         try:
-            replies = await self._pipeline(batch, replication)
+            if replication.replicas:
+                replies = await self._replicated(batch, replication, after or [None] * len(batch))
+            else:
+                replies = await self._pipeline(batch)
         except Exception as err:  # the connection failed
             if replication.replicas or not isinstance(err, _AGAIN):
                 _fail(batch, err)
                 return
             replies = [err] * len(batch)  # each call alone, with the client's retries
-        unloaded = [c for c, r in zip(batch, replies, strict=True) if _unloaded(r)]
-        if unloaded and replication.replicas and reload:  # a new master: load, send again
-            try:
-                for script in {c[0] for c in unloaded}:
-                    await self.redis.script_load(script.script)
-            except Exception as err:
-                _fail(unloaded, err)
-            else:
-                await self._send(unloaded, replication, reload=False)
+        if again and replication.replicas:
+            await self._resend(
+                [(c, r) for c, r in zip(batch, replies, strict=True) if _resent(r)], replication
+            )
         for call, reply in zip(batch, replies, strict=True):
             if isinstance(reply, _AGAIN) and not replication.replicas:
                 await _settle(call, _direct(call))  # alone, it gets the client's own retries
             else:
                 _deliver(call, reply)
 
-    async def _pipeline(self, batch: list[Call], replication: Replication) -> list[Any]:
-        """The batch's replies; each one a NotReplicated error instead when fewer than
-        `replication.replicas` replicas confirmed the batch's writes within its timeout."""
+    async def _resend(self, resend: list[tuple[Call, Any]], replication: Replication) -> None:
+        """Send these replicated calls once more, after loading the scripts the master
+        lacked, each routed by the reply it got."""
+        if not resend:
+            return
+        try:  # a new master: load the scripts it lacks
+            for script in {c[0] for c, r in resend if isinstance(r, NoScriptError)}:
+                await self.redis.script_load(script.script)
+        except Exception as err:
+            _fail([c for c, _ in resend], err)
+        else:
+            calls, prior = zip(*resend, strict=True)
+            await self._send(list(calls), replication, again=False, after=prior)
+
+    async def _pipeline(self, batch: list[Call]) -> list[Any]:
+        """The batch's replies, through the client's pipeline (a cluster's routes each call
+        by its first key, the endpoint's hash-tagged prefix, and follows redirections)."""
         async with self.redis.pipeline(transaction=False) as pipe:
-            for script, keys, args, _ in batch:
-                # As a raw command: a cluster pipeline refuses `evalsha()` (it routes the
-                # raw one by its first key, the endpoint's hash-tagged prefix).
-                pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
-            if replication.replicas:
-                pipe.wait(replication.replicas, replication.timeout_ms)
-            replies = await pipe.execute(raise_on_error=False)
-        if not replication.replicas:
-            return replies
-        replies, acked = replies[:-1], replies[-1]
-        if isinstance(acked, int) and acked >= replication.replicas:
-            return replies
+            for call in batch:
+                # As a raw command: a cluster pipeline refuses `evalsha()`.
+                pipe.execute_command(*_evalsha(call))
+            return await pipe.execute(raise_on_error=False)
+
+    async def _replicated(
+        self, batch: list[Call], replication: Replication, after: Sequence[Any]
+    ) -> list[Any]:
+        """The batch's replies, each one a NotReplicated error instead when fewer than
+        `replication.replicas` replicas confirmed its writes in time. The calls served by
+        one node (all of them but in a cluster) go together on one of its connections,
+        followed by a WAIT (which counts the replicas that have that connection's writes)."""
+        groups: dict[Route, list[int]] = {}
+        replies: list[Any] = [None] * len(batch)
+        for i, (call, prior) in enumerate(zip(batch, after, strict=True)):
+            try:
+                to = await route(self.redis, call[1][0] if call[1] else "", prior)
+            except ClusterDownError as err:  # its slot has no master now
+                replies[i] = err
+            else:
+                groups.setdefault(to, []).append(i)
+        wait = ("WAIT", replication.replicas, replication.timeout_ms)
+
+        async def send(to: Route, indexes: list[int]) -> None:
+            commands = [*(_evalsha(batch[i]) for i in indexes), wait]
+            try:
+                sent = await send_together(self.redis, to, commands)
+            except Exception as err:  # the connection failed: the writes' fate is unknown
+                sent = [err] * len(commands)
+            for i, reply in zip(indexes, _confirmed(sent, replication), strict=True):
+                replies[i] = reply
+
+        await asyncio.gather(*(send(to, indexes) for to, indexes in groups.items()))
+        return replies
+
+
+def _evalsha(call: Call) -> Command:
+    script, keys, args, _ = call
+    return ("EVALSHA", script.sha, len(keys), *keys, *args)
+
+
+def _confirmed(replies: list[Any], replication: Replication) -> list[Any]:
+    """The scripts' replies of a pipeline ending in WAIT, each one NotReplicated instead
+    when WAIT counted fewer replicas than asked for (an error reply stays as it is)."""
+    replies, acked = replies[:-1], replies[-1]
+    if isinstance(acked, int) and acked >= replication.replicas:
+        return replies
+    if isinstance(acked, Exception):
+        short: Exception = NotReplicated(f"WAIT for the replicas failed: {acked}")
+    else:
         short = NotReplicated(
             f"{acked} of the {replication.replicas} replicas asked for confirmed the write "
             f"within {replication.timeout_ms} ms"
         )
-        return [r if isinstance(r, Exception) else short for r in replies]
+    return [r if isinstance(r, Exception) else short for r in replies]
+
+
+def _resent(reply: Any) -> bool:
+    """Whether a replicated call is worth one more try: its script was not loaded, or its
+    slot is served by another node (MOVED, ASK: nothing ran)."""
+    return isinstance(reply, NoScriptError | AskError)
 
 
 # Replies in a batch that the same call sent alone gets past: the script is not loaded
@@ -199,10 +269,6 @@ class Scripts:
 # moved while the batch was out (the standalone client retries such errors itself; in a
 # cluster pipeline they come back per reply, without the cluster client's retries).
 _AGAIN = (NoScriptError, ConnectionError, TimeoutError, ClusterDownError, TryAgainError)
-
-
-def _unloaded(reply: Any) -> bool:
-    return isinstance(reply, NoScriptError)
 
 
 def _fail(batch: list[Call], err: Exception) -> None:
