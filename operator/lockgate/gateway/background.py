@@ -22,6 +22,7 @@ from lockgate.gateway.state import Gateway
 from lockgate.gateway.views import job_body
 from lockgate.signing import signature_headers
 from lockgate.store import Delivery, JobNotFound
+from lockgate.store.connection import raise_if_cancelled
 
 log = logging.getLogger("lockgate.gateway")
 
@@ -40,6 +41,7 @@ async def _every(interval_s: float, work, name: str) -> None:
             raise
         except Exception as err:
             log.warning("%s failed: %s", name, err)
+        raise_if_cancelled()
         await asyncio.sleep(interval_s)
 
 

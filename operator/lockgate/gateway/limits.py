@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from lockgate.gateway.errors import TooManyRequests
 from lockgate.models.limits import Operation, OperationLimit
 from lockgate.store import JobStore
+from lockgate.store.connection import raise_if_cancelled
 from lockgate.store.limits import RateLimits
 from lockgate.store.scripts import StoreFull
 
@@ -238,3 +239,4 @@ class Limiter:
                 await self.renew()
             except Exception as err:  # the next round tries again
                 log.warning("renewing rate-limit slots failed: %s", err)
+            raise_if_cancelled()

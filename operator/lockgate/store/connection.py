@@ -7,6 +7,7 @@ raises then is in `UNAVAILABLE` (the gateway answers 503 + Retry-After).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -55,6 +56,16 @@ UNAVAILABLE: tuple[type[Exception], ...] = (
     TryAgainError,
     NotReplicated,  # an accepting write not confirmed by enough replicas
 )
+
+
+def raise_if_cancelled() -> None:
+    """Raise CancelledError in a task whose cancellation redis-py swallowed (it does, for
+    one landing inside some of its awaits, e.g. a cluster client's topology refresh). A
+    loop that calls Redis checks this every round: else its task outlives the cancel, and
+    the event loop's shutdown (and `asyncio.run`'s) waits for it forever."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 class RedisSettings(BaseSettings):
