@@ -107,7 +107,7 @@ async def spread_e2e(cfg: Config, work: Path, topology: Topology) -> tuple[float
 
     endpoints = endpoints_on_masters(topology, ENDPOINTS)
     _, worker_keys = await register_endpoints(topology, endpoints)
-    total = cfg.n(6_000) // (GATEWAYS * ENDPOINTS) * (GATEWAYS * ENDPOINTS)
+    total = cfg.n(4_800) // (GATEWAYS * ENDPOINTS) * (GATEWAYS * ENDPOINTS)
     ids_dir = work / f"ids-{len(topology.processes)}"
     ids_dir.mkdir()
     with gateways(work, topology, GATEWAYS) as gws:
@@ -139,8 +139,10 @@ async def shards(cfg: Config, work: Path, _floor: Service) -> list[Row]:
     shape = f"{GATEWAYS} gateways, {ENDPOINTS} endpoints x {WORKERS_PER_ENDPOINT} workers"
     rows, details, rates = [], [], []
     for start in (standalone, cluster):
+        began = time.monotonic()
         with start(work) as topology:
             per_s, (lost, twice, fails), cpu_row = await spread_e2e(cfg, work, topology)
+        log(f"{topology.name}: {time.monotonic() - began:.0f} s with start and stop")
         rates.append(per_s)
         clean = lost == twice == fails == 0
         note = "" if start is standalone else (
