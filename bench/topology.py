@@ -21,12 +21,12 @@ from bench.procs import (
     HANDLER,
     UNREACHED_RATES,
     Service,
-    _lockgate_command,
-    _spawn,
-    _stop,
-    _wait_for,
     free_port,
+    lockgate_command,
     log,
+    spawn,
+    stop,
+    wait_for,
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for tests.redis_topologies
@@ -166,14 +166,14 @@ def gateways(
                 **os.environ, **topology.env, "LOCKGATE_PORT": str(port),
                 "LOCKGATE_RATE_LIMITS": UNREACHED_RATES, **(env or {}),
             }  # fmt: skip
-            command = [*_lockgate_command(), "gateway", "--log-format", "text"]
-            started.append(Service(_spawn(command, log_path, variables), port, log_path))
-            _wait_for(started[-1], r"gateway listening on")
+            command = [*lockgate_command(), "gateway", "--log-format", "text"]
+            started.append(Service(spawn(command, log_path, variables), port, log_path))
+            wait_for(started[-1], r"gateway listening on")
         log(f"{count} gateway(s) on {topology.name}: pids {[g.process.pid for g in started]}")
         yield started
     finally:
         for service in started:
-            _stop(service.process, "lockgate gateway")
+            stop(service.process, "lockgate gateway")
 
 
 @contextlib.contextmanager
@@ -192,8 +192,8 @@ def workers(
                 "LOCKGATE_LOG_LEVEL": "WARNING",
             }  # fmt: skip
             command = [sys.executable, str(HANDLER)]
-            started.append(_spawn(command, workdir / f"worker-{i}.log", variables))
+            started.append(spawn(command, workdir / f"worker-{i}.log", variables))
         yield [p.pid for p in started]
     finally:
         for process in started:
-            _stop(process, "worker")
+            stop(process, "worker")
