@@ -46,7 +46,7 @@ format: setup ## Format the code (ruff)
 	$(VENV)/bin/ruff check --fix operator tests examples
 	$(VENV)/bin/ruff format operator tests examples
 
-bench: setup ## Benchmarks: latency, throughput, purge, memory, auth+limits overhead, OpenAI route; then the scaler simulation
+bench: setup ## Benchmarks: latency, throughput, purge, memory, auth+limits overhead, OpenAI route, one Redis vs a 3-master cluster, the replica-ack cost; then the scaler simulation
 	$(PY) -m bench.core; status=$$?; echo; $(PY) -m bench.scaler_sim && exit $$status
 
 bench-status: setup ## Benchmark alone: /status req/s with auth and rate limits on vs off
@@ -54,6 +54,9 @@ bench-status: setup ## Benchmark alone: /status req/s with auth and rate limits 
 
 bench-openai: setup ## Benchmark alone: OpenAI route stream overhead per chunk, chat completions/s vs /runsync
 	$(PY) -m bench.core --only openai
+
+bench-sizing: setup ## The sizing figures: Redis commands, Redis CPU and gateway CPU per job transition, memory per queued job, the per-master split on a 3-master cluster
+	$(PY) -m bench.sizing
 
 bench-cluster: setup envtest tools cluster-images ## On a real node (root): applied -> first pod -> first job, from zero, warm, burst, idle -> zero
 	$(PY) -m bench.cluster
@@ -104,4 +107,4 @@ images: ## Build the control-plane and worker images (needs Docker; IMAGE_REGIST
 	  -t $(IMAGE_REGISTRY)/worker:$(IMAGE_TAG) .
 	@echo "images: built $(IMAGE_REGISTRY)/control-plane:$(IMAGE_TAG) and $(IMAGE_REGISTRY)/worker:$(IMAGE_TAG)"
 
-.PHONY: help setup run test lint format bench bench-status bench-openai bench-cluster crds verify-crds envtest cluster-images e2e tools browser redis chart-lint chart-template images
+.PHONY: help setup run test lint format bench bench-status bench-openai bench-sizing bench-cluster crds verify-crds envtest cluster-images e2e tools browser redis chart-lint chart-template images

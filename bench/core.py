@@ -6,8 +6,10 @@
 4. purge of 100,000 queued 1 KB jobs, and memory with them queued;
 5. /status requests/s with auth and rate limits on, against both off (bench/access.py);
 6. the OpenAI route: per-chunk stream overhead, time to first token, and chat
-   completions/s against /runsync with the same handler (bench/openai_route.py).
-`--only NAME` runs one scenario (runsync, run, e2e, status, openai).
+   completions/s against /runsync with the same handler (bench/openai_route.py);
+7. end to end through 2 gateways and 3 endpoints on one Redis vs a 3-master Redis
+   Cluster, and the /run p50 cost of MIN_REPLICAS_ACK=1 on Sentinel (bench/redis_modes.py).
+`--only NAME` runs one scenario (runsync, run, e2e, status, openai, shards, ack).
 Progress goes to stderr; the table to stdout.
 """
 
@@ -28,7 +30,7 @@ from pathlib import Path
 import aiohttp
 import orjson
 
-from bench import load
+from bench import load, redis_modes
 from bench.access import status_overhead
 from bench.measure import (
     CpuMeter,
@@ -246,6 +248,8 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
     "e2e": ("end to end", end_to_end),
     "status": ("/status with auth and limits on vs off", status_overhead),
     "openai": ("OpenAI route: stream overhead, chat completions/s", openai_route),
+    "shards": ("end to end on one Redis vs a 3-master Redis Cluster", redis_modes.shards),
+    "ack": ("/run p50 with MIN_REPLICAS_ACK 0 vs 1 on Sentinel", redis_modes.ack_cost),
 }
 
 

@@ -101,7 +101,7 @@ class Service:
         return f"http://127.0.0.1:{self.port}"
 
 
-def _lockgate_command() -> list[str]:
+def lockgate_command() -> list[str]:
     """The `lockgate` console script of this interpreter's environment."""
     beside = Path(sys.executable).with_name("lockgate")
     found = str(beside) if beside.exists() else shutil.which("lockgate")
@@ -110,7 +110,7 @@ def _lockgate_command() -> list[str]:
     return [found]
 
 
-def _wait_for(service: Service, pattern: str) -> re.Match[str]:
+def wait_for(service: Service, pattern: str) -> re.Match[str]:
     """Wait until the service's output matches `pattern`; fail if it exits first."""
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -123,7 +123,7 @@ def _wait_for(service: Service, pattern: str) -> re.Match[str]:
     raise RuntimeError(f"{service.log_path.name}: no {pattern!r} within time:\n{tail}")
 
 
-def _stop(process: subprocess.Popen, name: str) -> None:
+def stop(process: subprocess.Popen, name: str) -> None:
     """SIGINT, then SIGKILL of its process group if it outlives STOP_TIMEOUT_S."""
     if process.poll() is not None:
         return
@@ -137,7 +137,7 @@ def _stop(process: subprocess.Popen, name: str) -> None:
         process.wait()
 
 
-def _spawn(command: list[str], log_path: Path, env: dict[str, str]) -> subprocess.Popen:
+def spawn(command: list[str], log_path: Path, env: dict[str, str]) -> subprocess.Popen:
     with log_path.open("wb") as out:
         return subprocess.Popen(
             command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO,
@@ -151,13 +151,13 @@ def floor_server(workdir: Path) -> Iterator[Service]:
     port = free_port()
     command = [sys.executable, "-m", "bench.floor", str(port)]
     log_path = workdir / "floor.log"
-    service = Service(_spawn(command, log_path, dict(os.environ)), port, log_path)
+    service = Service(spawn(command, log_path, dict(os.environ)), port, log_path)
     try:
-        _wait_for(service, r"floor ready")
+        wait_for(service, r"floor ready")
         log(f"floor echo server pid {service.process.pid} on port {port}")
         yield service
     finally:
-        _stop(service.process, "floor server")
+        stop(service.process, "floor server")
 
 
 @contextlib.contextmanager
@@ -168,20 +168,20 @@ def lockgate_dev(
     in its own data dir."""
     port, data_dir, log_path = free_port(), workdir / f"{name}-data", workdir / f"{name}.log"
     command = [
-        *_lockgate_command(), "dev", str(handler), "--port", str(port), "--data-dir", str(data_dir),
+        *lockgate_command(), "dev", str(handler), "--port", str(port), "--data-dir", str(data_dir),
         "--api-key", API_KEY, "--endpoint-id", ENDPOINT, "--workers-min", str(workers),
         "--workers-max", str(workers), "--idle-timeout", "60",
     ]  # fmt: skip
     env = {**os.environ, "LOCKGATE_RATE_LIMITS": UNREACHED_RATES, **env}
-    service = Service(_spawn(command, log_path, env), port, log_path)
+    service = Service(spawn(command, log_path, env), port, log_path)
     try:
-        service.redis_port = int(_wait_for(service, r"redis ready on 127\.0\.0\.1:(\d+)")[1])
-        _wait_for(service, r"endpoint '\S+' ready")
+        service.redis_port = int(wait_for(service, r"redis ready on 127\.0\.0\.1:(\d+)")[1])
+        wait_for(service, r"endpoint '\S+' ready")
         service.redis_pid = next(p for p in children(service.process.pid) if _is_redis(p))
         log(f"lockgate dev '{name}' pid {service.process.pid} on port {port}, {workers} worker(s)")
         yield service
     finally:
-        _stop(service.process, f"lockgate dev '{name}'")
+        stop(service.process, f"lockgate dev '{name}'")
         _kill_orphan(service.redis_pid)
 
 
