@@ -356,6 +356,34 @@ async def test_status_ttl_shortens_a_jobs_life(http, gateway):
     assert status == 400 and "ttl" in body["error"]
 
 
+async def test_status_wait_answers_once_the_job_is_final(http, gateway):
+    """`?wait=` (lockgate only): the poll is held while the job queues and runs, and
+    answered with the final job as soon as it completes, not at the end of `wait`."""
+    job = await submit(http, gateway, {"input": {"x": 1}})
+    held = asyncio.create_task(get(http, gateway, f"status/{job['id']}?wait=60000"))
+    assert (await take(http, gateway))["id"] == job["id"]
+    done_, _ = await asyncio.wait({held}, timeout=0.5)
+    assert not done_  # queued, then running: still held
+    await done(http, gateway, job["id"], {"output": {"y": 2}})
+    status, body = await asyncio.wait_for(held, 30)  # far below the 60 s asked for
+    assert status == 200 and body["status"] == "COMPLETED" and body["output"] == {"y": 2}
+
+
+async def test_status_wait_answers_the_current_state_when_it_passes(http, gateway):
+    job = await submit(http, gateway, {"input": {}})
+    status, body = await get(http, gateway, f"status/{job['id']}?wait=300")
+    assert status == 200 and body["status"] == "IN_QUEUE"
+    status, body = await get(http, gateway, f"status/{job['id']}?wait=0")
+    assert status == 200 and body["status"] == "IN_QUEUE"
+
+
+@pytest.mark.parametrize("wait", ["-1", "soon", "300001"])
+async def test_status_wait_out_of_range_is_a_400_naming_it(http, gateway, wait):
+    job = await submit(http, gateway, {"input": {}})
+    status, body = await get(http, gateway, f"status/{job['id']}?wait={wait}")
+    assert status == 400 and "wait" in body["error"]
+
+
 async def take_saying(http, gw: LiveGateway, worker: str, in_progress: str) -> dict | None:
     url = gw.job_url(f"job-take/{worker}?job_in_progress={in_progress}")
     async with http.get(url, headers=gw.worker_headers()) as r:

@@ -175,12 +175,12 @@ async def _wait_final(
     endpoint_id: str,
     job_id: str,
     wait_s: float,
-    submitted: asyncio.Event,
+    submitted: asyncio.Event | None,
     status: str | None = None,
 ) -> None:
     """Sleep until the job is final or `wait_s` passes, re-checking Redis now and then;
-    JobNotFound once the job is gone after `submitted` (ttl, purge): the wait is over.
-    `status`: the job's state already known (no wait when final)."""
+    JobNotFound once the job is gone after `submitted` (None: it exists already) (ttl,
+    purge): the wait is over. `status`: the job's state already known (no wait when final)."""
     if status in FINAL_STATES:
         return
     loop = asyncio.get_running_loop()
@@ -192,7 +192,7 @@ async def _wait_final(
             if (await gw.store.get(endpoint_id, job_id)).status in FINAL_STATES:
                 return
         except JobNotFound:
-            if submitted.is_set():
+            if submitted is None or submitted.is_set():
                 raise
             # not submitted yet: wait on
 
@@ -207,11 +207,15 @@ async def status(request: web.Request, call: Call) -> web.Response:
             f"API key {call.principal.name!r} may read jobs but not set their ttl: "
             f"`?ttl=` changes the job (it can end its life), which needs the {JOBS!r} scope"
         )
+    wait_ms = int_param(request, "wait", default=0, lo=0, hi=WAIT_MAX_MS)
     try:
         if ttl is not None:
             ttl_ms = int_param(request, "ttl", default=None, lo=TTL_MIN_MS, hi=MAX_DURATION_MS)
             await gw.store.set_ttl(endpoint_id, job_id, ttl_ms)
         record = await gw.store.get(endpoint_id, job_id)
+        if wait_ms and record.status not in FINAL_STATES:  # beyond the spec: no busy polling
+            await _wait_final(gw, endpoint_id, job_id, wait_ms / 1000, None, record.status)
+            record = await gw.store.get(endpoint_id, job_id)
     except JobNotFound as err:
         raise NotFound(f"job {job_id!r} not found") from err
     return json_response(job_body(record, gw.store.clock()))

@@ -173,6 +173,12 @@ def _client_paths(ref: dict[str, dict]) -> dict[str, Any]:
         },
         "milliseconds to wait for the job to finish",
     )
+    status_wait = _param(
+        "wait",
+        "query",
+        {"type": "integer", "minimum": 0, "maximum": WAIT_MAX_MS, "default": 0},
+        "milliseconds to wait for the job to be final before answering (0: answer now)",
+    )
     ttl = _param(
         "ttl",
         "query",
@@ -212,11 +218,12 @@ def _client_paths(ref: dict[str, dict]) -> dict[str, Any]:
         "/v2/{endpoint}/status/{job}": {
             "get": _op(
                 "A job's status and, once completed, its output (while running, its latest "
-                "progress report, if any); `ttl` needs the `jobs` scope",
+                "progress report, if any); `ttl` needs the `jobs` scope; `wait` (lockgate "
+                "only) answers as soon as the job is final, or when `wait` ms passed",
                 "jobs:read",
                 _ok(ref["Job"]),
                 "400 401 403 404 429",
-                params=[JOB, ttl],
+                params=[JOB, ttl, status_wait],
             )
         },
         "/v2/{endpoint}/stream/{job}": {
