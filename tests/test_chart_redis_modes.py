@@ -184,6 +184,10 @@ def test_without_tls_no_ca_volume_is_mounted(render_chart) -> None:
             {**external(clusterNodes="c:6379", password="p"), "settings": {"existingSecret": "s"}},
             "give externalRedis.existingSecret instead",
         ),
+        (
+            {**external(url="redis://r/0"), "settings": {"existingSecret": "s"}},
+            "put LOCKGATE_REDIS_URL in that Secret",
+        ),
         ({"externalRedis": {"clusterNodes": "c:6379"}}, "only with redis.enabled=false"),
         (EXTERNAL, r"externalRedis\.url"),  # the schema says it first
         ({"redis": {"sentinel": {"enabled": True, "quorum": 4}}}, "quorum cannot exceed"),

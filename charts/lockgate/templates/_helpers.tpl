@@ -625,6 +625,9 @@ without externalRedis.tls.existingSecret. */}}
 {{- if and $ext.existingSecretSentinelPasswordKey (not $ext.existingSecret) }}
 {{- fail "externalRedis.existingSecretSentinelPasswordKey needs externalRedis.existingSecret" }}
 {{- end }}
+{{- if and .Values.settings.existingSecret $ext.url }}
+{{- fail "externalRedis.url goes into the chart's settings Secret, which settings.existingSecret replaces: put LOCKGATE_REDIS_URL in that Secret instead" }}
+{{- end }}
 {{- if and .Values.settings.existingSecret (or $ext.password $ext.sentinelPassword) }}
 {{- fail "externalRedis.password and sentinelPassword go into the chart's settings Secret, which settings.existingSecret replaces: give externalRedis.existingSecret instead" }}
 {{- end }}
