@@ -169,8 +169,10 @@ def _unmount_under(root: str) -> None:
 
 class DnsServer:
     """Cluster DNS on the node address: `<service>.<namespace>.svc.<domain>` → the Service's
-    ClusterIP (a headless Service: its ready endpoints' addresses), looked up in the
-    apiserver; every other name is NXDOMAIN (pods have no upstream)."""
+    ClusterIP (a headless Service: its ready endpoints' addresses), and
+    `<hostname>.<headless service>.<namespace>.svc.<domain>` → that pod's address (a
+    StatefulSet's pod names), looked up in the apiserver; every other name is NXDOMAIN
+    (pods have no upstream)."""
 
     def __init__(self, api_get: Any, host: str, port: int = 53) -> None:
         self.api_get = api_get
@@ -192,6 +194,8 @@ class DnsServer:
     def addresses(self, name: str) -> list[str]:
         labels = name.rstrip(".").lower().split(".")
         suffix = ["svc", *CLUSTER_DOMAIN.split(".")]
+        if len(labels) == 3 + len(suffix) and labels[3:] == suffix:
+            return self.pod_addresses(*labels[:3])
         if len(labels) != 2 + len(suffix) or labels[2:] != suffix:
             return []
         service, namespace = labels[:2]
@@ -203,6 +207,17 @@ class DnsServer:
             eps = self.api_get(f"/api/v1/namespaces/{namespace}/endpoints/{service}") or {}
             return [a["ip"] for s in eps.get("subsets") or [] for a in s.get("addresses") or []]
         return []
+
+    def pod_addresses(self, hostname: str, service: str, namespace: str) -> list[str]:
+        """The address of the pod `hostname` among a headless Service's endpoints (ready
+        or not: the Service may publish both)."""
+        eps = self.api_get(f"/api/v1/namespaces/{namespace}/endpoints/{service}") or {}
+        return [
+            a["ip"]
+            for s in eps.get("subsets") or []
+            for a in (s.get("addresses") or []) + (s.get("notReadyAddresses") or [])
+            if a.get("hostname") == hostname
+        ]
 
     def _handler(self) -> type[socketserver.BaseRequestHandler]:
         from dnslib import QTYPE, RCODE, RR, A, DNSRecord

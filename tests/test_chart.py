@@ -130,9 +130,15 @@ def template_files() -> list[Path]:
     return sorted(p for p in TEMPLATES.rglob("*") if p.suffix in {".yaml", ".tpl", ".txt"})
 
 
+# Values files the docs point to (docs/install.md): rendered, linted and validated like ci/'s.
+EXAMPLE_VALUES = sorted((REPO / "examples" / "values").glob("*.yaml"))
+
+
 def example_values() -> list[tuple[str, dict[str, Any]]]:
-    """The chart's ci/ values files and the values inside the GitOps examples."""
-    found = [(p.name, yaml.safe_load(p.read_text())) for p in sorted((CHART / "ci").glob("*"))]
+    """The chart's ci/ values files, examples/values/ and the values inside the GitOps
+    examples."""
+    files = [*sorted((CHART / "ci").glob("*")), *EXAMPLE_VALUES]
+    found = [(p.name, yaml.safe_load(p.read_text())) for p in files]
     for path in sorted((REPO / "examples" / "gitops").glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             values = _values_of(doc or {})
@@ -1089,7 +1095,11 @@ def test_notes_say_when_a_service_monitor_or_scaled_objects_were_left_out(render
 
 # -- helm lint, and the objects against the Kubernetes API schemas -----------------------
 
-VALUES_FILES = [CHART / "values.yaml", *sorted((CHART / "ci").glob("*-values.yaml"))]
+VALUES_FILES = [
+    CHART / "values.yaml",
+    *sorted((CHART / "ci").glob("*-values.yaml")),
+    *EXAMPLE_VALUES,
+]
 KUBE_VERSIONS = ("1.27", "1.28", "1.29", "1.30", "1.31")
 # Custom resources of other projects' CRDs: kubernetes-validate has the Kubernetes API's
 # schemas only. Every other kind must have one.

@@ -187,12 +187,7 @@ accepts only keys kept in Redis (`lockgate keys create`). */}}
 
 {{/* Refuse settings that cannot work, at render time. */}}
 {{- define "lockgate.validate" -}}
-{{- if and (not .Values.redis.enabled) (not .Values.externalRedis.url) (not .Values.settings.existingSecret) }}
-{{- fail "redis.enabled=false needs externalRedis.url, or settings.existingSecret holding LOCKGATE_REDIS_URL" }}
-{{- end }}
-{{- if and .Values.redis.enabled .Values.externalRedis.url }}
-{{- fail "set externalRedis.url only with redis.enabled=false" }}
-{{- end }}
+{{- include "lockgate.redis.validate" . }}
 {{- if and .Values.operator.peering (gt (int .Values.operator.replicaCount) 1) }}
 {{- fail "operator.replicaCount > 1 needs operator.peering=false: kopf pauses every operator when peers of equal priority run (the replicas elect a scaler through a Lease instead)" }}
 {{- end }}
@@ -453,4 +448,226 @@ Service's `worker` port when gateway.workerPort is set, else the job API's URL. 
 or `repository:tag` without a digest. */}}
 {{- define "lockgate.helperImage" -}}
 {{- printf "%s:%s" .repository (toString .tag) }}{{ with .digest }}@{{ . }}{{ end }}
+{{- end }}
+
+{{/* -- Redis connection: how the gateway, operator and management API reach Redis
+(LOCKGATE_REDIS_*, operator/lockgate/store/connection.py) -- */}}
+
+{{/* Which Redis the components use: `chart` (the chart's one pod), `chart-sentinel` (the
+chart's Sentinel set), or externalRedis's `url`, `cluster` or `sentinel`; `url` also when
+only settings.existingSecret names it (its LOCKGATE_REDIS_URL). */}}
+{{- define "lockgate.redis.mode" -}}
+{{- $ext := .Values.externalRedis }}
+{{- if .Values.redis.enabled }}{{ ternary "chart-sentinel" "chart" .Values.redis.sentinel.enabled }}
+{{- else if $ext.clusterNodes }}cluster
+{{- else if $ext.sentinels }}sentinel
+{{- else }}url
+{{- end }}
+{{- end }}
+
+{{/* The sentinels of the chart's Sentinel set: each pod's stable name under the headless
+Service, which a restarted pod keeps. */}}
+{{- define "lockgate.redis.sentinelNodes" -}}
+{{- $nodes := list }}
+{{- range $i := until (int .Values.redis.sentinel.replicas) }}
+{{- $nodes = append $nodes (printf "%s:%d" (include "lockgate.redis.podHost" (dict "ctx" $ "index" $i)) (int $.Values.redis.sentinel.port)) }}
+{{- end }}
+{{- join "," $nodes }}
+{{- end }}
+{{/* One Redis pod's DNS name (call with dict "ctx" . "index" i). */}}
+{{- define "lockgate.redis.podHost" -}}
+{{- printf "%s-%d.%s.%s.svc.%s" (include "lockgate.redis.fullname" .ctx) (int .index) (include "lockgate.redis.headlessName" .ctx) .ctx.Release.Namespace .ctx.Values.clusterDomain }}
+{{- end }}
+
+{{/* The external Redis password's source as a secretKeyRef (`name`, `key`), or empty:
+externalRedis.existingSecret, else the settings Secret when externalRedis.password is given.
+`which` is "" for the servers' password, "Sentinel" for the sentinels'. */}}
+{{- define "lockgate.redis.externalPasswordRef" -}}
+{{- $ext := .ctx.Values.externalRedis }}
+{{- $key := ternary $ext.existingSecretSentinelPasswordKey $ext.existingSecretPasswordKey (eq .which "Sentinel") }}
+{{- $given := ternary $ext.sentinelPassword $ext.password (eq .which "Sentinel") }}
+{{- if and $ext.existingSecret $key }}{{ dict "name" $ext.existingSecret "key" $key | toJson }}
+{{- else if $given }}{{ dict "name" (include "lockgate.settingsSecretName" .ctx) "key" (printf "LOCKGATE_REDIS_%sPASSWORD" (ternary "SENTINEL_" "" (eq .which "Sentinel"))) | toJson }}
+{{- end }}
+{{- end }}
+
+{{/* One env variable from a secretKeyRef given as JSON (see above); nothing when empty. */}}
+{{- define "lockgate.redis.secretEnv" -}}
+{{- if .ref }}{{ with .ref | fromJson }}
+- name: {{ $.name }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ .name }}
+      key: {{ .key }}
+{{- end }}{{ end }}
+{{- end }}
+
+{{/* Where the Redis CA bundle is mounted (externalRedis.tls.existingSecret). */}}
+{{- define "lockgate.redis.tlsDir" -}}/etc/lockgate/redis-tls{{- end }}
+
+{{/* The LOCKGATE_REDIS_* environment of the gateway, the operator and the management API:
+the same in all three, whatever the mode. */}}
+{{- define "lockgate.redis.env" -}}
+{{- $mode := include "lockgate.redis.mode" . }}
+{{- $ext := .Values.externalRedis }}
+{{- $settings := include "lockgate.settingsSecretName" . }}
+{{- if has $mode (list "chart" "url") }}
+- name: LOCKGATE_REDIS_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ $settings }}
+      key: LOCKGATE_REDIS_URL
+{{- else if eq $mode "cluster" }}
+- name: LOCKGATE_REDIS_CLUSTER_NODES
+  value: {{ $ext.clusterNodes | quote }}
+{{- else }}
+- name: LOCKGATE_REDIS_SENTINELS
+  value: {{ ternary (include "lockgate.redis.sentinelNodes" .) $ext.sentinels (eq $mode "chart-sentinel") | quote }}
+- name: LOCKGATE_REDIS_SENTINEL_MASTER
+  value: {{ ternary .Values.redis.sentinel.masterName $ext.sentinelMaster (eq $mode "chart-sentinel") | quote }}
+{{- end }}
+{{- if eq $mode "chart-sentinel" }}
+{{- if .Values.redis.auth.enabled }}
+{{- /* The servers and the sentinels share the chart's one password. */}}
+{{- range $name := list "LOCKGATE_REDIS_PASSWORD" "LOCKGATE_REDIS_SENTINEL_PASSWORD" }}
+{{- include "lockgate.redis.secretEnv" (dict "name" $name "ref" (dict "name" $settings "key" "REDIS_PASSWORD" | toJson)) }}
+{{- end }}
+{{- end }}
+{{- with .Values.redis.sentinel.minReplicasAck }}
+- name: LOCKGATE_REDIS_MIN_REPLICAS_ACK
+  value: {{ include "lockgate.envValue" . }}
+{{- end }}
+{{- else if ne $mode "chart" }}
+{{- with $ext.username }}
+- name: LOCKGATE_REDIS_USERNAME
+  value: {{ . | quote }}
+{{- end }}
+{{- include "lockgate.redis.secretEnv" (dict "name" "LOCKGATE_REDIS_PASSWORD" "ref" (include "lockgate.redis.externalPasswordRef" (dict "ctx" . "which" ""))) }}
+{{- if eq $mode "sentinel" }}
+{{- with $ext.sentinelUsername }}
+- name: LOCKGATE_REDIS_SENTINEL_USERNAME
+  value: {{ . | quote }}
+{{- end }}
+{{- include "lockgate.redis.secretEnv" (dict "name" "LOCKGATE_REDIS_SENTINEL_PASSWORD" "ref" (include "lockgate.redis.externalPasswordRef" (dict "ctx" . "which" "Sentinel"))) }}
+{{- end }}
+{{- if $ext.tls.enabled }}
+- name: LOCKGATE_REDIS_TLS
+  value: "true"
+{{- if $ext.tls.existingSecret }}
+- name: LOCKGATE_REDIS_TLS_CA_FILE
+  value: {{ printf "%s/%s" (include "lockgate.redis.tlsDir" .) $ext.tls.caKey | quote }}
+{{- end }}
+{{- end }}
+{{- with $ext.minReplicasAck }}
+- name: LOCKGATE_REDIS_MIN_REPLICAS_ACK
+  value: {{ include "lockgate.envValue" . }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The CA bundle's volume and its read-only mount, beside lockgate.redis.env; nothing
+without externalRedis.tls.existingSecret. */}}
+{{- define "lockgate.redis.volume" -}}
+{{- with .Values.externalRedis.tls }}
+{{- if and .enabled .existingSecret (not $.Values.redis.enabled) }}
+- name: redis-tls
+  secret:
+    secretName: {{ .existingSecret }}
+    items:
+      - key: {{ .caKey }}
+        path: {{ .caKey }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- define "lockgate.redis.volumeMount" -}}
+{{- if include "lockgate.redis.volume" . }}
+- name: redis-tls
+  mountPath: {{ include "lockgate.redis.tlsDir" . }}
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/* Refuse Redis settings that contradict each other, naming the values at fault. */}}
+{{- define "lockgate.redis.validate" -}}
+{{- $ext := .Values.externalRedis }}
+{{- $modes := list }}
+{{- range $key := list "url" "clusterNodes" "sentinels" }}
+{{- if index $ext $key }}{{ $modes = append $modes (printf "externalRedis.%s" $key) }}{{ end }}
+{{- end }}
+{{- if .Values.redis.enabled }}
+{{- range $key := list "url" "clusterNodes" "sentinels" "sentinelMaster" "password" "existingSecret" }}
+{{- if index $ext $key }}
+{{- fail (printf "externalRedis.%s is for an external Redis: set it only with redis.enabled=false" $key) }}
+{{- end }}
+{{- end }}
+{{- else }}
+{{- if gt (len $modes) 1 }}
+{{- fail (printf "give one external Redis mode, not %s: url (standalone), clusterNodes (Redis Cluster) or sentinels (Sentinel)" (join " and " $modes)) }}
+{{- end }}
+{{- if and (not $modes) (not .Values.settings.existingSecret) }}
+{{- fail "redis.enabled=false needs externalRedis.url, externalRedis.clusterNodes or externalRedis.sentinels (or settings.existingSecret holding LOCKGATE_REDIS_URL)" }}
+{{- end }}
+{{- if and $ext.sentinels (not $ext.sentinelMaster) }}
+{{- fail "externalRedis.sentinels needs externalRedis.sentinelMaster: the name the sentinels monitor the master set as" }}
+{{- end }}
+{{- if and $ext.sentinelMaster (not $ext.sentinels) }}
+{{- fail "externalRedis.sentinelMaster needs externalRedis.sentinels (host:port,... of the sentinels)" }}
+{{- end }}
+{{- if and $ext.password $ext.existingSecret }}
+{{- fail "give externalRedis.password or externalRedis.existingSecret, not both" }}
+{{- end }}
+{{- if and (or $ext.sentinelPassword $ext.existingSecretSentinelPasswordKey) (not $ext.sentinels) }}
+{{- fail "externalRedis.sentinelPassword and existingSecretSentinelPasswordKey are for externalRedis.sentinels" }}
+{{- end }}
+{{- if and $ext.sentinelPassword $ext.existingSecret }}
+{{- fail "give externalRedis.sentinelPassword or externalRedis.existingSecret (with existingSecretSentinelPasswordKey), not both" }}
+{{- end }}
+{{- if and $ext.existingSecretSentinelPasswordKey (not $ext.existingSecret) }}
+{{- fail "externalRedis.existingSecretSentinelPasswordKey needs externalRedis.existingSecret" }}
+{{- end }}
+{{- if and .Values.settings.existingSecret $ext.url }}
+{{- fail "externalRedis.url goes into the chart's settings Secret, which settings.existingSecret replaces: put LOCKGATE_REDIS_URL in that Secret instead" }}
+{{- end }}
+{{- if and .Values.settings.existingSecret (or $ext.password $ext.sentinelPassword) }}
+{{- fail "externalRedis.password and sentinelPassword go into the chart's settings Secret, which settings.existingSecret replaces: give externalRedis.existingSecret instead" }}
+{{- end }}
+{{- if and $ext.tls.existingSecret (not $ext.tls.enabled) }}
+{{- fail "externalRedis.tls.existingSecret needs externalRedis.tls.enabled=true" }}
+{{- end }}
+{{- if and $ext.tls.enabled $ext.url (not (hasPrefix "rediss://" $ext.url)) }}
+{{- fail "externalRedis.tls.enabled with externalRedis.url needs a rediss:// URL" }}
+{{- end }}
+{{- if and $ext.clusterNodes $ext.minReplicasAck }}
+{{- fail "externalRedis.minReplicasAck is not supported with externalRedis.clusterNodes (WAIT would reach another node than the write's)" }}
+{{- end }}
+{{- end }}
+{{- if and .Values.redis.sentinel.enabled (gt (int .Values.redis.sentinel.quorum) (int .Values.redis.sentinel.replicas)) }}
+{{- fail "redis.sentinel.quorum cannot exceed redis.sentinel.replicas: no failover could ever be agreed" }}
+{{- end }}
+{{- if and .Values.redis.sentinel.enabled (ge (int .Values.redis.sentinel.minReplicasAck) (int .Values.redis.sentinel.replicas)) }}
+{{- fail "redis.sentinel.minReplicasAck must be below redis.sentinel.replicas (the replicas are replicas - 1 pods)" }}
+{{- end }}
+{{- end }}
+
+{{/* The environment of the chart's Sentinel pods' start scripts (templates/redis/
+configmap.yaml): their own stable name, their peers' names, and the password. */}}
+{{- define "lockgate.redis.podEnv" -}}
+- name: POD_NAME
+  valueFrom:
+    fieldRef: {fieldPath: metadata.name}
+- name: STS
+  value: {{ include "lockgate.redis.fullname" . | quote }}
+- name: PEERS  # <pod>.$PEERS is a pod's name under the headless Service
+  value: {{ printf "%s.%s.svc.%s" (include "lockgate.redis.headlessName" .) .Release.Namespace .Values.clusterDomain | quote }}
+- name: ME
+  value: "$(POD_NAME).$(PEERS)"
+- name: REPLICAS
+  value: {{ .Values.redis.sentinel.replicas | quote }}
+{{- if .Values.redis.auth.enabled }}
+- name: REDISCLI_AUTH
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "lockgate.settingsSecretName" . }}
+      key: REDIS_PASSWORD
+{{- end }}
 {{- end }}

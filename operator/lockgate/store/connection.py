@@ -88,8 +88,8 @@ class RedisSettings(BaseSettings):
     redis_sentinel_password: str = Field(
         "", description="Sentinel: password of the sentinels themselves (empty: none)"
     )
-    redis_username: str = Field("", description="ACL user (cluster and Sentinel modes)")
-    redis_password: str = Field("", description="password (cluster and Sentinel modes)")
+    redis_username: str = Field("", description="ACL user (a standalone URL's own wins)")
+    redis_password: str = Field("", description="password (a standalone URL's own wins)")
     redis_tls: bool = Field(False, description="TLS to Redis (cluster and Sentinel modes)")
     redis_tls_ca_file: str = Field("", description="CA bundle that signed Redis's certificate")
     redis_max_connections: int = Field(256, gt=0, description="Redis connections per process")
@@ -146,7 +146,7 @@ def connect(
         return _cluster(target, **limits)
     if target.redis_sentinels:
         return _sentinel(target, **limits)
-    return _standalone(target.redis_url, **limits)
+    return _standalone(target.redis_url, **limits, **standalone_options(target))
 
 
 def check(settings: RedisSettings) -> None:
@@ -198,12 +198,12 @@ def without_password(url: str) -> str:
     return parts._replace(netloc=netloc).geturl()
 
 
-def _standalone(url: str, *, max_connections: int, pool_timeout_s: float) -> Redis:
+def _standalone(url: str, *, max_connections: int, pool_timeout_s: float, **options: Any) -> Redis:
     """A pool of at most `max_connections`; a command finding them all busy (e.g. while
     Redis stalls under a burst) waits up to `pool_timeout_s` for one instead of failing
-    at once with "Too many connections"."""
+    at once with "Too many connections". What the URL itself says wins over `options`."""
     pool = BlockingConnectionPool.from_url(
-        url, max_connections=max_connections, timeout=pool_timeout_s, **_resilience()
+        url, max_connections=max_connections, timeout=pool_timeout_s, **_resilience(), **options
     )
     return Redis.from_pool(pool)
 
@@ -232,6 +232,17 @@ def client_options(settings: RedisSettings) -> dict[str, Any]:
         options["ssl"] = True
         if settings.redis_tls_ca_file:
             options["ssl_ca_certs"] = settings.redis_tls_ca_file
+    return options
+
+
+def standalone_options(settings: RedisSettings) -> dict[str, Any]:
+    """Credentials and CA of a standalone URL given apart (LOCKGATE_REDIS_USERNAME,
+    _PASSWORD, _TLS_CA_FILE: a password kept in its own Secret); the URL's own win. TLS
+    itself is the URL's scheme (`rediss://`): a CA file is passed only with it."""
+    options = client_options(settings)
+    options.pop("ssl", None)
+    if not settings.redis_url.startswith("rediss://"):
+        options.pop("ssl_ca_certs", None)
     return options
 
 
