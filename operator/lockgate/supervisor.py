@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import logging
 import math
 import os
@@ -37,6 +38,7 @@ log = logging.getLogger("lockgate.supervisor")
 AUTO = 0  # --processes 0 or auto: one per CPU the container may use
 ENV = "LOCKGATE_GATEWAY_PROCESSES"
 MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 CGROUP_V2_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
 CGROUP_V1_QUOTA = Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us")
 CGROUP_V1_PERIOD = Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us")
@@ -105,6 +107,13 @@ def child_command(args: argparse.Namespace) -> list[str]:
     return [*cmd, "--log-format", args.log_format]
 
 
+def die_with_parent() -> None:
+    """In a child before it runs: SIGTERM it when the parent dies, even of SIGKILL, so that
+    no orphan keeps serving the port (Linux prctl PR_SET_PDEATHSIG; elsewhere nothing)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 class Supervisor:
     """Runs `n` children of `command` and stops them together."""
 
@@ -128,7 +137,7 @@ class Supervisor:
         for i in range(self.n):
             if self.stopping:
                 break
-            child = subprocess.Popen(self.command, env=self.env)
+            child = subprocess.Popen(self.command, env=self.env, preexec_fn=die_with_parent)
             self.children[child.pid] = child
             log.info("gateway process %d/%d started (pid %d)", i + 1, self.n, child.pid)
         if self.stopping:  # a signal during the start: reach the children started since
