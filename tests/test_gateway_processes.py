@@ -21,7 +21,13 @@ from redis.asyncio import Redis
 from lockgate import cli
 from lockgate.dev.redis_server import EmbeddedRedis, free_port
 from lockgate.store import keys
-from lockgate.supervisor import AUTO, cpus_from_quota, parse_cpu_max, parse_processes
+from lockgate.supervisor import (
+    AUTO,
+    child_env,
+    cpus_from_quota,
+    parse_cpu_max,
+    parse_processes,
+)
 from tests.conftest import REPO, eventually, register
 
 
@@ -51,6 +57,18 @@ def test_bad_processes_values_are_refused(value: str) -> None:
 )
 def test_processes_per_cpu_limit(cpu_max: str, usable: int, expected: int) -> None:
     assert cpus_from_quota(*parse_cpu_max(cpu_max), usable=usable) == expected
+
+
+@pytest.mark.parametrize(
+    ("limit", "expected"), [("536870912", "268435456"), ("0", "0"), ("", ""), (None, None)]
+)
+def test_each_process_gets_its_share_of_the_memory_limit(limit, expected) -> None:
+    environ = {"PATH": "/bin"} | ({} if limit is None else {"LOCKGATE_MEMORY_LIMIT_BYTES": limit})
+    env = child_env(environ, 2, "/tmp/m")
+    assert env.get("LOCKGATE_MEMORY_LIMIT_BYTES") == expected
+    assert env["LOCKGATE_GATEWAY_PROCESSES"] == "1"
+    assert env["PROMETHEUS_MULTIPROC_DIR"] == "/tmp/m"
+    assert env["PATH"] == "/bin"
 
 
 @pytest.mark.parametrize(("flag", "env"), [(["--processes", "-2"], None), ([], "many")])

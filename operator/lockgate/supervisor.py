@@ -13,7 +13,8 @@ the exit code is that child's (2 for bad settings, as a single gateway exits), e
 
 Counters and histograms of every child are summed at each scrape through prometheus_client's
 multiprocess mode: the parent creates a private PROMETHEUS_MULTIPROC_DIR, hands it to the
-children and removes it when they are gone (see `gateway.metrics`).
+children and removes it when they are gone (see `gateway.metrics`). Each child sizes its body
+budget from a 1/N share of the container's memory limit.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from lockgate.logs import setup_logging
@@ -38,6 +40,7 @@ log = logging.getLogger("lockgate.supervisor")
 AUTO = 0  # --processes 0 or auto: one per CPU the container may use
 ENV = "LOCKGATE_GATEWAY_PROCESSES"
 MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
+MEMORY_LIMIT = "LOCKGATE_MEMORY_LIMIT_BYTES"
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 CGROUP_V2_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
 CGROUP_V1_QUOTA = Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us")
@@ -114,6 +117,17 @@ def die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+def child_env(environ: Mapping[str, str], n: int, metrics_dir: str) -> dict[str, str]:
+    """The environment of each of `n` children: one process each, the shared metrics
+    directory, and a 1/n share of the container's memory limit, from which each sizes its
+    own body budget (an explicit LOCKGATE_BODY_BUDGET_BYTES stays per process)."""
+    env = {**environ, ENV: "1", MULTIPROC_DIR: metrics_dir}
+    limit = environ.get(MEMORY_LIMIT, "").strip()
+    if limit.isdigit() and int(limit) > 0:
+        env[MEMORY_LIMIT] = str(int(limit) // n)
+    return env
+
+
 class Supervisor:
     """Runs `n` children of `command` and stops them together."""
 
@@ -164,8 +178,7 @@ class Supervisor:
 def supervise(args: argparse.Namespace, n: int) -> int:
     """Run `n` gateway processes until SIGTERM/SIGINT; the exit code of the whole."""
     metrics_dir = tempfile.mkdtemp(prefix="lockgate-metrics-")
-    env = {**os.environ, ENV: "1", MULTIPROC_DIR: metrics_dir}
-    sup = Supervisor(child_command(args), n, env)
+    sup = Supervisor(child_command(args), n, child_env(os.environ, n, metrics_dir))
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, sup.stop)
     try:
