@@ -8,8 +8,9 @@
 6. the OpenAI route: per-chunk stream overhead, time to first token, and chat
    completions/s against /runsync with the same handler (bench/openai_route.py);
 7. end to end through 2 gateways and 3 endpoints on one Redis vs a 3-master Redis
-   Cluster, and the /run p50 cost of MIN_REPLICAS_ACK=1 on Sentinel (bench/redis_modes.py).
-`--only NAME` runs one scenario (runsync, run, e2e, status, openai, shards, ack).
+   Cluster, and the /run p50 cost of MIN_REPLICAS_ACK=1 on Sentinel (bench/redis_modes.py);
+8. /run acceptance through `lockgate gateway --processes 1` and 2 (bench/processes.py).
+`--only NAME` runs one scenario (runsync, run, e2e, status, openai, shards, ack, procs).
 Progress goes to stderr; the table to stdout.
 """
 
@@ -42,6 +43,7 @@ from bench.measure import (
     wait_workers,
 )
 from bench.openai_route import openai_route
+from bench.processes import acceptance_by_processes
 from bench.procs import Service, floor_server, lockgate_dev, log, machine_busy, rss_bytes
 from bench.report import Row, machine, ms, table
 
@@ -250,6 +252,7 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
     "openai": ("OpenAI route: stream overhead, chat completions/s", openai_route),
     "shards": ("end to end on one Redis vs a 3-master Redis Cluster", redis_modes.shards),
     "ack": ("/run p50 with MIN_REPLICAS_ACK 0 vs 1 on Sentinel", redis_modes.ack_cost),
+    "procs": ("/run acceptance, lockgate gateway --processes 1 vs 2", acceptance_by_processes),
 }
 
 

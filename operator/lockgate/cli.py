@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -58,8 +59,22 @@ def _gateway(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", help="listen address (LOCKGATE_HOST, default 127.0.0.1)")
     p.add_argument("--port", type=int, help="listen port (LOCKGATE_PORT, default 8080)")
     p.add_argument("--redis-url", help="LOCKGATE_REDIS_URL, default redis://127.0.0.1:6379/0")
+    p.add_argument(
+        "--processes",
+        type=_gateway_processes,
+        default=os.environ.get("LOCKGATE_GATEWAY_PROCESSES", "1"),
+        help="gateway processes sharing the port(s) with SO_REUSEPORT, under a supervising "
+        "parent (LOCKGATE_GATEWAY_PROCESSES, default 1); 0 or auto: one per CPU of the "
+        "container's CPU limit (cgroup cpu.max), else of its CPU affinity",
+    )
     p.add_argument("--log-format", choices=["text", "json"], default="json")
-    p.set_defaults(run=_lazy("lockgate.gateway.main", "main"))
+    p.set_defaults(run=_lazy("lockgate.supervisor", "main"))
+
+
+def _gateway_processes(value: str) -> int:
+    from lockgate.supervisor import parse_processes
+
+    return parse_processes(value)
 
 
 def _operator(sub: argparse._SubParsersAction) -> None:

@@ -20,6 +20,11 @@ Per replica, since the process started (sum them over replicas):
                                               retrying|gave_up|refused (private)|expired
     lockgate_rate_limited_total{endpoint,operation}       counter  requests refused by limits
 
+With `lockgate gateway --processes N` a scrape reaches one of the N processes; each writes
+its counters and histograms to the parent's PROMETHEUS_MULTIPROC_DIR (prometheus_client's
+multiprocess mode, chosen when prometheus_client is imported) and a scrape sums them over
+the processes, so the per-replica figures stay per replica (pod), not per process.
+
 Access: `/metrics` is served on the gateway's own port, without an API key by default (the
 gateway Service is cluster-internal; Prometheus and the operator scrape it there). When
 `LOCKGATE_METRICS_TOKEN` is set it requires `Authorization: Bearer <token>`. Labels
@@ -30,12 +35,14 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import os
 from collections.abc import Iterable, Iterator
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from lockgate.gateway.errors import CLIENT_CLOSED
 from lockgate.store import JobStore, Registry, Snapshot
@@ -52,12 +59,25 @@ DELAY_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 
 EXECUTION_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 
 
+MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"  # set by the parent of gateway processes
+
+
+def scrape_registry(own: CollectorRegistry, multiproc_dir: str | None) -> CollectorRegistry:
+    """What a scrape reads for the replica's own metrics: this process's registry, or with a
+    multiprocess directory, the sum over every process's files in it."""
+    if not multiproc_dir:
+        return own
+    summed = CollectorRegistry(auto_describe=True)
+    MultiProcessCollector(summed, path=multiproc_dir)
+    return summed
+
+
 class GatewayMetrics:
     """The replica's own counters and histograms, in a registry of their own (no globals)."""
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
+        r = CollectorRegistry(auto_describe=True)
+        self.registry = scrape_registry(r, os.environ.get(MULTIPROC_DIR))
         self.requests = Counter(
             "lockgate_http_requests", "HTTP requests answered", ["route", "method", "status"],
             registry=r,
