@@ -31,8 +31,8 @@ import orjson
 
 from bench import load
 from bench.load import SMALL_BODY
-from bench.measure import audit, job_url, wait_workers
-from bench.procs import Service, lockgate_dev, log, spawn, stop, wait_for
+from bench.measure import CpuMeter, audit, job_url, meter, wait_workers
+from bench.procs import Service, children, lockgate_dev, log, spawn, stop, wait_for
 from bench.report import Row, ms
 from lockgate.dev.redis_server import EmbeddedRedis
 
@@ -69,6 +69,7 @@ class Figures:
     sync_rate: float
     batch: Batch
     lost_twice: tuple[int, int]
+    cpu: Row  # CPU time per job of the batch, by process group
 
 
 def shares(total: int, clients: int) -> list[int]:
@@ -142,9 +143,11 @@ async def lockgate_figures(cfg: Config, work: Path) -> Figures:
             log(f"lockgate: {cfg.n(2000)} /runsync from {cfg.clients} clients")
             sync = await load.burst(http, url, SMALL_BODY, cfg.n(2000), cfg.clients)
             log(f"lockgate: {cfg.n(5000)} jobs, {cfg.clients} clients submit then poll /status")
+            cpu = meter(dev)
             batch = await lockgate_batch(http, dev, cfg.n(5000), cfg.clients)
+            cpu_use = cpu.row("CPU us per polled job, lockgate", cfg.n(5000))
     p50, p99 = load.percentile(lat, 50), load.percentile(lat, 99)
-    return Figures(p50, p99, sync.rate, batch, audit(ids_dir, batch.ids))
+    return Figures(p50, p99, sync.rate, batch, audit(ids_dir, batch.ids), cpu_use)
 
 
 # -- Celery's side: its synchronous client API, one thread per client
@@ -160,9 +163,12 @@ def celery_sequential(count: int) -> list[float]:
     """Latency (s) of `count` `apply_async(...).get()` one after another."""
     from bench.celery_app import noop
 
-    latencies = []
+    latencies: list[float] = []
+    deadline = time.perf_counter() + DEADLINE_S
     for _ in range(count):
         started = time.perf_counter()
+        if started > deadline:
+            break
         noop.apply_async().get(timeout=GET_TIMEOUT_S)
         latencies.append(time.perf_counter() - started)
     return latencies
@@ -172,13 +178,18 @@ def celery_sync_rate(count: int, clients: int) -> float:
     """Jobs/s of `count` `apply_async(...).get()` from `clients` threads."""
     from bench.celery_app import noop
 
-    def client(n: int) -> None:
-        for _ in range(n):
+    deadline = time.perf_counter() + DEADLINE_S
+
+    def client(n: int) -> int:
+        for done in range(n):
+            if time.perf_counter() > deadline:
+                return done
             noop.apply_async().get(timeout=GET_TIMEOUT_S)
+        return n
 
     started = time.perf_counter()
-    in_threads(clients, client, shares(count, clients))
-    return count / (time.perf_counter() - started)
+    done = sum(in_threads(clients, client, shares(count, clients)))
+    return done / (time.perf_counter() - started)
 
 
 def celery_batch(total: int, clients: int) -> Batch:
@@ -214,9 +225,12 @@ def celery_batch(total: int, clients: int) -> Batch:
 
 
 @contextlib.contextmanager
-def celery_worker(work: Path, workers: int, ids_dir: Path) -> Iterator[str]:
+def celery_worker(
+    work: Path, workers: int, ids_dir: Path
+) -> Iterator[tuple[str, Callable[[], CpuMeter]]]:
     """A Redis and a Celery prefork worker of `workers` children on it, for as long as the
-    block runs; yields the Redis URL. On exit every process of the worker's group goes."""
+    block runs; yields the Redis URL and a way to meter their CPU. On exit every process of
+    the worker's group goes."""
     redis = EmbeddedRedis(work / "celery-redis")  # append-only, everysec: as `lockgate dev`
     redis.start()
     log_path = work / "celery.log"
@@ -230,7 +244,10 @@ def celery_worker(work: Path, workers: int, ids_dir: Path) -> Iterator[str]:
     try:
         wait_for(worker, r"celery@\S+ ready")
         log(f"celery worker pid {worker.process.pid}, {workers} prefork children, {redis.url}")
-        yield redis.url
+        pids = [worker.process.pid, *children(worker.process.pid)]
+        redis_pid = redis.process.pid if redis.process else 0
+        groups = {"Celery worker": pids, "Redis": [redis_pid], "client": [os.getpid()]}
+        yield redis.url, lambda: CpuMeter(groups)
     finally:
         stop(worker.process, "celery worker")
         with contextlib.suppress(ProcessLookupError):  # a prefork child that outlived it
@@ -244,7 +261,7 @@ def celery_figures(cfg: Config, work: Path) -> Figures:
 
     ids_dir = work / "peer-celery-ids"
     ids_dir.mkdir()
-    with celery_worker(work, cfg.peer_workers, ids_dir) as url:
+    with celery_worker(work, cfg.peer_workers, ids_dir) as (url, new_meter):
         app.conf.update(broker_url=url, result_backend=url)
         log(f"celery: sequential apply_async().get(), {cfg.peer_workers} workers")
         celery_sequential(cfg.n(200))
@@ -252,10 +269,12 @@ def celery_figures(cfg: Config, work: Path) -> Figures:
         log(f"celery: {cfg.n(2000)} apply_async().get() from {cfg.clients} threads")
         sync_rate = celery_sync_rate(cfg.n(2000), cfg.clients)
         log(f"celery: {cfg.n(5000)} jobs, {cfg.clients} threads delay() then poll ready()")
+        cpu = new_meter()
         batch = celery_batch(cfg.n(5000), cfg.clients)
+        cpu_use = cpu.row("CPU us per polled job, Celery", cfg.n(5000))
         app.close()  # its pools' connections, before Redis goes
     p50, p99 = load.percentile(lat, 50), load.percentile(lat, 99)
-    return Figures(p50, p99, sync_rate, batch, audit(ids_dir, batch.ids))
+    return Figures(p50, p99, sync_rate, batch, audit(ids_dir, batch.ids), cpu_use)
 
 
 # -- the scenario
@@ -304,6 +323,8 @@ def peer_rows(cfg: Config, ours: Figures, celery: Figures, floor: tuple[float, f
             f"every {POLL_INTERVAL_S * 1000:.0f} ms", peer=f"{celery.batch.polls / total:,.1f}"),
         Row("  lost / run twice / failed", audit_text(ours), "", "0 / 0 / 0",
             clean and batch_clean(celery, total), peer=audit_text(celery)),
+        ours.cpu,
+        celery.cpu,
     ]  # fmt: skip
 
 
