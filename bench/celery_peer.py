@@ -6,7 +6,8 @@ one run, each with the same number of workers and a no-op job (issue 17, item 1)
 3. a batch of 5,000 jobs by 32 clients that each submit their share, then poll what is
    still pending every POLL_INTERVAL_S (lockgate: `/run` + `/status`, as the runpod SDK
    polls; Celery: `delay()` + `AsyncResult.ready()`): completed jobs/s, p50
-   submit-to-seen, and jobs lost or run twice (from the ids the workers record).
+   submit-to-seen, and jobs lost or run twice (from the ids the workers record; a job
+   still pending at DEADLINE_S counts as unfinished: lost or slow, the bench cannot tell).
 Celery runs a prefork pool on its own Redis (broker and result backend), started here as
 `lockgate dev` starts its own. Its client is the synchronous Celery API, one thread per
 client; lockgate's is the bench's aiohttp session.
@@ -51,9 +52,10 @@ class Batch:
 
     seconds: float  # first submit to the last job seen final
     seen: list[float]  # submit-to-seen of each job (s)
-    ids: list[str]
+    ids: list[str]  # the jobs seen final
     polls: int
     failed: int  # seen final but not completed
+    unfinished: int  # still pending at the deadline
 
     @property
     def rate(self) -> float:
@@ -68,7 +70,7 @@ class Figures:
     p99: float
     sync_rate: float
     batch: Batch
-    lost_twice: tuple[int, int]
+    lost_twice: tuple[int, int]  # jobs seen final that no worker ran; jobs run twice
     cpu: Row  # CPU time per job of the batch, by process group
 
 
@@ -101,6 +103,7 @@ async def lockgate_batch(
     seen: list[float] = []
     ids: list[str] = []
     polls = failed = 0
+    unfinished: list[int] = []
     deadline = time.perf_counter() + DEADLINE_S
 
     async def client(count: int) -> None:
@@ -110,7 +113,6 @@ async def lockgate_batch(
             sent = time.perf_counter()
             job = orjson.loads(await load.post(http, job_url(dev, "run"), SMALL_BODY))
             pending.append((job["id"], sent))
-        ids.extend(i for i, _ in pending)
         while pending and time.perf_counter() < deadline:
             still = []
             for job_id, sent in pending:
@@ -120,13 +122,15 @@ async def lockgate_batch(
                     still.append((job_id, sent))
                     continue
                 seen.append(time.perf_counter() - sent)
+                ids.append(job_id)
                 failed += status != "COMPLETED"
             pending = still
             await asyncio.sleep(POLL_INTERVAL_S if pending else 0)
+        unfinished.append(len(pending))
 
     started = time.perf_counter()
     await asyncio.gather(*(client(n) for n in shares(total, clients)))
-    return Batch(time.perf_counter() - started, seen, ids, polls, failed)
+    return Batch(time.perf_counter() - started, seen, ids, polls, failed, sum(unfinished))
 
 
 async def lockgate_figures(cfg: Config, work: Path) -> Figures:
@@ -198,12 +202,12 @@ def celery_batch(total: int, clients: int) -> Batch:
 
     deadline = time.perf_counter() + DEADLINE_S
 
-    def client(count: int) -> tuple[list[float], list[str], int, int]:
+    def client(count: int) -> tuple[list[float], list[str], int, int, int]:
         pending = []
         for _ in range(count):
             sent = time.perf_counter()
             pending.append((noop.delay(), sent))
-        ids, seen, polls, failed = [r.id for r, _ in pending], [], 0, 0
+        ids, seen, polls, failed = [], [], 0, 0
         while pending and time.perf_counter() < deadline:
             still = []
             for result, sent in pending:
@@ -212,16 +216,18 @@ def celery_batch(total: int, clients: int) -> Batch:
                     still.append((result, sent))
                     continue
                 seen.append(time.perf_counter() - sent)
+                ids.append(result.id)
                 failed += not result.successful()
             pending = still
             time.sleep(POLL_INTERVAL_S if pending else 0)
-        return seen, ids, polls, failed
+        return seen, ids, polls, failed, len(pending)
 
     started = time.perf_counter()
     done = in_threads(clients, client, shares(total, clients))
     took = time.perf_counter() - started
     seen, ids = ([x for d in done for x in d[i]] for i in (0, 1))
-    return Batch(took, seen, ids, sum(d[2] for d in done), sum(d[3] for d in done))
+    polls, failed, unfinished = (sum(d[i] for d in done) for i in (2, 3, 4))
+    return Batch(took, seen, ids, polls, failed, unfinished)
 
 
 @contextlib.contextmanager
@@ -291,7 +297,7 @@ async def floor_figures(cfg: Config, floor: Service) -> tuple[float, float]:
 
 
 def batch_clean(figures: Figures, total: int) -> bool:
-    """Every job seen completed exactly once, none lost or run twice."""
+    """Every job seen completed, each run exactly once."""
     batch = figures.batch
     return len(batch.seen) == total and batch.failed == 0 and figures.lost_twice == (0, 0)
 
@@ -304,7 +310,7 @@ def peer_rows(cfg: Config, ours: Figures, celery: Figures, floor: tuple[float, f
     clean = batch_clean(ours, total)
 
     def audit_text(f: Figures) -> str:
-        return f"{f.lost_twice[0]} / {f.lost_twice[1]} / {f.batch.failed}"
+        return f"{f.lost_twice[0]} / {f.lost_twice[1]} / {f.batch.failed} / {f.batch.unfinished}"
 
     return [
         Row(f"/runsync p50 vs Celery get(), {n} workers", ms(ours.p50), ms(floor[0]),
@@ -321,7 +327,8 @@ def peer_rows(cfg: Config, ours: Figures, celery: Figures, floor: tuple[float, f
             peer=ms(load.percentile(celery.batch.seen, 50))),
         Row("  polls per job", f"{ours.batch.polls / total:,.1f}", "",
             f"every {POLL_INTERVAL_S * 1000:.0f} ms", peer=f"{celery.batch.polls / total:,.1f}"),
-        Row("  lost / run twice / failed", audit_text(ours), "", "0 / 0 / 0",
+        Row(f"  lost / twice / failed / unfinished at {DEADLINE_S:.0f} s", audit_text(ours), "",
+            "0 / 0 / 0 / 0",
             clean and batch_clean(celery, total), peer=audit_text(celery)),
         ours.cpu,
         celery.cpu,
