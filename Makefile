@@ -27,7 +27,7 @@ setup: $(STAMP) ## Create .venv and install lockgate with every extra
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,bench]'
 	rm -f $(VENV)/.installed-* && touch $@
 
 run: setup ## Start dev mode with the echo handler (Redis, gateway, workers in one process)
@@ -46,7 +46,7 @@ format: setup ## Format the code (ruff)
 	$(VENV)/bin/ruff check --fix operator tests examples
 	$(VENV)/bin/ruff format operator tests examples
 
-bench: setup ## Benchmarks: latency, throughput, purge, memory, auth+limits overhead, OpenAI route, one Redis vs a 3-master cluster, the replica-ack cost; then the scaler simulation
+bench: setup ## Benchmarks: latency, throughput, purge, memory, auth+limits overhead, OpenAI route, one Redis vs a 3-master cluster, the replica-ack cost, beside Celery + Redis; then the scaler simulation
 	$(PY) -m bench.core; status=$$?; echo; $(PY) -m bench.scaler_sim && exit $$status
 
 bench-status: setup ## Benchmark alone: /status req/s with auth and rate limits on vs off

@@ -7,6 +7,8 @@
     report.py        the table and the machine line
     floor.py         the HTTP floor: one POST route that returns its JSON body
     noop_handler.py  the worker: records each job id it runs, returns at once
+    celery_peer.py   Celery + Redis beside lockgate, same loads (needs the `bench` extra)
+    celery_app.py    the Celery peer's app and no-op task, which records ids the same way
 
 Under the table, "CPU us per ..." lines split each operation's CPU time between the
 gateway, Redis, the workers and the load generator, and say how busy other processes

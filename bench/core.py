@@ -8,9 +8,13 @@
 6. the OpenAI route: per-chunk stream overhead, time to first token, and chat
    completions/s against /runsync with the same handler (bench/openai_route.py);
 7. end to end through 2 gateways and 3 endpoints on one Redis vs a 3-master Redis
-   Cluster, and the /run p50 cost of MIN_REPLICAS_ACK=1 on Sentinel (bench/redis_modes.py);
-8. /run acceptance through `lockgate gateway --processes 1` and 2 (bench/processes.py).
-`--only NAME` runs one scenario (runsync, run, e2e, status, openai, shards, ack, procs).
+   Cluster, and the /run p50 cost of MIN_REPLICAS_ACK=1 on Sentinel and on the cluster
+   (bench/redis_modes.py);
+8. /run acceptance through `lockgate gateway --processes 1` and 2 (bench/processes.py);
+9. beside Celery + Redis, 2 workers each: sequential latency, 32 synchronous clients, and
+   5,000 jobs by 32 clients that submit then poll (bench/celery_peer.py).
+`--only NAME` runs one scenario (runsync, run, e2e, status, openai, shards, ack, procs,
+celery).
 Progress goes to stderr; the table to stdout.
 """
 
@@ -23,7 +27,6 @@ import shutil
 import sys
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,8 +36,11 @@ import orjson
 
 from bench import load, redis_modes
 from bench.access import status_overhead
+from bench.celery_peer import beside_celery
+from bench.load import SMALL_BODY
 from bench.measure import (
     CpuMeter,
+    audit,
     floor_meter,
     health,
     job_url,
@@ -47,7 +53,6 @@ from bench.processes import acceptance_by_processes
 from bench.procs import Service, floor_server, lockgate_dev, log, machine_busy, rss_bytes
 from bench.report import Row, machine, ms, table
 
-SMALL_BODY = orjson.dumps({"input": {"x": 1}})
 KB_BODY = orjson.dumps({"input": {"data": "x" * 1013}})  # `input` is 1,024 bytes of JSON
 MB = 1024 * 1024
 E2E_TIMEOUT_S = 120
@@ -63,6 +68,7 @@ class Config:
     queue_clients: int = 64
     e2e_workers: int = 4
     rounds: int = 3  # alternating on/off rounds of the /status overhead scenario
+    peer_workers: int = 2  # workers of lockgate and of Celery's prefork pool, side by side
 
     def n(self, full: int) -> int:
         return max(1, int(full * self.scale))
@@ -179,13 +185,6 @@ async def completed_at(http: aiohttp.ClientSession, dev: Service, total: int) ->
     raise RuntimeError(f"{total} jobs not finished within {E2E_TIMEOUT_S} s: health {jobs}")
 
 
-def audit(ids_dir: Path, submitted: list[str]) -> tuple[int, int]:
-    """(lost, run twice) from the ids the workers recorded."""
-    ran = Counter(line for f in ids_dir.glob("*.ids") for line in f.read_text().split())
-    lost = len(set(submitted) - ran.keys())
-    return lost, sum(n - 1 for n in ran.values() if n > 1)
-
-
 async def sample_statuses(http: aiohttp.ClientSession, dev: Service, ids: list[str]) -> int:
     """How many of a sample of 200 jobs /status does not show COMPLETED."""
     sample = random.sample(ids, min(200, len(ids)))
@@ -251,8 +250,9 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
     "status": ("/status with auth and limits on vs off", status_overhead),
     "openai": ("OpenAI route: stream overhead, chat completions/s", openai_route),
     "shards": ("end to end on one Redis vs a 3-master Redis Cluster", redis_modes.shards),
-    "ack": ("/run p50 with MIN_REPLICAS_ACK 0 vs 1 on Sentinel", redis_modes.ack_cost),
+    "ack": ("/run p50 with MIN_REPLICAS_ACK 0 vs 1 on Sentinel and Cluster", redis_modes.ack_cost),
     "procs": ("/run acceptance, lockgate gateway --processes 1 vs 2", acceptance_by_processes),
+    "celery": ("beside Celery + Redis: latency, sync clients, polling batch", beside_celery),
 }
 
 

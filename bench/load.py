@@ -13,6 +13,7 @@ import orjson
 
 from bench.procs import API_KEY
 
+SMALL_BODY = orjson.dumps({"input": {"x": 1}})  # the job every latency figure sends
 HEADERS = {"authorization": API_KEY, "content-type": "application/json"}
 
 

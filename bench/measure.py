@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import aiohttp
 from redis.asyncio import Redis
@@ -81,3 +83,10 @@ async def redis_memory(dev: Service) -> tuple[int, int]:
 def floor_meter(floor: Service) -> CpuMeter:
     """A CPU meter over the floor server and this load generator."""
     return CpuMeter({"floor": [floor.process.pid], "client": [os.getpid()]})
+
+
+def audit(ids_dir: Path, submitted: list[str]) -> tuple[int, int]:
+    """(lost, run twice) from the ids the workers recorded."""
+    ran = Counter(line for f in ids_dir.glob("*.ids") for line in f.read_text().split())
+    lost = len(set(submitted) - ran.keys())
+    return lost, sum(n - 1 for n in ran.values() if n > 1)

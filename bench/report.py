@@ -10,7 +10,8 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class Row:
-    """One figure: lockgate's value, the floor's where one applies, the target and verdict."""
+    """One figure: lockgate's value, the floor's and Celery's where they apply, the target
+    and verdict."""
 
     figure: str
     value: str
@@ -19,6 +20,7 @@ class Row:
     passed: bool | None = None  # None: shown for information, no target
     detail: bool = False  # printed under the table, as `figure: value`
     noisy: bool = False  # other processes were busy while it was measured
+    peer: str = ""  # Celery's figure for the same load, where the bench measured one
 
     @property
     def verdict(self) -> str:
@@ -55,12 +57,17 @@ def machine() -> str:
 
 
 def table(rows: list[Row]) -> str:
-    """The rows as an aligned plain-text table, then the detail rows one per line."""
-    head = Row("figure", "lockgate", "floor", "target", None)
+    """The rows as an aligned plain-text table (a Celery column when a row has a figure for
+    it), then the detail rows one per line."""
+    head = Row("figure", "lockgate", "floor", "target", None, peer="Celery")
     main = [r for r in rows if not r.detail]
-    cells = [(r.figure, r.value, r.floor, r.target, r.verdict) for r in (head, *main)]
-    cells[0] = (*cells[0][:4], "result")
-    widths = [max(len(c[i]) for c in cells) for i in range(5)]
+    peer = any(r.peer for r in main)
+    cells = [
+        (r.figure, r.value, r.floor, *([r.peer] if peer else []), r.target, r.verdict)
+        for r in (head, *main)
+    ]
+    cells[0] = (*cells[0][:-1], "result")
+    widths = [max(len(c[i]) for c in cells) for i in range(len(cells[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines += [f"{r.figure}: {r.value}" + (" <- busy machine" * r.noisy) for r in rows if r.detail]
