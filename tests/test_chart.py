@@ -411,6 +411,19 @@ def env_of(container: dict[str, Any]) -> dict[str, Any]:
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
 
 
+@pytest.mark.parametrize(("processes", "env"), [(None, "1"), (2, "2"), ("auto", "auto")])
+def test_gateway_processes_reach_the_gateway(render_chart, processes, env: str) -> None:
+    values = {} if processes is None else {"gateway": {"processes": processes}}
+    gateway = by_kind(render_chart(values), "Deployment")["lockgate-gateway"]
+    container = gateway["spec"]["template"]["spec"]["containers"][0]
+    assert env_of(container)["LOCKGATE_GATEWAY_PROCESSES"] == env
+
+
+def test_gateway_processes_refuse_what_the_gateway_would(render_chart) -> None:
+    with pytest.raises(RenderError, match="processes"):
+        render_chart({"gateway": {"processes": "many"}})
+
+
 @pytest.mark.parametrize(
     ("name", "values"), [("values.yaml", {}), *example_values()], ids=lambda v: str(v)[:40]
 )
