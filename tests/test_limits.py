@@ -362,3 +362,27 @@ async def test_workers_starting_mid_window_raise_a_spent_rate(http, gateway):
     await hold_jobs(http, gateway, ["w1", "w2"])  # 2 x 2 = 4: two more in this window
     statuses = [(await call(http, gateway.url, gateway.client_key))[0] for _ in range(3)]
     assert statuses == [200, 200, 429]
+
+
+async def test_a_request_whose_window_turns_while_it_reserves_is_admitted_in_the_new_one(redis):
+    """Request A reads the clock at the end of a window and reserves; request B, a moment
+    later in the next window, starts that one meanwhile. A's units (of the old window) are
+    dropped, but A is admitted out of the new window's, not refused a rate it is far from."""
+    table = limits_table({Operation.RUN: LimitOverride(rate=1000)})
+    store = JobStore(redis)
+    window_ms, base = 10_000, store.clock() // 10_000 * 10_000
+    readings = iter([base + window_ms - 1])  # A's reading; every later one is in the next
+
+    def clock() -> int:
+        return next(readings, base + window_ms + 1)
+
+    limiter = Limiter(
+        RateLimits(redis, store.scripts), store, table,
+        window_s=window_ms / 1000, workers_cache_s=60.0, clock=clock,
+    )  # fmt: skip
+
+    async def admitted() -> bool:
+        async with limiter.hold("ep", Operation.RUN, "me"):
+            return True
+
+    assert await asyncio.gather(admitted(), admitted()) == [True, True]

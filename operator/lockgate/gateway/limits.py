@@ -151,17 +151,20 @@ class Limiter:
 
     async def _admit(self, key: Key, budget: Budget, limit: OperationLimit) -> None:
         """Spend one unit of rate and take one slot, reserving more from Redis if needed."""
-        now, rate, conc = self.clock(), await self.rate(key[0], limit), limit.concurrency
-        start = now - now % self.window_ms
-        if budget.window != start:
-            budget.window, budget.units = start, 0
-        spent = now < budget.spent_until and rate is not None and rate <= budget.spent_rate
-        if spent and budget.units <= 0:
-            raise self._refusal(key, "requests in this window", budget.spent_until - now)
-        if budget.short(rate, conc):
+        rate, conc = await self.rate(key[0], limit), limit.concurrency
+        for _ in range(2):  # again once if the window turned while a reservation was out
+            now = self._roll(budget)
+            spent = now < budget.spent_until and rate is not None and rate <= budget.spent_rate
+            if spent and budget.units <= 0:
+                raise self._refusal(key, "requests in this window", budget.spent_until - now)
+            if not budget.short(rate, conc):
+                break
             async with budget.lock:  # one reservation at a time; the others then reuse it
+                now = self._roll(budget)  # the window may have turned while this waited
                 if budget.short(rate, conc):
                     await self._reserve(key, budget, now, rate, conc)
+            if budget.window == now - now % self.window_ms:
+                break  # units of a window that is still the current one
         if rate is not None and budget.units <= 0:
             raise self._refusal(key, "requests in this window", budget.spent_until - now)
         if conc is not None and budget.in_flight >= budget.slots:
@@ -170,6 +173,15 @@ class Limiter:
             budget.units -= 1
         if conc is not None:
             budget.in_flight += 1
+
+    def _roll(self, budget: Budget) -> int:
+        """The clock now; the budget starts the current window if it is still in an older
+        one (never goes back: a request that read the clock earlier is not to undo it)."""
+        now = self.clock()
+        start = now - now % self.window_ms
+        if budget.window < start:
+            budget.window, budget.units = start, 0
+        return now
 
     async def _reserve(
         self, key: Key, budget: Budget, now: int, rate: int | None, conc: int | None
