@@ -9,6 +9,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from lockgate.store import JobStore, NewJob
+from lockgate.store.connection import RedisSettings, connect, send_on_one
 from lockgate.store.scripts import Scripts
 
 
@@ -44,3 +45,17 @@ async def test_scripts_flushed_from_redis_are_loaded_again(redis: Redis, calls: 
     await redis.script_flush()  # what a Redis restart without persistence of scripts does
     replies = await asyncio.gather(*(scripts.echo(args=[str(n)]) for n in range(calls)))
     assert replies == [str(n).encode() for n in range(calls)]
+
+
+async def test_a_batch_cut_before_its_replies_leaves_no_reply_for_the_next(
+    redis_target: RedisSettings,
+):
+    client = connect(redis_target, max_connections=1)  # the next batch gets the same socket
+    try:
+        cut = asyncio.create_task(send_on_one(client, [("BLPOP", "nothing", 0.3)]))
+        await asyncio.sleep(0.1)  # sent; its reply (nil) comes at 0.3 s
+        cut.cancel()
+        await asyncio.sleep(0.3)
+        assert await send_on_one(client, [("ECHO", "a"), ("ECHO", "b")]) == [b"a", b"b"]
+    finally:
+        await client.aclose()

@@ -150,9 +150,11 @@ def resources_middleware(budget: BodyBudget, header_timeout: HeaderTimeout):
 async def send_now(request: web.Request, response: web.StreamResponse) -> web.StreamResponse:
     """Send `response` now; a large body goes out through a stand-in that does not keep it
     (aiohttp keeps a connection's last response until its next request: an idle keep-alive
-    connection would hold megabytes)."""
+    connection would hold megabytes). A small one is sent as it is: aiohttp writes its head
+    and body in one write (the stand-in, a StreamResponse, writes the head on its own first:
+    two send calls per answer)."""
     body = response.body if isinstance(response, web.Response) else None
-    if not isinstance(body, bytes):
+    if not isinstance(body, bytes) or len(body) <= LARGE:
         await response.prepare(request)
         await response.write_eof()
         return response

@@ -2,7 +2,12 @@
 
 Calls made in the same event-loop tick (many concurrent requests on a busy gateway) go to
 Redis as one pipeline: one write and one read for the lot instead of one round trip each,
-which is most of the gateway's CPU per request. A call alone in its tick is sent as is.
+which is most of the gateway's CPU per request. Outside a cluster a tick's calls, even a
+call alone, go as raw EVALSHAs on one pooled connection (`connection.send_on_one`), not
+through redis-py's Pipeline or Script objects, whose bookkeeping cost more CPU than the
+round trip; a call refused for want of its script (Redis restarted) or cut by a connection
+error is sent once more alone through its Script object, which loads it or retries. In a
+cluster a call alone is sent as is, a tick's calls through the cluster client's pipeline.
 
 Accepting writes may ask for replication (`Replication`, LOCKGATE_REDIS_MIN_REPLICAS_ACK):
 those of a tick go as their own pipeline ending in `WAIT n timeout`, on the same
@@ -21,6 +26,7 @@ from importlib import resources
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import (
     AskError,
@@ -33,7 +39,14 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from lockgate.store.connection import Command, NotReplicated, Route, route, send_together
+from lockgate.store.connection import (
+    Command,
+    NotReplicated,
+    Route,
+    route,
+    send_on_one,
+    send_together,
+)
 
 NAMES = (
     "submit",
@@ -160,7 +173,7 @@ class Scripts:
         """Send `batch` and settle its futures. A replicated call whose script the master
         lacks (a promoted replica) or whose slot moved is sent once more (`again`), routed
         by the reply it got (`after`, aligned with the batch)."""
-        if len(batch) == 1 and not replication.replicas:
+        if len(batch) == 1 and not replication.replicas and isinstance(self.redis, RedisCluster):
             await _settle(batch[0], _direct(batch[0]))
             return
         try:
@@ -198,8 +211,11 @@ class Scripts:
             await self._send(list(calls), replication, again=False, after=prior)
 
     async def _pipeline(self, batch: list[Call]) -> list[Any]:
-        """The batch's replies, through the client's pipeline (a cluster's routes each call
-        by its first key, the endpoint's hash-tagged prefix, and follows redirections)."""
+        """The batch's replies, on one connection; in a cluster through the client's
+        pipeline (it routes each call by its first key, the endpoint's hash-tagged prefix,
+        and follows redirections)."""
+        if not isinstance(self.redis, RedisCluster):
+            return await send_on_one(self.redis, [_evalsha(call) for call in batch])
         async with self.redis.pipeline(transaction=False) as pipe:
             for call in batch:
                 # As a raw command: a cluster pipeline refuses `evalsha()`.
