@@ -102,7 +102,11 @@ def test_chat_stream_of_raw_sse_text_arrives_chunk_by_chunk(vllm_dev):
     assert chunks[0].choices[0].delta.role == "assistant"
     assert streamed_text(chunks) == f"echo: {words}"
     assert chunks[-1].choices[0].finish_reason == "stop"
-    reads = job_api(vllm_dev, f"status/{raw.headers[JOB_HEADER]}")["output"]  # as yielded
+    # The client stops at the worker's own `data: [DONE]`, which may come before the worker
+    # reports the job done: wait for that (`?wait=`) before reading the output.
+    done = job_api(vllm_dev, f"status/{raw.headers[JOB_HEADER]}?wait=30000")
+    assert done["status"] == "COMPLETED"
+    reads = done["output"]  # as yielded
     assert any(read.count("data: ") > 1 for read in reads)
     assert any(not read.endswith("\n\n") for read in reads)
     assert reads[-1].endswith("data: [DONE]\n\n")
