@@ -17,14 +17,13 @@ from bench.procs import Service, lockgate_dev, log
 from bench.report import Row
 
 OFF = {"LOCKGATE_AUTH": "false", "LOCKGATE_RATE_LIMITED": "false"}
-SMALL_BODY = orjson.dumps({"input": {"x": 1}})
 MAX_OVERHEAD = 0.15
 
 
 async def status_rate(dev: Service, count: int, clients: int) -> float:
     """Requests/s of `count` GET /status of one queued job, after a warm-up."""
     async with load.session(clients) as http:
-        job = orjson.loads(await load.post(http, job_url(dev, "run"), SMALL_BODY))
+        job = orjson.loads(await load.post(http, job_url(dev, "run"), load.SMALL_BODY))
         url = job_url(dev, f"status/{job['id']}")
         await load.burst(http, url, b"", max(1, count // 10), clients, method="GET")
         return (await load.burst(http, url, b"", count, clients, method="GET")).rate

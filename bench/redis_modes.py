@@ -42,7 +42,6 @@ from bench.topology import (
 if TYPE_CHECKING:
     from bench.core import Config
 
-SMALL_BODY = b'{"input": {"x": 1}}'
 GATEWAYS = 2
 ENDPOINTS = 3
 WORKERS_PER_ENDPOINT = 2
@@ -97,7 +96,7 @@ async def spread_load(
     """`total` /run POSTs spread evenly over the target URLs, `clients` senders in all."""
     each, senders = total // len(targets), max(1, clients // len(targets))
     bursts = await asyncio.gather(
-        *(load.burst(http, t, SMALL_BODY, each, senders) for t in targets)
+        *(load.burst(http, t, load.SMALL_BODY, each, senders) for t in targets)
     )
     return [orjson.loads(r)["id"] for b in bursts for r in b.replies]
 
@@ -167,7 +166,7 @@ async def alternating(
     for _ in range(count):
         for i, target in enumerate(urls):
             started = time.perf_counter()
-            await load.post(http, target, SMALL_BODY)
+            await load.post(http, target, load.SMALL_BODY)
             took[i].append(time.perf_counter() - started)
     return took
 

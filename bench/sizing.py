@@ -28,8 +28,9 @@ import aiohttp
 import orjson
 
 from bench import load
+from bench.load import SMALL_BODY
 from bench.procs import ENDPOINT, Service, cpu_seconds, log
-from bench.redis_modes import SMALL_BODY, url
+from bench.redis_modes import url
 from bench.report import cpu_model
 from bench.topology import (
     cluster,

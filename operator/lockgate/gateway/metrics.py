@@ -47,6 +47,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from lockgate.gateway.errors import CLIENT_CLOSED
 from lockgate.store import JobStore, Registry, Snapshot
 from lockgate.store.records import Finished
+from lockgate.supervisor import MULTIPROC_DIR  # set by the parent of gateway processes
 
 QUEUED = "lockgate_jobs_queued"
 OLDEST_AGE = "lockgate_oldest_queued_job_age_seconds"
@@ -57,9 +58,6 @@ JOBS = "lockgate_jobs"  # a counter: exposed as lockgate_jobs_total
 
 DELAY_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 EXECUTION_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
-
-
-MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"  # set by the parent of gateway processes
 
 
 def scrape_registry(own: CollectorRegistry, multiproc_dir: str | None) -> CollectorRegistry:
