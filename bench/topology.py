@@ -40,7 +40,6 @@ from tests.redis_topologies import (
     SentinelProcs,
     _server_argv,
     binaries,
-    send,
     start_cluster,
     start_sentinels,
 )
@@ -55,6 +54,7 @@ class Topology:
     env: dict[str, str]
     masters: list[Node]
     processes: list[Node]
+    cluster: RedisClusterProcs | None = None  # a cluster: which master serves which slot
 
     def settings(self) -> RedisSettings:
         """The same target as `env`, as settings for a client in this process."""
@@ -66,26 +66,9 @@ class Topology:
 
     def master_of(self, endpoint: str) -> Node:
         """The server holding `endpoint`'s keys."""
-        if len(self.masters) == 1:
+        if self.cluster is None:
             return self.masters[0]
-        slot = key_slot(keys.prefix(endpoint).encode())
-        for node in self.masters:
-            if _serves(node, slot):
-                return node
-        raise RuntimeError(f"no master serves slot {slot}")
-
-
-def _serves(node: Node, slot: int) -> bool:
-    for line in send(node.port, "CLUSTER", "NODES").splitlines():
-        parts = line.split()
-        if len(parts) > 8 and "myself" in parts[2]:
-            return any(_in_range(r, slot) for r in parts[8:])
-    return False
-
-
-def _in_range(spec: str, slot: int) -> bool:
-    lo, _, hi = spec.partition("-")
-    return not spec.startswith("[") and int(lo) <= slot <= int(hi or lo)
+        return self.cluster.master_of_slot(key_slot(keys.prefix(endpoint).encode()))
 
 
 @contextlib.contextmanager
@@ -107,7 +90,7 @@ def cluster(folder: Path) -> Iterator[Topology]:
     procs: RedisClusterProcs = start_cluster(folder / "cluster")
     try:
         env = {"LOCKGATE_REDIS_CLUSTER_NODES": procs.startup_nodes}
-        yield Topology("Redis Cluster, 3 masters", env, procs.masters(), procs.nodes)
+        yield Topology("Redis Cluster, 3 masters", env, procs.masters(), procs.nodes, procs)
     finally:
         procs.stop()
 
