@@ -37,10 +37,10 @@ from bench.topology import (
     endpoints_on_masters,
     gateways,
     register_endpoints,
-    send,
     standalone,
     workers,
 )
+from tests.redis_topologies import send  # importable once bench.topology set the path
 
 KB_BODY = orjson.dumps({"input": {"data": "x" * 1013}})  # `input` is 1,024 bytes of JSON
 CLIENTS = 16
@@ -135,11 +135,13 @@ async def dones(gateway: Service, worker_key: str, taken: list[tuple[str, str]])
 
 
 async def submit(gateway: Service, endpoints: list[str], body: bytes, count: int) -> None:
+    """`count` jobs spread over the endpoints (the first ones take the remainder)."""
+    each, extra = divmod(count, len(endpoints))
     async with load.session(CLIENTS) as http:
-        each = count // len(endpoints)
         await asyncio.gather(*(
-            load.burst(http, url(gateway, e, "run"), body, each, CLIENTS // len(endpoints))
-            for e in endpoints
+            load.burst(http, url(gateway, e, "run"), body, each + (i < extra),
+                       CLIENTS // len(endpoints))
+            for i, e in enumerate(endpoints)
         ))  # fmt: skip
 
 
