@@ -20,6 +20,7 @@ from lockgate.scaling.local_pool import (
     WorkerKeyIssuer,
 )
 from lockgate.store import JobStore
+from lockgate.store.connection import raise_if_cancelled
 
 log = logging.getLogger("lockgate.dev")
 
@@ -143,6 +144,7 @@ class LocalWorkers:
                 await self.observe()
             except Exception as err:  # Redis away for a moment: report next time
                 log.warning("endpoint %s: worker states not reported: %s", self.endpoint_id, err)
+            raise_if_cancelled()
             await asyncio.sleep(REPORT_S)
 
     @property

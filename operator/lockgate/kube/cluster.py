@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import kopf
+import urllib3
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
@@ -28,6 +29,9 @@ Obj = dict[str, Any]
 T = TypeVar("T")
 MERGE_PATCH = "application/merge-patch+json"
 CONFLICT_RETRIES = 3
+# How long one request may take (connecting, then each read): a connection that hangs
+# (an API server gone without closing it) must not hold a thread, and its caller, forever.
+REQUEST_TIMEOUT_S = 30.0
 # Leases go through the generic (custom objects) API: it sends dict bodies as they are,
 # where the typed client parses renewTime into a datetime and writes it back without
 # microseconds when they are 0, a MicroTime the API server refuses (400).
@@ -101,10 +105,13 @@ class Cluster:
         self._apis = {cls: cls(api_client) for cls in {k.api for k in _KINDS.values()}}
 
     async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT_S)
         try:
             return await asyncio.to_thread(fn, *args, **kwargs)
         except ApiException as err:
             raise _wrap(err) from err
+        except urllib3.exceptions.HTTPError as err:  # unreachable, timed out
+            raise ClusterError(f"the API server did not answer: {err}") from err
 
     def connection_info(self) -> kopf.ConnectionInfo:
         """This client's credentials, for kopf's own API connections."""
@@ -183,14 +190,21 @@ class Cluster:
         resp = await self._call(read, name, namespace, _preload_content=False, **options)
         return resp.data.decode(errors="replace")
 
-    def pod_log_stream(self, namespace: str, name: str, **options: Any) -> Any:
+    def pod_log_stream(self, namespace: str, name: str, quiet_s: float, **options: Any) -> Any:
         """A pod's log, followed: an open (blocking) urllib3 response whose body grows as
-        the pod writes; read it in a thread, `shutdown()` it to stop. Raises `ClusterError`."""
+        the pod writes; read it in a thread, `shutdown()` it to stop. A read raises once
+        nothing came for `quiet_s` seconds. Raises `ClusterError`."""
         read = self._apis[k8s.CoreV1Api].read_namespaced_pod_log
+        timeout = (REQUEST_TIMEOUT_S, quiet_s)  # (connect, each read)
         try:
-            return read(name, namespace, follow=True, _preload_content=False, **options)
+            return read(
+                name, namespace, follow=True, _preload_content=False, _request_timeout=timeout,
+                **options,
+            )  # fmt: skip
         except ApiException as err:
             raise _wrap(err) from err
+        except urllib3.exceptions.HTTPError as err:
+            raise ClusterError(f"the API server did not answer: {err}") from err
 
     async def annotate(self, kind: str, namespace: str, name: str, annotations: Obj) -> None:
         """Merge `annotations` into an object's (a None value removes one)."""

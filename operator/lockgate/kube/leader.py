@@ -28,6 +28,7 @@ from typing import Any
 
 from lockgate.kube.cluster import Cluster, ClusterError, Conflict
 from lockgate.kube.settings import OperatorSettings
+from lockgate.store.connection import raise_if_cancelled
 
 log = logging.getLogger("lockgate.scaler")
 
@@ -242,6 +243,7 @@ class LeaderElector:
                 elif task is not None:
                     await _stop(task)
                     task = None
+                raise_if_cancelled()
                 await asyncio.sleep(self.renew_s)
         finally:
             if task is not None:

@@ -40,6 +40,7 @@ from lockgate.scaling.autoscaler import Autoscaler
 from lockgate.scaling.decision import Decision, EndpointMetrics, Limits
 from lockgate.scaling.deployment_pool import DeploymentPool
 from lockgate.scaling.readings import MetricsUnreadable, parse_metrics
+from lockgate.store.connection import raise_if_cancelled
 
 log = logging.getLogger("lockgate.scaler")
 
@@ -123,6 +124,7 @@ class ScalingLoop:
                 raise
             except Exception as err:
                 log.warning("scaling tick failed: %s", err)
+            raise_if_cancelled()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wakeup.wait(), self.ctx.settings.scale_interval_s)
 

@@ -23,6 +23,7 @@ from aiohttp import web
 from lockgate.gateway.errors import BadRequest, NotFound
 from lockgate.gateway.http import json_response
 from lockgate.store import JobStore, Registry
+from lockgate.store.connection import raise_if_cancelled
 from lockgate.store.keys import ENDPOINT_ID_RE, HISTORY_INTERVAL_S, HISTORY_POINTS
 
 log = logging.getLogger("lockgate.history")
@@ -77,6 +78,7 @@ class HistorySampler:
                 await self.sample()
             except Exception as err:  # Redis away for a moment: the next interval retries
                 log.warning("history sample failed: %s", err)
+            raise_if_cancelled()
 
 
 def history_sampler(store: JobStore, registry: Registry) -> Callable:

@@ -5,7 +5,9 @@ serves; the worker id is the pod name (what `RUNPOD_POD_ID` says and the gateway
 The API gives both streams as one, so every line says `stdout`. A pod that is gone (scaled
 down, deleted) has no logs left to read; a cluster's log collector keeps them longer.
 Following: one reader thread per pod (`follow=true`), new pods are picked up every
-`PODS_EVERY_S`; the client leaving stops them all.
+`PODS_EVERY_S`; the client leaving stops them all. A pod's stream that stays quiet for
+`QUIET_S`, ends or breaks is opened again from its last line given: a stalled connection
+delays a line, never loses it.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from lockgate.manage.loglines import (
 log = logging.getLogger("lockgate.manage")
 
 PODS_EVERY_S = 3.0  # how often a follow looks for new worker pods
+QUIET_S = 30.0  # a pod's followed log with no line for this long is opened again
 
 
 def worker_selector(endpoint_id: str) -> str:
@@ -154,7 +157,9 @@ class _Watch:
         options.pop("tail_lines")
         maker = LineMaker(pod)
         try:
-            resp = self.source.cluster.pod_log_stream(self.source.namespace, pod, **options)
+            resp = self.source.cluster.pod_log_stream(
+                self.source.namespace, pod, QUIET_S, **options
+            )
         except ClusterError:
             self.loop.call_soon_threadsafe(self.readers.pop, pod, None)  # try again later
             return
@@ -162,7 +167,7 @@ class _Watch:
         if self.stopped.is_set():
             resp.shutdown()
         pending = b""
-        with contextlib.suppress(Exception):  # shut down, or the connection broke
+        with contextlib.suppress(Exception):  # shut down, quiet too long, or broken
             for chunk in resp.stream(None, decode_content=True):  # as each chunk arrives
                 *complete, pending = (pending + chunk).split(b"\n")
                 for raw in complete:
@@ -172,7 +177,8 @@ class _Watch:
                             self.loop.call_soon_threadsafe(self.follower.offer, line)
         with contextlib.suppress(Exception):
             resp.release_conn()
-        # The container ended (a restart follows, in a crash loop): read it again later.
+        # The container ended (a restart follows, in a crash loop), or the stream was quiet
+        # or broke: read it again from the last line given.
         self.seen[pod] = after_ms
         if not self.stopped.is_set():
             self.loop.call_soon_threadsafe(self.readers.pop, pod, None)

@@ -19,6 +19,7 @@ from lockgate.scaling.memory import ScalerMemory
 from lockgate.scaling.pool import WorkerPool
 from lockgate.scaling.readings import from_snapshot
 from lockgate.store import JobStore
+from lockgate.store.connection import raise_if_cancelled
 
 log = logging.getLogger("lockgate.scaler")
 
@@ -72,6 +73,7 @@ class LocalAutoscaler:
                 await self.tick()
             except Exception as err:  # keep scaling through a Redis restart
                 log.warning("scaling tick failed: %s", err)
+            raise_if_cancelled()
             await asyncio.sleep(INTERVAL_S)
 
     async def tick(self) -> Decision:

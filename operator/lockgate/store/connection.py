@@ -60,10 +60,12 @@ UNAVAILABLE: tuple[type[Exception], ...] = (
 
 
 def raise_if_cancelled() -> None:
-    """Raise CancelledError in a task whose cancellation redis-py swallowed (it does, for
-    one landing inside some of its awaits, e.g. a cluster client's topology refresh). A
-    loop that calls Redis checks this every round: else its task outlives the cancel, and
-    the event loop's shutdown (and `asyncio.run`'s) waits for it forever."""
+    """Raise CancelledError in a task whose cancellation was swallowed. redis-py does so
+    for one landing inside some of its awaits (a cluster client's topology refresh; on
+    Python 3.11 every command sent under `socket_timeout`, whose `asyncio.wait_for` drops a
+    cancel that comes as the send completes). A background loop checks this every round:
+    else its task outlives the cancel, and whatever awaits it (a shutdown, `asyncio.run`,
+    dev mode stopping an endpoint's scaler) waits forever."""
     task = asyncio.current_task()
     if task is not None and task.cancelling():
         raise asyncio.CancelledError
