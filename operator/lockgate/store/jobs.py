@@ -12,7 +12,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from lockgate.models import JobStatus
-from lockgate.store import keys
+from lockgate.store import keys, pipe
 from lockgate.store.keys import F
 from lockgate.store.records import Finished, JobRecord, Snapshot, TakenJob
 from lockgate.store.scripts import NO_REPLICATION, Replication, Scripts
@@ -312,7 +312,9 @@ class JobStore:
 
     async def get(self, endpoint_id: str, job_id: str) -> JobRecord:
         """The job's record; JobNotFound once it expired or never existed."""
-        values = await self.redis.hmget(keys.job(endpoint_id, job_id), JobRecord.FIELDS)
+        values = await pipe.read(
+            self.redis, "HMGET", keys.job(endpoint_id, job_id), *JobRecord.FIELDS
+        )
         record = JobRecord.from_fields(job_id, values)
         if record is None or record.expired(self.clock()):
             raise JobNotFound(job_id)

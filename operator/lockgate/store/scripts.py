@@ -3,9 +3,9 @@
 Calls made in the same event-loop tick (many concurrent requests on a busy gateway) go to
 Redis as one pipeline: one write and one read for the lot instead of one round trip each,
 which is most of the gateway's CPU per request. Outside a cluster a tick's calls, even a
-call alone, go as raw EVALSHAs on one pooled connection (`connection.send_on_one`), not
-through redis-py's Pipeline or Script objects, whose bookkeeping cost more CPU than the
-round trip; a call refused for want of its script (Redis restarted) or cut by a connection
+call alone, go as raw EVALSHAs on the client's shared connection (`pipe`), not through
+redis-py's Pipeline or Script objects, whose bookkeeping cost more CPU than the round
+trip; a call refused for want of its script (Redis restarted) or cut by a connection
 error is sent once more alone through its Script object, which loads it or retries. In a
 cluster a call alone is sent as is, a tick's calls through the cluster client's pipeline.
 
@@ -44,9 +44,9 @@ from lockgate.store.connection import (
     NotReplicated,
     Route,
     route,
-    send_on_one,
     send_together,
 )
+from lockgate.store.pipe import pipe_of
 
 NAMES = (
     "submit",
@@ -215,7 +215,7 @@ class Scripts:
         pipeline (it routes each call by its first key, the endpoint's hash-tagged prefix,
         and follows redirections)."""
         if not isinstance(self.redis, RedisCluster):
-            return await send_on_one(self.redis, [_evalsha(call) for call in batch])
+            return await pipe_of(self.redis).send([_evalsha(call) for call in batch])
         async with self.redis.pipeline(transaction=False) as pipe:
             for call in batch:
                 # As a raw command: a cluster pipeline refuses `evalsha()`.

@@ -1,0 +1,131 @@
+"""The shared, auto-pipelined connection (`store/pipe.py`) on a real redis-server of its
+own (each test may stop, pause or demote it): concurrent callers get their own replies in
+order on one connection, and every way a connection fails ends the commands in flight
+with the error the callers handle (UNAVAILABLE), after which the next command reconnects."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError, NoScriptError, ResponseError, TimeoutError
+
+from lockgate.dev.redis_server import EmbeddedRedis
+from lockgate.store import UNAVAILABLE, connect
+from lockgate.store.pipe import pipe_of, read
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[EmbeddedRedis]:
+    server = EmbeddedRedis(tmp_path / "redis", appendonly=False)
+    server.start()
+    yield server
+    if server.process is not None and server.process.poll() is None:
+        os.kill(server.process.pid, signal.SIGCONT)
+    server.stop()
+
+
+@pytest.fixture
+async def client(server: EmbeddedRedis) -> AsyncIterator[Redis]:
+    client = connect(f"{server.url}?socket_timeout=1")
+    yield client
+    await client.aclose()
+
+
+async def clients_connected(client: Redis) -> int:
+    return int((await client.info("clients"))["connected_clients"])
+
+
+async def test_concurrent_callers_get_their_own_replies_in_order_on_one_connection(
+    client: Redis,
+) -> None:
+    await client.set("text", "a string")
+    before = await clients_connected(client)  # the client's own pooled connection
+
+    async def caller(i: int) -> list:
+        return await pipe_of(client).send(
+            [("SET", f"k{i}", i), ("GET", f"k{i}"), ("HGET", "text", "f"), ("INCR", "n")]
+        )
+
+    replies = await asyncio.gather(*(caller(i) for i in range(300)))
+    for i, (ok, got, wrong_type, n) in enumerate(replies):
+        assert (ok, got) == (b"OK", str(i).encode())  # raw replies: no redis-py callbacks
+        assert isinstance(wrong_type, ResponseError) and "WRONGTYPE" in str(wrong_type)
+        assert isinstance(n, int)
+    assert sorted(n for *_, n in replies) == list(range(1, 301))  # each INCR once
+    assert await clients_connected(client) == before + 1
+
+
+async def test_error_replies_come_back_as_redis_pys_exceptions(client: Redis) -> None:
+    (missing,) = await pipe_of(client).send([("EVALSHA", "0" * 40, 0)])
+    assert isinstance(missing, NoScriptError)  # what Scripts loads the script on
+    await client.set("text", "a string")
+    with pytest.raises(ResponseError, match="WRONGTYPE"):
+        await read(client, "HGET", "text", "f")
+
+
+async def test_a_restarted_redis_fails_the_commands_in_flight_then_the_next_reconnects(
+    server: EmbeddedRedis, client: Redis
+) -> None:
+    pipe = pipe_of(client)
+    assert await pipe.send([("PING",)]) == [b"PONG"]
+    assert server.process is not None
+    os.kill(server.process.pid, signal.SIGSTOP)  # the commands below get no reply...
+    in_flight = asyncio.ensure_future(pipe.send([("SET", "k", "v"), ("PING",)]))
+    await asyncio.sleep(0.1)
+    server.process.kill()  # ...and the connection closes under them
+    server.process.wait()
+    with pytest.raises(ConnectionError):
+        await in_flight
+    with pytest.raises(UNAVAILABLE):
+        await pipe.send([("PING",)])  # refused while down
+    server.start()
+    assert await pipe.send([("PING",)]) == [b"PONG"]
+    assert await read(client, "GET", "nothing") is None
+
+
+async def test_a_silent_redis_fails_the_commands_after_the_socket_timeout(
+    server: EmbeddedRedis, client: Redis
+) -> None:
+    pipe = pipe_of(client)
+    assert await pipe.send([("PING",)]) == [b"PONG"]
+    assert server.process is not None
+    os.kill(server.process.pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(pipe.send([("PING",)]), 10)  # socket_timeout=1 in the URL
+    finally:
+        os.kill(server.process.pid, signal.SIGCONT)
+    assert await pipe.send([("PING",)]) == [b"PONG"]
+
+
+async def test_a_demoted_master_fails_writes_as_unavailable_and_the_link_reopens(
+    tmp_path: Path, server: EmbeddedRedis, client: Redis
+) -> None:
+    other = EmbeddedRedis(tmp_path / "other", appendonly=False)
+    other.start()
+    try:
+        await client.replicaof("127.0.0.1", other.port)  # what a failover does to a master
+        with pytest.raises(ConnectionError, match="replica"):
+            await pipe_of(client).send([("SET", "k", "v")])
+        await client.replicaof("NO", "ONE")
+        assert await pipe_of(client).send([("SET", "k", "v")]) == [b"OK"]
+    finally:
+        other.stop()
+
+
+async def test_closing_the_client_closes_the_shared_connection(server: EmbeddedRedis) -> None:
+    client = connect(server.url)
+    assert await pipe_of(client).send([("PING",)]) == [b"PONG"]
+    watcher = connect(server.url)
+    try:
+        assert await clients_connected(watcher) == 2
+        await asyncio.wait_for(client.aclose(), 5)  # the pool closes it; no wait for a reply
+        assert await clients_connected(watcher) == 1
+    finally:
+        await watcher.aclose()
