@@ -52,29 +52,33 @@ class Listener:
 
 def _expire(fut: asyncio.Future) -> None:
     if not fut.done():
-        fut.set_result(False)
+        fut.set_result(None)
 
 
-async def _wait(table: Waiters, key: object, timeout: float) -> bool:
-    """Wait until `key` is woken (True) or `timeout` seconds pass (False)."""
-    fut = asyncio.get_running_loop().create_future()
-    table[key][fut] = None
-    handle = asyncio.get_running_loop().call_later(timeout, _expire, fut)
+async def _wait(timeout: float, *at: tuple[Waiters, object]) -> Waiters | None:
+    """Wait until a key of `at` (table, key) is woken: the table it was woken in; None once
+    `timeout` seconds pass. One future and one timer, however many keys."""
+    loop = asyncio.get_running_loop()
+    fut = loop.create_future()
+    for table, key in at:
+        table[key][fut] = None
+    handle = loop.call_later(timeout, _expire, fut)
     try:
         return await fut
     finally:
         handle.cancel()
-        waiters = table.get(key)
-        if waiters is not None:
-            waiters.pop(fut, None)
-            if not waiters:
-                del table[key]
+        for table, key in at:
+            waiters = table.get(key)
+            if waiters is not None:
+                waiters.pop(fut, None)
+                if not waiters:
+                    del table[key]
 
 
 def _wake(table: Waiters, key: object, *, one: bool) -> None:
     for fut in list(table.get(key, ())):
         if not fut.done():
-            fut.set_result(True)
+            fut.set_result(table)
             if one:
                 return
 
@@ -99,11 +103,14 @@ class Notifier:
         """Counts `queued` events of an endpoint; a change means "take again before sleeping"."""
         return self._generation[endpoint_id]
 
-    async def wait_for_job(self, endpoint_id: str, timeout: float) -> bool:
-        return await _wait(self._jobs, endpoint_id, timeout)
+    async def wait_for_job(self, endpoint_id: str, worker_id: str, timeout: float) -> bool:
+        """Until a job is queued (True), or the worker is told to stop (its stop channel also
+        carries `stop_taking`), or `timeout` passes (False)."""
+        stops = (self._stops, (endpoint_id, worker_id))
+        return await _wait(timeout, (self._jobs, endpoint_id), stops) is self._jobs
 
     async def wait_done(self, endpoint_id: str, job_id: str, timeout: float) -> bool:
-        return await _wait(self._done, (endpoint_id, job_id), timeout)
+        return await _wait(timeout, (self._done, (endpoint_id, job_id))) is not None
 
     @contextmanager
     def listen(self, endpoint_id: str, job_id: str) -> Iterator[Listener]:
@@ -132,7 +139,7 @@ class Notifier:
             listener.changed.set()
 
     async def wait_stop(self, endpoint_id: str, worker_id: str, timeout: float) -> bool:
-        return await _wait(self._stops, (endpoint_id, worker_id), timeout)
+        return await _wait(timeout, (self._stops, (endpoint_id, worker_id))) is not None
 
     def kick(self, endpoint_id: str) -> None:
         """Wake one local job waiter (more jobs are queued than wake-ups were sent)."""

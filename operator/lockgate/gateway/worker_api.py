@@ -100,7 +100,7 @@ async def _take(request: web.Request, count: int) -> list[TakenJob]:
             break
         if gw.notifier.generation(endpoint_id) == generation:
             wait_s = min(remaining, gw.settings.poll_fallback_s)
-            woken = await _wait_for_job(gw, endpoint_id, worker_id, wait_s)
+            woken = await gw.notifier.wait_for_job(endpoint_id, worker_id, wait_s)
     if woken:
         gw.notifier.kick(endpoint_id)
     return []
@@ -136,19 +136,6 @@ async def _take_within_budget(
         gw.budget.charge(request, -room)
     gw.budget.charge(request, sum(len(job.input) for job in jobs))
     return jobs, left
-
-
-async def _wait_for_job(gw: Gateway, endpoint_id: str, worker_id: str, wait_s: float) -> bool:
-    """Wait until a job is queued (True), or the worker is told to stop (its stop channel
-    also carries `stop_taking`), or `wait_s` passes (False)."""
-    job = asyncio.ensure_future(gw.notifier.wait_for_job(endpoint_id, wait_s))
-    stop = asyncio.ensure_future(gw.notifier.wait_stop(endpoint_id, worker_id, wait_s))
-    try:
-        await asyncio.wait({job, stop}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stop.cancel()
-        job.cancel()
-    return job.done() and not job.cancelled() and bool(job.result())
 
 
 @routes.get("/v2/{endpoint}/job-take/{worker}")
