@@ -39,6 +39,13 @@ class Settings(RedisSettings):
     poll_fallback_s: float = Field(
         2.0, description="waiters re-check Redis this often, in case a wake-up was missed"
     )
+    read_concurrency: int = Field(
+        8,
+        ge=1,
+        description="client reads (/status, /stream, /health, /requests) served at once per "
+        "process; more wait their turn, so polling clients cannot starve the workers' "
+        "requests of the gateway's CPU",
+    )
     heartbeat_timeout_s: float = Field(30.0, description="a silent worker is lost after this")
     openai_wait_s: float = Field(
         600.0,

@@ -93,6 +93,7 @@ def build_gateway(settings: Settings, redis: Redis) -> Gateway:
         ),
         budget=BodyBudget(settings.body_budget()),
         header_timeout=HeaderTimeout(settings.header_timeout_s),
+        reads=asyncio.Semaphore(settings.read_concurrency),
     )
     if key_file is not None:
         key_file.load()  # a broken key file stops the gateway before it serves

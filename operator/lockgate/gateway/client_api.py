@@ -55,13 +55,20 @@ JOB_ROUTES = frozenset({Operation.STATUS, Operation.STREAM, Operation.CANCEL, Op
 def client_route(method: str, op: Operation) -> Callable[[Handler], Handler]:
     """Register a client route: 401 (key), then 404 (endpoint), then 429 (limits), then the
     handler, which holds an in-flight slot of its operation while it runs. The path answers
-    with a trailing slash too (`jobApiUrl` ends in one, and clients join paths to it)."""
+    with a trailing slash too (`jobApiUrl` ends in one, and clients join paths to it).
+    A read waits for its turn first (`read_concurrency`), unless it is a long-poll."""
     path = f"/v2/{{endpoint}}/{op}" + ("/{job}" if op in JOB_ROUTES else "")
     scope = JOBS_READ if op in READS else JOBS
 
     def register(handler: Handler) -> Handler:
         async def route(request: web.Request) -> web.Response:
             gw = gateway_of(request)
+            if op in READS and "wait" not in request.query:
+                async with gw.reads:
+                    return await admitted(request, gw)
+            return await admitted(request, gw)
+
+        async def admitted(request: web.Request, gw: Gateway) -> web.Response:
             endpoint_id = request.match_info["endpoint"]
             try:
                 principal = await gw.auth.require(request, scope, endpoint_id)

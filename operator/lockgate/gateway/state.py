@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -31,6 +32,7 @@ class Gateway:
     binding: WorkerBinding
     budget: BodyBudget
     header_timeout: HeaderTimeout
+    reads: asyncio.Semaphore  # client reads served at once (`read_concurrency`)
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     draining: bool = False
 
