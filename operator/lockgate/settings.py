@@ -40,7 +40,7 @@ class Settings(RedisSettings):
         2.0, description="waiters re-check Redis this often, in case a wake-up was missed"
     )
     read_concurrency: int = Field(
-        8,
+        4,
         ge=1,
         description="client reads (/status, /stream, /health, /requests) served at once per "
         "process; more wait their turn, so polling clients cannot starve the workers' "
