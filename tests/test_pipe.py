@@ -1,7 +1,8 @@
 """The shared, auto-pipelined connection (`store/pipe.py`) on a real redis-server of its
 own (each test may stop, pause or demote it): concurrent callers get their own replies in
 order on one connection, and every way a connection fails ends the commands in flight
-with the error the callers handle (UNAVAILABLE), after which the next command reconnects."""
+with the error the callers handle (UNAVAILABLE), after which the next command reconnects.
+A subscription (`listen`) hands over each message, and ends with its connection's error."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError, NoScriptError, ResponseError, TimeoutError
 
 from lockgate.dev.redis_server import EmbeddedRedis
-from lockgate.store import UNAVAILABLE, connect
-from lockgate.store.pipe import pipe_of, read
+from lockgate.store import UNAVAILABLE, connect, pipe
+from lockgate.store.pipe import listen, pipe_of, read
 from tests.conftest import eventually
 
 
@@ -134,3 +135,40 @@ async def test_closing_the_client_closes_the_shared_connection(server: EmbeddedR
         await eventually(closed, "the shared connection closed", timeout=5, interval=0.05)
     finally:
         await watcher.aclose()
+
+
+async def test_a_subscription_hands_over_each_message_and_ends_with_the_connections_error(
+    server: EmbeddedRedis, client: Redis
+) -> None:
+    got: list[bytes] = []
+    subscribed = asyncio.Event()
+    task = asyncio.ensure_future(listen(client, "events", got.append, subscribed.set))
+    await asyncio.wait_for(subscribed.wait(), 5)
+    sent = [f"m{i}".encode() for i in range(200)]
+    for message in sent:
+        await client.publish("events", message)
+    await client.publish("elsewhere", b"not for us")
+
+    async def all_in() -> bool:
+        return len(got) == len(sent)
+
+    await eventually(all_in, "the messages", timeout=5, interval=0.05)
+    assert got == sent
+    assert server.process is not None
+    server.process.kill()
+    assert isinstance(await asyncio.wait_for(task, 5), ConnectionError)
+
+
+async def test_a_silent_subscription_is_found_by_its_keepalive(
+    server: EmbeddedRedis, client: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pipe, "KEEPALIVE_S", 0.2)
+    subscribed = asyncio.Event()
+    task = asyncio.ensure_future(listen(client, "events", lambda _: None, subscribed.set))
+    await asyncio.wait_for(subscribed.wait(), 5)
+    assert server.process is not None
+    os.kill(server.process.pid, signal.SIGSTOP)
+    try:  # the PING gets no answer within the socket timeout (1 s in the URL)
+        assert isinstance(await asyncio.wait_for(task, 10), TimeoutError)
+    finally:
+        os.kill(server.process.pid, signal.SIGCONT)

@@ -21,10 +21,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from lockgate.store.keys import EVENTS_CHANNEL
+from lockgate.store.pipe import listen
 
 log = logging.getLogger("lockgate.gateway")
 
@@ -194,25 +196,37 @@ class Notifier:
             if done:
                 return
 
+    def _subscribed(self) -> None:
+        self.connected.set()
+        self.wake_everyone()  # events may have been missed while disconnected
+
     async def _run(self) -> None:
-        """Subscribe and dispatch, reconnecting after Redis goes away."""
+        """Subscribe and dispatch, reconnecting after Redis goes away. Outside a cluster
+        the subscription's messages are parsed and dispatched as they arrive (`pipe.listen`),
+        without redis-py's PubSub machinery per message."""
         delay = 0.05
         while self._task is not None:
-            pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
             try:
-                await pubsub.subscribe(EVENTS_CHANNEL)
-                if self._task is None:
-                    break
-                self.connected.set()
-                self.wake_everyone()  # events may have been missed while disconnected
-                delay = 0.05
-                async for msg in pubsub.listen():
-                    if msg["type"] == "message":
-                        self.dispatch(msg["data"])
+                if isinstance(self.redis, RedisCluster):
+                    await self._listen_cluster()
+                else:
+                    err = await listen(self.redis, EVENTS_CHANNEL, self.dispatch, self._subscribed)
+                    raise err
             except (RedisConnectionError, RedisTimeoutError, OSError) as err:
+                if self.connected.is_set():  # it was subscribed: retry soon
+                    delay = 0.05
                 self.connected.clear()
                 log.warning("event subscription lost (%s); reconnecting in %.2fs", err, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
-            finally:
-                await pubsub.aclose()
+
+    async def _listen_cluster(self) -> None:
+        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+        try:
+            await pubsub.subscribe(EVENTS_CHANNEL)
+            self._subscribed()
+            async for msg in pubsub.listen():
+                if msg["type"] == "message":
+                    self.dispatch(msg["data"])
+        finally:
+            await pubsub.aclose()

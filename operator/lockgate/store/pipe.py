@@ -16,6 +16,9 @@ ConnectionError (a write may or may not have run: nothing is re-sent here); a re
 takes longer than the connection's socket timeout fails them with TimeoutError; a
 `READONLY` reply (a master demoted by a failover) fails them with ConnectionError. Each
 drops the connection; the next command opens a new one.
+
+`listen` reads a subscription the same way: each published message is parsed and handed
+to its sink as it arrives, without redis-py's PubSub machinery per message.
 """
 
 from __future__ import annotations
@@ -24,26 +27,34 @@ import asyncio
 import contextlib
 import weakref
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import hiredis
 from redis._parsers.base import BaseParser
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
-from redis.asyncio.connection import AbstractConnection
+from redis.asyncio.connection import AbstractConnection, ConnectionPool
 from redis.exceptions import ConnectionError, InvalidResponse, ReadOnlyError, TimeoutError
 
 Command = Sequence[Any]
 REPLY_TIMEOUT_S = 5.0  # redis-py's default socket timeout, when the connection has none
+KEEPALIVE_S = 15.0  # a subscribed connection is PINGed this often
+
+
+MessageSink = Callable[[Any], None]
 
 
 class _Link(asyncio.Protocol):
-    """One open connection: queued writes and the futures of the replies still due."""
+    """One open connection: queued writes and the futures of the replies still due; on a
+    subscribed connection, each published message's data goes to `on_message` instead."""
 
-    def __init__(self, conn: AbstractConnection, timeout_s: float) -> None:
+    def __init__(
+        self, conn: AbstractConnection, timeout_s: float, on_message: MessageSink | None = None
+    ) -> None:
         self.conn = conn
         self.timeout_s = timeout_s
+        self.on_message = on_message
         encoder = conn.encoder
         options: dict[str, Any] = {"protocolError": InvalidResponse}
         options["replyError"] = BaseParser.parse_error  # error replies as redis-py's classes
@@ -54,6 +65,7 @@ class _Link(asyncio.Protocol):
         self.out: list[bytes] = []
         self.loop = asyncio.get_running_loop()
         self.broken: Exception | None = None
+        self.ended = self.loop.create_future()  # set (to the error) once the link breaks
         self._timer: asyncio.TimerHandle | None = None
         # redis-py has no public way to hand over a connection's socket: take its transport
         # from the connection's stream writer, and pass the end of the connection on to the
@@ -87,6 +99,9 @@ class _Link(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.reader.feed(data)
         while (reply := self.reader.gets()) is not False:
+            if self.on_message is not None and _is_message(reply):
+                self.on_message(reply[2])
+                continue
             future, _ = self.due.popleft()
             if isinstance(reply, ReadOnlyError):
                 self._break(ConnectionError(f"Redis is a replica now (failover): {reply}"))
@@ -117,6 +132,7 @@ class _Link(asyncio.Protocol):
         if self.broken is None:
             self.broken = err
             self.transport.abort()
+            self.ended.set_result(err)
         while self.due:
             future, _ = self.due.popleft()
             if not future.done():
@@ -149,22 +165,58 @@ class Pipe:
                 return link  # opened by another caller meanwhile
             self._link = None
             if link is not None:
-                await self._give_back(link.conn)
-            conn = await self.pool.get_connection()
-            try:
-                await conn.connect()  # a no-op when the pool's connection is open already
-                timeout_s = getattr(conn, "socket_timeout", None) or REPLY_TIMEOUT_S
-                self._link = _Link(conn, timeout_s)
-            except BaseException:
-                await self._give_back(conn)
-                raise
+                await _give_back(self.pool, link.conn)
+            self._link = await _open(self.pool)
             return self._link
 
-    async def _give_back(self, conn: AbstractConnection) -> None:
-        """Close a connection taken from the pool and return it (reopened when next used)."""
-        with contextlib.suppress(Exception):
-            await conn.disconnect(nowait=True)
-        await self.pool.release(conn)
+
+async def _open(pool: ConnectionPool, on_message: MessageSink | None = None) -> _Link:
+    """A link over a connection taken from `pool` (opened by redis-py: credentials, TLS,
+    `SELECT`, the Sentinel master)."""
+    conn = await pool.get_connection()
+    try:
+        await conn.connect()  # a no-op when the pool's connection is open already
+        timeout_s = getattr(conn, "socket_timeout", None) or REPLY_TIMEOUT_S
+        return _Link(conn, timeout_s, on_message)
+    except BaseException:
+        await _give_back(pool, conn)
+        raise
+
+
+async def _give_back(pool: ConnectionPool, conn: AbstractConnection) -> None:
+    """Close a connection taken from the pool and return it (reopened when next used)."""
+    with contextlib.suppress(Exception):
+        await conn.disconnect(nowait=True)
+    await pool.release(conn)
+
+
+def _is_message(reply: Any) -> bool:
+    """A published message (`message`, channel, data) on a subscribed connection."""
+    return isinstance(reply, list) and len(reply) == 3 and reply[0] in (b"message", "message")
+
+
+async def listen(
+    client: Redis, channel: str, on_message: MessageSink, ready: Callable[[], None]
+) -> Exception:
+    """Subscribe to `channel` on a connection of its own and hand each message's data to
+    `on_message` as it is parsed, until the connection fails: its error is returned.
+    `ready` is called once subscribed. A PING every `KEEPALIVE_S` finds a connection that
+    died silently (after the socket timeout)."""
+    link = await _open(client.connection_pool, on_message)
+    try:
+        (confirmed,) = await asyncio.gather(*link.send([("SUBSCRIBE", channel)]))
+        if isinstance(confirmed, Exception):
+            raise confirmed
+        ready()
+        while not link.ended.done():
+            await asyncio.wait({link.ended}, timeout=KEEPALIVE_S)
+            if not link.ended.done():
+                with contextlib.suppress(ConnectionError, TimeoutError):
+                    await asyncio.gather(*link.send([("PING",)]))
+        return link.ended.result()
+    finally:
+        link._break(ConnectionError("unsubscribed"))
+        await _give_back(client.connection_pool, link.conn)
 
 
 _PIPES: weakref.WeakKeyDictionary[Redis, Pipe] = weakref.WeakKeyDictionary()
