@@ -1,7 +1,7 @@
 """Client reads take turns (`LOCKGATE_READ_CONCURRENCY`): past that many at once, a read
 waits without using the gateway's CPU, so clients that poll `/status` in a loop cannot
 starve the workers' requests; submits, worker calls and `/status?wait=` long-polls never
-wait for a turn."""
+wait for a turn (`wait=0` is no long-poll: it waits its turn)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ async def test_a_read_past_the_limit_waits_its_turn_and_workers_and_long_polls_d
     assert status == 200 and job is not None
     reads = gateway.app[GATEWAY].reads
     async with reads:  # the one turn is taken
-        waiting = asyncio.ensure_future(call("GET", f"status/{job['id']}", client))
+        waiting = asyncio.ensure_future(call("GET", f"status/{job['id']}?wait=0", client))
         health = asyncio.ensure_future(call("GET", "health", client))
         await asyncio.sleep(0.5)
         assert not waiting.done() and not health.done()

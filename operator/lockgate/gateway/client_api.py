@@ -63,7 +63,7 @@ def client_route(method: str, op: Operation) -> Callable[[Handler], Handler]:
     def register(handler: Handler) -> Handler:
         async def route(request: web.Request) -> web.Response:
             gw = gateway_of(request)
-            if op in READS and "wait" not in request.query:
+            if op in READS and request.query.get("wait", "0") in ("", "0"):
                 async with gw.reads:
                     return await admitted(request, gw)
             return await admitted(request, gw)
