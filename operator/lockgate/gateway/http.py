@@ -49,19 +49,23 @@ async def read_body(request: web.Request, limit: int) -> bytes:
     when the client declares its length), with 503 when the gateway's body budget cannot
     hold it now, and with 408 when it does not arrive within the body timeout."""
     gw = gateway_of(request)
-    too_large = PayloadTooLarge(f"request body exceeds the {limit // (1024 * 1024)} MB limit")
     declared = request.content_length
     if declared is not None and declared > limit:
-        raise too_large
+        raise _too_large(limit)
     if declared:
         gw.budget.take(request, declared)
-    body = bytearray()
+        ready = request.content.read_nowait(declared)  # a small body came with the head
+        if len(ready) == declared:
+            return ready
+    else:
+        ready = b""
+    body = bytearray(ready)
     try:
         async with asyncio.timeout(gw.settings.body_timeout_s):
             while chunk := await request.content.readany():
                 body += chunk
                 if len(body) > limit:
-                    raise too_large
+                    raise _too_large(limit)
                 if declared is None:  # chunked: counted as it comes
                     gw.budget.take(request, len(chunk))
     except TimeoutError as err:
@@ -69,6 +73,10 @@ async def read_body(request: web.Request, limit: int) -> bytes:
             f"request body not received within {gw.settings.body_timeout_s:g} s"
         ) from err
     return bytes(body)
+
+
+def _too_large(limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(f"request body exceeds the {limit // (1024 * 1024)} MB limit")
 
 
 def parse_json(raw: bytes) -> Any:
