@@ -172,3 +172,23 @@ async def test_a_silent_subscription_is_found_by_its_keepalive(
         assert isinstance(await asyncio.wait_for(task, 10), TimeoutError)
     finally:
         os.kill(server.process.pid, signal.SIGCONT)
+
+
+async def test_a_caller_cancelled_while_waiting_leaves_the_others_replies_in_step(
+    server: EmbeddedRedis, client: Redis
+) -> None:
+    pipe = pipe_of(client)
+    assert await pipe.send([("PING",)]) == [b"PONG"]
+    assert server.process is not None
+    os.kill(server.process.pid, signal.SIGSTOP)  # the replies wait until it goes on
+    try:
+        first, second, third = (
+            asyncio.ensure_future(pipe.send([("ECHO", word)])) for word in ("a", "b", "c")
+        )
+        await asyncio.sleep(0.1)
+        second.cancel()
+    finally:
+        os.kill(server.process.pid, signal.SIGCONT)
+    assert await first == [b"a"] and await third == [b"c"]
+    assert second.cancelled()
+    assert await pipe.send([("ECHO", "d")]) == [b"d"]

@@ -102,12 +102,15 @@ class _Link(asyncio.Protocol):
             if self.on_message is not None and _is_message(reply):
                 self.on_message(reply[2])
                 continue
+            if not self.due:  # a reply nobody asked for: the stream is out of step
+                self._break(ConnectionError(f"unexpected reply from Redis: {reply!r:.100}"))
+                return
             future, _ = self.due.popleft()
             if isinstance(reply, ReadOnlyError):
+                self.due.appendleft((future, 0.0))  # failed with the others, below
                 self._break(ConnectionError(f"Redis is a replica now (failover): {reply}"))
-                future.set_exception(self.broken)  # type: ignore[arg-type]
                 return
-            if not future.done():
+            if not future.done():  # done: its caller was cancelled meanwhile
                 future.set_result(reply)  # an error reply is a value: the caller decides
 
     def connection_lost(self, exc: Exception | None) -> None:
