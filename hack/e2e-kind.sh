@@ -49,7 +49,7 @@ kind_cluster() { # create or reuse the cluster; writes its kubeconfig
   need docker "install Docker: https://docs.docker.com/get-docker/"
   docker info >/dev/null 2>&1 || die "the Docker daemon is not reachable (docker info failed): start it"
   need kind "install kind: https://kind.sigs.k8s.io/docs/user/quick-start/#installation"
-  if kind get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
+  if grep -qx "$CLUSTER" <<<"$(kind get clusters 2>/dev/null)"; then
     say "reusing kind cluster $CLUSTER"
   else
     say "creating kind cluster $CLUSTER"

@@ -38,8 +38,10 @@ KUBE_BINS=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kube
 kube_ready() {
   local b
   for b in "${KUBE_BINS[@]}"; do runs "$BIN/$b" || return 1; done
+  local version  # read whole, then matched (a `| grep -q` can SIGPIPE its writer)
   [[ -x "$BIN/kubectl" && -x "$BIN/pause" ]] &&
-    "$BIN/kube-apiserver" --version 2>/dev/null | grep -q "v$K8S_VERSION\$"
+    version="$("$BIN/kube-apiserver" --version 2>/dev/null)" &&
+    [[ "$version" == *"v$K8S_VERSION" ]]
 }
 
 all_ready() { kube_ready && runs "$BIN/etcd"; }

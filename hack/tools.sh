@@ -33,8 +33,11 @@ helm_ready() {
 }
 
 kubectl_ready() {
-  [[ -x "$BIN/kubectl" ]] &&
-    "$BIN/kubectl" version --client 2>/dev/null | grep -q "^Client Version: v$KUBECTL_VERSION\$"
+  # Read the whole output before matching: `kubectl … | grep -q` under pipefail fails
+  # whenever grep exits at its match before kubectl wrote its last line (SIGPIPE).
+  local out
+  [[ -x "$BIN/kubectl" ]] && out="$("$BIN/kubectl" version --client 2>/dev/null)" &&
+    grep -qx "Client Version: v$KUBECTL_VERSION" <<<"$out"
 }
 
 all_ready() { helm_ready && kubectl_ready; }
