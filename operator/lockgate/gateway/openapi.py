@@ -29,6 +29,7 @@ from lockgate.gateway.worker_api import BATCH_MAX
 from lockgate.models import ENDPOINT_ID_PATTERN, Health, JobRequest, JobStatus, PurgeResult
 from lockgate.models.api import (
     Accepted,
+    DoneAccepted,
     Empty,
     ErrorBody,
     Job,
@@ -83,6 +84,7 @@ def _schemas() -> tuple[dict[str, Any], dict[str, Any]]:
         ErrorBody,
         JobHandout,
         Accepted,
+        DoneAccepted,
         JobsToStop,
         Empty,
         JobPage,
@@ -390,6 +392,13 @@ def _worker_paths(ref: dict[str, dict]) -> dict[str, Any]:
     listed = _param(
         "job_id", "query", {"type": "string"}, "comma-separated ids of the jobs the worker runs"
     )
+    take = _param(
+        "take",
+        "query",
+        {"type": "integer", "minimum": 0, "maximum": 1, "default": 0},
+        "`1`: also hand this worker the next queued job, if one is queued now, as `job` in "
+        "the answer (beyond RunPod's protocol; never waits; not with `stopPod`)",
+    )
     return {
         "/v2/{endpoint}/job-take/{worker}": {
             "get": _op(
@@ -415,9 +424,9 @@ def _worker_paths(ref: dict[str, dict]) -> dict[str, Any]:
                 "deep to store, fails the job); or, with `status: IN_PROGRESS`, a progress "
                 "report (at most 1 MB) shown in /status while the job runs",
                 "workers",
-                _ok(ref["Accepted"]),
+                _ok(ref["DoneAccepted"]),
                 "400 401 403 404 408 413",
-                params=[WORKER, JOB],
+                params=[WORKER, JOB, take],
                 body=ref["JobResult"],
             )
         },

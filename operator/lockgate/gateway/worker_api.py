@@ -169,8 +169,9 @@ def _result(body: Any) -> tuple[bytes | None, str | None]:
 @routes.post("/v2/{endpoint}/job-done/{worker}/{job}")
 async def job_done(request: web.Request) -> web.Response:
     # The runpod SDK posts JSON with a form content type: the body is read raw, never as a form.
-    gw, endpoint_id, worker_id, _ = await _worker(request)
+    gw, endpoint_id, worker_id, entry = await _worker(request)
     job_id = job_id_param(request)
+    take_next = int_param(request, "take", default=0, lo=0, hi=1) == 1
     cap = gw.settings.max_result_bytes
     try:
         body = jsonbody.parse(await read_body(request, cap))
@@ -187,7 +188,28 @@ async def job_done(request: web.Request) -> web.Response:
         gw.metrics.observe_finished(endpoint_id, done)
     if body.get("stopPod") is True:  # refresh_worker: replace this worker after its job
         await gw.store.refresh_worker(endpoint_id, worker_id)
-    return json_response({"accepted": done is not None})
+        return json_response({"accepted": done is not None})
+    answer: dict[str, Any] = {"accepted": done is not None}
+    if take_next and (jobs := await _take_now(request, gw, entry)):
+        answer["job"] = _job_payload(jobs[0])
+    return json_response(answer)
+
+
+async def _take_now(request: web.Request, gw: Gateway, entry: dict) -> list[TakenJob]:
+    """A job-done's `take=1` (beyond RunPod's protocol; lockgate's runtime sends it when the
+    finished job's slot is free for another): the next queued job, if one is queued now,
+    handed out in the same answer instead of a job-take request of its own. Never waits."""
+    endpoint_id, worker_id = request.match_info["endpoint"], request.match_info["worker"]
+    if not _listening(request) or gw.draining:
+        return []
+    deadline = asyncio.get_running_loop().time()  # the budget is not waited for either
+    jobs, left = await _take_within_budget(
+        gw, request, endpoint_id, worker_id, 1, execution_timeout_ms(entry), deadline,
+        holds_none=False,
+    )  # fmt: skip
+    if jobs and left and left != STOPPING:
+        gw.notifier.kick(endpoint_id)
+    return jobs
 
 
 async def _progress(

@@ -100,6 +100,13 @@ class Accepted(BaseModel):
     accepted: bool
 
 
+class DoneAccepted(Accepted):
+    """job-done's answer: whether the result was recorded, and, when the worker asked with
+    `take=1` and a job was queued, that next job for the same worker."""
+
+    job: JobHandout | None = None
+
+
 class JobsToStop(BaseModel):
     """job-stop: ids of jobs the worker must stop (cancelled or timed out)."""
 

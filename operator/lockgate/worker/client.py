@@ -77,8 +77,11 @@ class GatewayClient:
         url = self._config.stream_url.replace("$ID", job_id)
         await self._deliver(url, None, payload, f"stream chunk of job {job_id}")
 
-    async def done(self, job_id: str, body: Mapping[str, Any], *, is_stream: bool) -> bool:
-        """Send a job's result, retrying for up to a minute; return whether it arrived."""
+    async def done(
+        self, job_id: str, body: Mapping[str, Any], *, is_stream: bool, take: bool = False
+    ) -> tuple[bool, Job | None]:
+        """Send a job's result, retrying for up to a minute; return whether it arrived and,
+        with `take`, the next job the gateway handed out in its answer (if one was queued)."""
         try:
             payload = codec.dumps(body)
         except (TypeError, ValueError) as err:
@@ -86,23 +89,33 @@ class GatewayClient:
             payload = codec.dumps({"error": error_message(err)})
         url = self._config.done_url.replace("$ID", job_id)
         params = {"isStream": "true" if is_stream else "false"}
-        return await self._deliver(url, params, payload, f"result of job {job_id}")
+        if take:
+            params["take"] = "1"
+        answer = await self._deliver(url, params, payload, f"result of job {job_id}")
+        if answer is None:
+            return False, None
+        job = _next_job(answer) if take else None
+        return True, job
 
     async def _deliver(
         self, url: str, params: dict[str, str] | None, payload: bytes, what: str
-    ) -> bool:
+    ) -> bytes | None:
+        """POST `payload` until it arrives or a minute passed; the answer, or None."""
         deadline = asyncio.get_running_loop().time() + DELIVERY_DEADLINE_S
         backoff = Backoff()
         while True:
             try:
-                await self._call("POST", url, params=params, data=payload, timeout=CALL_TIMEOUT)
-                return True
+                call = self._call("POST", url, params=params, data=payload, timeout=CALL_TIMEOUT)
+                return (await call)[1]
             except GatewayError as err:
                 late = asyncio.get_running_loop().time() + backoff.delay_s > deadline
                 if late or not err.retry:
                     log.error("%s was not delivered: %s", what, err)
-                    return False
+                    return None
                 log.warning("%s: %s; retrying in %.1f s", what, err, backoff.delay_s)
+                # A job handed out in a lost answer goes back to the queue when the pings
+                # do not list it; a retry asks for none, so at most one is out that way.
+                params = {k: v for k, v in (params or {}).items() if k != "take"} or None
                 await backoff.wait()
 
     async def _call(
@@ -139,6 +152,17 @@ def _decode(data: bytes) -> Any:
         return codec.loads(data)
     except ValueError as err:
         raise GatewayError(f"gateway answered with invalid JSON: {err}") from err
+
+
+def _next_job(answer: bytes) -> Job | None:
+    """The job a job-done answer handed out (`"job"`), if any."""
+    try:
+        decoded = codec.loads(answer) if answer else None
+    except ValueError as err:  # its job, if it had one, goes back to the queue unlisted
+        log.warning("job-done answered with invalid JSON: %s", err)
+        return None
+    job = decoded.get("job") if isinstance(decoded, dict) else None
+    return job if isinstance(job, dict) else None
 
 
 def _jobs_list(jobs: Any) -> list[Job]:

@@ -9,11 +9,13 @@ from dataclasses import dataclass
 
 @dataclass
 class HeldJob:
-    """One job in hand; `sending` once its handler finished and the result is being sent."""
+    """One job in hand; `sending` once its handler finished and the result is being sent;
+    `refilling` while that result's answer may bring the job to run next in its slot."""
 
     job_id: str
     task: asyncio.Task[None]
     sending: bool = False
+    refilling: bool = False
 
 
 class JobsInHand:
@@ -31,8 +33,9 @@ class JobsInHand:
 
     @property
     def running(self) -> int:
-        """How many jobs are inside the handler (each takes a concurrency slot)."""
-        return sum(not held.sending for held in self._jobs.values())
+        """How many concurrency slots are taken: jobs inside the handler, and jobs whose
+        result is on its way with the next job for their slot asked for."""
+        return sum(not held.sending or held.refilling for held in self._jobs.values())
 
     def ids(self) -> list[str]:
         """The ids of every job in hand, as the heartbeat reports them."""
@@ -46,10 +49,13 @@ class JobsInHand:
         """Hold a job whose handler is starting in `task`."""
         self._jobs[job_id] = HeldJob(job_id, task)
 
-    def sending(self, job_id: str) -> None:
-        """Mark a job's handler finished: its slot is free while the result is sent."""
-        self._jobs[job_id].sending = True
-        self._changed.set()
+    def sending(self, job_id: str, *, refilling: bool = False) -> None:
+        """Mark a job's handler finished. Its slot is free while the result is sent, unless
+        `refilling`: the answer to the result may bring the next job for that slot."""
+        held = self._jobs[job_id]
+        held.sending, held.refilling = True, refilling
+        if not refilling:
+            self._changed.set()
 
     def remove(self, job_id: str) -> None:
         """Let go of a job (its result was sent, or it was stopped)."""

@@ -137,19 +137,29 @@ class Runtime:
                 kind=self._kind,
                 executor=self._executor,
             )
-            self._jobs.sending(job_id)
             refresh = outcome.refresh_worker or self._options.refresh_worker
+            refill = not refresh and self._slot_stays()
+            self._jobs.sending(job_id, refilling=refill)
             # As the runpod SDK does: `stopPod` asks the gateway to replace this worker.
             body = {**outcome.body, "stopPod": True} if refresh else outcome.body
-            sent = await self._client.done(job_id, body, is_stream=outcome.is_stream)
+            sent, next_job = await self._client.done(
+                job_id, body, is_stream=outcome.is_stream, take=refill
+            )
         except asyncio.CancelledError:
             log.info("job %s stopped; its result is not sent", job_id)
             return
         finally:
             self._jobs.remove(job_id)
         _report_outcome(job_id, outcome, sent, time.monotonic() - started)
+        if next_job is not None:  # taken for this worker: run it, even if stopping now
+            self._start_job(next_job)
         if refresh:
             self.shutdown(f"job {job_id} asked for a fresh worker (refresh_worker)")
+
+    def _slot_stays(self) -> bool:
+        """Whether a finished job's slot is wanted for another job at once: the result's
+        job-done then asks for the next queued job (`take=1`), one request instead of two."""
+        return not self._stopping.is_set() and self._jobs.running <= self._wanted_concurrency()
 
     # -- stop signals and heartbeats
 
