@@ -190,7 +190,9 @@ async def job_done(request: web.Request) -> web.Response:
         await gw.store.refresh_worker(endpoint_id, worker_id)
         return json_response({"accepted": done is not None})
     answer: dict[str, Any] = {"accepted": done is not None}
-    if take_next and (jobs := await _take_now(request, gw, entry)):
+    # A recorded result says whether jobs wait: a take would find none otherwise.
+    wanted = take_next and (done is None or done.waiting > 0)
+    if wanted and (jobs := await _take_now(request, gw, entry)):
         answer["job"] = _job_payload(jobs[0])
     return json_response(answer)
 

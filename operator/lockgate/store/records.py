@@ -91,11 +91,13 @@ class Snapshot:
 
 @dataclass(frozen=True, slots=True)
 class Finished:
-    """A result the store recorded: when its job entered the queue and started (ms)."""
+    """A result the store recorded: when its job entered the queue and started (ms), and
+    how many jobs of its endpoint were waiting in the queues then."""
 
     queued: int
     started: int
     finished: int
+    waiting: int = 0
 
     @property
     def delay_ms(self) -> int:
