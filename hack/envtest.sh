@@ -20,6 +20,9 @@ GO_PKG=golang-1.19-go
 GO_BIN=/usr/lib/go-1.19/bin
 REFLECT2_DEB=/usr/share/gocode/src/github.com/modern-go/reflect2
 BUILD_PKGS=("$GO_PKG" rsync openssl make gcc libc6-dev golang-github-modern-go-reflect2-dev)
+# What the node of tests/cluster.py runs beside the built binaries (its HOST_PROGRAMS and
+# CNI plugins): installed on every run, since a machine may have the cache but not these.
+NODE_PKGS=(containerd runc containernetworking-plugins iptables iproute2)
 
 CACHE="${LOCKGATE_ENVTEST_DIR:-$HOME/.cache/lockgate-envtest}"
 BIN="$CACHE/bin"
@@ -162,11 +165,12 @@ link_etcd() {
 
 main() {
   local t0=$SECONDS
+  mkdir -p "$CACHE"
+  install_pkgs "${NODE_PKGS[@]}"
   if all_ready; then
     say "binaries ready in $BIN"
     return 0
   fi
-  mkdir -p "$CACHE"
   # One build at a time per cache dir (parallel test sessions, CI retries).
   exec 9>"$CACHE/.lock"
   flock 9
