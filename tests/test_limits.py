@@ -28,7 +28,7 @@ from lockgate.models.limits import (
 )
 from lockgate.store import JobStore, Registry, keys
 from lockgate.store.limits import Grant, RateLimits
-from tests.conftest import make_settings, register, start_gateway
+from tests.conftest import eventually, make_settings, register, start_gateway
 
 ROUTES = {
     Operation.RUNSYNC: ("POST", "runsync?wait=1000"),
@@ -168,14 +168,21 @@ async def test_rate_limits_can_be_switched_off(http, gateway, gateway_settings):
 
 @pytest.mark.parametrize("gateway_settings", [limited("runsync", concurrency=2)], indirect=True)
 async def test_requests_in_flight_past_the_concurrency_limit_are_refused(http, gateway):
-    held = [
-        asyncio.create_task(call(http, gateway.url, gateway.client_key, Operation.RUNSYNC))
-        for _ in range(2)
-    ]
-    await asyncio.sleep(0.4)  # both wait for a worker that never comes (wait=1000)
+    async def hold() -> int:  # waits 5 s for a worker that never comes
+        target = f"{gateway.url}/v2/echo/runsync?wait=5000"
+        headers = {"authorization": gateway.client_key}
+        async with http.post(target, json={"input": {}}, headers=headers) as r:
+            return r.status
+
+    async def both_queued() -> bool:  # past the limiter: their jobs wait in the queue
+        _, _, health = await call(http, gateway.url, gateway.client_key, Operation.HEALTH)
+        return health["jobs"]["inQueue"] == 2
+
+    held = [asyncio.create_task(hold()) for _ in range(2)]
+    await eventually(both_queued, "both held /runsync in flight", timeout=4)
     status, retry_after, body = await call(http, gateway.url, gateway.client_key, Operation.RUNSYNC)
     assert status == 429 and retry_after == "1" and "in flight" in body["error"]
-    assert [s for s, _, _ in await asyncio.gather(*held)] == [200, 200]
+    assert await asyncio.gather(*held) == [200, 200]
     assert (await call(http, gateway.url, gateway.client_key, Operation.RUNSYNC))[0] == 200
 
 
