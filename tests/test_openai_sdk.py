@@ -163,6 +163,18 @@ def test_a_stream_closed_by_its_client_cancels_the_job(vllm_dev):
     assert job_api(vllm_dev, f"status/{job_id}")["status"] == "CANCELLED"
 
 
+def test_a_stream_read_to_its_done_leaves_the_job_completed_though_the_worker_lingers(vllm_dev):
+    raw = client(vllm_dev).chat.completions.with_raw_response.create(
+        model=toy_llm.MODEL,
+        messages=HELLO,
+        stream=True,
+        extra_body={"linger_ms": 3000},  # done 3 s after its `data: [DONE]`
+    )
+    assert streamed_text(raw.parse()) == ECHO  # the SDK closes its connection at [DONE]
+    done = job_api(vllm_dev, f"status/{raw.headers[JOB_HEADER]}?wait=30000")
+    assert done["status"] == "COMPLETED"  # not cancelled for a client that left at [DONE]
+
+
 # -- a lockgate-runtime worker that yields chunk objects and lists of them -----------------
 
 

@@ -8,8 +8,9 @@ text as aiohttp's `iter_any()` reads it from vLLM: several `data:` events per yi
 mid-line where a read ends, the last one `data: [DONE]`; any failure yields
 `{"error": {"message", "type": "worker_error", "code": None}}` once.
 
-Test knob (not worker-vllm's): `delay_ms` in the body waits that long per event, as
-tokens come from a GPU.
+Test knobs (not worker-vllm's): `delay_ms` in the body waits that long per event, as
+tokens come from a GPU; `linger_ms` waits that long after the last yield before the job
+is done (a worker that cleans up after its stream).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ async def handler(job: dict[str, Any]) -> AsyncIterator[Any]:
         return
     async for text in _reads(items, float(body.get("delay_ms", 0)) / 1000):
         yield text
+    await asyncio.sleep(float(body.get("linger_ms", 0)) / 1000)
 
 
 async def _reads(items: list[dict[str, Any]], delay_s: float) -> AsyncIterator[str]:

@@ -198,6 +198,9 @@ class _Follow:
                     return _respond(worker_answer(*error), self.job_id)
                 deadline = self.loop.time() + settings.openai_wait_s
                 response = await self._send(response, b"".join(map(framer.feed, chunks)))
+                if framer.done:  # the worker's own [DONE]: end now, clients close at it
+                    await response.write_eof()
+                    return response
             if status in FINAL_STATES:
                 return await self._end(response, framer)
 

@@ -208,6 +208,11 @@ class StreamFramer:
         values = output if isinstance(output, list) else [output]
         return self._boundary() + b"".join(sse(v) for v in values)
 
+    @property
+    def done(self) -> bool:
+        """Whether the worker's raw text carried `data: [DONE]`: its client has it all."""
+        return self._done
+
     def finish(self) -> bytes:
         """The bytes that end the stream."""
         return self._boundary() + (b"" if self._done else DONE)
