@@ -101,8 +101,9 @@ def test_every_mode_gives_the_three_components_one_redis_environment(
 
 
 def test_an_external_cluster_and_sentinel_reach_lockgate_as_written(render_chart) -> None:
-    cluster = redis_env(render_chart(external(clusterNodes="c0:6379,c1:6379")))
+    cluster = redis_env(render_chart(external(clusterNodes="c0:6379,c1:6379", minReplicasAck=1)))
     assert lockgate_settings(cluster).describe() == "Redis Cluster via c0:6379,c1:6379"
+    assert cluster["LOCKGATE_REDIS_MIN_REPLICAS_ACK"] == "1"  # each master's own replicas
     sentinel = redis_env(
         render_chart(external(sentinels=SENTINELS, sentinelMaster="mymaster", minReplicasAck=1))
     )
@@ -176,7 +177,6 @@ def test_without_tls_no_ca_volume_is_mounted(render_chart) -> None:
         (external(sentinels=SENTINELS), "needs externalRedis.sentinelMaster"),
         (external(url="redis://r:6379/0", sentinelMaster="m"), "needs externalRedis.sentinels"),
         (external(url="redis://r/0", password="a", existingSecret="s"), "not both"),
-        (external(clusterNodes="c:6379", minReplicasAck=1), "not supported with"),
         (external(url="redis://r/0", tls={"enabled": True}), "needs a rediss:// URL"),
         (external(url="rediss://r/0", tls={"existingSecret": "ca"}), "needs externalRedis.tls"),
         (external(url="redis://r/0", sentinelPassword="x"), "are for externalRedis.sentinels"),

@@ -637,9 +637,6 @@ without externalRedis.tls.existingSecret. */}}
 {{- if and $ext.tls.enabled $ext.url (not (hasPrefix "rediss://" $ext.url)) }}
 {{- fail "externalRedis.tls.enabled with externalRedis.url needs a rediss:// URL" }}
 {{- end }}
-{{- if and $ext.clusterNodes $ext.minReplicasAck }}
-{{- fail "externalRedis.minReplicasAck is not supported with externalRedis.clusterNodes (WAIT would reach another node than the write's)" }}
-{{- end }}
 {{- end }}
 {{- if and .Values.redis.sentinel.enabled (gt (int .Values.redis.sentinel.quorum) (int .Values.redis.sentinel.replicas)) }}
 {{- fail "redis.sentinel.quorum cannot exceed redis.sentinel.replicas: no failover could ever be agreed" }}
