@@ -135,7 +135,7 @@ async def acceptance_and_queue(cfg: Config, work: Path, floor: Service) -> list[
         share = run_rate / floor_rate
         rows = [
             Row(f"/run acceptance, {cfg.clients} clients", f"{run_rate:,.0f} req/s",
-                f"{floor_rate:,.0f} req/s", f">= 50% of floor (is {share:.0%})", share >= 0.5),
+                f"{floor_rate:,.0f} req/s", f">= 60% of floor (is {share:.0%})", share >= 0.6),
             run_use,
             floor_use,
         ]  # fmt: skip
