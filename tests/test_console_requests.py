@@ -109,6 +109,8 @@ def test_the_default_request_runs_to_completed_and_bad_json_is_not_sent(
 
 def test_a_streaming_job_shows_its_chunks_while_it_runs(page, console_dev, endpoints):
     open_tab(page, console_dev, endpoints["streaming"])
+    status_reads: list[str] = []
+    page.on("request", lambda r: "/status/" in r.url and status_reads.append(r.url))
     page.get_by_label("Request body (JSON)").fill(
         '{"input": {"prompt": "tell me", "max_tokens": 8, "delay_ms": 600}}'
     )
@@ -122,6 +124,8 @@ def test_a_streaming_job_shows_its_chunks_while_it_runs(page, console_dev, endpo
     wait_status(page, "COMPLETED")
     words = stream.inner_text().split()
     assert len(words) == 8 and len(words) > len(first_text.split())
+    # The console never busy-polls: each status read is held by the gateway (?wait=).
+    assert status_reads and all("?wait=" in url for url in status_reads), status_reads
     assert_clean(page, allow=EXPECTED)
 
 

@@ -187,11 +187,12 @@ function liveJob(endpointId, job, signal) {
         stream.hidden = false;
         stream.append(read.stream.map(chunkText).join(""));
       }
-      const body = await job(`status/${encodeURIComponent(jobIdValue)}`);
+      await coldStart(read.status);
+      // Held by the gateway until the job is final or POLL_MS passed (?wait=): the pause
+      // between reads without a busy poll, and an ending shown as soon as it comes.
+      const body = await job(`status/${encodeURIComponent(jobIdValue)}?wait=${POLL_MS}`, {signal});
       if (FINAL.has(body.status) && FINAL.has(read.status) && !read.stream.length) return finish(body);
       show(body.status, body);
-      await coldStart(body.status);
-      await pause(POLL_MS, signal);
     }
   }
 
