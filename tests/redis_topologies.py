@@ -14,7 +14,7 @@ import shutil
 import signal
 import socket
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,6 +69,8 @@ class Node:
     folder: Path
     argv: list[str]
     process: subprocess.Popen | None = None
+    # How to tell it answers (a password or TLS makes the default raw PING useless).
+    ready: Callable[[], bool] | None = None
 
     def start(self) -> Node:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -76,9 +78,8 @@ class Node:
             self.argv, cwd=self.folder, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
-        wait_until(
-            lambda: "PONG" in send(self.port, "PING"), f"redis on port {self.port}", 10, 0.05
-        )
+        ready = self.ready or (lambda: "PONG" in send(self.port, "PING"))
+        wait_until(ready, f"redis on port {self.port}", 10, 0.05)
         return self
 
     def kill(self) -> None:

@@ -244,8 +244,9 @@ def standalone_options(settings: RedisSettings) -> dict[str, Any]:
     itself is the URL's scheme (`rediss://`): a CA file is passed only with it."""
     options = client_options(settings)
     options.pop("ssl", None)
-    if not settings.redis_url.startswith("rediss://"):
-        options.pop("ssl_ca_certs", None)
+    options.pop("ssl_ca_certs", None)  # client_options gives it only with LOCKGATE_REDIS_TLS
+    if settings.redis_url.startswith("rediss://") and settings.redis_tls_ca_file:
+        options["ssl_ca_certs"] = settings.redis_tls_ca_file
     return options
 
 
@@ -340,7 +341,16 @@ def _sentinel(settings: RedisSettings, *, max_connections: int, pool_timeout_s: 
     }
     sentinels = Sentinel(
         nodes(settings.redis_sentinels),
-        sentinel_kwargs={"socket_connect_timeout": 2, "socket_timeout": 2, **tls, **sentinel_auth},
+        sentinel_kwargs={
+            "socket_connect_timeout": 2,
+            "socket_timeout": 2,
+            # redis-py's default (1 s doubling, up to 10 s apart) also retries a refused
+            # AUTH (an AuthenticationError is a ConnectionError): a wrong sentinel password
+            # took ~17 s to fail, each new master connection as long again.
+            "retry": Retry(ExponentialBackoff(cap=0.5, base=0.01), retries=3),
+            **tls,
+            **sentinel_auth,
+        },
         **client_options(settings),
         **_resilience(),
     )
