@@ -156,6 +156,28 @@ async def test_deleting_one_endpoints_data_scans_every_master_and_spares_the_oth
         assert (found == []) == (endpoint == spread[0]), found
 
 
+async def test_the_pools_and_samplers_scripts_run_on_each_endpoints_master(redis, spread):
+    """worker_states (the operator and the dev pool), history (the console's sampler) and
+    release_worker (a pod or process gone) on three endpoints, each on its own master."""
+    store = JobStore(redis)
+    t = int(store.clock() / 1000) // 10 * 10
+    for endpoint in spread:
+        await store.submit(endpoint, NewJob(id="j1", input=b"{}", ttl_ms=60_000))
+        taken, _ = await store.take(endpoint, "w1", 1, 60_000)
+        assert [job.id for job in taken] == ["j1"]
+        await store.report_worker_states(endpoint, initializing=1, throttled=2, unhealthy=3)
+        snap = await store.snapshot(endpoint)
+        states = (snap.workers_initializing, snap.workers_throttled, snap.workers_unhealthy)
+        assert states == (1, 2, 3) and snap.in_progress == 1
+        assert await store.record_history(endpoint, t)
+        assert not await store.record_history(endpoint, t)  # another replica's turn: written
+        [point] = await store.history(endpoint)
+        assert (point["t"], point["inProgress"], point["workersStarting"]) == (t, 1, 1)
+        assert await store.release_worker(endpoint, "w1") == (1, 0)  # its job queued again
+        snap = await store.snapshot(endpoint)
+        assert (snap.in_queue, snap.in_progress, snap.retried) == (1, 0, 1)
+
+
 async def test_events_published_on_every_master_reach_one_subscription(redis, spread):
     """Scripts publish on the node of their endpoint's slot; a gateway subscribes on one
     node: plain PUBLISH reaches it from every master (the cluster bus carries it)."""
