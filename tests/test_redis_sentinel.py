@@ -35,6 +35,10 @@ from tests.devproc import DevProcess
 from tests.redis_topologies import SentinelProcs, send
 from tests.redis_topologies import redis_sentinels as redis_sentinels  # a fixture
 from tests.test_faults import gateway_process
+from tests.test_idempotency import (  # noqa: F401 (re-run here on Sentinel)
+    test_a_second_run_with_the_same_key_returns_the_first_job,
+    test_deleting_an_endpoints_data_removes_its_idempotency_keys,
+)
 from tests.test_job_api import (  # noqa: F401 (re-run here on Sentinel)
     get,
     take,
@@ -60,11 +64,19 @@ from tests.test_lifecycle import (  # noqa: F401
     test_a_job_the_workers_ping_does_not_list_goes_back_to_the_queue,
     test_a_silent_worker_loses_its_job_to_the_queue_then_it_fails,
     test_a_webhook_that_fails_twice_is_called_exactly_three_times_signed,
+    test_results_are_kept_for_the_retention_then_gone_and_not_retryable,
 )
 from tests.test_limits import (  # noqa: F401
     HOUR_WINDOW,
     test_limits_count_per_key_owner_and_per_endpoint,
     test_requests_in_flight_past_the_concurrency_limit_are_refused,
+)
+from tests.test_progress import (  # noqa: F401
+    test_the_latest_progress_is_the_output_of_a_running_job,
+)
+from tests.test_requests_list import (  # noqa: F401
+    test_cancel_retry_and_a_lost_worker_move_jobs_between_status_filters,
+    test_jobs_are_listed_newest_first_with_their_state_and_nothing_private,
 )
 from tests.test_runpod_sdk import (  # noqa: F401 (the SDK's tests, on a Sentinel dev)
     echo,
