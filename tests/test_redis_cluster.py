@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import aiohttp
 import pytest
 import redis as sync_redis
+import requests
 import runpod
 from redis.crc import key_slot
 
@@ -36,6 +37,7 @@ from lockgate.store.connection import NotReplicated, RedisSettings
 from lockgate.store.limits import RateLimits
 from lockgate.workerenv import WORKER_DEFAULTS, worker_env, worker_id_env
 from tests.conftest import REPO, LiveGateway, eventually, redis_settings, register, wait_until
+from tests.devproc import DevProcess
 from tests.redis_topologies import Node, RedisClusterProcs, send
 from tests.test_idempotency import (  # noqa: F401
     test_a_second_run_with_the_same_key_returns_the_first_job,
@@ -176,6 +178,27 @@ async def test_the_pools_and_samplers_scripts_run_on_each_endpoints_master(redis
         assert await store.release_worker(endpoint, "w1") == (1, 0)  # its job queued again
         snap = await store.snapshot(endpoint)
         assert (snap.in_queue, snap.in_progress, snap.retried) == (1, 0, 1)
+
+
+def test_lockgate_dev_runs_on_the_cluster_its_settings_name(redis_cluster, tmp_path):
+    """`lockgate dev` with LOCKGATE_REDIS_CLUSTER_NODES: no embedded Redis, and the job,
+    the registry and the samplers' writes land on the cluster."""
+    env = {"LOCKGATE_REDIS_CLUSTER_NODES": redis_cluster.startup_nodes}
+    handler = str(REPO / "examples/echo/handler.py")
+    with DevProcess(handler, "--workers-min", "1", data_dir=tmp_path / "dev", env=env) as dev:
+        dev.wait_for(r"using Redis Cluster via 127\.0\.0\.1:\d+")
+        assert not any("redis ready" in line for line in dev.lines)
+        answer = requests.post(
+            dev.job_url("runsync"), json={"input": {"x": 1}}, headers=dev.headers(), timeout=60
+        ).json()
+        assert (answer["status"], answer["output"]) == ("COMPLETED", {"echo": {"x": 1}})
+        client = sync_redis.RedisCluster.from_url(f"redis://{redis_cluster.masters()[0].address}")
+        try:
+            prefix = keys.prefix(dev.endpoint)
+            assert client.hget(prefix + "j:" + answer["id"], "st") == b"COMPLETED"
+            assert client.hexists(keys.ENDPOINTS, dev.endpoint)
+        finally:
+            client.close()
 
 
 async def test_events_published_on_every_master_reach_one_subscription(redis, spread):
