@@ -162,6 +162,16 @@ async def test_raw_sse_text_is_passed_through_as_it_comes_with_one_done(http, ga
     assert await response.read() == b'data: {"n": 2}\n\ndata: [DONE]\n\n'
 
 
+async def test_the_workers_own_done_ends_the_stream_before_the_job_ends(http, gateway):
+    response_task = asyncio.create_task(open_stream(http, gateway))
+    job = await worker_job(http, gateway)
+    await push(http, gateway, job["id"], {"output": 'data: {"n": 1}\n\ndata: [DONE]'})
+    response = await response_task
+    body = await asyncio.wait_for(response.read(), 10)  # the job is still IN_PROGRESS
+    assert body == b'data: {"n": 1}\n\ndata: [DONE]\n\n'  # its last event ended
+    await done(http, gateway, job["id"], {"output": []})
+
+
 async def test_objects_and_lists_are_one_event_each_then_done(http, gateway):
     response_task = asyncio.create_task(open_stream(http, gateway))
     job = await worker_job(http, gateway)

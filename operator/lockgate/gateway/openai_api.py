@@ -197,10 +197,12 @@ class _Follow:
                 if response is None and (error := _first_error(chunks[0])) is not None:
                     return _respond(worker_answer(*error), self.job_id)
                 deadline = self.loop.time() + settings.openai_wait_s
-                response = await self._send(response, b"".join(map(framer.feed, chunks)))
+                data = b"".join(map(framer.feed, chunks))
                 if framer.done:  # the worker's own [DONE]: end now, clients close at it
+                    response = await self._send(response, data + framer.finish())
                     await response.write_eof()
                     return response
+                response = await self._send(response, data)
             if status in FINAL_STATES:
                 return await self._end(response, framer)
 
