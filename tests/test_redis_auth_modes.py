@@ -10,8 +10,6 @@ skipped without them unless LOCKGATE_REQUIRE_REDIS_TOPOLOGIES=1."""
 from __future__ import annotations
 
 import asyncio
-import datetime
-import ipaddress
 import os
 import shutil
 import subprocess
@@ -25,6 +23,7 @@ import pytest
 import redis as sync_redis
 from redis.exceptions import AuthenticationError, RedisError
 
+from envtest import EC_KEY, _openssl
 from lockgate.dev.redis_server import free_port
 from lockgate.store import connect
 from lockgate.store.connection import RedisSettings
@@ -58,84 +57,20 @@ class Tls:
 
 
 def make_tls(folder: Path) -> Tls:
-    """A fresh CA and a server certificate (SAN 127.0.0.1, localhost) in `folder`: with
-    the `cryptography` package, else the `openssl` command."""
-    try:
-        import cryptography  # noqa: F401
-    except ImportError:
-        return make_tls_openssl(folder)
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    folder.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.UTC)
-
-    def name(cn: str) -> x509.Name:
-        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-
-    def signed(
-        builder: x509.CertificateBuilder, key: ec.EllipticCurvePrivateKey
-    ) -> x509.Certificate:
-        return (
-            builder.serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .sign(key, hashes.SHA256())
-        )
-
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = signed(
-        x509.CertificateBuilder()
-        .subject_name(name("lockgate test CA"))
-        .issuer_name(name("lockgate test CA"))
-        .public_key(ca_key.public_key())
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True),
-        ca_key,
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = signed(
-        x509.CertificateBuilder()
-        .subject_name(name("127.0.0.1"))
-        .issuer_name(ca.subject)
-        .public_key(key.public_key())
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
-            ),
-            critical=False,
-        ),
-        ca_key,
-    )
-    tls = Tls(folder / "ca.pem", folder / "server.pem", folder / "server.key")
-    tls.ca.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    tls.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    tls.key.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.TraditionalOpenSSL,
-            serialization.NoEncryption(),
-        )
-    )
-    return tls
-
-
-def make_tls_openssl(folder: Path) -> Tls:
-    """`make_tls` with the `openssl` command (skip without it)."""
-    openssl = shutil.which("openssl") or pytest.skip("neither cryptography nor openssl here")
+    """A fresh CA and a server certificate (SAN 127.0.0.1, localhost) in `folder`, made
+    with the `openssl` command as envtest's are (skip without it)."""
+    shutil.which("openssl") or pytest.skip("no openssl command here")
     folder.mkdir(parents=True, exist_ok=True)
     tls = Tls(folder / "ca.pem", folder / "server.pem", folder / "server.key")
     (folder / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
     for argv in (
-        ["req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-subj", "/CN=test CA",
+        ["req", "-x509", *EC_KEY, "-keyout", "ca.key", "-out", "ca.pem", "-subj", "/CN=test CA",
          "-days", "1"],
-        ["req", *ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1"],
+        ["req", *EC_KEY, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1"],
         ["x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
          "-CAcreateserial", "-out", "server.pem", "-days", "1", "-extfile", "san.ext"],
     ):  # fmt: skip
-        subprocess.run([openssl, *argv], cwd=folder, check=True, capture_output=True, timeout=30)
+        _openssl(*argv, cwd=folder)
     return tls
 
 

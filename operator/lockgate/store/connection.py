@@ -211,12 +211,17 @@ def _standalone(url: str, *, max_connections: int, pool_timeout_s: float, **opti
     return Redis.from_pool(pool)
 
 
+def _retry(retries: int = 3) -> Retry:
+    """Up to `retries` more tries, 10 ms doubling, at most 0.5 s apart."""
+    return Retry(ExponentialBackoff(cap=0.5, base=0.01), retries=retries)
+
+
 def _resilience() -> dict[str, Any]:
     """Connection options of every mode: a command is retried 3 times (10 ms doubling, at
     most 0.5 s apart) across a reconnect, connecting gives up after 2 s, and a connection
     idle for 30 s is checked before use."""
     return {
-        "retry": Retry(ExponentialBackoff(cap=0.5, base=0.01), retries=3),
+        "retry": _retry(),
         "retry_on_error": [ConnectionError, TimeoutError],
         "socket_connect_timeout": 2,
         "health_check_interval": 30,
@@ -280,7 +285,7 @@ def _cluster(settings: RedisSettings, *, max_connections: int, pool_timeout_s: f
         # default (a full refresh every 5 MOVED) closes every connection, also those other
         # requests are using, which then fail outside its retries (AttributeError).
         reinitialize_steps=0,
-        retry=Retry(ExponentialBackoff(cap=0.5, base=0.01), retries=CLUSTER_RETRIES),
+        retry=_retry(CLUSTER_RETRIES),
         socket_connect_timeout=2,
         health_check_interval=30,
         **client_options(settings),
@@ -347,7 +352,7 @@ def _sentinel(settings: RedisSettings, *, max_connections: int, pool_timeout_s: 
             # redis-py's default (1 s doubling, up to 10 s apart) also retries a refused
             # AUTH (an AuthenticationError is a ConnectionError): a wrong sentinel password
             # took ~17 s to fail, each new master connection as long again.
-            "retry": Retry(ExponentialBackoff(cap=0.5, base=0.01), retries=3),
+            "retry": _retry(),  # as the data connections (_resilience)
             **tls,
             **sentinel_auth,
         },
