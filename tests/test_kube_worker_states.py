@@ -98,8 +98,11 @@ def test_pod_states_become_health_counts_and_a_condition_naming_the_cause(
             cond = resources.condition(resources.status(EP), "WorkersHealthy")
             return cond if cond.get("status") == "False" else {}
 
-        cond = resources.wait_until(failing, "WorkersHealthy False")
-        assert cond["reason"] == "ImagePullError"  # the worst cause first
+        # The worst cause first, once the operator has seen all three pods' statuses (a
+        # reconcile between the status writes may name the Unschedulable pod alone).
+        cond = resources.wait_until(
+            lambda: (c := failing()).get("reason") == "ImagePullError" and c, "the pull named"
+        )
         assert IMAGE in cond["message"] and "Check the image name" in cond["message"]
 
         resources.core.delete_namespaced_pod("w-pull", resources.namespace, grace_period_seconds=0)

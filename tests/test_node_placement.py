@@ -96,11 +96,22 @@ def events(release: Release, reason: str) -> list[str]:
     return [e["message"] for e in json.loads(out)["items"]]
 
 
-def pods_of(release: Release, component: str) -> list[dict[str, Any]]:
-    """The endpoint's live worker (or flashboot) pods."""
+def failed_scheduling(release: Release) -> list[str]:
+    """The scheduler's reasons for not placing pods in the namespace (failure messages)."""
+    out = release.node.kubectl(
+        "-n", USER_NAMESPACE, "get", "events", "-o", "json",
+        "--field-selector", "reason=FailedScheduling",
+    )  # fmt: skip
+    return [f"{e['involvedObject']['name']}: {e['message']}" for e in json.loads(out)["items"]]
+
+
+def pods_of(
+    release: Release, component: str, *, terminating: bool = False
+) -> list[dict[str, Any]]:
+    """The endpoint's live worker (or flashboot) pods; with `terminating`, those going too."""
     selector = f"lockgate.dev/endpoint={ENDPOINT},app.kubernetes.io/component={component}"
     pods = release.pods(selector, USER_NAMESPACE)
-    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    return [p for p in pods if terminating or not p["metadata"].get("deletionTimestamp")]
 
 
 def placed_workers(release: Release) -> list[str]:
@@ -218,7 +229,12 @@ def test_the_workers_move_back_to_the_first_type_when_it_is_free_again(
     release: Release, jobs: Jobs
 ) -> None:
     label_node(release, FIRST)
-    wait_until(lambda: not pods_of(release, "worker"), "the idle worker to stop", 90)
+    # Gone, not only terminating: a worker requests a whole core of the node's two, so a new
+    # one would stay Unschedulable (Insufficient cpu) beside it, and the operator would
+    # rightly fall back to the second type again.
+    wait_until(
+        lambda: not pods_of(release, "worker", terminating=True), "the idle worker to stop", 120
+    )
     t0 = time.monotonic()
     wait_until(
         lambda: gpu_type(release) == (FIRST, "RetryingFirst"),
@@ -229,7 +245,7 @@ def test_the_workers_move_back_to_the_first_type_when_it_is_free_again(
     job_id = jobs.run({"input": {"on": "first"}})
     wait_until(lambda: placed_workers(release) == [FIRST], "a worker placed on the first type", 120)
     assert jobs.final(job_id, timeout=180)["status"] == "COMPLETED"
-    assert gpu_type(release) == (FIRST, "RetryingFirst")
+    assert gpu_type(release) == (FIRST, "RetryingFirst"), failed_scheduling(release)
     cond = wait_until(lambda: condition(release).get("reason") == "RetryingFirst" and condition(
         release), "the GPUTypeSelected condition", 30)  # fmt: skip
     assert FIRST in cond["message"] and "gpuTypeIds[0]" in cond["message"], cond
