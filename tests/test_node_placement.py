@@ -105,9 +105,7 @@ def failed_scheduling(release: Release) -> list[str]:
     return [f"{e['involvedObject']['name']}: {e['message']}" for e in json.loads(out)["items"]]
 
 
-def pods_of(
-    release: Release, component: str, *, terminating: bool = False
-) -> list[dict[str, Any]]:
+def pods_of(release: Release, component: str, *, terminating: bool = False) -> list[dict[str, Any]]:
     """The endpoint's live worker (or flashboot) pods; with `terminating`, those going too."""
     selector = f"lockgate.dev/endpoint={ENDPOINT},app.kubernetes.io/component={component}"
     pods = release.pods(selector, USER_NAMESPACE)
