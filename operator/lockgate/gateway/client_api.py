@@ -23,7 +23,7 @@ from lockgate.gateway.views import job_body, stream_body
 from lockgate.models import FINAL_STATES, JobRequest, describe_validation_error
 from lockgate.models.jobs import MAX_DURATION_MS, TTL_MIN_MS
 from lockgate.models.limits import Operation
-from lockgate.store import UNAVAILABLE, IneligibleState, JobNotFound, NewJob
+from lockgate.store import UNAVAILABLE, IneligibleState, JobNotFound, JobRecord, NewJob
 
 MB = 1024 * 1024
 RUN_LIMIT = 10 * MB
@@ -157,8 +157,7 @@ async def runsync(request: web.Request, call: Call) -> web.Response:
             done = asyncio.ensure_future(
                 _wait_final(gw, endpoint_id, job_id, wait_ms / 1000, submitted, status)
             )
-        await done
-        record = await gw.store.get(endpoint_id, job_id)
+        record = await done or await gw.store.get(endpoint_id, job_id)
     except JobNotFound as err:
         raise NotFound(_gone(job_id)) from err
     except UNAVAILABLE as err:  # after the submit: the job exists
@@ -182,26 +181,31 @@ async def _wait_final(
     endpoint_id: str,
     job_id: str,
     wait_s: float,
-    submitted: asyncio.Event | None,
+    submitted: asyncio.Event,
     status: str | None = None,
-) -> None:
-    """Sleep until the job is final or `wait_s` passes, re-checking Redis now and then;
-    JobNotFound once the job is gone after `submitted` (None: it exists already) (ttl,
-    purge): the wait is over. `status`: the job's state already known (no wait when final)."""
+) -> JobRecord | None:
+    """Sleep until the job is final or `wait_s` passes, re-checking Redis now and then:
+    its final record (most often carried by its `d:` event, so not read again), or None
+    when the wait passed first. JobNotFound once the job is gone after `submitted` (ttl,
+    purge). `status`: the job's state already known (no wait when final)."""
     if status in FINAL_STATES:
-        return
+        return None
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_s
     while (left := deadline - loop.time()) > 0:
-        if await gw.notifier.wait_done(endpoint_id, job_id, min(left, gw.settings.poll_fallback_s)):
-            return
+        step_s = min(left, gw.settings.poll_fallback_s)
+        ended = await gw.notifier.wait_done(endpoint_id, job_id, step_s)
+        if isinstance(ended, JobRecord) and not ended.expired(gw.store.clock()):
+            return ended
         try:
-            if (await gw.store.get(endpoint_id, job_id)).status in FINAL_STATES:
-                return
+            record = await gw.store.get(endpoint_id, job_id)
         except JobNotFound:
-            if submitted is None or submitted.is_set():
+            if submitted.is_set():
                 raise
-            # not submitted yet: wait on
+            continue  # not submitted yet: wait on
+        if record.status in FINAL_STATES:
+            return record
+    return None
 
 
 @client_route("GET", Operation.STATUS)
@@ -219,13 +223,29 @@ async def status(request: web.Request, call: Call) -> web.Response:
         if ttl is not None:
             ttl_ms = int_param(request, "ttl", default=None, lo=TTL_MIN_MS, hi=MAX_DURATION_MS)
             await gw.store.set_ttl(endpoint_id, job_id, ttl_ms)
-        record = await gw.store.get(endpoint_id, job_id)
-        if wait_ms and record.status not in FINAL_STATES:  # beyond the spec: no busy polling
-            await _wait_final(gw, endpoint_id, job_id, wait_ms / 1000, None, record.status)
+        if wait_ms:  # beyond the spec: held until the job is final, no busy polling
+            record = await _held_status(gw, endpoint_id, job_id, wait_ms / 1000)
+        else:
             record = await gw.store.get(endpoint_id, job_id)
     except JobNotFound as err:
         raise NotFound(f"job {job_id!r} not found") from err
     return json_response(job_body(record, gw.store.clock()))
+
+
+async def _held_status(gw: Gateway, endpoint_id: str, job_id: str, wait_s: float) -> JobRecord:
+    """`/status?wait=`: the job's record once it is final, or as it is when `wait_s` passed.
+    The job is marked watched (its end publishes an event, as a /runsync job's does),
+    with the waiter listening from before the mark: no end falls between."""
+    seen = asyncio.Event()
+    held = asyncio.ensure_future(_wait_final(gw, endpoint_id, job_id, wait_s, seen))
+    try:
+        record = await gw.store.watch(endpoint_id, job_id)
+        seen.set()
+        if record.status in FINAL_STATES:
+            return record
+        return await held or await gw.store.get(endpoint_id, job_id)
+    finally:
+        held.cancel()
 
 
 @client_route("GET", Operation.STREAM)

@@ -1,7 +1,8 @@
 """Wake-ups across gateway replicas: one Redis pub/sub subscription per process.
 
 The store's scripts publish on `lg:events`: `q:<ep>` (a job was queued onto empty queues,
-or requeued), `d:<ep>:<id>` (a /runsync job ended), `c:<ep>:<id>:<seq>[\n<chunk>...]` (stream chunks
+or requeued), `d:<ep>:<id>[\n<record>]` (a /runsync job, or one a `/status?wait=` watches,
+ended: with its final record when small), `c:<ep>:<id>:<seq>[\n<chunk>...]` (stream chunks
 of a job read live, an OpenAI stream: numbered, and carried when small), `s:<ep>:<worker>`
 (a stop signal),
 `r:<ep>` (registry changed), `k:<digest>` (an API key was changed or revoked). A `q:` wakes
@@ -27,6 +28,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from lockgate.store.keys import EVENTS_CHANNEL
 from lockgate.store.pipe import listen
+from lockgate.store.records import JobRecord
 
 log = logging.getLogger("lockgate.gateway")
 
@@ -37,12 +39,14 @@ Waiters = dict[object, dict[asyncio.Future, None]]
 class Listener:
     """What happened to one live job since its reader last looked: `changed` is set on each
     event; `pushed` holds the chunks the events carried, as (number of the first, chunks or
-    None when they were too large to carry); `ended` says the job ended; `stale` that
-    events may have been missed (the subscription reconnected). The reader clears them."""
+    None when they were too large to carry); `ended` says the job ended, and `final` is the
+    record its end event carried (if it did); `stale` that events may have been missed
+    (the subscription reconnected). The reader clears them."""
 
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     pushed: list[tuple[int, list[bytes] | None]] = field(default_factory=list)
     ended: bool = False
+    final: JobRecord | None = None
     stale: bool = False
 
     def take(self) -> list[tuple[int, list[bytes] | None]]:
@@ -57,9 +61,10 @@ def _expire(fut: asyncio.Future) -> None:
         fut.set_result(None)
 
 
-async def _wait(timeout: float, *at: tuple[Waiters, object]) -> Waiters | None:
-    """Wait until a key of `at` (table, key) is woken: the table it was woken in; None once
-    `timeout` seconds pass. One future and one timer, however many keys."""
+async def _wait(timeout: float, *at: tuple[Waiters, object]) -> object:
+    """Wait until a key of `at` (table, key) is woken: what it was woken with (the table,
+    unless said otherwise); None once `timeout` seconds pass. One future and one timer,
+    however many keys."""
     loop = asyncio.get_running_loop()
     fut = loop.create_future()
     for table, key in at:
@@ -77,10 +82,10 @@ async def _wait(timeout: float, *at: tuple[Waiters, object]) -> Waiters | None:
                     del table[key]
 
 
-def _wake(table: Waiters, key: object, *, one: bool) -> None:
+def _wake(table: Waiters, key: object, *, one: bool, value: object = None) -> None:
     for fut in list(table.get(key, ())):
         if not fut.done():
-            fut.set_result(table)
+            fut.set_result(table if value is None else value)
             if one:
                 return
 
@@ -111,8 +116,11 @@ class Notifier:
         stops = (self._stops, (endpoint_id, worker_id))
         return await _wait(timeout, (self._jobs, endpoint_id), stops) is self._jobs
 
-    async def wait_done(self, endpoint_id: str, job_id: str, timeout: float) -> bool:
-        return await _wait(timeout, (self._done, (endpoint_id, job_id))) is not None
+    async def wait_done(self, endpoint_id: str, job_id: str, timeout: float) -> JobRecord | bool:
+        """Until the job ends: its final record when the event carried it, else True (also
+        when events may have been missed); False once `timeout` passes."""
+        woken = await _wait(timeout, (self._done, (endpoint_id, job_id)))
+        return woken if isinstance(woken, JobRecord) else woken is not None
 
     @contextmanager
     def listen(self, endpoint_id: str, job_id: str) -> Iterator[Listener]:
@@ -148,21 +156,32 @@ class Notifier:
         self._generation[endpoint_id] += 1
         _wake(self._jobs, endpoint_id, one=True)
 
+    def _ended(self, message: bytes) -> None:
+        """A `d:` event: wake the job's waiters (with the record it carries) and listeners."""
+        head, _, payload = message.partition(b"\n")
+        ep, _, job_id = head[2:].decode().partition(":")
+        key = (ep, job_id)
+        listeners = self._listeners.get(key, ())
+        if key not in self._done and not listeners:
+            return  # another replica's waiter, most of the time
+        record = JobRecord.from_event(job_id, payload) if payload else None
+        _wake(self._done, key, one=False, value=record or True)
+        for listener in listeners:
+            listener.ended, listener.final = True, record
+            listener.changed.set()
+
     def dispatch(self, message: bytes) -> None:
         """Route one event to its waiters."""
         if message.startswith(b"c:"):
             self._chunks(message)
             return
+        if message.startswith(b"d:"):
+            self._ended(message)
+            return
         kind, _, rest = message.decode().partition(":")
         if kind == "q":
             self.kick(rest)
             self.on_queued(rest)
-        elif kind == "d":
-            ep, _, job_id = rest.partition(":")
-            _wake(self._done, (ep, job_id), one=False)
-            for listener in self._listeners.get((ep, job_id), ()):
-                listener.ended = True
-                listener.changed.set()
         elif kind == "s":
             ep, _, worker = rest.partition(":")
             _wake(self._stops, (ep, worker), one=False)

@@ -48,7 +48,7 @@ from lockgate.gateway.state import Gateway, gateway_of
 from lockgate.models import FINAL_STATES
 from lockgate.models.jobs import TTL_DEFAULT_MS
 from lockgate.models.limits import Operation
-from lockgate.store import UNAVAILABLE, IneligibleState, JobNotFound, NewJob
+from lockgate.store import UNAVAILABLE, IneligibleState, JobNotFound, JobRecord, NewJob
 
 PATH = r"/v2/{endpoint}/openai/{path:[\s\S]*}"  # any character: a newline too
 JOB_HEADER = "X-Lockgate-Job-Id"
@@ -161,7 +161,7 @@ class _Follow:
         deadline = self.loop.time() + wait_s
         while await self._wait(deadline):
             self.listener.take()
-            record = await self.gw.store.get(self.endpoint_id, self.job_id)
+            record = await self._record()
             if record.status in FINAL_STATES:
                 return answer(record)
         await self.cancel()
@@ -211,7 +211,7 @@ class _Follow:
     ) -> web.StreamResponse:
         """The stream's last events once the job ended: its error, or its output if it
         streamed nothing (a handler that returns), then `[DONE]`."""
-        record = await self.gw.store.get(self.endpoint_id, self.job_id)
+        record = await self._record()
         tail = b""
         if record.status != "COMPLETED":
             reply = ending(record)
@@ -226,6 +226,13 @@ class _Follow:
         response = await self._send(response, tail + framer.finish())
         await response.write_eof()
         return response
+
+    async def _record(self) -> JobRecord:
+        """The job's record: the final one its end event carried, or read."""
+        final = self.listener.final
+        if final is not None and not final.expired(self.gw.store.clock()):
+            return final
+        return await self.gw.store.get(self.endpoint_id, self.job_id)
 
     async def _send(self, response: web.StreamResponse | None, data: bytes) -> web.StreamResponse:
         """Write `data` to the event stream, opening it first if need be."""

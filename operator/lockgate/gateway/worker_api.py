@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Awaitable
 from typing import Any
 
 import orjson
@@ -23,7 +25,7 @@ from lockgate.gateway.http import (
     read_body,
 )
 from lockgate.gateway.state import Gateway, gateway_of
-from lockgate.store import STOPPING, StreamFull, TakenJob
+from lockgate.store import STOPPING, Finished, StreamFull, TakenJob
 from lockgate.store.keys import JOB_ID_RE, WORKER_ID_RE
 
 BATCH_MAX = 100
@@ -31,6 +33,7 @@ PROGRESS_LIMIT = CHUNK_LIMIT  # bytes of one progress report's JSON, as one stre
 MAX_JOB_BYTES = RUNSYNC_LIMIT  # the largest input a job can have
 
 routes = web.RouteTableDef()
+log = logging.getLogger("lockgate.gateway")
 
 
 async def _worker(request: web.Request) -> tuple[Gateway, str, str, dict]:
@@ -183,35 +186,52 @@ async def job_done(request: web.Request) -> web.Response:
         # runpod's progress_update() posts here too: a progress report, not a result.
         return await _progress(gw, endpoint_id, worker_id, job_id, body.get("output"))
     output, error = _result(body)
-    done = await gw.store.finish(endpoint_id, worker_id, job_id, output=output, error=error)
+    refresh = body.get("stopPod") is True  # refresh_worker: replace this worker after its job
+    finish = gw.store.finish(endpoint_id, worker_id, job_id, output=output, error=error)
+    if take_next and not refresh:
+        done, jobs = await _finish_and_take(request, gw, entry, finish)
+    else:
+        done, jobs = await finish, []
     if done is not None:
         gw.metrics.observe_finished(endpoint_id, done)
-    if body.get("stopPod") is True:  # refresh_worker: replace this worker after its job
+    if refresh:
         await gw.store.refresh_worker(endpoint_id, worker_id)
-        return json_response({"accepted": done is not None})
     answer: dict[str, Any] = {"accepted": done is not None}
-    # A recorded result says whether jobs wait: a take would find none otherwise.
-    wanted = take_next and (done is None or done.waiting > 0)
-    if wanted and (jobs := await _take_now(request, gw, entry)):
+    if jobs:
         answer["job"] = _job_payload(jobs[0])
     return json_response(answer)
 
 
-async def _take_now(request: web.Request, gw: Gateway, entry: dict) -> list[TakenJob]:
+async def _finish_and_take(
+    request: web.Request, gw: Gateway, entry: dict, finish: Awaitable[Finished | None]
+) -> tuple[Finished | None, list[TakenJob]]:
     """A job-done's `take=1` (beyond RunPod's protocol; lockgate's runtime sends it when the
-    finished job's slot is free for another): the next queued job, if one is queued now,
-    handed out in the same answer instead of a job-take request of its own. Never waits."""
+    finished job's slot is free for another): the result recorded and the next queued job,
+    if one is queued now, handed out in the same answer instead of a job-take request of
+    its own. The take goes to Redis with the finish, in one pipeline (the store batches a
+    loop tick's script calls), so it costs no round trip of its own. Never waits.
+
+    A take that fails leaves the answer without a job. A finish that fails is the
+    request's error (the worker sends its result again, without `take`); a job taken
+    meanwhile goes back to the queue when the worker's pings do not list it."""
     endpoint_id, worker_id = request.match_info["endpoint"], request.match_info["worker"]
     if not _listening(request) or gw.draining:
-        return []
+        return await finish, []
     deadline = asyncio.get_running_loop().time()  # the budget is not waited for either
-    jobs, left = await _take_within_budget(
+    take = _take_within_budget(
         gw, request, endpoint_id, worker_id, 1, execution_timeout_ms(entry), deadline,
         holds_none=False,
     )  # fmt: skip
+    done, taken = await asyncio.gather(finish, take, return_exceptions=True)
+    if isinstance(done, BaseException):
+        raise done
+    if isinstance(taken, BaseException):
+        log.warning("job-done of %s on %s: its take failed: %r", worker_id, endpoint_id, taken)
+        return done, []
+    jobs, left = taken
     if jobs and left and left != STOPPING:
         gw.notifier.kick(endpoint_id)
-    return jobs
+    return done, jobs
 
 
 async def _progress(

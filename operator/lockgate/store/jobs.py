@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import OutOfMemoryError
 
 from lockgate.models import JobStatus
 from lockgate.store import keys, pipe
@@ -316,6 +317,22 @@ class JobStore:
             self.redis, "HMGET", keys.job(endpoint_id, job_id), *JobRecord.FIELDS
         )
         record = JobRecord.from_fields(job_id, values)
+        if record is None or record.expired(self.clock()):
+            raise JobNotFound(job_id)
+        return record
+
+    async def watch(self, endpoint_id: str, job_id: str) -> JobRecord:
+        """`get`, and unless the job is final, mark it watched: its end then publishes a
+        `d:` event (most often carrying its final record), as a /runsync job's does. With
+        Redis at its maxmemory (the mark is a write) it is `get` alone: a waiter still
+        sees the end at its next re-check."""
+        try:
+            values = await self.scripts.watch(
+                keys=[keys.prefix(endpoint_id)], args=[job_id, *JobRecord.FIELDS]
+            )
+        except OutOfMemoryError:
+            return await self.get(endpoint_id, job_id)
+        record = JobRecord.from_fields(job_id, values) if values else None
         if record is None or record.expired(self.clock()):
             raise JobNotFound(job_id)
         return record

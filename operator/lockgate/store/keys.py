@@ -129,3 +129,4 @@ class F:
     ERROR = "err"
     STREAM_BYTES = "sb"  # bytes of stream chunks not yet read by /stream
     PROGRESS = "pg"  # raw JSON: the latest progress_update of a running job
+    WATCHED = "wt"  # "1" once a `/status?wait=` held for it: its end publishes `d:`

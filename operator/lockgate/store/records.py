@@ -44,6 +44,28 @@ class JobRecord:
             progress=progress,
         )
 
+    @classmethod
+    def from_event(cls, job_id: str, payload: bytes) -> JobRecord | None:
+        """The final record a `d:` event carries after its first line (common.lua
+        `done_event`); None when it is not one."""
+        head, _, rest = payload.partition(b"\n")
+        try:
+            status, created, ttl, queued, started, finished, err_len, has_out = head.split(b" ")
+            n = int(err_len)
+            return cls(
+                id=job_id,
+                status=status.decode(),
+                created=int(created),
+                ttl=int(ttl),
+                queued=int(queued),
+                started=None if started == b"-" else int(started),
+                finished=int(finished),
+                output=rest[max(n, 0) :] if has_out == b"1" else None,
+                error=rest[:n].decode() if n >= 0 else None,
+            )
+        except ValueError:  # not a record (an older script's event, a damaged one)
+            return None
+
     def expired(self, now: int) -> bool:
         """Past its ttl: gone for clients even while the sweeper has not deleted it yet."""
         return now >= self.created + self.ttl

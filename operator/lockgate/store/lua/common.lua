@@ -63,8 +63,24 @@ local function delay_bucket(ms)
   return math.floor(math.log(math.max(ms, 0) + 1) / math.log(1.1))
 end
 
+-- The `d:` event of a job that ended: `d:<ep>:<id>`, followed, when its output and error
+-- hold at most DONE_CARRIED bytes, by its final record, so a waiter answers without
+-- reading it (store/records.py `JobRecord.from_event` reads it):
+-- "\n<status> <created> <ttl> <queued> <started or -> <finished> <error bytes or -1>
+-- <1 with an output, else 0>\n<error><output>".
+local DONE_CARRIED = 8192
+local function done_event(ep, id)
+  local event = 'd:' .. ep .. ':' .. id
+  local r = redis.call('HMGET', jkey(id), 'st', 'cr', 'tl', 'qd', 'sa', 'fi', 'err', 'out')
+  local err, out = r[7], r[8]
+  if not r[1] or (err and #err or 0) + (out and #out or 0) > DONE_CARRIED then return event end
+  local head = {r[1], r[2], r[3], r[4], r[5] or '-', r[6], err and #err or -1, out and 1 or 0}
+  return event .. '\n' .. table.concat(head, ' ') .. '\n' .. (err or '') .. (out or '')
+end
+
 -- Move a job into a final state: release its worker slot, count it, keep it for the
--- retention (never beyond its ttl), queue its webhook, and wake /runsync waiters.
+-- retention (never beyond its ttl), queue its webhook, and wake its waiters (/runsync,
+-- and `/status?wait=` on a job it marked watched).
 local function finalize(ep, id, status, now, worker, sync, ret_run, ret_sync, extra)
   local jk = jkey(id)
   reindex(id, redis.call('HGET', jk, 'st'), status)
@@ -79,13 +95,13 @@ local function finalize(ep, id, status, now, worker, sync, ret_run, ret_sync, ex
     redis.call('HINCRBY', P .. 'stats', 'failed', 1)
     count_interval(now, 'f')
   end
-  local f = redis.call('HMGET', jk, 'cr', 'tl', 'wh')
+  local f = redis.call('HMGET', jk, 'cr', 'tl', 'wh', 'wt')
   local death = math.min(now + tonumber(sync == '1' and ret_sync or ret_run),
     tonumber(f[1]) + tonumber(f[2]))
   expire_at(id, death)
   redis.call('PEXPIREAT', P .. 's:' .. id, death)
   if f[3] then redis.call('ZADD', P .. 'wh', now, id) end
-  if sync == '1' then redis.call('PUBLISH', EVENTS, 'd:' .. ep .. ':' .. id) end
+  if sync == '1' or f[4] then redis.call('PUBLISH', EVENTS, done_event(ep, id)) end
 end
 
 -- Ask a worker to stop a job it holds, and wake its job-stop long-poll.
