@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -103,12 +104,20 @@ class Notifier:
         self._listeners: dict[tuple[str, str], set[Listener]] = defaultdict(set)
         self._stops: Waiters = defaultdict(dict)
         self._generation: dict[str, int] = defaultdict(int)
+        self._nonce = secrets.token_hex(4)  # this process's, changed at each (re)subscribe
         self.connected = asyncio.Event()
         self._task: asyncio.Task | None = None
 
     def generation(self, endpoint_id: str) -> int:
-        """Counts `queued` events of an endpoint; a change means "take again before sleeping"."""
+        """Counts `queued` (and stop) events of an endpoint; a change means "take again
+        before sleeping"."""
         return self._generation[endpoint_id]
+
+    def idle_token(self, endpoint_id: str) -> str:
+        """Names this process, its subscription and the endpoint's generation: read before
+        a take that found the queue empty, it is still current when no job was queued
+        (and no worker told to stop) since, as far as this process can know."""
+        return f"{self._nonce}.{self._generation[endpoint_id]}"
 
     async def wait_for_job(self, endpoint_id: str, worker_id: str, timeout: float) -> bool:
         """Until a job is queued (True), or the worker is told to stop (its stop channel also
@@ -184,6 +193,7 @@ class Notifier:
             self.on_queued(rest)
         elif kind == "s":
             ep, _, worker = rest.partition(":")
+            self._generation[ep] += 1  # a taker may be the one told to stop
             _wake(self._stops, (ep, worker), one=False)
         elif kind == "r":
             self.on_registry_change(rest)
@@ -217,6 +227,7 @@ class Notifier:
 
     def _subscribed(self) -> None:
         self.connected.set()
+        self._nonce = secrets.token_hex(4)  # idle tokens given before may have missed events
         self.wake_everyone()  # events may have been missed while disconnected
 
     async def _run(self) -> None:

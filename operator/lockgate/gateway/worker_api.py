@@ -31,6 +31,7 @@ from lockgate.store.keys import JOB_ID_RE, WORKER_ID_RE
 BATCH_MAX = 100
 PROGRESS_LIMIT = CHUNK_LIMIT  # bytes of one progress report's JSON, as one stream chunk
 MAX_JOB_BYTES = RUNSYNC_LIMIT  # the largest input a job can have
+NOT_TRIED = -2  # `_take_within_budget`'s count of jobs left when it found no room to take
 
 routes = web.RouteTableDef()
 log = logging.getLogger("lockgate.gateway")
@@ -81,12 +82,20 @@ async def _take(request: web.Request, count: int) -> list[TakenJob]:
     woken, first = False, True
     # RunPod's protocol: `job_in_progress=0` says the worker holds no job (see JobStore.take).
     holds_none = request.query.get("job_in_progress") == "0"
+    # lockgate's runtime: the token of its job-done's take that found the queue empty. Still
+    # current, nothing was queued since: the first take is skipped, the wait starts at once.
+    idle = request.query.get("idle")
+    skip = idle is not None and idle == gw.notifier.idle_token(endpoint_id)
     while _listening(request) and not gw.draining:
         generation = gw.notifier.generation(endpoint_id)
-        jobs, left = await _take_within_budget(
-            gw, request, endpoint_id, worker_id, count, timeout_ms, deadline, holds_none=holds_none
-        )
-        holds_none = False  # said once per request is enough
+        if skip:
+            skip, jobs, left = False, [], 0
+        else:
+            jobs, left = await _take_within_budget(
+                gw, request, endpoint_id, worker_id, count, timeout_ms, deadline,
+                holds_none=holds_none,
+            )  # fmt: skip
+            holds_none = False  # said once per request is enough
         if left == STOPPING:  # going: no job for it
             if first:  # it polls again after being told: hold the poll as an empty one
                 await asyncio.sleep(max(0.0, deadline - loop.time()))
@@ -128,7 +137,7 @@ async def _take_within_budget(
     wanted = max(MAX_JOB_BYTES, gw.settings.batch_take_bytes if count > 1 else 0)
     while (room := min(gw.budget.free(), wanted)) < MAX_JOB_BYTES:
         if loop.time() >= deadline or not _listening(request) or gw.draining:
-            return [], 0
+            return [], NOT_TRIED
         await gw.budget.wait_for_room(min(deadline - loop.time(), 1.0))
     gw.budget.charge(request, room)
     try:
@@ -189,9 +198,9 @@ async def job_done(request: web.Request) -> web.Response:
     refresh = body.get("stopPod") is True  # refresh_worker: replace this worker after its job
     finish = gw.store.finish(endpoint_id, worker_id, job_id, output=output, error=error)
     if take_next and not refresh:
-        done, jobs = await _finish_and_take(request, gw, entry, finish)
+        done, jobs, idle = await _finish_and_take(request, gw, entry, finish)
     else:
-        done, jobs = await finish, []
+        (done, jobs, idle) = await finish, [], None
     if done is not None:
         gw.metrics.observe_finished(endpoint_id, done)
     if refresh:
@@ -199,24 +208,31 @@ async def job_done(request: web.Request) -> web.Response:
     answer: dict[str, Any] = {"accepted": done is not None}
     if jobs:
         answer["job"] = _job_payload(jobs[0])
+    elif idle:
+        answer["idle"] = idle
     return json_response(answer)
 
 
 async def _finish_and_take(
     request: web.Request, gw: Gateway, entry: dict, finish: Awaitable[Finished | None]
-) -> tuple[Finished | None, list[TakenJob]]:
+) -> tuple[Finished | None, list[TakenJob], str | None]:
     """A job-done's `take=1` (beyond RunPod's protocol; lockgate's runtime sends it when the
     finished job's slot is free for another): the result recorded and the next queued job,
     if one is queued now, handed out in the same answer instead of a job-take request of
     its own. The take goes to Redis with the finish, in one pipeline (the store batches a
     loop tick's script calls), so it costs no round trip of its own. Never waits.
 
+    A take that finds the queue empty comes back with an idle token (`Notifier.idle_token`,
+    read before the take): the worker's next job-take sends it as `?idle=`, and while no job
+    was queued since, that take waits at once instead of taking first.
+
     A take that fails leaves the answer without a job. A finish that fails is the
     request's error (the worker sends its result again, without `take`); a job taken
     meanwhile goes back to the queue when the worker's pings do not list it."""
     endpoint_id, worker_id = request.match_info["endpoint"], request.match_info["worker"]
     if not _listening(request) or gw.draining:
-        return await finish, []
+        return await finish, [], None
+    token = gw.notifier.idle_token(endpoint_id)
     deadline = asyncio.get_running_loop().time()  # the budget is not waited for either
     take = _take_within_budget(
         gw, request, endpoint_id, worker_id, 1, execution_timeout_ms(entry), deadline,
@@ -227,11 +243,11 @@ async def _finish_and_take(
         raise done
     if isinstance(taken, BaseException):
         log.warning("job-done of %s on %s: its take failed: %r", worker_id, endpoint_id, taken)
-        return done, []
+        return done, [], None
     jobs, left = taken
     if jobs and left and left != STOPPING:
         gw.notifier.kick(endpoint_id)
-    return done, jobs
+    return done, jobs, (token if not jobs and left == 0 else None)
 
 
 async def _progress(

@@ -265,7 +265,7 @@ class JobStore:
         now = self.clock()
         args = [endpoint_id, job_id, worker_id, now, status, *self._retention_args()]
         done = await self._accepting("finish", [keys.prefix(endpoint_id)], args + fields)
-        return Finished(int(done[0]), int(done[1]), now, int(done[2])) if done else None
+        return Finished(int(done[0]), int(done[1]), now) if done else None
 
     async def progress(
         self, endpoint_id: str, worker_id: str, job_id: str, progress: bytes

@@ -113,13 +113,11 @@ class Snapshot:
 
 @dataclass(frozen=True, slots=True)
 class Finished:
-    """A result the store recorded: when its job entered the queue and started (ms), and
-    how many jobs of its endpoint were waiting in the queues then."""
+    """A result the store recorded: when its job entered the queue, started and ended (ms)."""
 
     queued: int
     started: int
     finished: int
-    waiting: int = 0
 
     @property
     def delay_ms(self) -> int:

@@ -38,6 +38,9 @@ class GatewayClient:
     def __init__(self, config: WorkerConfig) -> None:
         self._config = config
         self._session: aiohttp.ClientSession | None = None
+        # The idle token of the last job-done whose take found the queue empty: sent with
+        # the next job-take, which then waits at once unless a job was queued since.
+        self._idle: str | None = None
 
     async def __aenter__(self) -> GatewayClient:
         headers = {"Authorization": self._config.worker_key} if self._config.worker_key else {}
@@ -51,6 +54,8 @@ class GatewayClient:
     async def take(self, count: int, *, in_progress: bool) -> list[Job]:
         """Long-poll for up to `count` jobs; return [] when none arrived."""
         params = {"job_in_progress": "1" if in_progress else "0"}
+        if self._idle is not None:
+            params["idle"], self._idle = self._idle, None
         url = self._config.take_url
         if count > 1:
             url, params["batch_size"] = self._config.take_batch_url, str(count)
@@ -94,7 +99,7 @@ class GatewayClient:
         answer = await self._deliver(url, params, payload, f"result of job {job_id}")
         if answer is None:
             return False, None
-        job = _next_job(answer) if take else None
+        job, self._idle = _next_job(answer) if take else (None, None)
         return True, job
 
     async def _deliver(
@@ -154,15 +159,19 @@ def _decode(data: bytes) -> Any:
         raise GatewayError(f"gateway answered with invalid JSON: {err}") from err
 
 
-def _next_job(answer: bytes) -> Job | None:
-    """The job a job-done answer handed out (`"job"`), if any."""
+def _next_job(answer: bytes) -> tuple[Job | None, str | None]:
+    """The job a job-done answer handed out (`"job"`), if any; else its idle token, if any."""
     try:
         decoded = codec.loads(answer) if answer else None
     except ValueError as err:  # its job, if it had one, goes back to the queue unlisted
         log.warning("job-done answered with invalid JSON: %s", err)
-        return None
-    job = decoded.get("job") if isinstance(decoded, dict) else None
-    return job if isinstance(job, dict) else None
+        return None, None
+    if not isinstance(decoded, dict):
+        return None, None
+    job, idle = decoded.get("job"), decoded.get("idle")
+    if isinstance(job, dict):
+        return job, None
+    return None, idle if isinstance(idle, str) and len(idle) <= 64 else None
 
 
 def _jobs_list(jobs: Any) -> list[Job]:
