@@ -185,16 +185,20 @@ async def _wait_final(
     status: str | None = None,
 ) -> JobRecord | None:
     """Sleep until the job is final or `wait_s` passes, re-checking Redis now and then:
-    its final record (most often carried by its `d:` event, so not read again), or None
-    when the wait passed first. JobNotFound once the job is gone after `submitted` (ttl,
+    its final record (most often carried by its `d:` event, so not read again), its
+    record as it is when the gateway drains (it wakes every waiter), or None when the wait
+    passed first. JobNotFound once the job is gone after `submitted` (ttl,
     purge). `status`: the job's state already known (no wait when final)."""
     if status in FINAL_STATES:
         return None
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_s
     while (left := deadline - loop.time()) > 0:
-        step_s = min(left, gw.settings.poll_fallback_s)
-        ended = await gw.notifier.wait_done(endpoint_id, job_id, step_s)
+        if gw.draining and submitted.is_set():
+            ended: JobRecord | bool = True  # the process is going: wait no more
+        else:
+            step_s = min(left, gw.settings.poll_fallback_s)
+            ended = await gw.notifier.wait_done(endpoint_id, job_id, step_s)
         if isinstance(ended, JobRecord) and not ended.expired(gw.store.clock()):
             return ended
         try:
@@ -203,8 +207,8 @@ async def _wait_final(
             if submitted.is_set():
                 raise
             continue  # not submitted yet: wait on
-        if record.status in FINAL_STATES:
-            return record
+        if record.status in FINAL_STATES or gw.draining:
+            return record  # final; or the process is going: answered as it is
     return None
 
 
