@@ -8,7 +8,9 @@ import asyncio
 from pathlib import Path
 
 import aiohttp
+import pytest
 
+from lockgate.store import JobStore
 from tests.conftest import LiveGateway
 from tests.test_connections import requests_by_status
 from tests.test_job_api import get, submit, take_saying
@@ -90,6 +92,8 @@ async def test_the_runtime_takes_its_next_jobs_from_its_results_answers(
     try:
         for job_id in ids:
             await eventually(lambda j=job_id: _completed(http, gateway, j))
+        # The last result's answer is held up to the runtime's `wait=` for a next job.
+        await eventually(lambda: _answered_results(http, gateway, len(ids)))
         counts = await requests_by_status(http, gateway.url)
     finally:
         assert worker.process is not None
@@ -103,6 +107,11 @@ async def test_the_runtime_takes_its_next_jobs_from_its_results_answers(
     assert takes <= 4, counts
     for job_id in ids:
         assert worker.mark(job_id, "start") and worker.mark(job_id, "end")
+
+
+async def _answered_results(http: aiohttp.ClientSession, gw: LiveGateway, count: int) -> bool:
+    counts = await requests_by_status(http, gw.url)
+    return counts[("/v2/{endpoint}/job-done/{worker}/{job}", "200")] >= count
 
 
 async def _completed(http: aiohttp.ClientSession, gw: LiveGateway, job_id: str) -> bool:
@@ -125,6 +134,74 @@ async def test_a_runtime_told_to_stop_runs_the_job_it_was_handed_and_takes_no_mo
     # Stopping, it asked its result's answer for no next job: the others stay queued.
     assert await status_of(http, gateway, second) == "IN_QUEUE"
     assert await status_of(http, gateway, third) == "IN_QUEUE"
+
+
+# -- `wait=`: the answer waits for the next job (a worker kept busy one job at a time) ------
+
+
+async def test_a_result_with_wait_holds_its_answer_until_a_job_is_queued(http, gateway):
+    first = await running_job(http, gateway, "w-1", {})
+    query = "?take=1&wait=5000"
+    held = asyncio.create_task(done(http, gateway, "w-1", first, {"output": 1}, query))
+    # The result is recorded at once; only the answer waits.
+    await eventually(lambda: _completed(http, gateway, first))
+    await asyncio.sleep(0.2)
+    assert not held.done()
+
+    queued = await submit(http, gateway, {"input": {"n": 2}})
+
+    answer = await asyncio.wait_for(held, 3)  # at once, not at the end of its 5 s
+    assert answer == {"accepted": True, "job": {"id": queued["id"], "input": {"n": 2}}}
+    assert await status_of(http, gateway, queued["id"]) == "IN_PROGRESS"
+    assert (await done(http, gateway, "w-1", queued["id"], {"output": 2}, ""))["accepted"]
+
+
+async def test_a_held_answer_with_nothing_queued_ends_at_its_wait_with_no_job(http, gateway):
+    first = await running_job(http, gateway, "w-1", {})
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+
+    answer = await done(http, gateway, "w-1", first, {"output": 1}, "?take=1&wait=400")
+
+    assert loop.time() - began >= 0.4
+    # No idle token: the hold's own last take found the queue empty after the token was read.
+    assert answer == {"accepted": True}
+    queued = await submit(http, gateway, {"input": {}})
+    assert await status_of(http, gateway, queued["id"]) == "IN_QUEUE"
+
+
+async def test_a_held_answer_ends_when_its_worker_is_told_to_stop(http, gateway, redis):
+    store = JobStore(redis)
+    first = await running_job(http, gateway, "w-1", {})
+    query = "?take=1&wait=5000"
+    held = asyncio.create_task(done(http, gateway, "w-1", first, {"output": 1}, query))
+    await eventually(lambda: _completed(http, gateway, first))
+
+    await store.stop_taking(gateway.endpoint, ["w-1"])  # as DeploymentPool.resize does
+
+    assert await asyncio.wait_for(held, 3) == {"accepted": True}
+    queued = await submit(http, gateway, {"input": {}})
+    assert await status_of(http, gateway, queued["id"]) == "IN_QUEUE"
+
+
+async def test_a_late_result_is_answered_at_once_whatever_its_wait(http, gateway):
+    """A result the store ignores (the job is no longer this worker's) takes no job."""
+    first = await running_job(http, gateway, "w-1", {})
+    assert (await done(http, gateway, "w-1", first, {"output": 1}, ""))["accepted"]
+    answer = await asyncio.wait_for(
+        done(http, gateway, "w-1", first, {"output": 2}, "?take=1&wait=5000"), 3
+    )
+    assert answer["accepted"] is False and "job" not in answer
+
+
+@pytest.mark.parametrize("wait", ["-1", "5001", "soon"])
+async def test_a_wait_out_of_range_is_a_400_and_the_result_is_not_recorded(http, gateway, wait):
+    job_id = await running_job(http, gateway, "w-1", {})
+    url = gateway.job_url(f"job-done/w-1/{job_id}?take=1&wait={wait}")
+    async with http.post(url, json={"output": 1}, headers=gateway.worker_headers()) as resp:
+        assert resp.status == 400
+        assert "wait" in (await resp.json())["error"]
+    assert await status_of(http, gateway, job_id) == "IN_PROGRESS"
 
 
 async def test_a_take_other_than_0_or_1_is_a_400_and_the_result_is_not_recorded(http, gateway):

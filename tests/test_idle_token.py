@@ -14,6 +14,7 @@ from redis.asyncio import Redis
 
 from lockgate.gateway.state import GATEWAY
 from tests.conftest import LiveGateway
+from tests.test_connections import requests_by_status
 from tests.test_done_take import done
 from tests.test_job_api import get, submit
 from tests.test_lifecycle import eventually
@@ -95,9 +96,11 @@ async def test_the_runtime_kept_busy_one_job_at_a_time_skips_the_empty_takes(
     try:
         await run_one(http, worker)  # the worker is up and waiting
         before, started = await takes_run(redis), loop.time()
+        polls_before = await job_takes(http, gateway)
         for _ in range(JOBS):
             await run_one(http, worker)
         pops, took_s = await takes_run(redis) - before, loop.time() - started
+        polls = await job_takes(http, gateway) - polls_before
     finally:
         assert worker.process is not None
         worker.process.kill()
@@ -105,6 +108,15 @@ async def test_the_runtime_kept_busy_one_job_at_a_time_skips_the_empty_takes(
     # A long-poll that reaches its 2 s deadline takes once more (2 pops): at most one per
     # 2 s begun, however slow the machine is today.
     assert pops <= 3 * JOBS + 2 * (math.ceil(took_s / 2) + 1), (pops, took_s)
+    # Each result's answer waited (`wait=`) for the next job: no job-take between jobs
+    # (one more only if a wait ran out on a slow machine; without the wait, one per job).
+    assert polls <= 2, polls
+
+
+async def job_takes(http, gw) -> int:
+    """job-take requests the gateway has answered so far."""
+    counts = await requests_by_status(http, gw.url)
+    return sum(n for (route, _), n in counts.items() if route.endswith("/job-take/{worker}"))
 
 
 JOBS = 20

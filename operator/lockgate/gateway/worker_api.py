@@ -31,6 +31,7 @@ from lockgate.store.keys import JOB_ID_RE, WORKER_ID_RE
 BATCH_MAX = 100
 PROGRESS_LIMIT = CHUNK_LIMIT  # bytes of one progress report's JSON, as one stream chunk
 MAX_JOB_BYTES = RUNSYNC_LIMIT  # the largest input a job can have
+DONE_HOLD_MAX_MS = 5_000  # the longest `wait=` a job-done with `take=1` may hold its answer
 NOT_TRIED = -2  # `_take_within_budget`'s count of jobs left when it found no room to take
 
 routes = web.RouteTableDef()
@@ -75,16 +76,31 @@ async def _take(request: web.Request, count: int) -> list[TakenJob]:
     leaves jobs behind wakes the next waiter, and a waiter woken for nothing (its worker
     hung up, or was told to stop) passes its wake-up on, so the chain of wake-ups never
     breaks. A worker told to stop while it waits is answered empty at once."""
-    gw, endpoint_id, worker_id, entry = await _worker(request)
-    timeout_ms = execution_timeout_ms(entry)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + gw.settings.take_wait_s
-    woken, first = False, True
+    gw, _, _, entry = await _worker(request)
+    deadline = asyncio.get_running_loop().time() + gw.settings.take_wait_s
     # RunPod's protocol: `job_in_progress=0` says the worker holds no job (see JobStore.take).
     holds_none = request.query.get("job_in_progress") == "0"
-    # lockgate's runtime: the token of its job-done's take that found the queue empty. Still
-    # current, nothing was queued since: the first take is skipped, the wait starts at once.
+    # lockgate's runtime: the token of its job-done's take that found the queue empty.
     idle = request.query.get("idle")
+    return await _poll(request, gw, entry, count, deadline, holds_none=holds_none, idle=idle)
+
+
+async def _poll(
+    request: web.Request,
+    gw: Gateway,
+    entry: dict,
+    count: int,
+    deadline: float,
+    *,
+    holds_none: bool,
+    idle: str | None,
+) -> list[TakenJob]:
+    """`_take`'s long-poll until `deadline`. With `idle` still current (nothing was queued
+    since that token was read), the first take is skipped: the wait starts at once."""
+    endpoint_id, worker_id = request.match_info["endpoint"], request.match_info["worker"]
+    timeout_ms = execution_timeout_ms(entry)
+    loop = asyncio.get_running_loop()
+    woken, first = False, True
     skip = idle is not None and idle == gw.notifier.idle_token(endpoint_id)
     while _listening(request) and not gw.draining:
         generation = gw.notifier.generation(endpoint_id)
@@ -184,6 +200,7 @@ async def job_done(request: web.Request) -> web.Response:
     gw, endpoint_id, worker_id, entry = await _worker(request)
     job_id = job_id_param(request)
     take_next = int_param(request, "take", default=0, lo=0, hi=1) == 1
+    hold_ms = int_param(request, "wait", default=0, lo=0, hi=DONE_HOLD_MAX_MS)
     cap = gw.settings.max_result_bytes
     try:
         body = jsonbody.parse(await read_body(request, cap))
@@ -197,14 +214,21 @@ async def job_done(request: web.Request) -> web.Response:
     output, error = _result(body)
     refresh = body.get("stopPod") is True  # refresh_worker: replace this worker after its job
     finish = gw.store.finish(endpoint_id, worker_id, job_id, output=output, error=error)
+    jobs: list[TakenJob] = []
+    idle = None
     if take_next and not refresh:
         done, jobs, idle = await _finish_and_take(request, gw, entry, finish)
     else:
-        (done, jobs, idle) = await finish, [], None
+        done = await finish
     if done is not None:
         gw.metrics.observe_finished(endpoint_id, done)
     if refresh:
         await gw.store.refresh_worker(endpoint_id, worker_id)
+    if idle is not None and hold_ms and done is not None:
+        # `wait=`: the answer waits (as a job-take would) for the next job, up to hold_ms.
+        deadline = asyncio.get_running_loop().time() + hold_ms / 1000
+        jobs = await _poll(request, gw, entry, 1, deadline, holds_none=False, idle=idle)
+        idle = None  # the hold's last take is not the one the token was read before
     answer: dict[str, Any] = {"accepted": done is not None}
     if jobs:
         answer["job"] = _job_payload(jobs[0])
@@ -220,11 +244,12 @@ async def _finish_and_take(
     finished job's slot is free for another): the result recorded and the next queued job,
     if one is queued now, handed out in the same answer instead of a job-take request of
     its own. The take goes to Redis with the finish, in one pipeline (the store batches a
-    loop tick's script calls), so it costs no round trip of its own. Never waits.
+    loop tick's script calls), so it costs no round trip of its own. Never waits (the
+    job-done's `wait=` hold comes after).
 
     A take that finds the queue empty comes back with an idle token (`Notifier.idle_token`,
-    read before the take): the worker's next job-take sends it as `?idle=`, and while no job
-    was queued since, that take waits at once instead of taking first.
+    read before the take): a hold, or the worker's next job-take sending it as `?idle=`,
+    waits at once while no job was queued since, instead of taking first.
 
     A take that fails leaves the answer without a job. A finish that fails is the
     request's error (the worker sends its result again, without `take`); a job taken

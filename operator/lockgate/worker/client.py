@@ -16,6 +16,11 @@ from .logs import log
 
 LONG_POLL_TIMEOUT = aiohttp.ClientTimeout(total=60)  # seconds; the gateway holds ~20 s
 CALL_TIMEOUT = aiohttp.ClientTimeout(total=30)  # seconds
+# A result sent with `take=1` holds its answer this long (ms) for the next job when the
+# queue is empty: a worker kept busy by one client at a time needs no job-take between
+# jobs. Short, so an idle worker's log line of the job's end is not held up for long.
+DONE_HOLD_MS = 500
+TAKE = ("take", "wait")  # a job-done's parameters asking for the next job
 DELIVERY_DEADLINE_S = 60.0  # how long a result or chunk is retried before it is dropped
 JSON_HEADERS = {"Content-Type": "application/json"}
 
@@ -94,8 +99,8 @@ class GatewayClient:
             payload = codec.dumps({"error": error_message(err)})
         url = self._config.done_url.replace("$ID", job_id)
         params = {"isStream": "true" if is_stream else "false"}
-        if take:
-            params["take"] = "1"
+        if take:  # the next job in the answer, waited for up to DONE_HOLD_MS
+            params.update(take="1", wait=str(DONE_HOLD_MS))
         answer = await self._deliver(url, params, payload, f"result of job {job_id}")
         if answer is None:
             return False, None
@@ -120,7 +125,7 @@ class GatewayClient:
                 log.warning("%s: %s; retrying in %.1f s", what, err, backoff.delay_s)
                 # A job handed out in a lost answer goes back to the queue when the pings
                 # do not list it; a retry asks for none, so at most one is out that way.
-                params = {k: v for k, v in (params or {}).items() if k != "take"} or None
+                params = {k: v for k, v in (params or {}).items() if k not in TAKE} or None
                 await backoff.wait()
 
     async def _call(

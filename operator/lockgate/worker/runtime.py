@@ -137,6 +137,7 @@ class Runtime:
                 kind=self._kind,
                 executor=self._executor,
             )
+            took_s = time.monotonic() - started  # a job-done may hold its answer (take=1)
             refresh = outcome.refresh_worker or self._options.refresh_worker
             refill = not refresh and self._slot_stays()
             self._jobs.sending(job_id, refilling=refill)
@@ -150,7 +151,7 @@ class Runtime:
             return
         finally:
             self._jobs.remove(job_id)
-        _report_outcome(job_id, outcome, sent, time.monotonic() - started)
+        _report_outcome(job_id, outcome, sent, took_s)
         if next_job is not None:  # taken for this worker: run it, even if stopping now
             self._start_job(next_job)
         if refresh:
