@@ -157,7 +157,7 @@ async def runsync(request: web.Request, call: Call) -> web.Response:
             done = asyncio.ensure_future(
                 _wait_final(gw, endpoint_id, job_id, wait_ms / 1000, submitted, status)
             )
-        record = await done or await gw.store.get(endpoint_id, job_id)
+        record = await done
     except JobNotFound as err:
         raise NotFound(_gone(job_id)) from err
     except UNAVAILABLE as err:  # after the submit: the job exists
@@ -183,14 +183,14 @@ async def _wait_final(
     wait_s: float,
     submitted: asyncio.Event,
     status: str | None = None,
-) -> JobRecord | None:
+) -> JobRecord:
     """Sleep until the job is final or `wait_s` passes, re-checking Redis now and then:
-    its final record (most often carried by its `d:` event, so not read again), its
-    record as it is when the gateway drains (it wakes every waiter), or None when the wait
-    passed first. JobNotFound once the job is gone after `submitted` (ttl,
-    purge). `status`: the job's state already known (no wait when final)."""
+    its final record (most often carried by its `d:` event, so not read again), else its
+    record as it is once the wait passed or the gateway drains (it wakes every waiter).
+    JobNotFound once the job is gone after `submitted` (ttl, purge). `status`: the job's
+    state already known (no wait when final)."""
     if status in FINAL_STATES:
-        return None
+        return await gw.store.get(endpoint_id, job_id)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_s
     while (left := deadline - loop.time()) > 0:
@@ -199,17 +199,16 @@ async def _wait_final(
         else:
             step_s = min(left, gw.settings.poll_fallback_s)
             ended = await gw.notifier.wait_done(endpoint_id, job_id, step_s)
-        if isinstance(ended, JobRecord) and not ended.expired(gw.store.clock()):
-            return ended
+        carried = ended if isinstance(ended, JobRecord) else None
         try:
-            record = await gw.store.get(endpoint_id, job_id)
+            record = await gw.store.final_record(endpoint_id, job_id, carried)
         except JobNotFound:
             if submitted.is_set():
                 raise
             continue  # not submitted yet: wait on
         if record.status in FINAL_STATES or gw.draining:
             return record  # final; or the process is going: answered as it is
-    return None
+    return await gw.store.get(endpoint_id, job_id)
 
 
 @client_route("GET", Operation.STATUS)
@@ -247,7 +246,7 @@ async def _held_status(gw: Gateway, endpoint_id: str, job_id: str, wait_s: float
         seen.set()
         if record.status in FINAL_STATES:
             return record
-        return await held or await gw.store.get(endpoint_id, job_id)
+        return await held
     finally:
         held.cancel()
 

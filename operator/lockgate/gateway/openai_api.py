@@ -229,10 +229,7 @@ class _Follow:
 
     async def _record(self) -> JobRecord:
         """The job's record: the final one its end event carried, or read."""
-        final = self.listener.final
-        if final is not None and not final.expired(self.gw.store.clock()):
-            return final
-        return await self.gw.store.get(self.endpoint_id, self.job_id)
+        return await self.gw.store.final_record(self.endpoint_id, self.job_id, self.listener.final)
 
     async def _send(self, response: web.StreamResponse | None, data: bytes) -> web.StreamResponse:
         """Write `data` to the event stream, opening it first if need be."""

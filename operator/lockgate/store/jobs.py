@@ -316,7 +316,21 @@ class JobStore:
         values = await pipe.read(
             self.redis, "HMGET", keys.job(endpoint_id, job_id), *JobRecord.FIELDS
         )
-        record = JobRecord.from_fields(job_id, values)
+        return self._living(job_id, values)
+
+    async def final_record(
+        self, endpoint_id: str, job_id: str, carried: JobRecord | None
+    ) -> JobRecord:
+        """The final record the job's end event carried while the job lives (no read), else
+        `get`."""
+        if carried is not None and not carried.expired(self.clock()):
+            return carried
+        return await self.get(endpoint_id, job_id)
+
+    def _living(self, job_id: str, values: list | None) -> JobRecord:
+        """The record of HMGET's `values` of JobRecord.FIELDS; JobNotFound when there is
+        none or it expired (the sweeper may not have deleted it yet)."""
+        record = JobRecord.from_fields(job_id, values) if values else None
         if record is None or record.expired(self.clock()):
             raise JobNotFound(job_id)
         return record
@@ -332,10 +346,7 @@ class JobStore:
             )
         except OutOfMemoryError:
             return await self.get(endpoint_id, job_id)
-        record = JobRecord.from_fields(job_id, values) if values else None
-        if record is None or record.expired(self.clock()):
-            raise JobNotFound(job_id)
-        return record
+        return self._living(job_id, values)
 
     async def list_jobs(
         self, endpoint_id: str, query: JobQuery
