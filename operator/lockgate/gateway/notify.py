@@ -84,7 +84,10 @@ async def _wait(timeout: float, *at: tuple[Waiters, object]) -> object:
 
 
 def _wake(table: Waiters, key: object, *, one: bool, value: object = None) -> None:
-    for fut in list(table.get(key, ())):
+    """Wake the key's waiters; with `one`, the one that began waiting last: for a job, most
+    often the worker that just finished one (its process still running, its caches warm),
+    while workers that wait longer may idle out and be scaled down."""
+    for fut in reversed(list(table.get(key, ()))):
         if not fut.done():
             fut.set_result(table if value is None else value)
             if one:
