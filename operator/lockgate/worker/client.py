@@ -89,9 +89,9 @@ class GatewayClient:
 
     async def done(
         self, job_id: str, body: Mapping[str, Any], *, is_stream: bool, take: bool = False
-    ) -> tuple[bool, Job | None]:
-        """Send a job's result, retrying for up to a minute; return whether it arrived and,
-        with `take`, the next job the gateway handed out in its answer (if one was queued)."""
+    ) -> Job | None:
+        """Send a job's result, retrying for up to a minute (logging an error if it never
+        arrives); with `take`, the next job the gateway handed out in its answer, if any."""
         try:
             payload = codec.dumps(body)
         except (TypeError, ValueError) as err:
@@ -103,9 +103,9 @@ class GatewayClient:
             params.update(take="1", wait=str(DONE_HOLD_MS))
         answer = await self._deliver(url, params, payload, f"result of job {job_id}")
         if answer is None:
-            return False, None
+            return None
         job, self._idle = _next_job(answer) if take else (None, None)
-        return True, job
+        return job
 
     async def _deliver(
         self, url: str, params: dict[str, str] | None, payload: bytes, what: str

@@ -137,13 +137,15 @@ class Runtime:
                 kind=self._kind,
                 executor=self._executor,
             )
-            took_s = time.monotonic() - started  # a job-done may hold its answer (take=1)
+            # Said before the result is sent: its job-done may hold its answer for the next
+            # job (take=1); a result not delivered is logged by the client as an error.
+            _report_outcome(job_id, outcome, time.monotonic() - started)
             refresh = outcome.refresh_worker or self._options.refresh_worker
             refill = not refresh and self._slot_stays()
             self._jobs.sending(job_id, refilling=refill)
             # As the runpod SDK does: `stopPod` asks the gateway to replace this worker.
             body = {**outcome.body, "stopPod": True} if refresh else outcome.body
-            sent, next_job = await self._client.done(
+            next_job = await self._client.done(
                 job_id, body, is_stream=outcome.is_stream, take=refill
             )
         except asyncio.CancelledError:
@@ -151,7 +153,6 @@ class Runtime:
             return
         finally:
             self._jobs.remove(job_id)
-        _report_outcome(job_id, outcome, sent, took_s)
         if next_job is not None:  # taken for this worker: run it, even if stopping now
             self._start_job(next_job)
         if refresh:
@@ -267,8 +268,7 @@ def _report(call: str, err: GatewayError, retry_in_s: float) -> None:
         log.warning("%s failed: %s; retrying in %.1f s", call, err, retry_in_s)
 
 
-def _report_outcome(job_id: str, outcome: handlers.Outcome, sent: bool, took_s: float) -> None:
+def _report_outcome(job_id: str, outcome: handlers.Outcome, took_s: float) -> None:
     state = "failed" if outcome.failed else "completed"
     detail = f": {outcome.body['error']}" if outcome.failed else ""
-    delivery = "" if sent else " (result not delivered)"
-    log.info("job %s %s in %.0f ms%s%s", job_id, state, took_s * 1000, delivery, detail)
+    log.info("job %s %s in %.0f ms%s", job_id, state, took_s * 1000, detail)
