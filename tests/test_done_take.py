@@ -10,6 +10,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from lockgate.gateway.state import GATEWAY
 from lockgate.store import JobStore
 from tests.conftest import LiveGateway
 from tests.test_connections import requests_by_status
@@ -182,6 +183,19 @@ async def test_a_held_answer_ends_when_its_worker_is_told_to_stop(http, gateway,
     assert await asyncio.wait_for(held, 3) == {"accepted": True}
     queued = await submit(http, gateway, {"input": {}})
     assert await status_of(http, gateway, queued["id"]) == "IN_QUEUE"
+
+
+async def test_a_held_answer_ends_when_the_gateway_drains(http, gateway):
+    first = await running_job(http, gateway, "w-1", {})
+    query = "?take=1&wait=5000"
+    held = asyncio.create_task(done(http, gateway, "w-1", first, {"output": 1}, query))
+    await eventually(lambda: _completed(http, gateway, first))
+    await asyncio.sleep(0.2)
+    assert not held.done()
+
+    gateway.app[GATEWAY].drain()  # as a SIGTERM does before the process stops
+
+    assert await asyncio.wait_for(held, 3) == {"accepted": True}
 
 
 async def test_a_late_result_is_answered_at_once_whatever_its_wait(http, gateway):
