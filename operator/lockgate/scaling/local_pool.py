@@ -29,6 +29,7 @@ from lockgate.workerenv import worker_id_env
 log = logging.getLogger("lockgate.pool")
 
 PIPE_DRAIN_S = 1.0  # how long a gone worker's output may still be copied after it exits
+ECHO_EVERY_S = 0.02  # workers' lines are copied to our stderr together, this often
 
 # Gets each line a worker writes: (worker id, "stdout" or "stderr", the line), and the
 # line None when that stream ends (dev mode's log buffer, `manage.logbook`).
@@ -68,6 +69,31 @@ class Exited:
         return self.asked and self.code == 0
 
 
+class Echo:
+    """Workers' lines copied to our stderr, the lines of `ECHO_EVERY_S` in one write rather
+    than a write per line (a runtime writes two lines per job; a chatty handler, thousands
+    per second to a terminal). The log buffer (`LineSink`) still gets each line as it
+    comes."""
+
+    def __init__(self) -> None:
+        self._lines: list[str] = []
+        self._due: asyncio.TimerHandle | None = None
+
+    def write(self, text: str) -> None:
+        self._lines.append(text)
+        if self._due is None:
+            self._due = asyncio.get_running_loop().call_later(ECHO_EVERY_S, self.flush)
+
+    def flush(self) -> None:
+        if self._due is not None:
+            self._due.cancel()
+            self._due = None
+        if self._lines:
+            lines, self._lines = self._lines, []
+            sys.stderr.write("".join(lines))
+            sys.stderr.flush()
+
+
 class LocalProcessPool:
     """Starts `command` once per worker with the worker contract's environment.
 
@@ -94,6 +120,7 @@ class LocalProcessPool:
         self.keys = keys
         self.store = store
         self.sink = sink
+        self.echo = Echo()
         self.workers: dict[str, LocalWorker] = {}
         self.crashes: deque[LocalWorker] = deque(maxlen=32)  # exited without being asked
         self._revoking: set[asyncio.Task] = set()
@@ -114,7 +141,8 @@ class LocalProcessPool:
         )  # fmt: skip
         worker = LocalWorker(worker_id, process)
         for name, pipe in (("stdout", process.stdout), ("stderr", process.stderr)):
-            worker.pipes.append(asyncio.create_task(_forward(worker, pipe, name, self.sink)))
+            forward = _forward(worker, pipe, name, self.echo, self.sink)
+            worker.pipes.append(asyncio.create_task(forward))
         self.workers[worker_id] = worker
         log.info("worker %s started (pid %d)", worker_id, process.pid)
         return worker_id
@@ -192,6 +220,7 @@ class LocalProcessPool:
             for pipe in late:  # held open by a descendant outside the group
                 pipe.cancel()
         await asyncio.gather(*self._revoking, return_exceptions=True)
+        self.echo.flush()
         return exited
 
 
@@ -202,19 +231,25 @@ def _kill_group(process: asyncio.subprocess.Process) -> None:
 
 
 async def _forward(
-    worker: LocalWorker, stream: asyncio.StreamReader | None, name: str, sink: LineSink | None
+    worker: LocalWorker,
+    stream: asyncio.StreamReader | None,
+    name: str,
+    echo: Echo,
+    sink: LineSink | None,
 ) -> None:
-    """Copy a worker's output to ours, each line prefixed with the worker id, and to `sink`."""
+    """Copy a worker's output to ours (`echo`), each line prefixed with the worker id, and
+    to `sink`."""
     if stream is None:
         return
     try:
         while line := await _readline(stream):
             text = line.decode(errors="replace")
             worker.last_line = text.strip() or worker.last_line
-            sys.stderr.write(f"[{worker.id}] {text}")
+            echo.write(f"[{worker.id}] {text}")
             if sink is not None:
                 sink(worker.id, name, text)
     finally:
+        echo.flush()  # a worker's last lines (an exit, a traceback) at once
         if sink is not None:
             sink(worker.id, name, None)
 
