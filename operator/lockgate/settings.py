@@ -44,7 +44,7 @@ class Settings(RedisSettings):
         ge=1,
         description="client reads (/status, /stream, /health, /requests) served at once per "
         "process; more wait their turn, so polling clients cannot starve the workers' "
-        "requests of the gateway's CPU (4 let 32 pollers make 6 polls per job, 2 make 3.5)",
+        "requests of the gateway's CPU",
     )
     heartbeat_timeout_s: float = Field(30.0, description="a silent worker is lost after this")
     openai_wait_s: float = Field(

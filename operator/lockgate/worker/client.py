@@ -18,7 +18,7 @@ LONG_POLL_TIMEOUT = aiohttp.ClientTimeout(total=60)  # seconds; the gateway hold
 CALL_TIMEOUT = aiohttp.ClientTimeout(total=30)  # seconds
 # A result sent with `take=1` holds its answer this long (ms) for the next job when the
 # queue is empty: a worker kept busy by one client at a time needs no job-take between
-# jobs. Short, so an idle worker's log line of the job's end is not held up for long.
+# jobs. Short: a worker told to stop (SIGTERM) waits for this answer before it exits.
 DONE_HOLD_MS = 500
 TAKE = ("take", "wait")  # a job-done's parameters asking for the next job
 DELIVERY_DEADLINE_S = 60.0  # how long a result or chunk is retried before it is dropped
