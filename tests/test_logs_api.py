@@ -19,6 +19,7 @@ from lockgate.dev.redis_server import EmbeddedRedis
 from lockgate.manage import logbook
 from lockgate.manage.local import LocalControlPlane
 from lockgate.manage.loglines import STDOUT, JobTracker, LineMaker, job_named
+from lockgate.manage.podlogs import stamp_ns
 from lockgate.store import Registry
 from tests.conftest import eventually
 from tests.test_manage_api import dev_app
@@ -333,3 +334,16 @@ def test_pod_log_options_follow_the_query() -> None:
     since = log_options(LogQuery(since=now - 2500), now)
     assert since["since_seconds"] == 3 and since["tail_lines"] == 500
     assert log_options(LogQuery(job="j", tail=3), now)["tail_lines"] == 5000
+
+
+def test_kubelet_timestamps_keep_their_nanoseconds() -> None:
+    """A followed pod log tells lines apart by these (a job's start and end lines often
+    share a millisecond): the fraction's digits, however many, are nanoseconds."""
+    base = 1_795_395_000 * 10**9  # 2026-11-23T00:50:00Z
+    assert stamp_ns("2026-11-23T00:50:00.123456789Z") == base + 123_456_789
+    assert stamp_ns("2026-11-23T00:50:00.1234Z") == base + 123_400_000
+    assert stamp_ns("2026-11-23T00:50:00Z") == base
+    assert stamp_ns("2026-11-23T00:50:00.123456789Z") > stamp_ns("2026-11-23T00:50:00.123456Z")
+    for bad in ("", "x", "2026-11-23T00:50:00.12a4Z"):
+        with pytest.raises(ValueError):
+            stamp_ns(bad)

@@ -17,6 +17,7 @@ import contextlib
 import logging
 import threading
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from lockgate.kube.cluster import Cluster, ClusterError
@@ -52,6 +53,22 @@ def parse_pod_log(maker: LineMaker, text: str) -> list[LogLine]:
             continue  # not a timestamped line (cannot happen with timestamps=true)
         lines.append(maker.make(rest, STDOUT, ms))
     return lines
+
+
+def stamp_ns(stamp: str) -> int:
+    """Epoch nanoseconds of a kubelet timestamp (`2026-11-23T00:50:00.123456789Z`; the
+    fraction may be shorter); ValueError when it is not one."""
+    whole, _, fraction = stamp.removesuffix("Z").partition(".")
+    if not fraction.isdigit() and fraction:
+        raise ValueError(f"not a timestamp: {stamp!r}")
+    seconds = int(datetime.fromisoformat(whole).replace(tzinfo=UTC).timestamp())
+    return seconds * 1_000_000_000 + int(fraction.ljust(9, "0")[:9] or 0)
+
+
+# Where a pod's followed log was left: the timestamp (ns) of the last line given, and how
+# many lines with that very timestamp were given. Lines of one millisecond (a job's start
+# and end lines, most often) are told apart; a reopened stream repeats none.
+Mark = tuple[int, int]
 
 
 def log_options(query: LogQuery, now_ms: int) -> dict[str, Any]:
@@ -95,7 +112,8 @@ class PodLogs:
         started_ms = time.time_ns() // 1_000_000
         tail = await self.lines(endpoint_id, query)
         follower = Follower(query)
-        seen = {line.worker: line.ms for line in tail}
+        # The tail's lines are known only to the ms: lines of its last ms count as given.
+        seen = {line.worker: ((line.ms + 1) * 1_000_000, 0) for line in tail}
         watch = _Watch(self, endpoint_id, query, follower, seen, started_ms)
         self._follows[follower] = asyncio.create_task(watch.run(), name="lockgate-pod-logs")
         return tail, follower
@@ -116,12 +134,12 @@ class _Watch:
         endpoint_id: str,
         query: LogQuery,
         follower: Follower,
-        seen: dict[str, int],
+        seen: dict[str, Mark],
         started_ms: int,
     ) -> None:
         self.source, self.endpoint_id, self.query = source, endpoint_id, query
         self.follower = follower
-        self.seen = seen  # pod -> ms of the last line already given
+        self.seen = seen  # pod -> where its log was left
         self.started_ms = started_ms
         self.readers: dict[str, Any] = {}  # pod -> its open response (None while opening)
         self.loop = asyncio.get_running_loop()
@@ -144,15 +162,15 @@ class _Watch:
 
     def _start(self, pod: str) -> None:
         self.readers[pod] = None
-        since = self.seen.get(pod, self.started_ms)
+        mark = self.seen.get(pod, (self.started_ms * 1_000_000, 0))
         thread = threading.Thread(
-            target=self._read, args=(pod, since), name=f"lockgate-log-{pod}", daemon=True
+            target=self._read, args=(pod, mark), name=f"lockgate-log-{pod}", daemon=True
         )
         thread.start()
 
-    def _read(self, pod: str, after_ms: int) -> None:
-        """In a thread: follow one pod's log, handing lines newer than `after_ms` over."""
-        query = LogQuery(since=after_ms - 1000, tail=TAIL_MAX)
+    def _read(self, pod: str, mark: Mark) -> None:
+        """In a thread: follow one pod's log, handing over the lines after `mark`."""
+        query = LogQuery(since=mark[0] // 1_000_000 - 1000, tail=TAIL_MAX)
         options = log_options(query, time.time_ns() // 1_000_000)
         options.pop("tail_lines")
         maker = LineMaker(pod)
@@ -167,18 +185,25 @@ class _Watch:
         if self.stopped.is_set():
             resp.shutdown()
         pending = b""
+        last_ns = count = 0  # the stream's last timestamp, and its lines with it so far
         with contextlib.suppress(Exception):  # shut down, quiet too long, or broken
             for chunk in resp.stream(None, decode_content=True):  # as each chunk arrives
                 *complete, pending = (pending + chunk).split(b"\n")
                 for raw in complete:
-                    for line in parse_pod_log(maker, raw.decode(errors="replace")):
-                        if line.ms > after_ms:
-                            after_ms = line.ms
-                            self.loop.call_soon_threadsafe(self.follower.offer, line)
+                    stamp, _, text = raw.decode(errors="replace").partition(" ")
+                    try:
+                        ns = stamp_ns(stamp)
+                    except ValueError:
+                        continue  # not a timestamped line (cannot happen with timestamps)
+                    count, last_ns = (count + 1 if ns == last_ns else 1), ns
+                    line = maker.make(text, STDOUT, ns // 1_000_000)  # (tracks its jobs)
+                    if (ns, count) > mark:
+                        mark = (ns, count)
+                        self.loop.call_soon_threadsafe(self.follower.offer, line)
         with contextlib.suppress(Exception):
             resp.release_conn()
         # The container ended (a restart follows, in a crash loop), or the stream was quiet
         # or broke: read it again from the last line given.
-        self.seen[pod] = after_ms
+        self.seen[pod] = mark
         if not self.stopped.is_set():
             self.loop.call_soon_threadsafe(self.readers.pop, pod, None)
