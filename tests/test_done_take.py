@@ -29,6 +29,17 @@ async def done(http, gw: LiveGateway, worker: str, job_id: str, body: dict, quer
         return await resp.json()
 
 
+async def held_answer(http: aiohttp.ClientSession, gw: LiveGateway) -> asyncio.Task:
+    """A running job's result sent with `take=1&wait=5000`: the result recorded, its answer
+    still held (nothing is queued), as a task that ends with the answer."""
+    first = await running_job(http, gw, "w-1", {})
+    held = asyncio.create_task(done(http, gw, "w-1", first, {"output": 1}, "?take=1&wait=5000"))
+    await eventually(lambda: _completed(http, gw, first))  # recorded at once; only the answer waits
+    await asyncio.sleep(0.2)
+    assert not held.done()
+    return held
+
+
 async def test_a_result_with_take_brings_the_next_queued_job_for_the_same_worker(http, gateway):
     first = await running_job(http, gateway, "w-1", {"n": 1})
     second = await submit(http, gateway, {"input": {"n": 2}})
@@ -141,13 +152,7 @@ async def test_a_runtime_told_to_stop_runs_the_job_it_was_handed_and_takes_no_mo
 
 
 async def test_a_result_with_wait_holds_its_answer_until_a_job_is_queued(http, gateway):
-    first = await running_job(http, gateway, "w-1", {})
-    query = "?take=1&wait=5000"
-    held = asyncio.create_task(done(http, gateway, "w-1", first, {"output": 1}, query))
-    # The result is recorded at once; only the answer waits.
-    await eventually(lambda: _completed(http, gateway, first))
-    await asyncio.sleep(0.2)
-    assert not held.done()
+    held = await held_answer(http, gateway)
 
     queued = await submit(http, gateway, {"input": {"n": 2}})
 
@@ -173,10 +178,7 @@ async def test_a_held_answer_with_nothing_queued_ends_at_its_wait_with_no_job(ht
 
 async def test_a_held_answer_ends_when_its_worker_is_told_to_stop(http, gateway, redis):
     store = JobStore(redis)
-    first = await running_job(http, gateway, "w-1", {})
-    query = "?take=1&wait=5000"
-    held = asyncio.create_task(done(http, gateway, "w-1", first, {"output": 1}, query))
-    await eventually(lambda: _completed(http, gateway, first))
+    held = await held_answer(http, gateway)
 
     await store.stop_taking(gateway.endpoint, ["w-1"])  # as DeploymentPool.resize does
 
@@ -186,12 +188,7 @@ async def test_a_held_answer_ends_when_its_worker_is_told_to_stop(http, gateway,
 
 
 async def test_a_held_answer_ends_when_the_gateway_drains(http, gateway):
-    first = await running_job(http, gateway, "w-1", {})
-    query = "?take=1&wait=5000"
-    held = asyncio.create_task(done(http, gateway, "w-1", first, {"output": 1}, query))
-    await eventually(lambda: _completed(http, gateway, first))
-    await asyncio.sleep(0.2)
-    assert not held.done()
+    held = await held_answer(http, gateway)
 
     gateway.app[GATEWAY].drain()  # as a SIGTERM does before the process stops
 
