@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import aiohttp
 import pytest
@@ -49,6 +50,19 @@ async def test_run_queues_a_job_and_status_reports_it(http, gateway):
     assert status == 200
     assert body["status"] == "IN_QUEUE" and "output" not in body
     assert isinstance(body["delayTime"], int) and body["executionTime"] == 0
+
+
+async def test_job_ids_are_fresh_random_uuids_as_runpod_gives(http, gateway):
+    ids = [(await submit(http, gateway, {"input": {}}))["id"] for _ in range(50)]
+    async with http.post(
+        gateway.job_url("runsync?wait=1000"), json={"input": {}}, headers=gateway.client_headers()
+    ) as r:
+        sync_id = (await r.json())["id"]
+    assert sync_id.startswith("sync-")
+    for job_id in [*ids, sync_id.removeprefix("sync-")]:
+        parsed = uuid.UUID(job_id)
+        assert str(parsed) == job_id and parsed.version == 4 and parsed.variant == uuid.RFC_4122
+    assert len(set(ids)) == len(ids)
 
 
 async def test_a_taken_job_completes_with_its_output(http, gateway):

@@ -4,7 +4,6 @@ requests."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -24,6 +23,7 @@ from lockgate.models import FINAL_STATES, JobRequest, describe_validation_error
 from lockgate.models.jobs import MAX_DURATION_MS, TTL_MIN_MS
 from lockgate.models.limits import Operation
 from lockgate.store import UNAVAILABLE, IneligibleState, JobNotFound, JobRecord, NewJob
+from lockgate.store.keys import new_job_id
 
 MB = 1024 * 1024
 RUN_LIMIT = 10 * MB
@@ -134,7 +134,7 @@ async def _submit(call: Call, job: NewJob) -> tuple[str, str, dict[str, str]]:
 @client_route("POST", Operation.RUN)
 async def run(request: web.Request, call: Call) -> web.Response:
     key = key_digest(request, call.principal.name, Operation.RUN)
-    job = await _new_job(request, RUN_LIMIT, str(uuid.uuid4()), sync=False, idempotency_key=key)
+    job = await _new_job(request, RUN_LIMIT, new_job_id(), sync=False, idempotency_key=key)
     job_id, status, headers = await _submit(call, job)
     return json_response({"id": job_id, "status": status}, headers=headers)
 
@@ -144,7 +144,7 @@ async def runsync(request: web.Request, call: Call) -> web.Response:
     gw, endpoint_id = call.gw, call.endpoint_id
     wait_ms = int_param(request, "wait", default=WAIT_DEFAULT_MS, lo=WAIT_MIN_MS, hi=WAIT_MAX_MS)
     key = key_digest(request, call.principal.name, Operation.RUNSYNC)
-    job_id = f"sync-{uuid.uuid4()}"
+    job_id = f"sync-{new_job_id()}"
     job = await _new_job(request, RUNSYNC_LIMIT, job_id, sync=True, idempotency_key=key)
     submitted = asyncio.Event()
     # Wait from before the submit: the job may finish before `submit` even returns.

@@ -19,8 +19,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from lockgate.gateway.errors import TooManyRequests
@@ -79,6 +78,24 @@ class Budget:
 Key = tuple[str, Operation, str]
 
 
+@dataclass(slots=True)
+class Hold:
+    """`Limiter.hold`: a request admitted on entry, its slot given back on exit (a plain
+    class: an `asynccontextmanager` costs a generator per request)."""
+
+    limiter: Limiter
+    endpoint_id: str
+    op: Operation
+    owner: str
+    budget: Budget | None = None
+
+    async def __aenter__(self) -> None:
+        self.budget = await self.limiter.admit(self.endpoint_id, self.op, self.owner)
+
+    async def __aexit__(self, *_exc: object) -> None:
+        self.limiter.release(self.budget)
+
+
 class Limiter:
     """Admits or refuses a client request; an admitted request holds a slot while it runs."""
 
@@ -125,13 +142,17 @@ class Limiter:
         running = await self.running_workers(endpoint_id)
         return effective_rate(limit.rate, running, limit.requests_per_worker)
 
-    @asynccontextmanager
-    async def hold(self, endpoint_id: str, op: Operation, owner: str) -> AsyncIterator[None]:
-        """Admit one request for its duration, or raise 429 with `Retry-After`."""
+    def hold(self, endpoint_id: str, op: Operation, owner: str) -> Hold:
+        """Admit one request for its duration (`async with`), or raise 429 with
+        `Retry-After`."""
+        return Hold(self, endpoint_id, op, owner)
+
+    async def admit(self, endpoint_id: str, op: Operation, owner: str) -> Budget | None:
+        """Admit one request, or raise 429: the budget whose slot it now holds (None when
+        it holds none), to be given back with `release`."""
         limit = self.table[op]
         if not self.enabled or (limit.rate is None and limit.concurrency is None):
-            yield
-            return
+            return None
         key = (endpoint_id, op, owner)
         budget = self._budgets.setdefault(key, Budget())
         try:
@@ -141,13 +162,14 @@ class Limiter:
             # uncounted, so reads, cancel and purge still drain a full store (a write the
             # request makes is refused by the store as a whole anyway).
             log.warning("store full: /%s on %s admitted without rate limiting", op, endpoint_id)
-            yield
-            return
-        try:
-            yield
-        finally:
-            if limit.concurrency is not None:
-                budget.in_flight -= 1
+            return None
+        return budget if limit.concurrency is not None else None
+
+    @staticmethod
+    def release(budget: Budget | None) -> None:
+        """An admitted request ended: its slot is free again."""
+        if budget is not None:
+            budget.in_flight -= 1
 
     async def _admit(self, key: Key, budget: Budget, limit: OperationLimit) -> None:
         """Spend one unit of rate and take one slot, reserving more from Redis if needed."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
 from typing import Any
 
 import orjson
@@ -49,6 +48,7 @@ from lockgate.models import FINAL_STATES
 from lockgate.models.jobs import TTL_DEFAULT_MS
 from lockgate.models.limits import Operation
 from lockgate.store import UNAVAILABLE, IneligibleState, JobNotFound, JobRecord, NewJob
+from lockgate.store.keys import new_job_id
 
 PATH = r"/v2/{endpoint}/openai/{path:[\s\S]*}"  # any character: a newline too
 JOB_HEADER = "X-Lockgate-Job-Id"
@@ -95,7 +95,7 @@ async def _serve(request: web.Request) -> web.StreamResponse:
         body = await _body(request)
         stream = wants_stream(body)
         job = NewJob(
-            id=f"sync-{uuid.uuid4()}",
+            id=f"sync-{new_job_id()}",
             input=jsonbody.dumps(job_input(route, body), "input"),
             ttl_ms=TTL_DEFAULT_MS,
             sync=True,

@@ -35,11 +35,16 @@ class BodyBudget:
     limit: int
     held: int = 0
     _freed: asyncio.Event = field(default_factory=asyncio.Event)
+    _waiting: int = 0  # callers in `wait_for_room`: no wake-up to make without one
 
     async def wait_for_room(self, timeout_s: float) -> None:
         """Return when some request gave bytes back, or after `timeout_s`."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._freed.wait(), timeout_s)
+        self._waiting += 1
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._freed.wait(), timeout_s)
+        finally:
+            self._waiting -= 1
 
     def free(self) -> int:
         return self.limit - self.held
@@ -70,6 +75,8 @@ class BodyBudget:
 
     def _wake(self) -> None:
         """Wake every waiter for room (each then waits anew if there is not enough)."""
+        if not self._waiting:
+            return
         self._freed.set()
         self._freed = asyncio.Event()
 
