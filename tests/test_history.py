@@ -18,7 +18,7 @@ from lockgate.dev.redis_server import EmbeddedRedis
 from lockgate.manage.history import SETTLE_S, HistorySampler
 from lockgate.manage.local import LocalControlPlane
 from lockgate.store import Registry
-from lockgate.store.keys import HISTORY_INTERVAL_S, HISTORY_POINTS, prefix
+from lockgate.store.keys import HISTORY_INTERVAL_S, HISTORY_POINTS, INTERVAL_KEEP_MS, prefix
 from tests.conftest import eventually
 from tests.test_manage_api import ECHO, dev_app
 
@@ -91,6 +91,10 @@ async def test_history_counts_the_jobs_that_ended_once_however_many_samplers(dev
     assert delays and all(d >= 0 for d in delays)
     fields = {"inQueue", "inQueueLow", "inProgress", "workersRunning", "workersIdle"}
     assert fields | {"workersStarting", "delayP50", "t"} <= set(points[0])
+    # Each interval's counts die on their own after INTERVAL_KEEP_MS.
+    counted = [k async for k in dev.redis.scan_iter(match=prefix(endpoint_id) + "iv:*")]
+    lives = [await dev.redis.pttl(k) for k in counted]
+    assert counted and all(0 < ms <= INTERVAL_KEEP_MS for ms in lives), lives
 
 
 async def test_history_is_bounded_to_an_hour_and_removed_with_the_endpoint(dev: Dev) -> None:

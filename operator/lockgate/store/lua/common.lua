@@ -38,9 +38,10 @@ local function unindex(id)
 end
 
 -- Bytes of input queued on the endpoint, for its queued-bytes quota (see submit.lua):
--- counted as jobs enter (sign 1) and leave (sign -1) the queues.
-local function count_queued(id, sign)
-  redis.call('INCRBY', P .. 'qb', sign * redis.call('HSTRLEN', jkey(id), 'in'))
+-- counted as jobs enter (sign 1) and leave (sign -1) the queues. `size`: the job's input
+-- bytes when the caller has read them already.
+local function count_queued(id, sign, size)
+  redis.call('INCRBY', P .. 'qb', sign * (size or redis.call('HSTRLEN', jkey(id), 'in')))
 end
 
 -- Set when a job's record dies, and index it there (the `exp` zset lists every record).
@@ -51,10 +52,10 @@ end
 
 -- Count an event in the 10 s history interval holding `now` (ms): `lg:{ep}:iv:<t>`.
 local INTERVAL_KEEP = 900000
+-- The first count of each field sets the key's life (the first count of all created it).
 local function count_interval(now, field)
   local k = P .. 'iv:' .. (math.floor(now / 10000) * 10)
-  redis.call('HINCRBY', k, field, 1)
-  redis.call('PEXPIRE', k, INTERVAL_KEEP)
+  if redis.call('HINCRBY', k, field, 1) == 1 then redis.call('PEXPIRE', k, INTERVAL_KEEP) end
 end
 
 -- The log bucket of a queue delay (ms): buckets 10 % wide, so percentiles read from
@@ -83,7 +84,8 @@ end
 -- and `/status?wait=` on a job it marked watched).
 local function finalize(ep, id, status, now, worker, sync, ret_run, ret_sync, extra)
   local jk = jkey(id)
-  reindex(id, redis.call('HGET', jk, 'st'), status)
+  local f = redis.call('HMGET', jk, 'st', 'cr', 'tl', 'wh', 'wt')
+  reindex(id, f[1], status)
   redis.call('HSET', jk, 'st', status, 'fi', now, unpack(extra))
   redis.call('HDEL', jk, 'pg')  -- progress is shown while running only
   redis.call('ZREM', P .. 'run', id)
@@ -95,13 +97,12 @@ local function finalize(ep, id, status, now, worker, sync, ret_run, ret_sync, ex
     redis.call('HINCRBY', P .. 'stats', 'failed', 1)
     count_interval(now, 'f')
   end
-  local f = redis.call('HMGET', jk, 'cr', 'tl', 'wh', 'wt')
   local death = math.min(now + tonumber(sync == '1' and ret_sync or ret_run),
-    tonumber(f[1]) + tonumber(f[2]))
+    tonumber(f[2]) + tonumber(f[3]))
   expire_at(id, death)
   redis.call('PEXPIREAT', P .. 's:' .. id, death)
-  if f[3] then redis.call('ZADD', P .. 'wh', now, id) end
-  if sync == '1' or f[4] then redis.call('PUBLISH', EVENTS, done_event(ep, id)) end
+  if f[4] then redis.call('ZADD', P .. 'wh', now, id) end
+  if sync == '1' or f[5] then redis.call('PUBLISH', EVENTS, done_event(ep, id)) end
 end
 
 -- Ask a worker to stop a job it holds, and wake its job-stop long-poll.

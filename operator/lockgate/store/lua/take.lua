@@ -26,7 +26,7 @@ for _, q in ipairs({P .. 'q', P .. 'ql'}) do
       redis.call('ZADD', q, popped[2], id)  -- it does not fit this answer: back in its place
       full = true
     elseif f[1] == 'IN_QUEUE' and tonumber(f[5]) + tonumber(f[6]) > now then
-      count_queued(id, -1)
+      count_queued(id, -1, #f[2])
       reindex(id, 'IN_QUEUE', 'IN_PROGRESS')
       redis.call('HSET', jk, 'st', 'IN_PROGRESS', 'sa', now, 'wk', worker)
       redis.call('PEXPIREAT', jk, tonumber(f[5]) + tonumber(f[6]) + RUNNING_GRACE)
@@ -37,7 +37,7 @@ for _, q in ipairs({P .. 'q', P .. 'ql'}) do
       out[#out + 1] = {id, f[2], f[3]}
       bytes = bytes + #f[2]
     elseif f[1] == 'IN_QUEUE' then
-      count_queued(id, -1)  -- past its ttl: dropped
+      count_queued(id, -1, #(f[2] or ''))  -- past its ttl: dropped
     end
   end
 end
