@@ -10,13 +10,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
+import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 from kubernetes import client as k8s
 
-from lockgate.dev.redis_server import EmbeddedRedis
+from lockgate.dev.redis_server import EmbeddedRedis, free_port
 from lockgate.kube import main
 from lockgate.kube.cluster import Cluster
 from lockgate.kube.leader import LeaderElector, holder_of
@@ -185,3 +188,43 @@ async def test_the_scaling_loop_runs_only_in_the_replica_holding_the_lease(
         await until(lambda: 1 in ticks, "the second replica scaling")
         await asyncio.sleep(0.5)
         assert 0 not in ticks
+
+
+def test_a_stopped_operator_leaves_kopf_no_task_of_its_own_to_cancel(
+    kube: k8s.ApiClient,
+    redis_server: EmbeddedRedis,
+    lease_name: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The whole operator (kopf, the scaler leading its own Lease, the management API) told to
+    stop, as SIGTERM does: the scaler's term and the API's tasks end in kopf's cleanup. kopf
+    waits 5 s for tasks it did not start to end by themselves before it cancels them; an
+    operator that left it some would wait that long on every rollout and uninstall."""
+    caplog.set_level(logging.DEBUG, logger="kopf")
+    settings = OperatorSettings(
+        redis_url=redis_server.url, namespaces=[NAMESPACE], manage_host="127.0.0.1",
+        manage_port=free_port(), liveness_port=0, scale_interval_s=0.2, lease_name=lease_name,
+        lease_namespace=NAMESPACE, **LEASE_TIMING,
+    )  # fmt: skip
+    stop, ready = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            asyncio.run(main.run(settings, api_client=kube, stop_flag=stop, ready_flag=ready))
+        except BaseException as err:  # reported below, not lost in the thread
+            errors.append(err)
+
+    thread = threading.Thread(target=serve, name="operator-under-test", daemon=True)
+    thread.start()
+    assert ready.wait(30) and not errors, errors
+    cluster = Cluster(kube)
+    leads = lambda: asyncio.run(holder(cluster, lease_name)) != ""  # noqa: E731
+    assert any(leads() or time.sleep(0.2) for _ in range(100)), "the scaler never led"
+
+    stop.set()
+    thread.join(30)
+
+    assert not thread.is_alive() and not errors, errors
+    hung = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Hung tasks")]
+    assert hung == ["Hung tasks stopping is skipped: no tasks given."], hung

@@ -71,11 +71,16 @@ async def scaling(ctx: Context, elector: LeaderElector | None = None) -> AsyncIt
         task = asyncio.create_task(
             elector.run(lambda: scale(ctx, session)), name="lockgate-scaler-election"
         )
+
+        async def stop() -> None:
+            task.cancel()
+            await asyncio.wait({task}, timeout=5)
+
+        ctx.beside.append(stop)  # stopped by kopf's cleanup, before kopf's own shutdown
         try:
             yield
         finally:
-            task.cancel()
-            await asyncio.wait({task}, timeout=5)
+            await stop()
 
 
 async def run(
@@ -87,7 +92,8 @@ async def run(
 ) -> None:
     """Run until `stop_flag` is set (or a signal, in the main thread)."""
     ctx = Context.open(settings, Cluster(api_client or api_client_from_environment()))
-    manage = await start_manage_api(ctx) if settings.manage_port else None
+    if settings.manage_port:
+        ctx.beside.append((await start_manage_api(ctx)).cleanup)
     port = settings.liveness_port
     liveness = f"http://0.0.0.0:{port}/healthz" if port else None
     try:
@@ -101,8 +107,7 @@ async def run(
                 ready_flag=ready_flag,
             )
     finally:
-        if manage is not None:
-            await manage.cleanup()
+        await ctx.stop_beside()  # unless kopf's cleanup did already
         await ctx.close()
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -59,12 +59,23 @@ class Context:
     # One registration at a time per endpoint in this process: the worker key is never read
     # back, so two concurrent ones (a handler and the resync daemon) must not interleave.
     registering: dict[str, asyncio.Lock] = field(default_factory=dict)
+    # What runs beside kopf (the scaler, an in-process management API), each stopped by
+    # `stop_beside` (kube/main.py registers them).
+    beside: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     @classmethod
     def open(cls, settings: OperatorSettings, cluster: Cluster) -> Context:
         redis = connect(settings, max_connections=32)
         liveness = Liveness(heartbeat_timeout_ms=int(settings.heartbeat_timeout_s * 1000))
         return cls(settings, cluster, redis, Registry(redis), JobStore(redis, liveness=liveness))
+
+    async def stop_beside(self) -> None:
+        """Stop what runs beside kopf, before kopf's own shutdown (its cleanup handler):
+        kopf gives the tasks it did not start 5 s to end by themselves, then cancels them,
+        so an operator told to stop (a rollout, an uninstall) would wait that long."""
+        stops, self.beside = self.beside, []
+        for stop in stops:
+            await stop()
 
     async def close(self) -> None:
         await self.redis.aclose()
