@@ -149,23 +149,49 @@ def operator(
         scale_interval_s=0.2,
         keys_file=str(keys_file),
     )
-    stop, ready = threading.Event(), threading.Event()
-    errors: list[BaseException] = []
-
-    def serve() -> None:
-        try:
-            asyncio.run(run(settings, api_client=kube, stop_flag=stop, ready_flag=ready))
-        except BaseException as err:  # reported by the fixture, not lost in the thread
-            errors.append(err)
-            ready.set()
-
-    thread = threading.Thread(target=serve, name="lockgate-operator", daemon=True)
-    thread.start()
-    assert ready.wait(30), "the operator did not become ready in 30 s"
-    assert not errors, f"the operator failed to start: {errors[0]!r}"
+    running = OperatorThread(kube, settings)
     yield RunningOperator(settings, f"http://127.0.0.1:{manage_port}", metrics_port)
-    stop.set()
-    thread.join(30)
+    running.stop()
+
+
+@pytest.fixture
+def start_operator(kube: k8s.ApiClient) -> Iterator[Callable[[OperatorSettings], OperatorThread]]:
+    """Start a whole operator of the test's own with these settings (stopped at the end)."""
+    started: list[OperatorThread] = []
+
+    def start(settings: OperatorSettings) -> OperatorThread:
+        started.append(OperatorThread(kube, settings))
+        return started[-1]
+
+    yield start
+    for running in started:
+        running.stop()
+
+
+class OperatorThread:
+    """`lockgate operator` (`kube.main.run`: kopf, the scaler, the management API) in a
+    thread of its own, started and ready; `stop` sets its stop flag, as SIGTERM does."""
+
+    def __init__(self, kube: k8s.ApiClient, settings: OperatorSettings) -> None:
+        self._stop, ready = threading.Event(), threading.Event()
+        self.errors: list[BaseException] = []
+
+        def serve() -> None:
+            try:
+                asyncio.run(run(settings, api_client=kube, stop_flag=self._stop, ready_flag=ready))
+            except BaseException as err:  # reported by the caller, not lost in the thread
+                self.errors.append(err)
+                ready.set()
+
+        self.thread = threading.Thread(target=serve, name="lockgate-operator", daemon=True)
+        self.thread.start()
+        assert ready.wait(30), "the operator did not become ready in 30 s"
+        assert not self.errors, f"the operator failed to start: {self.errors[0]!r}"
+
+    def stop(self, timeout_s: float = 30) -> None:
+        """Stop it and wait up to `timeout_s` for its thread to end."""
+        self._stop.set()
+        self.thread.join(timeout_s)
 
 
 # -- helpers -------------------------------------------------------------------------------

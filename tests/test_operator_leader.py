@@ -11,10 +11,8 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import threading
-import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from kubernetes import client as k8s
@@ -27,7 +25,10 @@ from lockgate.kube.reconcile import Context
 from lockgate.kube.scaler import ScalingLoop
 from lockgate.kube.settings import OperatorSettings
 from lockgate.kube.status import METRICS_AVAILABLE, Check
-from tests.conftest import eventually
+from tests.conftest import eventually, wait_until
+
+if TYPE_CHECKING:
+    from kube_fixtures import OperatorThread
 
 pytest_plugins = ["kube_fixtures"]
 pytestmark = [pytest.mark.envtest]
@@ -191,6 +192,7 @@ async def test_the_scaling_loop_runs_only_in_the_replica_holding_the_lease(
 
 
 def test_a_stopped_operator_leaves_kopf_no_task_of_its_own_to_cancel(
+    start_operator: Callable[[OperatorSettings], OperatorThread],
     kube: k8s.ApiClient,
     redis_server: EmbeddedRedis,
     lease_name: str,
@@ -206,25 +208,12 @@ def test_a_stopped_operator_leaves_kopf_no_task_of_its_own_to_cancel(
         manage_port=free_port(), liveness_port=0, scale_interval_s=0.2, lease_name=lease_name,
         lease_namespace=NAMESPACE, **LEASE_TIMING,
     )  # fmt: skip
-    stop, ready = threading.Event(), threading.Event()
-    errors: list[BaseException] = []
-
-    def serve() -> None:
-        try:
-            asyncio.run(main.run(settings, api_client=kube, stop_flag=stop, ready_flag=ready))
-        except BaseException as err:  # reported below, not lost in the thread
-            errors.append(err)
-
-    thread = threading.Thread(target=serve, name="operator-under-test", daemon=True)
-    thread.start()
-    assert ready.wait(30) and not errors, errors
+    running = start_operator(settings)
     cluster = Cluster(kube)
-    leads = lambda: asyncio.run(holder(cluster, lease_name)) != ""  # noqa: E731
-    assert any(leads() or time.sleep(0.2) for _ in range(100)), "the scaler never led"
+    wait_until(lambda: asyncio.run(holder(cluster, lease_name)), "the scaler to lead", 20)
 
-    stop.set()
-    thread.join(30)
+    running.stop()
 
-    assert not thread.is_alive() and not errors, errors
+    assert not running.thread.is_alive() and not running.errors, running.errors
     hung = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Hung tasks")]
     assert hung == ["Hung tasks stopping is skipped: no tasks given."], hung
