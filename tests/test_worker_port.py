@@ -11,11 +11,15 @@ from dataclasses import dataclass
 
 import aiohttp
 import pytest
+from aiohttp import web
 from pydantic import ValidationError
 from redis.asyncio import Redis
 
 from lockgate.dev.redis_server import EmbeddedRedis, free_port
+from lockgate.gateway import client_api, openai_api, worker_api
+from lockgate.gateway.app import create_app, create_worker_app
 from lockgate.gateway.main import start
+from lockgate.gateway.state import GATEWAY
 from lockgate.settings import Settings
 from tests.conftest import LiveGateway, make_settings, register
 
@@ -116,3 +120,33 @@ async def test_without_a_worker_port_the_client_port_serves_workers_as_before(
 def test_a_worker_port_equal_to_the_client_port_is_refused() -> None:
     with pytest.raises(ValidationError, match="worker_port must differ from port"):
         Settings(port=8080, worker_port=8080)
+
+
+def _paths(app: web.Application) -> list[str]:
+    return [r.canonical for r in app.router.resources() if r.canonical.startswith("/v2/")]
+
+
+def test_both_ports_try_the_routes_of_a_jobs_life_first(redis: Redis) -> None:
+    """aiohttp tries routes in the order they were added: a job's submit, its worker's take
+    and result, and its polls are found first; every route is still served, each
+    trailing-slash variant after all the routes without one."""
+    one = create_app(make_settings("redis://unused", 1), redis=redis)
+    assert _paths(one)[:5] == [
+        "/v2/{endpoint}/run",
+        "/v2/{endpoint}/runsync",
+        "/v2/{endpoint}/job-done/{worker}/{job}",
+        "/v2/{endpoint}/job-take/{worker}",
+        "/v2/{endpoint}/status/{job}",
+    ]
+    slashed = [p.endswith("/") for p in _paths(one)]
+    assert slashed == sorted(slashed) and any(slashed)
+    declared = [*client_api.routes, *openai_api.routes, *worker_api.routes]
+    assert len(_paths(one)) == len({r.path for r in declared})  # none lost
+    split = create_app(make_settings("redis://unused", 1, worker_port=2), redis=redis)
+    workers = create_worker_app(split[GATEWAY])
+    assert _paths(workers)[:2] == [
+        "/v2/{endpoint}/job-done/{worker}/{job}",
+        "/v2/{endpoint}/job-take/{worker}",
+    ]
+    assert len(_paths(workers)) == len({r.path for r in worker_api.routes})
+    assert not set(_paths(workers)) & set(_paths(split))

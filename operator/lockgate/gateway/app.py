@@ -40,6 +40,11 @@ from lockgate.store.limits import RateLimits
 
 log = logging.getLogger("lockgate.gateway")
 
+# aiohttp tries the /v2 routes one by one, in the order they were added, until one matches:
+# the routes of a job's life come first (its submit, its worker's take and result, its
+# polls), the rest after them, and every trailing-slash variant last.
+BUSIEST = ("run", "runsync", "job-done", "job-take", "status", "ping", "job-take-batch")
+
 # aiohttp's own cap; each route enforces its smaller limit (10 MB /run, 20 MB /runsync).
 MAX_BODY = 21 * 1024 * 1024
 
@@ -124,6 +129,20 @@ async def metrics(request: web.Request) -> web.Response:
     )
 
 
+def busiest_first(*tables: web.RouteTableDef) -> list[web.RouteDef]:
+    """The routes of `tables` in the order to add them: the `BUSIEST` operations first (in
+    that order), then the others as they were declared, then the trailing-slash variants.
+    No two routes match the same path, so the order changes only how soon one is found."""
+
+    def rank(route: web.RouteDef) -> tuple[bool, int]:
+        op = route.path.split("/")[3] if route.path.startswith("/v2/") else ""
+        busy = BUSIEST.index(op) if op in BUSIEST else len(BUSIEST)
+        return route.path.endswith("/"), busy
+
+    routes = [r for table in tables for r in table if isinstance(r, web.RouteDef)]
+    return sorted(routes, key=rank)
+
+
 def _application(gw: Gateway, *, cors: bool = False) -> web.Application:
     """An application over `gw` with the shared middlewares and the probes; `cors`: answer
     browsers from `settings.cors_allow_origins` (the job API's application only)."""
@@ -148,7 +167,7 @@ def create_worker_app(gw: Gateway) -> web.Application:
     """The worker API alone, served on `settings.worker_port` beside the application of
     `create_app` (whose gateway, Redis client and background tasks it shares)."""
     app = _application(gw)
-    app.add_routes(worker_api.routes)
+    app.add_routes(busiest_first(worker_api.routes))
     return app
 
 
@@ -163,10 +182,10 @@ def create_app(settings: Settings, *, redis: Redis | None = None) -> web.Applica
         client = connect(settings)
     gw = build_gateway(settings, client)
     app = _application(gw, cors=True)
-    app.add_routes(client_api.routes)
-    app.add_routes(openai_api.routes)
+    tables = [client_api.routes, openai_api.routes]
     if not settings.worker_port:
-        app.add_routes(worker_api.routes)
+        tables.append(worker_api.routes)
+    app.add_routes(busiest_first(*tables))
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/openapi.json", openapi_json)
     if not settings.auth:
