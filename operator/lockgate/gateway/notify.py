@@ -23,12 +23,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
-from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from lockgate.store.keys import EVENTS_CHANNEL
-from lockgate.store.pipe import listen
+from lockgate.store.pipe import is_cluster, listen
 from lockgate.store.records import JobRecord
 
 log = logging.getLogger("lockgate.gateway")
@@ -240,7 +239,7 @@ class Notifier:
         delay = 0.05
         while self._task is not None:
             try:
-                if isinstance(self.redis, RedisCluster):
+                if is_cluster(self.redis):
                     await self._listen_cluster()
                 else:
                     err = await listen(self.redis, EVENTS_CHANNEL, self.dispatch, self._subscribed)

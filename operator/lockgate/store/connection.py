@@ -33,6 +33,8 @@ from redis.exceptions import (
     TryAgainError,
 )
 
+from lockgate.store.pipe import is_cluster
+
 
 class NotReplicated(Exception):
     """An accepting write reached the master but fewer replicas than
@@ -388,7 +390,7 @@ async def route(client: Redis, key: Any, after: Any = None) -> Route:
     redirection sends them to its node (a MOVED one was noted in the slot map already).
     A cluster client first rediscovers the topology if a connection error asked for it; a
     slot without a master (a failover) is a ClusterDownError."""
-    if not isinstance(client, RedisCluster):
+    if not is_cluster(client):
         return Route()
     try:
         await client.initialize()  # a no-op unless a rediscovery is due

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -153,6 +154,12 @@ class Pipe:
         self._link: _Link | None = None
         self._opening = asyncio.Lock()
 
+    @property
+    def link(self) -> _Link | None:
+        """The connection, when it is open and unbroken (`send` opens one otherwise)."""
+        link = self._link
+        return link if link is not None and link.broken is None else None
+
     async def send(self, commands: Sequence[Command]) -> list[Any]:
         """The replies of `commands`, in order (an error reply as its exception, returned);
         ConnectionError or TimeoutError when the connection failed meanwhile."""
@@ -222,6 +229,18 @@ async def listen(
         await _give_back(client.connection_pool, link.conn)
 
 
+def is_cluster(client: Redis) -> bool:
+    """`isinstance(client, RedisCluster)` at a dict lookup's cost: redis-py's command
+    classes include a `typing.Protocol`, which makes that check ~1 µs for a client that
+    is not one, and it is asked on every call."""
+    return _cluster_class(type(client))
+
+
+@functools.cache
+def _cluster_class(cls: type) -> bool:
+    return issubclass(cls, RedisCluster)
+
+
 _PIPES: weakref.WeakKeyDictionary[Redis, Pipe] = weakref.WeakKeyDictionary()
 
 
@@ -236,7 +255,7 @@ def pipe_of(client: Redis) -> Pipe:
 async def read(client: Redis, *command: Any) -> Any:
     """One command that only reads, through the client's shared connection outside a
     cluster; when that connection fails, once more through the client (with its retries)."""
-    if isinstance(client, RedisCluster):
+    if is_cluster(client):
         return await client.execute_command(*command)
     try:
         (reply,) = await pipe_of(client).send([command])

@@ -5,7 +5,8 @@ Redis as one pipeline: one write and one read for the lot instead of one round t
 which is most of the gateway's CPU per request. Outside a cluster a tick's calls, even a
 call alone, go as raw EVALSHAs on the client's shared connection (`pipe`), not through
 redis-py's Pipeline or Script objects, whose bookkeeping cost more CPU than the round
-trip; a call refused for want of its script (Redis restarted) or cut by a connection
+trip (while that connection is open, with no task per batch: each reply settles its call
+as it is read); a call refused for want of its script (Redis restarted) or cut by a connection
 error is sent once more alone through its Script object, which loads it or retries. In a
 cluster a call alone is sent as is, a tick's calls through the cluster client's pipeline.
 
@@ -20,13 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import (
     AskError,
@@ -46,7 +46,7 @@ from lockgate.store.connection import (
     route,
     send_together,
 )
-from lockgate.store.pipe import pipe_of
+from lockgate.store.pipe import is_cluster, pipe_of
 
 NAMES = (
     "submit",
@@ -159,9 +159,33 @@ class Scripts:
     def _flush(self) -> None:
         pending, self._pending = self._pending, {}
         for replication, batch in pending.items():
-            task = asyncio.create_task(self._send(batch, replication))
-            self._tasks.add(task)  # held until done: a task nobody references may be collected
-            task.add_done_callback(self._tasks.discard)
+            if replication.replicas or not self._sent_now(batch):
+                self._spawn(self._send(batch, replication))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)  # held until done: a task nobody references may be collected
+        task.add_done_callback(self._tasks.discard)
+
+    def _sent_now(self, batch: list[Call]) -> bool:
+        """Outside a cluster, while the shared connection is open: write the batch now and
+        settle each call as its reply arrives, with no task of its own (the common case).
+        False when the batch must go through `_send` (a cluster; no open connection)."""
+        link = None if is_cluster(self.redis) else pipe_of(self.redis).link
+        if link is None:
+            return False
+        for call, reply in zip(batch, link.send([_evalsha(c) for c in batch]), strict=True):
+            reply.add_done_callback(functools.partial(self._arrived, call))
+        return True
+
+    def _arrived(self, call: Call, reply: asyncio.Future) -> None:
+        """Settle `call` with its reply from `_sent_now`; one cut by a connection error, or
+        refused for want of its script, is sent once more alone (as `_send` does)."""
+        value = reply.exception() or reply.result()
+        if isinstance(value, _AGAIN):
+            self._spawn(_settle(call, _direct(call)))
+        else:
+            _deliver(call, value)
 
     async def _send(
         self,
@@ -174,7 +198,7 @@ class Scripts:
         """Send `batch` and settle its futures. A replicated call whose script the master
         lacks (a promoted replica) or whose slot moved is sent once more (`again`), routed
         by the reply it got (`after`, aligned with the batch)."""
-        if len(batch) == 1 and not replication.replicas and isinstance(self.redis, RedisCluster):
+        if len(batch) == 1 and not replication.replicas and is_cluster(self.redis):
             await _settle(batch[0], _direct(batch[0]))
             return
         try:
@@ -215,7 +239,7 @@ class Scripts:
         """The batch's replies, on one connection; in a cluster through the client's
         pipeline (it routes each call by its first key, the endpoint's hash-tagged prefix,
         and follows redirections)."""
-        if not isinstance(self.redis, RedisCluster):
+        if not is_cluster(self.redis):
             return await pipe_of(self.redis).send([_evalsha(call) for call in batch])
         async with self.redis.pipeline(transaction=False) as pipe:
             for call in batch:
