@@ -37,6 +37,7 @@ import asyncio
 import hmac
 import os
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -96,7 +97,8 @@ class GatewayMetrics:
             "lockgate_rate_limited", "requests refused by a rate limit",
             ["endpoint", "operation"], registry=r,
         )  # fmt: skip
-        self._requests: dict[tuple[str, str, int], object] = {}
+        self._requests: dict[tuple[str, str, int], Any] = {}
+        self._finished: dict[str, tuple[Any, Any]] = {}
 
     def count_request(self, route: str, method: str, status: int) -> None:
         """One answered request (a cached child per label set: cheap on the hot path)."""
@@ -107,8 +109,15 @@ class GatewayMetrics:
         child.inc()
 
     def observe_finished(self, endpoint_id: str, done: Finished) -> None:
-        self.queue_delay.labels(endpoint_id).observe(done.delay_ms / 1000)
-        self.execution.labels(endpoint_id).observe(done.execution_ms / 1000)
+        """A job's time in the queue and its execution (cached children, as above)."""
+        children = self._finished.get(endpoint_id)
+        if children is None:
+            children = self._finished[endpoint_id] = (
+                self.queue_delay.labels(endpoint_id),
+                self.execution.labels(endpoint_id),
+            )
+        children[0].observe(done.delay_ms / 1000)
+        children[1].observe(done.execution_ms / 1000)
 
 
 def age_s(since_ms: int | None, now_ms: int) -> float:
