@@ -22,7 +22,6 @@ from typing import Any, TypeVar
 
 import pytest
 import yaml
-from aiohttp.web import AppRunner
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
@@ -287,25 +286,18 @@ def resources(kube: k8s.ApiClient) -> Iterator[Resources]:
 def metrics_served(operator: RunningOperator, redis_server: EmbeddedRedis) -> Iterator[None]:
     """A real gateway serving `/metrics` where the operator's scaler scrapes. Without one,
     the scaler cannot read metrics and a Ready endpoint shows as Degraded. It runs on its
-    own event loop in a thread, so blocking waits in a test do not stall it."""
-    loop = asyncio.new_event_loop()
+    own event loop in a thread, so blocking waits in a test do not stall it. The loop's
+    `asyncio.Runner` closes it as `asyncio.run` does: the tasks that outlived the gateway
+    (a store call still opening its connection) are cancelled first, not left pending in a
+    closed loop to fail when collected, in whichever test that happens."""
+    loop_runner = asyncio.Runner(loop_factory=asyncio.new_event_loop)  # sets no thread's loop
+    loop = loop_runner.get_loop()
     thread = threading.Thread(target=loop.run_forever, name="metrics-gateway", daemon=True)
     thread.start()
     settings = make_settings(redis_server.url, operator.metrics_port)
     runner = asyncio.run_coroutine_threadsafe(start_gateway(settings), loop).result(30)
     yield
-    asyncio.run_coroutine_threadsafe(_stop_gateway(runner), loop).result(30)
+    asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(30)
     loop.call_soon_threadsafe(loop.stop)
     thread.join(10)
-    loop.close()
-
-
-async def _stop_gateway(runner: AppRunner) -> None:
-    """Clean the gateway up, then cancel the tasks that outlived it, as `asyncio.run` does
-    (e.g. a store call still opening its connection): a task left pending in a closed loop
-    fails when it is garbage-collected, in whichever test that happens."""
-    await runner.cleanup()
-    rest = asyncio.all_tasks() - {asyncio.current_task()}
-    for task in rest:
-        task.cancel()
-    await asyncio.gather(*rest, return_exceptions=True)
+    loop_runner.close()

@@ -129,18 +129,18 @@ async def metrics(request: web.Request) -> web.Response:
     )
 
 
-def busiest_first(*tables: web.RouteTableDef) -> list[web.RouteDef]:
+def busiest_first(*tables: web.RouteTableDef) -> list[web.AbstractRouteDef]:
     """The routes of `tables` in the order to add them: the `BUSIEST` operations first (in
     that order), then the others as they were declared, then the trailing-slash variants.
     No two routes match the same path, so the order changes only how soon one is found."""
 
-    def rank(route: web.RouteDef) -> tuple[bool, int]:
-        op = route.path.split("/")[3] if route.path.startswith("/v2/") else ""
+    def rank(route: web.AbstractRouteDef) -> tuple[bool, int]:
+        path = getattr(route, "path", "")  # a static route (none so far) has a prefix instead
+        op = path.split("/")[3] if path.startswith("/v2/") else ""
         busy = BUSIEST.index(op) if op in BUSIEST else len(BUSIEST)
-        return route.path.endswith("/"), busy
+        return path.endswith("/"), busy
 
-    routes = [r for table in tables for r in table if isinstance(r, web.RouteDef)]
-    return sorted(routes, key=rank)
+    return sorted((route for table in tables for route in table), key=rank)
 
 
 def _application(gw: Gateway, *, cors: bool = False) -> web.Application:

@@ -163,19 +163,16 @@ class Pipe:
     async def send(self, commands: Sequence[Command]) -> list[Any]:
         """The replies of `commands`, in order (an error reply as its exception, returned);
         ConnectionError or TimeoutError when the connection failed meanwhile."""
-        link = self._link
-        if link is None or link.broken is not None:
-            link = await self._open()
+        link = self.link or await self._open()
         return [await future for future in link.send(commands)]
 
     async def _open(self) -> _Link:
         async with self._opening:
-            link = self._link
-            if link is not None and link.broken is None:
+            if (link := self.link) is not None:
                 return link  # opened by another caller meanwhile
-            self._link = None
-            if link is not None:
-                await _give_back(self.pool, link.conn)
+            broken, self._link = self._link, None
+            if broken is not None:
+                await _give_back(self.pool, broken.conn)
             self._link = await _open(self.pool)
             return self._link
 

@@ -314,9 +314,7 @@ _AGAIN = (NoScriptError, ConnectionError, TimeoutError, ClusterDownError, TryAga
 
 def _fail(batch: list[Call], err: Exception) -> None:
     for *_, future in batch:
-        # A closed loop: the batch's task was left pending when its loop closed, and is
-        # being collected; its callers are gone (setting the future would raise).
-        if not future.done() and not future.get_loop().is_closed():
+        if not future.done():
             future.set_exception(err)
 
 
