@@ -17,6 +17,7 @@ from redis.asyncio import Redis
 
 from lockgate.dev.redis_server import EmbeddedRedis, free_port
 from lockgate.gateway import create_app
+from lockgate.gateway.fastpath import serving_site
 from lockgate.settings import Settings
 from lockgate.store import Registry, connect
 from lockgate.store.connection import RedisSettings
@@ -137,7 +138,7 @@ def make_settings(redis: str | RedisSettings, port: int, **overrides) -> Setting
 async def start_gateway(settings: Settings) -> web.AppRunner:
     runner = web.AppRunner(create_app(settings), handle_signals=False, shutdown_timeout=1)
     await runner.setup()
-    await web.TCPSite(runner, settings.host, settings.port).start()
+    await serving_site(runner, settings, settings.port, shutdown_timeout=1).start()
     return runner
 
 

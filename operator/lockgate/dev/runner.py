@@ -26,6 +26,7 @@ from lockgate.dev.launch import HANDLER_SUFFIX
 from lockgate.dev.names import curl_line, endpoint_id_for
 from lockgate.dev.redis_server import EmbeddedRedis
 from lockgate.gateway.app import create_app
+from lockgate.gateway.fastpath import serving_site
 from lockgate.gateway.main import connection_options
 from lockgate.gateway.state import GATEWAY
 from lockgate.logs import setup_logging
@@ -181,7 +182,7 @@ async def serve(opts: DevOptions, redis: RedisSettings, stop: asyncio.Event) -> 
     assert runner.server is not None
     gw.header_timeout.watch(runner.server)
     await gw.registry.put_key(opts.api_key, {"name": "dev", "scopes": ["jobs", "admin"]})
-    await web.TCPSite(runner, opts.host, opts.port).start()
+    await serving_site(runner, settings, opts.port, shutdown_timeout=2).start()
     try:
         await start_endpoints(plane, opts)
         base = settings.public_base_url()

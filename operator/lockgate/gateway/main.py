@@ -11,6 +11,7 @@ from typing import Any
 from aiohttp import web
 
 from lockgate.gateway.app import create_app, create_worker_app
+from lockgate.gateway.fastpath import serving_site
 from lockgate.gateway.state import GATEWAY
 from lockgate.logs import setup_logging
 from lockgate.settings import Settings
@@ -53,7 +54,9 @@ async def start(settings: Settings, **runner_options: Any) -> list[web.AppRunner
         await runner.setup()
         assert runner.server is not None
         gw.header_timeout.watch(runner.server)
-        await web.TCPSite(runner, settings.host, port, reuse_port=True).start()
+        timeout = runner_options.get("shutdown_timeout", 5.0)
+        site = serving_site(runner, settings, port, shutdown_timeout=timeout, reuse_port=True)
+        await site.start()
         log.info("gateway listening on %s:%d", settings.host, port)
     return [runner for runner, _ in runners]
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from lockgate.gateway.errors import PayloadTooLarge, Unavailable
+from lockgate.gateway.fastpath import FastRequest
 
 log = logging.getLogger("lockgate.gateway")
 
@@ -159,7 +160,10 @@ async def send_now(request: web.Request, response: web.StreamResponse) -> web.St
     (aiohttp keeps a connection's last response until its next request: an idle keep-alive
     connection would hold megabytes). A small one is sent as it is: aiohttp writes its head
     and body in one write (the stand-in, a StreamResponse, writes the head on its own first:
-    two send calls per answer)."""
+    two send calls per answer). A request on the fast path writes its answer itself."""
+    if isinstance(request, FastRequest):
+        await request.send(response)
+        return response
     body = response.body if isinstance(response, web.Response) else None
     if not isinstance(body, bytes) or len(body) <= LARGE:
         await response.prepare(request)
