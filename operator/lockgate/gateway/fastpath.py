@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from email.utils import formatdate
 from functools import partial
+from itertools import chain
 from typing import Any
 
 import httptools
@@ -269,7 +270,6 @@ class FastConnection(asyncio.Protocol):
         self._begun = 0
         self._url = b""
         self._headers: list[tuple[bytes, bytes]] = []
-        self._fields_size = 0
         self._receiving: FastRequest | None = None  # the request whose body is arriving
         self._in_message = False
         self._queue: deque[FastRequest] = deque()
@@ -361,14 +361,12 @@ class FastConnection(asyncio.Protocol):
         self._in_message = True
         self._url = b""
         self._headers = []
-        self._fields_size = 0
 
     def on_url(self, url: bytes) -> None:
         self._url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._headers.append((name, value))
-        self._fields_size += len(name) + len(value)
 
     def on_headers_complete(self) -> None:
         if self._discarding:
@@ -408,19 +406,28 @@ class FastConnection(asyncio.Protocol):
         url = self._url
         if url[:4] != b"/v2/" or not url.isascii() or self._parser.should_upgrade():
             return None, None
-        if len(url) > FIELDS_LIMIT or self._fields_size > FIELDS_LIMIT:
+        if len(url) > FIELDS_LIMIT or self._long_fields():
+            return None, None
+        if b"%" in url or b"#" in url or b"{" in url or b"}" in url:
             return None, None
         path, _, query = url.partition(b"?")
-        if b"%" in path or b"%" in query or b"+" in query or b";" in query or b"#" in url:
+        if b"+" in query or b";" in query:
             return None, None
         parts = path.split(b"/")
-        if len(parts) < 4 or b"" in parts[2:] or b"{" in path or b"}" in path:
+        if len(parts) < 4 or b"" in parts[2:]:
             return None, None
         route = self.site.routes.get((self._parser.get_method(), parts[3], len(parts) - 4))
         if route is None:
             return None, None
         values = [p.decode() for p in parts[2:3] + parts[4:]]
         return route, (path.decode(), query.decode(), values)
+
+    def _long_fields(self) -> bool:
+        """The header fields are longer than aiohttp takes (counted only when the bytes
+        read for this request could hold that much)."""
+        if self._raw is not None and self._raw_size <= FIELDS_LIMIT:
+            return False
+        return sum(map(len, chain.from_iterable(self._headers))) > FIELDS_LIMIT
 
     def _head(self) -> tuple | None:
         """(method, version, headers, keep-alive) of the request just parsed; None when it
