@@ -53,6 +53,10 @@ class CpuMeter:
         ours = {name: sum(map(cpu_seconds, pids)) for name, pids in self.pids.items()}
         return {**ours, " total": total, " busy": busy}
 
+    def per_op(self, group: str, ops: int) -> float:
+        """Microseconds of CPU per operation used by `group` since the meter was made."""
+        return (self._read()[group] - self.start[group]) / ops * 1e6
+
     def row(self, figure: str, ops: int) -> Row:
         """A detail row: microseconds of CPU per operation, per group, and others' share."""
         used = {k: v - self.start[k] for k, v in self._read().items()}
