@@ -346,3 +346,20 @@ async def test_with_the_fast_path_off_aiohttp_answers_everything(plain: Served, 
     ) as resp:
         assert resp.status == 200 and AIOHTTP_SERVER in resp.headers["Server"]
     assert not isinstance(plain.site, FastSite)
+
+
+async def test_a_large_answer_arrives_whole(fast: Served, http) -> None:
+    """An answer body over 64 KiB is written after its head, not joined to it."""
+    big = "x" * 300_000
+    async with http.post(
+        f"{fast.url}/v2/echo/run",
+        json={"input": {"big": big}},
+        headers={"authorization": fast.client_key},
+    ) as resp:
+        job_id = (await resp.json())["id"]
+    worker = {"authorization": fast.worker_key}
+    async with http.get(f"{fast.url}/v2/echo/job-take/w1", headers=worker) as resp:
+        assert resp.status == 200 and "Server" not in resp.headers
+        assert int(resp.headers["Content-Length"]) > 300_000
+        job = await resp.json()
+    assert (job["id"], job["input"]["big"]) == (job_id, big)

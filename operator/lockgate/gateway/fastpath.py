@@ -46,6 +46,7 @@ HEAD_LIMIT = 16 * 1024  # bytes read of a head not yet whole: past it, aiohttp's
 FIELDS_LIMIT = 8190  # a target or header fields longer in all are aiohttp's (its own limit
 # is 8190 bytes for the request line and for each field)
 HIGH_WATER = 256 * 1024  # body bytes buffered, not yet read, before reading pauses
+COPY_LIMIT = 64 * 1024  # a larger answer body is written after its head, not joined to it
 Call = Callable[["FastRequest"], Awaitable[web.StreamResponse]]
 
 
@@ -508,7 +509,11 @@ class FastConnection(asyncio.Protocol):
         elif request.version == "1.0":
             head.append("Connection: keep-alive\r\n")
         head.append(f"Date: {http_date()}\r\n\r\n")
-        transport.write("".join(head).encode("latin-1") + body)
+        if len(body) > COPY_LIMIT:  # not copied into one buffer with the head
+            transport.write("".join(head).encode("latin-1"))
+            transport.write(body)
+        else:
+            transport.write("".join(head).encode("latin-1") + body)
         if self._writable is not None:
             await self._writable
 
