@@ -26,8 +26,7 @@ from lockgate.dev.launch import HANDLER_SUFFIX
 from lockgate.dev.names import curl_line, endpoint_id_for
 from lockgate.dev.redis_server import EmbeddedRedis
 from lockgate.gateway.app import create_app
-from lockgate.gateway.fastpath import serving_site
-from lockgate.gateway.main import connection_options
+from lockgate.gateway.fastpath import connection_options, serving_site
 from lockgate.gateway.state import GATEWAY
 from lockgate.logs import setup_logging
 from lockgate.manage.api import create_manage_app

@@ -27,13 +27,14 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from email.utils import formatdate
 from functools import partial
 from itertools import chain
 from typing import Any
+from urllib.parse import parse_qsl
 
 import httptools
 from aiohttp import web
+from aiohttp.helpers import rfc822_formatted_time  # the Date aiohttp sends, made once a second
 from aiohttp.tcp_helpers import tcp_keepalive
 from multidict import CIMultiDict, MultiDict
 
@@ -214,8 +215,7 @@ class FastRequest(dict):
     @property
     def query(self) -> MultiDict[str]:
         if self._query is None:
-            pairs = (p.partition("=") for p in self.query_string.split("&") if p)
-            self._query = MultiDict((name, value) for name, _, value in pairs)
+            self._query = MultiDict(parse_qsl(self.query_string, keep_blank_values=True))
         return self._query
 
     @property
@@ -228,8 +228,10 @@ class FastRequest(dict):
         return self._conn.transport
 
     @property
-    def protocol(self) -> FastConnection:
-        return self._conn
+    def protocol(self) -> None:
+        """No aiohttp protocol: `HeaderTimeout` watches aiohttp's connections only (a fast
+        connection's header timeout is `FastSite`'s)."""
+        return None
 
     @property
     def remote(self) -> str | None:
@@ -327,11 +329,11 @@ class FastConnection(asyncio.Protocol):
         except httptools.HttpParserCallbackError as err:
             if not isinstance(err.__context__, _HandOff):
                 log.error("fast path: %r", err.__context__, exc_info=err.__context__)
-                self._stop()
-            if not self._stopped:
+                self.shutdown()
+            elif self._stopped:  # a request for aiohttp pipelined behind fast ones
+                self.shutdown()
+            else:
                 self._hand_off()
-            elif self._task is None:
-                self._close()
             return False
         except httptools.HttpParserError as err:
             self._refused(err)
@@ -508,7 +510,7 @@ class FastConnection(asyncio.Protocol):
             head.append("Connection: close\r\n")
         elif request.version == "1.0":
             head.append("Connection: keep-alive\r\n")
-        head.append(f"Date: {http_date()}\r\n\r\n")
+        head.append(f"Date: {rfc822_formatted_time()}\r\n\r\n")
         if len(body) > COPY_LIMIT:  # not copied into one buffer with the head
             transport.write("".join(head).encode("latin-1"))
             transport.write(body)
@@ -556,9 +558,7 @@ class FastConnection(asyncio.Protocol):
         elif self._begun <= 1 and self._raw is not None:
             self._hand_off()
         else:
-            self._stop()
-            if self._task is None:
-                self._close()
+            self.shutdown()
 
     def _stop(self) -> None:
         """Read no more requests: close once those read are answered."""
@@ -602,16 +602,16 @@ class FastConnection(asyncio.Protocol):
             self.transport.abort()
 
 
-_date = (0, "")
-
-
-def http_date() -> str:
-    """The `Date` header's value, made once a second."""
-    global _date
-    now = int(time.time())
-    if _date[0] != now:
-        _date = (now, formatdate(now, usegmt=True))
-    return _date[1]
+def connection_options(settings: Settings) -> dict[str, float]:
+    """`web.AppRunner` options for the idle keep-alive timeout and the lingering time (the
+    header timeout is `Gateway.header_timeout`, watching the runner's server); a `FastSite`
+    keeps the same two for the connections it serves."""
+    return {
+        "keepalive_timeout": settings.idle_timeout_s,
+        # After an answer that left a body unread (413, 408), aiohttp reads on for this long
+        # (its default: 10 s) so the client sees the answer: no longer than a body may take.
+        "lingering_time": min(10.0, settings.body_timeout_s),
+    }
 
 
 def serving_site(
@@ -626,13 +626,14 @@ def serving_site(
     `settings.fast_path` off."""
     if not settings.fast_path:
         return web.TCPSite(runner, settings.host, port, reuse_port=reuse_port)
+    options = connection_options(settings)
     return FastSite(
         runner,
         settings.host,
         port,
         header_timeout_s=settings.header_timeout_s,
-        idle_timeout_s=settings.idle_timeout_s,
-        linger_s=min(10.0, settings.body_timeout_s),
+        idle_timeout_s=options["keepalive_timeout"],
+        linger_s=options["lingering_time"],
         shutdown_timeout=shutdown_timeout,
         reuse_port=reuse_port,
     )

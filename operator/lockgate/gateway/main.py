@@ -11,7 +11,7 @@ from typing import Any
 from aiohttp import web
 
 from lockgate.gateway.app import create_app, create_worker_app
-from lockgate.gateway.fastpath import serving_site
+from lockgate.gateway.fastpath import connection_options, serving_site
 from lockgate.gateway.state import GATEWAY
 from lockgate.logs import setup_logging
 from lockgate.settings import Settings
@@ -26,17 +26,6 @@ def settings_from(args: argparse.Namespace) -> Settings:
     if args.redis_url is not None:
         flags |= standalone(args.redis_url)
     return Settings(**flags)
-
-
-def connection_options(settings: Settings) -> dict[str, float]:
-    """`web.AppRunner` options for the idle keep-alive timeout and the lingering time (the
-    header timeout is `Gateway.header_timeout`, watching the runner's server)."""
-    return {
-        "keepalive_timeout": settings.idle_timeout_s,
-        # After an answer that left a body unread (413, 408), aiohttp reads on for this long
-        # (its default: 10 s) so the client sees the answer: no longer than a body may take.
-        "lingering_time": min(10.0, settings.body_timeout_s),
-    }
 
 
 async def start(settings: Settings, **runner_options: Any) -> list[web.AppRunner]:
