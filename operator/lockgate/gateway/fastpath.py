@@ -22,6 +22,7 @@ clients retry unanswered pipelined requests (RFC 9112, 9.3.2).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -185,6 +186,7 @@ class FastRequest(dict):
         "_route",
         "app",
         "content",
+        "expects_continue",
         "headers",
         "keep_alive",
         "match_info",
@@ -197,7 +199,7 @@ class FastRequest(dict):
 
     def __init__(self, conn: FastConnection, route: FastRoute, target: tuple, head: tuple):
         path, query_string, values = target
-        method, version, headers, keep_alive = head
+        method, version, headers, keep_alive, self.expects_continue = head
         self._conn = conn
         self._route = route
         self._query: MultiDict[str] | None = None
@@ -294,7 +296,7 @@ class FastConnection(asyncio.Protocol):
         self.site.connections.add(self)
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        self.site.connections.discard(self)
+        self.site.forget(self)
         if self._receiving is not None:
             self._receiving.content.end(ConnectionResetError("the client closed the connection"))
             self._receiving = None
@@ -433,16 +435,19 @@ class FastConnection(asyncio.Protocol):
         return sum(map(len, chain.from_iterable(self._headers))) > FIELDS_LIMIT
 
     def _head(self) -> tuple | None:
-        """(method, version, headers, keep-alive) of the request just parsed; None when it
-        expects what only aiohttp answers (an `Expect` other than 100-continue)."""
+        """(method, version, headers, keep-alive, expects 100-continue) of the request just
+        parsed; None when it expects what only aiohttp answers (an `Expect` other than
+        100-continue)."""
         headers: CIMultiDict[str] = CIMultiDict(
             [(n.decode("latin-1"), v.decode("utf-8", "surrogateescape")) for n, v in self._headers]
         )
         expect = headers.get("Expect")
         if expect is not None and expect.lower() != "100-continue":
             return None
-        method = self._parser.get_method().decode()
-        return method, self._parser.get_http_version(), headers, self._parser.should_keep_alive()
+        parser = self._parser
+        method = parser.get_method().decode()
+        keep_alive = parser.should_keep_alive()
+        return method, parser.get_http_version(), headers, keep_alive, expect is not None
 
     # answering
 
@@ -452,7 +457,7 @@ class FastConnection(asyncio.Protocol):
 
     async def _serve(self, request: FastRequest) -> None:
         try:
-            if request.headers.get("Expect") and self.transport is not None:
+            if request.expects_continue and self.transport is not None:
                 self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             try:
                 response = await request._route.call(request)
@@ -537,7 +542,7 @@ class FastConnection(asyncio.Protocol):
         self._handoff = None
         if transport is None or transport.is_closing():
             return
-        self.site.connections.discard(self)
+        self.site.forget(self)
         self.site.handed_off += 1
         protocol = self.site.aiohttp()
         transport.set_protocol(protocol)
@@ -666,6 +671,7 @@ class FastSite(web.BaseSite):
         self.idle_s = idle_timeout_s
         self.linger_s = linger_s
         self.connections: set[FastConnection] = set()
+        self._none_left: asyncio.Event | None = None  # set by `stop`: the last one went
         self.handed_off = 0  # connections given to aiohttp
         self.routes: dict[tuple[bytes, bytes, int], FastRoute] = {}
         self.app: web.Application = runner.app
@@ -679,6 +685,12 @@ class FastSite(web.BaseSite):
         server = self._runner.server
         assert server is not None
         return server()
+
+    def forget(self, conn: FastConnection) -> None:
+        """`conn` is no longer the fast path's (closed, or handed to aiohttp)."""
+        self.connections.discard(conn)
+        if not self.connections and self._none_left is not None:
+            self._none_left.set()
 
     async def start(self) -> None:
         await super().start()
@@ -709,10 +721,11 @@ class FastSite(web.BaseSite):
         await super().stop()
         if self._sweeper is not None:
             self._sweeper.cancel()
+        self._none_left = asyncio.Event()
         for conn in list(self.connections):
             conn.shutdown()
-        deadline = time.monotonic() + self._shutdown_timeout
-        while self.connections and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        if self.connections:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._none_left.wait(), self._shutdown_timeout)
         for conn in list(self.connections):
             conn.abort()
