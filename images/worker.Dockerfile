@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # A base image for lockgate workers: Python and the lockgate worker runtime (which needs
-# only aiohttp) in /opt/lockgate, on a CUDA base by default.
+# only httptools) in /opt/lockgate, on a CUDA base by default.
 #   docker build -f images/worker.Dockerfile -t <registry>/lockgate/worker:0.1.0 .
 #   docker build -f images/worker.Dockerfile --build-arg BASE_IMAGE=python:3.12-slim \
 #     -t <registry>/lockgate/worker:0.1.0-cpu .                       # CPU workers
@@ -19,7 +19,7 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY operator ./operator
-# The base install is the worker runtime only (aiohttp); no server extras.
+# The base install is the worker runtime only (httptools); no server extras.
 RUN pip wheel --no-deps --wheel-dir /wheels .
 
 FROM ${BASE_IMAGE}

@@ -1,8 +1,8 @@
 """lockgate's worker runtime: run a RunPod-style handler against a lockgate gateway.
 
-It needs only aiohttp, so it fits in any worker image. A handler takes the job dict
-(`job["input"]` is the request's input) and returns the output; it may be a function,
-an async function, a generator or an async generator (generators stream)::
+It needs only httptools (an HTTP parser), so it fits in any worker image. A handler takes
+the job dict (`job["input"]` is the request's input) and returns the output; it may be a
+function, an async function, a generator or an async generator (generators stream)::
 
     import lockgate.worker
 

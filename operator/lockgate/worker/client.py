@@ -1,4 +1,4 @@
-"""The gateway's worker API (RunPod's protocol), over one keep-alive aiohttp session."""
+"""The gateway's worker API (RunPod's protocol), over kept-alive connections (`http`)."""
 
 from __future__ import annotations
 
@@ -6,16 +6,15 @@ import asyncio
 from collections.abc import Collection, Mapping
 from typing import Any
 
-import aiohttp
-
 from . import codec
 from .backoff import Backoff
 from .config import WorkerConfig
 from .handlers import Job, error_message
+from .http import HttpClient, HttpError
 from .logs import log
 
-LONG_POLL_TIMEOUT = aiohttp.ClientTimeout(total=60)  # seconds; the gateway holds ~20 s
-CALL_TIMEOUT = aiohttp.ClientTimeout(total=30)  # seconds
+LONG_POLL_TIMEOUT_S = 60.0  # the gateway holds a long-poll ~20 s
+CALL_TIMEOUT_S = 30.0
 # A result sent with `take=1` holds its answer this long (ms) for the next job when the
 # queue is empty: a worker kept busy by one client at a time needs no job-take between
 # jobs. Short: a worker told to stop (SIGTERM) waits for this answer before it exits.
@@ -42,19 +41,19 @@ class GatewayClient:
 
     def __init__(self, config: WorkerConfig) -> None:
         self._config = config
-        self._session: aiohttp.ClientSession | None = None
+        self._http: HttpClient | None = None
         # The idle token of the last job-done whose take found the queue empty: sent with
         # the next job-take, which then waits at once unless a job was queued since.
         self._idle: str | None = None
 
     async def __aenter__(self) -> GatewayClient:
         headers = {"Authorization": self._config.worker_key} if self._config.worker_key else {}
-        self._session = aiohttp.ClientSession(headers=headers)
+        self._http = HttpClient(headers)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        if self._session is not None:
-            await self._session.close()
+        if self._http is not None:
+            await self._http.close()
 
     async def take(self, count: int, *, in_progress: bool) -> list[Job]:
         """Long-poll for up to `count` jobs; return [] when none arrived."""
@@ -64,14 +63,14 @@ class GatewayClient:
         url = self._config.take_url
         if count > 1:
             url, params["batch_size"] = self._config.take_batch_url, str(count)
-        status, data = await self._call("GET", url, params=params, timeout=LONG_POLL_TIMEOUT)
+        status, data = await self._call("GET", url, params=params, timeout_s=LONG_POLL_TIMEOUT_S)
         jobs = _decode(data) if status == 200 and data else []
         return [jobs] if isinstance(jobs, dict) else _jobs_list(jobs)
 
     async def stop_signals(self) -> list[str]:
         """Long-poll for ids of jobs the gateway wants stopped; return [] when none."""
         url = self._config.stop_url
-        status, data = await self._call("GET", url, timeout=LONG_POLL_TIMEOUT)
+        status, data = await self._call("GET", url, timeout_s=LONG_POLL_TIMEOUT_S)
         answer = _decode(data) if status == 200 and data else {}
         ids = answer.get("jobsToStop") if isinstance(answer, dict) else None
         return [i for i in ids if isinstance(i, str)] if isinstance(ids, list) else []
@@ -79,7 +78,7 @@ class GatewayClient:
     async def ping(self, job_ids: Collection[str]) -> None:
         """Report that this worker is alive and which jobs it holds."""
         params = {"job_id": ",".join(job_ids)} if job_ids else None
-        await self._call("GET", self._config.ping_url, params=params, timeout=CALL_TIMEOUT)
+        await self._call("GET", self._config.ping_url, params=params, timeout_s=CALL_TIMEOUT_S)
 
     async def stream(self, job_id: str, output: Any) -> None:
         """Send one streamed chunk; raise TypeError/ValueError if it is not JSON."""
@@ -115,8 +114,10 @@ class GatewayClient:
         backoff = Backoff()
         while True:
             try:
-                call = self._call("POST", url, params=params, data=payload, timeout=CALL_TIMEOUT)
-                return (await call)[1]
+                answer = self._call(
+                    "POST", url, params=params, data=payload, timeout_s=CALL_TIMEOUT_S
+                )
+                return (await answer)[1]
             except GatewayError as err:
                 late = asyncio.get_running_loop().time() + backoff.delay_s > deadline
                 if late or not err.retry:
@@ -133,19 +134,19 @@ class GatewayClient:
         method: str,
         url: str,
         *,
-        timeout: aiohttp.ClientTimeout,
+        timeout_s: float,
         params: Mapping[str, str] | None = None,
         data: bytes | None = None,
     ) -> tuple[int, bytes]:
-        assert self._session is not None, "use GatewayClient in `async with`"
+        assert self._http is not None, "use GatewayClient in `async with`"
         headers = JSON_HEADERS if data is not None else None
         try:
-            async with self._session.request(
-                method, url, params=params, data=data, headers=headers, timeout=timeout
-            ) as response:
-                return _checked(method, url, response.status, await response.read())
-        except (aiohttp.ClientError, TimeoutError) as err:
+            status, body = await self._http.request(
+                method, url, params=params, data=data, headers=headers, timeout_s=timeout_s
+            )
+        except (HttpError, OSError, TimeoutError) as err:
             raise GatewayError(f"{method} {url}: {err or type(err).__name__}") from err
+        return _checked(method, url, status, body)
 
 
 def _checked(method: str, url: str, status: int, data: bytes) -> tuple[int, bytes]:
