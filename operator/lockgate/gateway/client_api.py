@@ -125,7 +125,7 @@ async def _submit(call: Call, job: NewJob) -> tuple[str, str, dict[str, str]]:
     """Queue `job`: (id, status, headers) of it, or of the job first submitted with its
     idempotency key. SubmitUncertain when the store fails meanwhile."""
     try:
-        job_id, status = await call.gw.store.submit(call.endpoint_id, job)
+        job_id, status = await call.gw.submit(call.endpoint_id, job)
     except UNAVAILABLE as err:
         raise SubmitUncertain(job.id) from err
     return job_id, status, ({REPLAYED: "true"} if job_id != job.id else {})

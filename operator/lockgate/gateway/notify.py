@@ -1,13 +1,16 @@
 """Wake-ups across gateway replicas: one Redis pub/sub subscription per process.
 
-The store's scripts publish on `lg:events`: `q:<ep>` (a job was queued onto empty queues,
-or requeued), `d:<ep>:<id>[\n<record>]` (a /runsync job, or one a `/status?wait=` watches,
-ended: with its final record when small), `c:<ep>:<id>:<seq>[\n<chunk>...]` (stream chunks
-of a job read live, an OpenAI stream: numbered, and carried when small), `s:<ep>:<worker>`
-(a stop signal),
-`r:<ep>` (registry changed), `k:<digest>` (an API key was changed or revoked). A `q:` wakes
+The store's scripts publish on `lg:events`: `q:<ep>[:<id>]` (a job was queued onto empty
+queues: a submit names it; or jobs were requeued), `d:<ep>:<id>[\n<record>]` (a /runsync
+job, or one a `/status?wait=` watches, ended: with its final record when small),
+`c:<ep>:<id>:<seq>[\n<chunk>...]` (stream chunks of a job read live, an OpenAI stream:
+numbered, and carried when small), `s:<ep>:<worker>` (a stop signal), `r:<ep>` (registry
+changed), `k:<digest>` (an API key was changed or revoked). A `q:` wakes
 one job-take per replica; a taker that leaves jobs queued wakes the next (`kick`), so a
-busy queue costs no PUBLISH per submit.
+busy queue costs no PUBLISH per submit. A replica that submits a job while one of its own
+job-takes waits hands the job over (`hand_over`): that taker is woken before the submit is
+sent, so its take goes to Redis right behind the submit, in the same batch (one round trip
+for both), and the submit's `q:` event, which names the job, wakes no second local taker.
 Waiters also re-check Redis every few seconds, so a message lost while Redis restarts
 delays a wake-up but never loses one.
 """
@@ -32,7 +35,8 @@ from lockgate.store.records import JobRecord
 
 log = logging.getLogger("lockgate.gateway")
 
-Waiters = dict[object, dict[asyncio.Future, None]]
+Waiters = dict[object, dict[asyncio.Future, object]]  # key -> {waiter: who waits}
+HANDED_KEPT = 4096  # ids of handed-over jobs remembered until their `q:` event
 
 
 @dataclass(eq=False)
@@ -61,14 +65,14 @@ def _expire(fut: asyncio.Future) -> None:
         fut.set_result(None)
 
 
-async def _wait(timeout: float, *at: tuple[Waiters, object]) -> object:
+async def _wait(timeout: float, *at: tuple[Waiters, object], who: object = None) -> object:
     """Wait until a key of `at` (table, key) is woken: what it was woken with (the table,
     unless said otherwise); None once `timeout` seconds pass. One future and one timer,
-    however many keys."""
+    however many keys. `who` names the waiter in the tables."""
     loop = asyncio.get_running_loop()
     fut = loop.create_future()
     for table, key in at:
-        table[key][fut] = None
+        table[key][fut] = who
     handle = loop.call_later(timeout, _expire, fut)
     try:
         return await fut
@@ -82,15 +86,18 @@ async def _wait(timeout: float, *at: tuple[Waiters, object]) -> object:
                     del table[key]
 
 
-def _wake(table: Waiters, key: object, *, one: bool, value: object = None) -> None:
+def _wake(table: Waiters, key: object, *, one: bool, value: object = None) -> list[object]:
     """Wake the key's waiters; with `one`, the one that began waiting last: for a job, most
     often the worker that just finished one (its process still running, its caches warm),
-    while workers that wait longer may idle out and be scaled down."""
-    for fut in reversed(list(table.get(key, ()))):
+    while workers that wait longer may idle out and be scaled down. Who was woken."""
+    woken = []
+    for fut, who in reversed(list(table.get(key, {}).items())):
         if not fut.done():
             fut.set_result(table if value is None else value)
+            woken.append(who)
             if one:
-                return
+                break
+    return woken
 
 
 class Notifier:
@@ -105,6 +112,8 @@ class Notifier:
         self._done: Waiters = defaultdict(dict)
         self._listeners: dict[tuple[str, str], set[Listener]] = defaultdict(set)
         self._stops: Waiters = defaultdict(dict)
+        # Jobs handed over (`hand_over`), until their `q:` event: id -> worker woken for it.
+        self._handed: dict[str, object] = {}
         self._generation: dict[str, int] = defaultdict(int)
         self._nonce = secrets.token_hex(4)  # this process's, changed at each (re)subscribe
         self.connected = asyncio.Event()
@@ -125,7 +134,7 @@ class Notifier:
         """Until a job is queued (True), or the worker is told to stop (its stop channel also
         carries `stop_taking`), or `timeout` passes (False)."""
         stops = (self._stops, (endpoint_id, worker_id))
-        return await _wait(timeout, (self._jobs, endpoint_id), stops) is self._jobs
+        return await _wait(timeout, (self._jobs, endpoint_id), stops, who=worker_id) is self._jobs
 
     async def wait_done(self, endpoint_id: str, job_id: str, timeout: float) -> JobRecord | bool:
         """Until the job ends: its final record when the event carried it, else True (also
@@ -167,6 +176,20 @@ class Notifier:
         self._generation[endpoint_id] += 1
         _wake(self._jobs, endpoint_id, one=True)
 
+    def hand_over(self, endpoint_id: str, job_id: str) -> None:
+        """Call right before submitting a job (no await between): wake one local job waiter
+        now, so its take is batched behind the submit, and let the submit's `q:` event for
+        this job wake no other local waiter while that one has not come back to wait (its
+        take then found nothing: the submit was sent again after it, as after a Redis
+        restart, or another replica's worker took the job). A waiter woken so that does
+        not take (its worker went, or was told to stop) passes the wake on, as any waiter
+        does; other replicas are woken by the event as before."""
+        self._generation[endpoint_id] += 1
+        for worker in _wake(self._jobs, endpoint_id, one=True):
+            self._handed[job_id] = worker
+            if len(self._handed) > HANDED_KEPT:  # ids whose event never came (a busy queue)
+                del self._handed[next(iter(self._handed))]
+
     def _ended(self, message: bytes) -> None:
         """A `d:` event: wake the job's waiters (with the record it carries) and listeners."""
         head, _, payload = message.partition(b"\n")
@@ -191,8 +214,13 @@ class Notifier:
             return
         kind, _, rest = message.decode().partition(":")
         if kind == "q":
-            self.kick(rest)
-            self.on_queued(rest)
+            ep, _, job_id = rest.partition(":")
+            taker = self._handed.pop(job_id, None) if job_id else None
+            if taker is not None and taker not in self._jobs.get(ep, {}).values():
+                self._generation[ep] += 1  # its taker, woken at the submit, is taking it
+            else:
+                self.kick(ep)
+            self.on_queued(ep)
         elif kind == "s":
             ep, _, worker = rest.partition(":")
             self._generation[ep] += 1  # a taker may be the one told to stop

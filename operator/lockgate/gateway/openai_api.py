@@ -103,7 +103,7 @@ async def _serve(request: web.Request) -> web.StreamResponse:
         )
         with gw.notifier.listen(endpoint_id, job.id) as listener:
             try:
-                await gw.store.submit(endpoint_id, job)
+                await gw.submit(endpoint_id, job)
             except UNAVAILABLE:
                 return store_unavailable(request, job.id)
             follow = _Follow(request, gw, endpoint_id, job.id, listener)

@@ -15,7 +15,7 @@ from lockgate.gateway.notify import Notifier
 from lockgate.gateway.resources import BodyBudget, HeaderTimeout
 from lockgate.gateway.worker_binding import WorkerBinding
 from lockgate.settings import Settings
-from lockgate.store import JobStore, Registry
+from lockgate.store import JobStore, NewJob, Registry
 
 
 @dataclass
@@ -35,6 +35,14 @@ class Gateway:
     reads: asyncio.Semaphore  # client reads served at once (`read_concurrency`)
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     draining: bool = False
+
+    async def submit(self, endpoint_id: str, job: NewJob) -> tuple[str, str]:
+        """`store.submit`, the job handed over to a job-take of this process that waits
+        (`Notifier.hand_over`): its take rides in the submit's batch. Not with replica
+        acks: such a submit is sent alone (it waits for the acks) and could come after."""
+        if not self.store.replication.replicas:
+            self.notifier.hand_over(endpoint_id, job.id)
+        return await self.store.submit(endpoint_id, job)
 
     def drain(self) -> None:
         """Answer pending and new long-polls at once (before workers are stopped)."""

@@ -3,8 +3,9 @@
 -- field/value pairs... Returns {id, status} of the job: this one, or the one first
 -- submitted with the same idempotency key while it lives (then nothing is queued); or
 -- -1 (the endpoint's queued-jobs quota is full) or -2 (its queued-bytes quota is full).
--- Waiting job-takes are woken only when the queues were empty: while jobs wait, each
--- taker that leaves some behind wakes the next waiter of its replica (see gateway/notify.py).
+-- Waiting job-takes are woken only when the queues were empty (the event names the job):
+-- while jobs wait, each taker that leaves some behind wakes the next waiter of its replica
+-- (see gateway/notify.py).
 local ep, id, now, ttl, low = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local max_jobs, max_bytes, size = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local idem = ARGV[9]
@@ -34,5 +35,5 @@ redis.call('ZADD', P .. 'ix:IN_QUEUE', now * ORDER_SLOTS + seq % ORDER_SLOTS, id
 if idem ~= '' then redis.call('SET', ik, id, 'PX', ttl) end
 redis.call('SET', P .. 'qb', queued_bytes + size)
 redis.call('ZADD', P .. (low == '1' and 'ql' or 'q'), seq, id)
-if queued == 0 then redis.call('PUBLISH', EVENTS, 'q:' .. ep) end
+if queued == 0 then redis.call('PUBLISH', EVENTS, 'q:' .. ep .. ':' .. id) end
 return {id, 'IN_QUEUE'}
