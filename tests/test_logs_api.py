@@ -18,7 +18,14 @@ from redis.asyncio import Redis
 from lockgate.dev.redis_server import EmbeddedRedis
 from lockgate.manage import logbook
 from lockgate.manage.local import LocalControlPlane
-from lockgate.manage.loglines import STDOUT, JobTracker, LineMaker, job_named
+from lockgate.manage.loglines import (
+    CROSS_STREAM_MS,
+    STDERR,
+    STDOUT,
+    JobTracker,
+    LineMaker,
+    job_named,
+)
 from lockgate.manage.podlogs import stamp_ns
 from lockgate.store import Registry
 from tests.conftest import eventually
@@ -283,6 +290,17 @@ def test_unnamed_lines_go_to_the_only_job_in_hand() -> None:
     ]
     assert [tracker.job_of(t) for t in seq] == [None, "a", "a", "b", None, "a", "b", "b", None]
     assert LineMaker("w").make("x\n").line == "x"
+
+
+def test_a_line_read_just_after_its_jobs_end_on_the_other_stream_is_that_jobs() -> None:
+    """stdout and stderr are two pipes: a handler's print written before the job's end line
+    (the runtime's, on stderr) may be read just after it."""
+    maker = LineMaker("w")
+    maker.make("x lockgate.worker | job a started", STDERR, 1_000)
+    maker.make("x lockgate.worker | job a completed in 1 ms", STDERR, 1_001)
+    assert maker.make("print in a", STDOUT, 1_050).job == "a"  # the other stream, soon
+    assert maker.make("said after a", STDERR, 1_050).job is None  # its own stream: in order
+    assert maker.make("long after", STDOUT, 1_001 + CROSS_STREAM_MS + 1).job is None
 
 
 async def _event_with(resp: aiohttp.ClientResponse, text: str) -> dict:

@@ -363,9 +363,12 @@ async def template_users(ctx: Context, namespace: str, template_name: str) -> li
 async def clean_up(ctx: Context, name: str, namespace: str) -> int:
     """Forget a deleted Endpoint: registry entry, worker key, queued jobs and job history.
     Kubernetes objects go by owner reference. Returns how many jobs were removed. The worker
-    key's digest comes from the registry and the worker Deployment, never from its Secret."""
+    key's digest comes from the registry and the worker Deployment, never from its Secret.
+    Under the endpoint's registering lock: a registration in flight (which read the entry
+    before it went) would otherwise put the worker key back after it was deleted."""
     owner = Owner(name=name, namespace=namespace, uid="")
-    async with _transient_errors():
+    lock = ctx.registering.setdefault(name, asyncio.Lock())
+    async with lock, _transient_errors():
         entry = await ctx.registry.get_endpoint(name)
         if entry is not None and entry.get("namespace", namespace) != namespace:
             return 0  # the id belongs to another namespace's Endpoint: not ours to erase

@@ -34,6 +34,10 @@ RUNPOD_PLAIN_RE = re.compile(r"^[A-Z]+ *\| ([0-9A-Za-z][\w-]{2,}) \| ")
 RUNPOD_END_MESSAGES = {"Finished Job", "Job stopped."}
 FRACTION_RE = re.compile(r"\.\d+")  # seconds' fraction in an ISO time
 RECENTLY_ENDED = 64  # ended jobs remembered per worker, so late lines do not reopen them
+# A worker's stdout and stderr are two pipes, read apart: a line written on one before a
+# job's end line on the other may be read just after it. Such a line, read this soon after
+# the end and on the other stream, with no job in hand, is still that job's.
+CROSS_STREAM_MS = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,23 +149,37 @@ def job_named(text: str) -> tuple[str | None, bool]:
 
 
 class JobTracker:
-    """Which job each line of ONE worker belongs to (lines given in the order written)."""
+    """Which job each line of ONE worker belongs to (lines given in the order read; each
+    stream's in the order written)."""
 
     def __init__(self) -> None:
         self.open: list[str] = []
         self.ended: deque[str] = deque(maxlen=RECENTLY_ENDED)
+        self._last_end: tuple[str, str | None, int | None] | None = None  # job, stream, ms
 
-    def job_of(self, text: str) -> str | None:
+    def job_of(self, text: str, stream: str | None = None, ms: int | None = None) -> str | None:
         job, ends = job_named(text)
         if job is None:
-            return self.open[0] if len(self.open) == 1 else None
+            if len(self.open) == 1:
+                return self.open[0]
+            return self._just_ended(stream, ms) if not self.open else None
         if ends:
             if job in self.open:
                 self.open.remove(job)
             self.ended.append(job)
+            self._last_end = (job, stream, ms)
         elif job not in self.open and job not in self.ended:
             self.open.append(job)
         return job
+
+    def _just_ended(self, stream: str | None, ms: int | None) -> str | None:
+        """The job that ended on the other stream within `CROSS_STREAM_MS` of `ms`."""
+        if self._last_end is None or stream is None or ms is None:
+            return None
+        job, end_stream, end_ms = self._last_end
+        if end_stream is None or end_stream == stream or end_ms is None:
+            return None
+        return job if 0 <= ms - end_ms <= CROSS_STREAM_MS else None
 
 
 class LineMaker:
@@ -174,4 +192,4 @@ class LineMaker:
     def make(self, text: str, stream: str = STDOUT, ms: int | None = None) -> LogLine:
         text = clip_line(text)
         ms = time.time_ns() // 1_000_000 if ms is None else ms
-        return LogLine(ms, self.worker, stream, text, self.jobs.job_of(text))
+        return LogLine(ms, self.worker, stream, text, self.jobs.job_of(text, stream, ms))
