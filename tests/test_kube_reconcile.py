@@ -60,6 +60,25 @@ async def test_cleanup_of_the_refused_endpoint_leaves_the_owners_data(redis: Red
     assert (await ctx.jobs.snapshot("shared")).in_queue == 1
 
 
+async def test_a_registration_after_the_clean_up_brings_nothing_back(redis: Redis) -> None:
+    """A resync begun before the delete registers after the clean-up: refused, so neither
+    the entry nor the worker key of the deleted Endpoint comes back; an Endpoint made again
+    with the same name (a new uid) registers."""
+    ctx = context(redis)
+    owner = Owner("gone", "ns", "uid-1")
+    digest, _ = await register(ctx, owner, EndpointSpec())
+    assert digest is not None
+    await clean_up(ctx, "gone", "ns", "uid-1")
+
+    late, check = await register(ctx, owner, EndpointSpec())
+
+    assert late is None and (check.ok, check.reason) == (False, "Deleted")
+    assert await ctx.registry.get_endpoint("gone") is None
+    assert await ctx.registry.get_key(digest) is None
+    again, _ = await register(ctx, Owner("gone", "ns", "uid-2"), EndpointSpec())
+    assert again is not None and await ctx.registry.get_endpoint("gone") is not None
+
+
 async def test_registration_is_idempotent_and_carries_the_settings(redis: Redis) -> None:
     ctx = context(redis)
     owner = Owner("ep", "ns", "uid")

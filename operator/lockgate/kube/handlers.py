@@ -89,9 +89,9 @@ async def resync_endpoint(
 
 @kopf.on.delete(*ENDPOINTS)
 async def clean_up_endpoint(
-    name: str, namespace: str, memo: kopf.Memo, logger: kopf.Logger, **_: Any
+    name: str, namespace: str, uid: str, memo: kopf.Memo, logger: kopf.Logger, **_: Any
 ) -> None:
-    removed = await rc.clean_up(_ctx(memo), name, namespace)
+    removed = await rc.clean_up(_ctx(memo), name, namespace, uid)
     logger.info(f"registry entry, worker key and {removed} job(s) of {name!r} removed")
 
 

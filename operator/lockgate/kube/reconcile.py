@@ -59,6 +59,9 @@ class Context:
     # One registration at a time per endpoint in this process: the worker key is never read
     # back, so two concurrent ones (a handler and the resync daemon) must not interleave.
     registering: dict[str, asyncio.Lock] = field(default_factory=dict)
+    # Uids of Endpoints cleaned up: a registration that comes after (a resync begun before
+    # the delete) must not bring their registry entry and worker key back.
+    forgotten: set[str] = field(default_factory=set)
     # What runs beside kopf (the scaler, an in-process management API), each stopped by
     # `stop_beside` (kube/main.py registers them).
     beside: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
@@ -155,6 +158,8 @@ async def register(
 ) -> tuple[str | None, Check]:
     """Register the worker key and the endpoint in Redis; returns the key's digest."""
     async with ctx.registering.setdefault(owner.name, asyncio.Lock()):
+        if owner.uid in ctx.forgotten:
+            return None, Check(REGISTERED, False, "Deleted", "the Endpoint was deleted")
         return await _register(ctx, owner, spec, external_scaler=external_scaler)
 
 
@@ -360,15 +365,18 @@ async def template_users(ctx: Context, namespace: str, template_name: str) -> li
     ]
 
 
-async def clean_up(ctx: Context, name: str, namespace: str) -> int:
+async def clean_up(ctx: Context, name: str, namespace: str, uid: str = "") -> int:
     """Forget a deleted Endpoint: registry entry, worker key, queued jobs and job history.
     Kubernetes objects go by owner reference. Returns how many jobs were removed. The worker
     key's digest comes from the registry and the worker Deployment, never from its Secret.
-    Under the endpoint's registering lock: a registration in flight (which read the entry
-    before it went) would otherwise put the worker key back after it was deleted."""
+    Under the endpoint's registering lock, and `uid` remembered as forgotten: a registration
+    in flight (which read the entry before it went) or one that comes after (a resync begun
+    before the delete) would otherwise put the worker key or the entry back."""
     owner = Owner(name=name, namespace=namespace, uid="")
     lock = ctx.registering.setdefault(name, asyncio.Lock())
     async with lock, _transient_errors():
+        if uid:
+            ctx.forgotten.add(uid)
         entry = await ctx.registry.get_endpoint(name)
         if entry is not None and entry.get("namespace", namespace) != namespace:
             return 0  # the id belongs to another namespace's Endpoint: not ours to erase
