@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from lockgate.gateway import jsonbody
 from lockgate.gateway.errors import BadRequest, PayloadTooLarge
 
 CHUNK_LIMIT = 1024 * 1024  # bytes of one stored chunk's JSON
@@ -34,8 +35,8 @@ def stream_chunks(body: Any, limit: int = CHUNK_LIMIT) -> list[bytes]:
         raise BadRequest('stream "metrics" must be a JSON object')
     try:
         whole = _chunk(output, metrics)
-    except orjson.JSONEncodeError as err:  # nested deeper than orjson writes
-        raise BadRequest(f"stream chunk refused: it cannot be stored ({err})") from err
+    except jsonbody.TooDeep as err:
+        raise BadRequest(f"stream chunk refused: it cannot be stored ({err.message})") from err
     if len(whole) <= limit:
         return [whole]
     budget = limit - len(_chunk("", metrics, _WIDEST_SPLIT))
@@ -51,7 +52,7 @@ def stream_chunks(body: Any, limit: int = CHUNK_LIMIT) -> list[bytes]:
 
 
 def _json_text(output: Any) -> str:
-    return orjson.dumps(output).decode()
+    return jsonbody.dumps(output, "the stream chunk").decode()
 
 
 def split_text(text: str, budget: int) -> list[str]:
@@ -111,4 +112,4 @@ def _chunk(output: Any, metrics: dict | None, split: dict | None = None) -> byte
         chunk["metrics"] = metrics
     if split is not None:
         chunk["split"] = split
-    return orjson.dumps(chunk)
+    return jsonbody.dumps(chunk, "the stream chunk")  # integers beyond 64 bits exact

@@ -79,16 +79,6 @@ def _too_large(limit: int) -> PayloadTooLarge:
     return PayloadTooLarge(f"request body exceeds the {limit // (1024 * 1024)} MB limit")
 
 
-def parse_json(raw: bytes) -> Any:
-    """Parse a JSON body, or 400 saying it is not JSON."""
-    if not raw:
-        raise BadRequest("request body is empty; expected a JSON object")
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as err:
-        raise BadRequest(f"request body is not valid JSON: {err}") from err
-
-
 def int_param(request: web.Request, name: str, *, default: int | None, lo: int, hi: int) -> int:
     """An integer query parameter within [lo, hi], or 400 naming it."""
     raw = request.query.get(name)

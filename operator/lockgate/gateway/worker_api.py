@@ -21,7 +21,6 @@ from lockgate.gateway.http import (
     job_id_param,
     json_response,
     no_content,
-    parse_json,
     read_body,
 )
 from lockgate.gateway.state import Gateway, gateway_of
@@ -292,7 +291,7 @@ async def _progress(
 async def job_stream(request: web.Request) -> web.Response:
     gw, endpoint_id, worker_id, _ = await _worker(request)
     job_id = job_id_param(request)
-    body = parse_json(await read_body(request, gw.settings.max_result_bytes))
+    body = jsonbody.parse(await read_body(request, gw.settings.max_result_bytes))
     cap = gw.settings.max_stream_bytes
     try:
         accepted = await gw.store.push_stream(
