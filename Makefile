@@ -94,6 +94,10 @@ tools: ## Install helm 3.17 and kubectl 1.31 into ~/.cache/lockgate-tools/bin (o
 chart-lint: setup tools ## Chart: schema, docs, CRDs; helm lint --strict; helm template checked against Kubernetes 1.27-1.31 schemas
 	LOCKGATE_REQUIRE_CLUSTER=1 $(PY) -m pytest -q tests/test_chart.py
 
+chart-scan: setup tools ## Chart: checkov (pinned, own venv: hack/checkov.sh) on every values file's rendering; fails on a finding docs/security.md does not explain
+	bash hack/checkov.sh
+	LOCKGATE_REQUIRE_CLUSTER=1 $(PY) -m pytest -q tests/test_chart_scan.py
+
 chart-template: ## Print the chart's objects (helm template; VALUES=file to add values)
 	@bash hack/tools.sh >&2
 	@$(TOOLS_BIN)/helm template lockgate $(CHART) --namespace lockgate $(if $(VALUES),--values $(VALUES))
@@ -107,4 +111,4 @@ images: ## Build the control-plane and worker images (needs Docker; IMAGE_REGIST
 	  -t $(IMAGE_REGISTRY)/worker:$(IMAGE_TAG) .
 	@echo "images: built $(IMAGE_REGISTRY)/control-plane:$(IMAGE_TAG) and $(IMAGE_REGISTRY)/worker:$(IMAGE_TAG)"
 
-.PHONY: help setup run test lint format bench bench-status bench-openai bench-sizing bench-cluster crds verify-crds envtest cluster-images e2e tools browser redis chart-lint chart-template images
+.PHONY: help setup run test lint format bench bench-status bench-openai bench-sizing bench-cluster crds verify-crds envtest cluster-images e2e tools browser redis chart-lint chart-scan chart-template images

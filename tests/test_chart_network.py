@@ -55,7 +55,7 @@ def admits(rule: dict[str, Any], labels: Labels, *, same_namespace: bool) -> boo
 
 def pod_labels(docs: list[dict[str, Any]]) -> dict[str, Labels]:
     """Pod labels of every workload the chart writes, by object name."""
-    workloads = by_kind(docs, "Deployment") | by_kind(docs, "StatefulSet")
+    workloads = by_kind(docs, "Deployment") | by_kind(docs, "StatefulSet") | by_kind(docs, "Job")
     pods = {name: w["spec"]["template"]["metadata"]["labels"] for name, w in workloads.items()}
     pods |= {name: p["metadata"]["labels"] for name, p in by_kind(docs, "Pod").items()}
     return pods
@@ -191,9 +191,59 @@ def test_a_worker_port_equal_to_the_job_api_port_fails_with_a_message(render_cha
 
 
 def test_network_policies_are_one_value_away_from_off(render_chart) -> None:
-    assert set(by_kind(render_chart(), "NetworkPolicy")) == {"lockgate-gateway", "lockgate-redis"}
+    assert set(by_kind(render_chart(), "NetworkPolicy")) == {
+        "lockgate-gateway",
+        "lockgate-redis",
+        "lockgate-manage",
+        *CLOSED,
+    }
     docs = render_chart({"networkPolicy": {"enabled": False}})
     assert by_kind(docs, "NetworkPolicy") == {}
+
+
+# -- every other pod ------------------------------------------------------------------------
+
+# The pods that serve nothing: the operator (its probes only), `helm test`, the uninstall hook.
+CLOSED = ("lockgate-operator", "lockgate-test", "lockgate-uninstall-cleanup")
+
+
+@pytest.mark.parametrize(
+    "values",
+    [{}, {"redis": {"sentinel": {"enabled": True}}}, {"operator": {"namespaces": ["team-a"]}}],
+    ids=str,
+)
+def test_every_pod_of_the_chart_is_selected_by_its_own_policy(render_chart, values) -> None:
+    docs = render_chart(values)
+    policies = by_kind(docs, "NetworkPolicy")
+    for name, labels in pod_labels(docs).items():
+        chosen = [
+            p for p, policy in policies.items() if selects(policy["spec"]["podSelector"], labels)
+        ]
+        assert chosen == [name], name
+
+
+def test_the_pods_that_serve_nothing_admit_no_one(render_chart) -> None:
+    policies = by_kind(render_chart(), "NetworkPolicy")
+    for name in CLOSED:
+        assert policies[name]["spec"]["policyTypes"] == ["Ingress"], name
+        assert policies[name]["spec"]["ingress"] == [], name
+    without_hook = render_chart({"uninstallHook": {"enabled": False}})
+    assert "lockgate-uninstall-cleanup" not in by_kind(without_hook, "NetworkPolicy")
+
+
+def test_the_management_api_admits_every_source_unless_told_whom(render_chart) -> None:
+    docs = render_chart()
+    pods = pod_labels(docs)
+    [rule] = rules_by_port(by_kind(docs, "NetworkPolicy")["lockgate-manage"]).values()
+    assert list(rules_by_port(by_kind(docs, "NetworkPolicy")["lockgate-manage"])) == [8081]
+    assert admits(rule, {"app": "anyone"}, same_namespace=False)
+    console = {"podSelector": {"matchLabels": {"app": "admin-console"}}}
+    docs = render_chart({"networkPolicy": {"manageFrom": [console]}})
+    [rule] = by_kind(docs, "NetworkPolicy")["lockgate-manage"]["spec"]["ingress"]
+    assert admits(rule, {"app": "admin-console"}, same_namespace=True)
+    assert admits(rule, pods["lockgate-test"], same_namespace=True)  # `helm test` asks it
+    assert not admits(rule, {"app": "anyone"}, same_namespace=True)
+    assert not admits(rule, pods["lockgate-gateway"], same_namespace=True)
 
 
 # -- the operator's disruption budget ------------------------------------------------------

@@ -274,6 +274,7 @@ def test_hook_objects_are_pre_delete_hooks_created_in_order_and_deleted_after_su
         "RoleBinding",
         "ClusterRole",
         "ClusterRoleBinding",
+        "NetworkPolicy",
         "Job",
     }
     weight = {}
@@ -283,6 +284,7 @@ def test_hook_objects_are_pre_delete_hooks_created_in_order_and_deleted_after_su
         assert notes["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
         weight[obj["kind"]] = int(notes["helm.sh/hook-weight"])
     assert weight["ServiceAccount"] < weight["Role"] == weight["ClusterRole"] < weight["Job"]
+    assert weight["NetworkPolicy"] < weight["Job"]
 
 
 def test_hook_job_runs_the_command_under_pod_security_restricted() -> None:

@@ -83,6 +83,48 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end }}
 
+{{/* checkov.io/skipN annotations: the findings of a scanner (checkov) that this object keeps
+on purpose, each written only while checkov would report it (docs/security.md, "Scanner
+findings kept"; tests/test_chart_scan.py). Call with a dict: `image` (its values:
+pullPolicy, digest) and `digestValue` (the value that pins it); `resources` (a list, one
+per container); `secretEnv` (a Secret reaches the environment) with `secretReason`;
+`apiToken` (the pod calls the Kubernetes API); `more` (further "CKV_…=reason" items).
+checkov splits an item at its "=": no reason may hold one. */}}
+{{- define "lockgate.scanSkips" -}}
+{{- $skips := list }}
+{{- if not .image.digest }}
+{{- $skips = append $skips (printf "CKV_K8S_43=a tag, not a digest: set %s to pin it (docs/security.md)" .digestValue) }}
+{{- if ne .image.pullPolicy "Always" }}
+{{- $skips = append $skips (printf "CKV_K8S_15=%s by tag; set %s to pin it (docs/security.md)" .image.pullPolicy .digestValue) }}
+{{- end }}
+{{- end }}
+{{- $unlimited := false }}
+{{- range .resources }}{{ if not (.limits | default dict).cpu }}{{ $unlimited = true }}{{ end }}{{ end }}
+{{- if $unlimited }}
+{{- $skips = append $skips "CKV_K8S_11=a CPU request and no limit: CFS throttling would stall it while its node has idle CPU (docs/security.md)" }}
+{{- end }}
+{{- if .secretEnv }}
+{{- $skips = append $skips (printf "CKV_K8S_35=%s (docs/security.md)" .secretReason) }}
+{{- end }}
+{{- if .apiToken }}
+{{- $skips = append $skips "CKV_K8S_38=it calls the Kubernetes API with this token, with the RBAC in docs/security.md" }}
+{{- end }}
+{{- range $i, $skip := concat $skips (.more | default list) }}
+checkov.io/skip{{ add1 $i }}: {{ $skip | quote }}
+{{- end }}
+{{- end }}
+{{/* The CKV_K8S_35 reason of the lockgate processes. */}}
+{{- define "lockgate.scanSkips.settingsEnv" -}}
+lockgate reads its settings, secrets included, from LOCKGATE_* variables only
+{{- end }}
+
+{{/* The Redis image: `repository@digest` when redis.image.digest is set, else `repository:tag`. */}}
+{{- define "lockgate.redis.image" -}}
+{{- with .Values.redis.image }}
+{{- if .digest }}{{ printf "%s@%s" .repository .digest }}{{ else }}{{ printf "%s:%s" .repository (toString .tag) }}{{ end }}
+{{- end }}
+{{- end }}
+
 {{/* A value of the settings Secret: the one given, else the previous release's (`previous`:
 that Secret's data, under `key`), else 32 random characters. */}}
 {{- define "lockgate.keptValue" -}}
