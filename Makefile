@@ -46,7 +46,7 @@ format: setup ## Format the code (ruff)
 	$(VENV)/bin/ruff check --fix operator tests examples
 	$(VENV)/bin/ruff format operator tests examples
 
-bench: setup ## Benchmarks: latency, throughput, purge, memory, auth+limits overhead, OpenAI route, one Redis vs a 3-master cluster, the replica-ack cost, beside Celery + Redis, the fast path off vs on; then the scaler simulation
+bench: setup ## Benchmarks: latency, throughput, purge, memory, auth+limits overhead, OpenAI route, one Redis vs a 3-master cluster, the replica-ack cost, beside Celery + Redis, the gateway's CPU per job; then the scaler simulation
 	$(PY) -m bench.core; status=$$?; echo; $(PY) -m bench.scaler_sim && exit $$status
 
 bench-status: setup ## Benchmark alone: /status req/s with auth and rate limits on vs off
