@@ -38,6 +38,10 @@ run: setup ## Start dev mode with the echo handler (Redis, gateway, workers in o
 test: setup lint ## Lint, then run the whole test suite
 	$(PY) -m pytest
 
+fuzz: setup ## The gateway's HTTP differential fuzzer at length (FUZZ_EXAMPLES cases per property, default 2000; a fresh seed each run)
+	LOCKGATE_FUZZ_EXAMPLES=$(or $(FUZZ_EXAMPLES),2000) LOCKGATE_FUZZ_SEED=1 \
+	  timeout 3600 $(PY) -m pytest -q -p no:cacheprovider tests/test_http_fuzz.py
+
 lint: setup ## ruff check and format check
 	$(VENV)/bin/ruff check operator tests examples bench
 	$(VENV)/bin/ruff format --check operator tests examples bench
@@ -107,4 +111,4 @@ images: ## Build the control-plane and worker images (needs Docker; IMAGE_REGIST
 	  -t $(IMAGE_REGISTRY)/worker:$(IMAGE_TAG) .
 	@echo "images: built $(IMAGE_REGISTRY)/control-plane:$(IMAGE_TAG) and $(IMAGE_REGISTRY)/worker:$(IMAGE_TAG)"
 
-.PHONY: help setup run test lint format bench bench-status bench-openai bench-sizing bench-cluster crds verify-crds envtest cluster-images e2e tools browser redis chart-lint chart-template images
+.PHONY: help setup run test fuzz lint format bench bench-status bench-openai bench-sizing bench-cluster crds verify-crds envtest cluster-images e2e tools browser redis chart-lint chart-template images

@@ -13,9 +13,11 @@ re-implement this hardening; see docs/operations.md.)
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from lockgate.gateway.resources import HeaderTimeout
 from lockgate.settings import Settings
@@ -35,7 +37,37 @@ def connection_options(settings: Settings) -> dict[str, float]:
 
 def app_runner(app: web.Application, settings: Settings, **options: Any) -> web.AppRunner:
     """A runner of `app` with the connection limits of `settings` (`options` on top)."""
+    quiet_malformed_requests()
     return web.AppRunner(app, **(connection_options(settings) | options))
+
+
+class MalformedRequests(logging.Filter):
+    """aiohttp logs a request its parser refuses (no `Host`, a bad header, a head too long)
+    as an ERROR with a traceback: anyone who can reach the gateway could fill its logs and
+    page its operators. Such a record becomes one INFO line, without the traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError) and 400 <= exc.code < 500:
+            reason = " ".join(str(exc.message).split())[:512]
+            record.msg, record.args = (
+                "refused a malformed request from %s: %s %s",
+                (
+                    record.args[0] if isinstance(record.args, tuple) and record.args else "?",
+                    exc.code,
+                    reason,
+                ),
+            )
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            record.exc_info = record.exc_text = None
+        return True
+
+
+def quiet_malformed_requests() -> None:
+    """Install `MalformedRequests` on aiohttp's server logger (once)."""
+    logger = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, MalformedRequests) for f in logger.filters):
+        logger.addFilter(MalformedRequests())
 
 
 async def serve_runner(
