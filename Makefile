@@ -38,6 +38,10 @@ run: setup ## Start dev mode with the echo handler (Redis, gateway, workers in o
 test: setup lint ## Lint, then run the whole test suite
 	$(PY) -m pytest
 
+fuzz: setup ## The gateway's HTTP differential fuzzer at length (FUZZ_EXAMPLES cases per property, default 2000; a fresh seed each run)
+	LOCKGATE_FUZZ_EXAMPLES=$(or $(FUZZ_EXAMPLES),2000) LOCKGATE_FUZZ_SEED=1 \
+	  timeout 3600 $(PY) -m pytest -q -p no:cacheprovider tests/test_http_fuzz.py
+
 lint: setup ## ruff check and format check
 	$(VENV)/bin/ruff check operator tests examples bench
 	$(VENV)/bin/ruff format --check operator tests examples bench
@@ -46,7 +50,7 @@ format: setup ## Format the code (ruff)
 	$(VENV)/bin/ruff check --fix operator tests examples
 	$(VENV)/bin/ruff format operator tests examples
 
-bench: setup ## Benchmarks: latency, throughput, purge, memory, auth+limits overhead, OpenAI route, one Redis vs a 3-master cluster, the replica-ack cost, beside Celery + Redis, the fast path off vs on; then the scaler simulation
+bench: setup ## Benchmarks: latency, throughput, purge, memory, auth+limits overhead, OpenAI route, one Redis vs a 3-master cluster, the replica-ack cost, beside Celery + Redis, the gateway's CPU per job; then the scaler simulation
 	$(PY) -m bench.core; status=$$?; echo; $(PY) -m bench.scaler_sim && exit $$status
 
 bench-status: setup ## Benchmark alone: /status req/s with auth and rate limits on vs off
@@ -111,4 +115,4 @@ images: ## Build the control-plane and worker images (needs Docker; IMAGE_REGIST
 	  -t $(IMAGE_REGISTRY)/worker:$(IMAGE_TAG) .
 	@echo "images: built $(IMAGE_REGISTRY)/control-plane:$(IMAGE_TAG) and $(IMAGE_REGISTRY)/worker:$(IMAGE_TAG)"
 
-.PHONY: help setup run test lint format bench bench-status bench-openai bench-sizing bench-cluster crds verify-crds envtest cluster-images e2e tools browser redis chart-lint chart-scan chart-template images
+.PHONY: help setup run test fuzz lint format bench bench-status bench-openai bench-sizing bench-cluster crds verify-crds envtest cluster-images e2e tools browser redis chart-lint chart-scan chart-template images

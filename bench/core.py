@@ -13,10 +13,10 @@
 8. /run acceptance through `lockgate gateway --processes 1` and 2 (bench/processes.py);
 9. beside Celery + Redis, 2 workers each: sequential latency, 32 synchronous clients, and
    5,000 jobs by 32 clients that submit then poll (bench/celery_peer.py);
-10. the gateway's CPU per job and per /runsync, and the /runsync p50, with the fast path
-   (gateway/fastpath.py) off and on, in alternating rounds (bench/fastpath.py).
+10. the gateway's CPU per job and per /runsync, and the /runsync p50, every request served
+   by aiohttp (bench/gateway_cpu.py).
 `--only NAME` runs one scenario (runsync, run, e2e, status, openai, shards, ack, procs,
-celery, fastpath).
+celery, gateway).
 Progress goes to stderr; the table to stdout.
 """
 
@@ -39,7 +39,7 @@ import orjson
 from bench import load, redis_modes
 from bench.access import status_overhead
 from bench.celery_peer import beside_celery
-from bench.fastpath import fast_path
+from bench.gateway_cpu import gateway_cpu
 from bench.load import SMALL_BODY
 from bench.measure import (
     CpuMeter,
@@ -256,7 +256,7 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
     "ack": ("/run p50 with MIN_REPLICAS_ACK 0 vs 1 on Sentinel and Cluster", redis_modes.ack_cost),
     "procs": ("/run acceptance, lockgate gateway --processes 1 vs 2", acceptance_by_processes),
     "celery": ("beside Celery + Redis: latency, sync clients, polling batch", beside_celery),
-    "fastpath": ("gateway CPU and /runsync p50 with the fast path off vs on", fast_path),
+    "gateway": ("gateway CPU per job and per /runsync, /runsync p50", gateway_cpu),
 }
 
 

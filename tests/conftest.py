@@ -17,7 +17,8 @@ from redis.asyncio import Redis
 
 from lockgate.dev.redis_server import EmbeddedRedis, free_port
 from lockgate.gateway import create_app
-from lockgate.gateway.fastpath import serving_site
+from lockgate.gateway.serving import app_runner, serve_runner
+from lockgate.gateway.state import GATEWAY
 from lockgate.settings import Settings
 from lockgate.store import Registry, connect
 from lockgate.store.connection import RedisSettings
@@ -136,9 +137,10 @@ def make_settings(redis: str | RedisSettings, port: int, **overrides) -> Setting
 
 
 async def start_gateway(settings: Settings) -> web.AppRunner:
-    runner = web.AppRunner(create_app(settings), handle_signals=False, shutdown_timeout=1)
-    await runner.setup()
-    await serving_site(runner, settings, settings.port, shutdown_timeout=1).start()
+    """The gateway of `settings`, set up as `lockgate gateway` sets it up, in this process."""
+    app = create_app(settings)
+    runner = app_runner(app, settings, handle_signals=False, shutdown_timeout=1)
+    await serve_runner(runner, settings, settings.port, app[GATEWAY].header_timeout)
     return runner
 
 

@@ -26,6 +26,10 @@ class GatewayProcess:
     client: dict[str, str]
     worker: dict[str, str]
 
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
     def peak_rss(self) -> int:
         """The process's peak resident set (VmHWM), in bytes."""
         for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():

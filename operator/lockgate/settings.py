@@ -168,11 +168,6 @@ class Settings(RedisSettings):
         ge=0,
         description="bytes of input one endpoint may have queued; past it /run gets 429",
     )
-    fast_path: bool = Field(
-        True,
-        description="serve the job and worker API routes on the fast path (gateway/fastpath.py); "
-        "false: every request goes through aiohttp's request handling",
-    )
     header_timeout_s: float = Field(
         10.0, gt=0, description="a new connection must send a whole request head within this"
     )

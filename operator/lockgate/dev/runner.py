@@ -26,7 +26,7 @@ from lockgate.dev.launch import HANDLER_SUFFIX
 from lockgate.dev.names import curl_line, endpoint_id_for
 from lockgate.dev.redis_server import EmbeddedRedis
 from lockgate.gateway.app import create_app
-from lockgate.gateway.fastpath import connection_options, serving_site
+from lockgate.gateway.serving import app_runner, serve_runner
 from lockgate.gateway.state import GATEWAY
 from lockgate.logs import setup_logging
 from lockgate.manage.api import create_manage_app
@@ -175,13 +175,9 @@ async def serve(opts: DevOptions, redis: RedisSettings, stop: asyncio.Event) -> 
     local_url = f"http://127.0.0.1:{opts.port}"
     app, plane = build_app(settings, gateway_url=local_url, base_dir=Path.cwd())
     gw = app[GATEWAY]
-    options = connection_options(settings)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=2, **options)
-    await runner.setup()
-    assert runner.server is not None
-    gw.header_timeout.watch(runner.server)
+    runner = app_runner(app, settings, access_log=None, shutdown_timeout=2)
+    await serve_runner(runner, settings, opts.port, gw.header_timeout)
     await gw.registry.put_key(opts.api_key, {"name": "dev", "scopes": ["jobs", "admin"]})
-    await serving_site(runner, settings, opts.port, shutdown_timeout=2).start()
     try:
         await start_endpoints(plane, opts)
         base = settings.public_base_url()

@@ -11,7 +11,7 @@ from typing import Any
 from aiohttp import web
 
 from lockgate.gateway.app import create_app, create_worker_app
-from lockgate.gateway.fastpath import connection_options, serving_site
+from lockgate.gateway.serving import app_runner, serve_runner
 from lockgate.gateway.state import GATEWAY
 from lockgate.logs import setup_logging
 from lockgate.settings import Settings
@@ -34,18 +34,14 @@ async def start(settings: Settings, **runner_options: Any) -> list[web.AppRunner
     worker API first, then the application that owns Redis and the background tasks."""
     app = create_app(settings)
     gw = app[GATEWAY]
-    runner_options = connection_options(settings) | runner_options
-    runners = [(web.AppRunner(app, **runner_options), settings.port)]
+    runners = [(app_runner(app, settings, **runner_options), settings.port)]
     if settings.worker_port:
         worker_app = create_worker_app(gw)
-        runners.insert(0, (web.AppRunner(worker_app, **runner_options), settings.worker_port))
+        runners.insert(
+            0, (app_runner(worker_app, settings, **runner_options), settings.worker_port)
+        )
     for runner, port in reversed(runners):  # the owning application starts first
-        await runner.setup()
-        assert runner.server is not None
-        gw.header_timeout.watch(runner.server)
-        timeout = runner_options.get("shutdown_timeout", 5.0)
-        site = serving_site(runner, settings, port, shutdown_timeout=timeout, reuse_port=True)
-        await site.start()
+        await serve_runner(runner, settings, port, gw.header_timeout, reuse_port=True)
         log.info("gateway listening on %s:%d", settings.host, port)
     return [runner for runner, _ in runners]
 

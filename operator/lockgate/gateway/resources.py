@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from lockgate.gateway.errors import PayloadTooLarge, Unavailable
-from lockgate.gateway.fastpath import FastRequest
 
 log = logging.getLogger("lockgate.gateway")
 
@@ -106,8 +105,7 @@ class HeaderTimeout:
 
     def served(self, request: web.Request) -> None:
         """A whole request head arrived on this connection."""
-        if request.protocol is not None:
-            self._served.add((id(request.protocol), id(request.transport)))
+        self._served.add((id(request.protocol), id(request.transport)))
 
     def sweep(self, now: float) -> int:
         """Close the connections past their time; returns how many."""
@@ -160,10 +158,7 @@ async def send_now(request: web.Request, response: web.StreamResponse) -> web.St
     (aiohttp keeps a connection's last response until its next request: an idle keep-alive
     connection would hold megabytes). A small one is sent as it is: aiohttp writes its head
     and body in one write (the stand-in, a StreamResponse, writes the head on its own first:
-    two send calls per answer). A request on the fast path writes its answer itself."""
-    if isinstance(request, FastRequest):
-        await request.send(response)
-        return response
+    two send calls per answer)."""
     body = response.body if isinstance(response, web.Response) else None
     if not isinstance(body, bytes) or len(body) <= LARGE:
         await response.prepare(request)
