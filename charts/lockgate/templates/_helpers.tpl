@@ -349,7 +349,7 @@ reads no Secret and writes no Endpoint: the management API does (its own Role). 
   resources: [secrets]
   verbs: [create, update]
 # The scaler lists worker pods and marks busy ones with controller.kubernetes.io/pod-deletion-cost;
-# it holds their readiness gate, the lockgate.dev/Serving condition (scaling/deployment_pool.py);
+# it holds their readiness gate, the lockgate.dev/Serving condition (kube/deployment_pool.py);
 # it deletes a pod whose worker asked to be replaced after its job (refresh_worker).
 - apiGroups: [""]
   resources: [pods]
