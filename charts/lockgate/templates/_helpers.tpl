@@ -479,7 +479,7 @@ Service's `worker` port when gateway.workerPort is set, else the job API's URL. 
 {{- end }}
 
 {{/* The management API's rules in the namespace it writes Endpoints into
-(manage/kube.py KubernetesControlPlane: create, get, list, patch, delete). */}}
+(kube/controlplane.py KubernetesControlPlane: create, get, list, patch, delete). */}}
 {{- define "lockgate.manage.rules" -}}
 - apiGroups: [lockgate.dev]
   resources: [endpoints]

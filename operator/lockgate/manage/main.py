@@ -19,11 +19,11 @@ from aiohttp import web
 from lockgate.gateway.auth import Authenticator
 from lockgate.gateway.keyfile import KeyFile
 from lockgate.kube.cluster import Cluster, api_client_from_environment
+from lockgate.kube.controlplane import KubernetesControlPlane
 from lockgate.kube.settings import OperatorSettings
 from lockgate.manage.api import create_manage_app
 from lockgate.manage.console import add_console
 from lockgate.manage.history import add_history_routes, history_sampler
-from lockgate.manage.kube import KubernetesControlPlane
 from lockgate.store import JobStore, Registry, connect
 
 
