@@ -13,7 +13,7 @@ carries `lockgate.dev/scaler: external` (KEDA or an HPA owns the count): then th
 still reports `MetricsAvailable` and marks busy pods, and writes no replica count.
 
 Of several operator replicas only one runs this loop: the holder of the scaler Lease
-(`kube.leader`; `kube.main.scaling` starts a fresh loop for each term and cancels it when
+(`kube.leader`; `apps.operator.scaling` starts a fresh loop for each term and cancels it when
 the Lease is lost).
 """
 
