@@ -27,9 +27,9 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from envtest import EnvTest, binaries_dir
+from lockgate.apps.operator import run
 from lockgate.dev.redis_server import EmbeddedRedis, free_port
 from lockgate.kube.crds import GROUP, VERSION
-from lockgate.kube.main import run
 from lockgate.kube.settings import OperatorSettings
 from lockgate.store import key_digest
 from tests.conftest import eventually, make_settings, start_gateway, wait_until
@@ -169,7 +169,7 @@ def start_operator(kube: k8s.ApiClient) -> Iterator[Callable[[OperatorSettings],
 
 
 class OperatorThread:
-    """`lockgate operator` (`kube.main.run`: kopf, the scaler, the management API) in a
+    """`lockgate operator` (`apps.operator.run`: kopf, the scaler, the management API) in a
     thread of its own, started and ready; `stop` sets its stop flag, as SIGTERM does."""
 
     def __init__(self, kube: k8s.ApiClient, settings: OperatorSettings) -> None:

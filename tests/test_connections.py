@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 
+from lockgate.apps.gateway import start
 from lockgate.dev.redis_server import free_port
-from lockgate.gateway.main import start
 from tests.conftest import REPO, LiveGateway, eventually, make_settings, register
 from tests.devproc import DevProcess
 from tests.gateway_process import run_gateway

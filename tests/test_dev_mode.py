@@ -134,9 +134,7 @@ def test_dev_serves_the_management_api_with_its_api_key_and_runs_created_endpoin
 
 
 def test_dev_mode_imports_no_kubernetes_client():
-    code = (
-        "import sys, lockgate.dev.runner; print(sorted({'kopf', 'kubernetes'} & set(sys.modules)))"
-    )
+    code = "import sys, lockgate.apps.dev; print(sorted({'kopf', 'kubernetes'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 

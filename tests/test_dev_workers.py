@@ -3,7 +3,7 @@ stopping a worker stops all it started, a stopping worker gets no job, a worker 
 handler still runs after a cancel counts as busy, `refresh_worker` replaces the worker.
 
 The gateway, store, local control plane and scaler are dev mode's own, in this process
-(`lockgate.dev.runner.build_app`); the workers are real processes. Ctrl-C of `lockgate dev`
+(`lockgate.apps.dev.build_app`); the workers are real processes. Ctrl-C of `lockgate dev`
 itself is the last test.
 """
 
@@ -22,9 +22,9 @@ import requests
 from aiohttp import web
 from redis.asyncio import Redis
 
+from lockgate.apps.dev import build_app
+from lockgate.dev.controlplane import LocalControlPlane
 from lockgate.dev.redis_server import EmbeddedRedis, free_port
-from lockgate.dev.runner import build_app
-from lockgate.manage.local import LocalControlPlane
 from lockgate.scaling.local_pool import LocalProcessPool
 from lockgate.store import Registry
 from tests.conftest import REPO, eventually, make_settings, wait_until

@@ -1,4 +1,5 @@
-"""The documentation's links lead somewhere: files exist, anchors name a heading."""
+"""The documentation's links lead somewhere: files exist, anchors name a heading; the
+architecture page names every module of the package, and no module that is gone."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+PACKAGE = REPO / "operator" / "lockgate"
+ARCHITECTURE = REPO / "docs" / "architecture.md"
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 REQUIRED = {
+    "architecture.md",
     "install.md",
     "job-api.md",
     "migrating-from-runpod.md",
@@ -56,3 +60,28 @@ def test_relative_links_resolve(page: Path) -> None:
 def test_the_openai_guide_is_linked_from_the_index_and_the_job_api() -> None:
     for page in ("README.md", "job-api.md"):
         assert "](openai.md)" in (REPO / "docs" / page).read_text(), page
+
+
+def test_the_architecture_page_is_linked_from_both_indexes() -> None:
+    assert "](architecture.md)" in (REPO / "docs" / "README.md").read_text()
+    readme = (REPO / "README.md").read_text()
+    fits = readme.split("## How it fits together", 1)[1].split("\n## ", 1)[0]
+    assert "](docs/architecture.md)" in fits
+
+
+def test_the_architecture_page_names_every_module() -> None:
+    page = ARCHITECTURE.read_text()
+    modules = sorted(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py"))
+    assert [m for m in modules if f"`{m}`" not in page] == []
+
+
+def test_the_architecture_page_names_no_module_that_is_gone() -> None:
+    named = set(re.findall(r"`([\w/]+\.py)`", ARCHITECTURE.read_text()))
+    ours = {n for n in named if not n.startswith("tests/") and not n.startswith("test_")}
+    assert sorted(n for n in ours if not (PACKAGE / n).is_file()) == []
+
+
+def test_the_architecture_page_names_every_lua_script() -> None:
+    page = ARCHITECTURE.read_text()
+    scripts = sorted(p.stem for p in (PACKAGE / "store" / "lua").glob("*.lua"))
+    assert [s for s in scripts if f"`{s}`" not in page and f"`{s}.lua`" not in page] == []

@@ -14,9 +14,9 @@ import aiohttp
 import pytest
 from redis.asyncio import Redis
 
+from lockgate.dev.controlplane import LocalControlPlane
 from lockgate.dev.redis_server import EmbeddedRedis
 from lockgate.manage.history import SETTLE_S, HistorySampler
-from lockgate.manage.local import LocalControlPlane
 from lockgate.store import Registry
 from lockgate.store.keys import HISTORY_INTERVAL_S, HISTORY_POINTS, INTERVAL_KEEP_MS, prefix
 from tests.conftest import eventually

@@ -12,8 +12,8 @@ import pytest
 from aiohttp import web
 from redis.asyncio import Redis
 
+from lockgate.apps.dev import build_app
 from lockgate.dev.redis_server import EmbeddedRedis, free_port
-from lockgate.dev.runner import build_app
 from lockgate.store import Registry, key_digest
 from tests.conftest import REPO, make_settings
 

@@ -15,9 +15,10 @@ import aiohttp
 import pytest
 from redis.asyncio import Redis
 
+from lockgate.dev.controlplane import LocalControlPlane
 from lockgate.dev.redis_server import EmbeddedRedis
+from lockgate.kube.podlogs import stamp_ns
 from lockgate.manage import logbook
-from lockgate.manage.local import LocalControlPlane
 from lockgate.manage.loglines import (
     CROSS_STREAM_MS,
     STDERR,
@@ -26,7 +27,6 @@ from lockgate.manage.loglines import (
     LineMaker,
     job_named,
 )
-from lockgate.manage.podlogs import stamp_ns
 from lockgate.store import Registry
 from tests.conftest import eventually
 from tests.test_manage_api import dev_app
@@ -324,7 +324,7 @@ def _epoch(iso: str) -> float:
 
 
 def test_timestamped_pod_log_text_becomes_lines_of_that_pod() -> None:
-    from lockgate.manage.podlogs import parse_pod_log
+    from lockgate.kube.podlogs import parse_pod_log
 
     text = (
         "2026-11-23T00:50:00.123456789Z 2026 INFO    lockgate.worker | job j-9 started\n"
@@ -342,8 +342,8 @@ def test_timestamped_pod_log_text_becomes_lines_of_that_pod() -> None:
 
 
 def test_pod_log_options_follow_the_query() -> None:
+    from lockgate.kube.podlogs import log_options
     from lockgate.manage.loglines import LogQuery
-    from lockgate.manage.podlogs import log_options
 
     now = 1_800_000_000_000
     assert log_options(LogQuery(tail=7), now) == {

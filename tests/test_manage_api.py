@@ -20,9 +20,9 @@ import pytest
 from aiohttp import web
 from redis.asyncio import Redis
 
+from lockgate.apps.dev import build_app
+from lockgate.dev.controlplane import LocalControlPlane
 from lockgate.dev.redis_server import EmbeddedRedis, free_port
-from lockgate.dev.runner import build_app
-from lockgate.manage.local import LocalControlPlane
 from lockgate.models import EndpointSpec
 from lockgate.store import Registry
 from tests.conftest import REPO, eventually, make_settings

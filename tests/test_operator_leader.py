@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from kubernetes import client as k8s
 
+from lockgate.apps.operator import scaling
 from lockgate.dev.redis_server import EmbeddedRedis, free_port
-from lockgate.kube import main
 from lockgate.kube.cluster import Cluster
 from lockgate.kube.leader import LeaderElector, holder_of
 from lockgate.kube.reconcile import Context
@@ -177,9 +177,9 @@ async def test_the_scaling_loop_runs_only_in_the_replica_holding_the_lease(
     first, second = contexts
     async with contextlib.AsyncExitStack() as second_replica:
         async with contextlib.AsyncExitStack() as first_replica:
-            await first_replica.enter_async_context(main.scaling(first))
+            await first_replica.enter_async_context(scaling(first))
             await until(lambda: 0 in ticks, "the first replica scaling")
-            await second_replica.enter_async_context(main.scaling(second))
+            await second_replica.enter_async_context(scaling(second))
             await asyncio.sleep(1.5)  # three renewals: the second replica stands by
             assert 1 not in ticks
             first.scaling["ep"] = Check(METRICS_AVAILABLE, True, "Scraped")  # a term's state

@@ -31,9 +31,9 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from envtest import EnvTest, binaries_dir, sign_client_cert
+from lockgate.apps.operator import run
 from lockgate.dev.redis_server import EmbeddedRedis, free_port
 from lockgate.kube.crds import GROUP, VERSION
-from lockgate.kube.main import run
 from lockgate.kube.settings import OperatorSettings
 from lockgate.store import Registry, connect, key_digest
 from tests.conftest import wait_until

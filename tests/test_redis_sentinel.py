@@ -25,8 +25,8 @@ import pytest
 import redis as sync_redis
 import runpod
 
+from lockgate.apps.gateway import settings_from
 from lockgate.dev.redis_server import EmbeddedRedis, free_port
-from lockgate.gateway.main import settings_from
 from lockgate.store import JobStore, NewJob, Replication, connect
 from lockgate.store.connection import NotReplicated, RedisSettings, RedisSettingsError
 from lockgate.workerenv import worker_env, worker_id_env

@@ -10,11 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from lockgate.kube.crds import API_VERSION
-from lockgate.kube.events import endpoint_event
-from lockgate.kube.manifests import SERVING_CONDITION, Owner
-from lockgate.kube.scaler import metrics_check
-from lockgate.scaling.decision import EndpointMetrics
-from lockgate.scaling.deployment_pool import (
+from lockgate.kube.deployment_pool import (
     BUSY,
     BUSY_COST,
     DELETION_COST,
@@ -24,6 +20,10 @@ from lockgate.scaling.deployment_pool import (
     live_pods,
     to_serve,
 )
+from lockgate.kube.events import endpoint_event
+from lockgate.kube.manifests import SERVING_CONDITION, Owner
+from lockgate.kube.scaler import metrics_check
+from lockgate.scaling.decision import EndpointMetrics
 from lockgate.scaling.local_pool import LocalProcessPool
 from lockgate.scaling.readings import MetricsUnreadable, parse_metrics
 

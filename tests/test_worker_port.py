@@ -1,6 +1,6 @@
 """The worker API on its own port (`LOCKGATE_WORKER_PORT`), so that a NetworkPolicy can
 admit only worker pods to it: a real gateway started as `lockgate gateway` starts it
-(`gateway.main.start`), driven over real HTTP. With the port set, worker routes answer
+(`apps.gateway.start`), driven over real HTTP. With the port set, worker routes answer
 there and 404 on the client port, and client routes the other way round; without it, one
 port serves both, as before."""
 
@@ -15,10 +15,10 @@ from aiohttp import web
 from pydantic import ValidationError
 from redis.asyncio import Redis
 
+from lockgate.apps.gateway import start
 from lockgate.dev.redis_server import EmbeddedRedis, free_port
 from lockgate.gateway import client_api, openai_api, worker_api
 from lockgate.gateway.app import create_app, create_worker_app
-from lockgate.gateway.main import start
 from lockgate.gateway.state import GATEWAY
 from lockgate.settings import Settings
 from tests.conftest import LiveGateway, make_settings, register

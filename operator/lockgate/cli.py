@@ -46,7 +46,7 @@ def _dev(sub: argparse._SubParsersAction) -> None:
         "LOCKGATE_REDIS_URL, LOCKGATE_REDIS_CLUSTER_NODES or LOCKGATE_REDIS_SENTINELS (with "
         "LOCKGATE_REDIS_SENTINEL_MASTER) name an external Redis of that mode",
     )
-    p.set_defaults(run=_lazy("lockgate.dev.runner", "main"))
+    p.set_defaults(run=_lazy("lockgate.apps.dev", "main"))
 
 
 def _gateway(sub: argparse._SubParsersAction) -> None:
@@ -68,7 +68,7 @@ def _gateway(sub: argparse._SubParsersAction) -> None:
         "container's CPU limit (cgroup cpu.max), else of its CPU affinity",
     )
     p.add_argument("--log-format", choices=["text", "json"], default="json")
-    p.set_defaults(run=_lazy("lockgate.supervisor", "main"))
+    p.set_defaults(run=_lazy("lockgate.apps.gateway", "main"))
 
 
 def _gateway_processes(value: str) -> int:
@@ -92,7 +92,7 @@ def _operator(sub: argparse._SubParsersAction) -> None:
         help="also serve the management API on this port (LOCKGATE_MANAGE_PORT; 0: off)",
     )
     p.add_argument("--log-format", choices=["text", "json"], default="json")
-    p.set_defaults(run=_lazy("lockgate.kube.main", "main"))
+    p.set_defaults(run=_lazy("lockgate.apps.operator", "main"))
 
 
 def _manage(sub: argparse._SubParsersAction) -> None:
@@ -110,7 +110,7 @@ def _manage(sub: argparse._SubParsersAction) -> None:
         help="where Endpoints are written (LOCKGATE_ENDPOINT_NAMESPACE; default: the first "
         "of LOCKGATE_NAMESPACES, else default)",
     )
-    p.set_defaults(run=_lazy("lockgate.manage.main", "main"))
+    p.set_defaults(run=_lazy("lockgate.apps.manage", "main"))
 
 
 def _keys(sub: argparse._SubParsersAction) -> None:

@@ -1,7 +1,8 @@
 """`lockgate gateway --processes N`: N full gateways on one port, under a supervising parent.
 
-This module imports nothing heavy (no aiohttp, redis, pydantic): the parent stays small and
-starts its children at once; with one process it hands over to `gateway.main` in-process.
+This module imports nothing heavy (no aiohttp, redis, pydantic) and nothing of the gateway:
+the parent stays small and starts its children at once. `apps.gateway` decides between one
+gateway in-process and this parent of several.
 
 Each child is an ordinary `lockgate gateway` process (its own event loop, Redis client and
 background loops) bound with SO_REUSEPORT, so the kernel spreads connections over them.
@@ -32,8 +33,6 @@ import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-
-from lockgate.logs import setup_logging
 
 log = logging.getLogger("lockgate.supervisor")
 
@@ -189,14 +188,3 @@ def supervise(args: argparse.Namespace, n: int) -> int:
         for child in sup.children.values():
             child.wait()
         shutil.rmtree(metrics_dir, ignore_errors=True)
-
-
-def main(args: argparse.Namespace) -> int:
-    """`lockgate gateway`: one gateway in this process, or a parent of `--processes` ones."""
-    n = resolve(args.processes)
-    if n == 1:
-        from lockgate.gateway.main import main as serve_one
-
-        return serve_one(args)
-    setup_logging(args.log_format)
-    return supervise(args, n)

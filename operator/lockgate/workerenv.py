@@ -1,4 +1,5 @@
-"""The worker contract of DESIGN: the environment every worker gets (local pool, operator).
+"""The worker contract (docs/architecture.md, "Worker API"): the environment every worker
+gets (local pool, operator).
 
 `$ID` and `$RUNPOD_POD_ID` are placeholders the runpod SDK (and lockgate's runtime)
 replace at run time, so one set of URLs serves every worker of an endpoint.

@@ -349,7 +349,7 @@ reads no Secret and writes no Endpoint: the management API does (its own Role). 
   resources: [secrets]
   verbs: [create, update]
 # The scaler lists worker pods and marks busy ones with controller.kubernetes.io/pod-deletion-cost;
-# it holds their readiness gate, the lockgate.dev/Serving condition (scaling/deployment_pool.py);
+# it holds their readiness gate, the lockgate.dev/Serving condition (kube/deployment_pool.py);
 # it deletes a pod whose worker asked to be replaced after its job (refresh_worker).
 - apiGroups: [""]
   resources: [pods]
@@ -479,7 +479,7 @@ Service's `worker` port when gateway.workerPort is set, else the job API's URL. 
 {{- end }}
 
 {{/* The management API's rules in the namespace it writes Endpoints into
-(manage/kube.py KubernetesControlPlane: create, get, list, patch, delete). */}}
+(kube/controlplane.py KubernetesControlPlane: create, get, list, patch, delete). */}}
 {{- define "lockgate.manage.rules" -}}
 - apiGroups: [lockgate.dev]
   resources: [endpoints]

@@ -1,1 +1,2 @@
-"""Dev mode: embedded Redis, local worker pool and the one-process runner."""
+"""Dev mode's parts: embedded Redis, local worker processes, the local control plane
+(the one-process runner that wires them is `apps.dev`)."""

@@ -189,7 +189,7 @@ def crd(kind: Kind) -> dict[str, Any]:
     version: dict[str, Any] = {"name": VERSION, "served": True, "storage": True}
     if kind.status is not None:
         # Only declared status fields survive pruning: kopf keeps its own state in
-        # annotations (see kube.main), never under status.
+        # annotations (see kube.handlers), never under status.
         properties["status"] = structural_schema(kind.status, defaults=False)
         version["subresources"] = {"status": {}}
         if kind.scale is not None:

@@ -63,7 +63,7 @@ class Context:
     # the delete) must not bring their registry entry and worker key back.
     forgotten: set[str] = field(default_factory=set)
     # What runs beside kopf (the scaler, an in-process management API), each stopped by
-    # `stop_beside` (kube/main.py registers them).
+    # `stop_beside` (apps/operator.py registers them).
     beside: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     @classmethod

@@ -13,7 +13,7 @@ carries `lockgate.dev/scaler: external` (KEDA or an HPA owns the count): then th
 still reports `MetricsAvailable` and marks busy pods, and writes no replica count.
 
 Of several operator replicas only one runs this loop: the holder of the scaler Lease
-(`kube.leader`; `kube.main.scaling` starts a fresh loop for each term and cancels it when
+(`kube.leader`; `apps.operator.scaling` starts a fresh loop for each term and cancels it when
 the Lease is lost).
 """
 
@@ -32,13 +32,13 @@ import kopf
 
 from lockgate.kube import reconcile as rc
 from lockgate.kube.cluster import ClusterError
+from lockgate.kube.deployment_pool import DeploymentPool
 from lockgate.kube.events import endpoint_event
 from lockgate.kube.manifests import EXTERNAL_SCALER, Owner
 from lockgate.kube.podstates import pod_states
 from lockgate.kube.status import METRICS_AVAILABLE, Check
 from lockgate.scaling.autoscaler import Autoscaler
 from lockgate.scaling.decision import Decision, EndpointMetrics, Limits
-from lockgate.scaling.deployment_pool import DeploymentPool
 from lockgate.scaling.readings import MetricsUnreadable, parse_metrics
 from lockgate.store.connection import raise_if_cancelled
 

@@ -1,1 +1,2 @@
-"""Management API (`/v1/endpoints`) and the control planes it writes through."""
+"""Management API (`/v1/endpoints`) over the `ControlPlane` protocol that its backends
+(`kube.controlplane`, `dev.controlplane`) satisfy; `apps.manage` serves it on its own."""

@@ -3,9 +3,10 @@ app's key for it (`CONTROL_PLANE`).
 
 The management API validates payloads and hands a `ControlPlane` complete, valid settings;
 a backend only stores them, acts on them and reports status. `KubernetesControlPlane`
-(`manage.kube`) keeps each endpoint as an Endpoint custom resource (the operator does the
-rest); dev mode's `LocalControlPlane` (`manage.local`) keeps them in the registry and runs
-a local worker pool. This module imports neither, so dev mode needs no Kubernetes client.
+(`kube.controlplane`) keeps each endpoint as an Endpoint custom resource (the operator does
+the rest); dev mode's `LocalControlPlane` (`dev.controlplane`) keeps them in the registry and
+runs a local worker pool. The process's wiring builds one and hands it to
+`create_manage_app`: `manage` imports neither, so dev mode needs no Kubernetes client.
 """
 
 from __future__ import annotations

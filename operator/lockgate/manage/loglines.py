@@ -1,6 +1,6 @@
 """Worker log lines: their shape, the query of `GET /v1/endpoints/{id}/logs`, and which job
 a line belongs to. Pure functions and small state machines; the sources (`manage.logbook`
-in dev mode, `manage.podlogs` on Kubernetes) feed them raw lines.
+in dev mode, `kube.podlogs` on Kubernetes) feed them raw lines.
 
 Which job: a line names its job when the runtime wrote it so —
 - the runpod SDK (with `RUNPOD_ENDPOINT_ID` set, as every worker has) prints JSON

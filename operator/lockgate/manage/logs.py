@@ -3,7 +3,7 @@ Server-Sent Events. Admin scope (the management app's middleware).
 
 The lines come from the control plane's `logs` source: dev mode's buffers of local
 workers (`manage.logbook`), or the worker pods' logs through the Kubernetes API
-(`manage.podlogs`). Query and line shapes: `manage.loglines`; contract: docs/console.md.
+(`kube.podlogs`). Query and line shapes: `manage.loglines`; contract: docs/console.md.
 """
 
 from __future__ import annotations

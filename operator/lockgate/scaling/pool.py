@@ -1,5 +1,5 @@
 """`WorkerPool`: what the scaler drives. One decision function, many backends
-(`LocalProcessPool` for dev mode, `DeploymentPool` for Kubernetes)."""
+(`LocalProcessPool` for dev mode, `kube.deployment_pool.DeploymentPool` for Kubernetes)."""
 
 from __future__ import annotations
 

@@ -8,6 +8,8 @@ the single description of what they build.
     lg:{ep}:q            ZSET  queued job ids, score = submission sequence (FIFO)
     lg:{ep}:ql           ZSET  queued lowPriority job ids, score = submission sequence
     lg:{ep}:seq          STR   submission sequence counter
+    lg:{ep}:qb           STR   bytes of input queued (both queues), for the queued-bytes quota;
+                               restarts from 0 whenever the queues are empty
     lg:{ep}:run          ZSET  in-progress job ids, score = execution deadline (ms)
     lg:{ep}:exp          ZSET  every job record, score = when it dies (ttl or retention, ms)
     lg:{ep}:w            ZSET  worker ids, score = last heartbeat (ms)

@@ -4,7 +4,7 @@ import {h, replace} from "../dom.js";
 import {templateBuilder} from "./template.js";
 
 // Fields whose change restarts workers. Dev mode: a new templateId replaces the worker
-// processes (manage/local.py LocalControlPlane.patch). Kubernetes: these change the worker
+// processes (dev/controlplane.py LocalControlPlane.patch). Kubernetes: these change the worker
 // pod template (kube/manifests.py: placement, resources, image pull policy, grace period),
 // so the Deployment rolls its pods; the other settings are annotations read by the scaler.
 export const RESTARTS_EVERYWHERE = ["templateId"];

@@ -19,11 +19,12 @@ from aiohttp import web
 from lockgate.gateway.auth import Authenticator
 from lockgate.gateway.keyfile import KeyFile
 from lockgate.kube.cluster import Cluster, api_client_from_environment
+from lockgate.kube.controlplane import KubernetesControlPlane
 from lockgate.kube.settings import OperatorSettings
 from lockgate.manage.api import create_manage_app
 from lockgate.manage.console import add_console
+from lockgate.manage.controlplane import ControlPlane
 from lockgate.manage.history import add_history_routes, history_sampler
-from lockgate.manage.kube import KubernetesControlPlane
 from lockgate.store import JobStore, Registry, connect
 
 
@@ -43,12 +44,18 @@ async def healthz(_request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
 
-def create_app(settings: OperatorSettings, cluster: Cluster, registry: Registry) -> web.Application:
-    """`/v1/endpoints…` (admin keys only) writing through a `KubernetesControlPlane`, and an
-    unauthenticated `/healthz` for probes."""
-    control_plane = KubernetesControlPlane(
+def control_plane_for(settings: OperatorSettings, cluster: Cluster) -> KubernetesControlPlane:
+    """Endpoint resources in the management API's namespace."""
+    return KubernetesControlPlane(
         cluster, namespace=settings.manage_namespace(), job_api_url=settings.job_api_url
     )
+
+
+def create_app(
+    settings: OperatorSettings, control_plane: ControlPlane, registry: Registry
+) -> web.Application:
+    """`/v1/endpoints…` (admin keys only) writing through `control_plane`, and an
+    unauthenticated `/healthz` for probes."""
     key_file = None
     if settings.keys_file:
         key_file = KeyFile(settings.keys_file, reload_s=settings.keys_file_reload_s)
@@ -70,7 +77,8 @@ def create_app(settings: OperatorSettings, cluster: Cluster, registry: Registry)
 
 async def start(settings: OperatorSettings, cluster: Cluster, registry: Registry) -> web.AppRunner:
     """Serve the management API on `manage_host:manage_port`; `cleanup()` the runner to stop."""
-    runner = web.AppRunner(create_app(settings, cluster, registry), access_log=None)
+    app = create_app(settings, control_plane_for(settings, cluster), registry)
+    runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, settings.manage_host, settings.manage_port).start()
     return runner

@@ -9,8 +9,8 @@ from pydantic import ValidationError
 
 from lockgate.kube.cluster import Cluster, Conflict, NotFound
 from lockgate.kube.crds import API_VERSION, ENDPOINT, omit_empty_strings
+from lockgate.kube.podlogs import PodLogs
 from lockgate.manage.controlplane import EndpointExists, EndpointNotFound
-from lockgate.manage.podlogs import PodLogs
 from lockgate.models import EndpointRecord, EndpointSpec, EndpointStatus
 
 

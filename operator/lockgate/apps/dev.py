@@ -22,6 +22,7 @@ from pathlib import Path
 from aiohttp import web
 from pydantic import ValidationError
 
+from lockgate.dev.controlplane import STOP_GRACE_S, LocalControlPlane
 from lockgate.dev.launch import HANDLER_SUFFIX
 from lockgate.dev.names import curl_line, endpoint_id_for
 from lockgate.dev.redis_server import EmbeddedRedis
@@ -33,7 +34,6 @@ from lockgate.manage.api import create_manage_app
 from lockgate.manage.console import add_console
 from lockgate.manage.controlplane import UnusableSettings
 from lockgate.manage.history import add_history_routes, history_sampler
-from lockgate.manage.local import STOP_GRACE_S, LocalControlPlane
 from lockgate.models import EndpointSpec, describe_validation_error
 from lockgate.settings import Settings
 from lockgate.store.connection import RedisSettings, standalone

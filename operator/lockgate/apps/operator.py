@@ -14,6 +14,7 @@ import aiohttp
 import kopf
 from aiohttp import web
 
+from lockgate.apps import manage
 from lockgate.gateway.notify import Notifier
 from lockgate.kube import handlers  # noqa: F401 - registers the kopf handlers
 from lockgate.kube.cluster import Cluster, api_client_from_environment
@@ -21,7 +22,6 @@ from lockgate.kube.leader import LeaderElector
 from lockgate.kube.reconcile import Context
 from lockgate.kube.scaler import ScalingLoop
 from lockgate.kube.settings import OperatorSettings
-from lockgate.manage import main as manage
 
 Flag = asyncio.Event | threading.Event | None
 
