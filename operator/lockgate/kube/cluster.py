@@ -215,7 +215,8 @@ class Cluster:
         )
         return json.loads(resp.data)
 
-    async def replace(self, obj: Obj) -> Obj:
+    async def replace(self, obj: Obj, *, dry_run: bool = False) -> Obj:
+        """Update the object to `obj`; `dry_run`: only validated, nothing is written."""
         body = _KINDS[obj["kind"]].model.from_dict(obj)
         meta = obj["metadata"]
         resp = await self._call(
@@ -224,6 +225,7 @@ class Cluster:
             meta["namespace"],
             body,
             _preload_content=False,
+            **({"dry_run": "All"} if dry_run else {}),
         )
         return json.loads(resp.data)
 
@@ -334,6 +336,17 @@ class Cluster:
                 raise kopf.TemporaryError(message, delay=2) from None
             await self.replace(fresh)  # no resourceVersion: an unconditional update
         return WorkerKey(key_digest(fresh_key), fresh_key)
+
+    async def worker_key_exists(self, owner: manifests.Owner) -> bool:
+        """Whether the endpoint's worker-key Secret exists, without reading it (the operator
+        may not) and without a call that fails while it does: a dry-run update, which
+        writes nothing and answers 404 only when the Secret is gone."""
+        placeholder = manifests.worker_key_secret(owner, "lgw_dry-run-writes-nothing")
+        try:
+            await self.replace(placeholder, dry_run=True)
+        except NotFound:
+            return False
+        return True
 
     # -- Leases (leader election, see `kube.leader`) ------------------------------------
 

@@ -331,7 +331,7 @@ class ScalingLoop:
             await self.ctx.cluster.create_event(event)
         body = await self.ctx.cluster.get_endpoint(owner.namespace, owner.name)
         if body is not None and not body["metadata"].get("deletionTimestamp"):
-            await rc.refresh(self.ctx, body)
+            await rc.refresh(self.ctx, body, steady=True)
 
     async def _report_metrics(self, owner: Owner, check: Check) -> None:
         """Keep `MetricsAvailable` current; on a change, an Event and a status refresh."""
@@ -345,4 +345,4 @@ class ScalingLoop:
             await self.ctx.cluster.create_event(event)
         body = await self.ctx.cluster.get_endpoint(owner.namespace, owner.name)
         if body is not None and not body["metadata"].get("deletionTimestamp"):
-            await rc.refresh(self.ctx, body)
+            await rc.refresh(self.ctx, body, steady=True)
