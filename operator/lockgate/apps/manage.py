@@ -18,7 +18,7 @@ from aiohttp import web
 
 from lockgate.gateway.auth import Authenticator
 from lockgate.gateway.keyfile import KeyFile
-from lockgate.kube.cluster import Cluster, api_client_from_environment
+from lockgate.kube.cluster import Cluster, cluster_for
 from lockgate.kube.controlplane import KubernetesControlPlane
 from lockgate.kube.settings import OperatorSettings
 from lockgate.manage.api import create_manage_app
@@ -87,7 +87,7 @@ async def start(settings: OperatorSettings, cluster: Cluster, registry: Registry
 async def serve(settings: OperatorSettings, *, api_client: Any = None) -> None:
     """Run until SIGTERM or SIGINT."""
     redis = connect(settings, max_connections=16)
-    cluster = Cluster(api_client or api_client_from_environment())
+    cluster = cluster_for(settings, api_client)
     runner = await start(settings, cluster, Registry(redis))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -17,7 +17,7 @@ from aiohttp import web
 from lockgate.apps import manage
 from lockgate.gateway.notify import Notifier
 from lockgate.kube import handlers  # noqa: F401 - registers the kopf handlers
-from lockgate.kube.cluster import Cluster, api_client_from_environment
+from lockgate.kube.cluster import cluster_for
 from lockgate.kube.leader import LeaderElector
 from lockgate.kube.reconcile import Context
 from lockgate.kube.scaler import ScalingLoop
@@ -91,7 +91,7 @@ async def run(
     ready_flag: Flag = None,
 ) -> None:
     """Run until `stop_flag` is set (or a signal, in the main thread)."""
-    ctx = Context.open(settings, Cluster(api_client or api_client_from_environment()))
+    ctx = Context.open(settings, cluster_for(settings, api_client))
     if settings.manage_port:
         ctx.beside.append((await start_manage_api(ctx)).cleanup)
     port = settings.liveness_port

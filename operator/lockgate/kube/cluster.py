@@ -1,8 +1,11 @@
 """The Kubernetes API edge: reads and writes objects as plain dicts.
 
-The official client is synchronous; every call runs in a worker thread so the operator's
-event loop (kopf, the management API) never blocks. Errors come out as this module's
-exceptions, so callers outside `kube/` never import `kubernetes`.
+The official client is synchronous; every call runs in a thread of the cluster's own pool
+(`concurrency` threads, and as many kept-alive connections) so the operator's event loop
+(kopf, the management API) never blocks and calls do not queue behind asyncio's small
+default pool. Calls are paced by a client-side rate limit (`qps`, `burst`), as client-go
+paces controllers, so hundreds of endpoints never flood the API server. Errors come out
+as this module's exceptions, so callers outside `kube/` never import `kubernetes`.
 """
 
 from __future__ import annotations
@@ -11,8 +14,11 @@ import asyncio
 import contextlib
 import json
 import secrets
+import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 import kopf
@@ -23,6 +29,7 @@ from kubernetes.client.exceptions import ApiException
 
 from lockgate.kube import manifests
 from lockgate.kube.crds import ENDPOINT, GROUP, TEMPLATE, VERSION
+from lockgate.kube.settings import OperatorSettings
 from lockgate.store import key_digest
 
 Obj = dict[str, Any]
@@ -63,14 +70,54 @@ def _wrap(err: ApiException) -> ClusterError:
     return kind(str(message), err.status or 0)
 
 
-def api_client_from_environment() -> k8s.ApiClient:
-    """In a pod: its service account; elsewhere: the kubeconfig ($KUBECONFIG)."""
+def api_client_from_environment(connections: int = 32) -> k8s.ApiClient:
+    """In a pod: its service account; elsewhere: the kubeconfig ($KUBECONFIG). Up to
+    `connections` kept-alive connections (size it to the `Cluster`'s concurrency: urllib3
+    warns "Connection pool is full" and opens a throw-away connection past it)."""
     configuration = k8s.Configuration()
     try:
         k8s_config.load_incluster_config(client_configuration=configuration)
     except k8s_config.ConfigException:
         k8s_config.load_kube_config(client_configuration=configuration)
+    configuration.connection_pool_maxsize = connections
     return k8s.ApiClient(configuration)
+
+
+class RateLimit:
+    """Client-side pacing of API calls: `qps` a second on average, up to `burst` at once
+    after a quiet spell (the generic cell rate algorithm: each call reserves the next slot,
+    so waiting callers go in the order they came). `qps` 0: no limit."""
+
+    def __init__(self, qps: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.qps = qps
+        self.burst = max(1, burst)
+        self.clock = clock
+        self._next = 0.0  # when the next call would go, were the calls evenly spaced
+
+    def reserve(self) -> float:
+        """Seconds the caller must wait before its call (0: at once); the slot is taken."""
+        if self.qps <= 0:
+            return 0.0
+        now = self.clock()
+        slot = max(self._next, now)
+        self._next = slot + 1 / self.qps
+        return max(0.0, slot - now - (self.burst - 1) / self.qps)
+
+    async def wait(self) -> None:
+        if delay := self.reserve():
+            await asyncio.sleep(delay)
+
+
+def cluster_for(settings: OperatorSettings, api_client: k8s.ApiClient | None = None) -> Cluster:
+    """The `Cluster` of the operator or management API: `api_client`, or one from the
+    environment, with the concurrency and rate limit of `settings`."""
+    client = api_client or api_client_from_environment(settings.kube_concurrency)
+    return Cluster(
+        client,
+        concurrency=settings.kube_concurrency,
+        qps=settings.kube_qps,
+        burst=settings.kube_burst,
+    )
 
 
 @dataclass(frozen=True)
@@ -99,15 +146,28 @@ class WorkerKey:
 class Cluster:
     """Async access to the few kinds lockgate reads and writes."""
 
-    def __init__(self, api_client: k8s.ApiClient) -> None:
+    def __init__(
+        self,
+        api_client: k8s.ApiClient,
+        *,
+        concurrency: int = 32,
+        qps: float = 0.0,
+        burst: int = 1,
+    ) -> None:
+        """`concurrency` calls in flight at once (threads); `qps`/`burst`: `RateLimit`."""
         self.api_client = api_client
         self.custom = k8s.CustomObjectsApi(api_client)
         self._apis = {cls: cls(api_client) for cls in {k.api for k in _KINDS.values()}}
+        self.concurrency = concurrency
+        self._threads = ThreadPoolExecutor(concurrency, thread_name_prefix="lockgate-kube")
+        self.rate = RateLimit(qps, burst)
 
     async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT_S)
+        await self.rate.wait()
+        loop = asyncio.get_running_loop()
         try:
-            return await asyncio.to_thread(fn, *args, **kwargs)
+            return await loop.run_in_executor(self._threads, partial(fn, *args, **kwargs))
         except ApiException as err:
             raise _wrap(err) from err
         except urllib3.exceptions.HTTPError as err:  # unreachable, timed out
@@ -155,7 +215,8 @@ class Cluster:
         )
         return json.loads(resp.data)
 
-    async def replace(self, obj: Obj) -> Obj:
+    async def replace(self, obj: Obj, *, dry_run: bool = False) -> Obj:
+        """Update the object to `obj`; `dry_run`: only validated, nothing is written."""
         body = _KINDS[obj["kind"]].model.from_dict(obj)
         meta = obj["metadata"]
         resp = await self._call(
@@ -164,6 +225,7 @@ class Cluster:
             meta["namespace"],
             body,
             _preload_content=False,
+            **({"dry_run": "All"} if dry_run else {}),
         )
         return json.loads(resp.data)
 
@@ -274,6 +336,17 @@ class Cluster:
                 raise kopf.TemporaryError(message, delay=2) from None
             await self.replace(fresh)  # no resourceVersion: an unconditional update
         return WorkerKey(key_digest(fresh_key), fresh_key)
+
+    async def worker_key_exists(self, owner: manifests.Owner) -> bool:
+        """Whether the endpoint's worker-key Secret exists, without reading it (the operator
+        may not) and without a call that fails while it does: a dry-run update, which
+        writes nothing and answers 404 only when the Secret is gone."""
+        placeholder = manifests.worker_key_secret(owner, "lgw_dry-run-writes-nothing")
+        try:
+            await self.replace(placeholder, dry_run=True)
+        except NotFound:
+            return False
+        return True
 
     # -- Leases (leader election, see `kube.leader`) ------------------------------------
 

@@ -22,7 +22,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from lockgate.kube import manifests, placement
-from lockgate.kube.cluster import Cluster, ClusterError
+from lockgate.kube.cluster import Cluster, ClusterError, WorkerKey
 from lockgate.kube.events import endpoint_event
 from lockgate.kube.manifests import Owner
 from lockgate.kube.settings import OperatorSettings
@@ -62,6 +62,14 @@ class Context:
     # Uids of Endpoints cleaned up: a registration that comes after (a resync begun before
     # the delete) must not bring their registry entry and worker key back.
     forgotten: set[str] = field(default_factory=set)
+    # What this process knows of objects it wrote, so a resync (level-based, no change
+    # seen) makes no call that fails by design: the worker-key Secret's digest by Endpoint
+    # uid (created, or found to exist, with that key), whose Secret a resync checks with a
+    # dry-run update (no create answered 409); and the uids whose flashboot DaemonSet is
+    # known absent (no delete answered 404). An Endpoint's change, or a restart, checks
+    # both the full way again.
+    confirmed_keys: dict[str, str] = field(default_factory=dict)
+    no_daemonset: set[str] = field(default_factory=set)
     # What runs beside kopf (the scaler, an in-process management API), each stopped by
     # `stop_beside` (apps/operator.py registers them).
     beside: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
@@ -154,17 +162,23 @@ async def deployed_key_digest(ctx: Context, owner: Owner) -> str | None:
 
 
 async def register(
-    ctx: Context, owner: Owner, spec: EndpointSpec, *, external_scaler: bool = False
+    ctx: Context,
+    owner: Owner,
+    spec: EndpointSpec,
+    *,
+    external_scaler: bool = False,
+    steady: bool = False,
 ) -> tuple[str | None, Check]:
-    """Register the worker key and the endpoint in Redis; returns the key's digest."""
+    """Register the worker key and the endpoint in Redis; returns the key's digest.
+    `steady` (a resync): a worker key this process confirmed is not checked again."""
     async with ctx.registering.setdefault(owner.name, asyncio.Lock()):
         if owner.uid in ctx.forgotten:
             return None, Check(REGISTERED, False, "Deleted", "the Endpoint was deleted")
-        return await _register(ctx, owner, spec, external_scaler=external_scaler)
+        return await _register(ctx, owner, spec, external_scaler=external_scaler, steady=steady)
 
 
 async def _register(
-    ctx: Context, owner: Owner, spec: EndpointSpec, *, external_scaler: bool
+    ctx: Context, owner: Owner, spec: EndpointSpec, *, external_scaler: bool, steady: bool
 ) -> tuple[str | None, Check]:
     entry = await ctx.registry.get_endpoint(owner.name)
     if entry is not None and entry.get("namespace", owner.namespace) != owner.namespace:
@@ -176,8 +190,13 @@ async def _register(
     known = (entry or {}).get("workerKeyDigest") or await deployed_key_digest(ctx, owner)
     settle_s = ctx.settings.worker_key_settle_s
     may_rotate = key_may_rotate(owner.created, datetime.now(UTC), settle_s)
-    worker_key = await ctx.cluster.worker_key(owner, known, may_rotate=may_rotate)
+    confirmed = steady and known and ctx.confirmed_keys.get(owner.uid) == known
+    if confirmed and await ctx.cluster.worker_key_exists(owner):
+        worker_key = WorkerKey(known, None)
+    else:
+        worker_key = await ctx.cluster.worker_key(owner, known, may_rotate=may_rotate)
     digest = worker_key.digest
+    ctx.confirmed_keys[owner.uid] = digest
     record = {
         "name": f"worker:{owner.namespace}/{owner.name}",
         "scopes": ["workers"],
@@ -240,9 +259,12 @@ async def apply_workloads(
     template_name: str,
     digest: str,
     annotations: Mapping[str, str] | None = None,
+    *,
+    steady: bool = False,
 ) -> Check | None:
     """The worker Deployment (on the GPU type `choose_gpu_type` picks), and the flashboot
-    DaemonSet while flashboot is on; returns the `GPUTypeSelected` condition, if any."""
+    DaemonSet while flashboot is on; returns the `GPUTypeSelected` condition, if any.
+    `steady` (a resync): a DaemonSet this process knows is absent is not deleted again."""
     choice = await choose_gpu_type(ctx, owner, spec, annotations)
     deployment = manifests.worker_deployment(
         owner,
@@ -256,9 +278,11 @@ async def apply_workloads(
     )
     await ctx.cluster.apply(deployment)
     if spec.flashboot:
+        ctx.no_daemonset.discard(owner.uid)
         await ctx.cluster.apply(manifests.flashboot_daemonset(owner, spec, template, ctx.settings))
-    else:
+    elif not (steady and owner.uid in ctx.no_daemonset):
         await ctx.cluster.delete("DaemonSet", owner.namespace, manifests.daemonset_name(owner.name))
+        ctx.no_daemonset.add(owner.uid)
     if choice is None:
         return None
     return Check(placement.CONDITION, True, choice.reason, choice.message(spec.gpuTypeIds))
@@ -277,7 +301,9 @@ async def activity(ctx: Context, endpoint_id: str) -> Activity:
 # -- the whole reconcile -------------------------------------------------------------------
 
 
-async def _converge(ctx: Context, owner: Owner, body: Body) -> tuple[list[Check], bool]:
+async def _converge(
+    ctx: Context, owner: Owner, body: Body, *, steady: bool = False
+) -> tuple[list[Check], bool]:
     """Run the steps in order, stopping at the first one that cannot pass; also says
     whether the endpoint is registered (so its job counts are its own)."""
     spec, check = validate(owner.name, body.get("spec") or {})
@@ -289,15 +315,16 @@ async def _converge(ctx: Context, owner: Owner, body: Body) -> tuple[list[Check]
     if template is None:
         return checks, False
     external = manifests.scaled_externally(body["metadata"].get("annotations"))
-    digest, check = await register(ctx, owner, spec, external_scaler=external)
+    digest, check = await register(ctx, owner, spec, external_scaler=external, steady=steady)
     checks.append(check)
     if digest is None:
         return checks, False
     try:
         meta = body["metadata"]
         gpu = await apply_workloads(
-            ctx, owner, spec, template, spec.templateId, digest, meta.get("annotations")
-        )
+            ctx, owner, spec, template, spec.templateId, digest, meta.get("annotations"),
+            steady=steady,
+        )  # fmt: skip
     except ClusterError as err:
         if err.status not in (400, 422):
             raise  # transient: retried
@@ -319,11 +346,12 @@ async def _transient_errors():
         raise kopf.TemporaryError(f"Kubernetes API: {err}", delay=RETRY_DELAY_S) from err
 
 
-async def reconcile(body: Body, ctx: Context) -> dict[str, Any]:
-    """Bring the Endpoint's objects and registry entry in line; return its new status."""
+async def reconcile(body: Body, ctx: Context, *, steady: bool = False) -> dict[str, Any]:
+    """Bring the Endpoint's objects and registry entry in line; return its new status.
+    `steady`: a resync, no change seen (see `Context.confirmed_keys`)."""
     owner = owner_of(body)
     async with _transient_errors():
-        checks, registered = await _converge(ctx, owner, body)
+        checks, registered = await _converge(ctx, owner, body, steady=steady)
         name = manifests.deployment_name(owner.name)
         deployment = await ctx.cluster.read("Deployment", owner.namespace, name)
         counts = await activity(ctx, owner.name) if registered else Activity()
@@ -344,9 +372,10 @@ async def reconcile(body: Body, ctx: Context) -> dict[str, Any]:
     )
 
 
-async def refresh(ctx: Context, body: Body) -> None:
-    """Reconcile and write the status through the API (outside an Endpoint's own handler)."""
-    status = await reconcile(body, ctx)
+async def refresh(ctx: Context, body: Body, *, steady: bool = False) -> None:
+    """Reconcile and write the status through the API (outside an Endpoint's own handler),
+    only when it changed."""
+    status = await reconcile(body, ctx, steady=steady)
     if not same_status(body.get("status"), status):
         meta = body["metadata"]
         async with _transient_errors():
@@ -377,6 +406,8 @@ async def clean_up(ctx: Context, name: str, namespace: str, uid: str = "") -> in
     async with lock, _transient_errors():
         if uid:
             ctx.forgotten.add(uid)
+            ctx.confirmed_keys.pop(uid, None)
+            ctx.no_daemonset.discard(uid)
         entry = await ctx.registry.get_endpoint(name)
         if entry is not None and entry.get("namespace", namespace) != namespace:
             return 0  # the id belongs to another namespace's Endpoint: not ours to erase

@@ -2,7 +2,13 @@
 
 Each tick reads the gateway's `/metrics` once, lists the worker Deployments and pods of
 each namespace once, then for each registered endpoint lets an `Autoscaler` decide and
-apply through a `DeploymentPool`. When `/metrics` cannot be read, or does not report an
+apply through a `DeploymentPool`. Endpoints are decided concurrently (as many at once as
+the cluster client has connections), those with jobs waiting or running first, and an
+endpoint's decision is its own task: a tick waits for them at most one interval, and an
+endpoint whose last decision is still being applied (a first sighting's status refresh,
+a slow API call) is skipped until it is done, so no endpoint's reaction waits on
+another's API round trips. Each endpoint decides, and scales, before it reports its
+conditions. When `/metrics` cannot be read, or does not report an
 endpoint, its worker count is held (missing data never scales anything to zero) and the
 Endpoint's `MetricsAvailable` condition says why. Changes of the count are Events on the
 Endpoint, and its `status.workers.desired/ready` are patched at once.
@@ -87,6 +93,11 @@ def busy_members(members: Iterable[str], worker_jobs: Mapping[str, int]) -> list
     return [w for w in members if worker_jobs.get(w, 0) > 0]
 
 
+def has_demand(metrics: EndpointMetrics | None) -> bool:
+    """Jobs wait or run at the endpoint: its decision goes first."""
+    return metrics is not None and (metrics.queued + metrics.queued_low + metrics.in_progress) > 0
+
+
 def by_endpoint(objects: list[Obj]) -> dict[str, list[Obj]]:
     grouped: dict[str, list[Obj]] = defaultdict(list)
     for obj in objects:
@@ -112,21 +123,28 @@ class ScalingLoop:
         self.scalers: dict[str, Autoscaler] = {}
         self.pods_seen: dict[str, set[str]] = {}  # endpoint -> its pods at the last tick
         self.wakeup = asyncio.Event()  # set: tick now instead of at the next interval
+        self.busy: dict[str, asyncio.Task] = {}  # endpoint -> its decision being applied
+        concurrency = getattr(ctx.settings, "kube_concurrency", 32)
+        self.slots = asyncio.Semaphore(concurrency)  # endpoints decided at once
 
     async def run(self) -> None:
         """Tick every `scale_interval_s`, or at once when `wakeup` is set, until cancelled;
         a failed tick is logged and the next one tries again."""
-        while True:
-            self.wakeup.clear()  # a wake-up during the tick below starts the next one
-            try:
-                await self.tick()
-            except asyncio.CancelledError:
-                raise
-            except Exception as err:
-                log.warning("scaling tick failed: %s", err)
-            raise_if_cancelled()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wakeup.wait(), self.ctx.settings.scale_interval_s)
+        try:
+            while True:
+                self.wakeup.clear()  # a wake-up during the tick below starts the next one
+                try:
+                    await self.tick()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as err:
+                    log.warning("scaling tick failed: %s", err)
+                raise_if_cancelled()
+                with contextlib.suppress(TimeoutError):
+                    interval = self.ctx.settings.scale_interval_s
+                    await asyncio.wait_for(self.wakeup.wait(), interval)
+        finally:
+            await self.stop()
 
     def _ours(self, entry: Obj) -> bool:
         watched = self.ctx.settings.namespaces
@@ -145,13 +163,16 @@ class ScalingLoop:
         return readings, None
 
     async def tick(self) -> None:
-        """One decision for every endpoint."""
+        """One decision for every endpoint not still busy with its last one; returns when
+        they are applied, or after one interval (the rest go on in their own tasks)."""
         entries = await self.ctx.registry.list_endpoints()
         ours = {ep: e for ep, e in entries.items() if self._ours(e)}
         readings, error = await self._read()
         namespaces: dict[str, dict[str, Obj]] = defaultdict(dict)
         for ep, entry in ours.items():
-            namespaces[entry["namespace"]][ep] = entry
+            if ep not in self.busy:
+                namespaces[entry["namespace"]][ep] = entry
+        work = []
         for namespace, group in namespaces.items():
             cluster = self.ctx.cluster
             deployments = by_endpoint(await cluster.list_objects("Deployment", namespace, WORKERS))
@@ -159,18 +180,63 @@ class ScalingLoop:
             for ep, entry in group.items():
                 owner = Owner(ep, namespace, entry["uid"])
                 deployment = next(iter(deployments.get(ep, [])), None)
-                try:
-                    await self.scale(owner, entry, deployment, pods.get(ep, []), readings, error)
-                except (ClusterError, kopf.TemporaryError) as err:
-                    log.warning("scaling %s/%s failed: %s", namespace, ep, err)
-        for gone in set(self.scalers) - set(ours):
+                work.append((owner, entry, deployment, pods.get(ep, [])))
+        work.sort(key=lambda item: not has_demand(readings.get(item[0].name)))
+        tasks = [self._start(*item, readings, error) for item in work]
+        if tasks:
+            await asyncio.wait(tasks, timeout=self.ctx.settings.scale_interval_s or None)
+        self._forget(set(ours))
+
+    def _forget(self, ours: set[str]) -> None:
+        """Drop what was kept of endpoints no longer registered."""
+        for gone in set(self.busy) - ours:
+            self.busy.pop(gone).cancel()
+        for gone in set(self.scalers) - ours:
             del self.scalers[gone]
-        for gone in set(self.pods_seen) - set(ours):
+        for gone in set(self.pods_seen) - ours:
             del self.pods_seen[gone]
-        for gone in set(self.ctx.scaling) - set(ours):
+        for gone in set(self.ctx.scaling) - ours:
             del self.ctx.scaling[gone]
-        for gone in set(self.ctx.pods) - set(ours):
+        for gone in set(self.ctx.pods) - ours:
             del self.ctx.pods[gone]
+
+    def _start(
+        self,
+        owner: Owner,
+        entry: Obj,
+        deployment: Obj | None,
+        pods: list[Obj],
+        readings: Mapping[str, EndpointMetrics],
+        error: str | None,
+    ) -> asyncio.Task:
+        """`scale` one endpoint in a task of its own, marked busy until it ends."""
+
+        async def decide() -> None:
+            async with self.slots:
+                try:
+                    await self.scale(owner, entry, deployment, pods, readings, error)
+                except (ClusterError, kopf.TemporaryError) as err:
+                    log.warning("scaling %s/%s failed: %s", owner.namespace, owner.name, err)
+                except Exception:
+                    log.exception("scaling %s/%s failed", owner.namespace, owner.name)
+
+        task = asyncio.get_running_loop().create_task(decide(), name=f"scale-{owner.name}")
+        self.busy[owner.name] = task
+        task.add_done_callback(lambda t: self._done(owner.name, t))
+        return task
+
+    def _done(self, endpoint_id: str, task: asyncio.Task) -> None:
+        if self.busy.get(endpoint_id) is task:
+            del self.busy[endpoint_id]
+
+    async def stop(self) -> None:
+        """Cancel the decisions still being applied (when the loop ends: a term of the
+        scaler Lease ends with every decision of its loop)."""
+        tasks = list(self.busy.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.busy.clear()
 
     async def scale(
         self,
@@ -181,18 +247,30 @@ class ScalingLoop:
         readings: Mapping[str, EndpointMetrics],
         error: str | None,
     ) -> Decision | None:
-        """Decide for one endpoint and apply it; None when it has no Deployment yet or
-        another scaler owns its count."""
+        """Decide for one endpoint and apply it, then report its conditions; None when it
+        has no Deployment yet or another scaler owns its count."""
         await self._forget_gone_pods(owner.name, pods)
-        await self._report_pods(owner, entry, pods)
         check = metrics_check(owner.name, readings, error)
-        await self._report_metrics(owner, check)
+        try:
+            metrics = readings.get(owner.name) if check.ok else None
+            return await self._decide(owner, entry, deployment, pods, metrics)
+        finally:
+            await self._report_pods(owner, entry, pods)
+            await self._report_metrics(owner, check)
+
+    async def _decide(
+        self,
+        owner: Owner,
+        entry: Obj,
+        deployment: Obj | None,
+        pods: list[Obj],
+        metrics: EndpointMetrics | None,
+    ) -> Decision | None:
         if deployment is None:
             return None
         pool = DeploymentPool(
             self.ctx.cluster, deployment, pods, store=self.ctx.jobs, endpoint_id=owner.name
         )
-        metrics = readings.get(owner.name) if check.ok else None
         await pool.keep_serving(set(metrics.worker_jobs) if metrics is not None else None)
         await pool.replace_refreshing()
         if externally_scaled(entry):
@@ -253,7 +331,7 @@ class ScalingLoop:
             await self.ctx.cluster.create_event(event)
         body = await self.ctx.cluster.get_endpoint(owner.namespace, owner.name)
         if body is not None and not body["metadata"].get("deletionTimestamp"):
-            await rc.refresh(self.ctx, body)
+            await rc.refresh(self.ctx, body, steady=True)
 
     async def _report_metrics(self, owner: Owner, check: Check) -> None:
         """Keep `MetricsAvailable` current; on a change, an Event and a status refresh."""
@@ -267,4 +345,4 @@ class ScalingLoop:
             await self.ctx.cluster.create_event(event)
         body = await self.ctx.cluster.get_endpoint(owner.namespace, owner.name)
         if body is not None and not body["metadata"].get("deletionTimestamp"):
-            await rc.refresh(self.ctx, body)
+            await rc.refresh(self.ctx, body, steady=True)

@@ -52,6 +52,16 @@ class OperatorSettings(RedisSettings):
     metrics_timeout_s: float = Field(2.0, gt=0, description="a scrape slower than this fails")
     scale_interval_s: float = Field(1.0, ge=0, description="seconds between decisions; 0: off")
 
+    # The Kubernetes API client (operator and management API): calls in flight at once (its
+    # threads and kept-alive connections), and its client-side rate limit, as client-go's
+    # QPS/burst: enough for a thousand endpoints' scale-ups in seconds, paced so a burst of
+    # them never floods the API server (docs/scaling.md, "A thousand endpoints").
+    kube_concurrency: int = Field(32, ge=1, le=256, description="Kubernetes API calls at once")
+    kube_qps: float = Field(
+        100.0, ge=0, description="Kubernetes API calls per second on average; 0: no limit"
+    )
+    kube_burst: int = Field(200, ge=1, description="Kubernetes API calls at once after a lull")
+
     # Leader election: of several operator replicas, only the Lease holder runs the scaler.
     lease_name: str = Field("lockgate-scaler", description="the scaler's coordination.k8s.io Lease")
     lease_namespace: str = Field(
