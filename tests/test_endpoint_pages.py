@@ -209,17 +209,24 @@ async def every_page(control: KubernetesControlPlane, query: EndpointQuery) -> l
         )
 
 
+@pytest.fixture
+def small_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Apiserver reads of at most 5 Endpoints, at most 10 read per answer: filtered pages
+    take several reads, and some end short."""
+    monkeypatch.setattr(manage_kube, "MAX_CHUNK", 5)
+    monkeypatch.setattr(manage_kube, "MAX_SCANNED", 10)
+
+
 @pytest.mark.parametrize(
     ("name", "phases"),
     [("", frozenset()), ("LLM", frozenset()), ("", frozenset({"Failed"})),
      ("ep-0", frozenset({"Ready", "Degraded"})), ("nothing", frozenset())],
 )  # fmt: skip
 @pytest.mark.parametrize("limit", [1, 2, 3, 7, 50, 1000])
+@pytest.mark.usefixtures("small_reads")
 async def test_kubernetes_pages_give_every_matching_endpoint_once_in_order(
-    monkeypatch: pytest.MonkeyPatch, limit: int, name: str, phases: frozenset[str]
+    limit: int, name: str, phases: frozenset[str]
 ) -> None:
-    monkeypatch.setattr(manage_kube, "FILTER_CHUNK", 5)  # many chunks, short pages
-    monkeypatch.setattr(manage_kube, "MAX_CHUNKS", 2)
     cluster = PagingCluster(MANY)
     query = EndpointQuery(limit=limit, name=name, phases=phases, summary=True)
     everything = [summary_of_resource(o) for o in MANY]
@@ -234,16 +241,16 @@ async def test_kubernetes_pages_give_every_matching_endpoint_once_in_order(
         assert all(len(p) == limit for p in pages[:-1])
 
 
-async def test_kubernetes_a_page_reads_at_most_a_few_apiserver_pages(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(manage_kube, "FILTER_CHUNK", 5)
-    monkeypatch.setattr(manage_kube, "MAX_CHUNKS", 2)
+@pytest.mark.usefixtures("small_reads")
+async def test_kubernetes_a_filtered_page_reads_more_while_few_match_then_stops() -> None:
     cluster = PagingCluster(MANY)
     control = plane(cluster)
-    page = await control.page(EndpointQuery(limit=10, name="nothing matches"))
-    assert (page.items, cluster.reads) == ([], 2)  # short (empty) page, and where to go on
-    assert page.next == Cursor(resume="1:20")
+    page = await control.page(EndpointQuery(limit=2, name="nothing matches"))
+    assert (page.items, cluster.reads) == ([], 3)  # reads of 2, 4 and 5: 11 read
+    assert page.next == Cursor(resume="1:11")  # a short (empty) page, and where to go on
+    cluster.reads = 0
+    page = await control.page(EndpointQuery(limit=2, phases=frozenset({"Ready", "Failed"})))
+    assert ([r.id for r in page.items], cluster.reads) == (["ep-000", "ep-001"], 1)
 
 
 async def test_kubernetes_without_limit_gives_every_record_in_one_read() -> None:

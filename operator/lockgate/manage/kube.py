@@ -22,11 +22,12 @@ from lockgate.manage.listing import (
 from lockgate.manage.podlogs import PodLogs
 from lockgate.models import EndpointRecord, EndpointSpec, EndpointStatus
 
-# A filtered page reads the apiserver's pages this large (Endpoints), so a filter that
-# matches few endpoints costs a few reads, and stops after this many reads with a short
-# page and a cursor: one answer never reads an unbounded list.
-FILTER_CHUNK = 500
-MAX_CHUNKS = 4
+# A filtered answer reads the apiserver in pages that start at `limit` Endpoints and
+# double (as the apiserver's own filtered lists do), up to MAX_CHUNK, so a filter most
+# endpoints match costs one read and one few match costs a few; it stops once it has read
+# MAX_SCANNED Endpoints, with a short page and a cursor: no answer reads an unbounded list.
+MAX_CHUNK = 500  # Endpoints per apiserver read
+MAX_SCANNED = 2000  # Endpoints read for one answer
 
 
 def record_from_resource(obj: Mapping[str, Any], job_api_url: str) -> EndpointRecord:
@@ -80,25 +81,25 @@ class KubernetesControlPlane:
     async def page(self, query: EndpointQuery) -> EndpointPage:
         """Pages are the apiserver's own (`limit`, `continue`): a page of 50 reads 50
         Endpoints. Filters are applied here (the apiserver has no substring or status
-        selectors for custom resources), reading up to `MAX_CHUNKS` pages of
-        `FILTER_CHUNK` for one answer; a page that ends early has a cursor into the
-        apiserver page it stopped in."""
+        selectors for custom resources), reading on while too few matched, within
+        `MAX_SCANNED`; a page that ends inside an apiserver page has a cursor into it."""
         want = query.limit
-        chunk = want or 0
-        if want and query.filtered:
-            chunk = max(want, FILTER_CHUNK)
+        chunk, scanned = want or 0, 0  # 0: no limit, the whole list in one read
         resume, after = query.cursor.resume, query.cursor.after
         found: list[Mapping[str, Any]] = []
-        for _ in range(MAX_CHUNKS):
+        while True:
             items, following = await self._list(chunk, resume)
+            scanned += len(items)
             rows = [(summary_of_resource(obj), obj) for obj in items]
             taken, last = take(rows, query, after, None if want is None else want - len(found))
             found += taken
             if last:  # stopped inside this apiserver page: the next answer reads it again
                 return self._page(found, query, Cursor(after=last, resume=resume))
-            if not following or len(found) == want:
+            if not following or len(found) == want or scanned >= MAX_SCANNED:
                 break
-            resume, after = following, ""
+            # `after` stays: it may lie beyond this read, when the page it ended in was
+            # read in a larger chunk than this answer's first
+            resume, chunk = following, max(chunk, min(2 * chunk, MAX_CHUNK))
         return self._page(found, query, Cursor(resume=following) if following else None)
 
     async def _list(self, chunk: int, resume: str) -> tuple[list[dict[str, Any]], str]:
