@@ -278,3 +278,62 @@ def test_jobs_per_minute_and_failures_come_from_the_history(page, console_dev):
     )
     # the last minute is the last 6 points (t in (1050, 1110]); failures count the hour
     assert got == [{"perMin": 12, "failed": 1}, None]
+
+
+MANY = 53  # more than one page of the list (50)
+
+
+def listed(dev: DevProcess, query: str) -> list[str]:
+    """The ids `GET /v1/endpoints?{query}` gives, all pages."""
+    got, token = [], ""
+    while True:
+        url = f"{dev.url}/v1/endpoints?{query}&limit=20&view=summary&continue={token}"
+        answer = requests.get(url, headers=auth(dev), timeout=10)
+        assert answer.status_code == 200, answer.text
+        got += [r["id"] for r in answer.json()]
+        token = answer.headers.get("X-Continue", "")
+        if not token:
+            return got
+
+
+def test_the_endpoint_list_pages_and_filters_by_name_and_phase(page, console_dev):
+    made = [f"many-{i:02d}" for i in range(MANY)]
+    for i, endpoint_id in enumerate(made):
+        body = {"id": endpoint_id, "templateId": ECHO, "name": "LLM" if i % 10 == 0 else ""}
+        answer = requests.post(
+            f"{console_dev.url}/v1/endpoints", json=body, headers=auth(console_dev)
+        )
+        assert answer.status_code == 200, answer.text
+    rows = page.locator("tr[data-endpoint]")
+    try:
+        signed_in(page, console_dev)
+        everything = listed(console_dev, "")
+        expect(rows).to_have_count(50)  # one page
+        assert rows.evaluate_all("rs => rs.map(r => r.dataset.endpoint)") == everything[:50]
+        expect(page.get_by_text("50 endpoints, more follow")).to_be_visible()
+        page.get_by_role("button", name="Show 50 more").click()
+        expect(rows).to_have_count(len(everything))
+        expect(page.get_by_role("button", name="Show 50 more")).to_have_count(0)
+
+        page.get_by_label("Name or id").fill("llm")
+        llm = listed(console_dev, "name=llm")
+        assert llm == [f"many-{i:02d}" for i in range(0, MANY, 10)]
+        expect(rows).to_have_count(len(llm))
+        assert rows.evaluate_all("rs => rs.map(r => r.dataset.endpoint)") == llm
+        assert page.evaluate("location.hash") == "#/endpoints?name=llm"
+        page.get_by_label("Phase").select_option("Failed")
+        expect(page.get_by_text("No endpoint matches these filters.")).to_be_visible()
+        page.get_by_label("Name or id").fill("")
+        expect(rows).to_have_count(1)
+        expect(page.locator(f'tr[data-endpoint="{GONE}"]')).to_contain_text("Failed")
+        screenshot(page, "endpoints-filtered")
+
+        page.reload()  # the filters are in the URL: a link or a reload keeps them
+        expect(page.get_by_label("Phase")).to_have_value("Failed")
+        expect(rows).to_have_count(1)
+        assert_clean(page, allow=EXPECTED)
+    finally:
+        for endpoint_id in made:
+            requests.delete(
+                f"{console_dev.url}/v1/endpoints/{endpoint_id}", headers=auth(console_dev)
+            )

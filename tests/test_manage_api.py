@@ -7,12 +7,17 @@ the local plane does (workers, jobs, resume) are at the end.
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
+import os
 import re
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
+import urllib.request
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urljoin, urlsplit
 
 import aiohttp
 import psutil
@@ -23,6 +28,9 @@ from redis.asyncio import Redis
 from lockgate.apps.dev import build_app
 from lockgate.dev.controlplane import LocalControlPlane
 from lockgate.dev.redis_server import EmbeddedRedis, free_port
+from lockgate.kube import controlplane as kube_plane
+from lockgate.kube.cluster import Cluster
+from lockgate.manage.listing import Cursor
 from lockgate.models import EndpointSpec
 from lockgate.store import Registry
 from tests.conftest import REPO, eventually, make_settings
@@ -57,6 +65,12 @@ class Api:
         ) as resp:
             payload = await resp.json() if resp.content_type == "application/json" else None
             return resp.status, payload
+
+    async def listing(self, url: str) -> tuple[int, Any, Mapping[str, str]]:
+        """GET `url` (resolved against `{url}/v1/endpoints`): status, body and headers."""
+        headers = {"authorization": f"Bearer {self.key}"}
+        async with self.http.get(urljoin(f"{self.url}/v1/endpoints", url), headers=headers) as resp:
+            return resp.status, await resp.json(), resp.headers
 
 
 async def admin_key(redis: Redis) -> str:
@@ -251,6 +265,195 @@ async def test_missing_or_non_admin_key_is_unauthorized(api: Api, redis: Redis) 
     assert (await api.call("GET", key=client_key))[0] == 401
     async with api.http.get(f"{api.url}/v1/endpoints") as resp:
         assert resp.status == 401
+
+
+# -- lists that page ----------------------------------------------------------------------
+
+
+async def every_page(api: Api, query: str) -> list[list[dict]]:
+    """The pages of `GET /v1/endpoints?{query}`, following each answer's `Link: <…>;
+    rel="next"` (resolved against the URL asked, as RFC 8288 says) to the last page, and
+    checking that its `continue` is the answer's `X-Continue`."""
+    pages: list[list[dict]] = []
+    url = f"?{query}"
+    while True:
+        status, body, headers = await api.listing(url)
+        assert status == 200, body
+        pages.append(body)
+        token = headers.get("X-Continue")
+        if token is None:
+            assert "Link" not in headers
+            return pages
+        link = re.fullmatch(r'<([^>]*)>; rel="next"', headers["Link"])
+        assert link, headers["Link"]
+        url = urljoin(url, link[1])
+        assert parse_qs(urlsplit(url).query)["continue"] == [token]
+
+
+def ids(pages: list[list[dict]], prefix: str = "") -> list[str]:
+    return [r["id"] for page in pages for r in page if r["id"].startswith(prefix)]
+
+
+async def test_pages_give_every_endpoint_once_in_id_order_as_full_records(api: Api) -> None:
+    made = ["pg-c", "pg-a", "pg-e", "pg-b", "pg-d"]
+    for endpoint_id in made:
+        await create(api, endpoint_id)
+
+    pages = await every_page(api, "limit=2")
+
+    listed = ids(pages)
+    assert listed == sorted(set(listed))  # in order, each once
+    assert ids(pages, "pg-") == sorted(made)
+    assert [len(p) for p in pages[:-1]] == [2] * (len(pages) - 1) and len(pages[-1]) <= 2
+    status, everything, headers = await api.listing("")  # unpaged: one list, as before
+    assert status == 200 and "X-Continue" not in headers and "Link" not in headers
+    assert ids([everything], "pg-") == sorted(made)
+    [paged] = [r for page in pages for r in page if r["id"] == "pg-a"]
+    [whole] = [r for r in everything if r["id"] == "pg-a"]
+    assert paged.keys() == whole.keys() and paged["jobApiUrl"] == whole["jobApiUrl"]
+    assert ids(await every_page(api, "limit=1000"), "pg-") == sorted(made)  # one page
+
+
+async def test_the_name_filter_matches_part_of_the_id_or_the_name_in_any_case(api: Api) -> None:
+    await create(api, "nf-alpha", name="Production LLM")
+    await create(api, "nf-beta", name="staging")
+    await create(api, "nf-gamma", name="llm canary")
+
+    assert ids(await every_page(api, "name=llm")) == ["nf-alpha", "nf-gamma"]
+    assert ids(await every_page(api, "name=NF-B")) == ["nf-beta"]
+    assert ids(await every_page(api, "name=nf-&limit=1")) == ["nf-alpha", "nf-beta", "nf-gamma"]
+    status, body, _ = await api.listing("?name=no-such-endpoint-anywhere")
+    assert (status, body) == (200, [])
+
+
+async def test_the_summary_view_has_only_id_name_phase_and_worker_bounds(api: Api) -> None:
+    await create(api, "sv-one", name="first", workersMin=1, workersMax=4)
+    await create(api, "sv-two")
+
+    pages = await every_page(api, "view=summary&name=sv-&limit=1")
+
+    assert [len(p) for p in pages] == [1, 1]
+    one, two = pages[0][0], pages[1][0]
+    assert one.keys() == {"id", "name", "phase", "workersMin", "workersMax"}
+    assert (one["id"], one["name"], one["workersMin"], one["workersMax"]) == (
+        "sv-one",
+        "first",
+        1,
+        4,
+    )
+    assert (two["id"], two["name"], two["workersMin"], two["workersMax"]) == ("sv-two", "", 0, 3)
+    assert one["phase"] in {"Pending", "Initializing", "Ready", "Degraded", "Failed"}
+
+
+async def test_the_phase_filter_gives_the_endpoints_in_those_phases(
+    api: Api, request: pytest.FixtureRequest
+) -> None:
+    kubernetes = request.node.callspec.params["api"] == "kubernetes"
+    if kubernetes:
+        request.getfixturevalue("metrics_served")  # a Ready endpoint needs readable metrics
+    await create(api, "ph-ready")
+    if kubernetes:  # its Template does not exist: Pending until it does
+        await create(api, "ph-waiting", templateId="ph-no-such-template")
+
+    async def phases() -> dict[str, str] | None:
+        _, rows, _ = await api.listing("?name=ph-&view=summary")
+        got = {r["id"]: r["phase"] for r in rows}
+        return got if got.get("ph-ready") == "Ready" else None
+
+    got = await eventually(phases, "ph-ready Ready")
+    if kubernetes:
+        assert got == {"ph-ready": "Ready", "ph-waiting": "Pending"}
+        assert ids(await every_page(api, "name=ph-&phase=Pending")) == ["ph-waiting"]
+        assert ids(await every_page(api, "name=ph-&phase=pending,READY&limit=1")) == [
+            "ph-ready",
+            "ph-waiting",
+        ]
+    assert ids(await every_page(api, "name=ph-&phase=Ready")) == ["ph-ready"]
+    assert ids(await every_page(api, "name=ph-&phase=Failed,Degraded")) == []
+
+
+@pytest.mark.parametrize(
+    ("query", "named"),
+    [
+        ("limit=0", "limit"),
+        ("limit=-5", "limit"),
+        ("limit=1001", "limit"),
+        ("limit=ten", "limit"),
+        ("phase=Running", "phase"),
+        ("view=wide", "view"),
+        ("continue=not-a-token", "continue"),
+        ("limit=5&continue=eyJ4IjoxfQ", "continue"),  # {"x":1}: JSON, but not ours
+    ],
+)
+async def test_a_bad_list_parameter_is_a_400_naming_it(api: Api, query: str, named: str) -> None:
+    status, error, _ = await api.listing(f"?{query}")
+    assert status == 400 and error["error"].startswith(f"{named}: ")
+
+
+# -- lists that page on Kubernetes: the apiserver's own pages -------------------------------
+
+
+def compact_etcd(etcd_url: str) -> None:
+    """Compact etcd's history up to now, as the apiserver does every 5 min: continue
+    tokens of lists read before are expired from here on."""
+    key = base64.b64encode(b"/").decode()
+    revision = json.loads(post_json(f"{etcd_url}/v3/kv/range", {"key": key}))["header"]
+    post_json(f"{etcd_url}/v3/kv/compaction", {"revision": revision["revision"]})
+
+
+def post_json(url: str, body: dict) -> bytes:
+    request = urllib.request.Request(url, json.dumps(body).encode(), method="POST")
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        return answer.read()
+
+
+@pytest.mark.envtest
+async def test_kubernetes_an_expired_continue_token_is_410_and_a_forged_one_400(
+    kubernetes_api: Api, request: pytest.FixtureRequest
+) -> None:
+    if os.environ.get("LOCKGATE_E2E_KUBECONFIG"):
+        pytest.skip("compacts envtest's own etcd")
+    api = kubernetes_api
+    for endpoint_id in ("ex-a", "ex-b"):
+        await create(api, endpoint_id)
+    _, _, headers = await api.listing("?limit=1")
+    token = headers["X-Continue"]
+    await create(api, "ex-c")  # a write after the list: its revision is history now
+    compact_etcd(request.getfixturevalue("envtest").etcd_url)
+
+    status, error, _ = await api.listing(f"?limit=1&continue={token}")
+    assert status == 410
+    assert error["error"].startswith("continue: the token has expired")
+    forged = Cursor(resume=base64.b64encode(b'{"v":"meta.k8s.io/v1","rv":"x"}').decode())
+    status, error, _ = await api.listing(f"?limit=1&continue={forged.encode()}")
+    assert status == 400 and error["error"].startswith("continue: ")
+
+
+@pytest.mark.envtest
+async def test_kubernetes_a_filtered_page_reads_a_bounded_number_of_apiserver_pages(
+    kubernetes_api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made = [f"fc-{i}" for i in range(7)]
+    for endpoint_id in made:
+        await create(kubernetes_api, endpoint_id, name="odd" if int(endpoint_id[3]) % 2 else "")
+    monkeypatch.setattr(kube_plane, "MAX_CHUNK", 2)  # reads of at most 2 Endpoints
+    monkeypatch.setattr(kube_plane, "MAX_SCANNED", 4)  # at most 4 read for one answer
+    reads: list[int] = []
+    list_page = Cluster.list_endpoints_page
+
+    async def counted(self: Cluster, namespace: str, **options: Any) -> Any:
+        reads.append(options["limit"])
+        return await list_page(self, namespace, **options)
+
+    monkeypatch.setattr(Cluster, "list_endpoints_page", counted)
+
+    pages = await every_page(kubernetes_api, "name=fc-&limit=2")
+    assert ids(pages) == made
+    assert set(reads) == {2} and sum(reads) <= (4 + 2) * len(pages)
+    reads.clear()
+    odd = await every_page(kubernetes_api, "name=ODD&limit=1")
+    assert ids(odd) == ["fc-1", "fc-3", "fc-5"]  # the ones named odd; the others skipped
+    assert set(reads) <= {1, 2} and sum(reads) <= (4 + 2) * len(odd)
 
 
 # -- the local plane: workers, jobs, restarts ----------------------------------------------

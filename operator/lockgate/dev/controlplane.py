@@ -28,6 +28,7 @@ from lockgate.dev.workers import LocalWorkers, WorkerStates, limits_of
 from lockgate.gateway.errors import Unavailable
 from lockgate.gateway.state import Gateway
 from lockgate.manage.controlplane import EndpointExists, EndpointNotFound, UnusableSettings
+from lockgate.manage.listing import Cursor, EndpointPage, EndpointQuery, EndpointSummary, take
 from lockgate.manage.logbook import LocalLogs
 from lockgate.models import (
     Condition,
@@ -93,6 +94,16 @@ class LocalEndpoint:
         }
 
 
+def local_phase(ep: LocalEndpoint) -> Phase:
+    """Ready while its workers can start; Failed when its templateId cannot run here."""
+    return Phase.READY if ep.launch is not None else Phase.FAILED
+
+
+def local_summary(ep: LocalEndpoint) -> EndpointSummary:
+    spec, phase = ep.spec, local_phase(ep).value
+    return EndpointSummary(ep.id, spec.name, phase, spec.workersMin, spec.workersMax)
+
+
 def local_status(
     ep: LocalEndpoint, job_api_url: str, snap: Snapshot, workers: int
 ) -> EndpointStatus:
@@ -111,7 +122,7 @@ def local_status(
     if ep.workers is not None:
         conditions.append(workers_condition(ep.workers.states, ep.since))
     return EndpointStatus(
-        phase=Phase.READY if ok else Phase.FAILED,
+        phase=local_phase(ep),
         endpointId=ep.id,
         jobApiUrl=job_api_url,
         workers=WorkerCounts(
@@ -187,9 +198,18 @@ class LocalControlPlane:
     async def get(self, endpoint_id: str) -> EndpointRecord:
         return await self._record(self._find(endpoint_id))
 
-    async def list(self) -> list[EndpointRecord]:
+    async def page(self, query: EndpointQuery) -> EndpointPage:
+        """Pages over the endpoints sorted by id; a cursor is the last id returned, so a
+        page stays right however endpoints come and go between two pages."""
         endpoints = sorted(self._endpoints.values(), key=lambda ep: ep.id)
-        return [await self._record(ep) for ep in endpoints]
+        rows = [(local_summary(ep), ep) for ep in endpoints]
+        chosen, last = take(rows, query, query.cursor.after, query.limit)
+        items = (
+            [local_summary(ep) for ep in chosen]
+            if query.summary
+            else [await self._record(ep) for ep in chosen]
+        )
+        return EndpointPage(items, Cursor(after=last) if last else None)
 
     async def patch(self, endpoint_id: str, spec: EndpointSpec) -> EndpointRecord:
         """New settings take effect at once: limits rescale the running workers, a new

@@ -61,12 +61,16 @@ class Conflict(ClusterError):
     """The object exists already, or changed since it was read."""
 
 
+class Gone(ClusterError):
+    """A list's continue token is too old: etcd compacted the revision it was read at."""
+
+
 def _wrap(err: ApiException) -> ClusterError:
     try:
         message = json.loads(err.body or "{}").get("message") or err.reason
     except (ValueError, AttributeError):
         message = err.reason or str(err)
-    kind = {404: NotFound, 409: Conflict}.get(err.status or 0, ClusterError)
+    kind = {404: NotFound, 409: Conflict, 410: Gone}.get(err.status or 0, ClusterError)
     return kind(str(message), err.status or 0)
 
 
@@ -394,6 +398,25 @@ class Cluster:
             self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, ENDPOINT.plural
         )
         return list(got.get("items") or [])
+
+    async def list_endpoints_page(
+        self, namespace: str, *, limit: int, resume: str = ""
+    ) -> tuple[list[Obj], str]:
+        """At most `limit` Endpoints (0: all), in name order, from where the apiserver's
+        continue token `resume` points ("": the start of a new list); and the token for
+        the rest ("" when none follow). An expired `resume` raises `Gone`."""
+        options: dict[str, Any] = {"limit": limit} if limit else {}
+        if resume:
+            options["_continue"] = resume
+        got = await self._call(
+            self.custom.list_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            namespace,
+            ENDPOINT.plural,
+            **options,
+        )
+        return list(got.get("items") or []), (got.get("metadata") or {}).get("continue") or ""
 
     async def create_endpoint(self, namespace: str, body: Obj) -> Obj:
         return await self._call(

@@ -7,11 +7,27 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from lockgate.kube.cluster import Cluster, Conflict, NotFound
+from lockgate.kube.cluster import Cluster, ClusterError, Conflict, Gone, NotFound
 from lockgate.kube.crds import API_VERSION, ENDPOINT, omit_empty_strings
 from lockgate.kube.podlogs import PodLogs
 from lockgate.manage.controlplane import EndpointExists, EndpointNotFound
+from lockgate.manage.listing import (
+    ContinueExpired,
+    ContinueInvalid,
+    Cursor,
+    EndpointPage,
+    EndpointQuery,
+    summary_of_resource,
+    take,
+)
 from lockgate.models import EndpointRecord, EndpointSpec, EndpointStatus
+
+# A filtered answer reads the apiserver in pages that start at `limit` Endpoints and
+# double (as the apiserver's own filtered lists do), up to MAX_CHUNK, so a filter most
+# endpoints match costs one read and one few match costs a few; it stops once it has read
+# MAX_SCANNED Endpoints, with a short page and a cursor: no answer reads an unbounded list.
+MAX_CHUNK = 500  # Endpoints per apiserver read
+MAX_SCANNED = 2000  # Endpoints read for one answer
 
 
 def record_from_resource(obj: Mapping[str, Any], job_api_url: str) -> EndpointRecord:
@@ -62,9 +78,50 @@ class KubernetesControlPlane:
             raise EndpointNotFound(endpoint_id)
         return self._record(obj)
 
-    async def list(self) -> list[EndpointRecord]:
-        items = await self.cluster.list_endpoints(self.namespace)
-        return sorted((self._record(obj) for obj in items), key=lambda r: r.id)
+    async def page(self, query: EndpointQuery) -> EndpointPage:
+        """Pages are the apiserver's own (`limit`, `continue`): a page of 50 reads 50
+        Endpoints. Filters are applied here (the apiserver has no substring or status
+        selectors for custom resources), reading on while too few matched, within
+        `MAX_SCANNED`; a page that ends inside an apiserver page has a cursor into it."""
+        want = query.limit
+        chunk, scanned = want or 0, 0  # 0: no limit, the whole list in one read
+        resume, after = query.cursor.resume, query.cursor.after
+        found: list[Mapping[str, Any]] = []
+        while True:
+            items, following = await self._list(chunk, resume)
+            scanned += len(items)
+            rows = [(summary_of_resource(obj), obj) for obj in items]
+            taken, last = take(rows, query, after, None if want is None else want - len(found))
+            found += taken
+            if last:  # stopped inside this apiserver page: the next answer reads it again
+                return self._page(found, query, Cursor(after=last, resume=resume))
+            if not following or len(found) == want or scanned >= MAX_SCANNED:
+                break
+            # `after` stays: it may lie beyond this read, when the page it ended in was
+            # read in a larger chunk than this answer's first
+            resume, chunk = following, max(chunk, min(2 * chunk, MAX_CHUNK))
+        return self._page(found, query, Cursor(resume=following) if following else None)
+
+    async def _list(self, chunk: int, resume: str) -> tuple[list[dict[str, Any]], str]:
+        try:
+            return await self.cluster.list_endpoints_page(
+                self.namespace, limit=chunk, resume=resume
+            )
+        except Gone as err:
+            raise ContinueExpired(resume) from err
+        except ClusterError as err:
+            if resume and err.status == 400:  # the apiserver's part of the token is bad
+                raise ContinueInvalid(resume) from err
+            raise
+
+    def _page(
+        self, found: list[Mapping[str, Any]], query: EndpointQuery, following: Cursor | None
+    ) -> EndpointPage:
+        if query.limit is None:  # every endpoint: sorted here, as before pages
+            found = sorted(found, key=lambda obj: obj["metadata"]["name"])
+        if query.summary:
+            return EndpointPage([summary_of_resource(obj) for obj in found], following)
+        return EndpointPage([self._record(obj) for obj in found], following)
 
     async def patch(self, endpoint_id: str, spec: EndpointSpec) -> EndpointRecord:
         # A merge patch of every field (lists are replaced, not merged); null removes a

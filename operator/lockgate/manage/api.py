@@ -10,6 +10,7 @@ import re
 import secrets
 import string
 from typing import Any
+from urllib.parse import urlencode
 
 from aiohttp import web
 from pydantic import ValidationError
@@ -26,6 +27,7 @@ from lockgate.manage.controlplane import (
     UnusableSettings,
 )
 from lockgate.manage.keys_api import add_keys_routes
+from lockgate.manage.listing import ContinueExpired, ContinueInvalid, parse_query
 from lockgate.manage.logs import add_logs_routes
 from lockgate.models import ENDPOINT_ID_PATTERN, EndpointSpec, describe_validation_error
 
@@ -41,6 +43,12 @@ class Conflict(ApiError):
     """The endpoint id is taken."""
 
     status = 409
+
+
+class Gone(ApiError):
+    """A list's continue token has expired: the list starts again without it."""
+
+    status = 410
 
 
 def new_endpoint_id() -> str:
@@ -87,8 +95,25 @@ async def create_endpoint(request: web.Request) -> web.Response:
 
 
 async def list_endpoints(request: web.Request) -> web.Response:
-    records = await request.app[CONTROL_PLANE].list()
-    return json_response([r.to_json() for r in records])
+    """Every endpoint (a JSON list, as RunPod answers), or with `limit` one page of them:
+    the same list, with the next page's token in `X-Continue` and its URL in `Link`."""
+    query = parse_query(request.query)
+    try:
+        page = await request.app[CONTROL_PLANE].page(query)
+    except ContinueInvalid as err:
+        raise BadRequest("continue: not a token from this API; start again without it") from err
+    except ContinueExpired as err:
+        raise Gone(
+            "continue: the token has expired (the list changed too long ago); "
+            "start again without continue"
+        ) from err
+    headers = {}
+    if page.next is not None:
+        token = page.next.encode()
+        following = request.rel_url.query.copy()  # the same filters and limit
+        following["continue"] = token
+        headers = {"X-Continue": token, "Link": f'<?{urlencode(following)}>; rel="next"'}
+    return json_response([item.to_json() for item in page.items], headers=headers)
 
 
 async def get_endpoint(request: web.Request) -> web.Response:

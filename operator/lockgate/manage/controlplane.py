@@ -15,6 +15,7 @@ from typing import Protocol
 
 from aiohttp import web
 
+from lockgate.manage.listing import EndpointPage, EndpointQuery
 from lockgate.models import EndpointRecord, EndpointSpec
 
 
@@ -42,8 +43,10 @@ class ControlPlane(Protocol):
         """The endpoint's record; raises `EndpointNotFound`."""
         ...
 
-    async def list(self) -> list[EndpointRecord]:
-        """Every endpoint, ordered by id."""
+    async def page(self, query: EndpointQuery) -> EndpointPage:
+        """The endpoints `query` asks for, ordered by id: every one without a limit, else
+        one page and where the next starts. Raises `ContinueInvalid` or `ContinueExpired`
+        (`manage.listing`) for a cursor this backend cannot continue from."""
         ...
 
     async def patch(self, endpoint_id: str, spec: EndpointSpec) -> EndpointRecord:

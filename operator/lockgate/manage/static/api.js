@@ -50,7 +50,20 @@ async function failure(response, redirect = true) {
  * Resolves to the parsed JSON (null for 204); throws ApiError with the server's `error`.
  * A 401 signs the person out (back to the sign-in page) unless `redirect` is false.
  */
-export async function api(path, {method = "GET", body, signal, headers: extra, redirect = true} = {}) {
+export async function api(path, options = {}) {
+  return (await call(path, options)).body;
+}
+
+/**
+ * One page of a list that pages (GET /v1/endpoints?limit=…): {items, next}, where `next`
+ * is the continue token for the next page (the answer's X-Continue), or null on the last.
+ */
+export async function listPage(path, options = {}) {
+  const {body, response} = await call(path, options);
+  return {items: body, next: response.headers.get("X-Continue")};
+}
+
+async function call(path, {method = "GET", body, signal, headers: extra, redirect = true} = {}) {
   const init = {method, headers: headers(extra), signal};
   if (body !== undefined) {
     init.body = typeof body === "string" ? body : JSON.stringify(body);
@@ -64,9 +77,9 @@ export async function api(path, {method = "GET", body, signal, headers: extra, r
     throw new ApiError(0, `cannot reach ${path}: ${err.message}`, null);
   }
   if (!response.ok) throw await failure(response, redirect);
-  if (response.status === 204) return null;
+  if (response.status === 204) return {body: null, response};
   const text = await response.text();
-  return text ? JSON.parse(text) : null;
+  return {body: text ? JSON.parse(text) : null, response};
 }
 
 /** The job API base of an endpoint record (`jobApiUrl` without its trailing slash). */

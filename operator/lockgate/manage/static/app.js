@@ -126,7 +126,7 @@ function signIn(main) {
     const key = input.value.trim();
     setApiKey(key);
     try {
-      await api("/v1/endpoints", {redirect: false});
+      await api("/v1/endpoints?limit=1&view=summary", {redirect: false}); // cheap: any admin route
       location.hash = "#/endpoints";
       if (location.hash === "#/endpoints") show();
     } catch (err) {

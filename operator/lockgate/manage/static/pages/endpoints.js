@@ -1,13 +1,17 @@
-// The Endpoints page: every endpoint with its phase, job API URL, workers, queue, jobs/min
+// The Endpoints page: endpoints with their phase, job API URL, workers, queue, jobs/min
 // and failures; an endpoint with a False condition stands out with its message. Refreshes
-// every 5 s. Sources: GET /v1/endpoints (records with status), each endpoint's job API
-// /health (worker states), and GET /v1/endpoints/{id}/metrics (jobs/min, failures) where
-// that route answers.
-import {api, jobApi} from "../api.js";
+// every 5 s. Sources: GET /v1/endpoints (records with status, a page at a time, filtered
+// by name and phase), each shown endpoint's job API /health (worker states), and
+// GET /v1/endpoints/{id}/metrics (jobs/min, failures) where that route answers.
+import {api, jobApi, listPage} from "../api.js";
 import {copyButton, h, replace} from "../dom.js";
 
 const REFRESH_MS = 5000;
 const WINDOW_S = 60; // jobs/min counts the last minute of the history
+const PAGE = 50; // endpoints shown at first, and added by "Show more"
+const MAX_LIMIT = 1000; // the API's largest page
+const MAX_READS = 10; // pages one refresh follows (a filtered page may come back short)
+const TYPING_MS = 300; // the name filter applies once typing pauses this long
 
 const PHASES = {Ready: "ok", Initializing: "warn", Pending: "warn", Degraded: "bad", Failed: "bad"};
 
@@ -39,15 +43,37 @@ async function optional(promise) {
   }
 }
 
+/**
+ * The first `want` endpoints matching `filters` ({name, phase}), following continue
+ * tokens: {records, more} where `more` says that endpoints follow them.
+ */
+export async function endpointsUpTo(want, filters, signal) {
+  const records = [];
+  let next = null;
+  for (let reads = 0; reads < MAX_READS && records.length < want; reads++) {
+    const query = new URLSearchParams({limit: String(Math.min(want - records.length, MAX_LIMIT))});
+    for (const [key, value] of Object.entries(filters)) if (value) query.set(key, value);
+    if (next) query.set("continue", next);
+    const page = await listPage(`/v1/endpoints?${query}`, {signal});
+    records.push(...page.items);
+    next = page.next;
+    if (!next) break;
+  }
+  return {records, more: Boolean(next)};
+}
+
 export async function render(view, ctx) {
+  const asked = ctx.query.get("phase");
+  const filters = {name: ctx.query.get("name") || "", phase: PHASES[asked] ? asked : ""};
+  let want = PAGE;
+  let latest = 0; // only the newest refresh draws: a slower older one must not overwrite it
   const list = h("div", {"aria-live": "off"});
-  replace(view,
-    h("div", {class: "row"}, h("h1", {class: "grow"}, "Endpoints"),
-      h("a", {class: "button primary", href: "#/new"}, "New endpoint")),
-    list);
+  const footer = h("div", {class: "row list-footer"});
   const noMetrics = new Set(); // endpoints whose history route did not answer: not asked again
-  ctx.every(REFRESH_MS, async () => {
-    const records = await api("/v1/endpoints", {signal: ctx.signal});
+
+  async function refresh() {
+    const turn = ++latest;
+    const {records, more} = await endpointsUpTo(want, filters, ctx.signal);
     const extra = await Promise.all(records.map(async (r) => {
       const id = encodeURIComponent(r.id);
       const health = optional(api(`${jobApi(r)}/health`, {signal: ctx.signal, redirect: false}));
@@ -57,10 +83,58 @@ export async function render(view, ctx) {
       if (m === null) noMetrics.add(r.id);
       return {health: healthAnswer, metrics: m};
     }));
-    keepFocus(list, () => replace(list, records.length
-      ? table(records, extra)
-      : h("div", {class: "card"}, h("p", {}, "No endpoint yet. "), h("a", {href: "#/new"}, "Create one"))));
+    if (turn !== latest) return;
+    keepFocus(view, () => {
+      replace(list, records.length ? table(records, extra) : empty(filters));
+      replace(footer, records.length ? h("span", {class: "hint grow"}, shown(records.length, more)) : null,
+        more ? h("button", {type: "button", dataset: {key: "more"}, onclick: () => {
+          want += PAGE;
+          refresh().catch(ignoreAbort);
+        }}, `Show ${PAGE} more`) : null);
+    });
+  }
+
+  function filtered() {
+    want = PAGE;
+    const search = new URLSearchParams(Object.entries(filters).filter(([, v]) => v)).toString();
+    history.replaceState(null, "", `#/endpoints${search ? `?${search}` : ""}`); // no re-render
+    refresh().catch(ignoreAbort);
+  }
+
+  let typing;
+  const name = h("input", {
+    id: "filter-name", type: "search", value: filters.name, autocomplete: "off", maxlength: 191,
+    placeholder: "part of a name or id", oninput: () => {
+      clearTimeout(typing);
+      typing = setTimeout(() => { filters.name = name.value.trim(); filtered(); }, TYPING_MS);
+    },
   });
+  const phase = h("select", {id: "filter-phase", onchange: () => { filters.phase = phase.value; filtered(); }},
+    h("option", {value: ""}, "Any phase"),
+    Object.keys(PHASES).map((p) => h("option", {value: p, selected: p === filters.phase}, p)));
+  replace(view,
+    h("div", {class: "row"}, h("h1", {class: "grow"}, "Endpoints"),
+      h("a", {class: "button primary", href: "#/new"}, "New endpoint")),
+    h("form", {class: "row filters", role: "search", "aria-label": "Filter endpoints",
+      onsubmit: (event) => event.preventDefault()},
+    h("div", {class: "grow"}, h("label", {for: "filter-name"}, "Name or id"), name),
+    h("div", {}, h("label", {for: "filter-phase"}, "Phase"), phase)),
+    list, footer);
+  ctx.every(REFRESH_MS, refresh);
+  return () => clearTimeout(typing);
+}
+
+function ignoreAbort(err) {
+  if (err.name !== "AbortError") console.warn(err);
+}
+
+function shown(count, more) {
+  return `${count} endpoint${count === 1 ? "" : "s"}${more ? ", more follow" : ""}`;
+}
+
+function empty(filters) {
+  if (filters.name || filters.phase) return h("div", {class: "card"}, h("p", {}, "No endpoint matches these filters."));
+  return h("div", {class: "card"}, h("p", {}, "No endpoint yet. "), h("a", {href: "#/new"}, "Create one"));
 }
 
 /** Rebuild without losing the keyboard focus (elements carry a data-key). */
