@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from lockgate.gateway.errors import BadRequest
+from lockgate.kube import controlplane as manage_kube
 from lockgate.kube.cluster import ClusterError, Gone
 from lockgate.kube.controlplane import KubernetesControlPlane
-from lockgate.manage import kube as manage_kube
 from lockgate.manage.listing import (
     MAX_LIMIT,
     ContinueExpired,
