@@ -24,7 +24,7 @@ from lockgate.store import Registry, connect
 from lockgate.store.connection import RedisSettings
 
 # The suite's upkeep: time per module, no process left behind (tests/run_report.py).
-from run_report import (  # noqa: F401
+from tests.run_report import (  # noqa: F401
     pytest_configure,
     pytest_runtest_logreport,
     pytest_sessionfinish,

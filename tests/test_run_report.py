@@ -6,7 +6,7 @@ import os
 import subprocess
 import uuid
 
-from run_report import RUN_VAR, leaked
+from tests.run_report import RUN_VAR, leaked
 
 
 def test_a_watched_process_carrying_the_run_id_is_found_until_it_ends() -> None:
