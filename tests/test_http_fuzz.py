@@ -249,7 +249,8 @@ async def test_pipelined_and_segmented_streams_get_what_each_request_gets_alone(
         1 for raw, (status, _) in zip(stream, single, strict=True)
         if status == 200 and b" /v2/echo/run" in raw.split(b"\r\n", 1)[0]
     )  # fmt: skip
-    assert made_alone >= runs_ok  # a /runsync makes a job too
+    counts = not any(b"/purge-queue" in raw[:60] for raw in stream)  # a purge changes them
+    assert made_alone >= runs_ok or not counts  # a /runsync makes a job too
     assert all(status < 500 for status, _ in single), single
     versions_10 = [raw.split(b"\r\n", 1)[0].endswith(b"HTTP/1.0") for raw in stream]
     want = expected(single, versions_10)
@@ -269,7 +270,7 @@ async def test_pipelined_and_segmented_streams_get_what_each_request_gets_alone(
         1 for raw, status in zip(stream, got, strict=False)
         if status == 200 and b" /v2/echo/run" in raw[:40]
     )  # fmt: skip
-    assert made <= ran, "a job was made for a request not answered 200"
+    assert made <= ran or not counts, "a job was made for a request not answered 200"
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
 
 
