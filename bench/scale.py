@@ -296,6 +296,7 @@ class Watcher:
         self.changed: dict[str, float] = {}
         self.cond = threading.Condition()
         self._stop = threading.Event()
+        self.listed = threading.Event()  # the first list is in: changes from here are seen
         self.thread = threading.Thread(target=self._run, name=f"watch-{plural}", daemon=True)
         self.thread.start()
 
@@ -313,6 +314,7 @@ class Watcher:
                 listing = self.custom.list_namespaced_custom_object(*self.args)
                 for obj in listing["items"]:
                     self._see(obj)
+                self.listed.set()
                 version = listing["metadata"]["resourceVersion"]
                 while not self._stop.is_set():
                     stream = k8s_watch.Watch()
@@ -576,6 +578,9 @@ def stack(code: Code, n: int, timeout_s: float) -> Iterator[Stack]:
             api, "apps/v1", "deployments", lambda o: (o.get("spec") or {}).get("replicas", 1) >= 1
         )
         cleanup.callback(deployments.stop)
+        for watcher in (endpoints, deployments):
+            if not watcher.listed.wait(START_TIMEOUT_S):
+                raise StepTimeout(f"no list of {watcher.args[-1]} in {START_TIMEOUT_S:g} s")
         yield Stack(
             n, code, timeout_s, version, env, api, store, keys,
             gateway, gateway_url, operator, manage_url, endpoints, deployments,
