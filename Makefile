@@ -62,6 +62,9 @@ bench-openai: setup ## Benchmark alone: OpenAI route stream overhead per chunk, 
 bench-sizing: setup ## The sizing figures: Redis commands, Redis CPU and gateway CPU per job transition, memory per queued job, the per-master split on a 3-master cluster
 	$(PY) -m bench.sizing
 
+bench-scale: setup envtest ## The operator at N Endpoints on envtest, issue 32's table (N="100 300 1000"; CODE="<checkout> ..." side by side; WINDOW=60)
+	$(PY) -m bench.scale --n $(or $(N),100 300 1000) $(if $(WINDOW),--window $(WINDOW)) $(foreach c,$(CODE),--code $(c))
+
 bench-cluster: setup envtest tools cluster-images ## On a real node (root): applied -> first pod -> first job, from zero, warm, burst, idle -> zero
 	$(PY) -m bench.cluster
 
@@ -115,4 +118,4 @@ images: ## Build the control-plane and worker images (needs Docker; IMAGE_REGIST
 	  -t $(IMAGE_REGISTRY)/worker:$(IMAGE_TAG) .
 	@echo "images: built $(IMAGE_REGISTRY)/control-plane:$(IMAGE_TAG) and $(IMAGE_REGISTRY)/worker:$(IMAGE_TAG)"
 
-.PHONY: help setup run test fuzz lint format bench bench-status bench-openai bench-sizing bench-cluster crds verify-crds envtest cluster-images e2e tools browser redis chart-lint chart-scan chart-template images
+.PHONY: help setup run test fuzz lint format bench bench-status bench-openai bench-sizing bench-scale bench-cluster crds verify-crds envtest cluster-images e2e tools browser redis chart-lint chart-scan chart-template images
