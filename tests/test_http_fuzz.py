@@ -249,8 +249,10 @@ async def test_pipelined_and_segmented_streams_get_what_each_request_gets_alone(
         1 for raw, (status, _) in zip(stream, single, strict=True)
         if status == 200 and b" /v2/echo/run" in raw.split(b"\r\n", 1)[0]
     )  # fmt: skip
+    # No job without a 200 (fewer jobs than 200s is fine: a repeated Idempotency-Key, here
+    # or in an earlier case, answers 200 with the job it made before).
     counts = not any(b"/purge-queue" in raw[:60] for raw in stream)  # a purge changes them
-    assert made_alone >= runs_ok or not counts  # a /runsync makes a job too
+    assert made_alone <= runs_ok or not counts
     assert all(status < 500 for status, _ in single), single
     versions_10 = [raw.split(b"\r\n", 1)[0].endswith(b"HTTP/1.0") for raw in stream]
     want = expected(single, versions_10)
