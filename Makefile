@@ -40,7 +40,7 @@ test: setup lint ## Lint, then run the whole test suite
 
 fuzz: setup ## The gateway's HTTP differential fuzzer at length (FUZZ_EXAMPLES cases per property, default 2000; a fresh seed each run)
 	LOCKGATE_FUZZ_EXAMPLES=$(or $(FUZZ_EXAMPLES),2000) LOCKGATE_FUZZ_SEED=1 \
-	  timeout 3600 $(PY) -m pytest -q -p no:cacheprovider tests/test_http_fuzz.py
+	  timeout 3600 $(PY) -m pytest -q -p no:cacheprovider --timeout 3300 tests/test_http_fuzz.py
 
 lint: setup ## ruff check and format check
 	$(VENV)/bin/ruff check operator tests examples bench

@@ -53,8 +53,9 @@ async def _history(work: Work) -> None:
 async def _operator_scaler(work: Work) -> None:
     settings = SimpleNamespace(scale_interval_s=0.01)
     await _with(
-        ScalingLoop, tick=work, wakeup=asyncio.Event(), ctx=SimpleNamespace(settings=settings)
-    ).run()
+        ScalingLoop, tick=work, wakeup=asyncio.Event(), ctx=SimpleNamespace(settings=settings),
+        busy={},  # decisions in progress, cancelled when the loop ends
+    ).run()  # fmt: skip
 
 
 async def _leader(work: Work) -> None:
