@@ -58,9 +58,9 @@ class OperatorSettings(RedisSettings):
     # them never floods the API server (docs/scaling.md, "A thousand endpoints").
     kube_concurrency: int = Field(32, ge=1, le=256, description="Kubernetes API calls at once")
     kube_qps: float = Field(
-        100.0, ge=0, description="Kubernetes API calls per second on average; 0: no limit"
+        200.0, ge=0, description="Kubernetes API calls per second on average; 0: no limit"
     )
-    kube_burst: int = Field(200, ge=1, description="Kubernetes API calls at once after a lull")
+    kube_burst: int = Field(400, ge=1, description="Kubernetes API calls at once after a lull")
 
     # Leader election: of several operator replicas, only the Lease holder runs the scaler.
     lease_name: str = Field("lockgate-scaler", description="the scaler's coordination.k8s.io Lease")
