@@ -335,16 +335,20 @@ def find_helm() -> str | None:
     return str(pinned) if os.access(pinned, os.X_OK) else shutil.which("helm")
 
 
+def required_tool(found: str | None, missing: str) -> str:
+    """`found`; without it the test skips saying `missing`, or fails under
+    LOCKGATE_REQUIRE_CLUSTER=1."""
+    if found is None:
+        if os.environ.get("LOCKGATE_REQUIRE_CLUSTER") == "1":
+            pytest.fail(f"{missing} (LOCKGATE_REQUIRE_CLUSTER=1)", pytrace=False)
+        pytest.skip(missing)
+    return found
+
+
 @pytest.fixture(scope="session")
 def helm() -> str:
     """The helm binary; without one the test skips, or fails under LOCKGATE_REQUIRE_CLUSTER=1."""
-    found = find_helm()
-    if found is None:
-        message = "helm missing: `make tools` installs it"
-        if os.environ.get("LOCKGATE_REQUIRE_CLUSTER") == "1":
-            pytest.fail(f"{message} (LOCKGATE_REQUIRE_CLUSTER=1)", pytrace=False)
-        pytest.skip(message)
-    return found
+    return required_tool(find_helm(), "helm missing: `make tools` installs it")
 
 
 def notes_chart(root: Path) -> Path:

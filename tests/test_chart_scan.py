@@ -20,7 +20,15 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.test_chart import CHART, RELEASE, REPO, SERVED, TOOLS_DIR, helm  # noqa: F401
+from tests.test_chart import (  # noqa: F401
+    CHART,
+    RELEASE,
+    REPO,
+    SERVED,
+    TOOLS_DIR,
+    helm,
+    required_tool,
+)
 
 CHECKOV = Path(TOOLS_DIR) / "checkov-venv" / "bin" / "checkov"  # hack/checkov.sh
 SECURITY = REPO / "docs" / "security.md"
@@ -60,13 +68,8 @@ def find_checkov() -> str | None:
 @pytest.fixture(scope="session")
 def checkov() -> str:
     """The checkov binary; without one the test skips, or fails under LOCKGATE_REQUIRE_CLUSTER=1."""
-    found = find_checkov()
-    if found is None:
-        message = "checkov missing: `bash hack/checkov.sh` installs it (`make chart-scan` does)"
-        if os.environ.get("LOCKGATE_REQUIRE_CLUSTER") == "1":
-            pytest.fail(f"{message} (LOCKGATE_REQUIRE_CLUSTER=1)", pytrace=False)
-        pytest.skip(message)
-    return found
+    missing = "checkov missing: `bash hack/checkov.sh` installs it (`make chart-scan` does)"
+    return required_tool(find_checkov(), missing)
 
 
 Report = dict[str, Any]
