@@ -7,6 +7,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+# pytest-xdist workers for make test: the real-node modules run on one while the rest run on
+# the other (tests/conftest.py groups them). 0 runs the suite in this process.
+TEST_WORKERS ?= 2
 IMAGE_REGISTRY ?= registry.example.com/lockgate
 IMAGE_TAG ?= $(VERSION)
 # Worker base image: a CUDA runtime by default; BASE_IMAGE=python:3.12-slim for CPU workers.
@@ -35,8 +38,8 @@ run: setup ## Start dev mode with the echo handler (Redis, gateway, workers in o
 
 ##@ Development
 
-test: setup lint ## Lint, then run the whole test suite
-	$(PY) -m pytest
+test: setup lint ## Lint, then run the whole test suite (TEST_WORKERS=2 pytest-xdist workers; 0 runs it in one process)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 fuzz: setup ## The gateway's HTTP differential fuzzer at length (FUZZ_EXAMPLES cases per property, default 2000; a fresh seed each run)
 	LOCKGATE_FUZZ_EXAMPLES=$(or $(FUZZ_EXAMPLES),2000) LOCKGATE_FUZZ_SEED=1 \

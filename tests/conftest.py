@@ -36,9 +36,21 @@ T = TypeVar("T")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the real-node tests last, in their modules' order: they share one node
-    (tests/node_fixtures.py), which then never loads the rest of the suite."""
-    items.sort(key=lambda item: item.get_closest_marker("node") is not None)
+    """Put the real-node tests first, in their modules' order, as one group; every other
+    module is a group of its own.
+
+    Under `make test` (pytest-xdist, `--dist loadgroup`) a group runs whole on one worker:
+    the node tests share one node (tests/node_fixtures.py) on the first worker while the
+    other worker takes the remaining modules one by one (a module's fixtures are set up
+    once). Without xdist the marks do nothing and the node tests simply run first."""
+    items.sort(key=lambda item: item.get_closest_marker("node") is None)
+    for item in items:
+        on_node = item.get_closest_marker("node") is not None
+        group = NODE_GROUP if on_node else item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+NODE_GROUP = "real-node"
 
 
 async def eventually(

@@ -6,10 +6,10 @@ helpers are in node_release). Without the harness (root, containerd, the node bi
 unless LOCKGATE_REQUIRE_CLUSTER=1 (CI) makes that a failure.
 
 The node starts at the first node test and stops at the end of the run; tests/conftest.py
-runs the node tests last, so its processes (~0.9 GB, a busy kubelet) never load the rest of
-the suite on a 2-core machine. After each module, `reset_node` takes away what the module
-left (releases, lockgate objects and CRDs, namespaces), so the next one starts as on a
-fresh node without paying for one (~45 s a module).
+groups the node tests so that under pytest-xdist they all run on one worker, first, while
+the other worker runs the rest of the suite. After each module, `reset_node` takes away
+what the module left (releases, lockgate objects and CRDs, namespaces), so the next one
+starts as on a fresh node without paying for one (~45 s a module).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 no process left behind.
 
 - At the end of the run, the time of every module (setup, call and teardown of its tests)
-  is printed, slowest first, with the total: a slow addition shows at once.
+  is printed, slowest first, with the total (and each pytest-xdist worker's share): a slow
+  addition shows at once.
 - Every process the run starts inherits `LOCKGATE_TEST_RUN` (a fresh id per run). At the
   end, a `lockgate`, `redis-server`, `redis-sentinel`, `kubelet`, `containerd`,
   `kube-apiserver` or `etcd` process that still carries this run's id (in
@@ -29,6 +30,7 @@ WATCHED = (
 GRACE_S = 30.0
 
 _durations: dict[str, float] = defaultdict(float)
+_per_worker: dict[str, float] = defaultdict(float)  # pytest-xdist worker id -> seconds
 _run_id = ""
 
 
@@ -41,6 +43,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     _durations[report.nodeid.split("::", 1)[0]] += report.duration
+    _per_worker[getattr(report, "worker_id", "main")] += report.duration
 
 
 def leaked(run_id: str, me: int | None = None) -> dict[int, str]:
@@ -91,6 +94,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         for module, seconds in sorted(_durations.items(), key=lambda kv: -kv[1]):
             terminalreporter.write_line(f"{seconds:8.1f} s  {module}")
         terminalreporter.write_line(f"{total:8.1f} s  in all ({len(_durations)} modules)")
+        if len(_per_worker) > 1:
+            for worker, seconds in sorted(_per_worker.items()):
+                terminalreporter.write_line(f"{seconds:8.1f} s  on worker {worker}")
     left = config.stash.get(_LEFT, {})
     if left:
         terminalreporter.section("processes left behind by this run", red=True)
