@@ -35,6 +35,7 @@ REPO = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups into node ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Put the real-node tests first, in their modules' order, as one group; every other
     module is a group of its own.

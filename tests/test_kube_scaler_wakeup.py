@@ -1,5 +1,7 @@
 """The operator's scaler reacts to a job arriving at an empty endpoint at once, not at its
-next tick: the store's `q:` event (a real Redis) wakes the `ScalingLoop`."""
+next tick: the store's `q:` event (a real Redis) wakes the `ScalingLoop`, as does a worker
+new to an endpoint (`a:`). Without a wake-up it waits its interval, and while every
+endpoint is at rest its longer rest interval."""
 
 from __future__ import annotations
 
@@ -16,36 +18,45 @@ from lockgate.store import JobStore, NewJob
 
 
 class CountingLoop(ScalingLoop):
-    """The real loop's timing; each tick only records when it ran."""
+    """The real loop's timing; each tick only records when it ran (and, `resting`, says
+    every endpoint was at rest)."""
 
-    def __init__(self, interval_s: float) -> None:
-        settings = OperatorSettings(scale_interval_s=interval_s)
+    def __init__(self, interval_s: float, rest_s: float = 10.0, resting: bool = False) -> None:
+        settings = OperatorSettings(scale_interval_s=interval_s, scale_rest_interval_s=rest_s)
         super().__init__(SimpleNamespace(settings=settings), session=None)  # type: ignore[arg-type]
         self.ticks: list[float] = []
+        self.rests = resting
 
     async def tick(self) -> None:
         self.ticks.append(time.monotonic())
+        self.resting = self.rests
+
+
+async def ticks(loop: CountingLoop, n: int, within_s: float) -> None:
+    for _ in range(int(within_s / 0.01)):
+        if len(loop.ticks) >= n:
+            return
+        await asyncio.sleep(0.01)
 
 
 async def test_a_job_queued_on_empty_queues_wakes_the_scaler_at_once(redis: Redis) -> None:
     loop = CountingLoop(interval_s=60)
     notifier = Notifier(redis)
     woken: list[str] = []
-    notifier.on_queued = lambda endpoint: (woken.append(endpoint), loop.wakeup.set())
+    notifier.on_activity = lambda endpoint: (woken.append(endpoint), loop.wakeup.set())
     notifier.start()
     task = asyncio.create_task(loop.run())
     try:
         await asyncio.wait_for(notifier.connected.wait(), 5)
-        while not loop.ticks:
-            await asyncio.sleep(0.01)
+        await ticks(loop, 1, within_s=10)
         job = NewJob(id="j1", input=b"{}", ttl_ms=60_000)
         await JobStore(redis).submit("sleepy", job)
-        for _ in range(200):
-            if len(loop.ticks) > 1:
-                break
-            await asyncio.sleep(0.01)
+        await ticks(loop, 2, within_s=10)
         assert woken == ["sleepy"]
         assert len(loop.ticks) == 2, "the loop ticked again long before its 60 s interval"
+        await JobStore(redis).heartbeat("other", "w-new")  # a worker new to an endpoint
+        await ticks(loop, 3, within_s=10)
+        assert woken == ["sleepy", "other"] and len(loop.ticks) == 3
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -55,7 +66,29 @@ async def test_a_job_queued_on_empty_queues_wakes_the_scaler_at_once(redis: Redi
 async def test_without_a_wake_up_the_loop_waits_its_interval() -> None:
     loop = CountingLoop(interval_s=0.3)
     task = asyncio.create_task(loop.run())
-    await asyncio.sleep(0.45)
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-    assert len(loop.ticks) == 2
+    try:
+        await ticks(loop, 3, within_s=30)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    gaps = [b - a for a, b in zip(loop.ticks, loop.ticks[1:], strict=False)]
+    assert len(gaps) >= 2 and min(gaps) >= 0.29, gaps  # never sooner than its interval
+
+
+async def test_at_rest_the_loop_waits_its_rest_interval_until_woken() -> None:
+    loop = CountingLoop(interval_s=0.05, rest_s=60, resting=True)
+    task = asyncio.create_task(loop.run())
+    try:
+        await ticks(loop, 1, within_s=10)
+        await asyncio.sleep(0.5)  # ten intervals: none ticks while at rest
+        assert len(loop.ticks) == 1
+        loop.wakeup.set()
+        await ticks(loop, 2, within_s=10)
+        assert len(loop.ticks) == 2
+        loop.rests = False  # something to decide: back to the interval
+        loop.wakeup.set()
+        await ticks(loop, 5, within_s=30)
+        assert len(loop.ticks) == 5
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

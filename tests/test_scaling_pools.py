@@ -22,7 +22,7 @@ from lockgate.kube.deployment_pool import (
 )
 from lockgate.kube.events import endpoint_event
 from lockgate.kube.manifests import SERVING_CONDITION, Owner
-from lockgate.kube.scaler import metrics_check
+from lockgate.kube.scaler import at_rest, metrics_check
 from lockgate.scaling.decision import EndpointMetrics
 from lockgate.scaling.local_pool import LocalProcessPool
 from lockgate.scaling.readings import MetricsUnreadable, parse_metrics
@@ -92,6 +92,36 @@ def test_the_metrics_condition_names_what_is_missing() -> None:
     down = metrics_check("ep", {}, "http://gw/metrics: connection refused")
     assert (down.ok, down.reason) == (False, "GatewayUnreachable")
     assert "connection refused" in down.message
+
+
+ZERO = {"spec": {"replicas": 0}, "status": {}}
+IDLE_READING = EndpointMetrics()
+
+
+@pytest.mark.parametrize(
+    ("entry", "deployment", "pods", "metrics", "rests"),
+    [
+        ({}, ZERO, [], IDLE_READING, True),
+        ({"workersMin": 0, "replicas": None}, ZERO, [], IDLE_READING, True),
+        ({}, ZERO, [pod("p1")], IDLE_READING, False),  # a pod: starting, or to release
+        ({}, None, [], IDLE_READING, False),  # no Deployment yet
+        ({}, {"spec": {"replicas": 1}}, [], IDLE_READING, False),  # asked for a worker
+        ({}, {"spec": {"replicas": 0}, "status": {"replicas": 1}}, [], IDLE_READING, False),
+        ({}, ZERO, [], None, False),  # no reading: the condition says why
+        ({}, ZERO, [], EndpointMetrics(queued=1), False),
+        ({}, ZERO, [], EndpointMetrics(queued_low=1), False),
+        ({}, ZERO, [], EndpointMetrics(in_progress=1), False),
+        ({}, ZERO, [], EndpointMetrics(workers_idle=1), False),  # a worker outside the pods
+        ({}, ZERO, [], EndpointMetrics(worker_jobs={"w": 0}), False),
+        ({"workersMin": 1}, ZERO, [], IDLE_READING, False),
+        ({"replicas": 2}, ZERO, [], IDLE_READING, False),  # a count set from outside
+        ({"scaler": "external"}, ZERO, [], IDLE_READING, False),
+    ],
+)
+def test_an_endpoint_at_rest_has_nothing_for_the_scaler_to_decide(
+    entry: dict, deployment: dict | None, pods: list, metrics, rests: bool
+) -> None:
+    assert at_rest(entry, deployment, pods, metrics) is rests
 
 
 def test_a_scaling_event_is_about_the_endpoint() -> None:

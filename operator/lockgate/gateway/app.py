@@ -104,6 +104,7 @@ def build_gateway(settings: Settings, redis: Redis) -> Gateway:
         key_file.load()  # a broken key file stops the gateway before it serves
     gw.notifier.on_registry_change = gw.endpoints.invalidate
     gw.notifier.on_key_change = gw.auth.forget
+    gw.notifier.on_activity = gw.activity.mark
     return gw
 
 
@@ -125,7 +126,7 @@ async def metrics(request: web.Request) -> web.Response:
     """Prometheus metrics (see `gateway.metrics` for the names and the access rule)."""
     gw = request.app[GATEWAY]
     return await serve_metrics(
-        request, gw.metrics, gw.store, gw.registry, gw.settings.metrics_token
+        request, gw.metrics, gw.store, gw.registry, gw.settings.metrics_token, gw.activity
     )
 
 

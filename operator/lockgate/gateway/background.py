@@ -46,10 +46,14 @@ async def _every(interval_s: float, work, name: str) -> None:
 
 
 async def sweep_all(gw: Gateway) -> None:
-    """One sweep of every registered endpoint."""
+    """One sweep of every endpoint to look after (`Activity`: the active ones, or all of
+    them on a full pass)."""
     lock_ms = max(100, int(gw.settings.sweep_interval_s * 900))
-    for endpoint_id in await gw.registry.list_endpoints():
-        done = await gw.store.sweep(endpoint_id, lock_ms=lock_ms)
+    horizon_ms = gw.activity.horizon_ms(gw.settings.sweep_interval_s)
+    for endpoint_id in await gw.activity.to_sweep(gw.registry):
+        generation = gw.activity.generation(endpoint_id)
+        done = await gw.store.sweep(endpoint_id, lock_ms=lock_ms, horizon_ms=horizon_ms)
+        gw.activity.swept(endpoint_id, quiet=done.quiet, generation=generation)
         if done.timed_out or done.expired or done.lost_workers:
             log.info(
                 "sweep %s: %d timed out, %d expired, %d lost worker(s), %d job(s) requeued",
@@ -110,7 +114,7 @@ class WebhookSender:
         lease_s = self.settings.webhook_timeout_s + self.settings.webhook_lease_margin_s
         lease_ms = int(lease_s * 1000)
         deferred: dict[str, int] = {}  # per busy host, deliveries put back this round
-        for endpoint_id in await self.gw.registry.list_endpoints():
+        for endpoint_id in sorted(self.gw.activity.active):  # a pending webhook keeps it so
             if not (free := self.slots.free()):
                 return
             claimed = await self.gw.store.claim_webhooks(endpoint_id, lease_ms=lease_ms, limit=free)

@@ -45,6 +45,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from lockgate.gateway.activity import Activity
 from lockgate.gateway.errors import CLIENT_CLOSED
 from lockgate.store import JobStore, Registry, Snapshot
 from lockgate.store.records import Finished
@@ -151,10 +152,23 @@ def endpoint_families(snapshots: dict[str, Snapshot], now_ms: int) -> list[Metri
     return [queued, oldest, running, workers, held, jobs]
 
 
-async def read_snapshots(store: JobStore, registry: Registry) -> dict[str, Snapshot]:
-    """One snapshot of every registered endpoint, read concurrently."""
-    ids = sorted(await registry.list_endpoints())
-    snaps = await asyncio.gather(*(store.snapshot(ep) for ep in ids))
+async def read_snapshots(
+    store: JobStore, registry: Registry, activity: Activity | None = None
+) -> dict[str, Snapshot]:
+    """One snapshot of every registered endpoint, read concurrently; a quiet endpoint's
+    (see `Activity`) is the last one read, with no Redis call."""
+    activity = activity or Activity()
+
+    async def snapshot(ep: str) -> Snapshot:
+        if (kept := activity.cached(ep)) is not None:
+            return kept
+        generation = activity.generation(ep)
+        snap = await store.snapshot(ep)
+        activity.keep(ep, snap, generation=generation)
+        return snap
+
+    ids = sorted(await registry.endpoint_ids())
+    snaps = await asyncio.gather(*(snapshot(ep) for ep in ids))
     return dict(zip(ids, snaps, strict=True))
 
 
@@ -170,9 +184,11 @@ class _Exposition:
         yield from self.families
 
 
-async def render(metrics: GatewayMetrics, store: JobStore, registry: Registry) -> bytes:
+async def render(
+    metrics: GatewayMetrics, store: JobStore, registry: Registry, activity: Activity | None = None
+) -> bytes:
     """The `/metrics` body: Redis is read first (async), then the text is generated."""
-    snapshots = await read_snapshots(store, registry)
+    snapshots = await read_snapshots(store, registry, activity)
     families = endpoint_families(snapshots, store.clock())
     return generate_latest(_Exposition(metrics.registry, families))  # type: ignore[arg-type]
 
@@ -208,10 +224,15 @@ def metrics_middleware(metrics: GatewayMetrics):
 
 
 async def serve_metrics(
-    request: web.Request, metrics: GatewayMetrics, store: JobStore, registry: Registry, token: str
+    request: web.Request,
+    metrics: GatewayMetrics,
+    store: JobStore,
+    registry: Registry,
+    token: str,
+    activity: Activity | None = None,
 ) -> web.Response:
     """The `/metrics` response (401 without the token when one is configured)."""
     if not authorized(request, token):
         return web.json_response({"error": "metrics need the bearer token"}, status=401)
-    body = await render(metrics, store, registry)
+    body = await render(metrics, store, registry, activity)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -5,7 +5,8 @@ queues: a submit names it; or jobs were requeued), `d:<ep>:<id>[\n<record>]` (a 
 job, or one a `/status?wait=` watches, ended: with its final record when small),
 `c:<ep>:<id>:<seq>[\n<chunk>...]` (stream chunks of a job read live, an OpenAI stream:
 numbered, and carried when small), `s:<ep>:<worker>` (a stop signal), `r:<ep>` (registry
-changed), `k:<digest>` (an API key was changed or revoked). A `q:` wakes
+changed), `a:<ep>` (a worker new to the endpoint or a first worker-state report: see
+gateway/activity.py), `k:<digest>` (an API key was changed or revoked). A `q:` wakes
 one job-take per replica; a taker that leaves jobs queued wakes the next (`kick`), so a
 busy queue costs no PUBLISH per submit. A replica that submits a job while one of its own
 job-takes waits hands the job over (`hand_over`): that taker is woken before the submit is
@@ -108,6 +109,8 @@ class Notifier:
         self.on_registry_change: Callable[[str], None] = lambda _ep: None
         self.on_key_change: Callable[[str], None] = lambda _digest: None
         self.on_queued: Callable[[str], None] = lambda _ep: None
+        # `q:`, `a:` and `r:` events: an endpoint to look after again (gateway/activity.py)
+        self.on_activity: Callable[[str], None] = lambda _ep: None
         self._jobs: Waiters = defaultdict(dict)
         self._done: Waiters = defaultdict(dict)
         self._listeners: dict[tuple[str, str], set[Listener]] = defaultdict(set)
@@ -221,12 +224,16 @@ class Notifier:
             else:
                 self.kick(ep)
             self.on_queued(ep)
+            self.on_activity(ep)
+        elif kind == "a":
+            self.on_activity(rest)
         elif kind == "s":
             ep, _, worker = rest.partition(":")
             self._generation[ep] += 1  # a taker may be the one told to stop
             _wake(self._stops, (ep, worker), one=False)
         elif kind == "r":
             self.on_registry_change(rest)
+            self.on_activity(rest)
         elif kind == "k":
             self.on_key_change(rest)
 

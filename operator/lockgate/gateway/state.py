@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from lockgate.gateway.activity import Activity
 from lockgate.gateway.auth import Authenticator
 from lockgate.gateway.endpoints import EndpointCache
 from lockgate.gateway.limits import Limiter
@@ -34,12 +35,14 @@ class Gateway:
     header_timeout: HeaderTimeout
     reads: asyncio.Semaphore  # client reads served at once (`read_concurrency`)
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
+    activity: Activity = field(default_factory=Activity)
     draining: bool = False
 
     async def submit(self, endpoint_id: str, job: NewJob) -> tuple[str, str]:
         """`store.submit`, the job handed over to a job-take of this process that waits
         (`Notifier.hand_over`): its take rides in the submit's batch. Not with replica
         acks: such a submit is sent alone (it waits for the acks) and could come after."""
+        self.activity.mark(endpoint_id)
         if not self.store.replication.replicas:
             self.notifier.hand_over(endpoint_id, job.id)
         return await self.store.submit(endpoint_id, job)

@@ -53,6 +53,7 @@ async def _worker(request: web.Request) -> tuple[Gateway, str, str, dict]:
             f"API key {principal.name!r} belongs to worker {principal.worker!r}; "
             "it may not act as another worker"
         )
+    gw.activity.mark(endpoint_id)  # its sweeps and snapshots, until a sweep finds it quiet
     return gw, endpoint_id, worker_id, entry
 
 

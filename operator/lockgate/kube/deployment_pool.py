@@ -172,8 +172,8 @@ class DeploymentPool:
         (`refresh_worker`; the runpod SDK's `stopPod`): the ReplicaSet starts a fresh pod,
         where restarting the container in place would reuse the pod (and, exited 0 again
         and again, back off as a crash loop). The gateway already gives them no new job."""
-        if self.store is None:
-            return
+        if self.store is None or not self.pods:
+            return  # no pod to replace: no Redis call (an endpoint at zero costs none)
         wanted = set(await self.store.refreshing(self.endpoint_id))
         for pod in [p for p in self.pods if p["metadata"]["name"] in wanted]:
             name = pod["metadata"]["name"]

@@ -18,6 +18,13 @@ after that only this loop writes them, through the scale subresource, unless the
 carries `lockgate.dev/scaler: external` (KEDA or an HPA owns the count): then the loop
 still reports `MetricsAvailable` and marks busy pods, and writes no replica count.
 
+An endpoint *at rest* (no pod, its Deployment at zero, nothing queued or running, no live
+worker, `workersMin` 0, its conditions as last reported) has nothing to decide: it gets no
+task, no API call and no Redis call. While every endpoint is at rest the loop ticks every
+`scale_rest_interval_s` instead of every `scale_interval_s`: a job queued onto empty queues,
+a worker new to an endpoint and a registry change (the `q:`, `a:` and `r:` events) wake it
+at once, so a thousand idle endpoints cost the operator almost nothing.
+
 Of several operator replicas only one runs this loop: the holder of the scaler Lease
 (`kube.leader`; `apps.operator.scaling` starts a fresh loop for each term and cancels it when
 the Lease is lost).
@@ -88,6 +95,21 @@ def externally_scaled(entry: Obj) -> bool:
     return entry.get("scaler") == EXTERNAL_SCALER
 
 
+def at_rest(
+    entry: Obj, deployment: Obj | None, pods: list[Obj], metrics: EndpointMetrics | None
+) -> bool:
+    """Whether an endpoint has nothing for the scaler to decide: no pod, a Deployment asked
+    for and running zero replicas, a reading with nothing queued or running and no live
+    worker, no minimum and no count set from outside (a decision would keep it at zero)."""
+    if pods or deployment is None or metrics is None or externally_scaled(entry):
+        return False
+    spec, status = deployment.get("spec") or {}, deployment.get("status") or {}
+    at_zero = not spec.get("replicas") and not status.get("replicas")
+    idle = not has_demand(metrics) and not (metrics.workers_idle or metrics.workers_running)
+    unset = not entry.get("workersMin") and not entry.get("replicas")
+    return at_zero and idle and not metrics.worker_jobs and unset
+
+
 def busy_members(members: Iterable[str], worker_jobs: Mapping[str, int]) -> list[str]:
     """The workers holding at least one job."""
     return [w for w in members if worker_jobs.get(w, 0) > 0]
@@ -124,6 +146,7 @@ class ScalingLoop:
         self.pods_seen: dict[str, set[str]] = {}  # endpoint -> its pods at the last tick
         self.wakeup = asyncio.Event()  # set: tick now instead of at the next interval
         self.busy: dict[str, asyncio.Task] = {}  # endpoint -> its decision being applied
+        self.resting = False  # the last tick found every endpoint at rest
         concurrency = getattr(ctx.settings, "kube_concurrency", 32)
         self.slots = asyncio.Semaphore(concurrency)  # endpoints decided at once
 
@@ -141,7 +164,10 @@ class ScalingLoop:
                     log.warning("scaling tick failed: %s", err)
                 raise_if_cancelled()
                 with contextlib.suppress(TimeoutError):
-                    interval = self.ctx.settings.scale_interval_s
+                    settings = self.ctx.settings
+                    interval = settings.scale_interval_s
+                    if self.resting:
+                        interval = max(interval, settings.scale_rest_interval_s)
                     await asyncio.wait_for(self.wakeup.wait(), interval)
         finally:
             await self.stop()
@@ -180,12 +206,35 @@ class ScalingLoop:
             for ep, entry in group.items():
                 owner = Owner(ep, namespace, entry["uid"])
                 deployment = next(iter(deployments.get(ep, [])), None)
-                work.append((owner, entry, deployment, pods.get(ep, [])))
+                if not self._settled(ep, entry, deployment, pods.get(ep, []), readings, error):
+                    work.append((owner, entry, deployment, pods.get(ep, [])))
+        self.resting = not work and not self.busy
         work.sort(key=lambda item: not has_demand(readings.get(item[0].name)))
         tasks = [self._start(*item, readings, error) for item in work]
         if tasks:
             await asyncio.wait(tasks, timeout=self.ctx.settings.scale_interval_s or None)
         self._forget(set(ours))
+
+    def _settled(
+        self,
+        endpoint_id: str,
+        entry: Obj,
+        deployment: Obj | None,
+        pods: list[Obj],
+        readings: Mapping[str, EndpointMetrics],
+        error: str | None,
+    ) -> bool:
+        """At rest, with nothing left to report: no pod remembered from the last tick and
+        both conditions this loop keeps as they were last reported."""
+        if not at_rest(entry, deployment, pods, readings.get(endpoint_id)):
+            return False
+        if self.pods_seen.get(endpoint_id):
+            return False  # a pod gone since the last tick: its worker is released first
+        reported = self.ctx.scaling.get(endpoint_id)
+        check = metrics_check(endpoint_id, readings, error)
+        if reported is None or (reported.ok, reported.reason) != (check.ok, check.reason):
+            return False
+        return self.ctx.pods.get(endpoint_id) is None or bool(self.ctx.pods[endpoint_id].ok)
 
     def _forget(self, ours: set[str]) -> None:
         """Drop what was kept of endpoints no longer registered."""

@@ -51,6 +51,11 @@ class OperatorSettings(RedisSettings):
     metrics_token: str = Field("", description="bearer token, when the gateway requires one")
     metrics_timeout_s: float = Field(2.0, gt=0, description="a scrape slower than this fails")
     scale_interval_s: float = Field(1.0, ge=0, description="seconds between decisions; 0: off")
+    scale_rest_interval_s: float = Field(
+        10.0, gt=0,
+        description="seconds between ticks while every endpoint is at rest (at zero, nothing "
+        "queued); a queued job, a new worker or a registry change wakes the loop at once",
+    )  # fmt: skip
 
     # The Kubernetes API client (operator and management API): calls in flight at once (its
     # threads and kept-alive connections), and its client-side rate limit, as client-go's

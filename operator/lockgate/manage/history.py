@@ -1,13 +1,14 @@
 """History for the console's charts: a sampler and `GET /v1/endpoints/{id}/metrics`.
 
 The process that serves `/v1` (`lockgate manage` on a cluster, `lockgate dev`) writes one
-point per endpoint every `HISTORY_INTERVAL_S` seconds into Redis (`JobStore.record_history`),
-so a page reload or another replica reads the same curves. Every replica samples; the
-store writes a point only when its interval has none yet, so two replicas never write two
-points for one interval. A point holds the gauges as the interval ends (queue depths, jobs
-in progress, workers running / idle / starting) and what happened during it: jobs that
-ended completed or failed (TIMED_OUT counts as failed), and the p50/p95 queue delay of
-jobs taken (from 10 %-wide log buckets the store counts as workers take jobs).
+point per endpoint every `HISTORY_INTERVAL_S` seconds into Redis (`JobStore.record_history`,
+one call per endpoint), so a page reload or another replica reads the same curves. Every
+replica samples; the store writes a point only when its interval has none yet, so two
+replicas never write two points for one interval. A point holds the gauges as the interval
+ends (queue depths, jobs in progress, workers running / idle / starting) and what happened
+during it: jobs that ended completed or failed (TIMED_OUT counts as failed), and the
+p50/p95 queue delay of jobs taken (from 10 %-wide log buckets the store counts as workers
+take jobs).
 """
 
 from __future__ import annotations
@@ -66,9 +67,8 @@ class HistorySampler:
         newest = interval_to_sample(self.clock())
         slots = [newest - k * HISTORY_INTERVAL_S for k in reversed(range(CATCH_UP))]
         written = 0
-        for endpoint_id in await self.registry.list_endpoints():
-            for t in slots:
-                written += await self.store.record_history(endpoint_id, t)
+        for endpoint_id in await self.registry.endpoint_ids():
+            written += await self.store.record_history(endpoint_id, slots)
         return written
 
     async def run(self) -> None:

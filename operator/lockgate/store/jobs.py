@@ -83,6 +83,7 @@ class Sweep:
     expired: int
     lost_workers: int
     requeued: int
+    quiet: bool = False  # nothing to look after until a sign of activity (sweep.lua)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +187,8 @@ class JobStore:
         self.liveness = liveness or Liveness()
         self.quota = quota or QueueQuota()
         self.scripts = Scripts.register(redis)
+        # endpoint -> (counts, when) of the last worker-state report (report_worker_states)
+        self._reported_states: dict[str, tuple[tuple[int, int, int], int]] = {}
 
     async def _accepting(self, name: str, keys: list[str], args: list) -> Any:
         """Run an accepting write (a job submitted, a worker's result recorded): once it
@@ -428,18 +431,25 @@ class JobStore:
         self, endpoint_id: str, *, initializing: int, throttled: int, unhealthy: int
     ) -> None:
         """Worker states only the operator or dev pool can see; they vanish
-        `WORKER_STATES_TTL_MS` after the last report."""
-        args = [initializing, throttled, unhealthy, keys.WORKER_STATES_TTL_MS]
+        `WORKER_STATES_TTL_MS` after the last report. A report that changes nothing is not
+        sent, but for a refresh of non-zero counts a third of the way through their life;
+        zero counts are no key (an idle endpoint's reports cost nothing)."""
+        counts = (initializing, throttled, unhealthy)
+        now = self.clock()
+        last = self._reported_states.get(endpoint_id)
+        fresh = last is not None and now - last[1] < keys.WORKER_STATES_TTL_MS // 3
+        if last is not None and last[0] == counts and (counts == (0, 0, 0) or fresh):
+            return
+        args = [*counts, keys.WORKER_STATES_TTL_MS]
         await self.scripts.worker_states(keys=[keys.prefix(endpoint_id)], args=args)
+        self._reported_states[endpoint_id] = (counts, now)
 
-    async def record_history(self, endpoint_id: str, t: int) -> bool:
-        """Write the history point of the interval starting at epoch second `t` (gauges as
-        of now), unless one exists (another replica wrote it). True when written."""
-        snap = await self.snapshot(endpoint_id)
-        gauges = [snap.in_queue, snap.in_queue_low, snap.in_progress, snap.workers_running]
-        gauges += [snap.workers_idle, snap.workers_initializing, keys.HISTORY_POINTS]
-        reply = await self.scripts.history(keys=[keys.prefix(endpoint_id)], args=[t, *gauges])
-        return reply == 1
+    async def record_history(self, endpoint_id: str, slots: Sequence[int]) -> int:
+        """Write the history points of the intervals starting at the epoch seconds `slots`
+        (gauges as of now) that have none yet (another replica wrote it), in one call;
+        returns how many were written."""
+        args = [self.clock(), self.liveness.heartbeat_timeout_ms, keys.HISTORY_POINTS, *slots]
+        return int(await self.scripts.history(keys=[keys.prefix(endpoint_id)], args=args))
 
     async def history(self, endpoint_id: str, since: int = 0) -> list[dict]:
         """History points of the endpoint from epoch second `since` on, oldest first."""
@@ -522,14 +532,18 @@ class JobStore:
             await self.scripts.reconcile(keys=[keys.prefix(endpoint_id)], args=[*args, *running])
         )
 
-    async def sweep(self, endpoint_id: str, *, lock_ms: int, batch: int = 1000) -> Sweep:
-        """Time out, expire and reclaim what is due (one replica per `lock_ms`)."""
+    async def sweep(
+        self, endpoint_id: str, *, lock_ms: int, batch: int = 1000, horizon_ms: int = 0
+    ) -> Sweep:
+        """Time out, expire and reclaim what is due (one replica per `lock_ms`); `quiet`
+        when nothing is left to look after, nor any record to expire within `horizon_ms`."""
         args = [endpoint_id, self.clock(), self.liveness.heartbeat_timeout_ms]
         args += [self.liveness.max_attempts, *self._retention_args(), lock_ms, batch]
         reply = await self.scripts.sweep(
-            keys=[keys.prefix(endpoint_id)], args=[*args, self._lost_reason()]
+            keys=[keys.prefix(endpoint_id)], args=[*args, self._lost_reason(), horizon_ms]
         )
-        return Sweep(*(int(v) for v in reply))
+        timed_out, expired, lost, requeued, quiet = (int(v) for v in reply)
+        return Sweep(timed_out, expired, lost, requeued, quiet=quiet == 1)
 
     async def claim_webhooks(
         self, endpoint_id: str, *, lease_ms: int, limit: int = 100

@@ -30,6 +30,10 @@ class Registry:
         raw = await self.redis.hget(keys.ENDPOINTS, endpoint_id)
         return orjson.loads(raw) if raw is not None else None
 
+    async def endpoint_ids(self) -> list[str]:
+        """The registered endpoints' ids alone (no entry is read or parsed)."""
+        return [k.decode() for k in await self.redis.hkeys(keys.ENDPOINTS)]
+
     async def list_endpoints(self) -> dict[str, dict]:
         raw = await self.redis.hgetall(keys.ENDPOINTS)
         return {k.decode(): orjson.loads(v) for k, v in raw.items()}

@@ -175,3 +175,20 @@ end
 local function load_of(worker)
   return redis.call('SCARD', P .. 'wj:' .. worker) + redis.call('SCARD', P .. 'wx:' .. worker)
 end
+
+-- A worker's heartbeat. A worker new to the endpoint announces it on `lg:events` (`a:<ep>`):
+-- every gateway process looks after the endpoint again (gateway/activity.py).
+local function beat(worker, now)
+  if redis.call('ZADD', P .. 'w', now, worker) == 1 then
+    redis.call('PUBLISH', EVENTS, 'a:' .. string.sub(P, 5, -3))
+  end
+end
+
+-- Workers heard from within `timeout` ms, and how many of them hold a job: {ids}, busy.
+local function live_workers(now, timeout)
+  local alive, busy = redis.call('ZRANGEBYSCORE', P .. 'w', now - timeout, '+inf'), 0
+  for _, w in ipairs(alive) do
+    if load_of(w) > 0 then busy = busy + 1 end
+  end
+  return alive, busy
+end

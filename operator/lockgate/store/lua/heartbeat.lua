@@ -3,6 +3,6 @@
 -- ARGV: worker, now. Returns 1 when recorded, 0 for a gone worker.
 local worker, now = ARGV[1], tonumber(ARGV[2])
 if gone(worker, now) then return 0 end
-redis.call('ZADD', P .. 'w', now, worker)
+beat(worker, now)
 redis.call('DEL', P .. 'wx:' .. worker)
 return 1

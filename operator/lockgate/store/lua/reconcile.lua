@@ -5,7 +5,7 @@
 -- Jobs it was told to stop and no longer lists have left their handler.
 local ep, worker, now, grace = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 if gone(worker, now) then return 0 end
-redis.call('ZADD', P .. 'w', now, worker)
+beat(worker, now)
 local listed = {}
 for i = 9, #ARGV do listed[ARGV[i]] = true end
 local wx = P .. 'wx:' .. worker

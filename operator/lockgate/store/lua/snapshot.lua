@@ -9,13 +9,11 @@ local function oldest(q)
   if #head == 0 then return -1 end
   return tonumber(redis.call('HGET', jkey(head[1]), 'qd')) or -1
 end
-local alive = redis.call('ZRANGEBYSCORE', P .. 'w', now - timeout, '+inf')
-local busy, held = 0, {}
+local alive, busy = live_workers(now, timeout)
+local held = {}
 for _, w in ipairs(alive) do
-  local n = load_of(w)
-  if n > 0 then busy = busy + 1 end
   held[#held + 1] = w
-  held[#held + 1] = n
+  held[#held + 1] = load_of(w)
 end
 local s = redis.call('HMGET', P .. 'stats', 'completed', 'failed', 'retried')
 local out = {redis.call('ZCARD', P .. 'q'), redis.call('ZCARD', P .. 'ql'),

@@ -2,7 +2,7 @@
 -- ARGV: worker, now. Returns the job ids to stop.
 local worker, now = ARGV[1], tonumber(ARGV[2])
 if gone(worker, now) then return {} end
-redis.call('ZADD', P .. 'w', now, worker)
+beat(worker, now)
 local sk = P .. 'stop:' .. worker
 local ids = redis.call('LRANGE', sk, 0, -1)
 if #ids > 0 then redis.call('DEL', sk) end

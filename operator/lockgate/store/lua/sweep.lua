@@ -1,12 +1,24 @@
 -- Background work of one endpoint, done by whichever gateway replica gets the lock first:
 -- execution timeouts, ttl expiry, workers silent past the heartbeat timeout.
 -- ARGV: ep, now, heartbeat timeout, max attempts, retention run, retention sync, lock ms,
--- batch, lost-worker reason. Returns {timed out, expired, lost workers, jobs requeued}.
+-- batch, lost-worker reason, horizon (ms). Returns {timed out, expired, lost workers, jobs
+-- requeued, quiet}: quiet is 1 when the endpoint has nothing queued or running, no worker,
+-- no webhook to send, no worker state reported and no record to expire within the horizon
+-- (then its sweeps may wait for the next sign of activity: gateway/activity.py).
 local ep, now, hb, max_attempts = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]),
   tonumber(ARGV[4])
 local ret_run, ret_sync, batch = ARGV[5], ARGV[6], tonumber(ARGV[8])
+local function quiet()
+  for _, k in ipairs({'q', 'ql', 'run', 'w', 'wh'}) do
+    if redis.call('ZCARD', P .. k) > 0 then return 0 end
+  end
+  if redis.call('EXISTS', P .. 'ws') == 1 then return 0 end
+  local first = redis.call('ZRANGE', P .. 'exp', 0, 0, 'WITHSCORES')
+  if first[2] and tonumber(first[2]) <= now + tonumber(ARGV[10]) then return 0 end
+  return 1
+end
 if not redis.call('SET', P .. 'sweep', '1', 'NX', 'PX', tonumber(ARGV[7])) then
-  return {0, 0, 0, 0}
+  return {0, 0, 0, 0, quiet()}
 end
 local timed_out, expired, lost, requeued = 0, 0, 0, 0
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. 'run', '-inf', now, 'LIMIT', 0, batch)) do
@@ -45,4 +57,4 @@ for _, w in ipairs(redis.call('ZRANGEBYSCORE', P .. 'w', '-inf', now - hb, 'LIMI
   local r = release(ep, w, now, max_attempts, ret_run, ret_sync, ARGV[9])
   lost, requeued = lost + 1, requeued + r[1]
 end
-return {timed_out, expired, lost, requeued}
+return {timed_out, expired, lost, requeued, quiet()}

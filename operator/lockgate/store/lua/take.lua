@@ -11,7 +11,7 @@ if gone(worker, now) then return {-1} end  -- STOPPING: released for good
 if ARGV[6] and redis.call('SCARD', P .. 'wj:' .. worker) > 0 then
   release(ARGV[6], worker, now, tonumber(ARGV[7]), ARGV[8], ARGV[9], ARGV[10])
 end
-redis.call('ZADD', P .. 'w', now, worker)
+beat(worker, now)
 local stopping_until = redis.call('ZSCORE', P .. 'stopping', worker)
 if stopping_until and tonumber(stopping_until) > now then return {-1} end  -- STOPPING
 local out, full = {0}, false
