@@ -39,7 +39,7 @@ run: setup ## Start dev mode with the echo handler (Redis, gateway, workers in o
 ##@ Development
 
 test: setup lint ## Lint, then run the whole test suite (TEST_WORKERS=2 pytest-xdist workers; 0 runs it in one process)
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
 fuzz: setup ## The gateway's HTTP differential fuzzer at length (FUZZ_EXAMPLES cases per property, default 2000; a fresh seed each run)
 	LOCKGATE_FUZZ_EXAMPLES=$(or $(FUZZ_EXAMPLES),2000) LOCKGATE_FUZZ_SEED=1 \

@@ -35,23 +35,37 @@ REPO = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups into node ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Put the real-node tests first, in their modules' order, as one group; every other
-    module is a group of its own.
-
-    Under `make test` (pytest-xdist, `--dist loadgroup`) a group runs whole on one worker:
-    the node tests share one node (tests/node_fixtures.py) on the first worker while the
-    other worker takes the remaining modules one by one (a module's fixtures are set up
-    once). Without xdist the marks do nothing and the node tests simply run first."""
+    """Put the real-node tests first, in their modules' order. They must live in
+    `test_node*.py` modules: that is how the xdist scheduler below tells them apart."""
     items.sort(key=lambda item: item.get_closest_marker("node") is None)
     for item in items:
-        on_node = item.get_closest_marker("node") is not None
-        group = NODE_GROUP if on_node else item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+        if item.get_closest_marker("node") is not None and not on_node(item.nodeid):
+            raise pytest.UsageError(f"{item.nodeid}: a real-node test outside test_node*.py")
 
 
 NODE_GROUP = "real-node"
+
+
+def on_node(nodeid: str) -> bool:
+    """Whether a test id is of a real-node module (`tests/test_node*.py`)."""
+    return nodeid.split("::", 1)[0].rsplit("/", 1)[-1].startswith("test_node")
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """Under `make test` (pytest-xdist, `--dist loadscope`) each module runs whole on one
+    worker (its fixtures set up once), and every real-node module is one scope: they share
+    one node (tests/node_fixtures.py), first, on one worker, while the other worker takes
+    the remaining modules one by one."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class NodeTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return NODE_GROUP if on_node(nodeid) else nodeid.split("::", 1)[0]
+
+    return NodeTogether(config, log)  # type: ignore[arg-type]
 
 
 async def eventually(
