@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from lockgate.gateway import jsonbody, listing
 from lockgate.gateway.auth import JOBS, JOBS_READ, Principal
-from lockgate.gateway.endpoints import require_type
+from lockgate.gateway.endpoints import endpoint_type, require_type
 from lockgate.gateway.errors import BadRequest, Forbidden, NotFound
 from lockgate.gateway.http import int_param, job_id_param, json_response, read_body
 from lockgate.gateway.idempotency import REPLAYED, SubmitUncertain, key_digest, store_unavailable
@@ -317,8 +317,12 @@ async def requests(request: web.Request, call: Call) -> web.Response:
 async def health(request: web.Request, call: Call) -> web.Response:
     gw, endpoint_id = call.gw, call.endpoint_id
     snap = await gw.store.snapshot(endpoint_id)
+    extra = {}
+    if endpoint_type(call.entry) == EndpointType.LB:
+        extra = await lb_health(gw, endpoint_id, snap.requests_held, snap.requests_in_flight)
     return json_response(
         {
+            **extra,
             "jobs": {
                 "completed": snap.completed,
                 "failed": snap.failed,
@@ -335,3 +339,11 @@ async def health(request: web.Request, call: Call) -> web.Response:
             },
         }
     )
+
+
+async def lb_health(gw: Gateway, endpoint_id: str, held: int, in_flight: int) -> dict:
+    """A load-balancing endpoint's requests, and the status code each unhealthy worker's
+    health check last answered (0: none) (beyond the spec, as the worker states are)."""
+    polled = await gw.lb.store.health(endpoint_id)
+    bad = {w: h.code for w, h in sorted(polled.items()) if h.state == "unhealthy"}
+    return {"requests": {"held": held, "inFlight": in_flight}, "unhealthyCodes": bad}

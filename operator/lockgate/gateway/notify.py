@@ -108,6 +108,7 @@ class Notifier:
         self.on_registry_change: Callable[[str], None] = lambda _ep: None
         self.on_key_change: Callable[[str], None] = lambda _digest: None
         self.on_queued: Callable[[str], None] = lambda _ep: None
+        self.on_lb_change: Callable[[str], None] = lambda _ep: None
         self._jobs: Waiters = defaultdict(dict)
         self._done: Waiters = defaultdict(dict)
         self._listeners: dict[tuple[str, str], set[Listener]] = defaultdict(set)
@@ -229,6 +230,8 @@ class Notifier:
             self.on_registry_change(rest)
         elif kind == "k":
             self.on_key_change(rest)
+        elif kind == "l":
+            self.on_lb_change(rest)
 
     def wake_everyone(self) -> None:
         for table in (self._jobs, self._done, self._stops):
