@@ -213,3 +213,15 @@ def test_a_worker_that_never_turns_healthy_is_503_after_the_hold_and_unhealthy(
         assert 503 in body["unhealthyCodes"].values()
     finally:
         proc.stop()
+
+
+def test_the_openai_sdk_streams_a_chat_completion_through_the_lb_route(lb: DevProcess) -> None:
+    from openai import OpenAI
+
+    client = OpenAI(base_url=lb_url(lb, "v1"), api_key=lb.key, max_retries=0)
+    stream = client.chat.completions.create(
+        model="toy", messages=[{"role": "user", "content": "one two three"}], stream=True
+    )
+    pieces = [c.choices[0].delta.content or "" for c in stream if c.choices]
+    assert len([p for p in pieces if p]) == 3
+    assert "".join(pieces) == "one two three"
