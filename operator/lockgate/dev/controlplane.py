@@ -222,6 +222,8 @@ class LocalControlPlane:
             launch = self._launch(spec.templateId)
             spec = spec.model_copy(update={"templateId": launch.template_id})
             if ep.workers is None or launch != ep.launch or spec.type != ep.spec.type:
+                if ep.workers is not None:
+                    await ep.workers.withdraw()  # out of routing before this answers
                 self._retire(ep)
                 ep.workers = self._workers(ep.id, launch, ep.worker_key, spec)
             elif limits_of(spec) != limits_of(ep.spec):

@@ -66,18 +66,27 @@ class LbProcessPool(LocalProcessPool):
         if worker is None or worker.stopping or worker.process.returncode is not None:
             return
         worker.stopping = True
-        port = self.ports.get(worker_id)
-        if port is not None:
-            address = f"{HOST}:{port}"
-            path = self.env.get("HEALTH_CHECK_PATH", self.health_path)
-            try:
-                leaving = LbWorker(address, address, path, draining=True)
-                await self.lb.register(self.endpoint_id, worker_id, leaving)
-            except Exception as err:  # Redis away: it still stops, after the drain wait
-                log.warning("worker %s: cannot take it out of routing: %s", worker_id, err)
+        await self._withdraw(worker_id)
         task = asyncio.create_task(self._drain_then_stop(worker_id, why))
         self._drains.add(task)
         task.add_done_callback(self._drains.discard)
+
+    async def withdraw_all(self) -> None:
+        """Take every worker out of routing now (they are being replaced)."""
+        for worker_id in list(self.workers):
+            await self._withdraw(worker_id)
+
+    async def _withdraw(self, worker_id: str) -> None:
+        port = self.ports.get(worker_id)
+        if port is None:
+            return
+        address = f"{HOST}:{port}"
+        path = self.env.get("HEALTH_CHECK_PATH", self.health_path)
+        try:
+            leaving = LbWorker(address, address, path, draining=True)
+            await self.lb.register(self.endpoint_id, worker_id, leaving)
+        except Exception as err:  # Redis away: it still stops, after the drain wait
+            log.warning("worker %s: cannot take it out of routing: %s", worker_id, err)
 
     async def _drain_then_stop(self, worker_id: str, why: str) -> None:
         loop = asyncio.get_running_loop()

@@ -173,6 +173,12 @@ class LocalWorkers:
         self.scaler = LocalAutoscaler(self.store, self.pool, self.endpoint_id, limits)
         self.task = asyncio.create_task(self.scaler.run(), name=self.task.get_name())
 
+    async def withdraw(self) -> None:
+        """Before a replacement: an LB endpoint's workers take no new request from now on
+        (their requests in flight go on); a queue endpoint's need nothing here."""
+        if isinstance(self.pool, LbProcessPool):
+            await self.pool.withdraw_all()
+
     async def halt(self) -> None:
         """Stop scaling; the workers keep running."""
         self.task.cancel()
