@@ -65,3 +65,15 @@ def test_replaced_workers_finish_their_requests_and_get_no_new_one(tmp_path: Pat
         t.join(60)
         assert result["answer"].status_code == 200, result["answer"].text
         assert result["answer"].json()["worker"] == old
+
+
+def test_the_example_manifests_are_a_valid_lb_endpoint_and_template() -> None:
+    import yaml
+
+    from lockgate.models import EndpointSpec, EndpointType, TemplateSpec
+
+    folder = REPO / "examples" / "loadbalancer"
+    endpoint = yaml.safe_load((folder / "endpoint.yaml").read_text())
+    template = yaml.safe_load((folder / "template.yaml").read_text())
+    assert EndpointSpec(**endpoint["spec"]).type == EndpointType.LB
+    assert TemplateSpec(**template["spec"]).ports == ["80/http"]
