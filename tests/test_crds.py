@@ -106,6 +106,7 @@ def test_endpoint_is_reachable_by_short_names_and_shows_phase_and_workers() -> N
     assert names["categories"] == ["lockgate"]
     columns = crds.crd(crds.ENDPOINT)["spec"]["versions"][0]["additionalPrinterColumns"]
     assert [c["name"] for c in columns if not c.get("priority")] == [
+        "Type",
         "Phase",
         "Ready",
         "Desired",

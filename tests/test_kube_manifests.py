@@ -369,6 +369,8 @@ def test_gpu_names_become_node_label_values() -> None:
 # field -> (settings without it, settings with a non-default value of it)
 ENDPOINT_FIELDS: dict[str, tuple[dict, dict]] = {
     "name": ({}, {"name": "Demo"}),
+    "type": ({"scalerType": "REQUEST_COUNT"}, {"type": "LB", "scalerType": "REQUEST_COUNT"}),
+    "requestTimeoutS": ({}, {"requestTimeoutS": 60}),
     "computeType": ({}, {"computeType": "CPU"}),
     "gpuTypeIds": ({}, {"gpuTypeIds": ["NVIDIA L4"]}),
     "gpuCount": ({}, {"gpuCount": 2}),

@@ -111,6 +111,7 @@ IDLE_READING = EndpointMetrics()
         ({}, ZERO, [], EndpointMetrics(queued=1), False),
         ({}, ZERO, [], EndpointMetrics(queued_low=1), False),
         ({}, ZERO, [], EndpointMetrics(in_progress=1), False),
+        ({}, ZERO, [], EndpointMetrics(requests_held=1), False),  # a load-balanced request
         ({}, ZERO, [], EndpointMetrics(workers_idle=1), False),  # a worker outside the pods
         ({}, ZERO, [], EndpointMetrics(worker_jobs={"w": 0}), False),
         ({"workersMin": 1}, ZERO, [], IDLE_READING, False),

@@ -28,10 +28,17 @@ def _dev(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers-max", type=int, default=3, help="default 3")
     p.add_argument("--idle-timeout", type=int, default=5, help="seconds (default 5)")
     p.add_argument(
+        "--endpoint-type",
+        choices=["QUEUE", "LB"],
+        default="QUEUE",
+        help="QUEUE: jobs through the job API (default); LB: requests proxied to each "
+        "worker's own HTTP server at /lb/<endpoint>/ (docs/load-balancing.md)",
+    )
+    p.add_argument(
         "--scaler-type",
         choices=["QUEUE_DELAY", "REQUEST_COUNT"],
-        default="QUEUE_DELAY",
-        help="how the pool grows (default QUEUE_DELAY)",
+        default=None,
+        help="how the pool grows (default QUEUE_DELAY; REQUEST_COUNT for --endpoint-type LB)",
     )
     p.add_argument(
         "--scaler-value",

@@ -168,6 +168,18 @@ class Settings(RedisSettings):
         ge=0,
         description="bytes of input one endpoint may have queued; past it /run gets 429",
     )
+    lb_hold_s: float = Field(
+        120.0, ge=0, description="LB: how long a request waits for a routable worker (else 503)"
+    )
+    lb_max_held: int = Field(
+        1000, ge=0, description="LB: requests held per endpoint and process; 503 beyond"
+    )
+    lb_health_fast_s: float = Field(
+        0.1, gt=0, le=0.25, description="LB: health poll interval while a worker starts"
+    )
+    lb_health_calm_s: float = Field(
+        2.0, gt=0, description="LB: health poll interval once a worker is healthy"
+    )
     header_timeout_s: float = Field(
         10.0, gt=0, description="a new connection must send a whole request head within this"
     )

@@ -34,7 +34,7 @@ from lockgate.manage.api import create_manage_app
 from lockgate.manage.console import add_console
 from lockgate.manage.controlplane import UnusableSettings
 from lockgate.manage.history import add_history_routes, history_sampler
-from lockgate.models import EndpointSpec, describe_validation_error
+from lockgate.models import EndpointSpec, EndpointType, describe_validation_error
 from lockgate.settings import Settings
 from lockgate.store.connection import RedisSettings, standalone
 from lockgate.store.keys import ENDPOINT_ID_RE
@@ -102,6 +102,13 @@ def template_id_for(handler: str | None, worker_command: str | None) -> str:
     return shlex.join([sys.executable, str(path)])  # a handler file named without `.py`
 
 
+def scaler_type_for(args: argparse.Namespace) -> str:
+    """--scaler-type, else what the endpoint type scales on (LB: REQUEST_COUNT)."""
+    if args.scaler_type:
+        return args.scaler_type
+    return "REQUEST_COUNT" if getattr(args, "endpoint_type", "QUEUE") == "LB" else "QUEUE_DELAY"
+
+
 def options(args: argparse.Namespace) -> DevOptions:
     """Validate the command line into options, or exit with a message."""
     if args.handler and args.worker_command:
@@ -119,8 +126,8 @@ def options(args: argparse.Namespace) -> DevOptions:
         spec = EndpointSpec(
             name=endpoint_id, templateId=template_id_for(args.handler, args.worker_command),
             workersMin=args.workers_min, workersMax=args.workers_max,
-            idleTimeout=args.idle_timeout, scalerType=args.scaler_type,
-            scalerValue=args.scaler_value,
+            idleTimeout=args.idle_timeout, scalerType=scaler_type_for(args),
+            scalerValue=args.scaler_value, type=args.endpoint_type,
         )  # fmt: skip
     except ValidationError as err:
         sys.exit(f"lockgate dev: {describe_validation_error(err)}")
@@ -182,6 +189,8 @@ async def serve(opts: DevOptions, redis: RedisSettings, stop: asyncio.Event) -> 
         await start_endpoints(plane, opts)
         base = settings.public_base_url()
         say(f"endpoint {opts.endpoint_id!r} ready: job API {base}/v2/{opts.endpoint_id}")
+        if opts.spec.type == EndpointType.LB:
+            say(f"load balancer: {base}/lb/{opts.endpoint_id}/<path> (any method)")
         say(f"OpenAI base_url: {base}/v2/{opts.endpoint_id}/openai/v1 (api_key: the API key)")
         say(f"management API: {base}/v1/endpoints (authorization: Bearer <API key>)")
         say(f"console: {base}/console/ (sign in with the API key)")

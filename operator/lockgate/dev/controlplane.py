@@ -36,11 +36,13 @@ from lockgate.models import (
     EndpointRecord,
     EndpointSpec,
     EndpointStatus,
+    EndpointType,
     JobCounts,
     Phase,
     WorkerCounts,
 )
 from lockgate.store import Snapshot, key_digest
+from lockgate.store.lb_workers import LbWorkers
 from lockgate.workerenv import WORKER_DEFAULTS, resource_env, worker_env
 
 log = logging.getLogger("lockgate.dev")
@@ -219,7 +221,9 @@ class LocalControlPlane:
             ep = self._find(endpoint_id)
             launch = self._launch(spec.templateId)
             spec = spec.model_copy(update={"templateId": launch.template_id})
-            if ep.workers is None or launch != ep.launch:
+            if ep.workers is None or launch != ep.launch or spec.type != ep.spec.type:
+                if ep.workers is not None:
+                    await ep.workers.withdraw()  # out of routing before this answers
                 self._retire(ep)
                 ep.workers = self._workers(ep.id, launch, ep.worker_key, spec)
             elif limits_of(spec) != limits_of(ep.spec):
@@ -341,9 +345,11 @@ class LocalControlPlane:
         env = {**defaults, **given, **worker_env(self.gateway_url, endpoint_id, worker_key)}
         keys = WorkerKeys(self.gw.registry, endpoint_id)  # no process gets the shared key
         sink = self.logs.sink(endpoint_id)
+        lb = LbWorkers(self.gw.store.redis) if spec.type == EndpointType.LB else None
         return LocalWorkers.start(
-            self.gw.store, endpoint_id, launch, env, limits_of(spec), keys, sink
-        )
+            self.gw.store, endpoint_id, launch, env, limits_of(spec), keys, sink,
+            lb=lb, drain_s=float(spec.requestTimeoutS),
+        )  # fmt: skip
 
     def _retire(self, ep: LocalEndpoint) -> None:
         """Stop the endpoint's current workers in the background."""

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from lockgate.dev.launch import Launch
+from lockgate.dev.lb_pool import LbProcessPool
 from lockgate.models import EndpointSpec
 from lockgate.scaling.autoscaler import LocalAutoscaler, release_exited
 from lockgate.scaling.decision import Limits
@@ -21,6 +22,7 @@ from lockgate.scaling.local_pool import (
 )
 from lockgate.store import JobStore
 from lockgate.store.connection import raise_if_cancelled
+from lockgate.store.lb_workers import LbWorkers
 
 log = logging.getLogger("lockgate.dev")
 
@@ -110,12 +112,22 @@ class LocalWorkers:
         limits: Limits,
         keys: WorkerKeyIssuer | None = None,
         sink: LineSink | None = None,
+        lb: LbWorkers | None = None,
+        drain_s: float = 0.0,
     ) -> LocalWorkers:
         """Start scaling at once (workersMin workers start on the first tick); each line
-        a worker writes goes to `sink` too."""
-        pool = LocalProcessPool(
-            endpoint_id, launch.command, env, cwd=launch.cwd, keys=keys, store=store, sink=sink
-        )
+        a worker writes goes to `sink` too. With `lb`, the workers are a load-balancing
+        endpoint's HTTP servers (`LbProcessPool`, drained up to `drain_s` before a stop)."""
+        pool: LocalProcessPool
+        if lb is not None:
+            pool = LbProcessPool(
+                endpoint_id, launch.command, env, cwd=launch.cwd, keys=keys, sink=sink,
+                lb=lb, store=store, drain_s=drain_s,
+            )  # fmt: skip
+        else:
+            pool = LocalProcessPool(
+                endpoint_id, launch.command, env, cwd=launch.cwd, keys=keys, store=store, sink=sink
+            )
         scaler = LocalAutoscaler(store, pool, endpoint_id, limits)
         task = asyncio.create_task(scaler.run(), name=f"lockgate-scaler-{endpoint_id}")
         workers = cls(endpoint_id, store, pool, scaler, task)
@@ -128,6 +140,8 @@ class LocalWorkers:
         """Compute the worker states now and report them to Redis (for /health)."""
         snap = await self.store.snapshot(self.endpoint_id)
         starting = len([w for w in self.pool.active if w not in snap.worker_jobs])
+        if isinstance(self.pool, LbProcessPool):
+            starting = 0  # the gateways' health polls count LB workers that start
         crashes = crashes_of(self.pool.crashes)
         now = time.monotonic()
         wanted = max(self.scaler.limits.workers_min, len(self.pool.active))
@@ -158,6 +172,12 @@ class LocalWorkers:
         await self.halt()
         self.scaler = LocalAutoscaler(self.store, self.pool, self.endpoint_id, limits)
         self.task = asyncio.create_task(self.scaler.run(), name=self.task.get_name())
+
+    async def withdraw(self) -> None:
+        """Before a replacement: an LB endpoint's workers take no new request from now on
+        (their requests in flight go on); a queue endpoint's need nothing here."""
+        if isinstance(self.pool, LbProcessPool):
+            await self.pool.withdraw_all()
 
     async def halt(self) -> None:
         """Stop scaling; the workers keep running."""

@@ -7,8 +7,9 @@ sweeping it, claiming its webhooks and reading its snapshot (the last one is ser
 a sign of activity makes it active again:
 
 - an event on `lg:events`, whichever process caused it: `q:` (a job queued onto empty
-  queues, jobs requeued), `a:` (a worker new to the endpoint, a first worker-state report),
-  `r:` (its registry entry changed);
+  queues, jobs requeued, a load-balanced request held), `a:` (a worker new to the endpoint,
+  a first worker-state report), `r:` (its registry entry changed), `l:` (its
+  load-balancing workers changed);
 - a request of this process for it (a submit, a worker call);
 - the full pass: every `FULL_PASS_S` every registered endpoint is swept and its snapshot
   read again, so a lost event (a subscription reconnecting) delays the look by that much

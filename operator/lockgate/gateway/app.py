@@ -9,13 +9,14 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 from redis.asyncio import Redis
 
-from lockgate.gateway import client_api, openai_api, worker_api
+from lockgate.gateway import client_api, lb_proxy, openai_api, worker_api
 from lockgate.gateway.auth import Authenticator
 from lockgate.gateway.background import run_background
 from lockgate.gateway.cors import add_cors_headers, cors_middleware
 from lockgate.gateway.endpoints import EndpointCache
 from lockgate.gateway.http import json_response
 from lockgate.gateway.keyfile import KeyFile
+from lockgate.gateway.lb_workers import LbRouter
 from lockgate.gateway.limits import Limiter
 from lockgate.gateway.metrics import GatewayMetrics, metrics_middleware, serve_metrics
 from lockgate.gateway.middleware import error_middleware
@@ -36,6 +37,7 @@ from lockgate.store import (
     connect,
 )
 from lockgate.store.addresses import WorkerAddresses
+from lockgate.store.lb_workers import LbWorkers
 from lockgate.store.limits import RateLimits
 
 log = logging.getLogger("lockgate.gateway")
@@ -99,12 +101,21 @@ def build_gateway(settings: Settings, redis: Redis) -> Gateway:
         budget=BodyBudget(settings.body_budget()),
         header_timeout=HeaderTimeout(settings.header_timeout_s),
         reads=asyncio.Semaphore(settings.read_concurrency),
+        lb=LbRouter(
+            LbWorkers(redis),
+            clock_ms=store.clock,
+            hold_s=settings.lb_hold_s,
+            max_held=settings.lb_max_held,
+            fast_s=settings.lb_health_fast_s,
+            calm_s=settings.lb_health_calm_s,
+        ),
     )
     if key_file is not None:
         key_file.load()  # a broken key file stops the gateway before it serves
     gw.notifier.on_registry_change = gw.endpoints.invalidate
     gw.notifier.on_key_change = gw.auth.forget
     gw.notifier.on_activity = gw.activity.mark
+    gw.notifier.on_lb_change = gw.lb.reload
     return gw
 
 
@@ -183,7 +194,7 @@ def create_app(settings: Settings, *, redis: Redis | None = None) -> web.Applica
         client = connect(settings)
     gw = build_gateway(settings, client)
     app = _application(gw, cors=True)
-    tables = [client_api.routes, openai_api.routes]
+    tables = [client_api.routes, openai_api.routes, lb_proxy.routes]
     if not settings.worker_port:
         tables.append(worker_api.routes)
     app.add_routes(busiest_first(*tables))
@@ -198,6 +209,7 @@ def create_app(settings: Settings, *, redis: Redis | None = None) -> web.Applica
             asyncio.create_task(run_background(gw), name="lockgate-background"),
             asyncio.create_task(gw.limiter.run(), name="lockgate-limits"),
             asyncio.create_task(gw.header_timeout.run(), name="lockgate-header-timeout"),
+            asyncio.create_task(gw.lb.run(), name="lockgate-lb-requests"),
         }
         if gw.auth.key_file is not None:
             tasks.add(asyncio.create_task(gw.auth.key_file.watch(), name="lockgate-key-file"))
@@ -205,6 +217,7 @@ def create_app(settings: Settings, *, redis: Redis | None = None) -> web.Applica
         for task in tasks:
             task.cancel()
         await asyncio.wait(tasks, timeout=5)
+        await gw.lb.close()
         await gw.notifier.close()
         if owned:
             await client.aclose()

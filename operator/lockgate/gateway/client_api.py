@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from lockgate.gateway import jsonbody, listing
 from lockgate.gateway.auth import JOBS, JOBS_READ, Principal
+from lockgate.gateway.endpoints import endpoint_type, require_type
 from lockgate.gateway.errors import BadRequest, Forbidden, NotFound
 from lockgate.gateway.http import int_param, job_id_param, json_response, read_body
 from lockgate.gateway.idempotency import REPLAYED, SubmitUncertain, key_digest, store_unavailable
@@ -20,6 +21,7 @@ from lockgate.gateway.ssrf import private_destination
 from lockgate.gateway.state import Gateway, gateway_of
 from lockgate.gateway.views import job_body, stream_body
 from lockgate.models import FINAL_STATES, JobRequest, describe_validation_error
+from lockgate.models.endpoint import EndpointType
 from lockgate.models.jobs import MAX_DURATION_MS, TTL_MIN_MS
 from lockgate.models.limits import Operation
 from lockgate.store import UNAVAILABLE, IneligibleState, JobNotFound, JobRecord, NewJob
@@ -73,6 +75,8 @@ def client_route(method: str, op: Operation) -> Callable[[Handler], Handler]:
             try:
                 principal = await gw.auth.require(request, scope, endpoint_id)
                 call = Call(gw, endpoint_id, await gw.endpoints.get(endpoint_id), principal)
+                if op != Operation.HEALTH:  # /health answers for both types
+                    require_type(call.entry, endpoint_id, EndpointType.QUEUE, f"/{op}")
                 async with gw.limiter.hold(endpoint_id, op, principal.name):
                     return await handler(request, call)
             except SubmitUncertain as err:
@@ -313,8 +317,12 @@ async def requests(request: web.Request, call: Call) -> web.Response:
 async def health(request: web.Request, call: Call) -> web.Response:
     gw, endpoint_id = call.gw, call.endpoint_id
     snap = await gw.store.snapshot(endpoint_id)
+    extra = {}
+    if endpoint_type(call.entry) == EndpointType.LB:
+        extra = await lb_health(gw, endpoint_id, snap.requests_held, snap.requests_in_flight)
     return json_response(
         {
+            **extra,
             "jobs": {
                 "completed": snap.completed,
                 "failed": snap.failed,
@@ -331,3 +339,11 @@ async def health(request: web.Request, call: Call) -> web.Response:
             },
         }
     )
+
+
+async def lb_health(gw: Gateway, endpoint_id: str, held: int, in_flight: int) -> dict:
+    """A load-balancing endpoint's requests, and the status code each unhealthy worker's
+    health check last answered (0: none) (beyond the spec, as the worker states are)."""
+    polled = await gw.lb.store.health(endpoint_id)
+    bad = {w: h.code for w, h in sorted(polled.items()) if h.state == "unhealthy"}
+    return {"requests": {"held": held, "inFlight": in_flight}, "unhealthyCodes": bad}

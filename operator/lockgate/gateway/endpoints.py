@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 
-from lockgate.gateway.errors import NotFound
+from lockgate.gateway.errors import BadRequest, NotFound
+from lockgate.models.endpoint import REQUEST_TIMEOUT_DEFAULT_S, EndpointType
 from lockgate.models.jobs import EXECUTION_TIMEOUT_DEFAULT_MS
 from lockgate.store import Registry
 from lockgate.store.keys import ENDPOINT_ID_RE
@@ -40,3 +41,29 @@ class EndpointCache:
 def execution_timeout_ms(entry: dict) -> int:
     """The endpoint's default execution timeout (ms)."""
     return int(entry.get("executionTimeoutMs") or EXECUTION_TIMEOUT_DEFAULT_MS)
+
+
+def endpoint_type(entry: dict) -> EndpointType:
+    """The endpoint's type; entries written before types existed are queue endpoints."""
+    return EndpointType(entry.get("type") or EndpointType.QUEUE)
+
+
+def request_timeout_s(entry: dict) -> float:
+    """How long one proxied request of a load-balancing endpoint may run (s)."""
+    return float(entry.get("requestTimeoutS") or REQUEST_TIMEOUT_DEFAULT_S)
+
+
+def require_type(entry: dict, endpoint_id: str, wanted: EndpointType, route: str) -> None:
+    """400 naming the endpoint's type when `route` serves only endpoints of type `wanted`."""
+    actual = endpoint_type(entry)
+    if actual == wanted:
+        return
+    if actual == EndpointType.LB:
+        raise BadRequest(
+            f"endpoint {endpoint_id!r} is a load-balancing endpoint (type LB): {route} serves "
+            f"queue endpoints only; send requests to /lb/{endpoint_id}/<path>"
+        )
+    raise BadRequest(
+        f"endpoint {endpoint_id!r} is a queue endpoint (type QUEUE): {route} serves "
+        f"load-balancing endpoints only; use the job API at /v2/{endpoint_id}/run"
+    )

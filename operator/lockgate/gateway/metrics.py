@@ -9,6 +9,10 @@ Per endpoint, read from Redis at scrape time, so every replica reports the same 
     lockgate_workers{endpoint,state}                      gauge    live workers (idle|running)
     lockgate_worker_jobs{endpoint,worker}                 gauge    jobs each live worker holds
     lockgate_jobs_total{endpoint,outcome}                 counter  completed|failed|retried
+    lockgate_lb_requests_held{endpoint}                   gauge    LB: requests waiting for a
+                                              routable worker (every gateway process's)
+    lockgate_lb_requests_in_flight{endpoint}              gauge    LB: requests at workers
+                                              (per worker in lockgate_worker_jobs)
 
 Per replica, since the process started (sum them over replicas):
 
@@ -57,6 +61,8 @@ IN_PROGRESS = "lockgate_jobs_in_progress"
 WORKERS = "lockgate_workers"
 WORKER_JOBS = "lockgate_worker_jobs"
 JOBS = "lockgate_jobs"  # a counter: exposed as lockgate_jobs_total
+LB_HELD = "lockgate_lb_requests_held"
+LB_IN_FLIGHT = "lockgate_lb_requests_in_flight"
 
 DELAY_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 EXECUTION_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
@@ -136,7 +142,11 @@ def endpoint_families(snapshots: dict[str, Snapshot], now_ms: int) -> list[Metri
     workers = GaugeMetricFamily(WORKERS, "live workers", labels=["endpoint", "state"])
     held = GaugeMetricFamily(WORKER_JOBS, "jobs a live worker holds", labels=["endpoint", "worker"])
     jobs = CounterMetricFamily(JOBS, "jobs by outcome", labels=["endpoint", "outcome"])
+    lb_held = GaugeMetricFamily(LB_HELD, "LB requests held", labels=["endpoint"])
+    lb_flight = GaugeMetricFamily(LB_IN_FLIGHT, "LB requests in flight", labels=["endpoint"])
     for ep, s in sorted(snapshots.items()):
+        lb_held.add_metric([ep], s.requests_held)
+        lb_flight.add_metric([ep], s.requests_in_flight)
         queued.add_metric([ep, "normal"], s.in_queue)
         queued.add_metric([ep, "low"], s.in_queue_low)
         oldest.add_metric([ep, "normal"], age_s(s.oldest_queued_ms, now_ms))
@@ -149,7 +159,7 @@ def endpoint_families(snapshots: dict[str, Snapshot], now_ms: int) -> list[Metri
         outcomes = {"completed": s.completed, "failed": s.failed, "retried": s.retried}
         for outcome, n in outcomes.items():
             jobs.add_metric([ep, outcome], n)
-    return [queued, oldest, running, workers, held, jobs]
+    return [queued, oldest, running, workers, held, jobs, lb_held, lb_flight]
 
 
 async def read_snapshots(

@@ -111,6 +111,7 @@ class Notifier:
         self.on_queued: Callable[[str], None] = lambda _ep: None
         # `q:`, `a:` and `r:` events: an endpoint to look after again (gateway/activity.py)
         self.on_activity: Callable[[str], None] = lambda _ep: None
+        self.on_lb_change: Callable[[str], None] = lambda _ep: None
         self._jobs: Waiters = defaultdict(dict)
         self._done: Waiters = defaultdict(dict)
         self._listeners: dict[tuple[str, str], set[Listener]] = defaultdict(set)
@@ -236,6 +237,9 @@ class Notifier:
             self.on_activity(rest)
         elif kind == "k":
             self.on_key_change(rest)
+        elif kind == "l":
+            self.on_lb_change(rest)
+            self.on_activity(rest)
 
     def wake_everyone(self) -> None:
         for table in (self._jobs, self._done, self._stops):

@@ -20,6 +20,7 @@ from aiohttp import web
 from lockgate.gateway import jsonbody
 from lockgate.gateway.auth import JOBS
 from lockgate.gateway.client_api import RUNSYNC_LIMIT
+from lockgate.gateway.endpoints import require_type
 from lockgate.gateway.errors import BadRequest, NotFound, clip
 from lockgate.gateway.http import JSON, json_response, read_body
 from lockgate.gateway.idempotency import store_unavailable
@@ -45,6 +46,7 @@ from lockgate.gateway.openai_wire import (
 )
 from lockgate.gateway.state import Gateway, gateway_of
 from lockgate.models import FINAL_STATES
+from lockgate.models.endpoint import EndpointType
 from lockgate.models.jobs import TTL_DEFAULT_MS
 from lockgate.models.limits import Operation
 from lockgate.store import UNAVAILABLE, IneligibleState, JobNotFound, JobRecord, NewJob
@@ -90,7 +92,8 @@ async def _serve(request: web.Request) -> web.StreamResponse:
         )
     if request.query_string:  # e.g. GET /v1/files?purpose=batch: the worker's to read
         route += "?" + request.query_string
-    await gw.endpoints.get(endpoint_id)
+    entry = await gw.endpoints.get(endpoint_id)
+    require_type(entry, endpoint_id, EndpointType.QUEUE, "/openai/")
     async with gw.limiter.hold(endpoint_id, Operation.OPENAI, principal.name):
         body = await _body(request)
         stream = wants_stream(body)

@@ -10,6 +10,7 @@ from aiohttp import web
 from lockgate.gateway.activity import Activity
 from lockgate.gateway.auth import Authenticator
 from lockgate.gateway.endpoints import EndpointCache
+from lockgate.gateway.lb_workers import LbRouter
 from lockgate.gateway.limits import Limiter
 from lockgate.gateway.metrics import GatewayMetrics
 from lockgate.gateway.notify import Notifier
@@ -34,6 +35,7 @@ class Gateway:
     budget: BodyBudget
     header_timeout: HeaderTimeout
     reads: asyncio.Semaphore  # client reads served at once (`read_concurrency`)
+    lb: LbRouter  # load-balancing endpoints' workers, health and held requests
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     activity: Activity = field(default_factory=Activity)
     draining: bool = False

@@ -14,7 +14,7 @@ from lockgate.gateway import jsonbody
 from lockgate.gateway.auth import WORKERS
 from lockgate.gateway.chunks import CHUNK_LIMIT, stream_chunks
 from lockgate.gateway.client_api import RUNSYNC_LIMIT
-from lockgate.gateway.endpoints import execution_timeout_ms
+from lockgate.gateway.endpoints import execution_timeout_ms, require_type
 from lockgate.gateway.errors import BadRequest, Forbidden, PayloadTooLarge
 from lockgate.gateway.http import (
     int_param,
@@ -24,6 +24,7 @@ from lockgate.gateway.http import (
     read_body,
 )
 from lockgate.gateway.state import Gateway, gateway_of
+from lockgate.models.endpoint import EndpointType
 from lockgate.store import STOPPING, Finished, StreamFull, TakenJob
 from lockgate.store.keys import JOB_ID_RE, WORKER_ID_RE
 
@@ -43,6 +44,7 @@ async def _worker(request: web.Request) -> tuple[Gateway, str, str, dict]:
     endpoint_id = request.match_info["endpoint"]
     principal = await gw.auth.require(request, WORKERS, endpoint_id)
     entry = await gw.endpoints.get(endpoint_id)
+    require_type(entry, endpoint_id, EndpointType.QUEUE, "the worker API")
     worker_id = request.match_info["worker"]
     if not WORKER_ID_RE.match(worker_id):
         raise BadRequest(f"invalid worker id {worker_id!r}")

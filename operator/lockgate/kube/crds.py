@@ -102,6 +102,7 @@ ENDPOINT = Kind(
         "labelSelectorPath": ".status.selector",
     },
     columns=(
+        _column("Type", ".spec.type"),
         _column("Phase", ".status.phase"),
         _column("Ready", ".status.workers.ready", "integer", description="ready workers"),
         _column("Desired", ".status.workers.desired", "integer", description="wanted workers"),

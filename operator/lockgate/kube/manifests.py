@@ -580,6 +580,8 @@ def scaling_annotations(spec: EndpointSpec) -> dict[str, str]:
     touch the pod template, so changing them restarts no worker)."""
     return {
         "lockgate.dev/display-name": spec.name,
+        "lockgate.dev/endpoint-type": str(spec.type),
+        "lockgate.dev/request-timeout-s": str(spec.requestTimeoutS),
         "lockgate.dev/workers-min": str(spec.workersMin),
         "lockgate.dev/workers-max": str(spec.workersMax),
         "lockgate.dev/scaler-type": str(spec.scalerType),

@@ -116,8 +116,12 @@ def busy_members(members: Iterable[str], worker_jobs: Mapping[str, int]) -> list
 
 
 def has_demand(metrics: EndpointMetrics | None) -> bool:
-    """Jobs wait or run at the endpoint: its decision goes first."""
-    return metrics is not None and (metrics.queued + metrics.queued_low + metrics.in_progress) > 0
+    """Jobs (or load-balanced requests) wait or run at the endpoint: its decision goes
+    first."""
+    if metrics is None:
+        return False
+    jobs = metrics.queued + metrics.queued_low + metrics.in_progress
+    return jobs + metrics.requests_held + metrics.requests_in_flight > 0
 
 
 def by_endpoint(objects: list[Obj]) -> dict[str, list[Obj]]:

@@ -1,6 +1,12 @@
 """Pydantic models of the spec's resources: one definition for the API, the store and the CRDs."""
 
-from lockgate.models.endpoint import ComputeType, EndpointSpec, ScalerType, TemplateSpec
+from lockgate.models.endpoint import (
+    ComputeType,
+    EndpointSpec,
+    EndpointType,
+    ScalerType,
+    TemplateSpec,
+)
 from lockgate.models.errors import describe_validation_error
 from lockgate.models.jobs import (
     FINAL_STATES,
@@ -33,6 +39,7 @@ __all__ = [
     "EndpointRecord",
     "EndpointSpec",
     "EndpointStatus",
+    "EndpointType",
     "Health",
     "HealthJobs",
     "HealthWorkers",

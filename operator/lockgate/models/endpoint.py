@@ -31,6 +31,18 @@ class ScalerType(StrEnum):
     REQUEST_COUNT = "REQUEST_COUNT"
 
 
+class EndpointType(StrEnum):
+    """The spec's two endpoint types: jobs through a queue, or requests proxied to the
+    worker's own HTTP server (docs/load-balancing.md)."""
+
+    QUEUE = "QUEUE"
+    LB = "LB"
+
+
+# RunPod's load balancer lets a request run 5.5 minutes (s).
+REQUEST_TIMEOUT_DEFAULT_S = 330
+
+
 class EndpointSpec(BaseModel):
     """Settings of one endpoint, field for field the spec's creation payload.
 
@@ -38,6 +50,10 @@ class EndpointSpec(BaseModel):
     """
 
     name: str = Field("", max_length=191, description="display name")
+    type: EndpointType = Field(
+        EndpointType.QUEUE,
+        description="QUEUE: jobs through the job API; LB: requests proxied to the worker's server",
+    )
     computeType: ComputeType = Field(ComputeType.GPU, description="GPU or CPU workers")
     gpuTypeIds: list[str] = Field(
         default_factory=list, description="GPU types, most preferred first; any of them may be used"
@@ -65,6 +81,12 @@ class EndpointSpec(BaseModel):
     scalerType: ScalerType = Field(ScalerType.QUEUE_DELAY, description="what drives scaling")
     scalerValue: int = Field(
         4, ge=1, le=10_000, description="QUEUE_DELAY: seconds; REQUEST_COUNT: jobs per worker"
+    )
+    requestTimeoutS: int = Field(
+        REQUEST_TIMEOUT_DEFAULT_S,
+        ge=1,
+        le=3600,
+        description="LB: seconds a proxied request may run before it is answered 504",
     )
     workersMin: int = Field(0, ge=0, le=1000, description="workers kept running (may be 0)")
     workersMax: int = Field(3, ge=0, le=1000, description="most workers at once")
@@ -105,6 +127,15 @@ class EndpointSpec(BaseModel):
         bounds), else `workersMin`."""
         wanted = self.workersMin if self.replicas is None else self.replicas
         return max(self.workersMin, min(self.workersMax, wanted))
+
+    @model_validator(mode="after")
+    def _lb_scales_on_requests(self) -> EndpointSpec:
+        if self.type == EndpointType.LB and self.scalerType != ScalerType.REQUEST_COUNT:
+            raise ValueError(
+                f"scalerType must be REQUEST_COUNT for a load-balancing endpoint (type LB), "
+                f"not {self.scalerType}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _gpu_endpoints_have_gpus(self) -> EndpointSpec:

@@ -13,7 +13,9 @@ The rules, in the order `decide` applies them:
      want one worker per waiting job beyond the busy ones (`busy + queued`; a worker that
      is still starting counts as free, so a cold start is never paid twice). At zero
      workers the first one starts at once (activation): nothing else could serve the job.
-   - `REQUEST_COUNT`: want `ceil((queued + in progress) / scalerValue)` workers.
+   - `REQUEST_COUNT`: want `ceil((queued + in progress) / scalerValue)` workers; for a
+     load-balancing endpoint, `ceil((requests held + in flight) / scalerValue)`, and
+     requests in flight may scale up too (they share their worker).
    Step limit: one decision adds at most `max(UP_STEP_MIN, current)` workers (it at
    most doubles the pool), so one odd reading cannot summon `workersMax` workers.
 4. **Scale down** only when no normal job waits, and only by workers idle for at least
@@ -59,6 +61,15 @@ class EndpointMetrics:
     workers_idle: int = 0
     workers_running: int = 0
     worker_jobs: Mapping[str, int] = field(default_factory=dict)  # live worker -> jobs held
+    # Load-balancing endpoints: requests held for a routable worker, and in flight (their
+    # workers are in `worker_jobs` with the requests each serves).
+    requests_held: int = 0
+    requests_in_flight: int = 0
+
+    @property
+    def waiting(self) -> int:
+        """Work that has no worker yet: normal jobs queued, requests held."""
+        return self.queued + self.requests_held
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,8 +127,12 @@ def wanted(metrics: EndpointMetrics, limits: Limits, workers: Workers) -> tuple[
     """The workers the scaler type asks for now, and why (before bounds and steps)."""
     q = metrics.queued
     if limits.scaler_type == ScalerType.REQUEST_COUNT:
-        need = math.ceil((q + metrics.in_progress) / limits.scaler_value)
-        return need, f"{q} queued + {metrics.in_progress} in progress, {limits.scaler_value}/worker"
+        held, flying = metrics.requests_held, metrics.requests_in_flight
+        need = math.ceil((q + metrics.in_progress + held + flying) / limits.scaler_value)
+        per = f"{limits.scaler_value}/worker"
+        if held or flying:
+            return need, f"{held} requests held + {flying} in flight, {per}"
+        return need, f"{q} queued + {metrics.in_progress} in progress, {per}"
     if not q:
         return workers.busy, f"nothing queued, {workers.busy} busy"
     age, limit = metrics.oldest_queued_age_s, limits.scaler_value
@@ -176,12 +191,14 @@ def decide(
         return Decision(bound, f"{name} is {bound}: {current} -> {bound}")
     need, why = wanted(metrics, limits, workers)
     if need > current:
-        if metrics.queued == 0:
+        # A request in flight shares its worker (a job has one to itself): more workers
+        # serve the next requests sooner, so in-flight requests may scale up too.
+        if metrics.waiting == 0 and metrics.requests_in_flight == 0:
             return Decision(current, f"holding {current}: only lowPriority or running work")
         desired = min(_clamp(need, limits), current + max(UP_STEP_MIN, current))
         if desired > current:
             return Decision(desired, f"{limits.scaler_type}: {why}: {current} -> {desired}")
         return Decision(current, f"holding {current}: workersMax is {limits.workers_max}")
-    if metrics.queued > 0 or need == current:
+    if metrics.waiting > 0 or need == current:
         return Decision(current, f"holding {current}: {why}")
     return _scale_down(need, limits, workers, now, last_scale_up)

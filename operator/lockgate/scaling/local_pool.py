@@ -133,7 +133,8 @@ class LocalProcessPool:
     async def start_worker(self) -> str:
         worker_id = f"{self.endpoint_id}-{secrets.token_hex(3)}"
         own_key = await self.keys.issue(worker_id) if self.keys is not None else {}
-        env = {**os.environ, **self.env, **worker_id_env(worker_id), **own_key}
+        extra = await self.prepare(worker_id)
+        env = {**os.environ, **self.env, **worker_id_env(worker_id), **own_key, **extra}
         env["PYTHONUNBUFFERED"] = "1"
         process = await asyncio.create_subprocess_exec(
             *self.command, env=env, cwd=self.cwd, start_new_session=True,
@@ -146,6 +147,10 @@ class LocalProcessPool:
         self.workers[worker_id] = worker
         log.info("worker %s started (pid %d)", worker_id, process.pid)
         return worker_id
+
+    async def prepare(self, worker_id: str) -> dict[str, str]:
+        """More environment for a worker about to start (a subclass's ports); none here."""
+        return {}
 
     async def stop_worker(self, worker_id: str, why: str = "idle") -> None:
         """No new job for it, then SIGTERM: the runtime finishes the job in hand, then exits."""

@@ -10,6 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from lockgate.gateway.metrics import (
     IN_PROGRESS,
+    LB_HELD,
+    LB_IN_FLIGHT,
     OLDEST_AGE,
     QUEUED,
     WORKER_JOBS,
@@ -35,6 +37,8 @@ def from_snapshot(snap: Snapshot, now_ms: int) -> EndpointMetrics:
         workers_idle=snap.workers_idle,
         workers_running=snap.workers_running,
         worker_jobs=dict(snap.worker_jobs),
+        requests_held=snap.requests_held,
+        requests_in_flight=snap.requests_in_flight,
     )
 
 
@@ -49,6 +53,10 @@ def _fields(name: str, labels: dict[str, str]) -> tuple[str, str] | None:
         return "in_progress", ""
     if name == WORKERS:
         return f"workers_{labels.get('state')}", ""
+    if name == LB_HELD:
+        return "requests_held", ""
+    if name == LB_IN_FLIGHT:
+        return "requests_in_flight", ""
     if name == WORKER_JOBS:
         return "worker_jobs", labels.get("worker", "")
     return None

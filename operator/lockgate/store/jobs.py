@@ -407,7 +407,7 @@ class JobStore:
         prefix = keys.prefix(endpoint_id)
         now_s = self.clock() // 1000
         reply = await self.scripts.delete_endpoint(keys=[prefix], args=[now_s])
-        for pattern in ("r[lc]:*", "ik:*"):
+        for pattern in ("r[lc]:*", "ik:*", "lb[whr]"):
             found = [k async for k in self.redis.scan_iter(match=prefix + pattern, count=1000)]
             if found:
                 await self.redis.unlink(*found)
@@ -415,16 +415,15 @@ class JobStore:
 
     async def snapshot(self, endpoint_id: str) -> Snapshot:
         """Queue, progress, worker and outcome counts of one endpoint."""
-        r = await self.scripts.snapshot(
-            keys=[keys.prefix(endpoint_id)], args=[self.clock(), self.liveness.heartbeat_timeout_ms]
-        )
+        args = [self.clock(), self.liveness.heartbeat_timeout_ms, keys.LB_HEALTH_STALE_MS]
+        r = await self.scripts.snapshot(keys=[keys.prefix(endpoint_id)], args=args)
         oldest, oldest_low = (int(v) if int(v) >= 0 else None for v in r[8:10])
-        held = {w.decode(): int(n) for w, n in zip(r[13::2], r[14::2], strict=True)}
-        initializing, throttled, unhealthy = (int(v) for v in r[10:13])
+        held = {w.decode(): int(n) for w, n in zip(r[15::2], r[16::2], strict=True)}
+        initializing, throttled, unhealthy, lb_held, lb_flight = (int(v) for v in r[10:15])
         return Snapshot(
             *(int(v) for v in r[:8]), oldest, oldest_low, held,
             workers_initializing=initializing, workers_throttled=throttled,
-            workers_unhealthy=unhealthy,
+            workers_unhealthy=unhealthy, requests_held=lb_held, requests_in_flight=lb_flight,
         )  # fmt: skip
 
     async def report_worker_states(

@@ -52,6 +52,17 @@ the single description of what they build.
                                rate-limit window starting at {start} (ms); dies 1 s after it
     lg:{ep}:rc:{op}:{owner} HASH concurrency slots held: replica -> "slots:lease end (ms)";
                                an expired lease is dropped
+    lg:{ep}:lbw          HASH  load-balancing workers: worker id -> JSON {address (host:port of
+                               its HTTP server), health (host:port), path (health path),
+                               draining (taken out of routing)}; written by whoever runs the
+                               workers (dev pool, operator), read by every gateway
+    lg:{ep}:lbh          HASH  load-balancing worker id -> "<state> <code> <at ms>" as a
+                               gateway's health poll last saw it (state: healthy,
+                               initializing, unhealthy; code 0: no answer); an entry older
+                               than LB_HEALTH_STALE_MS counts as initializing
+    lg:{ep}:lbr          HASH  gateway process id -> JSON {held, flight: {worker: n}, exp}:
+                               the requests it holds (no routable worker yet) and has in
+                               flight per worker; ignored once `exp` (ms) passed
     lg:endpoints         HASH  endpoint id -> registry entry (JSON)
     lg:keys              HASH  sha256(api key) -> key record (JSON: name, scopes, endpoints,
                                created); never the key itself
@@ -100,6 +111,13 @@ HISTORY_POINTS = 360
 INTERVAL_KEEP_MS = 15 * 60 * 1000
 # Worker-state reports vanish when their reporter stops reporting (ms).
 WORKER_STATES_TTL_MS = 30_000
+# A load-balancing worker's health as last polled means nothing after this long (ms); a
+# poller writes it again at least every LB_HEALTH_REFRESH_MS.
+LB_HEALTH_STALE_MS = 30_000
+LB_HEALTH_REFRESH_MS = 10_000
+# A gateway's report of held and in-flight requests counts this long after it was written
+# (ms); a live gateway writes it again well before (gateway/lb_demand.py).
+LB_REQUESTS_TTL_MS = 10_000
 
 
 def prefix(endpoint_id: str) -> str:
@@ -113,6 +131,18 @@ def job(endpoint_id: str, job_id: str) -> str:
 
 def stream(endpoint_id: str, job_id: str) -> str:
     return f"{prefix(endpoint_id)}s:{job_id}"
+
+
+def lb_workers(endpoint_id: str) -> str:
+    return f"{prefix(endpoint_id)}lbw"
+
+
+def lb_health(endpoint_id: str) -> str:
+    return f"{prefix(endpoint_id)}lbh"
+
+
+def lb_requests(endpoint_id: str) -> str:
+    return f"{prefix(endpoint_id)}lbr"
 
 
 def worker_address(endpoint_id: str, worker_id: str) -> str:

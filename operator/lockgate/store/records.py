@@ -109,6 +109,9 @@ class Snapshot:
     workers_initializing: int = 0
     workers_throttled: int = 0
     workers_unhealthy: int = 0
+    # Load-balancing endpoints: requests held for a routable worker, and in flight.
+    requests_held: int = 0
+    requests_in_flight: int = 0
 
 
 @dataclass(frozen=True, slots=True)

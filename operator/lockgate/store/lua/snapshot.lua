@@ -1,9 +1,13 @@
--- Counts for /health and /metrics. ARGV: now, heartbeat timeout (ms).
+-- Counts for /health and /metrics. ARGV: now, heartbeat timeout (ms), LB health stale (ms).
 -- Returns {inQueue, inQueueLow, inProgress, idle, running, completed, failed, retried,
 --          oldest queued ms or -1, oldest lowPriority queued ms or -1,
 --          workers initializing, throttled, unhealthy (as last reported, else 0),
---          then worker id, jobs held, ... for every live worker}.
-local now, timeout = tonumber(ARGV[1]), tonumber(ARGV[2])
+--          requests held, requests in flight (load-balancing endpoints, else 0),
+--          then worker id, jobs (or requests) held, ... for every live worker}.
+-- A load-balancing worker (`lbw`) counts by its polled health (`lbh`): healthy is idle or
+-- running (requests in flight), initializing, or unhealthy; gateways report their held
+-- and in-flight requests in `lbr`, an expired report counts for nothing.
+local now, timeout, stale = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local function oldest(q)
   local head = redis.call('ZRANGE', q, 0, 0)
   if #head == 0 then return -1 end
@@ -15,12 +19,45 @@ for _, w in ipairs(alive) do
   held[#held + 1] = w
   held[#held + 1] = load_of(w)
 end
+local lb_held, lb_flight, per_worker = 0, 0, {}
+local reports = redis.call('HGETALL', P .. 'lbr')
+for i = 1, #reports, 2 do
+  local r = cjson.decode(reports[i + 1])
+  if tonumber(r.exp) >= now then
+    lb_held = lb_held + tonumber(r.held)
+    for w, n in pairs(r.flight) do
+      per_worker[w] = (per_worker[w] or 0) + tonumber(n)
+      lb_flight = lb_flight + tonumber(n)
+    end
+  end
+end
+local lb_idle, lb_busy, lb_init, lb_bad = 0, 0, 0, 0
+for _, w in ipairs(redis.call('HKEYS', P .. 'lbw')) do
+  local h = redis.call('HGET', P .. 'lbh', w)
+  local state, at = nil, nil
+  if h then state, at = string.match(h, '^(%a+) %-?%d+ (%d+)$') end
+  if not state or tonumber(at) < now - stale then state = 'initializing' end
+  local n = per_worker[w] or 0
+  if state == 'healthy' then
+    if n > 0 then lb_busy = lb_busy + 1 else lb_idle = lb_idle + 1 end
+  elseif state == 'unhealthy' then
+    lb_bad = lb_bad + 1
+  else
+    lb_init = lb_init + 1
+  end
+  held[#held + 1] = w
+  held[#held + 1] = n
+end
 local s = redis.call('HMGET', P .. 'stats', 'completed', 'failed', 'retried')
 local out = {redis.call('ZCARD', P .. 'q'), redis.call('ZCARD', P .. 'ql'),
-  redis.call('ZCARD', P .. 'run'), #alive - busy, busy,
+  redis.call('ZCARD', P .. 'run'), #alive - busy + lb_idle, busy + lb_busy,
   tonumber(s[1]) or 0, tonumber(s[2]) or 0, tonumber(s[3]) or 0,
   oldest(P .. 'q'), oldest(P .. 'ql')}
 local ws = redis.call('HMGET', P .. 'ws', 'initializing', 'throttled', 'unhealthy')
-for i = 1, 3 do out[#out + 1] = tonumber(ws[i]) or 0 end
+out[#out + 1] = (tonumber(ws[1]) or 0) + lb_init
+out[#out + 1] = tonumber(ws[2]) or 0
+out[#out + 1] = (tonumber(ws[3]) or 0) + lb_bad
+out[#out + 1] = lb_held
+out[#out + 1] = lb_flight
 for _, v in ipairs(held) do out[#out + 1] = v end
 return out

@@ -2,8 +2,8 @@
 -- execution timeouts, ttl expiry, workers silent past the heartbeat timeout.
 -- ARGV: ep, now, heartbeat timeout, max attempts, retention run, retention sync, lock ms,
 -- batch, lost-worker reason, horizon (ms). Returns {timed out, expired, lost workers, jobs
--- requeued, quiet}: quiet is 1 when the endpoint has nothing queued or running, no worker,
--- no webhook to send, no worker state reported and no record to expire within the horizon
+-- requeued, quiet}: quiet is 1 when the endpoint has nothing queued or running, no worker
+-- (nor load-balancing worker or request), no webhook to send, no worker state reported and no record to expire within the horizon
 -- (then its sweeps may wait for the next sign of activity: gateway/activity.py).
 local ep, now, hb, max_attempts = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]),
   tonumber(ARGV[4])
@@ -13,6 +13,10 @@ local function quiet()
     if redis.call('ZCARD', P .. k) > 0 then return 0 end
   end
   if redis.call('EXISTS', P .. 'ws') == 1 then return 0 end
+  -- load-balancing workers registered, or requests held or in flight reported
+  if redis.call('EXISTS', P .. 'lbw') == 1 or redis.call('EXISTS', P .. 'lbr') == 1 then
+    return 0
+  end
   local first = redis.call('ZRANGE', P .. 'exp', 0, 0, 'WITHSCORES')
   if first[2] and tonumber(first[2]) <= now + tonumber(ARGV[10]) then return 0 end
   return 1

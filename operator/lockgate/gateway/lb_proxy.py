@@ -1,0 +1,256 @@
+"""The load-balancing route: `/lb/{endpoint}/{path}` proxied to a routable worker.
+
+Any method; the request body is forwarded as it arrives and the answer's chunks as the
+worker sends them (Server-Sent Events are never buffered); WebSocket upgrades are relayed.
+Hop-by-hop headers (RFC 9110, 7.6.1) stay here, `X-Forwarded-For/-Proto/-Host` are added
+and the caller's `authorization` never reaches the worker. Every proxied answer carries
+`X-Runpod-Worker-Id`. Limits: a body over 30 MB is 413, a request running past the
+endpoint's `requestTimeoutS` 504, a worker that refuses or fails before answering 502 (and
+is out of routing until its health poll says 200 again). A client that goes away cancels
+the upstream request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
+
+from lockgate.gateway.auth import JOBS
+from lockgate.gateway.endpoints import request_timeout_s, require_type
+from lockgate.gateway.errors import ApiError, PayloadTooLarge
+from lockgate.gateway.lb_workers import LbRouter, Target
+from lockgate.gateway.state import gateway_of
+from lockgate.models.endpoint import EndpointType
+
+log = logging.getLogger("lockgate.gateway")
+
+MAX_BODY = 30 * 1024 * 1024  # RunPod's load balancer: request and response bodies <= 30 MB
+WORKER_ID = "X-Runpod-Worker-Id"
+CLIENT_WATCH_S = 0.1  # how often a waiting request looks whether its client left
+HOP_BY_HOP = frozenset(
+    h.lower()
+    for h in (
+        "Connection", "Proxy-Connection", "Keep-Alive", "TE", "Transfer-Encoding", "Trailer",
+        "Upgrade", "Proxy-Authorization", "Proxy-Authenticate",
+    )
+)  # fmt: skip
+# Not forwarded either: the caller's key, the Host (the worker's own is sent) and Expect
+# (this gateway already answered it).
+NOT_FORWARDED = HOP_BY_HOP | {"authorization", "host", "expect"}
+WS_OWN = {"sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions"}
+
+routes = web.RouteTableDef()
+
+
+class BadGateway(ApiError):
+    """The worker refused the connection or failed before its answer began."""
+
+    status = 502
+
+
+class GatewayTimeout(ApiError):
+    """The request ran past the endpoint's `requestTimeoutS`."""
+
+    status = 504
+
+
+def _dropped(headers: CIMultiDictProxy[str]) -> set[str]:
+    """Hop-by-hop headers, and those the `Connection` header names."""
+    named = {h.strip().lower() for v in headers.getall("Connection", ()) for h in v.split(",") if h}
+    return HOP_BY_HOP | named
+
+
+def upstream_headers(request: web.Request, *, websocket: bool = False) -> CIMultiDict[str]:
+    """The request's headers as the worker gets them (see the module docstring)."""
+    drop = _dropped(request.headers) | NOT_FORWARDED | (WS_OWN if websocket else set())
+    out = CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() not in drop)
+    peer = request.remote or ""
+    before = request.headers.get("X-Forwarded-For")
+    out["X-Forwarded-For"] = f"{before}, {peer}" if before else peer
+    out.setdefault("X-Forwarded-Proto", request.scheme)
+    out.setdefault("X-Forwarded-Host", request.host)
+    return out
+
+
+def downstream_headers(headers: CIMultiDictProxy[str], worker_id: str) -> CIMultiDict[str]:
+    """The worker's answer headers as the client gets them."""
+    drop = _dropped(headers)
+    out = CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in drop)
+    out[WORKER_ID] = worker_id
+    return out
+
+
+def worker_path(request: web.Request, endpoint_id: str) -> str:
+    """The path and query the worker sees: what follows `/lb/{endpoint}`, as sent."""
+    rest = request.raw_path[len(f"/lb/{endpoint_id}") :]
+    if not rest.startswith("/"):
+        rest = "/" + rest
+    return rest
+
+
+class _Body:
+    """The request body as it arrives, refused past `MAX_BODY` (a chunked one has no
+    length to check first)."""
+
+    def __init__(self, request: web.Request) -> None:
+        self.request = request
+        self.too_large = False
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        seen = 0
+        async for chunk in self.request.content.iter_any():
+            seen += len(chunk)
+            if seen > MAX_BODY:
+                self.too_large = True
+                raise PayloadTooLarge(_too_large())
+            yield chunk
+
+
+def _too_large() -> str:
+    return f"request body over {MAX_BODY} bytes (30 MB, the load balancer's limit)"
+
+
+@routes.route("*", "/lb/{endpoint}")
+@routes.route("*", "/lb/{endpoint}/{path:.*}")
+async def lb_route(request: web.Request) -> web.StreamResponse:
+    """Authenticate like the job API, hold for a worker if need be, then proxy."""
+    gw = gateway_of(request)
+    endpoint_id = request.match_info["endpoint"]
+    await gw.auth.require(request, JOBS, endpoint_id)
+    entry = await gw.endpoints.get(endpoint_id)
+    require_type(entry, endpoint_id, EndpointType.LB, "/lb/")
+    if (request.content_length or 0) > MAX_BODY:
+        raise PayloadTooLarge(_too_large())
+    router = gw.lb
+    target = await router.acquire(endpoint_id, request.headers.get(WORKER_ID))
+    try:
+        exchange = asyncio.ensure_future(_exchange(request, router, endpoint_id, target, entry))
+        watch = asyncio.ensure_future(_cancel_when_client_leaves(request, exchange))
+        try:
+            return await exchange
+        finally:
+            watch.cancel()
+    finally:
+        router.release(endpoint_id, target)
+
+
+async def _cancel_when_client_leaves(request: web.Request, task: asyncio.Future) -> None:
+    """aiohttp does not cancel a handler whose client hung up: cancel the upstream call."""
+    while not task.done():
+        transport = request.transport
+        if transport is None or transport.is_closing():
+            task.cancel()
+            return
+        await asyncio.sleep(CLIENT_WATCH_S)
+
+
+async def _exchange(
+    request: web.Request, router: LbRouter, endpoint_id: str, target: Target, entry: dict
+) -> web.StreamResponse:
+    url = URL(f"http://{target.worker.address}{worker_path(request, endpoint_id)}", encoded=True)
+    limit_s = request_timeout_s(entry)
+    if request.headers.get("Upgrade", "").lower() == "websocket":
+        return await _websocket(request, router, endpoint_id, target, url)
+    body = _Body(request)
+    response: web.StreamResponse | None = None
+    try:
+        async with asyncio.timeout(limit_s):
+            async with target.session.request(
+                request.method,
+                url,
+                headers=upstream_headers(request),
+                data=body.chunks() if request.body_exists else None,
+                allow_redirects=False,
+            ) as upstream:
+                response = web.StreamResponse(
+                    status=upstream.status,
+                    reason=upstream.reason,
+                    headers=downstream_headers(upstream.headers, target.id),
+                )
+                await response.prepare(request)
+                async for chunk in upstream.content.iter_any():
+                    await response.write(chunk)
+                await response.write_eof()
+                return response
+    except TimeoutError as err:
+        if response is not None:
+            return _cut(request, response)  # the answer began: the client sees it end early
+        raise GatewayTimeout(
+            f"the request ran past the endpoint's requestTimeoutS ({limit_s:g} s)",
+            headers={WORKER_ID: target.id},
+        ) from err
+    except (aiohttp.ClientError, OSError) as err:
+        if body.too_large:
+            raise PayloadTooLarge(_too_large()) from err
+        if response is not None:  # mid-answer: too late for a status; the connection ends
+            router.failed(endpoint_id, target, f"failed mid-answer: {err!r}")
+            return _cut(request, response)
+        if request.transport is None or request.transport.is_closing():
+            raise  # our client left (its body stopped): nothing to answer
+        router.failed(endpoint_id, target, repr(err))
+        raise BadGateway(
+            f"worker {target.id!r} did not answer: {err.__class__.__name__}: {err}; "
+            "it is out of routing until its health check answers 200",
+            headers={WORKER_ID: target.id},
+        ) from err
+
+
+def _cut(request: web.Request, response: web.StreamResponse) -> web.StreamResponse:
+    """End a begun answer by closing the connection (its length or last chunk never came)."""
+    if request.transport is not None:
+        request.transport.close()
+    return response
+
+
+async def _websocket(
+    request: web.Request, router: LbRouter, endpoint_id: str, target: Target, url: URL
+) -> web.StreamResponse:
+    """Relay a WebSocket: the worker's connection first (502 when it refuses), then the
+    client's, then messages both ways until either side closes."""
+    offered = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",")]
+    protocols = [p for p in offered if p]
+    headers = upstream_headers(request, websocket=True)
+    headers.popall("Sec-WebSocket-Protocol", None)
+    try:
+        upstream = await target.session.ws_connect(
+            url, headers=headers, protocols=protocols, autoping=True, max_msg_size=MAX_BODY
+        )
+    except (aiohttp.ClientError, OSError) as err:
+        router.failed(endpoint_id, target, repr(err))
+        raise BadGateway(
+            f"worker {target.id!r} refused the WebSocket: {err}", headers={WORKER_ID: target.id}
+        ) from err
+    chosen = [upstream.protocol] if upstream.protocol else []
+    client = web.WebSocketResponse(protocols=chosen, max_msg_size=MAX_BODY)
+    client.headers[WORKER_ID] = target.id
+    await client.prepare(request)
+    async with upstream:
+        pumps = [
+            asyncio.ensure_future(_pump(client, upstream)),
+            asyncio.ensure_future(_pump(upstream, client)),
+        ]
+        _, pending = await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
+        for p in pending:
+            p.cancel()
+        with contextlib.suppress(Exception):
+            await client.close()
+    return client
+
+
+async def _pump(source, sink) -> None:
+    """Messages from one WebSocket to the other until `source` closes."""
+    async for msg in source:
+        if msg.type == aiohttp.WSMsgType.TEXT:
+            await sink.send_str(msg.data)
+        elif msg.type == aiohttp.WSMsgType.BINARY:
+            await sink.send_bytes(msg.data)
+        else:
+            break
+    await sink.close()

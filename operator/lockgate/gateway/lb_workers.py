@@ -1,0 +1,369 @@
+"""Load-balancing endpoints' workers as one gateway process sees them: which are routable
+(health polled here), which to send a request to, requests held through a cold start, and
+the held and in-flight counts reported to Redis for the scaler.
+
+The registry of workers is in Redis (`store.lb_workers`), written by whoever runs them; an
+`l:<ep>` event reloads it at once. Each worker's health path is polled every
+`lb_health_fast_s` (<= 250 ms) until it answers 200, then every `lb_health_calm_s`; a held
+request is woken the moment a poll sees 200. A worker answering neither 200 nor 204 (or a
+proxied request that cannot reach it) is out of routing until a poll sees 200 again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from lockgate.gateway.errors import ApiError
+from lockgate.store import keys
+from lockgate.store.lb_workers import HEALTHY, INITIALIZING, UNHEALTHY, LbWorker, LbWorkers
+
+log = logging.getLogger("lockgate.gateway")
+
+HEALTH_TIMEOUT_S = 2.0  # one health poll's limit
+START_GRACE_S = 60.0  # a worker not listening yet is initializing this long, then unhealthy
+RELOAD_S = 2.0  # the worker list is read again this often besides `l:` events
+REPORT_EVERY_S = 0.05  # held/in-flight changes reach Redis within this (batched)
+REFRESH_S = keys.LB_REQUESTS_TTL_MS / 1000 / 3  # a report is rewritten before it expires
+IDLE_FORGET_S = 300.0  # an endpoint with no worker and no request is dropped after this
+POOL_PER_WORKER = 256  # kept-alive connections per worker (aiohttp's TCPConnector limit)
+
+
+class NoWorker(ApiError):
+    """No routable worker within the hold time, or too many requests held."""
+
+    status = 503
+
+
+@dataclass(eq=False)
+class Target:
+    """One worker: its record, its health as polled here, and its requests in flight."""
+
+    id: str
+    worker: LbWorker
+    session: aiohttp.ClientSession
+    registered: float = field(default_factory=time.monotonic)
+    state: str = INITIALIZING
+    code: int = 0
+    answered: bool = False  # its health path answered at least once
+    in_flight: int = 0
+    gone: bool = False  # unregistered: closed once its last request ends
+    reported: tuple[str, int, float] = ("", -1, 0.0)
+    poller: asyncio.Task | None = None
+
+    @property
+    def routable(self) -> bool:
+        return self.state == HEALTHY and not self.worker.draining and not self.gone
+
+
+@dataclass(eq=False)
+class LbEndpoint:
+    """One endpoint's targets, its held requests, and the event that wakes them."""
+
+    id: str
+    targets: dict[str, Target] = field(default_factory=dict)
+    held: int = 0
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    used: float = field(default_factory=time.monotonic)
+    loaded: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def wake(self) -> None:
+        """Wake every request waiting for a routable worker (they look again)."""
+        self.changed.set()
+        self.changed = asyncio.Event()
+
+
+def pick(targets: list[Target], affinity: str | None) -> Target | None:
+    """The worker a request goes to: the one it asked for when routable, else the one with
+    the fewest requests in flight here (ties broken at random)."""
+    routable = [t for t in targets if t.routable]
+    if not routable:
+        return None
+    for t in routable:
+        if t.id == affinity:
+            return t
+    least = min(t.in_flight for t in routable)
+    return random.choice([t for t in routable if t.in_flight == least])
+
+
+def parse_affinity(header: str | None) -> tuple[str | None, bool]:
+    """`X-Runpod-Worker-Id`: `<id>` asks for that worker (soft), `strict <id>` insists."""
+    if not header:
+        return None, False
+    word, _, rest = header.strip().partition(" ")
+    if word.lower() == "strict" and rest.strip():
+        return rest.strip(), True
+    return header.strip(), False
+
+
+def health_state(code: int, *, answered: bool, starting: bool) -> str:
+    """200: routable; 204: initializing; no answer before the first one, while starting:
+    initializing (not listening yet); anything else: unhealthy."""
+    if code == 200:
+        return HEALTHY
+    if code == 204 or (code == 0 and not answered and starting):
+        return INITIALIZING
+    return UNHEALTHY
+
+
+class LbRouter:
+    """Every load-balancing endpoint this process has seen: routing, health, demand."""
+
+    def __init__(
+        self,
+        store: LbWorkers,
+        *,
+        clock_ms: Callable[[], int],
+        hold_s: float,
+        max_held: int,
+        fast_s: float,
+        calm_s: float,
+    ) -> None:
+        self.store = store
+        self.clock_ms = clock_ms
+        self.hold_s = hold_s
+        self.max_held = max_held
+        self.fast_s = fast_s
+        self.calm_s = calm_s
+        self.reporter = f"{os.getpid()}-{random.getrandbits(32):08x}"
+        self.endpoints: dict[str, LbEndpoint] = {}
+        self._dirty: set[str] = set()
+        self._kick = asyncio.Event()
+        self._tasks: set[asyncio.Task] = set()
+        self._health: aiohttp.ClientSession | None = None
+
+    # -- routing ----------------------------------------------------------------------
+
+    async def endpoint(self, endpoint_id: str) -> LbEndpoint:
+        """The endpoint's state, its workers loaded from Redis the first time."""
+        ep = self.endpoints.get(endpoint_id)
+        if ep is None:
+            ep = self.endpoints[endpoint_id] = LbEndpoint(endpoint_id)
+            self._spawn(self._watch(ep), f"lockgate-lb-{endpoint_id}")
+        ep.used = time.monotonic()
+        await ep.loaded.wait()
+        return ep
+
+    async def acquire(self, endpoint_id: str, affinity_header: str | None) -> Target:
+        """A routable worker with this request counted in flight on it (`release` it).
+        Without one the request is held until one turns routable; 503 after `hold_s`, or
+        at once beyond `max_held` held requests."""
+        ep = await self.endpoint(endpoint_id)
+        want, strict = parse_affinity(affinity_header)
+        target = self._choose(ep, want, strict)
+        if target is None:
+            target = await self._hold(ep, want, strict)
+        target.in_flight += 1
+        self._changed(ep)
+        return target
+
+    def release(self, endpoint_id: str, target: Target) -> None:
+        """The request on `target` ended."""
+        target.in_flight -= 1
+        ep = self.endpoints.get(endpoint_id)
+        if ep is not None:
+            self._changed(ep)
+        if target.gone and target.in_flight == 0:
+            self._spawn(target.session.close(), f"lockgate-lb-close-{target.id}")
+
+    def failed(self, endpoint_id: str, target: Target, why: str) -> None:
+        """A proxied request could not reach `target`: out of routing until a poll sees 200."""
+        if target.state == HEALTHY:
+            log.warning("endpoint %s: worker %s out of routing: %s", endpoint_id, target.id, why)
+        target.state, target.code = UNHEALTHY, 0
+
+    def _choose(self, ep: LbEndpoint, want: str | None, strict: bool) -> Target | None:
+        if strict:
+            t = ep.targets.get(want or "")
+            return t if t is not None and t.routable else None
+        return pick(list(ep.targets.values()), want)
+
+    async def _hold(self, ep: LbEndpoint, want: str | None, strict: bool) -> Target:
+        if ep.held >= self.max_held:
+            raise NoWorker(
+                f"endpoint {ep.id!r}: no routable worker and {ep.held} requests already held "
+                f"(LOCKGATE_LB_MAX_HELD); retry later",
+                headers={"Retry-After": "1"},
+            )
+        ep.held += 1
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.hold_s
+        try:
+            await self._report(ep)  # the scaler sees this request before it wakes
+            if ep.held == 1:
+                await self.store.wake_scaler(ep.id)
+            while (left := deadline - loop.time()) > 0:
+                changed = ep.changed
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), left)
+                target = self._choose(ep, want, strict)
+                if target is not None:
+                    return target
+        finally:
+            ep.held -= 1
+            self._changed(ep)
+        raise NoWorker(self._why(ep, want if strict else None), headers={"Retry-After": "5"})
+
+    def _why(self, ep: LbEndpoint, strict: str | None) -> str:
+        held = f"held {self.hold_s:g} s (LOCKGATE_LB_HOLD_S)"
+        if strict:
+            return f"endpoint {ep.id!r}: worker {strict!r} (strict) was not routable; {held}"
+        if not ep.targets:
+            return f"endpoint {ep.id!r}: no worker became healthy: none started; {held}"
+        states = ", ".join(
+            f"{t.id}: {t.state}" + (f" (health answered {t.code})" if t.code else "")
+            for t in ep.targets.values()
+        )
+        return f"endpoint {ep.id!r}: no worker became healthy ({states}); {held}"
+
+    # -- workers and their health ------------------------------------------------------
+
+    def reload(self, endpoint_id: str) -> None:
+        """The endpoint's worker list changed (`l:` event): read it again now."""
+        ep = self.endpoints.get(endpoint_id)
+        if ep is not None:
+            self._spawn(self._load(ep), f"lockgate-lb-load-{endpoint_id}")
+
+    async def _watch(self, ep: LbEndpoint) -> None:
+        while True:
+            try:
+                await self._load(ep)
+            except Exception as err:  # Redis away: keep what is known, try again
+                log.warning("endpoint %s: LB workers not read: %s", ep.id, err)
+            ep.loaded.set()
+            quiet = not ep.targets and not ep.held
+            if quiet and time.monotonic() - ep.used > IDLE_FORGET_S:
+                self.endpoints.pop(ep.id, None)
+                return
+            await asyncio.sleep(RELOAD_S)
+
+    async def _load(self, ep: LbEndpoint) -> None:
+        found = await self.store.workers(ep.id)
+        for worker_id, worker in found.items():
+            t = ep.targets.get(worker_id)
+            if t is None:
+                self._add(ep, worker_id, worker)
+            elif t.worker != worker:
+                t.worker = worker
+                ep.wake()
+        for worker_id in ep.targets.keys() - found.keys():
+            t = ep.targets.pop(worker_id)
+            t.gone = True
+            if t.poller is not None:
+                t.poller.cancel()
+            if t.in_flight == 0:
+                await t.session.close()
+
+    def _add(self, ep: LbEndpoint, worker_id: str, worker: LbWorker) -> None:
+        connector = aiohttp.TCPConnector(limit=POOL_PER_WORKER, keepalive_timeout=30)
+        session = aiohttp.ClientSession(
+            connector=connector, auto_decompress=False, timeout=aiohttp.ClientTimeout(total=None)
+        )
+        t = ep.targets[worker_id] = Target(worker_id, worker, session)
+        t.poller = self._spawn(self._poll(ep, t), f"lockgate-lb-health-{worker_id}")
+
+    async def _poll(self, ep: LbEndpoint, t: Target) -> None:
+        while not t.gone:
+            code = await self._check(t)
+            t.answered = t.answered or code != 0
+            starting = time.monotonic() - t.registered < START_GRACE_S
+            state = health_state(code, answered=t.answered, starting=starting)
+            if (state, code) != (t.state, t.code):
+                if state == UNHEALTHY:
+                    log.warning("endpoint %s: worker %s unhealthy (%s)", ep.id, t.id, code)
+                t.state, t.code = state, code
+                if state == HEALTHY:
+                    ep.wake()
+            await self._report_health(ep, t)
+            await asyncio.sleep(self.calm_s if t.state == HEALTHY else self.fast_s)
+
+    async def _check(self, t: Target) -> int:
+        """The health path's status code; 0 when it did not answer."""
+        if self._health is None or self._health.closed:
+            timeout = aiohttp.ClientTimeout(total=HEALTH_TIMEOUT_S)
+            self._health = aiohttp.ClientSession(timeout=timeout)
+        url = f"http://{t.worker.health}{t.worker.path}"
+        try:
+            async with self._health.get(url, allow_redirects=False) as answer:
+                await answer.read()
+                return answer.status
+        except (aiohttp.ClientError, TimeoutError, OSError):
+            return 0
+
+    async def _report_health(self, ep: LbEndpoint, t: Target) -> None:
+        """Write the polled health to Redis when it changed, or before it goes stale."""
+        now = time.monotonic()
+        last_state, last_code, at = t.reported
+        fresh = now - at < keys.LB_HEALTH_REFRESH_MS / 1000
+        if (t.state, t.code) == (last_state, last_code) and fresh:
+            return
+        try:
+            await self.store.report_health(ep.id, t.id, t.state, t.code, self.clock_ms())
+            t.reported = (t.state, t.code, now)
+        except Exception as err:  # Redis away: reported again on the next poll
+            log.warning("endpoint %s: health of %s not reported: %s", ep.id, t.id, err)
+
+    # -- demand reported to Redis -------------------------------------------------------
+
+    def _changed(self, ep: LbEndpoint) -> None:
+        self._dirty.add(ep.id)
+        self._kick.set()
+
+    async def _report(self, ep: LbEndpoint) -> None:
+        flight = {t.id: t.in_flight for t in ep.targets.values() if t.in_flight}
+        await self.store.report_requests(
+            ep.id, self.reporter, held=ep.held, in_flight=flight, now_ms=self.clock_ms()
+        )
+
+    async def run(self) -> None:
+        """Report held and in-flight requests: changes within `REPORT_EVERY_S`, and again
+        every `REFRESH_S` while any exist (a report expires unless rewritten)."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._kick.wait(), REFRESH_S)
+            self._kick.clear()
+            busy = {e.id for e in self.endpoints.values() if e.held or _flying(e)}
+            due, self._dirty = self._dirty | busy, set()
+            for endpoint_id in due:
+                ep = self.endpoints.get(endpoint_id)
+                try:
+                    if ep is not None:
+                        await self._report(ep)
+                except Exception as err:  # Redis away: the next round writes it
+                    log.warning("endpoint %s: LB requests not reported: %s", endpoint_id, err)
+                    self._dirty.add(endpoint_id)
+            await asyncio.sleep(REPORT_EVERY_S)
+
+    def _spawn(self, coro, name: str) -> asyncio.Task:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def close(self) -> None:
+        """Stop polling; close every connection pool; withdraw this process's reports."""
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=5)
+        for ep in self.endpoints.values():
+            with contextlib.suppress(Exception):
+                await self.store.report_requests(
+                    ep.id, self.reporter, held=0, in_flight={}, now_ms=self.clock_ms()
+                )
+            for t in ep.targets.values():
+                await t.session.close()
+        if self._health is not None:
+            await self._health.close()
+
+
+def _flying(ep: LbEndpoint) -> bool:
+    return any(t.in_flight for t in ep.targets.values())

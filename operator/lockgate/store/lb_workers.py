@@ -1,0 +1,129 @@
+"""Load-balancing workers in Redis: where each one listens, its polled health, and the
+requests every gateway process holds or has in flight (keys `lbw`, `lbh`, `lbr`).
+
+Whoever runs the workers (dev mode's pool now, the operator later) registers them; every
+gateway reads them, polls their health and reports what it saw. The gateway never needs
+the Kubernetes API to find a worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import orjson
+from redis.asyncio import Redis
+
+from lockgate.store import keys
+
+HEALTHY, INITIALIZING, UNHEALTHY = "healthy", "initializing", "unhealthy"
+
+
+@dataclass(frozen=True, slots=True)
+class LbWorker:
+    """One registered worker: its HTTP server and health check, and whether it is leaving."""
+
+    address: str  # host:port of the worker's HTTP server (`PORT`)
+    health: str  # host:port of its health check (`PORT_HEALTH`)
+    path: str = "/ping"  # `HEALTH_CHECK_PATH`
+    draining: bool = False  # taken out of routing: its in-flight requests finish, no new one
+
+    def to_json(self) -> bytes:
+        body = {"address": self.address, "health": self.health, "path": self.path}
+        return orjson.dumps({**body, "draining": self.draining})
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> LbWorker:
+        d = orjson.loads(raw)
+        return cls(str(d["address"]), str(d["health"]), str(d["path"]), bool(d["draining"]))
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """A worker's health as a gateway last polled it; `code` 0: it did not answer."""
+
+    state: str
+    code: int
+    at_ms: int
+
+
+class LbWorkers:
+    """Reads and writes the load-balancing worker records of every endpoint."""
+
+    def __init__(self, redis: Redis) -> None:
+        self.redis = redis
+
+    async def register(self, endpoint_id: str, worker_id: str, worker: LbWorker) -> None:
+        """Add (or replace) a worker; gateways learn of it at once (`l:` event)."""
+        await self.redis.hset(keys.lb_workers(endpoint_id), worker_id, worker.to_json())
+        await self._changed(endpoint_id)
+
+    async def unregister(self, endpoint_id: str, worker_id: str) -> None:
+        """Forget a worker and its health."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hdel(keys.lb_workers(endpoint_id), worker_id)
+        pipe.hdel(keys.lb_health(endpoint_id), worker_id)
+        await pipe.execute()
+        await self._changed(endpoint_id)
+
+    async def workers(self, endpoint_id: str) -> dict[str, LbWorker]:
+        """Every registered worker of the endpoint, by id."""
+        raw = await self.redis.hgetall(keys.lb_workers(endpoint_id))
+        return {w.decode(): LbWorker.from_json(v) for w, v in raw.items()}
+
+    async def report_health(
+        self, endpoint_id: str, worker_id: str, state: str, code: int, now_ms: int
+    ) -> None:
+        """What a health poll saw (for `/health` and the scaler's worker counts)."""
+        value = f"{state} {code} {now_ms}"
+        await self.redis.hset(keys.lb_health(endpoint_id), worker_id, value)
+
+    async def health(self, endpoint_id: str) -> dict[str, Health]:
+        """The last polled health of each registered worker (absent: never polled)."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hkeys(keys.lb_workers(endpoint_id))
+        pipe.hgetall(keys.lb_health(endpoint_id))
+        registered, raw = await pipe.execute()
+        names = {w.decode() for w in registered}
+        found = {}
+        for w, v in raw.items():
+            state, code, at = v.decode().split(" ")
+            if w.decode() in names:
+                found[w.decode()] = Health(state, int(code), int(at))
+        return found
+
+    async def report_requests(
+        self,
+        endpoint_id: str,
+        reporter: str,
+        *,
+        held: int,
+        in_flight: Mapping[str, int],
+        now_ms: int,
+    ) -> None:
+        """One gateway process's held and in-flight requests (per worker); it counts for
+        `LB_REQUESTS_TTL_MS` unless written again; nothing held or in flight removes it."""
+        key = keys.lb_requests(endpoint_id)
+        flight = {w: n for w, n in in_flight.items() if n > 0}
+        if not held and not flight:
+            await self.redis.hdel(key, reporter)
+            return
+        exp = now_ms + keys.LB_REQUESTS_TTL_MS
+        await self.redis.hset(
+            key, reporter, orjson.dumps({"held": held, "flight": flight, "exp": exp})
+        )
+
+    async def forget_reports(self, endpoint_id: str, now_ms: int) -> None:
+        """Drop expired request reports (of gateway processes that went away)."""
+        key = keys.lb_requests(endpoint_id)
+        raw = await self.redis.hgetall(key)
+        dead = [r for r, v in raw.items() if int(orjson.loads(v)["exp"]) < now_ms]
+        if dead:
+            await self.redis.hdel(key, *dead)
+
+    async def wake_scaler(self, endpoint_id: str) -> None:
+        """The `q:` event a queued job sends: scalers decide at once, not at their next tick."""
+        await self.redis.publish(keys.EVENTS_CHANNEL, f"q:{endpoint_id}")
+
+    async def _changed(self, endpoint_id: str) -> None:
+        await self.redis.publish(keys.EVENTS_CHANNEL, f"l:{endpoint_id}")

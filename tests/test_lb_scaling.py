@@ -1,0 +1,49 @@
+"""REQUEST_COUNT on load-balancing requests (pure): held and in-flight requests drive
+`decide`; routing and health states from the router's pure helpers."""
+
+from __future__ import annotations
+
+import pytest
+
+from lockgate.gateway.lb_workers import health_state, parse_affinity
+from lockgate.models.endpoint import ScalerType
+from lockgate.scaling.decision import EndpointMetrics, Limits, Workers, decide
+
+LB = Limits(0, 4, 5.0, scaler_type=ScalerType.REQUEST_COUNT, scaler_value=1)
+
+
+@pytest.mark.parametrize(
+    ("metrics", "workers", "desired"),
+    [
+        (EndpointMetrics(requests_held=1), Workers(0), 1),  # a held request at zero
+        (EndpointMetrics(requests_held=9), Workers(0), 4),  # within workersMax
+        (EndpointMetrics(requests_in_flight=3, worker_jobs={"a": 3}), Workers(1), 3),
+        (EndpointMetrics(requests_in_flight=1, worker_jobs={"a": 1}), Workers(1), 1),
+        (EndpointMetrics(), Workers(2, (60.0, 60.0)), 0),  # idle long enough: down to 0
+        (EndpointMetrics(requests_in_flight=1), Workers(2, (60.0,)), 1),  # the busy one stays
+    ],
+)
+def test_request_count_counts_held_and_in_flight_requests(metrics, workers, desired) -> None:
+    assert decide(metrics, LB, workers, now=100.0).desired == desired
+
+
+@pytest.mark.parametrize(
+    ("code", "answered", "starting", "state"),
+    [
+        (200, True, True, "healthy"),
+        (204, True, True, "initializing"),
+        (0, False, True, "initializing"),  # not listening yet
+        (0, False, False, "unhealthy"),  # never listened within the start grace
+        (0, True, True, "unhealthy"),  # answered before, silent now
+        (503, True, True, "unhealthy"),
+        (404, True, True, "unhealthy"),  # a wrong health path shows at once
+    ],
+)
+def test_health_codes_map_to_states(code, answered, starting, state) -> None:
+    assert health_state(code, answered=answered, starting=starting) == state
+
+
+def test_affinity_header_is_soft_unless_strict() -> None:
+    assert parse_affinity("w-1") == ("w-1", False)
+    assert parse_affinity("strict w-1") == ("w-1", True)
+    assert parse_affinity(None) == (None, False)
