@@ -30,6 +30,10 @@ class Registry:
         raw = await self.redis.hget(keys.ENDPOINTS, endpoint_id)
         return orjson.loads(raw) if raw is not None else None
 
+    async def has_endpoint(self, endpoint_id: str) -> bool:
+        """Whether the endpoint is registered (one HEXISTS; nothing is parsed)."""
+        return bool(await self.redis.hexists(keys.ENDPOINTS, endpoint_id))
+
     async def endpoint_ids(self) -> list[str]:
         """The registered endpoints' ids alone (no entry is read or parsed)."""
         return [k.decode() for k in await self.redis.hkeys(keys.ENDPOINTS)]
