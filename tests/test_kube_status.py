@@ -19,6 +19,7 @@ from lockgate.kube.status import (
     endpoint_status,
     merge_conditions,
     phase,
+    resync_may_wait,
 )
 from lockgate.models import Phase
 
@@ -196,3 +197,10 @@ READY_IDLE = {
 def test_an_endpoint_at_rest_is_ready_with_no_worker_and_no_job(change: dict, rests: bool) -> None:
     assert at_rest({**READY_IDLE, **change}) is rests
     assert not at_rest(None)
+
+
+def test_a_resync_waits_only_at_rest_and_within_the_rest_interval() -> None:
+    assert resync_may_wait(READY_IDLE, since_s=30, rest_s=60)
+    assert not resync_may_wait(READY_IDLE, since_s=61, rest_s=60)  # the full resync is due
+    busy = {**READY_IDLE, "jobs": {"inQueue": 1, "inProgress": 0}}
+    assert not resync_may_wait(busy, since_s=1, rest_s=60)

@@ -17,7 +17,7 @@ import kopf
 
 from lockgate.kube import reconcile as rc
 from lockgate.kube.crds import ENDPOINT, GROUP, TEMPLATE, VERSION
-from lockgate.kube.status import at_rest
+from lockgate.kube.status import resync_may_wait
 
 ENDPOINTS = (GROUP, VERSION, ENDPOINT.plural)
 TEMPLATES = (GROUP, VERSION, TEMPLATE.plural)
@@ -95,8 +95,8 @@ async def resync_endpoint(
         if stopped:
             return
         try:
-            resting = at_rest(body.get("status")) and time.monotonic() - last < rest
-            if resting and await rc.still_registered(ctx, body):
+            waits = resync_may_wait(body.get("status"), time.monotonic() - last, rest)
+            if waits and await rc.still_registered(ctx, body):
                 continue
             last = time.monotonic()
             await rc.refresh(ctx, body, steady=True)

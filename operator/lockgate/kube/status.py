@@ -214,6 +214,12 @@ def at_rest(status: Mapping[str, Any] | None) -> bool:
     return status.get("phase") == "Ready" and bool(counts) and not any(counts)
 
 
+def resync_may_wait(status: Mapping[str, Any] | None, since_s: float, rest_s: float) -> bool:
+    """Whether a resync may be skipped: the Endpoint is at rest and its last full resync
+    is less than `rest_s` old."""
+    return at_rest(status) and since_s < rest_s
+
+
 def same_status(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
     """Whether writing `b` over `a` would change anything a reader sees."""
     return dict(a or {}) == dict(b or {})
