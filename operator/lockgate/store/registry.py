@@ -46,6 +46,22 @@ class Registry:
         await self.redis.hdel(keys.ENDPOINTS, endpoint_id)
         await self.redis.publish(keys.EVENTS_CHANNEL, f"r:{endpoint_id}")
 
+    async def put_template(self, template_id: str, entry: dict) -> None:
+        """Keep (or replace) a dev-mode template."""
+        await self.redis.hset(keys.TEMPLATES, template_id, orjson.dumps(entry))
+
+    async def get_template(self, template_id: str) -> dict | None:
+        raw = await self.redis.hget(keys.TEMPLATES, template_id)
+        return orjson.loads(raw) if raw is not None else None
+
+    async def list_templates(self) -> dict[str, dict]:
+        raw = await self.redis.hgetall(keys.TEMPLATES)
+        return {k.decode(): orjson.loads(v) for k, v in raw.items()}
+
+    async def delete_template(self, template_id: str) -> bool:
+        """Forget a dev-mode template; False when it was not there."""
+        return bool(await self.redis.hdel(keys.TEMPLATES, template_id))
+
     async def put_key(self, api_key: str, record: dict) -> None:
         """Store a key's record (name, scopes, endpoints) under the key's digest."""
         await self.put_key_digest(key_digest(api_key), record)
