@@ -148,6 +148,7 @@ def operator(
         resync_rest_s=1.0,
         metrics_url=f"http://127.0.0.1:{metrics_port}/metrics",  # nothing there unless a test
         scale_interval_s=0.2,
+        metrics_grace_s=0.5,
         keys_file=str(keys_file),
     )
     running = OperatorThread(kube, settings)

@@ -55,6 +55,7 @@ async def _operator_scaler(work: Work) -> None:
     await _with(
         ScalingLoop, tick=work, wakeup=asyncio.Event(), ctx=SimpleNamespace(settings=settings),
         busy={},  # decisions in progress, cancelled when the loop ends
+        resting=False,
     ).run()  # fmt: skip
 
 

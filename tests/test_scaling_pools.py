@@ -22,7 +22,7 @@ from lockgate.kube.deployment_pool import (
 )
 from lockgate.kube.events import endpoint_event
 from lockgate.kube.manifests import SERVING_CONDITION, Owner
-from lockgate.kube.scaler import at_rest, metrics_check
+from lockgate.kube.scaler import ScrapeHealth, at_rest, metrics_check
 from lockgate.scaling.decision import EndpointMetrics
 from lockgate.scaling.local_pool import LocalProcessPool
 from lockgate.scaling.readings import MetricsUnreadable, parse_metrics
@@ -158,3 +158,15 @@ async def test_the_local_pool_grows_and_stops_only_the_idle_workers_it_is_given(
         assert (await pool.state()).size == 0
     finally:
         await pool.close(grace_s=5)
+
+
+def test_a_scrape_failing_now_and_then_holds_the_counts_without_a_word() -> None:
+    health = ScrapeHealth(grace_s=10)
+    assert health.seen(None, now=0) == (True, None)
+    assert health.seen("timed out", now=1) == (False, None)  # hold, no condition change
+    assert health.seen("timed out", now=10.5) == (False, None)
+    assert health.seen(None, now=11) == (True, None)  # back: decide again
+    assert health.seen("refused", now=20) == (False, None)  # a new failure, a new grace
+    assert health.seen("refused", now=30) == (True, "refused")  # lasting: reported
+    assert health.seen("refused", now=31) == (True, "refused")
+    assert ScrapeHealth(grace_s=0).seen("refused", now=0) == (True, "refused")

@@ -134,6 +134,29 @@ def by_endpoint(objects: list[Obj]) -> dict[str, list[Obj]]:
     return grouped
 
 
+class ScrapeHealth:
+    """Hysteresis for `/metrics` failures: a scrape that fails now and then (a slow
+    gateway, a restart) holds every count for that tick without a word, instead of turning
+    every endpoint's `MetricsAvailable` False and back (at a thousand endpoints, two
+    thousand Events and status patches for one timeout). Failures that last `grace_s` are
+    reported."""
+
+    def __init__(self, grace_s: float) -> None:
+        self.grace_s = grace_s
+        self.failing_since: float | None = None
+
+    def seen(self, error: str | None, now: float) -> tuple[bool, str | None]:
+        """After a scrape: (whether to decide this tick, the error to report)."""
+        if error is None:
+            self.failing_since = None
+            return True, None
+        if self.failing_since is None:
+            self.failing_since = now
+        if now - self.failing_since < self.grace_s:
+            return False, None
+        return True, error
+
+
 class ScalingLoop:
     """Scales every registered Endpoint of the watched namespaces; state lives here."""
 
@@ -152,8 +175,8 @@ class ScalingLoop:
         self.wakeup = asyncio.Event()  # set: tick now instead of at the next interval
         self.busy: dict[str, asyncio.Task] = {}  # endpoint -> its decision being applied
         self.resting = False  # the last tick found every endpoint at rest
-        concurrency = getattr(ctx.settings, "kube_concurrency", 32)
-        self.slots = asyncio.Semaphore(concurrency)  # endpoints decided at once
+        self.scrapes = ScrapeHealth(ctx.settings.metrics_grace_s)
+        self.slots = asyncio.Semaphore(ctx.settings.kube_concurrency)  # decided at once
 
     async def run(self) -> None:
         """Tick every `scale_interval_s`, or at once when `wakeup` is set, until cancelled;
@@ -206,6 +229,10 @@ class ScalingLoop:
         entries = await self.ctx.registry.list_endpoints()
         ours = {ep: e for ep, e in entries.items() if self._ours(e)}
         readings, error = await self._read()
+        decide, error = self.scrapes.seen(error, self.clock())
+        if not decide:
+            log.info("scaler: /metrics unreadable; every count held for now")
+            return
         namespaces: dict[str, dict[str, Obj]] = defaultdict(dict)
         for ep, entry in ours.items():
             if ep not in self.busy:

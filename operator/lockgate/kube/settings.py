@@ -54,6 +54,11 @@ class OperatorSettings(RedisSettings):
     metrics_url: str = Field("", description="gateway /metrics URL; default: gateway_url/metrics")
     metrics_token: str = Field("", description="bearer token, when the gateway requires one")
     metrics_timeout_s: float = Field(2.0, gt=0, description="a scrape slower than this fails")
+    metrics_grace_s: float = Field(
+        10.0, ge=0,
+        description="scrapes failing for less than this hold every count without a word; "
+        "past it, every endpoint's MetricsAvailable turns False",
+    )  # fmt: skip
     scale_interval_s: float = Field(1.0, ge=0, description="seconds between decisions; 0: off")
     scale_rest_interval_s: float = Field(
         10.0, gt=0,
