@@ -35,10 +35,17 @@ def where_to_set(url: str) -> str:
     )
 
 
+def not_a_url(url: str) -> str:
+    """The hint of a URL that is not one."""
+    return f"{url!r} is not a usable URL: set --url or LOCKGATE_URL, e.g. http://127.0.0.1:8080"
+
+
 def refused(status: int, error: str, url: str) -> ClientError:
     """The `ClientError` of an HTTP error answer, saying what to do for the common ones."""
     if status == 401:
-        return ClientError(f"{url} refused the API key (401): {WRONG_KEY}", status)
+        # the gateway answers 401 for an unknown key and for a key without the scope
+        why = f": {error}" if error else ""
+        return ClientError(f"{url} refused the API key (401{why}): {WRONG_KEY}", status)
     if status == 403:
         message = f"the API key may not do this (403: {error}): use a key with that scope"
         return ClientError(message, status)
@@ -90,13 +97,16 @@ class ApiClient:
             async with self.session.request(
                 method, self.url + path, json=body, params=query
             ) as response:
-                data = await response.read()
-                if response.status >= 400:
-                    raise refused(response.status, error_of(data), self.url)
-                return json.loads(data) if data else None
+                status, data = response.status, await response.read()
         except (TimeoutError, aiohttp.ClientConnectionError, OSError) as err:
             raise ClientError(where_to_set(self.url)) from err
-        except ValueError as err:  # not JSON: not a lockgate URL
+        except ValueError as err:  # aiohttp.InvalidURL, a port out of range
+            raise ClientError(not_a_url(self.url)) from err
+        if status >= 400:
+            raise refused(status, error_of(data), self.url)
+        try:
+            return json.loads(data) if data else None
+        except ValueError as err:
             raise ClientError(f"{self.url}{path} did not answer JSON: is it lockgate?") from err
 
     async def events(self, path: str, params: dict[str, Any]) -> AsyncIterator[Any]:
@@ -112,3 +122,5 @@ class ApiClient:
                         yield json.loads(line[5:].strip())
         except (TimeoutError, aiohttp.ClientConnectionError, OSError) as err:
             raise ClientError(where_to_set(self.url)) from err
+        except ValueError as err:
+            raise ClientError(not_a_url(self.url)) from err
