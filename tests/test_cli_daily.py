@@ -130,12 +130,18 @@ def test_jobs_run_wait_prints_the_result_as_a_table_and_yaml_matches_json(env) -
 
 
 def test_jobs_stream_prints_each_chunk_then_ends(env) -> None:
-    job = json.loads(ok(lockgate("jobs", "run", "echo", '{"s": 1}', "-o", "json", env=env)))
-    out = ok(lockgate("jobs", "stream", "echo", job["id"], env=env, timeout_s=60))
-    # the echo handler returns one output: a finished job's stream has ended, possibly empty
-    assert all(json.loads(line) for line in out.splitlines())
-    status = json.loads(ok(lockgate("jobs", "status", "echo", job["id"], "-o", "json", env=env)))
-    assert status["status"] == "COMPLETED"
+    ok(lockgate("endpoints", "create", "--id", "cli-stream", "--template-id",
+                str(REPO / "tests/workers/runpod_stream.py"), env=env))  # fmt: skip
+    try:
+        job = json.loads(
+            ok(lockgate("jobs", "run", "cli-stream", '{"n": 3, "gap": 0.2}', "-o", "json",
+                        env=env))
+        )  # fmt: skip
+        out = ok(lockgate("jobs", "stream", "cli-stream", job["id"], env=env, timeout_s=90))
+        chunks = [json.loads(line) for line in out.splitlines()]
+        assert [c["text"] for c in chunks] == [["token-0"], ["token-1"], ["token-2"]]
+    finally:
+        ok(lockgate("endpoints", "delete", "cli-stream", env=env))
 
 
 def test_jobs_cancel_cancels_a_queued_job(dev, env) -> None:
