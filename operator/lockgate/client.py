@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 
 CONNECT_TIMEOUT_S = 10.0  # to open a connection; a request may then take as long as it needs
-WRONG_KEY = "set --key or LOCKGATE_API_KEY, or run `lockgate login`"
+WRONG_KEY = "set --key or LOCKGATE_API_KEY, or run: lockgate login"
 
 
 class ClientError(Exception):
