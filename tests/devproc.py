@@ -24,7 +24,14 @@ class DevProcess:
     def __init__(self, *args: str, data_dir: Path, port: int | None = None, env=None) -> None:
         self.port = port or free_port()
         self.args = [*args, "--port", str(self.port), "--data-dir", str(data_dir)]
-        self.env = {**os.environ, "LOCKGATE_LOG_LEVEL": "INFO", **(env or {})}
+        # the CLI config dev mode writes goes to the test's folder, never the user's ~/.config
+        self.config_home = data_dir / "config"
+        self.env = {
+            **os.environ,
+            "LOCKGATE_LOG_LEVEL": "INFO",
+            "XDG_CONFIG_HOME": str(self.config_home),
+            **(env or {}),
+        }
         self.lines: list[str] = []
         self.key = self.endpoint = ""
         self.proc: subprocess.Popen | None = None

@@ -15,6 +15,8 @@ import time
 
 import orjson
 from pydantic import ValidationError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from lockgate.models import describe_validation_error
 from lockgate.models.keys import KeyFileEntry, KeyRecord
@@ -108,12 +110,25 @@ def _by_name(item: tuple[str, dict]) -> str:
     return str(item[1].get("name", ""))
 
 
+def unreachable(settings: RedisSettings) -> str:
+    """The one line for a Redis `lockgate keys` cannot reach: which one, and what to set."""
+    return (
+        f"cannot reach {settings.describe()}: give the running lockgate's Redis with "
+        "--redis-url or LOCKGATE_REDIS_URL (lockgate dev prints it: 'redis ready on …'), or "
+        "manage keys over HTTP: the console's Keys page or /v1/keys"
+    )
+
+
 def main(args: argparse.Namespace) -> int:
-    flags = standalone(args.redis_url) if args.redis_url else {}
+    redis_url = getattr(args, "redis_url", None)  # given before or after the action, or not
+    flags = standalone(redis_url) if redis_url else {}
     args.redis = RedisSettings(**flags)  # --redis-url wins over LOCKGATE_REDIS_*
     try:
         asyncio.run(_run(args))
     except KeyCommandError as err:
         print(f"lockgate keys: {err}", file=sys.stderr)
+        return 1
+    except (RedisConnectionError, RedisTimeoutError, OSError):
+        print(f"lockgate keys: {unreachable(args.redis)}", file=sys.stderr)
         return 1
     return 0

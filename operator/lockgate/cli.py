@@ -1,4 +1,8 @@
-"""The `lockgate` command: dev mode, gateway, operator, keys, CRDs, uninstall cleanup."""
+"""The `lockgate` command: dev mode, gateway, operator, keys, CRDs, uninstall cleanup, and
+the daily-work commands over HTTP (endpoints, templates, jobs, logs, login: `commands/`).
+
+Every error is one line on stderr that says what to do, and a non-zero exit; a traceback
+only with LOCKGATE_DEBUG=1."""
 
 from __future__ import annotations
 
@@ -21,8 +25,8 @@ def _dev(sub: argparse._SubParsersAction) -> None:
     p.add_argument("handler", nargs="?", help="handler file, started as `python HANDLER.py`")
     p.add_argument("--worker-command", help="run this command as each worker instead")
     p.add_argument("--endpoint-id", help="default: the handler's folder or file name")
-    p.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8080, help="listen port (default 8080)")
+    p.add_argument("--host", help="listen address (LOCKGATE_HOST, default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="listen port (LOCKGATE_PORT, default 8080)")
     p.add_argument("--api-key", help="client API key (default $LOCKGATE_API_KEY or generated)")
     p.add_argument("--workers-min", type=int, default=0, help="default 0")
     p.add_argument("--workers-max", type=int, default=3, help="default 3")
@@ -121,19 +125,24 @@ def _manage(sub: argparse._SubParsersAction) -> None:
 
 
 def _keys(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "keys",
-        help="create, list and revoke API keys",
-        description="API keys, stored in Redis as their SHA-256. Scopes: jobs (client job "
-        "API), jobs:read (status, stream, health), workers (worker API), admin (management).",
-    )
-    p.add_argument(
+    # --redis-url before or after the action: a parent of both parsers, SUPPRESS by default
+    # so that the action's parser does not reset what the group's parsed
+    redis = argparse.ArgumentParser(add_help=False)
+    redis.add_argument(
         "--redis-url",
+        default=argparse.SUPPRESS,
         help="this standalone Redis; default: the LOCKGATE_REDIS_* settings (URL, cluster or "
         "Sentinel), else redis://127.0.0.1:6379/0",
     )
+    p = sub.add_parser(
+        "keys",
+        help="create, list and revoke API keys",
+        parents=[redis],
+        description="API keys, stored in Redis as their SHA-256. Scopes: jobs (client job "
+        "API), jobs:read (status, stream, health), workers (worker API), admin (management).",
+    )
     keys = p.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
-    create = keys.add_parser("create", help="create a key and print it (once)")
+    create = keys.add_parser("create", help="create a key and print it (once)", parents=[redis])
     create.add_argument("name", help="who owns the key; rate limits count per name")
     create.add_argument(
         "--scope", action="append", required=True, help="jobs, jobs:read, workers or admin"
@@ -143,8 +152,10 @@ def _keys(sub: argparse._SubParsersAction) -> None:
         "--file-entry", action="store_true",
         help="write nothing to Redis; print the key and its entry for the key file",
     )  # fmt: skip
-    keys.add_parser("list", help="list keys: id, name, scopes, endpoints (never the key)")
-    revoke = keys.add_parser("revoke", help="revoke keys by name or id")
+    keys.add_parser(
+        "list", help="list keys: id, name, scopes, endpoints (never the key)", parents=[redis]
+    )
+    revoke = keys.add_parser("revoke", help="revoke keys by name or id", parents=[redis])
     revoke.add_argument("name_or_id", help="a key's name, or the start of its id")
     p.set_defaults(run=_lazy("lockgate.apikeys", "main"))
 
@@ -194,29 +205,135 @@ def _lazy(module: str, name: str) -> Command:
     return run
 
 
+def _remote(module: str, name: str) -> Command:
+    """A daily-work command: `module.name(args, api)` with the API client it needs."""
+
+    def run(args: argparse.Namespace) -> int | None:
+        import importlib
+
+        from lockgate.commands.session import run_action
+
+        return run_action(args, getattr(importlib.import_module(module), name))
+
+    return run
+
+
+def _completion(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "completion",
+        help="print a shell completion script",
+        description="Completion of commands and actions: `source <(lockgate completion bash)`.",
+    )
+    p.add_argument("shell", choices=["bash"], help="the shell (bash; zsh loads it too)")
+    p.set_defaults(run=_print_completion)
+
+
+def _print_completion(args: argparse.Namespace) -> int:
+    print(completion_script(parser()))
+    return 0
+
+
+def completion_script(top: argparse.ArgumentParser) -> str:
+    """A bash completion function for `top`'s commands, their actions and options."""
+    cases = []
+    commands = _choices(top)
+    for name, command in commands.items():
+        words = " ".join([*_choices(command), *_options(command)])
+        cases.append(f'        {name}) words="{words}" ;;')
+    return "\n".join([
+        "# lockgate completion (bash): source <(lockgate completion bash)",
+        "_lockgate() {",
+        '    local cur="${COMP_WORDS[COMP_CWORD]}" words',
+        "    if [ \"$COMP_CWORD\" -eq 1 ]; then",
+        f'        words="{" ".join([*commands, "--version", "--help"])}"',
+        "    else",
+        '        case "${COMP_WORDS[1]}" in',
+        *cases,
+        '        *) words="" ;;',
+        "        esac",
+        "    fi",
+        '    COMPREPLY=($(compgen -W "$words" -- "$cur"))',
+        "}",
+        "complete -o default -F _lockgate lockgate",
+    ])  # fmt: skip
+
+
+def _choices(p: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _options(p: argparse.ArgumentParser) -> list[str]:
+    return [o for a in p._actions for o in a.option_strings if o.startswith("--")]
+
+
+def version() -> str:
+    """The installed lockgate's version."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("lockgate")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def parser() -> argparse.ArgumentParser:
+    from lockgate.commands.args import add_client_commands
+
     p = argparse.ArgumentParser(
         prog="lockgate",
         description="Self-hosted queue-based serverless endpoints with the RunPod job API.",
     )
+    p.add_argument("--version", action="version", version=f"lockgate {version()}")
     sub = p.add_subparsers(title="commands", metavar="COMMAND", required=True)
     for add in (_dev, _gateway, _operator, _manage, _keys, _crds, _uninstall_cleanup):
         add(sub)
+    add_client_commands(sub, _remote)
+    _completion(sub)
     return p
+
+
+def one_line(text: object) -> str:
+    """`text` on one line (an error message may hold newlines)."""
+    return " ".join(str(text).split())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    try:
+        return _run(args)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as err:  # unexpected: still one line, the traceback on request
+        if os.environ.get("LOCKGATE_DEBUG"):
+            raise
+        print(
+            f"lockgate: unexpected error: {type(err).__name__}: {one_line(err)} "
+            "(LOCKGATE_DEBUG=1 shows the traceback; please report it)",
+            file=sys.stderr,
+        )
+        return 1
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the command; the expected errors become one line and an exit code."""
     from pydantic import ValidationError
 
+    from lockgate.client import ClientError
     from lockgate.store.connection import RedisSettingsError, describe_settings_error
 
     try:
         return int(args.run(args) or 0)
     except (RedisSettingsError, ValidationError) as err:  # bad LOCKGATE_* settings at startup
         message = describe_settings_error(err) if isinstance(err, ValidationError) else str(err)
-        print(f"lockgate: invalid settings: {message}", file=sys.stderr)
+        print(f"lockgate: invalid settings: {one_line(message)}", file=sys.stderr)
         return 2
+    except ClientError as err:
+        print(f"lockgate: {one_line(err)}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import errno
 import logging
 import os
 import secrets
@@ -22,6 +23,7 @@ from pathlib import Path
 from aiohttp import web
 from pydantic import ValidationError
 
+from lockgate import clientconfig
 from lockgate.dev.controlplane import STOP_GRACE_S, LocalControlPlane
 from lockgate.dev.launch import HANDLER_SUFFIX
 from lockgate.dev.names import curl_line, endpoint_id_for
@@ -47,8 +49,8 @@ log = logging.getLogger("lockgate.dev")
 class DevOptions:
     endpoint_id: str
     spec: EndpointSpec  # templateId: the handler file or worker command (see dev.launch)
-    host: str
-    port: int
+    host: str | None  # None: LOCKGATE_HOST, else Settings' default (as `lockgate gateway`)
+    port: int | None  # None: LOCKGATE_PORT, else Settings' default
     api_key: str
     data_dir: Path
     redis: RedisSettings | None = None  # an external Redis; None: start the embedded one
@@ -174,22 +176,66 @@ async def start_endpoints(plane: LocalControlPlane, opts: DevOptions) -> None:
         raise SystemExit(f"lockgate dev: {err}") from err
 
 
+def dev_settings(opts: DevOptions, redis: RedisSettings) -> Settings:
+    """The gateway's settings: LOCKGATE_* as `lockgate gateway` reads them (LOCKGATE_HOST,
+    LOCKGATE_PORT, ...), the command line's --host and --port over them, and dev mode's own:
+    this Redis, private webhook targets allowed, a webhook secret kept in the data dir
+    unless LOCKGATE_WEBHOOK_SECRET is set."""
+    flags = {k: v for k, v in {"host": opts.host, "port": opts.port}.items() if v is not None}
+    secret = os.environ.get("LOCKGATE_WEBHOOK_SECRET") or secret_in(
+        opts.data_dir, "webhook-secret", "whsec_"
+    )
+    return Settings(
+        **redis.model_dump(), **flags, webhook_allow_private=True, webhook_secret=secret
+    )
+
+
+def cannot_listen(host: str, port: int, err: OSError) -> str:
+    """The one line for a port dev mode cannot listen on, naming the settings to change."""
+    if err.errno == errno.EADDRINUSE:
+        return (
+            f"port {port} is in use (another lockgate dev?): stop what uses it, or choose "
+            "another port with --port or LOCKGATE_PORT"
+        )
+    reason = (err.strerror or str(err)).lower()
+    return (
+        f"cannot listen on {host}:{port} ({reason}): choose another address with --host / "
+        "LOCKGATE_HOST or port with --port / LOCKGATE_PORT"
+    )
+
+
+def write_cli_config(url: str, key: str) -> None:
+    """Point the `lockgate` CLI (endpoints, jobs, logs) at this dev mode, and say so."""
+    try:
+        path = clientconfig.save_for_dev(url, key)
+    except OSError as err:
+        say(f"CLI config not written ({err.strerror}): use --url and --key")
+        return
+    if path is None:
+        say(f"CLI config kept ({clientconfig.config_path()}: written by lockgate login)")
+    else:
+        say(f"CLI: lockgate endpoints list, lockgate jobs run … (config in {path})")
+
+
 async def serve(opts: DevOptions, redis: RedisSettings, stop: asyncio.Event) -> None:
     """Gateway, management API and local endpoints until `stop` is set; then shut down in
     order: scaling stops, long-polls are answered, workers finish their jobs, then the rest."""
-    settings = Settings(
-        **redis.model_dump(), host=opts.host, port=opts.port, webhook_allow_private=True,
-        webhook_secret=secret_in(opts.data_dir, "webhook-secret", "whsec_"),
-    )  # fmt: skip
-    local_url = f"http://127.0.0.1:{opts.port}"
+    settings = dev_settings(opts, redis)
+    local_url = f"http://127.0.0.1:{settings.port}"
     app, plane = build_app(settings, gateway_url=local_url, base_dir=Path.cwd())
     gw = app[GATEWAY]
     runner = app_runner(app, settings, access_log=None, shutdown_timeout=2)
-    await serve_runner(runner, settings, opts.port, gw.header_timeout)
+    try:
+        await serve_runner(runner, settings, settings.port, gw.header_timeout)
+    except OSError as err:
+        await runner.cleanup()
+        why = cannot_listen(settings.host, settings.port, err)
+        raise SystemExit(f"lockgate dev: {why}") from err
     await gw.registry.put_key(opts.api_key, {"name": "dev", "scopes": ["jobs", "admin"]})
     try:
         await start_endpoints(plane, opts)
         base = settings.public_base_url()
+        write_cli_config(base, opts.api_key)
         say(f"endpoint {opts.endpoint_id!r} ready: job API {base}/v2/{opts.endpoint_id}")
         if opts.spec.type == EndpointType.LB:
             say(f"load balancer: {base}/lb/{opts.endpoint_id}/<path> (any method)")

@@ -1,0 +1,107 @@
+"""`lockgate jobs run|status|stream|cancel|list`, over the job API (`/v2/{endpoint}/...`)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+from urllib.parse import quote
+
+from lockgate.client import ApiClient, ClientError
+from lockgate.commands.session import emit
+
+FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT"}
+JOB_COLUMNS = ("id", "status", "delay ms", "execution ms", "output", "error")
+LIST_COLUMNS = ("id", "status", "created", "delay ms", "execution ms", "worker", "error")
+STREAM_POLL_S = 0.5  # how often `jobs stream` asks for new chunks
+RUNSYNC_WAIT_MS = 300_000  # `jobs run --wait`: the longest /runsync holds (the API's maximum)
+
+
+def job_row(job: dict[str, Any]) -> list[Any]:
+    """A job (`/status`, `/run`, `/runsync`, `/cancel` answer) as a table row."""
+    return [
+        job.get("id"),
+        job.get("status"),
+        job.get("delayTime"),
+        job.get("executionTime"),
+        job.get("output"),
+        job.get("error"),
+    ]
+
+
+def job_input(text: str) -> Any:
+    """`jobs run`'s INPUT: JSON, `-` for stdin, or `@FILE`."""
+    source = text
+    if text == "-":
+        source = sys.stdin.read()
+    elif text.startswith("@"):
+        try:
+            with open(text[1:]) as handle:
+                source = handle.read()
+        except OSError as err:
+            raise ClientError(f"input {text}: {err.strerror}") from err
+    try:
+        return json.loads(source)
+    except ValueError as err:
+        raise ClientError(f'input is not JSON ({err}); e.g. \'{{"prompt": "hi"}}\'') from err
+
+
+def base(endpoint: str) -> str:
+    return f"/v2/{quote(endpoint, safe='')}"
+
+
+def exit_code(job: dict[str, Any]) -> int:
+    """0 unless the job ended without success (FAILED, CANCELLED, TIMED_OUT): 1."""
+    return 1 if job.get("status") in FINAL - {"COMPLETED"} else 0
+
+
+async def run_job(args: argparse.Namespace, api: ApiClient) -> int:
+    body: dict[str, Any] = {"input": job_input(args.input)}
+    if args.wait:
+        job = await api.call(
+            "POST", f"{base(args.endpoint)}/runsync", body=body, params={"wait": RUNSYNC_WAIT_MS}
+        )
+    else:
+        job = await api.call("POST", f"{base(args.endpoint)}/run", body=body)
+    emit(args, job, JOB_COLUMNS, [job_row(job)])
+    return exit_code(job)
+
+
+async def job_status(args: argparse.Namespace, api: ApiClient) -> int:
+    params = {"wait": args.wait_ms} if args.wait_ms else None
+    job = await api.call("GET", f"{base(args.endpoint)}/status/{quote(args.job)}", params=params)
+    emit(args, job, JOB_COLUMNS, [job_row(job)])
+    return exit_code(job)
+
+
+async def cancel_job(args: argparse.Namespace, api: ApiClient) -> None:
+    job = await api.call("POST", f"{base(args.endpoint)}/cancel/{quote(args.job)}")
+    emit(args, job, JOB_COLUMNS, [job_row(job)])
+
+
+async def stream_job(args: argparse.Namespace, api: ApiClient) -> int:
+    """Each chunk's output as it comes, one JSON line each, until the job ends."""
+    path = f"{base(args.endpoint)}/stream/{quote(args.job)}"
+    while True:
+        answer = await api.call("GET", path)
+        for chunk in answer.get("stream") or []:
+            print(json.dumps(chunk.get("output", chunk)), flush=True)
+        if answer.get("status") in FINAL and not answer.get("stream"):
+            if answer.get("status") != "COMPLETED":
+                print(f"job {args.job}: {answer.get('status')}", file=sys.stderr)
+            return exit_code(answer)
+        await asyncio.sleep(STREAM_POLL_S)
+
+
+async def list_jobs(args: argparse.Namespace, api: ApiClient) -> None:
+    params = {"status": args.status, "limit": args.limit}
+    page = await api.call("GET", f"{base(args.endpoint)}/requests", params=params)
+    items = page.get("items") or []
+    rows = [
+        [j.get("id"), j.get("status"), j.get("createdAt"), j.get("delayTime"),
+         j.get("executionTime"), j.get("workerId"), j.get("error")]
+        for j in items
+    ]  # fmt: skip
+    emit(args, page, LIST_COLUMNS, rows)

@@ -1,0 +1,28 @@
+"""`lockgate login`: check a URL and API key and keep them in the config file."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from lockgate import clientconfig
+from lockgate.client import ApiClient, ClientError
+
+
+async def login(args: argparse.Namespace, api: ApiClient) -> None:
+    """Ask the management API who may list endpoints; save the URL and key if it answers."""
+    if not api.key:
+        raise ClientError("give the API key: lockgate login --url URL --key KEY")
+    try:
+        await api.call("GET", "/v1/endpoints", params={"limit": 1})
+        note = ""
+    except ClientError as err:
+        # a key without the admin scope: 401 naming the scope (403 from a proxy in front)
+        if err.status != 403 and "may not use" not in str(err):
+            raise
+        note = " (not an admin key: jobs commands only)"
+    fields = {"url": api.url, "key": api.key, "writtenBy": clientconfig.BY_LOGIN}
+    if job_url := getattr(args, "job_url", None):
+        fields["jobUrl"] = job_url
+    path = clientconfig.save(fields)
+    print(f"logged in to {api.url}{note}; saved in {path}", file=sys.stderr)

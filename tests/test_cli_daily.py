@@ -1,0 +1,355 @@
+"""The `lockgate` CLI for daily work, as a user runs it: the real command in a subprocess
+against a real `lockgate dev` (endpoints, jobs, logs, keys, config file, output formats,
+options after the action), and every expected error as one line on stderr."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lockgate import cli, clientconfig
+from lockgate.dev.redis_server import free_port
+from lockgate.output import table
+from lockgate.output import yaml as to_yaml
+from tests.devproc import REPO, DevProcess
+
+ECHO = str(REPO / "examples/echo/handler.py")
+RUNPOD_ECHO = str(REPO / "tests/workers/runpod_echo.py")
+SCRUBBED = ("LOCKGATE_URL", "LOCKGATE_API_KEY", "LOCKGATE_JOB_URL", "LOCKGATE_CONFIG")
+
+
+def clean_env(config_home: Path, **extra: str) -> dict[str, str]:
+    """The user's environment without LOCKGATE_URL & co., the config under `config_home`."""
+    env = {k: v for k, v in os.environ.items() if k not in SCRUBBED and k != "LOCKGATE_DEBUG"}
+    return {**env, "XDG_CONFIG_HOME": str(config_home), **extra}
+
+
+def lockgate(*args: str, env: dict[str, str], timeout_s: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "lockgate.cli", *args],
+        env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout_s,
+    )  # fmt: skip
+
+
+def ok(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def one_line_error(result: subprocess.CompletedProcess) -> str:
+    """The error line of a failed run: exactly one line on stderr, a non-zero exit."""
+    assert result.returncode != 0
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def dev(tmp_path_factory):
+    with DevProcess(ECHO, "--api-key", "k-cli", data_dir=tmp_path_factory.mktemp("dev")) as d:
+        yield d
+
+
+@pytest.fixture
+def env(dev) -> dict[str, str]:
+    """The CLI's environment: only the config file dev mode wrote says where and which key."""
+    return clean_env(dev.config_home)
+
+
+@pytest.fixture
+def bare_env(tmp_path) -> dict[str, str]:
+    """No config file, no LOCKGATE_URL: everything must come from the command line."""
+    return clean_env(tmp_path / "no-config")
+
+
+def test_dev_writes_a_private_config_file_with_its_url_and_key(dev) -> None:
+    path = dev.config_home / "lockgate" / "config.json"
+    assert json.loads(path.read_text()) == {"url": dev.url, "key": "k-cli", "writtenBy": "dev"}
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    dev.wait_for(re.escape(f"config in {path}"))
+
+
+def test_endpoints_list_reads_the_config_file_and_prints_a_table(env) -> None:
+    lines = ok(lockgate("endpoints", "list", env=env)).splitlines()
+    assert lines[0].split()[:4] == ["ID", "NAME", "TYPE", "PHASE"]
+    assert any(line.split()[:3] == ["echo", "echo", "QUEUE"] for line in lines[1:])
+
+
+def test_endpoint_create_get_edit_list_delete_round_trip(env) -> None:
+    created = json.loads(
+        ok(lockgate("endpoints", "create", "--id", "cli-rt", "--template-id", ECHO,
+                    "--workers-max", "1", "-o", "json", env=env))
+    )  # fmt: skip
+    assert created["id"] == "cli-rt" and created["workersMax"] == 1
+    got = ok(lockgate("endpoints", "get", "cli-rt", env=env))
+    assert got.splitlines()[1].split()[:3] == ["cli-rt", "-", "QUEUE"]
+    edited = json.loads(
+        ok(lockgate("endpoints", "edit", "cli-rt", "--set", "workersMax=2", "--name", "rt",
+                    "-o", "json", env=env))
+    )  # fmt: skip
+    assert (edited["workersMax"], edited["name"], edited["templateId"]) == (2, "rt", ECHO)
+    listed = json.loads(ok(lockgate("endpoints", "list", "-o", "json", env=env)))
+    assert "cli-rt" in {e["id"] for e in listed}
+    ok(lockgate("endpoints", "delete", "cli-rt", env=env))
+    listed = json.loads(ok(lockgate("endpoints", "list", "-o", "json", env=env)))
+    assert "cli-rt" not in {e["id"] for e in listed}
+    assert "not found" in one_line_error(lockgate("endpoints", "get", "cli-rt", env=env))
+
+
+def test_a_job_runs_and_its_status_carries_the_output(env) -> None:
+    job = json.loads(ok(lockgate("jobs", "run", "echo", '{"n": 7}', "-o", "json", env=env)))
+    assert job["status"] == "IN_QUEUE"
+    status = json.loads(
+        ok(lockgate("jobs", "status", "echo", job["id"], "--wait-ms", "30000", "-o", "json",
+                    env=env))
+    )  # fmt: skip
+    assert status["status"] == "COMPLETED" and status["output"] == {"echo": {"n": 7}}
+    listed = json.loads(ok(lockgate("jobs", "list", "echo", "-o", "json", env=env)))
+    assert job["id"] in {item["id"] for item in listed["items"]}
+
+
+def test_jobs_run_wait_prints_the_result_as_a_table_and_yaml_matches_json(env) -> None:
+    row = ok(lockgate("jobs", "run", "echo", '{"w": 1}', "--wait", env=env)).splitlines()[1]
+    assert row.split()[1] == "COMPLETED" and '{"echo":{"w":1}}' in row
+    as_json = json.loads(ok(lockgate("endpoints", "get", "echo", "-o", "json", env=env)))
+    as_yaml = yaml.safe_load(ok(lockgate("endpoints", "get", "echo", "-o", "yaml", env=env)))
+    assert as_yaml["id"] == "echo"
+    assert {k: v for k, v in as_yaml.items() if k != "status"} == {
+        k: v for k, v in as_json.items() if k != "status"
+    }
+
+
+def test_jobs_stream_prints_each_chunk_then_ends(env) -> None:
+    ok(lockgate("endpoints", "create", "--id", "cli-stream", "--template-id",
+                str(REPO / "tests/workers/runpod_stream.py"), env=env))  # fmt: skip
+    try:
+        job = json.loads(
+            ok(lockgate("jobs", "run", "cli-stream", '{"n": 3, "gap": 0.2}', "-o", "json",
+                        env=env))
+        )  # fmt: skip
+        out = ok(lockgate("jobs", "stream", "cli-stream", job["id"], env=env, timeout_s=90))
+        chunks = [json.loads(line) for line in out.splitlines()]
+        assert [c["text"] for c in chunks] == [["token-0"], ["token-1"], ["token-2"]]
+    finally:
+        ok(lockgate("endpoints", "delete", "cli-stream", env=env))
+
+
+def test_jobs_cancel_cancels_a_queued_job(dev, env) -> None:
+    ok(lockgate("endpoints", "create", "--id", "cli-idle", "--template-id", ECHO,
+                "--workers-max", "0", env=env))  # fmt: skip
+    try:
+        job = json.loads(ok(lockgate("jobs", "run", "cli-idle", "-o", "json", env=env)))
+        cancelled = ok(lockgate("jobs", "cancel", "cli-idle", job["id"], "-o", "json", env=env))
+        assert json.loads(cancelled)["status"] == "CANCELLED"
+    finally:
+        ok(lockgate("endpoints", "delete", "cli-idle", env=env))
+
+
+def test_options_are_accepted_before_or_after_the_action(dev, bare_env) -> None:
+    auth = ("--url", dev.url, "--key", dev.key)
+    after = json.loads(ok(lockgate("endpoints", "list", "-o", "json", *auth, env=bare_env)))
+    before = json.loads(ok(lockgate("endpoints", *auth, "-o", "json", "list", env=bare_env)))
+    assert "echo" in {e["id"] for e in after} and [e["id"] for e in after] == [
+        e["id"] for e in before
+    ]
+
+
+def test_keys_list_takes_redis_url_after_the_action(dev, bare_env) -> None:
+    port = re.search(r"redis ready on 127\.0\.0\.1:(\d+)", dev.wait_for("redis ready")).group(1)
+    out = ok(lockgate("keys", "list", "--redis-url", f"redis://127.0.0.1:{port}/0", env=bare_env))
+    assert any(line.split()[1:2] == ["dev"] for line in out.splitlines())
+
+
+def test_templates_list_prints_a_table(env) -> None:
+    assert ok(lockgate("templates", "list", env=env)).split()[:2] == ["ID", "NAME"]
+
+
+def test_logs_show_the_lines_of_a_job_and_follow_prints_new_ones(dev, env) -> None:
+    job = json.loads(ok(lockgate("jobs", "run", "echo", '{"l": 1}', "--wait", "-o", "json",
+                                 env=env)))  # fmt: skip
+    out = ok(lockgate("logs", "echo", "--job", job["id"], env=env))
+    assert job["id"] in out and "completed" in out
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "lockgate.cli", "logs", "echo", "-f", "--tail", "0"],
+        env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        time.sleep(1)  # the tail is open before the job runs (a later line is what it shows)
+        later = json.loads(ok(lockgate("jobs", "run", "echo", "{}", "--wait", "-o", "json",
+                                       env=env)))  # fmt: skip
+        for line in follow.stdout:
+            if later["id"] in line:
+                break
+    finally:
+        follow.terminate()
+        follow.wait(10)
+
+
+def test_version_is_printed(bare_env) -> None:
+    out = ok(lockgate("--version", env=bare_env))
+    assert re.fullmatch(r"lockgate \S+\n", out) and "unknown" not in out
+
+
+def test_completion_prints_a_bash_script_that_names_the_commands(bare_env, tmp_path) -> None:
+    script = ok(lockgate("completion", "bash", env=bare_env))
+    assert "endpoints" in script and "complete -o default -F _lockgate lockgate" in script
+    path = tmp_path / "lockgate.bash"
+    path.write_text(script)
+    assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
+
+
+def test_login_checks_the_key_and_saves_it_privately(dev, bare_env, tmp_path) -> None:
+    wrong = one_line_error(lockgate("login", "--url", dev.url, "--key", "nope", env=bare_env))
+    assert "401" in wrong
+    path = tmp_path / "no-config" / "lockgate" / "config.json"
+    assert not path.exists()
+    ok(lockgate("login", "--url", dev.url, "--key", dev.key, env=bare_env))
+    assert json.loads(path.read_text())["writtenBy"] == "login"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert "echo" in ok(lockgate("endpoints", "list", env=bare_env))
+
+
+# Errors: one line on stderr, a non-zero exit, what to do.
+
+
+def test_an_unreachable_url_says_to_start_dev_or_set_the_url(bare_env) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    line = one_line_error(lockgate("endpoints", "list", "--url", url, env=bare_env))
+    assert line.startswith(f"lockgate: cannot reach {url}") and "LOCKGATE_URL" in line
+
+
+def test_a_wrong_key_says_how_to_give_one(dev, bare_env) -> None:
+    line = one_line_error(
+        lockgate("jobs", "list", "echo", "--url", dev.url, "--key", "wrong", env=bare_env)
+    )
+    assert "401" in line and "LOCKGATE_API_KEY" in line and "lockgate login" in line
+
+
+def test_a_key_without_the_scope_is_told_so(dev, bare_env) -> None:
+    port = re.search(r"redis ready on 127\.0\.0\.1:(\d+)", dev.wait_for("redis ready")).group(1)
+    redis = f"redis://127.0.0.1:{port}/0"
+    key = ok(lockgate("keys", "create", "cli-jobs", "--scope", "jobs", "--redis-url", redis,
+                      env=bare_env)).strip()  # fmt: skip
+    try:
+        line = one_line_error(
+            lockgate("endpoints", "list", "--url", dev.url, "--key", key, env=bare_env)
+        )
+        assert "401" in line and "may not use admin" in line and "--key" in line
+    finally:
+        ok(lockgate("keys", "revoke", "cli-jobs", "--redis-url", redis, env=bare_env))
+
+
+def test_an_unknown_endpoint_is_one_line(env) -> None:
+    assert "not found" in one_line_error(lockgate("jobs", "run", "no-such-ep", "{}", env=env))
+
+
+def test_bad_job_input_is_one_line_with_an_example(env) -> None:
+    assert "not JSON" in one_line_error(lockgate("jobs", "run", "echo", "{bad", env=env))
+
+
+def test_an_unreachable_redis_for_keys_says_which_and_what_to_set(bare_env) -> None:
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    line = one_line_error(lockgate("keys", "list", "--redis-url", url, env=bare_env))
+    assert f"cannot reach Redis at {url}" in line and "--redis-url" in line
+
+
+def test_dev_on_a_busy_port_names_the_port_and_the_setting(dev, tmp_path) -> None:
+    env = clean_env(tmp_path / "config")
+    result = lockgate("dev", ECHO, "--port", str(dev.port), "--data-dir", str(tmp_path / "d"),
+                      env=env)  # fmt: skip
+    line = one_line_error(result)
+    assert f"port {dev.port} is in use" in line and "--port" in line and "LOCKGATE_PORT" in line
+
+
+def test_dev_listens_on_lockgate_port_as_the_gateway_does(tmp_path) -> None:
+    port = free_port()
+    proc = DevProcess(ECHO, data_dir=tmp_path, port=port, env={"LOCKGATE_PORT": str(port)})
+    proc.args = [ECHO, "--data-dir", str(tmp_path)]  # no --port: LOCKGATE_PORT alone
+    with proc:
+        proc.wait_for(rf"job API http://127\.0\.0\.1:{port}/v2/echo")
+
+
+def test_an_unexpected_error_is_one_line_with_the_debug_hint(monkeypatch, capsys) -> None:
+    from lockgate.commands import endpoints
+
+    async def broken(args, api) -> None:
+        raise RuntimeError("boom\nsecond line")
+
+    monkeypatch.setattr(endpoints, "list_endpoints", broken)
+    monkeypatch.delenv("LOCKGATE_DEBUG", raising=False)
+    assert cli.main(["endpoints", "list", "--url", "http://127.0.0.1:9"]) == 1
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "lockgate: unexpected error: RuntimeError: boom second line "
+        "(LOCKGATE_DEBUG=1 shows the traceback; please report it)"
+    ]
+    monkeypatch.setenv("LOCKGATE_DEBUG", "1")
+    with pytest.raises(RuntimeError):
+        cli.main(["endpoints", "list", "--url", "http://127.0.0.1:9"])
+
+
+# The pieces, directly.
+
+
+def test_dev_mode_never_replaces_a_config_written_by_login(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("LOCKGATE_CONFIG", str(tmp_path / "c.json"))
+    assert clientconfig.save_for_dev("http://a", "k1") is not None
+    assert clientconfig.load()["url"] == "http://a"
+    clientconfig.save({"url": "http://cluster", "key": "k2", "writtenBy": "login"})
+    assert clientconfig.save_for_dev("http://b", "k3") is None
+    assert clientconfig.load()["url"] == "http://cluster"
+
+
+@pytest.mark.parametrize(
+    ("flags", "env", "saved", "expected"),
+    [
+        ((None, None), {}, {}, ("http://127.0.0.1:8080", None, "http://127.0.0.1:8080")),
+        ((None, None), {}, {"url": "http://s", "key": "ks", "jobUrl": "http://j"},
+         ("http://s", "ks", "http://j")),
+        ((None, None), {"LOCKGATE_URL": "http://e", "LOCKGATE_API_KEY": "ke"},
+         {"url": "http://s", "key": "ks", "jobUrl": "http://j"}, ("http://e", "ke", "http://e")),
+        (("http://f", "kf"), {"LOCKGATE_URL": "http://e"}, {"key": "ks"},
+         ("http://f", "kf", "http://f")),
+    ],
+)  # fmt: skip
+def test_flags_win_over_the_environment_which_wins_over_the_file(
+    monkeypatch, tmp_path, flags, env, saved, expected
+) -> None:
+    for name in SCRUBBED:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LOCKGATE_CONFIG", str(tmp_path / "c.json"))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    if saved:
+        clientconfig.save(saved)
+    assert clientconfig.resolve(*flags) == expected
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"a": "true", "b": "1.5", "c": "-x", "d": "", "e": None, "f": [], "g": {}, "h": "x: y"},
+        {"nested": {"list": [1, {"k": "v"}, [2, 3]], "text": "é #not a comment"}},
+        [{"id": "echo", "n": 1}, "plain", 2.5, False],
+    ],
+)
+def test_yaml_output_reads_back_as_the_same_data(data) -> None:
+    assert yaml.safe_load(to_yaml(data)) == data
+
+
+def test_a_table_aligns_its_columns_and_shows_nothing_as_a_dash() -> None:
+    assert table(["id", "workers"], [["echo", None], ["a-long-id", [1, 2]]]).splitlines() == [
+        "ID         WORKERS",
+        "echo       -",
+        "a-long-id  1,2",
+    ]
