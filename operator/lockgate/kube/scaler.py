@@ -50,7 +50,7 @@ from lockgate.kube.deployment_pool import DeploymentPool
 from lockgate.kube.events import endpoint_event
 from lockgate.kube.manifests import EXTERNAL_SCALER, Owner
 from lockgate.kube.podstates import pod_states
-from lockgate.kube.status import METRICS_AVAILABLE, Check
+from lockgate.kube.status import METRICS_AVAILABLE, Check, shows
 from lockgate.scaling.autoscaler import Autoscaler
 from lockgate.scaling.decision import Decision, EndpointMetrics, Limits
 from lockgate.scaling.readings import MetricsUnreadable, parse_metrics
@@ -343,8 +343,10 @@ class ScalingLoop:
             metrics = readings.get(owner.name) if check.ok else None
             return await self._decide(owner, entry, deployment, pods, metrics)
         finally:
-            await self._report_pods(owner, entry, pods)
-            await self._report_metrics(owner, check)
+            changed = await self._report_pods(owner, entry, pods)
+            changed = await self._report_metrics(owner, check) or changed
+            if changed:
+                await self._refresh_status(owner)
 
     async def _decide(
         self,
@@ -402,9 +404,9 @@ class ScalingLoop:
         workers = {"workers": {"desired": decision.desired, "ready": ready}}
         await self.ctx.cluster.patch_endpoint_status(owner.namespace, owner.name, workers)
 
-    async def _report_pods(self, owner: Owner, entry: Obj, pods: list[Obj]) -> None:
+    async def _report_pods(self, owner: Owner, entry: Obj, pods: list[Obj]) -> bool:
         """Worker states from the pods to Redis (for `/health`), and `WorkersHealthy` on
-        the Endpoint: on a change, an Event and a status refresh."""
+        the Endpoint: on a change, an Event; True when the status needs a refresh."""
         states = pod_states(pods, entry)
         await self.ctx.jobs.report_worker_states(
             owner.name, initializing=states.initializing, throttled=states.throttled,
@@ -413,24 +415,32 @@ class ScalingLoop:
         check, previous = states.check, self.ctx.pods.get(owner.name)
         self.ctx.pods[owner.name] = check
         if check is None or check == previous:
-            return
+            return False
         if check.ok is False:
             event = endpoint_event(owner, check.reason, check.message, now=rc.now(), warning=True)
             await self.ctx.cluster.create_event(event)
-        body = await self.ctx.cluster.get_endpoint(owner.namespace, owner.name)
-        if body is not None and not body["metadata"].get("deletionTimestamp"):
-            await rc.refresh(self.ctx, body, steady=True)
+        return True
 
-    async def _report_metrics(self, owner: Owner, check: Check) -> None:
-        """Keep `MetricsAvailable` current; on a change, an Event and a status refresh."""
+    async def _report_metrics(self, owner: Owner, check: Check) -> bool:
+        """Keep `MetricsAvailable` current: on a change, an Event; True when the status
+        needs a refresh."""
         previous = self.ctx.scaling.get(owner.name)
         self.ctx.scaling[owner.name] = check
         if previous is not None and (previous.ok, previous.reason) == (check.ok, check.reason):
-            return
+            return False
         if not check.ok or previous is not None:
             reason = "MetricsAvailable" if check.ok else "MetricsUnavailable"
             event = endpoint_event(owner, reason, check.message, now=rc.now(), warning=not check.ok)
             await self.ctx.cluster.create_event(event)
+        return True
+
+    async def _refresh_status(self, owner: Owner) -> None:
+        """One status refresh for whatever this tick changed, unless the Endpoint's status
+        already says it (the first sighting after an operator restart: a GET, no
+        reconcile)."""
         body = await self.ctx.cluster.get_endpoint(owner.namespace, owner.name)
-        if body is not None and not body["metadata"].get("deletionTimestamp"):
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            return
+        checks = [c for c in (self.ctx.scaling.get(owner.name), self.ctx.pods.get(owner.name)) if c]
+        if not shows(body.get("status"), checks):
             await rc.refresh(self.ctx, body, steady=True)
