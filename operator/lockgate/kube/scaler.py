@@ -11,7 +11,9 @@ another's API round trips. Each endpoint decides, and scales, before it reports 
 conditions. When `/metrics` cannot be read, or does not report an
 endpoint, its worker count is held (missing data never scales anything to zero) and the
 Endpoint's `MetricsAvailable` condition says why. Changes of the count are Events on the
-Endpoint, and its `status.workers.desired/ready` are patched at once.
+Endpoint, and its `status.workers.desired/ready` are patched at once. A load-balancing
+endpoint's pods are written to Redis for the gateways to route to (`kube.lb_pods`: on a
+change only), and a scale-down takes its victims out of routing before they go.
 
 The operator itself sets replicas only when it creates a Deployment (`workersMin`);
 after that only this loop writes them, through the scale subresource, unless the Endpoint
@@ -47,13 +49,16 @@ from lockgate.kube import reconcile as rc
 from lockgate.kube.cluster import ClusterError
 from lockgate.kube.deployment_pool import DeploymentPool
 from lockgate.kube.events import endpoint_event
+from lockgate.kube.lb_pods import LbPods
 from lockgate.kube.manifests import EXTERNAL_SCALER, Owner
 from lockgate.kube.podstates import pod_states
 from lockgate.kube.status import METRICS_AVAILABLE, Check
+from lockgate.models import EndpointType
 from lockgate.scaling.autoscaler import Autoscaler
 from lockgate.scaling.decision import Decision, EndpointMetrics, Limits
 from lockgate.scaling.readings import MetricsUnreadable, parse_metrics
 from lockgate.store.connection import raise_if_cancelled
+from lockgate.store.lb_workers import LbWorkers
 
 log = logging.getLogger("lockgate.scaler")
 
@@ -110,6 +115,11 @@ def at_rest(
     return at_zero and idle and not metrics.worker_jobs and unset
 
 
+def load_balanced(entry: Obj) -> bool:
+    """Whether the endpoint is a load-balancing one (`type: LB`): its pods are routed to."""
+    return entry.get("type") == str(EndpointType.LB)
+
+
 def busy_members(members: Iterable[str], worker_jobs: Mapping[str, int]) -> list[str]:
     """The workers holding at least one job."""
     return [w for w in members if worker_jobs.get(w, 0) > 0]
@@ -151,6 +161,7 @@ class ScalingLoop:
         self.wakeup = asyncio.Event()  # set: tick now instead of at the next interval
         self.busy: dict[str, asyncio.Task] = {}  # endpoint -> its decision being applied
         self.resting = False  # the last tick found every endpoint at rest
+        self.lb_pods = LbPods(LbWorkers(ctx.redis))  # LB endpoints' pods, as routed
         concurrency = getattr(ctx.settings, "kube_concurrency", 32)
         self.slots = asyncio.Semaphore(concurrency)  # endpoints decided at once
 
@@ -248,6 +259,7 @@ class ScalingLoop:
             del self.scalers[gone]
         for gone in set(self.pods_seen) - ours:
             del self.pods_seen[gone]
+        self.lb_pods.forget(ours)
         for gone in set(self.ctx.scaling) - ours:
             del self.ctx.scaling[gone]
         for gone in set(self.ctx.pods) - ours:
@@ -303,6 +315,8 @@ class ScalingLoop:
         """Decide for one endpoint and apply it, then report its conditions; None when it
         has no Deployment yet or another scaler owns its count."""
         await self._forget_gone_pods(owner.name, pods)
+        if load_balanced(entry):  # the gateways route to the pods Redis names
+            await self.lb_pods.sync(owner.name, pods)
         check = metrics_check(owner.name, readings, error)
         try:
             metrics = readings.get(owner.name) if check.ok else None
@@ -321,8 +335,9 @@ class ScalingLoop:
     ) -> Decision | None:
         if deployment is None:
             return None
+        lb = self.lb_pods if load_balanced(entry) else None
         pool = DeploymentPool(
-            self.ctx.cluster, deployment, pods, store=self.ctx.jobs, endpoint_id=owner.name
+            self.ctx.cluster, deployment, pods, store=self.ctx.jobs, endpoint_id=owner.name, lb=lb
         )
         await pool.keep_serving(set(metrics.worker_jobs) if metrics is not None else None)
         await pool.replace_refreshing()
