@@ -104,6 +104,30 @@ def test_a_queue_worker_gets_none_of_it() -> None:
     assert LB_ANNOTATION not in tpl["metadata"]["annotations"]
 
 
+GATEWAY = {"app.kubernetes.io/name": "lockgate", "app.kubernetes.io/component": "gateway"}
+
+
+def test_the_network_policy_admits_only_gateway_pods_to_the_http_and_health_ports() -> None:
+    settings = OperatorSettings(lb_gateway_labels=GATEWAY)
+    template = TemplateSpec(image="img:1", ports=["8000/http"], env={"PORT_HEALTH": "8001"})
+    policy = manifests.lb_network_policy(OWNER, template, settings)
+    assert policy["metadata"]["name"] == "chat-lb-workers"
+    assert policy["metadata"]["ownerReferences"][0]["uid"] == OWNER.uid
+    spec = policy["spec"]
+    assert spec["podSelector"]["matchLabels"] == manifests.selector("chat", "worker")
+    assert spec["policyTypes"] == ["Ingress"]
+    [rule] = spec["ingress"]
+    assert rule["from"] == [{"namespaceSelector": {}, "podSelector": {"matchLabels": GATEWAY}}]
+    assert rule["ports"] == [{"port": 8000, "protocol": "TCP"}, {"port": 8001, "protocol": "TCP"}]
+
+
+def test_the_gateway_labels_come_from_the_environment_as_json(monkeypatch) -> None:
+    monkeypatch.setenv("LOCKGATE_LB_GATEWAY_LABELS", json.dumps(GATEWAY))
+    assert OperatorSettings().lb_gateway_labels == GATEWAY
+    monkeypatch.delenv("LOCKGATE_LB_GATEWAY_LABELS")
+    assert OperatorSettings().lb_gateway_labels == {}
+
+
 # -- pods to records (pure) ----------------------------------------------------------------
 
 WHERE = json.dumps({"port": 8000, "healthPort": 8001, "path": "/ping"})

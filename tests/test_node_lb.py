@@ -11,6 +11,7 @@ the endpoint goes back to zero.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -90,6 +91,21 @@ def test_the_worker_pod_listens_on_the_templates_port_with_a_probe_and_grace(fir
     )  # fmt: skip
     assert container["readinessProbe"]["httpGet"]["port"] == 8000
     assert spec["terminationGracePeriodSeconds"] >= REQUEST_TIMEOUT_S
+
+
+def test_only_the_gateways_pods_may_reach_the_workers_http_port(release: Release, first) -> None:
+    """The operator's NetworkPolicy (the test node's bridge plugin stores it and does not
+    enforce it: the selectors are what is checked)."""
+    name = f"{NAME}-lb-workers"
+    got = release.node.kubectl("-n", USER_NAMESPACE, "get", "networkpolicy", name, "-o", "json")
+    policy = json.loads(got)
+    [rule] = policy["spec"]["ingress"]
+    assert rule["ports"] == [{"port": 8000, "protocol": "TCP"}]
+    gateway = release.get("pods", "", "-l", "app.kubernetes.io/component=gateway")["items"][0]
+    wanted = rule["from"][0]["podSelector"]["matchLabels"]
+    assert wanted.items() <= gateway["metadata"]["labels"].items()
+    worker = first[1][0]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= worker.items()
 
 
 def test_server_sent_events_arrive_one_by_one_through_the_gateway(lb: Lb, first) -> None:

@@ -7,7 +7,9 @@ Objects per endpoint `<id>`, all owned by the Endpoint so that deleting it casca
 - Deployment `<id>-workers`: the workers; its replica count belongs to the scaler;
 - Secret `<id>-worker-key`: the worker key (its digest is registered in Redis);
 - DaemonSet `<id>-flashboot` (flashboot only): pre-pulls the worker image (and the model)
-  on every node a worker may land on, so a cold start skips the pull.
+  on every node a worker may land on, so a cold start skips the pull;
+- NetworkPolicy `<id>-lb-workers` (load-balancing endpoints, when the gateway's pod labels
+  are known): only gateway pods reach the workers' HTTP and health ports.
 
 A load-balancing endpoint's (`type: LB`) workers serve HTTP themselves: their container
 gets the HTTP port, `PORT`/`PORT_HEALTH`/`HEALTH_CHECK_PATH` and a readiness probe on the
@@ -107,6 +109,10 @@ def secret_name(endpoint_id: str) -> str:
 
 def daemonset_name(endpoint_id: str) -> str:
     return f"{endpoint_id}-flashboot"
+
+
+def network_policy_name(endpoint_id: str) -> str:
+    return f"{endpoint_id}-lb-workers"
 
 
 def selector(endpoint_id: str, component: str) -> dict[str, str]:
@@ -775,6 +781,26 @@ def flashboot_daemonset(
         "spec": {
             "selector": {"matchLabels": selector(owner.name, "flashboot")},
             "template": {"metadata": {"labels": labels(owner.name, "flashboot")}, "spec": pod},
+        },
+    }
+
+
+def lb_network_policy(owner: Owner, template: TemplateSpec, settings: OperatorSettings) -> Obj:
+    """A load-balancing endpoint's worker pods admit the gateway's pods (`lb_gateway_labels`,
+    in any namespace) to their HTTP and health ports, and no one else: the gateway proxies
+    to them and polls their health; the kubelet's probes come from the node, which a
+    NetworkPolicy always admits. Ingress only."""
+    lb = lb_ports(template)
+    ports = [{"port": p, "protocol": "TCP"} for p in dict.fromkeys((lb.port, lb.health_port))]
+    gateways = {"namespaceSelector": {}, "podSelector": {"matchLabels": settings.lb_gateway_labels}}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _metadata(owner, network_policy_name(owner.name), "worker"),
+        "spec": {
+            "podSelector": {"matchLabels": selector(owner.name, "worker")},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [gateways], "ports": ports}],
         },
     }
 
