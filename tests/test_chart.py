@@ -573,6 +573,7 @@ def test_cluster_wide_rbac_grants_only_the_verbs_the_operator_uses(render_chart)
         "deployments": {"get", "list", "create", "update"},
         "deployments/scale": {"patch"},
         "daemonsets": {"get", "create", "update", "delete"},
+        "networkpolicies": {"get", "create", "update", "delete"},  # LB endpoints' workers
         "secrets": {"create", "update"},
         "pods": {"list", "patch", "delete"},
         "pods/status": {"patch"},
