@@ -42,10 +42,12 @@ async def test_an_lb_endpoint_gets_an_http_worker_deployment_and_a_network_polic
     assert container.readiness_probe.http_get.port == 8000
     assert pod.termination_grace_period_seconds == 60 + 15
     networking = k8s.NetworkingV1Api(kube)
-    name, namespace = "lb-build-lb-workers", resources.namespace
-    policy = resources.wait_until(
-        lambda: networking.read_namespaced_network_policy(name, namespace), "the NetworkPolicy"
-    )
+
+    def network_policy() -> k8s.V1NetworkPolicy | None:
+        found = networking.list_namespaced_network_policy(resources.namespace).items
+        return next((p for p in found if p.metadata.name == "lb-build-lb-workers"), None)
+
+    policy = resources.wait_until(network_policy, "the NetworkPolicy")
     [rule] = policy.spec.ingress
     assert [(p.port, p.protocol) for p in rule.ports] == [(8000, "TCP")]
     assert rule._from[0].pod_selector.match_labels == operator.settings.lb_gateway_labels

@@ -161,9 +161,16 @@ class ScalingLoop:
         self.wakeup = asyncio.Event()  # set: tick now instead of at the next interval
         self.busy: dict[str, asyncio.Task] = {}  # endpoint -> its decision being applied
         self.resting = False  # the last tick found every endpoint at rest
-        self.lb_pods = LbPods(LbWorkers(ctx.redis))  # LB endpoints' pods, as routed
+        self._lb_pods: LbPods | None = None  # LB endpoints' pods, as routed (made on use)
         concurrency = getattr(ctx.settings, "kube_concurrency", 32)
         self.slots = asyncio.Semaphore(concurrency)  # endpoints decided at once
+
+    @property
+    def lb_pods(self) -> LbPods:
+        """The routing records of load-balancing endpoints' pods, kept for this term."""
+        if self._lb_pods is None:
+            self._lb_pods = LbPods(LbWorkers(self.ctx.redis))
+        return self._lb_pods
 
     async def run(self) -> None:
         """Tick every `scale_interval_s`, or at once when `wakeup` is set, until cancelled;
@@ -259,7 +266,8 @@ class ScalingLoop:
             del self.scalers[gone]
         for gone in set(self.pods_seen) - ours:
             del self.pods_seen[gone]
-        self.lb_pods.forget(ours)
+        if self._lb_pods is not None:
+            self._lb_pods.forget(ours)
         for gone in set(self.ctx.scaling) - ours:
             del self.ctx.scaling[gone]
         for gone in set(self.ctx.pods) - ours:
