@@ -139,13 +139,14 @@ def pod(
     *,
     deleting: bool = False,
     serving: str | None = None,
-    phase: str = "Running",
+    state: str = "running",
     where: str | None = WHERE,
 ) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "annotations": {LB_ANNOTATION: where} if where else {}}
     if deleting:
         meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    status: dict[str, Any] = {"phase": phase}
+    worker = {"name": "worker", "state": {state: {}}}
+    status: dict[str, Any] = {"containerStatuses": [worker]}
     if ip:
         status["podIP"] = ip
     if serving:
@@ -159,10 +160,10 @@ def test_a_pod_with_an_ip_is_a_routable_worker_at_its_ports() -> None:
 
 
 @pytest.mark.parametrize(
-    "kw", [{"ip": None}, {"phase": "Succeeded"}, {"phase": "Failed"}, {"where": None},
+    "kw", [{"ip": None}, {"state": "waiting"}, {"state": "terminated"}, {"where": None},
            {"where": "{not json"}],
 )  # fmt: skip
-def test_pods_without_an_ip_finished_or_not_lb_have_no_record(kw) -> None:
+def test_pods_without_an_ip_a_running_worker_or_lb_settings_have_no_record(kw) -> None:
     assert lb_worker_of(pod("a", **kw)) is None
 
 

@@ -6,6 +6,7 @@ goes at once; on a node it would stay, terminating, and be drained: tests/test_k
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 import pytest
@@ -54,7 +55,7 @@ async def test_an_lb_endpoint_gets_an_http_worker_deployment_and_a_network_polic
     assert policy.spec.pod_selector.match_labels["lockgate.dev/endpoint"] == "lb-build"
 
 
-async def test_the_scaler_routes_to_a_pod_with_an_ip_and_stops_when_it_is_deleted(
+async def test_the_scaler_routes_to_a_pod_once_its_worker_runs_and_stops_when_deleted(
     resources: Resources, redis: Redis
 ) -> None:
     resources.template("lb-tpl2", ports=["8000/http"])
@@ -63,7 +64,14 @@ async def test_the_scaler_routes_to_a_pod_with_an_ip_and_stops_when_it_is_delete
     name = pod.metadata.name
     lb = LbWorkers(redis)
     assert await lb.workers("lb-pods") == {}  # no IP yet: nothing to route to
-    status = {"status": {"phase": "Running", "podIP": "10.1.2.3", "podIPs": [{"ip": "10.1.2.3"}]}}
+    started = {"running": {"startedAt": "2026-01-01T00:00:00Z"}}
+    worker = {"name": "worker", "image": "example.test/echo:1", "imageID": "", "ready": False,
+              "restartCount": 0, "state": started}  # fmt: skip
+    ip = {"phase": "Running", "podIP": "10.1.2.3", "podIPs": [{"ip": "10.1.2.3"}]}
+    resources.core.patch_namespaced_pod_status(name, resources.namespace, {"status": ip})
+    await asyncio.sleep(1)  # a scaler tick or more: an IP alone (image still pulling) is not routed
+    assert await lb.workers("lb-pods") == {}
+    status = {"status": {**ip, "containerStatuses": [worker]}}
     resources.core.patch_namespaced_pod_status(name, resources.namespace, status)
     routed = await resources.eventually(lambda: lb.workers("lb-pods"), "the pod in Redis")
     assert routed == {name: LbWorker("10.1.2.3:8000", "10.1.2.3:8000", "/ping")}

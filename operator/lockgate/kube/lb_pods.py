@@ -2,8 +2,8 @@
 Kubernetes API (docs/load-balancing.md).
 
 The scaler lists each endpoint's worker pods every tick anyway; `LbPods.sync` turns that
-list into the endpoint's `lbw` records (`store.lb_workers`): a pod with an IP is registered
-as `podIP:PORT` under its name (the worker id the gateway answers in
+list into the endpoint's `lbw` records (`store.lb_workers`): a pod whose worker container
+runs is registered as `podIP:PORT` under its name (the worker id the gateway answers in
 `X-Runpod-Worker-Id`); a pod being deleted, or taken out of service by the scaler, stays
 registered as `draining` (no new request, its requests in flight finish); a pod no longer
 listed, or finished, is unregistered. Only changes are written: the records are kept in
@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from lockgate.kube.manifests import LB_ANNOTATION, SERVING_CONDITION
+from lockgate.kube.manifests import LB_ANNOTATION, SERVING_CONDITION, WORKER_CONTAINER
 from lockgate.store.lb_workers import LbWorker, LbWorkers
 
 Obj = Mapping[str, Any]
@@ -41,14 +41,23 @@ def taken_out(pod: Obj) -> bool:
     return any(c["type"] == SERVING_CONDITION and c["status"] == "False" for c in conditions)
 
 
+def worker_running(pod: Obj) -> bool:
+    """Whether the pod's worker container runs (its image pulled, its process started)."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return any(
+        s.get("name") == WORKER_CONTAINER and "running" in (s.get("state") or {}) for s in statuses
+    )
+
+
 def lb_worker_of(pod: Obj) -> LbWorker | None:
-    """The record a worker pod should have in Redis: None while it has no IP, once it
-    finished, or when it carries no `LB_ANNOTATION` (not a load-balancing worker);
+    """The record a worker pod should have in Redis: None until its worker container runs
+    (an image pull does not eat the gateway's start grace) and once it stopped, without
+    an IP, or when it carries no `LB_ANNOTATION` (not a load-balancing worker);
     `draining` while it is being deleted or was taken out of service."""
     meta, status = pod["metadata"], pod.get("status") or {}
     raw = (meta.get("annotations") or {}).get(LB_ANNOTATION)
     ip = status.get("podIP")
-    if not raw or not ip or status.get("phase") in ("Succeeded", "Failed"):
+    if not raw or not ip or not worker_running(pod):
         return None
     try:
         where = json.loads(raw)
