@@ -146,6 +146,7 @@ def operator(
         manage_port=manage_port,
         liveness_port=0,
         resync_s=1.0,
+        resync_rest_s=1.0,
         metrics_url=f"http://127.0.0.1:{metrics_port}/metrics",  # nothing there unless a test
         scale_interval_s=0.2,
         keys_file=str(keys_file),

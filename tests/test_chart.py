@@ -668,6 +668,11 @@ def test_the_management_api_may_only_write_endpoints_in_one_namespace(render_cha
             "resources": ["endpoints"],
             "verbs": ["get", "list", "create", "patch", "delete"],
         },
+        {  # /v1/templates (issue 34)
+            "apiGroups": ["lockgate.dev"],
+            "resources": ["templates"],
+            "verbs": ["get", "list", "create", "patch", "delete"],
+        },
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},  # worker logs (issue 14)
         {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     ]

@@ -426,9 +426,26 @@ def rendered(spec: dict, template: dict | None = None) -> list[dict]:
     return [deployment, *daemonsets]
 
 
+# RunPod's template fields that are kept and shown (the API's records, the console), with
+# no effect on the workloads (docs/endpoint-reference.md, "Templates").
+TEMPLATE_SHOWN_ONLY: dict[str, Any] = {
+    "name": "My worker",
+    "readme": "# notes",
+    "volumeInGb": 20,
+    "volumeMountPath": "/data",
+    "isServerless": True,
+    "category": "CPU",
+}
+
+
 def test_every_payload_and_template_field_has_a_row_here() -> None:
     assert set(ENDPOINT_FIELDS) == set(EndpointSpec.model_fields)
-    assert set(TEMPLATE_FIELDS) == set(TemplateSpec.model_fields)
+    assert set(TEMPLATE_FIELDS) | set(TEMPLATE_SHOWN_ONLY) == set(TemplateSpec.model_fields)
+
+
+@pytest.mark.parametrize("field", sorted(TEMPLATE_SHOWN_ONLY))
+def test_runpods_shown_only_template_fields_leave_the_workloads_alone(field: str) -> None:
+    assert rendered({}) == rendered({}, {field: TEMPLATE_SHOWN_ONLY[field]})
 
 
 @pytest.mark.parametrize("field", sorted(ENDPOINT_FIELDS))

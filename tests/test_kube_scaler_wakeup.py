@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 from redis.asyncio import Redis
 
+from lockgate.apps.operator import wake_on_events
 from lockgate.gateway.notify import Notifier
 from lockgate.kube.scaler import ScalingLoop
 from lockgate.kube.settings import OperatorSettings
@@ -40,23 +41,33 @@ async def ticks(loop: CountingLoop, n: int, within_s: float) -> None:
 
 
 async def test_a_job_queued_on_empty_queues_wakes_the_scaler_at_once(redis: Redis) -> None:
-    loop = CountingLoop(interval_s=60)
+    """The operator's wiring (`apps.operator.wake_on_events`): a `q:` event wakes the loop
+    whether it rests or not; a worker new to an endpoint (`a:`) only ends a rest."""
+    loop = CountingLoop(interval_s=60, rest_s=60, resting=True)
     notifier = Notifier(redis)
-    woken: list[str] = []
-    notifier.on_activity = lambda endpoint: (woken.append(endpoint), loop.wakeup.set())
+    wake_on_events(loop, notifier)
     notifier.start()
+    store = JobStore(redis)
     task = asyncio.create_task(loop.run())
     try:
         await asyncio.wait_for(notifier.connected.wait(), 5)
         await ticks(loop, 1, within_s=10)
-        job = NewJob(id="j1", input=b"{}", ttl_ms=60_000)
-        await JobStore(redis).submit("sleepy", job)
+        await store.submit("sleepy", NewJob(id="j1", input=b"{}", ttl_ms=60_000))
         await ticks(loop, 2, within_s=10)
-        assert woken == ["sleepy"]
         assert len(loop.ticks) == 2, "the loop ticked again long before its 60 s interval"
-        await JobStore(redis).heartbeat("other", "w-new")  # a worker new to an endpoint
+        await store.heartbeat("other", "w-new")  # a worker new to an endpoint, at rest
         await ticks(loop, 3, within_s=10)
-        assert woken == ["sleepy", "other"] and len(loop.ticks) == 3
+        assert len(loop.ticks) == 3
+        loop.rests = False
+        await store.submit("sleepy-2", NewJob(id="j2", input=b"{}", ttl_ms=60_000))
+        await ticks(loop, 4, within_s=10)
+        assert len(loop.ticks) == 4 and not loop.resting
+        await store.heartbeat("other", "w-newer")  # not at rest: the next tick sees it
+        await asyncio.sleep(0.5)
+        assert len(loop.ticks) == 4
+        await store.submit("sleepy-3", NewJob(id="j3", input=b"{}", ttl_ms=60_000))
+        await ticks(loop, 5, within_s=10)
+        assert len(loop.ticks) == 5
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

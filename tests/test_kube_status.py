@@ -15,9 +15,11 @@ from lockgate.kube.status import (
     Activity,
     Check,
     Observed,
+    at_rest,
     endpoint_status,
     merge_conditions,
     phase,
+    resync_may_wait,
 )
 from lockgate.models import Phase
 
@@ -171,3 +173,34 @@ def test_a_replica_without_the_scaler_keeps_the_metrics_condition_it_found() -> 
     assert [c for c in status["conditions"] if c["type"] == "MetricsAvailable"] == [before]
     fresh = endpoint_status(observed, endpoint_id="ep", job_api_url="u", previous=None, now="T1")
     assert not [c for c in fresh["conditions"] if c["type"] == "MetricsAvailable"]
+
+
+READY_IDLE = {
+    "phase": "Ready",
+    "workers": {"desired": 0, "ready": 0, "idle": 0, "running": 0},
+    "jobs": {"inQueue": 0, "inProgress": 0},
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "rests"),
+    [
+        ({}, True),
+        ({"phase": "Initializing"}, False),  # not Ready: resync at the usual period
+        ({"workers": {"desired": 1, "ready": 0, "idle": 0, "running": 0}}, False),  # scaled up
+        ({"workers": {"desired": 0, "ready": 0, "idle": 1, "running": 0}}, False),
+        ({"jobs": {"inQueue": 1, "inProgress": 0}}, False),
+        ({"jobs": {"inQueue": 0, "inProgress": 2}}, False),
+        ({"workers": None, "jobs": None}, False),  # no counts yet
+    ],
+)
+def test_an_endpoint_at_rest_is_ready_with_no_worker_and_no_job(change: dict, rests: bool) -> None:
+    assert at_rest({**READY_IDLE, **change}) is rests
+    assert not at_rest(None)
+
+
+def test_a_resync_waits_only_at_rest_and_within_the_rest_interval() -> None:
+    assert resync_may_wait(READY_IDLE, since_s=30, rest_s=60)
+    assert not resync_may_wait(READY_IDLE, since_s=61, rest_s=60)  # the full resync is due
+    busy = {**READY_IDLE, "jobs": {"inQueue": 1, "inProgress": 0}}
+    assert not resync_may_wait(busy, since_s=1, rest_s=60)

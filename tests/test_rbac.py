@@ -173,6 +173,7 @@ def operator_settings(redis_url: str, release_ns: str, watched: list[str]) -> Op
         manage_port=0,
         liveness_port=0,
         resync_s=1.0,
+        resync_rest_s=1.0,
         metrics_url="http://127.0.0.1:9/metrics",  # nothing answers: the scaler just waits
         scale_interval_s=0.5,
         lease_name="lockgate-operator-scaler",  # the chart's Role names this Lease only

@@ -489,6 +489,9 @@ Service's `worker` port when gateway.workerPort is set, else the job API's URL. 
 - apiGroups: [lockgate.dev]
   resources: [endpoints]
   verbs: [get, list, create, patch, delete]
+- apiGroups: [lockgate.dev]
+  resources: [templates]
+  verbs: [get, list, create, patch, delete]
 {{- end }}
 
 {{/* A helper image of the operator's (operator.helperImages.*): `repository:tag@digest`,

@@ -33,6 +33,7 @@ from lockgate.logs import setup_logging
 from lockgate.manage.api import create_manage_app
 from lockgate.manage.console import add_console
 from lockgate.manage.controlplane import UnusableSettings
+from lockgate.manage.graphql import add_graphql_route
 from lockgate.manage.history import add_history_routes, history_sampler
 from lockgate.models import EndpointSpec, EndpointType, describe_validation_error
 from lockgate.settings import Settings
@@ -157,6 +158,7 @@ def build_app(
     manage = create_manage_app(plane, gw.auth, prefix="")
     add_history_routes(manage, gw.store, gw.registry)
     app.add_subapp("/v1", manage)
+    add_graphql_route(app, manage)  # the runpod SDK's management calls
     app.cleanup_ctx.append(history_sampler(gw.store, gw.registry))
     add_console(app)
     return app, plane
@@ -192,7 +194,8 @@ async def serve(opts: DevOptions, redis: RedisSettings, stop: asyncio.Event) -> 
         if opts.spec.type == EndpointType.LB:
             say(f"load balancer: {base}/lb/{opts.endpoint_id}/<path> (any method)")
         say(f"OpenAI base_url: {base}/v2/{opts.endpoint_id}/openai/v1 (api_key: the API key)")
-        say(f"management API: {base}/v1/endpoints (authorization: Bearer <API key>)")
+        say(f"management API: {base}/v1/endpoints, {base}/v1/templates (Bearer <API key>)")
+        say(f"runpod SDK management calls: RUNPOD_API_BASE_URL={base} (/graphql)")
         say(f"console: {base}/console/ (sign in with the API key)")
         say(f"API key: {opts.api_key}")
         say(f"try: {curl_line(base, opts.endpoint_id, opts.api_key)}")

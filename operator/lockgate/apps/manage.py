@@ -24,6 +24,7 @@ from lockgate.kube.settings import OperatorSettings
 from lockgate.manage.api import create_manage_app
 from lockgate.manage.console import add_console
 from lockgate.manage.controlplane import ControlPlane
+from lockgate.manage.graphql import add_graphql_route
 from lockgate.manage.history import add_history_routes, history_sampler
 from lockgate.store import JobStore, Registry, connect
 
@@ -54,8 +55,8 @@ def control_plane_for(settings: OperatorSettings, cluster: Cluster) -> Kubernete
 def create_app(
     settings: OperatorSettings, control_plane: ControlPlane, registry: Registry
 ) -> web.Application:
-    """`/v1/endpoints…` (admin keys only) writing through `control_plane`, and an
-    unauthenticated `/healthz` for probes."""
+    """`/v1/endpoints…`, `/v1/templates…` and `/graphql` (admin keys only) writing
+    through `control_plane`, and an unauthenticated `/healthz` for probes."""
     key_file = None
     if settings.keys_file:
         key_file = KeyFile(settings.keys_file, reload_s=settings.keys_file_reload_s)
@@ -68,6 +69,7 @@ def create_app(
     app.router.add_get("/healthz", healthz)
     app.cleanup_ctx.append(history_sampler(store, registry))
     app.add_subapp("/v1", manage)
+    add_graphql_route(app, manage)  # the runpod SDK's management calls
     add_console(app, connect_src=settings.console_connect_src())
     if key_file is not None:
         key_file.load()  # after the authenticator hooked it; a broken file stops the process

@@ -42,16 +42,22 @@ async def start_manage_api(ctx: Context) -> web.AppRunner:
     return await manage.start(ctx.settings, ctx.cluster, ctx.registry)
 
 
+def wake_on_events(loop: ScalingLoop, notifier: Notifier) -> None:
+    """A `q:` event wakes the loop; an `a:` or `r:` event ends its rest."""
+    notifier.on_queued = lambda _endpoint: loop.wakeup.set()
+    notifier.on_activity = lambda _endpoint: loop.stir()
+
+
 async def scale(ctx: Context, session: aiohttp.ClientSession) -> None:
     """One leadership term of the scaler: a fresh `ScalingLoop` until cancelled; what it
     learnt (stabilisation windows, `MetricsAvailable` readings) goes with it.
 
-    A job queued onto an endpoint's empty queues, a worker new to an endpoint and a registry
-    change (the store's `q:`, `a:` and `r:` events) wake the loop at once: at zero workers
-    the first one starts without waiting for the next tick."""
+    A job queued onto an endpoint's empty queues (the store's `q:` event) wakes the loop at
+    once: at zero workers the first one starts without waiting for the next tick. A worker
+    new to an endpoint or a registry change (`a:`, `r:`) ends a rest (`ScalingLoop.stir`)."""
     loop = ScalingLoop(ctx, session)
     notifier = Notifier(ctx.redis)
-    notifier.on_activity = lambda _endpoint: loop.wakeup.set()
+    wake_on_events(loop, notifier)
     notifier.start()
     try:
         await loop.run()

@@ -6,6 +6,10 @@ its autoscaler) running what its `templateId` names (`lockgate.dev.launch`). Ent
 in the embedded Redis, so endpoints created through the API come back when `lockgate dev`
 restarts; the command line's endpoint is applied from the command line at every start.
 Settings without a local meaning (GPU types, data centers, flashboot…) are kept and shown.
+
+Templates made through `/v1/templates` are kept in the same Redis (`lg:templates`); an
+endpoint whose `templateId` names one runs its `dockerEntrypoint` + `dockerStartCmd` with
+its `env` (`dev.launch.template_launch`); its image name is kept and shown, never pulled.
 """
 
 from __future__ import annotations
@@ -22,12 +26,18 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from lockgate.dev.launch import Launch, launch_for
+from lockgate.dev.launch import Launch, launch_for, template_launch
 from lockgate.dev.worker_keys import WorkerKeys
 from lockgate.dev.workers import LocalWorkers, WorkerStates, limits_of
 from lockgate.gateway.errors import Unavailable
 from lockgate.gateway.state import Gateway
-from lockgate.manage.controlplane import EndpointExists, EndpointNotFound, UnusableSettings
+from lockgate.manage.controlplane import (
+    EndpointExists,
+    EndpointNotFound,
+    TemplateExists,
+    TemplateNotFound,
+    UnusableSettings,
+)
 from lockgate.manage.listing import Cursor, EndpointPage, EndpointQuery, EndpointSummary, take
 from lockgate.manage.logbook import LocalLogs
 from lockgate.models import (
@@ -39,6 +49,7 @@ from lockgate.models import (
     EndpointType,
     JobCounts,
     Phase,
+    TemplateSpec,
     WorkerCounts,
 )
 from lockgate.store import Snapshot, key_digest
@@ -83,6 +94,8 @@ class LocalEndpoint:
     retiring: list[LocalWorkers] = field(default_factory=list)  # old workers finishing jobs
     generation: int = 1
     since: str = field(default_factory=now)
+    version: int = 1  # goes up when its template (or the template's env) changes
+    created_at: str = field(default_factory=now)
 
     def entry(self, job_api_url: str) -> dict:
         """The registry entry: every setting, plus what a restart needs to resume it."""
@@ -93,7 +106,16 @@ class LocalEndpoint:
             "jobApiUrl": job_api_url,
             "origin": self.origin,
             "workDir": self.work_dir,
+            "version": self.version,
+            "createdAt": self.created_at,
         }
+
+
+def template_of(entry: dict) -> TemplateSpec:
+    """A kept template's fields (its entry also holds `createdAt`)."""
+    return TemplateSpec.model_validate(
+        {k: v for k, v in entry.items() if k in TemplateSpec.model_fields}
+    )
 
 
 def local_phase(ep: LocalEndpoint) -> Phase:
@@ -178,8 +200,19 @@ class LocalControlPlane:
     def job_api_url(self, endpoint_id: str) -> str:
         return f"{self.gw.settings.public_base_url()}/v2/{endpoint_id}/"
 
-    def _launch(self, template_id: str, base_dir: Path | None = None) -> Launch:
+    async def _launch(self, template_id: str, base_dir: Path | None = None) -> Launch:
+        """What an endpoint's `templateId` runs: a kept template, else a handler file or
+        a worker command (`dev.launch`)."""
+        stored = await self.gw.registry.get_template(template_id) if template_id else None
+        if stored is not None:
+            return self._template_launch(template_id, template_of(stored))
         return launch_for(template_id, base_dir=base_dir or self.base_dir, python=self.python)
+
+    def _template_launch(self, template_id: str, spec: TemplateSpec) -> Launch:
+        words = [*spec.command, *spec.args]
+        return template_launch(
+            template_id, words, spec.env, base_dir=self.base_dir, python=self.python
+        )
 
     def _find(self, endpoint_id: str) -> LocalEndpoint:
         ep = self._endpoints.get(endpoint_id)
@@ -194,7 +227,8 @@ class LocalControlPlane:
             self._refuse_when_closing()
             if endpoint_id in self._endpoints:
                 raise EndpointExists(endpoint_id)
-            await self._start(endpoint_id, spec, self._launch(spec.templateId), ORIGIN_API)
+            launch = await self._launch(spec.templateId)
+            await self._start(endpoint_id, spec, launch, ORIGIN_API)
         return await self.get(endpoint_id)
 
     async def get(self, endpoint_id: str) -> EndpointRecord:
@@ -219,19 +253,24 @@ class LocalControlPlane:
         async with self._lock:
             self._refuse_when_closing()
             ep = self._find(endpoint_id)
-            launch = self._launch(spec.templateId)
-            spec = spec.model_copy(update={"templateId": launch.template_id})
-            if ep.workers is None or launch != ep.launch or spec.type != ep.spec.type:
-                if ep.workers is not None:
-                    await ep.workers.withdraw()  # out of routing before this answers
-                self._retire(ep)
-                ep.workers = self._workers(ep.id, launch, ep.worker_key, spec)
-            elif limits_of(spec) != limits_of(ep.spec):
-                await ep.workers.rescale(limits_of(spec))
-            ep.spec, ep.launch, ep.problem = spec, launch, ""
-            ep.work_dir, ep.generation, ep.since = str(self.base_dir), ep.generation + 1, now()
-            await self.gw.registry.put_endpoint(ep.id, ep.entry(self.job_api_url(ep.id)))
+            await self._apply(ep, spec, await self._launch(spec.templateId))
         return await self.get(endpoint_id)
+
+    async def _apply(self, ep: LocalEndpoint, spec: EndpointSpec, launch: Launch) -> None:
+        """Bring a running endpoint to `spec` and `launch` (under the lock)."""
+        spec = spec.model_copy(update={"templateId": launch.template_id})
+        if spec.templateId != ep.spec.templateId or launch != ep.launch:
+            ep.version += 1
+        if ep.workers is None or launch != ep.launch or spec.type != ep.spec.type:
+            if ep.workers is not None:
+                await ep.workers.withdraw()  # out of routing before this answers
+            self._retire(ep)
+            ep.workers = self._workers(ep.id, launch, ep.worker_key, spec)
+        elif limits_of(spec) != limits_of(ep.spec):
+            await ep.workers.rescale(limits_of(spec))
+        ep.spec, ep.launch, ep.problem = spec, launch, ""
+        ep.work_dir, ep.generation, ep.since = str(self.base_dir), ep.generation + 1, now()
+        await self.gw.registry.put_endpoint(ep.id, ep.entry(self.job_api_url(ep.id)))
 
     async def delete(self, endpoint_id: str) -> None:
         """Unregister (the gateway answers 404 at once), stop the workers, then remove the
@@ -247,6 +286,47 @@ class LocalControlPlane:
         self.logs.forget(endpoint_id)
         log.info("endpoint %s deleted with %d job(s)", endpoint_id, removed)
 
+    async def create_template(self, template_id: str, spec: TemplateSpec) -> TemplateSpec:
+        registry = self.gw.registry
+        async with self._lock:
+            if await registry.get_template(template_id) is not None:
+                raise TemplateExists(template_id)
+            entry = {**spec.model_dump(mode="json"), "createdAt": now()}
+            await registry.put_template(template_id, entry)
+        return spec
+
+    async def get_template(self, template_id: str) -> TemplateSpec:
+        stored = await self.gw.registry.get_template(template_id)
+        if stored is None:
+            raise TemplateNotFound(template_id)
+        return template_of(stored)
+
+    async def list_templates(self) -> dict[str, TemplateSpec]:
+        stored = await self.gw.registry.list_templates()
+        return {i: template_of(entry) for i, entry in sorted(stored.items())}
+
+    async def replace_template(self, template_id: str, spec: TemplateSpec) -> TemplateSpec:
+        """Keep the new fields, then replace the workers of every endpoint using it whose
+        command or env changed (the old ones finish their jobs in hand; queued jobs wait
+        for the new ones). Refused, with nothing changed, when one could not run it."""
+        registry = self.gw.registry
+        async with self._lock:
+            self._refuse_when_closing()
+            stored = await registry.get_template(template_id)
+            if stored is None:
+                raise TemplateNotFound(template_id)
+            users = [ep for ep in self._endpoints.values() if ep.spec.templateId == template_id]
+            launches = [self._template_launch(template_id, spec) for _ in users]
+            entry = {**spec.model_dump(mode="json"), "createdAt": stored.get("createdAt", now())}
+            await registry.put_template(template_id, entry)
+            for ep, launch in zip(users, launches, strict=True):
+                await self._apply(ep, ep.spec, launch)
+        return spec
+
+    async def delete_template(self, template_id: str) -> None:
+        if not await self.gw.registry.delete_template(template_id):
+            raise TemplateNotFound(template_id)
+
     # -- dev mode's own operations --------------------------------------------------------
 
     async def apply(self, endpoint_id: str, spec: EndpointSpec) -> EndpointRecord:
@@ -255,7 +335,8 @@ class LocalControlPlane:
             return await self.patch(endpoint_id, spec)
         async with self._lock:
             self._refuse_when_closing()
-            await self._start(endpoint_id, spec, self._launch(spec.templateId), ORIGIN_CLI)
+            launch = await self._launch(spec.templateId)
+            await self._start(endpoint_id, spec, launch, ORIGIN_CLI)
         return await self.get(endpoint_id)
 
     async def resume(self, *, skip: Collection[str] = ()) -> list[EndpointRecord]:
@@ -274,10 +355,12 @@ class LocalControlPlane:
                     continue
                 work_dir = Path(entry.get("workDir") or self.base_dir)
                 try:
-                    launch, problem = self._launch(spec.templateId, work_dir), ""
+                    launch, problem = await self._launch(spec.templateId, work_dir), ""
                 except UnusableSettings as err:
                     launch, problem = None, str(err)
-                await self._start(endpoint_id, spec, launch, ORIGIN_API, work_dir, problem)
+                ep = await self._start(endpoint_id, spec, launch, ORIGIN_API, work_dir, problem)
+                ep.version = int(entry.get("version") or 1)
+                ep.created_at = str(entry.get("createdAt") or ep.created_at)
         return [await self.get(i) for i in sorted(stored) if i in self._endpoints]
 
     async def close(self) -> None:
@@ -307,7 +390,10 @@ class LocalControlPlane:
         snap = await self.gw.store.snapshot(ep.id)
         workers = ep.workers.count if ep.workers else 0
         status = local_status(ep, url, snap, workers)
-        return EndpointRecord(id=ep.id, jobApiUrl=url, status=status, **ep.spec.model_dump())
+        return EndpointRecord(
+            id=ep.id, jobApiUrl=url, status=status, version=ep.version,
+            createdAt=ep.created_at, **ep.spec.model_dump(),
+        )  # fmt: skip
 
     async def _start(
         self,
@@ -342,7 +428,8 @@ class LocalControlPlane:
     ) -> LocalWorkers:
         defaults = {k: v for k, v in WORKER_DEFAULTS.items() if k not in os.environ}
         given = resource_env(spec, cpus_here=os.cpu_count() or 1, gpus_here=gpus_here())
-        env = {**defaults, **given, **worker_env(self.gateway_url, endpoint_id, worker_key)}
+        own = worker_env(self.gateway_url, endpoint_id, worker_key)
+        env = {**defaults, **dict(launch.env), **given, **own}  # a template's env first
         keys = WorkerKeys(self.gw.registry, endpoint_id)  # no process gets the shared key
         sink = self.logs.sink(endpoint_id)
         lb = LbWorkers(self.gw.store.redis) if spec.type == EndpointType.LB else None

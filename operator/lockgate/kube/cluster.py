@@ -380,6 +380,31 @@ class Cluster:
     async def get_template(self, namespace: str, name: str) -> Obj | None:
         return await self._get_custom((GROUP, VERSION, TEMPLATE.plural), namespace, name)
 
+    async def list_templates(self, namespace: str) -> list[Obj]:
+        got = await self._call(
+            self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, TEMPLATE.plural
+        )
+        return list(got.get("items") or [])
+
+    async def create_template(self, namespace: str, body: Obj) -> Obj:
+        """Create a Template; `Conflict` when its name is taken."""
+        create = self.custom.create_namespaced_custom_object
+        return await self._call(create, GROUP, VERSION, namespace, TEMPLATE.plural, body)
+
+    async def replace_template_spec(self, namespace: str, name: str, spec: Obj) -> Obj:
+        """Replace a Template's whole `spec` (a JSON patch: maps such as `env` lose the
+        keys `spec` does not have); `NotFound` when it is gone."""
+        patch = [{"op": "replace", "path": "/spec", "value": spec}]
+        return await self._call(
+            self.custom.patch_namespaced_custom_object, GROUP, VERSION, namespace,
+            TEMPLATE.plural, name, patch, _content_type="application/json-patch+json",
+        )  # fmt: skip
+
+    async def delete_template(self, namespace: str, name: str) -> None:
+        """Delete a Template; `NotFound` when it is not there."""
+        delete = self.custom.delete_namespaced_custom_object
+        await self._call(delete, GROUP, VERSION, namespace, TEMPLATE.plural, name)
+
     async def get_endpoint(self, namespace: str, name: str) -> Obj | None:
         return await self._get_custom((GROUP, VERSION, ENDPOINT.plural), namespace, name)
 

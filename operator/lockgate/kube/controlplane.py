@@ -1,16 +1,28 @@
-"""`KubernetesControlPlane`: endpoints as Endpoint custom resources; the operator does the rest."""
+"""`KubernetesControlPlane`: endpoints as Endpoint custom resources, templates as Template
+resources; the operator does the rest (a changed Template rolls the Endpoints using it).
+
+An endpoint's `version` is the annotation `lockgate.dev/version` on its Endpoint, raised
+here when its `templateId` changes or its Template is edited through the API; `createdAt`
+is the resource's `creationTimestamp`."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
 
 from lockgate.kube.cluster import Cluster, ClusterError, Conflict, Gone, NotFound
-from lockgate.kube.crds import API_VERSION, ENDPOINT, omit_empty_strings
+from lockgate.kube.crds import API_VERSION, ENDPOINT, TEMPLATE, omit_empty_strings
 from lockgate.kube.podlogs import PodLogs
-from lockgate.manage.controlplane import EndpointExists, EndpointNotFound
+from lockgate.manage.controlplane import (
+    EndpointExists,
+    EndpointNotFound,
+    TemplateExists,
+    TemplateNotFound,
+    UnusableSettings,
+)
 from lockgate.manage.listing import (
     ContinueExpired,
     ContinueInvalid,
@@ -20,7 +32,7 @@ from lockgate.manage.listing import (
     summary_of_resource,
     take,
 )
-from lockgate.models import EndpointRecord, EndpointSpec, EndpointStatus
+from lockgate.models import EndpointRecord, EndpointSpec, EndpointStatus, TemplateSpec
 
 # A filtered answer reads the apiserver in pages that start at `limit` Endpoints and
 # double (as the apiserver's own filtered lists do), up to MAX_CHUNK, so a filter most
@@ -28,6 +40,30 @@ from lockgate.models import EndpointRecord, EndpointSpec, EndpointStatus
 # MAX_SCANNED Endpoints, with a short page and a cursor: no answer reads an unbounded list.
 MAX_CHUNK = 500  # Endpoints per apiserver read
 MAX_SCANNED = 2000  # Endpoints read for one answer
+VERSION_ANNOTATION = "lockgate.dev/version"
+
+
+def version_of(obj: Mapping[str, Any]) -> int:
+    """An Endpoint's version (1 until its template first changes)."""
+    raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(VERSION_ANNOTATION, "1")
+    return int(raw) if str(raw).isdigit() and int(raw) >= 1 else 1
+
+
+def template_from_resource(obj: Mapping[str, Any]) -> TemplateSpec:
+    """A Template resource's spec; one the API server let through but that fails
+    validation is shown as stored."""
+    raw = dict(obj.get("spec") or {})
+    try:
+        return TemplateSpec.model_validate(raw)
+    except ValidationError:
+        defaults = TemplateSpec.model_construct().model_dump()
+        return TemplateSpec.model_construct(**{**defaults, **raw})
+
+
+def merge_patch(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """A merge patch of every field (lists are replaced, not merged); null removes a field,
+    so an emptied string goes back to its default."""
+    return {k: (None if v == "" else v) for k, v in fields.items()}
 
 
 def record_from_resource(obj: Mapping[str, Any], job_api_url: str) -> EndpointRecord:
@@ -41,9 +77,11 @@ def record_from_resource(obj: Mapping[str, Any], job_api_url: str) -> EndpointRe
         settings = EndpointSpec.model_validate(raw).model_dump()
     except ValidationError:
         settings = {**EndpointSpec().model_dump(), **raw}
+    created = (obj.get("metadata") or {}).get("creationTimestamp") or ""
     return EndpointRecord.model_construct(
-        id=endpoint_id, jobApiUrl=job_api_url, status=status, **settings
-    )
+        id=endpoint_id, jobApiUrl=job_api_url, status=status, version=version_of(obj),
+        createdAt=created, networkVolumeId=None, **settings,
+    )  # fmt: skip
 
 
 class KubernetesControlPlane:
@@ -61,6 +99,9 @@ class KubernetesControlPlane:
         return record_from_resource(obj, self.job_api_url(obj["metadata"]["name"]))
 
     async def create(self, endpoint_id: str, spec: EndpointSpec) -> EndpointRecord:
+        if await self.get_endpoint_or_none(endpoint_id) is not None:
+            raise EndpointExists(endpoint_id)
+        await self._require_template(spec.templateId)
         body = {
             "apiVersion": API_VERSION,
             "kind": ENDPOINT.kind,
@@ -71,6 +112,15 @@ class KubernetesControlPlane:
             return self._record(await self.cluster.create_endpoint(self.namespace, body))
         except Conflict as err:
             raise EndpointExists(endpoint_id) from err
+
+    async def get_endpoint_or_none(self, endpoint_id: str) -> Mapping[str, Any] | None:
+        return await self.cluster.get_endpoint(self.namespace, endpoint_id)
+
+    async def _require_template(self, template_id: str) -> None:
+        """A templateId is required; the Template itself may come later (the endpoint is
+        Pending until it does, as with kubectl)."""
+        if not template_id:
+            raise UnusableSettings("templateId: required (the id of a template)")
 
     async def get(self, endpoint_id: str) -> EndpointRecord:
         obj = await self.cluster.get_endpoint(self.namespace, endpoint_id)
@@ -124,10 +174,14 @@ class KubernetesControlPlane:
         return EndpointPage([self._record(obj) for obj in found], following)
 
     async def patch(self, endpoint_id: str, spec: EndpointSpec) -> EndpointRecord:
-        # A merge patch of every field (lists are replaced, not merged); null removes a
-        # field, so an emptied string goes back to its default.
-        fields = spec.model_dump(mode="json")
-        patch = {"spec": {k: (None if v == "" else v) for k, v in fields.items()}}
+        current = await self.cluster.get_endpoint(self.namespace, endpoint_id)
+        if current is None:
+            raise EndpointNotFound(endpoint_id)
+        patch: dict[str, Any] = {"spec": merge_patch(spec.model_dump(mode="json"))}
+        if spec.templateId != (current.get("spec") or {}).get("templateId", ""):
+            await self._require_template(spec.templateId)
+            version = str(version_of(current) + 1)
+            patch["metadata"] = {"annotations": {VERSION_ANNOTATION: version}}
         try:
             obj = await self.cluster.patch_endpoint(self.namespace, endpoint_id, patch)
         except NotFound as err:
@@ -139,3 +193,52 @@ class KubernetesControlPlane:
             await self.cluster.delete_endpoint(self.namespace, endpoint_id)
         except NotFound as err:
             raise EndpointNotFound(endpoint_id) from err
+
+    # -- templates ----------------------------------------------------------------------
+
+    async def create_template(self, template_id: str, spec: TemplateSpec) -> TemplateSpec:
+        body = {
+            "apiVersion": API_VERSION,
+            "kind": TEMPLATE.kind,
+            "metadata": {"name": template_id, "namespace": self.namespace},
+            "spec": omit_empty_strings(spec.model_dump(mode="json")),
+        }
+        try:
+            obj = await self.cluster.create_template(self.namespace, body)
+        except Conflict as err:
+            raise TemplateExists(template_id) from err
+        return template_from_resource(obj)
+
+    async def get_template(self, template_id: str) -> TemplateSpec:
+        obj = await self.cluster.get_template(self.namespace, template_id)
+        if obj is None:
+            raise TemplateNotFound(template_id)
+        return template_from_resource(obj)
+
+    async def list_templates(self) -> dict[str, TemplateSpec]:
+        items = await self.cluster.list_templates(self.namespace)
+        found = {obj["metadata"]["name"]: template_from_resource(obj) for obj in items}
+        return dict(sorted(found.items()))
+
+    async def replace_template(self, template_id: str, spec: TemplateSpec) -> TemplateSpec:
+        """Patch the Template (the operator rolls its Endpoints' workers), then raise the
+        version of each Endpoint using it."""
+        body = omit_empty_strings(spec.model_dump(mode="json"))
+        try:
+            obj = await self.cluster.replace_template_spec(self.namespace, template_id, body)
+        except NotFound as err:
+            raise TemplateNotFound(template_id) from err
+        for ep in await self.cluster.list_endpoints(self.namespace):
+            if (ep.get("spec") or {}).get("templateId") != template_id:
+                continue
+            version = str(version_of(ep) + 1)
+            bump = {"metadata": {"annotations": {VERSION_ANNOTATION: version}}}
+            with contextlib.suppress(NotFound):  # deleted meanwhile
+                await self.cluster.patch_endpoint(self.namespace, ep["metadata"]["name"], bump)
+        return template_from_resource(obj)
+
+    async def delete_template(self, template_id: str) -> None:
+        try:
+            await self.cluster.delete_template(self.namespace, template_id)
+        except NotFound as err:
+            raise TemplateNotFound(template_id) from err

@@ -10,12 +10,14 @@ Handlers return nothing for the same reason (kopf would store results under stat
 from __future__ import annotations
 
 import random
+import time
 from typing import Any
 
 import kopf
 
 from lockgate.kube import reconcile as rc
 from lockgate.kube.crds import ENDPOINT, GROUP, TEMPLATE, VERSION
+from lockgate.kube.status import resync_may_wait
 
 ENDPOINTS = (GROUP, VERSION, ENDPOINT.plural)
 TEMPLATES = (GROUP, VERSION, TEMPLATE.plural)
@@ -78,16 +80,25 @@ async def resync_endpoint(
 ) -> None:
     """Level-based resync: status counts, and repairs (a Redis restart, a deleted object).
     Each Endpoint's timer has a random phase and a ±10% jittered period, so a thousand
-    Endpoints' resyncs spread over the period instead of coming all at once."""
+    Endpoints' resyncs spread over the period instead of coming all at once. An Endpoint
+    at rest (its status: Ready, no worker, no job) is resynced every `resync_rest_s` only,
+    as long as its registry entry is there (one HEXISTS a period: a Redis loss is repaired
+    within `resync_s`); `body` is kopf's live view, so a status the scaler changes (a
+    scale-up) ends the rest at the next period."""
     ctx = _ctx(memo)
-    period = ctx.settings.resync_s
+    period, rest = ctx.settings.resync_s, ctx.settings.resync_rest_s
     delay = random.uniform(0.1, 1.0) * period
+    last = time.monotonic()
     while not stopped:
         await stopped.wait(delay)
         delay = period * random.uniform(0.9, 1.1)
         if stopped:
             return
         try:
+            waits = resync_may_wait(body.get("status"), time.monotonic() - last, rest)
+            if waits and await rc.still_registered(ctx, body):
+                continue
+            last = time.monotonic()
             await rc.refresh(ctx, body, steady=True)
         except kopf.TemporaryError as err:
             logger.warning(f"resync failed, will retry: {err}")

@@ -48,6 +48,7 @@ from lockgate.store import JobStore, Liveness, Registry, connect
 from lockgate.store.keys import ENDPOINT_ID_RE
 
 Body = Mapping[str, Any]
+Obj = Mapping[str, Any]  # a Kubernetes object as the API gives it
 RETRY_DELAY_S = 5
 
 
@@ -268,12 +269,13 @@ async def apply_workloads(
     annotations: Mapping[str, str] | None = None,
     *,
     steady: bool = False,
-) -> Check | None:
+) -> tuple[Check | None, Obj]:
     """The worker Deployment (on the GPU type `choose_gpu_type` picks), the flashboot
     DaemonSet while flashboot is on, and a load-balancing endpoint's NetworkPolicy when the
-    gateway's pod labels are set; returns the `GPUTypeSelected` condition, if any.
-    `steady` (a resync): a DaemonSet or NetworkPolicy this process knows is absent is not
-    deleted again."""
+    gateway's pod labels are set; returns the `GPUTypeSelected` condition, if any, and the
+    Deployment as the API server has it (its status read without a second GET). `steady`
+    (a resync): a DaemonSet or NetworkPolicy this process knows is absent is not deleted
+    again."""
     choice = await choose_gpu_type(ctx, owner, spec, annotations)
     deployment = manifests.worker_deployment(
         owner,
@@ -285,7 +287,7 @@ async def apply_workloads(
         key_revision=digest,
         gpu_type=choice.gpu_type if choice else None,
     )
-    await ctx.cluster.apply(deployment)
+    applied = await ctx.cluster.apply(deployment)
     if spec.flashboot:
         ctx.no_daemonset.discard(owner.uid)
         await ctx.cluster.apply(manifests.flashboot_daemonset(owner, spec, template, ctx.settings))
@@ -300,8 +302,9 @@ async def apply_workloads(
         await ctx.cluster.delete("NetworkPolicy", owner.namespace, name)
         ctx.no_network_policy.add(owner.uid)
     if choice is None:
-        return None
-    return Check(placement.CONDITION, True, choice.reason, choice.message(spec.gpuTypeIds))
+        return None, applied
+    check = Check(placement.CONDITION, True, choice.reason, choice.message(spec.gpuTypeIds))
+    return check, applied
 
 
 async def activity(ctx: Context, endpoint_id: str) -> Activity:
@@ -319,25 +322,26 @@ async def activity(ctx: Context, endpoint_id: str) -> Activity:
 
 async def _converge(
     ctx: Context, owner: Owner, body: Body, *, steady: bool = False
-) -> tuple[list[Check], bool]:
+) -> tuple[list[Check], bool, Obj | None]:
     """Run the steps in order, stopping at the first one that cannot pass; also says
-    whether the endpoint is registered (so its job counts are its own)."""
+    whether the endpoint is registered (so its job counts are its own), and gives the
+    worker Deployment when it was applied."""
     spec, check = validate(owner.name, body.get("spec") or {})
     checks = [check]
     if spec is None:
-        return checks, False
+        return checks, False, None
     template, check = await find_template(ctx, owner.namespace, spec.templateId)
     checks.append(check)
     if template is None:
-        return checks, False
+        return checks, False, None
     external = manifests.scaled_externally(body["metadata"].get("annotations"))
     digest, check = await register(ctx, owner, spec, external_scaler=external, steady=steady)
     checks.append(check)
     if digest is None:
-        return checks, False
+        return checks, False, None
     try:
         meta = body["metadata"]
-        gpu = await apply_workloads(
+        gpu, deployment = await apply_workloads(
             ctx, owner, spec, template, spec.templateId, digest, meta.get("annotations"),
             steady=steady,
         )  # fmt: skip
@@ -346,9 +350,9 @@ async def _converge(
             raise  # transient: retried
         message = f"the API server refused the workers: {err}"
         checks.append(Check(WORKLOADS_APPLIED, False, "Rejected", message, fatal=True))
-        return checks, True
+        return checks, True, None
     checks.append(Check(WORKLOADS_APPLIED, True, "Applied", ""))
-    return [*checks, *([gpu] if gpu else [])], True
+    return [*checks, *([gpu] if gpu else [])], True, deployment
 
 
 @contextlib.asynccontextmanager
@@ -367,9 +371,10 @@ async def reconcile(body: Body, ctx: Context, *, steady: bool = False) -> dict[s
     `steady`: a resync, no change seen (see `Context.confirmed_keys`)."""
     owner = owner_of(body)
     async with _transient_errors():
-        checks, registered = await _converge(ctx, owner, body, steady=steady)
-        name = manifests.deployment_name(owner.name)
-        deployment = await ctx.cluster.read("Deployment", owner.namespace, name)
+        checks, registered, deployment = await _converge(ctx, owner, body, steady=steady)
+        if deployment is None:
+            name = manifests.deployment_name(owner.name)
+            deployment = await ctx.cluster.read("Deployment", owner.namespace, name)
         counts = await activity(ctx, owner.name) if registered else Activity()
     observed = Observed(
         generation=int(body["metadata"].get("generation") or 0),
@@ -388,14 +393,21 @@ async def reconcile(body: Body, ctx: Context, *, steady: bool = False) -> dict[s
     )
 
 
-async def refresh(ctx: Context, body: Body, *, steady: bool = False) -> None:
+async def still_registered(ctx: Context, body: Body) -> bool:
+    """Whether the Endpoint's registry entry is still in Redis (a flushed Redis: no)."""
+    async with _transient_errors():
+        return await ctx.registry.has_endpoint(body["metadata"]["name"])
+
+
+async def refresh(ctx: Context, body: Body, *, steady: bool = False) -> dict[str, Any]:
     """Reconcile and write the status through the API (outside an Endpoint's own handler),
-    only when it changed."""
+    only when it changed; returns the status."""
     status = await reconcile(body, ctx, steady=steady)
     if not same_status(body.get("status"), status):
         meta = body["metadata"]
         async with _transient_errors():
             await ctx.cluster.patch_endpoint_status(meta["namespace"], meta["name"], status)
+    return status
 
 
 async def template_users(ctx: Context, namespace: str, template_name: str) -> list[Body]:

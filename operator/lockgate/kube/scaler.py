@@ -23,9 +23,10 @@ still reports `MetricsAvailable` and marks busy pods, and writes no replica coun
 An endpoint *at rest* (no pod, its Deployment at zero, nothing queued or running, no live
 worker, `workersMin` 0, its conditions as last reported) has nothing to decide: it gets no
 task, no API call and no Redis call. While every endpoint is at rest the loop ticks every
-`scale_rest_interval_s` instead of every `scale_interval_s`: a job queued onto empty queues,
-a worker new to an endpoint and a registry change (the `q:`, `a:` and `r:` events) wake it
-at once, so a thousand idle endpoints cost the operator almost nothing.
+`scale_rest_interval_s` instead of every `scale_interval_s`: a job queued onto empty queues
+(the `q:` event) wakes it at once, resting or not, and a worker new to an endpoint or a
+registry change (`a:`, `r:`) ends a rest; so a thousand idle endpoints cost the operator
+almost nothing.
 
 Of several operator replicas only one runs this loop: the holder of the scaler Lease
 (`kube.leader`; `apps.operator.scaling` starts a fresh loop for each term and cancels it when
@@ -193,6 +194,13 @@ class ScalingLoop:
                     await asyncio.wait_for(self.wakeup.wait(), interval)
         finally:
             await self.stop()
+
+    def stir(self) -> None:
+        """A sign of activity at some endpoint (a new worker, a registry change): while at
+        rest, tick now; otherwise the next tick, an interval away, sees it anyway (a burst
+        of such signs, e.g. a thousand Endpoints created, does not make ticks back to back)."""
+        if self.resting:
+            self.wakeup.set()
 
     def _ours(self, entry: Obj) -> bool:
         watched = self.ctx.settings.namespaces

@@ -41,6 +41,10 @@ class OperatorSettings(RedisSettings):
         "default", description="kopf's (Cluster)KopfPeering object; the chart names it per release"
     )
     resync_s: float = Field(10.0, gt=0, description="how often each Endpoint is re-reconciled")
+    resync_rest_s: float = Field(
+        60.0, gt=0,
+        description="how often an Endpoint at rest (Ready, no worker, no job) is re-reconciled",
+    )  # fmt: skip
     heartbeat_timeout_s: float = Field(30.0, description="a silent worker is not counted after")
     worker_key_settle_s: float = Field(
         60.0, ge=0, description="an Endpoint this young never has its worker key replaced"

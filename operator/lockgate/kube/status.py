@@ -206,6 +206,20 @@ def endpoint_status(
     return omit_empty_strings(status.model_dump(mode="json"))
 
 
+def at_rest(status: Mapping[str, Any] | None) -> bool:
+    """Whether an Endpoint's status says it is Ready with no worker and no job: then its
+    resync may come less often (`resync_rest_s`)."""
+    status = status or {}
+    counts = [*(status.get("workers") or {}).values(), *(status.get("jobs") or {}).values()]
+    return status.get("phase") == "Ready" and bool(counts) and not any(counts)
+
+
+def resync_may_wait(status: Mapping[str, Any] | None, since_s: float, rest_s: float) -> bool:
+    """Whether a resync may be skipped: the Endpoint is at rest and its last full resync
+    is less than `rest_s` old."""
+    return at_rest(status) and since_s < rest_s
+
+
 def same_status(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
     """Whether writing `b` over `a` would change anything a reader sees."""
     return dict(a or {}) == dict(b or {})

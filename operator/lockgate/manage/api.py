@@ -1,7 +1,10 @@
 """The management API, `{rest_url}/v1/endpoints`: create, list, read, edit, delete.
 
 Every route needs an admin key (`authorization: Bearer <key>`). Payloads are the spec's
-creation payload; errors are `{"error": ...}` naming the offending field.
+creation payload in RunPod's shapes (`templateId` required, `id` optional: generated when
+absent; `PATCH` or `POST …/update` to edit; `includeTemplate`, `includeWorkers` when
+reading); errors are `{"error": ...}` naming the offending field. `/v1/templates` is
+`manage.templates`; `/graphql` (the runpod SDK's calls) is `manage.graphql`.
 """
 
 from __future__ import annotations
@@ -24,14 +27,25 @@ from lockgate.manage.controlplane import (
     ControlPlane,
     EndpointExists,
     EndpointNotFound,
+    TemplateNotFound,
     UnusableSettings,
 )
 from lockgate.manage.keys_api import add_keys_routes
 from lockgate.manage.listing import ContinueExpired, ContinueInvalid, parse_query
 from lockgate.manage.logs import add_logs_routes
-from lockgate.models import ENDPOINT_ID_PATTERN, EndpointSpec, describe_validation_error
+from lockgate.manage.templates import add_template_routes
+from lockgate.models import (
+    ENDPOINT_ID_PATTERN,
+    EndpointRecord,
+    EndpointSpec,
+    describe_validation_error,
+)
+from lockgate.models.templates import runpod_template
+from lockgate.store import JobStore
 
 AUTHENTICATOR = web.AppKey("authenticator", Authenticator)
+WORKER_STORE = web.AppKey("worker_store", JobStore)  # workers of `includeWorkers`
+FLAGS = {"true": True, "1": True, "false": False, "0": False}
 
 ID_ALPHABET = string.ascii_lowercase + string.digits
 ID_LENGTH = 14  # RunPod's endpoint ids: 14 lowercase letters and digits
@@ -63,6 +77,84 @@ def parse_spec(payload: dict[str, Any]) -> EndpointSpec:
         raise BadRequest(describe_validation_error(err)) from err
 
 
+def _network_volume(payload: dict[str, Any]) -> None:
+    """`networkVolumeId`: accepted empty (as the runpod SDK sends it); network volumes are
+    not served yet, so a volume is refused rather than silently not mounted."""
+    volume = payload.pop("networkVolumeId", None)
+    if volume not in (None, ""):
+        raise BadRequest("networkVolumeId: network volumes are not available yet; omit it")
+
+
+def flag(query: Any, name: str) -> bool:
+    """A boolean query parameter (`true`/`false`, `1`/`0`); 400 naming it otherwise."""
+    value = query.get(name)
+    if value is None:
+        return False
+    if value.lower() not in FLAGS:
+        raise BadRequest(f"{name}: true or false")
+    return FLAGS[value.lower()]
+
+
+async def endpoint_json(
+    app: web.Application,
+    record: EndpointRecord,
+    *,
+    include_template: bool = False,
+    include_workers: bool = False,
+    templates: dict | None = None,
+) -> dict[str, Any]:
+    """The record as JSON, with its `template` (RunPod's shape; null when its templateId
+    names no template, as a dev-mode handler file) and `workers` when asked."""
+    body = record.to_json()
+    if include_template:
+        spec = None
+        if templates is not None:
+            spec = templates.get(record.templateId)
+        elif record.templateId:
+            try:
+                spec = await app[CONTROL_PLANE].get_template(record.templateId)
+            except TemplateNotFound:
+                spec = None
+        body["template"] = None if spec is None else runpod_template(record.templateId, spec)
+    if include_workers:
+        snap = await app[WORKER_STORE].snapshot(record.id)
+        body["workers"] = [
+            {"id": worker, "status": "RUNNING" if jobs else "IDLE", "jobsInProgress": jobs}
+            for worker, jobs in sorted(snap.worker_jobs.items())
+        ]
+    return body
+
+
+async def create_endpoint_from(plane: ControlPlane, payload: dict[str, Any]) -> EndpointRecord:
+    """Create an endpoint from a creation payload; raises `ApiError` naming the field."""
+    endpoint_id = _endpoint_id(payload)
+    _network_volume(payload)
+    spec = parse_spec(payload)
+    try:
+        return await plane.create(endpoint_id, spec)
+    except EndpointExists as err:
+        raise Conflict(f"id: endpoint {endpoint_id!r} exists already") from err
+    except UnusableSettings as err:
+        raise BadRequest(str(err)) from err
+
+
+async def edit_endpoint(
+    plane: ControlPlane, endpoint_id: str, changes: dict[str, Any]
+) -> EndpointRecord:
+    """Apply `changes` (the others keep their values); raises `ApiError`."""
+    if changes.pop("id", endpoint_id) != endpoint_id:
+        raise BadRequest("id: an endpoint's id cannot change")
+    _network_volume(changes)
+    try:
+        current = await plane.get(endpoint_id)
+        settings = current.model_dump(include=set(EndpointSpec.model_fields))
+        return await plane.patch(endpoint_id, parse_spec({**settings, **changes}))
+    except EndpointNotFound as err:
+        raise NotFound(f"endpoint {endpoint_id!r} not found") from err
+    except UnusableSettings as err:
+        raise BadRequest(str(err)) from err
+
+
 def _endpoint_id(payload: dict[str, Any]) -> str:
     endpoint_id = payload.pop("id", None)
     if endpoint_id is None:
@@ -83,14 +175,7 @@ async def admin_only(request: web.Request, handler) -> web.StreamResponse:
 
 async def create_endpoint(request: web.Request) -> web.Response:
     payload = await json_object(request)
-    endpoint_id = _endpoint_id(payload)
-    spec = parse_spec(payload)
-    try:
-        record = await request.app[CONTROL_PLANE].create(endpoint_id, spec)
-    except EndpointExists as err:
-        raise Conflict(f"id: endpoint {endpoint_id!r} exists already") from err
-    except UnusableSettings as err:
-        raise BadRequest(str(err)) from err
+    record = await create_endpoint_from(request.app[CONTROL_PLANE], payload)
     return json_response(record.to_json())
 
 
@@ -98,6 +183,8 @@ async def list_endpoints(request: web.Request) -> web.Response:
     """Every endpoint (a JSON list, as RunPod answers), or with `limit` one page of them:
     the same list, with the next page's token in `X-Continue` and its URL in `Link`."""
     query = parse_query(request.query)
+    with_template = flag(request.query, "includeTemplate")
+    with_workers = flag(request.query, "includeWorkers")
     try:
         page = await request.app[CONTROL_PLANE].page(query)
     except ContinueInvalid as err:
@@ -113,33 +200,44 @@ async def list_endpoints(request: web.Request) -> web.Response:
         following = request.rel_url.query.copy()  # the same filters and limit
         following["continue"] = token
         headers = {"X-Continue": token, "Link": f'<?{urlencode(following)}>; rel="next"'}
-    return json_response([item.to_json() for item in page.items], headers=headers)
+    templates = None
+    if with_template and not query.summary:
+        templates = await request.app[CONTROL_PLANE].list_templates()
+    items = [
+        await endpoint_json(
+            request.app,
+            item,
+            include_template=with_template,
+            include_workers=with_workers,
+            templates=templates,
+        )
+        if isinstance(item, EndpointRecord)
+        else item.to_json()
+        for item in page.items
+    ]
+    return json_response(items, headers=headers)
 
 
 async def get_endpoint(request: web.Request) -> web.Response:
     endpoint_id = request.match_info["endpoint_id"]
+    with_template = flag(request.query, "includeTemplate")
+    with_workers = flag(request.query, "includeWorkers")
     try:
         record = await request.app[CONTROL_PLANE].get(endpoint_id)
     except EndpointNotFound as err:
         raise NotFound(f"endpoint {endpoint_id!r} not found") from err
-    return json_response(record.to_json())
+    body = await endpoint_json(
+        request.app, record, include_template=with_template, include_workers=with_workers
+    )
+    return json_response(body)
 
 
 async def patch_endpoint(request: web.Request) -> web.Response:
-    """Edit: the given fields change, the others keep their values."""
+    """Edit (PATCH, or its synonym `POST …/update`): the given fields change, the others
+    keep their values."""
     endpoint_id = request.match_info["endpoint_id"]
     changes = await json_object(request)
-    if changes.pop("id", endpoint_id) != endpoint_id:
-        raise BadRequest("id: an endpoint's id cannot change")
-    control_plane = request.app[CONTROL_PLANE]
-    try:
-        current = await control_plane.get(endpoint_id)
-        settings = current.model_dump(include=set(EndpointSpec.model_fields))
-        record = await control_plane.patch(endpoint_id, parse_spec({**settings, **changes}))
-    except EndpointNotFound as err:
-        raise NotFound(f"endpoint {endpoint_id!r} not found") from err
-    except UnusableSettings as err:
-        raise BadRequest(str(err)) from err
+    record = await edit_endpoint(request.app[CONTROL_PLANE], endpoint_id, changes)
     return json_response(record.to_json())
 
 
@@ -162,11 +260,14 @@ def create_manage_app(
     app = web.Application(middlewares=[error_middleware, admin_only])
     app[CONTROL_PLANE] = control_plane
     app[AUTHENTICATOR] = authenticator
+    app[WORKER_STORE] = JobStore(authenticator.registry.redis)
     app.router.add_post(f"{prefix}/endpoints", create_endpoint)
     app.router.add_get(f"{prefix}/endpoints", list_endpoints)
     app.router.add_get(f"{prefix}/endpoints/{{endpoint_id}}", get_endpoint)
     app.router.add_patch(f"{prefix}/endpoints/{{endpoint_id}}", patch_endpoint)
+    app.router.add_post(f"{prefix}/endpoints/{{endpoint_id}}/update", patch_endpoint)
     app.router.add_delete(f"{prefix}/endpoints/{{endpoint_id}}", delete_endpoint)
+    add_template_routes(app, prefix=prefix)
     add_keys_routes(app, authenticator.registry, prefix=prefix)
     add_logs_routes(app, prefix=prefix)
     return app

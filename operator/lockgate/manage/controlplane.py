@@ -1,5 +1,5 @@
-"""Where endpoint records live: the `ControlPlane` protocol, its errors, and the management
-app's key for it (`CONTROL_PLANE`).
+"""Where endpoint and template records live: the `ControlPlane` protocol, its errors,
+and the management app's key for it (`CONTROL_PLANE`).
 
 The management API validates payloads and hands a `ControlPlane` complete, valid settings;
 a backend only stores them, acts on them and reports status. `KubernetesControlPlane`
@@ -16,7 +16,7 @@ from typing import Protocol
 from aiohttp import web
 
 from lockgate.manage.listing import EndpointPage, EndpointQuery
-from lockgate.models import EndpointRecord, EndpointSpec
+from lockgate.models import EndpointRecord, EndpointSpec, TemplateSpec
 
 
 class EndpointNotFound(LookupError):
@@ -25,6 +25,14 @@ class EndpointNotFound(LookupError):
 
 class EndpointExists(ValueError):
     """An endpoint with this id exists already."""
+
+
+class TemplateNotFound(LookupError):
+    """No template has this id."""
+
+
+class TemplateExists(ValueError):
+    """A template with this id exists already."""
 
 
 class UnusableSettings(ValueError):
@@ -57,6 +65,30 @@ class ControlPlane(Protocol):
     async def delete(self, endpoint_id: str) -> None:
         """Delete the endpoint with its configuration and job history; raises
         `EndpointNotFound`. Removal may finish shortly after this returns."""
+        ...
+
+    async def create_template(self, template_id: str, spec: TemplateSpec) -> TemplateSpec:
+        """Keep a new template; raises `TemplateExists`."""
+        ...
+
+    async def get_template(self, template_id: str) -> TemplateSpec:
+        """The template; raises `TemplateNotFound`."""
+        ...
+
+    async def list_templates(self) -> dict[str, TemplateSpec]:
+        """Every template by id."""
+        ...
+
+    async def replace_template(self, template_id: str, spec: TemplateSpec) -> TemplateSpec:
+        """Replace a template's fields with `spec`; the endpoints that use it roll their
+        workers (queued jobs kept, jobs in hand finished) and their `version` goes up.
+        Raises `TemplateNotFound` (or `UnusableSettings` when an endpoint using it could
+        not run the new one)."""
+        ...
+
+    async def delete_template(self, template_id: str) -> None:
+        """Delete a template (the API checks first that no endpoint uses it); raises
+        `TemplateNotFound`."""
         ...
 
 

@@ -5,6 +5,7 @@ from lockgate.models.endpoint import (
     EndpointSpec,
     EndpointType,
     ScalerType,
+    TemplateCategory,
     TemplateSpec,
 )
 from lockgate.models.errors import describe_validation_error
@@ -51,6 +52,7 @@ __all__ = [
     "PurgeResult",
     "S3Config",
     "ScalerType",
+    "TemplateCategory",
     "TemplateSpec",
     "WorkerCounts",
     "describe_validation_error",

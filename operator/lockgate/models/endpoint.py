@@ -144,15 +144,28 @@ class EndpointSpec(BaseModel):
         return self
 
 
+class TemplateCategory(StrEnum):
+    """RunPod's template categories: the hardware the image is built for."""
+
+    NVIDIA = "NVIDIA"
+    AMD = "AMD"
+    CPU = "CPU"
+
+
 class TemplateSpec(BaseModel):
-    """Worker template: what runs in each worker container."""
+    """Worker template: what runs in each worker container.
+
+    The management API speaks RunPod's names for some fields (`models.templates`:
+    `imageName` is `image`, `dockerEntrypoint` is `command`, `dockerStartCmd` is `args`,
+    `containerRegistryAuthId` is `imagePullSecret`); the others have the same name here."""
 
     model_config = ConfigDict(extra="forbid")
 
+    name: str = Field("", max_length=191, description="display name")
     image: str = Field(..., min_length=1, description="container image of the worker")
     command: list[str] = Field(default_factory=list, description="start command (entrypoint)")
     args: list[str] = Field(default_factory=list, description="arguments of the start command")
-    env: dict[str, str] = Field(default_factory=dict, description="environment variables")
+    env: podfields.EnvVars = Field(default_factory=dict, description="environment variables")
     ports: list[Annotated[str, Field(pattern=PORT_PATTERN)]] = Field(
         default_factory=list, max_length=32, description="exposed ports: '8000/http' or '22/tcp'"
     )
@@ -161,6 +174,14 @@ class TemplateSpec(BaseModel):
         "", pattern=r"^(https?://\S+)?$", description="downloaded once per node, mounted read-only"
     )
     imagePullSecret: str = Field("", description="name of a docker-registry Secret")
+    # -- RunPod's template fields kept and shown (docs/endpoint-reference.md, "Templates")
+    volumeInGb: int = Field(0, ge=0, le=10_000, description="RunPod's pod volume (GiB); kept")
+    volumeMountPath: str = Field("/workspace", max_length=4096, description="RunPod's; kept")
+    readme: str = Field("", max_length=100_000, description="notes shown with the template")
+    isServerless: bool = Field(False, description="RunPod's serverless flag; kept and shown")
+    category: TemplateCategory = Field(
+        TemplateCategory.NVIDIA, description="NVIDIA, AMD or CPU: what the image is built for"
+    )
     # -- the pod around the worker (docs/endpoint-reference.md, "Worker pods")
     imagePullSecrets: list[podfields.Name] = Field(
         default_factory=list, max_length=32, description="more docker-registry Secret names"

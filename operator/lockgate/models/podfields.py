@@ -111,4 +111,5 @@ class SecretKeyRef(BaseModel):
     )
 
 
+EnvVars = Annotated[dict[str, str], AfterValidator(_env_names)]
 SecretEnv = Annotated[dict[str, SecretKeyRef], AfterValidator(_env_names)]

@@ -77,6 +77,9 @@ class EndpointRecord(EndpointSpec):
 
     id: str = Field(..., pattern=ENDPOINT_ID_PATTERN)
     jobApiUrl: str = ""
+    version: int = Field(1, ge=1, description="goes up when its template or env changes")
+    createdAt: str = Field("", description="RFC 3339")
+    networkVolumeId: str | None = Field(None, description="network volumes: not yet")
     status: EndpointStatus = Field(default_factory=EndpointStatus)
 
     def to_json(self) -> dict[str, Any]:

@@ -64,6 +64,8 @@ the single description of what they build.
                                the requests it holds (no routable worker yet) and has in
                                flight per worker; ignored once `exp` (ms) passed
     lg:endpoints         HASH  endpoint id -> registry entry (JSON)
+    lg:templates         HASH  template id -> dev mode's template (JSON: its fields and
+                               createdAt); a cluster keeps Template resources instead
     lg:keys              HASH  sha256(api key) -> key record (JSON: name, scopes, endpoints,
                                created); never the key itself
 """
@@ -74,6 +76,7 @@ import os
 import re
 
 ENDPOINTS = "lg:endpoints"
+TEMPLATES = "lg:templates"
 API_KEYS = "lg:keys"
 EVENTS_CHANNEL = "lg:events"
 

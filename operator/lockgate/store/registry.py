@@ -30,6 +30,10 @@ class Registry:
         raw = await self.redis.hget(keys.ENDPOINTS, endpoint_id)
         return orjson.loads(raw) if raw is not None else None
 
+    async def has_endpoint(self, endpoint_id: str) -> bool:
+        """Whether the endpoint is registered (one HEXISTS; nothing is parsed)."""
+        return bool(await self.redis.hexists(keys.ENDPOINTS, endpoint_id))
+
     async def endpoint_ids(self) -> list[str]:
         """The registered endpoints' ids alone (no entry is read or parsed)."""
         return [k.decode() for k in await self.redis.hkeys(keys.ENDPOINTS)]
@@ -41,6 +45,22 @@ class Registry:
     async def delete_endpoint(self, endpoint_id: str) -> None:
         await self.redis.hdel(keys.ENDPOINTS, endpoint_id)
         await self.redis.publish(keys.EVENTS_CHANNEL, f"r:{endpoint_id}")
+
+    async def put_template(self, template_id: str, entry: dict) -> None:
+        """Keep (or replace) a dev-mode template."""
+        await self.redis.hset(keys.TEMPLATES, template_id, orjson.dumps(entry))
+
+    async def get_template(self, template_id: str) -> dict | None:
+        raw = await self.redis.hget(keys.TEMPLATES, template_id)
+        return orjson.loads(raw) if raw is not None else None
+
+    async def list_templates(self) -> dict[str, dict]:
+        raw = await self.redis.hgetall(keys.TEMPLATES)
+        return {k.decode(): orjson.loads(v) for k, v in raw.items()}
+
+    async def delete_template(self, template_id: str) -> bool:
+        """Forget a dev-mode template; False when it was not there."""
+        return bool(await self.redis.hdel(keys.TEMPLATES, template_id))
 
     async def put_key(self, api_key: str, record: dict) -> None:
         """Store a key's record (name, scopes, endpoints) under the key's digest."""

@@ -1,0 +1,386 @@
+"""`/graphql`: the subset of RunPod's GraphQL API that the runpod SDK's management calls
+send (`create_template`, `create_endpoint`, `get_endpoints`, `update_endpoint_template`),
+served with graphql-core over the same `ControlPlane` and rules as `/v1`.
+
+It sits at the root of the process that serves `/v1` (so `RUNPOD_API_BASE_URL` is that
+origin) and needs an admin key as a Bearer token, as `/v1` does. RunPod's shapes differ
+from REST's: `dockerArgs` is one string (split like a shell into `dockerStartCmd`),
+`ports`, `gpuIds`, `locations` and `allowedCudaVersions` are comma-separated strings,
+`env` is a list of `{key, value}`, `flashBootType` is `FLASHBOOT` or `OFF`. Unknown
+fields and operations are GraphQL errors (HTTP 200 with `errors`), never a 500.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from aiohttp import web
+from graphql import GraphQLError, GraphQLSchema, build_schema, graphql
+
+from lockgate.gateway.auth import ADMIN, Authenticator
+from lockgate.gateway.errors import ApiError, Unauthorized
+from lockgate.manage.api import (
+    ALL_ENDPOINTS,
+    AUTHENTICATOR,
+    create_endpoint_from,
+    edit_endpoint,
+)
+from lockgate.manage.controlplane import CONTROL_PLANE, ControlPlane
+from lockgate.manage.listing import EndpointQuery
+from lockgate.manage.templates import create_template, edit_template
+from lockgate.models import EndpointRecord, TemplateSpec
+from lockgate.models.templates import runpod_template
+
+SDL = """
+type Query {
+  myself: User!
+}
+
+type User {
+  id: String!
+  endpoints: [Endpoint!]!
+  podTemplates: [PodTemplate!]!
+}
+
+type EnvironmentVariable {
+  key: String!
+  value: String!
+}
+
+input EnvironmentVariableInput {
+  key: String!
+  value: String
+}
+
+type NetworkVolume {
+  id: String
+  dataCenterId: String
+}
+
+enum FlashBootType {
+  OFF
+  FLASHBOOT
+}
+
+type PodTemplate {
+  id: String!
+  name: String
+  imageName: String
+  dockerArgs: String
+  dockerEntrypoint: [String!]
+  dockerStartCmd: [String!]
+  containerDiskInGb: Int
+  volumeInGb: Int
+  volumeMountPath: String
+  ports: String
+  env: [EnvironmentVariable!]
+  isServerless: Boolean
+  readme: String
+  containerRegistryAuthId: String
+  category: String
+}
+
+input PodTemplateInput {
+  id: String
+  name: String!
+  imageName: String!
+  dockerArgs: String
+  containerDiskInGb: Int
+  volumeInGb: Int
+  volumeMountPath: String
+  ports: String
+  env: [EnvironmentVariableInput]
+  isServerless: Boolean
+  containerRegistryAuthId: String
+  startSsh: Boolean
+  isPublic: Boolean
+  readme: String
+  category: String
+}
+
+type Endpoint {
+  id: String!
+  name: String
+  templateId: String
+  template: PodTemplate
+  gpuIds: String
+  gpuCount: Int
+  networkVolumeId: String
+  networkVolume: NetworkVolume
+  locations: String
+  idleTimeout: Int
+  scalerType: String
+  scalerValue: Int
+  workersMin: Int
+  workersMax: Int
+  workersStandby: Int
+  allowedCudaVersions: String
+  flashBootType: FlashBootType
+  executionTimeoutMs: Int
+  type: String
+  userId: String
+  aiKey: String
+  version: Int
+  env: [EnvironmentVariable!]
+  createdAt: String
+}
+
+input EndpointInput {
+  id: String
+  name: String
+  templateId: String!
+  gpuIds: String
+  gpuCount: Int
+  networkVolumeId: String
+  locations: String
+  idleTimeout: Int
+  scalerType: String
+  scalerValue: Int
+  workersMin: Int
+  workersMax: Int
+  allowedCudaVersions: String
+  flashBootType: FlashBootType
+  executionTimeoutMs: Int
+  type: String
+}
+
+input UpdateEndpointTemplateInput {
+  endpointId: String!
+  templateId: String!
+}
+
+type Mutation {
+  saveTemplate(input: PodTemplateInput!): PodTemplate
+  saveEndpoint(input: EndpointInput!): Endpoint
+  updateEndpointTemplate(input: UpdateEndpointTemplateInput!): Endpoint
+}
+"""
+
+USER_ID = "lockgate"  # one account: every admin key sees the same endpoints
+IGNORED_TEMPLATE_INPUT = ("startSsh", "isPublic")  # pods only; no meaning here
+
+
+def _words(text: str | None, name: str) -> list[str]:
+    try:
+        return shlex.split(text or "")
+    except ValueError as err:
+        raise GraphQLError(f"{name}: cannot split {text!r} into words: {err}") from err
+
+
+def _list(text: str | None) -> list[str]:
+    """A comma-separated string as a list ("" and None: empty)."""
+    return [part.strip() for part in (text or "").split(",") if part.strip()]
+
+
+def _env_list(env: dict[str, str]) -> list[dict[str, str]]:
+    return [{"key": k, "value": v} for k, v in sorted(env.items())]
+
+
+def template_payload(given: dict[str, Any]) -> dict[str, Any]:
+    """`saveTemplate`'s input as a `/v1/templates` payload."""
+    payload: dict[str, Any] = {}
+    for key, value in given.items():
+        if key in IGNORED_TEMPLATE_INPUT or value is None:
+            continue
+        if key == "dockerArgs":
+            payload["dockerStartCmd"] = _words(value, "dockerArgs")
+        elif key == "ports":
+            payload["ports"] = _list(value)
+        elif key == "env":
+            payload["env"] = {e["key"]: e.get("value") or "" for e in value if e}
+        elif key == "containerRegistryAuthId" and value == "":
+            continue  # the SDK's "none"
+        else:
+            payload[key] = value
+    return payload
+
+
+def template_view(record: dict[str, Any]) -> dict[str, Any]:
+    """A `/v1/templates` record in GraphQL's `PodTemplate` shape."""
+    return {
+        **record,
+        "dockerArgs": shlex.join(record["dockerStartCmd"]),
+        "ports": ",".join(record["ports"]),
+        "env": _env_list(record["env"]),
+        "containerRegistryAuthId": record["containerRegistryAuthId"] or None,
+    }
+
+
+def endpoint_payload(given: dict[str, Any]) -> dict[str, Any]:
+    """`saveEndpoint`'s input as a `/v1/endpoints` payload."""
+    payload: dict[str, Any] = {}
+    for key, value in given.items():
+        if value is None:
+            continue
+        if key == "gpuIds":
+            payload["gpuTypeIds"] = _list(value)
+        elif key == "locations":
+            payload["dataCenterIds"] = _list(value)
+        elif key == "allowedCudaVersions":
+            payload["allowedCudaVersions"] = _list(value)
+        elif key == "flashBootType":
+            payload["flashboot"] = value == "FLASHBOOT"
+        else:
+            payload[key] = value
+    return payload
+
+
+def endpoint_view(record: EndpointRecord, template: TemplateSpec | None) -> dict[str, Any]:
+    """An endpoint record in GraphQL's `Endpoint` shape; `env` is its template's."""
+    tpl = runpod_template(record.templateId, template) if template is not None else None
+    return {
+        "id": record.id,
+        "name": record.name,
+        "templateId": record.templateId,
+        "template": template_view(tpl) if tpl is not None else None,
+        "gpuIds": ",".join(record.gpuTypeIds),
+        "gpuCount": record.gpuCount,
+        "networkVolumeId": record.networkVolumeId,
+        "networkVolume": None,
+        "locations": ",".join(record.dataCenterIds),
+        "idleTimeout": record.idleTimeout,
+        "scalerType": record.scalerType.value,
+        "scalerValue": record.scalerValue,
+        "workersMin": record.workersMin,
+        "workersMax": record.workersMax,
+        "workersStandby": 0,
+        "allowedCudaVersions": ",".join(record.allowedCudaVersions),
+        "flashBootType": "FLASHBOOT" if record.flashboot else "OFF",
+        "executionTimeoutMs": record.executionTimeoutMs,
+        "type": record.type.value,
+        "userId": USER_ID,
+        "aiKey": None,
+        "version": record.version,
+        "env": _env_list(template.env) if template is not None else [],
+        "createdAt": record.createdAt,
+    }
+
+
+async def _template_of(plane: ControlPlane, template_id: str) -> TemplateSpec | None:
+    return (await plane.list_templates()).get(template_id) if template_id else None
+
+
+# -- resolvers ------------------------------------------------------------------------------
+
+
+def _plane(info: Any) -> ControlPlane:
+    return info.context["plane"]
+
+
+async def resolve_myself(_root: Any, _info: Any) -> dict[str, Any]:
+    return {"id": USER_ID}
+
+
+async def resolve_endpoints(_user: Any, info: Any) -> list[dict[str, Any]]:
+    plane = _plane(info)
+    templates = await plane.list_templates()
+    page = await plane.page(EndpointQuery())
+    return [
+        endpoint_view(r, templates.get(r.templateId))
+        for r in page.items
+        if isinstance(r, EndpointRecord)
+    ]
+
+
+async def resolve_templates(_user: Any, info: Any) -> list[dict[str, Any]]:
+    templates = await _plane(info).list_templates()
+    return [template_view(runpod_template(i, spec)) for i, spec in templates.items()]
+
+
+async def resolve_save_template(_root: Any, info: Any, input: dict[str, Any]) -> dict[str, Any]:
+    plane, payload = _plane(info), template_payload(input)
+    template_id = payload.pop("id", None)
+    try:
+        if template_id:
+            record = await edit_template(plane, template_id, payload)
+        else:
+            record = await create_template(plane, payload)
+    except ApiError as err:
+        raise GraphQLError(err.message, extensions={"status": err.status}) from err
+    return template_view(record)
+
+
+async def resolve_save_endpoint(_root: Any, info: Any, input: dict[str, Any]) -> dict[str, Any]:
+    plane, payload = _plane(info), endpoint_payload(input)
+    endpoint_id = payload.pop("id", None)
+    try:
+        if endpoint_id:
+            record = await edit_endpoint(plane, endpoint_id, payload)
+        else:
+            record = await create_endpoint_from(plane, payload)
+    except ApiError as err:
+        raise GraphQLError(err.message, extensions={"status": err.status}) from err
+    return endpoint_view(record, await _template_of(plane, record.templateId))
+
+
+async def resolve_update_endpoint_template(
+    _root: Any,
+    info: Any,
+    input: dict[str, Any],
+) -> dict[str, Any]:
+    plane = _plane(info)
+    try:
+        record = await edit_endpoint(
+            plane, input["endpointId"], {"templateId": input["templateId"]}
+        )
+    except ApiError as err:
+        raise GraphQLError(err.message, extensions={"status": err.status}) from err
+    return endpoint_view(record, await _template_of(plane, record.templateId))
+
+
+def build() -> GraphQLSchema:
+    """The schema with its resolvers."""
+    schema = build_schema(SDL)
+    schema.query_type.fields["myself"].resolve = resolve_myself
+    user = schema.get_type("User")
+    user.fields["endpoints"].resolve = resolve_endpoints
+    user.fields["podTemplates"].resolve = resolve_templates
+    mutations = schema.mutation_type.fields
+    mutations["saveTemplate"].resolve = resolve_save_template
+    mutations["saveEndpoint"].resolve = resolve_save_endpoint
+    mutations["updateEndpointTemplate"].resolve = resolve_update_endpoint_template
+    return schema
+
+
+SCHEMA = build()
+
+
+def _errors(status: int, message: str) -> web.Response:
+    return web.json_response({"errors": [{"message": message}]}, status=status)
+
+
+def add_graphql_route(app: web.Application, manage: web.Application) -> None:
+    """`POST /graphql` on `app` (the process's root app), over `manage`'s control plane
+    and authenticator (admin keys only, as `/v1`)."""
+
+    async def serve(request: web.Request) -> web.Response:
+        authenticator: Authenticator = manage[AUTHENTICATOR]
+        try:
+            await authenticator.require(request, ADMIN, ALL_ENDPOINTS)
+        except Unauthorized as err:
+            return _errors(401, err.message)
+        except ApiError as err:
+            return _errors(err.status, err.message)
+        try:
+            body = await request.json()
+        except ValueError:
+            return _errors(400, "body: expected a JSON object with a query")
+        if not isinstance(body, dict) or not isinstance(body.get("query"), str):
+            return _errors(400, "query: expected a GraphQL document (a string)")
+        variables = body.get("variables")
+        operation = body.get("operationName")
+        if variables is not None and not isinstance(variables, dict):
+            return _errors(400, "variables: expected a JSON object")
+        if operation is not None and not isinstance(operation, str):
+            return _errors(400, "operationName: expected a string")
+        result = await graphql(
+            SCHEMA,
+            body["query"],
+            context_value={"plane": manage[CONTROL_PLANE]},
+            variable_values=variables,
+            operation_name=operation,
+        )
+        return web.json_response(result.formatted)
+
+    app.router.add_post("/graphql", serve)
