@@ -174,6 +174,14 @@ def test_a_deleted_or_taken_out_pod_is_draining(kw) -> None:
     assert not lb_worker_of(pod("a", serving="True")).draining
 
 
+def test_a_routed_pod_not_ready_is_counted_by_the_gateways_not_twice() -> None:
+    from lockgate.kube.podstates import pod_states
+
+    pods = [pod("a"), pod("b", state="waiting")]  # a: registered, its probe not passed yet
+    assert pod_states(pods, {}).initializing == 2
+    assert pod_states(pods, {}, wanted_workers(pods)).initializing == 1  # b: image pulling
+
+
 def test_changes_write_only_what_differs() -> None:
     known = wanted_workers([pod("a"), pod("b")])
     assert changes(known, wanted_workers([pod("a"), pod("b")])) == ({}, [])

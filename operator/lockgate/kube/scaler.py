@@ -50,7 +50,7 @@ from lockgate.kube import reconcile as rc
 from lockgate.kube.cluster import ClusterError
 from lockgate.kube.deployment_pool import DeploymentPool
 from lockgate.kube.events import endpoint_event
-from lockgate.kube.lb_pods import LbPods
+from lockgate.kube.lb_pods import LbPods, wanted_workers
 from lockgate.kube.manifests import EXTERNAL_SCALER, Owner
 from lockgate.kube.podstates import pod_states
 from lockgate.kube.status import METRICS_AVAILABLE, Check
@@ -400,8 +400,10 @@ class ScalingLoop:
 
     async def _report_pods(self, owner: Owner, entry: Obj, pods: list[Obj]) -> None:
         """Worker states from the pods to Redis (for `/health`), and `WorkersHealthy` on
-        the Endpoint: on a change, an Event and a status refresh."""
-        states = pod_states(pods, entry)
+        the Endpoint: on a change, an Event and a status refresh. A load-balancing
+        endpoint's routed pods are counted by the gateways' health polls instead."""
+        routed = wanted_workers(pods) if load_balanced(entry) else {}
+        states = pod_states(pods, entry, routed)
         await self.ctx.jobs.report_worker_states(
             owner.name, initializing=states.initializing, throttled=states.throttled,
             unhealthy=states.unhealthy,
