@@ -23,6 +23,7 @@ from lockgate.kube.deployment_pool import (
 from lockgate.kube.events import endpoint_event
 from lockgate.kube.manifests import SERVING_CONDITION, Owner
 from lockgate.kube.scaler import ScrapeHealth, at_rest, metrics_check
+from lockgate.scaling.backoff import CrashBackoff
 from lockgate.scaling.decision import EndpointMetrics
 from lockgate.scaling.local_pool import LocalProcessPool
 from lockgate.scaling.readings import MetricsUnreadable, parse_metrics
@@ -170,3 +171,44 @@ def test_a_scrape_failing_now_and_then_holds_the_counts_without_a_word() -> None
     assert health.seen("refused", now=30) == (True, "refused")  # lasting: reported
     assert health.seen("refused", now=31) == (True, "refused")
     assert ScrapeHealth(grace_s=0).seen("refused", now=0) == (True, "refused")
+
+
+def test_crash_back_off_doubles_to_its_cap_and_forgives_a_long_run() -> None:
+    backoff = CrashBackoff(first_s=10, max_s=300, reset_s=600)
+    assert backoff.may_start(0)
+    delays = [backoff.crashed(now=t, ran_s=1) for t in (0, 20, 60, 200, 600, 1000, 2000)]
+    assert delays == [10, 20, 40, 80, 160, 300, 300]
+    assert not backoff.may_start(2299) and backoff.may_start(2300)
+    assert backoff.crashed(now=5000, ran_s=700) == 10  # it ran ten minutes: count over
+
+
+async def test_a_crashing_worker_is_restarted_after_a_back_off_not_at_once() -> None:
+    crash = [sys.executable, "-c", "raise SystemExit(3)"]
+    pool = LocalProcessPool("ep", crash, {}, cwd=None)
+    pool.backoff = CrashBackoff(first_s=1.0, max_s=5.0)
+    try:
+        await pool.resize(1, idle_first=[])
+        [first] = (await pool.state()).members
+        await asyncio.wait_for(pool.workers[first].process.wait(), 10)
+        assert [e.code for e in pool.reap()] == [3]
+        await pool.resize(1, idle_first=[])  # backing off: nothing starts
+        assert (await pool.state()).size == 0
+        await asyncio.sleep(1.1)
+        await pool.resize(1, idle_first=[])
+        assert (await pool.state()).size == 1  # a new worker after the back-off
+        [second] = (await pool.state()).members
+        await asyncio.wait_for(pool.workers[second].process.wait(), 10)
+        pool.reap()
+        await pool.resize(1, idle_first=[])
+        assert (await pool.state()).size == 0 and pool.backoff.until - pool.backoff.first_s > 0
+        # A worker that exits 0 by itself (refresh_worker) is replaced at once.
+        pool.backoff = CrashBackoff(first_s=60)
+        pool.command = [sys.executable, "-c", "pass"]
+        await pool.resize(1, idle_first=[])
+        [third] = (await pool.state()).members
+        await asyncio.wait_for(pool.workers[third].process.wait(), 10)
+        pool.reap()
+        await pool.resize(1, idle_first=[])
+        assert (await pool.state()).size == 1
+    finally:
+        await pool.close(grace_s=5)

@@ -22,6 +22,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from lockgate.scaling.backoff import CrashBackoff
 from lockgate.scaling.pool import PoolState
 from lockgate.store import JobStore
 from lockgate.workerenv import worker_id_env
@@ -123,6 +124,7 @@ class LocalProcessPool:
         self.echo = Echo()
         self.workers: dict[str, LocalWorker] = {}
         self.crashes: deque[LocalWorker] = deque(maxlen=32)  # exited without being asked
+        self.backoff = CrashBackoff()  # no restart storm after crashes
         self._revoking: set[asyncio.Task] = set()
 
     @property
@@ -175,8 +177,11 @@ class LocalProcessPool:
         """Nothing to mark: `resize` is told which workers are idle."""
 
     async def resize(self, desired: int, *, idle_first: Sequence[str]) -> None:
-        """Start workers up to `desired`, or stop idle ones (never one not in `idle_first`)."""
+        """Start workers up to `desired` (none while backing off after a crash: see
+        `CrashBackoff`), or stop idle ones (never one not in `idle_first`)."""
         active = self.active
+        if desired > len(active) and not self.backoff.may_start(time.monotonic()):
+            return
         for _ in range(desired - len(active)):
             await self.start_worker()
         for worker_id in [w for w in idle_first if w in active][: len(active) - desired]:
@@ -190,6 +195,9 @@ class LocalProcessPool:
             w.ended = time.monotonic()
             if not w.stopping:
                 self.crashes.append(w)
+            if not w.stopping and w.process.returncode != 0:  # exit 0: it meant to go
+                delay = self.backoff.crashed(w.ended, ran_s=w.ended - w.started)
+                log.warning("worker %s crashed: the next start in %.0f s", w.id, delay)
             self._revoke(w.id)
             _kill_group(w.process)
             level = logging.INFO if w.stopping else logging.WARNING
