@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -24,7 +25,7 @@ from yarl import URL
 
 from lockgate.gateway.auth import JOBS
 from lockgate.gateway.endpoints import request_timeout_s, require_type
-from lockgate.gateway.errors import ApiError, PayloadTooLarge
+from lockgate.gateway.errors import CLIENT_CLOSED, ApiError, PayloadTooLarge
 from lockgate.gateway.lb_workers import LbRouter, Target
 from lockgate.gateway.state import gateway_of
 from lockgate.models.endpoint import EndpointType
@@ -126,9 +127,27 @@ async def lb_route(request: web.Request) -> web.StreamResponse:
     await gw.auth.require(request, JOBS, endpoint_id)
     entry = await gw.endpoints.get(endpoint_id)
     require_type(entry, endpoint_id, EndpointType.LB, "/lb/")
+    try:
+        response = await _route(request, gw.lb, endpoint_id, entry)
+    except ApiError as err:
+        gw.metrics.count_lb(endpoint_id, err.status)
+        raise
+    except (asyncio.CancelledError, aiohttp.ClientError, OSError):
+        gw.metrics.count_lb(endpoint_id, CLIENT_CLOSED)  # our client left mid-way
+        raise
+    except Exception:
+        gw.metrics.count_lb(endpoint_id, 500)
+        raise
+    gw.metrics.count_lb(endpoint_id, response.status)  # the status the client was sent
+    return response
+
+
+async def _route(
+    request: web.Request, router: LbRouter, endpoint_id: str, entry: dict
+) -> web.StreamResponse:
+    """Hold for a worker if need be, proxy, and release the worker."""
     if (request.content_length or 0) > MAX_BODY:
         raise PayloadTooLarge(_too_large())
-    router = gw.lb
     target = await router.acquire(endpoint_id, request.headers.get(WORKER_ID))
     try:
         exchange = asyncio.ensure_future(_exchange(request, router, endpoint_id, target, entry))
@@ -160,8 +179,10 @@ async def _exchange(
         return await _websocket(request, router, endpoint_id, target, url)
     body = _Body(request)
     response: web.StreamResponse | None = None
+    metrics = gateway_of(request).metrics
     try:
         async with asyncio.timeout(limit_s):
+            sent = time.perf_counter()
             async with target.session.request(
                 request.method,
                 url,
@@ -169,6 +190,7 @@ async def _exchange(
                 data=body.chunks() if request.body_exists else None,
                 allow_redirects=False,
             ) as upstream:
+                metrics.observe_lb_upstream(endpoint_id, time.perf_counter() - sent)
                 response = web.StreamResponse(
                     status=upstream.status,
                     reason=upstream.reason,
