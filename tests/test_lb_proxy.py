@@ -230,3 +230,16 @@ def test_the_openai_sdk_streams_a_chat_completion_through_the_lb_route(lb: DevPr
     pieces = [c.choices[0].delta.content or "" for c in stream if c.choices]
     assert len([p for p in pieces if p]) == 3
     assert "".join(pieces) == "one two three"
+
+
+def test_answers_of_known_length_arrive_whole_below_and_above_the_one_write_size(
+    lb: DevProcess,
+) -> None:
+    """Up to 64 KB an answer is read whole and sent in one write; above, streamed: both
+    arrive intact with their length."""
+    for size in (10, 200_000):  # the echo answers its body base64: ~0.3 KB and ~267 KB
+        body = bytes(range(256)) * (size // 256 + 1)
+        answer = requests.post(lb_url(lb, "echo/size"), data=body, headers=lb.headers(), timeout=60)
+        assert answer.status_code == 200, answer.text
+        assert int(answer.headers["Content-Length"]) == len(answer.content)
+        assert base64.b64decode(answer.json()["body"]) == body
