@@ -9,7 +9,9 @@ the same run:
    the same count, the best round of each (others' load only lowers a figure); the CPU the
    `lockgate dev` process (gateway, health polls, scaler) used per proxied GET;
 3. Server-Sent Events: time from the request sent to the stream's first byte, through the
-   gateway and direct, alternating one stream at a time.
+   gateway and direct, alternating one stream at a time;
+4. for information, GETs/s as in 2 with the FastAPI (uvicorn) example worker, a heavier
+   worker as users write them, on a second `lockgate dev`.
 
 `python -m bench.lb_proxy --scale 0.1` for a quick try. Loopback only.
 """
@@ -53,6 +55,7 @@ if TYPE_CHECKING:
     from bench.core import Config
 
 WORKER = Path(__file__).with_name("lb_worker.py")
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "loadbalancer" / "worker.py"
 BLOCK = 100  # sequential requests per alternating block
 SEQUENTIAL = 3_000  # per side, at full scale
 THROUGHPUT = 6_000  # per round and side, at full scale
@@ -74,16 +77,17 @@ class Sides:
 
 
 @contextlib.contextmanager
-def lockgate_lb(workdir: Path, name: str) -> Iterator[Service]:
-    """`lockgate dev --endpoint-type LB` with exactly one bench worker, in its own data dir."""
+def lockgate_lb(workdir: Path, name: str, worker: Path = WORKER) -> Iterator[Service]:
+    """`lockgate dev --endpoint-type LB` with exactly one `worker` (the bench's by default),
+    healthy at once, in its own data dir."""
     port, data_dir, log_path = free_port(), workdir / f"{name}-data", workdir / f"{name}.log"
     command = [
-        *lockgate_command(), "dev", "--worker-command", f"{sys.executable} {WORKER}",
+        *lockgate_command(), "dev", "--worker-command", f"{sys.executable} {worker}",
         "--endpoint-type", "LB", "--port", str(port), "--data-dir", str(data_dir),
         "--api-key", API_KEY, "--endpoint-id", ENDPOINT, "--workers-min", "1",
         "--workers-max", "1", "--idle-timeout", "60",
     ]  # fmt: skip
-    env = {**os.environ, "LOCKGATE_RATE_LIMITS": UNREACHED_RATES}
+    env = {**os.environ, "LOCKGATE_RATE_LIMITS": UNREACHED_RATES, "LOAD_SECONDS": "0"}
     service = Service(spawn(command, log_path, env), port, log_path)
     try:
         wait_for(service, r"endpoint '\S+' ready")
@@ -140,9 +144,12 @@ def latency_rows(lat: dict[str, list[float]]) -> list[Row]:
     ]  # fmt: skip
 
 
-async def rates(dev: Service, worker_pid: int, small: Sides, cfg: Config) -> list[Row]:
+async def rates(
+    dev: Service, worker_pid: int, small: Sides, cfg: Config, worker: str = ""
+) -> list[Row]:
     """Best GETs/s of `cfg.clients` concurrent clients per side over alternating rounds,
-    and the CPU each process used per GET in each side's best round."""
+    and the CPU each process used per GET in each side's best round. With a `worker`
+    name, the rows are for information (the targets are against the bare worker)."""
     count = cfg.n(THROUGHPUT)
     best: dict[str, float] = {}
     cpu_rows: dict[str, Row] = {}
@@ -161,16 +168,19 @@ async def rates(dev: Service, worker_pid: int, small: Sides, cfg: Config) -> lis
                     if side == "gateway":
                         per_get = cpu.per_op("lockgate dev", count)
     share = best["gateway"] / best["direct"]
-    what = f"{cfg.clients} clients"
-    return [
+    what = f"{cfg.clients} clients" + (f", {worker}" if worker else "")
+    target = f">= 50% of direct (is {share:.0%})"
+    rows = [
         Row(f"LB GETs/s, {what}, gateway vs direct", f"{best['gateway']:,.0f} /s",
-            f"{best['direct']:,.0f} /s", f">= 50% of direct (is {share:.0%})",
-            share >= MIN_SHARE),
-        Row("LB gateway CPU per proxied GET", f"{per_get:,.0f} us", "",
+            f"{best['direct']:,.0f} /s", f"({share:.0%} of direct)" if worker else target,
+            None if worker else share >= MIN_SHARE),
+        Row(f"LB gateway CPU per proxied GET{f', {worker}' if worker else ''}",
+            f"{per_get:,.0f} us", "",
             f"the lockgate dev process; best of {cfg.rounds} rounds of {count:,}"),
-        cpu_rows["gateway"],
-        cpu_rows["direct"],
     ]  # fmt: skip
+    if worker:
+        return [*rows, cpu_rows["gateway"]]
+    return [*rows, cpu_rows["gateway"], cpu_rows["direct"]]
 
 
 async def first_byte(http: aiohttp.ClientSession, url: str) -> float:
@@ -228,7 +238,20 @@ async def lb_proxy(cfg: Config, work: Path, _floor: Service) -> list[Row]:
         async with load.session(1) as http:
             log(f"LB: {cfg.n(STREAMS)} SSE streams each side")
             rows += await sse_rows(http, sse, cfg.n(STREAMS))
-    return rows
+    return rows + await example_rates(cfg, work)
+
+
+async def example_rates(cfg: Config, work: Path) -> list[Row]:
+    """GETs/s through the gateway and direct with the FastAPI (uvicorn) example worker, a
+    worker as users write them (`GET /echo/...` answers the request as JSON)."""
+    with lockgate_lb(work, "lb-example", EXAMPLE) as dev:
+        base = f"{dev.base}/lb/{ENDPOINT}"
+        async with load.session(1) as http:
+            host = (await first_answer(http, f"{base}/echo/x"))["headers"]["host"]
+        port = int(host.rsplit(":", 1)[1])  # the gateway sends the worker's own Host
+        small = Sides(f"{base}/echo/x", f"http://127.0.0.1:{port}/echo/x")
+        log("LB: GETs/s with the FastAPI example worker")
+        return await rates(dev, worker_pid(dev, port), small, cfg, "FastAPI example")
 
 
 def main() -> None:
