@@ -164,7 +164,8 @@ async def rates(
                 log(f"LB {side} round {round_ + 1}: {sent.rate:,.0f} GET/s")
                 if sent.rate > best.get(side, 0.0):
                     best[side] = sent.rate
-                    cpu_rows[side] = cpu.row(f"CPU us per GET, {side}, best round", count)
+                    name = f"CPU us per GET, {side}{f' ({worker})' if worker else ''}"
+                    cpu_rows[side] = cpu.row(f"{name}, best round", count)
                     if side == "gateway":
                         per_get = cpu.per_op("lockgate dev", count)
     share = best["gateway"] / best["direct"]
