@@ -274,3 +274,17 @@ def test_a_client_that_goes_away_cancels_its_upstream_request(lb: DevProcess) ->
     while in_flight() and time.monotonic() - started < 10:
         threading.Event().wait(0.05)
     assert in_flight() == 0
+
+
+def test_a_cookie_one_client_was_set_never_reaches_the_worker_for_another(
+    lb: DevProcess,
+) -> None:
+    """The gateway passes `Set-Cookie` to its client and keeps nothing: the next request
+    (another client's, same worker) arrives without a `Cookie`."""
+    first = requests.get(lb_url(lb, "set-cookie?v=secret1"), headers=lb.headers(), timeout=60)
+    assert first.status_code == 200
+    assert "session=secret1" in first.headers["Set-Cookie"]
+    same = {**lb.headers(), "X-Runpod-Worker-Id": f"strict {first.headers['X-Runpod-Worker-Id']}"}
+    seen = requests.get(lb_url(lb, "echo/next"), headers=same, timeout=60).json()
+    assert "cookie" not in seen["headers"]
+    assert "secret1" not in str(seen)

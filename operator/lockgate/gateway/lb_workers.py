@@ -269,9 +269,13 @@ class LbRouter:
 
     def _add(self, ep: LbEndpoint, worker_id: str, worker: LbWorker) -> None:
         connector = aiohttp.TCPConnector(limit=POOL_PER_WORKER, keepalive_timeout=30)
+        # No cookie jar: a proxy passes Set-Cookie on and never sends one client's cookie
+        # with another's request (aiohttp's jar ignores IP hosts only; a worker may have a
+        # name), and the jar's work per request is saved.
         session = aiohttp.ClientSession(
-            connector=connector, auto_decompress=False, timeout=aiohttp.ClientTimeout(total=None)
-        )
+            connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
+            timeout=aiohttp.ClientTimeout(total=None),
+        )  # fmt: skip
         t = ep.targets[worker_id] = Target(worker_id, worker, session)
         t.poller = self._spawn(self._poll(ep, t), f"lockgate-lb-health-{worker_id}")
 
