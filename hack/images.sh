@@ -351,6 +351,8 @@ build_all() {
     "$REPO/examples/echo/Dockerfile" "$REPO/examples/echo" "$cpu" "WORKER_IMAGE=$cpu"
   build streaming "registry.example.com/lockgate-streaming:$VERSION" \
     "$REPO/examples/streaming/Dockerfile" "$REPO/examples/streaming" "$cpu" "WORKER_IMAGE=$cpu"
+  build lb-example "registry.example.com/lockgate-lb-example:$VERSION" \
+    "$REPO/examples/loadbalancer/Dockerfile" "$REPO/examples/loadbalancer" "$BASE" "PYTHON_IMAGE=$BASE"
   build runpod-worker localhost/lockgate-test/runpod-worker:dev \
     "$REPO/tests/images/runpod-worker.Dockerfile" "$REPO/tests/workers" "$BASE" \
     "PYTHON_IMAGE=$BASE" "RUNPOD_REQUIREMENT=$(runpod_requirement)"

@@ -37,6 +37,7 @@ from tests.conftest import eventually, make_settings, start_gateway, wait_until
 REPO = Path(__file__).resolve().parent.parent
 NAMESPACE = "lockgate-test"
 FILE_ADMIN_KEY = "lg_admin_from_the_key_file"
+GATEWAY_LABELS = {"app.kubernetes.io/name": "lockgate", "app.kubernetes.io/component": "gateway"}
 E2E_KUBECONFIG = "LOCKGATE_E2E_KUBECONFIG"  # an existing cluster instead of envtest
 T = TypeVar("T")
 
@@ -150,6 +151,7 @@ def operator(
         scale_interval_s=0.2,
         metrics_grace_s=0.5,
         keys_file=str(keys_file),
+        lb_gateway_labels=GATEWAY_LABELS,  # as the chart sets them (networkPolicy.enabled)
     )
     running = OperatorThread(kube, settings)
     yield RunningOperator(settings, f"http://127.0.0.1:{manage_port}", metrics_port)

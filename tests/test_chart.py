@@ -573,6 +573,7 @@ def test_cluster_wide_rbac_grants_only_the_verbs_the_operator_uses(render_chart)
         "deployments": {"get", "list", "create", "update"},
         "deployments/scale": {"patch"},
         "daemonsets": {"get", "create", "update", "delete"},
+        "networkpolicies": {"get", "create", "update", "delete"},  # LB endpoints' workers
         "secrets": {"create", "update"},
         "pods": {"list", "patch", "delete"},
         "pods/status": {"patch"},
@@ -800,16 +801,31 @@ def test_rendered_crds_are_the_generated_ones(render_chart) -> None:
         assert crd == crds.crd(kind)
 
 
-def test_ingress_routes_only_the_job_api_and_sets_the_base_url(render_chart) -> None:
+def test_ingress_routes_only_the_client_apis_and_sets_the_base_url(render_chart) -> None:
     values = {
         "gateway": {"ingress": {"enabled": True, "tls": [{"secretName": "t", "hosts": ["h"]}]}}
     }
     docs = render_chart(values)
     [ingress] = by_kind(docs, "Ingress").values()
     paths = [p["path"] for rule in ingress["spec"]["rules"] for p in rule["http"]["paths"]]
-    assert paths == ["/v2"]
+    assert paths == ["/v2", "/lb"]  # the job API and load-balancing endpoints
     operator = by_kind(docs, "Deployment")["lockgate-operator"]["spec"]["template"]["spec"]
     assert env_of(operator["containers"][0])["LOCKGATE_BASE_URL"] == "https://lockgate.example.com"
+    gateway = by_kind(docs, "Deployment")["lockgate-gateway"]["spec"]["template"]["spec"]
+    assert "LOCKGATE_LB_DOMAIN" not in env_of(gateway["containers"][0])
+
+
+def test_the_lb_domain_reaches_the_gateway_and_a_wildcard_ingress_host(render_chart) -> None:
+    values = {"gateway": {"lbDomain": "lb.example.com", "ingress": {"enabled": True}}}
+    docs = render_chart(values)
+    gateway = by_kind(docs, "Deployment")["lockgate-gateway"]["spec"]["template"]["spec"]
+    assert env_of(gateway["containers"][0])["LOCKGATE_LB_DOMAIN"] == "lb.example.com"
+    [ingress] = by_kind(docs, "Ingress").values()
+    rule = ingress["spec"]["rules"][-1]
+    assert rule["host"] == "*.lb.example.com"
+    assert [(p["path"], p["pathType"]) for p in rule["http"]["paths"]] == [("/", "Prefix")]
+    with pytest.raises(RenderError):
+        render_chart({"gateway": {"lbDomain": "https://lb.example.com"}})
 
 
 def test_keda_scaled_object_targets_the_endpoints_worker_deployment(render_chart) -> None:

@@ -20,6 +20,7 @@ from lockgate.kube.status import (
     merge_conditions,
     phase,
     resync_may_wait,
+    shows,
 )
 from lockgate.models import Phase
 
@@ -204,3 +205,18 @@ def test_a_resync_waits_only_at_rest_and_within_the_rest_interval() -> None:
     assert not resync_may_wait(READY_IDLE, since_s=61, rest_s=60)  # the full resync is due
     busy = {**READY_IDLE, "jobs": {"inQueue": 1, "inProgress": 0}}
     assert not resync_may_wait(busy, since_s=1, rest_s=60)
+
+
+def test_a_status_shows_a_check_only_with_its_status_reason_and_message() -> None:
+    scraped = Check("MetricsAvailable", True, "Scraped", "the scaler reads /metrics")
+    crash = Check("WorkersHealthy", False, "CrashLoop", "worker-1: boom")
+    status = {"conditions": [
+        {"type": "MetricsAvailable", "status": "True", "reason": "Scraped",
+         "message": "the scaler reads /metrics", "lastTransitionTime": "2026-11-28T00:00:00Z"},
+        {"type": "WorkersHealthy", "status": "False", "reason": "CrashLoop",
+         "message": "worker-0: boom"},
+    ]}  # fmt: skip
+    assert shows(status, [scraped])
+    assert not shows(status, [scraped, crash])  # another pod's message: refreshed
+    assert not shows(status, [Check("MetricsAvailable", False, "Scraped", "x")])
+    assert not shows(None, [scraped]) and shows(None, [])

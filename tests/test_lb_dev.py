@@ -76,4 +76,4 @@ def test_the_example_manifests_are_a_valid_lb_endpoint_and_template() -> None:
     endpoint = yaml.safe_load((folder / "endpoint.yaml").read_text())
     template = yaml.safe_load((folder / "template.yaml").read_text())
     assert EndpointSpec(**endpoint["spec"]).type == EndpointType.LB
-    assert TemplateSpec(**template["spec"]).ports == ["80/http"]
+    assert TemplateSpec(**template["spec"]).ports == ["8000/http"]

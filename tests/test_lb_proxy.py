@@ -27,7 +27,7 @@ def lb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevProcess]:
     proc = DevProcess(
         "--worker-command", WORKER, "--endpoint-id", "lbx", "--endpoint-type", "LB",
         "--workers-max", "2", "--idle-timeout", "60", "--scaler-value", "1",
-        data_dir=data, env={"LOAD_SECONDS": "1"},
+        data_dir=data, env={"LOAD_SECONDS": "1", "LOCKGATE_LB_DOMAIN": "lb.test"},
     )  # fmt: skip
     proc.start()
     try:
@@ -69,6 +69,47 @@ def test_path_query_method_body_and_headers_arrive_and_the_key_does_not(lb: DevP
     assert seen["headers"]["x-forwarded-for"] == "127.0.0.1"
     assert seen["headers"]["x-forwarded-proto"] == "http"
     assert seen["headers"]["x-forwarded-host"] == f"127.0.0.1:{lb.port}"
+
+
+def test_the_host_form_reaches_the_worker_with_the_path_untouched(lb: DevProcess) -> None:
+    host = {**lb.headers(), "Host": f"{lb.endpoint}.LB.test:{lb.port}"}
+    answer = requests.get(f"{lb.url}/echo/hosted?q=1", headers=host, timeout=60)
+    assert answer.status_code == 200, answer.text
+    seen = answer.json()
+    assert (seen["path"], seen["query"]) == ("/echo/hosted", "q=1")
+    assert answer.headers["X-Runpod-Worker-Id"] == seen["worker"]
+    assert seen["headers"]["x-forwarded-host"] == f"{lb.endpoint}.LB.test:{lb.port}"
+    # Every path is the worker's, the job API's included (the worker has no such route).
+    job_api = requests.get(f"{lb.url}/v2/{lb.endpoint}/health", headers=host, timeout=60)
+    assert job_api.status_code == 404 and "X-Runpod-Worker-Id" in job_api.headers
+    counted = requests.get(f"{lb.url}/metrics", headers=lb.headers(), timeout=30).text
+    # One route label for the host form, whatever path it carried.
+    assert 'route="{endpoint}.<LOCKGATE_LB_DOMAIN>",status="404"' in counted
+    assert (
+        requests.get(f"{lb.url}/echo/x", headers={"Host": host["Host"]}, timeout=30).status_code
+        == 401
+    )
+
+
+def test_other_hosts_route_as_usual(lb: DevProcess) -> None:
+    for name in ("lb.test", "a.b.lb.test", f"{lb.endpoint}.lb.test.evil", "localhost"):
+        headers = {**lb.headers(), "Host": name}
+        answer = requests.get(f"{lb.url}/v2/{lb.endpoint}/health", headers=headers, timeout=30)
+        assert answer.status_code == 200, (name, answer.text)  # the gateway's own /health
+        assert "requests" in answer.json() and "X-Runpod-Worker-Id" not in answer.headers
+
+
+@pytest.mark.parametrize(
+    ("host", "endpoint"),
+    [("chat.lb.example.com", "chat"), ("Chat.LB.Example.com:8443", "chat"),
+     ("chat.lb.example.com.", "chat"), ("lb.example.com", None), ("a.chat.lb.example.com", None),
+     ("chat.lb.example.org", None), ("-x.lb.example.com", None), (None, None)],
+)  # fmt: skip
+def test_the_host_names_one_endpoint_label_under_the_domain(host, endpoint) -> None:
+    from lockgate.gateway.lb_proxy import host_endpoint
+
+    assert host_endpoint(host, "lb.example.com") == endpoint
+    assert host_endpoint(host, "") is None
 
 
 def test_a_body_over_30_mb_is_413(lb: DevProcess) -> None:

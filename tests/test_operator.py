@@ -135,12 +135,27 @@ async def test_workers_min_above_workers_max_fails_with_a_message(resources: Res
 async def test_workers_the_api_server_refuses_fail_the_endpoint_with_its_reason(
     resources: Resources,
 ) -> None:
+    # A toleration key that is no qualified name passes the Template's schema but not the
+    # API server's pod validation.
+    bad = [{"key": "not a key!", "operator": "Exists"}]
+    resources.template("badtol-tpl", tolerations=bad)
+    resources.endpoint("ep-badtol", templateId="badtol-tpl")
+
+    status = resources.wait_until(phase_is(resources, "ep-badtol", "Failed"), "phase Failed")
+    applied = resources.condition(status, "WorkloadsApplied")
+    assert applied["reason"] == "Rejected" and "tolerations" in applied["message"], applied
+
+
+async def test_a_template_env_name_kubernetes_would_refuse_is_invalid_before_any_write(
+    resources: Resources,
+) -> None:
     resources.template("badenv-tpl", env={"NOT=VALID": "x"})
     resources.endpoint("ep-badenv", templateId="badenv-tpl")
 
     status = resources.wait_until(phase_is(resources, "ep-badenv", "Failed"), "phase Failed")
-    applied = resources.condition(status, "WorkloadsApplied")
-    assert applied["reason"] == "Rejected" and "NOT=VALID" in applied["message"]
+    found = resources.condition(status, "TemplateFound")
+    assert found["reason"] == "TemplateInvalid" and "NOT=VALID" in found["message"], found
+    assert resources.deployment("ep-badenv-workers") is None
 
 
 def test_api_server_rejects_values_outside_the_schema_bounds(resources: Resources) -> None:

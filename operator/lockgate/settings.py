@@ -171,6 +171,9 @@ class Settings(RedisSettings):
     lb_hold_s: float = Field(
         120.0, ge=0, description="LB: how long a request waits for a routable worker (else 503)"
     )
+    lb_domain: str = Field(
+        "", description="LB: requests to Host {endpoint_id}.<this> reach the endpoint's workers"
+    )
     lb_max_held: int = Field(
         1000, ge=0, description="LB: requests held per endpoint and process; 503 beyond"
     )

@@ -343,6 +343,11 @@ reads no Secret and writes no Endpoint: the management API does (its own Role). 
 - apiGroups: [apps]
   resources: [daemonsets]
   verbs: [get, create, update, delete]
+# A load-balancing endpoint's NetworkPolicy (kube/reconcile.py apply_workloads: only
+# gateway pods reach its workers' HTTP port): applied, and deleted when it is not wanted.
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, create, update, delete]
 # Worker-key Secrets (kube/cluster.py worker_key): created, and replaced by an
 # unconditional update when no digest of the key is known. Never read: no get/list/watch.
 - apiGroups: [""]

@@ -156,14 +156,17 @@ def busiest_first(*tables: web.RouteTableDef) -> list[web.AbstractRouteDef]:
     return sorted((route for table in tables for route in table), key=rank)
 
 
-def _application(gw: Gateway, *, cors: bool = False) -> web.Application:
+def _application(gw: Gateway, *, cors: bool = False, lb_host: bool = False) -> web.Application:
     """An application over `gw` with the shared middlewares and the probes; `cors`: answer
-    browsers from `settings.cors_allow_origins` (the job API's application only)."""
+    browsers from `settings.cors_allow_origins`; `lb_host`: serve the load-balancing host
+    form under `settings.lb_domain` (both: the job API's application only)."""
     middlewares = [
         metrics_middleware(gw.metrics),
         error_middleware,
         resources_middleware(gw.budget, gw.header_timeout),
     ]
+    if lb_host and gw.settings.lb_domain:
+        middlewares.append(lb_proxy.lb_host_middleware(gw.settings.lb_domain))
     cors = cors and bool(gw.settings.cors_allow_origins)
     if cors:
         middlewares.insert(1, cors_middleware(gw.settings.cors_allow_origins))
@@ -194,7 +197,7 @@ def create_app(settings: Settings, *, redis: Redis | None = None) -> web.Applica
     if client is None:
         client = connect(settings)
     gw = build_gateway(settings, client)
-    app = _application(gw, cors=True)
+    app = _application(gw, cors=True, lb_host=True)
     tables = [client_api.routes, openai_api.routes, lb_proxy.routes]
     if not settings.worker_port:
         tables.append(worker_api.routes)

@@ -1,9 +1,11 @@
-"""The load-balancing route: `/lb/{endpoint}/{path}` proxied to a routable worker.
+"""The load-balancing route: `/lb/{endpoint}/{path}` proxied to a routable worker; with
+`LOCKGATE_LB_DOMAIN` set, also any request whose Host is `{endpoint}.{domain}`, its path
+untouched (`lb_host_middleware`).
 
 Any method; the request body is forwarded as it arrives and the answer's chunks as the
 worker sends them (Server-Sent Events are never buffered); WebSocket upgrades are relayed.
-An answer with a `Content-Length` up to 64 KB is read whole
-and sent in one write (headers and body: one syscall fewer on the hot path).
+An answer with a `Content-Length` up to 64 KB is read whole and sent in one write (headers
+and body: one syscall fewer on the hot path).
 Hop-by-hop headers (RFC 9110, 7.6.1) stay here, `X-Forwarded-For/-Proto/-Host` are added
 and the caller's `authorization` never reaches the worker. Every proxied answer carries
 `X-Runpod-Worker-Id`. Limits: a body over 30 MB is 413, a request running past the
@@ -18,7 +20,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
 from aiohttp import web
@@ -29,14 +31,17 @@ from lockgate.gateway.auth import JOBS
 from lockgate.gateway.endpoints import request_timeout_s, require_type
 from lockgate.gateway.errors import CLIENT_CLOSED, ApiError, PayloadTooLarge
 from lockgate.gateway.lb_workers import LbRouter, Target
+from lockgate.gateway.metrics import ROUTE_KEY
 from lockgate.gateway.state import gateway_of
 from lockgate.models.endpoint import EndpointType
+from lockgate.store.keys import ENDPOINT_ID_RE
 
 log = logging.getLogger("lockgate.gateway")
 
 MAX_BODY = 30 * 1024 * 1024  # RunPod's load balancer: request and response bodies <= 30 MB
 WORKER_ID = "X-Runpod-Worker-Id"
 WHOLE_MAX = 64 * 1024  # answers of a known length up to this are sent in one write
+HOST_ROUTE = "{endpoint}.<LOCKGATE_LB_DOMAIN>"  # the host form's route label in /metrics
 CLIENT_WATCH_S = 0.1  # how often a waiting request looks whether its client left
 HOP_BY_HOP = frozenset(
     h.lower()
@@ -51,6 +56,7 @@ NOT_FORWARDED = HOP_BY_HOP | {"authorization", "host", "expect"}
 WS_OWN = {"sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions"}
 
 routes = web.RouteTableDef()
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class BadGateway(ApiError):
@@ -99,6 +105,34 @@ def worker_path(request: web.Request, endpoint_id: str) -> str:
     return rest
 
 
+def host_endpoint(host: str | None, domain: str) -> str | None:
+    """The endpoint a Host header `{endpoint_id}.{domain}` (any case, port ignored) names;
+    None when `domain` is unset or the host is not one label under it."""
+    if not domain or not host:
+        return None
+    name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    name, suffix = name.lower().rstrip("."), "." + domain.lower().strip(".")
+    if not name.endswith(suffix):
+        return None
+    label = name[: -len(suffix)]
+    return label if ENDPOINT_ID_RE.match(label) else None
+
+
+def lb_host_middleware(domain: str) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """Requests to `{endpoint_id}.{domain}` go to the endpoint's workers whatever their
+    path (RunPod's `https://{endpoint_id}.api.runpod.ai/<path>`); others route as usual."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        endpoint_id = host_endpoint(request.host, domain)
+        if endpoint_id is None:
+            return await handler(request)
+        request[ROUTE_KEY] = HOST_ROUTE  # counted as one route, not as the path it carries
+        return await serve(request, endpoint_id, request.raw_path or "/", route="the host form")
+
+    return middleware
+
+
 class _Body:
     """The request body as it arrives, refused past `MAX_BODY` (a chunked one has no
     length to check first)."""
@@ -125,13 +159,21 @@ def _too_large() -> str:
 @routes.route("*", "/lb/{endpoint}/{path:.*}")
 async def lb_route(request: web.Request) -> web.StreamResponse:
     """Authenticate like the job API, hold for a worker if need be, then proxy."""
-    gw = gateway_of(request)
     endpoint_id = request.match_info["endpoint"]
+    return await serve(request, endpoint_id, worker_path(request, endpoint_id))
+
+
+async def serve(
+    request: web.Request, endpoint_id: str, path: str, *, route: str = "/lb/"
+) -> web.StreamResponse:
+    """Proxy `request` to a routable worker of the endpoint as `path` (path and query, as
+    sent); `route` names the form used in a wrong-type error."""
+    gw = gateway_of(request)
     await gw.auth.require(request, JOBS, endpoint_id)
     entry = await gw.endpoints.get(endpoint_id)
-    require_type(entry, endpoint_id, EndpointType.LB, "/lb/")
+    require_type(entry, endpoint_id, EndpointType.LB, route)
     try:
-        response = await _route(request, gw.lb, endpoint_id, entry)
+        response = await _route(request, gw.lb, endpoint_id, entry, path)
     except ApiError as err:
         gw.metrics.count_lb(endpoint_id, err.status)
         raise
@@ -146,14 +188,16 @@ async def lb_route(request: web.Request) -> web.StreamResponse:
 
 
 async def _route(
-    request: web.Request, router: LbRouter, endpoint_id: str, entry: dict
+    request: web.Request, router: LbRouter, endpoint_id: str, entry: dict, path: str
 ) -> web.StreamResponse:
-    """Hold for a worker if need be, proxy, and release the worker."""
+    """Hold for a worker if need be, proxy as `path`, and release the worker."""
     if (request.content_length or 0) > MAX_BODY:
         raise PayloadTooLarge(_too_large())
     target = await router.acquire(endpoint_id, request.headers.get(WORKER_ID))
     try:
-        exchange = asyncio.ensure_future(_exchange(request, router, endpoint_id, target, entry))
+        exchange = asyncio.ensure_future(
+            _exchange(request, router, endpoint_id, target, entry, path)
+        )
         watch = asyncio.ensure_future(_cancel_when_client_leaves(request, exchange))
         try:
             return await exchange
@@ -174,9 +218,14 @@ async def _cancel_when_client_leaves(request: web.Request, task: asyncio.Future)
 
 
 async def _exchange(
-    request: web.Request, router: LbRouter, endpoint_id: str, target: Target, entry: dict
+    request: web.Request,
+    router: LbRouter,
+    endpoint_id: str,
+    target: Target,
+    entry: dict,
+    path: str,
 ) -> web.StreamResponse:
-    url = URL(f"http://{target.worker.address}{worker_path(request, endpoint_id)}", encoded=True)
+    url = URL(f"http://{target.worker.address}{path}", encoded=True)
     limit_s = request_timeout_s(entry)
     if request.headers.get("Upgrade", "").lower() == "websocket":
         return await _websocket(request, router, endpoint_id, target, url)

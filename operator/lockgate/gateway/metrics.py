@@ -24,7 +24,8 @@ Per replica, since the process started (sum them over replicas):
                                               retrying|gave_up|refused (private)|expired
     lockgate_rate_limited_total{endpoint,operation}       counter  requests refused by limits
     lockgate_lb_requests_total{endpoint,code}             counter  LB: requests answered on
-                                              /lb/ (after the key and type checks); code
+                                              /lb/ or the host form (after the key and
+                                              type checks); code
                                               499: the client hung up first
     lockgate_lb_hold_seconds{endpoint}                    histogram  LB: how long a request
                                               that found no routable worker was held (the
@@ -259,22 +260,26 @@ def authorized(request: web.Request, token: str) -> bool:
     return hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
 
 
+ROUTE_KEY = "lockgate.route"  # a request's route label when not its resource's (set inside)
+
+
 def metrics_middleware(metrics: GatewayMetrics):
-    """Counts every answered request by route pattern (never the raw path), method, status."""
+    """Counts every answered request by route pattern (never the raw path), method, status;
+    a request served in the load-balancing host form counts as `ROUTE_KEY`'s value."""
 
     @web.middleware
     async def count_requests(request: web.Request, handler) -> web.StreamResponse:
         resource = request.match_info.route.resource
-        route = resource.canonical if resource is not None else "unmatched"
+        matched = resource.canonical if resource is not None else "unmatched"
         try:
             response = await handler(request)
         except web.HTTPException as err:
-            metrics.count_request(route, request.method, err.status)
+            metrics.count_request(request.get(ROUTE_KEY, matched), request.method, err.status)
             raise
         status = response.status
         if request.transport is None or request.transport.is_closing():
             status = CLIENT_CLOSED  # e.g. a worker's long-poll whose worker hung up
-        metrics.count_request(route, request.method, status)
+        metrics.count_request(request.get(ROUTE_KEY, matched), request.method, status)
         return response
 
     return count_requests

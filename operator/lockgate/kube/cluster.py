@@ -136,6 +136,7 @@ _KINDS = {
     "DaemonSet": _Kind(k8s.AppsV1Api, "daemon_set", k8s.V1DaemonSet),
     "Secret": _Kind(k8s.CoreV1Api, "secret", k8s.V1Secret),
     "Pod": _Kind(k8s.CoreV1Api, "pod", k8s.V1Pod),
+    "NetworkPolicy": _Kind(k8s.NetworkingV1Api, "network_policy", k8s.V1NetworkPolicy),
 }
 
 

@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from lockgate.kube.cluster import Cluster, NotFound
+from lockgate.kube.lb_pods import LbPods
 from lockgate.kube.manifests import SERVING_CONDITION
 from lockgate.scaling.pool import PoolState
 from lockgate.store import JobStore
@@ -133,9 +134,11 @@ class DeploymentPool:
         store: JobStore | None = None,
         endpoint_id: str = "",
         now: datetime | None = None,
+        lb: LbPods | None = None,
     ) -> None:
         self.cluster = cluster
         self.store = store  # tells the gateway which workers get no new job
+        self.lb = lb  # a load-balancing endpoint's routing records (None: a queue endpoint)
         self.endpoint_id = endpoint_id
         self.now = now or datetime.now(UTC)
         self.namespace = deployment["metadata"]["namespace"]
@@ -184,11 +187,14 @@ class DeploymentPool:
 
     async def resize(self, desired: int, *, idle_first: Sequence[str]) -> None:
         """Patch the scale subresource. Shrinking, the idle pods to remove (`idle_first`
-        first) are taken out of service before, so the ReplicaSet deletes them."""
+        first) are taken out of service before, so the ReplicaSet deletes them; a
+        load-balancing endpoint's are first taken out of routing (draining)."""
         surplus = len(self.pods) - desired
         if surplus > 0:
             by_name = {p["metadata"]["name"]: p for p in self.pods}
             victims = [n for n in idle_first if n in by_name][:surplus]
+            if self.lb is not None and victims:
+                await self.lb.drain(self.endpoint_id, victims)
             if self.store is not None and victims:
                 await self.store.stop_taking(self.endpoint_id, victims)
             gated_victims = [n for n in victims if gated(by_name[n])]

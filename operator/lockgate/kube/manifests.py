@@ -7,7 +7,14 @@ Objects per endpoint `<id>`, all owned by the Endpoint so that deleting it casca
 - Deployment `<id>-workers`: the workers; its replica count belongs to the scaler;
 - Secret `<id>-worker-key`: the worker key (its digest is registered in Redis);
 - DaemonSet `<id>-flashboot` (flashboot only): pre-pulls the worker image (and the model)
-  on every node a worker may land on, so a cold start skips the pull.
+  on every node a worker may land on, so a cold start skips the pull;
+- NetworkPolicy `<id>-lb-workers` (load-balancing endpoints, when the gateway's pod labels
+  are known): only gateway pods reach the workers' HTTP and health ports.
+
+A load-balancing endpoint's (`type: LB`) workers serve HTTP themselves: their container
+gets the HTTP port, `PORT`/`PORT_HEALTH`/`HEALTH_CHECK_PATH` and a readiness probe on the
+health path, and each pod carries where it listens (`LB_ANNOTATION`), which `kube.lb_pods`
+writes to Redis with the pod's IP for the gateways.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from lockgate.kube import gpus
 from lockgate.kube.crds import API_VERSION, ENDPOINT
 from lockgate.kube.placement import GPU_TYPE_ANNOTATION
 from lockgate.kube.settings import OperatorSettings
-from lockgate.models import ComputeType, EndpointSpec, TemplateSpec
+from lockgate.models import ComputeType, EndpointSpec, EndpointType, TemplateSpec
 from lockgate.models.podfields import PodSecurity
 from lockgate.workerenv import WORKER_DEFAULTS, resource_env, worker_env, worker_id_env
 
@@ -61,6 +68,12 @@ HELPER_UID = 10001  # the flashboot helpers' non-root user (any image runs `busy
 # (KEDA, an HPA): the operator's scaler then leaves the Deployment's replicas alone.
 SCALER_ANNOTATION = "lockgate.dev/scaler"
 EXTERNAL_SCALER = "external"
+# Load-balancing workers (RunPod's contract): the HTTP port when the Template names none,
+# the health path, and where a pod says it listens: JSON {port, healthPort, path}.
+LB_DEFAULT_PORT = 80
+LB_HEALTH_PATH = "/ping"
+LB_ANNOTATION = "lockgate.dev/lb-worker"
+LB_PROBE_PERIOD_S = 2  # the kubelet's readiness probe; routing follows the gateway's polls
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +109,10 @@ def secret_name(endpoint_id: str) -> str:
 
 def daemonset_name(endpoint_id: str) -> str:
     return f"{endpoint_id}-flashboot"
+
+
+def network_policy_name(endpoint_id: str) -> str:
+    return f"{endpoint_id}-lb-workers"
 
 
 def selector(endpoint_id: str, component: str) -> dict[str, str]:
@@ -227,7 +244,8 @@ def container_env(
         if k not in reserved
     ]
     given = reserved | set(template.env) | set(template.secretEnv)
-    env += [{"name": k, "value": v} for k, v in WORKER_DEFAULTS.items() if k not in given]
+    defaults = {**WORKER_DEFAULTS, **(lb_env(template) if spec.type == EndpointType.LB else {})}
+    env += [{"name": k, "value": v} for k, v in defaults.items() if k not in given]
     return env
 
 
@@ -363,8 +381,12 @@ def resources(spec: EndpointSpec, template: TemplateSpec, settings: OperatorSett
 
 
 def termination_grace_s(spec: EndpointSpec, settings: OperatorSettings) -> int:
-    """Long enough for an in-flight job to reach its execution timeout, capped."""
-    wanted = math.ceil(spec.executionTimeoutMs / 1000) + SHUTDOWN_MARGIN_S
+    """Long enough for an in-flight job to reach its execution timeout (a load-balancing
+    worker's requests their `requestTimeoutS`), capped."""
+    if spec.type == EndpointType.LB:
+        wanted = spec.requestTimeoutS + SHUTDOWN_MARGIN_S
+    else:
+        wanted = math.ceil(spec.executionTimeoutMs / 1000) + SHUTDOWN_MARGIN_S
     return min(wanted, settings.termination_grace_cap_s)
 
 
@@ -375,6 +397,69 @@ def container_ports(ports: list[str]) -> list[Obj]:
         number, kind = port.split("/")
         out.append({"name": f"{kind}-{number}", "containerPort": int(number), "protocol": "TCP"})
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class LbPorts:
+    """Where a load-balancing worker serves: `PORT`, `PORT_HEALTH`, `HEALTH_CHECK_PATH`."""
+
+    port: int
+    health_port: int
+    path: str
+
+    def annotation(self) -> str:
+        """The pod annotation `kube.lb_pods` reads back (JSON, keys sorted)."""
+        body = {"port": self.port, "healthPort": self.health_port, "path": self.path}
+        return json.dumps(body, sort_keys=True, separators=(",", ":"))
+
+
+def _port_value(value: str | None) -> int | None:
+    """A port number from a Template variable; None when it is no valid port."""
+    if value is None or not value.strip().isdigit():
+        return None
+    number = int(value)
+    return number if 0 < number < 65536 else None
+
+
+def lb_ports(template: TemplateSpec) -> LbPorts:
+    """The HTTP port (the Template's first `N/http` port, else its `PORT` variable, else
+    80), the health port (`PORT_HEALTH`, else the same) and the health path
+    (`HEALTH_CHECK_PATH`, else `/ping`): a Template's env overrides each, as on RunPod."""
+    http = [int(p.split("/")[0]) for p in template.ports if p.endswith("/http")]
+    port = _port_value(template.env.get("PORT")) or (http[0] if http else LB_DEFAULT_PORT)
+    health = _port_value(template.env.get("PORT_HEALTH")) or port
+    path = template.env.get("HEALTH_CHECK_PATH") or LB_HEALTH_PATH
+    return LbPorts(port, health, path if path.startswith("/") else f"/{path}")
+
+
+def lb_env(template: TemplateSpec) -> dict[str, str]:
+    """`PORT`, `PORT_HEALTH`, `HEALTH_CHECK_PATH` of a load-balancing worker."""
+    lb = lb_ports(template)
+    return {"PORT": str(lb.port), "PORT_HEALTH": str(lb.health_port), "HEALTH_CHECK_PATH": lb.path}
+
+
+def lb_container_ports(template: TemplateSpec) -> list[Obj]:
+    """The Template's ports, plus the HTTP and health ports when it does not list them."""
+    ports = container_ports(template.ports)
+    listed = {p["containerPort"] for p in ports}
+    lb = lb_ports(template)
+    for number in dict.fromkeys((lb.port, lb.health_port)):
+        if number not in listed:
+            ports.append({"name": f"http-{number}", "containerPort": number, "protocol": "TCP"})
+    return ports
+
+
+def lb_readiness_probe(template: TemplateSpec) -> Obj:
+    """The kubelet's readiness probe on the health path. It counts 204 (initializing) as
+    ready as well as 200, so routing never follows it: the gateways poll the same path and
+    route only on 200; the probe makes `kubectl get pods` and rollouts honest."""
+    lb = lb_ports(template)
+    return {
+        "httpGet": {"path": lb.path, "port": lb.health_port, "scheme": "HTTP"},
+        "periodSeconds": LB_PROBE_PERIOD_S,
+        "timeoutSeconds": 2,
+        "failureThreshold": 3,
+    }
 
 
 # -- security ------------------------------------------------------------------------------
@@ -504,7 +589,10 @@ def worker_container(
     if template.args:
         container["args"] = list(template.args)
     container["env"] = container_env(endpoint_id, spec, template, settings)
-    if template.ports:
+    if spec.type == EndpointType.LB:
+        container["ports"] = lb_container_ports(template)
+        container["readinessProbe"] = lb_readiness_probe(template)
+    elif template.ports:
         container["ports"] = container_ports(template.ports)
     container["resources"] = resources(spec, template, settings)
     if template.envFromSecrets:
@@ -560,6 +648,8 @@ def worker_pod_template(
         ours[GPU_TYPE_ANNOTATION] = gpu_types[0]
     if template.podAnnotations:
         ours[POD_ANNOTATIONS_ANNOTATION] = ",".join(sorted(template.podAnnotations))
+    if spec.type == EndpointType.LB:  # where it listens, for kube.lb_pods
+        ours[LB_ANNOTATION] = lb_ports(template).annotation()
     return {
         "metadata": {
             "labels": {**template.podLabels, **labels(owner.name, "worker")},
@@ -691,6 +781,26 @@ def flashboot_daemonset(
         "spec": {
             "selector": {"matchLabels": selector(owner.name, "flashboot")},
             "template": {"metadata": {"labels": labels(owner.name, "flashboot")}, "spec": pod},
+        },
+    }
+
+
+def lb_network_policy(owner: Owner, template: TemplateSpec, settings: OperatorSettings) -> Obj:
+    """A load-balancing endpoint's worker pods admit the gateway's pods (`lb_gateway_labels`,
+    in any namespace) to their HTTP and health ports, and no one else: the gateway proxies
+    to them and polls their health; the kubelet's probes come from the node, which a
+    NetworkPolicy always admits. Ingress only."""
+    lb = lb_ports(template)
+    ports = [{"port": p, "protocol": "TCP"} for p in dict.fromkeys((lb.port, lb.health_port))]
+    gateways = {"namespaceSelector": {}, "podSelector": {"matchLabels": settings.lb_gateway_labels}}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _metadata(owner, network_policy_name(owner.name), "worker"),
+        "spec": {
+            "podSelector": {"matchLabels": selector(owner.name, "worker")},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [gateways], "ports": ports}],
         },
     }
 

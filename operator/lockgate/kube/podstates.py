@@ -10,7 +10,7 @@ in plain words with what to do.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,9 +113,11 @@ def _ready(pod: Obj) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
-def pod_states(pods: Iterable[Obj], endpoint: Obj) -> PodStates:
+def pod_states(pods: Iterable[Obj], endpoint: Obj, routed: Collection[str] = ()) -> PodStates:
     """Worker states of an endpoint's pods (those being deleted do not count). Ready pods
-    are the gateway's idle/running; others are initializing unless a problem shows."""
+    are the gateway's idle/running; others are initializing unless a problem shows, but
+    for `routed` ones (load-balancing workers the gateways poll: their health is theirs to
+    count, `initializing` included)."""
     counts = {"initializing": 0, "throttled": 0, "unhealthy": 0}
     problems: list[Problem] = []
     seen = 0
@@ -129,7 +131,7 @@ def pod_states(pods: Iterable[Obj], endpoint: Obj) -> PodStates:
         if problem is not None:
             counts[problem.state] += 1
             problems.append(problem)
-        elif not _ready(pod):
+        elif not _ready(pod) and pod["metadata"]["name"] not in routed:
             counts["initializing"] += 1
     return PodStates(**counts, check=_check(problems, seen))
 

@@ -37,7 +37,13 @@ from lockgate.kube.status import (
     endpoint_status,
     same_status,
 )
-from lockgate.models import ComputeType, EndpointSpec, TemplateSpec, describe_validation_error
+from lockgate.models import (
+    ComputeType,
+    EndpointSpec,
+    EndpointType,
+    TemplateSpec,
+    describe_validation_error,
+)
 from lockgate.store import JobStore, Liveness, Registry, connect
 from lockgate.store.keys import ENDPOINT_ID_RE
 
@@ -71,6 +77,7 @@ class Context:
     # both the full way again.
     confirmed_keys: dict[str, str] = field(default_factory=dict)
     no_daemonset: set[str] = field(default_factory=set)
+    no_network_policy: set[str] = field(default_factory=set)  # as no_daemonset, LB policies
     # What runs beside kopf (the scaler, an in-process management API), each stopped by
     # `stop_beside` (apps/operator.py registers them).
     beside: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
@@ -263,10 +270,12 @@ async def apply_workloads(
     *,
     steady: bool = False,
 ) -> tuple[Check | None, Obj]:
-    """The worker Deployment (on the GPU type `choose_gpu_type` picks), and the flashboot
-    DaemonSet while flashboot is on; returns the `GPUTypeSelected` condition, if any, and
-    the Deployment as the API server has it (its status read without a second GET).
-    `steady` (a resync): a DaemonSet this process knows is absent is not deleted again."""
+    """The worker Deployment (on the GPU type `choose_gpu_type` picks), the flashboot
+    DaemonSet while flashboot is on, and a load-balancing endpoint's NetworkPolicy when the
+    gateway's pod labels are set; returns the `GPUTypeSelected` condition, if any, and the
+    Deployment as the API server has it (its status read without a second GET). `steady`
+    (a resync): a DaemonSet or NetworkPolicy this process knows is absent is not deleted
+    again."""
     choice = await choose_gpu_type(ctx, owner, spec, annotations)
     deployment = manifests.worker_deployment(
         owner,
@@ -285,6 +294,13 @@ async def apply_workloads(
     elif not (steady and owner.uid in ctx.no_daemonset):
         await ctx.cluster.delete("DaemonSet", owner.namespace, manifests.daemonset_name(owner.name))
         ctx.no_daemonset.add(owner.uid)
+    if spec.type == EndpointType.LB and ctx.settings.lb_gateway_labels:
+        ctx.no_network_policy.discard(owner.uid)
+        await ctx.cluster.apply(manifests.lb_network_policy(owner, template, ctx.settings))
+    elif not (steady and owner.uid in ctx.no_network_policy):
+        name = manifests.network_policy_name(owner.name)
+        await ctx.cluster.delete("NetworkPolicy", owner.namespace, name)
+        ctx.no_network_policy.add(owner.uid)
     if choice is None:
         return None, applied
     check = Check(placement.CONDITION, True, choice.reason, choice.message(spec.gpuTypeIds))
@@ -420,6 +436,7 @@ async def clean_up(ctx: Context, name: str, namespace: str, uid: str = "") -> in
             ctx.forgotten.add(uid)
             ctx.confirmed_keys.pop(uid, None)
             ctx.no_daemonset.discard(uid)
+            ctx.no_network_policy.discard(uid)
         entry = await ctx.registry.get_endpoint(name)
         if entry is not None and entry.get("namespace", namespace) != namespace:
             return 0  # the id belongs to another namespace's Endpoint: not ours to erase

@@ -11,7 +11,9 @@ another's API round trips. Each endpoint decides, and scales, before it reports 
 conditions. When `/metrics` cannot be read, or does not report an
 endpoint, its worker count is held (missing data never scales anything to zero) and the
 Endpoint's `MetricsAvailable` condition says why. Changes of the count are Events on the
-Endpoint, and its `status.workers.desired/ready` are patched at once.
+Endpoint, and its `status.workers.desired/ready` are patched at once. A load-balancing
+endpoint's pods are written to Redis for the gateways to route to (`kube.lb_pods`: on a
+change only), and a scale-down takes its victims out of routing before they go.
 
 The operator itself sets replicas only when it creates a Deployment (`workersMin`);
 after that only this loop writes them, through the scale subresource, unless the Endpoint
@@ -48,13 +50,16 @@ from lockgate.kube import reconcile as rc
 from lockgate.kube.cluster import ClusterError
 from lockgate.kube.deployment_pool import DeploymentPool
 from lockgate.kube.events import endpoint_event
+from lockgate.kube.lb_pods import LbPods, wanted_workers
 from lockgate.kube.manifests import EXTERNAL_SCALER, Owner
 from lockgate.kube.podstates import pod_states
-from lockgate.kube.status import METRICS_AVAILABLE, Check
+from lockgate.kube.status import METRICS_AVAILABLE, Check, shows
+from lockgate.models import EndpointType
 from lockgate.scaling.autoscaler import Autoscaler
 from lockgate.scaling.decision import Decision, EndpointMetrics, Limits
 from lockgate.scaling.readings import MetricsUnreadable, parse_metrics
 from lockgate.store.connection import raise_if_cancelled
+from lockgate.store.lb_workers import LbWorkers
 
 log = logging.getLogger("lockgate.scaler")
 
@@ -109,6 +114,11 @@ def at_rest(
     idle = not has_demand(metrics) and not (metrics.workers_idle or metrics.workers_running)
     unset = not entry.get("workersMin") and not entry.get("replicas")
     return at_zero and idle and not metrics.worker_jobs and unset
+
+
+def load_balanced(entry: Obj) -> bool:
+    """Whether the endpoint is a load-balancing one (`type: LB`): its pods are routed to."""
+    return entry.get("type") == str(EndpointType.LB)
 
 
 def busy_members(members: Iterable[str], worker_jobs: Mapping[str, int]) -> list[str]:
@@ -176,7 +186,15 @@ class ScalingLoop:
         self.busy: dict[str, asyncio.Task] = {}  # endpoint -> its decision being applied
         self.resting = False  # the last tick found every endpoint at rest
         self.scrapes = ScrapeHealth(ctx.settings.metrics_grace_s)
+        self._lb_pods: LbPods | None = None  # LB endpoints' pods, as routed (made on use)
         self.slots = asyncio.Semaphore(ctx.settings.kube_concurrency)  # decided at once
+
+    @property
+    def lb_pods(self) -> LbPods:
+        """The routing records of load-balancing endpoints' pods, kept for this term."""
+        if self._lb_pods is None:
+            self._lb_pods = LbPods(LbWorkers(self.ctx.redis))
+        return self._lb_pods
 
     async def run(self) -> None:
         """Tick every `scale_interval_s`, or at once when `wakeup` is set, until cancelled;
@@ -283,6 +301,8 @@ class ScalingLoop:
             del self.scalers[gone]
         for gone in set(self.pods_seen) - ours:
             del self.pods_seen[gone]
+        if self._lb_pods is not None:
+            self._lb_pods.forget(ours)
         for gone in set(self.ctx.scaling) - ours:
             del self.ctx.scaling[gone]
         for gone in set(self.ctx.pods) - ours:
@@ -338,13 +358,17 @@ class ScalingLoop:
         """Decide for one endpoint and apply it, then report its conditions; None when it
         has no Deployment yet or another scaler owns its count."""
         await self._forget_gone_pods(owner.name, pods)
+        if load_balanced(entry):  # the gateways route to the pods Redis names
+            await self.lb_pods.sync(owner.name, pods)
         check = metrics_check(owner.name, readings, error)
         try:
             metrics = readings.get(owner.name) if check.ok else None
             return await self._decide(owner, entry, deployment, pods, metrics)
         finally:
-            await self._report_pods(owner, entry, pods)
-            await self._report_metrics(owner, check)
+            changed = await self._report_pods(owner, entry, pods)
+            changed = await self._report_metrics(owner, check) or changed
+            if changed:
+                await self._refresh_status(owner)
 
     async def _decide(
         self,
@@ -356,8 +380,9 @@ class ScalingLoop:
     ) -> Decision | None:
         if deployment is None:
             return None
+        lb = self.lb_pods if load_balanced(entry) else None
         pool = DeploymentPool(
-            self.ctx.cluster, deployment, pods, store=self.ctx.jobs, endpoint_id=owner.name
+            self.ctx.cluster, deployment, pods, store=self.ctx.jobs, endpoint_id=owner.name, lb=lb
         )
         await pool.keep_serving(set(metrics.worker_jobs) if metrics is not None else None)
         await pool.replace_refreshing()
@@ -402,10 +427,12 @@ class ScalingLoop:
         workers = {"workers": {"desired": decision.desired, "ready": ready}}
         await self.ctx.cluster.patch_endpoint_status(owner.namespace, owner.name, workers)
 
-    async def _report_pods(self, owner: Owner, entry: Obj, pods: list[Obj]) -> None:
+    async def _report_pods(self, owner: Owner, entry: Obj, pods: list[Obj]) -> bool:
         """Worker states from the pods to Redis (for `/health`), and `WorkersHealthy` on
-        the Endpoint: on a change, an Event and a status refresh."""
-        states = pod_states(pods, entry)
+        the Endpoint: on a change, an Event; True when the status needs a refresh. A
+        load-balancing endpoint's routed pods are counted by the gateways' health polls."""
+        routed = wanted_workers(pods) if load_balanced(entry) else {}
+        states = pod_states(pods, entry, routed)
         await self.ctx.jobs.report_worker_states(
             owner.name, initializing=states.initializing, throttled=states.throttled,
             unhealthy=states.unhealthy,
@@ -413,24 +440,32 @@ class ScalingLoop:
         check, previous = states.check, self.ctx.pods.get(owner.name)
         self.ctx.pods[owner.name] = check
         if check is None or check == previous:
-            return
+            return False
         if check.ok is False:
             event = endpoint_event(owner, check.reason, check.message, now=rc.now(), warning=True)
             await self.ctx.cluster.create_event(event)
-        body = await self.ctx.cluster.get_endpoint(owner.namespace, owner.name)
-        if body is not None and not body["metadata"].get("deletionTimestamp"):
-            await rc.refresh(self.ctx, body, steady=True)
+        return True
 
-    async def _report_metrics(self, owner: Owner, check: Check) -> None:
-        """Keep `MetricsAvailable` current; on a change, an Event and a status refresh."""
+    async def _report_metrics(self, owner: Owner, check: Check) -> bool:
+        """Keep `MetricsAvailable` current: on a change, an Event; True when the status
+        needs a refresh."""
         previous = self.ctx.scaling.get(owner.name)
         self.ctx.scaling[owner.name] = check
         if previous is not None and (previous.ok, previous.reason) == (check.ok, check.reason):
-            return
+            return False
         if not check.ok or previous is not None:
             reason = "MetricsAvailable" if check.ok else "MetricsUnavailable"
             event = endpoint_event(owner, reason, check.message, now=rc.now(), warning=not check.ok)
             await self.ctx.cluster.create_event(event)
+        return True
+
+    async def _refresh_status(self, owner: Owner) -> None:
+        """One status refresh for whatever this tick changed, unless the Endpoint's status
+        already says it (the first sighting after an operator restart: a GET, no
+        reconcile)."""
         body = await self.ctx.cluster.get_endpoint(owner.namespace, owner.name)
-        if body is not None and not body["metadata"].get("deletionTimestamp"):
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            return
+        checks = [c for c in (self.ctx.scaling.get(owner.name), self.ctx.pods.get(owner.name)) if c]
+        if not shows(body.get("status"), checks):
             await rc.refresh(self.ctx, body, steady=True)

@@ -113,6 +113,11 @@ class OperatorSettings(RedisSettings):
     )
     # 600 s: cluster-autoscaler's --max-graceful-termination-sec default; an autoscaler
     # scale-down gives a pod no more than that, whatever its grace period says.
+    # The chart's gateway pod labels (with networkPolicy.enabled): each load-balancing
+    # endpoint gets a NetworkPolicy admitting only them to its workers. Empty: none.
+    lb_gateway_labels: dict[str, str] = Field(
+        default_factory=dict, description="JSON: gateway pod labels; LB workers admit only them"
+    )
     termination_grace_cap_s: int = Field(
         600, ge=30, description="longest a stopping worker may take to finish its job"
     )

@@ -220,6 +220,15 @@ def resync_may_wait(status: Mapping[str, Any] | None, since_s: float, rest_s: fl
     return at_rest(status) and since_s < rest_s
 
 
+def shows(status: Mapping[str, Any] | None, checks: Sequence[Check]) -> bool:
+    """Whether a status already carries each check's condition (status, reason, message)."""
+    have = {
+        c.get("type"): (c.get("status"), c.get("reason"), c.get("message") or "")
+        for c in (status or {}).get("conditions") or []
+    }
+    return all(have.get(c.type) == (c.status.value, c.reason, c.message) for c in checks)
+
+
 def same_status(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
     """Whether writing `b` over `a` would change anything a reader sees."""
     return dict(a or {}) == dict(b or {})

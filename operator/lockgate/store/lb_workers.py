@@ -1,14 +1,14 @@
 """Load-balancing workers in Redis: where each one listens, its polled health, and the
 requests every gateway process holds or has in flight (keys `lbw`, `lbh`, `lbr`).
 
-Whoever runs the workers (dev mode's pool now, the operator later) registers them; every
+Whoever runs the workers (dev mode's pool, the operator's `kube.lb_pods`) registers them; every
 gateway reads them, polls their health and reports what it saw. The gateway never needs
 the Kubernetes API to find a worker.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import orjson
@@ -63,6 +63,26 @@ class LbWorkers:
         pipe = self.redis.pipeline(transaction=False)
         pipe.hdel(keys.lb_workers(endpoint_id), worker_id)
         pipe.hdel(keys.lb_health(endpoint_id), worker_id)
+        await pipe.execute()
+        await self._changed(endpoint_id)
+
+    async def apply(
+        self,
+        endpoint_id: str,
+        register: Mapping[str, LbWorker],
+        unregister: Sequence[str] = (),
+    ) -> None:
+        """Several registrations and removals in one pipeline and one `l:` event (the
+        operator's pod sync); nothing to do: no Redis call."""
+        if not register and not unregister:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        if register:
+            values = {w: worker.to_json() for w, worker in register.items()}
+            pipe.hset(keys.lb_workers(endpoint_id), mapping=values)
+        if unregister:
+            pipe.hdel(keys.lb_workers(endpoint_id), *unregister)
+            pipe.hdel(keys.lb_health(endpoint_id), *unregister)
         await pipe.execute()
         await self._changed(endpoint_id)
 

@@ -1,0 +1,140 @@
+"""Load-balancing worker pods into Redis, so that gateways find them without the
+Kubernetes API (docs/load-balancing.md).
+
+The scaler lists each endpoint's worker pods every tick anyway; `LbPods.sync` turns that
+list into the endpoint's `lbw` records (`store.lb_workers`): a pod whose worker container
+runs is registered as `podIP:PORT` under its name (the worker id the gateway answers in
+`X-Runpod-Worker-Id`); a pod being deleted, or taken out of service by the scaler, stays
+registered as `draining` (no new request, its requests in flight finish); a pod no longer
+listed, or finished, is unregistered. Only changes are written: the records are kept in
+memory after a first read of Redis, so an endpoint whose pods do not change costs no
+Redis call (but one read a minute while it has pods: what Redis lost, a restart or a
+failover, is written again). `drain` takes the pods a scale-down removes out of routing before the
+ReplicaSet deletes them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any
+
+from lockgate.kube.manifests import LB_ANNOTATION, SERVING_CONDITION, WORKER_CONTAINER
+from lockgate.store.lb_workers import LbWorker, LbWorkers
+
+Obj = Mapping[str, Any]
+
+log = logging.getLogger("lockgate.scaler")
+
+REREAD_S = 60.0  # an endpoint's records are read from Redis again after this
+
+
+def _host_port(ip: str, port: int) -> str:
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
+def taken_out(pod: Obj) -> bool:
+    """Whether the scaler took the pod out of service (its `Serving` condition False)."""
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c["type"] == SERVING_CONDITION and c["status"] == "False" for c in conditions)
+
+
+def worker_running(pod: Obj) -> bool:
+    """Whether the pod's worker container runs (its image pulled, its process started)."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return any(
+        s.get("name") == WORKER_CONTAINER and "running" in (s.get("state") or {}) for s in statuses
+    )
+
+
+def lb_worker_of(pod: Obj) -> LbWorker | None:
+    """The record a worker pod should have in Redis: None until its worker container runs
+    (an image pull does not eat the gateway's start grace) and once it stopped, without
+    an IP, or when it carries no `LB_ANNOTATION` (not a load-balancing worker);
+    `draining` while it is being deleted or was taken out of service."""
+    meta, status = pod["metadata"], pod.get("status") or {}
+    raw = (meta.get("annotations") or {}).get(LB_ANNOTATION)
+    ip = status.get("podIP")
+    if not raw or not ip or not worker_running(pod):
+        return None
+    try:
+        where = json.loads(raw)
+        port, health, path = int(where["port"]), int(where["healthPort"]), str(where["path"])
+    except (ValueError, KeyError, TypeError):
+        log.warning("pod %s: unreadable %s annotation %r", meta.get("name"), LB_ANNOTATION, raw)
+        return None
+    draining = bool(meta.get("deletionTimestamp")) or taken_out(pod)
+    return LbWorker(_host_port(ip, port), _host_port(ip, health), path, draining)
+
+
+def wanted_workers(pods: Sequence[Obj]) -> dict[str, LbWorker]:
+    """Pod name -> the record it should have, for every pod that should have one."""
+    found = {}
+    for pod in pods:
+        worker = lb_worker_of(pod)
+        if worker is not None:
+            found[pod["metadata"]["name"]] = worker
+    return found
+
+
+def changes(
+    known: Mapping[str, LbWorker], wanted: Mapping[str, LbWorker]
+) -> tuple[dict[str, LbWorker], list[str]]:
+    """What to write so that Redis holds `wanted`: (records to register, ids to remove)."""
+    register = {w: rec for w, rec in wanted.items() if known.get(w) != rec}
+    return register, sorted(set(known) - set(wanted))
+
+
+class LbPods:
+    """The `lbw` records of every load-balancing endpoint the scaler looks after, as last
+    written (one scaler term: a new term reads Redis again)."""
+
+    def __init__(self, lb: LbWorkers, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.lb = lb
+        self.clock = clock
+        self.known: dict[str, dict[str, LbWorker]] = {}
+        self.read_at: dict[str, float] = {}
+
+    async def _known(self, endpoint_id: str) -> dict[str, LbWorker]:
+        """The records as last written; read from Redis at first sight (what an earlier
+        term left) and every `REREAD_S`."""
+        now = self.clock()
+        if endpoint_id not in self.known or now - self.read_at[endpoint_id] >= REREAD_S:
+            self.known[endpoint_id] = await self.lb.workers(endpoint_id)
+            self.read_at[endpoint_id] = now
+        return self.known[endpoint_id]
+
+    async def sync(self, endpoint_id: str, pods: Sequence[Obj]) -> None:
+        """Make the endpoint's records match its pods; writes only what changed."""
+        known = await self._known(endpoint_id)
+        register, remove = changes(known, wanted_workers(pods))
+        if not register and not remove:
+            return
+        await self.lb.apply(endpoint_id, register, remove)
+        known.update(register)
+        for worker_id in remove:
+            known.pop(worker_id, None)
+        for worker_id, rec in register.items():
+            log.info("lb worker %s/%s at %s%s", endpoint_id, worker_id, rec.address,
+                     " (draining)" if rec.draining else "")  # fmt: skip
+
+    async def drain(self, endpoint_id: str, worker_ids: Collection[str]) -> None:
+        """Take registered workers out of routing now (a scale-down is about to remove
+        them): gateways send them no new request from the `l:` event on."""
+        known = await self._known(endpoint_id)
+        leaving = {
+            w: LbWorker(rec.address, rec.health, rec.path, draining=True)
+            for w, rec in known.items()
+            if w in worker_ids and not rec.draining
+        }
+        if leaving:
+            await self.lb.apply(endpoint_id, leaving)
+            known.update(leaving)
+
+    def forget(self, keep: Collection[str]) -> None:
+        """Drop what is kept of endpoints not in `keep` (no longer registered)."""
+        for gone in set(self.known) - set(keep):
+            del self.known[gone]
+            self.read_at.pop(gone, None)
