@@ -53,7 +53,7 @@ format: setup ## Format the code (ruff)
 	$(VENV)/bin/ruff check --fix operator tests examples
 	$(VENV)/bin/ruff format operator tests examples
 
-bench: setup ## Benchmarks: latency, throughput, purge, memory, auth+limits overhead, OpenAI route, one Redis vs a 3-master cluster, the replica-ack cost, beside Celery + Redis, the gateway's CPU per job; then the scaler simulation
+bench: setup ## Benchmarks: latency, throughput, purge, memory, auth+limits overhead, OpenAI route, one Redis vs a 3-master cluster, the replica-ack cost, beside Celery + Redis, the gateway's CPU per job, the LB proxy beside its worker; then the scaler simulation
 	$(PY) -m bench.core; status=$$?; echo; $(PY) -m bench.scaler_sim && exit $$status
 
 bench-status: setup ## Benchmark alone: /status req/s with auth and rate limits on vs off
@@ -61,6 +61,9 @@ bench-status: setup ## Benchmark alone: /status req/s with auth and rate limits 
 
 bench-openai: setup ## Benchmark alone: OpenAI route stream overhead per chunk, chat completions/s vs /runsync
 	$(PY) -m bench.core --only openai
+
+bench-lb: setup ## Benchmark alone: the load-balancing proxy beside the worker it proxies to (GET p50/p95, GETs/s of 32 clients, CPU per GET, SSE first byte)
+	$(PY) -m bench.lb_proxy
 
 bench-sizing: setup ## The sizing figures: Redis commands, Redis CPU and gateway CPU per job transition, memory per queued job, the per-master split on a 3-master cluster
 	$(PY) -m bench.sizing
@@ -121,4 +124,4 @@ images: ## Build the control-plane and worker images (needs Docker; IMAGE_REGIST
 	  -t $(IMAGE_REGISTRY)/worker:$(IMAGE_TAG) .
 	@echo "images: built $(IMAGE_REGISTRY)/control-plane:$(IMAGE_TAG) and $(IMAGE_REGISTRY)/worker:$(IMAGE_TAG)"
 
-.PHONY: help setup run test fuzz lint format bench bench-status bench-openai bench-sizing bench-scale bench-cluster crds verify-crds envtest cluster-images e2e tools browser redis chart-lint chart-scan chart-template images
+.PHONY: help setup run test fuzz lint format bench bench-status bench-openai bench-lb bench-sizing bench-scale bench-cluster crds verify-crds envtest cluster-images e2e tools browser redis chart-lint chart-scan chart-template images

@@ -14,9 +14,12 @@
 9. beside Celery + Redis, 2 workers each: sequential latency, 32 synchronous clients, and
    5,000 jobs by 32 clients that submit then poll (bench/celery_peer.py);
 10. the gateway's CPU per job and per /runsync, and the /runsync p50, every request served
-   by aiohttp (bench/gateway_cpu.py).
+   by aiohttp (bench/gateway_cpu.py);
+11. load-balancing endpoints: a small GET's p50/p95, GETs/s of 32 clients, CPU per proxied
+   GET and SSE time to first byte through `/lb/` beside the same requests sent straight to
+   the worker (bench/lb_proxy.py).
 `--only NAME` runs one scenario (runsync, run, e2e, status, openai, shards, ack, procs,
-celery, gateway).
+celery, gateway, lb).
 Progress goes to stderr; the table to stdout.
 """
 
@@ -40,6 +43,7 @@ from bench import load, redis_modes
 from bench.access import status_overhead
 from bench.celery_peer import beside_celery
 from bench.gateway_cpu import gateway_cpu
+from bench.lb_proxy import lb_proxy
 from bench.load import SMALL_BODY
 from bench.measure import (
     CpuMeter,
@@ -257,6 +261,7 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
     "procs": ("/run acceptance, lockgate gateway --processes 1 vs 2", acceptance_by_processes),
     "celery": ("beside Celery + Redis: latency, sync clients, polling batch", beside_celery),
     "gateway": ("gateway CPU per job and per /runsync, /runsync p50", gateway_cpu),
+    "lb": ("LB proxy: GET p50 and GETs/s vs direct to the worker, CPU, SSE first byte", lb_proxy),
 }
 
 

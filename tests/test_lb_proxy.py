@@ -5,7 +5,9 @@ failures, the job API refused."""
 from __future__ import annotations
 
 import base64
+import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -271,3 +273,59 @@ def test_the_openai_sdk_streams_a_chat_completion_through_the_lb_route(lb: DevPr
     pieces = [c.choices[0].delta.content or "" for c in stream if c.choices]
     assert len([p for p in pieces if p]) == 3
     assert "".join(pieces) == "one two three"
+
+
+def test_answers_of_known_length_arrive_whole_below_and_above_the_one_write_size(
+    lb: DevProcess,
+) -> None:
+    """Up to 64 KB an answer is read whole and sent in one write; above, streamed: both
+    arrive intact with their length."""
+    for size in (10, 200_000):  # the echo answers its body base64: ~0.3 KB and ~267 KB
+        body = bytes(range(256)) * (size // 256 + 1)
+        answer = requests.post(lb_url(lb, "echo/size"), data=body, headers=lb.headers(), timeout=60)
+        assert answer.status_code == 200, answer.text
+        assert int(answer.headers["Content-Length"]) == len(answer.content)
+        assert base64.b64decode(answer.json()["body"]) == body
+
+
+def test_a_client_that_goes_away_cancels_its_upstream_request(lb: DevProcess) -> None:
+    """A client hangs up while its stream waits for an event the worker only sends when
+    told (never, here): the request is no longer in flight, so the gateway cancelled it."""
+
+    def in_flight() -> int:
+        health = requests.get(lb.job_url("health"), headers=lb.headers(), timeout=30).json()
+        return health["requests"]["inFlight"]
+
+    requests.get(lb_url(lb, "echo/warm"), headers=lb.headers(), timeout=60)  # a worker is up
+    for _ in range(200):  # earlier tests' requests have ended
+        if in_flight() == 0:
+            break
+        threading.Event().wait(0.05)
+    with socket.create_connection(("127.0.0.1", lb.port)) as client:
+        client.sendall(
+            f"GET /lb/{lb.endpoint}/sse?n=2&hold=gone HTTP/1.1\r\nHost: x\r\n"
+            f"authorization: {lb.key}\r\n\r\n".encode()
+        )
+        for _ in range(200):
+            if in_flight() >= 1:
+                break
+            threading.Event().wait(0.05)
+        assert in_flight() >= 1
+    started = time.monotonic()
+    while in_flight() and time.monotonic() - started < 10:
+        threading.Event().wait(0.05)
+    assert in_flight() == 0
+
+
+def test_a_cookie_one_client_was_set_never_reaches_the_worker_for_another(
+    lb: DevProcess,
+) -> None:
+    """The gateway passes `Set-Cookie` to its client and keeps nothing: the next request
+    (another client's, same worker) arrives without a `Cookie`."""
+    first = requests.get(lb_url(lb, "set-cookie?v=secret1"), headers=lb.headers(), timeout=60)
+    assert first.status_code == 200
+    assert "session=secret1" in first.headers["Set-Cookie"]
+    same = {**lb.headers(), "X-Runpod-Worker-Id": f"strict {first.headers['X-Runpod-Worker-Id']}"}
+    seen = requests.get(lb_url(lb, "echo/next"), headers=same, timeout=60).json()
+    assert "cookie" not in seen["headers"]
+    assert "secret1" not in str(seen)

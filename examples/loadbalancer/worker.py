@@ -6,6 +6,7 @@ Contract (RunPod's, kept by lockgate): listen on `PORT`; answer `HEALTH_CHECK_PA
 once ready. Routes:
 - `GET /ping`: 204 for `LOAD_SECONDS` (default 2) after start, then 200
 - `* /echo/{path}`: the request as the worker saw it (method, path, query, headers, body)
+- `GET /set-cookie?v=V`: answers with `Set-Cookie: session=V`
 - `GET /slow?s=N`: answers after N seconds
 - `GET /sse?n=N`: N Server-Sent Events; with `&hold=<token>`, the last one waits for
   `POST /release/<token>` (so a client can prove it got the first ones before it)
@@ -57,6 +58,14 @@ async def echo(request: Request, path: str) -> JSONResponse:
             "bytes": len(body),
         }
     )
+
+
+@app.get("/set-cookie")
+async def set_cookie(v: str = "1") -> JSONResponse:
+    """Answers with `Set-Cookie: session=<v>` (a proxy must pass it on, never keep it)."""
+    answer = JSONResponse({"worker": WORKER_ID})
+    answer.set_cookie("session", v)
+    return answer
 
 
 @app.get("/slow")

@@ -108,6 +108,7 @@ def build_gateway(settings: Settings, redis: Redis) -> Gateway:
             max_held=settings.lb_max_held,
             fast_s=settings.lb_health_fast_s,
             calm_s=settings.lb_health_calm_s,
+            on_hold=meters.observe_lb_hold,
         ),
     )
     if key_file is not None:

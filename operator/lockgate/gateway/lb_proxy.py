@@ -4,6 +4,8 @@ untouched (`lb_host_middleware`).
 
 Any method; the request body is forwarded as it arrives and the answer's chunks as the
 worker sends them (Server-Sent Events are never buffered); WebSocket upgrades are relayed.
+An answer with a `Content-Length` up to 64 KB is read whole and sent in one write (headers
+and body: one syscall fewer on the hot path).
 Hop-by-hop headers (RFC 9110, 7.6.1) stay here, `X-Forwarded-For/-Proto/-Host` are added
 and the caller's `authorization` never reaches the worker. Every proxied answer carries
 `X-Runpod-Worker-Id`. Limits: a body over 30 MB is 413, a request running past the
@@ -17,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
@@ -26,7 +29,7 @@ from yarl import URL
 
 from lockgate.gateway.auth import JOBS
 from lockgate.gateway.endpoints import request_timeout_s, require_type
-from lockgate.gateway.errors import ApiError, PayloadTooLarge
+from lockgate.gateway.errors import CLIENT_CLOSED, ApiError, PayloadTooLarge
 from lockgate.gateway.lb_workers import LbRouter, Target
 from lockgate.gateway.metrics import ROUTE_KEY
 from lockgate.gateway.state import gateway_of
@@ -37,6 +40,7 @@ log = logging.getLogger("lockgate.gateway")
 
 MAX_BODY = 30 * 1024 * 1024  # RunPod's load balancer: request and response bodies <= 30 MB
 WORKER_ID = "X-Runpod-Worker-Id"
+WHOLE_MAX = 64 * 1024  # answers of a known length up to this are sent in one write
 HOST_ROUTE = "{endpoint}.<LOCKGATE_LB_DOMAIN>"  # the host form's route label in /metrics
 CLIENT_WATCH_S = 0.1  # how often a waiting request looks whether its client left
 HOP_BY_HOP = frozenset(
@@ -168,9 +172,27 @@ async def serve(
     await gw.auth.require(request, JOBS, endpoint_id)
     entry = await gw.endpoints.get(endpoint_id)
     require_type(entry, endpoint_id, EndpointType.LB, route)
+    try:
+        response = await _route(request, gw.lb, endpoint_id, entry, path)
+    except ApiError as err:
+        gw.metrics.count_lb(endpoint_id, err.status)
+        raise
+    except (asyncio.CancelledError, aiohttp.ClientError, OSError):
+        gw.metrics.count_lb(endpoint_id, CLIENT_CLOSED)  # our client left mid-way
+        raise
+    except Exception:
+        gw.metrics.count_lb(endpoint_id, 500)
+        raise
+    gw.metrics.count_lb(endpoint_id, response.status)  # the status the client was sent
+    return response
+
+
+async def _route(
+    request: web.Request, router: LbRouter, endpoint_id: str, entry: dict, path: str
+) -> web.StreamResponse:
+    """Hold for a worker if need be, proxy as `path`, and release the worker."""
     if (request.content_length or 0) > MAX_BODY:
         raise PayloadTooLarge(_too_large())
-    router = gw.lb
     target = await router.acquire(endpoint_id, request.headers.get(WORKER_ID))
     try:
         exchange = asyncio.ensure_future(
@@ -209,8 +231,10 @@ async def _exchange(
         return await _websocket(request, router, endpoint_id, target, url)
     body = _Body(request)
     response: web.StreamResponse | None = None
+    metrics = gateway_of(request).metrics
     try:
         async with asyncio.timeout(limit_s):
+            sent = time.perf_counter()
             async with target.session.request(
                 request.method,
                 url,
@@ -218,10 +242,16 @@ async def _exchange(
                 data=body.chunks() if request.body_exists else None,
                 allow_redirects=False,
             ) as upstream:
+                metrics.observe_lb_upstream(endpoint_id, time.perf_counter() - sent)
+                headers = downstream_headers(upstream.headers, target.id)
+                if _small(request, upstream):  # headers and body in one write, not two
+                    data = await upstream.read()
+                    headers.popall("Content-Length", None)  # set from the body read
+                    return web.Response(
+                        status=upstream.status, reason=upstream.reason, headers=headers, body=data
+                    )
                 response = web.StreamResponse(
-                    status=upstream.status,
-                    reason=upstream.reason,
-                    headers=downstream_headers(upstream.headers, target.id),
+                    status=upstream.status, reason=upstream.reason, headers=headers
                 )
                 await response.prepare(request)
                 async for chunk in upstream.content.iter_any():
@@ -249,6 +279,19 @@ async def _exchange(
             "it is out of routing until its health check answers 200",
             headers={WORKER_ID: target.id},
         ) from err
+
+
+def _small(request: web.Request, upstream: aiohttp.ClientResponse) -> bool:
+    """An answer of known length up to `WHOLE_MAX` bytes: read whole, then sent at once
+    (a stream or a chunked answer never is)."""
+    length = upstream.content_length
+    return (
+        length is not None
+        and length <= WHOLE_MAX
+        and request.method != "HEAD"
+        and upstream.status >= 200
+        and upstream.status not in (204, 304)
+    )
 
 
 def _cut(request: web.Request, response: web.StreamResponse) -> web.StreamResponse:

@@ -126,8 +126,10 @@ class LbRouter:
         max_held: int,
         fast_s: float,
         calm_s: float,
+        on_hold: Callable[[str, float], None] | None = None,
     ) -> None:
         self.store = store
+        self.on_hold = on_hold  # (endpoint, seconds held): each held request, sent or 503
         self.clock_ms = clock_ms
         self.hold_s = hold_s
         self.max_held = max_held
@@ -195,7 +197,8 @@ class LbRouter:
             )
         ep.held += 1
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.hold_s
+        began = loop.time()
+        deadline = began + self.hold_s
         try:
             await self._report(ep)  # the scaler sees this request before it wakes
             if ep.held == 1:
@@ -210,6 +213,8 @@ class LbRouter:
         finally:
             ep.held -= 1
             self._changed(ep)
+            if self.on_hold is not None:
+                self.on_hold(ep.id, loop.time() - began)
         raise NoWorker(self._why(ep, want if strict else None), headers={"Retry-After": "5"})
 
     def _why(self, ep: LbEndpoint, strict: str | None) -> str:
@@ -264,9 +269,13 @@ class LbRouter:
 
     def _add(self, ep: LbEndpoint, worker_id: str, worker: LbWorker) -> None:
         connector = aiohttp.TCPConnector(limit=POOL_PER_WORKER, keepalive_timeout=30)
+        # No cookie jar: a proxy passes Set-Cookie on and never sends one client's cookie
+        # with another's request (aiohttp's jar ignores IP hosts only; a worker may have a
+        # name), and the jar's work per request is saved.
         session = aiohttp.ClientSession(
-            connector=connector, auto_decompress=False, timeout=aiohttp.ClientTimeout(total=None)
-        )
+            connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
+            timeout=aiohttp.ClientTimeout(total=None),
+        )  # fmt: skip
         t = ep.targets[worker_id] = Target(worker_id, worker, session)
         t.poller = self._spawn(self._poll(ep, t), f"lockgate-lb-health-{worker_id}")
 

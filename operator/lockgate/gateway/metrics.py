@@ -23,6 +23,15 @@ Per replica, since the process started (sum them over replicas):
     lockgate_webhook_deliveries_total{endpoint,outcome}   counter  one per attempt: delivered|
                                               retrying|gave_up|refused (private)|expired
     lockgate_rate_limited_total{endpoint,operation}       counter  requests refused by limits
+    lockgate_lb_requests_total{endpoint,code}             counter  LB: requests answered on
+                                              /lb/ or the host form (after the key and
+                                              type checks); code
+                                              499: the client hung up first
+    lockgate_lb_hold_seconds{endpoint}                    histogram  LB: how long a request
+                                              that found no routable worker was held (the
+                                              cold start), sent or answered 503
+    lockgate_lb_upstream_seconds{endpoint}                histogram  LB: request sent to the
+                                              worker -> the worker's answer headers
 
 With `lockgate gateway --processes N` a scrape reaches one of the N processes; each writes
 its counters and histograms to the parent's PROMETHEUS_MULTIPROC_DIR (prometheus_client's
@@ -65,6 +74,11 @@ LB_HELD = "lockgate_lb_requests_held"
 LB_IN_FLIGHT = "lockgate_lb_requests_in_flight"
 
 DELAY_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+HOLD_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 1.5, 2.5, 5, 10, 30, 60, 120, 300)
+UPSTREAM_BUCKETS_S = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120,
+    330,
+)  # fmt: skip
 EXECUTION_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 
 
@@ -104,8 +118,23 @@ class GatewayMetrics:
             "lockgate_rate_limited", "requests refused by a rate limit",
             ["endpoint", "operation"], registry=r,
         )  # fmt: skip
+        self.lb_requests = Counter(
+            "lockgate_lb_requests", "LB requests answered, by endpoint and status code",
+            ["endpoint", "code"], registry=r,
+        )  # fmt: skip
+        self.lb_hold = Histogram(
+            "lockgate_lb_hold_seconds",
+            "time LB requests that found no routable worker were held (the cold start)",
+            ["endpoint"], buckets=HOLD_BUCKETS_S, registry=r,
+        )  # fmt: skip
+        self.lb_upstream = Histogram(
+            "lockgate_lb_upstream_seconds", "LB request sent -> the worker's answer headers",
+            ["endpoint"], buckets=UPSTREAM_BUCKETS_S, registry=r,
+        )  # fmt: skip
         self._requests: dict[tuple[str, str, int], Any] = {}
         self._finished: dict[str, tuple[Any, Any]] = {}
+        self._lb_codes: dict[tuple[str, int], Any] = {}
+        self._lb_upstream: dict[str, Any] = {}
 
     def count_request(self, route: str, method: str, status: int) -> None:
         """One answered request (a cached child per label set: cheap on the hot path)."""
@@ -125,6 +154,25 @@ class GatewayMetrics:
             )
         children[0].observe(done.delay_ms / 1000)
         children[1].observe(done.execution_ms / 1000)
+
+    def count_lb(self, endpoint_id: str, code: int) -> None:
+        """One LB request answered with `code` (cached children, as above)."""
+        key = (endpoint_id, code)
+        child = self._lb_codes.get(key)
+        if child is None:
+            child = self._lb_codes[key] = self.lb_requests.labels(endpoint_id, str(code))
+        child.inc()
+
+    def observe_lb_hold(self, endpoint_id: str, seconds: float) -> None:
+        """How long a held LB request waited for a routable worker (rare: no cache)."""
+        self.lb_hold.labels(endpoint_id).observe(seconds)
+
+    def observe_lb_upstream(self, endpoint_id: str, seconds: float) -> None:
+        """Request sent to the worker -> its answer's headers."""
+        child = self._lb_upstream.get(endpoint_id)
+        if child is None:
+            child = self._lb_upstream[endpoint_id] = self.lb_upstream.labels(endpoint_id)
+        child.observe(seconds)
 
 
 def age_s(since_ms: int | None, now_ms: int) -> float:
