@@ -148,3 +148,28 @@ def test_the_document_is_served_and_is_openapi_3_1(fuzzed):
     assert {"200", "400", "401", "404", "413", "429", "500", "503"} <= run.keys()
     assert run["429"] == {"$ref": "#/components/responses/E429"}
     assert "Retry-After" in doc["components"]["responses"]["E429"]["headers"]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://example.com/hook?a=1#x",
+        "https://example.com/ét\u00e9",
+        "https://example.com:5904#\u0101&0\u0085",  # U+0085: a space to Python, not to ECMA
+        "https://example.com/\u00a0",
+        "https://example.com/\x1c",
+        "https://example.com/a b",
+        "https://example.com/\u3000",
+    ],
+)
+def test_the_documented_webhook_pattern_and_the_validator_agree(url: str) -> None:
+    """Schemathesis once sent a URL the document's pattern admitted (ECMA's `\\S` takes
+    U+0085) and the validator refused: the pattern now spells its class out."""
+    import re
+
+    from lockgate.models.jobs import webhook_problem
+
+    schema = openapi_document()["components"]["schemas"]["JobRequest"]["properties"]["webhook"]
+    pattern = next(s["pattern"] for s in schema.get("anyOf", [schema]) if "pattern" in s)
+    assert "\\s" not in pattern.lower(), "\\s and \\S differ between regex engines"
+    assert bool(re.fullmatch(pattern, url)) == (webhook_problem(url) is None)

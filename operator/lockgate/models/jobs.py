@@ -86,11 +86,13 @@ _IPV6 = "|".join(
     ]
 )
 _PORT = "[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]"
-WEBHOOK_PATTERN = (
-    rf"^https?://([A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*|\[({_IPV6})\])(:({_PORT}))?([/?#]\S*)?$"
-)
-# Matched by pydantic's regex engine, as the pattern was before it moved into the validator
-# (Python's `re` reads `\S` differently, e.g. for \x1c).
+# After the host and port: no control character and no space, as the same explicit class
+# in every regex engine (`\S` differs: ECMA's, which OpenAPI clients use, admits U+0085,
+# Python's and pydantic's do not).
+_URL_CHAR = r"[^\x00-\x20\x7f-\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]"
+_HOST = rf"([A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*|\[({_IPV6})\])"
+WEBHOOK_PATTERN = rf"^https?://{_HOST}(:({_PORT}))?([/?#]{_URL_CHAR}*)?$"
+# Matched by pydantic's regex engine, as the pattern was before it moved into the validator.
 _WEBHOOK_SHAPE = TypeAdapter(Annotated[str, Field(pattern=WEBHOOK_PATTERN)])
 
 
