@@ -25,9 +25,25 @@ def screenshot(tab, name: str) -> Path:
 
 
 def sign_in(tab, dev: DevProcess, key: str | None = None) -> None:
-    """Open the console and sign in with `key` (default: the dev API key)."""
-    tab.goto(f"{dev.url}/console/")
-    tab.get_by_label("Admin API key").fill(key if key is not None else dev.key)
+    """Open the console and sign in with `key` (default: the dev API key).
+
+    In two CI runs with two test workers, one page in the module (a different one each time)
+    showed no sign-in form within 30 s while every other page of the same browser and
+    `lockgate dev` did; it was never seen alone. The page is loaded again (at most twice)
+    when the form is not there within 15 s, and what the page held is printed, so a run
+    says what happened; a console that never shows the form still fails."""
+    field = tab.get_by_label("Admin API key")
+    for attempt in range(3):
+        tab.goto(f"{dev.url}/console/")
+        try:
+            field.wait_for(timeout=15_000)
+            break
+        except Exception as err:  # playwright's TimeoutError
+            body = tab.content()[:800]
+            problems = getattr(tab, "problems", [])
+            print(f"sign_in: no form after 15 s (load {attempt + 1}): {err}; page: {body!r}; "
+                  f"problems: {problems}")  # fmt: skip
+    field.fill(key if key is not None else dev.key)
     tab.get_by_role("button", name="Sign in").click()
 
 
