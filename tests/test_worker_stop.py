@@ -126,6 +126,27 @@ async def test_a_cancelled_job_keeps_its_worker_busy_until_its_ping_no_longer_li
     assert await load(store, gateway, "w-1") == 0
 
 
+async def test_a_cancelled_job_the_worker_lists_again_makes_it_busy_again(http, gateway, store):
+    """The runpod SDK takes a job into a queue of its own: a cancel that comes before the
+    handler starts finds no job in progress there, the next ping lists none, and then the
+    handler runs it anyway (seen in CI, `test_dev_workers`): the worker is busy again."""
+    job_id = await running_job(http, gateway, "w-1", {"sleep": 60})
+    async with http.post(
+        gateway.job_url(f"cancel/{job_id}"), headers=gateway.client_headers()
+    ) as resp:
+        assert (await resp.json())["status"] == "CANCELLED"
+    await ping(http, gateway, "w-1")  # the job still in the SDK's own queue
+    assert await load(store, gateway, "w-1") == 0
+    await ping(http, gateway, "w-1", job_id)  # its handler started after all
+    assert await load(store, gateway, "w-1") == 1
+    assert (await store.snapshot(gateway.endpoint)).workers_running == 1
+    await ping(http, gateway, "w-1", "another-workers-job", "no-such-job")
+    assert await load(store, gateway, "w-1") == 0  # only jobs it was told to stop count
+
+    assert await done(http, gateway, "w-1", job_id, {"output": "late"}) == {"accepted": False}
+    assert await load(store, gateway, "w-1") == 0
+
+
 async def test_the_late_result_of_a_cancelled_job_frees_its_worker(http, gateway, store):
     job_id = await running_job(http, gateway, "w-1", {})
     async with http.post(

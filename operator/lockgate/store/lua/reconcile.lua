@@ -2,7 +2,8 @@
 -- list, and that it took more than `grace` ms ago never reached it (the take's reply was
 -- lost): give it back. Also a heartbeat.
 -- ARGV: ep, worker, now, grace, max attempts, retention run, retention sync, reason, ids...
--- Jobs it was told to stop and no longer lists have left their handler.
+-- Jobs it was told to stop and no longer lists have left their handler; one it lists again
+-- is in its handler again.
 local ep, worker, now, grace = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 if gone(worker, now) then return 0 end
 beat(worker, now)
@@ -12,9 +13,22 @@ local wx = P .. 'wx:' .. worker
 for _, id in ipairs(redis.call('SMEMBERS', wx)) do
   if not listed[id] then redis.call('SREM', wx, id) end
 end
+-- A job it was told to stop (cancelled, timed out) and lists again: its handler started
+-- after all (the runpod SDK takes a job into a queue of its own, where a cancel misses it,
+-- and pings without it until the handler starts), so it is busy with it once more.
+local holds = {}
+for _, id in ipairs(redis.call('SMEMBERS', P .. 'wj:' .. worker)) do holds[id] = true end
+for id in pairs(listed) do
+  if not holds[id] then
+    local st, wk = unpack(redis.call('HMGET', jkey(id), 'st', 'wk'))
+    if wk == worker and (st == 'CANCELLED' or st == 'TIMED_OUT') then
+      redis.call('SADD', wx, id)
+    end
+  end
+end
 if redis.call('EXISTS', wx) == 1 then redis.call('PEXPIRE', wx, STOPPED_RUNNING_MS) end
 local requeued = 0
-for _, id in ipairs(redis.call('SMEMBERS', P .. 'wj:' .. worker)) do
+for id in pairs(holds) do
   local f = redis.call('HMGET', jkey(id), unpack(HELD))
   local started = tonumber(redis.call('HGET', jkey(id), 'sa')) or now
   if not listed[id] and f[1] == 'IN_PROGRESS' and f[2] == worker and now - started > grace then
