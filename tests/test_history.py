@@ -6,17 +6,28 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 from redis.asyncio import Redis
 
 from lockgate.dev.controlplane import LocalControlPlane
 from lockgate.dev.redis_server import EmbeddedRedis
-from lockgate.manage.history import SETTLE_S, HistorySampler
+from lockgate.gateway.notify import Notifier
+from lockgate.manage.history import (
+    CATCH_UP,
+    SETTLE_S,
+    HistorySampler,
+    add_history_routes,
+    fill,
+    interval_to_sample,
+)
 from lockgate.store import Registry
 from lockgate.store.keys import HISTORY_INTERVAL_S, HISTORY_POINTS, INTERVAL_KEEP_MS, prefix
 from tests.conftest import eventually
@@ -120,6 +131,102 @@ async def test_metrics_refuses_a_bad_since_and_an_unknown_endpoint(dev: Dev) -> 
     status, body = await dev.call("GET", f"/v1/endpoints/{endpoint_id}/metrics?since=soon")
     assert status == 400 and "since" in body["error"]
     assert (await dev.call("GET", "/v1/endpoints/nope/metrics"))[0] == 404
+
+
+async def test_a_quiet_endpoint_is_sampled_once_a_pass_and_its_points_have_no_gap(
+    dev: Dev, http: aiohttp.ClientSession
+) -> None:
+    """Issue 32: an idle endpoint costs a call a full pass, not one an interval; the points
+    it was skipped for are written (zero) at the next pass or at a read of its history."""
+    endpoint_id = await dev.create(ECHO, workersMax=0)  # a queued job stays queued
+    hist = prefix(endpoint_id) + "hist"
+    now = [time.time() + 10**6]  # intervals the app's own sampler never writes
+    sampler = HistorySampler(
+        dev.plane.gw.store, Registry(dev.redis), clock=lambda: now[0], full_pass_s=60
+    )
+    first = interval_to_sample(now[0])
+    assert await sampler.sample() >= CATCH_UP  # this endpoint's and others'
+    assert sampler.quiet[endpoint_id] == first
+
+    now[0] += 2 * HISTORY_INTERVAL_S  # not a full pass: skipped
+    await sampler.sample()
+    assert await dev.redis.zrangebyscore(hist, first + 1, "+inf") == []
+
+    app = web.Application()  # the route, over real HTTP, reads through the same sampler
+    add_history_routes(app, sampler)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        async with http.get(server.make_url(f"/endpoints/{endpoint_id}/metrics")) as r:
+            assert r.status == 200
+            body = await r.json()
+    finally:
+        await server.close()
+    ts = [p["t"] for p in body["points"]]
+    newest = interval_to_sample(now[0])
+    assert ts[-1] == newest and ts == list(range(ts[0], newest + 1, HISTORY_INTERVAL_S))
+    assert all(p["inQueue"] == 0 and p["workersIdle"] == 0 for p in body["points"])
+
+    now[0] += 5 * HISTORY_INTERVAL_S  # the full pass: every interval since, zero
+    await sampler.sample()
+    ts = [int(t) for _, t in await dev.redis.zrangebyscore(hist, first, "+inf", withscores=True)]
+    assert ts == list(range(first, interval_to_sample(now[0]) + 1, HISTORY_INTERVAL_S))
+
+
+async def test_a_queued_job_ends_the_quiet_through_the_store_events(dev: Dev) -> None:
+    endpoint_id = await dev.create(ECHO, workersMax=0)
+    now = [time.time() + 2 * 10**6]
+    sampler = HistorySampler(
+        dev.plane.gw.store, Registry(dev.redis), clock=lambda: now[0], full_pass_s=3600
+    )
+    events = Notifier(dev.redis)
+    events.on_activity = sampler.mark
+    events.start()
+    try:
+        await sampler.sample()
+        quiet_at = sampler.quiet[endpoint_id]
+        await asyncio.wait_for(events.connected.wait(), 10)
+        now[0] += 2 * HISTORY_INTERVAL_S
+        status, job = await dev.call("POST", f"/v2/{endpoint_id}/run", {"input": {}})
+        assert status == 200, job
+
+        async def marked() -> bool:
+            return endpoint_id in sampler.marked
+
+        await eventually(marked, "the q: event")
+        now[0] += HISTORY_INTERVAL_S
+        await sampler.sample()
+    finally:
+        await events.close()
+    assert endpoint_id not in sampler.quiet
+    points = await dev.plane.gw.store.history(endpoint_id, quiet_at + 1)
+    newest = interval_to_sample(now[0])
+    assert [p["t"] for p in points] == list(
+        range(quiet_at + HISTORY_INTERVAL_S, newest + 1, HISTORY_INTERVAL_S)
+    )
+    assert [p["inQueue"] for p in points] == [0] * (len(points) - 1) + [1]
+
+
+@pytest.mark.parametrize(
+    ("quiet_since", "marked_at", "slots", "quiet"),
+    [
+        (None, None, [80, 90, 100], 0),  # never sampled: the newest and two before
+        (100, None, [80, 90, 100], 0),  # found quiet in this very interval
+        (60, None, [70, 80, 90, 100], 3),  # a full pass: all but the newest known quiet
+        (60, 85.0, [70, 80, 90, 100], 1),  # a sign in the interval of 80: 70 was quiet
+        (60, 60.5, [70, 80, 90, 100], 0),
+        (60, 1e9, [70, 80, 90, 100], 3),  # never more than all but the newest
+    ],
+)
+def test_fill_writes_every_interval_since_quiet_and_zeroes_those_before_a_sign(
+    quiet_since: int | None, marked_at: float | None, slots: list[int], quiet: int
+) -> None:
+    assert fill(100, quiet_since, marked_at) == (slots, quiet)
+
+
+def test_fill_goes_back_an_hour_at_most() -> None:
+    slots, quiet = fill(100_000, 0, None)
+    assert len(slots) == HISTORY_POINTS and slots[-1] == 100_000 and quiet == HISTORY_POINTS - 1
 
 
 # -- worker states in dev mode ---------------------------------------------------------

@@ -171,9 +171,9 @@ async def test_the_pools_and_samplers_scripts_run_on_each_endpoints_master(redis
         snap = await store.snapshot(endpoint)
         states = (snap.workers_initializing, snap.workers_throttled, snap.workers_unhealthy)
         assert states == (1, 2, 3) and snap.in_progress == 1
-        assert await store.record_history(endpoint, [t - 10, t]) == 2
-        assert await store.record_history(endpoint, [t - 10, t]) == 0  # another replica's
-        assert await store.record_history(endpoint, [t - 20, t]) == 1  # the one missing
+        assert (await store.record_history(endpoint, [t - 10, t])).written == 2
+        assert (await store.record_history(endpoint, [t - 10, t])).written == 0  # another replica's
+        assert (await store.record_history(endpoint, [t - 20, t])).written == 1  # the one missing
         points = await store.history(endpoint)
         assert [p["t"] for p in points] == [t - 20, t - 10, t]
         assert all((p["inProgress"], p["workersStarting"]) == (1, 1) for p in points)

@@ -36,7 +36,7 @@ from lockgate.manage.api import create_manage_app
 from lockgate.manage.console import add_console
 from lockgate.manage.controlplane import UnusableSettings
 from lockgate.manage.graphql import add_graphql_route
-from lockgate.manage.history import add_history_routes, history_sampler
+from lockgate.manage.history import HistorySampler, add_history_routes, history_sampler
 from lockgate.models import EndpointSpec, EndpointType, describe_validation_error
 from lockgate.settings import Settings
 from lockgate.store.connection import RedisSettings, standalone
@@ -158,10 +158,18 @@ def build_app(
         gw, gateway_url=gateway_url, base_dir=base_dir, stop_grace_s=stop_grace_s
     )
     manage = create_manage_app(plane, gw.auth, prefix="")
-    add_history_routes(manage, gw.store, gw.registry)
+    sampler = HistorySampler(gw.store, gw.registry)
+    add_history_routes(manage, sampler)
     app.add_subapp("/v1", manage)
     add_graphql_route(app, manage)  # the runpod SDK's management calls
-    app.cleanup_ctx.append(history_sampler(gw.store, gw.registry))
+    gateway_mark = gw.notifier.on_activity
+
+    def mark(endpoint_id: str) -> None:  # the gateway's subscription tells both
+        gateway_mark(endpoint_id)
+        sampler.mark(endpoint_id)
+
+    gw.notifier.on_activity = mark
+    app.cleanup_ctx.append(history_sampler(sampler))
     add_console(app)
     return app, plane
 

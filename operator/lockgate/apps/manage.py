@@ -18,6 +18,7 @@ from aiohttp import web
 
 from lockgate.gateway.auth import Authenticator
 from lockgate.gateway.keyfile import KeyFile
+from lockgate.gateway.notify import Notifier
 from lockgate.kube.cluster import Cluster, cluster_for
 from lockgate.kube.controlplane import KubernetesControlPlane
 from lockgate.kube.settings import OperatorSettings
@@ -25,7 +26,7 @@ from lockgate.manage.api import create_manage_app
 from lockgate.manage.console import add_console
 from lockgate.manage.controlplane import ControlPlane
 from lockgate.manage.graphql import add_graphql_route
-from lockgate.manage.history import add_history_routes, history_sampler
+from lockgate.manage.history import HistorySampler, add_history_routes, history_sampler
 from lockgate.store import JobStore, Registry, connect
 
 
@@ -63,11 +64,11 @@ def create_app(
     manage = create_manage_app(
         control_plane, Authenticator(registry, cache_s=5.0, key_file=key_file), prefix=""
     )
-    store = JobStore(registry.redis)
-    add_history_routes(manage, store, registry)
+    sampler = HistorySampler(JobStore(registry.redis), registry)
+    add_history_routes(manage, sampler)
     app = web.Application()
     app.router.add_get("/healthz", healthz)
-    app.cleanup_ctx.append(history_sampler(store, registry))
+    app.cleanup_ctx.append(history_sampler(sampler, Notifier(registry.redis)))
     app.add_subapp("/v1", manage)
     add_graphql_route(app, manage)  # the runpod SDK's management calls
     add_console(app, connect_src=settings.console_connect_src())

@@ -9,6 +9,14 @@ ends (queue depths, jobs in progress, workers running / idle / starting) and wha
 during it: jobs that ended completed or failed (TIMED_OUT counts as failed), and the
 p50/p95 queue delay of jobs taken (from 10 %-wide log buckets the store counts as workers
 take jobs).
+
+An endpoint whose newest point is quiet (nothing queued, running, ended or alive) is not
+sampled again until a sign of activity (the store's `q:`, `a:`, `r:` and `l:` events, given
+to `mark`), a read of its history, or the full pass every `FULL_PASS_S`: then the
+intervals skipped are written at once, with zero gauges for those before the sign (issue
+32: a thousand idle endpoints cost a call each a minute, not each ten seconds). A lost
+event (a subscription reconnecting) delays the points by that pass at most, and a read
+never sees the gap.
 """
 
 from __future__ import annotations
@@ -17,12 +25,14 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
 from lockgate.gateway.errors import BadRequest, NotFound
 from lockgate.gateway.http import json_response
+from lockgate.gateway.notify import Notifier
 from lockgate.store import JobStore, Registry
 from lockgate.store.connection import raise_if_cancelled
 from lockgate.store.keys import ENDPOINT_ID_RE, HISTORY_INTERVAL_S, HISTORY_POINTS
@@ -36,8 +46,7 @@ CATCH_UP = 3
 # The loop sleeps on the monotonic clock but slots follow the wall clock; when the two
 # drift (NTP slewing), a wake-up can come a little early: then it sleeps at least this (s).
 MIN_SLEEP_S = 0.5
-HISTORY_STORE = web.AppKey("history_store", JobStore)
-HISTORY_REGISTRY = web.AppKey("history_registry", Registry)
+FULL_PASS_S = 60.0  # every endpoint sampled, quiet or not, at least this often
 
 
 def interval_to_sample(now_s: float) -> int:
@@ -52,24 +61,66 @@ def seconds_to_next(now_s: float) -> float:
 
 
 class HistorySampler:
-    """Writes one history point per registered endpoint and interval."""
+    """Writes one history point per registered endpoint and interval; quiet endpoints'
+    points are written in arrears (see the module's doc)."""
 
     def __init__(
-        self, store: JobStore, registry: Registry, *, clock: Callable[[], float] = time.time
+        self,
+        store: JobStore,
+        registry: Registry,
+        *,
+        clock: Callable[[], float] = time.time,
+        full_pass_s: float = FULL_PASS_S,
     ) -> None:
         self.store = store
         self.registry = registry
         self.clock = clock
+        self.full_pass_s = full_pass_s
+        self.quiet: dict[str, int] = {}  # endpoint -> its newest slot written, found quiet
+        self.marked: dict[str, float] = {}  # a quiet endpoint -> its first sign since (clock)
+        self._marks: dict[str, int] = defaultdict(int)
+        self._next_full = 0.0  # the first pass is a full one
+
+    def mark(self, endpoint_id: str) -> None:
+        """A sign of activity: the endpoint is sampled again at the next interval."""
+        self._marks[endpoint_id] += 1
+        if endpoint_id in self.quiet:
+            self.marked.setdefault(endpoint_id, self.clock())
 
     async def sample(self) -> int:
-        """Write the points of the last ended intervals that have none yet (oldest first);
-        returns how many this call wrote."""
-        newest = interval_to_sample(self.clock())
-        slots = [newest - k * HISTORY_INTERVAL_S for k in reversed(range(CATCH_UP))]
-        written = 0
-        for endpoint_id in await self.registry.endpoint_ids():
-            written += await self.store.record_history(endpoint_id, slots)
+        """Write the points of the last ended intervals that have none yet (oldest first),
+        of every endpoint not known quiet (all of them on a full pass); returns how many
+        this call wrote."""
+        now = self.clock()
+        full = now >= self._next_full
+        if full:
+            self._next_full = now + self.full_pass_s
+        written, ids = 0, await self.registry.endpoint_ids()
+        for endpoint_id in ids:
+            if full or endpoint_id not in self.quiet or endpoint_id in self.marked:
+                written += await self.catch_up(endpoint_id, now)
+        if full:  # forget endpoints deleted since
+            for gone in set(self._marks) - set(ids):
+                self.quiet.pop(gone, None)
+                self.marked.pop(gone, None)
+                del self._marks[gone]
         return written
+
+    async def catch_up(self, endpoint_id: str, now: float | None = None) -> int:
+        """Write the endpoint's missing points up to the newest ended interval (a read of
+        its history calls this first); returns how many were written."""
+        now = self.clock() if now is None else now
+        newest = interval_to_sample(now)
+        slots, quiet = fill(newest, self.quiet.get(endpoint_id), self.marked.get(endpoint_id))
+        generation = self._marks[endpoint_id]
+        result = await self.store.record_history(endpoint_id, slots, quiet=quiet)
+        if result.quiet and self._marks[endpoint_id] == generation:
+            self.quiet[endpoint_id] = newest
+            self.marked.pop(endpoint_id, None)
+        elif not result.quiet:
+            self.quiet.pop(endpoint_id, None)
+            self.marked.pop(endpoint_id, None)
+        return result.written
 
     async def run(self) -> None:
         while True:
@@ -81,15 +132,41 @@ class HistorySampler:
             raise_if_cancelled()
 
 
-def history_sampler(store: JobStore, registry: Registry) -> Callable:
-    """A cleanup context running a `HistorySampler` while the app serves."""
+HISTORY_SAMPLER = web.AppKey("history_sampler", HistorySampler)
+
+
+def fill(newest: int, quiet_since: int | None, marked_at: float | None) -> tuple[list[int], int]:
+    """The intervals to write up to `newest` (epoch seconds, oldest first), and how many of
+    the first are known quiet. An endpoint sampled last interval, or never: the newest and
+    the `CATCH_UP - 1` before it (a late wake-up, a restart), none known quiet. One found
+    quiet at `quiet_since`: every interval since (at most an hour's), quiet up to the one in
+    which a sign of activity came (`marked_at`), or all but the newest without one."""
+    if quiet_since is None or quiet_since >= newest:
+        return [newest - k * HISTORY_INTERVAL_S for k in reversed(range(CATCH_UP))], 0
+    oldest = newest - (HISTORY_POINTS - 1) * HISTORY_INTERVAL_S  # an hour's
+    first = max(quiet_since + HISTORY_INTERVAL_S, oldest)
+    slots = list(range(first, newest + HISTORY_INTERVAL_S, HISTORY_INTERVAL_S))
+    if marked_at is None:
+        return slots, len(slots) - 1
+    return slots, min(len(slots) - 1, sum(1 for t in slots if t + HISTORY_INTERVAL_S <= marked_at))
+
+
+def history_sampler(sampler: HistorySampler, events: Notifier | None = None) -> Callable:
+    """A cleanup context running `sampler` while the app serves; with `events`, a
+    subscription of its own whose signs of activity it is given (dev mode gives the
+    gateway's subscription's instead, see `apps.dev`)."""
 
     async def sampling(_app: web.Application) -> AsyncIterator[None]:
-        task = asyncio.create_task(HistorySampler(store, registry).run(), name="lockgate-history")
+        if events is not None:
+            events.on_activity = sampler.mark
+            events.start()
+        task = asyncio.create_task(sampler.run(), name="lockgate-history")
         yield
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+        if events is not None:
+            await events.close()
 
     return sampling
 
@@ -107,18 +184,20 @@ def _since(request: web.Request) -> int:
 async def endpoint_metrics(request: web.Request) -> web.Response:
     """`{"interval": 10, "points": [...]}`, oldest first, the last hour at most."""
     endpoint_id = request.match_info["endpoint_id"]
-    registry = request.app[HISTORY_REGISTRY]
-    if not ENDPOINT_ID_RE.match(endpoint_id) or await registry.get_endpoint(endpoint_id) is None:
+    sampler = request.app[HISTORY_SAMPLER]
+    since = _since(request)
+    if not ENDPOINT_ID_RE.match(endpoint_id) or not await sampler.registry.has_endpoint(
+        endpoint_id
+    ):
         raise NotFound(f"endpoint {endpoint_id!r} not found")
-    points = await request.app[HISTORY_STORE].history(endpoint_id, _since(request))
+    if endpoint_id in sampler.quiet:
+        await sampler.catch_up(endpoint_id)  # the intervals it was skipped for
+    points = await sampler.store.history(endpoint_id, since)
     return json_response({"interval": HISTORY_INTERVAL_S, "points": points[-HISTORY_POINTS:]})
 
 
-def add_history_routes(
-    app: web.Application, store: JobStore, registry: Registry, *, prefix: str = ""
-) -> None:
+def add_history_routes(app: web.Application, sampler: HistorySampler, *, prefix: str = "") -> None:
     """`GET {prefix}/endpoints/{id}/metrics` on the management app (its middleware checks
-    the admin key); `prefix` as given to `create_manage_app`."""
-    app[HISTORY_STORE] = store
-    app[HISTORY_REGISTRY] = registry
+    the admin key), read through `sampler`; `prefix` as given to `create_manage_app`."""
+    app[HISTORY_SAMPLER] = sampler
     app.router.add_get(f"{prefix}/endpoints/{{endpoint_id}}/metrics", endpoint_metrics)

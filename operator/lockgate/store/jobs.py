@@ -87,6 +87,15 @@ class Sweep:
 
 
 @dataclass(frozen=True, slots=True)
+class Sampled:
+    """What `record_history` did: points written, and whether the newest interval's point
+    (written now or before) is quiet: nothing queued, running, ended or alive."""
+
+    written: int
+    quiet: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Delivery:
     """A webhook delivery claimed by this replica."""
 
@@ -443,12 +452,20 @@ class JobStore:
         await self.scripts.worker_states(keys=[keys.prefix(endpoint_id)], args=args)
         self._reported_states[endpoint_id] = (counts, now)
 
-    async def record_history(self, endpoint_id: str, slots: Sequence[int]) -> int:
+    async def record_history(
+        self, endpoint_id: str, slots: Sequence[int], *, quiet: int = 0
+    ) -> Sampled:
         """Write the history points of the intervals starting at the epoch seconds `slots`
-        (gauges as of now) that have none yet (another replica wrote it), in one call;
-        returns how many were written."""
-        args = [self.clock(), self.liveness.heartbeat_timeout_ms, keys.HISTORY_POINTS, *slots]
-        return int(await self.scripts.history(keys=[keys.prefix(endpoint_id)], args=args))
+        (oldest first) that have none yet (another replica wrote it), in one call: the
+        first `quiet` with zero gauges (the endpoint was quiet then), the others with the
+        gauges as of now. Says how many were written and whether the newest is quiet."""
+        args = [
+            self.clock(), self.liveness.heartbeat_timeout_ms, keys.HISTORY_POINTS, quiet, *slots
+        ]  # fmt: skip
+        written, newest_quiet = await self.scripts.history(
+            keys=[keys.prefix(endpoint_id)], args=args
+        )
+        return Sampled(int(written), bool(newest_quiet))
 
     async def history(self, endpoint_id: str, since: int = 0) -> list[dict]:
         """History points of the endpoint from epoch second `since` on, oldest first."""

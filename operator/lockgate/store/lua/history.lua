@@ -1,11 +1,17 @@
--- Write the history points of the 10 s intervals starting at epoch seconds ARGV[4..], once
--- each: an interval with a point already (another replica sampled it) is left alone.
--- ARGV: now (ms), heartbeat timeout (ms), max points kept, t.... The gauges (queue depths,
--- jobs in progress, workers running / idle / starting) are read as of now; each interval's
+-- Write the history points of the 10 s intervals starting at epoch seconds ARGV[5..]
+-- (oldest first), once each: an interval with a point already (another replica sampled
+-- it) is left alone. ARGV: now (ms), heartbeat timeout (ms), max points kept, how many of
+-- the first intervals were quiet (their gauges are zero: the sampler skipped the endpoint
+-- for want of any sign of activity), t.... The other intervals' gauges (queue depths, jobs
+-- in progress, workers running / idle / starting) are read as of now; each interval's
 -- completed/failed counts and queue-delay percentiles come from `iv:<t>` (counted by
--- finalize and take). Returns how many points were written.
+-- finalize and take). Returns {points written, 1 if the newest interval's point is quiet
+-- (all zero: nothing queued, running, ended or alive), else 0}.
 local now, timeout, keep = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local zeros = tonumber(ARGV[4])
 local hist = P .. 'hist'
+local ZERO = {inQueue = 0, inQueueLow = 0, inProgress = 0, workersRunning = 0,
+  workersIdle = 0, workersStarting = 0}
 local gauges
 local function read_gauges()
   local alive, busy = live_workers(now, timeout)
@@ -14,7 +20,7 @@ local function read_gauges()
     workersIdle = #alive - busy,
     workersStarting = tonumber(redis.call('HGET', P .. 'ws', 'initializing')) or 0}
 end
-local function point(t)
+local function point(t, g)
   local iv = redis.call('HGETALL', P .. 'iv:' .. t)
   local completed, failed, buckets, taken = 0, 0, {}, 0
   for i = 1, #iv, 2 do
@@ -38,20 +44,41 @@ local function point(t)
       end
     end
   end
-  return cjson.encode({t = t, inQueue = gauges.inQueue, inQueueLow = gauges.inQueueLow,
-    inProgress = gauges.inProgress, workersRunning = gauges.workersRunning,
-    workersIdle = gauges.workersIdle, workersStarting = gauges.workersStarting,
-    completed = completed, failed = failed, delayP50 = percentile(0.5),
-    delayP95 = percentile(0.95)})
+  return {t = t, inQueue = g.inQueue, inQueueLow = g.inQueueLow, inProgress = g.inProgress,
+    workersRunning = g.workersRunning, workersIdle = g.workersIdle,
+    workersStarting = g.workersStarting, completed = completed, failed = failed,
+    delayP50 = percentile(0.5), delayP95 = percentile(0.95)}
 end
-local written = 0
-for i = 4, #ARGV do
+local function is_quiet(p)
+  return p.inQueue == 0 and p.inQueueLow == 0 and p.inProgress == 0
+    and p.workersRunning == 0 and p.workersIdle == 0 and p.workersStarting == 0
+    and p.completed == 0 and p.failed == 0
+end
+local first, last = tonumber(ARGV[5]), tonumber(ARGV[#ARGV])
+local have, newest = {}, nil
+local existing = redis.call('ZRANGEBYSCORE', hist, first, last, 'WITHSCORES')
+for i = 1, #existing, 2 do
+  local t = tonumber(existing[i + 1])
+  have[t] = true
+  if t == last then newest = cjson.decode(existing[i]) end
+end
+local add = {}
+for i = 5, #ARGV do
   local t = tonumber(ARGV[i])
-  if #redis.call('ZRANGEBYSCORE', hist, t, t) == 0 then
-    gauges = gauges or read_gauges()
-    redis.call('ZADD', hist, t, point(t))
-    written = written + 1
+  if not have[t] then
+    local g = ZERO
+    if i - 4 > zeros then
+      gauges = gauges or read_gauges()
+      g = gauges
+    end
+    local p = point(t, g)
+    if t == last then newest = p end
+    add[#add + 1] = t
+    add[#add + 1] = cjson.encode(p)
   end
 end
-if written > 0 then redis.call('ZREMRANGEBYRANK', hist, 0, -keep - 1) end
-return written
+if #add > 0 then
+  redis.call('ZADD', hist, unpack(add))
+  redis.call('ZREMRANGEBYRANK', hist, 0, -keep - 1)
+end
+return {#add / 2, (newest and is_quiet(newest)) and 1 or 0}
