@@ -667,13 +667,20 @@ def steady(s: Stack, result: Result, settle_s: float, window_s: float) -> None:
         return stats["total_commands_processed"], cpu["used_cpu_sys"] + cpu["used_cpu_user"]
 
     ops0, redis_cpu0 = redis_counts()
+    cmd0 = {k: v["calls"] for k, v in info.info("commandstats").items()}
     op_cpu0, gw_cpu0 = tree_cpu(s.operator.pid), tree_cpu(s.gateway.pid)
     audit0, t0 = file_size(s.env.audit_log), time.monotonic()
     time.sleep(window_s)
     audit1, elapsed = file_size(s.env.audit_log), time.monotonic() - t0
     op_cpu, gw_cpu = tree_cpu(s.operator.pid) - op_cpu0, tree_cpu(s.gateway.pid) - gw_cpu0
     ops1, redis_cpu1 = redis_counts()
+    cmd1 = {k: v["calls"] for k, v in info.info("commandstats").items()}
     info.close()
+    top = sorted(((cmd1[k] - cmd0.get(k, 0), k) for k in cmd1), reverse=True)[:10]
+    result.notes.append(
+        "redis commands in the window: "
+        + ", ".join(f"{n / elapsed:,.0f}/s {k.removeprefix('cmdstat_')}" for n, k in top if n)
+    )
     s.alive()
     per_min = 60 / elapsed
     calls = audited_calls(s.env.audit_log, audit0, audit1)
