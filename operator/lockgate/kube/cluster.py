@@ -88,6 +88,17 @@ def api_client_from_environment(connections: int = 32) -> k8s.ApiClient:
     return k8s.ApiClient(configuration)
 
 
+def _whole(call: Callable[[], T]) -> T:
+    """Run an API call; a raw answer (`_preload_content=False`) is read whole here, in the
+    caller's thread, and its connection given back to the pool: the event loop never waits
+    on a socket (a list of a thousand Deployments arrives over a second or more)."""
+    resp = call()
+    if isinstance(resp, urllib3.HTTPResponse):
+        _ = resp.data  # kept by the response: `resp.data` returns it again at once
+        resp.release_conn()
+    return resp
+
+
 class RateLimit:
     """Client-side pacing of API calls: `qps` a second on average, up to `burst` at once
     after a quiet spell (the generic cell rate algorithm: each call reserves the next slot,
@@ -173,7 +184,7 @@ class Cluster:
         await self.rate.wait()
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self._threads, partial(fn, *args, **kwargs))
+            return await loop.run_in_executor(self._threads, _whole, partial(fn, *args, **kwargs))
         except ApiException as err:
             raise _wrap(err) from err
         except urllib3.exceptions.HTTPError as err:  # unreachable, timed out
@@ -248,7 +259,7 @@ class Cluster:
         resp = await self._call(
             self._method(kind, "list"), namespace, label_selector=selector, _preload_content=False
         )
-        return list(orjson.loads(resp.data).get("items") or [])  # orjson: each scaler tick parses them all
+        return list(orjson.loads(resp.data).get("items") or [])  # each scaler tick: all of them
 
     async def pod_log(self, namespace: str, name: str, **options: Any) -> str:
         """A pod's log as text; `options` are `read_namespaced_pod_log`'s (container,
