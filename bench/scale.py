@@ -867,7 +867,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, nargs="+", default=[100, 300, 1000], help="Endpoints")
     parser.add_argument("--window", type=float, default=60.0, help="s of all idle measured")
-    parser.add_argument("--settle", type=float, default=30.0, help="s after Ready, before it")
+    parser.add_argument(
+        "--settle", type=float, default=75.0,
+        help="s after Ready, before it: past the first rest resync, when a new Endpoint's "
+        "status takes its Deployment's Available condition",
+    )  # fmt: skip
     parser.add_argument("--trials", type=int, default=10, help="single-job trials (step 3)")
     parser.add_argument("--trial-timeout", type=float, default=30.0, help="s per trial")
     parser.add_argument("--timeout", type=float, default=300.0, help="s per other step")

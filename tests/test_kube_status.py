@@ -193,9 +193,6 @@ READY_IDLE = {
         ({"jobs": {"inQueue": 1, "inProgress": 0}}, False),
         ({"jobs": {"inQueue": 0, "inProgress": 2}}, False),
         ({"workers": None, "jobs": None}, False),  # no counts yet
-        # its Deployment not yet observed: resynced at the usual period until it is
-        ({"conditions": [{"type": "DeploymentAvailable", "status": "Unknown"}]}, False),
-        ({"conditions": [{"type": "DeploymentAvailable", "status": "True"}]}, True),
     ],
 )
 def test_an_endpoint_at_rest_is_ready_with_no_worker_and_no_job(change: dict, rests: bool) -> None:

@@ -207,13 +207,11 @@ def endpoint_status(
 
 
 def at_rest(status: Mapping[str, Any] | None) -> bool:
-    """Whether an Endpoint's status says it is Ready with no worker and no job, and no
-    condition Unknown (a Deployment not yet observed by its controller): then its resync
-    may come less often (`resync_rest_s`)."""
+    """Whether an Endpoint's status says it is Ready with no worker and no job: then its
+    resync may come less often (`resync_rest_s`)."""
     status = status or {}
     counts = [*(status.get("workers") or {}).values(), *(status.get("jobs") or {}).values()]
-    unknown = any(c.get("status") == "Unknown" for c in status.get("conditions") or [])
-    return status.get("phase") == "Ready" and bool(counts) and not any(counts) and not unknown
+    return status.get("phase") == "Ready" and bool(counts) and not any(counts)
 
 
 def resync_may_wait(status: Mapping[str, Any] | None, since_s: float, rest_s: float) -> bool:
