@@ -16,6 +16,7 @@ import pytest
 from redis.asyncio import Redis
 
 from lockgate.kube.cluster import Cluster, ClusterError
+from lockgate.kube.status import at_rest
 from lockgate.store import Registry
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 pytest_plugins = ["kube_fixtures"]
 pytestmark = [pytest.mark.envtest]
 
-NAMES = ("ep-steady-a", "ep-steady-b", "ep-steady-c")
+NAMES = ("ep-steady-a", "ep-steady-b", "ep-steady-c", "steady-tpl")  # and their Template
 WRITES = ("create", "replace", "patch", "delete")
 
 
@@ -61,6 +62,7 @@ class Recorder:
 
 async def test_idle_endpoints_resync_without_failing_calls_or_writes(
     operator: RunningOperator,
+    metrics_served: None,  # the scaler reads /metrics: the endpoints are Ready, at rest
     resources: Resources,
     redis: Redis,
     monkeypatch: pytest.MonkeyPatch,
@@ -78,6 +80,11 @@ async def test_idle_endpoints_resync_without_failing_calls_or_writes(
             lambda name=name: asyncio.to_thread(lambda: resources.deployment(f"{name}-workers")),
             "the Deployment",
         )
+    for name in NAMES[:3]:
+        await resources.eventually(
+            lambda name=name: asyncio.to_thread(lambda: at_rest(resources.status(name)) or None),
+            "at rest: Ready, no worker, no job",
+        )
     await asyncio.sleep(2.5)  # the first resyncs after creation (random phase, <= 1 s)
     recorder.on = True
     await asyncio.sleep(4.0)  # three or more resyncs of each
@@ -89,3 +96,6 @@ async def test_idle_endpoints_resync_without_failing_calls_or_writes(
     writes = [c for c in calls if c[0].split("_", 1)[0] in WRITES and "dry run" not in c[0]]
     assert not failed, f"calls that failed in steady state: {failed}"
     assert not writes, f"writes in steady state: {writes}"
+    # At rest, a resync reads the Deployment alone: the Template as kopf's watch delivered
+    # it, the worker-key Secret not checked until the Endpoint leaves its rest.
+    assert {name for name, _ in calls} == {"read_namespaced_deployment"}, calls

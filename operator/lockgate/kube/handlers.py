@@ -17,7 +17,7 @@ import kopf
 
 from lockgate.kube import reconcile as rc
 from lockgate.kube.crds import ENDPOINT, GROUP, TEMPLATE, VERSION
-from lockgate.kube.status import resync_may_wait
+from lockgate.kube.status import at_rest, resync_may_wait
 
 ENDPOINTS = (GROUP, VERSION, ENDPOINT.plural)
 TEMPLATES = (GROUP, VERSION, TEMPLATE.plural)
@@ -99,7 +99,7 @@ async def resync_endpoint(
             if waits and await rc.still_registered(ctx, body):
                 continue
             last = time.monotonic()
-            await rc.refresh(ctx, body, steady=True)
+            await rc.refresh(ctx, body, steady=True, rest=at_rest(body.get("status")))
         except kopf.TemporaryError as err:
             logger.warning(f"resync failed, will retry: {err}")
 
@@ -110,6 +110,18 @@ async def clean_up_endpoint(
 ) -> None:
     removed = await rc.clean_up(_ctx(memo), name, namespace, uid)
     logger.info(f"registry entry, worker key and {removed} job(s) of {name!r} removed")
+
+
+@kopf.on.event(*TEMPLATES)
+def track_template(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """Keep each Template as the watch delivers it, for the Endpoints' resyncs (kopf runs
+    event handlers before the change handlers below, so those see it too)."""
+    meta = body.get("metadata") or {}
+    key = (meta.get("namespace", ""), meta.get("name", ""))
+    if event.get("type") == "DELETED":
+        _ctx(memo).templates.pop(key, None)
+    else:
+        _ctx(memo).templates[key] = dict(body)
 
 
 @kopf.on.create(*TEMPLATES)

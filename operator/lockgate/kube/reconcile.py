@@ -76,6 +76,9 @@ class Context:
     # known absent (no delete answered 404). An Endpoint's change, or a restart, checks
     # both the full way again.
     confirmed_keys: dict[str, str] = field(default_factory=dict)
+    # Templates as kopf's watch last delivered them, by (namespace, name): a resync reads
+    # its Endpoint's Template here instead of with a GET (`track_template` keeps it).
+    templates: dict[tuple[str, str], Obj] = field(default_factory=dict)
     no_daemonset: set[str] = field(default_factory=set)
     no_network_policy: set[str] = field(default_factory=set)  # as no_daemonset, LB policies
     # What runs beside kopf (the scaler, an in-process management API), each stopped by
@@ -131,13 +134,16 @@ def validate(name: str, raw: Mapping[str, Any]) -> tuple[EndpointSpec | None, Ch
 
 
 async def find_template(
-    ctx: Context, namespace: str, name: str
+    ctx: Context, namespace: str, name: str, *, watched: bool = False
 ) -> tuple[TemplateSpec | None, Check]:
-    """The Template the spec names, or a `TemplateFound` condition saying what is missing."""
+    """The Template the spec names, or a `TemplateFound` condition saying what is missing.
+    `watched` (a resync): as kopf's watch last delivered it, when it did (else a GET)."""
     if not name:
         message = "spec.templateId is empty: name a Template in this namespace"
         return None, Check(TEMPLATE_FOUND, False, "NoTemplate", message)
-    obj = await ctx.cluster.get_template(namespace, name)
+    obj = ctx.templates.get((namespace, name)) if watched else None
+    if obj is None:
+        obj = await ctx.cluster.get_template(namespace, name)
     if obj is None:
         message = (
             f"Template {name!r} not found in namespace {namespace!r}: "
@@ -176,17 +182,28 @@ async def register(
     *,
     external_scaler: bool = False,
     steady: bool = False,
+    rest: bool = False,
 ) -> tuple[str | None, Check]:
     """Register the worker key and the endpoint in Redis; returns the key's digest.
-    `steady` (a resync): a worker key this process confirmed is not checked again."""
+    `steady` (a resync): a worker key this process confirmed is checked with a dry-run
+    update only; `rest` (a resync of an Endpoint at rest, with no pod to need it): not at
+    all (it is checked again once the Endpoint leaves its rest)."""
     async with ctx.registering.setdefault(owner.name, asyncio.Lock()):
         if owner.uid in ctx.forgotten:
             return None, Check(REGISTERED, False, "Deleted", "the Endpoint was deleted")
-        return await _register(ctx, owner, spec, external_scaler=external_scaler, steady=steady)
+        return await _register(
+            ctx, owner, spec, external_scaler=external_scaler, steady=steady, rest=rest
+        )
 
 
 async def _register(
-    ctx: Context, owner: Owner, spec: EndpointSpec, *, external_scaler: bool, steady: bool
+    ctx: Context,
+    owner: Owner,
+    spec: EndpointSpec,
+    *,
+    external_scaler: bool,
+    steady: bool,
+    rest: bool = False,
 ) -> tuple[str | None, Check]:
     entry = await ctx.registry.get_endpoint(owner.name)
     if entry is not None and entry.get("namespace", owner.namespace) != owner.namespace:
@@ -199,7 +216,7 @@ async def _register(
     settle_s = ctx.settings.worker_key_settle_s
     may_rotate = key_may_rotate(owner.created, datetime.now(UTC), settle_s)
     confirmed = steady and known and ctx.confirmed_keys.get(owner.uid) == known
-    if confirmed and await ctx.cluster.worker_key_exists(owner):
+    if confirmed and (rest or await ctx.cluster.worker_key_exists(owner)):
         worker_key = WorkerKey(known, None)
     else:
         worker_key = await ctx.cluster.worker_key(owner, known, may_rotate=may_rotate)
@@ -321,7 +338,7 @@ async def activity(ctx: Context, endpoint_id: str) -> Activity:
 
 
 async def _converge(
-    ctx: Context, owner: Owner, body: Body, *, steady: bool = False
+    ctx: Context, owner: Owner, body: Body, *, steady: bool = False, rest: bool = False
 ) -> tuple[list[Check], bool, Obj | None]:
     """Run the steps in order, stopping at the first one that cannot pass; also says
     whether the endpoint is registered (so its job counts are its own), and gives the
@@ -330,12 +347,14 @@ async def _converge(
     checks = [check]
     if spec is None:
         return checks, False, None
-    template, check = await find_template(ctx, owner.namespace, spec.templateId)
+    template, check = await find_template(ctx, owner.namespace, spec.templateId, watched=steady)
     checks.append(check)
     if template is None:
         return checks, False, None
     external = manifests.scaled_externally(body["metadata"].get("annotations"))
-    digest, check = await register(ctx, owner, spec, external_scaler=external, steady=steady)
+    digest, check = await register(
+        ctx, owner, spec, external_scaler=external, steady=steady, rest=steady and rest
+    )
     checks.append(check)
     if digest is None:
         return checks, False, None
@@ -366,12 +385,15 @@ async def _transient_errors():
         raise kopf.TemporaryError(f"Kubernetes API: {err}", delay=RETRY_DELAY_S) from err
 
 
-async def reconcile(body: Body, ctx: Context, *, steady: bool = False) -> dict[str, Any]:
+async def reconcile(
+    body: Body, ctx: Context, *, steady: bool = False, rest: bool = False
+) -> dict[str, Any]:
     """Bring the Endpoint's objects and registry entry in line; return its new status.
-    `steady`: a resync, no change seen (see `Context.confirmed_keys`)."""
+    `steady`: a resync, no change seen (see `Context.confirmed_keys`); `rest`: of an
+    Endpoint at rest."""
     owner = owner_of(body)
     async with _transient_errors():
-        checks, registered, deployment = await _converge(ctx, owner, body, steady=steady)
+        checks, registered, deployment = await _converge(ctx, owner, body, steady=steady, rest=rest)
         if deployment is None:
             name = manifests.deployment_name(owner.name)
             deployment = await ctx.cluster.read("Deployment", owner.namespace, name)
@@ -399,10 +421,12 @@ async def still_registered(ctx: Context, body: Body) -> bool:
         return await ctx.registry.has_endpoint(body["metadata"]["name"])
 
 
-async def refresh(ctx: Context, body: Body, *, steady: bool = False) -> dict[str, Any]:
+async def refresh(
+    ctx: Context, body: Body, *, steady: bool = False, rest: bool = False
+) -> dict[str, Any]:
     """Reconcile and write the status through the API (outside an Endpoint's own handler),
     only when it changed; returns the status."""
-    status = await reconcile(body, ctx, steady=steady)
+    status = await reconcile(body, ctx, steady=steady, rest=rest)
     if not same_status(body.get("status"), status):
         meta = body["metadata"]
         async with _transient_errors():
