@@ -54,7 +54,7 @@ async def _operator_scaler(work: Work) -> None:
     settings = SimpleNamespace(scale_interval_s=0.01)
     await _with(
         ScalingLoop, tick=work, wakeup=asyncio.Event(), ctx=SimpleNamespace(settings=settings),
-        busy={},  # decisions in progress, cancelled when the loop ends
+        busy={}, reporting={},  # decisions and reports in progress, cancelled when it ends
         resting=False,
     ).run()  # fmt: skip
 

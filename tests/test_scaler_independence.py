@@ -123,5 +123,6 @@ async def test_a_job_scales_its_endpoint_while_another_endpoints_refresh_hangs(
 
     await eventually(scaled, "the waiting endpoint scaled up", 30)
     assert await asyncio.to_thread(replicas) >= 1
-    assert STALLED in loop.busy, "the stalled endpoint's decision should still be pending"
+    assert STALLED in loop.reporting, "the stalled endpoint's status refresh should still hang"
+    assert not loop.reporting[STALLED].done()
     assert WAITING not in loop.busy or not loop.busy[WAITING].done()

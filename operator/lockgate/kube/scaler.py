@@ -11,9 +11,11 @@ another's API round trips. Each endpoint decides, and scales, before it reports 
 conditions. When `/metrics` cannot be read, or does not report an
 endpoint, its worker count is held (missing data never scales anything to zero) and the
 Endpoint's `MetricsAvailable` condition says why. Changes of the count are Events on the
-Endpoint, and its `status.workers.desired/ready` are patched at once. A load-balancing
-endpoint's pods are written to Redis for the gateways to route to (`kube.lb_pods`: on a
-change only), and a scale-down takes its victims out of routing before they go.
+Endpoint, and its `status.workers.desired/ready` are patched, in a lane of their own a few
+at a time (each endpoint's in order), so a burst of scale-ups writes every count first.
+A load-balancing endpoint's pods are written to Redis for the gateways to route to
+(`kube.lb_pods`: on a change only), and a scale-down takes its victims out of routing
+before they go.
 
 The operator itself sets replicas only when it creates a Deployment (`workersMin`);
 after that only this loop writes them, through the scale subresource, unless the Endpoint
@@ -40,7 +42,7 @@ import contextlib
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import aiohttp
@@ -65,6 +67,7 @@ log = logging.getLogger("lockgate.scaler")
 
 ENDPOINT_LABEL = "lockgate.dev/endpoint"
 WORKERS = "app.kubernetes.io/component=worker,app.kubernetes.io/managed-by=lockgate-operator"
+REPORTS_AT_ONCE = 4  # Events and status writes in flight at once (`ScalingLoop._report`)
 
 Obj = Mapping[str, Any]
 
@@ -188,6 +191,10 @@ class ScalingLoop:
         self.scrapes = ScrapeHealth(ctx.settings.metrics_grace_s)
         self._lb_pods: LbPods | None = None  # LB endpoints' pods, as routed (made on use)
         self.slots = asyncio.Semaphore(ctx.settings.kube_concurrency)  # decided at once
+        # Events and status writes go through a lane of their own, a few at a time, each
+        # endpoint's in order: a burst's scale writes are not queued behind them.
+        self.reports = asyncio.Semaphore(REPORTS_AT_ONCE)
+        self.reporting: dict[str, asyncio.Task] = {}  # endpoint -> its last report
 
     @property
     def lb_pods(self) -> LbPods:
@@ -338,13 +345,39 @@ class ScalingLoop:
             del self.busy[endpoint_id]
 
     async def stop(self) -> None:
-        """Cancel the decisions still being applied (when the loop ends: a term of the
-        scaler Lease ends with every decision of its loop)."""
-        tasks = list(self.busy.values())
+        """Cancel the decisions still being applied and their reports (when the loop ends:
+        a term of the scaler Lease ends with every decision of its loop)."""
+        tasks = [*self.busy.values(), *self.reporting.values()]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self.busy.clear()
+        self.reporting.clear()
+
+    def _report(self, owner: Owner, write: Callable[[], Awaitable[None]]) -> None:
+        """Run `write` (an Event, a status write) in the report lane: after the endpoint's
+        earlier reports, `REPORTS_AT_ONCE` across endpoints."""
+        previous = self.reporting.get(owner.name)
+
+        async def run() -> None:
+            if previous is not None:
+                await asyncio.wait({previous})
+            async with self.reports:
+                try:
+                    await write()
+                except (ClusterError, kopf.TemporaryError) as err:
+                    log.warning("reporting on %s/%s failed: %s", owner.namespace, owner.name, err)
+                except Exception:
+                    log.exception("reporting on %s/%s failed", owner.namespace, owner.name)
+
+        task = asyncio.get_running_loop().create_task(run(), name=f"report-{owner.name}")
+        self.reporting[owner.name] = task
+
+        def done(t: asyncio.Task) -> None:
+            if self.reporting.get(owner.name) is t:
+                del self.reporting[owner.name]
+
+        task.add_done_callback(done)
 
     async def scale(
         self,
@@ -368,7 +401,7 @@ class ScalingLoop:
             changed = await self._report_pods(owner, entry, pods)
             changed = await self._report_metrics(owner, check) or changed
             if changed:
-                await self._refresh_status(owner)
+                self._report(owner, lambda: self._refresh_status(owner))
 
     async def _decide(
         self,
@@ -399,7 +432,7 @@ class ScalingLoop:
         before = pool.replicas
         decision = await scaler.step(metrics, Limits.from_settings(entry))
         if decision.desired != before:
-            await self._scaled(owner, deployment, before, decision)
+            self._scaled(owner, deployment, before, decision)
         return decision
 
     async def _forget_gone_pods(self, endpoint_id: str, pods: list[Obj]) -> None:
@@ -416,16 +449,20 @@ class ScalingLoop:
                 )  # fmt: skip
         self.pods_seen[endpoint_id] = names
 
-    async def _scaled(self, owner: Owner, deployment: Obj, before: int, decision: Decision) -> None:
-        """Tell people: an Event on the Endpoint, and the new desired count in its status."""
+    def _scaled(self, owner: Owner, deployment: Obj, before: int, decision: Decision) -> None:
+        """Tell people, in the report lane: an Event on the Endpoint, and the new desired
+        count in its status."""
         reason = "ScaledUp" if decision.desired > before else "ScaledDown"
         log.info("%s/%s %s: %s", owner.namespace, owner.name, reason, decision.reason)
-        await self.ctx.cluster.create_event(
-            endpoint_event(owner, reason, decision.reason, now=rc.now())
-        )
+        event = endpoint_event(owner, reason, decision.reason, now=rc.now())
         ready = int((deployment.get("status") or {}).get("readyReplicas") or 0)
         workers = {"workers": {"desired": decision.desired, "ready": ready}}
-        await self.ctx.cluster.patch_endpoint_status(owner.namespace, owner.name, workers)
+
+        async def write() -> None:
+            await self.ctx.cluster.create_event(event)
+            await self.ctx.cluster.patch_endpoint_status(owner.namespace, owner.name, workers)
+
+        self._report(owner, write)
 
     async def _report_pods(self, owner: Owner, entry: Obj, pods: list[Obj]) -> bool:
         """Worker states from the pods to Redis (for `/health`), and `WorkersHealthy` on
