@@ -16,28 +16,16 @@ import pytest
 import requests
 
 from tests.devproc import REPO, DevProcess
-
-WORKER = f"python {REPO / 'examples' / 'loadbalancer' / 'worker.py'}"
+from tests.lb_dev import lb_dev, lb_url
 
 
 @pytest.fixture(scope="module")
 def lb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevProcess]:
     """One `lockgate dev --endpoint-type LB` with the example worker, from zero workers."""
-    data = tmp_path_factory.mktemp("lb")
-    proc = DevProcess(
-        "--worker-command", WORKER, "--endpoint-id", "lbx", "--endpoint-type", "LB",
-        "--workers-max", "2", "--idle-timeout", "60", "--scaler-value", "1",
-        data_dir=data, env={"LOAD_SECONDS": "1", "LOCKGATE_LB_DOMAIN": "lb.test"},
-    )  # fmt: skip
-    proc.start()
-    try:
+    env = {"LOAD_SECONDS": "1", "LOCKGATE_LB_DOMAIN": "lb.test"}
+    args = ("--workers-max", "2", "--scaler-value", "1")
+    with lb_dev(tmp_path_factory.mktemp("lb"), "lbx", *args, env=env) as proc:
         yield proc
-    finally:
-        proc.stop()
-
-
-def lb_url(proc: DevProcess, path: str) -> str:
-    return f"{proc.url}/lb/{proc.endpoint}/{path}"
 
 
 def test_a_request_at_zero_workers_is_held_then_answered_once_ping_says_200(
