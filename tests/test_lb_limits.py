@@ -16,7 +16,8 @@ from lockgate.models.limits import DEFAULT_LIMITS, Operation
 from tests.devproc import DevProcess
 from tests.lb_dev import lb_dev, lb_url
 
-RATE = 4  # requests per window on /lb/ (the hour-long window keeps them all in one)
+RATE = 4  # requests per window on /lb/
+WINDOW_S = 86_400  # windows are aligned to the clock: a day-long one keeps the test in one
 LIMITS = {
     "lb": {"rate": RATE, "concurrency": 1, "requests_per_worker": 0},
     "health": {"rate": 1, "requests_per_worker": 0},  # a job API 429 to compare with
@@ -28,7 +29,7 @@ def lb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevProcess]:
     env = {
         "LOAD_SECONDS": "1",
         "LOCKGATE_RATE_LIMITS": json.dumps(LIMITS),
-        "LOCKGATE_RATE_LIMIT_WINDOW_S": "3600",
+        "LOCKGATE_RATE_LIMIT_WINDOW_S": str(WINDOW_S),
     }
     with lb_dev(tmp_path_factory.mktemp("lbl"), "lbl", "--workers-max", "1", env=env) as proc:
         yield proc
@@ -89,7 +90,7 @@ def test_requests_past_the_rate_are_429_with_the_job_apis_headers(lb: DevProcess
         assert answer.status_code == 200, answer.text
     assert answer.status_code == 429
     assert "too many /lb requests in this window" in answer.json()["error"]
-    assert 1 <= int(answer.headers["Retry-After"]) <= 3600
+    assert 1 <= int(answer.headers["Retry-After"]) <= WINDOW_S
     counts = lb_counts(lb)
     admitted = sum(n for code, n in counts.items() if code.isdigit() and code != "429")
     assert admitted == RATE  # every request the limiter let through, whatever its answer

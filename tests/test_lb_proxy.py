@@ -243,6 +243,7 @@ def test_a_worker_that_never_turns_healthy_is_503_after_the_hold_and_unhealthy(
         assert "Retry-After" in answer.headers
         assert "no worker became healthy" in answer.json()["error"]
         assert "503" in answer.json()["error"]  # the code its health check answered
+        assert "held 3 s (LOCKGATE_LB_HOLD_S)" in answer.json()["error"]  # no lbHoldS
         health = requests.get(proc.job_url("health"), headers=proc.headers(), timeout=30)
         body = health.json()
         assert body["workers"]["unhealthy"] >= 1

@@ -30,7 +30,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from lockgate.gateway.auth import JOBS
-from lockgate.gateway.endpoints import request_timeout_s, require_type
+from lockgate.gateway.endpoints import lb_hold_s, request_timeout_s, require_type
 from lockgate.gateway.errors import CLIENT_CLOSED, ApiError, PayloadTooLarge
 from lockgate.gateway.lb_workers import LbRouter, Target
 from lockgate.gateway.metrics import ROUTE_KEY
@@ -194,19 +194,26 @@ async def serve(
 async def _route(
     request: web.Request, router: LbRouter, endpoint_id: str, entry: dict, path: str
 ) -> web.StreamResponse:
-    """Hold for a worker if need be, proxy as `path`, and release the worker."""
+    """Hold for a worker if need be and proxy as `path`; a client that leaves meanwhile
+    (held or proxied) cancels both."""
     if (request.content_length or 0) > MAX_BODY:
         raise PayloadTooLarge(_too_large())
-    target = await router.acquire(endpoint_id, request.headers.get(WORKER_ID))
+    work = asyncio.ensure_future(_held_then_sent(request, router, endpoint_id, entry, path))
+    watch = asyncio.ensure_future(_cancel_when_client_leaves(request, work))
     try:
-        exchange = asyncio.ensure_future(
-            _exchange(request, router, endpoint_id, target, entry, path)
-        )
-        watch = asyncio.ensure_future(_cancel_when_client_leaves(request, exchange))
-        try:
-            return await exchange
-        finally:
-            watch.cancel()
+        return await work
+    finally:
+        watch.cancel()
+
+
+async def _held_then_sent(
+    request: web.Request, router: LbRouter, endpoint_id: str, entry: dict, path: str
+) -> web.StreamResponse:
+    """A worker (held for one if need be), the exchange with it, then the worker released."""
+    affinity = request.headers.get(WORKER_ID)
+    target = await router.acquire(endpoint_id, affinity, hold_s=lb_hold_s(entry))
+    try:
+        return await _exchange(request, router, endpoint_id, target, entry, path)
     finally:
         router.release(endpoint_id, target)
 
