@@ -109,7 +109,7 @@ def test_create_shows_the_apis_error_then_the_new_endpoints_job_api_url(page, co
     page.get_by_label("Template, handler file or command").fill(ECHO)
     page.get_by_label("Workers min").fill("5")
     page.get_by_label("Workers max").fill("2")
-    expect(page.get_by_label("Load balancer (not available yet)")).to_be_disabled()
+    expect(page.get_by_role("radio", name=re.compile("^Queue"))).to_be_checked()  # the default
     # GPU types in priority order, reordered with the keyboard
     for gpu in ("NVIDIA L4", "NVIDIA A100"):
         page.get_by_label("GPU types, in priority order").fill(gpu)

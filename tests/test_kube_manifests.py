@@ -371,6 +371,7 @@ ENDPOINT_FIELDS: dict[str, tuple[dict, dict]] = {
     "name": ({}, {"name": "Demo"}),
     "type": ({"scalerType": "REQUEST_COUNT"}, {"type": "LB", "scalerType": "REQUEST_COUNT"}),
     "requestTimeoutS": ({}, {"requestTimeoutS": 60}),
+    "lbHoldS": ({}, {"lbHoldS": 30}),
     "computeType": ({}, {"computeType": "CPU"}),
     "gpuTypeIds": ({}, {"gpuTypeIds": ["NVIDIA L4"]}),
     "gpuCount": ({}, {"gpuCount": 2}),

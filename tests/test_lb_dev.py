@@ -9,8 +9,8 @@ from pathlib import Path
 import requests
 
 from tests.devproc import REPO, DevProcess
+from tests.lb_dev import WORKER
 
-WORKER = f"python {REPO / 'examples' / 'loadbalancer' / 'worker.py'}"
 ECHO = str(REPO / "examples" / "echo" / "handler.py")
 ADMIN = {"authorization": "Bearer k-admin"}
 

@@ -10,24 +10,16 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.devproc import REPO, DevProcess
-
-WORKER = f"python {REPO / 'examples' / 'loadbalancer' / 'worker.py'}"
+from tests.devproc import DevProcess
+from tests.lb_dev import lb_dev
 
 
 @pytest.fixture(scope="module")
 def lb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevProcess]:
     """`lockgate dev --endpoint-type LB` from zero workers; the worker loads for 1 s."""
-    proc = DevProcess(
-        "--worker-command", WORKER, "--endpoint-id", "lbm", "--endpoint-type", "LB",
-        "--workers-max", "1", "--idle-timeout", "60",
-        data_dir=tmp_path_factory.mktemp("lbm"), env={"LOAD_SECONDS": "1"},
-    )  # fmt: skip
-    proc.start()
-    try:
+    data = tmp_path_factory.mktemp("lbm")
+    with lb_dev(data, "lbm", "--workers-max", "1", env={"LOAD_SECONDS": "1"}) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 def scrape(proc: DevProcess) -> dict[tuple[str, frozenset], float]:

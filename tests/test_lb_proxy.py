@@ -16,28 +16,16 @@ import pytest
 import requests
 
 from tests.devproc import REPO, DevProcess
-
-WORKER = f"python {REPO / 'examples' / 'loadbalancer' / 'worker.py'}"
+from tests.lb_dev import lb_dev, lb_url
 
 
 @pytest.fixture(scope="module")
 def lb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevProcess]:
     """One `lockgate dev --endpoint-type LB` with the example worker, from zero workers."""
-    data = tmp_path_factory.mktemp("lb")
-    proc = DevProcess(
-        "--worker-command", WORKER, "--endpoint-id", "lbx", "--endpoint-type", "LB",
-        "--workers-max", "2", "--idle-timeout", "60", "--scaler-value", "1",
-        data_dir=data, env={"LOAD_SECONDS": "1", "LOCKGATE_LB_DOMAIN": "lb.test"},
-    )  # fmt: skip
-    proc.start()
-    try:
+    env = {"LOAD_SECONDS": "1", "LOCKGATE_LB_DOMAIN": "lb.test"}
+    args = ("--workers-max", "2", "--scaler-value", "1")
+    with lb_dev(tmp_path_factory.mktemp("lb"), "lbx", *args, env=env) as proc:
         yield proc
-    finally:
-        proc.stop()
-
-
-def lb_url(proc: DevProcess, path: str) -> str:
-    return f"{proc.url}/lb/{proc.endpoint}/{path}"
 
 
 def test_a_request_at_zero_workers_is_held_then_answered_once_ping_says_200(
@@ -255,6 +243,7 @@ def test_a_worker_that_never_turns_healthy_is_503_after_the_hold_and_unhealthy(
         assert "Retry-After" in answer.headers
         assert "no worker became healthy" in answer.json()["error"]
         assert "503" in answer.json()["error"]  # the code its health check answered
+        assert "held 3 s (LOCKGATE_LB_HOLD_S)" in answer.json()["error"]  # no lbHoldS
         health = requests.get(proc.job_url("health"), headers=proc.headers(), timeout=30)
         body = health.json()
         assert body["workers"]["unhealthy"] >= 1

@@ -53,6 +53,13 @@ def request_timeout_s(entry: dict) -> float:
     return float(entry.get("requestTimeoutS") or REQUEST_TIMEOUT_DEFAULT_S)
 
 
+def lb_hold_s(entry: dict) -> float | None:
+    """How long a request of a load-balancing endpoint is held for a routable worker (s):
+    the endpoint's `lbHoldS`; None when unset (the gateway's `LOCKGATE_LB_HOLD_S`)."""
+    value = entry.get("lbHoldS")
+    return None if value is None else float(value)
+
+
 def require_type(entry: dict, endpoint_id: str, wanted: EndpointType, route: str) -> None:
     """400 naming the endpoint's type when `route` serves only endpoints of type `wanted`."""
     actual = endpoint_type(entry)

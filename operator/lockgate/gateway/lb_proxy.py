@@ -10,7 +10,9 @@ Hop-by-hop headers (RFC 9110, 7.6.1) stay here, `X-Forwarded-For/-Proto/-Host` a
 and the caller's `authorization` never reaches the worker. Every proxied answer carries
 `X-Runpod-Worker-Id`. Limits: a body over 30 MB is 413, a request running past the
 endpoint's `requestTimeoutS` 504, a worker that refuses or fails before answering 502 (and
-is out of routing until its health poll says 200 again). A client that goes away cancels
+is out of routing until its health poll says 200 again). Rate and concurrency limits are
+the job API's (`Operation.LB`: 429 past them); a request holds its slot from before the
+hold for a worker until its answer (or WebSocket) ends. A client that goes away cancels
 the upstream request.
 """
 
@@ -28,12 +30,13 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from lockgate.gateway.auth import JOBS
-from lockgate.gateway.endpoints import request_timeout_s, require_type
+from lockgate.gateway.endpoints import lb_hold_s, request_timeout_s, require_type
 from lockgate.gateway.errors import CLIENT_CLOSED, ApiError, PayloadTooLarge
 from lockgate.gateway.lb_workers import LbRouter, Target
 from lockgate.gateway.metrics import ROUTE_KEY
 from lockgate.gateway.state import gateway_of
 from lockgate.models.endpoint import EndpointType
+from lockgate.models.limits import Operation
 from lockgate.store.keys import ENDPOINT_ID_RE
 
 log = logging.getLogger("lockgate.gateway")
@@ -169,11 +172,12 @@ async def serve(
     """Proxy `request` to a routable worker of the endpoint as `path` (path and query, as
     sent); `route` names the form used in a wrong-type error."""
     gw = gateway_of(request)
-    await gw.auth.require(request, JOBS, endpoint_id)
+    principal = await gw.auth.require(request, JOBS, endpoint_id)
     entry = await gw.endpoints.get(endpoint_id)
     require_type(entry, endpoint_id, EndpointType.LB, route)
     try:
-        response = await _route(request, gw.lb, endpoint_id, entry, path)
+        async with gw.limiter.hold(endpoint_id, Operation.LB, principal.name):
+            response = await _route(request, gw.lb, endpoint_id, entry, path)
     except ApiError as err:
         gw.metrics.count_lb(endpoint_id, err.status)
         raise
@@ -190,19 +194,26 @@ async def serve(
 async def _route(
     request: web.Request, router: LbRouter, endpoint_id: str, entry: dict, path: str
 ) -> web.StreamResponse:
-    """Hold for a worker if need be, proxy as `path`, and release the worker."""
+    """Hold for a worker if need be and proxy as `path`; a client that leaves meanwhile
+    (held or proxied) cancels both."""
     if (request.content_length or 0) > MAX_BODY:
         raise PayloadTooLarge(_too_large())
-    target = await router.acquire(endpoint_id, request.headers.get(WORKER_ID))
+    work = asyncio.ensure_future(_held_then_sent(request, router, endpoint_id, entry, path))
+    watch = asyncio.ensure_future(_cancel_when_client_leaves(request, work))
     try:
-        exchange = asyncio.ensure_future(
-            _exchange(request, router, endpoint_id, target, entry, path)
-        )
-        watch = asyncio.ensure_future(_cancel_when_client_leaves(request, exchange))
-        try:
-            return await exchange
-        finally:
-            watch.cancel()
+        return await work
+    finally:
+        watch.cancel()
+
+
+async def _held_then_sent(
+    request: web.Request, router: LbRouter, endpoint_id: str, entry: dict, path: str
+) -> web.StreamResponse:
+    """A worker (held for one if need be), the exchange with it, then the worker released."""
+    affinity = request.headers.get(WORKER_ID)
+    target = await router.acquire(endpoint_id, affinity, hold_s=lb_hold_s(entry))
+    try:
+        return await _exchange(request, router, endpoint_id, target, entry, path)
     finally:
         router.release(endpoint_id, target)
 

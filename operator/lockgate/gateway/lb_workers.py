@@ -35,6 +35,16 @@ REPORT_EVERY_S = 0.05  # held/in-flight changes reach Redis within this (batched
 REFRESH_S = keys.LB_REQUESTS_TTL_MS / 1000 / 3  # a report is rewritten before it expires
 IDLE_FORGET_S = 300.0  # an endpoint with no worker and no request is dropped after this
 POOL_PER_WORKER = 256  # kept-alive connections per worker (aiohttp's TCPConnector limit)
+GATEWAY_HOLD = "LOCKGATE_LB_HOLD_S"  # the hold's setting, as a 503 names it
+OWN_HOLD = "the endpoint's lbHoldS"
+
+
+@dataclass(frozen=True, slots=True)
+class HoldTime:
+    """How long a request may wait for a routable worker, and the setting that said so."""
+
+    seconds: float
+    setting: str
 
 
 class NoWorker(ApiError):
@@ -154,15 +164,20 @@ class LbRouter:
         await ep.loaded.wait()
         return ep
 
-    async def acquire(self, endpoint_id: str, affinity_header: str | None) -> Target:
+    async def acquire(
+        self, endpoint_id: str, affinity_header: str | None, *, hold_s: float | None = None
+    ) -> Target:
         """A routable worker with this request counted in flight on it (`release` it).
-        Without one the request is held until one turns routable; 503 after `hold_s`, or
-        at once beyond `max_held` held requests."""
+        Without one the request is held until one turns routable; 503 after `hold_s` (the
+        endpoint's `lbHoldS`; None: the gateway's), or at once beyond `max_held` held
+        requests."""
         ep = await self.endpoint(endpoint_id)
         want, strict = parse_affinity(affinity_header)
         target = self._choose(ep, want, strict)
         if target is None:
-            target = await self._hold(ep, want, strict)
+            own = hold_s is not None
+            hold = HoldTime(hold_s, OWN_HOLD) if own else HoldTime(self.hold_s, GATEWAY_HOLD)
+            target = await self._hold(ep, want, strict, hold)
         target.in_flight += 1
         self._changed(ep)
         return target
@@ -188,7 +203,7 @@ class LbRouter:
             return t if t is not None and t.routable else None
         return pick(list(ep.targets.values()), want)
 
-    async def _hold(self, ep: LbEndpoint, want: str | None, strict: bool) -> Target:
+    async def _hold(self, ep: LbEndpoint, want: str | None, strict: bool, hold: HoldTime) -> Target:
         if ep.held >= self.max_held:
             raise NoWorker(
                 f"endpoint {ep.id!r}: no routable worker and {ep.held} requests already held "
@@ -198,7 +213,7 @@ class LbRouter:
         ep.held += 1
         loop = asyncio.get_running_loop()
         began = loop.time()
-        deadline = began + self.hold_s
+        deadline = began + hold.seconds
         try:
             await self._report(ep)  # the scaler sees this request before it wakes
             if ep.held == 1:
@@ -215,10 +230,11 @@ class LbRouter:
             self._changed(ep)
             if self.on_hold is not None:
                 self.on_hold(ep.id, loop.time() - began)
-        raise NoWorker(self._why(ep, want if strict else None), headers={"Retry-After": "5"})
+        why = self._why(ep, want if strict else None, hold)
+        raise NoWorker(why, headers={"Retry-After": "5"})
 
-    def _why(self, ep: LbEndpoint, strict: str | None) -> str:
-        held = f"held {self.hold_s:g} s (LOCKGATE_LB_HOLD_S)"
+    def _why(self, ep: LbEndpoint, strict: str | None, hold: HoldTime) -> str:
+        held = f"held {hold.seconds:g} s ({hold.setting})"
         if strict:
             return f"endpoint {ep.id!r}: worker {strict!r} (strict) was not routable; {held}"
         if not ep.targets:

@@ -679,6 +679,7 @@ def scaling_annotations(spec: EndpointSpec) -> dict[str, str]:
         "lockgate.dev/idle-timeout-s": str(spec.idleTimeout),
         "lockgate.dev/execution-timeout-ms": str(spec.executionTimeoutMs),
         "lockgate.dev/flashboot": str(spec.flashboot).lower(),
+        **({"lockgate.dev/lb-hold-s": str(spec.lbHoldS)} if spec.lbHoldS is not None else {}),
     }
 
 

@@ -88,6 +88,15 @@ class EndpointSpec(BaseModel):
         le=3600,
         description="LB: seconds a proxied request may run before it is answered 504",
     )
+    lbHoldS: int | None = Field(
+        None,
+        ge=0,
+        le=3600,
+        description=(
+            "LB: seconds a request waits for a routable worker before it is answered 503 "
+            "(lockgate's; RunPod holds 120 s). Unset: the gateway's LOCKGATE_LB_HOLD_S"
+        ),
+    )
     workersMin: int = Field(0, ge=0, le=1000, description="workers kept running (may be 0)")
     workersMax: int = Field(3, ge=0, le=1000, description="most workers at once")
     replicas: int | None = Field(

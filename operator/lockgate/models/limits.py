@@ -8,7 +8,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class Operation(StrEnum):
-    """A client operation of the job API, as the spec's "Limits" table names them."""
+    """A client operation of the job API, as the spec's "Limits" table names them, and
+    `lb`: any request on a load-balancing endpoint's route (`/lb/{endpoint}/...`)."""
 
     RUNSYNC = "runsync"
     RUN = "run"
@@ -20,6 +21,7 @@ class Operation(StrEnum):
     HEALTH = "health"
     REQUESTS = "requests"
     OPENAI = "openai"
+    LB = "lb"
 
 
 class OperationLimit(BaseModel):
@@ -46,9 +48,10 @@ class LimitOverride(BaseModel):
 
 # The spec's table (per 10 seconds). requests_per_worker: the spec's example gives 50 for a
 # base of 2000 (the dynamic rule takes over at 40 running workers); the others keep that
-# ratio. `openai` is the spec's `/openai/*` row. /retry and /health are not in the spec's
-# table: /retry is limited like /cancel (its mirror), /health like /status (a read), so no
-# route is unlimited.
+# ratio. `openai` is the spec's `/openai/*` row; `lb` takes that row too (issue 33: the
+# load-balancing route carries the same OpenAI-style traffic). /retry and /health are not
+# in the spec's table: /retry is limited like /cancel (its mirror), /health like /status
+# (a read), so no route is unlimited.
 DEFAULT_LIMITS: dict[Operation, OperationLimit] = {
     Operation.RUNSYNC: OperationLimit(rate=2000, concurrency=400, requests_per_worker=50),
     Operation.RUN: OperationLimit(rate=1000, concurrency=200, requests_per_worker=25),
@@ -60,6 +63,7 @@ DEFAULT_LIMITS: dict[Operation, OperationLimit] = {
     Operation.HEALTH: OperationLimit(rate=2000, concurrency=400, requests_per_worker=50),
     Operation.REQUESTS: OperationLimit(rate=10, concurrency=2),
     Operation.OPENAI: OperationLimit(rate=2000, concurrency=400, requests_per_worker=50),
+    Operation.LB: OperationLimit(rate=2000, concurrency=400, requests_per_worker=50),
 }
 
 

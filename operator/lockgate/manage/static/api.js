@@ -82,6 +82,16 @@ async function call(path, {method = "GET", body, signal, headers: extra, redirec
   return {body: text ? JSON.parse(text) : null, response};
 }
 
+/**
+ * Send any request with the signed-in key (a load-balancing endpoint's route) and resolve to
+ * the raw Response whatever its status: a 401 there is the route's, not a reason to sign out.
+ * An `authorization` among `extra` (any case) is sent instead of the key.
+ */
+export function send(url, {method = "GET", headers: extra = {}, body, signal} = {}) {
+  const own = Object.keys(extra).some((k) => k.toLowerCase() === "authorization");
+  return fetch(url, {method, headers: own ? extra : headers(extra), body, signal});
+}
+
 /** The job API base of an endpoint record (`jobApiUrl` without its trailing slash). */
 export function jobApi(record) {
   return (record.jobApiUrl || `${location.origin}/v2/${record.id}`).replace(/\/+$/, "");

@@ -3,6 +3,7 @@
 import {api} from "../api.js";
 import {copyButton, errorBox, h, replace} from "../dom.js";
 import {endpointForm, markInvalid} from "./form.js";
+import {isLb, lbUrl} from "./lb.js";
 
 export async function render(view, ctx) {
   const {element, payload} = endpointForm();
@@ -42,7 +43,9 @@ function watch(view, ctx, id) {
       h("p", {}, "Phase: ", h("span", {class: "badge", dataset: {phase: record.status?.phase}}, record.status?.phase || "Pending")),
       failing.map((c) => h("div", {class: "error", role: "alert"}, `${c.type}: ${c.message || c.reason}`)),
       url
-        ? [h("p", {}, "Job API URL: ", h("code", {class: "url"}, url), " ", copyButton(url)),
+        ? [isLb(record)
+            ? h("p", {}, "LB URL: ", h("code", {class: "url"}, lbUrl(record)), " ", copyButton(lbUrl(record)))
+            : h("p", {}, "Job API URL: ", h("code", {class: "url"}, url), " ", copyButton(url)),
            h("p", {}, h("a", {class: "button primary", href: `${base}/requests`}, "Send a test request"), " ",
              h("a", {href: base}, "Overview"), " · ", h("a", {href: "#/endpoints"}, "All endpoints"))]
         : h("p", {class: "hint"}, "Initialising: the job API URL shows when the endpoint is ready."));

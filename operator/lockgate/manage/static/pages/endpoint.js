@@ -4,6 +4,7 @@
 import {api, jobApi} from "../api.js";
 import {copyButton, duration, errorBox, h, replace} from "../dom.js";
 import {failing} from "./endpoints.js";
+import {isLb, lbRequests, lbSettings, lbUrlRow} from "./lb.js";
 import {stat, useStyles} from "./health.js";
 
 const REFRESH_MS = 5000;
@@ -60,6 +61,7 @@ function settings(r) {
     ["Scaler", `${r.scalerType} ${r.scalerValue}`],
     ["FlashBoot", r.flashboot ? "on" : "off"],
     ["Data centres", (r.dataCenterIds || []).join(", ") || "any"],
+    ...(isLb(r) ? lbSettings(r) : []),
   ];
   return h("section", {class: "card", "aria-labelledby": "settings"},
     h("div", {class: "row"}, h("h2", {id: "settings", class: "grow"}, "Settings"),
@@ -84,7 +86,8 @@ function summary(record) {
   const url = record.jobApiUrl || status.jobApiUrl || jobApi(record);
   return h("section", {class: "card", "aria-labelledby": "summary"},
     h("h2", {id: "summary"}, "Endpoint ", h("span", {class: `badge ${PHASE_TONE[status.phase] || "muted"}`}, status.phase || "Unknown")),
-    h("div", {class: "url-row"}, h("span", {class: "hint"}, "Job API"), h("code", {}, url), copyButton(url, "Copy URL")));
+    isLb(record) ? lbUrlRow(record)
+      : h("div", {class: "url-row"}, h("span", {class: "hint"}, "Job API"), h("code", {}, url), copyButton(url, "Copy URL")));
 }
 
 async function refresh(id, ctx, failure, body) {
@@ -98,7 +101,8 @@ async function refresh(id, ctx, failure, body) {
     replace(failure, errorBox(`Health unavailable: ${err.message}`));
   }
   const conditions = record.status?.conditions || [];
-  replace(body, summary(record), problems(record), workers(health, record), queue(health),
+  replace(body, summary(record), problems(record), workers(health, record),
+    isLb(record) ? lbRequests(health) : queue(health),
     settings(record), conditionsTable(conditions));
 }
 

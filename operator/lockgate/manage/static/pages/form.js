@@ -1,6 +1,7 @@
 // The endpoint settings form shared by Create and Edit: every field of the creation payload
 // (models/endpoint.py EndpointSpec), the payload it makes, and the diff of an edit.
 import {h, replace} from "../dom.js";
+import {typeChoice} from "./lb.js";
 import {templateBuilder} from "./template.js";
 
 // Fields whose change restarts workers. Dev mode: a new templateId replaces the worker
@@ -10,7 +11,7 @@ import {templateBuilder} from "./template.js";
 export const RESTARTS_EVERYWHERE = ["templateId"];
 export const RESTARTS_ON_KUBERNETES = [
   "computeType", "gpuTypeIds", "gpuCount", "cpuFlavorIds", "vcpuCount", "allowedCudaVersions",
-  "dataCenterIds", "executionTimeoutMs", "flashboot",
+  "dataCenterIds", "executionTimeoutMs", "flashboot", "requestTimeoutS",
 ];
 
 const NUMBERS = ["gpuCount", "vcpuCount", "workersMin", "workersMax", "idleTimeout",
@@ -18,7 +19,8 @@ const NUMBERS = ["gpuCount", "vcpuCount", "workersMin", "workersMax", "idleTimeo
 const LISTS = ["cpuFlavorIds", "allowedCudaVersions", "dataCenterIds"];
 export const FIELDS = ["name", "computeType", "gpuTypeIds", "gpuCount", "cpuFlavorIds",
   "vcpuCount", "allowedCudaVersions", "dataCenterIds", "templateId", "executionTimeoutMs",
-  "flashboot", "idleTimeout", "scalerType", "scalerValue", "workersMin", "workersMax"];
+  "flashboot", "idleTimeout", "scalerType", "scalerValue", "workersMin", "workersMax",
+  "type", "requestTimeoutS", "lbHoldS"];
 
 const DEFAULTS = {
   name: "", computeType: "GPU", gpuTypeIds: [], gpuCount: 1, cpuFlavorIds: [], vcpuCount: 2,
@@ -128,6 +130,7 @@ export function endpointForm(initial = {}, {withId = true} = {}) {
     workersMin: number(v.workersMin, 0, 1000),
     workersMax: number(v.workersMax, 0, 1000),
   };
+  const kind = typeChoice(v, inputs.scalerType, {editable: withId});
   const id = withId ? text(initial.id || "", {placeholder: "generated when empty", spellcheck: "false", autocomplete: "off"}) : null;
   const gpus = gpuList(v.gpuTypeIds);
   const gpuOnly = h("div", {class: "grid"}, gpus.element,
@@ -147,10 +150,7 @@ export function endpointForm(initial = {}, {withId = true} = {}) {
       h("div", {class: "grid"},
         withId ? field("id", "Endpoint id", id, "Lowercase letters, digits and '-'; it is in the job API URL.") : null,
         field("name", "Name", inputs.name)),
-      h("fieldset", {class: "choice"}, h("legend", {}, "Type"),
-        h("label", {class: "inline"}, h("input", {type: "radio", name: "kind", value: "queue", checked: true}), " Queue"),
-        h("label", {class: "inline muted"}, h("input", {type: "radio", name: "kind", value: "lb", disabled: true}),
-          " Load balancer (not available yet)"))),
+      kind.element),
     h("fieldset", {}, h("legend", {}, "Worker"),
       field("templateId", "Template, handler file or command", inputs.templateId,
         "On a cluster: the name of a Template (image, start command, env, disk, ports, model URL) in the endpoints' namespace. With `lockgate dev`: a handler file (*.py) or a worker command."),
@@ -167,8 +167,9 @@ export function endpointForm(initial = {}, {withId = true} = {}) {
         field("idleTimeout", "Idle timeout (s)", inputs.idleTimeout),
         field("executionTimeoutMs", "Execution timeout (ms)", inputs.executionTimeoutMs),
         field("scalerType", "Scaler", inputs.scalerType),
-        field("scalerValue", "Scaler value", inputs.scalerValue, "Queue delay: seconds; request count: jobs per worker")),
-      h("label", {class: "inline", for: "flashboot"}, inputs.flashboot, " FlashBoot (pre-pull the image on eligible nodes)")));
+        field("scalerValue", "Scaler value", inputs.scalerValue, "Queue delay: seconds; request count: jobs (LB: requests) per worker")),
+      h("label", {class: "inline", for: "flashboot"}, inputs.flashboot, " FlashBoot (pre-pull the image on eligible nodes)")),
+    kind.lbFields);
   inputs.flashboot.id = "flashboot";
 
   const payload = () => {
@@ -181,7 +182,7 @@ export function endpointForm(initial = {}, {withId = true} = {}) {
     }
     out.gpuTypeIds = gpus.value();
     if (withId && id.value.trim()) out.id = id.value.trim();
-    return out;
+    return {...out, ...kind.payload()};
   };
   return {element, payload};
 }

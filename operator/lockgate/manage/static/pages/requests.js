@@ -5,6 +5,7 @@
 import {api, jobApi} from "../api.js";
 import {duration, errorBox, h, replace, toast} from "../dom.js";
 import {jobLogs} from "./joblogs.js";
+import {isLb, renderLbRequests} from "./lb.js";
 
 const STATES = ["IN_QUEUE", "IN_PROGRESS", "COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT"];
 const FINAL = new Set(["COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT"]);
@@ -55,6 +56,7 @@ function chunkText(chunk) {
 export async function render(view, ctx) {
   const id = ctx.params.id;
   const record = await api(`/v1/endpoints/${encodeURIComponent(id)}`, {signal: ctx.signal});
+  if (isLb(record)) return renderLbRequests(view, ctx, record); // no jobs: a request form
   const base = jobApi(record);
   const job = (path, opts = {}) => api(`${base}/${path}`, {signal: ctx.signal, ...opts});
   const list = requestsList(id, job, ctx);

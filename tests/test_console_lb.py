@@ -1,0 +1,192 @@
+"""The console's load-balancing endpoints in Chromium against a real `lockgate dev` whose LB
+workers are the FastAPI example's processes: the type chosen at create (LB locks the
+scaler to REQUEST_COUNT), the LB URL, a request of any method, path, headers and body sent
+through the gateway and its answer with the worker that served it, requests held and in
+flight, and no job API widgets on an LB endpoint."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+
+import pytest
+import requests
+
+from console_browser import PHONE, assert_clean, screenshot, sign_in
+from devproc import DevProcess
+from tests.lb_dev import WORKER
+
+pytest_plugins = ["console_fixtures"]
+
+LB = "lb-api"  # made through the management API by the fixture
+EXPECTED = ("400",)  # a refused form shows the API's 400, which the browser logs
+
+
+def expect(locator):
+    from playwright.sync_api import expect as playwright_expect
+
+    return playwright_expect(locator)
+
+
+@pytest.fixture(scope="module")
+def console_dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevProcess]:
+    """`lockgate dev` (echo queue endpoint) and an LB endpoint of the example worker."""
+    data_dir = tmp_path_factory.mktemp("console-lb")
+    dev = DevProcess("examples/echo/handler.py", data_dir=data_dir, env={"LOAD_SECONDS": "1"})
+    dev.start()
+    spec = {
+        "id": LB, "type": "LB", "scalerType": "REQUEST_COUNT", "scalerValue": 1,
+        "templateId": WORKER, "workersMax": 1, "idleTimeout": 120, "lbHoldS": 60,
+    }  # fmt: skip
+    made = requests.post(f"{dev.url}/v1/endpoints", json=spec, headers=auth(dev), timeout=30)
+    assert made.status_code == 200, made.text
+    yield dev
+    dev.stop(90)
+
+
+def auth(dev: DevProcess) -> dict[str, str]:
+    return {"authorization": f"Bearer {dev.key}"}
+
+
+def record(dev: DevProcess, endpoint_id: str) -> dict:
+    url = f"{dev.url}/v1/endpoints/{endpoint_id}"
+    return requests.get(url, headers=auth(dev), timeout=10).json()
+
+
+def signed_in(page, dev: DevProcess, hash_: str) -> None:
+    sign_in(page, dev)
+    page.wait_for_url(re.compile(r"#/endpoints$"))
+    page.goto(f"{dev.url}/console/{hash_}")
+
+
+def send(page, method: str, path: str, headers: str = "", body: str = "") -> None:
+    page.get_by_label("Method", exact=True).select_option(method)
+    page.get_by_label("Path", exact=True).fill(path)
+    page.get_by_label("Headers", exact=True).fill(headers)
+    page.get_by_label("Body", exact=True).fill(body)
+    page.get_by_role("button", name="Send").click()
+
+
+def answer_status(page):
+    return page.locator(".lb-answer .badge")
+
+
+def test_create_an_lb_endpoint_locks_the_scaler_and_shows_its_lb_url(page, console_dev):
+    signed_in(page, console_dev, "#/new")
+    queue = page.get_by_role("radio", name=re.compile("^Queue"))
+    expect(queue).to_be_checked()  # the default type
+    expect(page.get_by_label("Hold for a worker (s)")).to_be_hidden()
+    page.get_by_label("Endpoint id").fill("lb-console")
+    page.get_by_role("radio", name=re.compile("^Load balancer")).check()
+    scaler = page.get_by_label("Scaler", exact=True)
+    expect(scaler).to_have_value("REQUEST_COUNT")
+    expect(scaler).to_be_disabled()
+    page.get_by_label("Template, handler file or command").fill(WORKER)
+    page.get_by_label("Workers max").fill("1")
+    page.get_by_label("Hold for a worker (s)").fill("-1")
+    page.get_by_label("Request timeout (s)").fill("90")
+    screenshot(page, "create-lb")
+    page.get_by_role("button", name="Create endpoint").click()
+    expect(page.get_by_role("alert")).to_contain_text("lbHoldS")  # the API's own message
+    expect(page.get_by_label("Hold for a worker (s)")).to_have_attribute("aria-invalid", "true")
+
+    page.get_by_label("Hold for a worker (s)").fill("45")
+    page.get_by_role("button", name="Create endpoint").click()
+    url = f"{console_dev.url}/lb/lb-console/"
+    expect(page.locator("code.url")).to_have_text(url)
+    stored = record(console_dev, "lb-console")
+    assert (stored["type"], stored["scalerType"]) == ("LB", "REQUEST_COUNT")
+    assert (stored["lbHoldS"], stored["requestTimeoutS"], stored["workersMax"]) == (45, 90, 1)
+    # back to Queue: the scaler is free again (a reload: the hash is still #/new)
+    page.reload()
+    page.get_by_role("radio", name=re.compile("^Load balancer")).check()
+    page.get_by_role("radio", name=re.compile("^Queue")).check()
+    expect(page.get_by_label("Scaler", exact=True)).to_be_enabled()
+    assert_clean(page, allow=EXPECTED)
+
+
+def test_a_request_goes_through_the_gateway_and_shows_its_answer_and_worker(page, console_dev):
+    signed_in(page, console_dev, f"#/endpoints/{LB}/requests")
+    expect(page.locator("code.lb-url")).to_have_text(f"{console_dev.url}/lb/{LB}/")
+    # an LB endpoint has no jobs: no JSON input to run, no list of requests
+    expect(page.get_by_label("Method", exact=True)).to_be_visible()
+    expect(page.get_by_label("Request body (JSON)")).to_have_count(0)
+    expect(page.get_by_role("button", name="Run", exact=True)).to_have_count(0)
+    expect(page.get_by_role("table", name="Requests")).to_have_count(0)
+
+    send(page, "GET", "/echo/x", body="not for a GET")
+    expect(page.get_by_role("alert")).to_contain_text("A GET request has no body")
+    send(page, "POST", "/echo/x", headers="no colon here")
+    expect(page.get_by_role("alert")).to_contain_text('Header line 1 is not "Name: value"')
+
+    send(page, "POST", "/echo/from-console?x=1", "X-Custom: kept\nContent-Type: text/plain", "hi")
+    expect(answer_status(page)).to_have_text("200 OK", timeout=60_000)  # through a cold start
+    shown = page.get_by_label("Answer body")
+    expect(shown).to_contain_text('"path": "/echo/from-console"')
+    seen = json.loads(shown.inner_text())
+    assert (seen["method"], seen["query"], seen["body"]) == ("POST", "x=1", "aGk=")  # "hi"
+    assert seen["headers"]["x-custom"] == "kept"
+    assert "authorization" not in seen["headers"]  # the gateway removed the console's key
+    worker = page.locator(".lb-worker")
+    expect(worker).to_have_text(seen["worker"])  # X-Runpod-Worker-Id: who served it
+    screenshot(page, "lb-requests")
+
+    send(page, "GET", "/no-such-route")
+    expect(answer_status(page)).to_have_text(re.compile("^404"))  # the worker's own answer
+    expect(worker).to_have_text(seen["worker"])
+    assert_clean(page, allow=("404", *EXPECTED))
+
+
+def test_a_stream_shows_as_it_arrives_while_the_request_counts_in_flight(page, console_dev):
+    signed_in(page, console_dev, f"#/endpoints/{LB}/requests")
+    send(page, "GET", "/sse?n=2&hold=console")
+    shown = page.get_by_label("Answer body")
+    expect(shown).to_contain_text('"i": 0', timeout=60_000)  # the first event, not the last
+    assert '"i": 1' not in shown.inner_text()
+    in_flight = page.locator(".stat", has_text="in flight").locator(".stat-value")
+    expect(in_flight).to_have_text("1", timeout=15_000)  # from /health, refreshed every 2 s
+    worker = page.locator(".lb-worker").inner_text()
+    released = requests.post(
+        f"{console_dev.url}/lb/{LB}/release/console",
+        headers={**auth(console_dev), "X-Runpod-Worker-Id": f"strict {worker}"},
+        timeout=30,
+    )
+    assert released.status_code == 200, released.text
+    expect(shown).to_contain_text('"i": 1')
+    expect(in_flight).to_have_text("0", timeout=15_000)
+    page.set_viewport_size(PHONE)
+    assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0
+    screenshot(page, "lb-requests-phone")
+    assert_clean(page)
+
+
+def test_the_overview_shows_the_lb_url_requests_and_lb_settings_not_jobs(page, console_dev):
+    signed_in(page, console_dev, f"#/endpoints/{LB}")
+    summary = page.get_by_role("region", name="Endpoint")
+    expect(summary.locator("code.lb-url")).to_have_text(f"{console_dev.url}/lb/{LB}/")
+    held = page.get_by_role("region", name="Requests")
+    expect(held).to_contain_text("held")
+    expect(held).to_contain_text("in flight")
+    expect(page.get_by_role("region", name="Workers")).to_be_visible()
+    expect(page.get_by_role("region", name="Jobs")).to_have_count(0)
+    settings = page.get_by_role("region", name="Settings")
+    expect(settings).to_contain_text("Load balancer (LB)")
+    expect(settings).to_contain_text("60 s")  # lbHoldS
+    screenshot(page, "lb-overview")
+    assert_clean(page)
+
+
+def test_editing_an_lb_endpoint_keeps_its_type_and_clears_its_hold(page, console_dev):
+    signed_in(page, console_dev, f"#/endpoints/{LB}/edit")
+    expect(page.get_by_role("radio", name=re.compile("^Load balancer"))).to_be_checked()
+    expect(page.get_by_role("radio", name=re.compile("^Queue"))).to_be_disabled()
+    expect(page.get_by_label("Scaler", exact=True)).to_be_disabled()
+    page.get_by_label("Hold for a worker (s)").fill("")
+    page.get_by_role("button", name="Review changes").click()
+    expect(page.get_by_role("table").get_by_role("row", name=re.compile("lbHoldS"))).to_be_visible()
+    page.get_by_role("button", name="Save changes").click()
+    expect(page.get_by_text(re.compile(r"^Saved: lbHoldS 60 → \(empty\)"))).to_be_visible()
+    stored = record(console_dev, LB)
+    assert stored["lbHoldS"] is None and stored["type"] == "LB"
+    assert_clean(page)
