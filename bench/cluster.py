@@ -3,8 +3,10 @@
 Starts the node, `helm install`s the chart with the locally built images, applies
 examples/echo/ and measures: Endpoint applied → first worker pod Running → first job
 COMPLETED; from zero, submit → COMPLETED (the pod starts for the job); a warm /runsync
-through the gateway Service; a burst to workersMax pods; last job → zero pods. Figures
-are medians over a few rounds; nothing is asserted. Needs root and the harness of the
+through the gateway Service; a burst to workersMax pods; last job → zero pods; and a
+load-balancing endpoint (the examples/loadbalancer image, healthy at once): first request
+at zero pods → 200, and the gateway's hold time for it (`lockgate_lb_hold_seconds`).
+Figures are medians over a few rounds; nothing is asserted. Needs root and the harness of the
 real-node tests (make envtest cluster-images tools).
 """
 
@@ -16,6 +18,9 @@ import sys
 import time
 from pathlib import Path
 
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from bench.report import Row, machine, table
@@ -26,6 +31,7 @@ from node_release import (
     USER_NAMESPACE,
     Jobs,
     Release,
+    apply_lb_endpoint,
     endpoint_status,
     helm_binary,
     running,
@@ -37,6 +43,7 @@ from node_release import (
 ECHO = REPO / "examples" / "echo"
 IDLE_TIMEOUT_S = 5  # examples/echo/endpoint.yaml
 WORKERS_MAX = 3
+LB = "lbbench"
 
 
 def ms(seconds: float) -> str:
@@ -107,6 +114,43 @@ def burst(release: Release, jobs: Jobs) -> float:
     return reached - t0
 
 
+def hold_seconds_sum(release: Release) -> float:
+    """`lockgate_lb_hold_seconds_sum` of the LB endpoint at the (one) gateway replica."""
+    text = requests.get(f"{release.gateway_url}/metrics", timeout=10).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "lockgate_lb_hold_seconds_sum" and sample.labels["endpoint"] == LB:
+                return sample.value
+    return 0.0
+
+
+def lb_from_zero(release: Release, http: requests.Session) -> tuple[float, float]:
+    """(first request at zero pods → 200, how long the gateway held it)."""
+    wait_until(lambda: not worker_pods(release, LB, live=False), f"zero {LB} pods", 120)
+    held_before = hold_seconds_sum(release)
+    t0 = time.monotonic()
+    answer = http.get(f"{release.gateway_url}/lb/{LB}/echo/zero", timeout=150)
+    took = time.monotonic() - t0
+    assert answer.status_code == 200, answer.text
+    return took, hold_seconds_sum(release) - held_before
+
+
+def lb_rows(release: Release, rounds: int) -> list[Row]:
+    apply_lb_endpoint(release, LB, load_seconds=0)  # healthy at once
+    http = requests.Session()
+    http.headers["authorization"] = release.client_key()
+    took, held = zip(*(lb_from_zero(release, http) for _ in range(rounds)), strict=True)
+    med = statistics.median(took)
+    p90 = statistics.quantiles(held, n=10, method="inclusive")[8] if rounds > 1 else held[0]
+    holds = f"p50 {ms(statistics.median(held))}, p90 {ms(p90)}, max {ms(max(held))}"
+    return [
+        Row("LB: first request at zero -> 200 (median)", ms(med), "", "<= 1.5 s", med <= 1.5),
+        Row("LB: hold time of that request (lockgate_lb_hold_seconds)", holds),
+        Row("LB first request at zero, every round", ", ".join(ms(s) for s in took),
+            detail=True),
+    ]  # fmt: skip
+
+
 def measure(release: Release, rounds: int) -> list[Row]:
     applied_running, applied_done = [], []
     for _ in range(rounds):
@@ -138,6 +182,7 @@ def measure(release: Release, rounds: int) -> list[Row]:
         Row("from zero, every round", ", ".join(ms(s) for s in zero), detail=True),
         Row("last job -> no worker running, every round", ", ".join(ms(s) for s in stopped),
             detail=True),
+        *lb_rows(release, rounds),
     ]  # fmt: skip
 
 

@@ -183,6 +183,31 @@ class Jobs:
         return self.http.get(f"{self.url}/health", timeout=10).json()
 
 
+LB_IMAGE = "registry.example.com/lockgate-lb-example:0.1.0"  # examples/loadbalancer
+LB_PORT = 8000
+
+
+def apply_lb_endpoint(release: Release, name: str, *, load_seconds: float, **spec: Any) -> None:
+    """A load-balancing Endpoint (and its Template) running the example worker, which
+    answers `/ping` 204 for `load_seconds`; `spec` overrides the Endpoint's defaults here
+    (one worker per 4 requests, at most 1, 5 s idle, 30 s per request). Returns once
+    the Endpoint is Ready."""
+    meta = {"name": name, "namespace": USER_NAMESPACE}
+    template = {
+        "image": LB_IMAGE,
+        "command": ["python", "-u", "/app/worker.py"],
+        "ports": [f"{LB_PORT}/http"],
+        "env": {"LOAD_SECONDS": f"{load_seconds:g}"},
+    }
+    endpoint = {"templateId": name, "type": "LB", "scalerType": "REQUEST_COUNT",
+                "scalerValue": 4, "computeType": "CPU", "vcpuCount": 1, "workersMin": 0,
+                "workersMax": 1, "idleTimeout": 5, "requestTimeoutS": 30, **spec}  # fmt: skip
+    for kind, body in (("Template", template), ("Endpoint", endpoint)):
+        release.apply({"apiVersion": "lockgate.dev/v1alpha1", "kind": kind, "metadata": meta,
+                       "spec": body})  # fmt: skip
+    wait_until(lambda: endpoint_status(release, name).get("phase") == "Ready", f"{name} Ready")
+
+
 def endpoint_status(release: Release, name: str) -> dict[str, Any]:
     obj = json.loads(
         release.node.kubectl(
