@@ -19,7 +19,10 @@ from kubernetes.client.exceptions import ApiException
 from redis.asyncio import Redis
 
 from lockgate.kube.manifests import deployment_name
+from lockgate.kube.settings import OperatorSettings
+from lockgate.kube.storage import gibibytes, volume_claim, volume_of_claim
 from lockgate.models.registryauth import RegistryAuthSpec, docker_config
+from lockgate.models.volumes import NetworkVolumeSpec
 from lockgate.store import Registry, keys
 from tests.test_manage_api import (  # noqa: F401 - fixtures
     Api,
@@ -332,6 +335,28 @@ async def test_an_endpoint_naming_no_volume_is_refused_naming_network_volume_id(
     body["networkVolumeId"] = "Not A Name"
     status, error = await call(api, "POST", "/endpoints", body)
     assert status == 400 and error["error"].startswith("networkVolumeId: "), error
+
+
+@pytest.mark.parametrize(
+    ("quantity", "gib"),
+    [("5Gi", 5), ("1Ti", 1024), ("512Mi", 1), ("2048Mi", 2), ("10G", 10), ("1073741824", 1)],
+)
+def test_a_claims_storage_request_reads_back_in_gib_rounded_up(quantity: str, gib: int) -> None:
+    assert gibibytes(quantity) == gib
+
+
+def test_a_claim_takes_the_settings_storage_class_and_access_mode() -> None:
+    spec = NetworkVolumeSpec(name="models", size=7, dataCenterId="eu-1a")
+    plain = volume_claim("ns", "vol1", spec, OperatorSettings())
+    assert plain["spec"] == {
+        "accessModes": ["ReadWriteMany"],
+        "resources": {"requests": {"storage": "7Gi"}},
+    }  # no storageClassName: the cluster's default class
+    settings = OperatorSettings(volume_storage_class="nfs", volume_access_mode="ReadWriteOnce")
+    claim = volume_claim("ns", "vol1", spec, settings)
+    assert claim["spec"]["storageClassName"] == "nfs"
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert volume_of_claim(claim) == spec
 
 
 # -- where workers find the volume ----------------------------------------------------------

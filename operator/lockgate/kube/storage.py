@@ -154,10 +154,12 @@ class KubernetesStorage:
     async def replace_volume(self, volume_id: str, spec: NetworkVolumeSpec) -> None:
         """A new name; a larger size is a resize, which the StorageClass must allow
         (`allowVolumeExpansion`), else the API server refuses it."""
-        patch = {
-            "metadata": {"annotations": {NAME_ANNOTATION: spec.name}},
-            "spec": {"resources": {"requests": {"storage": f"{spec.size}Gi"}}},
-        }
+        current = await self.cluster.read("PersistentVolumeClaim", self.namespace, volume_id)
+        if current is None:
+            raise RecordNotFound(volume_id)
+        patch: Obj = {"metadata": {"annotations": {NAME_ANNOTATION: spec.name}}}
+        if spec.size != volume_of_claim(current).size:  # the request as written stays else
+            patch["spec"] = {"resources": {"requests": {"storage": f"{spec.size}Gi"}}}
         try:
             await self.cluster.merge_patch(
                 "PersistentVolumeClaim", self.namespace, volume_id, patch
