@@ -26,9 +26,7 @@ from lockgate.models.volumes import NetworkVolumeSpec
 from lockgate.store import Registry, keys
 from tests.test_manage_api import (  # noqa: F401 - fixtures
     Api,
-    admin_key,
     api,
-    dev_app,
     jobs_key,
     kubernetes_api,
     local_api,
