@@ -405,6 +405,7 @@ ENDPOINT_FIELDS: dict[str, tuple[dict, dict]] = {
     "allowedCudaVersions": ({}, {"allowedCudaVersions": ["12.4"]}),
     "dataCenterIds": ({}, {"dataCenterIds": ["EU-RO-1"]}),
     "templateId": ({"templateId": "tpl"}, {"templateId": "tpl-2"}),
+    "networkVolumeId": ({}, {"networkVolumeId": "vol1234567"}),
     "executionTimeoutMs": ({}, {"executionTimeoutMs": 3_600_000}),
     "flashboot": ({}, {"flashboot": True}),
     "idleTimeout": ({}, {"idleTimeout": 60}),
