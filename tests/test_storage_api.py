@@ -8,6 +8,7 @@ PersistentVolumeClaims in envtest, and the operator mounting the claim in worker
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import re
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from kubernetes.client.exceptions import ApiException
+from kubernetes.client.exceptions import ApiException, NotFoundException
 from redis.asyncio import Redis
 
 from lockgate.kube.manifests import deployment_name
@@ -68,13 +69,16 @@ def kube_leftovers(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     core, ns = resources.core, resources.namespace
     secrets = core.list_namespaced_secret(ns, label_selector=f"{COMPONENT}=registry-auth")
-    for obj in secrets.items:
-        core.delete_namespaced_secret(obj.metadata.name, ns)
     claims = core.list_namespaced_persistent_volume_claim(
         ns, label_selector=f"{COMPONENT}=network-volume"
     )
-    for obj in claims.items:
-        core.delete_namespaced_persistent_volume_claim(obj.metadata.name, ns)
+    for obj, delete in [
+        *((o, core.delete_namespaced_secret) for o in secrets.items),
+        *((o, core.delete_namespaced_persistent_volume_claim) for o in claims.items),
+    ]:
+        if obj.metadata.deletion_timestamp is None:  # not on its way out already
+            with contextlib.suppress(NotFoundException):  # gone meanwhile
+                delete(obj.metadata.name, ns)
 
 
 def secret_of(request: pytest.FixtureRequest, name: str) -> Any:
