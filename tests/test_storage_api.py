@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import psutil
 import pytest
 from kubernetes.client.exceptions import ApiException, NotFoundException
 from redis.asyncio import Redis
@@ -25,6 +26,7 @@ from lockgate.kube.storage import gibibytes, volume_claim, volume_of_claim
 from lockgate.models.registryauth import RegistryAuthSpec, docker_config
 from lockgate.models.volumes import NetworkVolumeSpec
 from lockgate.store import Registry, keys
+from tests.conftest import eventually
 from tests.test_manage_api import (  # noqa: F401 - fixtures
     Api,
     api,
@@ -81,24 +83,13 @@ def kube_leftovers(request: pytest.FixtureRequest) -> Iterator[None]:
                 delete(obj.metadata.name, ns)
 
 
-def secret_of(request: pytest.FixtureRequest, name: str) -> Any:
+def read_or_none(request: pytest.FixtureRequest, what: str, name: str) -> Any:
+    """The object (`secret`, `persistent_volume_claim`) in the test namespace, or None."""
     resources: Resources = request.getfixturevalue("resources")
-    try:
-        return resources.core.read_namespaced_secret(name, resources.namespace)
-    except ApiException as err:
-        if err.status == 404:
-            return None
-        raise
-
-
-def claim_of(request: pytest.FixtureRequest, name: str) -> Any:
-    resources: Resources = request.getfixturevalue("resources")
-    try:
-        return resources.core.read_namespaced_persistent_volume_claim(name, resources.namespace)
-    except ApiException as err:
-        if err.status == 404:
-            return None
-        raise
+    read = getattr(resources.core, f"read_namespaced_{what}")
+    with contextlib.suppress(NotFoundException):
+        return read(name, resources.namespace)
+    return None
 
 
 def volume_folder(api: Api, volume_id: str) -> Path:
@@ -145,7 +136,7 @@ async def test_a_credential_is_created_listed_read_and_deleted_never_showing_its
     kept = await Registry(redis).get_record(keys.REGISTRY_AUTHS, auth_id)
     if plane(request) == "kubernetes":
         assert "password" not in kept  # only the Secret holds it
-        secret = secret_of(request, auth_id)
+        secret = read_or_none(request, "secret", auth_id)
         assert secret.type == "kubernetes.io/dockerconfigjson"
         assert secret.metadata.labels["app.kubernetes.io/component"] == "registry-auth"
         config = json.loads(base64.b64decode(secret.data[".dockerconfigjson"]))
@@ -159,7 +150,7 @@ async def test_a_credential_is_created_listed_read_and_deleted_never_showing_its
     assert (await call(api, "DELETE", f"/containerregistryauth/{auth_id}"))[0] == 404
     assert await Registry(redis).get_record(keys.REGISTRY_AUTHS, auth_id) is None
     if plane(request) == "kubernetes":
-        assert secret_of(request, auth_id) is None
+        assert read_or_none(request, "secret", auth_id) is None
 
 
 async def test_a_credential_a_template_uses_cannot_be_deleted_until_the_template_is_gone(
@@ -225,7 +216,7 @@ async def test_a_volume_is_created_read_renamed_and_deleted(
     status, listed = await call(api, "GET", "/networkvolumes")
     assert status == 200 and record in listed
     if plane(request) == "kubernetes":
-        claim = claim_of(request, volume_id)
+        claim = read_or_none(request, "persistent_volume_claim", volume_id)
         assert claim.spec.resources.requests["storage"] == "5Gi"
         assert claim.spec.access_modes == ["ReadWriteMany"]  # the settings' default
         assert claim.metadata.labels["app.kubernetes.io/component"] == "network-volume"
@@ -375,10 +366,20 @@ async def test_local_workers_find_the_volume_folder_in_runpod_volume_path(
     out = await runsync(api, jobs_key, endpoint["id"], ["RUNPOD_VOLUME_PATH"])
     assert out["env"] == {"RUNPOD_VOLUME_PATH": str(volume_folder(api, volume_id))}
 
-    # letting go of the volume replaces the workers: the new ones have no volume
+    # letting go of the volume replaces the workers: the new ones have no volume. The old
+    # worker is awaited gone first: until its SIGTERM it may still take a queued job (a
+    # dev-mode race of every worker replacement, not of volumes)
     await call(api, "PATCH", f"/endpoints/{endpoint['id']}", {"networkVolumeId": ""})
-    out = await runsync(api, jobs_key, endpoint["id"], ["RUNPOD_VOLUME_PATH"])
-    assert out["env"] == {"RUNPOD_VOLUME_PATH": None}
+
+    async def old_worker_gone() -> bool:
+        try:
+            return psutil.Process(out["pid"]).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    await eventually(old_worker_gone, "the old worker to exit")
+    again = await runsync(api, jobs_key, endpoint["id"], ["RUNPOD_VOLUME_PATH"])
+    assert again["env"] == {"RUNPOD_VOLUME_PATH": None} and again["pid"] != out["pid"]
 
 
 @pytest.mark.envtest

@@ -25,7 +25,7 @@ from lockgate.manage.storage import (
     Storage,
     StorageRefused,
 )
-from lockgate.manage.templates import Conflict, new_template_id
+from lockgate.manage.templates import Conflict, in_use, new_template_id
 from lockgate.models import EndpointRecord, describe_validation_error
 from lockgate.models.registryauth import RegistryAuthSpec
 from lockgate.models.volumes import (
@@ -84,10 +84,8 @@ async def remove_registry_auth(plane: ControlPlane, storage: Storage, auth_id: s
     await read_registry_auth(storage, auth_id)  # 404 first
     users = await auth_users(plane, auth_id)
     if users:
-        raise Conflict(
-            f"container registry auth {auth_id!r} is used by template(s) {', '.join(users)}: "
-            "delete them or give them another containerRegistryAuthId first"
-        )
+        thing = f"container registry auth {auth_id!r}"
+        raise in_use(thing, users, "template", "containerRegistryAuthId")
     try:
         await storage.delete_registry_auth(auth_id)
     except RecordNotFound as err:
@@ -187,10 +185,7 @@ async def delete_volume(request: web.Request) -> web.Response:
     await read_volume(storage, volume_id)  # 404 first
     users = await volume_users(request.app[CONTROL_PLANE], volume_id)
     if users:
-        raise Conflict(
-            f"network volume {volume_id!r} is used by endpoint(s) {', '.join(users)}: "
-            "delete them or give them another networkVolumeId first"
-        )
+        raise in_use(f"network volume {volume_id!r}", users, "endpoint", "networkVolumeId")
     try:
         await storage.delete_volume(volume_id)
     except RecordNotFound as err:
