@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from bench.report import Row, machine, table
 from envtest import EnvTest, binaries_dir
-from lockgate.apps.manage import control_plane_for, create_app
+from lockgate.apps.manage import control_plane_for, create_app, storage_for
 from lockgate.dev.redis_server import EmbeddedRedis, free_port
 from lockgate.kube.cluster import Cluster
 from lockgate.kube.crds import API_VERSION, GROUP, VERSION
@@ -121,8 +121,14 @@ async def measure(api: k8s.ApiClient, redis_url: str, count: int, rounds: int) -
     redis = connect(redis_url)
     key = f"lga_{secrets.token_hex(8)}"
     await Registry(redis).put_key(key, {"name": "bench", "scopes": ["admin"]})
+    cluster, registry = Cluster(api), Registry(redis)
     runner = web.AppRunner(
-        create_app(settings, control_plane_for(settings, Cluster(api)), Registry(redis)),
+        create_app(
+            settings,
+            control_plane_for(settings, cluster),
+            storage_for(settings, cluster, registry),
+            registry,
+        ),
         access_log=None,
     )
     await runner.setup()

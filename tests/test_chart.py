@@ -654,8 +654,19 @@ def test_the_management_api_runs_apart_with_its_own_service_account(render_chart
     env = env_of(container)
     assert env["LOCKGATE_ENDPOINT_NAMESPACE"] == "team-a"
     assert env["LOCKGATE_MANAGE_PORT"] == "8081"
+    assert env["LOCKGATE_VOLUME_ACCESS_MODE"] == "ReadWriteMany"  # the chart's default
+    assert env["LOCKGATE_VOLUME_STORAGE_CLASS"] == ""  # the cluster's default class
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "manage"}
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
+
+
+def test_network_volumes_take_the_charts_storage_class_and_access_mode(render_chart) -> None:
+    volumes = {"storageClassName": "nfs-client", "accessMode": "ReadWriteOnce"}
+    docs = render_chart({"operator": {"manage": {"networkVolumes": volumes}}})
+    pod = by_kind(docs, "Deployment")["lockgate-manage"]["spec"]["template"]["spec"]
+    env = env_of(pod["containers"][0])
+    assert env["LOCKGATE_VOLUME_STORAGE_CLASS"] == "nfs-client"
+    assert env["LOCKGATE_VOLUME_ACCESS_MODE"] == "ReadWriteOnce"
 
 
 def test_the_management_api_may_only_write_endpoints_in_one_namespace(render_chart) -> None:
@@ -675,6 +686,13 @@ def test_the_management_api_may_only_write_endpoints_in_one_namespace(render_cha
         },
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},  # worker logs (issue 14)
         {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+        # /v1/containerregistryauth (issue 34): image pull Secrets written, never read
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "delete"]},
+        {  # /v1/networkvolumes (issue 34)
+            "apiGroups": [""],
+            "resources": ["persistentvolumeclaims"],
+            "verbs": ["get", "list", "create", "patch", "delete"],
+        },
     ]
     [binding] = [
         d for d in docs if d["kind"] == "RoleBinding" and d["metadata"]["name"] == "lockgate-manage"

@@ -10,6 +10,7 @@ from lockgate.kube import manifests
 from lockgate.kube.manifests import Owner
 from lockgate.kube.settings import OperatorSettings
 from lockgate.models import EndpointSpec, TemplateSpec
+from lockgate.models.templates import new_template
 
 OWNER = Owner(name="ep1", namespace="ml", uid="uid-1")
 SETTINGS = OperatorSettings(gateway_url="http://gw:8080", base_url="https://jobs.example")
@@ -258,6 +259,31 @@ def test_image_pull_secret_is_referenced_by_the_pods() -> None:
     assert pod(template={"imagePullSecret": "regcred"})["imagePullSecrets"] == [{"name": "regcred"}]
 
 
+def test_a_registry_credential_of_the_api_becomes_the_pods_image_pull_secret() -> None:
+    # /v1/containerregistryauth names its Secret by the credential's id, and a template's
+    # containerRegistryAuthId is its imagePullSecret (models.templates)
+    template = new_template({"name": "t", "imageName": "r.example:5000/w:1",
+                             "containerRegistryAuthId": "abc123defg"})  # fmt: skip
+    spec = manifests.worker_pod_template(OWNER, EndpointSpec(), template, "tpl", SETTINGS)
+    assert spec["spec"]["imagePullSecrets"] == [{"name": "abc123defg"}]
+
+
+def test_a_network_volume_is_mounted_at_runpod_volume_in_every_worker() -> None:
+    spec = pod({"networkVolumeId": "vol1234567"})
+    [volume] = [v for v in spec["volumes"] if v["name"] == "runpod-volume"]
+    assert volume == {"name": "runpod-volume", "persistentVolumeClaim": {"claimName": "vol1234567"}}
+    [mount] = [m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "runpod-volume"]
+    assert mount == {"name": "runpod-volume", "mountPath": "/runpod-volume"}
+    assert env({"networkVolumeId": "vol1234567"})["RUNPOD_VOLUME_PATH"] == "/runpod-volume"
+    assert spec["securityContext"]["fsGroup"] == 10001  # the worker may write the volume
+
+
+def test_without_a_network_volume_nothing_is_mounted_at_runpod_volume() -> None:
+    spec = pod()
+    assert not [v for v in spec["volumes"] if v["name"] == "runpod-volume"]
+    assert "RUNPOD_VOLUME_PATH" not in env()
+
+
 def test_model_url_is_fetched_once_per_node_into_a_cache_mounted_read_only() -> None:
     url = "https://models.example/llama/model.gguf?download=1"
     spec = pod(template={"modelUrl": url})
@@ -380,6 +406,7 @@ ENDPOINT_FIELDS: dict[str, tuple[dict, dict]] = {
     "allowedCudaVersions": ({}, {"allowedCudaVersions": ["12.4"]}),
     "dataCenterIds": ({}, {"dataCenterIds": ["EU-RO-1"]}),
     "templateId": ({"templateId": "tpl"}, {"templateId": "tpl-2"}),
+    "networkVolumeId": ({}, {"networkVolumeId": "vol1234567"}),
     "executionTimeoutMs": ({}, {"executionTimeoutMs": 3_600_000}),
     "flashboot": ({}, {"flashboot": True}),
     "idleTimeout": ({}, {"idleTimeout": 60}),

@@ -13,9 +13,11 @@ import json
 import os
 import re
 import secrets
+import tempfile
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urljoin, urlsplit
 
@@ -102,15 +104,18 @@ async def dev_app(redis_server: EmbeddedRedis) -> AsyncIterator[tuple[str, Local
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     settings = make_settings(redis_server.url, port, sweep_interval_s=0.2)
-    app, plane = build_app(settings, gateway_url=url, base_dir=REPO, stop_grace_s=5)
-    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        yield url, plane
-    finally:
-        await plane.close()
-        await runner.cleanup()
+    with tempfile.TemporaryDirectory(prefix="lockgate-dev-") as data_dir:
+        app, plane = build_app(
+            settings, gateway_url=url, base_dir=REPO, data_dir=Path(data_dir), stop_grace_s=5
+        )
+        runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        try:
+            yield url, plane
+        finally:
+            await plane.close()
+            await runner.cleanup()
 
 
 @pytest.fixture

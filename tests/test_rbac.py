@@ -449,10 +449,37 @@ def test_lockgate_manage_serves_endpoints_with_only_its_own_role(
             # worker logs: listing the endpoint's pods is allowed (none run on envtest)
             status, logs = _http("GET", f"{base}/v1/endpoints/ep-manage/logs", None, auth)
             assert (status, logs) == (200, {"lines": []})
+            assert_storage_served(env, base, auth, intake)
             assert _http("DELETE", f"{base}/v1/endpoints/ep-manage", None, auth)[0] == 204
         finally:
             proc.terminate()
             proc.wait(10)
+
+
+def assert_storage_served(env: EnvTest, base: str, auth: dict, namespace: str) -> None:
+    """Registry credentials (Secrets written, never read) and network volumes (claims)
+    through `lockgate manage` with only its Role (issue 34, items 3 and 4)."""
+    cred = {"name": "ci", "username": "robot", "password": "pw", "registry": "r.test"}
+    status, made = _http("POST", f"{base}/v1/containerregistryauth", cred, auth)
+    assert status == 201, made
+    one = f"{base}/v1/containerregistryauth/{made['id']}"
+    assert _http("GET", one, None, auth)[1]["username"] == "robot"
+    secret = kubectl(env, "get", "secret", made["id"], "-n", namespace, "-o", "jsonpath={.type}")
+    assert secret == "kubernetes.io/dockerconfigjson"
+    assert _http("DELETE", one, None, auth)[0] == 204
+
+    status, volume = _http("POST", f"{base}/v1/networkvolumes", {"name": "v", "size": 1}, auth)
+    assert status == 201, volume
+    vol = f"{base}/v1/networkvolumes/{volume['id']}"
+    assert _http("GET", f"{base}/v1/networkvolumes", None, auth)[1] == [volume]
+    assert _http("PATCH", vol, {"name": "w"}, auth)[1]["name"] == "w"
+    status, moved = _http(
+        "PATCH", f"{base}/v1/endpoints/ep-manage", {"networkVolumeId": volume["id"]}, auth
+    )
+    assert status == 200 and moved["networkVolumeId"] == volume["id"], moved
+    assert _http("DELETE", vol, None, auth)[0] == 409
+    _http("PATCH", f"{base}/v1/endpoints/ep-manage", {"networkVolumeId": ""}, auth)
+    assert _http("DELETE", vol, None, auth)[0] == 204
 
 
 def test_the_management_apis_account_can_read_no_secret_nor_write_workloads(
@@ -467,6 +494,8 @@ def test_the_management_apis_account_can_read_no_secret_nor_write_workloads(
         custom = k8s.CustomObjectsApi(as_manage)
         for call in (
             lambda: core.list_namespaced_secret(intake),
+            lambda: core.read_namespaced_secret("any", intake),
+            lambda: core.create_namespaced_secret(release_ns, {"metadata": {"name": "x"}}),
             lambda: core.list_namespaced_secret(release_ns),
             lambda: apps.list_namespaced_deployment(intake),
             lambda: core.list_namespaced_pod(release_ns),

@@ -1,6 +1,7 @@
 """The official runpod SDK's management calls, unchanged, against `/graphql` (issue 34):
 `create_template`, `create_endpoint`, `get_endpoints`, `update_endpoint_template`, then
-`runpod.Endpoint(id).run_sync` on the endpoint they made. `RUNPOD_API_BASE_URL` points at
+`runpod.Endpoint(id).run_sync` on the endpoint they made; `create_container_registry_auth`
+and `delete_container_registry_auth`. `RUNPOD_API_BASE_URL` points at
 a real `lockgate dev` process, or at the operator's management API over envtest."""
 
 from __future__ import annotations
@@ -83,6 +84,26 @@ def test_sdk_creates_a_template_and_an_endpoint_that_runs_jobs_with_its_env(sdk)
     assert first.status_code == 204
     second = requests.delete(f"{sdk.url}/v1/templates/{other['id']}", headers=headers, timeout=10)
     assert second.status_code == 409 and endpoint["id"] in second.json()["error"]
+
+
+def test_sdk_creates_and_deletes_a_registry_credential_the_rest_api_shows(sdk) -> None:
+    made = runpod.create_container_registry_auth("ci", "robot", "s3cret-Pa55")
+    assert set(made) == {"id", "name"} and made["name"] == "ci"
+    headers = {"authorization": f"Bearer {sdk.key}"}
+    url = f"{sdk.url}/v1/containerregistryauth/{made['id']}"
+    got = requests.get(url, headers=headers, timeout=10)
+    assert got.status_code == 200 and got.json()["username"] == "robot"
+    assert got.json()["registry"] == "docker.io" and "s3cret" not in got.text
+
+    with pytest.raises(runpod_error.QueryError) as raised:  # RunPod's REST has no update
+        runpod.update_container_registry_auth(made["id"], "robot", "other")
+    assert "updateRegistryAuth" in str(raised.value)
+
+    assert runpod.delete_container_registry_auth(made["id"]) is True
+    assert requests.get(url, headers=headers, timeout=10).status_code == 404
+    with pytest.raises(runpod_error.QueryError) as raised:
+        runpod.delete_container_registry_auth(made["id"])
+    assert "not found" in str(raised.value)
 
 
 @pytest.mark.parametrize(

@@ -50,7 +50,9 @@ def _dev(sub: argparse._SubParsersAction) -> None:
         default=4,
         help="QUEUE_DELAY: seconds a job may wait; REQUEST_COUNT: jobs per worker (default 4)",
     )
-    p.add_argument("--data-dir", default=".lockgate", help="Redis data (default .lockgate)")
+    p.add_argument(
+        "--data-dir", default=".lockgate", help="Redis data and network volumes (default .lockgate)"
+    )
     p.add_argument(
         "--redis-url",
         help="use this Redis (redis:// or rediss://) instead of starting one; without it, "

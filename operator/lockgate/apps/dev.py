@@ -28,6 +28,7 @@ from lockgate.dev.controlplane import STOP_GRACE_S, LocalControlPlane
 from lockgate.dev.launch import HANDLER_SUFFIX
 from lockgate.dev.names import curl_line, endpoint_id_for
 from lockgate.dev.redis_server import EmbeddedRedis
+from lockgate.dev.storage import LocalStorage
 from lockgate.gateway.app import create_app
 from lockgate.gateway.serving import app_runner, serve_runner
 from lockgate.gateway.state import GATEWAY
@@ -43,6 +44,7 @@ from lockgate.store.connection import RedisSettings, standalone
 from lockgate.store.keys import ENDPOINT_ID_RE
 
 log = logging.getLogger("lockgate.dev")
+DEFAULT_DATA_DIR = ".lockgate"  # `lockgate dev --data-dir`'s default, relative to the cwd
 
 
 @dataclass(frozen=True)
@@ -147,17 +149,29 @@ def options(args: argparse.Namespace) -> DevOptions:
 
 
 def build_app(
-    settings: Settings, *, gateway_url: str, base_dir: Path, stop_grace_s: float = STOP_GRACE_S
+    settings: Settings,
+    *,
+    gateway_url: str,
+    base_dir: Path,
+    data_dir: Path | None = None,
+    stop_grace_s: float = STOP_GRACE_S,
 ) -> tuple[web.Application, LocalControlPlane]:
     """The gateway with the management API at `/v1` on the same port (one URL in dev mode),
     over a `LocalControlPlane` whose workers reach the gateway at `gateway_url`. Admin
-    keys (the dev API key is one) may use `/v1/endpoints`."""
+    keys (the dev API key is one) may use `/v1/endpoints`. Network volumes are folders
+    under `data_dir/volumes` (default: `base_dir/.lockgate`, the command's default)."""
     app = create_app(settings)
     gw = app[GATEWAY]
+    volumes_dir = (data_dir or base_dir / DEFAULT_DATA_DIR).resolve() / "volumes"
     plane = LocalControlPlane(
-        gw, gateway_url=gateway_url, base_dir=base_dir, stop_grace_s=stop_grace_s
+        gw,
+        gateway_url=gateway_url,
+        base_dir=base_dir,
+        volumes_dir=volumes_dir,
+        stop_grace_s=stop_grace_s,
     )
-    manage = create_manage_app(plane, gw.auth, prefix="")
+    storage = LocalStorage(gw.registry, volumes_dir)
+    manage = create_manage_app(plane, storage, gw.auth, prefix="")
     sampler = HistorySampler(gw.store, gw.registry)
     add_history_routes(manage, sampler)
     app.add_subapp("/v1", manage)
@@ -230,7 +244,9 @@ async def serve(opts: DevOptions, redis: RedisSettings, stop: asyncio.Event) -> 
     order: scaling stops, long-polls are answered, workers finish their jobs, then the rest."""
     settings = dev_settings(opts, redis)
     local_url = f"http://127.0.0.1:{settings.port}"
-    app, plane = build_app(settings, gateway_url=local_url, base_dir=Path.cwd())
+    app, plane = build_app(
+        settings, gateway_url=local_url, base_dir=Path.cwd(), data_dir=opts.data_dir
+    )
     gw = app[GATEWAY]
     runner = app_runner(app, settings, access_log=None, shutdown_timeout=2)
     try:

@@ -1,8 +1,9 @@
 """`lockgate manage`: the management API (`/v1/endpoints`) on its own, for Kubernetes.
 
-It writes Endpoint resources in one namespace and reads admin keys from Redis (and the
-key file); the operator does the rest. Apart from the operator, it runs with its own
-ServiceAccount, which may touch nothing but Endpoints (docs/security.md).
+It writes Endpoint and Template resources, registry credential Secrets (create and delete
+only: it reads none) and network volume claims in one namespace, and reads admin keys
+from Redis (and the key file); the operator does the rest. Apart from the operator, it
+runs with its own ServiceAccount, which may touch nothing else (docs/security.md).
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ from lockgate.gateway.notify import Notifier
 from lockgate.kube.cluster import Cluster, cluster_for
 from lockgate.kube.controlplane import KubernetesControlPlane
 from lockgate.kube.settings import OperatorSettings
+from lockgate.kube.storage import KubernetesStorage
 from lockgate.manage.api import create_manage_app
 from lockgate.manage.console import add_console
 from lockgate.manage.controlplane import ControlPlane
 from lockgate.manage.graphql import add_graphql_route
 from lockgate.manage.history import HistorySampler, add_history_routes, history_sampler
+from lockgate.manage.storage import Storage
 from lockgate.store import JobStore, Registry, connect
 
 
@@ -53,17 +56,24 @@ def control_plane_for(settings: OperatorSettings, cluster: Cluster) -> Kubernete
     )
 
 
+def storage_for(settings: OperatorSettings, cluster: Cluster, registry: Registry) -> Storage:
+    """Registry credential Secrets and network volume claims in the management API's
+    namespace."""
+    namespace = settings.manage_namespace()
+    return KubernetesStorage(cluster, registry, namespace=namespace, settings=settings)
+
+
 def create_app(
-    settings: OperatorSettings, control_plane: ControlPlane, registry: Registry
+    settings: OperatorSettings, control_plane: ControlPlane, storage: Storage, registry: Registry
 ) -> web.Application:
-    """`/v1/endpoints…`, `/v1/templates…` and `/graphql` (admin keys only) writing
-    through `control_plane`, and an unauthenticated `/healthz` for probes."""
+    """`/v1/endpoints…`, `/v1/templates…`, `/v1/containerregistryauth…`,
+    `/v1/networkvolumes…` and `/graphql` (admin keys only) writing through `control_plane`
+    and `storage`, and an unauthenticated `/healthz` for probes."""
     key_file = None
     if settings.keys_file:
         key_file = KeyFile(settings.keys_file, reload_s=settings.keys_file_reload_s)
-    manage = create_manage_app(
-        control_plane, Authenticator(registry, cache_s=5.0, key_file=key_file), prefix=""
-    )
+    authenticator = Authenticator(registry, cache_s=5.0, key_file=key_file)
+    manage = create_manage_app(control_plane, storage, authenticator, prefix="")
     sampler = HistorySampler(JobStore(registry.redis), registry)
     add_history_routes(manage, sampler)
     app = web.Application()
@@ -80,7 +90,8 @@ def create_app(
 
 async def start(settings: OperatorSettings, cluster: Cluster, registry: Registry) -> web.AppRunner:
     """Serve the management API on `manage_host:manage_port`; `cleanup()` the runner to stop."""
-    app = create_app(settings, control_plane_for(settings, cluster), registry)
+    plane = control_plane_for(settings, cluster)
+    app = create_app(settings, plane, storage_for(settings, cluster, registry), registry)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, settings.manage_host, settings.manage_port).start()

@@ -10,6 +10,8 @@ Settings without a local meaning (GPU types, data centers, flashboot…) are kep
 Templates made through `/v1/templates` are kept in the same Redis (`lg:templates`); an
 endpoint whose `templateId` names one runs its `dockerEntrypoint` + `dockerStartCmd` with
 its `env` (`dev.launch.template_launch`); its image name is kept and shown, never pulled.
+An endpoint's `networkVolumeId` gives its workers the volume folder's path as
+`RUNPOD_VOLUME_PATH` (`dev.storage`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from lockgate.dev.launch import Launch, launch_for, template_launch
+from lockgate.dev.storage import VOLUME_PATH_ENV, volume_dir
 from lockgate.dev.worker_keys import WorkerKeys
 from lockgate.dev.workers import LocalWorkers, WorkerStates, limits_of
 from lockgate.gateway.errors import Unavailable
@@ -183,12 +186,14 @@ class LocalControlPlane:
         *,
         gateway_url: str,
         base_dir: Path,
+        volumes_dir: Path | None = None,
         python: str = sys.executable,
         stop_grace_s: float = STOP_GRACE_S,
     ) -> None:
         self.gw = gw
         self.gateway_url = gateway_url  # the gateway as workers reach it
         self.base_dir = base_dir
+        self.volumes_dir = volumes_dir or base_dir / ".lockgate" / "volumes"
         self.python = python
         self.stop_grace_s = stop_grace_s
         self._endpoints: dict[str, LocalEndpoint] = {}
@@ -261,7 +266,8 @@ class LocalControlPlane:
         spec = spec.model_copy(update={"templateId": launch.template_id})
         if spec.templateId != ep.spec.templateId or launch != ep.launch:
             ep.version += 1
-        if ep.workers is None or launch != ep.launch or spec.type != ep.spec.type:
+        moved = spec.type != ep.spec.type or spec.networkVolumeId != ep.spec.networkVolumeId
+        if ep.workers is None or launch != ep.launch or moved:
             if ep.workers is not None:
                 await ep.workers.withdraw()  # out of routing before this answers
             self._retire(ep)
@@ -429,6 +435,8 @@ class LocalControlPlane:
         defaults = {k: v for k, v in WORKER_DEFAULTS.items() if k not in os.environ}
         given = resource_env(spec, cpus_here=os.cpu_count() or 1, gpus_here=gpus_here())
         own = worker_env(self.gateway_url, endpoint_id, worker_key)
+        if spec.networkVolumeId:  # a process cannot see /runpod-volume: the folder's path
+            own[VOLUME_PATH_ENV] = str(volume_dir(self.volumes_dir, spec.networkVolumeId))
         env = {**defaults, **dict(launch.env), **given, **own}  # a template's env first
         keys = WorkerKeys(self.gw.registry, endpoint_id)  # no process gets the shared key
         sink = self.logs.sink(endpoint_id)

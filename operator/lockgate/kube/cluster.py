@@ -148,6 +148,9 @@ _KINDS = {
     "DaemonSet": _Kind(k8s.AppsV1Api, "daemon_set", k8s.V1DaemonSet),
     "Secret": _Kind(k8s.CoreV1Api, "secret", k8s.V1Secret),
     "Pod": _Kind(k8s.CoreV1Api, "pod", k8s.V1Pod),
+    "PersistentVolumeClaim": _Kind(
+        k8s.CoreV1Api, "persistent_volume_claim", k8s.V1PersistentVolumeClaim
+    ),
     "NetworkPolicy": _Kind(k8s.NetworkingV1Api, "network_policy", k8s.V1NetworkPolicy),
 }
 
@@ -287,7 +290,10 @@ class Cluster:
 
     async def annotate(self, kind: str, namespace: str, name: str, annotations: Obj) -> None:
         """Merge `annotations` into an object's (a None value removes one)."""
-        patch = {"metadata": {"annotations": annotations}}
+        await self.merge_patch(kind, namespace, name, {"metadata": {"annotations": annotations}})
+
+    async def merge_patch(self, kind: str, namespace: str, name: str, patch: Obj) -> None:
+        """Apply a JSON merge patch to an object; `NotFound` when it is gone."""
         await self._call(
             self._method(kind, "patch"), name, namespace, patch, _content_type=MERGE_PATCH
         )

@@ -80,7 +80,7 @@ def record_from_resource(obj: Mapping[str, Any], job_api_url: str) -> EndpointRe
     created = (obj.get("metadata") or {}).get("creationTimestamp") or ""
     return EndpointRecord.model_construct(
         id=endpoint_id, jobApiUrl=job_api_url, status=status, version=version_of(obj),
-        createdAt=created, networkVolumeId=None, **settings,
+        createdAt=created, **settings,
     )  # fmt: skip
 
 

@@ -36,6 +36,7 @@ from lockgate.kube.placement import GPU_TYPE_ANNOTATION
 from lockgate.kube.settings import OperatorSettings
 from lockgate.models import ComputeType, EndpointSpec, EndpointType, TemplateSpec
 from lockgate.models.podfields import PodSecurity
+from lockgate.models.volumes import VOLUME_MOUNT_PATH, VOLUME_PATH_ENV
 from lockgate.workerenv import WORKER_DEFAULTS, resource_env, worker_env, worker_id_env
 
 Obj = dict[str, Any]
@@ -58,6 +59,7 @@ MODEL_DIR = "/lockgate/model"  # where workers see the model cache (read-only)
 SHUTDOWN_MARGIN_S = 15  # after a job's timeout: time to report the result and exit
 KEY_VARIABLES = ("RUNPOD_AI_API_KEY", "LOCKGATE_WORKER_KEY")
 SHM_DIR = "/dev/shm"
+NETWORK_VOLUME = "runpod-volume"  # the pod volume of an endpoint's networkVolumeId
 # Default memory of a worker, GiB: RunPod's compute-optimised CPU ratio (2 per vCPU), and on
 # GPU endpoints at least as much host memory per GPU as a 16 GB card holds (models are
 # loaded through host memory).
@@ -234,7 +236,7 @@ def container_env(
             env.append({"name": name, "valueFrom": {"secretKeyRef": ref}})
         else:
             env.append({"name": name, "value": value})
-    extra = {**resource_env(spec), **_model_env(template)}
+    extra = {**resource_env(spec), **_model_env(template), **_volume_env(spec)}
     env += [{"name": k, "value": v} for k, v in extra.items()]
     reserved = {e["name"] for e in env}
     env += [{"name": k, "value": v} for k, v in template.env.items() if k not in reserved]
@@ -521,6 +523,16 @@ def _model_env(template: TemplateSpec) -> dict[str, str]:
     }
 
 
+def _volume_env(spec: EndpointSpec) -> dict[str, str]:
+    return {VOLUME_PATH_ENV: VOLUME_MOUNT_PATH} if spec.networkVolumeId else {}
+
+
+def network_volume(spec: EndpointSpec) -> Obj:
+    """The endpoint's network volume: the PersistentVolumeClaim named by its id."""
+    claim = {"claimName": spec.networkVolumeId}
+    return {"name": NETWORK_VOLUME, "persistentVolumeClaim": claim}
+
+
 def model_cache_volume(template: TemplateSpec, settings: OperatorSettings) -> Obj:
     """A node folder per model URL, shared by every pod on the node that needs it."""
     key = hashlib.sha256(template.modelUrl.encode()).hexdigest()[:16]
@@ -600,6 +612,8 @@ def worker_container(
     mounts = [{"name": "shm", "mountPath": SHM_DIR}]
     if template.modelUrl:
         mounts.append({"name": "model-cache", "mountPath": MODEL_DIR, "readOnly": True})
+    if spec.networkVolumeId:
+        mounts.append({"name": NETWORK_VOLUME, "mountPath": VOLUME_MOUNT_PATH})
     container["volumeMounts"] = mounts
     container["securityContext"] = container_security_context(template)
     if spec.flashboot:
@@ -642,6 +656,8 @@ def worker_pod_template(
     if template.modelUrl:
         pod["initContainers"] = [model_fetch_container(template, settings)]
         pod["volumes"].append(model_cache_volume(template, settings))
+    if spec.networkVolumeId:
+        pod["volumes"].append(network_volume(spec))
     # A new worker key (its Secret was deleted) must reach running workers: roll them.
     ours = {TEMPLATE_ANNOTATION: template_name, KEY_ANNOTATION: key_revision[:12]}
     if gpu_types:  # which type the pod requires: kube.placement reads it back

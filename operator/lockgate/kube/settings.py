@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
@@ -120,6 +120,15 @@ class OperatorSettings(RedisSettings):
     )
     termination_grace_cap_s: int = Field(
         600, ge=30, description="longest a stopping worker may take to finish its job"
+    )
+
+    # Network volumes (`/v1/networkvolumes`): one PersistentVolumeClaim each. Several
+    # workers, on several nodes, share a volume only with ReadWriteMany.
+    volume_storage_class: str = Field(
+        "", max_length=253, description="StorageClass of network volumes; empty: the default"
+    )
+    volume_access_mode: Literal["ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"] = Field(
+        "ReadWriteMany", description="access mode of network volumes"
     )
 
     # Model cache and flashboot helpers.

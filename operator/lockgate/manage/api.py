@@ -4,7 +4,8 @@ Every route needs an admin key (`authorization: Bearer <key>`). Payloads are the
 creation payload in RunPod's shapes (`templateId` required, `id` optional: generated when
 absent; `PATCH` or `POST …/update` to edit; `includeTemplate`, `includeWorkers` when
 reading); errors are `{"error": ...}` naming the offending field. `/v1/templates` is
-`manage.templates`; `/graphql` (the runpod SDK's calls) is `manage.graphql`.
+`manage.templates`; `/v1/containerregistryauth` and `/v1/networkvolumes` are
+`manage.storage_api`; `/graphql` (the runpod SDK's calls) is `manage.graphql`.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from lockgate.manage.controlplane import (
 from lockgate.manage.keys_api import add_keys_routes
 from lockgate.manage.listing import ContinueExpired, ContinueInvalid, parse_query
 from lockgate.manage.logs import add_logs_routes
+from lockgate.manage.storage import STORAGE, Storage
+from lockgate.manage.storage_api import add_storage_routes, require_volume
 from lockgate.manage.templates import add_template_routes
 from lockgate.models import (
     ENDPOINT_ID_PATTERN,
@@ -77,14 +80,6 @@ def parse_spec(payload: dict[str, Any]) -> EndpointSpec:
         raise BadRequest(describe_validation_error(err)) from err
 
 
-def _network_volume(payload: dict[str, Any]) -> None:
-    """`networkVolumeId`: accepted empty (as the runpod SDK sends it); network volumes are
-    not served yet, so a volume is refused rather than silently not mounted."""
-    volume = payload.pop("networkVolumeId", None)
-    if volume not in (None, ""):
-        raise BadRequest("networkVolumeId: network volumes are not available yet; omit it")
-
-
 def flag(query: Any, name: str) -> bool:
     """A boolean query parameter (`true`/`false`, `1`/`0`); 400 naming it otherwise."""
     value = query.get(name)
@@ -125,11 +120,14 @@ async def endpoint_json(
     return body
 
 
-async def create_endpoint_from(plane: ControlPlane, payload: dict[str, Any]) -> EndpointRecord:
-    """Create an endpoint from a creation payload; raises `ApiError` naming the field."""
+async def create_endpoint_from(
+    plane: ControlPlane, storage: Storage, payload: dict[str, Any]
+) -> EndpointRecord:
+    """Create an endpoint from a creation payload; raises `ApiError` naming the field
+    (`networkVolumeId` too, when it names no volume of `storage`)."""
     endpoint_id = _endpoint_id(payload)
-    _network_volume(payload)
     spec = parse_spec(payload)
+    await require_volume(storage, spec.networkVolumeId)
     try:
         return await plane.create(endpoint_id, spec)
     except EndpointExists as err:
@@ -139,16 +137,18 @@ async def create_endpoint_from(plane: ControlPlane, payload: dict[str, Any]) -> 
 
 
 async def edit_endpoint(
-    plane: ControlPlane, endpoint_id: str, changes: dict[str, Any]
+    plane: ControlPlane, storage: Storage, endpoint_id: str, changes: dict[str, Any]
 ) -> EndpointRecord:
     """Apply `changes` (the others keep their values); raises `ApiError`."""
     if changes.pop("id", endpoint_id) != endpoint_id:
         raise BadRequest("id: an endpoint's id cannot change")
-    _network_volume(changes)
     try:
         current = await plane.get(endpoint_id)
         settings = current.model_dump(include=set(EndpointSpec.model_fields))
-        return await plane.patch(endpoint_id, parse_spec({**settings, **changes}))
+        spec = parse_spec({**settings, **changes})
+        if spec.networkVolumeId != current.networkVolumeId:
+            await require_volume(storage, spec.networkVolumeId)
+        return await plane.patch(endpoint_id, spec)
     except EndpointNotFound as err:
         raise NotFound(f"endpoint {endpoint_id!r} not found") from err
     except UnusableSettings as err:
@@ -175,7 +175,7 @@ async def admin_only(request: web.Request, handler) -> web.StreamResponse:
 
 async def create_endpoint(request: web.Request) -> web.Response:
     payload = await json_object(request)
-    record = await create_endpoint_from(request.app[CONTROL_PLANE], payload)
+    record = await create_endpoint_from(request.app[CONTROL_PLANE], request.app[STORAGE], payload)
     return json_response(record.to_json())
 
 
@@ -237,7 +237,8 @@ async def patch_endpoint(request: web.Request) -> web.Response:
     keep their values."""
     endpoint_id = request.match_info["endpoint_id"]
     changes = await json_object(request)
-    record = await edit_endpoint(request.app[CONTROL_PLANE], endpoint_id, changes)
+    app = request.app
+    record = await edit_endpoint(app[CONTROL_PLANE], app[STORAGE], endpoint_id, changes)
     return json_response(record.to_json())
 
 
@@ -251,7 +252,11 @@ async def delete_endpoint(request: web.Request) -> web.Response:
 
 
 def create_manage_app(
-    control_plane: ControlPlane, authenticator: Authenticator, *, prefix: str = "/v1"
+    control_plane: ControlPlane,
+    storage: Storage,
+    authenticator: Authenticator,
+    *,
+    prefix: str = "/v1",
 ) -> web.Application:
     """The management API over any control plane (Kubernetes, or local in dev mode).
 
@@ -268,6 +273,7 @@ def create_manage_app(
     app.router.add_post(f"{prefix}/endpoints/{{endpoint_id}}/update", patch_endpoint)
     app.router.add_delete(f"{prefix}/endpoints/{{endpoint_id}}", delete_endpoint)
     add_template_routes(app, prefix=prefix)
+    add_storage_routes(app, storage, prefix=prefix)
     add_keys_routes(app, authenticator.registry, prefix=prefix)
     add_logs_routes(app, prefix=prefix)
     return app

@@ -1,5 +1,6 @@
 """`/graphql`: the subset of RunPod's GraphQL API that the runpod SDK's management calls
-send (`create_template`, `create_endpoint`, `get_endpoints`, `update_endpoint_template`),
+send (`create_template`, `create_endpoint`, `get_endpoints`, `update_endpoint_template`,
+`create_container_registry_auth`, and `deleteRegistryAuth`),
 served with graphql-core over the same `ControlPlane` and rules as `/v1`.
 
 It sits at the root of the process that serves `/v1` (so `RUNPOD_API_BASE_URL` is that
@@ -28,6 +29,8 @@ from lockgate.manage.api import (
 )
 from lockgate.manage.controlplane import CONTROL_PLANE, ControlPlane
 from lockgate.manage.listing import EndpointQuery
+from lockgate.manage.storage import STORAGE, Storage
+from lockgate.manage.storage_api import create_registry_auth, remove_registry_auth
 from lockgate.manage.templates import create_template, edit_template
 from lockgate.models import EndpointRecord, TemplateSpec
 from lockgate.models.templates import runpod_template
@@ -145,6 +148,18 @@ input EndpointInput {
   type: String
 }
 
+input SaveRegistryAuthInput {
+  name: String!
+  username: String!
+  password: String!
+  registry: String
+}
+
+type RegistryAuth {
+  id: String!
+  name: String
+}
+
 input UpdateEndpointTemplateInput {
   endpointId: String!
   templateId: String!
@@ -154,6 +169,8 @@ type Mutation {
   saveTemplate(input: PodTemplateInput!): PodTemplate
   saveEndpoint(input: EndpointInput!): Endpoint
   updateEndpointTemplate(input: UpdateEndpointTemplateInput!): Endpoint
+  saveRegistryAuth(input: SaveRegistryAuthInput!): RegistryAuth
+  deleteRegistryAuth(registryAuthId: String!): Boolean
 }
 """
 
@@ -236,7 +253,7 @@ def endpoint_view(record: EndpointRecord, template: TemplateSpec | None) -> dict
         "template": template_view(tpl) if tpl is not None else None,
         "gpuIds": ",".join(record.gpuTypeIds),
         "gpuCount": record.gpuCount,
-        "networkVolumeId": record.networkVolumeId,
+        "networkVolumeId": record.networkVolumeId or None,
         "networkVolume": None,
         "locations": ",".join(record.dataCenterIds),
         "idleTimeout": record.idleTimeout,
@@ -266,6 +283,10 @@ async def _template_of(plane: ControlPlane, template_id: str) -> TemplateSpec | 
 
 def _plane(info: Any) -> ControlPlane:
     return info.context["plane"]
+
+
+def _storage(info: Any) -> Storage:
+    return info.context["storage"]
 
 
 async def resolve_myself(_root: Any, _info: Any) -> dict[str, Any]:
@@ -306,9 +327,9 @@ async def resolve_save_endpoint(_root: Any, info: Any, input: dict[str, Any]) ->
     endpoint_id = payload.pop("id", None)
     try:
         if endpoint_id:
-            record = await edit_endpoint(plane, endpoint_id, payload)
+            record = await edit_endpoint(plane, _storage(info), endpoint_id, payload)
         else:
-            record = await create_endpoint_from(plane, payload)
+            record = await create_endpoint_from(plane, _storage(info), payload)
     except ApiError as err:
         raise GraphQLError(err.message, extensions={"status": err.status}) from err
     return endpoint_view(record, await _template_of(plane, record.templateId))
@@ -322,11 +343,29 @@ async def resolve_update_endpoint_template(
     plane = _plane(info)
     try:
         record = await edit_endpoint(
-            plane, input["endpointId"], {"templateId": input["templateId"]}
+            plane, _storage(info), input["endpointId"], {"templateId": input["templateId"]}
         )
     except ApiError as err:
         raise GraphQLError(err.message, extensions={"status": err.status}) from err
     return endpoint_view(record, await _template_of(plane, record.templateId))
+
+
+async def resolve_save_registry_auth(
+    _root: Any, info: Any, input: dict[str, Any]
+) -> dict[str, Any]:
+    payload = {k: v for k, v in input.items() if v is not None}
+    try:
+        return await create_registry_auth(_storage(info), payload)
+    except ApiError as err:
+        raise GraphQLError(err.message, extensions={"status": err.status}) from err
+
+
+async def resolve_delete_registry_auth(_root: Any, info: Any, registryAuthId: str) -> bool:
+    try:
+        await remove_registry_auth(_plane(info), _storage(info), registryAuthId)
+    except ApiError as err:
+        raise GraphQLError(err.message, extensions={"status": err.status}) from err
+    return True
 
 
 def build() -> GraphQLSchema:
@@ -340,6 +379,8 @@ def build() -> GraphQLSchema:
     mutations["saveTemplate"].resolve = resolve_save_template
     mutations["saveEndpoint"].resolve = resolve_save_endpoint
     mutations["updateEndpointTemplate"].resolve = resolve_update_endpoint_template
+    mutations["saveRegistryAuth"].resolve = resolve_save_registry_auth
+    mutations["deleteRegistryAuth"].resolve = resolve_delete_registry_auth
     return schema
 
 
@@ -377,7 +418,7 @@ def add_graphql_route(app: web.Application, manage: web.Application) -> None:
         result = await graphql(
             SCHEMA,
             body["query"],
-            context_value={"plane": manage[CONTROL_PLANE]},
+            context_value={"plane": manage[CONTROL_PLANE], "storage": manage[STORAGE]},
             variable_values=variables,
             operation_name=operation,
         )

@@ -44,6 +44,15 @@ class Conflict(ApiError):
     status = 409
 
 
+def in_use(thing: str, users: list[str], kind: str, field: str) -> Conflict:
+    """409 for `thing` (e.g. "template 'abc'") used by `users`, naming them and what to
+    change on them (`field`)."""
+    return Conflict(
+        f"{thing} is used by {kind}(s) {', '.join(users)}: "
+        f"delete them or give them another {field} first"
+    )
+
+
 def new_template_id() -> str:
     """A RunPod-style template id: 10 random lowercase letters and digits."""
     return "".join(secrets.choice(ID_ALPHABET) for _ in range(TEMPLATE_ID_LENGTH))
@@ -112,10 +121,7 @@ async def remove_template(plane: ControlPlane, template_id: str) -> None:
     await read_template(plane, template_id)  # 404 first
     users = await template_users(plane, template_id)
     if users:
-        raise Conflict(
-            f"template {template_id!r} is used by endpoint(s) {', '.join(users)}: "
-            "delete them or give them another templateId first"
-        )
+        raise in_use(f"template {template_id!r}", users, "endpoint", "templateId")
     try:
         await plane.delete_template(template_id)
     except TemplateNotFound as err:

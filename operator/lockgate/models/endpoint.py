@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from lockgate.models import podfields
 from lockgate.models.jobs import (
@@ -70,6 +70,12 @@ class EndpointSpec(BaseModel):
         default_factory=list, description="data centers (zones) a worker may run in"
     )
     templateId: str = Field("", description="name of the Template in the same namespace")
+    networkVolumeId: str = Field(
+        "",
+        max_length=63,
+        pattern=r"^$|^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$",
+        description="network volume (PersistentVolumeClaim) mounted at /runpod-volume",
+    )
     executionTimeoutMs: int = Field(
         EXECUTION_TIMEOUT_DEFAULT_MS,
         ge=EXECUTION_TIMEOUT_MIN_MS,
@@ -121,6 +127,12 @@ class EndpointSpec(BaseModel):
             ]
         },
     )
+
+    @field_validator("networkVolumeId", mode="before")
+    @classmethod
+    def _no_volume_as_null(cls, value: object) -> object:
+        """null is no volume, as a record shows it (RunPod's shape)."""
+        return "" if value is None else value
 
     @model_validator(mode="after")
     def _min_not_above_max(self) -> EndpointSpec:

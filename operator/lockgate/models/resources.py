@@ -79,10 +79,11 @@ class EndpointRecord(EndpointSpec):
     jobApiUrl: str = ""
     version: int = Field(1, ge=1, description="goes up when its template or env changes")
     createdAt: str = Field("", description="RFC 3339")
-    networkVolumeId: str | None = Field(None, description="network volumes: not yet")
     status: EndpointStatus = Field(default_factory=EndpointStatus)
 
     def to_json(self) -> dict[str, Any]:
-        """The record as JSON, `id` first."""
+        """The record as JSON, `id` first; `networkVolumeId` null without a volume, as
+        RunPod shows it."""
         body = self.model_dump(mode="json")
+        body["networkVolumeId"] = body["networkVolumeId"] or None
         return {"id": body.pop("id"), **body}

@@ -66,6 +66,11 @@ the single description of what they build.
     lg:endpoints         HASH  endpoint id -> registry entry (JSON)
     lg:templates         HASH  template id -> dev mode's template (JSON: its fields and
                                createdAt); a cluster keeps Template resources instead
+    lg:registryauth      HASH  registry credential id -> JSON {name, username, registry,
+                               createdAt}; dev mode's also holds the password (never
+                               shown); a cluster's password is only in its Secret
+    lg:volumes           HASH  network volume id -> dev mode's volume (JSON: name, size,
+                               dataCenterId, createdAt); a cluster keeps PVCs instead
     lg:keys              HASH  sha256(api key) -> key record (JSON: name, scopes, endpoints,
                                created); never the key itself
 """
@@ -77,6 +82,8 @@ import re
 
 ENDPOINTS = "lg:endpoints"
 TEMPLATES = "lg:templates"
+REGISTRY_AUTHS = "lg:registryauth"
+NETWORK_VOLUMES = "lg:volumes"
 API_KEYS = "lg:keys"
 EVENTS_CHANNEL = "lg:events"
 

@@ -48,19 +48,40 @@ class Registry:
 
     async def put_template(self, template_id: str, entry: dict) -> None:
         """Keep (or replace) a dev-mode template."""
-        await self.redis.hset(keys.TEMPLATES, template_id, orjson.dumps(entry))
+        await self.put_record(keys.TEMPLATES, template_id, entry)
 
     async def get_template(self, template_id: str) -> dict | None:
-        raw = await self.redis.hget(keys.TEMPLATES, template_id)
-        return orjson.loads(raw) if raw is not None else None
+        return await self.get_record(keys.TEMPLATES, template_id)
 
     async def list_templates(self) -> dict[str, dict]:
-        raw = await self.redis.hgetall(keys.TEMPLATES)
-        return {k.decode(): orjson.loads(v) for k, v in raw.items()}
+        return await self.list_records(keys.TEMPLATES)
 
     async def delete_template(self, template_id: str) -> bool:
         """Forget a dev-mode template; False when it was not there."""
-        return bool(await self.redis.hdel(keys.TEMPLATES, template_id))
+        return await self.delete_record(keys.TEMPLATES, template_id)
+
+    # Management records kept by id in one hash each: `keys.TEMPLATES`,
+    # `keys.REGISTRY_AUTHS`, `keys.NETWORK_VOLUMES`.
+
+    async def put_record(self, kind: str, record_id: str, entry: dict) -> None:
+        """Keep (or replace) a record of `kind` (one of the hashes above)."""
+        await self.redis.hset(kind, record_id, orjson.dumps(entry))
+
+    async def add_record(self, kind: str, record_id: str, entry: dict) -> bool:
+        """Keep a new record; False (nothing written) when the id is taken."""
+        return bool(await self.redis.hsetnx(kind, record_id, orjson.dumps(entry)))
+
+    async def get_record(self, kind: str, record_id: str) -> dict | None:
+        raw = await self.redis.hget(kind, record_id)
+        return orjson.loads(raw) if raw is not None else None
+
+    async def list_records(self, kind: str) -> dict[str, dict]:
+        raw = await self.redis.hgetall(kind)
+        return {k.decode(): orjson.loads(v) for k, v in raw.items()}
+
+    async def delete_record(self, kind: str, record_id: str) -> bool:
+        """Forget a record; False when it was not there."""
+        return bool(await self.redis.hdel(kind, record_id))
 
     async def put_key(self, api_key: str, record: dict) -> None:
         """Store a key's record (name, scopes, endpoints) under the key's digest."""
