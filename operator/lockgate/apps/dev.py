@@ -32,6 +32,7 @@ from lockgate.gateway.app import create_app
 from lockgate.gateway.serving import app_runner, serve_runner
 from lockgate.gateway.state import GATEWAY
 from lockgate.logs import setup_logging
+from lockgate.manage.about import DEV, About
 from lockgate.manage.api import create_manage_app
 from lockgate.manage.console import add_console
 from lockgate.manage.controlplane import UnusableSettings
@@ -147,17 +148,23 @@ def options(args: argparse.Namespace) -> DevOptions:
 
 
 def build_app(
-    settings: Settings, *, gateway_url: str, base_dir: Path, stop_grace_s: float = STOP_GRACE_S
+    settings: Settings,
+    *,
+    gateway_url: str,
+    base_dir: Path,
+    stop_grace_s: float = STOP_GRACE_S,
+    command_line_endpoint: str | None = None,
 ) -> tuple[web.Application, LocalControlPlane]:
     """The gateway with the management API at `/v1` on the same port (one URL in dev mode),
     over a `LocalControlPlane` whose workers reach the gateway at `gateway_url`. Admin
-    keys (the dev API key is one) may use `/v1/endpoints`."""
+    keys (the dev API key is one) may use `/v1/endpoints`; `/v1/about` tells the console
+    it is dev mode, and which endpoint the command line defines."""
     app = create_app(settings)
     gw = app[GATEWAY]
     plane = LocalControlPlane(
         gw, gateway_url=gateway_url, base_dir=base_dir, stop_grace_s=stop_grace_s
     )
-    manage = create_manage_app(plane, gw.auth, prefix="")
+    manage = create_manage_app(plane, gw.auth, prefix="", about=About(DEV, command_line_endpoint))
     add_history_routes(manage, gw.store, gw.registry)
     app.add_subapp("/v1", manage)
     add_graphql_route(app, manage)  # the runpod SDK's management calls
@@ -222,7 +229,12 @@ async def serve(opts: DevOptions, redis: RedisSettings, stop: asyncio.Event) -> 
     order: scaling stops, long-polls are answered, workers finish their jobs, then the rest."""
     settings = dev_settings(opts, redis)
     local_url = f"http://127.0.0.1:{settings.port}"
-    app, plane = build_app(settings, gateway_url=local_url, base_dir=Path.cwd())
+    app, plane = build_app(
+        settings,
+        gateway_url=local_url,
+        base_dir=Path.cwd(),
+        command_line_endpoint=opts.endpoint_id,
+    )
     gw = app[GATEWAY]
     runner = app_runner(app, settings, access_log=None, shutdown_timeout=2)
     try:

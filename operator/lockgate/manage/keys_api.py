@@ -2,11 +2,13 @@
 
 Admin scope (the management app's middleware). Same rules and messages as the command
 (`lockgate.apikeys`): a key is shown once, at creation, and only its SHA-256 is kept; a
-key's `id` is the start of that digest, as `lockgate keys list` prints it.
+key's `id` is the start of that digest, as `lockgate keys list` prints it. The list is by
+name; `worker` marks a running worker's temporary key (its worker id), `workerOf` an
+endpoint's shared worker key (its endpoint id), `current` the caller's own key.
 
 | route | answer |
 |---|---|
-| `GET /v1/keys` | `[{"id", "name", "scopes", "endpoints", "createdAt"?}]`, by name |
+| `GET /v1/keys` | `[{"id", "name", "scopes", "endpoints", "createdAt"?, ...}]` (above) |
 | `POST /v1/keys` `{"name", "scopes", "endpoints"?}` | the same object plus `"key"` |
 | `DELETE /v1/keys/{id}` | 204; 404 when no key has that id |
 """
@@ -19,6 +21,7 @@ from typing import Any
 from aiohttp import web
 
 from lockgate import apikeys
+from lockgate.gateway.auth import bearer_token
 from lockgate.gateway.errors import ApiError, BadRequest, NotFound
 from lockgate.gateway.http import iso_ms, json_object, json_response
 from lockgate.store import Registry, key_digest
@@ -43,6 +46,8 @@ def describe_key(digest: str, record: dict) -> dict[str, Any]:
     }
     if isinstance(record.get("created"), int):
         shown["createdAt"] = iso_ms(record["created"])
+    if isinstance(record.get("worker"), str):
+        shown["worker"] = record["worker"]  # a running worker's own key, revoked as it stops
     return shown
 
 
@@ -65,8 +70,23 @@ def parse_new_key(body: dict[str, Any]) -> tuple[str, list[str], list[str] | Non
 
 
 async def list_keys(request: web.Request) -> web.Response:
-    stored = await request.app[REGISTRY].list_keys()
+    """Every key, by name; the caller's own is marked `"current": true` (the console asks
+    more before revoking the key it is signed in with), an endpoint's shared worker key
+    (which lockgate made and keeps) `"workerOf": endpoint id`."""
+    registry = request.app[REGISTRY]
+    stored = await registry.list_keys()
+    token = bearer_token(request.headers.get("authorization"))
+    mine = key_digest(token) if token else None
+    endpoint_keys = {
+        entry.get("workerKeyDigest"): endpoint_id
+        for endpoint_id, entry in (await registry.list_endpoints()).items()
+    }
     shown = [describe_key(d, r) for d, r in stored.items()]
+    for key, digest in zip(shown, stored, strict=True):
+        if digest == mine:
+            key["current"] = True
+        if digest in endpoint_keys:
+            key["workerOf"] = endpoint_keys[digest]  # the endpoint's shared worker key
     return json_response(sorted(shown, key=lambda k: (str(k["name"]), k["id"])))
 
 
