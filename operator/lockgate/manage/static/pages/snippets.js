@@ -73,10 +73,11 @@ export function callCard(url) {
   choose("curl");
   return h("section", {class: "card", "aria-labelledby": "call-it"},
     h("h2", {id: "call-it"}, "Call it"),
-    h("div", {class: "table-wrap"}, h("table", {"aria-label": "Routes"},
-      h("thead", {}, h("tr", {}, ["Method", "URL", "What"].map((t) => h("th", {scope: "col"}, t)))),
+    h("div", {class: "table-wrap"}, h("table", {"aria-label": "Routes", class: "routes"},
+      h("caption", {}, "Routes, after ", h("code", {}, url)),
+      h("thead", {}, h("tr", {}, ["Method", "Path", "What"].map((t) => h("th", {scope: "col"}, t)))),
       h("tbody", {}, ROUTES.map(([method, path, what]) => h("tr", {},
-        h("td", {class: "mono"}, method), h("td", {class: "mono"}, `${url}${path}`), h("td", {}, what)))))),
+        h("td", {class: "mono"}, method), h("td", {class: "mono"}, path), h("td", {}, what)))))),
     h("div", {class: "row", role: "tablist", "aria-label": "Snippet language"}, buttons),
     panel,
     h("p", {class: "hint"}, `Replace ${KEY_PLACEHOLDER} with a key that has the jobs scope (API keys page).`));
