@@ -40,6 +40,14 @@ def test_revoking_the_key_you_are_signed_in_with_needs_its_name(page, console_de
     page.get_by_label("Admin API key").wait_for()  # signed out
     gone = requests.get(f"{console_dev.url}/v1/keys", headers=auth(key), timeout=10)
     assert gone.status_code == 401
+
+    # the dev key is now the last admin key: no Revoke for it (the API answers 409)
+    sign_in(page, console_dev)
+    page.wait_for_url(re.compile(r"#/endpoints$"))
+    page.goto(f"{console_dev.url}/console/#/keys")
+    dev = page.locator("tr[data-key]", has=page.locator(".you"))
+    dev.get_by_text("The last admin key").wait_for()
+    assert dev.get_by_role("button").count() == 0
     assert_clean(page, allow=EXPECTED)
 
 

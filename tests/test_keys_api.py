@@ -159,3 +159,15 @@ async def test_a_bad_key_name_is_said_in_words_not_as_a_pattern(keys: Keys) -> N
     assert status == 400
     assert answer["error"].startswith("name: 1 to 128 characters: letters, digits")
     assert "'has space'" in answer["error"] and "[A-Za-z" not in answer["error"]
+
+
+async def test_the_last_admin_key_cannot_be_revoked(keys: Keys) -> None:
+    _, listed = await keys.call("GET")
+    [admin] = [k for k in listed if k["name"] == "admin"]
+    status, answer = await keys.call("DELETE", f"/{admin['id']}")
+    assert status == 409
+    assert "last admin key" in answer["error"] and "--scope admin" in answer["error"]
+    _, other = await keys.call("POST", body={"name": "admin-2", "scopes": ["admin"]})
+    assert (await keys.call("DELETE", f"/{admin['id']}", key=other["key"]))[0] == 204
+    status, answer = await keys.call("DELETE", f"/{other['id']}", key=other["key"])
+    assert status == 409  # now admin-2 is the last one

@@ -10,7 +10,7 @@ endpoint's shared worker key (its endpoint id), `current` the caller's own key.
 |---|---|
 | `GET /v1/keys` | `[{"id", "name", "scopes", "endpoints", "createdAt"?, ...}]` (above) |
 | `POST /v1/keys` `{"name", "scopes", "endpoints"?}` | the same object plus `"key"` |
-| `DELETE /v1/keys/{id}` | 204; 404 when no key has that id |
+| `DELETE /v1/keys/{id}` | 204; 404 when no key has that id; 409 for the last admin key |
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 from aiohttp import web
 
 from lockgate import apikeys
-from lockgate.gateway.auth import bearer_token
+from lockgate.gateway.auth import ADMIN, bearer_token
 from lockgate.gateway.errors import ApiError, BadRequest, NotFound
 from lockgate.gateway.http import iso_ms, json_object, json_response
 from lockgate.store import Registry, key_digest
@@ -32,6 +32,12 @@ KEY_ID_RE = re.compile(r"^[0-9a-f]{8,64}$")  # a digest prefix, as `lockgate key
 
 class KeyExists(ApiError):
     """Another key has this name."""
+
+    status = 409
+
+
+class LastAdminKey(ApiError):
+    """Revoking this key would leave no admin key."""
 
     status = 409
 
@@ -110,13 +116,26 @@ async def revoke_key(request: web.Request) -> web.Response:
     if not KEY_ID_RE.match(key_id):
         raise BadRequest("id: the key's id (8 to 64 lowercase hex digits, as listed)")
     registry = request.app[REGISTRY]
-    found = [d for d in await registry.list_keys() if d.startswith(key_id)]
+    stored = await registry.list_keys()
+    found = [d for d in stored if d.startswith(key_id)]
     if not found:
         raise NotFound(f"no key with an id starting {key_id!r}")
     if len(found) > 1:
         raise BadRequest(f"id: {key_id!r} starts {len(found)} keys' ids: give more digits")
+    if last_admin(found[0], stored):
+        raise LastAdminKey(
+            f"key {stored[found[0]].get('name', '?')!r} is the last admin key: revoking it would "
+            "lock everyone out of the console and the management API. Create another admin "
+            "key first (lockgate keys create NAME --scope admin)"
+        )
     await registry.delete_key(found[0])
     return web.Response(status=204)
+
+
+def last_admin(digest: str, stored: dict[str, dict]) -> bool:
+    """Whether the key `digest` is the only stored key with the admin scope."""
+    admins = [d for d, record in stored.items() if ADMIN in record.get("scopes", [])]
+    return admins == [digest]
 
 
 def add_keys_routes(app: web.Application, registry: Registry, *, prefix: str = "/v1") -> None:

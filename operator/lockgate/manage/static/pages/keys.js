@@ -94,6 +94,10 @@ function workerKeys(keys) {
 }
 
 function userKeys(keys, ctx, refresh) {
+  const admins = keys.filter((k) => k.scopes.includes("admin"));
+  const revoke = (k) => (admins.length === 1 && admins[0] === k
+    ? h("span", {class: "hint last-admin"}, "The last admin key: create another before revoking it.")
+    : revokeCell(k, ctx, refresh));
   return h("div", {class: "table-wrap"}, h("table", {class: "keys", "aria-label": "Keys"},
     h("thead", {}, h("tr", {}, ["Name", "Id", "Scopes", "Endpoints", "Created", ""].map((c) => h("th", {scope: "col"}, c)))),
     h("tbody", {}, keys.map((k) => h("tr", {dataset: {key: k.name}},
@@ -102,7 +106,7 @@ function userKeys(keys, ctx, refresh) {
       h("td", {"data-label": "Scopes"}, k.scopes.join(", ")),
       h("td", {"data-label": "Endpoints"}, k.endpoints ? k.endpoints.join(", ") : "all"),
       h("td", {"data-label": "Created"}, k.createdAt ? k.createdAt.slice(0, 16).replace("T", " ") : "—"),
-      h("td", {"data-label": ""}, revokeCell(k, ctx, refresh)))))));
+      h("td", {"data-label": ""}, revoke(k)))))));
 }
 
 /** Revoke asks first: an inline confirmation (Escape or Cancel goes back). The key this
