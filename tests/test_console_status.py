@@ -13,7 +13,7 @@ import sys
 import pytest
 import requests
 
-from console_browser import assert_clean, create_endpoint, screenshot, sign_in
+from console_browser import PHONE, assert_clean, create_endpoint, screenshot, sign_in
 from devproc import REPO
 from tests.conftest import wait_until
 
@@ -188,6 +188,14 @@ def test_the_sign_in_hint_and_an_unknown_endpoint_read_cleanly(page, console_dev
     alert = page.get_by_role("alert").filter(has_text="not found")
     alert.wait_for()
     assert page.get_by_text("Loading…").count() == 0  # not under the error, for ever
+
+    page.set_viewport_size(PHONE)  # every tab of an endpoint fits at phone width
+    page.goto(f"{console_dev.url}/console/#/endpoints/{console_dev.endpoint}/edit")
+    edit = page.get_by_role("navigation").get_by_role("link", name="Edit")
+    edit.wait_for()
+    box = edit.bounding_box()
+    assert box and box["x"] + box["width"] <= PHONE["width"], box
+    screenshot(page, "phone-tabs")
     assert_clean(page, allow=EXPECTED)
 
 
