@@ -129,6 +129,15 @@ def test_the_copied_url_and_the_snippets_reach_the_job_api(page, console_dev):
     # run_sync's output, then the queued job's once it finished
     assert ran.stdout.count("{'echo': {'prompt': 'Hello'}}") == 2, ran.stdout
 
+    page.get_by_role("tab", name="Python (requests)").click()
+    plain = page.get_by_label("Python (requests) snippet").inner_text()
+    ran = subprocess.run(
+        [sys.executable, "-c", plain.replace("YOUR_API_KEY", console_dev.key)],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert "'status': 'COMPLETED'" in ran.stdout.splitlines()[0], ran.stdout
+
     page.get_by_role("tab", name="JavaScript (fetch)").click()
     javascript = page.get_by_label("JavaScript (fetch) snippet").inner_text()
     node = subprocess.run(

@@ -1,5 +1,6 @@
-// The Overview's "Call it" card: the job API's routes and ready cURL, Python (runpod SDK)
-// and JavaScript (fetch) snippets filled with the endpoint's URL (the key as a placeholder).
+// The Overview's "Call it" card: the job API's routes and ready cURL, Python (runpod SDK or
+// requests) and JavaScript (fetch) snippets filled with the endpoint's URL (the key as a
+// placeholder).
 import {copyButton, h} from "../dom.js";
 
 export const KEY_PLACEHOLDER = "YOUR_API_KEY";
@@ -18,7 +19,7 @@ export const ROUTES = [
   ["GET", "/requests", "recent jobs, newest first"],
 ];
 
-/** {curl, python, javascript} for run / runsync / status of the job API at `url` (no trailing /). */
+/** {curl, python, requests, javascript} for run / runsync / status of the job API at `url` (no trailing /). */
 export function snippets(url) {
   const base = url.replace(/\/+$/, "");
   const cut = base.lastIndexOf("/");
@@ -42,6 +43,17 @@ export function snippets(url) {
     "print(job.status())  # /status",
     "print(job.output(timeout=60))",
   ].join("\n");
+  const requests = [
+    "import requests",
+    "",
+    `url = "${base}"`,
+    `headers = {"authorization": "Bearer ${KEY_PLACEHOLDER}"}`,
+    "",
+    'done = requests.post(f"{url}/runsync", json={"input": {"prompt": "Hello"}}, headers=headers, timeout=120)',
+    "print(done.json())",
+    'queued = requests.post(f"{url}/run", json={"input": {"prompt": "Hello"}}, headers=headers, timeout=30).json()',
+    'print(requests.get(f"{url}/status/{queued[\'id\']}", headers=headers, timeout=30).json())',
+  ].join("\n");
   const javascript = [
     `const url = "${base}";`,
     `const headers = {"content-type": "application/json", authorization: "Bearer ${KEY_PLACEHOLDER}"};`,
@@ -51,13 +63,14 @@ export function snippets(url) {
     `const queued = await (await fetch(\`\${url}/run\`, {method: "POST", headers, body: JSON.stringify({input: {prompt: "Hello"}})})).json();`,
     "console.log(await (await fetch(`${url}/status/${queued.id}`, {headers})).json());",
   ].join("\n");
-  return {curl, python, javascript};
+  return {curl, python, requests, javascript};
 }
 
 /** The card: routes, then one snippet at a time chosen by language tabs. */
 export function callCard(url) {
   const code = snippets(url);
-  const languages = [["curl", "cURL"], ["python", "Python (runpod SDK)"], ["javascript", "JavaScript (fetch)"]];
+  const languages = [["curl", "cURL"], ["python", "Python (runpod SDK)"], ["requests", "Python (requests)"],
+    ["javascript", "JavaScript (fetch)"]];
   const panel = h("div");
   const buttons = languages.map(([key, label]) => h("button", {
     type: "button", class: "small", role: "tab", dataset: {lang: key},
