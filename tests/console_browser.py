@@ -6,6 +6,8 @@ import os
 import shutil
 from pathlib import Path
 
+import requests
+
 from devproc import REPO, DevProcess
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -52,3 +54,26 @@ def assert_clean(tab, *, allow: tuple[str, ...] = ()) -> None:
     API's expected 4xx answer is logged by the browser as a failed resource load)."""
     left = [p for p in tab.problems if not any(a in p for a in allow)]
     assert not left, left
+
+
+def create_endpoint(dev: DevProcess, endpoint_id: str, **spec) -> None:
+    """Create an endpoint through the management API, as a person would in the console."""
+    r = requests.post(
+        f"{dev.url}/v1/endpoints",
+        json={"id": endpoint_id, **spec},
+        headers=dev.headers(),
+        timeout=30,
+    )
+    assert r.status_code in (200, 201), r.text
+
+
+def create_key(dev: DevProcess, name: str, scopes: list[str]) -> str:
+    """A new API key through `/v1/keys`."""
+    r = requests.post(
+        f"{dev.url}/v1/keys",
+        json={"name": name, "scopes": scopes},
+        headers=dev.headers(),
+        timeout=10,
+    )
+    assert r.status_code == 200, r.text
+    return r.json()["key"]

@@ -10,7 +10,7 @@ import re
 import pytest
 import requests
 
-from console_browser import PHONE, assert_clean, screenshot, sign_in
+from console_browser import PHONE, assert_clean, create_endpoint, create_key, screenshot, sign_in
 from tests.conftest import wait_until
 
 pytest_plugins = ["console_fixtures"]
@@ -30,13 +30,7 @@ def endpoints(console_dev) -> dict[str, str]:
         "parked": {"templateId": "examples/echo/handler.py", "workersMax": 0},
     }
     for name, spec in specs.items():
-        r = requests.post(
-            f"{console_dev.url}/v1/endpoints",
-            json={"id": name, **spec},
-            headers=console_dev.headers(),
-            timeout=30,
-        )
-        assert r.status_code in (200, 201), r.text
+        create_endpoint(console_dev, name, **spec)
         made[name] = name
     return made
 
@@ -226,3 +220,67 @@ def test_a_failing_handler_shows_its_error_and_worker_log_lines(page, console_de
     assert_clean(page, allow=EXPECTED)
     # the worker's log lines of the failed job (GET /v1/endpoints/{id}/logs?job=)
     page.locator(".live-job .job-logs pre.log", has_text="ValueError").wait_for(timeout=15_000)
+
+
+S3_CONFIG = {
+    "accessId": "kept-apart",
+    "accessSecret": "kept-apart-too",
+    "bucketName": "out",
+    "endpointUrl": "https://s3.example.com",
+}
+
+
+def test_a_listed_job_opens_with_its_input_and_output_and_the_retention_is_said(
+    page, console_dev, endpoints
+):
+    job = requests.post(
+        f"{console_dev.url}/v2/{endpoints['echo']}/run",
+        json={"input": {"opened": "in the inspector"}, "s3Config": S3_CONFIG},
+        headers=console_dev.headers(),
+        timeout=30,
+    ).json()
+    status = f"{console_dev.url}/v2/{endpoints['echo']}/status/{job['id']}"
+    wait_until(
+        lambda: (
+            requests.get(status, headers=console_dev.headers(), timeout=10).json()["status"]
+            == "COMPLETED"
+        ),
+        "the job to complete",
+    )
+    # the input is for admin and `jobs` keys only; never the s3Config
+    admin = requests.get(f"{status}?input=1", headers=console_dev.headers(), timeout=10).json()
+    assert admin["input"] == {"opened": "in the inspector"}
+    assert "kept-apart" not in str(admin)
+    reader = {"authorization": f"Bearer {create_key(console_dev, 'reader', ['jobs:read'])}"}
+    refused = requests.get(f"{status}?input=1", headers=reader, timeout=10)
+    assert refused.status_code == 403 and "input" in refused.json()["error"]
+    bad = requests.get(f"{status}?input=yes", headers=console_dev.headers(), timeout=10)
+    assert bad.status_code == 400 and "'input'" in bad.json()["error"]
+    plain = requests.get(status, headers=reader, timeout=10).json()
+    assert plain["status"] == "COMPLETED" and "input" not in plain
+
+    open_tab(page, console_dev, endpoints["echo"])
+    assert "/runsync) job for 1 minute" in page.locator(".retention").inner_text()
+    page.get_by_role("button", name=f"Open {job['id']}").click()
+    detail = page.get_by_role("region", name=f"Job {job['id']}")
+    detail.wait_for()
+    assert (
+        '"opened": "in the inspector"' in detail.get_by_label(f"Input of {job['id']}").inner_text()
+    )
+    assert '"echo"' in detail.get_by_label(f"Output of {job['id']}").inner_text()
+    assert "kept-apart" not in detail.inner_text()
+    screenshot(page, "requests-opened")
+    page.get_by_role("button", name=f"Open {job['id']}").click()  # closes it again
+    detail.wait_for(state="hidden")
+    assert_clean(page, allow=EXPECTED)
+
+
+def test_a_bad_json_error_clears_the_earlier_result(page, console_dev, endpoints):
+    open_tab(page, console_dev, endpoints["echo"])
+    page.get_by_role("button", name="Run", exact=True).click()
+    wait_status(page, "COMPLETED")
+    page.get_by_label("Request body (JSON)").fill("{nope")
+    page.get_by_role("button", name="Run", exact=True).click()
+    page.get_by_role("alert").filter(has_text="not valid JSON").wait_for()
+    assert page.locator(".live-job").count() == 0
+    assert_clean(page, allow=EXPECTED)

@@ -131,3 +131,43 @@ async def test_only_admin_keys_may_manage_keys(keys: Keys) -> None:
     _, created = await keys.call("POST", body={"name": "client", "scopes": ["jobs"]})
     assert (await keys.call("GET", key=created["key"]))[0] in (401, 403)
     assert (await keys.call("POST", body={"name": "x", "scopes": ["admin"]}, key="lg_no"))[0] == 401
+
+
+async def test_the_callers_key_is_marked_and_worker_keys_say_their_worker(
+    keys: Keys, redis: Redis
+) -> None:
+    worker = {"name": "dev-worker:w-1", "scopes": ["workers"], "endpoints": ["w"], "worker": "w-1"}
+    await Registry(redis).put_key(f"lgw_{secrets.token_hex(8)}", worker)
+    shared = f"lgw_{secrets.token_hex(8)}"
+    await Registry(redis).put_key(shared, {"name": "shared:w", "scopes": ["workers"]})
+    status, listed = await keys.call("GET")
+    assert status == 200
+    by_name = {k["name"]: k for k in listed}
+    assert by_name["admin"]["current"] is True  # the key this call was made with
+    assert by_name["dev-worker:w-1"]["worker"] == "w-1"
+    assert "current" not in by_name["dev-worker:w-1"]
+    assert sum(1 for k in listed if k.get("current")) == 1
+
+    await Registry(redis).put_endpoint("w", {"id": "w", "workerKeyDigest": key_digest(shared)})
+    listed = {k["name"]: k for k in (await keys.call("GET"))[1]}
+    assert listed["shared:w"]["workerOf"] == "w"  # the endpoint's shared worker key
+    assert "workerOf" not in listed["admin"]
+
+
+async def test_a_bad_key_name_is_said_in_words_not_as_a_pattern(keys: Keys) -> None:
+    status, answer = await keys.call("POST", body={"name": "has space", "scopes": ["jobs"]})
+    assert status == 400
+    assert answer["error"].startswith("name: 1 to 128 characters: letters, digits")
+    assert "'has space'" in answer["error"] and "[A-Za-z" not in answer["error"]
+
+
+async def test_the_last_admin_key_cannot_be_revoked(keys: Keys) -> None:
+    _, listed = await keys.call("GET")
+    [admin] = [k for k in listed if k["name"] == "admin"]
+    status, answer = await keys.call("DELETE", f"/{admin['id']}")
+    assert status == 409
+    assert "last admin key" in answer["error"] and "--scope admin" in answer["error"]
+    _, other = await keys.call("POST", body={"name": "admin-2", "scopes": ["admin"]})
+    assert (await keys.call("DELETE", f"/{admin['id']}", key=other["key"]))[0] == 204
+    status, answer = await keys.call("DELETE", f"/{other['id']}", key=other["key"])
+    assert status == 409  # now admin-2 is the last one

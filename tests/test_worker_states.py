@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from lockgate.dev.workers import Crash, worker_states
+from lockgate.dev.workers import QUICK_EXIT_S, Crash, crash_backoff_s, worker_states
 from lockgate.kube.podstates import pod_states
 
 GPU = {"computeType": "GPU", "gpuTypeIds": ["NVIDIA L4", "NVIDIA A10"], "gpuCount": 1}
@@ -77,3 +77,19 @@ def test_dev_worker_states(starting: int, crash_ages: list, wanted: int, expecte
     assert (states.initializing, states.unhealthy, states.reason) == expected
     if states.reason:
         assert "exit code 1" in states.message and "Traceback: boom" in states.message
+
+
+def test_a_crash_loop_slowed_by_the_back_off_stays_one() -> None:
+    """Crashes 10, 20, 40, 80 s apart (the back-off doubling): between the last two, a
+    fixed 60 s window held one crash and the endpoint read as healthy."""
+    ended = [0.0, 11.0, 32.0, 73.0]  # each start after its delay, exiting 1 s later
+    crashes = [Crash(1, t, "RuntimeError: broken") for t in ended]
+    now, until = 140.0, 73.0 + 80.0  # the next start is allowed at 153 s
+    backoff_s = crash_backoff_s(crashes, until, now)
+    assert backoff_s == 80.0
+    assert worker_states(0, crashes, now, 1, backoff_s).reason == "CrashLoop"
+    assert worker_states(0, crashes, now, 1).reason == ""  # the fixed window alone
+    # a worker started at 153 s and still up past QUICK_EXIT_S: the loop is over
+    later = until + QUICK_EXIT_S + 1
+    assert crash_backoff_s(crashes, until, later) == 0.0
+    assert worker_states(1, crashes, later, 1, 0.0).reason == ""

@@ -19,7 +19,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from lockgate.models import describe_validation_error
-from lockgate.models.keys import KeyFileEntry, KeyRecord
+from lockgate.models.keys import KeyFileEntry, KeyRecord, key_name_problem
 from lockgate.store import Registry, connect, key_digest
 from lockgate.store.connection import RedisSettings, standalone
 
@@ -38,6 +38,9 @@ def new_key() -> str:
 
 def key_record(name: str, scopes: list[str], endpoints: list[str] | None) -> KeyRecord:
     """The record of a new key, or KeyCommandError naming the bad field."""
+    problem = key_name_problem(name)
+    if problem:
+        raise KeyCommandError(problem)
     try:
         return KeyRecord(
             name=name, scopes=scopes, endpoints=endpoints, created=time.time_ns() // 1_000_000

@@ -33,6 +33,7 @@ from lockgate.gateway.app import create_app
 from lockgate.gateway.serving import app_runner, serve_runner
 from lockgate.gateway.state import GATEWAY
 from lockgate.logs import setup_logging
+from lockgate.manage.about import DEV, About
 from lockgate.manage.api import create_manage_app
 from lockgate.manage.console import add_console
 from lockgate.manage.controlplane import UnusableSettings
@@ -155,11 +156,13 @@ def build_app(
     base_dir: Path,
     data_dir: Path | None = None,
     stop_grace_s: float = STOP_GRACE_S,
+    command_line_endpoint: str | None = None,
 ) -> tuple[web.Application, LocalControlPlane]:
     """The gateway with the management API at `/v1` on the same port (one URL in dev mode),
     over a `LocalControlPlane` whose workers reach the gateway at `gateway_url`. Admin
-    keys (the dev API key is one) may use `/v1/endpoints`. Network volumes are folders
-    under `data_dir/volumes` (default: `base_dir/.lockgate`, the command's default)."""
+    keys (the dev API key is one) may use `/v1/endpoints`; `/v1/about` tells the console
+    it is dev mode, and which endpoint the command line defines. Network volumes are
+    folders under `data_dir/volumes` (default: `base_dir/.lockgate`, the command's default)."""
     app = create_app(settings)
     gw = app[GATEWAY]
     volumes_dir = (data_dir or base_dir / DEFAULT_DATA_DIR).resolve() / "volumes"
@@ -171,7 +174,8 @@ def build_app(
         stop_grace_s=stop_grace_s,
     )
     storage = LocalStorage(gw.registry, volumes_dir)
-    manage = create_manage_app(plane, storage, gw.auth, prefix="")
+    about = About(DEV, command_line_endpoint)
+    manage = create_manage_app(plane, storage, gw.auth, prefix="", about=about)
     sampler = HistorySampler(gw.store, gw.registry)
     add_history_routes(manage, sampler)
     app.add_subapp("/v1", manage)
@@ -245,7 +249,11 @@ async def serve(opts: DevOptions, redis: RedisSettings, stop: asyncio.Event) -> 
     settings = dev_settings(opts, redis)
     local_url = f"http://127.0.0.1:{settings.port}"
     app, plane = build_app(
-        settings, gateway_url=local_url, base_dir=Path.cwd(), data_dir=opts.data_dir
+        settings,
+        gateway_url=local_url,
+        base_dir=Path.cwd(),
+        data_dir=opts.data_dir,
+        command_line_endpoint=opts.endpoint_id,
     )
     gw = app[GATEWAY]
     runner = app_runner(app, settings, access_log=None, shutdown_timeout=2)

@@ -60,11 +60,19 @@ def crashes_of(exited: Iterable[LocalWorker]) -> list[Crash]:
     ]
 
 
-def worker_states(starting: int, crashes: list[Crash], now: float, wanted: int) -> WorkerStates:
+def worker_states(
+    starting: int, crashes: list[Crash], now: float, wanted: int, backoff_s: float = 0.0
+) -> WorkerStates:
     """Dev mode's worker states: processes started but not yet polling are initializing;
     when workers keep exiting at once (a crash loop), as many as crashed recently (at most
-    the `wanted` workers, at least one) are unhealthy, and the message quotes the last crash."""
-    recent = [c for c in crashes if now - c.ended < CRASH_WINDOW_S]
+    the `wanted` workers, at least one) are unhealthy, and the message quotes the last crash.
+
+    `backoff_s`: while the crash back-off holds (`crash_backoff_s`), the delay it set after
+    the newest crash. Crashes then come that far apart, so the window stretches by twice it:
+    a crash loop slowed down by the back-off stays one (with a fixed 60 s window it read as
+    healthy between crashes once the delay passed 30 s)."""
+    window = CRASH_WINDOW_S + 2 * backoff_s
+    recent = [c for c in crashes if now - c.ended < window]
     if len(recent) < CRASH_LOOP:
         return WorkerStates(initializing=starting)
     unhealthy = max(1, min(len(recent), wanted))
@@ -76,6 +84,14 @@ def worker_states(starting: int, crashes: list[Crash], now: float, wanted: int) 
         "the worker logs show the whole output."
     )
     return WorkerStates(max(0, starting - unhealthy), unhealthy, "CrashLoop", message)
+
+
+def crash_backoff_s(crashes: list[Crash], until: float, now: float) -> float:
+    """The delay the back-off set after the newest crash, while it holds: no worker may start
+    before `until`, or the one started then is younger than QUICK_EXIT_S; else 0."""
+    if not crashes or now >= until + QUICK_EXIT_S:
+        return 0.0
+    return max(0.0, until - crashes[-1].ended)
 
 
 def limits_of(spec: EndpointSpec) -> Limits:
@@ -145,7 +161,8 @@ class LocalWorkers:
         crashes = crashes_of(self.pool.crashes)
         now = time.monotonic()
         wanted = max(self.scaler.limits.workers_min, len(self.pool.active))
-        self.states = worker_states(starting, crashes, now, wanted)
+        backoff_s = crash_backoff_s(crashes, self.pool.backoff.until, now)
+        self.states = worker_states(starting, crashes, now, wanted, backoff_s)
         await self.store.report_worker_states(
             self.endpoint_id, initializing=self.states.initializing, throttled=0,
             unhealthy=self.states.unhealthy,

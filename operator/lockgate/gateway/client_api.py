@@ -12,10 +12,16 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from lockgate.gateway import jsonbody, listing
-from lockgate.gateway.auth import JOBS, JOBS_READ, Principal
+from lockgate.gateway.auth import ADMIN, JOBS, JOBS_READ, Principal
 from lockgate.gateway.endpoints import endpoint_type, require_type
 from lockgate.gateway.errors import BadRequest, Forbidden, NotFound
-from lockgate.gateway.http import int_param, job_id_param, json_response, read_body
+from lockgate.gateway.http import (
+    flag_param,
+    int_param,
+    job_id_param,
+    json_response,
+    read_body,
+)
 from lockgate.gateway.idempotency import REPLAYED, SubmitUncertain, key_digest, store_unavailable
 from lockgate.gateway.ssrf import private_destination
 from lockgate.gateway.state import Gateway, gateway_of
@@ -226,6 +232,12 @@ async def status(request: web.Request, call: Call) -> web.Response:
             f"`?ttl=` changes the job (it can end its life), which needs the {JOBS!r} scope"
         )
     wait_ms = int_param(request, "wait", default=0, lo=0, hi=WAIT_MAX_MS)
+    with_input = flag_param(request, "input")
+    if with_input and not may_read_input(call.principal, endpoint_id):
+        raise Forbidden(
+            f"API key {call.principal.name!r} may not read job inputs (they may hold "
+            f"secrets): `?input=1` needs the {ADMIN!r} scope or the {JOBS!r} scope"
+        )
     try:
         if ttl is not None:
             ttl_ms = int_param(request, "ttl", default=None, lo=TTL_MIN_MS, hi=MAX_DURATION_MS)
@@ -234,9 +246,20 @@ async def status(request: web.Request, call: Call) -> web.Response:
             record = await _held_status(gw, endpoint_id, job_id, wait_ms / 1000)
         else:
             record = await gw.store.get(endpoint_id, job_id)
+        body = job_body(record, gw.store.clock())
+        if with_input:
+            raw = await gw.store.job_input(endpoint_id, job_id)
+            if raw is not None:
+                body["input"] = orjson.Fragment(raw)
     except JobNotFound as err:
         raise NotFound(f"job {job_id!r} not found") from err
-    return json_response(job_body(record, gw.store.clock()))
+    return json_response(body)
+
+
+def may_read_input(principal: Principal, endpoint_id: str) -> bool:
+    """Inputs may hold secrets: an admin key, or a key that may submit this endpoint's jobs
+    (`jobs`), reads them; a `jobs:read` key reads states and outputs only."""
+    return ADMIN in principal.scopes or principal.allows(JOBS, endpoint_id)
 
 
 async def _held_status(gw: Gateway, endpoint_id: str, job_id: str, wait_s: float) -> JobRecord:

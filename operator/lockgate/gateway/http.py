@@ -95,6 +95,19 @@ def int_param(request: web.Request, name: str, *, default: int | None, lo: int, 
     return value
 
 
+FLAGS = {"1": True, "true": True, "0": False, "false": False}
+
+
+def flag_param(request: web.Request, name: str) -> bool:
+    """A yes/no query parameter (`1`/`true`, `0`/`false`; absent: no), or 400 naming it."""
+    raw = request.query.get(name)
+    if raw is None:
+        return False
+    if raw not in FLAGS:
+        raise BadRequest(f"query parameter {name!r} must be 1 or 0 (true or false), got {raw!r}")
+    return FLAGS[raw]
+
+
 def job_id_param(request: web.Request) -> str:
     """The `{job}` path segment, or 404 when it cannot be a job id."""
     job_id = request.match_info["job"]

@@ -187,6 +187,12 @@ def _client_paths(ref: dict[str, dict]) -> dict[str, Any]:
         {"type": "integer", "minimum": TTL_MIN_MS, "maximum": MAX_DURATION_MS},
         "new ttl of the job (ms, from submission)",
     )
+    with_input = _param(
+        "input",
+        "query",
+        {"type": "string", "enum": ["0", "1", "true", "false"]},
+        "lockgate only: 1 adds the job's `input` (admin or `jobs` scope; else 403)",
+    )
     either = {"anyOf": [ref["Job"], ref["JobState"]]}
     idempotency = _param(
         HEADER,
@@ -225,7 +231,7 @@ def _client_paths(ref: dict[str, dict]) -> dict[str, Any]:
                 "jobs:read",
                 _ok(ref["Job"]),
                 "400 401 403 404 429",
-                params=[JOB, ttl, status_wait],
+                params=[JOB, ttl, status_wait, with_input],
             )
         },
         "/v2/{endpoint}/stream/{job}": {

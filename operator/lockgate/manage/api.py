@@ -23,6 +23,7 @@ from lockgate.gateway.auth import ADMIN, Authenticator
 from lockgate.gateway.errors import ApiError, BadRequest, NotFound
 from lockgate.gateway.http import json_object, json_response
 from lockgate.gateway.middleware import error_middleware
+from lockgate.manage.about import About, add_about_route
 from lockgate.manage.controlplane import (
     CONTROL_PLANE,
     ControlPlane,
@@ -257,11 +258,13 @@ def create_manage_app(
     authenticator: Authenticator,
     *,
     prefix: str = "/v1",
+    about: About | None = None,
 ) -> web.Application:
     """The management API over any control plane (Kubernetes, or local in dev mode).
 
     Routes are `{prefix}/endpoints…`; dev mode passes `prefix=""` and mounts the app as a
-    sub-application at `/v1` of the gateway, so admin auth covers only these routes."""
+    sub-application at `/v1` of the gateway, so admin auth covers only these routes.
+    `about` is what `{prefix}/about` tells the console (default: a cluster)."""
     app = web.Application(middlewares=[error_middleware, admin_only])
     app[CONTROL_PLANE] = control_plane
     app[AUTHENTICATOR] = authenticator
@@ -276,4 +279,5 @@ def create_manage_app(
     add_storage_routes(app, storage, prefix=prefix)
     add_keys_routes(app, authenticator.registry, prefix=prefix)
     add_logs_routes(app, prefix=prefix)
+    add_about_route(app, about or About(), prefix=prefix)
     return app

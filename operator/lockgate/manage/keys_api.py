@@ -2,13 +2,15 @@
 
 Admin scope (the management app's middleware). Same rules and messages as the command
 (`lockgate.apikeys`): a key is shown once, at creation, and only its SHA-256 is kept; a
-key's `id` is the start of that digest, as `lockgate keys list` prints it.
+key's `id` is the start of that digest, as `lockgate keys list` prints it. The list is by
+name; `worker` marks a running worker's temporary key (its worker id), `workerOf` an
+endpoint's shared worker key (its endpoint id), `current` the caller's own key.
 
 | route | answer |
 |---|---|
-| `GET /v1/keys` | `[{"id", "name", "scopes", "endpoints", "createdAt"?}]`, by name |
+| `GET /v1/keys` | `[{"id", "name", "scopes", "endpoints", "createdAt"?, ...}]` (above) |
 | `POST /v1/keys` `{"name", "scopes", "endpoints"?}` | the same object plus `"key"` |
-| `DELETE /v1/keys/{id}` | 204; 404 when no key has that id |
+| `DELETE /v1/keys/{id}` | 204; 404 when no key has that id; 409 for the last admin key |
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 from aiohttp import web
 
 from lockgate import apikeys
+from lockgate.gateway.auth import ADMIN, bearer_token
 from lockgate.gateway.errors import ApiError, BadRequest, NotFound
 from lockgate.gateway.http import iso_ms, json_object, json_response
 from lockgate.store import Registry, key_digest
@@ -33,6 +36,12 @@ class KeyExists(ApiError):
     status = 409
 
 
+class LastAdminKey(ApiError):
+    """Revoking this key would leave no admin key."""
+
+    status = 409
+
+
 def describe_key(digest: str, record: dict) -> dict[str, Any]:
     """A key as the API shows it: never the key, its id is the digest's start."""
     shown: dict[str, Any] = {
@@ -43,6 +52,8 @@ def describe_key(digest: str, record: dict) -> dict[str, Any]:
     }
     if isinstance(record.get("created"), int):
         shown["createdAt"] = iso_ms(record["created"])
+    if isinstance(record.get("worker"), str):
+        shown["worker"] = record["worker"]  # a running worker's own key, revoked as it stops
     return shown
 
 
@@ -65,8 +76,23 @@ def parse_new_key(body: dict[str, Any]) -> tuple[str, list[str], list[str] | Non
 
 
 async def list_keys(request: web.Request) -> web.Response:
-    stored = await request.app[REGISTRY].list_keys()
+    """Every key, by name; the caller's own is marked `"current": true` (the console asks
+    more before revoking the key it is signed in with), an endpoint's shared worker key
+    (which lockgate made and keeps) `"workerOf": endpoint id`."""
+    registry = request.app[REGISTRY]
+    stored = await registry.list_keys()
+    token = bearer_token(request.headers.get("authorization"))
+    mine = key_digest(token) if token else None
+    endpoint_keys = {
+        entry.get("workerKeyDigest"): endpoint_id
+        for endpoint_id, entry in (await registry.list_endpoints()).items()
+    }
     shown = [describe_key(d, r) for d, r in stored.items()]
+    for key, digest in zip(shown, stored, strict=True):
+        if digest == mine:
+            key["current"] = True
+        if digest in endpoint_keys:
+            key["workerOf"] = endpoint_keys[digest]  # the endpoint's shared worker key
     return json_response(sorted(shown, key=lambda k: (str(k["name"]), k["id"])))
 
 
@@ -90,13 +116,26 @@ async def revoke_key(request: web.Request) -> web.Response:
     if not KEY_ID_RE.match(key_id):
         raise BadRequest("id: the key's id (8 to 64 lowercase hex digits, as listed)")
     registry = request.app[REGISTRY]
-    found = [d for d in await registry.list_keys() if d.startswith(key_id)]
+    stored = await registry.list_keys()
+    found = [d for d in stored if d.startswith(key_id)]
     if not found:
         raise NotFound(f"no key with an id starting {key_id!r}")
     if len(found) > 1:
         raise BadRequest(f"id: {key_id!r} starts {len(found)} keys' ids: give more digits")
+    if last_admin(found[0], stored):
+        raise LastAdminKey(
+            f"key {stored[found[0]].get('name', '?')!r} is the last admin key: revoking it would "
+            "lock everyone out of the console and the management API. Create another admin "
+            "key first (lockgate keys create NAME --scope admin)"
+        )
     await registry.delete_key(found[0])
     return web.Response(status=204)
+
+
+def last_admin(digest: str, stored: dict[str, dict]) -> bool:
+    """Whether the key `digest` is the only stored key with the admin scope."""
+    admins = [d for d, record in stored.items() if ADMIN in record.get("scopes", [])]
+    return admins == [digest]
 
 
 def add_keys_routes(app: web.Application, registry: Registry, *, prefix: str = "/v1") -> None:

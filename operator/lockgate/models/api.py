@@ -41,6 +41,11 @@ class Job(BaseModel):
         "progress report (runpod's progress_update), if any",
     )
     error: str | None = Field(None, description="why the job failed; only when it did")
+    input: Any = Field(
+        None,
+        description="lockgate only, on `/status?input=1`: the job's input (never s3Config), "
+        "for an admin key or a `jobs` key of the endpoint",
+    )
 
 
 class StreamSplit(BaseModel):

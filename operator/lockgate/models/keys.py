@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
 # Key names appear in Redis key names (rate-limit counters) and logs: no spaces or braces.
 KEY_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:/@-]{0,127}$"
+KEY_NAME_RULE = (
+    "1 to 128 characters: letters, digits and _ . : / @ -, starting with a letter or digit "
+    "(no spaces)"
+)
 DIGEST_PATTERN = r"^[0-9a-f]{64}$"
 
 
@@ -49,3 +54,10 @@ class KeyFileEntry(KeyRecord):
     model_config = ConfigDict(extra="forbid")
 
     sha256: str = Field(pattern=DIGEST_PATTERN, description="hex SHA-256 of the key")
+
+
+def key_name_problem(name: str) -> str | None:
+    """Why `name` cannot name a key, in words (not the pattern), or None when it can."""
+    if re.fullmatch(KEY_NAME_PATTERN, name):
+        return None
+    return f"name: {KEY_NAME_RULE}; got {name!r}"

@@ -330,6 +330,10 @@ class JobStore:
         )
         return self._living(job_id, values)
 
+    async def job_input(self, endpoint_id: str, job_id: str) -> bytes | None:
+        """The raw JSON of the job's `input` (its s3Config is kept apart), None without one."""
+        return await pipe.read(self.redis, "HGET", keys.job(endpoint_id, job_id), F.INPUT)
+
     async def final_record(
         self, endpoint_id: str, job_id: str, carried: JobRecord | None
     ) -> JobRecord:

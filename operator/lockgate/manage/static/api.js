@@ -92,9 +92,10 @@ export function send(url, {method = "GET", headers: extra = {}, body, signal} = 
   return fetch(url, {method, headers: own ? extra : headers(extra), body, signal});
 }
 
-/** The job API base of an endpoint record (`jobApiUrl` without its trailing slash). */
+/** The job API base of an endpoint record (`jobApiUrl` without its trailing slash, so
+ * `${jobApi(record)}/runsync` is a valid route). */
 export function jobApi(record) {
-  return (record.jobApiUrl || `${location.origin}/v2/${record.id}`).replace(/\/+$/, "");
+  return (record.jobApiUrl || record.status?.jobApiUrl || `${location.origin}/v2/${record.id}`).replace(/\/+$/, "");
 }
 
 /**
@@ -132,4 +133,32 @@ export async function events(path, onEvent, {signal} = {}) {
       onEvent({event, data: parsed});
     }
   }
+}
+
+let aboutAnswer = null;
+
+/**
+ * What the serving process is (GET /v1/about, read once per page load): {mode: "dev" or
+ * "cluster", commandLineEndpoint: the id `lockgate dev`'s command line defines, or null}.
+ * A server without the route is taken for a cluster.
+ */
+export function about() {
+  aboutAnswer ??= api("/v1/about", {redirect: false}).catch((err) => {
+    if (err.status === 404) return {mode: "cluster", commandLineEndpoint: null};
+    aboutAnswer = null; // asked again next time (a network blip)
+    throw err;
+  });
+  return aboutAnswer;
+}
+
+/** Why dev mode hides the fields that mean nothing for a local process. */
+export const DEV_MODE_NOTE = "Not used in dev mode: workers are local processes, so compute type, "
+  + "GPU types and count, CUDA versions, CPU flavours, vCPUs, data centres and FlashBoot are kept "
+  + "but change nothing.";
+
+/** The note of the command-line endpoint (dev mode): its settings come back at each start. */
+export function commandLineNote(info, id) {
+  if (info?.mode !== "dev" || info.commandLineEndpoint !== id) return null;
+  return "This endpoint comes from the lockgate dev command line: edits made here last until "
+    + "the next lockgate dev start, which applies the command line's settings again.";
 }

@@ -143,7 +143,8 @@ function signIn(main) {
     input,
     h("p", {id: "key-help", class: "hint"},
       "The key stays in this browser tab's session storage only. ",
-      "`lockgate dev` prints one; on a cluster, create one with `lockgate keys create --scope admin`."),
+      h("code", {}, "lockgate dev"), " prints one; on a cluster, create one with ",
+      h("code", {}, "lockgate keys create --scope admin"), "."),
     status,
     h("button", {type: "submit", class: "primary"}, "Sign in"));
   document.getElementById("nav").hidden = true;

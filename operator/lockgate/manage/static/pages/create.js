@@ -1,12 +1,13 @@
 // The Create page (#/new): every setting of the creation payload, POST /v1/endpoints, then a
 // live view of the new endpoint until its job API URL shows.
-import {api} from "../api.js";
+import {about, api} from "../api.js";
 import {copyButton, errorBox, h, replace} from "../dom.js";
 import {endpointForm, markInvalid} from "./form.js";
 import {isLb, lbUrl} from "./lb.js";
 
 export async function render(view, ctx) {
-  const {element, payload} = endpointForm();
+  const info = await about();
+  const {element, payload} = endpointForm({}, {devMode: info.mode === "dev"});
   const status = h("div", {"aria-live": "assertive"});
   const submit = h("button", {type: "submit", class: "primary"}, "Create endpoint");
   const form = h("form", {class: "card", novalidate: true, onsubmit: async (event) => {
@@ -37,7 +38,7 @@ function watch(view, ctx, id) {
   ctx.every(1500, async () => {
     if (done) return;
     const record = await api(`/v1/endpoints/${encodeURIComponent(id)}`, {signal: ctx.signal});
-    const url = record.status?.jobApiUrl;
+    const url = record.status?.jobApiUrl?.replace(/\/+$/, ""); // `${url}/runsync` must work
     const failing = (record.status?.conditions || []).filter((c) => c.status === "False");
     replace(body,
       h("p", {}, "Phase: ", h("span", {class: "badge", dataset: {phase: record.status?.phase}}, record.status?.phase || "Pending")),
@@ -50,5 +51,6 @@ function watch(view, ctx, id) {
              h("a", {href: base}, "Overview"), " · ", h("a", {href: "#/endpoints"}, "All endpoints"))]
         : h("p", {class: "hint"}, "Initialising: the job API URL shows when the endpoint is ready."));
     done = Boolean(url) && record.status?.phase === "Ready";
+    if (done) replace(view.querySelector("h1"), `Created ${id}`);
   });
 }

@@ -1,21 +1,23 @@
 // The Edit page (#/endpoints/{id}/edit): the settings form filled in; Save shows the diff
 // (old -> new) and which changes restart workers before PATCH /v1/endpoints/{id}. Delete
 // (type the endpoint's name to confirm) is at the bottom.
-import {api} from "../api.js";
+import {about, api, commandLineNote} from "../api.js";
 import {errorBox, h, replace, toast} from "../dom.js";
 import {diff, endpointForm, markInvalid, restarts, shown} from "./form.js";
 
 const path = (id) => `/v1/endpoints/${encodeURIComponent(id)}`;
 
 export async function render(view, ctx) {
-  const record = await api(path(ctx.params.id), {signal: ctx.signal});
+  const [record, info] = await Promise.all([api(path(ctx.params.id), {signal: ctx.signal}), about()]);
   const editor = h("div");
-  replace(view, editor, deletion(record, ctx));
-  edit(editor, record, ctx);
+  const note = commandLineNote(info, record.id);
+  replace(view, note ? h("div", {class: "warning command-line-note", role: "note"}, note) : null,
+    editor, deletion(record, ctx));
+  edit(editor, record, ctx, {devMode: info.mode === "dev"});
 }
 
-function edit(editor, record, ctx, saved = null) {
-  const {element, payload} = endpointForm(record, {withId: false});
+function edit(editor, record, ctx, {devMode, saved = null}) {
+  const {element, payload} = endpointForm(record, {withId: false, devMode});
   const status = h("div", {"aria-live": "assertive"}, saved);
   const review = h("div");
   const actions = h("div", {class: "row"}, h("button", {type: "submit", class: "primary"}, "Review changes"));
@@ -26,7 +28,7 @@ function edit(editor, record, ctx, saved = null) {
     if (!changes.length) return replace(status, h("p", {class: "hint"}, "Nothing changed."));
     actions.hidden = true;
     replace(review, confirm(record, changes, ctx, {
-      saved: (next) => edit(editor, next, ctx, h("p", {class: "ok"}, `Saved: ${summary(changes)}.`)),
+      saved: (next) => edit(editor, next, ctx, {devMode, saved: h("p", {class: "ok"}, `Saved: ${summary(changes)}.`)}),
       failed: (err) => {
         replace(review);
         actions.hidden = false;

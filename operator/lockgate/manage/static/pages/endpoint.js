@@ -1,14 +1,15 @@
 // The Overview page of one endpoint (#/endpoints/{id}): phase, job API URL, what is wrong
 // (every False condition, in full), workers in all five /health states, queue counts and a
 // settings summary; refreshed every 5 s. See app.js for render(view, ctx).
-import {api, jobApi} from "../api.js";
+import {about, api, commandLineNote, DEV_MODE_NOTE, jobApi} from "../api.js";
 import {copyButton, duration, errorBox, h, replace} from "../dom.js";
 import {failing} from "./endpoints.js";
 import {isLb, lbRequests, lbSettings, lbUrlRow} from "./lb.js";
 import {stat, useStyles} from "./health.js";
+import {callCard} from "./snippets.js";
+import {endpointState} from "./state.js";
 
 const REFRESH_MS = 5000;
-const PHASE_TONE = {Ready: "ok", Failed: "bad", Degraded: "warn", Pending: "warn"};
 
 function problems(record) {
   const wrong = failing(record);
@@ -51,22 +52,26 @@ function compute(r) {
   return `GPU × ${r.gpuCount}: ${(r.gpuTypeIds || []).join(" → ") || "any type"}`;
 }
 
-function settings(r) {
+function settings(r, info) {
+  const dev = info?.mode === "dev";
   const rows = [
     ["Worker", r.templateId || "—"],
-    ["Compute", compute(r)],
+    ["Compute", dev ? "a local process (dev mode)" : compute(r)],
     ["Workers", `${r.workersMin} – ${r.workersMax}`],
     ["Idle timeout", `${r.idleTimeout} s`],
-    ["Execution timeout", duration(r.executionTimeoutMs)],
+    ["Execution timeout", `${duration(r.executionTimeoutMs)} (${Math.round(r.executionTimeoutMs / 1000)} s)`],
     ["Scaler", `${r.scalerType} ${r.scalerValue}`],
-    ["FlashBoot", r.flashboot ? "on" : "off"],
-    ["Data centres", (r.dataCenterIds || []).join(", ") || "any"],
+    ...(dev ? [] : [["FlashBoot", r.flashboot ? "on" : "off"],
+      ["Data centres", (r.dataCenterIds || []).join(", ") || "any"]]),
     ...(isLb(r) ? lbSettings(r) : []),
   ];
+  const note = commandLineNote(info, r.id);
   return h("section", {class: "card", "aria-labelledby": "settings"},
     h("div", {class: "row"}, h("h2", {id: "settings", class: "grow"}, "Settings"),
       h("a", {class: "button", href: `#/endpoints/${encodeURIComponent(r.id)}/edit`}, "Edit")),
-    h("dl", {class: "settings"}, rows.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])));
+    note ? h("div", {class: "warning command-line-note", role: "note"}, note) : null,
+    h("dl", {class: "settings"}, rows.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
+    dev ? h("p", {class: "hint dev-mode-note"}, DEV_MODE_NOTE) : null);
 }
 
 function conditionsTable(conditions) {
@@ -81,17 +86,18 @@ function conditionsTable(conditions) {
         h("td", {class: "mono"}, c.lastTransitionTime || "")))))));
 }
 
-function summary(record) {
-  const status = record.status || {};
-  const url = record.jobApiUrl || status.jobApiUrl || jobApi(record);
+function summary(record, health) {
+  const state = endpointState(record, health);
+  const url = jobApi(record);
   return h("section", {class: "card", "aria-labelledby": "summary"},
-    h("h2", {id: "summary"}, "Endpoint ", h("span", {class: `badge ${PHASE_TONE[status.phase] || "muted"}`}, status.phase || "Unknown")),
+    h("h2", {id: "summary"}, "Endpoint ", h("span", {class: `badge ${state.tone}`, title: state.why || null, dataset: {state: state.label}}, state.label)),
     isLb(record) ? lbUrlRow(record)
       : h("div", {class: "url-row"}, h("span", {class: "hint"}, "Job API"), h("code", {}, url), copyButton(url, "Copy URL")));
 }
 
-async function refresh(id, ctx, failure, body) {
-  const record = await api(`/v1/endpoints/${encodeURIComponent(id)}`, {signal: ctx.signal});
+async function refresh(id, ctx, failure, {head, call, body}) {
+  const [record, info] = await Promise.all([
+    api(`/v1/endpoints/${encodeURIComponent(id)}`, {signal: ctx.signal}), about()]);
   let health = null;
   try {
     health = await api(`${jobApi(record)}/health`, {signal: ctx.signal, redirect: false});
@@ -101,22 +107,24 @@ async function refresh(id, ctx, failure, body) {
     replace(failure, errorBox(`Health unavailable: ${err.message}`));
   }
   const conditions = record.status?.conditions || [];
-  replace(body, summary(record), problems(record), workers(health, record),
-    isLb(record) ? lbRequests(health) : queue(health),
-    settings(record), conditionsTable(conditions));
+  replace(head, summary(record, health), problems(record));
+  if (!isLb(record) && !call.firstChild) replace(call, callCard(jobApi(record))); // built once: keeps the chosen tab
+  replace(body, workers(health, record), isLb(record) ? lbRequests(health) : queue(health),
+    settings(record, info), conditionsTable(conditions));
 }
 
 export async function render(view, ctx) {
   useStyles();
   const failure = h("div");
-  const body = h("div", {class: "overview"}, h("p", {class: "hint"}, "Loading…"));
-  view.append(failure, body);
+  const parts = {head: h("div", {}, h("p", {class: "hint"}, "Loading…")), call: h("div"), body: h("div")};
+  view.append(failure, h("div", {class: "overview"}, parts.head, parts.call, parts.body));
   ctx.every(REFRESH_MS, async () => {
     try {
-      await refresh(ctx.params.id, ctx, failure, body);
+      await refresh(ctx.params.id, ctx, failure, parts);
     } catch (err) {
       if (err.name === "AbortError") throw err;
       replace(failure, errorBox(err));
+      if (!parts.call.firstChild) replace(parts.head); // never read: no "Loading…" under the error
     }
   });
 }

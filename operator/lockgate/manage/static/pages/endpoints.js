@@ -5,6 +5,7 @@
 // GET /v1/endpoints/{id}/metrics (jobs/min, failures) where that route answers.
 import {api, jobApi, listPage} from "../api.js";
 import {copyButton, h, replace} from "../dom.js";
+import {endpointState} from "./state.js";
 
 const REFRESH_MS = 5000;
 const WINDOW_S = 60; // jobs/min counts the last minute of the history
@@ -153,9 +154,9 @@ function table(records, extra) {
 }
 
 function rows(record, {health, metrics}) {
-  const phase = record.status?.phase || "Pending";
+  const state = endpointState(record, health);
   const problems = failing(record);
-  const url = record.status?.jobApiUrl || record.jobApiUrl;
+  const url = (record.status?.jobApiUrl || record.jobApiUrl) ? jobApi(record) : ""; // no trailing /: `${url}/runsync` works
   const w = record.status?.workers || {};
   const workers = health?.workers || {idle: w.idle, running: w.running};
   const stats = throughput(metrics);
@@ -166,7 +167,7 @@ function rows(record, {health, metrics}) {
   const main = h("tr", {class: problems.length ? "failing" : null, dataset: {endpoint: record.id}},
     cell("Endpoint", h("a", {href: link, class: "ep-id", dataset: {key: `open-${record.id}`}}, record.id),
       record.name && record.name !== record.id ? h("div", {class: "hint"}, record.name) : null),
-    cell("Phase", h("span", {class: `badge ${PHASES[phase] || "muted"}`}, phase)),
+    cell("Phase", h("span", {class: `badge ${state.tone}`, title: state.why || null, dataset: {state: state.label}}, state.label)),
     cell("Job API URL", url
       ? h("div", {class: "url-cell"}, h("code", {class: "url"}, url), copyCell(url, record.id))
       : h("span", {class: "hint"}, "not yet")),

@@ -1,5 +1,6 @@
 // The endpoint settings form shared by Create and Edit: every field of the creation payload
 // (models/endpoint.py EndpointSpec), the payload it makes, and the diff of an edit.
+import {DEV_MODE_NOTE} from "../api.js";
 import {h, replace} from "../dom.js";
 import {typeChoice} from "./lb.js";
 import {templateBuilder} from "./template.js";
@@ -110,7 +111,7 @@ function gpuList(initial) {
  * The settings form. `initial`: a record (Edit) or nothing (Create). Returns
  * {element, payload()} where payload() is the creation payload the inputs say.
  */
-export function endpointForm(initial = {}, {withId = true} = {}) {
+export function endpointForm(initial = {}, {withId = true, devMode = false} = {}) {
   const v = {...DEFAULTS, ...initial};
   const inputs = {
     name: text(v.name, {maxlength: 191}),
@@ -121,7 +122,7 @@ export function endpointForm(initial = {}, {withId = true} = {}) {
     allowedCudaVersions: text(v.allowedCudaVersions.join(", ")),
     dataCenterIds: text(v.dataCenterIds.join(", ")),
     templateId: text(v.templateId, {placeholder: "examples/echo/handler.py", spellcheck: "false"}),
-    executionTimeoutMs: number(v.executionTimeoutMs, 5000, 604800000),
+    executionTimeoutMs: number(v.executionTimeoutMs / 1000, 5, 604800), // shown in s, sent in ms
     flashboot: h("input", {type: "checkbox", checked: v.flashboot}),
     idleTimeout: number(v.idleTimeout, 0, 3600),
     scalerType: h("select", {}, [["QUEUE_DELAY", "Queue delay"], ["REQUEST_COUNT", "Request count"]]
@@ -153,22 +154,23 @@ export function endpointForm(initial = {}, {withId = true} = {}) {
       kind.element),
     h("fieldset", {}, h("legend", {}, "Worker"),
       field("templateId", "Template, handler file or command", inputs.templateId,
-        "On a cluster: the name of a Template (image, start command, env, disk, ports, model URL) in the endpoints' namespace. With `lockgate dev`: a handler file (*.py) or a worker command."),
+        "On a cluster: the name of a Template (image, start command, env, disk, ports, model URL) in the endpoints' namespace. With lockgate dev: a handler file (*.py) or a worker command."),
       withId ? templateBuilder((name) => { inputs.templateId.value = name; inputs.templateId.focus(); }) : null,
-      h("div", {class: "grid"},
-        field("computeType", "Compute", inputs.computeType),
-        field("vcpuCount", "vCPUs per worker", inputs.vcpuCount)),
-      gpuOnly, cpuOnly,
-      field("dataCenterIds", "Data centres", inputs.dataCenterIds, "Comma-separated zones; empty: any")),
+      placement(devMode,
+        h("div", {class: "grid"},
+          field("computeType", "Compute", inputs.computeType),
+          field("vcpuCount", "vCPUs per worker", inputs.vcpuCount)),
+        gpuOnly, cpuOnly,
+        field("dataCenterIds", "Data centres", inputs.dataCenterIds, "Comma-separated zones; empty: any"),
+        h("label", {class: "inline", for: "flashboot"}, inputs.flashboot, " FlashBoot (pre-pull the image on eligible nodes)"))),
     h("fieldset", {}, h("legend", {}, "Scaling"),
       h("div", {class: "grid"},
         field("workersMin", "Workers min", inputs.workersMin),
         field("workersMax", "Workers max", inputs.workersMax),
         field("idleTimeout", "Idle timeout (s)", inputs.idleTimeout),
-        field("executionTimeoutMs", "Execution timeout (ms)", inputs.executionTimeoutMs),
+        field("executionTimeoutMs", "Execution timeout (s)", inputs.executionTimeoutMs),
         field("scalerType", "Scaler", inputs.scalerType),
-        field("scalerValue", "Scaler value", inputs.scalerValue, "Queue delay: seconds; request count: jobs (LB: requests) per worker")),
-      h("label", {class: "inline", for: "flashboot"}, inputs.flashboot, " FlashBoot (pre-pull the image on eligible nodes)")),
+        field("scalerValue", "Scaler value", inputs.scalerValue, "Queue delay: seconds; request count: jobs (LB: requests) per worker"))),
     kind.lbFields);
   inputs.flashboot.id = "flashboot";
 
@@ -176,6 +178,7 @@ export function endpointForm(initial = {}, {withId = true} = {}) {
     const out = {};
     for (const [name, input] of Object.entries(inputs)) {
       if (name === "flashboot") out[name] = input.checked;
+      else if (name === "executionTimeoutMs") out[name] = input.value === "" ? input.value : Math.round(Number(input.value) * 1000);
       else if (NUMBERS.includes(name)) out[name] = input.value === "" ? input.value : Number(input.value);
       else if (LISTS.includes(name)) out[name] = input.value.split(",").map((s) => s.trim()).filter(Boolean);
       else out[name] = input.value.trim();
@@ -185,6 +188,15 @@ export function endpointForm(initial = {}, {withId = true} = {}) {
     return {...out, ...kind.payload()};
   };
   return {element, payload};
+}
+
+/** Compute, GPU, CUDA, data centres and FlashBoot: in dev mode folded away under a summary
+ * that says they are not used (kept for a cluster), else shown as they are. */
+function placement(devMode, ...fields) {
+  if (!devMode) return h("div", {class: "placement"}, fields);
+  return h("details", {class: "placement dev-mode"},
+    h("summary", {}, "Compute, GPU, CUDA, data centres, FlashBoot: not used in dev mode"),
+    h("p", {class: "hint dev-mode-note"}, DEV_MODE_NOTE), fields);
 }
 
 /** Mark the input an API error names ("workersMax: ..." names workersMax). */

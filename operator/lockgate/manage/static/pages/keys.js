@@ -1,6 +1,6 @@
 // The API keys page (#/keys): list, create (the key is shown once, with a copy button) and
 // revoke with confirmation — what `lockgate keys` does, through /v1/keys.
-import {api} from "../api.js";
+import {api, signOut} from "../api.js";
 import {copyButton, errorBox, h, replace, toast} from "../dom.js";
 
 const SCOPES = [
@@ -65,26 +65,59 @@ function shownOnce(key, created) {
     h("button", {type: "button", onclick: () => replace(created)}, "Done"));
 }
 
-function table(keys, ctx, refresh) {
-  if (!keys.length) return h("p", {class: "hint"}, "No key.");
-  return h("div", {class: "table-wrap"}, h("table", {class: "keys"},
+function table(all, ctx, refresh) {
+  const managed = (k) => k.worker || k.workerOf; // made and revoked by lockgate itself
+  const keys = all.filter((k) => !managed(k));
+  const workers = all.filter(managed);
+  return [
+    keys.length ? userKeys(keys, ctx, refresh) : h("p", {class: "hint"}, "No key."),
+    workers.length ? workerKeys(workers) : null,
+  ];
+}
+
+/** The keys lockgate makes for workers, shown apart without Revoke: each running worker's
+ * temporary key (revoked when it stops) and each endpoint's shared worker key (kept while the
+ * endpoint lives). */
+function workerKeys(keys) {
+  return h("section", {"aria-labelledby": "worker-keys"},
+    h("h2", {id: "worker-keys"}, "Worker keys"),
+    h("p", {class: "hint"}, "Keys lockgate makes for workers (scope workers): each running worker's "
+      + "temporary key, revoked when it stops, and each endpoint's worker key, removed with the "
+      + "endpoint. Revoking one by hand would only stop workers from taking jobs, so there is no Revoke here."),
+    h("div", {class: "table-wrap"}, h("table", {class: "keys", "aria-label": "Worker keys"},
+      h("thead", {}, h("tr", {}, ["Worker", "Id", "Endpoints", "Created"].map((c) => h("th", {scope: "col"}, c)))),
+      h("tbody", {}, keys.map((k) => h("tr", {dataset: {key: k.name}},
+        h("td", {"data-label": "Worker"}, k.worker ? h("code", {}, k.worker) : `every worker of ${k.workerOf}`),
+        h("td", {"data-label": "Id"}, h("code", {}, k.id)),
+        h("td", {"data-label": "Endpoints"}, k.endpoints ? k.endpoints.join(", ") : "all"),
+        h("td", {"data-label": "Created"}, k.createdAt ? k.createdAt.slice(0, 16).replace("T", " ") : "—")))))));
+}
+
+function userKeys(keys, ctx, refresh) {
+  const admins = keys.filter((k) => k.scopes.includes("admin"));
+  const revoke = (k) => (admins.length === 1 && admins[0] === k
+    ? h("span", {class: "hint last-admin"}, "The last admin key: create another before revoking it.")
+    : revokeCell(k, ctx, refresh));
+  return h("div", {class: "table-wrap"}, h("table", {class: "keys", "aria-label": "Keys"},
     h("thead", {}, h("tr", {}, ["Name", "Id", "Scopes", "Endpoints", "Created", ""].map((c) => h("th", {scope: "col"}, c)))),
     h("tbody", {}, keys.map((k) => h("tr", {dataset: {key: k.name}},
-      h("td", {"data-label": "Name"}, k.name),
+      h("td", {"data-label": "Name"}, k.name, k.current ? h("span", {class: "badge ok you"}, "you are signed in with it") : null),
       h("td", {"data-label": "Id"}, h("code", {}, k.id)),
       h("td", {"data-label": "Scopes"}, k.scopes.join(", ")),
       h("td", {"data-label": "Endpoints"}, k.endpoints ? k.endpoints.join(", ") : "all"),
       h("td", {"data-label": "Created"}, k.createdAt ? k.createdAt.slice(0, 16).replace("T", " ") : "—"),
-      h("td", {"data-label": ""}, revokeCell(k, ctx, refresh)))))));
+      h("td", {"data-label": ""}, revoke(k)))))));
 }
 
-/** Revoke asks first: an inline confirmation (Escape or Cancel goes back). */
+/** Revoke asks first: an inline confirmation (Escape or Cancel goes back). The key this
+ * console is signed in with needs its name typed: revoking it signs the person out. */
 function revokeCell(key, ctx, refresh) {
   const cell = h("div", {class: "row"});
   const ask = () => {
-    const yes = h("button", {type: "button", class: "danger", onclick: async () => {
+    const yes = h("button", {type: "button", class: "danger", disabled: Boolean(key.current), onclick: async () => {
       try {
-        await api(`/v1/keys/${encodeURIComponent(key.id)}`, {method: "DELETE", signal: ctx.signal});
+        await api(`/v1/keys/${encodeURIComponent(key.id)}`, {method: "DELETE", signal: ctx.signal, redirect: !key.current});
+        if (key.current) return signOut();
         toast(`Revoked ${key.name}`);
         await refresh();
       } catch (err) {
@@ -92,9 +125,20 @@ function revokeCell(key, ctx, refresh) {
       }
     }}, `Revoke ${key.name}`);
     const no = h("button", {type: "button", onclick: () => { replace(cell, start); start.focus(); }}, "Cancel");
-    replace(cell, h("span", {role: "alert", class: "confirm"}, "Revoke? Clients using it get 401 at once."), yes, no);
     cell.onkeydown = (event) => { if (event.key === "Escape") no.click(); };
-    no.focus();
+    if (!key.current) {
+      replace(cell, h("span", {role: "alert", class: "confirm"}, "Revoke? Clients using it get 401 at once."), yes, no);
+      return no.focus();
+    }
+    const typed = h("input", {type: "text", id: `confirm-${key.id}`, autocomplete: "off", spellcheck: "false"});
+    typed.addEventListener("input", () => { yes.disabled = typed.value.trim() !== key.name; });
+    replace(cell, h("div", {class: "confirm own-key"},
+      h("p", {role: "alert", class: "warning"}, "This is the key you are signed in with. Revoking it signs you out "
+        + "of this console at once, and you need another admin key to sign in again (on a cluster: "
+        + "lockgate keys create --scope admin, run where Redis is reachable)."),
+      h("label", {for: `confirm-${key.id}`}, "Type ", h("code", {}, key.name), " to revoke it"),
+      typed, h("div", {class: "row"}, yes, no)));
+    typed.focus();
   };
   const start = h("button", {type: "button", class: "danger small", "aria-label": `Revoke ${key.name}`, onclick: ask}, "Revoke");
   replace(cell, start);

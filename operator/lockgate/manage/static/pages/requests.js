@@ -4,8 +4,10 @@
 // lines, purge). Every call goes through api() to the endpoint's job API (jobApi(record)).
 import {api, jobApi} from "../api.js";
 import {duration, errorBox, h, replace, toast} from "../dom.js";
+import {useStyles} from "./health.js";
 import {jobLogs} from "./joblogs.js";
 import {isLb, renderLbRequests} from "./lb.js";
+import {workersFailing, workersTrouble} from "./state.js";
 
 const STATES = ["IN_QUEUE", "IN_PROGRESS", "COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT"];
 const FINAL = new Set(["COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT"]);
@@ -54,6 +56,7 @@ function chunkText(chunk) {
 }
 
 export async function render(view, ctx) {
+  useStyles(); // an opened job's facts are a dl.settings
   const id = ctx.params.id;
   const record = await api(`/v1/endpoints/${encodeURIComponent(id)}`, {signal: ctx.signal});
   if (isLb(record)) return renderLbRequests(view, ctx, record); // no jobs: a request form
@@ -79,6 +82,7 @@ function testRequest(id, job, ctx, onDone) {
     const body = parseRequest(textarea.value);
     if (body instanceof Error) {
       replace(message, errorBox(body));
+      replace(result); // no earlier result under "Nothing was sent"
       return;
     }
     replace(message);
@@ -86,7 +90,7 @@ function testRequest(id, job, ctx, onDone) {
     running?.abort();
     running = new AbortController();
     const signal = AbortSignal.any([ctx.signal, running.signal]);
-    const live = liveJob(id, job, signal);
+    const live = liveJob(id, job, signal, onDone);
     replace(result, live.element);
     for (const b of buttons) b.disabled = true;
     try {
@@ -120,8 +124,9 @@ function testRequest(id, job, ctx, onDone) {
     result);
 }
 
-/** The live view of one job: status, cold-start note, stream, output, times, error, logs. */
-function liveJob(endpointId, job, signal) {
+/** The live view of one job: status, cold-start note, stream, output, times, error, logs.
+ * `onQueued` runs once a Run async job is queued (the list shows it at once). */
+function liveJob(endpointId, job, signal, onQueued) {
   const status = h("span", {}, badge("SENDING"));
   const note = h("div");
   const times = h("span", {class: "hint"});
@@ -162,8 +167,13 @@ function liveJob(endpointId, job, signal) {
     if (state !== "IN_QUEUE") return replace(note);
     if (Date.now() - lastHealthCheck < 2000) return;
     lastHealthCheck = Date.now();
-    const health = await job("health").catch(() => null);
+    const [health, record] = await Promise.all([
+      job("health").catch(() => null),
+      api(`/v1/endpoints/${encodeURIComponent(endpointId)}`, {signal, redirect: false}).catch(() => null),
+    ]);
     if (current !== "IN_QUEUE") return; // it moved on meanwhile
+    const trouble = workersTrouble(record, health);
+    if (trouble) return replace(note, troubleNote(trouble, endpointId, record, health));
     const w = health?.workers || {};
     const starting = (w.idle || 0) + (w.running || 0) === 0 || (w.initializing || 0) > 0;
     replace(note, starting
@@ -202,6 +212,7 @@ function liveJob(endpointId, job, signal) {
     if (mode === "async") {
       const queued = await job("run", {method: "POST", body: request});
       show(queued.status, queued);
+      onQueued();
       return follow(queued.id);
     }
     // /runsync answers once the job is final (or its wait elapsed): meanwhile, tell whether
@@ -227,6 +238,17 @@ function liveJob(endpointId, job, signal) {
   }
 
   return {element, run, fail: (err) => replace(note, errorBox(err))};
+}
+
+/** "Workers are crashing: <why>" (or "cannot start"), with a link to the Logs tab: not a
+ * cold start. */
+function troubleNote(trouble, endpointId, record, health) {
+  const failing = workersFailing(record);
+  const unhealthy = health?.workers?.unhealthy || 0;
+  const why = failing?.message || `${unhealthy} worker${unhealthy === 1 ? "" : "s"} unhealthy.`;
+  return h("div", {class: "error crashing", role: "alert"},
+    h("strong", {}, `${trouble}: `), why, " The job waits in the queue until a worker is ready. ",
+    h("a", {href: `#/endpoints/${encodeURIComponent(endpointId)}/logs`}, "See the worker logs"));
 }
 
 // --- the list of requests ---------------------------------------------------------------
@@ -266,6 +288,13 @@ function requestsList(endpointId, job, ctx) {
   }
 
   function row(item) {
+    const detailRow = h("tr", {class: "job-detail-row", hidden: true}, h("td", {colspan: 7}));
+    const open = h("button", {type: "button", class: "small", "aria-expanded": "false", "aria-label": `Open ${item.id}`, onclick: async () => {
+      const opening = detailRow.hidden;
+      detailRow.hidden = !opening;
+      open.setAttribute("aria-expanded", String(opening));
+      if (opening) replace(detailRow.firstChild, await jobDetail(endpointId, job, item, ctx.signal));
+    }}, "Open");
     const logsRow = h("tr", {class: "job-logs-row", hidden: true}, h("td", {colspan: 7}));
     const logs = h("button", {type: "button", class: "small", "aria-expanded": "false", "aria-label": `Log lines of ${item.id}`, onclick: async () => {
       const open = logsRow.hidden;
@@ -276,7 +305,7 @@ function requestsList(endpointId, job, ctx) {
         replace(logsRow.firstChild, await jobLogs(endpointId, item.id, {signal: ctx.signal}));
       }
     }}, "Logs");
-    const actions = [logs];
+    const actions = [open, logs];
     if (item.status === "IN_QUEUE" || item.status === "IN_PROGRESS") {
       actions.unshift(h("button", {type: "button", class: "small danger", "aria-label": `Cancel ${item.id}`,
         onclick: () => act(`cancel/${encodeURIComponent(item.id)}`, "Cancelled")}, "Cancel"));
@@ -288,12 +317,13 @@ function requestsList(endpointId, job, ctx) {
     return [
       h("tr", {dataset: {job: item.id}},
         h("td", {}, new Date(item.createdAt).toLocaleString()),
-        h("td", {class: "mono"}, item.id),
+        h("td", {class: "mono"}, h("button", {type: "button", class: "link mono", onclick: () => open.click()}, item.id)),
         h("td", {}, badge(item.status), item.error ? h("div", {class: "hint"}, item.error) : null),
         h("td", {}, duration(item.delayTime)),
         h("td", {}, duration(item.executionTime)),
         h("td", {class: "mono"}, item.workerId || "—"),
         h("td", {}, h("div", {class: "row"}, actions))),
+      detailRow,
       logsRow,
     ];
   }
@@ -339,8 +369,44 @@ function requestsList(endpointId, job, ctx) {
     h("div", {class: "table-wrap"}, h("table", {"aria-label": "Requests"},
       h("thead", {}, h("tr", {}, ["Created", "ID", "Status", "Delay", "Execution", "Worker", "Actions"].map((t) => h("th", {scope: "col"}, t)))),
       body)),
-    h("div", {class: "row pager"}, newer, older, pageInfo));
+    h("div", {class: "row pager"}, newer, older, pageInfo),
+    h("p", {class: "hint retention"}, RETENTION));
   return {element, refresh};
+}
+
+const RETENTION = "A job is listed while its record lives: a Run (/runsync) job for 1 minute after it "
+  + "finishes, a Run async (/run) job for 30 minutes, never beyond its ttl (default 24 h). "
+  + "Open a job to see its input and output while it is listed.";
+
+/** One job opened: input (GET /status/{id}?input=1), output or error, times, worker, log lines. */
+async function jobDetail(endpointId, job, item, signal) {
+  let body;
+  try {
+    body = await job(`status/${encodeURIComponent(item.id)}?input=1`);
+  } catch (err) {
+    if (err.name === "AbortError") throw err;
+    return errorBox(err.status === 404 ? new Error(`Job ${item.id} is no longer kept (its retention or ttl ended).`) : err);
+  }
+  const json = (value) => JSON.stringify(value, null, 2);
+  const facts = [
+    ["Status", badge(body.status)],
+    ["Created", new Date(item.createdAt).toLocaleString()],
+    ["Delay", duration(body.delayTime)],
+    ["Execution", duration(body.executionTime)],
+    ["Worker", item.workerId || "—"],
+  ];
+  return h("section", {class: "job-detail", "aria-label": `Job ${item.id}`},
+    h("dl", {class: "settings"}, facts.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
+    h("h3", {}, "Input"),
+    body.input === undefined
+      ? h("p", {class: "hint"}, "Not kept.")
+      : h("pre", {class: "output", "aria-label": `Input of ${item.id}`}, json(body.input)),
+    body.error
+      ? [h("h3", {}, "Error"), errorBox(new Error(body.error))]
+      : [h("h3", {}, "Output"), body.output === undefined
+        ? h("p", {class: "hint"}, FINAL.has(body.status) ? "No output." : "Not finished yet.")
+        : h("pre", {class: "output", "aria-label": `Output of ${item.id}`}, json(body.output))],
+    await jobLogs(endpointId, item.id, {signal})); // headed "Worker log lines"
 }
 
 /** "Purge queue" with a confirmation dialog; POST /purge-queue on confirm. */

@@ -1,0 +1,97 @@
+// The Overview's "Call it" card: the job API's routes and ready cURL, Python (runpod SDK or
+// requests) and JavaScript (fetch) snippets filled with the endpoint's URL (the key as a
+// placeholder).
+import {copyButton, h} from "../dom.js";
+
+export const KEY_PLACEHOLDER = "YOUR_API_KEY";
+const SAMPLE = '{"input": {"prompt": "Hello"}}';
+
+/** The queue endpoint's routes, relative to its job API URL. */
+export const ROUTES = [
+  ["POST", "/run", "queue a job; answers its id"],
+  ["POST", "/runsync", "run a job and wait for its result"],
+  ["GET", "/status/{jobId}", "a job's state and output"],
+  ["GET", "/stream/{jobId}", "a streaming job's new chunks"],
+  ["POST", "/cancel/{jobId}", "cancel a queued or running job"],
+  ["POST", "/retry/{jobId}", "queue a failed or timed-out job again"],
+  ["POST", "/purge-queue", "remove every queued job"],
+  ["GET", "/health", "workers and jobs by state"],
+  ["GET", "/requests", "recent jobs, newest first"],
+];
+
+/** {curl, python, requests, javascript} for run / runsync / status of the job API at `url` (no trailing /). */
+export function snippets(url) {
+  const base = url.replace(/\/+$/, "");
+  const cut = base.lastIndexOf("/");
+  const urlBase = base.slice(0, cut); // runpod.endpoint_url_base: the URL without the id
+  const id = decodeURIComponent(base.slice(cut + 1));
+  const auth = `authorization: Bearer ${KEY_PLACEHOLDER}`;
+  const curl = [
+    `curl -X POST ${base}/runsync -H 'content-type: application/json' -H '${auth}' -d '${SAMPLE}'`,
+    `curl -X POST ${base}/run -H 'content-type: application/json' -H '${auth}' -d '${SAMPLE}'`,
+    `curl ${base}/status/JOB_ID -H '${auth}'`,
+  ].join("\n");
+  const python = [
+    "import runpod",
+    "",
+    `runpod.api_key = "${KEY_PLACEHOLDER}"`,
+    `runpod.endpoint_url_base = "${urlBase}"`,
+    `endpoint = runpod.Endpoint("${id}")`,
+    "",
+    'print(endpoint.run_sync({"prompt": "Hello"}, timeout=60))  # /runsync',
+    'job = endpoint.run({"prompt": "Hello"})  # /run',
+    "print(job.status())  # /status",
+    "print(job.output(timeout=60))",
+  ].join("\n");
+  const requests = [
+    "import requests",
+    "",
+    `url = "${base}"`,
+    `headers = {"authorization": "Bearer ${KEY_PLACEHOLDER}"}`,
+    "",
+    'done = requests.post(f"{url}/runsync", json={"input": {"prompt": "Hello"}}, headers=headers, timeout=120)',
+    "print(done.json())",
+    'queued = requests.post(f"{url}/run", json={"input": {"prompt": "Hello"}}, headers=headers, timeout=30).json()',
+    'print(requests.get(f"{url}/status/{queued[\'id\']}", headers=headers, timeout=30).json())',
+  ].join("\n");
+  const javascript = [
+    `const url = "${base}";`,
+    `const headers = {"content-type": "application/json", authorization: "Bearer ${KEY_PLACEHOLDER}"};`,
+    "",
+    `const done = await fetch(\`\${url}/runsync\`, {method: "POST", headers, body: JSON.stringify({input: {prompt: "Hello"}})});`,
+    "console.log(await done.json());",
+    `const queued = await (await fetch(\`\${url}/run\`, {method: "POST", headers, body: JSON.stringify({input: {prompt: "Hello"}})})).json();`,
+    "console.log(await (await fetch(`${url}/status/${queued.id}`, {headers})).json());",
+  ].join("\n");
+  return {curl, python, requests, javascript};
+}
+
+/** The card: routes, then one snippet at a time chosen by language tabs. */
+export function callCard(url) {
+  const code = snippets(url);
+  const languages = [["curl", "cURL"], ["python", "Python (runpod SDK)"], ["requests", "Python (requests)"],
+    ["javascript", "JavaScript (fetch)"]];
+  const panel = h("div");
+  const buttons = languages.map(([key, label]) => h("button", {
+    type: "button", class: "small", role: "tab", dataset: {lang: key},
+    onclick: () => choose(key),
+  }, label));
+  function choose(key) {
+    for (const b of buttons) b.setAttribute("aria-selected", String(b.dataset.lang === key));
+    const label = languages.find(([k]) => k === key)[1];
+    panel.replaceChildren(
+      h("pre", {class: "snippet", "aria-label": `${label} snippet`, dataset: {lang: key}}, code[key]),
+      copyButton(code[key], `Copy ${label}`));
+  }
+  choose("curl");
+  return h("section", {class: "card", "aria-labelledby": "call-it"},
+    h("h2", {id: "call-it"}, "Call it"),
+    h("div", {class: "table-wrap"}, h("table", {"aria-label": "Routes", class: "routes"},
+      h("caption", {}, "Routes, after ", h("code", {}, url)),
+      h("thead", {}, h("tr", {}, ["Method", "Path", "What"].map((t) => h("th", {scope: "col"}, t)))),
+      h("tbody", {}, ROUTES.map(([method, path, what]) => h("tr", {},
+        h("td", {class: "mono"}, method), h("td", {class: "mono"}, path), h("td", {}, what)))))),
+    h("div", {class: "row", role: "tablist", "aria-label": "Snippet language"}, buttons),
+    panel,
+    h("p", {class: "hint"}, `Replace ${KEY_PLACEHOLDER} with a key that has the jobs scope (API keys page).`));
+}

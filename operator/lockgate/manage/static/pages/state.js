@@ -1,0 +1,51 @@
+// What an endpoint's badge says, from its record (phase, conditions) and its job API's
+// /health: a phase reads green Ready only while its workers are not failing. Shared by the
+// Endpoints list, the Overview and the test runner.
+
+const PHASE_TONE = {Ready: "ok", Initializing: "warn", Pending: "warn", Degraded: "bad", Failed: "bad"};
+// WorkersHealthy reasons (dev.workers, kube.podstates) and the badge each one shows;
+// another reason shows "Unhealthy".
+const WORKER_BADGES = {
+  CrashLoop: ["Crash loop", "bad"],
+  ImagePullError: ["Image pull error", "bad"],
+  ContainerConfigError: ["Config error", "bad"],
+  NoGpuCapacity: ["No GPU capacity", "warn"],
+  NoCpuCapacity: ["No CPU capacity", "warn"],
+};
+
+/** The endpoint's `WorkersHealthy` condition when it is False, else null. */
+export function workersFailing(record) {
+  return (record?.status?.conditions || [])
+    .find((c) => c.type === "WorkersHealthy" && c.status === "False") || null;
+}
+
+/**
+ * {label, tone, why} of an endpoint's badge: the cause ("Crash loop", "Image pull error",
+ * "No GPU capacity", else "Unhealthy") when its WorkersHealthy condition is False, red
+ * "Unhealthy" when /health counts unhealthy workers, else its phase.
+ */
+export function endpointState(record, health) {
+  const phase = record?.status?.phase || "Pending";
+  if (phase === "Failed") return {label: phase, tone: "bad", why: ""};
+  const failing = workersFailing(record);
+  const unhealthy = health?.workers?.unhealthy || 0;
+  if (failing) {
+    const [label, tone] = WORKER_BADGES[failing.reason] || ["Unhealthy", "bad"];
+    return {label, tone, why: failing.message || failing.reason || ""};
+  }
+  if (unhealthy > 0) {
+    return {label: "Unhealthy", tone: "bad", why: `${unhealthy} worker${unhealthy === 1 ? "" : "s"} unhealthy`};
+  }
+  return {label: phase, tone: PHASE_TONE[phase] || "muted", why: ""};
+}
+
+/** What the test runner says instead of "a cold start" while workers fail, or null when
+ * they do not: "Workers are crashing" (a crash loop, or unhealthy workers in /health) or
+ * "Workers cannot start" (any other WorkersHealthy cause: image pull, capacity, config). */
+export function workersTrouble(record, health) {
+  const failing = workersFailing(record);
+  if (failing?.reason === "CrashLoop" || (!failing && (health?.workers?.unhealthy || 0) > 0)) {
+    return "Workers are crashing";
+  }
+  return failing ? "Workers cannot start" : null;
+}
