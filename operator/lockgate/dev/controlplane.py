@@ -269,7 +269,7 @@ class LocalControlPlane:
         moved = spec.type != ep.spec.type or spec.networkVolumeId != ep.spec.networkVolumeId
         if ep.workers is None or launch != ep.launch or moved:
             if ep.workers is not None:
-                await ep.workers.withdraw()  # out of routing before this answers
+                await ep.workers.withdraw()  # they take nothing new before this answers
             self._retire(ep)
             ep.workers = self._workers(ep.id, launch, ep.worker_key, spec)
         elif limits_of(spec) != limits_of(ep.spec):

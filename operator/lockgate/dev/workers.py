@@ -191,10 +191,15 @@ class LocalWorkers:
         self.task = asyncio.create_task(self.scaler.run(), name=self.task.get_name())
 
     async def withdraw(self) -> None:
-        """Before a replacement: an LB endpoint's workers take no new request from now on
-        (their requests in flight go on); a queue endpoint's need nothing here."""
+        """Before a replacement the old workers take nothing new from now on, and what
+        they have in hand goes on: an LB endpoint's get no new request; a queue endpoint's
+        get no new job (`stop_taking`, as the Kubernetes scaler does before it removes
+        pods: their open job-takes answer empty at once), so jobs queued meanwhile wait
+        for the new workers instead of going to one about to get SIGTERM."""
         if isinstance(self.pool, LbProcessPool):
             await self.pool.withdraw_all()
+        else:
+            await self.store.stop_taking(self.endpoint_id, list(self.pool.workers))
 
     async def halt(self) -> None:
         """Stop scaling; the workers keep running."""
