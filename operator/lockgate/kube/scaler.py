@@ -43,6 +43,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from functools import partial
 from typing import Any
 
 import aiohttp
@@ -325,24 +326,41 @@ class ScalingLoop:
         error: str | None,
     ) -> asyncio.Task:
         """`scale` one endpoint in a task of its own, marked busy until it ends."""
+        decide = partial(self.scale, owner, entry, deployment, pods, readings, error)
+        return self._spawn(self.busy, owner, "scaling", decide, self.slots)
 
-        async def decide() -> None:
-            async with self.slots:
+    def _spawn(
+        self,
+        tasks: dict[str, asyncio.Task],
+        owner: Owner,
+        doing: str,
+        work: Callable[[], Awaitable[object]],
+        gate: asyncio.Semaphore,
+    ) -> asyncio.Task:
+        """Run `work` under `gate` in a task kept in `tasks` for the endpoint until it ends,
+        after the endpoint's task there before it; a failure is logged, as `doing` failed."""
+        previous = tasks.get(owner.name)
+
+        async def run() -> None:
+            if previous is not None:
+                await asyncio.wait({previous})
+            async with gate:
                 try:
-                    await self.scale(owner, entry, deployment, pods, readings, error)
+                    await work()
                 except (ClusterError, kopf.TemporaryError) as err:
-                    log.warning("scaling %s/%s failed: %s", owner.namespace, owner.name, err)
+                    log.warning("%s %s/%s failed: %s", doing, owner.namespace, owner.name, err)
                 except Exception:
-                    log.exception("scaling %s/%s failed", owner.namespace, owner.name)
+                    log.exception("%s %s/%s failed", doing, owner.namespace, owner.name)
 
-        task = asyncio.get_running_loop().create_task(decide(), name=f"scale-{owner.name}")
-        self.busy[owner.name] = task
-        task.add_done_callback(lambda t: self._done(owner.name, t))
+        task = asyncio.get_running_loop().create_task(run(), name=f"{doing}-{owner.name}")
+        tasks[owner.name] = task
+
+        def done(t: asyncio.Task) -> None:
+            if tasks.get(owner.name) is t:
+                del tasks[owner.name]
+
+        task.add_done_callback(done)
         return task
-
-    def _done(self, endpoint_id: str, task: asyncio.Task) -> None:
-        if self.busy.get(endpoint_id) is task:
-            del self.busy[endpoint_id]
 
     async def stop(self) -> None:
         """Cancel the decisions still being applied and their reports (when the loop ends:
@@ -357,27 +375,7 @@ class ScalingLoop:
     def _report(self, owner: Owner, write: Callable[[], Awaitable[None]]) -> None:
         """Run `write` (an Event, a status write) in the report lane: after the endpoint's
         earlier reports, `REPORTS_AT_ONCE` across endpoints."""
-        previous = self.reporting.get(owner.name)
-
-        async def run() -> None:
-            if previous is not None:
-                await asyncio.wait({previous})
-            async with self.reports:
-                try:
-                    await write()
-                except (ClusterError, kopf.TemporaryError) as err:
-                    log.warning("reporting on %s/%s failed: %s", owner.namespace, owner.name, err)
-                except Exception:
-                    log.exception("reporting on %s/%s failed", owner.namespace, owner.name)
-
-        task = asyncio.get_running_loop().create_task(run(), name=f"report-{owner.name}")
-        self.reporting[owner.name] = task
-
-        def done(t: asyncio.Task) -> None:
-            if self.reporting.get(owner.name) is t:
-                del self.reporting[owner.name]
-
-        task.add_done_callback(done)
+        self._spawn(self.reporting, owner, "reporting on", write, self.reports)
 
     async def scale(
         self,
