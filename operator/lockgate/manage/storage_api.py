@@ -25,7 +25,7 @@ from lockgate.manage.storage import (
     Storage,
     StorageRefused,
 )
-from lockgate.manage.templates import Conflict, in_use, new_template_id
+from lockgate.manage.templates import Conflict, delete_unused, new_template_id
 from lockgate.models import EndpointRecord, describe_validation_error
 from lockgate.models.registryauth import RegistryAuthSpec
 from lockgate.models.volumes import (
@@ -81,15 +81,15 @@ async def create_registry_auth(storage: Storage, payload: dict[str, Any]) -> dic
 
 async def remove_registry_auth(plane: ControlPlane, storage: Storage, auth_id: str) -> None:
     """Delete a credential no template uses; 409 naming the templates that do."""
-    await read_registry_auth(storage, auth_id)  # 404 first
-    users = await auth_users(plane, auth_id)
-    if users:
-        thing = f"container registry auth {auth_id!r}"
-        raise in_use(thing, users, "template", "containerRegistryAuthId")
-    try:
-        await storage.delete_registry_auth(auth_id)
-    except RecordNotFound as err:
-        raise NotFound(f"container registry auth {auth_id!r} not found") from err
+    await delete_unused(
+        f"container registry auth {auth_id!r}",
+        lambda: read_registry_auth(storage, auth_id),
+        lambda: auth_users(plane, auth_id),
+        lambda: storage.delete_registry_auth(auth_id),
+        RecordNotFound,
+        "template",
+        "containerRegistryAuthId",
+    )
 
 
 async def post_registry_auth(request: web.Request) -> web.Response:
@@ -182,14 +182,15 @@ async def patch_volume(request: web.Request) -> web.Response:
 async def delete_volume(request: web.Request) -> web.Response:
     """Delete a volume no endpoint mounts; 409 naming the endpoints that do."""
     storage, volume_id = request.app[STORAGE], request.match_info["volume_id"]
-    await read_volume(storage, volume_id)  # 404 first
-    users = await volume_users(request.app[CONTROL_PLANE], volume_id)
-    if users:
-        raise in_use(f"network volume {volume_id!r}", users, "endpoint", "networkVolumeId")
-    try:
-        await storage.delete_volume(volume_id)
-    except RecordNotFound as err:
-        raise NotFound(f"network volume {volume_id!r} not found") from err
+    await delete_unused(
+        f"network volume {volume_id!r}",
+        lambda: read_volume(storage, volume_id),
+        lambda: volume_users(request.app[CONTROL_PLANE], volume_id),
+        lambda: storage.delete_volume(volume_id),
+        RecordNotFound,
+        "endpoint",
+        "networkVolumeId",
+    )
     return web.Response(status=204)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import secrets
 import string
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -51,6 +52,28 @@ def in_use(thing: str, users: list[str], kind: str, field: str) -> Conflict:
         f"{thing} is used by {kind}(s) {', '.join(users)}: "
         f"delete them or give them another {field} first"
     )
+
+
+async def delete_unused(
+    thing: str,
+    read: Callable[[], Awaitable[object]],
+    users: Callable[[], Awaitable[list[str]]],
+    delete: Callable[[], Awaitable[None]],
+    gone: type[Exception],
+    kind: str,
+    field: str,
+) -> None:
+    """Delete `thing` (e.g. "template 'abc'") unless something uses it: 404 when `read`
+    finds none (asked first), 409 naming the `kind`s whose `field` names it, 404 when it
+    vanished between the check and `delete` (`delete` raising `gone`)."""
+    await read()
+    in_use_by = await users()
+    if in_use_by:
+        raise in_use(thing, in_use_by, kind, field)
+    try:
+        await delete()
+    except gone as err:
+        raise NotFound(f"{thing} not found") from err
 
 
 def new_template_id() -> str:
@@ -118,14 +141,15 @@ async def edit_template(
 
 async def remove_template(plane: ControlPlane, template_id: str) -> None:
     """Delete a template no endpoint uses; 409 naming the endpoints that do."""
-    await read_template(plane, template_id)  # 404 first
-    users = await template_users(plane, template_id)
-    if users:
-        raise in_use(f"template {template_id!r}", users, "endpoint", "templateId")
-    try:
-        await plane.delete_template(template_id)
-    except TemplateNotFound as err:
-        raise NotFound(f"template {template_id!r} not found") from err
+    await delete_unused(
+        f"template {template_id!r}",
+        lambda: read_template(plane, template_id),
+        lambda: template_users(plane, template_id),
+        lambda: plane.delete_template(template_id),
+        TemplateNotFound,
+        "endpoint",
+        "templateId",
+    )
 
 
 async def post_template(request: web.Request) -> web.Response:
