@@ -158,7 +158,9 @@ def test_deleting_the_master_pod_under_load_loses_no_accepted_job(release: Relea
     try:
         _delete_the_master_under_load(release)
     except AssertionError:
-        print(redis_logs(release)[-20000:])
+        logs = redis_logs(release)
+        print("\n".join(line for line in logs.splitlines() if "find-master:" in line))
+        print(logs[-20000:])
         raise
 
 
@@ -190,3 +192,5 @@ def _delete_the_master_under_load(release: Release) -> None:
         f" last accepted {submitted:.1f} s and all completed"
         f" {done:.1f} s after the deletion"
     )
+    came_back = release.kubectl("logs", old, "-c", "redis", check=False)
+    print("\n".join(line for line in came_back.splitlines() if "find-master:" in line))
