@@ -76,6 +76,40 @@ def test_a_crash_loop_is_said_in_the_runner_the_list_and_the_overview(page, cons
     assert_clean(page, allow=EXPECTED)
 
 
+def test_the_phase_filter_goes_by_the_badge_a_crash_loop_is_not_ready(page, console_dev, crashing):
+    queued = requests.post(
+        f"{console_dev.url}/v2/{crashing}/run", json={"input": {}},
+        headers=console_dev.headers(), timeout=30,
+    )  # fmt: skip
+    assert queued.status_code == 200, queued.text  # a queued job: workers start, and crash
+    signed_in(page, console_dev)
+    rows = page.locator("tr[data-endpoint]")
+    badge = page.locator(f'tr[data-endpoint="{crashing}"] .badge').first
+    badge.wait_for()
+    wait_until(lambda: badge.inner_text() == "Crash loop", "the list's Crash loop badge")
+    listed = "rs => rs.map(r => r.dataset.endpoint)"
+    record = requests.get(
+        f"{console_dev.url}/v1/endpoints/{crashing}", headers=console_dev.headers(), timeout=30
+    ).json()
+    assert record["status"]["phase"] == "Ready"  # what the API's own phase filter goes by
+
+    page.get_by_label("Phase").select_option("Ready")
+    page.locator(f'tr[data-endpoint="{console_dev.endpoint}"]').wait_for()
+    wait_until(lambda: crashing not in rows.evaluate_all(listed), "crashing left out of Ready")
+    phases = page.locator('tr[data-endpoint] td[data-label="Phase"] .badge')
+    wait_until(lambda: set(phases.all_inner_texts()) == {"Ready"}, "only Ready badges")
+    assert page.evaluate("location.hash") == "#/endpoints?phase=Ready"
+
+    page.get_by_label("Phase").select_option("failing")
+    wait_until(lambda: rows.evaluate_all(listed) == [crashing], "only the crashing endpoint")
+    assert page.evaluate("location.hash") == "#/endpoints?phase=failing"
+    screenshot(page, "endpoints-filter-workers-failing")
+    page.reload()  # the choice is in the URL
+    wait_until(lambda: page.get_by_label("Phase").input_value() == "failing", "the choice")
+    wait_until(lambda: rows.evaluate_all(listed) == [crashing], "the filter kept on reload")
+    assert_clean(page, allow=EXPECTED)
+
+
 def test_a_healthy_endpoint_reads_ready_and_its_runner_says_cold_start_not_crash(page, console_dev):
     create_endpoint(console_dev, "parked-ok", templateId="examples/echo/handler.py", workersMax=0)
     signed_in(page, console_dev)
