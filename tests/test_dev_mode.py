@@ -77,6 +77,25 @@ def test_ctrl_c_says_what_it_waits_for_and_a_second_ctrl_c_stops_at_once(tmp_pat
         assert r.json()["status"] == "IN_QUEUE"
 
 
+def test_per_job_lines_are_logged_at_the_default_level_and_warning_hides_them(tmp_path):
+    """As the README says: `job <id> started` and `job <id> completed in N ms` at INFO, the
+    default (no LOCKGATE_LOG_LEVEL); LOCKGATE_LOG_LEVEL=WARNING leaves them out."""
+    for level, shown in ((None, True), ("WARNING", False)):
+        dev = DevProcess(ECHO, "--api-key", "k", data_dir=tmp_path / str(level))
+        dev.env.pop("LOCKGATE_LOG_LEVEL")
+        if level:
+            dev.env["LOCKGATE_LOG_LEVEL"] = level
+        with dev:
+            r = requests.post(dev.job_url("runsync"), json={"input": {}}, headers=dev.headers())
+            job = r.json()["id"]
+            assert r.json()["status"] == "COMPLETED"
+            if shown:
+                dev.wait_for(rf"job {job} started")
+                dev.wait_for(rf"job {job} completed in \d+ ms")
+        if not shown:
+            assert not [line for line in dev.lines if f"job {job}" in line], dev.lines
+
+
 def test_queued_jobs_survive_a_restart(tmp_path):
     with DevProcess(ECHO, "--workers-max", "0", "--api-key", "k", data_dir=tmp_path) as dev:
         ids = [
