@@ -164,10 +164,49 @@ def test_options_are_accepted_before_or_after_the_action(dev, bare_env) -> None:
     ]
 
 
-def test_keys_list_takes_redis_url_after_the_action(dev, bare_env) -> None:
+def redis_of(dev: DevProcess) -> str:
+    """The URL of dev mode's embedded Redis, as it prints it."""
     port = re.search(r"redis ready on 127\.0\.0\.1:(\d+)", dev.wait_for("redis ready")).group(1)
-    out = ok(lockgate("keys", "list", "--redis-url", f"redis://127.0.0.1:{port}/0", env=bare_env))
-    assert any(line.split()[1:2] == ["dev"] for line in out.splitlines())
+    return f"redis://127.0.0.1:{port}/0"
+
+
+def key_names(redis: str, env: dict[str, str]) -> list[str]:
+    out = ok(lockgate("keys", "list", "--redis-url", redis, env=env))
+    return [line.split()[1] for line in out.splitlines()]
+
+
+def test_keys_list_takes_redis_url_after_the_action(dev, bare_env) -> None:
+    assert "dev" in key_names(redis_of(dev), bare_env)
+
+
+def test_keys_revoke_refuses_the_last_admin_key_in_redis(dev, bare_env) -> None:
+    redis = redis_of(dev)
+    line = one_line_error(lockgate("keys", "revoke", "dev", "--redis-url", redis, env=bare_env))
+    assert "'dev' is the last admin key stored in Redis" in line and "--force" in line
+    assert "dev" in key_names(redis, bare_env)
+
+
+def test_keys_revoke_says_it_would_sign_the_cli_out_and_force_does_it(dev, env) -> None:
+    redis = redis_of(dev)
+    key = ok(lockgate("keys", "create", "cli-admin", "--scope", "admin", "--redis-url", redis,
+                      env=env)).strip()  # fmt: skip
+    signed_in = {**env, "LOCKGATE_API_KEY": key}
+    try:  # dev's key is no longer the last admin one, but it is in the CLI's config file
+        line = one_line_error(lockgate("keys", "revoke", "dev", "--redis-url", redis, env=env))
+        config = dev.config_home / "lockgate" / "config.json"
+        assert f"'dev' is the key this CLI signs in with ({config})" in line and "401" in line
+        line = one_line_error(
+            lockgate("keys", "revoke", "cli-admin", "--redis-url", redis, env=signed_in)
+        )
+        assert "signs in with (LOCKGATE_API_KEY)" in line and "--force" in line
+        assert "echo" in ok(lockgate("endpoints", "list", env=signed_in))  # not revoked
+        out = ok(lockgate("keys", "revoke", "cli-admin", "--force", "--redis-url", redis,
+                          env=signed_in))  # fmt: skip
+        assert out.startswith("revoked ")
+        assert "401" in one_line_error(lockgate("endpoints", "list", env=signed_in))
+    finally:
+        lockgate("keys", "revoke", "cli-admin", "--force", "--redis-url", redis, env=env)
+    assert key_names(redis, env).count("dev") == 1 and "cli-admin" not in key_names(redis, env)
 
 
 def test_templates_list_prints_a_table(env) -> None:
@@ -236,8 +275,7 @@ def test_a_wrong_key_says_how_to_give_one(dev, bare_env) -> None:
 
 
 def test_a_key_without_the_scope_is_told_so(dev, bare_env) -> None:
-    port = re.search(r"redis ready on 127\.0\.0\.1:(\d+)", dev.wait_for("redis ready")).group(1)
-    redis = f"redis://127.0.0.1:{port}/0"
+    redis = redis_of(dev)
     key = ok(lockgate("keys", "create", "cli-jobs", "--scope", "jobs", "--redis-url", redis,
                       env=bare_env)).strip()  # fmt: skip
     try:

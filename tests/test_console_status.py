@@ -12,6 +12,7 @@ import sys
 
 import pytest
 import requests
+from examples.openai.responder import DEFAULT_MAX_TOKENS, generate, message_text
 
 from console_browser import PHONE, assert_clean, create_endpoint, screenshot, sign_in
 from devproc import REPO
@@ -73,6 +74,40 @@ def test_a_crash_loop_is_said_in_the_runner_the_list_and_the_overview(page, cons
     wait_until(lambda: head.inner_text() == "Crash loop", "the Overview's Crash loop badge")
     assert "bad" in head.get_attribute("class")
     screenshot(page, "overview-crash-loop")
+    assert_clean(page, allow=EXPECTED)
+
+
+def test_the_phase_filter_goes_by_the_badge_a_crash_loop_is_not_ready(page, console_dev, crashing):
+    queued = requests.post(
+        f"{console_dev.url}/v2/{crashing}/run", json={"input": {}},
+        headers=console_dev.headers(), timeout=30,
+    )  # fmt: skip
+    assert queued.status_code == 200, queued.text  # a queued job: workers start, and crash
+    signed_in(page, console_dev)
+    rows = page.locator("tr[data-endpoint]")
+    badge = page.locator(f'tr[data-endpoint="{crashing}"] .badge').first
+    badge.wait_for()
+    wait_until(lambda: badge.inner_text() == "Crash loop", "the list's Crash loop badge")
+    listed = "rs => rs.map(r => r.dataset.endpoint)"
+    record = requests.get(
+        f"{console_dev.url}/v1/endpoints/{crashing}", headers=console_dev.headers(), timeout=30
+    ).json()
+    assert record["status"]["phase"] == "Ready"  # what the API's own phase filter goes by
+
+    page.get_by_label("Phase").select_option("Ready")
+    page.locator(f'tr[data-endpoint="{console_dev.endpoint}"]').wait_for()
+    wait_until(lambda: crashing not in rows.evaluate_all(listed), "crashing left out of Ready")
+    phases = page.locator('tr[data-endpoint] td[data-label="Phase"] .badge')
+    wait_until(lambda: set(phases.all_inner_texts()) == {"Ready"}, "only Ready badges")
+    assert page.evaluate("location.hash") == "#/endpoints?phase=Ready"
+
+    page.get_by_label("Phase").select_option("failing")
+    wait_until(lambda: rows.evaluate_all(listed) == [crashing], "only the crashing endpoint")
+    assert page.evaluate("location.hash") == "#/endpoints?phase=failing"
+    screenshot(page, "endpoints-filter-workers-failing")
+    page.reload()  # the choice is in the URL
+    wait_until(lambda: page.get_by_label("Phase").input_value() == "failing", "the choice")
+    wait_until(lambda: rows.evaluate_all(listed) == [crashing], "the filter kept on reload")
     assert_clean(page, allow=EXPECTED)
 
 
@@ -148,6 +183,34 @@ def test_the_copied_url_and_the_snippets_reach_the_job_api(page, console_dev):
     assert "COMPLETED" in node.stdout, node.stdout
     screenshot(page, "overview-snippets")
     assert_clean(page, allow=EXPECTED)
+
+
+def test_the_openai_snippet_runs_with_the_openai_sdk_against_the_openai_route(page, console_dev):
+    create_endpoint(
+        console_dev, "openai-snip", templateId="examples/openai/handler.py", workersMax=1
+    )
+    try:
+        signed_in(page, console_dev)
+        page.goto(f"{console_dev.url}/console/#/endpoints/openai-snip")
+        page.get_by_role("tab", name="Python (OpenAI SDK)").click()
+        snippet = page.get_by_label("Python (OpenAI SDK) snippet").inner_text()
+        assert f'base_url="{console_dev.url}/v2/openai-snip/openai/v1"' in snippet
+        routes = page.get_by_role("table", name="Routes").inner_text()
+        assert "/openai/v1/chat/completions" in routes
+        ran = subprocess.run(
+            [sys.executable, "-c", snippet.replace("YOUR_API_KEY", console_dev.key)],
+            capture_output=True, text=True, timeout=180, cwd=REPO,
+        )  # fmt: skip
+        assert ran.returncode == 0, ran.stderr
+        hello = [{"role": "user", "content": "Hello"}]  # the toy model's answer, computed
+        expected = "".join(generate(message_text(hello), DEFAULT_MAX_TOKENS)[0])
+        assert ran.stdout.strip() == expected, ran.stdout
+        screenshot(page, "overview-snippet-openai")
+        assert_clean(page, allow=EXPECTED)
+    finally:
+        requests.delete(
+            f"{console_dev.url}/v1/endpoints/openai-snip", headers=console_dev.headers(), timeout=30
+        )
 
 
 def test_dev_mode_is_known_and_its_meaningless_fields_are_folded_away(page, console_dev):

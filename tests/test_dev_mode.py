@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -43,6 +44,56 @@ def test_ctrl_c_stops_gateway_workers_and_redis(tmp_path):
     dev.wait_for(r"lockgate dev \| stopped")
     psutil.wait_procs(children, timeout=5)
     assert not [p for p in children if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_ctrl_c_says_what_it_waits_for_and_a_second_ctrl_c_stops_at_once(tmp_path):
+    """A slow job in hand: the first Ctrl-C names it and the wait, and stops nothing yet;
+    the second kills the worker and stops at once (exit 130, no traceback); the job went
+    back to the queue for the next run."""
+    dev = DevProcess(ECHO, "--workers-min", "1", "--api-key", "k", data_dir=tmp_path).start()
+    job = requests.post(
+        dev.job_url("run"), json={"input": {"sleep": 120}}, headers=dev.headers()
+    ).json()["id"]
+
+    def in_progress():
+        r = requests.get(dev.job_url(f"status/{job}"), headers=dev.headers())
+        return r.json()["status"] == "IN_PROGRESS"
+
+    wait_until(in_progress)
+    worker = wait_until(dev.workers)[0]
+    children = psutil.Process(dev.proc.pid).children(recursive=True)
+    dev.proc.send_signal(signal.SIGINT)
+    line = dev.wait_for(r"lockgate dev \| stopping:")
+    assert "waiting up to 30 s for 1 job in hand; Ctrl-C again to stop now" in line
+    assert dev.proc.poll() is None and worker.is_running()  # it waits for the job
+    dev.proc.send_signal(signal.SIGINT)
+    assert dev.proc.wait(30) == 130
+    dev.wait_for(r"lockgate dev \| stopped at once")
+    assert not [line for line in dev.lines if "Traceback" in line]
+    psutil.wait_procs(children, timeout=5)
+    assert not [p for p in children if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    with DevProcess(ECHO, "--workers-max", "0", "--api-key", "k", data_dir=tmp_path) as again:
+        r = requests.get(again.job_url(f"status/{job}"), headers=again.headers())
+        assert r.json()["status"] == "IN_QUEUE"
+
+
+def test_per_job_lines_are_logged_at_the_default_level_and_warning_hides_them(tmp_path):
+    """As the README says: `job <id> started` and `job <id> completed in N ms` at INFO, the
+    default (no LOCKGATE_LOG_LEVEL); LOCKGATE_LOG_LEVEL=WARNING leaves them out."""
+    for level, shown in ((None, True), ("WARNING", False)):
+        dev = DevProcess(ECHO, "--api-key", "k", data_dir=tmp_path / str(level))
+        dev.env.pop("LOCKGATE_LOG_LEVEL")
+        if level:
+            dev.env["LOCKGATE_LOG_LEVEL"] = level
+        with dev:
+            r = requests.post(dev.job_url("runsync"), json={"input": {}}, headers=dev.headers())
+            job = r.json()["id"]
+            assert r.json()["status"] == "COMPLETED"
+            if shown:
+                dev.wait_for(rf"job {job} started")
+                dev.wait_for(rf"job {job} completed in \d+ ms")
+        if not shown:
+            assert not [line for line in dev.lines if f"job {job}" in line], dev.lines
 
 
 def test_queued_jobs_survive_a_restart(tmp_path):

@@ -3,6 +3,9 @@
 `create` prints the key once, on stdout alone (`KEY=$(lockgate keys create ci --scope jobs)`);
 nothing keeps it. With `--file-entry` nothing is written to Redis: the key and the JSON entry
 for the gateway's mounted key file are printed instead.
+
+`revoke` refuses, as the console does, to revoke the last admin key stored in Redis, and
+says what revoking the key the CLI itself signs in with would do; `--force` does either.
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ from pydantic import ValidationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from lockgate import clientconfig
 from lockgate.models import describe_validation_error
-from lockgate.models.keys import KeyFileEntry, KeyRecord, key_name_problem
+from lockgate.models.keys import KeyFileEntry, KeyRecord, Scope, key_name_problem
 from lockgate.store import Registry, connect, key_digest
 from lockgate.store.connection import RedisSettings, standalone
 
@@ -74,11 +78,50 @@ async def create(registry: Registry, record: KeyRecord) -> str:
     return key
 
 
-async def revoke(registry: Registry, name_or_id: str) -> list[str]:
-    """Delete every key with that name or digest prefix; returns their digests."""
-    found = [d for d, r in (await registry.list_keys()).items() if matches(d, r, name_or_id)]
+def leaves_no_admin(digests: list[str], stored: dict[str, dict]) -> bool:
+    """Whether revoking the keys `digests` removes the last stored key with the admin scope
+    (keys in the gateway's mounted key file are not counted: they may not exist)."""
+    admins = {d for d, record in stored.items() if Scope.ADMIN in record.get("scopes", [])}
+    return bool(admins) and admins <= set(digests)
+
+
+def revoke_problem(
+    digests: list[str], stored: dict[str, dict], signed_in: tuple[str, str] | None
+) -> str | None:
+    """Why revoking the keys `digests` needs `--force`, or None: it would leave no admin
+    key in Redis, or it would sign the CLI out (`signed_in`: its key and where it is set)."""
+    names = ", ".join(repr(stored[d].get("name", "?")) for d in digests)
+    if leaves_no_admin(digests, stored):
+        return (
+            f"{names} is the last admin key stored in Redis: revoking it locks everyone out "
+            "of the console and the management API. Create another admin key first "
+            "(lockgate keys create NAME --scope admin), or add --force"
+        )
+    if signed_in is not None and key_digest(signed_in[0]) in digests:
+        return (
+            f"{names} is the key this CLI signs in with ({signed_in[1]}): revoking it makes "
+            "lockgate endpoints, jobs and logs answer 401 until you run lockgate login with "
+            "another key (or set LOCKGATE_API_KEY). Add --force to revoke it anyway"
+        )
+    return None
+
+
+async def revoke(
+    registry: Registry,
+    name_or_id: str,
+    *,
+    force: bool = False,
+    signed_in: tuple[str, str] | None = None,
+) -> list[str]:
+    """Delete every key with that name or digest prefix; returns their digests. Without
+    `force`, KeyCommandError when `revoke_problem` names one."""
+    stored = await registry.list_keys()
+    found = [d for d, r in stored.items() if matches(d, r, name_or_id)]
     if not found:
         raise KeyCommandError(f"no key named {name_or_id!r} or with an id starting so")
+    problem = None if force else revoke_problem(found, stored, signed_in)
+    if problem:
+        raise KeyCommandError(problem)
     for digest in found:
         await registry.delete_key(digest)
     return found
@@ -103,7 +146,9 @@ async def _run(args: argparse.Namespace) -> None:
             for digest, record in sorted((await registry.list_keys()).items(), key=_by_name):
                 print(describe(digest, record))
         else:
-            for digest in await revoke(registry, args.name_or_id):
+            signed_in = clientconfig.signed_in_key()
+            revoked = await revoke(registry, args.name_or_id, force=args.force, signed_in=signed_in)
+            for digest in revoked:
                 print(f"revoked {digest[:ID_CHARS]}")
     finally:
         await redis.aclose()

@@ -159,6 +159,10 @@ def _keys(sub: argparse._SubParsersAction) -> None:
     )
     revoke = keys.add_parser("revoke", help="revoke keys by name or id", parents=[redis])
     revoke.add_argument("name_or_id", help="a key's name, or the start of its id")
+    revoke.add_argument(
+        "--force", action="store_true",
+        help="revoke even the last admin key stored in Redis, or the key this CLI signs in with",
+    )  # fmt: skip
     p.set_defaults(run=_lazy("lockgate.apikeys", "main"))
 
 

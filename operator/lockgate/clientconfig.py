@@ -53,6 +53,15 @@ def save_for_dev(url: str, key: str) -> Path | None:
     return save({"url": url, "key": key, "writtenBy": BY_DEV})
 
 
+def signed_in_key() -> tuple[str, str] | None:
+    """The key the daily-work commands use when no `--key` is given, and where it comes
+    from (`LOCKGATE_API_KEY`, else the config file's path); None without one."""
+    if key := os.environ.get("LOCKGATE_API_KEY"):
+        return key, "LOCKGATE_API_KEY"
+    key = load().get("key")
+    return (key, str(config_path())) if isinstance(key, str) and key else None
+
+
 def resolve(
     url: str | None, key: str | None, job_url: str | None = None
 ) -> tuple[str, str | None, str]:

@@ -64,6 +64,50 @@ def say(line: str) -> None:
     print(f"lockgate dev | {line}", flush=True)
 
 
+class Stop:
+    """Ctrl-C (or SIGTERM) once: stop, letting the workers finish their jobs in hand;
+    a second time: stop at once (`now`), workers killed."""
+
+    def __init__(self) -> None:
+        self.first = asyncio.Event()
+        self.now = asyncio.Event()
+        self.forced: int | None = None  # the signal that stopped it at once
+
+    def signalled(self, signum: int) -> None:
+        if not self.first.is_set():
+            self.first.set()
+        elif self.forced is None:
+            self.forced = signum
+            self.now.set()
+
+    async def wait(self) -> None:
+        await self.first.wait()
+
+    def exit_code(self) -> int:
+        """0 after a graceful stop; 128 + the signal after a forced one (130: Ctrl-C)."""
+        return 0 if self.forced is None else 128 + self.forced
+
+
+def stopping_line(jobs: int | None, grace_s: float) -> str:
+    """The line printed at the first Ctrl-C: what the stop waits for, how long at most,
+    and how to stop at once."""
+    wait = f"up to {grace_s:.0f} s"
+    if jobs is None:
+        what = f"waiting {wait} for the jobs in hand"
+    elif jobs == 0:
+        what = f"no job in hand, waiting {wait} for the workers to exit"
+    else:
+        what = f"waiting {wait} for {jobs} job{'s' if jobs != 1 else ''} in hand"
+    return f"stopping: {what}; Ctrl-C again to stop now"
+
+
+async def kill_when(now: asyncio.Event, plane: LocalControlPlane) -> None:
+    """At a second Ctrl-C: kill the workers, so the stop under way ends at once."""
+    await now.wait()
+    say("stopping now: workers killed, the jobs they held go back to the queue")
+    plane.kill()
+
+
 def secret_in(data_dir: Path, name: str, prefix: str) -> str:
     """A secret generated once and kept (mode 600) in the data dir, so restarts keep it."""
     path = data_dir / name
@@ -243,7 +287,7 @@ def write_cli_config(url: str, key: str) -> None:
         say(f"CLI: lockgate endpoints list, lockgate jobs run … (config in {path})")
 
 
-async def serve(opts: DevOptions, redis: RedisSettings, stop: asyncio.Event) -> None:
+async def serve(opts: DevOptions, redis: RedisSettings, stop: Stop) -> None:
     """Gateway, management API and local endpoints until `stop` is set; then shut down in
     order: scaling stops, long-polls are answered, workers finish their jobs, then the rest."""
     settings = dev_settings(opts, redis)
@@ -278,13 +322,17 @@ async def serve(opts: DevOptions, redis: RedisSettings, stop: asyncio.Event) -> 
         say(f"API key: {opts.api_key}")
         say(f"try: {curl_line(base, opts.endpoint_id, opts.api_key)}")
         await stop.wait()
-        say("stopping: workers finish the jobs in hand…")
+        say(stopping_line(await plane.jobs_in_hand(), plane.stop_grace_s))
     finally:
-        await plane.close()
+        killer = asyncio.create_task(kill_when(stop.now, plane))
+        try:
+            await plane.close()
+        finally:
+            killer.cancel()
         await runner.cleanup()
 
 
-async def run(opts: DevOptions) -> None:
+async def run(opts: DevOptions) -> int:
     embedded = None
     if opts.redis is None:
         embedded = EmbeddedRedis(opts.data_dir)
@@ -292,20 +340,23 @@ async def run(opts: DevOptions) -> None:
         say(f"redis ready on 127.0.0.1:{embedded.port} (append-only, data in {opts.data_dir})")
     else:
         say(f"using {opts.redis.describe()} (no embedded Redis)")
-    stop = asyncio.Event()
+    stop = Stop()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, stop.signalled, sig)
     try:
         redis = opts.redis or RedisSettings(**standalone(embedded.url))
         await serve(opts, redis, stop)
     finally:
         if embedded is not None:
             embedded.stop()
-        say("stopped")
+        say("stopped" if stop.forced is None else "stopped at once")
+    return stop.exit_code()
 
 
 def main(args: argparse.Namespace) -> int:
+    """Run dev mode; 0 after a stop that let the jobs in hand finish, 128 + the signal's
+    number (130 for Ctrl-C) after a second signal stopped it at once."""
     setup_logging("text")
     opts = options(args)
     try:
@@ -314,5 +365,4 @@ def main(args: argparse.Namespace) -> int:
         uvloop.install()
     except ImportError:
         pass
-    asyncio.run(run(opts))
-    return 0
+    return asyncio.run(run(opts))

@@ -385,6 +385,25 @@ class LocalControlPlane:
         for ep in self._endpoints.values():
             await self.gw.registry.delete_key(key_digest(ep.worker_key))
 
+    async def jobs_in_hand(self) -> int | None:
+        """Jobs the workers of every endpoint hold now; None when Redis cannot say."""
+        try:
+            snaps = [await self.gw.store.snapshot(i) for i in self._endpoints]
+        except Exception as err:  # Redis away: the stop line says less
+            log.warning("jobs in hand not counted: %s", err)
+            return None
+        return sum(s.in_progress for s in snaps)
+
+    def kill(self) -> None:
+        """Stop at once (a second Ctrl-C): no new workers, no grace for the running ones,
+        every worker killed with its process group. A `close` under way, or the next one,
+        then finishes without waiting; the jobs the workers held go back to the queue."""
+        self._closing = True
+        self.stop_grace_s = 0.0
+        for ep in self._endpoints.values():
+            for workers in _all_workers(ep):
+                workers.kill()
+
     # -- internals ------------------------------------------------------------------------
 
     def _refuse_when_closing(self) -> None:

@@ -206,6 +206,10 @@ class LocalWorkers:
         self.task.cancel()
         await asyncio.wait({self.task})
 
+    def kill(self) -> None:
+        """Kill every worker now (their jobs in hand go back to the queue at `stop`)."""
+        self.pool.kill_all()
+
     async def stop(self, grace_s: float) -> None:
         """Stop scaling, then the workers: SIGTERM lets each finish its job in hand; those
         still running after `grace_s` seconds are killed with their process group. The

@@ -21,7 +21,7 @@ from typing import Any
 from aiohttp import web
 
 from lockgate import apikeys
-from lockgate.gateway.auth import ADMIN, bearer_token
+from lockgate.gateway.auth import bearer_token
 from lockgate.gateway.errors import ApiError, BadRequest, NotFound
 from lockgate.gateway.http import iso_ms, json_object, json_response
 from lockgate.store import Registry, key_digest
@@ -122,7 +122,7 @@ async def revoke_key(request: web.Request) -> web.Response:
         raise NotFound(f"no key with an id starting {key_id!r}")
     if len(found) > 1:
         raise BadRequest(f"id: {key_id!r} starts {len(found)} keys' ids: give more digits")
-    if last_admin(found[0], stored):
+    if apikeys.leaves_no_admin(found[:1], stored):
         raise LastAdminKey(
             f"key {stored[found[0]].get('name', '?')!r} is the last admin key: revoking it would "
             "lock everyone out of the console and the management API. Create another admin "
@@ -130,12 +130,6 @@ async def revoke_key(request: web.Request) -> web.Response:
         )
     await registry.delete_key(found[0])
     return web.Response(status=204)
-
-
-def last_admin(digest: str, stored: dict[str, dict]) -> bool:
-    """Whether the key `digest` is the only stored key with the admin scope."""
-    admins = [d for d, record in stored.items() if ADMIN in record.get("scopes", [])]
-    return admins == [digest]
 
 
 def add_keys_routes(app: web.Application, registry: Registry, *, prefix: str = "/v1") -> None:

@@ -211,6 +211,14 @@ class LocalProcessPool:
             self._revoking.add(task)
             task.add_done_callback(self._revoking.discard)
 
+    def kill_all(self) -> None:
+        """SIGKILL every running worker with its process group, now (a second Ctrl-C in
+        `lockgate dev`); `close` and `reap` then find them exited."""
+        for w in self.workers.values():
+            if w.process.returncode is None:
+                w.stopping = True
+                _kill_group(w.process)
+
     async def close(self, grace_s: float = 30.0) -> list[Exited]:
         """Stop every worker; kill (with its process group) each still running after
         `grace_s` seconds. Returns the workers as `reap` does."""

@@ -2,10 +2,12 @@
 // and failures; an endpoint with a False condition stands out with its message. Refreshes
 // every 5 s. Sources: GET /v1/endpoints (records with status, a page at a time, filtered
 // by name and phase), each shown endpoint's job API /health (worker states), and
-// GET /v1/endpoints/{id}/metrics (jobs/min, failures) where that route answers.
+// GET /v1/endpoints/{id}/metrics (jobs/min, failures) where that route answers. The phase
+// filter goes by the badge (state.js): the API's phase filter, then the badge's state, so
+// "Ready" leaves out crash-looping or unhealthy endpoints, and "Workers failing" shows them.
 import {api, jobApi, listPage} from "../api.js";
 import {copyButton, h, replace} from "../dom.js";
-import {endpointState} from "./state.js";
+import {WORKERS_FAILING, endpointState, matchesPhaseFilter} from "./state.js";
 
 const REFRESH_MS = 5000;
 const WINDOW_S = 60; // jobs/min counts the last minute of the history
@@ -65,7 +67,8 @@ export async function endpointsUpTo(want, filters, signal) {
 
 export async function render(view, ctx) {
   const asked = ctx.query.get("phase");
-  const filters = {name: ctx.query.get("name") || "", phase: PHASES[asked] ? asked : ""};
+  const known = PHASES[asked] || asked === WORKERS_FAILING;
+  const filters = {name: ctx.query.get("name") || "", phase: known ? asked : ""};
   let want = PAGE;
   let latest = 0; // only the newest refresh draws: a slower older one must not overwrite it
   const list = h("div", {"aria-live": "off"});
@@ -74,17 +77,21 @@ export async function render(view, ctx) {
 
   async function refresh() {
     const turn = ++latest;
-    const {records, more} = await endpointsUpTo(want, filters, ctx.signal);
-    const extra = await Promise.all(records.map(async (r) => {
+    const asked = {name: filters.name, phase: PHASES[filters.phase] ? filters.phase : ""};
+    const {records: found, more} = await endpointsUpTo(want, asked, ctx.signal);
+    const details = await Promise.all(found.map(async (r) => {
       const id = encodeURIComponent(r.id);
       const health = optional(api(`${jobApi(r)}/health`, {signal: ctx.signal, redirect: false}));
       const metrics = noMetrics.has(r.id) ? null
         : optional(api(`/v1/endpoints/${id}/metrics`, {signal: ctx.signal, redirect: false}));
       const [healthAnswer, m] = await Promise.all([health, metrics]);
       if (m === null) noMetrics.add(r.id);
-      return {health: healthAnswer, metrics: m};
+      return {health: healthAnswer, metrics: m, state: endpointState(r, healthAnswer)};
     }));
     if (turn !== latest) return;
+    const shownAt = found.map((_, i) => i).filter((i) => matchesPhaseFilter(details[i].state, filters.phase));
+    const records = shownAt.map((i) => found[i]);
+    const extra = shownAt.map((i) => details[i]);
     keepFocus(view, () => {
       replace(list, records.length ? table(records, extra) : empty(filters));
       replace(footer, records.length ? h("span", {class: "hint grow"}, shown(records.length, more)) : null,
@@ -112,7 +119,9 @@ export async function render(view, ctx) {
   });
   const phase = h("select", {id: "filter-phase", onchange: () => { filters.phase = phase.value; filtered(); }},
     h("option", {value: ""}, "Any phase"),
-    Object.keys(PHASES).map((p) => h("option", {value: p, selected: p === filters.phase}, p)));
+    Object.keys(PHASES).map((p) => h("option", {value: p, selected: p === filters.phase}, p)),
+    h("option", {value: WORKERS_FAILING, selected: filters.phase === WORKERS_FAILING},
+      "Workers failing (crash loop, unhealthy, …)"));
   replace(view,
     h("div", {class: "row"}, h("h1", {class: "grow"}, "Endpoints"),
       h("a", {class: "button primary", href: "#/new"}, "New endpoint")),
@@ -153,8 +162,7 @@ function table(records, extra) {
     records.map((r, i) => rows(r, extra[i]))));
 }
 
-function rows(record, {health, metrics}) {
-  const state = endpointState(record, health);
+function rows(record, {health, metrics, state}) {
   const problems = failing(record);
   const url = (record.status?.jobApiUrl || record.jobApiUrl) ? jobApi(record) : ""; // no trailing /: `${url}/runsync` works
   const w = record.status?.workers || {};

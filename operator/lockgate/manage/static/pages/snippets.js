@@ -1,7 +1,8 @@
 // The Overview's "Call it" card: the job API's routes and ready cURL, Python (runpod SDK or
-// requests) and JavaScript (fetch) snippets filled with the endpoint's URL (the key as a
-// placeholder).
-import {copyButton, h} from "../dom.js";
+// requests), JavaScript (fetch) and OpenAI-SDK snippets filled with the endpoint's URL (the
+// key as a placeholder). Every queue endpoint answers the OpenAI API at `{url}/openai/v1`
+// (docs/openai.md); what it answers is its worker's (RunPod's vLLM worker, examples/openai).
+import {copyButton, h, replace} from "../dom.js";
 
 export const KEY_PLACEHOLDER = "YOUR_API_KEY";
 const SAMPLE = '{"input": {"prompt": "Hello"}}';
@@ -17,9 +18,13 @@ export const ROUTES = [
   ["POST", "/purge-queue", "remove every queued job"],
   ["GET", "/health", "workers and jobs by state"],
   ["GET", "/requests", "recent jobs, newest first"],
+  ["POST", "/openai/v1/chat/completions", "the OpenAI API (also /completions, /embeddings, GET /models), as the worker answers it"],
 ];
 
-/** {curl, python, requests, javascript} for run / runsync / status of the job API at `url` (no trailing /). */
+/**
+ * {curl, python, requests, javascript} for run / runsync / status of the job API at `url`
+ * (no trailing /), and `openai`: a chat completion through its OpenAI route.
+ */
 export function snippets(url) {
   const base = url.replace(/\/+$/, "");
   const cut = base.lastIndexOf("/");
@@ -63,14 +68,24 @@ export function snippets(url) {
     `const queued = await (await fetch(\`\${url}/run\`, {method: "POST", headers, body: JSON.stringify({input: {prompt: "Hello"}})})).json();`,
     "console.log(await (await fetch(`${url}/status/${queued.id}`, {headers})).json());",
   ].join("\n");
-  return {curl, python, requests, javascript};
+  const openai = [
+    "from openai import OpenAI",
+    "",
+    `client = OpenAI(base_url="${base}/openai/v1", api_key="${KEY_PLACEHOLDER}")`,
+    "model = client.models.list().data[0].id  # the first model the worker serves",
+    "chat = client.chat.completions.create(",
+    '    model=model, messages=[{"role": "user", "content": "Hello"}]',
+    ")",
+    "print(chat.choices[0].message.content)",
+  ].join("\n");
+  return {curl, python, requests, javascript, openai};
 }
 
 /** The card: routes, then one snippet at a time chosen by language tabs. */
 export function callCard(url) {
   const code = snippets(url);
   const languages = [["curl", "cURL"], ["python", "Python (runpod SDK)"], ["requests", "Python (requests)"],
-    ["javascript", "JavaScript (fetch)"]];
+    ["javascript", "JavaScript (fetch)"], ["openai", "Python (OpenAI SDK)"]];
   const panel = h("div");
   const buttons = languages.map(([key, label]) => h("button", {
     type: "button", class: "small", role: "tab", dataset: {lang: key},
@@ -79,9 +94,12 @@ export function callCard(url) {
   function choose(key) {
     for (const b of buttons) b.setAttribute("aria-selected", String(b.dataset.lang === key));
     const label = languages.find(([k]) => k === key)[1];
-    panel.replaceChildren(
+    replace(panel,
       h("pre", {class: "snippet", "aria-label": `${label} snippet`, dataset: {lang: key}}, code[key]),
-      copyButton(code[key], `Copy ${label}`));
+      copyButton(code[key], `Copy ${label}`),
+      key === "openai" ? h("p", {class: "hint"}, "The OpenAI route (",
+        h("code", {}, "/openai/v1"), ") runs each request as a job: the worker must answer it, ",
+        "as RunPod's vLLM worker does (see docs/openai.md).") : null);
   }
   choose("curl");
   return h("section", {class: "card", "aria-labelledby": "call-it"},

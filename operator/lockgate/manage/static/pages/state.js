@@ -19,10 +19,14 @@ export function workersFailing(record) {
     .find((c) => c.type === "WorkersHealthy" && c.status === "False") || null;
 }
 
+// The Endpoints list's filter choice for endpoints whose workers fail, whatever their phase.
+export const WORKERS_FAILING = "failing";
+
 /**
- * {label, tone, why} of an endpoint's badge: the cause ("Crash loop", "Image pull error",
- * "No GPU capacity", else "Unhealthy") when its WorkersHealthy condition is False, red
- * "Unhealthy" when /health counts unhealthy workers, else its phase.
+ * {label, tone, why, trouble} of an endpoint's badge: the cause ("Crash loop", "Image pull
+ * error", "No GPU capacity", else "Unhealthy") when its WorkersHealthy condition is False,
+ * red "Unhealthy" when /health counts unhealthy workers (`trouble` true for both), else its
+ * phase.
  */
 export function endpointState(record, health) {
   const phase = record?.status?.phase || "Pending";
@@ -31,12 +35,24 @@ export function endpointState(record, health) {
   const unhealthy = health?.workers?.unhealthy || 0;
   if (failing) {
     const [label, tone] = WORKER_BADGES[failing.reason] || ["Unhealthy", "bad"];
-    return {label, tone, why: failing.message || failing.reason || ""};
+    return {label, tone, why: failing.message || failing.reason || "", trouble: true};
   }
   if (unhealthy > 0) {
-    return {label: "Unhealthy", tone: "bad", why: `${unhealthy} worker${unhealthy === 1 ? "" : "s"} unhealthy`};
+    const why = `${unhealthy} worker${unhealthy === 1 ? "" : "s"} unhealthy`;
+    return {label: "Unhealthy", tone: "bad", why, trouble: true};
   }
   return {label: phase, tone: PHASE_TONE[phase] || "muted", why: ""};
+}
+
+/**
+ * Whether an endpoint whose badge is `state` passes the list's phase filter: a phase keeps
+ * the endpoints whose badge shows that phase (a crash-looping Ready endpoint is not Ready),
+ * WORKERS_FAILING those whose badge names a worker problem, "" every endpoint.
+ */
+export function matchesPhaseFilter(state, filter) {
+  if (!filter) return true;
+  if (filter === WORKERS_FAILING) return Boolean(state.trouble);
+  return !state.trouble && state.label === filter;
 }
 
 /** What the test runner says instead of "a cold start" while workers fail, or null when
