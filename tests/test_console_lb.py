@@ -190,3 +190,22 @@ def test_editing_an_lb_endpoint_keeps_its_type_and_clears_its_hold(page, console
     stored = record(console_dev, LB)
     assert stored["lbHoldS"] is None and stored["type"] == "LB"
     assert_clean(page)
+
+
+def test_the_endpoints_list_shows_an_lb_endpoint_by_its_lb_url_and_requests(page, console_dev):
+    """The list's row of an LB endpoint: its LB URL (with the trailing / its paths follow)
+    and requests held / in flight where a queue endpoint shows its job API URL and queue."""
+    sign_in(page, console_dev)
+    page.wait_for_url(re.compile(r"#/endpoints$"))
+    lb = page.locator(f'tr[data-endpoint="{LB}"]')
+    expect(lb.locator('td[data-label="URL"] code.url')).to_have_text(f"{console_dev.url}/lb/{LB}/")
+    expect(lb.locator('td[data-label="URL"]')).to_contain_text("LB URL")
+    expect(lb.locator('td[data-label="Queue"]')).to_contain_text(re.compile(r"\d+ held"))
+    expect(lb.locator('td[data-label="Queue"]')).to_contain_text(re.compile(r"\d+ in flight"))
+    expect(lb.locator('td[data-label="Jobs/min"]')).to_have_text("no jobs (LB)")
+    queue = page.locator('tr[data-endpoint]:not([data-endpoint="lb-api"])').first
+    job_api = queue.locator('td[data-label="URL"] code.url')
+    expect(job_api).to_have_text(re.compile(r"/v2/[^/]+$"))
+    expect(queue.locator('td[data-label="URL"]')).to_contain_text("job API")
+    screenshot(page, "lb-endpoints-list")
+    assert_clean(page)

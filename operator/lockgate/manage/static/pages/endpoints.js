@@ -1,5 +1,6 @@
 // The Endpoints page: endpoints with their phase, job API URL, workers, queue, jobs/min
-// and failures; an endpoint with a False condition stands out with its message. Refreshes
+// and failures (a load-balancing endpoint: its LB URL, and requests held and in flight
+// instead of a queue and jobs); an endpoint with a False condition stands out with its message. Refreshes
 // every 5 s. Sources: GET /v1/endpoints (records with status, a page at a time, filtered
 // by name and phase), each shown endpoint's job API /health (worker states), and
 // GET /v1/endpoints/{id}/metrics (jobs/min, failures) where that route answers. The phase
@@ -7,6 +8,7 @@
 // "Ready" leaves out crash-looping or unhealthy endpoints, and "Workers failing" shows them.
 import {api, jobApi, listPage} from "../api.js";
 import {copyButton, h, replace} from "../dom.js";
+import {isLb, lbUrl} from "./lb.js";
 import {WORKERS_FAILING, endpointState, matchesPhaseFilter} from "./state.js";
 
 const REFRESH_MS = 5000;
@@ -157,7 +159,7 @@ function keepFocus(root, rebuild) {
 function table(records, extra) {
   return h("div", {class: "table-wrap"}, h("table", {class: "endpoints"},
     h("caption", {class: "sr-only"}, "Endpoints, refreshed every 5 seconds"),
-    h("thead", {}, h("tr", {}, ["Endpoint", "Phase", "Job API URL", "Workers", "Queue", "Jobs/min", "Failures"]
+    h("thead", {}, h("tr", {}, ["Endpoint", "Phase", "URL", "Workers", "Queue", "Jobs/min", "Failures"]
       .map((c) => h("th", {scope: "col"}, c)))),
     records.map((r, i) => rows(r, extra[i]))));
 }
@@ -176,22 +178,42 @@ function rows(record, {health, metrics, state}) {
     cell("Endpoint", h("a", {href: link, class: "ep-id", dataset: {key: `open-${record.id}`}}, record.id),
       record.name && record.name !== record.id ? h("div", {class: "hint"}, record.name) : null),
     cell("Phase", h("span", {class: `badge ${state.tone}`, title: state.why || null, dataset: {state: state.label}}, state.label)),
-    cell("Job API URL", url
-      ? h("div", {class: "url-cell"}, h("code", {class: "url"}, url), copyCell(url, record.id))
-      : h("span", {class: "hint"}, "not yet")),
+    urlCell(record, url),
     cell("Workers",
       h("span", {}, `${workers.running ?? 0} running · ${workers.idle ?? 0} idle`),
       h("div", {class: "hint"}, `min ${record.workersMin} · max ${record.workersMax}`), trouble),
-    cell("Queue", `${queued ?? "—"}`,
-      health?.jobs?.inProgress ? h("div", {class: "hint"}, `${health.jobs.inProgress} in progress`) : null),
-    cell("Jobs/min", stats ? String(stats.perMin) : "—"),
-    cell("Failures", stats
-      ? h("span", {class: stats.failed ? "bad-text" : null}, `${stats.failed} in 1 h`)
-      : (health?.jobs?.failed !== undefined ? String(health.jobs.failed) : "—")));
+    ...(isLb(record) ? lbCells(health) : [
+      cell("Queue", `${queued ?? "—"}`,
+        health?.jobs?.inProgress ? h("div", {class: "hint"}, `${health.jobs.inProgress} in progress`) : null),
+      cell("Jobs/min", stats ? String(stats.perMin) : "—"),
+      cell("Failures", stats
+        ? h("span", {class: stats.failed ? "bad-text" : null}, `${stats.failed} in 1 h`)
+        : (health?.jobs?.failed !== undefined ? String(health.jobs.failed) : "—"))]));
   if (!problems.length) return h("tbody", {}, main);
   return h("tbody", {class: "failing"}, main, h("tr", {class: "problem"},
     h("td", {colspan: 7}, problems.map((c) => h("div", {class: "error", role: "note"},
       h("strong", {}, `${c.reason || c.type}: `), c.message || `${c.type} is False`)))));
+}
+
+/** The job API URL (no trailing /: `${url}/runsync` works), or an LB endpoint's LB URL
+ * (with its trailing /: the worker's own paths follow it), with a copy button. */
+function urlCell(record, jobUrl) {
+  const lb = isLb(record);
+  const url = lb && jobUrl ? lbUrl(record) : jobUrl;
+  if (!url) return cell("URL", h("span", {class: "hint"}, "not yet"));
+  return cell("URL", h("div", {class: "url-cell"}, h("code", {class: "url"}, url), copyCell(url, record.id)),
+    h("div", {class: "hint"}, lb ? "LB URL: any method and path" : "job API"));
+}
+
+/** What an LB endpoint shows where a queue endpoint shows its queue and jobs: requests held
+ * for a worker and in flight (its /health); it runs no jobs. */
+function lbCells(health) {
+  const r = health?.requests;
+  return [
+    cell("Queue", r ? `${r.held ?? 0} held` : "—", r ? h("div", {class: "hint"}, `${r.inFlight ?? 0} in flight`) : null),
+    cell("Jobs/min", h("span", {class: "hint"}, "no jobs (LB)")),
+    cell("Failures", "—"),
+  ];
 }
 
 /** A cell whose content is one block (phone width shows the label beside it). */
