@@ -106,6 +106,23 @@ def test_endpoint_create_get_edit_list_delete_round_trip(env) -> None:
     assert "not found" in one_line_error(lockgate("endpoints", "get", "cli-rt", env=env))
 
 
+def test_an_lb_endpoint_is_created_and_edited_with_its_own_flags(env) -> None:
+    flags = ["--type", "LB", "--scaler-type", "REQUEST_COUNT", "--scaler-value", "2",
+             "--request-timeout-s", "90", "--lb-hold-s", "30"]  # fmt: skip
+    made = lockgate("endpoints", "create", "--id", "cli-lb", "--template-id", ECHO, *flags,
+                    "-o", "json", env=env)  # fmt: skip
+    created = json.loads(ok(made))
+    fields = ("type", "scalerType", "scalerValue", "requestTimeoutS", "lbHoldS")
+    assert [created[f] for f in fields] == ["LB", "REQUEST_COUNT", 2, 90, 30]
+    edited = json.loads(ok(lockgate("endpoints", "edit", "cli-lb", "--lb-hold-s", "5", "-o", "json",
+                                    env=env)))  # fmt: skip
+    assert (edited["lbHoldS"], edited["requestTimeoutS"]) == (5, 90)
+    ok(lockgate("endpoints", "delete", "cli-lb", env=env))
+    refused = lockgate("endpoints", "create", "--id", "cli-lb2", "--template-id", ECHO,
+                       "--type", "LB", env=env)  # fmt: skip
+    assert "scalerType" in one_line_error(refused)
+
+
 def test_a_job_runs_and_its_status_carries_the_output(env) -> None:
     job = json.loads(ok(lockgate("jobs", "run", "echo", '{"n": 7}', "-o", "json", env=env)))
     assert job["status"] == "IN_QUEUE"

@@ -56,6 +56,13 @@ def endpoint_fields(p: argparse.ArgumentParser) -> None:
     p.add_argument("--execution-timeout-ms", type=int, help="a job's longest run, ms")
     p.add_argument("--type", choices=["QUEUE", "LB"], help="queue or load-balancing endpoint")
     p.add_argument(
+        "--scaler-type", choices=["QUEUE_DELAY", "REQUEST_COUNT"],
+        help="how workers are counted (an LB endpoint: REQUEST_COUNT)",
+    )  # fmt: skip
+    p.add_argument("--scaler-value", type=int, help="the scaler's target (seconds or requests)")
+    p.add_argument("--request-timeout-s", type=int, help="an LB request's longest run, s")
+    p.add_argument("--lb-hold-s", type=int, help="seconds an LB request waits for a worker")
+    p.add_argument(
         "--set", action="append", metavar="FIELD=VALUE",
         help="any field of the management API (docs/endpoint-reference.md); VALUE is JSON "
         "when it parses, e.g. --set gpuTypeIds='[\"NVIDIA L4\"]'",

@@ -23,6 +23,10 @@ FLAG_FIELDS = {
     "idle_timeout": "idleTimeout",
     "execution_timeout_ms": "executionTimeoutMs",
     "type": "type",
+    "scaler_type": "scalerType",
+    "scaler_value": "scalerValue",
+    "request_timeout_s": "requestTimeoutS",
+    "lb_hold_s": "lbHoldS",
 }
 
 
