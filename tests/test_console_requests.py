@@ -275,6 +275,49 @@ def test_a_listed_job_opens_with_its_input_and_output_and_the_retention_is_said(
     assert_clean(page, allow=EXPECTED)
 
 
+def test_an_opened_streaming_job_shows_its_attempts_and_unread_chunks_until_read(
+    page, console_dev, endpoints
+):
+    job = requests.post(
+        f"{console_dev.url}/v2/{endpoints['streaming']}/run",
+        json={"input": {"prompt": "inspect me", "max_tokens": 3}},
+        headers=console_dev.headers(),
+        timeout=30,
+    ).json()
+    base = f"{console_dev.url}/v2/{endpoints['streaming']}"
+    wait_until(
+        lambda: (
+            requests.get(
+                f"{base}/status/{job['id']}", headers=console_dev.headers(), timeout=10
+            ).json()["status"]
+            == "COMPLETED"
+        ),
+        "the streaming job to complete",
+        timeout=120,
+    )
+    open_tab(page, console_dev, endpoints["streaming"])
+    opener = page.get_by_role("button", name=f"Open {job['id']}")
+    opener.click()
+    detail = page.get_by_role("region", name=f"Job {job['id']}")
+    chunks = detail.get_by_label(f"Stream chunks of {job['id']}")
+    chunks.wait_for()
+    assert chunks.inner_text().count('"output_tokens"') == 3  # one per token, none read yet
+    facts = detail.locator("dl").inner_text()
+    assert re.search(r"Attempts\s+1\b", facts), facts
+    screenshot(page, "requests-opened-stream")
+    # a /stream read takes the chunks: opened again, the inspector says they are gone
+    read = requests.get(f"{base}/stream/{job['id']}", headers=console_dev.headers(), timeout=10)
+    assert len(read.json()["stream"]) == 3
+    opener.click()
+    detail.wait_for(state="hidden")
+    opener.click()
+    page.get_by_role("region", name=f"Job {job['id']}").get_by_text(
+        "a /stream read took them"
+    ).wait_for()
+    assert page.get_by_label(f"Stream chunks of {job['id']}").count() == 0
+    assert_clean(page, allow=EXPECTED)
+
+
 def test_a_bad_json_error_clears_the_earlier_result(page, console_dev, endpoints):
     open_tab(page, console_dev, endpoints["echo"])
     page.get_by_role("button", name="Run", exact=True).click()

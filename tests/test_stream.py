@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from lockgate.gateway.chunks import CHUNK_LIMIT
-from lockgate.store import keys
+from lockgate.store import JobStore, keys
 from tests.conftest import LiveGateway
 from tests.test_job_api import done, get, post, submit, take
 
@@ -139,3 +139,30 @@ async def test_a_new_ttl_moves_the_unread_streams_expiry_with_the_job(http, gate
     after = await redis.pttl(stream_key)
     assert after < before - 60_000  # 24 h + grace before; 20 s + grace now
     assert after <= await redis.pttl(keys.job("echo", job_id)) + 50
+
+
+async def test_status_details_count_attempts_and_show_the_chunks_no_read_took(http, gateway, redis):
+    job_id = await running_job(http, gateway)
+    plain = (await get(http, gateway, f"status/{job_id}"))[1]
+    assert "attempts" not in plain and "stream" not in plain  # RunPod's answer without it
+    await JobStore(redis).release_worker(gateway.endpoint, "w1")  # its pod is gone
+    assert (await take(http, gateway, "w2"))["id"] == job_id
+    assert (await push(http, gateway, job_id, {"output": "one"}, "w2"))[0] == 200
+    assert (await push(http, gateway, job_id, {"output": {"n": 2}}, "w2"))[0] == 200
+    await done(http, gateway, job_id, {"output": "end"}, "w2")
+    details = (await get(http, gateway, f"status/{job_id}?details=1"))[1]
+    assert details["status"] == "COMPLETED" and details["attempts"] == 2
+    assert details["stream"] == [{"output": "one"}, {"output": {"n": 2}}]
+    # reading the details takes nothing: /stream still gets the chunks, then they are gone
+    assert await read(http, gateway, job_id) == [{"output": "one"}, {"output": {"n": 2}}]
+    assert (await get(http, gateway, f"status/{job_id}?details=1"))[1]["stream"] == []
+    bad = await get(http, gateway, f"status/{job_id}?details=yes")
+    assert bad[0] == 400 and "'details'" in bad[1]["error"]
+
+
+async def test_a_retry_starts_the_attempts_again(http, gateway):
+    job_id = await running_job(http, gateway)
+    await done(http, gateway, job_id, {"error": "boom"})
+    assert (await get(http, gateway, f"status/{job_id}?details=1"))[1]["attempts"] == 1
+    assert (await post(http, gateway, f"retry/{job_id}"))[1]["status"] == "IN_QUEUE"
+    assert (await get(http, gateway, f"status/{job_id}?details=1"))[1]["attempts"] == 0

@@ -25,7 +25,7 @@ from lockgate.gateway.http import (
 from lockgate.gateway.idempotency import REPLAYED, SubmitUncertain, key_digest, store_unavailable
 from lockgate.gateway.ssrf import private_destination
 from lockgate.gateway.state import Gateway, gateway_of
-from lockgate.gateway.views import job_body, stream_body
+from lockgate.gateway.views import job_body, job_details, stream_body
 from lockgate.models import FINAL_STATES, JobRequest, describe_validation_error
 from lockgate.models.endpoint import EndpointType
 from lockgate.models.jobs import MAX_DURATION_MS, TTL_MIN_MS
@@ -251,6 +251,9 @@ async def status(request: web.Request, call: Call) -> web.Response:
             raw = await gw.store.job_input(endpoint_id, job_id)
             if raw is not None:
                 body["input"] = orjson.Fragment(raw)
+        if flag_param(request, "details"):  # lockgate's own: the console's request inspector
+            attempts, chunks = await gw.store.job_extras(endpoint_id, job_id)
+            body.update(job_details(attempts, chunks))
     except JobNotFound as err:
         raise NotFound(f"job {job_id!r} not found") from err
     return json_response(body)

@@ -193,6 +193,13 @@ def _client_paths(ref: dict[str, dict]) -> dict[str, Any]:
         {"type": "string", "enum": ["0", "1", "true", "false"]},
         "lockgate only: 1 adds the job's `input` (admin or `jobs` scope; else 403)",
     )
+    details = _param(
+        "details",
+        "query",
+        {"type": "string", "enum": ["0", "1", "true", "false"]},
+        "lockgate only: 1 adds `attempts` (times a worker took the job) and `stream` (its "
+        "chunks no /stream read has taken yet)",
+    )
     either = {"anyOf": [ref["Job"], ref["JobState"]]}
     idempotency = _param(
         HEADER,
@@ -231,7 +238,7 @@ def _client_paths(ref: dict[str, dict]) -> dict[str, Any]:
                 "jobs:read",
                 _ok(ref["Job"]),
                 "400 401 403 404 429",
-                params=[JOB, ttl, status_wait, with_input],
+                params=[JOB, ttl, status_wait, with_input, details],
             )
         },
         "/v2/{endpoint}/stream/{job}": {

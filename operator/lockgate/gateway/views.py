@@ -30,3 +30,10 @@ def job_body(record: JobRecord, now: int) -> dict[str, Any]:
 def stream_body(job_id: str, status: str, chunks: list[bytes]) -> dict[str, Any]:
     """`/stream`: the chunks produced since the previous read; empty and final means ended."""
     return {"id": job_id, "status": status, "stream": [orjson.Fragment(c) for c in chunks]}
+
+
+def job_details(attempts: int, chunks: list[bytes]) -> dict[str, Any]:
+    """`/status?details=1`'s extra fields (lockgate's own, absent without the flag):
+    `attempts`, times a worker took the job since it was submitted or last retried, and
+    `stream`, the chunks no /stream read has taken yet."""
+    return {"attempts": attempts, "stream": [orjson.Fragment(c) for c in chunks]}

@@ -334,6 +334,14 @@ class JobStore:
         """The raw JSON of the job's `input` (its s3Config is kept apart), None without one."""
         return await pipe.read(self.redis, "HGET", keys.job(endpoint_id, job_id), F.INPUT)
 
+    async def job_extras(self, endpoint_id: str, job_id: str) -> tuple[int, list[bytes]]:
+        """How many times a worker took the job (since its last /retry), and its stream
+        chunks not yet read by /stream (read without removing them; those /stream read are
+        gone)."""
+        taken = await pipe.read(self.redis, "HGET", keys.job(endpoint_id, job_id), F.ATTEMPTS)
+        chunks = await pipe.read(self.redis, "LRANGE", keys.stream(endpoint_id, job_id), 0, -1)
+        return int(taken or 0), list(chunks or [])
+
     async def final_record(
         self, endpoint_id: str, job_id: str, carried: JobRecord | None
     ) -> JobRecord:

@@ -378,11 +378,23 @@ const RETENTION = "A job is listed while its record lives: a Run (/runsync) job 
   + "finishes, a Run async (/run) job for 30 minutes, never beyond its ttl (default 24 h). "
   + "Open a job to see its input and output while it is listed.";
 
-/** One job opened: input (GET /status/{id}?input=1), output or error, times, worker, log lines. */
+const STREAM_GONE = "None kept: the handler streamed none, or a /stream read took them "
+  + "(/stream hands each chunk out once; the test runner's Stream reads them).";
+
+/** "1", or "3 (its worker was lost 2 times: the job went back to the queue)". */
+function attemptsText(n) {
+  if (n === undefined) return "—";
+  if (n <= 1) return String(n);
+  const lost = n - 1;
+  return `${n} (its worker was lost ${lost} time${lost === 1 ? "" : "s"}: the job went back to the queue)`;
+}
+
+/** One job opened: input (GET /status/{id}?input=1), attempts and unread stream chunks
+ * (&details=1), output or error, times, worker, log lines. */
 async function jobDetail(endpointId, job, item, signal) {
   let body;
   try {
-    body = await job(`status/${encodeURIComponent(item.id)}?input=1`);
+    body = await job(`status/${encodeURIComponent(item.id)}?input=1&details=1`);
   } catch (err) {
     if (err.name === "AbortError") throw err;
     return errorBox(err.status === 404 ? new Error(`Job ${item.id} is no longer kept (its retention or ttl ended).`) : err);
@@ -394,6 +406,7 @@ async function jobDetail(endpointId, job, item, signal) {
     ["Delay", duration(body.delayTime)],
     ["Execution", duration(body.executionTime)],
     ["Worker", item.workerId || "—"],
+    ["Attempts", attemptsText(body.attempts)],
   ];
   return h("section", {class: "job-detail", "aria-label": `Job ${item.id}`},
     h("dl", {class: "settings"}, facts.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
@@ -406,6 +419,11 @@ async function jobDetail(endpointId, job, item, signal) {
       : [h("h3", {}, "Output"), body.output === undefined
         ? h("p", {class: "hint"}, FINAL.has(body.status) ? "No output." : "Not finished yet.")
         : h("pre", {class: "output", "aria-label": `Output of ${item.id}`}, json(body.output))],
+    h("h3", {}, "Stream chunks"),
+    body.stream?.length
+      ? h("pre", {class: "output", "aria-label": `Stream chunks of ${item.id}`},
+        body.stream.map((chunk) => JSON.stringify(chunk)).join("\n")) // one chunk a line
+      : h("p", {class: "hint"}, STREAM_GONE),
     await jobLogs(endpointId, item.id, {signal})); // headed "Worker log lines"
 }
 
