@@ -275,26 +275,29 @@ def test_a_listed_job_opens_with_its_input_and_output_and_the_retention_is_said(
     assert_clean(page, allow=EXPECTED)
 
 
+def run_to_completion(dev, endpoint: str, body: dict) -> str:
+    """Submit `body` with /run and wait for the job to complete; its id."""
+    url = f"{dev.url}/v2/{endpoint}"
+    job_id = requests.post(f"{url}/run", json=body, headers=dev.headers(), timeout=30).json()["id"]
+    wait_until(
+        lambda: (
+            requests.get(f"{url}/status/{job_id}", headers=dev.headers(), timeout=10).json()[
+                "status"
+            ]
+            == "COMPLETED"
+        ),
+        "the job to complete",
+        timeout=120,
+    )
+    return job_id
+
+
 def test_an_opened_streaming_job_shows_its_attempts_and_unread_chunks_until_read(
     page, console_dev, endpoints
 ):
-    job = requests.post(
-        f"{console_dev.url}/v2/{endpoints['streaming']}/run",
-        json={"input": {"prompt": "inspect me", "max_tokens": 3}},
-        headers=console_dev.headers(),
-        timeout=30,
-    ).json()
+    body = {"input": {"prompt": "inspect me", "max_tokens": 3}}
+    job = {"id": run_to_completion(console_dev, endpoints["streaming"], body)}
     base = f"{console_dev.url}/v2/{endpoints['streaming']}"
-    wait_until(
-        lambda: (
-            requests.get(
-                f"{base}/status/{job['id']}", headers=console_dev.headers(), timeout=10
-            ).json()["status"]
-            == "COMPLETED"
-        ),
-        "the streaming job to complete",
-        timeout=120,
-    )
     open_tab(page, console_dev, endpoints["streaming"])
     opener = page.get_by_role("button", name=f"Open {job['id']}")
     opener.click()
