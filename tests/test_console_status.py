@@ -215,7 +215,11 @@ def test_the_openai_snippet_runs_with_the_openai_sdk_against_the_openai_route(pa
 
 def test_dev_mode_is_known_and_its_meaningless_fields_are_folded_away(page, console_dev):
     about = requests.get(f"{console_dev.url}/v1/about", headers=console_dev.headers(), timeout=10)
-    assert about.json() == {"mode": "dev", "commandLineEndpoint": console_dev.endpoint}
+    assert about.json() == {
+        "mode": "dev",
+        "commandLineEndpoint": console_dev.endpoint,
+        "commandLineFields": ["templateId"],  # the fixture names no flag
+    }
     assert requests.get(f"{console_dev.url}/v1/about", timeout=10).status_code == 401
 
     signed_in(page, console_dev)
@@ -236,7 +240,8 @@ def test_dev_mode_is_known_and_its_meaningless_fields_are_folded_away(page, cons
     assert "FlashBoot" not in settings.locator("dl").inner_text()
     assert "GPU" not in settings.locator("dl").inner_text()
     note = settings.get_by_role("note")
-    assert "next lockgate dev start" in note.inner_text()
+    assert "kept at the next lockgate dev start" in note.inner_text()
+    assert "except" not in note.inner_text()  # no flag of the fixture's command line
     screenshot(page, "overview-dev-mode")
 
     page.goto(f"{console_dev.url}/console/#/endpoints/{endpoint}/edit")

@@ -217,3 +217,31 @@ def test_a_burst_of_fifty_jobs_scales_zero_to_max_and_back_to_zero_interrupting_
             status = requests.get(dev.job_url(f"status/{job_id}"), headers=dev.headers()).json()
             assert status["status"] == "COMPLETED", status
         assert any("stopping (idle)" in line for line in dev.lines)
+
+
+def test_edits_of_the_command_line_endpoint_are_kept_unless_a_flag_names_the_field(tmp_path):
+    admin = {"authorization": "Bearer k"}
+    edits = {"idleTimeout": 30, "workersMax": 1, "executionTimeoutMs": 60000, "name": "mine"}
+    with DevProcess(ECHO, "--workers-max", "2", "--api-key", "k", data_dir=tmp_path) as dev:
+        url = f"{dev.url}/v1/endpoints/echo"
+        about = requests.get(f"{dev.url}/v1/about", headers=admin).json()
+        assert "workersMax" in about["commandLineFields"]
+        assert "idleTimeout" not in about["commandLineFields"]
+        assert requests.patch(url, json=edits, headers=admin).json()["workersMax"] == 1
+        refused = requests.patch(url, json={"templateId": RUNPOD_ECHO}, headers=admin)
+        assert refused.status_code == 400
+        assert refused.json()["error"].startswith("templateId:")
+        assert "change the command line" in refused.json()["error"]
+        assert requests.get(url, headers=admin).json()["templateId"] == ECHO
+    with DevProcess(ECHO, "--api-key", "k", data_dir=tmp_path) as dev:  # no flag names them
+        record = requests.get(f"{dev.url}/v1/endpoints/echo", headers=admin).json()
+        assert {k: record[k] for k in edits} == edits
+        assert any("earlier edits kept" in line and "workersMax=1" in line for line in dev.lines)
+    with DevProcess(ECHO, "--workers-max", "3", "--api-key", "k", data_dir=tmp_path) as dev:
+        record = requests.get(f"{dev.url}/v1/endpoints/echo", headers=admin).json()
+        assert record["workersMax"] == 3  # the flag wins over the edit
+        assert (record["idleTimeout"], record["executionTimeoutMs"]) == (30, 60000)
+    with DevProcess(ECHO, "--api-key", "k", data_dir=tmp_path) as dev:
+        record = requests.get(f"{dev.url}/v1/endpoints/echo", headers=admin).json()
+        assert record["workersMax"] == 3  # the default: the flag's win dropped the edit
+        assert record["idleTimeout"] == 30

@@ -28,13 +28,12 @@ def _dev(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", help="listen address (LOCKGATE_HOST, default 127.0.0.1)")
     p.add_argument("--port", type=int, help="listen port (LOCKGATE_PORT, default 8080)")
     p.add_argument("--api-key", help="client API key (default $LOCKGATE_API_KEY or generated)")
-    p.add_argument("--workers-min", type=int, default=0, help="default 0")
-    p.add_argument("--workers-max", type=int, default=3, help="default 3")
-    p.add_argument("--idle-timeout", type=int, default=5, help="seconds (default 5)")
+    p.add_argument("--workers-min", type=int, help="default 0")
+    p.add_argument("--workers-max", type=int, help="default 3")
+    p.add_argument("--idle-timeout", type=int, help="seconds (default 5)")
     p.add_argument(
         "--endpoint-type",
         choices=["QUEUE", "LB"],
-        default="QUEUE",
         help="QUEUE: jobs through the job API (default); LB: requests proxied to each "
         "worker's own HTTP server at /lb/<endpoint>/ (docs/load-balancing.md)",
     )
@@ -47,7 +46,6 @@ def _dev(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--scaler-value",
         type=int,
-        default=4,
         help="QUEUE_DELAY: seconds a job may wait; REQUEST_COUNT: jobs per worker (default 4)",
     )
     p.add_argument(

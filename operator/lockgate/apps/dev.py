@@ -17,6 +17,7 @@ import secrets
 import shlex
 import signal
 import sys
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +53,7 @@ DEFAULT_DATA_DIR = ".lockgate"  # `lockgate dev --data-dir`'s default, relative 
 class DevOptions:
     endpoint_id: str
     spec: EndpointSpec  # templateId: the handler file or worker command (see dev.launch)
+    named: frozenset[str]  # fields the command line names (its flags win over console edits)
     host: str | None  # None: LOCKGATE_HOST, else Settings' default (as `lockgate gateway`)
     port: int | None  # None: LOCKGATE_PORT, else Settings' default
     api_key: str
@@ -152,11 +154,38 @@ def template_id_for(handler: str | None, worker_command: str | None) -> str:
     return shlex.join([sys.executable, str(path)])  # a handler file named without `.py`
 
 
+# The endpoint settings `lockgate dev`'s flags set: field, flag's dest, default when not given.
+SPEC_FLAGS = (
+    ("workersMin", "workers_min", 0),
+    ("workersMax", "workers_max", 3),
+    ("idleTimeout", "idle_timeout", 5),
+    ("type", "endpoint_type", "QUEUE"),
+    ("scalerValue", "scaler_value", 4),
+)
+ALWAYS_NAMED = frozenset({"templateId"})  # the handler argument names it
+
+
+def named_fields(args: argparse.Namespace) -> frozenset[str]:
+    """The endpoint fields the command line names: its handler's, and those whose flag was
+    given (`scalerType` also with --endpoint-type, which chooses it). A console edit of any
+    other field is kept over the command line's defaults at the next start."""
+    named = {field for field, dest, _ in SPEC_FLAGS if getattr(args, dest, None) is not None}
+    if args.scaler_type or "type" in named:
+        named.add("scalerType")
+    return ALWAYS_NAMED | named
+
+
+def flag_value(args: argparse.Namespace, dest: str) -> object:
+    """A spec flag's value, or its default when it was not given."""
+    value = getattr(args, dest, None)
+    return next(d for _, k, d in SPEC_FLAGS if k == dest) if value is None else value
+
+
 def scaler_type_for(args: argparse.Namespace) -> str:
     """--scaler-type, else what the endpoint type scales on (LB: REQUEST_COUNT)."""
     if args.scaler_type:
         return args.scaler_type
-    return "REQUEST_COUNT" if getattr(args, "endpoint_type", "QUEUE") == "LB" else "QUEUE_DELAY"
+    return "REQUEST_COUNT" if flag_value(args, "endpoint_type") == "LB" else "QUEUE_DELAY"
 
 
 def options(args: argparse.Namespace) -> DevOptions:
@@ -167,24 +196,25 @@ def options(args: argparse.Namespace) -> DevOptions:
         sys.exit("lockgate dev: give a handler file (lockgate dev handler.py) or --worker-command")
     if args.handler and not Path(args.handler).is_file():
         sys.exit(f"lockgate dev: handler file {args.handler!r} not found")
-    if not 0 <= args.workers_min <= args.workers_max:
+    if not 0 <= flag_value(args, "workers_min") <= flag_value(args, "workers_max"):
         sys.exit("lockgate dev: need 0 <= --workers-min <= --workers-max")
     endpoint_id = args.endpoint_id or endpoint_id_for(args.handler, args.worker_command)
     if not ENDPOINT_ID_RE.match(endpoint_id):
         sys.exit(f"lockgate dev: --endpoint-id {endpoint_id!r}: use lowercase letters, digits, '-'")
     try:
         spec = EndpointSpec(
-            name=endpoint_id, templateId=template_id_for(args.handler, args.worker_command),
-            workersMin=args.workers_min, workersMax=args.workers_max,
-            idleTimeout=args.idle_timeout, scalerType=scaler_type_for(args),
-            scalerValue=args.scaler_value, type=args.endpoint_type,
-        )  # fmt: skip
+            name=endpoint_id,
+            templateId=template_id_for(args.handler, args.worker_command),
+            scalerType=scaler_type_for(args),
+            **{field: flag_value(args, dest) for field, dest, _ in SPEC_FLAGS},
+        )
     except ValidationError as err:
         sys.exit(f"lockgate dev: {describe_validation_error(err)}")
     data_dir = Path(args.data_dir)
     return DevOptions(
         endpoint_id=endpoint_id,
         spec=spec,
+        named=named_fields(args),
         host=args.host,
         port=args.port,
         api_key=api_key_for(args.api_key, data_dir),
@@ -201,6 +231,7 @@ def build_app(
     data_dir: Path | None = None,
     stop_grace_s: float = STOP_GRACE_S,
     command_line_endpoint: str | None = None,
+    command_line_fields: Collection[str] = (),
 ) -> tuple[web.Application, LocalControlPlane]:
     """The gateway with the management API at `/v1` on the same port (one URL in dev mode),
     over a `LocalControlPlane` whose workers reach the gateway at `gateway_url`. Admin
@@ -218,7 +249,7 @@ def build_app(
         stop_grace_s=stop_grace_s,
     )
     storage = LocalStorage(gw.registry, volumes_dir)
-    about = About(DEV, command_line_endpoint)
+    about = About(DEV, command_line_endpoint, tuple(sorted(command_line_fields)))
     manage = create_manage_app(plane, storage, gw.auth, prefix="", about=about)
     sampler = HistorySampler(gw.store, gw.registry)
     add_history_routes(manage, sampler)
@@ -241,9 +272,12 @@ async def start_endpoints(plane: LocalControlPlane, opts: DevOptions) -> None:
     for record in await plane.resume(skip={opts.endpoint_id}):
         say(f"endpoint {record.id!r} resumed ({record.status.phase}): job API {record.jobApiUrl}")
     try:
-        await plane.apply(opts.endpoint_id, opts.spec)
+        await plane.apply(opts.endpoint_id, opts.spec, opts.named)
     except UnusableSettings as err:
         raise SystemExit(f"lockgate dev: {err}") from err
+    if edits := plane.edits_of(opts.endpoint_id):
+        kept = ", ".join(f"{k}={v!r}" for k, v in sorted(edits.items()))
+        say(f"endpoint {opts.endpoint_id!r}: earlier edits kept (no flag names them): {kept}")
 
 
 def dev_settings(opts: DevOptions, redis: RedisSettings) -> Settings:
@@ -298,6 +332,7 @@ async def serve(opts: DevOptions, redis: RedisSettings, stop: Stop) -> None:
         base_dir=Path.cwd(),
         data_dir=opts.data_dir,
         command_line_endpoint=opts.endpoint_id,
+        command_line_fields=opts.named,
     )
     gw = app[GATEWAY]
     runner = app_runner(app, settings, access_log=None, shutdown_timeout=2)

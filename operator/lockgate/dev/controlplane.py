@@ -4,7 +4,10 @@ A local endpoint is one unit: its registry entry (what the gateway reads, such a
 `executionTimeoutMs`), a worker key scoped to it, and `LocalWorkers` (a process pool and
 its autoscaler) running what its `templateId` names (`lockgate.dev.launch`). Entries live
 in the embedded Redis, so endpoints created through the API come back when `lockgate dev`
-restarts; the command line's endpoint is applied from the command line at every start.
+restarts; the command line's endpoint is applied from the command line at every start,
+with the console's (or the API's) edits of it kept over the command line's defaults: only
+the fields its flags name win (`apply`); its handler (`templateId`) is the command line's
+alone, and an edit of it is refused.
 Settings without a local meaning (GPU types, data centers, flashboot…) are kept and shown.
 
 Templates made through `/v1/templates` are kept in the same Redis (`lg:templates`); an
@@ -99,6 +102,7 @@ class LocalEndpoint:
     since: str = field(default_factory=now)
     version: int = 1  # goes up when its template (or the template's env) changes
     created_at: str = field(default_factory=now)
+    edits: dict = field(default_factory=dict)  # the command line's endpoint: API edits kept
 
     def entry(self, job_api_url: str) -> dict:
         """The registry entry: every setting, plus what a restart needs to resume it."""
@@ -111,7 +115,40 @@ class LocalEndpoint:
             "workDir": self.work_dir,
             "version": self.version,
             "createdAt": self.created_at,
+            **({"edits": self.edits} if self.edits else {}),
         }
+
+
+COMMAND_LINE_ONLY = ("templateId",)  # the command line's handler: never edited
+
+
+def edited_fields(old: EndpointSpec, new: EndpointSpec) -> dict:
+    """The settings `new` changes, as JSON values."""
+    before, after = old.model_dump(mode="json"), new.model_dump(mode="json")
+    return {k: v for k, v in after.items() if before.get(k) != v}
+
+
+def refused_edit(edits: dict) -> str | None:
+    """Why an edit of the command line's endpoint is refused (it changes what only the
+    command line sets), or None."""
+    for name in COMMAND_LINE_ONLY:
+        if name in edits:
+            return (
+                f"{name}: the endpoint of the `lockgate dev` command line takes its {name} "
+                "from the command line; change the command line (or create another endpoint)"
+            )
+    return None
+
+
+def kept_edits(entry: dict, named: Collection[str]) -> dict:
+    """An earlier run's API edits of the command line's endpoint that still apply: those of
+    fields the command line does not name."""
+    edits = entry.get("edits") if entry.get("origin") == ORIGIN_CLI else None
+    return {
+        k: v
+        for k, v in (edits or {}).items()
+        if k in EndpointSpec.model_fields and k not in named and k not in COMMAND_LINE_ONLY
+    }
 
 
 def template_of(entry: dict) -> TemplateSpec:
@@ -254,11 +291,17 @@ class LocalControlPlane:
 
     async def patch(self, endpoint_id: str, spec: EndpointSpec) -> EndpointRecord:
         """New settings take effect at once: limits rescale the running workers, a new
-        `templateId` replaces them (the old ones finish their jobs in hand)."""
+        `templateId` replaces them (the old ones finish their jobs in hand). The command
+        line's endpoint remembers what was edited, for its next start (`apply`)."""
         async with self._lock:
             self._refuse_when_closing()
             ep = self._find(endpoint_id)
-            await self._apply(ep, spec, await self._launch(spec.templateId))
+            edits = edited_fields(ep.spec, spec) if ep.origin == ORIGIN_CLI else {}
+            if why := refused_edit(edits):
+                raise UnusableSettings(why)
+            launch = await self._launch(spec.templateId)
+            ep.edits = {**ep.edits, **edits}
+            await self._apply(ep, spec, launch)
         return await self.get(endpoint_id)
 
     async def _apply(self, ep: LocalEndpoint, spec: EndpointSpec, launch: Launch) -> None:
@@ -335,15 +378,29 @@ class LocalControlPlane:
 
     # -- dev mode's own operations --------------------------------------------------------
 
-    async def apply(self, endpoint_id: str, spec: EndpointSpec) -> EndpointRecord:
-        """The command line's endpoint: created, or its stored settings replaced."""
+    async def apply(
+        self, endpoint_id: str, spec: EndpointSpec, named: Collection[str] = ()
+    ) -> EndpointRecord:
+        """The command line's endpoint: `spec`, with an earlier run's API edits of the
+        fields the command line does not name (`named`) kept over it."""
         if endpoint_id in self._endpoints:
             return await self.patch(endpoint_id, spec)
+        stored = await self.gw.registry.get_endpoint(endpoint_id) or {}
+        edits = kept_edits(stored, named)
+        try:
+            spec = EndpointSpec.model_validate({**spec.model_dump(mode="json"), **edits})
+        except ValidationError as err:  # the edits do not fit the new command line
+            log.warning("endpoint %s: earlier edits %s dropped: %s", endpoint_id, edits, err)
+            edits = {}
         async with self._lock:
             self._refuse_when_closing()
             launch = await self._launch(spec.templateId)
-            await self._start(endpoint_id, spec, launch, ORIGIN_CLI)
+            await self._start(endpoint_id, spec, launch, ORIGIN_CLI, edits=edits)
         return await self.get(endpoint_id)
+
+    def edits_of(self, endpoint_id: str) -> dict:
+        """The API edits the command line's endpoint keeps over the command line."""
+        return dict(self._find(endpoint_id).edits)
 
     async def resume(self, *, skip: Collection[str] = ()) -> list[EndpointRecord]:
         """Start again the endpoints an earlier run created through the API (not those
@@ -428,6 +485,7 @@ class LocalControlPlane:
         origin: str,
         work_dir: Path | None = None,
         problem: str = "",
+        edits: dict | None = None,
     ) -> LocalEndpoint:
         """Register a new worker key and the endpoint, then start its workers."""
         if launch is not None:
@@ -436,6 +494,7 @@ class LocalControlPlane:
         ep = LocalEndpoint(
             endpoint_id, spec, origin, str(work_dir or self.base_dir), worker_key, launch, problem
         )
+        ep.edits = dict(edits or {})
         registry = self.gw.registry
         record = {"name": f"dev-worker:{endpoint_id}", "scopes": ["workers"]}
         await registry.put_key(worker_key, {**record, "endpoints": [endpoint_id]})

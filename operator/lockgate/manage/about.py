@@ -1,7 +1,8 @@
 """`GET /v1/about`: what the console needs to know of the process that serves it — dev mode
 (`lockgate dev`: workers are local processes, so GPU types, CUDA versions, data centres,
-vCPUs and FlashBoot mean nothing) or a cluster, and dev mode's command-line endpoint, whose
-settings the command line applies again at every start. Admin keys only, like all of `/v1`.
+vCPUs and FlashBoot mean nothing) or a cluster, and dev mode's command-line endpoint with
+the fields its command line names (those win over edits at every start; edits of the
+others are kept). Admin keys only, like all of `/v1`.
 """
 
 from __future__ import annotations
@@ -18,13 +19,18 @@ DEV, CLUSTER = "dev", "cluster"
 @dataclass(frozen=True)
 class About:
     """The serving process: `mode` (`dev` or `cluster`) and, in dev mode, the id of the
-    endpoint the command line defines."""
+    endpoint the command line defines and the fields its command line names."""
 
     mode: str = CLUSTER
     command_line_endpoint: str | None = None
+    command_line_fields: tuple[str, ...] = ()
 
-    def to_json(self) -> dict[str, str | None]:
-        return {"mode": self.mode, "commandLineEndpoint": self.command_line_endpoint}
+    def to_json(self) -> dict[str, object]:
+        return {
+            "mode": self.mode,
+            "commandLineEndpoint": self.command_line_endpoint,
+            "commandLineFields": list(self.command_line_fields),
+        }
 
 
 ABOUT = web.AppKey("about", About)

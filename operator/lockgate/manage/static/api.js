@@ -139,12 +139,13 @@ let aboutAnswer = null;
 
 /**
  * What the serving process is (GET /v1/about, read once per page load): {mode: "dev" or
- * "cluster", commandLineEndpoint: the id `lockgate dev`'s command line defines, or null}.
+ * "cluster", commandLineEndpoint: the id `lockgate dev`'s command line defines, or null,
+ * commandLineFields: the fields that command line names}.
  * A server without the route is taken for a cluster.
  */
 export function about() {
   aboutAnswer ??= api("/v1/about", {redirect: false}).catch((err) => {
-    if (err.status === 404) return {mode: "cluster", commandLineEndpoint: null};
+    if (err.status === 404) return {mode: "cluster", commandLineEndpoint: null, commandLineFields: []};
     aboutAnswer = null; // asked again next time (a network blip)
     throw err;
   });
@@ -156,9 +157,14 @@ export const DEV_MODE_NOTE = "Not used in dev mode: workers are local processes,
   + "GPU types and count, CUDA versions, CPU flavours, vCPUs, data centres and FlashBoot are kept "
   + "but change nothing.";
 
-/** The note of the command-line endpoint (dev mode): its settings come back at each start. */
+/** The note of the command-line endpoint (dev mode): which edits the next start keeps. */
 export function commandLineNote(info, id) {
   if (info?.mode !== "dev" || info.commandLineEndpoint !== id) return null;
-  return "This endpoint comes from the lockgate dev command line: edits made here last until "
-    + "the next lockgate dev start, which applies the command line's settings again.";
+  const flagged = (info.commandLineFields || []).filter((f) => f !== "templateId");
+  const except = flagged.length
+    ? ` except ${flagged.join(", ")}, which the command line's flags set again`
+    : "";
+  return "This endpoint comes from the lockgate dev command line: edits made here are kept at "
+    + `the next lockgate dev start${except}. Its handler (templateId) comes from the command `
+    + "line only: change the command line for it.";
 }
