@@ -210,6 +210,7 @@ async def test_a_key_past_its_expiry_is_refused_everywhere_with_the_expiry_messa
         ("GET", "/v2/no-such-endpoint/health"),  # job API
         ("POST", "/v2/no-such-endpoint/run"),
         ("GET", "/v2/no-such-endpoint/openai/v1/models"),  # OpenAI route
+        ("GET", "/v2/no-such-endpoint/job-take/w-1"),  # worker API
         ("GET", "/v1/endpoints"),  # management API (the console signs in with this)
     ]:
         status, text = await keys.refusal(method, path, key)

@@ -27,7 +27,7 @@ export function expiryText(key, now = Date.now()) {
   if (key.expired || left <= 0) return "expired";
   const units = [["day", 86400e3], ["hour", 3600e3], ["minute", 60e3]];
   const [unit, ms] = units.find(([, size]) => left >= size) || ["second", 1e3];
-  const count = Math.max(1, Math.floor(left / ms));
+  const count = Math.max(1, Math.round(left / ms));
   return `expires in ${count} ${unit}${count === 1 ? "" : "s"}`;
 }
 
