@@ -33,6 +33,7 @@ from lockgate.models.keys import (
     key_name_problem,
     rfc3339,
     timestamp_ms,
+    whole_second,
 )
 from lockgate.store import Registry, connect, key_digest
 from lockgate.store.connection import RedisSettings, standalone
@@ -61,7 +62,7 @@ def expiry_ms(expires_in: str | None, expires_at: str | None, now_ms: int) -> in
             raise KeyCommandError(
                 f"--expires-in: a number and a unit s, m, h or d (30d, 12h); got {expires_in!r}"
             )
-        return now_ms + seconds * 1000
+        return whole_second(now_ms + seconds * 1000)
     if expires_at is not None:
         expires = timestamp_ms(expires_at)
         problem = expiry_problem(expires, now_ms)

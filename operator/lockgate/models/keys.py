@@ -79,14 +79,21 @@ def duration_s(text: str) -> int | None:
 
 
 def timestamp_ms(text: str) -> int | None:
-    """An RFC 3339 timestamp with a zone (`2027-01-01T00:00:00Z`) as epoch ms, or None."""
+    """An RFC 3339 timestamp with a zone (`2027-01-01T00:00:00Z`) as epoch ms, or None.
+    A fraction of a second is rounded up to the next whole one (expiries are shown and
+    stored to the second)."""
     try:
         moment = datetime.fromisoformat(text.strip())
     except ValueError:
         return None
     if moment.tzinfo is None or "T" not in text.upper():
         return None
-    return int(moment.timestamp() * 1000)
+    return whole_second(int(moment.timestamp() * 1000))
+
+
+def whole_second(ms: int) -> int:
+    """`ms` rounded up to a whole second."""
+    return -(-ms // 1000) * 1000
 
 
 def expiry_problem(expires_ms: int | None, now_ms: int) -> str | None:
