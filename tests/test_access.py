@@ -7,13 +7,14 @@ import json
 import logging
 import subprocess
 import sys
+import time
 
 import orjson
 import pytest
 
 from lockgate.apikeys import KeyCommandError, create, key_record, revoke
 from lockgate.gateway.keyfile import KeyFileError, parse_key_file
-from lockgate.models.keys import effective_scopes
+from lockgate.models.keys import effective_scopes, rfc3339
 from lockgate.store import Registry, key_digest
 from tests.conftest import LiveGateway
 
@@ -163,6 +164,28 @@ async def test_a_broken_key_file_keeps_the_last_good_keys(http, key_file, gatewa
     assert await call(http, gateway, "GET", "health", "file-key") == 200
 
 
+async def test_a_key_file_entry_past_its_expiry_is_refused_naming_it(http, key_file, gateway):
+    past = (time.time_ns() // 1_000_000 // 1000 - 3600) * 1000
+    entries = [entry("file-key", "from-file", ["jobs:read"]),
+               entry("old-key", "old", ["jobs"], expires=past)]  # fmt: skip
+    key_file.write_text(json.dumps(entries))
+    await asyncio.sleep(0.5)
+    async with http.get(gateway.job_url("health"), headers={"authorization": "old-key"}) as r:
+        assert (r.status, await r.json()) == (401, {"error": f"API key expired at {rfc3339(past)}"})
+    assert await call(http, gateway, "GET", "health", "file-key") == 200
+
+
+async def test_a_stored_key_is_refused_from_its_expiry_though_cached(http, gateway, redis):
+    expires = (time.time_ns() // 1_000_000 // 1000 + 2) * 1000  # a whole second, 1-2 s ahead
+    key = await create(Registry(redis), key_record("brief", ["jobs"], None, expires))
+    assert await call(http, gateway, "GET", "health", key) == 200  # now cached
+    while time.time_ns() // 1_000_000 < expires:
+        await asyncio.sleep(0.1)
+    async with http.get(gateway.job_url("health"), headers={"authorization": key}) as r:
+        answer = (r.status, await r.json())
+    assert answer == (401, {"error": f"API key expired at {rfc3339(expires)}"})
+
+
 # -- refusals are logged with the key's name, never the key
 
 
@@ -205,3 +228,10 @@ def test_the_keys_command_prints_a_key_file_entry_without_redis():
     made = lockgate("keys", "create", "ci", "--scope", "jobs:read", "--file-entry")
     key, line = made.stdout.splitlines()
     assert parse_key_file(f"[{line}]".encode())[key_digest(key)].name == "ci"
+
+
+def test_a_key_file_entry_may_carry_an_expiry():
+    made = lockgate("keys", "create", "ci", "--scope", "jobs", "--file-entry", "--expires-in", "1h")
+    key, line = made.stdout.splitlines()
+    expires = parse_key_file(f"[{line}]".encode())[key_digest(key)].expires
+    assert expires is not None and 3590 < expires / 1000 - time.time() <= 3601

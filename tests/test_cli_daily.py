@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -224,6 +225,53 @@ def test_keys_revoke_says_it_would_sign_the_cli_out_and_force_does_it(dev, env) 
     finally:
         lockgate("keys", "revoke", "cli-admin", "--force", "--redis-url", redis, env=env)
     assert key_names(redis, env).count("dev") == 1 and "cli-admin" not in key_names(redis, env)
+
+
+def test_keys_create_with_an_expiry_lists_it_and_the_key_is_refused_once_it_passes(
+    dev, bare_env
+) -> None:
+    redis = redis_of(dev)
+    out = ok(lockgate("keys", "create", "cli-month", "--scope", "jobs", "--expires-in", "30d",
+                      "--redis-url", redis, env=bare_env))  # fmt: skip
+    assert out.strip().startswith("lg_")
+    start = int(time.time())
+    key = ok(lockgate("keys", "create", "cli-brief", "--scope", "admin", "--expires-in", "3s",
+                      "--redis-url", redis, env=bare_env)).strip()  # fmt: skip
+    try:
+        lines = ok(lockgate("keys", "list", "--redis-url", redis, env=bare_env)).splitlines()
+        month = next(line for line in lines if " cli-month " in line).split()[-1]
+        days = (datetime.fromisoformat(month).timestamp() - start) / 86400
+        assert 29.9 < days < 30.1, month
+        assert next(line for line in lines if " dev " in line).endswith(" never")
+        brief = next(line for line in lines if " cli-brief " in line).split()[-1]
+        while time.time() < datetime.fromisoformat(brief).timestamp():
+            time.sleep(0.2)
+        line = one_line_error(
+            lockgate("endpoints", "list", "--url", dev.url, "--key", key, env=bare_env)
+        )
+        assert f"API key expired at {brief}" in line and "401" in line
+        lines = ok(lockgate("keys", "list", "--redis-url", redis, env=bare_env)).splitlines()
+        assert next(line for line in lines if " cli-brief " in line).endswith(f"expired {brief}")
+    finally:
+        for name in ("cli-month", "cli-brief"):
+            lockgate("keys", "revoke", name, "--redis-url", redis, env=bare_env)
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--expires-in", "30"], "--expires-in: a number and a unit s, m, h or d"),
+        (["--expires-in", "2w"], "--expires-in: a number and a unit s, m, h or d"),
+        (["--expires-at", "tomorrow"], "--expires-at: an RFC 3339 UTC time"),
+        (["--expires-at", "2020-01-01T00:00:00Z"], "--expires-at: 2020-01-01T00:00:00Z is in"),
+        (["--expires-in", "1d", "--expires-at", "2030-01-01T00:00:00Z"], "not both"),
+    ],
+)
+def test_a_bad_expiry_is_one_line_naming_the_flag(dev, bare_env, flags, said) -> None:
+    redis = redis_of(dev)
+    args = ("keys", "create", "cli-bad-expiry", "--scope", "jobs", *flags, "--redis-url", redis)
+    assert said in one_line_error(lockgate(*args, env=bare_env))
+    assert "cli-bad-expiry" not in key_names(redis, bare_env)
 
 
 def test_templates_list_prints_a_table(env) -> None:

@@ -3,7 +3,9 @@ served by dev mode's real app (gateway + `/v1`) on loopback over a real Redis.""
 
 from __future__ import annotations
 
+import asyncio
 import secrets
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,6 +16,7 @@ from redis.asyncio import Redis
 
 from lockgate.apps.dev import build_app
 from lockgate.dev.redis_server import EmbeddedRedis, free_port
+from lockgate.models.keys import rfc3339
 from lockgate.store import Registry, key_digest
 from tests.conftest import REPO, make_settings
 
@@ -40,6 +43,12 @@ class Keys:
         headers = {"authorization": f"Bearer {key}"}
         async with self.http.get(f"{self.url}/v2/no-such-endpoint/health", headers=headers) as r:
             return r.status
+
+    async def refusal(self, method: str, path: str, key: str) -> tuple[int, str]:
+        """Status and body text of `method path` (any route of the process) with `key`."""
+        headers = {"authorization": f"Bearer {key}"}
+        async with self.http.request(method, f"{self.url}{path}", headers=headers) as resp:
+            return resp.status, await resp.text()
 
 
 @pytest.fixture
@@ -105,6 +114,11 @@ async def test_a_key_limited_to_endpoints_keeps_them(keys: Keys) -> None:
         ({"scopes": ["jobs"]}, "name"),
         ({"name": "x", "scopes": ["jobs"], "endpoints": "sd"}, "endpoints"),
         ({"name": "x", "scopes": ["jobs"], "ttl": 5}, "ttl"),
+        ({"name": "x", "scopes": ["jobs"], "expiresAt": "tomorrow"}, "expiresAt"),
+        ({"name": "x", "scopes": ["jobs"], "expiresAt": 1893456000}, "expiresAt"),
+        ({"name": "x", "scopes": ["jobs"], "expiresAt": "2027-01-01T00:00:00"}, "expiresAt"),
+        ({"name": "x", "scopes": ["jobs"], "expiresAt": "2020-01-01T00:00:00Z"}, "expiresAt"),
+        ({"name": "x", "scopes": ["jobs"], "expiresAt": "2027-01-01"}, "expiresAt"),
         (["x"], "body"),
     ],
 )
@@ -171,3 +185,46 @@ async def test_the_last_admin_key_cannot_be_revoked(keys: Keys) -> None:
     assert (await keys.call("DELETE", f"/{admin['id']}", key=other["key"]))[0] == 204
     status, answer = await keys.call("DELETE", f"/{other['id']}", key=other["key"])
     assert status == 409  # now admin-2 is the last one
+
+
+async def test_a_key_past_its_expiry_is_refused_everywhere_with_the_expiry_message(
+    keys: Keys,
+) -> None:
+    expires_ms = (time.time_ns() // 1_000_000 // 1000 + 3) * 1000  # a whole second, 2-3 s ahead
+    expires_at = rfc3339(expires_ms)
+    body = {"name": "short", "scopes": ["jobs", "admin"], "expiresAt": expires_at}
+    status, created = await keys.call("POST", body=body)
+    assert status == 200, created
+    assert (created["expiresAt"], created["expired"]) == (expires_at, False)
+    key = created["key"]
+    # accepted (and so cached by the gateway, whose cache here lasts 30 s) before it expires
+    assert await keys.job_api_status(key) == 404
+    assert (await keys.call("GET", key=key))[0] == 200
+
+    while time.time_ns() // 1_000_000 < expires_ms:
+        await asyncio.sleep(0.2)
+
+    expected = f"API key expired at {expires_at}"
+    assert (await keys.call("GET", key=key)) == (401, {"error": expected})
+    for method, path in [
+        ("GET", "/v2/no-such-endpoint/health"),  # job API
+        ("POST", "/v2/no-such-endpoint/run"),
+        ("GET", "/v2/no-such-endpoint/openai/v1/models"),  # OpenAI route
+        ("GET", "/v2/no-such-endpoint/job-take/w-1"),  # worker API
+        ("GET", "/v1/endpoints"),  # management API (the console signs in with this)
+    ]:
+        status, text = await keys.refusal(method, path, key)
+        assert (status, expected in text) == (401, True), (path, text)
+    status, text = await keys.refusal("GET", "/v2/no-such-endpoint/health", "lg_unknown")
+    assert status == 401 and "expired" not in text  # an unknown key is told apart
+
+    _, listed = await keys.call("GET")
+    [shown] = [k for k in listed if k["name"] == "short"]
+    assert (shown["expiresAt"], shown["expired"]) == (expires_at, True)  # kept, marked
+    assert (await keys.call("DELETE", f"/{shown['id']}"))[0] == 204
+
+
+async def test_a_key_without_expiry_says_none(keys: Keys) -> None:
+    status, created = await keys.call("POST", body={"name": "forever", "scopes": ["jobs"]})
+    assert status == 200
+    assert "expiresAt" not in created and "expired" not in created

@@ -23,7 +23,18 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from lockgate import clientconfig
 from lockgate.models import describe_validation_error
-from lockgate.models.keys import KeyFileEntry, KeyRecord, Scope, key_name_problem
+from lockgate.models.keys import (
+    KeyFileEntry,
+    KeyRecord,
+    Scope,
+    duration_s,
+    expiry_problem,
+    is_expired,
+    key_name_problem,
+    rfc3339,
+    timestamp_ms,
+    whole_second,
+)
 from lockgate.store import Registry, connect, key_digest
 from lockgate.store.connection import RedisSettings, standalone
 
@@ -40,24 +51,61 @@ def new_key() -> str:
     return KEY_PREFIX + secrets.token_urlsafe(32)
 
 
-def key_record(name: str, scopes: list[str], endpoints: list[str] | None) -> KeyRecord:
+def expiry_ms(expires_in: str | None, expires_at: str | None, now_ms: int) -> int | None:
+    """The expiry `--expires-in` or `--expires-at` asks for (epoch ms; None: never), or
+    KeyCommandError naming the flag."""
+    if expires_in is not None and expires_at is not None:
+        raise KeyCommandError("give --expires-in or --expires-at, not both")
+    if expires_in is not None:
+        seconds = duration_s(expires_in)
+        if seconds is None:
+            raise KeyCommandError(
+                f"--expires-in: a number and a unit s, m, h or d (30d, 12h); got {expires_in!r}"
+            )
+        return whole_second(now_ms + seconds * 1000)
+    if expires_at is not None:
+        expires = timestamp_ms(expires_at)
+        problem = expiry_problem(expires, now_ms)
+        if problem:
+            raise KeyCommandError(problem.replace("expiresAt:", "--expires-at:", 1))
+        return expires
+    return None
+
+
+def key_record(
+    name: str, scopes: list[str], endpoints: list[str] | None, expires: int | None = None
+) -> KeyRecord:
     """The record of a new key, or KeyCommandError naming the bad field."""
     problem = key_name_problem(name)
     if problem:
         raise KeyCommandError(problem)
     try:
         return KeyRecord(
-            name=name, scopes=scopes, endpoints=endpoints, created=time.time_ns() // 1_000_000
+            name=name,
+            scopes=scopes,
+            endpoints=endpoints,
+            created=time.time_ns() // 1_000_000,
+            expires=expires,
         )
     except ValidationError as err:
         raise KeyCommandError(describe_validation_error(err)) from err
 
 
-def describe(digest: str, record: dict) -> str:
-    """One line of `keys list`: id, name, scopes, endpoints."""
+def expiry_text(record: dict, now_ms: int) -> str:
+    """A key's expiry as `keys list` shows it: `never`, the time, or `expired <time>`."""
+    expires = record.get("expires")
+    if not isinstance(expires, int):
+        return "never"
+    return f"expired {rfc3339(expires)}" if is_expired(expires, now_ms) else rfc3339(expires)
+
+
+def describe(digest: str, record: dict, now_ms: int) -> str:
+    """One line of `keys list`: id, name, scopes, endpoints, expiry."""
     endpoints = ",".join(record.get("endpoints") or []) or "*"
     scopes = ",".join(record.get("scopes", []))
-    return f"{digest[:ID_CHARS]}  {record.get('name', '?'):<32} {scopes:<24} {endpoints}"
+    name = record.get("name", "?")
+    expiry = expiry_text(record, now_ms)
+    return f"{digest[:ID_CHARS]}  {name:<32} {scopes:<24} {endpoints:<24} {expiry}"
 
 
 def matches(digest: str, record: dict, name_or_id: str) -> bool:
@@ -127,9 +175,14 @@ async def revoke(
     return found
 
 
+def _new_record(args: argparse.Namespace) -> KeyRecord:
+    expires = expiry_ms(args.expires_in, args.expires_at, time.time_ns() // 1_000_000)
+    return key_record(args.name, args.scope, args.endpoint, expires)
+
+
 async def _run(args: argparse.Namespace) -> None:
     if args.keys_command == "create" and args.file_entry:
-        record = key_record(args.name, args.scope, args.endpoint)
+        record = _new_record(args)
         key = new_key()
         entry = KeyFileEntry(**record.model_dump(), sha256=key_digest(key))
         print(key)
@@ -140,11 +193,12 @@ async def _run(args: argparse.Namespace) -> None:
     try:
         registry = Registry(redis)
         if args.keys_command == "create":
-            print(await create(registry, key_record(args.name, args.scope, args.endpoint)))
+            print(await create(registry, _new_record(args)))
             print("the key is shown once and kept nowhere: store it now", file=sys.stderr)
         elif args.keys_command == "list":
+            now_ms = time.time_ns() // 1_000_000
             for digest, record in sorted((await registry.list_keys()).items(), key=_by_name):
-                print(describe(digest, record))
+                print(describe(digest, record, now_ms))
         else:
             signed_in = clientconfig.signed_in_key()
             revoked = await revoke(registry, args.name_or_id, force=args.force, signed_in=signed_in)

@@ -149,11 +149,21 @@ def _keys(sub: argparse._SubParsersAction) -> None:
     )
     create.add_argument("--endpoint", action="append", help="only these endpoints (default all)")
     create.add_argument(
+        "--expires-in", metavar="DURATION",
+        help="refuse the key after this long: 90s, 15m, 12h, 30d (default: never)",
+    )  # fmt: skip
+    create.add_argument(
+        "--expires-at", metavar="TIME",
+        help="refuse the key from this RFC 3339 time, e.g. 2027-01-01T00:00:00Z",
+    )  # fmt: skip
+    create.add_argument(
         "--file-entry", action="store_true",
         help="write nothing to Redis; print the key and its entry for the key file",
     )  # fmt: skip
     keys.add_parser(
-        "list", help="list keys: id, name, scopes, endpoints (never the key)", parents=[redis]
+        "list",
+        help="list keys: id, name, scopes, endpoints, expiry (never the key)",
+        parents=[redis],
     )
     revoke = keys.add_parser("revoke", help="revoke keys by name or id", parents=[redis])
     revoke.add_argument("name_or_id", help="a key's name, or the start of its id")

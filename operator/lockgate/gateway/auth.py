@@ -5,6 +5,9 @@ A key is never compared: its SHA-256 is the lookup key (in the file's table, the
 Redis), so lookup timing can say something about a digest at most, which tells nothing
 about any key. Records are cached for `auth_cache_s`; a revocation publishes an event that
 drops the cached entry at once, and the cache time bounds it when the event is missed.
+A key's expiry (`expires`, epoch ms) travels in the cached principal and is compared with
+the clock on every request, so an expired key is refused at its expiry time exactly, with
+no extra Redis read.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from aiohttp import web
 
 from lockgate.gateway.errors import Unauthorized
 from lockgate.gateway.keyfile import KeyFile
-from lockgate.models.keys import Scope, effective_scopes
+from lockgate.models.keys import Scope, effective_scopes, is_expired, rfc3339
 from lockgate.store import Registry, key_digest
 
 log = logging.getLogger("lockgate.gateway")
@@ -41,6 +44,7 @@ class Principal:
     scopes: frozenset[str]
     endpoints: frozenset[str] | None  # None: every endpoint
     worker: str | None = None  # None: any worker id (an endpoint's shared worker key)
+    expires: int | None = None  # epoch ms after which the key is refused; None: never
 
     def allows(self, scope: str, endpoint_id: str) -> bool:
         in_scope = scope in self.scopes
@@ -69,6 +73,7 @@ def principal_of(record: dict) -> Principal:
         scopes=effective_scopes(scopes),
         endpoints=frozenset(endpoints) if endpoints is not None else None,
         worker=str(record["worker"]) if record.get("worker") is not None else None,
+        expires=record["expires"] if isinstance(record.get("expires"), int) else None,
     )
 
 
@@ -118,7 +123,8 @@ class Authenticator:
         return principal
 
     async def require(self, request: web.Request, scope: str, endpoint_id: str) -> Principal:
-        """The caller's principal, or 401 when the key is missing, unknown or not allowed."""
+        """The caller's principal, or 401 when the key is missing, unknown, expired or not
+        allowed."""
         if not self.enabled:
             request[CALLER] = ANONYMOUS.name
             return ANONYMOUS
@@ -132,6 +138,9 @@ class Authenticator:
                 else "unknown or revoked API key"
             )
         request[CALLER] = principal.name
+        if is_expired(principal.expires, time.time_ns() // 1_000_000):
+            assert principal.expires is not None
+            raise Unauthorized(f"API key expired at {rfc3339(principal.expires)}")
         if not principal.allows(scope, endpoint_id):
             raise Unauthorized(f"API key {principal.name!r} may not use {scope} on {endpoint_id!r}")
         return principal

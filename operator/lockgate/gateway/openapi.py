@@ -51,7 +51,7 @@ MB = 1024 * 1024
 # Error responses; each operation lists the ones it can give (all give 500 and 503).
 ERRORS: dict[str, str] = {
     "400": "malformed request or parameter; or a job in an ineligible state",
-    "401": "missing, unknown or revoked API key, or a key without the permission",
+    "401": "missing, unknown, revoked or expired API key, or a key without the permission",
     "403": "a worker id other than the key's own or than the one bound to the caller's "
     "address; or `?ttl=` on /status without the `jobs` scope",
     "404": "unknown endpoint or job (a job is gone once its ttl expires)",

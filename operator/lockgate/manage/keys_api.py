@@ -8,15 +8,20 @@ endpoint's shared worker key (its endpoint id), `current` the caller's own key.
 
 | route | answer |
 |---|---|
-| `GET /v1/keys` | `[{"id", "name", "scopes", "endpoints", "createdAt"?, ...}]` (above) |
-| `POST /v1/keys` `{"name", "scopes", "endpoints"?}` | the same object plus `"key"` |
+| `GET /v1/keys` | `[{"id", "name", "scopes", "endpoints", "createdAt"?, "expiresAt"?, ...}]` |
+| `POST /v1/keys` `{"name", "scopes", "endpoints"?, "expiresAt"?}` | the same object plus `"key"` |
+
+`expiresAt` is an RFC 3339 time (`2027-01-01T00:00:00Z`) in the future; from then on the key
+is refused with 401 `API key expired at <time>`. An expired key stays listed, with
+`"expired": true`, until it is revoked.
 | `DELETE /v1/keys/{id}` | 204; 404 when no key has that id; 409 for the last admin key |
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+import time
+from typing import Any, NamedTuple
 
 from aiohttp import web
 
@@ -24,6 +29,7 @@ from lockgate import apikeys
 from lockgate.gateway.auth import bearer_token
 from lockgate.gateway.errors import ApiError, BadRequest, NotFound
 from lockgate.gateway.http import iso_ms, json_object, json_response
+from lockgate.models.keys import expiry_problem, is_expired, rfc3339, timestamp_ms
 from lockgate.store import Registry, key_digest
 
 REGISTRY = web.AppKey("keys_registry", Registry)
@@ -52,17 +58,40 @@ def describe_key(digest: str, record: dict) -> dict[str, Any]:
     }
     if isinstance(record.get("created"), int):
         shown["createdAt"] = iso_ms(record["created"])
+    if isinstance(record.get("expires"), int):
+        shown["expiresAt"] = rfc3339(record["expires"])
+        shown["expired"] = is_expired(record["expires"], time.time_ns() // 1_000_000)
     if isinstance(record.get("worker"), str):
         shown["worker"] = record["worker"]  # a running worker's own key, revoked as it stops
     return shown
 
 
-def parse_new_key(body: dict[str, Any]) -> tuple[str, list[str], list[str] | None]:
-    """`{"name", "scopes", "endpoints"?}` checked for shape; values are checked by the
-    command's own rules (`apikeys.key_record`)."""
-    unknown = sorted(set(body) - {"name", "scopes", "endpoints"})
+class NewKey(NamedTuple):
+    """A `POST /v1/keys` body, checked for shape."""
+
+    name: str
+    scopes: list[str]
+    endpoints: list[str] | None
+    expires: int | None  # epoch ms; None: never
+
+
+def parse_expires_at(value: Any, now_ms: int) -> int | None:
+    """`expiresAt` (absent or null: never) as epoch ms; 400 naming it when bad or past."""
+    if value is None:
+        return None
+    expires = timestamp_ms(value) if isinstance(value, str) else None
+    problem = expiry_problem(expires, now_ms)
+    if problem:
+        raise BadRequest(f"{problem}; got {value!r}")
+    return expires
+
+
+def parse_new_key(body: dict[str, Any]) -> NewKey:
+    """`{"name", "scopes", "endpoints"?, "expiresAt"?}` checked for shape; values are checked
+    by the command's own rules (`apikeys.key_record`)."""
+    unknown = sorted(set(body) - {"name", "scopes", "endpoints", "expiresAt"})
     if unknown:
-        raise BadRequest(f"{unknown[0]}: not a field of a key (name, scopes, endpoints)")
+        raise BadRequest(f"{unknown[0]}: not a field of a key (name, scopes, endpoints, expiresAt)")
     name, scopes, endpoints = body.get("name"), body.get("scopes"), body.get("endpoints")
     if not isinstance(name, str):
         raise BadRequest("name: required, a string")
@@ -72,7 +101,8 @@ def parse_new_key(body: dict[str, Any]) -> tuple[str, list[str], list[str] | Non
         not isinstance(endpoints, list) or not all(isinstance(e, str) for e in endpoints)
     ):
         raise BadRequest("endpoints: a list of endpoint ids, or absent for every endpoint")
-    return name, scopes, endpoints or None
+    expires = parse_expires_at(body.get("expiresAt"), time.time_ns() // 1_000_000)
+    return NewKey(name, scopes, endpoints or None, expires)
 
 
 async def list_keys(request: web.Request) -> web.Response:
@@ -97,10 +127,10 @@ async def list_keys(request: web.Request) -> web.Response:
 
 
 async def create_key(request: web.Request) -> web.Response:
-    name, scopes, endpoints = parse_new_key(await json_object(request))
+    new = parse_new_key(await json_object(request))
     registry = request.app[REGISTRY]
     try:
-        record = apikeys.key_record(name, scopes, endpoints)
+        record = apikeys.key_record(new.name, new.scopes, new.endpoints, new.expires)
     except apikeys.KeyCommandError as err:
         raise BadRequest(str(err)) from err
     try:

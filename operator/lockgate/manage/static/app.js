@@ -131,7 +131,10 @@ function signIn(main) {
       if (location.hash === "#/endpoints") show();
     } catch (err) {
       sessionStorage.removeItem("lockgate.key");
-      const message = err.status === 401 || err.status === 403
+      const expired = err.status === 401 && err.message.startsWith("API key expired");
+      const message = expired
+        ? `${err.message}: sign in with another admin key (lockgate keys create NAME --scope admin makes one).`
+        : err.status === 401 || err.status === 403
         ? "This key is not an admin key of this lockgate (wrong, revoked or without the admin scope)."
         : err.message;
       replace(status, errorBox(new Error(message)));

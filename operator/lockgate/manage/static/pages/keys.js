@@ -10,6 +10,42 @@ const SCOPES = [
   ["admin", "admin: this console and the management API"],
 ];
 
+// The create form's expiry choices: seconds from now (null: never; "date": the date field).
+const EXPIRIES = [
+  ["never", "Never", null],
+  ["1d", "In 1 day", 86400],
+  ["30d", "In 30 days", 30 * 86400],
+  ["90d", "In 90 days", 90 * 86400],
+  ["1y", "In 1 year", 365 * 86400],
+  ["date", "On a date…", "date"],
+];
+
+/** A key's expiry in words: "never", "expired", "expires in 3 days", with the exact time. */
+export function expiryText(key, now = Date.now()) {
+  if (!key.expiresAt) return "never";
+  const left = Date.parse(key.expiresAt) - now;
+  if (key.expired || left <= 0) return "expired";
+  const units = [["day", 86400e3], ["hour", 3600e3], ["minute", 60e3]];
+  const [unit, ms] = units.find(([, size]) => left >= size) || ["second", 1e3];
+  const count = Math.max(1, Math.round(left / ms));
+  return `expires in ${count} ${unit}${count === 1 ? "" : "s"}`;
+}
+
+function expiryCell(key) {
+  const text = expiryText(key);
+  const cls = text === "expired" ? "badge bad expired" : text === "never" ? "" : "expires";
+  return h("span", {class: cls, title: key.expiresAt || "never expires"}, text);
+}
+
+/** The `expiresAt` the form asks for, or null for never; throws naming the field. */
+function chosenExpiry(select, date) {
+  const choice = EXPIRIES.find(([value]) => value === select.value);
+  if (!choice || choice[2] === null) return null;
+  if (choice[2] !== "date") return new Date(Date.now() + choice[2] * 1000).toISOString();
+  if (!date.value) throw new Error("Expires: choose a date, or another choice than \"On a date…\".");
+  return `${date.value}T00:00:00Z`;
+}
+
 export async function render(view, ctx) {
   const list = h("div");
   const created = h("div", {"aria-live": "polite"});
@@ -27,6 +63,10 @@ function createForm(ctx, created, refresh) {
     const box = h("input", {type: "checkbox", id: `scope-${value}`, name: "scope", value, checked: value === "jobs"});
     return h("label", {class: "inline", for: `scope-${value}`}, box, ` ${label}`);
   });
+  const date = h("input", {id: "key-expires-date", type: "date", hidden: true, "aria-label": "Expiry date (UTC midnight)"});
+  const expiry = h("select", {id: "key-expires", "aria-describedby": "key-expires-hint",
+    onchange: () => { date.hidden = expiry.value !== "date"; if (!date.hidden) date.focus(); }},
+  EXPIRIES.map(([value, label]) => h("option", {value}, label)));
   const status = h("div", {"aria-live": "assertive"});
   const form = h("form", {class: "card", novalidate: true, onsubmit: async (event) => {
     event.preventDefault();
@@ -37,9 +77,12 @@ function createForm(ctx, created, refresh) {
     const only = endpoints.value.split(",").map((s) => s.trim()).filter(Boolean);
     if (only.length) body.endpoints = only;
     try {
+      const expiresAt = chosenExpiry(expiry, date);
+      if (expiresAt) body.expiresAt = expiresAt;
       const key = await api("/v1/keys", {method: "POST", body, signal: ctx.signal});
       replace(status);
       form.reset();
+      date.hidden = true;
       replace(created, shownOnce(key, created));
       created.querySelector("h2").focus();
       await refresh();
@@ -53,6 +96,8 @@ function createForm(ctx, created, refresh) {
   h("fieldset", {class: "choice"}, h("legend", {}, "Scopes"), boxes),
   h("label", {for: "key-endpoints"}, "Endpoints (optional)"), endpoints,
   h("p", {class: "hint", id: "key-endpoints-hint"}, "Comma-separated endpoint ids; empty: every endpoint."),
+  h("label", {for: "key-expires"}, "Expires"), h("div", {class: "row"}, expiry, date),
+  h("p", {class: "hint", id: "key-expires-hint"}, "After this the key is refused (401 \"API key expired\"); it stays listed until revoked. A date means midnight UTC."),
   status, h("button", {type: "submit", class: "primary"}, "Create key"));
   return form;
 }
@@ -99,13 +144,14 @@ function userKeys(keys, ctx, refresh) {
     ? h("span", {class: "hint last-admin"}, "The last admin key: create another before revoking it.")
     : revokeCell(k, ctx, refresh));
   return h("div", {class: "table-wrap"}, h("table", {class: "keys", "aria-label": "Keys"},
-    h("thead", {}, h("tr", {}, ["Name", "Id", "Scopes", "Endpoints", "Created", ""].map((c) => h("th", {scope: "col"}, c)))),
+    h("thead", {}, h("tr", {}, ["Name", "Id", "Scopes", "Endpoints", "Created", "Expires", ""].map((c) => h("th", {scope: "col"}, c)))),
     h("tbody", {}, keys.map((k) => h("tr", {dataset: {key: k.name}},
       h("td", {"data-label": "Name"}, k.name, k.current ? h("span", {class: "badge ok you"}, "you are signed in with it") : null),
       h("td", {"data-label": "Id"}, h("code", {}, k.id)),
       h("td", {"data-label": "Scopes"}, k.scopes.join(", ")),
       h("td", {"data-label": "Endpoints"}, k.endpoints ? k.endpoints.join(", ") : "all"),
       h("td", {"data-label": "Created"}, k.createdAt ? k.createdAt.slice(0, 16).replace("T", " ") : "—"),
+      h("td", {"data-label": "Expires"}, expiryCell(k)),
       h("td", {"data-label": ""}, revoke(k)))))));
 }
 
