@@ -1,0 +1,120 @@
+"""The console's Create page from a container image, in Chromium against a real `lockgate
+dev` (tests/console_fixtures.py): the page makes the template (POST /v1/templates), then the
+endpoint with its templateId; dev mode runs the template's start command (not the image) as
+local workers, so the endpoint becomes Ready and a job through its job API completes."""
+
+from __future__ import annotations
+
+import re
+
+import requests
+
+from console_browser import PHONE, assert_clean, screenshot, sign_in
+from devproc import DevProcess
+
+pytest_plugins = ["console_fixtures"]
+
+ECHO = "examples/echo/handler.py"
+EXPECTED = ("400",)  # a validation error is a logged 400
+
+
+def expect(locator):
+    from playwright.sync_api import expect as playwright_expect
+
+    return playwright_expect(locator)
+
+
+def auth(dev: DevProcess) -> dict[str, str]:
+    return {"authorization": f"Bearer {dev.key}"}
+
+
+def get(dev: DevProcess, path: str) -> requests.Response:
+    return requests.get(f"{dev.url}{path}", headers=auth(dev), timeout=10)
+
+
+def post(dev: DevProcess, path: str, body: dict) -> dict:
+    answer = requests.post(f"{dev.url}{path}", json=body, headers=auth(dev), timeout=30)
+    assert answer.status_code in (200, 201), answer.text
+    return answer.json()
+
+
+def open_create(page, dev: DevProcess) -> None:
+    sign_in(page, dev)
+    page.wait_for_url(re.compile(r"#/endpoints$"))
+    page.goto(f"{dev.url}/console/#/new")
+
+
+def test_create_from_an_image_makes_the_template_then_a_ready_endpoint(page, console_dev):
+    volume = post(console_dev, "/v1/networkvolumes", {"name": "models", "size": 5})
+    credential = post(
+        console_dev,
+        "/v1/containerregistryauth",
+        {"name": "ghcr", "username": "bot", "password": "s3cret-pass"},
+    )
+    open_create(page, console_dev)
+    page.get_by_label("Endpoint id").fill("from-image")
+    page.get_by_label("Name", exact=True).fill("Echo from an image")
+    page.get_by_label("A container image").check()
+    expect(page.get_by_label("Template, handler file or command")).to_be_hidden()
+    expect(page.locator(".image-source .dev-mode-note")).to_contain_text("does not pull")
+    page.get_by_label("Container image", exact=True).fill("registry.example.com/echo:1")
+    page.get_by_label("Start command").fill(f"python -u {ECHO}")
+    page.get_by_label("HTTP ports").fill("8000/http, bad")
+    page.get_by_label("Variable 1 name").fill("GREETING")
+    page.get_by_label("Variable 1 value").fill("hello there")
+    page.get_by_label("Container disk (GiB)").fill("30")
+    page.get_by_label("Registry credential").select_option(credential["id"])
+    page.get_by_label("Network volume").select_option(volume["id"])
+    expect(page.get_by_label("Registry credential")).not_to_contain_text("s3cret-pass")
+
+    # the template API's field error shows under the field it names; nothing is made
+    page.get_by_role("button", name="Create endpoint").click()
+    ports_error = page.locator('[data-field="ports"] .field-error')
+    expect(ports_error).to_contain_text("ports.1")
+    expect(page.get_by_label("HTTP ports")).to_have_attribute("aria-invalid", "true")
+    assert get(console_dev, "/v1/templates").json() == []
+
+    # the endpoint API's error after a made template: the template is deleted again
+    page.get_by_label("HTTP ports").fill("8000/http")
+    page.get_by_label("Endpoint id").fill("Not_A_Label")
+    page.get_by_role("button", name="Create endpoint").click()
+    expect(page.locator('[data-field="id"] .field-error')).to_contain_text("id")
+    expect(ports_error).to_have_count(0)
+    assert get(console_dev, "/v1/templates").json() == []
+    assert [e["id"] for e in get(console_dev, "/v1/endpoints").json()] == ["echo"]
+    screenshot(page, "create-from-image")
+
+    page.get_by_label("Endpoint id").fill("from-image")
+    page.get_by_label("Workers min").fill("1")
+    page.get_by_role("button", name="Create endpoint").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Created from-image", timeout=90_000)
+    [template] = get(console_dev, "/v1/templates").json()
+    assert template["name"] == "Echo from an image"
+    assert template["imageName"] == "registry.example.com/echo:1"
+    assert template["dockerStartCmd"] == ["python", "-u", ECHO]
+    assert template["dockerEntrypoint"] == []
+    assert template["env"] == {"GREETING": "hello there"}
+    assert (template["ports"], template["containerDiskInGb"]) == (["8000/http"], 30)
+    assert template["containerRegistryAuthId"] == credential["id"]
+    endpoint = get(console_dev, "/v1/endpoints/from-image").json()
+    assert endpoint["templateId"] == template["id"]
+    assert endpoint["networkVolumeId"] == volume["id"]
+    # the start command really runs: a job through the job API completes
+    answer = requests.post(
+        f"{console_dev.url}/v2/from-image/runsync",
+        json={"input": {"ping": 1}},
+        headers=auth(console_dev),
+        timeout=120,
+    ).json()
+    assert answer["status"] == "COMPLETED", answer
+    assert_clean(page, allow=EXPECTED)
+
+
+def test_create_from_an_image_fits_a_phone(page, console_dev):
+    page.set_viewport_size(PHONE)
+    open_create(page, console_dev)
+    page.get_by_label("A container image").check()
+    expect(page.get_by_label("Container image", exact=True)).to_be_visible()
+    assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0
+    screenshot(page, "create-from-image-phone")
+    assert_clean(page)
