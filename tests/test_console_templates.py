@@ -118,3 +118,59 @@ def test_create_from_an_image_fits_a_phone(page, console_dev):
     assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0
     screenshot(page, "create-from-image-phone")
     assert_clean(page)
+
+
+def test_templates_page_lists_edits_and_deletes_a_template(page, console_dev):
+    template = post(
+        console_dev,
+        "/v1/templates",
+        {
+            "name": "Page echo",
+            "imageName": "registry.example.com/page:1",
+            "dockerStartCmd": ["python", "-u", ECHO],
+            "env": {"MODE": "one"},
+        },
+    )
+    post(console_dev, "/v1/endpoints", {"id": "uses-tpl", "templateId": template["id"]})
+    sign_in(page, console_dev)
+    page.wait_for_url(re.compile(r"#/endpoints$"))
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Templates").click()
+    row = page.locator(f'tr[data-template="{template["id"]}"]')
+    expect(row).to_contain_text("registry.example.com/page:1")
+    expect(row.locator('[data-label="Used by"]')).to_have_text("1 endpoint")
+    screenshot(page, "templates")
+    row.get_by_role("link", name="Page echo").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Page echo")
+    expect(page.get_by_label("Start command")).to_have_value(f"python -u {ECHO}")
+    expect(page.get_by_label("Variable 1 name")).to_have_value("MODE")
+
+    # a field error from PATCH shows under its field; nothing changes
+    page.get_by_label("HTTP ports").fill("nonsense")
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator('[data-field="ports"] .field-error')).to_contain_text("ports.0")
+    page.get_by_label("HTTP ports").fill("8000/http")
+    page.get_by_label("Name", exact=True).fill("Page echo 2")
+    page.get_by_label("Variable 1 value").fill("two")
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator("#toast")).to_have_text(f"Saved {template['id']}")
+    saved = get(console_dev, f"/v1/templates/{template['id']}").json()
+    assert (saved["name"], saved["env"], saved["ports"]) == (
+        "Page echo 2",
+        {"MODE": "two"},
+        ["8000/http"],
+    )
+    assert saved["dockerStartCmd"] == ["python", "-u", ECHO]
+
+    # in use: the API's 409 naming the endpoint is shown; once unused, Delete deletes it
+    page.get_by_role("button", name="Delete Page echo").click()
+    expect(page.get_by_role("alert")).to_contain_text("uses-tpl")
+    screenshot(page, "template-edit")
+    page.set_viewport_size(PHONE)
+    assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0
+    screenshot(page, "template-edit-phone")
+    gone = requests.delete(f"{console_dev.url}/v1/endpoints/uses-tpl", headers=auth(console_dev))
+    assert gone.status_code == 204, gone.text
+    page.get_by_role("button", name="Delete Page echo").click()
+    expect(page).to_have_url(re.compile(r"#/templates$"))
+    assert get(console_dev, f"/v1/templates/{template['id']}").status_code == 404
+    assert_clean(page, allow=("400", "409"))
