@@ -174,3 +174,65 @@ def test_templates_page_lists_edits_and_deletes_a_template(page, console_dev):
     expect(page).to_have_url(re.compile(r"#/templates$"))
     assert get(console_dev, f"/v1/templates/{template['id']}").status_code == 404
     assert_clean(page, allow=("400", "409"))
+
+
+def test_registry_credentials_page_creates_lists_and_deletes_never_showing_the_password(
+    page, console_dev
+):
+    sign_in(page, console_dev)
+    page.wait_for_url(re.compile(r"#/endpoints$"))
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Credentials").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Registry credentials")
+    page.get_by_role("button", name="Create registry credential").click()  # empty: the API says
+    expect(page.locator(".field-error")).to_have_count(1)
+    page.get_by_label("Name", exact=True).fill("quay-bot")
+    page.get_by_label("User name").fill("robot")
+    page.get_by_label("Password or token").fill("pa55-never-shown")
+    page.get_by_label("Registry (optional)").fill("quay.io")
+    page.get_by_role("button", name="Create registry credential").click()
+    expect(page.locator("tr", has_text="quay-bot")).to_have_count(1)
+    made = [
+        c for c in get(console_dev, "/v1/containerregistryauth").json() if c["name"] == "quay-bot"
+    ]
+    assert len(made) == 1 and made[0]["username"] == "robot"
+    row = page.locator(f'tr[data-id="{made[0]["id"]}"]')
+    expect(row).to_contain_text("quay.io")
+    expect(page.get_by_label("Password or token")).to_have_value("")
+    assert "pa55-never-shown" not in page.content()
+    screenshot(page, "credentials")
+    page.set_viewport_size(PHONE)
+    assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0
+    screenshot(page, "credentials-phone")
+    row.get_by_role("button", name="Delete quay-bot").click()
+    page.get_by_role("button", name="Delete quay-bot").click()  # the confirmation
+    expect(row).to_have_count(0)
+    assert get(console_dev, f"/v1/containerregistryauth/{made[0]['id']}").status_code == 404
+    assert_clean(page, allow=EXPECTED)
+
+
+def test_network_volumes_page_creates_lists_and_refuses_deleting_one_in_use(page, console_dev):
+    sign_in(page, console_dev)
+    page.wait_for_url(re.compile(r"#/endpoints$"))
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Volumes").click()
+    page.get_by_label("Name", exact=True).fill("weights")
+    page.get_by_label("Size (GiB)").fill("0")
+    page.get_by_role("button", name="Create network volume").click()
+    expect(page.locator('[data-field="size"] .field-error')).to_contain_text("size")
+    page.get_by_label("Size (GiB)").fill("7")
+    page.get_by_role("button", name="Create network volume").click()
+    expect(page.locator("tr", has_text="weights")).to_have_count(1)
+    [volume] = [v for v in get(console_dev, "/v1/networkvolumes").json() if v["name"] == "weights"]
+    assert volume["size"] == 7
+    row = page.locator(f'tr[data-id="{volume["id"]}"]')
+    expect(row).to_contain_text("7 GiB")
+    post(
+        console_dev,
+        "/v1/endpoints",
+        {"id": "uses-volume", "templateId": ECHO, "networkVolumeId": volume["id"]},
+    )
+    row.get_by_role("button", name="Delete weights").click()
+    page.get_by_role("button", name="Delete weights").click()
+    expect(row.get_by_role("alert")).to_contain_text("uses-volume")
+    screenshot(page, "volumes")
+    assert get(console_dev, f"/v1/networkvolumes/{volume['id']}").status_code == 200
+    assert_clean(page, allow=(*EXPECTED, "409"))

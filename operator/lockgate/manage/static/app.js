@@ -11,6 +11,7 @@ import * as keys from "./pages/keys.js";
 import * as logs from "./pages/logs.js";
 import * as metrics from "./pages/metrics.js";
 import * as requests from "./pages/requests.js";
+import * as resources from "./pages/resources.js";
 import * as templates from "./pages/templates.js";
 
 // [hash pattern, page module, title]; `:id` is an endpoint id (a template's under templates/).
@@ -20,6 +21,8 @@ const ROUTES = [
   ["keys", keys, "API keys"],
   ["templates", templates, "Templates"],
   ["templates/:id", {render: templates.renderOne}, "Template"],
+  ["credentials", {render: resources.credentials}, "Registry credentials"],
+  ["volumes", {render: resources.volumes}, "Network volumes"],
   ["endpoints/:id", endpoint, "Overview"],
   ["endpoints/:id/requests", requests, "Requests"],
   ["endpoints/:id/metrics", metrics, "Metrics"],
