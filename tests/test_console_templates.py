@@ -99,6 +99,15 @@ def test_create_from_an_image_makes_the_template_then_a_ready_endpoint(page, con
     endpoint = get(console_dev, "/v1/endpoints/from-image").json()
     assert endpoint["templateId"] == template["id"]
     assert endpoint["networkVolumeId"] == volume["id"]
+    # the Edit page shows the template's fields and links to it
+    page.goto(f"{console_dev.url}/console/#/endpoints/from-image/edit")
+    summary = page.get_by_role("region", name="Template: Echo from an image")
+    expect(summary).to_contain_text("registry.example.com/echo:1")
+    expect(summary).to_contain_text(f"python -u {ECHO}")
+    expect(summary).to_contain_text("GREETING")
+    link = summary.get_by_role("link", name="Edit the template")
+    assert link.get_attribute("href") == f"#/templates/{template['id']}"
+    screenshot(page, "edit-template-summary")
     # the start command really runs: a job through the job API completes
     answer = requests.post(
         f"{console_dev.url}/v2/from-image/runsync",

@@ -4,6 +4,7 @@
 import {api} from "../api.js";
 import {errorBox, h, replace, toast} from "../dom.js";
 import {markInvalid} from "./form.js";
+import {useStyles} from "./health.js";
 import {envRows, words} from "./template.js";
 
 /** Endpoint ids by the templateId they use: {templateId: [id, …]}. */
@@ -110,4 +111,26 @@ export async function renderOne(view, ctx) {
   replace(view, h("p", {class: "crumbs"}, h("a", {href: "#/templates"}, "Templates"), " / "),
     h("h1", {}, t.name), h("p", {}, "Id ", h("code", {}, id), " · used by ", usedBy(users)),
     form, h("section", {class: "card"}, h("h2", {}, "Delete"), deleteStatus, remove));
+}
+
+/** The template an endpoint uses, read-only, with a link to edit it (the Edit page); null
+ * when `templateId` names no template of /v1/templates (a handler file or command in dev
+ * mode, or a Template applied with kubectl that the list has not got). */
+export async function templateSummary(templateId, signal) {
+  const t = (await api("/v1/templates", {signal})).find((x) => x.id === templateId);
+  if (!t) return null;
+  useStyles(); // dl.settings, as the Overview shows settings
+  const row = (label, value) => [h("dt", {}, label), h("dd", {}, value || "—")];
+  return h("section", {class: "card template-summary", "aria-labelledby": "template-summary"},
+    h("h2", {id: "template-summary"}, `Template: ${t.name}`),
+    h("dl", {class: "settings"},
+      row("Container image", h("code", {}, t.imageName)),
+      row("Start command", joined(t.dockerStartCmd)),
+      row("Entrypoint", joined(t.dockerEntrypoint)),
+      row("HTTP ports", (t.ports || []).join(", ")),
+      row("Environment variables", Object.keys(t.env || {}).join(", ")),
+      row("Container disk", `${t.containerDiskInGb} GiB`),
+      row("Registry credential", t.containerRegistryAuthId)),
+    h("p", {}, h("a", {href: `#/templates/${encodeURIComponent(t.id)}`}, "Edit the template"),
+      h("span", {class: "hint"}, " (every endpoint using it rolls its workers)")));
 }
