@@ -37,6 +37,7 @@ function resourcePage({title, path, noun, intro, columns, fields}) {
           }
         }}, `Delete ${item.name}`);
         const no = h("button", {type: "button", onclick: () => { replace(cell, start); start.focus(); }}, "Cancel");
+        cell.onkeydown = (event) => { if (event.key === "Escape") no.click(); }; // as Revoke does
         replace(cell, h("span", {role: "alert", class: "confirm"}, "Delete?"), yes, no);
         no.focus();
       }}, "Delete");
