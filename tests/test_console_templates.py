@@ -66,6 +66,9 @@ def test_create_from_an_image_makes_the_template_then_a_ready_endpoint(page, con
     page.get_by_label("Registry credential").select_option(credential["id"])
     page.get_by_label("Network volume").select_option(volume["id"])
     expect(page.get_by_label("Registry credential")).not_to_contain_text("s3cret-pass")
+    page.get_by_label("HTTP ports").fill("8000/http")
+    screenshot(page, "create-from-image-filled")  # docs/images/console-create.png
+    page.get_by_label("HTTP ports").fill("8000/http, bad")
 
     # the template API's field error shows under the field it names; nothing is made
     page.get_by_role("button", name="Create endpoint").click()
