@@ -4,7 +4,6 @@ so each test checks the result there too (GET /v1/endpoints/{id}, the job API)."
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 from collections.abc import Iterator
@@ -14,8 +13,6 @@ import requests
 
 from console_browser import PHONE, assert_clean, screenshot, sign_in
 from devproc import REPO, DevProcess
-from lockgate.kube.crds import API_VERSION
-from lockgate.models import TemplateSpec
 
 pytest_plugins = ["console_fixtures"]
 
@@ -83,29 +80,6 @@ def no_horizontal_scroll(page) -> None:
 def test_create_shows_the_apis_error_then_the_new_endpoints_job_api_url(page, console_dev):
     signed_in(page, console_dev, "#/new")
     page.get_by_label("Endpoint id").fill("made-in-console")
-    # a cluster's Template (image, start command, env, ports, disk, model URL) as a manifest
-    page.get_by_text("Template for a cluster").click()
-    page.get_by_label("Template name").fill("echo-tpl")
-    page.get_by_label("Container image").fill("registry.example.com/echo:1")
-    page.get_by_label("Start command").fill('python -u "my handler.py"')
-    page.get_by_label("Variable 1 name").fill("MODEL")
-    page.get_by_label("Variable 1 value").fill("tiny")
-    page.get_by_role("button", name="Add variable").click()
-    page.get_by_label("Variable 2 name").fill("HF_HOME")
-    page.get_by_label("Variable 2 value").fill("/cache")
-    page.get_by_label("Ports").fill("8000/http, 22/tcp")
-    page.get_by_label("Container disk (GiB)").fill("40")
-    page.get_by_label("Model URL").fill("https://models.example.com/tiny.bin")
-    page.get_by_role("button", name="Use this name as templateId").click()
-    expect(page.get_by_label("Template, handler file or command")).to_have_value("echo-tpl")
-    template = json.loads(page.get_by_label("Template manifest").inner_text())
-    assert (template["kind"], template["metadata"]) == ("Template", {"name": "echo-tpl"})
-    spec = TemplateSpec.model_validate(template["spec"])  # what the operator will accept
-    assert spec.command == ["python", "-u", "my handler.py"]
-    assert spec.env == {"MODEL": "tiny", "HF_HOME": "/cache"}
-    assert (spec.ports, spec.containerDiskInGb) == (["8000/http", "22/tcp"], 40)
-    assert spec.modelUrl == "https://models.example.com/tiny.bin"
-    assert template["apiVersion"] == API_VERSION
     page.get_by_label("Template, handler file or command").fill(ECHO)
     page.get_by_label("Workers min").fill("5")
     page.get_by_label("Workers max").fill("2")

@@ -157,6 +157,13 @@ export const DEV_MODE_NOTE = "Not used in dev mode: workers are local processes,
   + "GPU types and count, CUDA versions, CPU flavours, vCPUs, data centres and FlashBoot are kept "
   + "but change nothing.";
 
+/** What dev mode does with a template made from an image (dev/launch.py template_launch). */
+export const DEV_IMAGE_NOTE = "Dev mode does not pull or run the image: each worker is a local "
+  + "process running the entrypoint then the start command on this machine (a leading python is "
+  + "the Python that runs lockgate dev; paths are relative to the folder lockgate dev started in), "
+  + "with these environment variables. The image, ports, disk and registry credential are kept "
+  + "for a cluster.";
+
 /** The note of the command-line endpoint (dev mode): which edits the next start keeps. */
 export function commandLineNote(info, id) {
   if (info?.mode !== "dev" || info.commandLineEndpoint !== id) return null;

@@ -11,12 +11,18 @@ import * as keys from "./pages/keys.js";
 import * as logs from "./pages/logs.js";
 import * as metrics from "./pages/metrics.js";
 import * as requests from "./pages/requests.js";
+import * as resources from "./pages/resources.js";
+import * as templates from "./pages/templates.js";
 
-// [hash pattern, page module, title]; `:id` is an endpoint id.
+// [hash pattern, page module, title]; `:id` is an endpoint id (a template's under templates/).
 const ROUTES = [
   ["endpoints", endpoints, "Endpoints"],
   ["new", create, "New endpoint"],
   ["keys", keys, "API keys"],
+  ["templates", templates, "Templates"],
+  ["templates/:id", {render: templates.renderOne}, "Template"],
+  ["credentials", {render: resources.credentials}, "Registry credentials"],
+  ["volumes", {render: resources.volumes}, "Network volumes"],
   ["endpoints/:id", endpoint, "Overview"],
   ["endpoints/:id/requests", requests, "Requests"],
   ["endpoints/:id/metrics", metrics, "Metrics"],
@@ -99,7 +105,7 @@ async function show() {
     },
   };
   const view = h("section", {class: "page"});
-  const header = route.params.id
+  const header = route.params.id && path.startsWith("endpoints/")
     ? [h("p", {class: "crumbs"}, h("a", {href: "#/endpoints"}, "Endpoints"), " / "),
        h("h1", {}, route.params.id), tabs(route.params.id, route.title)]
     : [];

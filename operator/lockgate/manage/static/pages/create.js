@@ -7,14 +7,14 @@ import {isLb, lbUrl} from "./lb.js";
 
 export async function render(view, ctx) {
   const info = await about();
-  const {element, payload} = endpointForm({}, {devMode: info.mode === "dev"});
+  const {element, payload, image} = endpointForm({}, {devMode: info.mode === "dev"});
   const status = h("div", {"aria-live": "assertive"});
   const submit = h("button", {type: "submit", class: "primary"}, "Create endpoint");
   const form = h("form", {class: "card", novalidate: true, onsubmit: async (event) => {
     event.preventDefault();
     submit.disabled = true;
     try {
-      const record = await api("/v1/endpoints", {method: "POST", body: payload(), signal: ctx.signal});
+      const record = await create(payload(), image(), ctx.signal);
       watch(view, ctx, record.id);
     } catch (err) {
       if (err.name === "AbortError") return;
@@ -25,6 +25,30 @@ export async function render(view, ctx) {
   }}, element, status, h("div", {class: "row"}, submit, h("a", {href: "#/endpoints"}, "Cancel")));
   replace(view, h("h1", {}, "New endpoint"), form);
   form.querySelector("input")?.focus();
+}
+
+/**
+ * POST /v1/endpoints; from an image, POST /v1/templates first and the endpoint with its
+ * templateId. When the endpoint is refused after its template was made, the template is
+ * deleted again (nothing half made is left; a second try makes a new one) and the endpoint's
+ * error is thrown; should that delete fail too, the error says the template was kept.
+ */
+async function create(body, image, signal) {
+  if (!image) return api("/v1/endpoints", {method: "POST", body, signal});
+  const template = await api("/v1/templates", {method: "POST", signal,
+    body: image.template(body.name || body.id || image.template("").imageName)});
+  const withTemplate = {...body, templateId: template.id};
+  if (image.networkVolumeId) withTemplate.networkVolumeId = image.networkVolumeId;
+  try {
+    return await api("/v1/endpoints", {method: "POST", body: withTemplate, signal});
+  } catch (err) {
+    try {
+      await api(`/v1/templates/${encodeURIComponent(template.id)}`, {method: "DELETE"});
+    } catch (cleanup) {
+      err.message += ` (template ${template.id} was made and is kept: ${cleanup.message}; see Templates)`;
+    }
+    throw err;
+  }
 }
 
 /** The live view: the record's phase and conditions until its job API URL shows. */

@@ -4,6 +4,7 @@
 import {about, api, commandLineNote} from "../api.js";
 import {errorBox, h, replace, toast} from "../dom.js";
 import {diff, endpointForm, markInvalid, restarts, shown} from "./form.js";
+import {templateSummary} from "./templates.js";
 
 const path = (id) => `/v1/endpoints/${encodeURIComponent(id)}`;
 
@@ -11,8 +12,11 @@ export async function render(view, ctx) {
   const [record, info] = await Promise.all([api(path(ctx.params.id), {signal: ctx.signal}), about()]);
   const editor = h("div");
   const note = commandLineNote(info, record.id);
+  const template = h("div"); // filled when /v1/templates answers: the form does not wait for it
   replace(view, note ? h("div", {class: "warning command-line-note", role: "note"}, note) : null,
-    editor, deletion(record, ctx));
+    editor, template, deletion(record, ctx));
+  templateSummary(record.templateId, ctx.signal).then((card) => replace(template, card))
+    .catch((err) => { if (err.name !== "AbortError") replace(template, errorBox(err)); });
   edit(editor, record, ctx, {devMode: info.mode === "dev"});
 }
 

@@ -3,7 +3,7 @@
 import {DEV_MODE_NOTE} from "../api.js";
 import {h, replace} from "../dom.js";
 import {typeChoice} from "./lb.js";
-import {templateBuilder} from "./template.js";
+import {workerSource} from "./template.js";
 
 // Fields whose change restarts workers. Dev mode: a new templateId replaces the worker
 // processes (dev/controlplane.py LocalControlPlane.patch). Kubernetes: these change the worker
@@ -109,7 +109,8 @@ function gpuList(initial) {
 
 /**
  * The settings form. `initial`: a record (Edit) or nothing (Create). Returns
- * {element, payload()} where payload() is the creation payload the inputs say.
+ * {element, payload(), image()}: payload() is the creation payload the inputs say; image() is
+ * null, or (Create, "A container image") the template to make first (template.js workerSource).
  */
 export function endpointForm(initial = {}, {withId = true, devMode = false} = {}) {
   const v = {...DEFAULTS, ...initial};
@@ -133,6 +134,10 @@ export function endpointForm(initial = {}, {withId = true, devMode = false} = {}
   };
   const kind = typeChoice(v, inputs.scalerType, {editable: withId});
   const id = withId ? text(initial.id || "", {placeholder: "generated when empty", spellcheck: "false", autocomplete: "off"}) : null;
+  const templateField = field("templateId", "Template, handler file or command", inputs.templateId,
+    "A template's id (Templates page, /v1/templates). With lockgate dev also a handler file (*.py) or a worker command.");
+  // Create offers an image instead of a template; Edit changes the templateId only
+  const source = withId ? workerSource(templateField, {devMode}) : {element: templateField, image: () => null};
   const gpus = gpuList(v.gpuTypeIds);
   const gpuOnly = h("div", {class: "grid"}, gpus.element,
     field("gpuCount", "GPUs per worker", inputs.gpuCount),
@@ -153,9 +158,7 @@ export function endpointForm(initial = {}, {withId = true, devMode = false} = {}
         field("name", "Name", inputs.name)),
       kind.element),
     h("fieldset", {}, h("legend", {}, "Worker"),
-      field("templateId", "Template, handler file or command", inputs.templateId,
-        "On a cluster: the name of a Template (image, start command, env, disk, ports, model URL) in the endpoints' namespace. With lockgate dev: a handler file (*.py) or a worker command."),
-      withId ? templateBuilder((name) => { inputs.templateId.value = name; inputs.templateId.focus(); }) : null,
+      source.element,
       placement(devMode,
         h("div", {class: "grid"},
           field("computeType", "Compute", inputs.computeType),
@@ -187,7 +190,7 @@ export function endpointForm(initial = {}, {withId = true, devMode = false} = {}
     if (withId && id.value.trim()) out.id = id.value.trim();
     return {...out, ...kind.payload()};
   };
-  return {element, payload};
+  return {element, payload, image: source.image};
 }
 
 /** Compute, GPU, CUDA, data centres and FlashBoot: in dev mode folded away under a summary
@@ -199,10 +202,14 @@ function placement(devMode, ...fields) {
     h("p", {class: "hint dev-mode-note"}, DEV_MODE_NOTE), fields);
 }
 
-/** Mark the input an API error names ("workersMax: ..." names workersMax). */
+/** Mark the input an API error names ("workersMax: ..." names workersMax, "ports.0: ..."
+ * names ports) and show the message under that field. */
 export function markInvalid(form, message) {
   form.querySelectorAll("[aria-invalid]").forEach((el) => el.removeAttribute("aria-invalid"));
+  form.querySelectorAll(".field-error").forEach((el) => el.remove());
   const name = String(message).split(/[:. (]/)[0];
   const input = form.querySelector(`[name="${CSS.escape(name)}"]`);
   if (input) input.setAttribute("aria-invalid", "true");
+  const place = form.querySelector(`[data-field="${CSS.escape(name)}"]`);
+  if (place && !place.hidden) place.append(h("p", {class: "field-error"}, message));
 }

@@ -1,10 +1,8 @@
-// The worker Template of a cluster endpoint, as a manifest to `kubectl apply`: image, start
-// command, env, ports, disk size and model URL are Template settings (docs/endpoint-reference.md
-// "Template spec"), which the management API does not write. The console builds the
-// manifest (JSON is YAML) for the person to apply; it calls no API.
-import {copyButton, h, replace} from "../dom.js";
-
-export const TEMPLATE_API_VERSION = "lockgate.dev/v1alpha1";
+// Where a new endpoint's workers come from (the Create page): an existing template (or, in
+// dev mode, a handler file or command) by its templateId, or a container image, from which
+// Create makes a template through POST /v1/templates first (RunPod's field names).
+import {DEV_IMAGE_NOTE, api} from "../api.js";
+import {h, replace} from "../dom.js";
 
 /** Split a start command like a shell would (quotes group words), for `command`. */
 export function words(text) {
@@ -15,26 +13,14 @@ export function words(text) {
   return out;
 }
 
-/** The Template manifest for the given settings (empty settings are left out). */
-export function manifest({name, image, command, env, ports, disk, modelUrl}) {
-  const spec = {image};
-  if (command.trim()) spec.command = words(command);
-  const vars = Object.fromEntries(env.filter(([k]) => k.trim()).map(([k, v]) => [k.trim(), v]));
-  if (Object.keys(vars).length) spec.env = vars;
-  const portList = ports.split(",").map((p) => p.trim()).filter(Boolean);
-  if (portList.length) spec.ports = portList;
-  if (disk !== "" && Number(disk) !== 20) spec.containerDiskInGb = Number(disk);
-  if (modelUrl.trim()) spec.modelUrl = modelUrl.trim();
-  return {apiVersion: TEMPLATE_API_VERSION, kind: "Template", metadata: {name}, spec};
-}
-
-function envRows() {
+/** Key/value rows for environment variables: {element, pairs()}. */
+export function envRows(initial = []) {
   const rows = h("div", {class: "env-rows"});
   let n = 0;
-  const add = (focus = true) => {
+  const add = (focus = true, [k, v] = ["", ""]) => {
     const i = n++;
-    const key = h("input", {type: "text", id: `env-key-${i}`, class: "env-key", spellcheck: "false", autocomplete: "off"});
-    const value = h("input", {type: "text", id: `env-value-${i}`, class: "env-value", spellcheck: "false", autocomplete: "off"});
+    const key = h("input", {type: "text", id: `env-key-${i}`, class: "env-key", spellcheck: "false", autocomplete: "off", value: k});
+    const value = h("input", {type: "text", id: `env-value-${i}`, class: "env-value", spellcheck: "false", autocomplete: "off", value: v});
     const row = h("div", {class: "env-row"},
       h("div", {}, h("label", {for: key.id}, `Variable ${i + 1} name`), key),
       h("div", {}, h("label", {for: value.id}, `Variable ${i + 1} value`), value),
@@ -43,44 +29,90 @@ function envRows() {
     rows.append(row);
     if (focus) key.focus();
   };
-  add(false);
+  if (initial.length) initial.forEach((pair) => add(false, pair));
+  else add(false);
   const pairs = () => [...rows.querySelectorAll(".env-row")]
     .map((r) => [r.querySelector(".env-key").value, r.querySelector(".env-value").value]);
   return {element: h("div", {}, rows, h("button", {type: "button", onclick: () => add()}, "Add variable")), pairs};
 }
 
+
+const NONE = "";
+
+/** The template payload (POST /v1/templates) for the image settings the inputs say. */
+export function templatePayload({name, imageName, dockerStartCmd, dockerEntrypoint, ports, env, containerDiskInGb, containerRegistryAuthId}) {
+  const out = {name, imageName: imageName.trim(), isServerless: true};
+  out.dockerStartCmd = words(dockerStartCmd);
+  out.dockerEntrypoint = words(dockerEntrypoint);
+  out.ports = ports.split(",").map((p) => p.trim()).filter(Boolean);
+  out.env = Object.fromEntries(env.filter(([k]) => k.trim()).map(([k, v]) => [k.trim(), v]));
+  out.containerDiskInGb = containerDiskInGb === "" ? containerDiskInGb : Number(containerDiskInGb);
+  if (containerRegistryAuthId) out.containerRegistryAuthId = containerRegistryAuthId;
+  return out;
+}
+
+/** A select of `path`'s records (GET list) with "none" first; filled when the list comes. */
+function listSelect(id, path, label) {
+  const select = h("select", {id, name: id}, h("option", {value: NONE}, "none"));
+  api(path).then((items) => {
+    for (const item of items) select.append(h("option", {value: item.id}, label(item)));
+  }).catch((err) => {
+    select.append(h("option", {value: NONE, disabled: true}, `cannot list: ${err.message}`));
+  });
+  return select;
+}
+
 /**
- * A collapsed section that builds a Template manifest; `use(name)` puts the Template's
- * name into the templateId field.
+ * The "Worker from" choice: `templateField` (the templateId input's field) or the image
+ * settings. Returns {element, image()} where image() is null when a template is chosen,
+ * else {template(name): the POST /v1/templates payload, networkVolumeId}.
  */
-export function templateBuilder(use) {
+export function workerSource(templateField, {devMode = false} = {}) {
   const input = (id, attrs = {}) => h("input", {id, name: id, type: "text", spellcheck: "false", autocomplete: "off", ...attrs});
-  const name = input("tpl-name", {placeholder: "my-model"});
-  const image = input("tpl-image", {placeholder: "registry.example.com/worker:1.0"});
-  const command = input("tpl-command", {placeholder: "python -u handler.py"});
-  const ports = input("tpl-ports", {placeholder: "8000/http, 22/tcp"});
-  const disk = h("input", {id: "tpl-disk", name: "tpl-disk", type: "number", min: 1, max: 10000, value: 20});
-  const modelUrl = input("tpl-model", {placeholder: "https://…/model.safetensors"});
-  const env = envRows();
-  const out = h("div", {"aria-live": "polite"});
-  const field = (el, label) => h("div", {class: "field"}, h("label", {for: el.id}, label), el);
-  const update = () => {
-    const doc = manifest({name: name.value.trim(), image: image.value.trim(), command: command.value,
-      env: env.pairs(), ports: ports.value, disk: disk.value, modelUrl: modelUrl.value});
-    const text = JSON.stringify(doc, null, 2);
-    replace(out, h("pre", {class: "manifest", "aria-label": "Template manifest"}, text),
-      h("div", {class: "row"}, copyButton(text, "Copy manifest"),
-        h("span", {class: "hint"}, "then: kubectl apply -n <endpoint namespace> -f template.yaml")));
+  const inputs = {
+    imageName: input("imageName", {placeholder: "registry.example.com/worker:1.0"}),
+    dockerStartCmd: input("dockerStartCmd", {placeholder: "python -u handler.py"}),
+    dockerEntrypoint: input("dockerEntrypoint", {placeholder: "empty: the image's own"}),
+    ports: input("ports", {placeholder: "8000/http, 22/tcp"}),
+    containerDiskInGb: h("input", {id: "containerDiskInGb", name: "containerDiskInGb", type: "number", inputmode: "numeric", min: 1, max: 10000, value: 50}),
+    containerRegistryAuthId: listSelect("containerRegistryAuthId", "/v1/containerregistryauth",
+      (c) => `${c.name} (${c.username}${c.registry ? ` @ ${c.registry}` : ""})`),
+    networkVolumeId: listSelect("networkVolumeId", "/v1/networkvolumes", (v) => `${v.name} (${v.size} GiB)`),
   };
-  const section = h("details", {class: "template", oninput: update},
-    h("summary", {}, "Template for a cluster: image, start command, env, ports, disk, model URL"),
-    h("p", {class: "hint"}, "On a cluster these are settings of a Template resource, which the management API does not write: fill them in, copy the manifest, apply it with kubectl, and use its name as the templateId. Dev mode has no Templates."),
-    h("div", {class: "grid"}, field(name, "Template name"), field(image, "Container image"),
-      field(command, "Start command"), field(disk, "Container disk (GiB)"),
-      field(ports, "Ports"), field(modelUrl, "Model URL")),
-    h("fieldset", {}, h("legend", {}, "Environment variables"), env.element),
-    h("div", {class: "row"}, h("button", {type: "button", onclick: () => use(name.value.trim())}, "Use this name as templateId")),
-    out);
-  update();
-  return section;
+  const env = envRows();
+  const field = (el, label, hint) => {
+    if (hint) el.setAttribute("aria-describedby", `${el.id}-hint`);
+    return h("div", {class: "field", dataset: {field: el.id}}, h("label", {for: el.id}, label), el,
+      hint ? h("p", {class: "hint", id: `${el.id}-hint`}, hint) : null);
+  };
+  const radios = [["template", "An existing template"], ["image", "A container image"]].map(([value, label]) =>
+    [h("input", {type: "radio", name: "source", value, id: `source-${value}`, checked: value === "template"}), label]);
+  const imageFields = h("div", {class: "image-source"},
+    devMode ? h("p", {class: "hint dev-mode-note"}, DEV_IMAGE_NOTE) : null,
+    h("div", {class: "grid"},
+      field(inputs.imageName, "Container image"),
+      field(inputs.dockerStartCmd, "Start command", "Split into words like a shell would (quotes group words)."),
+      field(inputs.dockerEntrypoint, "Entrypoint (optional)"),
+      field(inputs.ports, "HTTP ports", "Comma-separated, e.g. 8000/http"),
+      field(inputs.containerDiskInGb, "Container disk (GiB)"),
+      field(inputs.containerRegistryAuthId, "Registry credential"),
+      field(inputs.networkVolumeId, "Network volume", "Mounted at /runpod-volume in every worker.")),
+    h("fieldset", {dataset: {field: "env"}}, h("legend", {}, "Environment variables"), env.element));
+  const chosen = () => radios.find(([r]) => r.checked)[0].value;
+  const apply = () => {
+    imageFields.hidden = chosen() !== "image";
+    templateField.hidden = chosen() === "image";
+  };
+  radios.forEach(([r]) => r.addEventListener("change", apply));
+  apply();
+  const element = h("div", {},
+    h("fieldset", {class: "choice"}, h("legend", {}, "Worker from"),
+      radios.map(([r, label]) => h("label", {class: "inline", for: r.id}, r, label))),
+    templateField, imageFields);
+  const image = () => chosen() !== "image" ? null : {
+    template: (name) => templatePayload({name, env: env.pairs(), containerRegistryAuthId: inputs.containerRegistryAuthId.value,
+      ...Object.fromEntries(["imageName", "dockerStartCmd", "dockerEntrypoint", "ports", "containerDiskInGb"].map((k) => [k, inputs[k].value]))}),
+    networkVolumeId: inputs.networkVolumeId.value || null,
+  };
+  return {element, image};
 }
