@@ -38,7 +38,7 @@ from yarl import URL
 from lockgate.gateway.auth import JOBS
 from lockgate.gateway.endpoints import lb_hold_s, request_timeout_s, require_type
 from lockgate.gateway.errors import CLIENT_CLOSED, ApiError, PayloadTooLarge
-from lockgate.gateway.lb_workers import LbRouter, Target
+from lockgate.gateway.lb_workers import LbRouter, Target, track_sent
 from lockgate.gateway.metrics import ROUTE_KEY
 from lockgate.gateway.state import gateway_of
 from lockgate.models.endpoint import EndpointType
@@ -297,6 +297,7 @@ async def _exchange(
     body = _Body(request)
     response: web.StreamResponse | None = None
     metrics = gateway_of(request).metrics
+    wrote = track_sent()
     try:
         async with asyncio.timeout(limit_s):
             sent = time.perf_counter()
@@ -323,7 +324,9 @@ async def _exchange(
                     await response.write(chunk)
                 await response.write_eof()
                 return response
-    except CONNECT_ERRORS as err:  # before the first byte (a timeout here too)
+    except CONNECT_ERRORS as err:  # a timeout too: before TimeoutError below
+        if wrote.headers:  # aiohttp's resend after a kept-alive connection failed
+            return _failed(request, router, endpoint_id, target, body, response, err)
         raise Unreached(unreached_reason(err), err) from err
     except TimeoutError as err:
         if response is not None:
@@ -391,13 +394,14 @@ async def _websocket(
     protocols = [p for p in offered if p]
     headers = upstream_headers(request, websocket=True)
     headers.popall("Sec-WebSocket-Protocol", None)
+    wrote = track_sent()
     try:
         upstream = await target.session.ws_connect(
             url, headers=headers, protocols=protocols, autoping=True, max_msg_size=MAX_BODY
         )
-    except CONNECT_ERRORS as err:
-        raise Unreached(unreached_reason(err), err) from err
     except (aiohttp.ClientError, OSError) as err:
+        if isinstance(err, CONNECT_ERRORS) and not wrote.headers:
+            raise Unreached(unreached_reason(err), err) from err
         router.failed(endpoint_id, target, repr(err))
         raise BadGateway(
             f"worker {target.id!r} refused the WebSocket: {err}", headers={WORKER_ID: target.id}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import os
 import random
@@ -40,6 +41,37 @@ POOL_PER_WORKER = 256  # kept-alive connections per worker (aiohttp's TCPConnect
 CONNECT_TIMEOUT_S = 5.0  # a new connection to a worker must be made within this
 GATEWAY_HOLD = "LOCKGATE_LB_HOLD_S"  # the hold's setting, as a 503 names it
 OWN_HOLD = "the endpoint's lbHoldS"
+
+
+class Sent:
+    """Whether request headers went to a worker since `track_sent` (aiohttp resends an
+    idempotent request on a new connection when a kept-alive one fails: that second
+    connection's error alone does not prove nothing was sent)."""
+
+    __slots__ = ("headers",)
+
+    def __init__(self) -> None:
+        self.headers = False
+
+
+_SENT: contextvars.ContextVar[Sent | None] = contextvars.ContextVar("lb_sent", default=None)
+
+
+def track_sent() -> Sent:
+    """Watch, in this task, whether a worker session sends any request headers."""
+    sent = Sent()
+    _SENT.set(sent)
+    return sent
+
+
+async def _headers_sent(_session, _ctx, _params) -> None:
+    sent = _SENT.get()
+    if sent is not None:
+        sent.headers = True
+
+
+SENT_TRACE = aiohttp.TraceConfig()
+SENT_TRACE.on_request_headers_sent.append(_headers_sent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,6 +353,7 @@ class LbRouter:
         session = aiohttp.ClientSession(
             connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S),
+            trace_configs=[SENT_TRACE],
         )  # fmt: skip
         t = ep.targets[worker_id] = Target(worker_id, worker, session)
         t.poller = self._spawn(self._poll(ep, t), f"lockgate-lb-health-{worker_id}")
