@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import signal
@@ -20,10 +21,12 @@ from dataclasses import dataclass
 import aiohttp
 import psutil
 import pytest
+from aiohttp.client_reqrep import ConnectionKey
 from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
 from lockgate.dev.redis_server import free_port
+from lockgate.gateway.lb_proxy import unreached_reason
 from lockgate.store.lb_workers import HEALTHY, LbWorker, LbWorkers
 from tests.conftest import REPO, LiveGateway, eventually, register
 
@@ -226,3 +229,24 @@ async def test_a_request_whose_bytes_reached_the_worker_is_not_sent_again(
     assert head.startswith("HTTP/1.1 502"), head
     assert f"{WORKER_ID}: {a.id}" in head
     assert "did not answer" in head
+
+
+def _connector_error(os_error: OSError) -> aiohttp.ClientConnectorError:
+    key = ConnectionKey(*[None] * len(ConnectionKey._fields))
+    return aiohttp.ClientConnectorError(key, os_error)
+
+
+@pytest.mark.parametrize(
+    ("err", "reason"),
+    [
+        (
+            lambda: _connector_error(ConnectionRefusedError(errno.ECONNREFUSED, "refused")),
+            "refused",
+        ),
+        (lambda: _connector_error(ConnectionResetError(errno.ECONNRESET, "reset")), "reset"),
+        (lambda: _connector_error(OSError(errno.EHOSTUNREACH, "no route")), "unreachable"),
+        (lambda: aiohttp.ConnectionTimeoutError("connect timeout"), "timeout"),
+    ],
+)
+def test_a_connect_error_is_labelled_by_its_cause(err, reason) -> None:
+    assert unreached_reason(err()) == reason

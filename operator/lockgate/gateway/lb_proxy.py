@@ -15,10 +15,10 @@ of the request was sent (connection refused, reset while connecting, or not made
 is held as a request that finds none (each worker tried once per request; the hold counts
 from the request's arrival). A worker that fails once the connection was made, before
 answering, is 502 (never retried: the worker may have seen the request), and out of
-routing too, until a health poll begun after the failure says 200. Rate and concurrency limits are
-the job API's (`Operation.LB`: 429 past them); a request holds its slot from before the
-hold for a worker until its answer (or WebSocket) ends. A client that goes away cancels
-the upstream request.
+routing too, until a health poll begun after the failure says 200. Rate and concurrency
+limits are the job API's (`Operation.LB`: 429 past them); a request holds its slot from
+before the hold for a worker until its answer (or WebSocket) ends. A client that goes away
+cancels the upstream request.
 """
 
 from __future__ import annotations
