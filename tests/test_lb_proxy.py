@@ -206,6 +206,10 @@ def test_a_worker_killed_mid_answer_is_502_then_the_next_request_is_served(
         if health["requests"]["inFlight"] >= 1:
             break
         threading.Event().wait(0.05)
+    # In flight counts from when the worker was chosen, a moment before the request is
+    # written to it; killed before that, the request was not sent and is held for the
+    # strict worker (test_lb_retry.py), not answered 502.
+    threading.Event().wait(0.5)
     victim.kill()
     t.join(60)
     answer = result["answer"]

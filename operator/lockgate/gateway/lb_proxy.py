@@ -9,17 +9,23 @@ and body: one syscall fewer on the hot path).
 Hop-by-hop headers (RFC 9110, 7.6.1) stay here, `X-Forwarded-For/-Proto/-Host` are added
 and the caller's `authorization` never reaches the worker. Every proxied answer carries
 `X-Runpod-Worker-Id`. Limits: a body over 30 MB is 413, a request running past the
-endpoint's `requestTimeoutS` 504, a worker that refuses or fails before answering 502 (and
-is out of routing until its health poll says 200 again). Rate and concurrency limits are
-the job API's (`Operation.LB`: 429 past them); a request holds its slot from before the
-hold for a worker until its answer (or WebSocket) ends. A client that goes away cancels
-the upstream request.
+endpoint's `requestTimeoutS` 504. A chosen worker that cannot be reached before any byte
+of the request was sent (connection refused, reset while connecting, or not made within
+`CONNECT_TIMEOUT_S`) is out of routing and the request goes to another routable worker, or
+is held as a request that finds none (each worker tried once per request; the hold counts
+from the request's arrival). A worker that fails once the connection was made, before
+answering, is 502 (never retried: the worker may have seen the request), and out of
+routing too, until a health poll begun after the failure says 200. Rate and concurrency
+limits are the job API's (`Operation.LB`: 429 past them); a request holds its slot from
+before the hold for a worker until its answer (or WebSocket) ends. A client that goes away
+cancels the upstream request.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -32,7 +38,7 @@ from yarl import URL
 from lockgate.gateway.auth import JOBS
 from lockgate.gateway.endpoints import lb_hold_s, request_timeout_s, require_type
 from lockgate.gateway.errors import CLIENT_CLOSED, ApiError, PayloadTooLarge
-from lockgate.gateway.lb_workers import LbRouter, Target
+from lockgate.gateway.lb_workers import LbRouter, Target, track_sent
 from lockgate.gateway.metrics import ROUTE_KEY
 from lockgate.gateway.state import gateway_of
 from lockgate.models.endpoint import EndpointType
@@ -66,6 +72,27 @@ class BadGateway(ApiError):
     """The worker refused the connection or failed before its answer began."""
 
     status = 502
+
+
+class Unreached(Exception):
+    """The chosen worker was not reached: no byte of the request was sent (safe to send
+    the request elsewhere)."""
+
+    def __init__(self, reason: str, cause: BaseException) -> None:
+        super().__init__(reason)
+        self.reason, self.cause = reason, cause
+
+
+CONNECT_ERRORS = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
+
+
+def unreached_reason(err: BaseException) -> str:
+    """The `reason` label of a connection to a worker that failed before any byte was
+    sent: refused, reset, timeout or unreachable (any other connect error)."""
+    if isinstance(err, aiohttp.ConnectionTimeoutError):
+        return "timeout"
+    code = getattr(getattr(err, "os_error", None), "errno", None)
+    return {errno.ECONNREFUSED: "refused", errno.ECONNRESET: "reset"}.get(code, "unreachable")
 
 
 class GatewayTimeout(ApiError):
@@ -209,13 +236,40 @@ async def _route(
 async def _held_then_sent(
     request: web.Request, router: LbRouter, endpoint_id: str, entry: dict, path: str
 ) -> web.StreamResponse:
-    """A worker (held for one if need be), the exchange with it, then the worker released."""
+    """A worker (held for one if need be), the exchange with it, then the worker released.
+    A worker not reached is out of routing and another one is chosen (or waited for)."""
     affinity = request.headers.get(WORKER_ID)
-    target = await router.acquire(endpoint_id, affinity, hold_s=lb_hold_s(entry))
-    try:
-        return await _exchange(request, router, endpoint_id, target, entry, path)
-    finally:
-        router.release(endpoint_id, target)
+    hold_s, since = lb_hold_s(entry), asyncio.get_running_loop().time()
+    tried: set[str] = set()
+    while True:
+        target = await router.acquire(
+            endpoint_id, affinity, hold_s=hold_s, exclude=tried, since=since
+        )
+        try:
+            return await _exchange(request, router, endpoint_id, target, entry, path)
+        except Unreached as err:
+            tried.add(target.id)
+            _unreached(request, router, endpoint_id, target, err)
+        finally:
+            router.release(endpoint_id, target)
+
+
+def _unreached(
+    request: web.Request, router: LbRouter, endpoint_id: str, target: Target, err: Unreached
+) -> None:
+    """Take a worker that was not reached out of routing; count it and log it."""
+    cause = f"{err.cause.__class__.__name__}: {err.cause}"
+    router.out_of_routing(target)
+    gateway_of(request).metrics.count_lb_connect_failure(endpoint_id, err.reason)
+    fields = {
+        "endpoint": endpoint_id, "worker": target.id, "address": target.worker.address,
+        "reason": err.reason, "error": cause, "method": request.method,
+    }  # fmt: skip
+    log.warning(
+        "endpoint %s: worker %s not reached (%s: %s), no byte sent: out of routing, "
+        "request sent to another worker",
+        endpoint_id, target.id, err.reason, cause, extra={"fields": fields},
+    )  # fmt: skip
 
 
 async def _cancel_when_client_leaves(request: web.Request, task: asyncio.Future) -> None:
@@ -243,6 +297,7 @@ async def _exchange(
     body = _Body(request)
     response: web.StreamResponse | None = None
     metrics = gateway_of(request).metrics
+    wrote = track_sent()
     try:
         async with asyncio.timeout(limit_s):
             sent = time.perf_counter()
@@ -269,6 +324,10 @@ async def _exchange(
                     await response.write(chunk)
                 await response.write_eof()
                 return response
+    except CONNECT_ERRORS as err:  # a timeout too: before TimeoutError below
+        if wrote.headers:  # aiohttp's resend after a kept-alive connection failed
+            return _failed(request, router, endpoint_id, target, body, response, err)
+        raise Unreached(unreached_reason(err), err) from err
     except TimeoutError as err:
         if response is not None:
             return _cut(request, response)  # the answer began: the client sees it end early
@@ -277,19 +336,33 @@ async def _exchange(
             headers={WORKER_ID: target.id},
         ) from err
     except (aiohttp.ClientError, OSError) as err:
-        if body.too_large:
-            raise PayloadTooLarge(_too_large()) from err
-        if response is not None:  # mid-answer: too late for a status; the connection ends
-            router.failed(endpoint_id, target, f"failed mid-answer: {err!r}")
-            return _cut(request, response)
-        if request.transport is None or request.transport.is_closing():
-            raise  # our client left (its body stopped): nothing to answer
-        router.failed(endpoint_id, target, repr(err))
-        raise BadGateway(
-            f"worker {target.id!r} did not answer: {err.__class__.__name__}: {err}; "
-            "it is out of routing until its health check answers 200",
-            headers={WORKER_ID: target.id},
-        ) from err
+        return _failed(request, router, endpoint_id, target, body, response, err)
+
+
+def _failed(
+    request: web.Request,
+    router: LbRouter,
+    endpoint_id: str,
+    target: Target,
+    body: _Body,
+    response: web.StreamResponse | None,
+    err: aiohttp.ClientError | OSError,
+) -> web.StreamResponse:
+    """A connection to the worker failed once made (the request may have reached it):
+    413 when the body grew too large, the begun answer cut, or 502 (never retried)."""
+    if body.too_large:
+        raise PayloadTooLarge(_too_large()) from err
+    if response is not None:  # mid-answer: too late for a status; the connection ends
+        router.failed(endpoint_id, target, f"failed mid-answer: {err!r}")
+        return _cut(request, response)
+    if request.transport is None or request.transport.is_closing():
+        raise err  # our client left (its body stopped): nothing to answer
+    router.failed(endpoint_id, target, repr(err))
+    raise BadGateway(
+        f"worker {target.id!r} did not answer: {err.__class__.__name__}: {err}; "
+        "it is out of routing until its health check answers 200",
+        headers={WORKER_ID: target.id},
+    ) from err
 
 
 def _small(request: web.Request, upstream: aiohttp.ClientResponse) -> bool:
@@ -321,11 +394,14 @@ async def _websocket(
     protocols = [p for p in offered if p]
     headers = upstream_headers(request, websocket=True)
     headers.popall("Sec-WebSocket-Protocol", None)
+    wrote = track_sent()
     try:
         upstream = await target.session.ws_connect(
             url, headers=headers, protocols=protocols, autoping=True, max_msg_size=MAX_BODY
         )
     except (aiohttp.ClientError, OSError) as err:
+        if isinstance(err, CONNECT_ERRORS) and not wrote.headers:
+            raise Unreached(unreached_reason(err), err) from err
         router.failed(endpoint_id, target, repr(err))
         raise BadGateway(
             f"worker {target.id!r} refused the WebSocket: {err}", headers={WORKER_ID: target.id}

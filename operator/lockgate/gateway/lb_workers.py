@@ -6,18 +6,21 @@ The registry of workers is in Redis (`store.lb_workers`), written by whoever run
 `l:<ep>` event reloads it at once. Each worker's health path is polled every
 `lb_health_fast_s` (<= 250 ms) until it answers 200, then every `lb_health_calm_s`; a held
 request is woken the moment a poll sees 200. A worker answering neither 200 nor 204 (or a
-proxied request that cannot reach it) is out of routing until a poll sees 200 again.
+proxied request that cannot reach it) is out of routing until a poll sees 200 again; after
+a failed request, only a poll begun after the failure counts (one in progress may still
+carry the worker's last 200).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import os
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -35,8 +38,40 @@ REPORT_EVERY_S = 0.05  # held/in-flight changes reach Redis within this (batched
 REFRESH_S = keys.LB_REQUESTS_TTL_MS / 1000 / 3  # a report is rewritten before it expires
 IDLE_FORGET_S = 300.0  # an endpoint with no worker and no request is dropped after this
 POOL_PER_WORKER = 256  # kept-alive connections per worker (aiohttp's TCPConnector limit)
+CONNECT_TIMEOUT_S = 5.0  # a new connection to a worker must be made within this
 GATEWAY_HOLD = "LOCKGATE_LB_HOLD_S"  # the hold's setting, as a 503 names it
 OWN_HOLD = "the endpoint's lbHoldS"
+
+
+class Sent:
+    """Whether request headers went to a worker since `track_sent` (aiohttp resends an
+    idempotent request on a new connection when a kept-alive one fails: that second
+    connection's error alone does not prove nothing was sent)."""
+
+    __slots__ = ("headers",)
+
+    def __init__(self) -> None:
+        self.headers = False
+
+
+_SENT: contextvars.ContextVar[Sent | None] = contextvars.ContextVar("lb_sent", default=None)
+
+
+def track_sent() -> Sent:
+    """Watch, in this task, whether a worker session sends any request headers."""
+    sent = Sent()
+    _SENT.set(sent)
+    return sent
+
+
+async def _headers_sent(_session, _ctx, _params) -> None:
+    sent = _SENT.get()
+    if sent is not None:
+        sent.headers = True
+
+
+SENT_TRACE = aiohttp.TraceConfig()
+SENT_TRACE.on_request_headers_sent.append(_headers_sent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +102,7 @@ class Target:
     in_flight: int = 0
     gone: bool = False  # unregistered: closed once its last request ends
     reported: tuple[str, int, float] = ("", -1, 0.0)
+    failed_at: float = float("-inf")  # monotonic: a proxied request last failed to reach it
     poller: asyncio.Task | None = None
 
     @property
@@ -91,10 +127,12 @@ class LbEndpoint:
         self.changed = asyncio.Event()
 
 
-def pick(targets: list[Target], affinity: str | None) -> Target | None:
+def pick(
+    targets: list[Target], affinity: str | None, exclude: Collection[str] = ()
+) -> Target | None:
     """The worker a request goes to: the one it asked for when routable, else the one with
-    the fewest requests in flight here (ties broken at random)."""
-    routable = [t for t in targets if t.routable]
+    the fewest requests in flight here (ties broken at random); never one in `exclude`."""
+    routable = [t for t in targets if t.routable and t.id not in exclude]
     if not routable:
         return None
     for t in routable:
@@ -165,19 +203,26 @@ class LbRouter:
         return ep
 
     async def acquire(
-        self, endpoint_id: str, affinity_header: str | None, *, hold_s: float | None = None
+        self,
+        endpoint_id: str,
+        affinity_header: str | None,
+        *,
+        hold_s: float | None = None,
+        exclude: Collection[str] = (),
+        since: float | None = None,
     ) -> Target:
-        """A routable worker with this request counted in flight on it (`release` it).
-        Without one the request is held until one turns routable; 503 after `hold_s` (the
-        endpoint's `lbHoldS`; None: the gateway's), or at once beyond `max_held` held
+        """A routable worker not in `exclude` with this request counted in flight on it
+        (`release` it). Without one the request is held until one turns routable; 503 after
+        `hold_s` (the endpoint's `lbHoldS`; None: the gateway's) counted from `since` (the
+        loop time the request first asked; None: now), or at once beyond `max_held` held
         requests."""
         ep = await self.endpoint(endpoint_id)
         want, strict = parse_affinity(affinity_header)
-        target = self._choose(ep, want, strict)
+        target = self._choose(ep, want, strict, exclude)
         if target is None:
             own = hold_s is not None
             hold = HoldTime(hold_s, OWN_HOLD) if own else HoldTime(self.hold_s, GATEWAY_HOLD)
-            target = await self._hold(ep, want, strict, hold)
+            target = await self._hold(ep, want, strict, hold, exclude, since)
         target.in_flight += 1
         self._changed(ep)
         return target
@@ -192,18 +237,35 @@ class LbRouter:
             self._spawn(target.session.close(), f"lockgate-lb-close-{target.id}")
 
     def failed(self, endpoint_id: str, target: Target, why: str) -> None:
-        """A proxied request could not reach `target`: out of routing until a poll sees 200."""
+        """A proxied request could not reach `target`: out of routing (here) until a health
+        poll begun after now sees 200, or the worker list drops it."""
         if target.state == HEALTHY:
             log.warning("endpoint %s: worker %s out of routing: %s", endpoint_id, target.id, why)
-        target.state, target.code = UNHEALTHY, 0
+        self.out_of_routing(target)
 
-    def _choose(self, ep: LbEndpoint, want: str | None, strict: bool) -> Target | None:
+    @staticmethod
+    def out_of_routing(target: Target) -> None:
+        """`failed` without its log line (the caller logs)."""
+        target.state, target.code = UNHEALTHY, 0
+        target.failed_at = time.monotonic()
+
+    def _choose(
+        self, ep: LbEndpoint, want: str | None, strict: bool, exclude: Collection[str] = ()
+    ) -> Target | None:
         if strict:
             t = ep.targets.get(want or "")
-            return t if t is not None and t.routable else None
-        return pick(list(ep.targets.values()), want)
+            return t if t is not None and t.routable and t.id not in exclude else None
+        return pick(list(ep.targets.values()), want, exclude)
 
-    async def _hold(self, ep: LbEndpoint, want: str | None, strict: bool, hold: HoldTime) -> Target:
+    async def _hold(
+        self,
+        ep: LbEndpoint,
+        want: str | None,
+        strict: bool,
+        hold: HoldTime,
+        exclude: Collection[str] = (),
+        since: float | None = None,
+    ) -> Target:
         if ep.held >= self.max_held:
             raise NoWorker(
                 f"endpoint {ep.id!r}: no routable worker and {ep.held} requests already held "
@@ -213,7 +275,7 @@ class LbRouter:
         ep.held += 1
         loop = asyncio.get_running_loop()
         began = loop.time()
-        deadline = began + hold.seconds
+        deadline = (began if since is None else since) + hold.seconds
         try:
             await self._report(ep)  # the scaler sees this request before it wakes
             if ep.held == 1:
@@ -222,7 +284,7 @@ class LbRouter:
                 changed = ep.changed
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(changed.wait(), left)
-                target = self._choose(ep, want, strict)
+                target = self._choose(ep, want, strict, exclude)
                 if target is not None:
                     return target
         finally:
@@ -290,17 +352,21 @@ class LbRouter:
         # name), and the jar's work per request is saved.
         session = aiohttp.ClientSession(
             connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
-            timeout=aiohttp.ClientTimeout(total=None),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S),
+            trace_configs=[SENT_TRACE],
         )  # fmt: skip
         t = ep.targets[worker_id] = Target(worker_id, worker, session)
         t.poller = self._spawn(self._poll(ep, t), f"lockgate-lb-health-{worker_id}")
 
     async def _poll(self, ep: LbEndpoint, t: Target) -> None:
         while not t.gone:
+            asked = time.monotonic()
             code = await self._check(t)
             t.answered = t.answered or code != 0
             starting = time.monotonic() - t.registered < START_GRACE_S
             state = health_state(code, answered=t.answered, starting=starting)
+            if state == HEALTHY and asked <= t.failed_at:  # asked before a request failed
+                state, code = t.state, t.code
             if (state, code) != (t.state, t.code):
                 if state == UNHEALTHY:
                     log.warning("endpoint %s: worker %s unhealthy (%s)", ep.id, t.id, code)

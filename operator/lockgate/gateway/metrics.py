@@ -32,6 +32,10 @@ Per replica, since the process started (sum them over replicas):
                                               cold start), sent or answered 503
     lockgate_lb_upstream_seconds{endpoint}                histogram  LB: request sent to the
                                               worker -> the worker's answer headers
+    lockgate_lb_connect_failures_total{endpoint,reason}   counter  LB: a chosen worker not
+                                              reached before any byte was sent (reason:
+                                              refused|reset|timeout|unreachable); the
+                                              request went to another worker or was held
 
 With `lockgate gateway --processes N` a scrape reaches one of the N processes; each writes
 its counters and histograms to the parent's PROMETHEUS_MULTIPROC_DIR (prometheus_client's
@@ -131,6 +135,11 @@ class GatewayMetrics:
             "lockgate_lb_upstream_seconds", "LB request sent -> the worker's answer headers",
             ["endpoint"], buckets=UPSTREAM_BUCKETS_S, registry=r,
         )  # fmt: skip
+        self.lb_connect_failures = Counter(
+            "lockgate_lb_connect_failures",
+            "LB connections to a worker that failed before any byte was sent (request re-routed)",
+            ["endpoint", "reason"], registry=r,
+        )  # fmt: skip
         self._requests: dict[tuple[str, str, int], Any] = {}
         self._finished: dict[str, tuple[Any, Any]] = {}
         self._lb_codes: dict[tuple[str, int], Any] = {}
@@ -166,6 +175,10 @@ class GatewayMetrics:
     def observe_lb_hold(self, endpoint_id: str, seconds: float) -> None:
         """How long a held LB request waited for a routable worker (rare: no cache)."""
         self.lb_hold.labels(endpoint_id).observe(seconds)
+
+    def count_lb_connect_failure(self, endpoint_id: str, reason: str) -> None:
+        """A worker not reached before any byte was sent (rare: no cache)."""
+        self.lb_connect_failures.labels(endpoint_id, reason).inc()
 
     def observe_lb_upstream(self, endpoint_id: str, seconds: float) -> None:
         """Request sent to the worker -> its answer's headers."""
