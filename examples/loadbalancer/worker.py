@@ -5,13 +5,17 @@ Contract (RunPod's, kept by lockgate): listen on `PORT`; answer `HEALTH_CHECK_PA
 (default /ping) on `PORT_HEALTH` (here the same server) with 204 while loading and 200
 once ready. Routes:
 - `GET /ping`: 204 for `LOAD_SECONDS` (default 2) after start, then 200
-- `* /echo/{path}`: the request as the worker saw it (method, path, query, headers, body)
+- `* /echo/{path}` (OPTIONS too): the request as the worker saw it (method, path, query,
+  headers, body)
 - `GET /set-cookie?v=V`: answers with `Set-Cookie: session=V`
 - `GET /slow?s=N`: answers after N seconds
 - `GET /sse?n=N`: N Server-Sent Events; with `&hold=<token>`, the last one waits for
   `POST /release/<token>` (so a client can prove it got the first ones before it)
 - `WS /ws`: echoes each message
 - `POST /v1/chat/completions`: a toy OpenAI-compatible model (streams with `stream: true`)
+
+`CORS_ALLOW_ORIGINS` (comma-separated, or `*`): the worker does its own CORS for these
+origins (Starlette's middleware, exposing `x-worker-own`); unset: none.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import time
 
 import uvicorn
 from fastapi import FastAPI, Request, Response, WebSocket, WebSocketDisconnect
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, StreamingResponse
 
 WORKER_ID = os.environ.get("RUNPOD_POD_ID", "local")
@@ -31,6 +36,14 @@ LOAD_SECONDS = float(os.environ.get("LOAD_SECONDS", "2"))
 STARTED = time.monotonic()
 app = FastAPI()
 releases: dict[str, asyncio.Event] = {}
+if cors_origins := os.environ.get("CORS_ALLOW_ORIGINS"):
+    app.add_middleware(
+        CORSMiddleware,
+        allow_origins=cors_origins.split(","),
+        allow_methods=["*"],
+        allow_headers=["*"],
+        expose_headers=["x-worker-own"],
+    )
 
 
 def _release(token: str) -> asyncio.Event:
@@ -44,7 +57,7 @@ async def ping() -> Response:
     return Response(status_code=204 if loading else 200)
 
 
-@app.api_route("/echo/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
+@app.api_route("/echo/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"])
 async def echo(request: Request, path: str) -> JSONResponse:
     body = await request.body()
     return JSONResponse(

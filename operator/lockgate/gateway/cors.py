@@ -1,7 +1,14 @@
-"""CORS for browser clients of the job API: allowed origins from a setting, pre-flights
-answered before any key is asked for (browsers send them without the authorization header).
+"""CORS for browser clients of the job API and the load-balancing route: allowed origins
+from one setting, pre-flights answered before any key is asked for (browsers send them
+without the authorization header).
 
-Only `/v2/` paths (the job API) take part; the probes, metrics and worker API never do.
+`/v2/` paths (the job API) and `/lb/{endpoint}/...` take part; the probes, metrics and worker
+API never do. On `/lb/` only requests from an allowed origin are the gateway's: a pre-flight
+from any other origin (or an `OPTIONS` without `Access-Control-Request-Method`) goes to the
+worker as any request does, so a worker doing its own CORS keeps serving everyone else.
+On an answer to an allowed origin the gateway's `Access-Control-Allow-Origin` replaces the
+worker's (the gateway answered the pre-flight), and `Expose-Headers` and `Vary` are merged
+with the worker's into one header each.
 """
 
 from __future__ import annotations
@@ -15,9 +22,12 @@ from lockgate.gateway.http import json_response
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 JOB_API_PREFIX = "/v2/"
+LB_PREFIX = "/lb/"
 ALLOW_METHODS = "GET, POST, OPTIONS"
 ALLOW_HEADERS = "authorization, content-type, idempotency-key"
+LB_ALLOW_HEADERS = ("authorization", "content-type", "x-runpod-worker-id")
 EXPOSE_HEADERS = "retry-after"
+LB_EXPOSE_HEADERS = "retry-after, x-runpod-worker-id"
 MAX_AGE_S = "600"  # how long a browser may cache a pre-flight answer
 ALLOW = web.RequestKey("lockgate_cors_allow", str)  # the Allow-Origin value for the request
 
@@ -32,13 +42,37 @@ def allowed_origin(origin: str | None, allowed: Collection[str]) -> str | None:
     return origin if origin.rstrip("/") in allowed else None
 
 
-def _cors_headers(allow: str) -> dict[str, str]:
+def merged_list(*values: str) -> str:
+    """Comma-separated header lists as one, each name once (first spelling kept, any case)."""
+    seen: dict[str, str] = {}
+    for value in values:
+        for name in (n.strip() for n in value.split(",")):
+            if name:
+                seen.setdefault(name.lower(), name)
+    return ", ".join(seen.values())
+
+
+def _cors_headers(allow: str, expose: str = EXPOSE_HEADERS) -> dict[str, str]:
     headers = {
         "Access-Control-Allow-Origin": allow,
-        "Access-Control-Expose-Headers": EXPOSE_HEADERS,
+        "Access-Control-Expose-Headers": expose,
     }
     if allow != "*":
         headers["Vary"] = "Origin"
+    return headers
+
+
+def lb_preflight_headers(allow: str, method: str, requested: str) -> dict[str, str]:
+    """The answer to a pre-flight on `/lb/`: the requested method and headers allowed (the
+    worker's routes are its own), the key and affinity headers always."""
+    headers = _cors_headers(allow, LB_EXPOSE_HEADERS) | {
+        "Access-Control-Allow-Methods": method,
+        "Access-Control-Allow-Headers": merged_list(requested, *LB_ALLOW_HEADERS),
+        "Access-Control-Max-Age": MAX_AGE_S,
+    }
+    headers["Vary"] = merged_list(
+        headers.get("Vary", ""), "Access-Control-Request-Method, Access-Control-Request-Headers"
+    )
     return headers
 
 
@@ -49,12 +83,17 @@ def cors_middleware(origins: Collection[str]) -> Callable[[web.Request, Handler]
 
     @web.middleware
     async def cors(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if not request.path.startswith(JOB_API_PREFIX):
+        lb = request.path.startswith(LB_PREFIX)
+        if not lb and not request.path.startswith(JOB_API_PREFIX):
             return await handler(request)
         allow = allowed_origin(request.headers.get("Origin"), allowed)
-        preflight = (
-            request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers
-        )
+        method = request.headers.get("Access-Control-Request-Method")
+        preflight = request.method == "OPTIONS" and method is not None
+        if lb and allow is None:
+            return await handler(request)  # the worker's to answer, CORS or not
+        if lb and preflight:
+            requested = request.headers.get("Access-Control-Request-Headers", "")
+            return web.Response(status=204, headers=lb_preflight_headers(allow, method, requested))
         if preflight:
             if allow is None:
                 return json_response(
@@ -77,6 +116,14 @@ def cors_middleware(origins: Collection[str]) -> Callable[[web.Request, Handler]
 
 async def add_cors_headers(request: web.Request, response: web.StreamResponse) -> None:
     """`on_response_prepare`: the CORS headers go on every answer to an allowed origin,
-    errors and answers sent early (see gateway/resources.py) included."""
-    if (allow := request.get(ALLOW)) is not None:
-        response.headers.update(_cors_headers(allow))
+    errors and answers sent early (see gateway/resources.py) included; a proxied worker's
+    own CORS headers are replaced (Allow-Origin) or merged (Expose-Headers, Vary), never
+    repeated."""
+    if (allow := request.get(ALLOW)) is None:
+        return
+    expose = LB_EXPOSE_HEADERS if request.path.startswith(LB_PREFIX) else EXPOSE_HEADERS
+    for name, value in _cors_headers(allow, expose).items():
+        if name != "Access-Control-Allow-Origin":
+            value = merged_list(*response.headers.getall(name, ()), value)
+        response.headers.popall(name, None)
+        response.headers[name] = value
