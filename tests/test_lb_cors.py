@@ -23,6 +23,7 @@ def lb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevProcess]:
         "LOAD_SECONDS": "0",
         "LOCKGATE_CORS_ALLOW_ORIGINS": f'["{CONSOLE}"]',
         "CORS_ALLOW_ORIGINS": "*",  # the example worker's own CORS
+        "LOCKGATE_LB_DOMAIN": "lb.test",
     }
     with lb_dev(tmp_path_factory.mktemp("lbcors"), "lbcors", env=env) as proc:
         requests.get(lb_url(proc, "echo/warm"), headers=proc.headers(), timeout=60)
@@ -53,6 +54,20 @@ def test_a_preflight_from_an_allowed_origin_is_answered_by_the_gateway(lb: DevPr
     allowed = {h.strip().lower() for h in _one(answer, "Access-Control-Allow-Headers").split(",")}
     assert {"authorization", "content-type", "x-custom", "x-runpod-worker-id"} <= allowed
     assert "origin" in answer.headers["Vary"].lower()
+
+
+def test_the_host_form_takes_part_too(lb: DevProcess) -> None:
+    host = {"Host": f"{lb.endpoint}.lb.test:{lb.port}"}
+    url = f"{lb.url}/echo/hosted"
+    answer = requests.options(url, headers={**host, **_preflight(CONSOLE, "POST")}, timeout=30)
+    assert answer.status_code == 204, answer.text
+    assert _one(answer, "Access-Control-Allow-Methods") == "POST"
+    answer = requests.post(url, headers={**host, **lb.headers(), "Origin": CONSOLE}, timeout=30)
+    assert answer.status_code == 200, answer.text
+    assert _one(answer, "Access-Control-Allow-Origin") == CONSOLE
+    assert "x-runpod-worker-id" in answer.headers["Access-Control-Expose-Headers"].lower()
+    other = requests.options(url, headers={**host, **_preflight(OTHER)}, timeout=30)
+    assert other.status_code == 401  # the worker's to answer, once the key is checked
 
 
 def test_a_preflight_from_another_origin_reaches_the_worker(lb: DevProcess) -> None:

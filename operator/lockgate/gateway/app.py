@@ -169,7 +169,8 @@ def _application(gw: Gateway, *, cors: bool = False, lb_host: bool = False) -> w
         middlewares.append(lb_proxy.lb_host_middleware(gw.settings.lb_domain))
     cors = cors and bool(gw.settings.cors_allow_origins)
     if cors:
-        middlewares.insert(1, cors_middleware(gw.settings.cors_allow_origins))
+        cors_mw = cors_middleware(gw.settings.cors_allow_origins, gw.settings.lb_domain)
+        middlewares.insert(1, cors_mw)
     app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY)
     if cors:
         app.on_response_prepare.append(add_cors_headers)

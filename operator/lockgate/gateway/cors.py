@@ -2,7 +2,8 @@
 from one setting, pre-flights answered before any key is asked for (browsers send them
 without the authorization header).
 
-`/v2/` paths (the job API) and `/lb/{endpoint}/...` take part; the probes, metrics and worker
+`/v2/` paths (the job API) and the load-balancing route (`/lb/{endpoint}/...`, and any
+path of the host form `{endpoint}.{LOCKGATE_LB_DOMAIN}`) take part; the probes, metrics and worker
 API never do. On `/lb/` only requests from an allowed origin are the gateway's: a pre-flight
 from any other origin (or an `OPTIONS` without `Access-Control-Request-Method`) goes to the
 worker as any request does, so a worker doing its own CORS keeps serving everyone else.
@@ -18,6 +19,7 @@ from collections.abc import Awaitable, Callable, Collection
 from aiohttp import web
 
 from lockgate.gateway.http import json_response
+from lockgate.gateway.lb_proxy import host_endpoint
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -30,6 +32,7 @@ EXPOSE_HEADERS = "retry-after"
 LB_EXPOSE_HEADERS = "retry-after, x-runpod-worker-id"
 MAX_AGE_S = "600"  # how long a browser may cache a pre-flight answer
 ALLOW = web.RequestKey("lockgate_cors_allow", str)  # the Allow-Origin value for the request
+EXPOSE = web.RequestKey("lockgate_cors_expose", str)  # the Expose-Headers value for it
 
 
 def allowed_origin(origin: str | None, allowed: Collection[str]) -> str | None:
@@ -76,14 +79,18 @@ def lb_preflight_headers(allow: str, method: str, requested: str) -> dict[str, s
     return headers
 
 
-def cors_middleware(origins: Collection[str]) -> Callable[[web.Request, Handler], Awaitable]:
+def cors_middleware(
+    origins: Collection[str], lb_domain: str = ""
+) -> Callable[[web.Request, Handler], Awaitable]:
     """A middleware that answers pre-flights and marks requests from `origins` for
-    `add_cors_headers`."""
+    `add_cors_headers`; `lb_domain`: the load-balancing host form's domain, if any."""
     allowed = frozenset(o.rstrip("/") for o in origins)
 
     @web.middleware
     async def cors(request: web.Request, handler: Handler) -> web.StreamResponse:
-        lb = request.path.startswith(LB_PREFIX)
+        lb = request.path.startswith(LB_PREFIX) or (
+            host_endpoint(request.host, lb_domain) is not None
+        )
         if not lb and not request.path.startswith(JOB_API_PREFIX):
             return await handler(request)
         allow = allowed_origin(request.headers.get("Origin"), allowed)
@@ -109,6 +116,7 @@ def cors_middleware(origins: Collection[str]) -> Callable[[web.Request, Handler]
             return web.Response(status=204, headers=headers)
         if allow is not None:
             request[ALLOW] = allow
+            request[EXPOSE] = LB_EXPOSE_HEADERS if lb else EXPOSE_HEADERS
         return await handler(request)
 
     return cors
@@ -121,8 +129,7 @@ async def add_cors_headers(request: web.Request, response: web.StreamResponse) -
     repeated."""
     if (allow := request.get(ALLOW)) is None:
         return
-    expose = LB_EXPOSE_HEADERS if request.path.startswith(LB_PREFIX) else EXPOSE_HEADERS
-    for name, value in _cors_headers(allow, expose).items():
+    for name, value in _cors_headers(allow, request[EXPOSE]).items():
         if name != "Access-Control-Allow-Origin":
             value = merged_list(*response.headers.getall(name, ()), value)
         response.headers.popall(name, None)
