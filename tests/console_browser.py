@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import requests
@@ -77,3 +78,17 @@ def create_key(dev: DevProcess, name: str, scopes: list[str]) -> str:
     )
     assert r.status_code == 200, r.text
     return r.json()["key"]
+
+
+def watched_tab(browser, **context_options) -> Iterator:
+    """A fresh browser context (1280 px wide unless `context_options` say otherwise) and
+    page; `page.problems` collects console errors and uncaught exceptions (a CSP violation
+    is one), which `assert_clean` checks. Closed when the generator is."""
+    context = browser.new_context(**{"viewport": DESKTOP, **context_options})
+    tab = context.new_page()
+    problems: list[str] = []
+    tab.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    tab.on("pageerror", lambda e: problems.append(str(e)))
+    tab.problems = problems
+    yield tab
+    context.close()

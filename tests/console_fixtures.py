@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from console_browser import CHROMIUM, CHROMIUM_ARGS, DESKTOP, REQUIRE_ENV
+from console_browser import CHROMIUM, CHROMIUM_ARGS, REQUIRE_ENV, watched_tab
 from devproc import DevProcess
 
 
@@ -53,13 +53,5 @@ def console_dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevProcess
 
 @pytest.fixture
 def page(browser) -> Iterator:
-    """A fresh browser context (1280 px wide) and page; `page.problems` collects console
-    errors and uncaught exceptions (a CSP violation is one), which `assert_clean` checks."""
-    context = browser.new_context(viewport=DESKTOP)
-    tab = context.new_page()
-    problems: list[str] = []
-    tab.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
-    tab.on("pageerror", lambda e: problems.append(str(e)))
-    tab.problems = problems
-    yield tab
-    context.close()
+    """A fresh browser context and page, see `watched_tab`."""
+    yield from watched_tab(browser)

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from console_browser import DESKTOP, assert_clean, sign_in
+from console_browser import assert_clean, sign_in, watched_tab
 from devproc import DevProcess
 from lockgate.dev.redis_server import free_port
 from tests.lb_dev import WORKER
@@ -49,14 +49,7 @@ def two_origins(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevProcess
 
 @pytest.fixture
 def cross_origin_page(browser) -> Iterator:
-    context = browser.new_context(viewport=DESKTOP, bypass_csp=True)
-    tab = context.new_page()
-    problems: list[str] = []
-    tab.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
-    tab.on("pageerror", lambda e: problems.append(str(e)))
-    tab.problems = problems
-    yield tab
-    context.close()
+    yield from watched_tab(browser, bypass_csp=True)
 
 
 def test_the_lb_request_form_reaches_a_gateway_on_another_origin(cross_origin_page, two_origins):
