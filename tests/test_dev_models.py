@@ -1,7 +1,8 @@
 """Cached models in dev mode (issue 34 item 5): an endpoint's `modelReferences` fetched once
 with `huggingface_hub` from a real local HTTP server speaking the Hub's download API (via
 `HF_ENDPOINT`), before a real `lockgate dev`'s workers start; a worker reads the file with
-`huggingface_hub` offline. A missing repository fails the endpoint, naming it and the 404."""
+`huggingface_hub` offline. A missing (404) or gated (401) repository fails the endpoint,
+naming it and the hub's answer."""
 
 from __future__ import annotations
 
@@ -58,6 +59,9 @@ class Hub(BaseHTTPRequestHandler):
                 etag = hashlib.sha256(content).hexdigest()
                 headers = {"ETag": f'"{etag}"', "X-Repo-Commit": SHA}
                 return self._send(200, content if body else b"", headers, len(content))
+        if self.path.startswith("/api/models/acme/gated/"):
+            gated = {"X-Error-Code": "GatedRepo"}
+            return self._send(401, b'{"error": "Access to model acme/gated is restricted"}', gated)
         self._send(404, b'{"error": "Repository not found"}', {"X-Error-Code": "RepoNotFound"})
 
     def _send(self, code: int, data: bytes, headers: dict, length: int | None = None) -> None:
@@ -134,10 +138,11 @@ def test_a_model_is_fetched_once_for_two_workers_which_read_it_offline(dev: DevP
     assert Hub.seen[("GET", f"/acme/tiny/resolve/{SHA}/config.json")] == 1
 
 
-def test_a_missing_repository_fails_the_endpoint_naming_it_and_no_worker_starts(
-    dev: DevProcess,
+@pytest.mark.parametrize(("reference", "code"), [("acme/missing:v1", "404"), ("acme/gated", "401")])
+def test_a_missing_or_gated_repository_fails_the_endpoint_naming_it_and_no_worker_starts(
+    dev: DevProcess, reference: str, code: str
 ) -> None:
-    ep = create(dev, name="gone", modelReferences=["acme/missing:v1"], workersMin=1)
+    ep = create(dev, name="gone", modelReferences=[reference], workersMin=1)
 
     def failed() -> dict | None:
         status = record(dev, ep["id"])["status"]
@@ -146,5 +151,5 @@ def test_a_missing_repository_fails_the_endpoint_naming_it_and_no_worker_starts(
     status = until(failed, "phase Failed")
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert ready["reason"] == "ModelFetchFailed"
-    assert "acme/missing:v1" in ready["message"] and "404" in ready["message"]
+    assert reference in ready["message"] and code in ready["message"]
     assert status["workers"]["desired"] == 0

@@ -64,12 +64,18 @@ class ModelDownloads:
         """Return once every reference is in the cache under `root`; the first failure
         raises `ModelFetchFailed` (and is forgotten, so a later call tries again)."""
         futures = [self._future(ref, root) for ref in references]
-        await asyncio.gather(*futures)
+        # shielded: a caller cancelled (shutdown) leaves the download to the others
+        await asyncio.gather(*(asyncio.shield(f) for f in futures))
 
     def _future(self, reference: str, root: Path) -> asyncio.Future[str]:
         key = (reference, str(root))
         future = self._pending.get(key)
-        if future is None or (future.done() and future.exception() is not None):
+        failed = (
+            future is not None
+            and future.done()
+            and (future.cancelled() or future.exception() is not None)
+        )
+        if future is None or failed:
             future = asyncio.ensure_future(asyncio.to_thread(_download, reference, root))
             self._pending[key] = future
         return future
