@@ -167,6 +167,13 @@ async def test_post_creates_an_endpoint_with_a_runpod_style_id(api: Api) -> None
     assert (await api.stored(record["id"]))["gpuTypeIds"] == ["NVIDIA L4"]
 
 
+async def test_model_references_are_kept_with_an_optional_revision(api: Api) -> None:
+    refs = ["acme/tiny", "acme/small.v2:0123abc", "acme/base:refs/pr/1"]
+    record = await create(api, name="models", modelReferences=refs)
+    assert record["modelReferences"] == refs
+    assert (await api.stored(record["id"]))["modelReferences"] == refs
+
+
 async def test_created_endpoint_reads_back_ready_once_reconciled(
     api: Api, request: pytest.FixtureRequest
 ) -> None:
@@ -224,6 +231,9 @@ async def test_delete_removes_the_endpoint(api: Api) -> None:
         ({"gpuCount": 0}, "gpuCount must be at least 1 for a GPU endpoint"),
         ({"computeType": "GPU", "gpuCount": 0}, "gpuCount"),
         ({"replicas": -1}, "replicas"),
+        ({"modelReferences": ["no-org"]}, "modelReferences"),
+        ({"modelReferences": ["org/name:"]}, "modelReferences"),
+        ({"modelReferences": "org/name"}, "modelReferences"),
     ],
 )
 async def test_invalid_payload_is_refused_naming_the_field(

@@ -124,6 +124,11 @@ def test_sdk_creates_and_deletes_a_registry_credential_the_rest_api_shows(sdk) -
             "workersMin",
         ),
         (
+            'mutation { saveEndpoint(input: {name: "e", templateId: "t",'
+            ' modelReferences: ["no-org"]}) { id } }',
+            "modelReferences",
+        ),
+        (
             'mutation { updateEndpointTemplate(input: {endpointId: "nobody", templateId: "t"})'
             " { id } }",
             "nobody",

@@ -14,7 +14,9 @@ Templates made through `/v1/templates` are kept in the same Redis (`lg:templates
 endpoint whose `templateId` names one runs its `dockerEntrypoint` + `dockerStartCmd` with
 its `env` (`dev.launch.template_launch`); its image name is kept and shown, never pulled.
 An endpoint's `networkVolumeId` gives its workers the volume folder's path as
-`RUNPOD_VOLUME_PATH` (`dev.storage`).
+`RUNPOD_VOLUME_PATH` (`dev.storage`). An endpoint's `modelReferences` are downloaded
+once (`dev.model_cache`) before its workers start; a failed download is its Ready
+condition's message, and no worker starts.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from lockgate.dev.launch import Launch, launch_for, template_launch
+from lockgate.dev.model_cache import ModelDownloads, ModelFetchFailed, cache_env
 from lockgate.dev.storage import VOLUME_PATH_ENV, volume_dir
 from lockgate.dev.worker_keys import WorkerKeys
 from lockgate.dev.workers import LocalWorkers, WorkerStates, limits_of
@@ -70,6 +73,9 @@ STOP_GRACE_S = 30.0  # shutdown or a new templateId: workers finish the job in h
 DELETE_GRACE_S = 5.0  # the endpoint's jobs are deleted anyway: no reason to wait long
 READY = "Ready"
 WORKERS_HEALTHY = "WorkersHealthy"
+MODELS_CACHED = "ModelsCached"
+MODELS_DOWNLOADING = "downloading"  # `LocalEndpoint.models` while its models are fetched
+MODELS_READY = "cached"
 
 
 def gpus_here() -> int:
@@ -103,6 +109,7 @@ class LocalEndpoint:
     version: int = 1  # goes up when its template (or the template's env) changes
     created_at: str = field(default_factory=now)
     edits: dict = field(default_factory=dict)  # the command line's endpoint: API edits kept
+    models: str = ""  # its modelReferences: MODELS_DOWNLOADING, MODELS_READY or the failure
 
     def entry(self, job_api_url: str) -> dict:
         """The registry entry: every setting, plus what a restart needs to resume it."""
@@ -158,9 +165,14 @@ def template_of(entry: dict) -> TemplateSpec:
     )
 
 
+def models_failed(ep: LocalEndpoint) -> bool:
+    return ep.models not in ("", MODELS_DOWNLOADING, MODELS_READY)
+
+
 def local_phase(ep: LocalEndpoint) -> Phase:
-    """Ready while its workers can start; Failed when its templateId cannot run here."""
-    return Phase.READY if ep.launch is not None else Phase.FAILED
+    """Ready while its workers can start; Failed when its templateId cannot run here or
+    a model reference could not be fetched."""
+    return Phase.READY if ep.launch is not None and not models_failed(ep) else Phase.FAILED
 
 
 def local_summary(ep: LocalEndpoint) -> EndpointSummary:
@@ -175,14 +187,19 @@ def local_status(
     when its templateId cannot run here."""
     ok = ep.launch is not None
     message = f"workers run {' '.join(ep.launch.command)!r}" if ep.launch else ep.problem
+    reason = "LocalWorkers" if ok else "UnusableTemplate"
+    if ok and models_failed(ep):
+        ok, reason, message = False, "ModelFetchFailed", ep.models
     condition = Condition(
         type=READY,
         status=ConditionStatus.TRUE if ok else ConditionStatus.FALSE,
-        reason="LocalWorkers" if ok else "UnusableTemplate",
+        reason=reason,
         message=message,
         lastTransitionTime=ep.since,
     )
     conditions = [condition]
+    if ep.models:
+        conditions.append(models_condition(ep))
     if ep.workers is not None:
         conditions.append(workers_condition(ep.workers.states, ep.since))
     return EndpointStatus(
@@ -199,6 +216,22 @@ def local_status(
         conditions=conditions,
         observedGeneration=ep.generation,
     )
+
+
+def models_condition(ep: LocalEndpoint) -> Condition:
+    """`ModelsCached`: True once every model reference is in the cache, else why not."""
+    cached = ep.models == MODELS_READY
+    reason = {MODELS_READY: "Cached", MODELS_DOWNLOADING: "Downloading"}.get(
+        ep.models, "ModelFetchFailed"
+    )
+    message = {
+        MODELS_READY: "models cached: " + ", ".join(ep.spec.modelReferences),
+        MODELS_DOWNLOADING: "downloading " + ", ".join(ep.spec.modelReferences),
+    }.get(ep.models, ep.models)
+    return Condition(
+        type=MODELS_CACHED, status=ConditionStatus.TRUE if cached else ConditionStatus.FALSE,
+        reason=reason, message=message, lastTransitionTime=ep.since,
+    )  # fmt: skip
 
 
 def workers_condition(states: WorkerStates, since: str) -> Condition:
@@ -236,6 +269,8 @@ class LocalControlPlane:
         self._endpoints: dict[str, LocalEndpoint] = {}
         self._lock = asyncio.Lock()
         self._background: set[asyncio.Task] = set()
+        self._fetching: set[asyncio.Task] = set()  # model downloads before workers start
+        self.models = ModelDownloads()
         self._closing = False
         self.logs = LocalLogs()  # each worker's recent output (`GET /v1/endpoints/{id}/logs`)
 
@@ -310,11 +345,12 @@ class LocalControlPlane:
         if spec.templateId != ep.spec.templateId or launch != ep.launch:
             ep.version += 1
         moved = spec.type != ep.spec.type or spec.networkVolumeId != ep.spec.networkVolumeId
+        moved = moved or spec.modelReferences != ep.spec.modelReferences
         if ep.workers is None or launch != ep.launch or moved:
             if ep.workers is not None:
                 await ep.workers.withdraw()  # they take nothing new before this answers
             self._retire(ep)
-            ep.workers = self._workers(ep.id, launch, ep.worker_key, spec)
+            self._begin(ep, launch, spec)
         elif limits_of(spec) != limits_of(ep.spec):
             await ep.workers.rescale(limits_of(spec))
         ep.spec, ep.launch, ep.problem = spec, launch, ""
@@ -431,6 +467,8 @@ class LocalControlPlane:
         worker keys; registry entries stay, so queued jobs wait for the next run."""
         async with self._lock:
             self._closing = True  # no new workers from here on
+        for task in self._fetching:
+            task.cancel()  # a download under way goes on in its thread, unwaited
         for ep in self._endpoints.values():
             if ep.workers is not None:
                 await ep.workers.halt()
@@ -502,10 +540,45 @@ class LocalControlPlane:
         if old_digest and old_digest != key_digest(worker_key):
             await registry.delete_key(old_digest)  # an earlier run's key
         await registry.put_endpoint(endpoint_id, ep.entry(self.job_api_url(endpoint_id)))
-        if launch is not None:
-            ep.workers = self._workers(endpoint_id, launch, worker_key, spec)
         self._endpoints[endpoint_id] = ep
+        if launch is not None:
+            self._begin(ep, launch, spec)
         return ep
+
+    def _model_root(self, spec: EndpointSpec) -> Path:
+        """Where its models are cached: its network volume folder, else the data dir."""
+        if spec.networkVolumeId:
+            return volume_dir(self.volumes_dir, spec.networkVolumeId)
+        return self.volumes_dir.parent
+
+    def _begin(self, ep: LocalEndpoint, launch: Launch, spec: EndpointSpec) -> None:
+        """Start the endpoint's workers now, or once its model references are cached."""
+        if not spec.modelReferences:
+            ep.models = ""
+            ep.workers = self._workers(ep.id, launch, ep.worker_key, spec)
+            return
+        ep.models = MODELS_DOWNLOADING
+
+        def current() -> bool:  # not deleted, edited or started meanwhile
+            same = ep.spec == spec and ep.launch == launch and ep.workers is None
+            return not self._closing and self._endpoints.get(ep.id) is ep and same
+
+        async def fetch_then_start() -> None:
+            try:
+                await self.models.fetch(spec.modelReferences, self._model_root(spec))
+            except ModelFetchFailed as err:
+                log.warning("endpoint %s: %s", ep.id, err)
+                if current():
+                    ep.models = str(err)
+                return
+            async with self._lock:
+                if current():
+                    ep.models = MODELS_READY
+                    ep.workers = self._workers(ep.id, launch, ep.worker_key, spec)
+
+        task = asyncio.create_task(fetch_then_start(), name=f"lockgate-models-{ep.id}")
+        self._fetching.add(task)
+        task.add_done_callback(self._fetching.discard)
 
     def _workers(
         self, endpoint_id: str, launch: Launch, worker_key: str, spec: EndpointSpec
@@ -515,6 +588,8 @@ class LocalControlPlane:
         own = worker_env(self.gateway_url, endpoint_id, worker_key)
         if spec.networkVolumeId:  # a process cannot see /runpod-volume: the folder's path
             own[VOLUME_PATH_ENV] = str(volume_dir(self.volumes_dir, spec.networkVolumeId))
+        if spec.modelReferences:
+            own.update(cache_env(self._model_root(spec)))
         env = {**defaults, **dict(launch.env), **given, **own}  # a template's env first
         keys = WorkerKeys(self.gw.registry, endpoint_id)  # no process gets the shared key
         sink = self.logs.sink(endpoint_id)

@@ -111,6 +111,7 @@ type Endpoint {
   gpuCount: Int
   networkVolumeId: String
   networkVolume: NetworkVolume
+  modelReferences: [String]
   locations: String
   idleTimeout: Int
   scalerType: String
@@ -136,6 +137,7 @@ input EndpointInput {
   gpuIds: String
   gpuCount: Int
   networkVolumeId: String
+  modelReferences: [String]
   locations: String
   idleTimeout: Int
   scalerType: String
@@ -255,6 +257,7 @@ def endpoint_view(record: EndpointRecord, template: TemplateSpec | None) -> dict
         "gpuCount": record.gpuCount,
         "networkVolumeId": record.networkVolumeId or None,
         "networkVolume": None,
+        "modelReferences": list(record.modelReferences),
         "locations": ",".join(record.dataCenterIds),
         "idleTimeout": record.idleTimeout,
         "scalerType": record.scalerType.value,

@@ -42,6 +42,11 @@ class EndpointType(StrEnum):
 # RunPod's load balancer lets a request run 5.5 minutes (s).
 REQUEST_TIMEOUT_DEFAULT_S = 330
 
+# A Hugging Face model reference: `org/name`, optionally `:revision` (a branch, tag or
+# commit); the characters the Hub allows in repository names and git refs.
+MODEL_REFERENCE_PATTERN = r"^[A-Za-z0-9][\w.-]*/[\w.-]+(:[\w./-]+)?$"
+ModelReference = Annotated[str, Field(max_length=200, pattern=MODEL_REFERENCE_PATTERN)]
+
 
 class EndpointSpec(BaseModel):
     """Settings of one endpoint, field for field the spec's creation payload.
@@ -75,6 +80,14 @@ class EndpointSpec(BaseModel):
         max_length=63,
         pattern=r"^$|^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$",
         description="network volume (PersistentVolumeClaim) mounted at /runpod-volume",
+    )
+    modelReferences: list[ModelReference] = Field(
+        default_factory=list,
+        max_length=10,
+        description=(
+            "Hugging Face models `org/name[:revision]` downloaded once before workers start, "
+            "into the Hugging Face cache layout under huggingface-cache/hub"
+        ),
     )
     executionTimeoutMs: int = Field(
         EXECUTION_TIMEOUT_DEFAULT_MS,
