@@ -44,8 +44,13 @@ class ModelFetchFailed(Exception):
 
 
 def _download(reference: str, root: Path) -> str:
-    from huggingface_hub import snapshot_download  # imported when a model is wanted
-
+    try:
+        from huggingface_hub import snapshot_download  # imported when a model is wanted
+    except ImportError as err:
+        raise ModelFetchFailed(
+            f"modelReferences: {reference}: huggingface_hub is not installed: "
+            "pip install 'lockgate[models]'"
+        ) from err
     repo, revision = parse_reference(reference)
     try:
         return snapshot_download(repo, revision=revision, cache_dir=str(hub_dir(root)))
