@@ -104,7 +104,7 @@ def test_metrics_page_charts_the_history_after_some_jobs(page, console_dev):
         "the jobs in the history, with a gap in the queue delay",
     )
     open_page(page, console_dev, f"endpoints/{console_dev.endpoint}/metrics")
-    for name in ("Queue", "Workers", "Jobs ended per 10 s", "Queue delay"):
+    for name in ("Queue", "Workers", "Jobs ended per 10 s", "Execution time", "Queue delay"):
         page.get_by_role("img", name=re.compile(f"^{name}, last 1 h;")).wait_for()
     ranges = page.get_by_role("group", name="Range")
     assert ranges.get_by_role("button", name="1 h").get_attribute("aria-pressed") == "true"
@@ -123,6 +123,8 @@ def test_metrics_page_charts_the_history_after_some_jobs(page, console_dev):
     p50 = delay.locator("path.series.s0").get_attribute("d")
     assert p50.count("M") == 1 and p50.count("L") >= 1, p50
     assert delay.locator("circle.dot").count() == 0
+    execution = page.get_by_role("list", name="Execution time legend")
+    assert re.search(r"p50\s*max \d", execution.inner_text()), execution.inner_text()
     screenshot(page, "metrics")
     ranges.get_by_role("button", name="15 min").click()
     page.get_by_role("img", name=re.compile("^Queue delay, last 15 min;")).wait_for()

@@ -77,6 +77,21 @@ async def dev(
 # -- history ---------------------------------------------------------------------------
 
 
+async def test_history_has_the_execution_time_of_the_jobs_that_ended(dev: Dev) -> None:
+    endpoint_id = await dev.create("python tests/handlers/sleeper.py async", workersMin=1)
+    status, job = await dev.call("POST", f"/v2/{endpoint_id}/runsync", {"input": {"sleep": 1.2}})
+    assert status == 200 and job["status"] == "COMPLETED", job
+    ended = dev.plane.gw.store.clock() / 1000
+    await dev.sampler(ended).sample()
+    status, body = await dev.call("GET", f"/v1/endpoints/{endpoint_id}/metrics")
+    timed = [p for p in body["points"] if p["executionP50"] is not None]
+    assert len(timed) == 1 and timed[0]["completed"] == 1, body["points"]
+    # The middle of a 10 %-wide bucket: within 5 % of the job's own executionTime.
+    for field in ("executionP50", "executionP95"):
+        assert abs(timed[0][field] - job["executionTime"]) <= 0.05 * job["executionTime"] + 1
+    assert all(p["executionP95"] is None for p in body["points"] if p not in timed)
+
+
 async def test_history_counts_the_jobs_that_ended_once_however_many_samplers(dev: Dev) -> None:
     endpoint_id = await dev.create(ECHO, workersMin=1)
     start = dev.plane.gw.store.clock() / 1000
@@ -102,6 +117,7 @@ async def test_history_counts_the_jobs_that_ended_once_however_many_samplers(dev
     assert delays and all(d >= 0 for d in delays)
     fields = {"inQueue", "inQueueLow", "inProgress", "workersRunning", "workersIdle"}
     assert fields | {"workersStarting", "delayP50", "t"} <= set(points[0])
+    assert {"executionP50", "executionP95"} <= set(points[0])
     # Each interval's counts die on their own after INTERVAL_KEEP_MS.
     counted = [k async for k in dev.redis.scan_iter(match=prefix(endpoint_id) + "iv:*")]
     lives = [await dev.redis.pttl(k) for k in counted]

@@ -32,7 +32,8 @@ the single description of what they build.
                                the record dies (sweep, purge, endpoint deletion)
     lg:{ep}:iv:{t}       HASH  what happened in the 10 s interval starting at epoch second
                                {t}: c (jobs completed), f (failed or timed out), d{b} (jobs
-                               taken with a queue delay in log bucket b); dies after
+                               taken with a queue delay in log bucket b), x{b} (jobs
+                               ended with an execution time in bucket b); dies after
                                INTERVAL_KEEP_MS, read by the history sampler
     lg:{ep}:hist         ZSET  history points (JSON, see manage/history.py), score = the
                                interval's epoch second; at most HISTORY_POINTS

@@ -4,8 +4,8 @@
 -- the first intervals were quiet (their gauges are zero: the sampler skipped the endpoint
 -- for want of any sign of activity), t.... The other intervals' gauges (queue depths, jobs
 -- in progress, workers running / idle / starting) are read as of now; each interval's
--- completed/failed counts and queue-delay percentiles come from `iv:<t>` (counted by
--- finalize and take). Returns {points written, 1 if the newest interval's point is quiet
+-- completed/failed counts, queue-delay and execution-time percentiles come from `iv:<t>`
+-- (counted by finalize and take). Returns {points written, 1 if the newest interval's point is quiet
 -- (all zero: nothing queued, running, ended or alive), else 0}.
 local now, timeout, keep = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local zeros = tonumber(ARGV[4])
@@ -20,34 +20,40 @@ local function read_gauges()
     workersIdle = #alive - busy,
     workersStarting = tonumber(redis.call('HGET', P .. 'ws', 'initializing')) or 0}
 end
+-- The middle of the bucket where the cumulative count reaches q of all counted (ms); null
+-- when none were counted. `buckets`: {bucket, count} sorted by bucket, `total` their sum.
+local function percentile(buckets, total, q)
+  if total == 0 then return cjson.null end
+  local seen = 0
+  for _, b in ipairs(buckets) do
+    seen = seen + b[2]
+    if seen >= q * total then
+      return math.floor((1.1 ^ b[1] + 1.1 ^ (b[1] + 1)) / 2 - 1 + 0.5)
+    end
+  end
+end
 local function point(t, g)
   local iv = redis.call('HGETALL', P .. 'iv:' .. t)
-  local completed, failed, buckets, taken = 0, 0, {}, 0
+  -- 'd<bucket>': queue delays of jobs taken, 'x<bucket>': execution times of jobs ended.
+  local completed, failed, buckets, totals = 0, 0, {d = {}, x = {}}, {d = 0, x = 0}
   for i = 1, #iv, 2 do
     local field, n = iv[i], tonumber(iv[i + 1])
+    local kind = string.sub(field, 1, 1)
     if field == 'c' then completed = n
     elseif field == 'f' then failed = n
-    else
-      buckets[#buckets + 1] = {tonumber(string.sub(field, 2)), n}
-      taken = taken + n
+    elseif buckets[kind] then
+      table.insert(buckets[kind], {tonumber(string.sub(field, 2)), n})
+      totals[kind] = totals[kind] + n
     end
   end
-  table.sort(buckets, function(a, b) return a[1] < b[1] end)
-  -- The middle of the bucket where the cumulative count reaches q of the jobs taken (ms).
-  local function percentile(q)
-    if taken == 0 then return cjson.null end
-    local seen = 0
-    for _, b in ipairs(buckets) do
-      seen = seen + b[2]
-      if seen >= q * taken then
-        return math.floor((1.1 ^ b[1] + 1.1 ^ (b[1] + 1)) / 2 - 1 + 0.5)
-      end
-    end
-  end
+  for _, list in pairs(buckets) do table.sort(list, function(a, b) return a[1] < b[1] end) end
   return {t = t, inQueue = g.inQueue, inQueueLow = g.inQueueLow, inProgress = g.inProgress,
     workersRunning = g.workersRunning, workersIdle = g.workersIdle,
     workersStarting = g.workersStarting, completed = completed, failed = failed,
-    delayP50 = percentile(0.5), delayP95 = percentile(0.95)}
+    delayP50 = percentile(buckets.d, totals.d, 0.5),
+    delayP95 = percentile(buckets.d, totals.d, 0.95),
+    executionP50 = percentile(buckets.x, totals.x, 0.5),
+    executionP95 = percentile(buckets.x, totals.x, 0.95)}
 end
 local function is_quiet(p)
   return p.inQueue == 0 and p.inQueueLow == 0 and p.inProgress == 0

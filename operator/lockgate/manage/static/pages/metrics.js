@@ -19,8 +19,8 @@ const POINT_S = 10;
 
 // Each chart says what one of its points is and what its legend's numbers are: gauges are read
 // as an interval ends (legend: the newest point), counts are summed over the range, delays are
-// the highest point in the range. The delay has no point where no job was taken: its line
-// joins the points on either side of such gaps (`bridge`).
+// the highest point in the range. The times have no point where no job was taken (or ended):
+// their lines join the points on either side of such gaps (`bridge`).
 const CHARTS = [
   {id: "queue", title: "Queue", unit: "jobs", summary: "now", point: "jobs as a 10 s interval ends",
     series: [["inQueue", "in queue"], ["inQueueLow", "in queue (lowPriority)"], ["inProgress", "in progress"]]},
@@ -28,6 +28,9 @@ const CHARTS = [
     series: [["workersRunning", "running"], ["workersIdle", "idle"], ["workersStarting", "starting"]]},
   {id: "outcomes", title: "Jobs ended per 10 s", unit: "jobs", summary: "total", point: "jobs that ended during a 10 s interval",
     series: [["completed", "completed"], ["failed", "failed"]]},
+  {id: "execution", title: "Execution time", unit: "ms", format: duration, summary: "max", bridge: true,
+    point: "percentile of the jobs that ended during a 10 s interval (none: no point)",
+    series: [["executionP50", "p50"], ["executionP95", "p95"]]},
   {id: "delay", title: "Queue delay", unit: "ms", format: duration, summary: "max", bridge: true,
     point: "percentile of the jobs taken during a 10 s interval (none: no point)",
     series: [["delayP50", "p50"], ["delayP95", "p95"]]},
