@@ -108,7 +108,7 @@ def test_metrics_page_charts_the_history_after_some_jobs(page, console_dev):
         page.get_by_role("img", name=re.compile(f"^{name}, last 1 h;")).wait_for()
     ranges = page.get_by_role("group", name="Range")
     assert ranges.get_by_role("button", name="1 h").get_attribute("aria-pressed") == "true"
-    assert ranges.get_by_role("button").all_inner_texts() == ["15 min", "1 h"]
+    assert ranges.get_by_role("button").all_inner_texts() == ["15 min", "1 h", "6 h", "24 h"]
     outcomes = page.get_by_role("list", name="Jobs ended per 10 s legend")
     assert "completed" in outcomes.inner_text() and "failed" in outcomes.inner_text()
     completed = re.search(r"completed\s*total (\d+)", outcomes.inner_text())
@@ -133,6 +133,16 @@ def test_metrics_page_charts_the_history_after_some_jobs(page, console_dev):
     page.get_by_role("img", name=re.compile("^Queue, last 15 min;")).wait_for()
     assert ranges.get_by_role("button", name="15 min").get_attribute("aria-pressed") == "true"
     screenshot(page, "metrics-15m")  # docs/images/console-metrics.png
+    # 24 h: minute points (the first is written once a minute of history has ended).
+    poll(lambda: call(console_dev, "GET", path + "?interval=60")["points"], "a minute point", 90)
+    ranges.get_by_role("button", name="24 h").click()
+    page.get_by_role("img", name=re.compile("^Jobs ended per minute, last 24 h;")).wait_for()
+    assert page.url.endswith("/metrics?range=24h")
+    assert "Each point: jobs that ended during a minute." in page.inner_text("main")
+    ticks = [int(t) for t in page.locator("svg text.time").evaluate_all(
+        "els => els.map((e) => e.dataset.t)")]  # fmt: skip
+    assert len(ticks) >= 3 and all(t % 3600 == 0 for t in ticks), ticks
+    screenshot(page, "metrics-24h")
     page.set_viewport_size(PHONE)
     page.reload()
     page.get_by_role("img", name=re.compile("^Queue delay,")).wait_for()

@@ -1,6 +1,6 @@
-// The Metrics page of one endpoint (#/endpoints/{id}/metrics?range=15m|1h): charts of the
-// last 15 minutes or hour of GET /v1/endpoints/{id}/metrics (10 s points; the store keeps an
-// hour, see docs/console.md), refreshed every 10 s. Inline SVG built with
+// The Metrics page of one endpoint (#/endpoints/{id}/metrics?range=15m|1h|6h|24h): charts of
+// GET /v1/endpoints/{id}/metrics (10 s points for an hour, minute points for a day: what the
+// store keeps, see docs/operations.md), refreshed every 10 s. Inline SVG built with
 // DOM calls: no library, no inline styles (the CSP forbids them; classes are in health.css).
 import {api} from "../api.js";
 import {duration, errorBox, h, replace} from "../dom.js";
@@ -12,27 +12,33 @@ const HEIGHT = 200;
 const M = {top: 10, right: 12, bottom: 24, left: 48}; // margins for the axes' labels
 const LABEL_HALF = 28; // half the width of a time label ("07:30 AM" at 11 px)
 
-// The ranges offered: only what the store keeps (HISTORY_POINTS × 10 s = 1 h).
-export const RANGES = {"15m": {label: "15 min", seconds: 900}, "1h": {label: "1 h", seconds: 3600}};
+// The ranges offered, each read at a resolution the store keeps that long (10 s points for
+// an hour, minute points for a day); `per` and `span` say what one point covers.
+export const RANGES = {
+  "15m": {label: "15 min", seconds: 900, interval: 10, per: "10 s", span: "10 s interval"},
+  "1h": {label: "1 h", seconds: 3600, interval: 10, per: "10 s", span: "10 s interval"},
+  "6h": {label: "6 h", seconds: 21600, interval: 60, per: "minute", span: "minute"},
+  "24h": {label: "24 h", seconds: 86400, interval: 60, per: "minute", span: "minute"},
+};
 const DEFAULT_RANGE = "1h";
-const POINT_S = 10;
 
 // Each chart says what one of its points is and what its legend's numbers are: gauges are read
 // as an interval ends (legend: the newest point), counts are summed over the range, delays are
 // the highest point in the range. The times have no point where no job was taken (or ended):
 // their lines join the points on either side of such gaps (`bridge`).
 const CHARTS = [
-  {id: "queue", title: "Queue", unit: "jobs", summary: "now", point: "jobs as a 10 s interval ends",
+  {id: "queue", title: () => "Queue", unit: "jobs", summary: "now", point: (span) => `jobs as a ${span} ends`,
     series: [["inQueue", "in queue"], ["inQueueLow", "in queue (lowPriority)"], ["inProgress", "in progress"]]},
-  {id: "workers", title: "Workers", unit: "workers", summary: "now", point: "workers as a 10 s interval ends",
+  {id: "workers", title: () => "Workers", unit: "workers", summary: "now", point: (span) => `workers as a ${span} ends`,
     series: [["workersRunning", "running"], ["workersIdle", "idle"], ["workersStarting", "starting"]]},
-  {id: "outcomes", title: "Jobs ended per 10 s", unit: "jobs", summary: "total", point: "jobs that ended during a 10 s interval",
+  {id: "outcomes", title: (per) => `Jobs ended per ${per}`, unit: "jobs", summary: "total",
+    point: (span) => `jobs that ended during a ${span}`,
     series: [["completed", "completed"], ["failed", "failed"]]},
-  {id: "execution", title: "Execution time", unit: "ms", format: duration, summary: "max", bridge: true,
-    point: "percentile of the jobs that ended during a 10 s interval (none: no point)",
+  {id: "execution", title: () => "Execution time", unit: "ms", format: duration, summary: "max", bridge: true,
+    point: (span) => `percentile of the jobs that ended during a ${span} (none: no point)`,
     series: [["executionP50", "p50"], ["executionP95", "p95"]]},
-  {id: "delay", title: "Queue delay", unit: "ms", format: duration, summary: "max", bridge: true,
-    point: "percentile of the jobs taken during a 10 s interval (none: no point)",
+  {id: "delay", title: () => "Queue delay", unit: "ms", format: duration, summary: "max", bridge: true,
+    point: (span) => `percentile of the jobs taken during a ${span} (none: no point)`,
     series: [["delayP50", "p50"], ["delayP95", "p95"]]},
 ];
 
@@ -155,12 +161,14 @@ function draw(grid, points, range) {
   const column = (grid.clientWidth - 14 * (columns - 1)) / columns;
   const width = Math.max(280, Math.min(900, Math.floor(column) - 34));
   // The whole range, ending where the newest point's interval ends.
-  const t1 = points[points.length - 1].t + POINT_S;
-  const t0 = t1 - RANGES[range].seconds;
+  const r = RANGES[range];
+  const t1 = points[points.length - 1].t + r.interval;
+  const t0 = t1 - r.seconds;
   const shown = points.filter((p) => p.t >= t0);
-  replace(grid, CHARTS.map((spec) => h("section", {class: "card chart", "aria-labelledby": `chart-${spec.id}`},
+  const specs = CHARTS.map((c) => ({...c, title: c.title(r.per), point: c.point(r.span)}));
+  replace(grid, specs.map((spec) => h("section", {class: "card chart", "aria-labelledby": `chart-${spec.id}`},
     h("h2", {id: `chart-${spec.id}`}, spec.title, h("span", {class: "hint"}, ` (${spec.unit})`)),
-    svgChart(spec, shown, width, t0, t1, RANGES[range].label), legend(spec, shown))));
+    svgChart(spec, shown, width, t0, t1, r.label), legend(spec, shown))));
 }
 
 function rangePicker(id, chosen, onPick) {
@@ -182,20 +190,20 @@ export async function render(view, ctx) {
   let range = rangeOf(ctx.query);
   let points = [];
   const note = h("p", {class: "hint"},
-    "10 s points, refreshed every 10 s. The history kept is the last hour: longer ranges are not offered.");
+    "15 min and 1 h: 10 s points (an hour is kept); 6 h and 24 h: minute points (a day is kept). Refreshed every 10 s.");
   const failure = h("div");
   const grid = h("div", {class: "charts"});
   const show = () => {
-    if (!points.length) {
-      replace(grid, h("p", {class: "hint"}, "No history yet: the first point appears 10 s after the endpoint was created."));
-    } else {
-      draw(grid, points, range);
-    }
+    if (points.length) return draw(grid, points, range);
+    const first = RANGES[range].interval === 60 ? "after the first full minute" : "10 s after the endpoint was created";
+    replace(grid, h("p", {class: "hint"}, `No history yet: the first point appears ${first}.`));
   };
-  view.append(rangePicker(id, range, (picked) => { range = picked; show(); }), note, failure, grid);
-  ctx.every(REFRESH_MS, async () => {
+  const load = async () => {
+    const asked = range;
     try {
-      const body = await api(`/v1/endpoints/${encodeURIComponent(id)}/metrics`, {signal: ctx.signal});
+      const path = `/v1/endpoints/${encodeURIComponent(id)}/metrics?interval=${RANGES[asked].interval}`;
+      const body = await api(path, {signal: ctx.signal});
+      if (asked !== range) return; // another range was picked meanwhile: its own load shows it
       replace(failure);
       points = body.points;
       show();
@@ -203,5 +211,18 @@ export async function render(view, ctx) {
       if (err.name === "AbortError") throw err;
       replace(failure, errorBox(err));
     }
-  });
+  };
+  const pick = (picked) => {
+    const again = RANGES[picked].interval !== RANGES[range].interval;
+    range = picked;
+    if (again) {
+      points = [];
+      replace(grid, h("p", {class: "hint"}, "Loading…"));
+      load().catch(() => {});
+    } else {
+      show();
+    }
+  };
+  view.append(rangePicker(id, range, pick), note, failure, grid);
+  ctx.every(REFRESH_MS, load);
 }
