@@ -86,21 +86,63 @@ def test_a_crash_looping_endpoint_shows_unhealthy_and_the_cause(page, console_de
     call(console_dev, "DELETE", "/v1/endpoints/crashy")
 
 
+def delay_gap(points: list[dict]) -> bool:
+    """Whether the queue delay has values on both sides of an interval without one."""
+    seen = [p["delayP50"] is not None for p in points]
+    first = seen.index(True) if True in seen else len(seen)
+    return any(seen[first:]) and not all(seen[first : len(seen) - seen[::-1].index(True)])
+
+
 def test_metrics_page_charts_the_history_after_some_jobs(page, console_dev):
+    path = f"/v1/endpoints/{console_dev.endpoint}/metrics"
     for n in range(4):
         call(console_dev, "POST", f"/v2/{console_dev.endpoint}/runsync", {"input": {"n": n}})
-    path = f"/v1/endpoints/{console_dev.endpoint}/metrics"
+    time.sleep(21)  # two 10 s intervals with no job taken: a gap in the queue delay
+    call(console_dev, "POST", f"/v2/{console_dev.endpoint}/runsync", {"input": {"n": 4}})
     poll(
-        lambda: sum(p["completed"] for p in call(console_dev, "GET", path)["points"]) >= 4,
-        "the jobs in the history",
+        lambda: delay_gap(call(console_dev, "GET", path)["points"]),
+        "the jobs in the history, with a gap in the queue delay",
     )
     open_page(page, console_dev, f"endpoints/{console_dev.endpoint}/metrics")
-    for name in ("Queue", "Workers", "Jobs ended per 10 s", "Queue delay"):
-        page.get_by_role("img", name=re.compile(f"^{name},")).wait_for()
+    for name in ("Queue", "Workers", "Jobs ended per 10 s", "Execution time", "Queue delay"):
+        page.get_by_role("img", name=re.compile(f"^{name}, last 1 h;")).wait_for()
+    ranges = page.get_by_role("group", name="Range")
+    assert ranges.get_by_role("button", name="1 h").get_attribute("aria-pressed") == "true"
+    assert ranges.get_by_role("button").all_inner_texts() == ["15 min", "1 h", "6 h", "24 h"]
     outcomes = page.get_by_role("list", name="Jobs ended per 10 s legend")
     assert "completed" in outcomes.inner_text() and "failed" in outcomes.inner_text()
-    assert page.locator("svg path.series").count() >= 4
+    completed = re.search(r"completed\s*total (\d+)", outcomes.inner_text())
+    assert completed and int(completed[1]) >= 5  # summed over the range, not the newest point
+    assert "Each point: jobs that ended during a 10 s interval." in page.inner_text("main")
+    # Regular time axes: every tick on a round minute.
+    ticks = [int(t) for t in page.locator("svg text.time").evaluate_all(
+        "els => els.map((e) => e.dataset.t)")]  # fmt: skip
+    assert len(ticks) >= 4 and all(t % 60 == 0 for t in ticks), ticks
+    # The queue-delay p50 line joins its points across the intervals without a job taken.
+    delay = page.get_by_role("region", name="Queue delay")
+    p50 = delay.locator("path.series.s0").get_attribute("d")
+    assert p50.count("M") == 1 and p50.count("L") >= 1, p50
+    assert delay.locator("circle.dot").count() == 0
+    execution = page.get_by_role("list", name="Execution time legend")
+    assert re.search(r"p50\s*max \d", execution.inner_text()), execution.inner_text()
     screenshot(page, "metrics")
+    ranges.get_by_role("button", name="15 min").click()
+    page.get_by_role("img", name=re.compile("^Queue delay, last 15 min;")).wait_for()
+    assert page.url.endswith("/metrics?range=15m")
+    page.reload()
+    page.get_by_role("img", name=re.compile("^Queue, last 15 min;")).wait_for()
+    assert ranges.get_by_role("button", name="15 min").get_attribute("aria-pressed") == "true"
+    screenshot(page, "metrics-15m")  # docs/images/console-metrics.png
+    # 24 h: minute points (the first is written once a minute of history has ended).
+    poll(lambda: call(console_dev, "GET", path + "?interval=60")["points"], "a minute point", 90)
+    ranges.get_by_role("button", name="24 h").click()
+    page.get_by_role("img", name=re.compile("^Jobs ended per minute, last 24 h;")).wait_for()
+    assert page.url.endswith("/metrics?range=24h")
+    assert "Each point: jobs that ended during a minute." in page.inner_text("main")
+    ticks = [int(t) for t in page.locator("svg text.time").evaluate_all(
+        "els => els.map((e) => e.dataset.t)")]  # fmt: skip
+    assert len(ticks) >= 3 and all(t % 3600 == 0 for t in ticks), ticks
+    screenshot(page, "metrics-24h")
     page.set_viewport_size(PHONE)
     page.reload()
     page.get_by_role("img", name=re.compile("^Queue delay,")).wait_for()

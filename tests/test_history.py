@@ -77,6 +77,41 @@ async def dev(
 # -- history ---------------------------------------------------------------------------
 
 
+async def test_history_has_the_execution_time_of_the_jobs_that_ended(dev: Dev) -> None:
+    endpoint_id = await dev.create("python tests/handlers/sleeper.py async", workersMin=1)
+    status, job = await dev.call("POST", f"/v2/{endpoint_id}/runsync", {"input": {"sleep": 1.2}})
+    assert status == 200 and job["status"] == "COMPLETED", job
+    ended = dev.plane.gw.store.clock() / 1000
+    await dev.sampler(ended).sample()
+    status, body = await dev.call("GET", f"/v1/endpoints/{endpoint_id}/metrics")
+    timed = [p for p in body["points"] if p["executionP50"] is not None]
+    assert len(timed) == 1 and timed[0]["completed"] == 1, body["points"]
+    # The middle of a 10 %-wide bucket: within 5 % of the job's own executionTime.
+    for field in ("executionP50", "executionP95"):
+        assert abs(timed[0][field] - job["executionTime"]) <= 0.05 * job["executionTime"] + 1
+    assert all(p["executionP95"] is None for p in body["points"] if p not in timed)
+
+
+async def test_minute_points_sum_the_minute_and_are_written_once(dev: Dev) -> None:
+    endpoint_id = await dev.create(ECHO, workersMin=1)
+    start = dev.plane.gw.store.clock() / 1000
+    for n in range(3):
+        status, job = await dev.call("POST", f"/v2/{endpoint_id}/runsync", {"input": {"n": n}})
+        assert status == 200 and job["status"] == "COMPLETED", job
+    end = dev.plane.gw.store.clock() / 1000
+    minutes = range(int(start) // 60 * 60, int(end) // 60 * 60 + 1, 60)
+    for m in minutes:  # the minute's last interval settled, sampled by two replicas
+        a, b = dev.sampler(m + 50), dev.sampler(m + 50)
+        await asyncio.gather(a.sample(), b.sample())
+    status, body = await dev.call("GET", f"/v1/endpoints/{endpoint_id}/metrics?interval=60")
+    assert status == 200 and body["interval"] == 60
+    points = [p for p in body["points"] if p["t"] in minutes]
+    assert [p["t"] for p in points] == list(minutes)  # one point a minute, on the minute
+    assert sum(p["completed"] for p in points) == 3
+    assert any(p["executionP50"] is not None and p["delayP95"] is not None for p in points)
+    assert all(p["workersIdle"] + p["workersRunning"] >= 1 for p in points)
+
+
 async def test_history_counts_the_jobs_that_ended_once_however_many_samplers(dev: Dev) -> None:
     endpoint_id = await dev.create(ECHO, workersMin=1)
     start = dev.plane.gw.store.clock() / 1000
@@ -102,6 +137,7 @@ async def test_history_counts_the_jobs_that_ended_once_however_many_samplers(dev
     assert delays and all(d >= 0 for d in delays)
     fields = {"inQueue", "inQueueLow", "inProgress", "workersRunning", "workersIdle"}
     assert fields | {"workersStarting", "delayP50", "t"} <= set(points[0])
+    assert {"executionP50", "executionP95"} <= set(points[0])
     # Each interval's counts die on their own after INTERVAL_KEEP_MS.
     counted = [k async for k in dev.redis.scan_iter(match=prefix(endpoint_id) + "iv:*")]
     lives = [await dev.redis.pttl(k) for k in counted]
@@ -130,6 +166,8 @@ async def test_metrics_refuses_a_bad_since_and_an_unknown_endpoint(dev: Dev) -> 
     endpoint_id = await dev.create(ECHO)
     status, body = await dev.call("GET", f"/v1/endpoints/{endpoint_id}/metrics?since=soon")
     assert status == 400 and "since" in body["error"]
+    status, body = await dev.call("GET", f"/v1/endpoints/{endpoint_id}/metrics?interval=30")
+    assert status == 400 and "interval" in body["error"]
     assert (await dev.call("GET", "/v1/endpoints/nope/metrics"))[0] == 404
 
 

@@ -6,9 +6,9 @@ one call per endpoint), so a page reload or another replica reads the same curve
 replica samples; the store writes a point only when its interval has none yet, so two
 replicas never write two points for one interval. A point holds the gauges as the interval
 ends (queue depths, jobs in progress, workers running / idle / starting) and what happened
-during it: jobs that ended completed or failed (TIMED_OUT counts as failed), and the
-p50/p95 queue delay of jobs taken (from 10 %-wide log buckets the store counts as workers
-take jobs).
+during it: jobs that ended completed or failed (TIMED_OUT counts as failed) and their
+p50/p95 execution time, and the p50/p95 queue delay of jobs taken (from 10 %-wide log
+buckets the store counts as workers take and end jobs).
 
 An endpoint whose newest point is quiet (nothing queued, running, ended or alive) is not
 sampled again until a sign of activity (the store's `q:`, `a:`, `r:` and `l:` events, given
@@ -35,7 +35,13 @@ from lockgate.gateway.http import json_response
 from lockgate.gateway.notify import Notifier
 from lockgate.store import JobStore, Registry
 from lockgate.store.connection import raise_if_cancelled
-from lockgate.store.keys import ENDPOINT_ID_RE, HISTORY_INTERVAL_S, HISTORY_POINTS
+from lockgate.store.keys import (
+    ENDPOINT_ID_RE,
+    HISTORY_INTERVAL_S,
+    HISTORY_MINUTE_POINTS,
+    HISTORY_MINUTE_S,
+    HISTORY_POINTS,
+)
 
 log = logging.getLogger("lockgate.history")
 
@@ -181,19 +187,29 @@ def _since(request: web.Request) -> int:
         raise BadRequest("since: expected epoch seconds") from err
 
 
+def _interval(request: web.Request) -> int:
+    raw = request.query.get("interval", str(HISTORY_INTERVAL_S))
+    if raw not in (str(HISTORY_INTERVAL_S), str(HISTORY_MINUTE_S)):
+        raise BadRequest(f"interval: expected {HISTORY_INTERVAL_S} or {HISTORY_MINUTE_S} (s)")
+    return int(raw)
+
+
 async def endpoint_metrics(request: web.Request) -> web.Response:
-    """`{"interval": 10, "points": [...]}`, oldest first, the last hour at most."""
+    """`{"interval": 10, "points": [...]}`, oldest first, the last hour at most; with
+    `?interval=60`, minute points, the last day at most."""
     endpoint_id = request.match_info["endpoint_id"]
     sampler = request.app[HISTORY_SAMPLER]
-    since = _since(request)
+    since, interval = _since(request), _interval(request)
     if not ENDPOINT_ID_RE.match(endpoint_id) or not await sampler.registry.has_endpoint(
         endpoint_id
     ):
         raise NotFound(f"endpoint {endpoint_id!r} not found")
     if endpoint_id in sampler.quiet:
         await sampler.catch_up(endpoint_id)  # the intervals it was skipped for
-    points = await sampler.store.history(endpoint_id, since)
-    return json_response({"interval": HISTORY_INTERVAL_S, "points": points[-HISTORY_POINTS:]})
+    minutes = interval == HISTORY_MINUTE_S
+    points = await sampler.store.history(endpoint_id, since, minutes=minutes)
+    keep = HISTORY_MINUTE_POINTS if minutes else HISTORY_POINTS
+    return json_response({"interval": interval, "points": points[-keep:]})
 
 
 def add_history_routes(app: web.Application, sampler: HistorySampler, *, prefix: str = "") -> None:

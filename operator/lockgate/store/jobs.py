@@ -472,16 +472,21 @@ class JobStore:
         first `quiet` with zero gauges (the endpoint was quiet then), the others with the
         gauges as of now. Says how many were written and whether the newest is quiet."""
         args = [
-            self.clock(), self.liveness.heartbeat_timeout_ms, keys.HISTORY_POINTS, quiet, *slots
+            self.clock(), self.liveness.heartbeat_timeout_ms, keys.HISTORY_POINTS,
+            keys.HISTORY_MINUTE_POINTS, quiet, *slots,
         ]  # fmt: skip
         written, newest_quiet = await self.scripts.history(
             keys=[keys.prefix(endpoint_id)], args=args
         )
         return Sampled(int(written), bool(newest_quiet))
 
-    async def history(self, endpoint_id: str, since: int = 0) -> list[dict]:
-        """History points of the endpoint from epoch second `since` on, oldest first."""
-        raw = await self.redis.zrangebyscore(keys.prefix(endpoint_id) + "hist", since, "+inf")
+    async def history(
+        self, endpoint_id: str, since: int = 0, *, minutes: bool = False
+    ) -> list[dict]:
+        """History points of the endpoint from epoch second `since` on, oldest first: the
+        10 s points, or with `minutes` the minute points (a day of them)."""
+        key = keys.prefix(endpoint_id) + ("hist1m" if minutes else "hist")
+        raw = await self.redis.zrangebyscore(key, since, "+inf")
         return [json.loads(p) for p in raw]
 
     async def stop_taking(

@@ -32,10 +32,13 @@ the single description of what they build.
                                the record dies (sweep, purge, endpoint deletion)
     lg:{ep}:iv:{t}       HASH  what happened in the 10 s interval starting at epoch second
                                {t}: c (jobs completed), f (failed or timed out), d{b} (jobs
-                               taken with a queue delay in log bucket b); dies after
+                               taken with a queue delay in log bucket b), x{b} (jobs
+                               ended with an execution time in bucket b); dies after
                                INTERVAL_KEEP_MS, read by the history sampler
     lg:{ep}:hist         ZSET  history points (JSON, see manage/history.py), score = the
                                interval's epoch second; at most HISTORY_POINTS
+    lg:{ep}:hist1m       ZSET  the same per minute (written with the minute's last interval),
+                               score = the minute's epoch second; at most HISTORY_MINUTE_POINTS
     lg:{ep}:ws           HASH  worker states the gateway cannot see: initializing, throttled,
                                unhealthy (counts) as the operator or dev pool last saw them;
                                dies WORKER_STATES_TTL_MS after the last report
@@ -114,9 +117,12 @@ ORDER_SLOTS = 1024
 GONE_MS = STOPPING_MS
 
 
-# History for the console's charts: one point per interval, one hour kept.
+# History for the console's charts: one point per interval, one hour kept ...
 HISTORY_INTERVAL_S = 10
 HISTORY_POINTS = 360
+# ... and one point per minute, a day kept (`hist1m`).
+HISTORY_MINUTE_S = 60
+HISTORY_MINUTE_POINTS = 1440
 # Per-interval counters outlive their interval long enough for a late sampler (ms).
 INTERVAL_KEEP_MS = 15 * 60 * 1000
 # Worker-state reports vanish when their reporter stops reporting (ms).

@@ -58,8 +58,8 @@ local function count_interval(now, field)
   if redis.call('HINCRBY', k, field, 1) == 1 then redis.call('PEXPIRE', k, INTERVAL_KEEP) end
 end
 
--- The log bucket of a queue delay (ms): buckets 10 % wide, so percentiles read from
--- them are within 5 % (history.lua turns a bucket back into its middle).
+-- The log bucket of a queue delay or an execution time (ms): buckets 10 % wide, so
+-- percentiles read from them are within 5 % (history.lua turns a bucket back into its middle).
 local function delay_bucket(ms)
   return math.floor(math.log(math.max(ms, 0) + 1) / math.log(1.1))
 end
@@ -84,7 +84,7 @@ end
 -- and `/status?wait=` on a job it marked watched).
 local function finalize(ep, id, status, now, worker, sync, ret_run, ret_sync, extra)
   local jk = jkey(id)
-  local f = redis.call('HMGET', jk, 'st', 'cr', 'tl', 'wh', 'wt')
+  local f = redis.call('HMGET', jk, 'st', 'cr', 'tl', 'wh', 'wt', 'sa')
   reindex(id, f[1], status)
   redis.call('HSET', jk, 'st', status, 'fi', now, unpack(extra))
   redis.call('HDEL', jk, 'pg')  -- progress is shown while running only
@@ -96,6 +96,9 @@ local function finalize(ep, id, status, now, worker, sync, ret_run, ret_sync, ex
   elseif status == 'FAILED' or status == 'TIMED_OUT' then
     redis.call('HINCRBY', P .. 'stats', 'failed', 1)
     count_interval(now, 'f')
+  end
+  if f[6] and status ~= 'CANCELLED' then  -- the execution time of a job that ran and ended
+    count_interval(now, 'x' .. delay_bucket(now - tonumber(f[6])))
   end
   local death = math.min(now + tonumber(sync == '1' and ret_sync or ret_run),
     tonumber(f[2]) + tonumber(f[3]))
