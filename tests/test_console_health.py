@@ -104,7 +104,8 @@ def test_metrics_page_charts_the_history_after_some_jobs(page, console_dev):
         "the jobs in the history, with a gap in the queue delay",
     )
     open_page(page, console_dev, f"endpoints/{console_dev.endpoint}/metrics")
-    for name in ("Queue", "Workers", "Jobs ended per 10 s", "Execution time", "Queue delay"):
+    charts = ("Queue", "Workers", "Cold starts per 10 s", "Jobs ended per 10 s", "Execution time")
+    for name in (*charts, "Queue delay"):
         page.get_by_role("img", name=re.compile(f"^{name}, last 1 h;")).wait_for()
     ranges = page.get_by_role("group", name="Range")
     assert ranges.get_by_role("button", name="1 h").get_attribute("aria-pressed") == "true"
@@ -114,6 +115,10 @@ def test_metrics_page_charts_the_history_after_some_jobs(page, console_dev):
     completed = re.search(r"completed\s*total (\d+)", outcomes.inner_text())
     assert completed and int(completed[1]) >= 5  # summed over the range, not the newest point
     assert "Each point: jobs that ended during a 10 s interval." in page.inner_text("main")
+    # The endpoint's worker started within the hour: its first heartbeat is a cold start.
+    starts = page.get_by_role("list", name="Cold starts per 10 s legend").inner_text()
+    assert re.search(r"cold starts\s*total [1-9]", starts), starts
+    assert "workers new to the endpoint (their first heartbeat)" in page.inner_text("main")
     # Regular time axes: every tick on a round minute.
     ticks = [int(t) for t in page.locator("svg text.time").evaluate_all(
         "els => els.map((e) => e.dataset.t)")]  # fmt: skip

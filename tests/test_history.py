@@ -112,6 +112,27 @@ async def test_minute_points_sum_the_minute_and_are_written_once(dev: Dev) -> No
     assert all(p["workersIdle"] + p["workersRunning"] >= 1 for p in points)
 
 
+async def test_cold_starts_count_each_worker_new_to_the_endpoint_once(dev: Dev) -> None:
+    start = dev.plane.gw.store.clock() / 1000
+    endpoint_id = await dev.create(ECHO, workersMin=2)
+
+    async def both_idle() -> bool:
+        _, health = await dev.call("GET", f"/v2/{endpoint_id}/health")
+        return health["workers"]["idle"] == 2
+
+    await eventually(both_idle, "two idle workers in /health")
+    await asyncio.sleep(2)  # more heartbeats from the same workers: not counted again
+    end = dev.plane.gw.store.clock() / 1000
+    for at in range(int(start) // 10 * 10, int(end) + 1, HISTORY_INTERVAL_S):
+        await dev.sampler(at).sample()
+    for m in range(int(start) // 60 * 60, int(end) // 60 * 60 + 1, 60):
+        await dev.sampler(m + 50).sample()  # the minute's last interval: its minute point
+    _, body = await dev.call("GET", f"/v1/endpoints/{endpoint_id}/metrics")
+    assert sum(p["coldStarts"] for p in body["points"]) == 2, body["points"]
+    _, body = await dev.call("GET", f"/v1/endpoints/{endpoint_id}/metrics?interval=60")
+    assert sum(p["coldStarts"] for p in body["points"]) == 2, body["points"]
+
+
 async def test_history_counts_the_jobs_that_ended_once_however_many_samplers(dev: Dev) -> None:
     endpoint_id = await dev.create(ECHO, workersMin=1)
     start = dev.plane.gw.store.clock() / 1000

@@ -180,10 +180,13 @@ local function load_of(worker)
 end
 
 -- A worker's heartbeat. A worker new to the endpoint announces it on `lg:events` (`a:<ep>`):
--- every gateway process looks after the endpoint again (gateway/activity.py).
+-- every gateway process looks after the endpoint again (gateway/activity.py), and is
+-- counted as a cold start in its history interval (`s`; a worker forgotten after missing
+-- its heartbeats and heard from again counts again).
 local function beat(worker, now)
   if redis.call('ZADD', P .. 'w', now, worker) == 1 then
     redis.call('PUBLISH', EVENTS, 'a:' .. string.sub(P, 5, -3))
+    count_interval(now, 's')
   end
 end
 

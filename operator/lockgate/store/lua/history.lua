@@ -3,12 +3,13 @@
 -- it) is left alone. Writing the last interval of a minute also writes that minute's point
 -- into `hist1m` (once): the gauges as the minute ends, the counts summed, the percentiles
 -- of the minute's buckets. ARGV: now (ms), heartbeat timeout (ms), max points kept, max
--- minute points kept, how many of the first intervals were quiet (their gauges are zero: the sampler skipped the endpoint
--- for want of any sign of activity), t.... The other intervals' gauges (queue depths, jobs
--- in progress, workers running / idle / starting) are read as of now; each interval's
--- completed/failed counts, queue-delay and execution-time percentiles come from `iv:<t>`
--- (counted by finalize and take). Returns {points written, 1 if the newest interval's point is quiet
--- (all zero: nothing queued, running, ended or alive), else 0}.
+-- minute points kept, how many of the first intervals were quiet (their gauges are zero:
+-- the sampler skipped the endpoint for want of any sign of activity), t.... The other
+-- intervals' gauges (queue depths, jobs in progress, workers running / idle / starting)
+-- are read as of now; each interval's completed/failed counts, cold starts, queue-delay
+-- and execution-time percentiles come from `iv:<t>` (counted by finalize, beat and take).
+-- Returns {points written, 1 if the newest interval's point is quiet (all zero: nothing
+-- queued, running, ended, started or alive), else 0}.
 local now, timeout, keep = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local keep_minutes, zeros = tonumber(ARGV[4]), tonumber(ARGV[5])
 local hist, minutes = P .. 'hist', P .. 'hist1m'
@@ -34,11 +35,12 @@ local function percentile(buckets, total, q)
     end
   end
 end
--- The counts of the intervals starting at t0, t0 + 10, ... t1: jobs completed, failed, and
+-- The counts of the intervals starting at t0, t0 + 10, ... t1: jobs completed, failed, cold
+-- starts, and
 -- the buckets ('d<bucket>': queue delays of jobs taken, 'x<bucket>': execution times of
 -- jobs ended) merged, sorted, with their totals.
 local function counted(t0, t1)
-  local completed, failed, merged, totals = 0, 0, {d = {}, x = {}}, {d = 0, x = 0}
+  local completed, failed, starts, merged, totals = 0, 0, 0, {d = {}, x = {}}, {d = 0, x = 0}
   for s = t0, t1, 10 do
     local iv = redis.call('HGETALL', P .. 'iv:' .. s)
     for i = 1, #iv, 2 do
@@ -46,6 +48,7 @@ local function counted(t0, t1)
       local kind = string.sub(field, 1, 1)
       if field == 'c' then completed = completed + n
       elseif field == 'f' then failed = failed + n
+      elseif field == 's' then starts = starts + n
       elseif merged[kind] then
         local b = tonumber(string.sub(field, 2))
         merged[kind][b] = (merged[kind][b] or 0) + n
@@ -58,13 +61,14 @@ local function counted(t0, t1)
     for b, n in pairs(m) do table.insert(buckets[kind], {b, n}) end
     table.sort(buckets[kind], function(a, b) return a[1] < b[1] end)
   end
-  return completed, failed, buckets, totals
+  return completed, failed, starts, buckets, totals
 end
 local function point(t, g, t_end)
-  local completed, failed, buckets, totals = counted(t, t_end or t)
+  local completed, failed, starts, buckets, totals = counted(t, t_end or t)
   return {t = t, inQueue = g.inQueue, inQueueLow = g.inQueueLow, inProgress = g.inProgress,
     workersRunning = g.workersRunning, workersIdle = g.workersIdle,
     workersStarting = g.workersStarting, completed = completed, failed = failed,
+    coldStarts = starts,
     delayP50 = percentile(buckets.d, totals.d, 0.5),
     delayP95 = percentile(buckets.d, totals.d, 0.95),
     executionP50 = percentile(buckets.x, totals.x, 0.5),
@@ -73,7 +77,7 @@ end
 local function is_quiet(p)
   return p.inQueue == 0 and p.inQueueLow == 0 and p.inProgress == 0
     and p.workersRunning == 0 and p.workersIdle == 0 and p.workersStarting == 0
-    and p.completed == 0 and p.failed == 0
+    and p.completed == 0 and p.failed == 0 and (p.coldStarts or 0) == 0
 end
 local first, last = tonumber(ARGV[6]), tonumber(ARGV[#ARGV])
 local have, newest = {}, nil
