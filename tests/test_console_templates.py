@@ -87,7 +87,18 @@ def test_create_from_an_image_makes_the_template_then_a_ready_endpoint(page, con
     assert [e["id"] for e in get(console_dev, "/v1/endpoints").json()] == ["echo"]
     screenshot(page, "create-from-image")
 
+    # the Model field is sent as modelReferences; the API's 400 shows under it
+    page.get_by_label("Model", exact=True).fill("org/model:main\nnot a model")
     page.get_by_label("Endpoint id").fill("from-image")
+    page.get_by_role("button", name="Create endpoint").click()
+    expect(page.locator('[data-field="modelReferences"] .field-error')).to_contain_text(
+        "modelReferences"
+    )
+    expect(page.get_by_label("Model", exact=True)).to_have_attribute("aria-invalid", "true")
+    assert get(console_dev, "/v1/templates").json() == []
+    screenshot(page, "create-model-error")
+    page.get_by_label("Model", exact=True).fill("")
+
     page.get_by_label("Workers min").fill("1")
     page.get_by_role("button", name="Create endpoint").click()
     expect(page.get_by_role("heading", level=1)).to_have_text("Created from-image", timeout=90_000)
@@ -111,6 +122,15 @@ def test_create_from_an_image_makes_the_template_then_a_ready_endpoint(page, con
     link = summary.get_by_role("link", name="Edit the template")
     assert link.get_attribute("href") == f"#/templates/{template['id']}"
     screenshot(page, "edit-template-summary")
+    # Edit: the Model field, one per line or comma separated, in the review's diff
+    page.get_by_label("Model", exact=True).fill("org/model:main, other/model\nthird/one")
+    page.get_by_role("button", name="Review changes").click()
+    rows = page.locator("table.diff tbody tr")
+    expect(rows).to_have_count(1)  # nothing else changed: the record's [] is the field's ""
+    expect(rows).to_contain_text("modelReferences")
+    expect(rows.locator("td.new")).to_have_text("org/model:main, other/model, third/one")
+    screenshot(page, "edit-model-diff")
+    page.get_by_role("button", name="Back").click()
     # the start command really runs: a job through the job API completes
     answer = requests.post(
         f"{console_dev.url}/v2/from-image/runsync",
