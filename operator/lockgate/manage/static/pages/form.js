@@ -137,7 +137,7 @@ export function endpointForm(initial = {}, {withId = true, devMode = false} = {}
     scalerValue: number(v.scalerValue, 1, 10000),
     workersMin: number(v.workersMin, 0, 1000),
     workersMax: number(v.workersMax, 0, 1000),
-    modelReferences: h("textarea", {rows: 2, spellcheck: "false", autocomplete: "off",
+    modelReferences: h("textarea", {rows: 3, spellcheck: "false", autocomplete: "off",
       placeholder: "org/name or org/name:revision"}, v.modelReferences.join("\n")),
   };
   const kind = typeChoice(v, inputs.scalerType, {editable: withId});
