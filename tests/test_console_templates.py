@@ -208,6 +208,70 @@ def test_templates_page_lists_edits_and_deletes_a_template(page, console_dev):
     assert_clean(page, allow=("400", "409"))
 
 
+def test_a_templates_credential_is_chosen_from_a_list_and_cannot_be_deleted_while_used(
+    page, console_dev
+):
+    first, second = (
+        post(
+            console_dev, "/v1/containerregistryauth", {"name": n, "username": "u", "password": "p"}
+        )
+        for n in ("cred-one", "cred-two")
+    )
+    template = post(
+        console_dev,
+        "/v1/templates",
+        {
+            "name": "With credential",
+            "imageName": "registry.example.com/private:1",
+            "containerRegistryAuthId": first["id"],
+        },
+    )
+    sign_in(page, console_dev)
+    page.wait_for_url(re.compile(r"#/endpoints$"))
+    page.goto(f"{console_dev.url}/console/#/templates/{template['id']}")
+    credential = page.get_by_label("Registry credential")
+    expect(credential).to_have_value(first["id"])
+    expect(credential.locator("option:checked")).to_have_text("cred-one (u @ docker.io)")
+    expect(credential.locator("option")).to_contain_text(
+        ["none", "cred-one (u @ docker.io)", "cred-two (u @ docker.io)"]
+    )
+    credential.select_option(second["id"])
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator("#toast")).to_have_text(f"Saved {template['id']}")
+    saved = get(console_dev, f"/v1/templates/{template['id']}").json()
+    assert saved["containerRegistryAuthId"] == second["id"]
+    screenshot(page, "template-credential")
+
+    # the Credentials page shows the API's 409 naming the template; the credential stays
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Credentials").click()
+    row = page.locator(f'tr[data-id="{second["id"]}"]')
+    row.get_by_role("button", name="Delete cred-two").click()
+    row.get_by_role("button", name="Delete cred-two").click()  # the confirmation
+    expect(row.get_by_role("alert")).to_contain_text(template["id"])
+    screenshot(page, "credential-in-use")
+    page.set_viewport_size(PHONE)
+    assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0
+    screenshot(page, "credential-in-use-phone")
+    assert get(console_dev, f"/v1/containerregistryauth/{second['id']}").status_code == 200
+
+    # "none" clears it; then the credential can go
+    page.goto(f"{console_dev.url}/console/#/templates/{template['id']}")
+    page.get_by_label("Registry credential").select_option("")
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator("#toast")).to_have_text(f"Saved {template['id']}")
+    assert (
+        not get(console_dev, f"/v1/templates/{template['id']}")
+        .json()
+        .get("containerRegistryAuthId")
+    )
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Credentials").click()
+    row.get_by_role("button", name="Delete cred-two").click()
+    row.get_by_role("button", name="Delete cred-two").click()
+    expect(row).to_have_count(0)
+    assert get(console_dev, f"/v1/containerregistryauth/{second['id']}").status_code == 404
+    assert_clean(page, allow=("409",))
+
+
 def test_registry_credentials_page_creates_lists_and_deletes_never_showing_the_password(
     page, console_dev
 ):
