@@ -269,6 +269,21 @@ def test_a_templates_credential_is_chosen_from_a_list_and_cannot_be_deleted_whil
     row.get_by_role("button", name="Delete cred-two").click()
     expect(row).to_have_count(0)
     assert get(console_dev, f"/v1/containerregistryauth/{second['id']}").status_code == 404
+    # an id the list lacks (a credential made elsewhere) stays chosen, marked
+    orphan = post(
+        console_dev,
+        "/v1/templates",
+        {
+            "name": "Orphan",
+            "imageName": "registry.example.com/o:1",
+            "containerRegistryAuthId": "gone",
+        },
+    )
+    page.goto(f"{console_dev.url}/console/#/templates/{orphan['id']}")
+    expect(page.get_by_label("Registry credential")).to_have_value("gone")
+    expect(page.get_by_label("Registry credential").locator("option:checked")).to_have_text(
+        "gone (not found)"
+    )
     assert_clean(page, allow=("409",))
 
 
