@@ -226,6 +226,7 @@ def test_api_keys_are_shown_once_and_a_revoked_key_gets_401(page, console_dev):
     [
         (["workersMax", "idleTimeout", "scalerValue", "name"], []),
         (["templateId"], [["templateId", "everywhere"]]),
+        (["modelReferences", "name"], [["modelReferences", "everywhere"]]),
         (["gpuTypeIds", "workersMin"], [["gpuTypeIds", "kubernetes"]]),
         (
             ["executionTimeoutMs", "flashboot"],

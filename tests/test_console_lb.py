@@ -106,6 +106,41 @@ def test_create_an_lb_endpoint_locks_the_scaler_and_shows_its_lb_url(page, conso
     assert_clean(page, allow=EXPECTED)
 
 
+def test_create_from_an_image_takes_the_type_too(page, console_dev):
+    signed_in(page, console_dev, "#/new")
+    page.get_by_label("Endpoint id").fill("lb-image")
+    page.get_by_label("A container image").check()
+    page.get_by_role("radio", name=re.compile("^Load balancer")).check()
+    expect(page.get_by_label("Scaler", exact=True)).to_be_disabled()
+    page.get_by_label("Container image", exact=True).fill("registry.example.com/lb:1")
+    page.get_by_label("Start command").fill(WORKER)
+    page.get_by_label("HTTP ports").fill("8000/http")
+    page.get_by_label("Workers max").fill("1")
+    page.get_by_label("Request timeout (s)").fill("80")
+    screenshot(page, "create-lb-from-image")
+    page.get_by_role("button", name="Create endpoint").click()
+    expect(page.locator("code.url")).to_have_text(f"{console_dev.url}/lb/lb-image/")
+    stored = record(console_dev, "lb-image")
+    assert (stored["type"], stored["scalerType"], stored["requestTimeoutS"]) == (
+        "LB",
+        "REQUEST_COUNT",
+        80,
+    )
+    template = requests.get(
+        f"{console_dev.url}/v1/templates/{stored['templateId']}",
+        headers=auth(console_dev),
+        timeout=10,
+    ).json()
+    assert template["imageName"] == "registry.example.com/lb:1"
+    # the template's start command is the LB worker: a request through the gateway answers
+    answer = requests.get(
+        f"{console_dev.url}/lb/lb-image/echo/hi", headers=auth(console_dev), timeout=120
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["path"].endswith("/echo/hi")
+    assert_clean(page, allow=EXPECTED)
+
+
 def test_a_request_goes_through_the_gateway_and_shows_its_answer_and_worker(page, console_dev):
     signed_in(page, console_dev, f"#/endpoints/{LB}/requests")
     expect(page.locator("code.lb-url")).to_have_text(f"{console_dev.url}/lb/{LB}/")

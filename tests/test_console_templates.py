@@ -87,7 +87,18 @@ def test_create_from_an_image_makes_the_template_then_a_ready_endpoint(page, con
     assert [e["id"] for e in get(console_dev, "/v1/endpoints").json()] == ["echo"]
     screenshot(page, "create-from-image")
 
+    # the Model field is sent as modelReferences; the API's 400 shows under it
+    page.get_by_label("Model", exact=True).fill("org/model:main\nnot a model")
     page.get_by_label("Endpoint id").fill("from-image")
+    page.get_by_role("button", name="Create endpoint").click()
+    expect(page.locator('[data-field="modelReferences"] .field-error')).to_contain_text(
+        "modelReferences"
+    )
+    expect(page.get_by_label("Model", exact=True)).to_have_attribute("aria-invalid", "true")
+    assert get(console_dev, "/v1/templates").json() == []
+    screenshot(page, "create-model-error")
+    page.get_by_label("Model", exact=True).fill("")
+
     page.get_by_label("Workers min").fill("1")
     page.get_by_role("button", name="Create endpoint").click()
     expect(page.get_by_role("heading", level=1)).to_have_text("Created from-image", timeout=90_000)
@@ -111,6 +122,15 @@ def test_create_from_an_image_makes_the_template_then_a_ready_endpoint(page, con
     link = summary.get_by_role("link", name="Edit the template")
     assert link.get_attribute("href") == f"#/templates/{template['id']}"
     screenshot(page, "edit-template-summary")
+    # Edit: the Model field, one per line or comma separated, in the review's diff
+    page.get_by_label("Model", exact=True).fill("org/model:main, other/model\nthird/one")
+    page.get_by_role("button", name="Review changes").click()
+    rows = page.locator("table.diff tbody tr")
+    expect(rows).to_have_count(1)  # nothing else changed: the record's [] is the field's ""
+    expect(rows).to_contain_text("modelReferences")
+    expect(rows.locator("td.new")).to_have_text("org/model:main, other/model, third/one")
+    screenshot(page, "edit-model-diff")
+    page.get_by_role("button", name="Back").click()
     # the start command really runs: a job through the job API completes
     answer = requests.post(
         f"{console_dev.url}/v2/from-image/runsync",
@@ -186,6 +206,85 @@ def test_templates_page_lists_edits_and_deletes_a_template(page, console_dev):
     expect(page).to_have_url(re.compile(r"#/templates$"))
     assert get(console_dev, f"/v1/templates/{template['id']}").status_code == 404
     assert_clean(page, allow=("400", "409"))
+
+
+def test_a_templates_credential_is_chosen_from_a_list_and_cannot_be_deleted_while_used(
+    page, console_dev
+):
+    first, second = (
+        post(
+            console_dev, "/v1/containerregistryauth", {"name": n, "username": "u", "password": "p"}
+        )
+        for n in ("cred-one", "cred-two")
+    )
+    template = post(
+        console_dev,
+        "/v1/templates",
+        {
+            "name": "With credential",
+            "imageName": "registry.example.com/private:1",
+            "containerRegistryAuthId": first["id"],
+        },
+    )
+    sign_in(page, console_dev)
+    page.wait_for_url(re.compile(r"#/endpoints$"))
+    page.goto(f"{console_dev.url}/console/#/templates/{template['id']}")
+    credential = page.get_by_label("Registry credential")
+    expect(credential).to_have_value(first["id"])
+    expect(credential.locator("option:checked")).to_have_text("cred-one (u @ docker.io)")
+    expect(credential.locator("option")).to_contain_text(
+        ["none", "cred-one (u @ docker.io)", "cred-two (u @ docker.io)"]
+    )
+    credential.select_option(second["id"])
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator("#toast")).to_have_text(f"Saved {template['id']}")
+    saved = get(console_dev, f"/v1/templates/{template['id']}").json()
+    assert saved["containerRegistryAuthId"] == second["id"]
+    screenshot(page, "template-credential")
+
+    # the Credentials page shows the API's 409 naming the template; the credential stays
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Credentials").click()
+    row = page.locator(f'tr[data-id="{second["id"]}"]')
+    row.get_by_role("button", name="Delete cred-two").click()
+    row.get_by_role("button", name="Delete cred-two").click()  # the confirmation
+    expect(row.get_by_role("alert")).to_contain_text(template["id"])
+    screenshot(page, "credential-in-use")
+    page.set_viewport_size(PHONE)
+    assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0
+    screenshot(page, "credential-in-use-phone")
+    assert get(console_dev, f"/v1/containerregistryauth/{second['id']}").status_code == 200
+
+    # "none" clears it; then the credential can go
+    page.goto(f"{console_dev.url}/console/#/templates/{template['id']}")
+    page.get_by_label("Registry credential").select_option("")
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator("#toast")).to_have_text(f"Saved {template['id']}")
+    assert (
+        not get(console_dev, f"/v1/templates/{template['id']}")
+        .json()
+        .get("containerRegistryAuthId")
+    )
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Credentials").click()
+    row.get_by_role("button", name="Delete cred-two").click()
+    row.get_by_role("button", name="Delete cred-two").click()
+    expect(row).to_have_count(0)
+    assert get(console_dev, f"/v1/containerregistryauth/{second['id']}").status_code == 404
+    # an id the list lacks (a credential made elsewhere) stays chosen, marked
+    orphan = post(
+        console_dev,
+        "/v1/templates",
+        {
+            "name": "Orphan",
+            "imageName": "registry.example.com/o:1",
+            "containerRegistryAuthId": "gone",
+        },
+    )
+    page.goto(f"{console_dev.url}/console/#/templates/{orphan['id']}")
+    expect(page.get_by_label("Registry credential")).to_have_value("gone")
+    expect(page.get_by_label("Registry credential").locator("option:checked")).to_have_text(
+        "gone (not found)"
+    )
+    assert_clean(page, allow=("409",))
 
 
 def test_registry_credentials_page_creates_lists_and_deletes_never_showing_the_password(

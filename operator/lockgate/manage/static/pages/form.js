@@ -9,7 +9,8 @@ import {workerSource} from "./template.js";
 // processes (dev/controlplane.py LocalControlPlane.patch). Kubernetes: these change the worker
 // pod template (kube/manifests.py: placement, resources, image pull policy, grace period),
 // so the Deployment rolls its pods; the other settings are annotations read by the scaler.
-export const RESTARTS_EVERYWHERE = ["templateId"];
+// modelReferences: dev mode replaces the workers once the models are cached (controlplane._apply).
+export const RESTARTS_EVERYWHERE = ["templateId", "modelReferences"];
 export const RESTARTS_ON_KUBERNETES = [
   "computeType", "gpuTypeIds", "gpuCount", "cpuFlavorIds", "vcpuCount", "allowedCudaVersions",
   "dataCenterIds", "executionTimeoutMs", "flashboot", "requestTimeoutS",
@@ -21,13 +22,13 @@ const LISTS = ["cpuFlavorIds", "allowedCudaVersions", "dataCenterIds"];
 export const FIELDS = ["name", "computeType", "gpuTypeIds", "gpuCount", "cpuFlavorIds",
   "vcpuCount", "allowedCudaVersions", "dataCenterIds", "templateId", "executionTimeoutMs",
   "flashboot", "idleTimeout", "scalerType", "scalerValue", "workersMin", "workersMax",
-  "type", "requestTimeoutS", "lbHoldS"];
+  "type", "requestTimeoutS", "lbHoldS", "modelReferences"];
 
 const DEFAULTS = {
   name: "", computeType: "GPU", gpuTypeIds: [], gpuCount: 1, cpuFlavorIds: [], vcpuCount: 2,
   allowedCudaVersions: [], dataCenterIds: [], templateId: "", executionTimeoutMs: 600000,
   flashboot: false, idleTimeout: 5, scalerType: "QUEUE_DELAY", scalerValue: 4, workersMin: 0,
-  workersMax: 3,
+  workersMax: 3, modelReferences: [],
 };
 
 /** Old -> new of every field that differs: [{field, from, to}]. */
@@ -43,6 +44,11 @@ export function restarts(changes) {
     if (RESTARTS_ON_KUBERNETES.includes(field)) return [{field, where: "kubernetes"}];
     return [];
   });
+}
+
+/** The Model field's text as `modelReferences`: one per line or comma separated. */
+export function modelList(text) {
+  return text.split(/[\n,]/).map((s) => s.trim()).filter(Boolean);
 }
 
 /** A value as the diff shows it. */
@@ -131,6 +137,8 @@ export function endpointForm(initial = {}, {withId = true, devMode = false} = {}
     scalerValue: number(v.scalerValue, 1, 10000),
     workersMin: number(v.workersMin, 0, 1000),
     workersMax: number(v.workersMax, 0, 1000),
+    modelReferences: h("textarea", {rows: 3, spellcheck: "false", autocomplete: "off",
+      placeholder: "org/name or org/name:revision"}, v.modelReferences.join("\n")),
   };
   const kind = typeChoice(v, inputs.scalerType, {editable: withId});
   const id = withId ? text(initial.id || "", {placeholder: "generated when empty", spellcheck: "false", autocomplete: "off"}) : null;
@@ -159,6 +167,8 @@ export function endpointForm(initial = {}, {withId = true, devMode = false} = {}
       kind.element),
     h("fieldset", {}, h("legend", {}, "Worker"),
       source.element,
+      field("modelReferences", "Model", inputs.modelReferences,
+        "Hugging Face models, one per line (or comma separated): org/name or org/name:revision. Downloaded once before workers start."),
       placement(devMode,
         h("div", {class: "grid"},
           field("computeType", "Compute", inputs.computeType),
@@ -183,6 +193,7 @@ export function endpointForm(initial = {}, {withId = true, devMode = false} = {}
       if (name === "flashboot") out[name] = input.checked;
       else if (name === "executionTimeoutMs") out[name] = input.value === "" ? input.value : Math.round(Number(input.value) * 1000);
       else if (NUMBERS.includes(name)) out[name] = input.value === "" ? input.value : Number(input.value);
+      else if (name === "modelReferences") out[name] = modelList(input.value);
       else if (LISTS.includes(name)) out[name] = input.value.split(",").map((s) => s.trim()).filter(Boolean);
       else out[name] = input.value.trim();
     }

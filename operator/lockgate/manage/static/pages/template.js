@@ -51,15 +51,32 @@ export function templatePayload({name, imageName, dockerStartCmd, dockerEntrypoi
   return out;
 }
 
-/** A select of `path`'s records (GET list) with "none" first; filled when the list comes. */
-function listSelect(id, path, label) {
+/**
+ * A select of `path`'s records (GET list) with "none" first; filled when the list comes.
+ * `selected` (an id) is chosen from the start, so a form sent before the list comes keeps it;
+ * one the list does not have stays, marked "not found".
+ */
+function listSelect(id, path, label, selected = NONE) {
   const select = h("select", {id, name: id}, h("option", {value: NONE}, "none"));
+  const current = selected ? h("option", {value: selected, selected: true}, selected) : null;
+  if (current) select.append(current);
   api(path).then((items) => {
-    for (const item of items) select.append(h("option", {value: item.id}, label(item)));
+    for (const item of items) {
+      if (item.id === selected) replace(current, label(item));
+      else select.append(h("option", {value: item.id}, label(item)));
+    }
+    if (current && !items.some((item) => item.id === selected)) replace(current, `${selected} (not found)`);
   }).catch((err) => {
     select.append(h("option", {value: NONE, disabled: true}, `cannot list: ${err.message}`));
   });
   return select;
+}
+
+/** The registry credential select (GET /v1/containerregistryauth, "none" first): its name,
+ * user and registry, never a password. */
+export function credentialSelect(selected = NONE) {
+  return listSelect("containerRegistryAuthId", "/v1/containerregistryauth",
+    (c) => `${c.name} (${c.username}${c.registry ? ` @ ${c.registry}` : ""})`, selected);
 }
 
 /**
@@ -75,8 +92,7 @@ export function workerSource(templateField, {devMode = false} = {}) {
     dockerEntrypoint: input("dockerEntrypoint", {placeholder: "empty: the image's own"}),
     ports: input("ports", {placeholder: "8000/http, 22/tcp"}),
     containerDiskInGb: h("input", {id: "containerDiskInGb", name: "containerDiskInGb", type: "number", inputmode: "numeric", min: 1, max: 10000, value: 50}),
-    containerRegistryAuthId: listSelect("containerRegistryAuthId", "/v1/containerregistryauth",
-      (c) => `${c.name} (${c.username}${c.registry ? ` @ ${c.registry}` : ""})`),
+    containerRegistryAuthId: credentialSelect(),
     networkVolumeId: listSelect("networkVolumeId", "/v1/networkvolumes", (v) => `${v.name} (${v.size} GiB)`),
   };
   const env = envRows();

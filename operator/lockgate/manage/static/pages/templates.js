@@ -5,7 +5,7 @@ import {api} from "../api.js";
 import {errorBox, h, replace, toast} from "../dom.js";
 import {markInvalid} from "./form.js";
 import {useStyles} from "./health.js";
-import {envRows, words} from "./template.js";
+import {credentialSelect, envRows, words} from "./template.js";
 
 /** Endpoint ids by the templateId they use: {templateId: [id, …]}. */
 export function usersByTemplate(endpoints) {
@@ -48,7 +48,7 @@ const FIELDS = [
   ["volumeInGb", "Volume (GiB)", "number"],
   ["volumeMountPath", "Volume mount path", "text"],
   ["category", "Category", "text", "NVIDIA, AMD or CPU"],
-  ["containerRegistryAuthId", "Registry credential id", "text", "Empty: none"],
+  ["containerRegistryAuthId", "Registry credential", "credential", "Made on the Credentials page; none: a public image."],
 ];
 
 /** A start command as the input shows it (words quoted back when they hold spaces). */
@@ -63,6 +63,7 @@ export async function renderOne(view, ctx) {
     api("/v1/endpoints", {signal: ctx.signal})]);
   const users = usersByTemplate(endpoints)[id] || [];
   const inputs = Object.fromEntries(FIELDS.map(([name, , kind]) => {
+    if (kind === "credential") return [name, credentialSelect(t[name] || "")];
     const value = kind === "words" ? joined(t[name]) : kind === "list" ? (t[name] || []).join(", ") : t[name] ?? "";
     return [name, h("input", {id: name, name, type: kind === "number" ? "number" : "text", value,
       spellcheck: "false", autocomplete: "off"})];
