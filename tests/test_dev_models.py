@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-import time
 from collections import Counter
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import requests
 
+from tests.conftest import wait_until
 from tests.devproc import REPO, DevProcess
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
@@ -107,15 +107,6 @@ def record(dev: DevProcess, endpoint_id: str) -> dict:
     return requests.get(f"{dev.url}/v1/endpoints/{endpoint_id}", headers=dev.headers()).json()
 
 
-def until(check, what: str, state=lambda: None, timeout_s: float = 60):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if found := check():
-            return found
-        time.sleep(0.2)
-    raise AssertionError(f"never: {what}; {state()}")
-
-
 def test_a_model_is_fetched_once_for_two_workers_which_read_it_offline(dev: DevProcess) -> None:
     ep = create(dev, name="tiny", modelReferences=["acme/tiny"], workersMin=2, workersMax=2)
 
@@ -123,7 +114,7 @@ def test_a_model_is_fetched_once_for_two_workers_which_read_it_offline(dev: DevP
         conditions = {c["type"]: c for c in record(dev, ep["id"])["status"]["conditions"]}
         return conditions.get("ModelsCached", {}).get("status") == "True"
 
-    until(cached, "ModelsCached True", lambda: (record(dev, ep["id"]), dev.lines[-20:]))
+    wait_until(cached, "ModelsCached True", timeout=60)
     job = requests.post(
         f"{dev.url}/v2/{ep['id']}/runsync",
         json={"input": {"repo": "acme/tiny", "file": "config.json"}},
@@ -148,7 +139,7 @@ def test_a_missing_or_gated_repository_fails_the_endpoint_naming_it_and_no_worke
         status = record(dev, ep["id"])["status"]
         return status if status["phase"] == "Failed" else None
 
-    status = until(failed, "phase Failed")
+    status = wait_until(failed, "phase Failed", timeout=60)
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert ready["reason"] == "ModelFetchFailed"
     assert reference in ready["message"] and code in ready["message"]
