@@ -26,7 +26,7 @@ UNREACHED_RATES = (
     '"status": {"rate": 1000000000}, "stream": {"rate": 1000000000}, '
     '"cancel": {"rate": 1000000000}, "retry": {"rate": 1000000000}, '
     '"purge-queue": {"rate": 1000000000}, "health": {"rate": 1000000000}, '
-    '"openai": {"rate": 1000000000}}'
+    '"openai": {"rate": 1000000000}, "lb": {"rate": 1000000000}}'
 )
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
