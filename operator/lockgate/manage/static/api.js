@@ -45,6 +45,8 @@ async function failure(response, redirect = true) {
   return new ApiError(response.status, message, body);
 }
 
+const GET_RETRY_MS = 300; // before a GET that failed at the network level is sent again
+
 /**
  * Call a REST route: `path` is absolute ("/v1/endpoints") or a full URL (a job API URL).
  * Resolves to the parsed JSON (null for 204); throws ApiError with the server's `error`.
@@ -70,11 +72,20 @@ async function call(path, {method = "GET", body, signal, headers: extra, redirec
     init.headers["content-type"] = "application/json";
   }
   let response;
-  try {
-    response = await fetch(path, init);
-  } catch (err) {
-    if (err.name === "AbortError") throw err;
-    throw new ApiError(0, `cannot reach ${path}: ${err.message}`, null);
+  for (let attempt = 0; ; attempt++) {
+    try {
+      response = await fetch(path, init);
+      break;
+    } catch (err) {
+      if (err.name === "AbortError") throw err;
+      // A read that failed at the network level (the browser saw the machine's network
+      // change, Chromium's ERR_NETWORK_CHANGED; a connection reset) is tried once more: it
+      // changes nothing. A write is not: it may have reached the server.
+      if (method !== "GET" || attempt >= 1) {
+        throw new ApiError(0, `cannot reach ${path}: ${err.message}`, null);
+      }
+      await new Promise((resolve) => setTimeout(resolve, GET_RETRY_MS));
+    }
   }
   if (!response.ok) throw await failure(response, redirect);
   if (response.status === 204) return {body: null, response};
