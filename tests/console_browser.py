@@ -92,6 +92,22 @@ def create_key(dev: DevProcess, name: str, scopes: list[str]) -> str:
     return r.json()["key"]
 
 
+def _again_on_network_change(navigate, problems: list[str]):
+    """`navigate` (a tab's goto or reload), done again (at most twice) when a load of it
+    failed with `NETWORK_CHANGED`: the page's scripts may be missing, and a blank page
+    would fail the test for the host's sake, not the console's."""
+
+    def again(*args, **kwargs):
+        for _ in range(2):
+            seen = len(problems)
+            answer = navigate(*args, **kwargs)
+            if not any(NETWORK_CHANGED in p for p in problems[seen:]):
+                return answer
+        return navigate(*args, **kwargs)
+
+    return again
+
+
 def watched_tab(browser, **context_options) -> Iterator:
     """A fresh browser context (1280 px wide unless `context_options` say otherwise) and
     page; `page.problems` collects console errors and uncaught exceptions (a CSP violation
@@ -102,5 +118,9 @@ def watched_tab(browser, **context_options) -> Iterator:
     tab.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
     tab.on("pageerror", lambda e: problems.append(str(e)))
     tab.problems = problems
+    tab.goto, tab.reload = (
+        _again_on_network_change(tab.goto, problems),
+        _again_on_network_change(tab.reload, problems),
+    )
     yield tab
     context.close()
