@@ -14,7 +14,6 @@ import argparse
 import asyncio
 import secrets
 import sys
-import time
 
 import orjson
 from pydantic import ValidationError
@@ -35,7 +34,7 @@ from lockgate.models.keys import (
     timestamp_ms,
     whole_second,
 )
-from lockgate.store import Registry, connect, key_digest
+from lockgate.store import Registry, connect, key_digest, now_ms
 from lockgate.store.connection import RedisSettings, standalone
 
 KEY_PREFIX = "lg_"
@@ -84,7 +83,7 @@ def key_record(
             name=name,
             scopes=scopes,
             endpoints=endpoints,
-            created=time.time_ns() // 1_000_000,
+            created=now_ms(),
             expires=expires,
         )
     except ValidationError as err:
@@ -176,7 +175,7 @@ async def revoke(
 
 
 def _new_record(args: argparse.Namespace) -> KeyRecord:
-    expires = expiry_ms(args.expires_in, args.expires_at, time.time_ns() // 1_000_000)
+    expires = expiry_ms(args.expires_in, args.expires_at, now_ms())
     return key_record(args.name, args.scope, args.endpoint, expires)
 
 
@@ -196,9 +195,9 @@ async def _run(args: argparse.Namespace) -> None:
             print(await create(registry, _new_record(args)))
             print("the key is shown once and kept nowhere: store it now", file=sys.stderr)
         elif args.keys_command == "list":
-            now_ms = time.time_ns() // 1_000_000
+            now = now_ms()
             for digest, record in sorted((await registry.list_keys()).items(), key=_by_name):
-                print(describe(digest, record, now_ms))
+                print(describe(digest, record, now))
         else:
             signed_in = clientconfig.signed_in_key()
             revoked = await revoke(registry, args.name_or_id, force=args.force, signed_in=signed_in)

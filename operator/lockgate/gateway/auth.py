@@ -21,7 +21,7 @@ from aiohttp import web
 from lockgate.gateway.errors import Unauthorized
 from lockgate.gateway.keyfile import KeyFile
 from lockgate.models.keys import Scope, effective_scopes, is_expired, rfc3339
-from lockgate.store import Registry, key_digest
+from lockgate.store import Registry, key_digest, now_ms
 
 log = logging.getLogger("lockgate.gateway")
 
@@ -138,7 +138,7 @@ class Authenticator:
                 else "unknown or revoked API key"
             )
         request[CALLER] = principal.name
-        if is_expired(principal.expires, time.time_ns() // 1_000_000):
+        if is_expired(principal.expires, now_ms()):
             assert principal.expires is not None
             raise Unauthorized(f"API key expired at {rfc3339(principal.expires)}")
         if not principal.allows(scope, endpoint_id):

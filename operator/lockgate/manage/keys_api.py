@@ -10,17 +10,16 @@ endpoint's shared worker key (its endpoint id), `current` the caller's own key.
 |---|---|
 | `GET /v1/keys` | `[{"id", "name", "scopes", "endpoints", "createdAt"?, "expiresAt"?, ...}]` |
 | `POST /v1/keys` `{"name", "scopes", "endpoints"?, "expiresAt"?}` | the same object plus `"key"` |
+| `DELETE /v1/keys/{id}` | 204; 404 when no key has that id; 409 for the last admin key |
 
 `expiresAt` is an RFC 3339 time (`2027-01-01T00:00:00Z`) in the future; from then on the key
 is refused with 401 `API key expired at <time>`. An expired key stays listed, with
 `"expired": true`, until it is revoked.
-| `DELETE /v1/keys/{id}` | 204; 404 when no key has that id; 409 for the last admin key |
 """
 
 from __future__ import annotations
 
 import re
-import time
 from typing import Any, NamedTuple
 
 from aiohttp import web
@@ -30,7 +29,7 @@ from lockgate.gateway.auth import bearer_token
 from lockgate.gateway.errors import ApiError, BadRequest, NotFound
 from lockgate.gateway.http import iso_ms, json_object, json_response
 from lockgate.models.keys import expiry_problem, is_expired, rfc3339, timestamp_ms
-from lockgate.store import Registry, key_digest
+from lockgate.store import Registry, key_digest, now_ms
 
 REGISTRY = web.AppKey("keys_registry", Registry)
 KEY_ID_RE = re.compile(r"^[0-9a-f]{8,64}$")  # a digest prefix, as `lockgate keys revoke` takes
@@ -60,7 +59,7 @@ def describe_key(digest: str, record: dict) -> dict[str, Any]:
         shown["createdAt"] = iso_ms(record["created"])
     if isinstance(record.get("expires"), int):
         shown["expiresAt"] = rfc3339(record["expires"])
-        shown["expired"] = is_expired(record["expires"], time.time_ns() // 1_000_000)
+        shown["expired"] = is_expired(record["expires"], now_ms())
     if isinstance(record.get("worker"), str):
         shown["worker"] = record["worker"]  # a running worker's own key, revoked as it stops
     return shown
@@ -101,7 +100,7 @@ def parse_new_key(body: dict[str, Any]) -> NewKey:
         not isinstance(endpoints, list) or not all(isinstance(e, str) for e in endpoints)
     ):
         raise BadRequest("endpoints: a list of endpoint ids, or absent for every endpoint")
-    expires = parse_expires_at(body.get("expiresAt"), time.time_ns() // 1_000_000)
+    expires = parse_expires_at(body.get("expiresAt"), now_ms())
     return NewKey(name, scopes, endpoints or None, expires)
 
 
