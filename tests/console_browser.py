@@ -31,32 +31,26 @@ def screenshot(tab, name: str) -> Path:
 # machine's network change, and the real node's tests, running beside the browser tests,
 # change it (its bridge, routes and pod interfaces come and go). Seen in CI: a page whose
 # scripts failed that way stayed blank (no sign-in form), and the failed loads were logged
-# as console errors. Such a failure is the host's, not the console's: sign_in loads the
-# page again, `assert_clean` leaves it out, and the console's own reads retry (api.js).
+# as console errors. Such a failure is the host's, not the console's: a watched tab loads
+# the page again, `assert_clean` leaves it out, and the console's own reads retry (api.js).
 NETWORK_CHANGED = "net::ERR_NETWORK_CHANGED"
 
 
 def sign_in(tab, dev: DevProcess, key: str | None = None) -> None:
-    """Open the console and sign in with `key` (default: the dev API key). The page is
-    loaded again (at most twice) when the form is not there within 15 s, at once when a
-    load failed with `NETWORK_CHANGED`, and what the page held is printed, so a run says
-    what happened; a console that never shows the form still fails."""
+    """Open the console and sign in with `key` (default: the dev API key). A load the
+    host's network change aborted is done again by the tab itself (`watched_tab`); the page
+    is also loaded again (at most twice) when the form is not there within 15 s, and what
+    the page held is printed, so a run says what happened; a console that never shows the
+    form still fails."""
     field = tab.get_by_label("Admin API key")
     for attempt in range(3):
-        seen = len(getattr(tab, "problems", []))
         tab.goto(f"{dev.url}/console/")
-        for _ in range(15):
-            try:
-                field.wait_for(timeout=1_000)
-                break
-            except Exception:  # playwright's TimeoutError
-                if any(NETWORK_CHANGED in p for p in getattr(tab, "problems", [])[seen:]):
-                    break
-        if field.is_visible():
+        try:
+            field.wait_for(timeout=15_000)
             break
-        problems = getattr(tab, "problems", [])
-        print(f"sign_in: no form (load {attempt + 1}); page: {tab.content()[:800]!r}; "
-              f"problems: {problems}")  # fmt: skip
+        except Exception as err:  # playwright's TimeoutError
+            print(f"sign_in: no form after 15 s (load {attempt + 1}): {err}; "
+                  f"page: {tab.content()[:800]!r}; problems: {tab.problems}")  # fmt: skip
     field.fill(key if key is not None else dev.key)
     tab.get_by_role("button", name="Sign in").click()
 
