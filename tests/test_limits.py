@@ -393,3 +393,21 @@ async def test_a_request_whose_window_turns_while_it_reserves_is_admitted_in_the
             return True
 
     assert await asyncio.gather(admitted(), admitted()) == [True, True]
+
+
+async def test_a_wall_clock_stepped_back_across_a_window_start_refuses_nothing(redis):
+    """An NTP step back puts a request's reading in the window before the one the budget
+    already counts in: the request counts in the newer window, far below the rate, instead
+    of reserving in the old one, dropping those units and being refused."""
+    table = limits_table({Operation.RUN: LimitOverride(rate=100)})  # batches of one unit
+    store = JobStore(redis)
+    window_ms, base = 10_000, store.clock() // 10_000 * 10_000
+    now = [0]
+    limiter = Limiter(
+        RateLimits(redis, store.scripts), store, table,
+        window_s=window_ms / 1000, workers_cache_s=60.0, clock=lambda: now[0],
+    )  # fmt: skip
+    for reading in (window_ms + 1, window_ms - 1, window_ms + 2):  # the second stepped back
+        now[0] = base + reading
+        async with limiter.hold("ep", Operation.RUN, "me"):
+            pass

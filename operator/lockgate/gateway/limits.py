@@ -198,8 +198,10 @@ class Limiter:
 
     def _roll(self, budget: Budget) -> int:
         """The clock now; the budget starts the current window if it is still in an older
-        one (never goes back: a request that read the clock earlier is not to undo it)."""
-        now = self.clock()
+        one. Never before the budget's window: a wall clock stepped back (NTP) across a
+        window's start would otherwise reserve in the old window, drop those units as
+        stale and refuse a request far below the rate."""
+        now = max(self.clock(), budget.window)
         start = now - now % self.window_ms
         if budget.window < start:
             budget.window, budget.units = start, 0
