@@ -570,12 +570,12 @@ def test_cluster_wide_rbac_grants_only_the_verbs_the_operator_uses(render_chart)
         "endpoints/status": {"patch"},
         "endpoints/finalizers": {"update"},
         "templates": {"get", "list", "watch", "patch"},
-        "deployments": {"get", "list", "create", "update"},
+        "deployments": {"get", "list", "watch", "create", "update"},
         "deployments/scale": {"patch"},
         "daemonsets": {"get", "create", "update", "delete"},
         "networkpolicies": {"get", "create", "update", "delete"},  # LB endpoints' workers
         "secrets": {"create", "update"},
-        "pods": {"list", "patch", "delete"},
+        "pods": {"list", "watch", "patch", "delete"},
         "pods/status": {"patch"},
         "events": {"create"},
     }

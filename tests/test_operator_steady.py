@@ -4,7 +4,8 @@ it checks with a dry-run update, which writes nothing) nor deletes a flashboot D
 that is not there (404), and writes nothing unchanged.
 
 The real operator (kopf, in a thread) against a real kube-apiserver (envtest); the calls
-are seen where they leave `Cluster` (`Cluster._call`, wrapped to record them)."""
+are seen where they leave `Cluster` (`Cluster._call`, wrapped to record them), and each
+resync's apply of the worker Deployment where it enters `Cluster.apply`."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from redis.asyncio import Redis
 
 from lockgate.kube.cluster import Cluster, ClusterError
 from lockgate.kube.status import at_rest
-from lockgate.store import Registry
+from lockgate.kube.watched import ENDPOINT_LABEL, WORKERS
+from lockgate.store import JobStore, NewJob, Registry
 
 if TYPE_CHECKING:
     from kube_fixtures import Resources, RunningOperator
@@ -59,6 +61,40 @@ class Recorder:
 
         return recorded
 
+    def wrap_apply(self, apply: Any) -> Any:
+        """`Cluster.apply`, recorded as `apply <name>` whether or not it calls the API."""
+        recorder = self
+
+        async def recorded(cluster: Cluster, desired: Any, *args: Any, **kwargs: Any) -> Any:
+            name = desired["metadata"]["name"]
+            if recorder.on and any(n in name for n in NAMES):
+                with recorder.lock:
+                    recorder.calls.append((f"apply {name}", None))
+            return await apply(cluster, desired, *args, **kwargs)
+
+        return recorded
+
+
+async def endpoints_at_rest(resources: Resources, redis: Redis, names: tuple[str, ...]) -> None:
+    """Endpoints of these names and a Template named after the last one, registered, each
+    with its Deployment, all but the last one at rest."""
+    *endpoints, template = names
+    resources.template(template)
+    for name in names:
+        resources.endpoint(name, templateId=template, workersMin=0)
+    registry = Registry(redis)
+    for name in names:
+        await resources.eventually(lambda name=name: registry.get_endpoint(name), "registered")
+        await resources.eventually(
+            lambda name=name: asyncio.to_thread(lambda: resources.deployment(f"{name}-workers")),
+            "the Deployment",
+        )
+    for name in endpoints:
+        await resources.eventually(
+            lambda name=name: asyncio.to_thread(lambda: at_rest(resources.status(name)) or None),
+            "at rest: Ready, no worker, no job",
+        )
+
 
 async def test_idle_endpoints_resync_without_failing_calls_or_writes(
     operator: RunningOperator,
@@ -70,21 +106,8 @@ async def test_idle_endpoints_resync_without_failing_calls_or_writes(
     assert operator.settings.resync_s <= 1.0
     recorder = Recorder()
     monkeypatch.setattr(Cluster, "_call", recorder.wrap(Cluster._call))
-    resources.template("steady-tpl")
-    for name in NAMES:
-        resources.endpoint(name, templateId="steady-tpl", workersMin=0)
-    registry = Registry(redis)
-    for name in NAMES:
-        await resources.eventually(lambda name=name: registry.get_endpoint(name), "registered")
-        await resources.eventually(
-            lambda name=name: asyncio.to_thread(lambda: resources.deployment(f"{name}-workers")),
-            "the Deployment",
-        )
-    for name in NAMES[:3]:
-        await resources.eventually(
-            lambda name=name: asyncio.to_thread(lambda: at_rest(resources.status(name)) or None),
-            "at rest: Ready, no worker, no job",
-        )
+    monkeypatch.setattr(Cluster, "apply", recorder.wrap_apply(Cluster.apply))
+    await endpoints_at_rest(resources, redis, NAMES)
     await asyncio.sleep(2.5)  # the first resyncs after creation (random phase, <= 1 s)
     recorder.on = True
     await asyncio.sleep(4.0)  # three or more resyncs of each
@@ -96,6 +119,45 @@ async def test_idle_endpoints_resync_without_failing_calls_or_writes(
     writes = [c for c in calls if c[0].split("_", 1)[0] in WRITES and "dry run" not in c[0]]
     assert not failed, f"calls that failed in steady state: {failed}"
     assert not writes, f"writes in steady state: {writes}"
-    # At rest, a resync reads the Deployment alone: the Template as kopf's watch delivered
-    # it, the worker-key Secret not checked until the Endpoint leaves its rest.
-    assert {name for name, _ in calls} == {"read_namespaced_deployment"}, calls
+    # At rest, a resync makes no API call: the Template and the worker Deployment as kopf's
+    # watches delivered them (the Deployment carries the desired hash: not even a GET), the
+    # worker-key Secret not checked until the Endpoint leaves its rest.
+    seen = {name for name, _ in calls}
+    assert {f"apply {n}-workers" for n in NAMES[:3]} <= seen, calls
+    assert seen <= {f"apply {n}-workers" for n in NAMES}, calls
+
+
+async def test_the_scaler_reads_nothing_while_endpoints_rest_then_only_the_one_with_a_job(
+    operator: RunningOperator,
+    metrics_served: None,
+    resources: Resources,
+    redis: Redis,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kopf's watches index the worker Deployments and pods (`kube.watched`): resting
+    endpoints cost the scaler no list of the namespace's workers, and a job at one of them
+    makes it read that endpoint's objects alone (label-selected), then scale it."""
+    names = ("ep-rest-a", "ep-rest-b", "ep-rest-c", "rest-tpl")
+    lists: list[str] = []
+    call = Cluster._call
+
+    async def record(cluster: Cluster, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(fn, "__name__", "").startswith("list_namespaced_"):
+            lists.append(f"{fn.__name__} {kwargs.get('label_selector', '')}")
+        return await call(cluster, fn, *args, **kwargs)
+
+    await endpoints_at_rest(resources, redis, names)
+    monkeypatch.setattr(Cluster, "_call", record)
+    await asyncio.sleep(2.0)  # ten scaler ticks (every 0.2 s here)
+    ours = [c for c in lists if any(name in c for name in names) or c.endswith(WORKERS)]
+    assert not ours, f"the scaler listed worker objects of resting endpoints: {ours}"
+    name = names[0]
+    await JobStore(redis).submit(name, NewJob(id="wake", input=b"{}", ttl_ms=60_000))
+
+    def scaled() -> bool | None:
+        return (resources.deployment(f"{name}-workers").spec.replicas or 0) >= 1 or None
+
+    await resources.eventually(lambda: asyncio.to_thread(scaled), "the Deployment scaled up")
+    selected = {c.split()[0] for c in lists if c.endswith(f"{WORKERS},{ENDPOINT_LABEL}={name}")}
+    assert selected == {"list_namespaced_deployment", "list_namespaced_pod"}, lists
+    assert not [c for c in lists if c.endswith(WORKERS)], lists

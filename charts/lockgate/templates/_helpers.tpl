@@ -330,11 +330,11 @@ reads no Secret and writes no Endpoint: the management API does (its own Role). 
   resources: [endpoints/finalizers]
   verbs: [update]
 # Worker Deployments (kube/cluster.py apply: read, create, replace; kube/scaler.py lists
-# them; kube/reconcile.py reads the worker key's digest from one); deletion is left to
-# the garbage collector through owner references.
+# them; kube/reconcile.py reads the worker key's digest from one; kopf watches them for
+# kube/watched.py); deletion is left to the garbage collector through owner references.
 - apiGroups: [apps]
   resources: [deployments]
-  verbs: [get, list, create, update]
+  verbs: [get, list, watch, create, update]
 # The scaler sets worker counts through the scale subresource (a merge patch, no read).
 - apiGroups: [apps]
   resources: [deployments/scale]
@@ -353,12 +353,13 @@ reads no Secret and writes no Endpoint: the management API does (its own Role). 
 - apiGroups: [""]
   resources: [secrets]
   verbs: [create, update]
-# The scaler lists worker pods and marks busy ones with controller.kubernetes.io/pod-deletion-cost;
-# it holds their readiness gate, the lockgate.dev/Serving condition (kube/deployment_pool.py);
-# it deletes a pod whose worker asked to be replaced after its job (refresh_worker).
+# The scaler lists worker pods (kopf watches them for kube/watched.py) and marks busy ones
+# with controller.kubernetes.io/pod-deletion-cost; it holds their readiness gate, the
+# lockgate.dev/Serving condition (kube/deployment_pool.py); it deletes a pod whose worker
+# asked to be replaced after its job (refresh_worker).
 - apiGroups: [""]
   resources: [pods]
-  verbs: [list, patch, delete]
+  verbs: [list, watch, patch, delete]
 - apiGroups: [""]
   resources: [pods/status]
   verbs: [patch]

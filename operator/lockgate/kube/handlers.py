@@ -16,6 +16,7 @@ from typing import Any
 import kopf
 
 from lockgate.kube import reconcile as rc
+from lockgate.kube import watched
 from lockgate.kube.crds import ENDPOINT, GROUP, TEMPLATE, VERSION
 from lockgate.kube.status import at_rest, resync_may_wait
 
@@ -39,10 +40,42 @@ def _ctx(memo: Any) -> rc.Context:
     return memo.lockgate
 
 
+def _indexed(memo: Any) -> rc.Context:
+    """The context, its watched workers marked filled: kopf runs an Endpoint's handlers
+    only once every index is."""
+    ctx = _ctx(memo)
+    if ctx.workers is not None:
+        ctx.workers.ready = True
+    return ctx
+
+
+@kopf.index(*watched.DEPLOYMENTS, labels=watched.WORKER_LABELS)
+def worker_deployments(body: kopf.Body, **_: Any) -> dict | None:
+    """Worker Deployments by (namespace, endpoint): `kube.watched`."""
+    return watched.index_entry(body)
+
+
+@kopf.index(*watched.PODS, labels=watched.WORKER_LABELS)
+def worker_pods(body: kopf.Body, **_: Any) -> dict | None:
+    """Worker pods by (namespace, endpoint): `kube.watched`."""
+    return watched.index_entry(body)
+
+
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    """Every kopf setting of the operator, in one place."""
+def configure(
+    settings: kopf.OperatorSettings,
+    memo: kopf.Memo,
+    worker_deployments: kopf.Index,
+    worker_pods: kopf.Index,
+    **_: Any,
+) -> None:
+    """Every kopf setting of the operator, in one place; the worker indices (live, empty
+    until kopf has listed them) handed to the context."""
     ours = _ctx(memo).settings
+    _ctx(memo).workers = watched.WatchedWorkers(worker_deployments, worker_pods)
+    # Only the operator's worker objects are watched, filtered by the API server.
+    settings.watching.label_selectors[watched.DEPLOYMENTS] = watched.WORKERS
+    settings.watching.label_selectors[watched.PODS] = watched.WORKERS
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = progress_storage()
     settings.persistence.diffbase_storage = diffbase_storage()
@@ -71,7 +104,7 @@ def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo:
 @kopf.on.create(*ENDPOINTS)
 @kopf.on.update(*ENDPOINTS)
 async def reconcile_endpoint(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
-    patch.status.update(await rc.reconcile(body, _ctx(memo)))
+    patch.status.update(await rc.reconcile(body, _indexed(memo)))
 
 
 @kopf.daemon(*ENDPOINTS, cancellation_timeout=5)
@@ -85,7 +118,7 @@ async def resync_endpoint(
     as long as its registry entry is there (one HEXISTS a period: a Redis loss is repaired
     within `resync_s`); `body` is kopf's live view, so a status the scaler changes (a
     scale-up) ends the rest at the next period."""
-    ctx = _ctx(memo)
+    ctx = _indexed(memo)
     period, rest = ctx.settings.resync_s, ctx.settings.resync_rest_s
     delay = random.uniform(0.1, 1.0) * period
     last = time.monotonic()

@@ -37,6 +37,7 @@ from lockgate.kube.status import (
     endpoint_status,
     same_status,
 )
+from lockgate.kube.watched import WatchedWorkers
 from lockgate.models import (
     ComputeType,
     EndpointSpec,
@@ -81,6 +82,9 @@ class Context:
     templates: dict[tuple[str, str], Obj] = field(default_factory=dict)
     no_daemonset: set[str] = field(default_factory=set)
     no_network_policy: set[str] = field(default_factory=set)  # as no_daemonset, LB policies
+    # Worker Deployments and pods as kopf's watches deliver them (`kube.watched`); None
+    # outside kopf (tests that run the scaler alone), and not `ready` until kopf filled it.
+    workers: WatchedWorkers | None = None
     # What runs beside kopf (the scaler, an in-process management API), each stopped by
     # `stop_beside` (apps/operator.py registers them).
     beside: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
@@ -304,7 +308,10 @@ async def apply_workloads(
         key_revision=digest,
         gpu_type=choice.gpu_type if choice else None,
     )
-    applied = await ctx.cluster.apply(deployment)
+    known = None
+    if steady and ctx.workers is not None and ctx.workers.ready:
+        known = ctx.workers.deployment(owner.namespace, owner.name)
+    applied = await ctx.cluster.apply(deployment, known)
     if spec.flashboot:
         ctx.no_daemonset.discard(owner.uid)
         await ctx.cluster.apply(manifests.flashboot_daemonset(owner, spec, template, ctx.settings))

@@ -57,6 +57,7 @@ from lockgate.kube.lb_pods import LbPods, wanted_workers
 from lockgate.kube.manifests import EXTERNAL_SCALER, Owner
 from lockgate.kube.podstates import pod_states
 from lockgate.kube.status import METRICS_AVAILABLE, Check, shows
+from lockgate.kube.watched import ENDPOINT_LABEL, WORKERS
 from lockgate.models import EndpointType
 from lockgate.scaling.autoscaler import Autoscaler
 from lockgate.scaling.decision import Decision, EndpointMetrics, Limits
@@ -66,9 +67,10 @@ from lockgate.store.lb_workers import LbWorkers
 
 log = logging.getLogger("lockgate.scaler")
 
-ENDPOINT_LABEL = "lockgate.dev/endpoint"
-WORKERS = "app.kubernetes.io/component=worker,app.kubernetes.io/managed-by=lockgate-operator"
 REPORTS_AT_ONCE = 4  # Events and status writes in flight at once (`ScalingLoop._report`)
+# Endpoints of a namespace needing a look that are read one by one (two label-selected
+# lists each, together) rather than by listing every worker object of the namespace.
+READ_ONE_BY_ONE = 8
 
 Obj = Mapping[str, Any]
 
@@ -265,10 +267,9 @@ class ScalingLoop:
                 namespaces[entry["namespace"]][ep] = entry
         work = []
         for namespace, group in namespaces.items():
-            cluster = self.ctx.cluster
-            deployments = by_endpoint(await cluster.list_objects("Deployment", namespace, WORKERS))
-            pods = by_endpoint(await cluster.list_objects("Pod", namespace, WORKERS))
-            for ep, entry in group.items():
+            looks, deployments, pods = await self._observe(namespace, group, readings, error)
+            for ep in looks:
+                entry = group[ep]
                 owner = Owner(ep, namespace, entry["uid"])
                 deployment = next(iter(deployments.get(ep, [])), None)
                 if not self._settled(ep, entry, deployment, pods.get(ep, []), readings, error):
@@ -279,6 +280,39 @@ class ScalingLoop:
         if tasks:
             await asyncio.wait(tasks, timeout=self.ctx.settings.scale_interval_s or None)
         self._forget(set(ours))
+
+    async def _observe(
+        self,
+        namespace: str,
+        group: Mapping[str, Obj],
+        readings: Mapping[str, EndpointMetrics],
+        error: str | None,
+    ) -> tuple[list[str], dict[str, list[Obj]], dict[str, list[Obj]]]:
+        """The endpoints of `group` to look at, with their worker Deployments and pods read
+        from the API. With kopf's watched workers (`kube.watched`), those the index shows
+        settled are left out, and the rest are read one by one when they are few (no call
+        at all while every endpoint rests); without, the namespace's are listed."""
+        watched, cluster = self.ctx.workers, self.ctx.cluster
+        looks = list(group)
+        if watched is not None and watched.ready:
+            looks = [
+                ep for ep in group
+                if not self._settled(
+                    ep, group[ep], watched.deployment(namespace, ep),
+                    watched.pods_of(namespace, ep), readings, error,
+                )
+            ]  # fmt: skip
+            if len(looks) <= READ_ONE_BY_ONE:
+                selectors = [f"{WORKERS},{ENDPOINT_LABEL}={ep}" for ep in looks]
+                found = await asyncio.gather(
+                    *(cluster.list_objects("Deployment", namespace, s) for s in selectors),
+                    *(cluster.list_objects("Pod", namespace, s) for s in selectors),
+                )  # fmt: skip
+                deployments = dict(zip(looks, found[: len(looks)], strict=True))
+                return looks, deployments, dict(zip(looks, found[len(looks) :], strict=True))
+        deployments = by_endpoint(await cluster.list_objects("Deployment", namespace, WORKERS))
+        pods = by_endpoint(await cluster.list_objects("Pod", namespace, WORKERS))
+        return looks, deployments, pods
 
     def _settled(
         self,
