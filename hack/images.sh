@@ -93,8 +93,10 @@ make_base_tar() {
     --dpkgopt='path-exclude=/usr/share/locale/*' \
     bookworm "$BASE_TAR.tmp" "${sources[@]}"
   local python
+  # awk reads to the end (no `exit`): tar writing into a closed pipe would die of SIGPIPE,
+  # and pipefail would make that the script's exit status (141).
   python=$(tar -xOf "$BASE_TAR.tmp" ./var/lib/dpkg/status |
-    awk '/^Package: / { p = $2 } p == "python3.11-minimal" && /^Version: / { print $2; exit }')
+    awk '/^Package: / { p = $2 } p == "python3.11-minimal" && /^Version: / && !v { v = $2 } END { print v }')
   [[ $python == "$BASE_PYTHON"-* ]] ||
     die "the base has python3.11 $python, not $BASE_PYTHON: set BASE_PYTHON in $0 to its version"
   sha <"$BASE_TAR.tmp" >"$BASE_TAR.sha256"
