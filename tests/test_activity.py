@@ -8,6 +8,8 @@ and real gateways on loopback (two gateways stand for two processes or replicas)
 
 from __future__ import annotations
 
+import asyncio
+
 import aiohttp
 from redis.asyncio import Redis
 
@@ -151,3 +153,37 @@ async def test_metrics_of_a_quiet_endpoint_cost_no_snapshot_and_follow_other_rep
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def test_a_resubscription_makes_the_next_sweep_a_full_pass(
+    redis: Redis, redis_target: RedisSettings
+) -> None:
+    """Events published while the subscription is down are lost: when it (re)connects, the
+    gateway sweeps every endpoint again at once rather than at the next periodic full pass
+    (five minutes away)."""
+    names = [f"rs-{i}" for i in range(40)]
+    for name in names:
+        await register(redis, name)
+    settings = make_settings(redis_target, free_port(), sweep_interval_s=0.2)
+    runner = await start_gateway(settings)
+    activity = runner.app[GATEWAY].activity
+    try:
+        await eventually(lambda: _true(set(names) <= activity.quiet), "all quiet")
+
+        async def unswept() -> bool:  # five sweep intervals, none of these endpoints swept
+            before = await _commands(redis, "evalsha")
+            await asyncio.sleep(1.0)
+            return await _commands(redis, "evalsha") - before < len(names) / 2
+
+        # (The first subscription counts as one: a second full pass may follow the first.)
+        await eventually(unswept, "the quiet endpoints left out of the sweeps")
+        before = await _commands(redis, "evalsha")
+        killed = await redis.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
+        assert killed >= 1
+
+        async def swept_again() -> bool:
+            return await _commands(redis, "evalsha") - before >= len(names)
+
+        await eventually(swept_again, "a full pass after the resubscription")
+    finally:
+        await runner.cleanup()

@@ -19,6 +19,7 @@ from lockgate.kube.status import (
     endpoint_status,
     merge_conditions,
     phase,
+    rest_confirmed,
     resync_may_wait,
     shows,
 )
@@ -205,6 +206,25 @@ def test_a_resync_waits_only_at_rest_and_within_the_rest_interval() -> None:
     assert not resync_may_wait(READY_IDLE, since_s=61, rest_s=60)  # the full resync is due
     busy = {**READY_IDLE, "jobs": {"inQueue": 1, "inProgress": 0}}
     assert not resync_may_wait(busy, since_s=1, rest_s=60)
+
+
+def test_a_rest_holds_while_the_watched_deployment_agrees_with_the_status() -> None:
+    available = {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable",
+                 "message": "Deployment has minimum availability."}  # fmt: skip
+    shown = {"type": DEPLOYMENT_AVAILABLE, "status": "True", "reason": available["reason"],
+             "message": available["message"]}  # fmt: skip
+    status = {**READY_IDLE, "conditions": [shown]}
+    assert rest_confirmed(status, deployment(0, 0, available))
+    assert not rest_confirmed(status, None)  # deleted: the resync re-creates it now
+    assert not rest_confirmed(status, deployment(1, 0, available))  # scaled from outside
+    with_pod = deployment(0, 0, available)
+    with_pod["status"]["replicas"] = 1  # a pod still going away
+    assert not rest_confirmed(status, with_pod)
+    # Its controller has just observed it: the status says "no status yet", so not at rest
+    # until a full resync has brought the condition over (not a rest period later).
+    unseen = {"type": DEPLOYMENT_AVAILABLE, "status": "Unknown", "reason": "NotObservedYet",
+              "message": "the Deployment has no status yet"}  # fmt: skip
+    assert not rest_confirmed({**READY_IDLE, "conditions": [unseen]}, deployment(0, 0, available))
 
 
 def test_a_status_shows_a_check_only_with_its_status_reason_and_message() -> None:

@@ -262,6 +262,13 @@ def build_app(
         sampler.mark(endpoint_id)
 
     gw.notifier.on_activity = mark
+    gateway_missed = gw.notifier.on_subscribed
+
+    def missed_events() -> None:
+        gateway_missed()
+        sampler.missed_events()
+
+    gw.notifier.on_subscribed = missed_events
     app.cleanup_ctx.append(history_sampler(sampler))
     add_console(app)
     return app, plane

@@ -43,9 +43,11 @@ async def start_manage_api(ctx: Context) -> web.AppRunner:
 
 
 def wake_on_events(loop: ScalingLoop, notifier: Notifier) -> None:
-    """A `q:` event wakes the loop; an `a:` or `r:` event ends its rest."""
-    notifier.on_queued = lambda _endpoint: loop.wakeup.set()
-    notifier.on_activity = lambda _endpoint: loop.stir()
+    """A `q:` event wakes the loop; an `a:` or `r:` event ends its rest, and so does the
+    subscription (re)connecting (events published while it was down are lost)."""
+    notifier.on_queued = loop.job_queued
+    notifier.on_activity = loop.stir
+    notifier.on_subscribed = loop.stir
 
 
 async def scale(ctx: Context, session: aiohttp.ClientSession) -> None:

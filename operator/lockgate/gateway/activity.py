@@ -11,12 +11,13 @@ a sign of activity makes it active again:
   a first worker-state report), `r:` (its registry entry changed), `l:` (its
   load-balancing workers changed);
 - a request of this process for it (a submit, a worker call);
-- the full pass: every `FULL_PASS_S` every registered endpoint is swept and its snapshot
-  read again, so a lost event (a subscription reconnecting) delays the look by that much
-  at most. A record due to expire before the next full pass keeps its endpoint active.
+- the full pass: every registered endpoint is swept and its snapshot read again each time
+  the event subscription (re)connects (events published while it was down are lost; the
+  first subscription counts), and every `FULL_PASS_S` besides. A record due to expire
+  before the next full pass keeps its endpoint active.
 
-So a thousand idle endpoints cost a gateway process a thousand sweeps a minute, not a
-thousand a second, and a scrape of `/metrics` one Redis call for the ids.
+So a thousand idle endpoints cost a gateway process a thousand sweeps every five minutes,
+not a thousand a second, and a scrape of `/metrics` one Redis call for the ids.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from collections.abc import Callable
 
 from lockgate.store import Registry, Snapshot
 
-FULL_PASS_S = 60.0
+FULL_PASS_S = 300.0
 
 
 class Activity:
@@ -50,6 +51,11 @@ class Activity:
         self.quiet.discard(endpoint_id)
         self.snapshots.pop(endpoint_id, None)
         self._marks[endpoint_id] += 1
+
+    def missed_events(self) -> None:
+        """Signs of activity may have been lost (the subscription (re)connected): the next
+        sweep is a full pass."""
+        self._next_full = 0.0
 
     def generation(self, endpoint_id: str) -> int:
         """Counts the endpoint's marks: read before a sweep or a snapshot, it tells whether

@@ -116,6 +116,7 @@ def build_gateway(settings: Settings, redis: Redis) -> Gateway:
     gw.notifier.on_registry_change = gw.endpoints.invalidate
     gw.notifier.on_key_change = gw.auth.forget
     gw.notifier.on_activity = gw.activity.mark
+    gw.notifier.on_subscribed = gw.activity.missed_events
     gw.notifier.on_lb_change = gw.lb.reload
     return gw
 

@@ -112,6 +112,9 @@ class Notifier:
         # `q:`, `a:` and `r:` events: an endpoint to look after again (gateway/activity.py)
         self.on_activity: Callable[[str], None] = lambda _ep: None
         self.on_lb_change: Callable[[str], None] = lambda _ep: None
+        # Each (re)subscription: events published while it was down are lost, so whoever
+        # waits for signs of activity looks at everything once (a full pass).
+        self.on_subscribed: Callable[[], None] = lambda: None
         self._jobs: Waiters = defaultdict(dict)
         self._done: Waiters = defaultdict(dict)
         self._listeners: dict[tuple[str, str], set[Listener]] = defaultdict(set)
@@ -270,6 +273,7 @@ class Notifier:
         self.connected.set()
         self._nonce = secrets.token_hex(4)  # idle tokens given before may have missed events
         self.wake_everyone()  # events may have been missed while disconnected
+        self.on_subscribed()
 
     async def _run(self) -> None:
         """Subscribe and dispatch, reconnecting after Redis goes away. Outside a cluster

@@ -318,16 +318,21 @@ class Cluster:
         namespace = event["metadata"]["namespace"]
         await self._call(core.create_namespaced_event, namespace, event)
 
-    async def apply(self, desired: Obj, known: Obj | None = None) -> Obj:
+    async def apply(self, desired: Obj, known: Obj | None = None, *, absent: bool = False) -> Obj:
         """Create the object, or bring an existing one to `desired` (see `manifests.updated`).
 
         Skips the write when the object already carries the desired content hash; retries
         when another writer (the scaler) changed it between read and write. `known`: the
-        object as a watch delivered it; when it carries the desired hash, not even a read."""
+        object as a watch delivered it; when it carries the desired hash, not even a read.
+        `absent`: a watch shows no such object, so it is created without a read first (a
+        409, when the watch was behind, falls back to read and update)."""
         desired = manifests.with_hash(desired)
         if known is not None and manifests.hash_of(known) == manifests.hash_of(desired):
             return known
         meta = desired["metadata"]
+        if absent and known is None:
+            with contextlib.suppress(Conflict):
+                return await self.create(desired)
         for _ in range(CONFLICT_RETRIES):
             existing = await self.read(desired["kind"], meta["namespace"], meta["name"])
             try:

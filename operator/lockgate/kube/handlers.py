@@ -18,7 +18,7 @@ import kopf
 from lockgate.kube import reconcile as rc
 from lockgate.kube import watched
 from lockgate.kube.crds import ENDPOINT, GROUP, TEMPLATE, VERSION
-from lockgate.kube.status import at_rest, resync_may_wait
+from lockgate.kube.status import at_rest, rest_confirmed, resync_may_wait
 
 ENDPOINTS = (GROUP, VERSION, ENDPOINT.plural)
 TEMPLATES = (GROUP, VERSION, TEMPLATE.plural)
@@ -100,8 +100,12 @@ def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo:
     return _ctx(memo).cluster.connection_info()
 
 
-@kopf.on.resume(*ENDPOINTS)
 @kopf.on.create(*ENDPOINTS)
+async def create_endpoint(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+    patch.status.update(await rc.reconcile(body, _indexed(memo), created=True))
+
+
+@kopf.on.resume(*ENDPOINTS)
 @kopf.on.update(*ENDPOINTS)
 async def reconcile_endpoint(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
     patch.status.update(await rc.reconcile(body, _indexed(memo)))
@@ -115,9 +119,11 @@ async def resync_endpoint(
     Each Endpoint's timer has a random phase and a ±10% jittered period, so a thousand
     Endpoints' resyncs spread over the period instead of coming all at once. An Endpoint
     at rest (its status: Ready, no worker, no job) is resynced every `resync_rest_s` only,
-    as long as its registry entry is there (one HEXISTS a period: a Redis loss is repaired
-    within `resync_s`); `body` is kopf's live view, so a status the scaler changes (a
-    scale-up) ends the rest at the next period."""
+    as long as its registry entry is there (the ids every resync shares, read once per half
+    period: a Redis loss is repaired within 1.5 periods) and its worker Deployment, as
+    kopf watches it, agrees (`status.rest_confirmed`). No call is made in between: `body` is
+    kopf's live view, so a status the scaler changes (a scale-up) ends the rest at the next
+    period, and so does a Deployment deleted, scaled or newly observed."""
     ctx = _indexed(memo)
     period, rest = ctx.settings.resync_s, ctx.settings.resync_rest_s
     delay = random.uniform(0.1, 1.0) * period
@@ -128,7 +134,12 @@ async def resync_endpoint(
         if stopped:
             return
         try:
-            waits = resync_may_wait(body.get("status"), time.monotonic() - last, rest)
+            status = body.get("status")
+            waits = resync_may_wait(status, time.monotonic() - last, rest)
+            if waits and ctx.workers is not None and ctx.workers.ready:
+                meta = body["metadata"]
+                deployment = ctx.workers.deployment(meta.get("namespace", ""), meta["name"])
+                waits = rest_confirmed(status, deployment)
             if waits and await rc.still_registered(ctx, body):
                 continue
             last = time.monotonic()

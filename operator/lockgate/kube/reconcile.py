@@ -47,6 +47,7 @@ from lockgate.models import (
 )
 from lockgate.store import JobStore, Liveness, Registry, connect
 from lockgate.store.keys import ENDPOINT_ID_RE
+from lockgate.store.registry import RegisteredIds
 
 Body = Mapping[str, Any]
 Obj = Mapping[str, Any]  # a Kubernetes object as the API gives it
@@ -88,6 +89,11 @@ class Context:
     # What runs beside kopf (the scaler, an in-process management API), each stopped by
     # `stop_beside` (apps/operator.py registers them).
     beside: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    # The registered ids, read once per half resync period for every Endpoint's resync.
+    registered: RegisteredIds = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.registered = RegisteredIds(self.registry, self.settings.resync_s / 2)
 
     @classmethod
     def open(cls, settings: OperatorSettings, cluster: Cluster) -> Context:
@@ -138,14 +144,15 @@ def validate(name: str, raw: Mapping[str, Any]) -> tuple[EndpointSpec | None, Ch
 
 
 async def find_template(
-    ctx: Context, namespace: str, name: str, *, watched: bool = False
+    ctx: Context, namespace: str, name: str
 ) -> tuple[TemplateSpec | None, Check]:
-    """The Template the spec names, or a `TemplateFound` condition saying what is missing.
-    `watched` (a resync): as kopf's watch last delivered it, when it did (else a GET)."""
+    """The Template the spec names, or a `TemplateFound` condition saying what is missing:
+    as kopf's watch last delivered it, when it did (else a GET: a Template created a moment
+    ago). A Template's change re-reconciles its Endpoints (`handlers.roll_template_users`)."""
     if not name:
         message = "spec.templateId is empty: name a Template in this namespace"
         return None, Check(TEMPLATE_FOUND, False, "NoTemplate", message)
-    obj = ctx.templates.get((namespace, name)) if watched else None
+    obj = ctx.templates.get((namespace, name))
     if obj is None:
         obj = await ctx.cluster.get_template(namespace, name)
     if obj is None:
@@ -173,9 +180,15 @@ def key_may_rotate(created: str, at: datetime, settle_s: float) -> bool:
 
 
 async def deployed_key_digest(ctx: Context, owner: Owner) -> str | None:
-    """The worker key's digest as the worker Deployment remembers it (an annotation)."""
-    name = manifests.deployment_name(owner.name)
-    deployment = await ctx.cluster.read("Deployment", owner.namespace, name)
+    """The worker key's digest as the worker Deployment remembers it (an annotation): as
+    kopf watches it once its index is filled, else read. (A Deployment created a moment
+    ago and not yet delivered belongs to an Endpoint too young for its key to rotate,
+    `key_may_rotate`: that reconcile retries.)"""
+    if ctx.workers is not None and ctx.workers.ready:
+        deployment = ctx.workers.deployment(owner.namespace, owner.name)
+    else:
+        name = manifests.deployment_name(owner.name)
+        deployment = await ctx.cluster.read("Deployment", owner.namespace, name)
     return manifests.key_digest_of(deployment) if deployment else None
 
 
@@ -290,13 +303,19 @@ async def apply_workloads(
     annotations: Mapping[str, str] | None = None,
     *,
     steady: bool = False,
+    created: bool = False,
 ) -> tuple[Check | None, Obj]:
     """The worker Deployment (on the GPU type `choose_gpu_type` picks), the flashboot
     DaemonSet while flashboot is on, and a load-balancing endpoint's NetworkPolicy when the
     gateway's pod labels are set; returns the `GPUTypeSelected` condition, if any, and the
     Deployment as the API server has it (its status read without a second GET). `steady`
     (a resync): a DaemonSet or NetworkPolicy this process knows is absent is not deleted
-    again."""
+    again. `created` (the create handler): neither exists yet, nothing to delete (one left
+    by a deleted namesake goes with its owner, by garbage collection)."""
+    if created:
+        ctx.no_daemonset.add(owner.uid)
+        ctx.no_network_policy.add(owner.uid)
+    trust_absent = steady or created
     choice = await choose_gpu_type(ctx, owner, spec, annotations)
     deployment = manifests.worker_deployment(
         owner,
@@ -308,20 +327,21 @@ async def apply_workloads(
         key_revision=digest,
         gpu_type=choice.gpu_type if choice else None,
     )
-    known = None
-    if steady and ctx.workers is not None and ctx.workers.ready:
-        known = ctx.workers.deployment(owner.namespace, owner.name)
-    applied = await ctx.cluster.apply(deployment, known)
+    known, absent = None, False
+    if ctx.workers is not None and ctx.workers.ready:
+        watched = ctx.workers.deployment(owner.namespace, owner.name)
+        known, absent = (watched if steady else None), watched is None
+    applied = await ctx.cluster.apply(deployment, known, absent=absent)
     if spec.flashboot:
         ctx.no_daemonset.discard(owner.uid)
         await ctx.cluster.apply(manifests.flashboot_daemonset(owner, spec, template, ctx.settings))
-    elif not (steady and owner.uid in ctx.no_daemonset):
+    elif not (trust_absent and owner.uid in ctx.no_daemonset):
         await ctx.cluster.delete("DaemonSet", owner.namespace, manifests.daemonset_name(owner.name))
         ctx.no_daemonset.add(owner.uid)
     if spec.type == EndpointType.LB and ctx.settings.lb_gateway_labels:
         ctx.no_network_policy.discard(owner.uid)
         await ctx.cluster.apply(manifests.lb_network_policy(owner, template, ctx.settings))
-    elif not (steady and owner.uid in ctx.no_network_policy):
+    elif not (trust_absent and owner.uid in ctx.no_network_policy):
         name = manifests.network_policy_name(owner.name)
         await ctx.cluster.delete("NetworkPolicy", owner.namespace, name)
         ctx.no_network_policy.add(owner.uid)
@@ -345,7 +365,13 @@ async def activity(ctx: Context, endpoint_id: str) -> Activity:
 
 
 async def _converge(
-    ctx: Context, owner: Owner, body: Body, *, steady: bool = False, rest: bool = False
+    ctx: Context,
+    owner: Owner,
+    body: Body,
+    *,
+    steady: bool = False,
+    rest: bool = False,
+    created: bool = False,
 ) -> tuple[list[Check], bool, Obj | None]:
     """Run the steps in order, stopping at the first one that cannot pass; also says
     whether the endpoint is registered (so its job counts are its own), and gives the
@@ -354,7 +380,7 @@ async def _converge(
     checks = [check]
     if spec is None:
         return checks, False, None
-    template, check = await find_template(ctx, owner.namespace, spec.templateId, watched=steady)
+    template, check = await find_template(ctx, owner.namespace, spec.templateId)
     checks.append(check)
     if template is None:
         return checks, False, None
@@ -369,7 +395,7 @@ async def _converge(
         meta = body["metadata"]
         gpu, deployment = await apply_workloads(
             ctx, owner, spec, template, spec.templateId, digest, meta.get("annotations"),
-            steady=steady,
+            steady=steady, created=created,
         )  # fmt: skip
     except ClusterError as err:
         if err.status not in (400, 422):
@@ -393,14 +419,17 @@ async def _transient_errors():
 
 
 async def reconcile(
-    body: Body, ctx: Context, *, steady: bool = False, rest: bool = False
+    body: Body, ctx: Context, *, steady: bool = False, rest: bool = False, created: bool = False
 ) -> dict[str, Any]:
     """Bring the Endpoint's objects and registry entry in line; return its new status.
     `steady`: a resync, no change seen (see `Context.confirmed_keys`); `rest`: of an
-    Endpoint at rest."""
+    Endpoint at rest, or a status refresh that needs no check of the worker-key Secret;
+    `created`: the Endpoint's first reconcile (no object of its own can exist yet)."""
     owner = owner_of(body)
     async with _transient_errors():
-        checks, registered, deployment = await _converge(ctx, owner, body, steady=steady, rest=rest)
+        checks, registered, deployment = await _converge(
+            ctx, owner, body, steady=steady, rest=rest, created=created
+        )
         if deployment is None:
             name = manifests.deployment_name(owner.name)
             deployment = await ctx.cluster.read("Deployment", owner.namespace, name)
@@ -423,9 +452,10 @@ async def reconcile(
 
 
 async def still_registered(ctx: Context, body: Body) -> bool:
-    """Whether the Endpoint's registry entry is still in Redis (a flushed Redis: no)."""
+    """Whether the Endpoint's registry entry is still in Redis (a flushed Redis: no), as
+    the shared read of every registered id says (at most half a resync period old)."""
     async with _transient_errors():
-        return await ctx.registry.has_endpoint(body["metadata"]["name"])
+        return await ctx.registered.has(body["metadata"]["name"])
 
 
 async def refresh(

@@ -42,7 +42,7 @@ class OperatorSettings(RedisSettings):
     )
     resync_s: float = Field(10.0, gt=0, description="how often each Endpoint is re-reconciled")
     resync_rest_s: float = Field(
-        60.0, gt=0,
+        300.0, gt=0,
         description="how often an Endpoint at rest (Ready, no worker, no job) is re-reconciled",
     )  # fmt: skip
     heartbeat_timeout_s: float = Field(30.0, description="a silent worker is not counted after")
@@ -61,9 +61,10 @@ class OperatorSettings(RedisSettings):
     )  # fmt: skip
     scale_interval_s: float = Field(1.0, ge=0, description="seconds between decisions; 0: off")
     scale_rest_interval_s: float = Field(
-        10.0, gt=0,
+        30.0, gt=0,
         description="seconds between ticks while every endpoint is at rest (at zero, nothing "
-        "queued); a queued job, a new worker or a registry change wakes the loop at once",
+        "queued); a queued job, a new worker, a registry change or the event subscription "
+        "(re)connecting wakes the loop at once",
     )  # fmt: skip
 
     # The Kubernetes API client (operator and management API): calls in flight at once (its

@@ -220,6 +220,15 @@ def resync_may_wait(status: Mapping[str, Any] | None, since_s: float, rest_s: fl
     return at_rest(status) and since_s < rest_s
 
 
+def rest_confirmed(status: Mapping[str, Any] | None, deployment: Mapping[str, Any] | None) -> bool:
+    """Whether a worker Deployment as watched agrees with an at-rest status: there, asking
+    for and having no pod, with the availability the status shows. A Deployment just
+    observed by its controller, deleted or scaled from outside ends the rest at once."""
+    if deployment is None or pod_count(deployment) or replica_counts(deployment)[0]:
+        return False
+    return shows(status, [deployment_check(deployment)])
+
+
 def shows(status: Mapping[str, Any] | None, checks: Sequence[Check]) -> bool:
     """Whether a status already carries each check's condition (status, reason, message)."""
     have = {

@@ -13,11 +13,11 @@ jobs).
 
 An endpoint whose newest point is quiet (nothing queued, running, ended or alive) is not
 sampled again until a sign of activity (the store's `q:`, `a:`, `r:` and `l:` events, given
-to `mark`), a read of its history, or the full pass every `FULL_PASS_S`: then the
-intervals skipped are written at once, with zero gauges for those before the sign (issue
-32: a thousand idle endpoints cost a call each a minute, not each ten seconds). A lost
-event (a subscription reconnecting) delays the points by that pass at most, and a read
-never sees the gap.
+to `mark`), a read of its history, or a full pass: then the intervals skipped are written
+at once, with zero gauges for those before the sign (issue 32: a thousand idle endpoints
+cost a call each every five minutes, not each ten seconds). A full pass follows each
+(re)subscription of the event subscription (events published while it was down are lost)
+and comes every `FULL_PASS_S` besides; a read never sees a gap.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ CATCH_UP = 3
 # The loop sleeps on the monotonic clock but slots follow the wall clock; when the two
 # drift (NTP slewing), a wake-up can come a little early: then it sleeps at least this (s).
 MIN_SLEEP_S = 0.5
-FULL_PASS_S = 60.0  # every endpoint sampled, quiet or not, at least this often
+FULL_PASS_S = 300.0  # every endpoint sampled, quiet or not, at least this often
 
 
 def interval_to_sample(now_s: float) -> int:
@@ -93,6 +93,11 @@ class HistorySampler:
         self._marks[endpoint_id] += 1
         if endpoint_id in self.quiet:
             self.marked.setdefault(endpoint_id, self.clock())
+
+    def missed_events(self) -> None:
+        """Signs of activity may have been lost (the subscription (re)connected): the next
+        sample is a full pass."""
+        self._next_full = 0.0
 
     async def sample(self) -> int:
         """Write the points of the last ended intervals that have none yet (oldest first),
@@ -166,6 +171,7 @@ def history_sampler(sampler: HistorySampler, events: Notifier | None = None) -> 
     async def sampling(_app: web.Application) -> AsyncIterator[None]:
         if events is not None:
             events.on_activity = sampler.mark
+            events.on_subscribed = sampler.missed_events
             events.start()
         task = asyncio.create_task(sampler.run(), name="lockgate-history")
         yield

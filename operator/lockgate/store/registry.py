@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import time
+from collections.abc import Callable
 
 import orjson
 from redis.asyncio import Redis
@@ -105,3 +108,35 @@ class Registry:
         their cache time (a missed event)."""
         await self.redis.hdel(keys.API_KEYS, digest)
         await self.redis.publish(keys.EVENTS_CHANNEL, f"k:{digest}")
+
+
+class RegisteredIds:
+    """The registered endpoint ids, read at most once per `max_age_s` however many ask:
+    a thousand Endpoints' resyncs share one HKEYS a period instead of a HEXISTS each.
+    Concurrent askers wait on the same read; one cancelled does not cancel it."""
+
+    def __init__(
+        self, registry: Registry, max_age_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.registry = registry
+        self.max_age_s = max_age_s
+        self.clock = clock
+        self._ids: frozenset[str] = frozenset()
+        self._read_at = float("-inf")
+        self._reading: asyncio.Task | None = None
+
+    async def has(self, endpoint_id: str) -> bool:
+        """Whether the endpoint was registered at the last read, at most `max_age_s` old."""
+        if self.clock() - self._read_at >= self.max_age_s:
+            if self._reading is None:
+                self._reading = asyncio.create_task(self._read())
+            await asyncio.shield(self._reading)
+        return endpoint_id in self._ids
+
+    async def _read(self) -> None:
+        try:
+            started = self.clock()
+            self._ids = frozenset(await self.registry.endpoint_ids())
+            self._read_at = started
+        finally:
+            self._reading = None
