@@ -117,9 +117,17 @@ def network_policy_name(endpoint_id: str) -> str:
     return f"{endpoint_id}-lb-workers"
 
 
+# The labels that find an Endpoint's workloads (`selector`, `labels`), for watches,
+# selectors and the uninstaller (`kube.watched`, `kube.podlogs`, `kube.uninstall`).
+ENDPOINT_LABEL = "lockgate.dev/endpoint"
+COMPONENT_LABEL = "app.kubernetes.io/component"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "lockgate-operator"
+
+
 def selector(endpoint_id: str, component: str) -> dict[str, str]:
     """The immutable selector of a workload: endpoint and component only."""
-    return {"lockgate.dev/endpoint": endpoint_id, "app.kubernetes.io/component": component}
+    return {ENDPOINT_LABEL: endpoint_id, COMPONENT_LABEL: component}
 
 
 def labels(endpoint_id: str, component: str) -> dict[str, str]:
@@ -127,9 +135,9 @@ def labels(endpoint_id: str, component: str) -> dict[str, str]:
     return {
         "app.kubernetes.io/name": "lockgate",
         "app.kubernetes.io/instance": endpoint_id,
-        "app.kubernetes.io/component": component,
+        COMPONENT_LABEL: component,
         "app.kubernetes.io/part-of": "lockgate",
-        "app.kubernetes.io/managed-by": "lockgate-operator",
+        MANAGED_BY_LABEL: MANAGED_BY,
         **selector(endpoint_id, component),
     }
 

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from lockgate.kube.cluster import Cluster, ClusterError
-from lockgate.kube.manifests import WORKER_CONTAINER
+from lockgate.kube.manifests import COMPONENT_LABEL, ENDPOINT_LABEL, WORKER_CONTAINER
 from lockgate.manage.logbook import Follower
 from lockgate.manage.loglines import (
     STDOUT,
@@ -39,7 +39,7 @@ QUIET_S = 30.0  # a pod's followed log with no line for this long is opened agai
 
 
 def worker_selector(endpoint_id: str) -> str:
-    return f"lockgate.dev/endpoint={endpoint_id},app.kubernetes.io/component=worker"
+    return f"{ENDPOINT_LABEL}={endpoint_id},{COMPONENT_LABEL}=worker"
 
 
 def parse_pod_log(maker: LineMaker, text: str) -> list[LogLine]:

@@ -26,9 +26,10 @@ An endpoint *at rest* (no pod, its Deployment at zero, nothing queued or running
 worker, `workersMin` 0, its conditions as last reported) has nothing to decide: it gets no
 task, no API call and no Redis call. While every endpoint is at rest the loop ticks every
 `scale_rest_interval_s` instead of every `scale_interval_s`: a job queued onto empty queues
-(the `q:` event) wakes it at once, resting or not, and a worker new to an endpoint or a
-registry change (`a:`, `r:`) ends a rest; so a thousand idle endpoints cost the operator
-almost nothing.
+(the `q:` event) wakes it at once, resting or not, for a decision of that endpoint alone
+read from its store snapshot (`tick_queued`: no scrape of every endpoint's series on a cold
+start's path), and a worker new to an endpoint or a registry change (`a:`, `r:`) ends a
+rest; so a thousand idle endpoints cost the operator almost nothing.
 
 Of several operator replicas only one runs this loop: the holder of the scaler Lease
 (`kube.leader`; `apps.operator.scaling` starts a fresh loop for each term and cancels it when
@@ -192,10 +193,11 @@ class ScalingLoop:
         self.busy: dict[str, asyncio.Task] = {}  # endpoint -> its decision being applied
         self.resting = False  # the last tick found every endpoint at rest
         # Endpoints whose `q:` event came since the last tick, and whether any other sign
-        # (`stir`) did: a resting loop woken by jobs alone reads just those endpoints.
+        # (`stir`) did: a wake-up by jobs alone decides just those endpoints (`tick_queued`)
+        # and leaves the others to the full tick, due at `full_due` (self.clock()).
         self.queued: set[str] = set()
         self.stirred = False
-        self.readings: dict[str, EndpointMetrics] = {}  # the last scrape's, when it worked
+        self.full_due = 0.0
         self.scrapes = ScrapeHealth(ctx.settings.metrics_grace_s)
         self._lb_pods: LbPods | None = None  # LB endpoints' pods, as routed (made on use)
         self.slots = asyncio.Semaphore(ctx.settings.kube_concurrency)  # decided at once
@@ -218,20 +220,36 @@ class ScalingLoop:
             while True:
                 self.wakeup.clear()  # a wake-up during the tick below starts the next one
                 try:
-                    await self.tick()
+                    if self._targeted():
+                        await self.tick_queued()
+                    else:
+                        await self.tick()
+                        self.full_due = self.clock() + self._interval()
                 except asyncio.CancelledError:
                     raise
                 except Exception as err:
                     log.warning("scaling tick failed: %s", err)
                 raise_if_cancelled()
                 with contextlib.suppress(TimeoutError):
-                    settings = self.ctx.settings
-                    interval = settings.scale_interval_s
-                    if self.resting:
-                        interval = max(interval, settings.scale_rest_interval_s)
-                    await asyncio.wait_for(self.wakeup.wait(), interval)
+                    wait = max(0.0, self.full_due - self.clock())
+                    await asyncio.wait_for(self.wakeup.wait(), wait)
         finally:
             await self.stop()
+
+    def _interval(self) -> float:
+        settings = self.ctx.settings
+        if self.resting:
+            return max(settings.scale_interval_s, settings.scale_rest_interval_s)
+        return settings.scale_interval_s
+
+    def _targeted(self) -> bool:
+        """Whether this wake-up decides only the endpoints whose jobs were just queued: the
+        full tick is not due yet, and no other sign ended a rest."""
+        return (
+            bool(self.queued)
+            and self.clock() < self.full_due
+            and not (self.resting and self.stirred)
+        )
 
     def stir(self, endpoint_id: str | None = None) -> None:
         """A sign of activity at an endpoint (a new worker, a registry change), or at any
@@ -264,40 +282,51 @@ class ScalingLoop:
             return {}, str(err)
         return readings, None
 
-    async def _read_queued(self, queued: set[str]) -> dict[str, EndpointMetrics]:
-        """The last scrape's readings, those of `queued` endpoints read afresh from their
-        store snapshots: the reading the gateway would publish for them now
-        (`readings.from_snapshot`), without a scrape of every endpoint's series."""
-        readings = dict(self.readings)
-        snaps = await asyncio.gather(*(self.ctx.jobs.snapshot(ep) for ep in sorted(queued)))
-        now_ms = int(time.time() * 1000)
-        for ep, snap in zip(sorted(queued), snaps, strict=True):
-            readings[ep] = from_snapshot(snap, now_ms)
-        return readings
-
     async def tick(self) -> None:
         """One decision for every endpoint not still busy with its last one; returns when
-        they are applied, or after one interval (the rest go on in their own tasks).
-
-        Woken from a rest by jobs alone (`q:` events, no other sign), the loop does not
-        scrape `/metrics`: every other endpoint was at rest at the last scrape and nothing
-        has said otherwise, so the jobs' endpoints are read from their store snapshots
-        alone; the next tick, no longer at rest, scrapes as usual. At a thousand endpoints
-        this takes the scrape (about a quarter of a second) off a cold start's path."""
-        queued, self.queued = self.queued, set()
-        quick = self.resting and not self.stirred and bool(queued) and bool(self.readings)
+        they are applied, or after one interval (the rest go on in their own tasks)."""
+        self.queued.clear()  # read with the rest
         self.stirred = False
         entries = await self.ctx.registry.list_endpoints()
         ours = {ep: e for ep, e in entries.items() if self._ours(e)}
-        if quick:
-            readings, error = await self._read_queued(queued & set(ours)), None
-        else:
-            readings, error = await self._read()
-            decide, error = self.scrapes.seen(error, self.clock())
-            if not decide:
-                log.info("scaler: /metrics unreadable; every count held for now")
-                return
-            self.readings = readings if error is None else {}
+        readings, error = await self._read()
+        decide, error = self.scrapes.seen(error, self.clock())
+        if not decide:
+            log.info("scaler: /metrics unreadable; every count held for now")
+            return
+        self.resting = not await self._decide_each(ours, readings, error) and not self.busy
+        self._forget(set(ours))
+
+    async def tick_queued(self) -> None:
+        """Decide only the endpoints whose jobs were just queued (`q:` events), each read
+        from its store snapshot: the reading the gateway would publish for it now
+        (`readings.from_snapshot`), without a scrape of every endpoint's series (about a
+        quarter of a second at a thousand endpoints). The others wait for the full tick,
+        due within `scale_interval_s` (a rest ends here: a job waits)."""
+        queued, self.queued = sorted(self.queued), set()
+        entries = await asyncio.gather(*(self.ctx.registry.get_endpoint(ep) for ep in queued))
+        ours = {
+            ep: entry
+            for ep, entry in zip(queued, entries, strict=True)
+            if entry is not None and self._ours(entry)
+        }
+        snaps = await asyncio.gather(*(self.ctx.jobs.snapshot(ep) for ep in ours))
+        now_ms = int(time.time() * 1000)
+        readings = {ep: from_snapshot(snap, now_ms) for ep, snap in zip(ours, snaps, strict=True)}
+        await self._decide_each(ours, readings, None, targeted=True)
+        self.resting = False
+        self.full_due = min(self.full_due, self.clock() + self.ctx.settings.scale_interval_s)
+
+    async def _decide_each(
+        self,
+        ours: Mapping[str, Obj],
+        readings: Mapping[str, EndpointMetrics],
+        error: str | None,
+        *,
+        targeted: bool = False,
+    ) -> bool:
+        """Start a decision for each endpoint of `ours` not busy and not settled, those with
+        demand first, and wait for them at most one interval; False when none needed one."""
         namespaces: dict[str, dict[str, Obj]] = defaultdict(dict)
         for ep, entry in ours.items():
             if ep not in self.busy:
@@ -311,12 +340,11 @@ class ScalingLoop:
                 deployment = next(iter(deployments.get(ep, [])), None)
                 if not self._settled(ep, entry, deployment, pods.get(ep, []), readings, error):
                     work.append((owner, entry, deployment, pods.get(ep, [])))
-        self.resting = not work and not self.busy
         work.sort(key=lambda item: not has_demand(readings.get(item[0].name)))
-        tasks = [self._start(*item, readings, error) for item in work]
+        tasks = [self._start(*item, readings, error, targeted=targeted) for item in work]
         if tasks:
             await asyncio.wait(tasks, timeout=self.ctx.settings.scale_interval_s or None)
-        self._forget(set(ours))
+        return bool(work)
 
     async def _observe(
         self,
@@ -328,7 +356,9 @@ class ScalingLoop:
         """The endpoints of `group` to look at, with their worker Deployments and pods read
         from the API. With kopf's watched workers (`kube.watched`), those the index shows
         settled are left out, and the rest are read one by one when they are few (no call
-        at all while every endpoint rests); without, the namespace's are listed."""
+        at all while every endpoint rests); without, the namespace's are listed. `tick`
+        runs `_settled` again on what is read here: the index only picks what to read,
+        fresh objects decide."""
         watched, cluster = self.ctx.workers, self.ctx.cluster
         looks = list(group)
         if watched is not None and watched.ready:
@@ -395,9 +425,13 @@ class ScalingLoop:
         pods: list[Obj],
         readings: Mapping[str, EndpointMetrics],
         error: str | None,
+        *,
+        targeted: bool = False,
     ) -> asyncio.Task:
         """`scale` one endpoint in a task of its own, marked busy until it ends."""
-        decide = partial(self.scale, owner, entry, deployment, pods, readings, error)
+        decide = partial(
+            self.scale, owner, entry, deployment, pods, readings, error, targeted=targeted
+        )
         return self._spawn(self.busy, owner, "scaling", decide, self.slots)
 
     def _spawn(
@@ -456,9 +490,12 @@ class ScalingLoop:
         pods: list[Obj],
         readings: Mapping[str, EndpointMetrics],
         error: str | None,
+        *,
+        targeted: bool = False,
     ) -> Decision | None:
         """Decide for one endpoint and apply it, then report its conditions; None when it
-        has no Deployment yet or another scaler owns its count."""
+        has no Deployment yet or another scaler owns its count. `targeted` (a reading from
+        the store snapshot, `tick_queued`): `MetricsAvailable` is left to the full tick."""
         await self._forget_gone_pods(owner.name, pods)
         if load_balanced(entry):  # the gateways route to the pods Redis names
             await self.lb_pods.sync(owner.name, pods)
@@ -468,7 +505,8 @@ class ScalingLoop:
             return await self._decide(owner, entry, deployment, pods, metrics)
         finally:
             changed = await self._report_pods(owner, entry, pods)
-            changed = await self._report_metrics(owner, check) or changed
+            if not targeted:  # a snapshot says nothing of whether /metrics can be read
+                changed = await self._report_metrics(owner, check) or changed
             if changed:
                 self._report(owner, lambda: self._refresh_status(owner))
 

@@ -28,12 +28,12 @@ from kubernetes.client.exceptions import ApiException
 from lockgate.kube.cluster import MERGE_PATCH, api_client_from_environment
 from lockgate.kube.crds import ENDPOINT, GROUP, TEMPLATE, VERSION
 from lockgate.kube.handlers import FINALIZER
+from lockgate.kube.manifests import COMPONENT_LABEL, ENDPOINT_LABEL, MANAGED_BY, MANAGED_BY_LABEL
 
 Obj = dict[str, Any]
 # The labels `manifests.labels` puts on every workload the operator builds for an Endpoint.
 WORKLOADS = (
-    "app.kubernetes.io/managed-by=lockgate-operator,"
-    "app.kubernetes.io/component in (worker,flashboot),lockgate.dev/endpoint"
+    f"{MANAGED_BY_LABEL}={MANAGED_BY},{COMPONENT_LABEL} in (worker,flashboot),{ENDPOINT_LABEL}"
 )
 PEERINGS = ("kopf.dev", "v1")
 POLL_S = 1.0  # s between two looks while waiting for the operator's pods to go

@@ -20,9 +20,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-ENDPOINT_LABEL = "lockgate.dev/endpoint"
-WORKERS = "app.kubernetes.io/component=worker,app.kubernetes.io/managed-by=lockgate-operator"
-WORKER_LABELS = dict(pair.split("=") for pair in WORKERS.split(","))
+from lockgate.kube.manifests import COMPONENT_LABEL, ENDPOINT_LABEL, MANAGED_BY, MANAGED_BY_LABEL
+
+WORKER_LABELS = {COMPONENT_LABEL: "worker", MANAGED_BY_LABEL: MANAGED_BY}
+WORKERS = ",".join(f"{key}={value}" for key, value in WORKER_LABELS.items())
 DEPLOYMENTS = ("apps", "v1", "deployments")
 PODS = ("v1", "pods")
 
