@@ -18,7 +18,7 @@ import kopf
 from lockgate.kube import reconcile as rc
 from lockgate.kube import watched
 from lockgate.kube.crds import ENDPOINT, GROUP, TEMPLATE, VERSION
-from lockgate.kube.status import at_rest, rest_confirmed, resync_may_wait
+from lockgate.kube.status import at_rest, rest_confirmed, resync_may_wait, shows
 
 ENDPOINTS = (GROUP, VERSION, ENDPOINT.plural)
 TEMPLATES = (GROUP, VERSION, TEMPLATE.plural)
@@ -121,9 +121,12 @@ async def resync_endpoint(
     at rest (its status: Ready, no worker, no job) is resynced every `resync_rest_s` only,
     as long as its registry entry is there (the ids every resync shares, read once per half
     period: a Redis loss is repaired within 1.5 periods) and its worker Deployment, as
-    kopf watches it, agrees (`status.rest_confirmed`). No call is made in between: `body` is
-    kopf's live view, so a status the scaler changes (a scale-up) ends the rest at the next
-    period, and so does a Deployment deleted, scaled or newly observed."""
+    kopf watches it, agrees (`status.rest_confirmed`), and the status shows the conditions
+    the scaler last reported (a report lost to a race is written within a period). No call
+    is made in between: `body` is kopf's live view, so a status the scaler changes (a
+    scale-up) ends the rest at the next period, and so does a Deployment deleted, scaled or
+    newly observed. An Endpoint with no status yet is its create handler's (kopf retries
+    it): no resync doubles that work while a thousand are being created."""
     ctx = _indexed(memo)
     period, rest = ctx.settings.resync_s, ctx.settings.resync_rest_s
     delay = random.uniform(0.1, 1.0) * period
@@ -135,11 +138,16 @@ async def resync_endpoint(
             return
         try:
             status = body.get("status")
+            if not status:
+                continue
             waits = resync_may_wait(status, time.monotonic() - last, rest)
             if waits and ctx.workers is not None and ctx.workers.ready:
                 meta = body["metadata"]
                 deployment = ctx.workers.deployment(meta.get("namespace", ""), meta["name"])
-                waits = rest_confirmed(status, deployment)
+                reported = (ctx.scaling.get(meta["name"]), ctx.pods.get(meta["name"]))
+                waits = rest_confirmed(status, deployment) and shows(
+                    status, [check for check in reported if check is not None]
+                )
             if waits and await rc.still_registered(ctx, body):
                 continue
             last = time.monotonic()

@@ -606,9 +606,10 @@ class ScalingLoop:
     async def _refresh_status(self, owner: Owner) -> None:
         """One status refresh for whatever this tick changed, unless the Endpoint's status
         already says it (the first sighting after an operator restart: a GET, no
-        reconcile)."""
+        reconcile). An Endpoint with no status yet is being created: its create handler
+        writes the conditions kept in the context, and the resync those it missed."""
         body = await self.ctx.cluster.get_endpoint(owner.namespace, owner.name)
-        if body is None or body["metadata"].get("deletionTimestamp"):
+        if body is None or body["metadata"].get("deletionTimestamp") or not body.get("status"):
             return
         checks = [c for c in (self.ctx.scaling.get(owner.name), self.ctx.pods.get(owner.name)) if c]
         if not shows(body.get("status"), checks):  # the worker-key Secret is the resync's
