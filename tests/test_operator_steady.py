@@ -104,10 +104,16 @@ async def endpoints_at_rest(
             lambda name=name: asyncio.to_thread(lambda: resources.deployment(f"{name}-workers")),
             "the Deployment",
         )
+
+    def resting(name: str) -> bool | None:  # and seen by the scaler, which reported on it
+        status = resources.status(name)
+        kinds = {c.get("type") for c in status.get("conditions") or [] if c.get("status") == "True"}
+        return (at_rest(status) and "MetricsAvailable" in kinds) or None
+
     for name in names:
         await resources.eventually(
-            lambda name=name: asyncio.to_thread(lambda: at_rest(resources.status(name)) or None),
-            "at rest: Ready, no worker, no job",
+            lambda name=name: asyncio.to_thread(resting, name),
+            "at rest (Ready, no worker, no job) and reported on by the scaler",
         )
 
 

@@ -9,6 +9,7 @@ Handlers return nothing for the same reason (kopf would store results under stat
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from typing import Any
@@ -132,7 +133,10 @@ async def resync_endpoint(
     delay = random.uniform(0.1, 1.0) * period
     last = time.monotonic()
     while not stopped:
-        await stopped.wait(delay)
+        # A plain sleep: kopf cancels the daemon when it stops it (no `cancellation_backoff`),
+        # and `stopped.wait()` costs a task and a timeout each time (at a thousand Endpoints,
+        # more than half of the operator's idle CPU).
+        await asyncio.sleep(delay)
         delay = period * random.uniform(0.9, 1.1)
         if stopped:
             return
