@@ -8,6 +8,7 @@ a crash-looping endpoint's scaler)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from types import SimpleNamespace
 from typing import Any
@@ -55,7 +56,7 @@ async def _operator_scaler(work: Work) -> None:
     await _with(
         ScalingLoop, tick=work, wakeup=asyncio.Event(), ctx=SimpleNamespace(settings=settings),
         busy={}, reporting={},  # decisions and reports in progress, cancelled when it ends
-        resting=False,
+        resting=False, queued=set(), stirred=False, full_due=0.0, clock=time.monotonic,
     ).run()  # fmt: skip
 
 

@@ -19,6 +19,7 @@ import kopf
 from lockgate.kube import reconcile as rc
 from lockgate.kube import watched
 from lockgate.kube.crds import ENDPOINT, GROUP, TEMPLATE, VERSION
+from lockgate.kube.placement import on_fallback
 from lockgate.kube.status import at_rest, rest_confirmed, resync_may_wait, shows
 
 ENDPOINTS = (GROUP, VERSION, ENDPOINT.plural)
@@ -126,7 +127,8 @@ async def resync_endpoint(
     the scaler last reported (a report lost to a race is written within a period). No call
     is made in between: `body` is kopf's live view, so a status the scaler changes (a
     scale-up) ends the rest at the next period, and so does a Deployment deleted, scaled or
-    newly observed. An Endpoint with no status yet is its create handler's (kopf retries
+    newly observed; workers on a fallback GPU type do not rest (the first type is retried
+    at a reconcile). An Endpoint with no status yet is its create handler's (kopf retries
     it): no resync doubles that work while a thousand are being created."""
     ctx = _indexed(memo)
     period, rest = ctx.settings.resync_s, ctx.settings.resync_rest_s
@@ -152,6 +154,8 @@ async def resync_endpoint(
                 waits = rest_confirmed(status, deployment) and shows(
                     status, [check for check in reported if check is not None]
                 )
+                gpu_types = (body.get("spec") or {}).get("gpuTypeIds") or []
+                waits = waits and not on_fallback(gpu_types, meta.get("annotations"))
             if waits and await rc.still_registered(ctx, body):
                 continue
             last = time.monotonic()

@@ -118,6 +118,14 @@ def choose(
     return previous
 
 
+def on_fallback(gpu_type_ids: Sequence[str], annotations: Mapping[str, str] | None) -> bool:
+    """Whether the workers require a type other than the first listed: a reconcile may
+    then retry the first (`choose`), so the Endpoint's resync must not rest."""
+    choice = from_annotations(annotations)
+    types = list(dict.fromkeys(gpu_type_ids))
+    return choice is not None and len(types) > 1 and choice.gpu_type != types[0]
+
+
 def _stuck(
     current: Choice, pods: Iterable[PodScheduling], now: datetime, fallback_s: float
 ) -> bool:
