@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from lockgate.kube import manifests, placement
 from lockgate.kube.gpus import GpuLabels, parse_cuda
 from lockgate.kube.manifests import Owner
-from lockgate.kube.placement import Choice, PodScheduling
+from lockgate.kube.placement import Choice, PodScheduling, on_fallback
 from lockgate.kube.settings import OperatorSettings
 from lockgate.models import EndpointSpec, TemplateSpec
 
@@ -320,3 +320,15 @@ def test_a_pods_unschedulable_time_is_read_from_its_pod_scheduled_condition() ->
     }
     assert placement.pod_scheduling(pod) == PodScheduling(L4, at(5))
     assert placement.pod_scheduling({"metadata": {}}) == PodScheduling("", None)
+
+
+def test_an_endpoint_on_a_fallback_type_is_one_whose_resync_must_not_rest() -> None:
+    """A reconcile retries the first type after a while (`choose`): the resync keeps its
+    period for such an Endpoint even when it has no worker and no job."""
+    types = ["NVIDIA L4", "NVIDIA A10"]
+    first = Choice("NVIDIA L4", T0).annotations()
+    second = Choice("NVIDIA A10", T0, "Unschedulable").annotations()
+    assert on_fallback(types, second)
+    assert not on_fallback(types, first)
+    assert not on_fallback(types, None)  # no choice recorded yet
+    assert not on_fallback(["NVIDIA A10"], second)  # one type: nothing to retry

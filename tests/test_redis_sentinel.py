@@ -391,16 +391,18 @@ class Load:
 
     async def settle(self, session: aiohttp.ClientSession) -> None:
         """Until every accepted job is counted completed, or the count stops growing for
-        5 s (jobs were lost), at most 30 s."""
+        15 s (jobs were lost), at most 60 s. Not less: with MIN_REPLICAS_ACK the new master
+        takes writes only once a replica has re-attached to it (seconds on a loaded
+        machine), and a worker backs off up to 5 s between attempts (`worker.backoff`)."""
         loop = asyncio.get_running_loop()
-        deadline, last, since = loop.time() + 30, -1, loop.time()
+        deadline, last, since = loop.time() + 60, -1, loop.time()
         while loop.time() < deadline:
             count = await self.completed(session)
             if count >= len(self.accepted):
                 return
             if count != last:
                 last, since = count, loop.time()
-            elif loop.time() - since > 5:
+            elif loop.time() - since > 15:
                 return
             await asyncio.sleep(0.5)
 
