@@ -147,21 +147,29 @@ async def resync_endpoint(
             if not status:
                 continue
             waits = resync_may_wait(status, time.monotonic() - last, rest)
-            if waits and ctx.workers is not None and ctx.workers.ready:
-                meta = body["metadata"]
-                deployment = ctx.workers.deployment(meta.get("namespace", ""), meta["name"])
-                reported = (ctx.scaling.get(meta["name"]), ctx.pods.get(meta["name"]))
-                waits = rest_confirmed(status, deployment) and shows(
-                    status, [check for check in reported if check is not None]
-                )
-                gpu_types = (body.get("spec") or {}).get("gpuTypeIds") or []
-                waits = waits and not on_fallback(gpu_types, meta.get("annotations"))
-            if waits and await rc.still_registered(ctx, body):
+            if waits and _rest_holds(ctx, body, status) and await rc.still_registered(ctx, body):
                 continue
             last = time.monotonic()
             await rc.refresh(ctx, body, steady=True, rest=at_rest(body.get("status")))
         except kopf.TemporaryError as err:
             logger.warning(f"resync failed, will retry: {err}")
+
+
+def _rest_holds(ctx: rc.Context, body: kopf.Body, status: Any) -> bool:
+    """Whether what the operator watches agrees with an at-rest status (no call made): the
+    worker Deployment (`status.rest_confirmed`), the scaler's last conditions shown, and no
+    fallback GPU type whose first type a reconcile would retry. Without kopf's index, yes."""
+    if ctx.workers is None or not ctx.workers.ready:
+        return True
+    meta = body["metadata"]
+    deployment = ctx.workers.deployment(meta.get("namespace", ""), meta["name"])
+    reported = [c for c in (ctx.scaling.get(meta["name"]), ctx.pods.get(meta["name"])) if c]
+    gpu_types = (body.get("spec") or {}).get("gpuTypeIds") or []
+    return (
+        rest_confirmed(status, deployment)
+        and shows(status, reported)
+        and not on_fallback(gpu_types, meta.get("annotations"))
+    )
 
 
 @kopf.on.delete(*ENDPOINTS)

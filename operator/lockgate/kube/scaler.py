@@ -311,7 +311,7 @@ class ScalingLoop:
             if entry is not None and self._ours(entry)
         }
         snaps = await asyncio.gather(*(self.ctx.jobs.snapshot(ep) for ep in ours))
-        now_ms = int(time.time() * 1000)
+        now_ms = self.ctx.jobs.clock()
         readings = {ep: from_snapshot(snap, now_ms) for ep, snap in zip(ours, snaps, strict=True)}
         await self._decide_each(ours, readings, None, targeted=True)
         self.resting = False
@@ -356,9 +356,9 @@ class ScalingLoop:
         """The endpoints of `group` to look at, with their worker Deployments and pods read
         from the API. With kopf's watched workers (`kube.watched`), those the index shows
         settled are left out, and the rest are read one by one when they are few (no call
-        at all while every endpoint rests); without, the namespace's are listed. `tick`
-        runs `_settled` again on what is read here: the index only picks what to read,
-        fresh objects decide."""
+        at all while every endpoint rests); without, the namespace's are listed.
+        `_decide_each` runs `_settled` again on what is read here: the index only picks what
+        to read, fresh objects decide."""
         watched, cluster = self.ctx.workers, self.ctx.cluster
         looks = list(group)
         if watched is not None and watched.ready:
