@@ -38,6 +38,7 @@ from yarl import URL
 from lockgate.gateway.auth import JOBS
 from lockgate.gateway.endpoints import lb_hold_s, request_timeout_s, require_type
 from lockgate.gateway.errors import CLIENT_CLOSED, ApiError, PayloadTooLarge
+from lockgate.gateway.lb_upstream import Answer, ConnectFailed, Exchange, UpstreamError
 from lockgate.gateway.lb_workers import LbRouter, Target, track_attempts
 from lockgate.gateway.metrics import ROUTE_KEY
 from lockgate.gateway.state import gateway_of
@@ -293,44 +294,45 @@ async def _exchange(
     entry: dict,
     path: str,
 ) -> web.StreamResponse:
-    url = URL(f"http://{target.worker.address}{path}", encoded=True)
     limit_s = request_timeout_s(entry)
     if request.headers.get("Upgrade", "").lower() == "websocket":
+        url = URL(f"http://{target.worker.address}{path}", encoded=True)
         return await _websocket(request, router, endpoint_id, target, url)
     body = _Body(request)
     response: web.StreamResponse | None = None
-    metrics = gateway_of(request).metrics
-    attempts = track_attempts()
+    exchange: Exchange | None = None
+    headers = upstream_headers(request)
+    headers.popall("Content-Length", None)  # the upstream client frames the body
     try:
         async with asyncio.timeout(limit_s):
             sent = time.perf_counter()
-            async with target.session.request(
+            exchange = await target.upstream.send(
                 request.method,
-                url,
-                headers=upstream_headers(request),
-                data=body.chunks() if request.body_exists else None,
-                allow_redirects=False,
-            ) as upstream:
-                metrics.observe_lb_upstream(endpoint_id, time.perf_counter() - sent)
-                headers = downstream_headers(upstream.headers, target.id)
-                if _small(request, upstream):  # headers and body in one write, not two
-                    data = await upstream.read()
-                    headers.popall("Content-Length", None)  # set from the body read
-                    return web.Response(
-                        status=upstream.status, reason=upstream.reason, headers=headers, body=data
-                    )
-                response = web.StreamResponse(
-                    status=upstream.status, reason=upstream.reason, headers=headers
+                path,
+                headers.items(),
+                body.chunks() if request.body_exists else None,
+                request.content_length,
+            )
+            upstream = exchange.answer
+            assert upstream is not None
+            gateway_of(request).metrics.observe_lb_upstream(endpoint_id, time.perf_counter() - sent)
+            out = downstream_headers(upstream.headers, target.id)
+            if _small(request, upstream):  # headers and body in one write, not two
+                data = await upstream.read()
+                out.popall("Content-Length", None)  # set from the body read
+                return web.Response(
+                    status=upstream.status, reason=upstream.reason, headers=out, body=data
                 )
-                await response.prepare(request)
-                async for chunk in upstream.content.iter_any():
-                    await response.write(chunk)
-                await response.write_eof()
-                return response
-    except CONNECT_ERRORS as err:  # a timeout too: before TimeoutError below
-        if attempts.resent:  # aiohttp's resend after a kept-alive connection failed
-            return _failed(request, router, endpoint_id, target, body, response, err)
-        raise Unreached(unreached_reason(err), err) from err
+            response = web.StreamResponse(
+                status=upstream.status, reason=upstream.reason, headers=out
+            )
+            await response.prepare(request)
+            async for chunk in upstream.chunks():
+                await response.write(chunk)
+            await response.write_eof()
+            return response
+    except ConnectFailed as err:  # nothing was sent
+        raise Unreached(err.reason, err.cause) from err
     except TimeoutError as err:
         if response is not None:
             return _cut(request, response)  # the answer began: the client sees it end early
@@ -338,8 +340,11 @@ async def _exchange(
             f"the request ran past the endpoint's requestTimeoutS ({limit_s:g} s)",
             headers={WORKER_ID: target.id},
         ) from err
-    except (aiohttp.ClientError, OSError) as err:
+    except (UpstreamError, OSError) as err:
         return _failed(request, router, endpoint_id, target, body, response, err)
+    finally:
+        if exchange is not None:
+            exchange.release()
 
 
 def _failed(
@@ -349,7 +354,7 @@ def _failed(
     target: Target,
     body: _Body,
     response: web.StreamResponse | None,
-    err: aiohttp.ClientError | OSError,
+    err: aiohttp.ClientError | UpstreamError | OSError,
 ) -> web.StreamResponse:
     """A connection to the worker failed once made (the request may have reached it):
     413 when the body grew too large, the begun answer cut, or 502 (never retried)."""
@@ -368,10 +373,10 @@ def _failed(
     ) from err
 
 
-def _small(request: web.Request, upstream: aiohttp.ClientResponse) -> bool:
+def _small(request: web.Request, upstream: Answer) -> bool:
     """An answer of known length up to `WHOLE_MAX` bytes: read whole, then sent at once
     (a stream or a chunked answer never is)."""
-    length = upstream.content_length
+    length = upstream.length
     return (
         length is not None
         and length <= WHOLE_MAX

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from lockgate.gateway.errors import ApiError
+from lockgate.gateway.lb_upstream import WorkerPool
 from lockgate.store import keys
 from lockgate.store.lb_workers import HEALTHY, INITIALIZING, UNHEALTHY, LbWorker, LbWorkers
 
@@ -103,7 +104,8 @@ class Target:
 
     id: str
     worker: LbWorker
-    session: aiohttp.ClientSession
+    session: aiohttp.ClientSession  # WebSocket upgrades
+    upstream: WorkerPool  # every other request
     registered: float = field(default_factory=time.monotonic)
     state: str = INITIALIZING
     code: int = 0
@@ -117,6 +119,11 @@ class Target:
     @property
     def routable(self) -> bool:
         return self.state == HEALTHY and not self.worker.draining and not self.gone
+
+    async def close(self) -> None:
+        """Close its connections (requests still on them fail)."""
+        self.upstream.close()
+        await self.session.close()
 
 
 @dataclass(eq=False)
@@ -149,6 +156,12 @@ def pick(
             return t
     least = min(t.in_flight for t in routable)
     return random.choice([t for t in routable if t.in_flight == least])
+
+
+def worker_pool(worker: LbWorker) -> WorkerPool:
+    """Kept-alive connections to the worker's `address` (host:port; an IPv6 host in [])."""
+    host, _, port = worker.address.rpartition(":")
+    return WorkerPool(host.strip("[]"), int(port), connect_timeout_s=CONNECT_TIMEOUT_S)
 
 
 def parse_affinity(header: str | None) -> tuple[str | None, bool]:
@@ -243,7 +256,7 @@ class LbRouter:
         if ep is not None:
             self._changed(ep)
         if target.gone and target.in_flight == 0:
-            self._spawn(target.session.close(), f"lockgate-lb-close-{target.id}")
+            self._spawn(target.close(), f"lockgate-lb-close-{target.id}")
 
     def failed(self, endpoint_id: str, target: Target, why: str) -> None:
         """A proxied request could not reach `target`: out of routing (here) until a health
@@ -344,6 +357,9 @@ class LbRouter:
             if t is None:
                 self._add(ep, worker_id, worker)
             elif t.worker != worker:
+                if t.worker.address != worker.address:
+                    t.upstream.close()
+                    t.upstream = worker_pool(worker)
                 t.worker = worker
                 ep.wake()
         for worker_id in ep.targets.keys() - found.keys():
@@ -352,7 +368,7 @@ class LbRouter:
             if t.poller is not None:
                 t.poller.cancel()
             if t.in_flight == 0:
-                await t.session.close()
+                await t.close()
 
     def _add(self, ep: LbEndpoint, worker_id: str, worker: LbWorker) -> None:
         connector = aiohttp.TCPConnector(limit=POOL_PER_WORKER, keepalive_timeout=30)
@@ -364,7 +380,7 @@ class LbRouter:
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S),
             middlewares=(_count_attempt,),
         )  # fmt: skip
-        t = ep.targets[worker_id] = Target(worker_id, worker, session)
+        t = ep.targets[worker_id] = Target(worker_id, worker, session, worker_pool(worker))
         t.poller = self._spawn(self._poll(ep, t), f"lockgate-lb-health-{worker_id}")
 
     async def _poll(self, ep: LbEndpoint, t: Target) -> None:
@@ -460,7 +476,7 @@ class LbRouter:
                     ep.id, self.reporter, held=0, in_flight={}, now_ms=self.clock_ms()
                 )
             for t in ep.targets.values():
-                await t.session.close()
+                await t.close()
         if self._health is not None:
             await self._health.close()
 
