@@ -41,9 +41,10 @@ run: setup ## Start dev mode with the echo handler (Redis, gateway, workers in o
 test: setup lint ## Lint, then run the whole test suite (TEST_WORKERS=2 pytest-xdist workers; 0 runs it in one process)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
-fuzz: setup ## The gateway's HTTP differential fuzzer at length (FUZZ_EXAMPLES cases per property, default 2000; a fresh seed each run)
+fuzz: setup ## The gateway's HTTP differential fuzzers at length (its server; the LB proxy's client against aiohttp's) (FUZZ_EXAMPLES cases per property, default 2000; a fresh seed each run)
 	LOCKGATE_FUZZ_EXAMPLES=$(or $(FUZZ_EXAMPLES),2000) LOCKGATE_FUZZ_SEED=1 \
-	  timeout 3600 $(PY) -m pytest -q -p no:cacheprovider --timeout 3300 tests/test_http_fuzz.py
+	  timeout 3600 $(PY) -m pytest -q -p no:cacheprovider --timeout 3300 tests/test_http_fuzz.py \
+	  tests/test_lb_upstream.py
 
 lint: setup ## ruff check and format check
 	$(VENV)/bin/ruff check operator tests examples bench

@@ -335,7 +335,7 @@ def answers(draw: st.DrawFn) -> tuple[bytes, list[int], str, int, str]:
 @settings(
     max_examples=EXAMPLES,
     deadline=None,
-    derandomize=True,
+    derandomize=os.environ.get("LOCKGATE_FUZZ_SEED") is None,  # `make fuzz`: fresh seeds
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(case=answers())
