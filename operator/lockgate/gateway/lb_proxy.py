@@ -229,12 +229,11 @@ async def _route(
     (held or proxied) cancels both."""
     if (request.content_length or 0) > MAX_BODY:
         raise PayloadTooLarge(_too_large())
-    work = asyncio.ensure_future(_held_then_sent(request, router, endpoint_id, entry, path))
-    watch = asyncio.ensure_future(_cancel_when_client_leaves(request, work))
+    watch = ClientWatch(request)
     try:
-        return await work
+        return await _held_then_sent(request, router, endpoint_id, entry, path)
     finally:
-        watch.cancel()
+        watch.stop()
 
 
 async def _held_then_sent(
@@ -276,14 +275,28 @@ def _unreached(
     )  # fmt: skip
 
 
-async def _cancel_when_client_leaves(request: web.Request, task: asyncio.Future) -> None:
-    """aiohttp does not cancel a handler whose client hung up: cancel the upstream call."""
-    while not task.done():
-        transport = request.transport
+class ClientWatch:
+    """aiohttp does not cancel a handler whose client hung up: every `CLIENT_WATCH_S` a
+    timer (not a task: this is on every request's path) looks at the client's connection
+    and cancels the handler's task once it is closed, and with it the upstream request."""
+
+    __slots__ = ("request", "task", "timer")
+
+    def __init__(self, request: web.Request) -> None:
+        self.request = request
+        self.task = asyncio.current_task()
+        self.timer = asyncio.get_running_loop().call_later(CLIENT_WATCH_S, self._look)
+
+    def _look(self) -> None:
+        transport = self.request.transport
         if transport is None or transport.is_closing():
-            task.cancel()
+            if self.task is not None:
+                self.task.cancel()
             return
-        await asyncio.sleep(CLIENT_WATCH_S)
+        self.timer = asyncio.get_running_loop().call_later(CLIENT_WATCH_S, self._look)
+
+    def stop(self) -> None:
+        self.timer.cancel()
 
 
 async def _exchange(
