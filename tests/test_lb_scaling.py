@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from lockgate.gateway.lb_workers import health_state, parse_affinity
+from lockgate.gateway.lb_workers import Target, health_state, parse_affinity, pick
 from lockgate.models.endpoint import ScalerType
 from lockgate.scaling.decision import EndpointMetrics, Limits, Workers, decide
+from lockgate.store.lb_workers import LbWorker
 
 LB = Limits(0, 4, 5.0, scaler_type=ScalerType.REQUEST_COUNT, scaler_value=1)
 
@@ -47,3 +48,19 @@ def test_affinity_header_is_soft_unless_strict() -> None:
     assert parse_affinity("w-1") == ("w-1", False)
     assert parse_affinity("strict w-1") == ("w-1", True)
     assert parse_affinity(None) == (None, False)
+
+
+def _target(worker_id: str, in_flight: int = 0, state: str = "healthy") -> Target:
+    worker = LbWorker(f"127.0.0.1:{9000 + len(worker_id)}", "127.0.0.1:1", "/ping")
+    return Target(worker_id, worker, None, None, state=state, in_flight=in_flight)  # type: ignore[arg-type]
+
+
+def test_pick_prefers_the_asked_worker_then_the_least_busy_and_spreads_ties() -> None:
+    a, b, c = _target("a", 2), _target("b", 1), _target("c", 1)
+    sick = _target("d", 0, state="unhealthy")
+    assert pick([a, b, c, sick], "a") is a  # asked for, and routable
+    assert pick([a, b, sick], "d") is b  # asked for but not routable: the least busy
+    assert pick([a, b, c], None, exclude={"b", "c"}) is a
+    assert pick([sick], None) is None and pick([a], None, exclude={"a"}) is None
+    chosen = {pick([a, b, c], None).id for _ in range(200)}  # type: ignore[union-attr]
+    assert chosen == {"b", "c"}  # the tied least busy, each of them

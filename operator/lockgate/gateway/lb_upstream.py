@@ -77,6 +77,12 @@ class Answer:
 
     async def read(self) -> bytes:
         """The whole body."""
+        conn = self._conn
+        if conn.complete and conn.error is None:  # all in already (a small answer)
+            body, conn.body, conn.buffered = b"".join(conn.body), deque(), 0
+            if conn.reading_paused:
+                conn.resume_reading()
+            return body
         return b"".join([chunk async for chunk in self.chunks()])
 
     async def chunks(self) -> AsyncIterator[bytes]:

@@ -20,7 +20,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -144,18 +144,25 @@ class LbEndpoint:
 
 
 def pick(
-    targets: list[Target], affinity: str | None, exclude: Collection[str] = ()
+    targets: Iterable[Target], affinity: str | None, exclude: Collection[str] = ()
 ) -> Target | None:
     """The worker a request goes to: the one it asked for when routable, else the one with
-    the fewest requests in flight here (ties broken at random); never one in `exclude`."""
-    routable = [t for t in targets if t.routable and t.id not in exclude]
-    if not routable:
-        return None
-    for t in routable:
+    the fewest requests in flight here (ties broken at random); never one in `exclude`.
+    One pass, no list: this is on every request's path."""
+    chosen: Target | None = None
+    least = ties = 0
+    for t in targets:
+        if not t.routable or t.id in exclude:
+            continue
         if t.id == affinity:
             return t
-    least = min(t.in_flight for t in routable)
-    return random.choice([t for t in routable if t.in_flight == least])
+        if chosen is None or t.in_flight < least:
+            chosen, least, ties = t, t.in_flight, 1
+        elif t.in_flight == least:
+            ties += 1
+            if random.randrange(ties) == 0:  # each of the tied ones as likely (reservoir)
+                chosen = t
+    return chosen
 
 
 def worker_pool(worker: LbWorker) -> WorkerPool:
@@ -238,7 +245,11 @@ class LbRouter:
         `hold_s` (the endpoint's `lbHoldS`; None: the gateway's) counted from `since` (the
         loop time the request first asked; None: now), or at once beyond `max_held` held
         requests."""
-        ep = await self.endpoint(endpoint_id)
+        ep = self.endpoints.get(endpoint_id)
+        if ep is not None and ep.loaded.is_set():  # the common case, without an await
+            ep.used = time.monotonic()
+        else:
+            ep = await self.endpoint(endpoint_id)
         want, strict = parse_affinity(affinity_header)
         target = self._choose(ep, want, strict, exclude)
         if target is None:
@@ -277,7 +288,7 @@ class LbRouter:
         if strict:
             t = ep.targets.get(want or "")
             return t if t is not None and t.routable and t.id not in exclude else None
-        return pick(list(ep.targets.values()), want, exclude)
+        return pick(ep.targets.values(), want, exclude)
 
     async def _hold(
         self,
