@@ -76,6 +76,7 @@ class Budget:
 
 
 Key = tuple[str, Operation, str]
+ASK_REDIS = object()  # `Limiter.admit_now`: not without Redis, await `admit`
 
 
 @dataclass(slots=True)
@@ -90,7 +91,10 @@ class Hold:
     budget: Budget | None = None
 
     async def __aenter__(self) -> None:
-        self.budget = await self.limiter.admit(self.endpoint_id, self.op, self.owner)
+        budget = self.limiter.admit_now(self.endpoint_id, self.op, self.owner)
+        if budget is ASK_REDIS:
+            budget = await self.limiter.admit(self.endpoint_id, self.op, self.owner)
+        self.budget = budget
 
     async def __aexit__(self, *_exc: object) -> None:
         self.limiter.release(self.budget)
@@ -135,6 +139,16 @@ class Limiter:
             self._workers[endpoint_id] = hit
         return hit[1]
 
+    def _rate_now(self, endpoint_id: str, limit: OperationLimit) -> int | object | None:
+        """`rate` when it needs no Redis read (no per-worker rate, or the running workers
+        cached), else `ASK_REDIS`."""
+        if limit.rate is None or not limit.requests_per_worker:
+            return limit.rate
+        hit = self._workers.get(endpoint_id)
+        if hit is None or hit[0] < time.monotonic():
+            return ASK_REDIS
+        return effective_rate(limit.rate, hit[1], limit.requests_per_worker)
+
     async def rate(self, endpoint_id: str, limit: OperationLimit) -> int | None:
         """The effective rate of an operation on an endpoint now."""
         if limit.rate is None or not limit.requests_per_worker:
@@ -146,6 +160,28 @@ class Limiter:
         """Admit one request for its duration (`async with`), or raise 429 with
         `Retry-After`."""
         return Hold(self, endpoint_id, op, owner)
+
+    def admit_now(self, endpoint_id: str, op: Operation, owner: str) -> Budget | object | None:
+        """`admit` when this replica's budget already holds a unit and a slot (and the
+        rate needs no Redis read): the common case, without an await. `ASK_REDIS` when
+        `admit` must be awaited instead."""
+        limit = self.table[op]
+        if not self.enabled or (limit.rate is None and limit.concurrency is None):
+            return None
+        budget = self._budgets.get((endpoint_id, op, owner))
+        rate = self._rate_now(endpoint_id, limit)
+        if budget is None or rate is ASK_REDIS:
+            return ASK_REDIS
+        self._roll(budget)
+        conc = limit.concurrency
+        if budget.short(rate, conc):  # type: ignore[arg-type]
+            return ASK_REDIS
+        if rate is not None:
+            budget.units -= 1
+        if conc is None:
+            return None
+        budget.in_flight += 1
+        return budget
 
     async def admit(self, endpoint_id: str, op: Operation, owner: str) -> Budget | None:
         """Admit one request, or raise 429: the budget whose slot it now holds (None when
