@@ -322,3 +322,30 @@ def test_a_cookie_one_client_was_set_never_reaches_the_worker_for_another(
     seen = requests.get(lb_url(lb, "echo/next"), headers=same, timeout=60).json()
     assert "cookie" not in seen["headers"]
     assert "secret1" not in str(seen)
+
+
+def test_the_header_lines_sent_upstream_drop_hop_by_hop_key_and_framing() -> None:
+    """`upstream_lines` on a request as aiohttp parsed it: the client's bytes as sent,
+    without hop-by-hop headers (and those `Connection` names), the key, Host, Expect and
+    Content-Length; every `X-Forwarded-For` joined, the client's address last."""
+    from aiohttp.test_utils import make_mocked_request
+    from multidict import CIMultiDict
+
+    from lockgate.gateway.lb_proxy import upstream_lines
+
+    headers = CIMultiDict(
+        [
+            ("Host", "api.example:8080"), ("Authorization", "Bearer secret"),
+            ("Connection", "keep-alive, X-Private"), ("X-Private", "p"), ("Keep-Alive", "5"),
+            ("Transfer-Encoding", "chunked"), ("Content-Length", "3"), ("Expect", "100-continue"),
+            ("X-Forwarded-For", "10.0.0.1"), ("X-Forwarded-For", "10.0.0.2"),
+            ("X-Forwarded-Proto", "https"), ("Cookie", "a=1"), ("X-Twice", "1"), ("X-Twice", "2"),
+        ]
+    )  # fmt: skip
+    request = make_mocked_request("POST", "/lb/ep/x", headers=headers)
+    lines = upstream_lines(request).split(b"\r\n")
+    assert lines[-1] == b""
+    assert lines[:-1] == [
+        b"X-Forwarded-Proto: https", b"Cookie: a=1", b"X-Twice: 1", b"X-Twice: 2",
+        b"X-Forwarded-For: 10.0.0.1, 10.0.0.2, ", b"X-Forwarded-Host: api.example:8080",
+    ]  # fmt: skip

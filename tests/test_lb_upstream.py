@@ -138,7 +138,8 @@ async def via_aiohttp(port: int, req: Req) -> dict:
 async def via_pool(pool: WorkerPool, req: Req) -> dict:
     body = None if req.body is None else chunks_of(req.body, 8192)
     length = len(req.body) if req.body is not None and req.known_length else None
-    exchange = await pool.send(req.method, req.target, req.headers, body, length)
+    lines = b"".join(f"{k}: {v}\r\n".encode() for k, v in req.headers)
+    exchange = await pool.send(req.method, req.target, lines, body, length)
     try:
         assert exchange.answer is not None
         return orjson.loads(await exchange.answer.read()) if req.method != "HEAD" else {}
@@ -208,7 +209,7 @@ async def answering(
 async def read_with_pool(port: int, method: str) -> Outcome:
     pool = WorkerPool("127.0.0.1", port, connect_timeout_s=5)
     try:
-        exchange = await pool.send(method, "/", (), None, None)
+        exchange = await pool.send(method, "/", b"", None, None)
         try:
             answer = exchange.answer
             assert answer is not None
@@ -385,7 +386,7 @@ async def raw(handler: Handler) -> tuple[int, asyncio.Server, list[int]]:
 async def get(pool: WorkerPool, method: str = "GET", body: bytes | None = None) -> bytes:
     chunks = None if body is None else chunks_of(body, 1024)
     length = None if body is None else len(body)
-    exchange = await pool.send(method, "/", (), chunks, length)
+    exchange = await pool.send(method, "/", b"", chunks, length)
     try:
         assert exchange.answer is not None
         return await exchange.answer.read()
@@ -426,7 +427,7 @@ async def test_an_idle_connection_found_closed_is_retried_once_for_a_get() -> No
     pool = WorkerPool("127.0.0.1", port, connect_timeout_s=5)
     try:
         assert await get(pool) == b"ok"
-        exchange = await pool.send("GET", "/", (), None, None)
+        exchange = await pool.send("GET", "/", b"", None, None)
         assert exchange.resent
         assert exchange.answer is not None and await exchange.answer.read() == b"ok"
         exchange.release()
@@ -471,7 +472,7 @@ async def test_a_slow_reader_pauses_reading_from_the_worker() -> None:
     port, server, _ = await raw(big)
     pool = WorkerPool("127.0.0.1", port, connect_timeout_s=5)
     try:
-        exchange = await pool.send("GET", "/", (), None, None)
+        exchange = await pool.send("GET", "/", b"", None, None)
         assert exchange.answer is not None
         got, most = [], 0
         async for chunk in exchange.answer.chunks():
@@ -506,7 +507,7 @@ async def test_a_worker_that_stops_reading_holds_the_upload_not_memory() -> None
             yield b"x" * 65536
 
     try:
-        task = asyncio.ensure_future(pool.send("POST", "/", (), body(), 2000 * 65536))
+        task = asyncio.ensure_future(pool.send("POST", "/", b"", body(), 2000 * 65536))
         await asyncio.sleep(1.0)
         assert not task.done()
         assert sent < 64 * 1024 * 1024  # the kernel's buffers and one high-water mark

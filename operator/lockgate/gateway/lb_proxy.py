@@ -35,6 +35,7 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
+from lockgate.gateway import lb_upstream
 from lockgate.gateway.auth import JOBS
 from lockgate.gateway.endpoints import lb_hold_s, request_timeout_s, require_type
 from lockgate.gateway.errors import CLIENT_CLOSED, ApiError, PayloadTooLarge
@@ -53,18 +54,14 @@ WORKER_ID = "X-Runpod-Worker-Id"
 WHOLE_MAX = 64 * 1024  # answers of a known length up to this are sent in one write
 HOST_ROUTE = "{endpoint}.<LOCKGATE_LB_DOMAIN>"  # the host form's route label in /metrics
 CLIENT_WATCH_S = 0.1  # how often a waiting request looks whether its client left
-HOP_BY_HOP = frozenset(
-    h.lower()
-    for h in (
-        "Connection", "Proxy-Connection", "Keep-Alive", "TE", "Transfer-Encoding", "Trailer",
-        "Upgrade", "Proxy-Authorization", "Proxy-Authenticate",
-    )
-)  # fmt: skip
+HOP_BY_HOP = frozenset(h.decode() for h in lb_upstream.HOP_BY_HOP)  # RFC 9110, 7.6.1
 # Not forwarded either: the caller's key, the Host (the worker's own is sent) and Expect
 # (this gateway already answered it).
 NOT_FORWARDED = HOP_BY_HOP | {"authorization", "host", "expect"}
 WS_OWN = {"sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions"}
 NOT_FORWARDED_WS = NOT_FORWARDED | WS_OWN
+# ...nor, to the upstream client, Content-Length: it frames the body itself
+NOT_FORWARDED_RAW = frozenset(h.encode() for h in NOT_FORWARDED) | {b"content-length"}
 
 routes = web.RouteTableDef()
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -122,6 +119,40 @@ def upstream_headers(request: web.Request, *, websocket: bool = False) -> CIMult
     out.setdefault("X-Forwarded-Proto", request.scheme)
     out.setdefault("X-Forwarded-Host", request.host)
     return out
+
+
+def upstream_lines(request: web.Request) -> bytes:
+    """`upstream_headers` as the header lines sent to the worker, straight from the bytes
+    the client sent (no decoding, no multidict: this is on every request's path). Several
+    `X-Forwarded-For` are joined in one, the client's address last."""
+    lines: list[tuple[bytes, bytes, bytes]] = []
+    named: set[bytes] = set()
+    forwarded: list[bytes] = []
+    host = b""
+    proto = forwarded_host = False
+    for name, value in request.raw_headers:
+        low = name.lower()
+        if low in NOT_FORWARDED_RAW:
+            if low == b"connection":
+                named.update(h.strip().lower() for h in value.split(b","))
+            elif low == b"host":
+                host = value
+            continue
+        if low == b"x-forwarded-for":
+            forwarded.append(value)
+            continue
+        proto = proto or low == b"x-forwarded-proto"
+        forwarded_host = forwarded_host or low == b"x-forwarded-host"
+        lines.append((low, name, value))
+    out = [b"%s: %s\r\n" % (name, value) for low, name, value in lines if low not in named]
+    forwarded.append((request.remote or "").encode())
+    out.append(b"X-Forwarded-For: %s\r\n" % b", ".join(forwarded))
+    if not proto:
+        out.append(b"X-Forwarded-Proto: %s\r\n" % request.scheme.encode())
+    if not forwarded_host:
+        value = host or request.host.encode("utf-8", "surrogateescape")
+        out.append(b"X-Forwarded-Host: %s\r\n" % value)
+    return b"".join(out)
 
 
 def downstream_headers(headers: CIMultiDictProxy[str], worker_id: str) -> CIMultiDict[str]:
@@ -314,31 +345,37 @@ async def _exchange(
     body = _Body(request)
     response: web.StreamResponse | None = None
     exchange: Exchange | None = None
-    headers = upstream_headers(request)
-    headers.popall("Content-Length", None)  # the upstream client frames the body
     try:
         async with asyncio.timeout(limit_s):
             sent = time.perf_counter()
             exchange = await target.upstream.send(
                 request.method,
                 path,
-                headers.items(),
+                upstream_lines(request),
                 body.chunks() if request.body_exists else None,
                 request.content_length,
             )
             upstream = exchange.answer
             assert upstream is not None
             gateway_of(request).metrics.observe_lb_upstream(endpoint_id, time.perf_counter() - sent)
-            out = downstream_headers(upstream.headers, target.id)
+            # Copied by the answer as they are when there is no hop-by-hop header to drop
+            out = downstream_headers(upstream.headers, target.id) if upstream.hop else None
             if _small(request, upstream):  # headers and body in one write, not two
-                data = await upstream.read()
-                out.popall("Content-Length", None)  # set from the body read
-                return web.Response(
-                    status=upstream.status, reason=upstream.reason, headers=out, body=data
+                data = await upstream.read()  # its Content-Length's worth, as the head said
+                response = web.Response(
+                    status=upstream.status,
+                    reason=upstream.reason,
+                    headers=upstream.headers if out is None else out,
+                    body=data,
                 )
+                response.headers[WORKER_ID] = target.id
+                return response
             response = web.StreamResponse(
-                status=upstream.status, reason=upstream.reason, headers=out
+                status=upstream.status,
+                reason=upstream.reason,
+                headers=upstream.headers if out is None else out,
             )
+            response.headers[WORKER_ID] = target.id
             await response.prepare(request)
             async for chunk in upstream.chunks():
                 await response.write(chunk)

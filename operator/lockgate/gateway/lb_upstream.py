@@ -28,7 +28,7 @@ import asyncio
 import errno
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 
 import httptools
 from multidict import CIMultiDict
@@ -37,6 +37,10 @@ IDLE_KEEP_S = 30.0  # an idle connection older than this is closed, not reused
 MAX_IDLE = 256  # idle connections kept per worker
 READ_HIGH = 256 * 1024  # answer bytes buffered for a slow client before reading pauses
 READ_LOW = 64 * 1024  # ...and resumes below this
+HOP_BY_HOP = frozenset(  # RFC 9110, 7.6.1: headers a proxy does not pass on
+    (b"connection", b"proxy-connection", b"keep-alive", b"te", b"transfer-encoding",
+     b"trailer", b"upgrade", b"proxy-authorization", b"proxy-authenticate"),
+)  # fmt: skip
 RETRYABLE = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
 NEEDS_LENGTH = frozenset({"POST", "PUT", "PATCH"})  # sent `Content-Length: 0` when empty
 
@@ -66,13 +70,14 @@ def connect_reason(err: BaseException) -> str:
 class Answer:
     """The worker's answer: status, reason and headers, then its body as it comes."""
 
-    __slots__ = ("_conn", "headers", "length", "reason", "status")
+    __slots__ = ("_conn", "headers", "hop", "length", "reason", "status")
 
     def __init__(self, conn: _Connection) -> None:
         self._conn = conn
         self.status = conn.status
         self.reason = conn.reason
         self.headers = conn.headers
+        self.hop = conn.hop  # it has a hop-by-hop header
         self.length = conn.length
 
     async def read(self) -> bytes:
@@ -122,6 +127,7 @@ class _Connection(asyncio.Protocol):
         self.headers: CIMultiDict[str] = CIMultiDict()
         self.in_head = True  # headers seen are the answer's (not a chunked answer's trailers)
         self.framed = False  # it says where it ends (Content-Length or chunked)
+        self.hop = False  # a hop-by-hop header came
         self.keep = False
         self.head: asyncio.Future[None] | None = None  # done when the final head is in
         self.body: deque[bytes] = deque()
@@ -173,7 +179,7 @@ class _Connection(asyncio.Protocol):
     def on_message_begin(self) -> None:
         if self.status:  # bytes after the final answer: not ours to read
             raise UpstreamError("the worker sent more than its answer")
-        self.headers, self.in_head, self.framed = CIMultiDict(), True, False
+        self.headers, self.in_head, self.framed, self.hop = CIMultiDict(), True, False, False
         self.reason_bytes = b""
 
     def on_status(self, reason: bytes) -> None:
@@ -188,6 +194,8 @@ class _Connection(asyncio.Protocol):
         low = name.lower()
         if low == b"content-length" or low == b"transfer-encoding":
             self.framed = True
+        if low in HOP_BY_HOP:
+            self.hop = True
 
     def on_headers_complete(self) -> None:
         status = self.parser.get_status_code()
@@ -269,9 +277,6 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
 
 
-Headers = Iterable[tuple[str, str]]
-
-
 class Exchange:
     """One request in progress on a connection: `answer` (its head; the body streams),
     then `release` (the connection kept for another request when the exchange ended
@@ -306,16 +311,16 @@ class WorkerPool:
         self,
         method: str,
         target: str,
-        headers: Headers,
+        headers: bytes,
         body: AsyncIterator[bytes] | None,
         length: int | None,
     ) -> Exchange:
-        """Send a request (`target`: path and query, as sent; `body`: its bytes as they
+        """Send a request (`target`: path and query, as sent; `headers`: its header lines,
+        `Name: value\r\n` each, without `Host` and framing; `body`: its bytes as they
         come, `length` when known, else sent chunked) and wait for the answer's head.
         `release()` the exchange when done with its body. ConnectFailed before anything
         was sent; UpstreamError after."""
-        lines = [f"{method} {target} HTTP/1.1\r\n".encode("latin-1"), self.authority]
-        lines.extend(f"{k}: {v}\r\n".encode("utf-8", "surrogateescape") for k, v in headers)
+        lines = [f"{method} {target} HTTP/1.1\r\n".encode("latin-1"), self.authority, headers]
         if body is not None:
             lines.append(
                 f"Content-Length: {length}\r\n\r\n".encode()
