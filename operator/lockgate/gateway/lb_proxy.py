@@ -414,7 +414,8 @@ def _failed(
         router.failed(endpoint_id, target, f"failed mid-answer: {err!r}")
         return _cut(request, response)
     if request.transport is None or request.transport.is_closing():
-        raise err  # our client left (its body stopped): nothing to answer
+        # our client left (its body stopped): nothing to answer, counted as 499
+        raise ConnectionResetError(f"the client left: {err}") from err
     router.failed(endpoint_id, target, repr(err))
     raise BadGateway(
         f"worker {target.id!r} did not answer: {err.__class__.__name__}: {err}; "
