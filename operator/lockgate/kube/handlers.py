@@ -63,6 +63,17 @@ def worker_pods(body: kopf.Body, **_: Any) -> dict | None:
     return watched.index_entry(body)
 
 
+@kopf.on.event(*watched.PODS, labels=watched.WORKER_LABELS)
+async def worker_pod_event(
+    event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any
+) -> None:
+    """Each worker pod the watch delivers, to the scaler of this replica's term if any
+    (`Context.on_worker_pod`); async: it runs in the event loop, not kopf's thread pool."""
+    seen = _ctx(memo).on_worker_pod
+    if seen is not None and event.get("type") != "DELETED":
+        seen(dict(body))
+
+
 @kopf.on.startup()
 def configure(
     settings: kopf.OperatorSettings,
