@@ -1,9 +1,9 @@
 """The console's LB request form in Chromium against a gateway on another origin: the
 console at `http://127.0.0.1:PORT`, the job API (`LOCKGATE_BASE_URL`) at
 `http://localhost:PORT` — one `lockgate dev`, two origins for the browser, so the form's
-request needs the gateway's CORS pre-flight answer on `/lb/`. Dev mode's console allows
-only its own origin in its Content-Security-Policy (`connect-src 'self'`), so the browser
-context bypasses CSP: what is tested here is CORS, not the console's CSP."""
+request needs the gateway's CORS pre-flight answer on `/lb/`, and the console's
+Content-Security-Policy must list `LOCKGATE_BASE_URL`'s origin in `connect-src` (the browser
+enforces it: a CSP without it blocks the call, and the violation fails `assert_clean`)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterator
 
 import pytest
+import requests
 
 from console_browser import assert_clean, sign_in, watched_tab
 from devproc import DevProcess
@@ -49,11 +50,13 @@ def two_origins(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevProcess
 
 @pytest.fixture
 def cross_origin_page(browser) -> Iterator:
-    yield from watched_tab(browser, bypass_csp=True)
+    yield from watched_tab(browser)  # the console's CSP enforced
 
 
 def test_the_lb_request_form_reaches_a_gateway_on_another_origin(cross_origin_page, two_origins):
     page, dev = cross_origin_page, two_origins
+    csp = requests.get(f"{dev.url}/console/", timeout=10).headers["content-security-policy"]
+    assert f"connect-src 'self' http://localhost:{dev.port};" in csp
     sign_in(page, dev)
     page.wait_for_url(re.compile(r"#/endpoints$"))
     page.goto(f"{dev.url}/console/#/endpoints/{LB}/requests")

@@ -279,6 +279,74 @@ async def test_drain_takes_registered_workers_out_of_routing(redis: Redis) -> No
     assert lb.writes == 2
 
 
+async def test_a_worker_that_starts_is_registered_from_its_watch_event(redis: Redis) -> None:
+    pubsub = redis.pubsub()
+    await pubsub.subscribe("lg:events")
+    await pubsub.get_message(timeout=1)  # the subscribe confirmation
+    lb = LbWorkers(redis)
+    pods = LbPods(lb)
+    await pods.sync("chat", [pod("a", state="waiting")])  # the tick: not running yet
+    assert await lb.workers("chat") == {}
+    await pods.seen("chat", pod("a"))  # the watch: its worker runs
+    assert await lb.workers("chat") == {"a": LbWorker("10.88.0.5:8000", "10.88.0.5:8001")}
+    message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=2)
+    await pubsub.aclose()
+    assert message is not None and message["data"] == b"l:chat"  # gateways reload now
+
+
+async def test_a_routed_pod_being_deleted_is_drained_from_its_watch_event(redis: Redis) -> None:
+    lb = LbWorkers(redis)
+    clock = Clock()
+    pods = LbPods(lb, clock=clock)
+    await pods.sync("chat", [pod("a")])
+    listed_at = clock.now  # a tick lists a, not deleted yet
+    clock.now += 0.1
+    await pods.seen("chat", pod("a", deleting=True))  # `kubectl delete`: the watch sees it
+    assert (await lb.workers("chat"))["a"].draining
+    await pods.sync("chat", [pod("a")], listed_at=listed_at)  # that older list
+    assert (await lb.workers("chat"))["a"].draining  # not routed again
+    await pods.seen("chat", pod("a"))  # a stale event: a known worker is left to the tick
+    assert (await lb.workers("chat"))["a"].draining
+
+
+@pytest.mark.parametrize(
+    "kw", [{"state": "waiting"}, {"ip": None}, {"deleting": True}, {"serving": "False"}]
+)
+async def test_a_watch_event_registers_only_a_running_worker_that_is_not_leaving(
+    redis: Redis, kw
+) -> None:
+    lb = LbWorkers(redis)
+    pods = LbPods(lb)
+    await pods.sync("chat", [])
+    await pods.seen("chat", pod("a", **kw))
+    assert await lb.workers("chat") == {}
+
+
+async def test_a_watch_event_of_an_endpoint_not_synced_this_term_is_left_to_the_tick(
+    redis: Redis,
+) -> None:
+    lb = LbWorkers(redis)
+    await LbPods(lb).seen("chat", pod("a"))  # whether it is ours: the tick decides
+    assert await lb.workers("chat") == {}
+
+
+async def test_a_pod_list_older_than_the_watch_event_does_not_unregister_the_worker(
+    redis: Redis,
+) -> None:
+    lb = LbWorkers(redis)
+    clock = Clock()
+    pods = LbPods(lb, clock=clock)
+    await pods.sync("chat", [])
+    listed_at = clock.now  # a tick lists the pods: a not running yet
+    clock.now += 0.1
+    await pods.seen("chat", pod("a"))  # then the watch: a runs
+    clock.now += 0.1
+    await pods.sync("chat", [pod("a", state="waiting")], listed_at=listed_at)  # that tick
+    assert set(await lb.workers("chat")) == {"a"}
+    await pods.sync("chat", [], listed_at=clock.now)  # a list after it: a is gone
+    assert await lb.workers("chat") == {}
+
+
 class RecordingCluster:
     """The two cluster calls a resize of ungated pods makes, recorded in order."""
 

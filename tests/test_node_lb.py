@@ -9,7 +9,9 @@ pod's `/ping` until 200 and proxies to it; the answer names the pod in
 gateway; a burst of slow requests scales to workersMax pods; a scale-down that must remove
 a pod with a request in flight, and a pod deleted mid-request, let that request finish
 (the pod gets SIGTERM, its uvicorn drains within the grace period, the gateway routes the
-next request elsewhere); with no request the endpoint goes back to zero.
+next request elsewhere); with no request the endpoint goes back to zero. Last, the host
+form: upgraded with `gateway.lbDomain` and the Ingress, the Ingress object routes
+`*.<domain>` to the gateway, and `Host: <endpoint>.<domain>` reaches the worker.
 
 One endpoint serves every test, in file order (its pods carry over from test to test):
 each pod start costs seconds here.
@@ -42,6 +44,7 @@ pytestmark = [pytest.mark.node, pytest.mark.timeout(600)]
 
 NAME = "lb"
 REQUEST_TIMEOUT_S = 30
+DOMAIN = "lb.example.test"  # gateway.lbDomain, in the last test
 
 
 class Lb:
@@ -291,3 +294,32 @@ def test_with_no_request_the_endpoint_goes_back_to_zero(release: Release, first)
     except AssertionError:
         print(release.describe())
         raise
+
+
+def test_the_ingress_host_form_reaches_the_worker_with_the_path_untouched(
+    release: Release, lb: Lb, first
+) -> None:
+    """`gateway.lbDomain` with the Ingress: the apiserver holds a rule for `*.<domain>` to
+    the gateway Service's job API port, and a request to the Service with `Host:
+    <endpoint>.<domain>` (what an ingress controller sends; this node runs none) reaches
+    the worker with its path as sent (the gateway got LOCKGATE_LB_DOMAIN). From zero again:
+    the last test let the endpoint go."""
+    release.upgrade("--set", "gateway.ingress.enabled=true", "--set", f"gateway.lbDomain={DOMAIN}")
+    service = release.get("service", f"{release.name}-gateway")
+    job_api_port = next(p["port"] for p in service["spec"]["ports"] if p["name"] == "http")
+    ingress = release.get("ingress", f"{release.name}-gateway")
+    [wildcard] = [r for r in ingress["spec"]["rules"] if r.get("host") == f"*.{DOMAIN}"]
+    [path] = wildcard["http"]["paths"]
+    assert (path["path"], path["pathType"]) == ("/", "Prefix")
+    backend = path["backend"]["service"]
+    assert backend == {"name": f"{release.name}-gateway", "port": {"number": job_api_port}}
+
+    answer = lb.http.get(
+        f"{release.gateway_url}/echo/by-host?y=2", headers={"Host": f"{NAME}.{DOMAIN}"},
+        timeout=150,
+    )  # fmt: skip
+    assert answer.status_code == 200, answer.text
+    seen = answer.json()
+    assert (seen["path"], seen["query"]) == ("/echo/by-host", "y=2")
+    assert seen["worker"] == answer.headers["X-Runpod-Worker-Id"]
+    assert "authorization" not in seen["headers"]

@@ -36,7 +36,7 @@ from lockgate.gateway.state import GATEWAY
 from lockgate.logs import setup_logging
 from lockgate.manage.about import DEV, About
 from lockgate.manage.api import create_manage_app
-from lockgate.manage.console import add_console
+from lockgate.manage.console import add_console, origin_of
 from lockgate.manage.controlplane import UnusableSettings
 from lockgate.manage.graphql import add_graphql_route
 from lockgate.manage.history import HistorySampler, add_history_routes, history_sampler
@@ -270,7 +270,7 @@ def build_app(
 
     gw.notifier.on_subscribed = missed_events
     app.cleanup_ctx.append(history_sampler(sampler))
-    add_console(app)
+    add_console(app, connect_src=origin_of(settings.base_url))  # LOCKGATE_BASE_URL's origin
     return app, plane
 
 

@@ -25,7 +25,7 @@ from lockgate.kube.controlplane import KubernetesControlPlane
 from lockgate.kube.settings import OperatorSettings
 from lockgate.kube.storage import KubernetesStorage
 from lockgate.manage.api import create_manage_app
-from lockgate.manage.console import add_console
+from lockgate.manage.console import add_console, origin_of
 from lockgate.manage.controlplane import ControlPlane
 from lockgate.manage.graphql import add_graphql_route
 from lockgate.manage.history import HistorySampler, add_history_routes, history_sampler
@@ -81,7 +81,7 @@ def create_app(
     app.cleanup_ctx.append(history_sampler(sampler, Notifier(registry.redis)))
     app.add_subapp("/v1", manage)
     add_graphql_route(app, manage)  # the runpod SDK's management calls
-    add_console(app, connect_src=settings.console_connect_src())
+    add_console(app, connect_src=origin_of(settings.base_url))  # the job API's origin
     if key_file is not None:
         key_file.load()  # after the authenticator hooked it; a broken file stops the process
         app.cleanup_ctx.append(_watching(key_file))

@@ -61,9 +61,11 @@ async def scale(ctx: Context, session: aiohttp.ClientSession) -> None:
     notifier = Notifier(ctx.redis)
     wake_on_events(loop, notifier)
     notifier.start()
+    ctx.on_worker_pod = loop.worker_pod  # a load-balancing worker is routed as it starts
     try:
         await loop.run()
     finally:
+        ctx.on_worker_pod = None
         await notifier.close()
         ctx.scaling.clear()
 

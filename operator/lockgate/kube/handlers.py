@@ -58,8 +58,15 @@ def worker_deployments(body: kopf.Body, **_: Any) -> dict | None:
 
 
 @kopf.index(*watched.PODS, labels=watched.WORKER_LABELS)
-def worker_pods(body: kopf.Body, **_: Any) -> dict | None:
-    """Worker pods by (namespace, endpoint): `kube.watched`."""
+async def worker_pods(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict | None:
+    """Worker pods by (namespace, endpoint): `kube.watched`. Each pod as delivered (kopf
+    indexes every event but deletions) also goes to the scaler of this replica's term, if
+    any (`Context.on_worker_pod`: a load-balancing worker is routed as it starts). Here
+    rather than in an `on.event` handler, which kopf would log a line for per pod event;
+    async, so that it runs in the event loop, not kopf's thread pool."""
+    seen = _ctx(memo).on_worker_pod
+    if seen is not None:
+        seen(dict(body))
     return watched.index_entry(body)
 
 

@@ -11,6 +11,13 @@ memory after a first read of Redis, so an endpoint whose pods do not change cost
 Redis call (but one read a minute while it has pods: what Redis lost, a restart or a
 failover, is written again). `drain` takes the pods a scale-down removes out of routing before the
 ReplicaSet deletes them.
+
+Two changes are written from kopf's watch event instead, as the pod changes (`seen`): a
+pod whose worker has just started is registered (the tick's list comes up to
+`scale_interval_s` later, and a request held through a cold start waits for the record; the
+gateway polls the health path from the `l:` event on and routes on its first 200), and a
+routed pod being deleted by anyone is marked `draining`. A sync whose pod list was read
+before such a write leaves that worker's record alone (`listed_at`).
 """
 
 from __future__ import annotations
@@ -96,6 +103,9 @@ class LbPods:
         self.clock = clock
         self.known: dict[str, dict[str, LbWorker]] = {}
         self.read_at: dict[str, float] = {}
+        # (endpoint, worker) -> when `seen` wrote its record (self.clock): kept until a
+        # sync's pod list is newer
+        self.seen_at: dict[tuple[str, str], float] = {}
 
     async def _known(self, endpoint_id: str) -> dict[str, LbWorker]:
         """The records as last written; read from Redis at first sight (what an earlier
@@ -106,10 +116,19 @@ class LbPods:
             self.read_at[endpoint_id] = now
         return self.known[endpoint_id]
 
-    async def sync(self, endpoint_id: str, pods: Sequence[Obj]) -> None:
-        """Make the endpoint's records match its pods; writes only what changed."""
+    async def sync(
+        self, endpoint_id: str, pods: Sequence[Obj], *, listed_at: float | None = None
+    ) -> None:
+        """Make the endpoint's records match its pods; writes only what changed. `listed_at`
+        (self.clock before the pods were listed): a worker whose record `seen` wrote after
+        it is left as written (the list is older)."""
         known = await self._known(endpoint_id)
         register, remove = changes(known, wanted_workers(pods))
+        if listed_at is not None:
+            register = {
+                w: rec for w, rec in register.items() if not self._newer(endpoint_id, w, listed_at)
+            }
+            remove = [w for w in remove if not self._newer(endpoint_id, w, listed_at)]
         if not register and not remove:
             return
         await self.lb.apply(endpoint_id, register, remove)
@@ -119,6 +138,42 @@ class LbPods:
         for worker_id, rec in register.items():
             log.info("lb worker %s/%s at %s%s", endpoint_id, worker_id, rec.address,
                      " (draining)" if rec.draining else "")  # fmt: skip
+
+    def _newer(self, endpoint_id: str, worker_id: str, listed_at: float) -> bool:
+        """Whether `seen` wrote the worker's record after `listed_at` (forgotten once a
+        list is newer)."""
+        at = self.seen_at.get((endpoint_id, worker_id))
+        if at is not None and at < listed_at:
+            del self.seen_at[(endpoint_id, worker_id)]
+        return at is not None and at >= listed_at
+
+    async def seen(self, endpoint_id: str, pod: Obj) -> None:
+        """A worker pod as the watch just delivered it: one not registered yet whose worker
+        runs (and is not leaving) is registered now, and a registered one being deleted is
+        marked `draining` now; anything else is left to the tick. So are endpoints this
+        term has not synced yet (the tick also decides whether they are this operator's)."""
+        known = self.known.get(endpoint_id)
+        worker = lb_worker_of(pod)
+        name = pod["metadata"]["name"]
+        if known is None or worker is None:
+            return
+        had = known.get(name)
+        new = had is None and not worker.draining
+        leaving = had is not None and not had.draining and worker.draining
+        if not new and not leaving:
+            return
+        known[name] = worker  # before the write: a sync meanwhile sees it
+        self.seen_at[(endpoint_id, name)] = self.clock()
+        try:
+            await self.lb.register(endpoint_id, name, worker)
+        except BaseException:  # the next sync writes it
+            if had is None:
+                known.pop(name, None)
+            else:
+                known[name] = had
+            raise
+        log.info("lb worker %s/%s at %s%s (watch)", endpoint_id, name, worker.address,
+                 " (draining)" if worker.draining else "")  # fmt: skip
 
     async def drain(self, endpoint_id: str, worker_ids: Collection[str]) -> None:
         """Take registered workers out of routing now (a scale-down is about to remove
@@ -138,3 +193,5 @@ class LbPods:
         for gone in set(self.known) - set(keep):
             del self.known[gone]
             self.read_at.pop(gone, None)
+        for key in [k for k in self.seen_at if k[0] not in keep]:
+            del self.seen_at[key]

@@ -86,6 +86,9 @@ class Context:
     # Worker Deployments and pods as kopf's watches deliver them (`kube.watched`); None
     # outside kopf (tests that run the scaler alone), and not `ready` until kopf filled it.
     workers: WatchedWorkers | None = None
+    # Told of each worker pod the watch delivers (not deletions), while a scaler term runs
+    # here (`ScalingLoop.worker_pod`: a load-balancing worker is routed as it starts).
+    on_worker_pod: Callable[[Obj], None] | None = None
     # What runs beside kopf (the scaler, an in-process management API), each stopped by
     # `stop_beside` (apps/operator.py registers them).
     beside: list[Callable[[], Awaitable[None]]] = field(default_factory=list)

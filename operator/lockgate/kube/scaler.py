@@ -14,8 +14,9 @@ Endpoint's `MetricsAvailable` condition says why. Changes of the count are Event
 Endpoint, and its `status.workers.desired/ready` are patched, in a lane of their own a few
 at a time (each endpoint's in order), so a burst of scale-ups writes every count first.
 A load-balancing endpoint's pods are written to Redis for the gateways to route to
-(`kube.lb_pods`: on a change only), and a scale-down takes its victims out of routing
-before they go.
+(`kube.lb_pods`: on a change only; a worker that just started, or a pod being deleted, is
+written from kopf's watch event, `worker_pod`, not a tick later), and a scale-down takes
+its victims out of routing before they go.
 
 The operator itself sets replicas only when it creates a Deployment (`workersMin`);
 after that only this loop writes them, through the scale subresource, unless the Endpoint
@@ -200,6 +201,7 @@ class ScalingLoop:
         self.full_due = 0.0
         self.scrapes = ScrapeHealth(ctx.settings.metrics_grace_s)
         self._lb_pods: LbPods | None = None  # LB endpoints' pods, as routed (made on use)
+        self.routing: set[asyncio.Task] = set()  # `worker_pod`'s registrations
         self.slots = asyncio.Semaphore(ctx.settings.kube_concurrency)  # decided at once
         # Events and status writes go through a lane of their own, a few at a time, each
         # endpoint's in order: a burst's scale writes are not queued behind them.
@@ -210,7 +212,7 @@ class ScalingLoop:
     def lb_pods(self) -> LbPods:
         """The routing records of load-balancing endpoints' pods, kept for this term."""
         if self._lb_pods is None:
-            self._lb_pods = LbPods(LbWorkers(self.ctx.redis))
+            self._lb_pods = LbPods(LbWorkers(self.ctx.redis), clock=self.clock)
         return self._lb_pods
 
     async def run(self) -> None:
@@ -265,6 +267,26 @@ class ScalingLoop:
         """A job queued onto the endpoint's empty queues (`q:`): tick now."""
         self.queued.add(endpoint_id)
         self.wakeup.set()
+
+    def worker_pod(self, pod: Obj) -> None:
+        """A worker pod as kopf's watch delivered it: a load-balancing worker that just
+        started is registered for the gateways now, and one being deleted taken out of
+        routing (`LbPods.seen`); the next tick's list comes up to an interval later (while
+        a request is held for the new one, or routed to the leaving one)."""
+        endpoint = (pod["metadata"].get("labels") or {}).get(ENDPOINT_LABEL)
+        if not endpoint or self._lb_pods is None or endpoint not in self._lb_pods.known:
+            return  # not an LB endpoint this term has synced: the tick decides
+        task = asyncio.get_running_loop().create_task(
+            self._route(endpoint, pod), name=f"routing-{endpoint}"
+        )
+        self.routing.add(task)
+        task.add_done_callback(self.routing.discard)
+
+    async def _route(self, endpoint_id: str, pod: Obj) -> None:
+        try:
+            await self.lb_pods.seen(endpoint_id, pod)
+        except Exception as err:  # the next tick writes it
+            log.warning("routing a pod of %s failed: %s", endpoint_id, err)
 
     def _ours(self, entry: Obj) -> bool:
         watched = self.ctx.settings.namespaces
@@ -333,15 +355,20 @@ class ScalingLoop:
                 namespaces[entry["namespace"]][ep] = entry
         work = []
         for namespace, group in namespaces.items():
+            listed_at = self.clock()  # the pods below are at least this fresh
             looks, deployments, pods = await self._observe(namespace, group, readings, error)
             for ep in looks:
                 entry = group[ep]
                 owner = Owner(ep, namespace, entry["uid"])
                 deployment = next(iter(deployments.get(ep, [])), None)
                 if not self._settled(ep, entry, deployment, pods.get(ep, []), readings, error):
-                    work.append((owner, entry, deployment, pods.get(ep, [])))
+                    work.append((owner, entry, deployment, pods.get(ep, []), listed_at))
         work.sort(key=lambda item: not has_demand(readings.get(item[0].name)))
-        tasks = [self._start(*item, readings, error, targeted=targeted) for item in work]
+        tasks = [
+            self._start(owner, entry, deployment, pods, readings, error, targeted=targeted,
+                        listed_at=listed_at)
+            for owner, entry, deployment, pods, listed_at in work
+        ]  # fmt: skip
         if tasks:
             await asyncio.wait(tasks, timeout=self.ctx.settings.scale_interval_s or None)
         return bool(work)
@@ -427,11 +454,13 @@ class ScalingLoop:
         error: str | None,
         *,
         targeted: bool = False,
+        listed_at: float | None = None,
     ) -> asyncio.Task:
         """`scale` one endpoint in a task of its own, marked busy until it ends."""
         decide = partial(
-            self.scale, owner, entry, deployment, pods, readings, error, targeted=targeted
-        )
+            self.scale, owner, entry, deployment, pods, readings, error, targeted=targeted,
+            listed_at=listed_at,
+        )  # fmt: skip
         return self._spawn(self.busy, owner, "scaling", decide, self.slots)
 
     def _spawn(
@@ -470,7 +499,7 @@ class ScalingLoop:
     async def stop(self) -> None:
         """Cancel the decisions still being applied and their reports (when the loop ends:
         a term of the scaler Lease ends with every decision of its loop)."""
-        tasks = [*self.busy.values(), *self.reporting.values()]
+        tasks = [*self.busy.values(), *self.reporting.values(), *self.routing]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -492,13 +521,15 @@ class ScalingLoop:
         error: str | None,
         *,
         targeted: bool = False,
+        listed_at: float | None = None,
     ) -> Decision | None:
         """Decide for one endpoint and apply it, then report its conditions; None when it
         has no Deployment yet or another scaler owns its count. `targeted` (a reading from
-        the store snapshot, `tick_queued`): `MetricsAvailable` is left to the full tick."""
+        the store snapshot, `tick_queued`): `MetricsAvailable` is left to the full tick.
+        `listed_at` (self.clock): when `pods` were read, for `LbPods.sync`."""
         await self._forget_gone_pods(owner.name, pods)
         if load_balanced(entry):  # the gateways route to the pods Redis names
-            await self.lb_pods.sync(owner.name, pods)
+            await self.lb_pods.sync(owner.name, pods, listed_at=listed_at)
         check = metrics_check(owner.name, readings, error)
         try:
             metrics = readings.get(owner.name) if check.ok else None

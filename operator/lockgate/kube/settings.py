@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from typing import Annotated, Literal
-from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
@@ -192,11 +191,6 @@ class OperatorSettings(RedisSettings):
     def scrape_url(self) -> str:
         """Where the scaler reads metrics: `metrics_url`, else the gateway Service's."""
         return self.metrics_url or f"{self.gateway_url.rstrip('/')}/metrics"
-
-    def console_connect_src(self) -> list[str]:
-        """Origins the console may call besides its own: the public job API's."""
-        parts = urlsplit(self.base_url)
-        return [f"{parts.scheme}://{parts.netloc}"] if parts.scheme and parts.netloc else []
 
     def job_api_url(self, endpoint_id: str) -> str:
         return f"{self.base_url.rstrip('/')}/v2/{endpoint_id}/"

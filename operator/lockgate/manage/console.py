@@ -10,11 +10,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
 STATIC = Path(__file__).parent / "static"
 PREFIX = "/console"
+
+
+def origin_of(url: str) -> list[str]:
+    """The origin (`scheme://host[:port]`) of an absolute URL, as a CSP source; none for
+    an empty or relative one (the console's own origin needs no entry)."""
+    parts = urlsplit(url)
+    return [f"{parts.scheme}://{parts.netloc}"] if parts.scheme and parts.netloc else []
 
 
 def content_security_policy(connect_src: Iterable[str] = ()) -> str:
