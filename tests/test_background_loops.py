@@ -55,7 +55,7 @@ async def _operator_scaler(work: Work) -> None:
     settings = SimpleNamespace(scale_interval_s=0.01)
     await _with(
         ScalingLoop, tick=work, wakeup=asyncio.Event(), ctx=SimpleNamespace(settings=settings),
-        busy={}, reporting={},  # decisions and reports in progress, cancelled when it ends
+        busy={}, reporting={}, routing=set(),  # in progress, cancelled when it ends
         resting=False, queued=set(), stirred=False, full_due=0.0, clock=time.monotonic,
     ).run()  # fmt: skip
 
