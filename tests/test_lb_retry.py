@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
 from lockgate.dev.redis_server import free_port
-from lockgate.gateway.lb_proxy import unreached_reason
+from lockgate.gateway.lb_upstream import connect_reason
 from lockgate.store.lb_workers import HEALTHY, LbWorker, LbWorkers
 from tests.conftest import REPO, LiveGateway, eventually, register
 
@@ -249,4 +249,4 @@ def _connector_error(os_error: OSError) -> aiohttp.ClientConnectorError:
     ],
 )
 def test_a_connect_error_is_labelled_by_its_cause(err, reason) -> None:
-    assert unreached_reason(err()) == reason
+    assert connect_reason(err()) == reason

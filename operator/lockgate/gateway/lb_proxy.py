@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -39,7 +38,13 @@ from lockgate.gateway import lb_upstream
 from lockgate.gateway.auth import JOBS
 from lockgate.gateway.endpoints import lb_hold_s, request_timeout_s, require_type
 from lockgate.gateway.errors import CLIENT_CLOSED, ApiError, PayloadTooLarge
-from lockgate.gateway.lb_upstream import Answer, ConnectFailed, Exchange, UpstreamError
+from lockgate.gateway.lb_upstream import (
+    Answer,
+    ConnectFailed,
+    Exchange,
+    UpstreamError,
+    connect_reason,
+)
 from lockgate.gateway.lb_workers import LbRouter, Target, track_attempts
 from lockgate.gateway.metrics import ROUTE_KEY
 from lockgate.gateway.state import gateway_of
@@ -55,13 +60,12 @@ WHOLE_MAX = 64 * 1024  # answers of a known length up to this are sent in one wr
 HOST_ROUTE = "{endpoint}.<LOCKGATE_LB_DOMAIN>"  # the host form's route label in /metrics
 CLIENT_WATCH_S = 0.1  # how often a waiting request looks whether its client left
 HOP_BY_HOP = frozenset(h.decode() for h in lb_upstream.HOP_BY_HOP)  # RFC 9110, 7.6.1
-# Not forwarded either: the caller's key, the Host (the worker's own is sent) and Expect
-# (this gateway already answered it).
-NOT_FORWARDED = HOP_BY_HOP | {"authorization", "host", "expect"}
-WS_OWN = {"sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions"}
-NOT_FORWARDED_WS = NOT_FORWARDED | WS_OWN
-# ...nor, to the upstream client, Content-Length: it frames the body itself
-NOT_FORWARDED_RAW = frozenset(h.encode() for h in NOT_FORWARDED) | {b"content-length"}
+# Not forwarded either: the caller's key, the Host (the worker's own is sent), Expect (this
+# gateway already answered it) and Content-Length (the client sending it frames the body).
+NOT_FORWARDED = lb_upstream.HOP_BY_HOP | {b"authorization", b"host", b"expect", b"content-length"}
+# ...nor, on a WebSocket upgrade, aiohttp's client's own handshake headers
+WS_OWN = {b"sec-websocket-key", b"sec-websocket-version", b"sec-websocket-extensions"}
+NOT_FORWARDED_WS = NOT_FORWARDED | WS_OWN | {b"sec-websocket-protocol"}
 
 routes = web.RouteTableDef()
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -73,25 +77,8 @@ class BadGateway(ApiError):
     status = 502
 
 
-class Unreached(Exception):
-    """The chosen worker was not reached: no byte of the request was sent (safe to send
-    the request elsewhere)."""
-
-    def __init__(self, reason: str, cause: BaseException) -> None:
-        super().__init__(reason)
-        self.reason, self.cause = reason, cause
-
-
+# aiohttp's connect errors (the WebSocket path): nothing was sent on a first attempt
 CONNECT_ERRORS = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
-
-
-def unreached_reason(err: BaseException) -> str:
-    """The `reason` label of a connection to a worker that failed before any byte was
-    sent: refused, reset, timeout or unreachable (any other connect error)."""
-    if isinstance(err, aiohttp.ConnectionTimeoutError):
-        return "timeout"
-    code = getattr(getattr(err, "os_error", None), "errno", None)
-    return {errno.ECONNREFUSED: "refused", errno.ECONNRESET: "reset"}.get(code, "unreachable")
 
 
 class GatewayTimeout(ApiError):
@@ -100,39 +87,19 @@ class GatewayTimeout(ApiError):
     status = 504
 
 
-def _without(headers: CIMultiDictProxy[str], drop: frozenset[str]) -> CIMultiDict[str]:
-    """A copy of `headers` without those in `drop`, the hop-by-hop ones and those the
-    `Connection` header names (copied whole, then pruned: both in C)."""
-    out = CIMultiDict(headers)
-    named = headers.getall("Connection", ())
-    for name in (*drop, *(h.strip() for v in named for h in v.split(",") if h.strip())):
-        out.popall(name, None)
-    return out
-
-
-def upstream_headers(request: web.Request, *, websocket: bool = False) -> CIMultiDict[str]:
-    """The request's headers as the worker gets them (see the module docstring)."""
-    out = _without(request.headers, NOT_FORWARDED_WS if websocket else NOT_FORWARDED)
-    peer = request.remote or ""
-    before = request.headers.get("X-Forwarded-For")
-    out["X-Forwarded-For"] = f"{before}, {peer}" if before else peer
-    out.setdefault("X-Forwarded-Proto", request.scheme)
-    out.setdefault("X-Forwarded-Host", request.host)
-    return out
-
-
-def upstream_lines(request: web.Request) -> bytes:
-    """`upstream_headers` as the header lines sent to the worker, straight from the bytes
-    the client sent (no decoding, no multidict: this is on every request's path). Several
-    `X-Forwarded-For` are joined in one, the client's address last."""
-    lines: list[tuple[bytes, bytes, bytes]] = []
+def _forwarded(request: web.Request, drop: frozenset[bytes]) -> list[tuple[bytes, bytes]]:
+    """The request's headers as the worker gets them (see the module docstring), straight
+    from the bytes the client sent (no decoding, no multidict: this is on every request's
+    path): without those in `drop` and those `Connection` names; several
+    `X-Forwarded-For` joined in one, the client's address last."""
+    kept: list[tuple[bytes, bytes, bytes]] = []
     named: set[bytes] = set()
     forwarded: list[bytes] = []
     host = b""
     proto = forwarded_host = False
     for name, value in request.raw_headers:
         low = name.lower()
-        if low in NOT_FORWARDED_RAW:
+        if low in drop:
             if low == b"connection":
                 named.update(h.strip().lower() for h in value.split(b","))
             elif low == b"host":
@@ -143,21 +110,38 @@ def upstream_lines(request: web.Request) -> bytes:
             continue
         proto = proto or low == b"x-forwarded-proto"
         forwarded_host = forwarded_host or low == b"x-forwarded-host"
-        lines.append((low, name, value))
-    out = [b"%s: %s\r\n" % (name, value) for low, name, value in lines if low not in named]
+        kept.append((low, name, value))
+    out = [(name, value) for low, name, value in kept if low not in named]
     forwarded.append((request.remote or "").encode())
-    out.append(b"X-Forwarded-For: %s\r\n" % b", ".join(forwarded))
+    out.append((b"X-Forwarded-For", b", ".join(forwarded)))
     if not proto:
-        out.append(b"X-Forwarded-Proto: %s\r\n" % request.scheme.encode())
+        out.append((b"X-Forwarded-Proto", request.scheme.encode()))
     if not forwarded_host:
-        value = host or request.host.encode("utf-8", "surrogateescape")
-        out.append(b"X-Forwarded-Host: %s\r\n" % value)
-    return b"".join(out)
+        out.append((b"X-Forwarded-Host", host or request.host.encode("utf-8", "surrogateescape")))
+    return out
+
+
+def upstream_lines(request: web.Request) -> bytes:
+    """The header lines of a request proxied by the upstream client."""
+    return b"".join(b"%s: %s\r\n" % pair for pair in _forwarded(request, NOT_FORWARDED))
+
+
+def websocket_headers(request: web.Request) -> CIMultiDict[str]:
+    """The headers of a WebSocket upgrade relayed by aiohttp's client (its own handshake
+    headers are its own)."""
+    return CIMultiDict(
+        (name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape"))
+        for name, value in _forwarded(request, NOT_FORWARDED_WS)
+    )
 
 
 def downstream_headers(headers: CIMultiDictProxy[str], worker_id: str) -> CIMultiDict[str]:
-    """The worker's answer headers as the client gets them."""
-    out = _without(headers, HOP_BY_HOP)
+    """The worker's answer headers as the client gets them: without the hop-by-hop ones
+    and those `Connection` names (copied whole, then pruned: both in C)."""
+    out = CIMultiDict(headers)
+    named = headers.getall("Connection", ())
+    for name in (*HOP_BY_HOP, *(h.strip() for v in named for h in v.split(",") if h.strip())):
+        out.popall(name, None)
     out[WORKER_ID] = worker_id
     return out
 
@@ -204,14 +188,12 @@ class _Body:
 
     def __init__(self, request: web.Request) -> None:
         self.request = request
-        self.too_large = False
 
     async def chunks(self) -> AsyncIterator[bytes]:
         seen = 0
         async for chunk in self.request.content.iter_any():
             seen += len(chunk)
-            if seen > MAX_BODY:
-                self.too_large = True
+            if seen > MAX_BODY:  # raised through the upstream client as it is
                 raise PayloadTooLarge(_too_large())
             yield chunk
 
@@ -281,7 +263,7 @@ async def _held_then_sent(
         )
         try:
             return await _exchange(request, router, endpoint_id, target, entry, path)
-        except Unreached as err:
+        except ConnectFailed as err:
             tried.add(target.id)
             _unreached(request, router, endpoint_id, target, err)
         finally:
@@ -289,7 +271,7 @@ async def _held_then_sent(
 
 
 def _unreached(
-    request: web.Request, router: LbRouter, endpoint_id: str, target: Target, err: Unreached
+    request: web.Request, router: LbRouter, endpoint_id: str, target: Target, err: ConnectFailed
 ) -> None:
     """Take a worker that was not reached out of routing; count it and log it."""
     cause = f"{err.cause.__class__.__name__}: {err.cause}"
@@ -381,8 +363,6 @@ async def _exchange(
                 await response.write(chunk)
             await response.write_eof()
             return response
-    except ConnectFailed as err:  # nothing was sent
-        raise Unreached(err.reason, err.cause) from err
     except TimeoutError as err:
         if response is not None:
             return _cut(request, response)  # the answer began: the client sees it end early
@@ -391,7 +371,7 @@ async def _exchange(
             headers={WORKER_ID: target.id},
         ) from err
     except (UpstreamError, OSError) as err:
-        return _failed(request, router, endpoint_id, target, body, response, err)
+        return _failed(request, router, endpoint_id, target, response, err)
     finally:
         if exchange is not None:
             exchange.release()
@@ -402,14 +382,11 @@ def _failed(
     router: LbRouter,
     endpoint_id: str,
     target: Target,
-    body: _Body,
     response: web.StreamResponse | None,
-    err: aiohttp.ClientError | UpstreamError | OSError,
+    err: UpstreamError | OSError,
 ) -> web.StreamResponse:
     """A connection to the worker failed once made (the request may have reached it):
-    413 when the body grew too large, the begun answer cut, or 502 (never retried)."""
-    if body.too_large:
-        raise PayloadTooLarge(_too_large()) from err
+    the begun answer cut, or 502 (never retried)."""
     if response is not None:  # mid-answer: too late for a status; the connection ends
         router.failed(endpoint_id, target, f"failed mid-answer: {err!r}")
         return _cut(request, response)
@@ -451,8 +428,7 @@ async def _websocket(
     client's, then messages both ways until either side closes."""
     offered = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",")]
     protocols = [p for p in offered if p]
-    headers = upstream_headers(request, websocket=True)
-    headers.popall("Sec-WebSocket-Protocol", None)
+    headers = websocket_headers(request)  # the protocols offered go as `protocols`
     attempts = track_attempts()
     try:
         upstream = await target.session.ws_connect(
@@ -460,7 +436,7 @@ async def _websocket(
         )
     except (aiohttp.ClientError, OSError) as err:
         if isinstance(err, CONNECT_ERRORS) and not attempts.resent:
-            raise Unreached(unreached_reason(err), err) from err
+            raise ConnectFailed(connect_reason(err), err) from err
         router.failed(endpoint_id, target, repr(err))
         raise BadGateway(
             f"worker {target.id!r} refused the WebSocket: {err}", headers={WORKER_ID: target.id}

@@ -151,9 +151,11 @@ class Limiter:
 
     async def rate(self, endpoint_id: str, limit: OperationLimit) -> int | None:
         """The effective rate of an operation on an endpoint now."""
-        if limit.rate is None or not limit.requests_per_worker:
-            return limit.rate
-        running = await self.running_workers(endpoint_id)
+        rate = self._rate_now(endpoint_id, limit)
+        if rate is not ASK_REDIS:
+            return rate  # type: ignore[return-value]
+        assert limit.rate is not None and limit.requests_per_worker
+        running = await self.running_workers(endpoint_id)  # read, then cached
         return effective_rate(limit.rate, running, limit.requests_per_worker)
 
     def hold(self, endpoint_id: str, op: Operation, owner: str) -> Hold:
