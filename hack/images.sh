@@ -119,7 +119,7 @@ ensure_base() {
 
 # -- wheelhouse ----------------------------------------------------------------------------
 
-# Every requirement the builds install: lockgate's server and operator extras (with
+# Every requirement the builds install: lockgate's server, operator and models extras (with
 # lockgate[…] self-references expanded), runpod as pinned by the test extra, and the build
 # backend (setuptools, from [build-system]) for building lockgate itself.
 requirements() {
@@ -138,7 +138,7 @@ def expand(reqs):
         else:
             yield req
 
-wanted = [*expand(project["dependencies"] + extras["server"] + extras["operator"])]
+wanted = [*expand(project["dependencies"] + extras["server"] + extras["operator"] + extras["models"])]
 wanted += [r for r in extras["test"] if re.match(r"runpod\b", r)]
 wanted += doc["build-system"]["requires"] + ["wheel"]
 print("\n".join(dict.fromkeys(wanted)))

@@ -1,5 +1,7 @@
 # syntax=docker/dockerfile:1
-# The lockgate control plane: `lockgate gateway` and `lockgate operator` in one image.
+# The lockgate control plane: `lockgate gateway` and `lockgate operator` in one image, and
+# `lockgate fetch-models`, which worker pods run as an init container to download an
+# endpoint's modelReferences (hence the `models` extra: huggingface_hub).
 #   docker build -f images/control-plane.Dockerfile -t <registry>/lockgate/control-plane:0.1.0 .
 # (`make images` does this.) The chart runs it as user 10001 with a read-only root file
 # system: the virtualenv is byte-compiled at build time, and nothing is written at run time.
@@ -21,7 +23,7 @@ RUN python -m venv /opt/lockgate
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY operator ./operator
-RUN /opt/lockgate/bin/pip install '.[server,operator]' \
+RUN /opt/lockgate/bin/pip install '.[server,operator,models]' \
  && /opt/lockgate/bin/python -m compileall -q /opt/lockgate
 
 FROM ${PYTHON_IMAGE}

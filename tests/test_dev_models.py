@@ -6,86 +6,24 @@ naming it and the hub's answer."""
 
 from __future__ import annotations
 
-import hashlib
-import json
-import threading
-from collections import Counter
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 import requests
 
 from tests.conftest import wait_until
 from tests.devproc import REPO, DevProcess
-
-SHA = "0123456789abcdef0123456789abcdef01234567"
-FILES = {"config.json": b'{"hidden_size": 8}\n'}
-REPOS = {"acme/tiny"}
-
-
-class Hub(BaseHTTPRequestHandler):
-    """`GET /api/models/{repo}/revision/{rev}`, `GET /api/models/{repo}/tree/{sha}` and
-    `HEAD|GET /{repo}/resolve/{rev}/{file}`: what `snapshot_download` asks."""
-
-    seen: Counter = Counter()
-
-    def log_message(self, *args) -> None:
-        pass
-
-    def _answer(self, body: bytes) -> None:
-        parts = self.path.split("?")[0].strip("/").split("/")
-        Hub.seen[(self.command, self.path.split("?")[0])] += 1
-        if (
-            parts[:2] == ["api", "models"]
-            and parts[4:5] == ["tree"]
-            and "/".join(parts[2:4]) in REPOS
-        ):
-            tree = [
-                {"type": "file", "path": name, "size": len(content),
-                 "oid": hashlib.sha1(content).hexdigest()}
-                for name, content in FILES.items()
-            ]  # fmt: skip
-            return self._send(200, json.dumps(tree).encode(), {"Content-Type": "application/json"})
-        if parts[:2] == ["api", "models"] and "/".join(parts[2:4]) in REPOS:
-            data = json.dumps(
-                {"id": "/".join(parts[2:4]), "sha": SHA,
-                 "siblings": [{"rfilename": name} for name in FILES]}
-            ).encode()  # fmt: skip
-            return self._send(200, data, {"Content-Type": "application/json"})
-        if len(parts) >= 5 and parts[2] == "resolve" and "/".join(parts[:2]) in REPOS:
-            content = FILES.get("/".join(parts[4:]))
-            if content is not None:
-                etag = hashlib.sha256(content).hexdigest()
-                headers = {"ETag": f'"{etag}"', "X-Repo-Commit": SHA}
-                return self._send(200, content if body else b"", headers, len(content))
-        if self.path.startswith("/api/models/acme/gated/"):
-            gated = {"X-Error-Code": "GatedRepo"}
-            return self._send(401, b'{"error": "Access to model acme/gated is restricted"}', gated)
-        self._send(404, b'{"error": "Repository not found"}', {"X-Error-Code": "RepoNotFound"})
-
-    def _send(self, code: int, data: bytes, headers: dict, length: int | None = None) -> None:
-        self.send_response(code)
-        for k, v in headers.items():
-            self.send_header(k, v)
-        self.send_header("Content-Length", str(len(data) if length is None else length))
-        self.end_headers()
-        if data:
-            self.wfile.write(data)
-
-    def do_GET(self) -> None:
-        self._answer(True)
-
-    def do_HEAD(self) -> None:
-        self._answer(False)
+from tests.hf_hub import FILES, SHA, TOKEN, Hub, file_path, serving
 
 
 @pytest.fixture(scope="module")
 def hub() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Hub)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with serving() as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +64,7 @@ def test_a_model_is_fetched_once_for_two_workers_which_read_it_offline(dev: DevP
     assert f"models--acme--tiny/snapshots/{SHA}/config.json" in job["output"]["path"]
     assert "/huggingface-cache/hub/" in job["output"]["path"]
     assert Hub.seen[("GET", "/api/models/acme/tiny/revision/main")] == 1  # not per worker
-    assert Hub.seen[("GET", f"/acme/tiny/resolve/{SHA}/config.json")] == 1
+    assert Hub.seen[("GET", file_path("acme/tiny", "config.json"))] == 1
 
 
 @pytest.mark.parametrize(("reference", "code"), [("acme/missing:v1", "404"), ("acme/gated", "401")])
@@ -144,3 +82,56 @@ def test_a_missing_or_gated_repository_fails_the_endpoint_naming_it_and_no_worke
     assert ready["reason"] == "ModelFetchFailed"
     assert reference in ready["message"] and code in ready["message"]
     assert status["workers"]["desired"] == 0
+
+
+def test_a_gated_model_is_fetched_with_the_templates_hf_token(dev: DevProcess) -> None:
+    """The token comes from the endpoint's template env (`HF_TOKEN`), not the process."""
+    template = requests.post(
+        f"{dev.url}/v1/templates",
+        json={
+            "name": "gated-reader",
+            "imageName": "local/reader:1",
+            "dockerStartCmd": ["python", str(REPO / "tests/handlers/hf_model_read.py")],
+            "env": {"HF_TOKEN": TOKEN},
+        },
+        headers=dev.headers(),
+    )
+    assert template.status_code == 200, template.text
+    ep = create(dev, name="gated", templateId=template.json()["id"],
+                modelReferences=["acme/gated"])  # fmt: skip
+    job = requests.post(
+        f"{dev.url}/v2/{ep['id']}/runsync",
+        json={"input": {"repo": "acme/gated", "file": "config.json"}},
+        headers=dev.headers(),
+        timeout=90,
+    ).json()
+    assert job["status"] == "COMPLETED", job
+    assert "models--acme--gated/snapshots/" in job["output"]["path"]
+
+
+def fetch_models(hub: str, root: str, *references: str) -> subprocess.CompletedProcess:
+    """The real `lockgate fetch-models` (the worker pods' init container) as a process."""
+    env = {**os.environ, "HF_ENDPOINT": hub, "HF_HUB_DISABLE_XET": "1", "HF_TOKEN": ""}
+    return subprocess.run(
+        [sys.executable, "-m", "lockgate.cli", "fetch-models", "--root", root, *references],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def test_fetch_models_fills_the_cache_and_keeps_what_it_has(hub: str, tmp_path: Path) -> None:
+    done = fetch_models(hub, str(tmp_path), "acme/tiny")
+    assert done.returncode == 0, done.stderr
+    snapshot = tmp_path / f"huggingface-cache/hub/models--acme--tiny/snapshots/{SHA}"
+    assert (snapshot / "config.json").read_bytes() == FILES["config.json"]
+    assert f"cached acme/tiny at {snapshot}" in done.stdout
+    before = Hub.seen[("GET", file_path("acme/tiny", "config.json"))]
+    again = fetch_models(hub, str(tmp_path), "acme/tiny")
+    assert again.returncode == 0, again.stderr
+    assert Hub.seen[("GET", file_path("acme/tiny", "config.json"))] == before  # kept
+
+
+def test_fetch_models_fails_in_one_line_naming_the_reference(hub: str, tmp_path: Path) -> None:
+    failed = fetch_models(hub, str(tmp_path), "acme/tiny", "acme/missing:v2")
+    assert failed.returncode == 1
+    [line] = failed.stderr.strip().splitlines()
+    assert line.startswith("lockgate: modelReferences: acme/missing:v2: ") and "404" in line

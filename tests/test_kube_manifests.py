@@ -304,6 +304,68 @@ def test_same_model_url_shares_one_node_folder_across_endpoints() -> None:
     assert a == b
 
 
+def test_model_references_are_fetched_by_an_init_container_into_the_nodes_cache() -> None:
+    refs = ["org/model", "org/other:abc123"]
+    spec = pod({"modelReferences": refs})
+    (fetch,) = spec["initContainers"]
+    assert fetch["name"] == "fetch-models"
+    assert fetch["image"] == SETTINGS.models_image
+    assert fetch["command"] == ["lockgate", "fetch-models", "--root", "/runpod-volume", *refs]
+    [volume] = [v for v in spec["volumes"] if v["name"] == "models-cache"]
+    assert volume["hostPath"] == {
+        "path": "/var/lib/lockgate/models/huggingface-cache",
+        "type": "DirectoryOrCreate",
+    }
+    cache = "/runpod-volume/huggingface-cache"
+    assert fetch["volumeMounts"] == [
+        {"name": "models-cache", "mountPath": cache, "readOnly": False}
+    ]
+    [mount] = [m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "models-cache"]
+    assert mount == {"name": "models-cache", "mountPath": cache, "readOnly": True}
+    seen = env({"modelReferences": refs})
+    assert seen["HF_HUB_CACHE"] == f"{cache}/hub" and seen["HF_HUB_OFFLINE"] == "1"
+    assert seen["HF_HOME"] == cache
+    fetch_env = {e["name"]: e.get("value") for e in fetch["env"]}
+    assert "HF_HUB_OFFLINE" not in fetch_env and fetch_env["HF_HUB_CACHE"] == f"{cache}/hub"
+    assert fetch["terminationMessagePolicy"] == "FallbackToLogsOnError"
+
+
+def test_model_references_go_into_the_network_volume_as_the_workers_user() -> None:
+    spec = pod({"modelReferences": ["org/model"], "networkVolumeId": "vol1234567"})
+    (fetch,) = spec["initContainers"]
+    assert fetch["volumeMounts"] == [{"name": "runpod-volume", "mountPath": "/runpod-volume"}]
+    assert not [v for v in spec["volumes"] if v["name"] == "models-cache"]
+    assert restricted_violations(spec) == []  # no hostPath, no root
+
+
+def test_the_model_download_gets_the_mirror_and_a_gated_models_token() -> None:
+    settings = SETTINGS.model_copy(update={"models_env": {"HF_ENDPOINT": "http://hub:8000"}})
+    secret = {"HF_TOKEN": {"name": "hf", "key": "token"}}
+    dep = deployment(
+        {"modelReferences": ["org/gated"]},
+        {"secretEnv": secret, "envFromSecrets": ["more"]},
+        settings=settings,
+    )
+    (fetch,) = dep["spec"]["template"]["spec"]["initContainers"]
+    fetch_env = {e["name"]: e.get("value", e.get("valueFrom")) for e in fetch["env"]}
+    assert fetch_env["HF_ENDPOINT"] == "http://hub:8000"
+    assert fetch_env["HF_TOKEN"] == {"secretKeyRef": {"name": "hf", "key": "token"}}
+    assert fetch["envFrom"] == [{"secretRef": {"name": "more"}}]
+    plain = pod({"modelReferences": ["org/gated"]}, {"env": {"HF_TOKEN": "hf_x"}})
+    (fetch,) = plain["initContainers"]
+    assert {"name": "HF_TOKEN", "value": "hf_x"} in fetch["env"]
+
+
+def test_flashboot_fills_the_nodes_model_cache_but_not_a_network_volume() -> None:
+    template = TemplateSpec(image="img:1")
+    on_node = EndpointSpec(flashboot=True, modelReferences=["org/model"])
+    ds = manifests.flashboot_daemonset(OWNER, on_node, template, SETTINGS)["spec"]["template"]
+    assert [c["name"] for c in ds["spec"]["initContainers"]][-1] == "fetch-models"
+    volume = on_node.model_copy(update={"networkVolumeId": "vol1234567"})
+    ds = manifests.flashboot_daemonset(OWNER, volume, template, SETTINGS)["spec"]["template"]
+    assert "fetch-models" not in [c["name"] for c in ds["spec"]["initContainers"]]
+
+
 # -- the other objects ---------------------------------------------------------------------
 
 
@@ -398,6 +460,7 @@ ENDPOINT_FIELDS: dict[str, tuple[dict, dict]] = {
     "type": ({"scalerType": "REQUEST_COUNT"}, {"type": "LB", "scalerType": "REQUEST_COUNT"}),
     "requestTimeoutS": ({}, {"requestTimeoutS": 60}),
     "lbHoldS": ({}, {"lbHoldS": 30}),
+    "modelReferences": ({}, {"modelReferences": ["org/model"]}),
     "computeType": ({}, {"computeType": "CPU"}),
     "gpuTypeIds": ({}, {"gpuTypeIds": ["NVIDIA L4"]}),
     "gpuCount": ({}, {"gpuCount": 2}),
@@ -466,21 +529,15 @@ TEMPLATE_SHOWN_ONLY: dict[str, Any] = {
 }
 
 
-# Endpoint fields kept and shown with no effect on the workloads yet: `modelReferences` is
-# downloaded by `lockgate dev` only; the operator side is not built (docs/endpoint-reference.md,
-# "Cached models"). A field leaves this list when the operator gives it an effect.
-ENDPOINT_NOT_ON_A_CLUSTER_YET = {"modelReferences": ["org/model"]}
+# Endpoint fields kept and shown with no effect on the workloads yet. A field leaves this
+# list when the operator gives it an effect (modelReferences did: an init container).
+ENDPOINT_NOT_ON_A_CLUSTER_YET: dict[str, object] = {}
 
 
 def test_every_payload_and_template_field_has_a_row_here() -> None:
     fields = set(ENDPOINT_FIELDS) | set(ENDPOINT_NOT_ON_A_CLUSTER_YET)
     assert fields == set(EndpointSpec.model_fields)
     assert set(TEMPLATE_FIELDS) | set(TEMPLATE_SHOWN_ONLY) == set(TemplateSpec.model_fields)
-
-
-@pytest.mark.parametrize("field", sorted(ENDPOINT_NOT_ON_A_CLUSTER_YET))
-def test_endpoint_fields_not_built_on_a_cluster_leave_the_workloads_alone(field: str) -> None:
-    assert rendered({}) == rendered({field: ENDPOINT_NOT_ON_A_CLUSTER_YET[field]})
 
 
 @pytest.mark.parametrize("field", sorted(TEMPLATE_SHOWN_ONLY))
@@ -581,6 +638,15 @@ def test_a_model_url_needs_a_privileged_namespace_only_for_its_host_path() -> No
         "fetch-model: runAsNonRoot",
         "fetch-model: runAsUser 0",
     }, violations
+
+
+def test_model_references_need_a_privileged_namespace_only_for_the_nodes_cache() -> None:
+    pod_spec = pod({"modelReferences": ["org/model"]})
+    assert set(restricted_violations(pod_spec)) == {
+        "volume models-cache: {'hostPath'}",
+        "fetch-models: runAsNonRoot",
+        "fetch-models: runAsUser 0",
+    }
 
 
 def test_memory_is_requested_and_limited_from_memory_in_gb() -> None:

@@ -16,7 +16,17 @@ ROOT = Path(__file__).resolve().parent.parent / "operator" / "lockgate"
 LAYERS: list[tuple[str, set[str]]] = [
     (
         "foundation: import nothing of ours",
-        {"models", "bigints", "logs", "signing", "supervisor", "client", "clientconfig", "output"},
+        {
+            "models",
+            "bigints",
+            "logs",
+            "signing",
+            "supervisor",
+            "client",
+            "clientconfig",
+            "output",
+            "hfcache",
+        },
     ),
     ("Redis store; the worker SDK (user containers)", {"store", "worker", "workerenv"}),
     ("settings of the server processes", {"settings", "apikeys"}),

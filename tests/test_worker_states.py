@@ -60,6 +60,57 @@ def test_unschedulable_message_names_the_gpu_types_and_what_to_do() -> None:
     assert check.message.endswith("Add such a node or allow more GPU types.")
 
 
+def fetching(state: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """A pod in its `fetch-models` init container (an endpoint's modelReferences)."""
+    fetch = {"name": "fetch-models", "state": state, **extra}
+    return {"phase": "Pending", "initContainerStatuses": [fetch]}
+
+
+MODELS = {**GPU, "modelReferences": ["acme/tiny", "acme/other:v1"]}
+HUB_404 = "modelReferences: acme/tiny: 404 Client Error. Repository Not Found for url: …"
+
+
+def test_pods_downloading_their_models_are_initializing_and_say_so() -> None:
+    states = pod_states([pod(fetching({"running": {}})), pod({"phase": "Pending"})], MODELS)
+    assert (states.initializing, states.unhealthy) == (2, 0)
+    assert states.check is not None and states.check.ok is True
+    assert states.check.reason == "DownloadingModels"
+    assert states.check.message.endswith("download: acme/tiny, acme/other:v1")
+
+
+@pytest.mark.parametrize(
+    "status",
+    [
+        fetching({"terminated": {"exitCode": 1, "message": HUB_404}}),
+        fetching(
+            {"waiting": {"reason": "CrashLoopBackOff"}},
+            lastState={"terminated": {"exitCode": 1, "message": f"fetching…\n{HUB_404}\n"}},
+            restartCount=2,
+        ),
+    ],
+)
+def test_a_failed_model_download_is_unhealthy_and_names_the_hubs_answer(status: dict) -> None:
+    states = pod_states([pod(status)], MODELS)
+    assert (states.initializing, states.unhealthy) == (0, 1)
+    check = states.check
+    assert check is not None and check.ok is False and check.reason == "ModelFetchFailed"
+    assert f"Models cannot be fetched: {HUB_404}." in check.message
+
+
+def test_a_retried_download_that_runs_again_is_downloading_not_failed() -> None:
+    status = fetching({"running": {}}, lastState={"terminated": {"exitCode": 1}}, restartCount=1)
+    check = pod_states([pod(status)], MODELS).check
+    assert check is not None and check.reason == "DownloadingModels"
+
+
+def test_the_model_images_pull_error_is_named() -> None:
+    status = fetching({"waiting": {"reason": "ImagePullBackOff", "message": "401"}})
+    spec = {"initContainers": [{"name": "fetch-models", "image": "lockgate:1"}], "containers": []}
+    check = pod_states([{"metadata": {"name": "p"}, "spec": spec, "status": status}], MODELS).check
+    assert check is not None and check.reason == "ImagePullError"
+    assert "'lockgate:1' cannot be pulled (ImagePullBackOff: 401)" in check.message
+
+
 @pytest.mark.parametrize(
     ("starting", "crash_ages", "wanted", "expected"),
     [

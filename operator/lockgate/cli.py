@@ -208,6 +208,20 @@ def _uninstall_cleanup(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=_lazy("lockgate.kube.uninstall", "main"))
 
 
+def _fetch_models(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "fetch-models",
+        help="download Hugging Face models into a cache (worker pods' init container)",
+        description="Download each reference org/name[:revision] with huggingface_hub into "
+        "ROOT/huggingface-cache/hub (the Hugging Face cache layout); what is there is kept. "
+        "HF_ENDPOINT and HF_TOKEN are honoured. Exit 1 with one line naming the reference "
+        "and the hub's answer when one cannot be fetched.",
+    )
+    p.add_argument("--root", required=True, help="the folder holding huggingface-cache/")
+    p.add_argument("references", nargs="+", metavar="REFERENCE", help="org/name[:revision]")
+    p.set_defaults(run=_lazy("lockgate.hfcache", "main"))
+
+
 def _lazy(module: str, name: str) -> Command:
     """Import a command's module only when it runs: `lockgate dev` needs no kopf."""
 
@@ -303,7 +317,16 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"lockgate {version()}")
     sub = p.add_subparsers(title="commands", metavar="COMMAND", required=True)
-    for add in (_dev, _gateway, _operator, _manage, _keys, _crds, _uninstall_cleanup):
+    for add in (
+        _dev,
+        _gateway,
+        _operator,
+        _manage,
+        _keys,
+        _crds,
+        _uninstall_cleanup,
+        _fetch_models,
+    ):
         add(sub)
     add_client_commands(sub, _remote)
     _completion(sub)

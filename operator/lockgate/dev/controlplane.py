@@ -34,12 +34,13 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from lockgate.dev.launch import Launch, launch_for, template_launch
-from lockgate.dev.model_cache import ModelDownloads, ModelFetchFailed, cache_env
+from lockgate.dev.model_cache import ModelDownloads
 from lockgate.dev.storage import VOLUME_PATH_ENV, volume_dir
 from lockgate.dev.worker_keys import WorkerKeys
 from lockgate.dev.workers import LocalWorkers, WorkerStates, limits_of
 from lockgate.gateway.errors import Unavailable
 from lockgate.gateway.state import Gateway
+from lockgate.hfcache import ModelFetchFailed, cache_env
 from lockgate.manage.controlplane import (
     EndpointExists,
     EndpointNotFound,
@@ -565,7 +566,8 @@ class LocalControlPlane:
 
         async def fetch_then_start() -> None:
             try:
-                await self.models.fetch(spec.modelReferences, self._model_root(spec))
+                token = dict(launch.env).get("HF_TOKEN")  # a gated model's, from the template
+                await self.models.fetch(spec.modelReferences, self._model_root(spec), token)
             except ModelFetchFailed as err:
                 log.warning("endpoint %s: %s", ep.id, err)
                 if current():

@@ -27,9 +27,11 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from lockgate.hfcache import CACHE_DIR, cache_env, fetch_command
 from lockgate.kube import gpus
 from lockgate.kube.crds import API_VERSION, ENDPOINT
 from lockgate.kube.placement import GPU_TYPE_ANNOTATION
@@ -244,7 +246,12 @@ def container_env(
             env.append({"name": name, "valueFrom": {"secretKeyRef": ref}})
         else:
             env.append({"name": name, "value": value})
-    extra = {**resource_env(spec), **_model_env(template), **_volume_env(spec)}
+    extra = {
+        **resource_env(spec),
+        **_model_env(template),
+        **_volume_env(spec),
+        **_models_env(spec),
+    }
     env += [{"name": k, "value": v} for k, v in extra.items()]
     reserved = {e["name"] for e in env}
     env += [{"name": k, "value": v} for k, v in template.env.items() if k not in reserved]
@@ -535,6 +542,10 @@ def _volume_env(spec: EndpointSpec) -> dict[str, str]:
     return {VOLUME_PATH_ENV: VOLUME_MOUNT_PATH} if spec.networkVolumeId else {}
 
 
+def _models_env(spec: EndpointSpec) -> dict[str, str]:
+    return cache_env(Path(VOLUME_MOUNT_PATH)) if spec.modelReferences else {}
+
+
 def network_volume(spec: EndpointSpec) -> Obj:
     """The endpoint's network volume: the PersistentVolumeClaim named by its id."""
     claim = {"claimName": spec.networkVolumeId}
@@ -563,6 +574,94 @@ def model_fetch_container(template: TemplateSpec, settings: OperatorSettings) ->
         # makes a modelUrl pod `privileged` under Pod Security (docs/security.md).
         "securityContext": {"runAsUser": 0, "runAsNonRoot": False, **LOCKED, **SECCOMP},
     }
+
+
+# -- cached models (modelReferences) --------------------------------------------------------
+
+MODELS_CONTAINER = "fetch-models"
+MODELS_CACHE = "models-cache"  # the node's Hugging Face cache (no network volume)
+MODELS_CACHE_PATH = f"{VOLUME_MOUNT_PATH}/{CACHE_DIR}"  # where pods see it
+
+
+def models_on_node(spec: EndpointSpec) -> bool:
+    """Whether the endpoint's models go into the node's cache (else its network volume)."""
+    return bool(spec.modelReferences) and not spec.networkVolumeId
+
+
+def models_cache_volume(settings: OperatorSettings) -> Obj:
+    """The node folder of the Hugging Face cache, shared by every endpoint on the node."""
+    path = f"{settings.model_cache_path.rstrip('/')}/{CACHE_DIR}"
+    return {"name": MODELS_CACHE, "hostPath": {"path": path, "type": "DirectoryOrCreate"}}
+
+
+def models_mount(spec: EndpointSpec, *, read_only: bool) -> list[Obj]:
+    """Where a container sees the cache: the node's at /runpod-volume/huggingface-cache, or
+    the network volume (mounted whole at /runpod-volume by the worker's own mount)."""
+    if not models_on_node(spec):
+        return []
+    return [{"name": MODELS_CACHE, "mountPath": MODELS_CACHE_PATH, "readOnly": read_only}]
+
+
+def _token_env(template: TemplateSpec) -> list[Obj]:
+    """A gated model's token: the Template's `HF_TOKEN`, as a value or a Secret's key
+    (one in `envFromSecrets` reaches the init container through `envFrom`)."""
+    if "HF_TOKEN" in template.secretEnv:
+        ref = template.secretEnv["HF_TOKEN"].model_dump()
+        return [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": ref}}]
+    if "HF_TOKEN" in template.env:
+        return [{"name": "HF_TOKEN", "value": template.env["HF_TOKEN"]}]
+    return []
+
+
+def models_fetch_container(
+    spec: EndpointSpec, template: TemplateSpec, settings: OperatorSettings
+) -> Obj:
+    """The init container that downloads the endpoint's `modelReferences` (lockgate's own
+    image, `lockgate fetch-models`) before the worker starts: the pod waits initializing;
+    a failure names the reference and the hub's answer in its termination message."""
+    fetch_env = {
+        **settings.models_env,
+        **{k: v for k, v in cache_env(Path(VOLUME_MOUNT_PATH)).items() if k != "HF_HUB_OFFLINE"},
+    }
+    container: Obj = {
+        "name": MODELS_CONTAINER,
+        "image": settings.models_image,
+        "command": ["lockgate", *fetch_command(spec.modelReferences, VOLUME_MOUNT_PATH)],
+        "env": [{"name": k, "value": v} for k, v in fetch_env.items()] + _token_env(template),
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    if template.envFromSecrets:
+        container["envFrom"] = [{"secretRef": {"name": n}} for n in template.envFromSecrets]
+    if models_on_node(spec):
+        container["volumeMounts"] = models_mount(spec, read_only=False)
+        # The kubelet creates the node folder as root: as for a modelUrl, the download runs
+        # as root without capabilities (hostPath makes the pod `privileged` for Pod Security).
+        container["securityContext"] = {"runAsUser": 0, "runAsNonRoot": False, **LOCKED, **SECCOMP}
+    else:  # the network volume, as the worker's own user (fsGroup owns the claim)
+        container["volumeMounts"] = [{"name": NETWORK_VOLUME, "mountPath": VOLUME_MOUNT_PATH}]
+        container["securityContext"] = container_security_context(template)
+    return container
+
+
+def model_fetches(
+    spec: EndpointSpec,
+    template: TemplateSpec,
+    settings: OperatorSettings,
+    *,
+    node_only: bool = False,
+) -> tuple[list[Obj], list[Obj]]:
+    """The init containers and volumes that fetch a Template's `modelUrl` and an Endpoint's
+    `modelReferences`; `node_only`: only what fills the node's caches (flashboot)."""
+    init: list[Obj] = []
+    volumes: list[Obj] = []
+    if template.modelUrl:
+        init.append(model_fetch_container(template, settings))
+        volumes.append(model_cache_volume(template, settings))
+    if models_on_node(spec) or (spec.modelReferences and not node_only):
+        init.append(models_fetch_container(spec, template, settings))
+    if models_on_node(spec):
+        volumes.append(models_cache_volume(settings))
+    return init, volumes
 
 
 # -- workloads -----------------------------------------------------------------------------
@@ -622,6 +721,7 @@ def worker_container(
         mounts.append({"name": "model-cache", "mountPath": MODEL_DIR, "readOnly": True})
     if spec.networkVolumeId:
         mounts.append({"name": NETWORK_VOLUME, "mountPath": VOLUME_MOUNT_PATH})
+    mounts += models_mount(spec, read_only=True)
     container["volumeMounts"] = mounts
     container["securityContext"] = container_security_context(template)
     if spec.flashboot:
@@ -640,10 +740,11 @@ def worker_pod_template(
     gpu_type: str | None = None,
 ) -> Obj:
     gpu_types = worker_gpu_types(spec, gpu_type) if spec.computeType == ComputeType.GPU else []
+    init, fetch_volumes = model_fetches(spec, template, settings)
     pod: Obj = {
         "containers": [worker_container(owner.name, spec, template, settings)],
         **_placement(spec, template, settings, gpu_types),
-        **pull_secrets(template, settings, helpers=bool(template.modelUrl)),
+        **pull_secrets(template, settings, helpers=bool(init)),  # init: helper images
         "securityContext": pod_security_context(template),
         "terminationGracePeriodSeconds": termination_grace_s(spec, settings),
         "automountServiceAccountToken": False,  # workers talk to the gateway, not to the API
@@ -658,12 +759,11 @@ def worker_pod_template(
         # before shrinking, and a ReplicaSet removes pods that are not Ready first, so the
         # pod removed is an idle one on every Kubernetes (pod-deletion-cost needs >= 1.22).
         pod["readinessGates"] = [{"conditionType": SERVING_CONDITION}]
+    if init:
+        pod["initContainers"] = init
     # /dev/shm in memory, sized (a container runtime's default is 64 MiB, too small for
     # PyTorch data loaders and NCCL); it counts against the memory limit.
-    pod["volumes"] = [shm_volume(spec, template)]
-    if template.modelUrl:
-        pod["initContainers"] = [model_fetch_container(template, settings)]
-        pod["volumes"].append(model_cache_volume(template, settings))
+    pod["volumes"] = [shm_volume(spec, template), *fetch_volumes]
     if spec.networkVolumeId:
         pod["volumes"].append(network_volume(spec))
     # A new worker key (its Secret was deleted) must reach running workers: roll them.
@@ -777,10 +877,10 @@ def flashboot_daemonset(
             "securityContext": helper_security_context(),
         },
     ]
-    volumes: list[Obj] = [{"name": "lockgate-bin", "emptyDir": {}}]
-    if template.modelUrl:
-        init.append(model_fetch_container(template, settings))
-        volumes.append(model_cache_volume(template, settings))
+    # the node's model cache filled ahead of the first worker
+    fetches, fetch_volumes = model_fetches(spec, template, settings, node_only=True)
+    init += fetches
+    volumes: list[Obj] = [{"name": "lockgate-bin", "emptyDir": {}}, *fetch_volumes]
     pause = {
         "name": "pause",
         "image": settings.pause_image,
@@ -793,7 +893,7 @@ def flashboot_daemonset(
         "volumes": volumes,
         **_placement(spec, template, settings, list(spec.gpuTypeIds), gpu_node=True),
         **pull_secrets(template, settings, helpers=True),
-        # restricted, but for the model fetch (root, hostPath) when there is a modelUrl
+        # restricted, but for the model fetches (root, hostPath): a modelUrl, modelReferences
         "securityContext": {"runAsNonRoot": True, **SECCOMP},
         "terminationGracePeriodSeconds": 1,
         "automountServiceAccountToken": False,

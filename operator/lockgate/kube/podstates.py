@@ -5,7 +5,8 @@ no worker taking jobs is in the pods: `initializing` (scheduled or being schedul
 pulling, starting, not ready yet), `throttled` (the scheduler found no node: no GPU of the
 endpoint's types free) and `unhealthy` (crash loop, image pull errors, a container that
 cannot be created). The worst cause becomes the Endpoint's `WorkersHealthy` condition,
-in plain words with what to do.
+in plain words with what to do; pods waiting for their `modelReferences` to download make
+it `DownloadingModels`, a download that failed `ModelFetchFailed`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from lockgate.kube.manifests import MODELS_CONTAINER
 from lockgate.kube.status import WORKERS_HEALTHY, Check
 
 PULL_ERRORS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
@@ -95,9 +97,44 @@ def container_problem(status: Obj, image: str) -> Problem | None:
     return None
 
 
+def models_problem(status: Obj) -> Problem | None:
+    """The `fetch-models` init container failed: the reference and the hub's answer (its
+    termination message), while the kubelet retries it with a back-off."""
+    state = status.get("state") or {}
+    ended = state.get("terminated") or (status.get("lastState") or {}).get("terminated") or {}
+    if not ended or ended.get("exitCode", 0) == 0 or "running" in state:
+        return None
+    said = _last_line(ended.get("message", "")) or f"exit code {ended.get('exitCode', '?')}"
+    message = (
+        f"Models cannot be fetched: {said}. Check modelReferences, the hub (HF_ENDPOINT) "
+        "and, for a gated model, the Template's HF_TOKEN; the pods retry with a back-off."
+    )
+    return Problem("unhealthy", "ModelFetchFailed", message, 0)
+
+
+def downloading(pod: Obj) -> bool:
+    """Whether the pod's models are being fetched now (it waits initializing)."""
+    for status in (pod.get("status") or {}).get("initContainerStatuses") or []:
+        if status.get("name") == MODELS_CONTAINER and "running" in (status.get("state") or {}):
+            return True
+    return False
+
+
+def _init_problem(pod: Obj) -> Problem | None:
+    containers = (pod.get("spec") or {}).get("initContainers") or []
+    images = {c.get("name"): c.get("image", "") for c in containers}
+    for status in (pod.get("status") or {}).get("initContainerStatuses") or []:
+        waiting = (status.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in PULL_ERRORS:
+            return container_problem(status, images.get(status.get("name")) or "")
+        if status.get("name") == MODELS_CONTAINER and (problem := models_problem(status)):
+            return problem
+    return None
+
+
 def pod_problem(pod: Obj, endpoint: Obj) -> Problem | None:
     """Why a worker pod cannot take jobs, if it is not just starting."""
-    if problem := unschedulable(pod, endpoint):
+    if problem := unschedulable(pod, endpoint) or _init_problem(pod):
         return problem
     containers = (pod.get("spec") or {}).get("containers") or []
     images = {c.get("name"): c.get("image", "") for c in containers}
@@ -120,7 +157,7 @@ def pod_states(pods: Iterable[Obj], endpoint: Obj, routed: Collection[str] = ())
     count, `initializing` included)."""
     counts = {"initializing": 0, "throttled": 0, "unhealthy": 0}
     problems: list[Problem] = []
-    seen = 0
+    seen = fetching = 0
     for pod in pods:
         if pod["metadata"].get("deletionTimestamp"):
             continue
@@ -133,12 +170,17 @@ def pod_states(pods: Iterable[Obj], endpoint: Obj, routed: Collection[str] = ())
             problems.append(problem)
         elif not _ready(pod) and pod["metadata"]["name"] not in routed:
             counts["initializing"] += 1
-    return PodStates(**counts, check=_check(problems, seen))
+            fetching += downloading(pod)
+    models = (endpoint.get("modelReferences") or []) if fetching else []
+    return PodStates(**counts, check=_check(problems, seen, models))
 
 
-def _check(problems: Sequence[Problem], pods: int) -> Check:
+def _check(problems: Sequence[Problem], pods: int, downloading: Sequence[str] = ()) -> Check:
     if not pods:
         return Check(WORKERS_HEALTHY, True, "NoWorkers", "no worker pods now")
+    if not problems and downloading:
+        message = "worker pods wait initializing while their models download: "
+        return Check(WORKERS_HEALTHY, True, "DownloadingModels", message + ", ".join(downloading))
     if not problems:
         return Check(WORKERS_HEALTHY, True, "WorkersStart", "worker pods schedule and start")
     worst = min(problems, key=lambda p: p.rank)

@@ -133,7 +133,21 @@ class OperatorSettings(RedisSettings):
 
     # Model cache and flashboot helpers.
     model_cache_path: str = Field(
-        "/var/lib/lockgate/models", description="node folder holding downloaded models"
+        "/var/lib/lockgate/models",
+        description="node folder holding downloaded models (modelUrl; modelReferences under "
+        "huggingface-cache/)",
+    )
+    # Cached models (an Endpoint's modelReferences): `lockgate fetch-models` in an init
+    # container of lockgate's own image (the chart sets the one it runs), into the node's
+    # cache under model_cache_path or the endpoint's network volume.
+    models_image: str = Field(
+        "registry.example.com/lockgate/control-plane:latest",
+        min_length=1,
+        description="image with `lockgate fetch-models` (the control-plane image)",
+    )
+    models_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="JSON: env of the model download (e.g. HF_ENDPOINT for a mirror)",
     )
     # Pinned as the chart pins them (operator.helperImages).
     model_fetch_image: str = (
