@@ -2,7 +2,8 @@
 `huggingface_hub.snapshot_download` uses, for cached-model tests (`HF_ENDPOINT` points at
 it): `GET /api/models/{repo}/revision/{rev}`, `GET /api/models/{repo}/tree/{sha}` and
 `HEAD|GET /{repo}/resolve/{rev}/{file}`. `acme/tiny` is public; `acme/gated` answers 401
-unless the request carries `Bearer TOKEN`; anything else is 404. `Hub.seen` counts the
+unless the request carries `Bearer TOKEN`; `acme/slow`'s files are held until
+`Hub.release` is set (a download in progress); anything else is 404. `Hub.seen` counts the
 requests by (method, path)."""
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 FILES = {"config.json": b'{"hidden_size": 8}\n'}
-PUBLIC = {"acme/tiny"}
+PUBLIC = {"acme/tiny", "acme/slow"}
+SLOW = "acme/slow"  # its files are sent once `Hub.release` is set
 GATED = {"acme/gated"}
 TOKEN = "hf_lockgate_test_token"
 
@@ -26,6 +28,7 @@ class Hub(BaseHTTPRequestHandler):
     """One request of `snapshot_download`'s, answered from `FILES`."""
 
     seen: Counter = Counter()
+    release = threading.Event()
 
     def log_message(self, *args) -> None:
         pass
@@ -64,6 +67,8 @@ class Hub(BaseHTTPRequestHandler):
             return self._send(200, data, {"Content-Type": "application/json"})
         if readable and len(parts) >= 5 and parts[2] == "resolve":
             content = FILES.get("/".join(parts[4:]))
+            if content is not None and body and repo == SLOW:
+                Hub.release.wait(300)
             if content is not None:
                 etag = hashlib.sha256(content).hexdigest()
                 headers = {"ETag": f'"{etag}"', "X-Repo-Commit": SHA}

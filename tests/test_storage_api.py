@@ -168,6 +168,18 @@ async def test_a_credential_a_template_uses_cannot_be_deleted_until_the_template
     assert (await call(api, "DELETE", f"/containerregistryauth/{made['id']}"))[0] == 204
 
 
+async def test_a_template_naming_no_credential_is_refused(api: Api, forget_template) -> None:
+    body = {"name": "t", "imageName": "r.test/i:1", "containerRegistryAuthId": "gone"}
+    status, error = await call(api, "POST", "/templates", body)
+    assert status == 400, error
+    assert error["error"].startswith("containerRegistryAuthId: no container registry auth 'gone'")
+    template = await new_template(api, forget_template)
+    path = f"/templates/{template['id']}"
+    status, error = await call(api, "PATCH", path, {"containerRegistryAuthId": "gone"})
+    assert status == 400 and error["error"].startswith("containerRegistryAuthId: "), error
+    assert (await call(api, "GET", path))[1]["containerRegistryAuthId"] == ""
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [

@@ -313,13 +313,13 @@ async def resolve_templates(_user: Any, info: Any) -> list[dict[str, Any]]:
 
 
 async def resolve_save_template(_root: Any, info: Any, input: dict[str, Any]) -> dict[str, Any]:
-    plane, payload = _plane(info), template_payload(input)
+    plane, storage, payload = _plane(info), _storage(info), template_payload(input)
     template_id = payload.pop("id", None)
     try:
         if template_id:
-            record = await edit_template(plane, template_id, payload)
+            record = await edit_template(plane, storage, template_id, payload)
         else:
-            record = await create_template(plane, payload)
+            record = await create_template(plane, storage, payload)
     except ApiError as err:
         raise GraphQLError(err.message, extensions={"status": err.status}) from err
     return template_view(record)

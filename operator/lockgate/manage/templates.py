@@ -26,6 +26,7 @@ from lockgate.manage.controlplane import (
     UnusableSettings,
 )
 from lockgate.manage.listing import EndpointQuery
+from lockgate.manage.storage import STORAGE, Storage
 from lockgate.models import ENDPOINT_ID_PATTERN, EndpointRecord
 from lockgate.models.templates import (
     TemplateFieldError,
@@ -102,11 +103,23 @@ async def template_users(plane: ControlPlane, template_id: str) -> list[str]:
     ]
 
 
-async def create_template(plane: ControlPlane, payload: dict[str, Any]) -> dict[str, Any]:
+async def require_registry_auth(storage: Storage, auth_id: str | None) -> None:
+    """400 naming `containerRegistryAuthId` when it names no credential (empty: none)."""
+    if auth_id and auth_id not in await storage.list_registry_auths():
+        raise BadRequest(
+            f"containerRegistryAuthId: no container registry auth {auth_id!r} "
+            "(create one with POST /v1/containerregistryauth)"
+        )
+
+
+async def create_template(
+    plane: ControlPlane, storage: Storage, payload: dict[str, Any]
+) -> dict[str, Any]:
     """Create a template from a RunPod payload; its record. Raises `ApiError`."""
     template_id = _template_id(payload)
     try:
         spec = new_template(payload)
+        await require_registry_auth(storage, payload.get("containerRegistryAuthId"))
         await plane.create_template(template_id, spec)
     except TemplateFieldError as err:
         raise BadRequest(str(err)) from err
@@ -123,7 +136,7 @@ async def read_template(plane: ControlPlane, template_id: str) -> dict[str, Any]
 
 
 async def edit_template(
-    plane: ControlPlane, template_id: str, changes: dict[str, Any]
+    plane: ControlPlane, storage: Storage, template_id: str, changes: dict[str, Any]
 ) -> dict[str, Any]:
     """Apply RunPod-named `changes`; the others keep their values. Raises `ApiError`."""
     if changes.pop("id", template_id) != template_id:
@@ -131,6 +144,8 @@ async def edit_template(
     try:
         current = await plane.get_template(template_id)
         spec = changed_template(current, changes)
+        if spec.imagePullSecret != current.imagePullSecret:
+            await require_registry_auth(storage, changes.get("containerRegistryAuthId"))
         await plane.replace_template(template_id, spec)
     except TemplateNotFound as err:
         raise NotFound(f"template {template_id!r} not found") from err
@@ -154,7 +169,8 @@ async def remove_template(plane: ControlPlane, template_id: str) -> None:
 
 async def post_template(request: web.Request) -> web.Response:
     payload = await json_object(request)
-    return json_response(await create_template(request.app[CONTROL_PLANE], payload))
+    app = request.app
+    return json_response(await create_template(app[CONTROL_PLANE], app[STORAGE], payload))
 
 
 async def list_templates(request: web.Request) -> web.Response:
@@ -172,7 +188,10 @@ async def patch_template(request: web.Request) -> web.Response:
     """PATCH, and its synonym `POST …/update`."""
     changes = await json_object(request)
     template_id = request.match_info["template_id"]
-    return json_response(await edit_template(request.app[CONTROL_PLANE], template_id, changes))
+    app = request.app
+    return json_response(
+        await edit_template(app[CONTROL_PLANE], app[STORAGE], template_id, changes)
+    )
 
 
 async def delete_template(request: web.Request) -> web.Response:
