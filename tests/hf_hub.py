@@ -1,10 +1,10 @@
 """A real local HTTP server speaking the part of the Hugging Face Hub's API that
 `huggingface_hub.snapshot_download` uses, for cached-model tests (`HF_ENDPOINT` points at
 it): `GET /api/models/{repo}/revision/{rev}`, `GET /api/models/{repo}/tree/{sha}` and
-`HEAD|GET /{repo}/resolve/{rev}/{file}`. `acme/tiny` is public; `acme/gated` answers 401
-unless the request carries `Bearer TOKEN`; `acme/slow`'s files are held until
-`Hub.release` is set (a download in progress); anything else is 404. `Hub.seen` counts the
-requests by (method, path)."""
+`HEAD|GET /{repo}/resolve/{rev}/{file}`. `acme/tiny` is public; `acme/gated` and
+`acme/locked` answer 401 unless the request carries `Bearer TOKEN`; `acme/slow`'s files
+are held until `Hub.release` is set (a download in progress); anything else is 404.
+`Hub.seen` counts the requests by (method, path)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ SHA = "0123456789abcdef0123456789abcdef01234567"
 FILES = {"config.json": b'{"hidden_size": 8}\n'}
 PUBLIC = {"acme/tiny", "acme/slow"}
 SLOW = "acme/slow"  # its files are sent once `Hub.release` is set
-GATED = {"acme/gated"}
+GATED = {"acme/gated", "acme/locked"}
 TOKEN = "hf_lockgate_test_token"
 
 

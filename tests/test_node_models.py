@@ -27,7 +27,15 @@ import pytest
 
 from cluster import NODE_IP
 from hf_hub import FILES, SHA, TOKEN, Hub, file_path, serving
-from node_release import USER_NAMESPACE, Jobs, Release, endpoint_status, wait_until, worker_pods
+from node_release import (
+    USER_NAMESPACE,
+    Jobs,
+    Release,
+    endpoint_status,
+    running,
+    wait_until,
+    worker_pods,
+)
 
 pytest_plugins = ["node_fixtures"]
 pytestmark = [pytest.mark.node, pytest.mark.timeout(600)]
@@ -35,11 +43,12 @@ pytestmark = [pytest.mark.node, pytest.mark.timeout(600)]
 MODELS = ["acme/tiny", "acme/gated", "acme/slow"]
 # The worker: lockgate's runtime and huggingface_hub, both in the control-plane image.
 HANDLER = """
-import os
+import os, time
 from huggingface_hub import hf_hub_download
 import lockgate.worker
 
 def handler(job):
+    time.sleep(job["input"].get("sleep", 0))
     path = hf_hub_download(job["input"]["repo"], job["input"]["file"])
     with open(path) as f:
         text = f.read()
@@ -150,21 +159,22 @@ def test_each_file_is_fetched_once_for_the_node_and_read_offline_by_both_workers
     release: Release, models: str
 ) -> None:
     Hub.release.set()
-    wait_until(lambda: endpoint_status(release, models).get("phase") == "Ready", "Ready", 180)
-    jobs, workers = Jobs(release, models), set()
-    for _ in range(40):  # both idle workers poll: jobs reach both
-        for repo in ("acme/gated", "acme/slow"):
-            job = jobs.runsync({"input": {"repo": repo, "file": "config.json"}})
-            assert job["status"] == "COMPLETED", job
-            out = job["output"]
-            assert out["text"] == FILES["config.json"].decode() and out["offline"] == "1"
-            folder = repo.replace("/", "--")
-            assert out["path"] == (
-                f"/runpod-volume/huggingface-cache/hub/models--{folder}/snapshots/{SHA}/config.json"
-            )
-            workers.add(out["worker"])
-        if len(workers) == 2:
-            break
+    wait_until(lambda: sum(map(running, worker_pods(release, models))) == 2, "2 workers", 180)
+    jobs = Jobs(release, models)
+    # two jobs at once, each holding its worker for a while: one per worker
+    ids = {repo: jobs.run({"input": {"repo": repo, "file": "config.json", "sleep": 3}})
+           for repo in ("acme/gated", "acme/slow")}  # fmt: skip
+    workers = set()
+    for repo, job_id in ids.items():
+        job = jobs.final(job_id)
+        assert job["status"] == "COMPLETED", job
+        out = job["output"]
+        assert out["text"] == FILES["config.json"].decode() and out["offline"] == "1"
+        folder = repo.replace("/", "--")
+        assert out["path"] == (
+            f"/runpod-volume/huggingface-cache/hub/models--{folder}/snapshots/{SHA}/config.json"
+        )
+        workers.add(out["worker"])
     assert len(workers) == 2, workers
     for repo in MODELS:  # two pods, one node: one download of each file
         assert Hub.seen[("GET", file_path(repo, "config.json"))] == 1, repo
@@ -172,14 +182,15 @@ def test_each_file_is_fetched_once_for_the_node_and_read_offline_by_both_workers
 
 def test_a_gated_model_without_its_token_fails_naming_the_hubs_401(release: Release) -> None:
     reader_template(release, "no-token", token=False)
-    endpoint(release, "gated", "no-token", ["acme/gated"], workers=1)
+    # a model not on the node yet: for one in its cache, huggingface_hub falls back to it
+    endpoint(release, "gated", "no-token", ["acme/locked"], workers=1)
     condition = wait_until(
         lambda: (c := workers_healthy(release, "gated")).get("reason") == "ModelFetchFailed" and c,
         "WorkersHealthy ModelFetchFailed",
         timeout=180,
     )
     assert condition["status"] == "False"
-    assert "acme/gated" in condition["message"] and "401" in condition["message"]
+    assert "acme/locked" in condition["message"] and "401" in condition["message"]
     assert Jobs(release, "gated").health()["workers"]["unhealthy"] == 1
     [pod] = worker_pods(release, "gated")
     assert not any(
