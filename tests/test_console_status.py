@@ -288,6 +288,8 @@ def test_the_sign_in_hint_and_an_unknown_endpoint_read_cleanly(page, console_dev
          "Workers cannot start"),
         ("Failed", ["CrashLoop", "x"], 1, ["Failed", "bad"], "Workers are crashing"),
         ("Initializing", None, 0, ["Initializing", "warn"], None),
+        ("Initializing", ["ModelFetchFailed", "acme/x: 401"], 1,
+         ["Model download failed", "bad"], "Workers cannot start"),
     ],
 )  # fmt: skip
 def test_the_badge_and_the_runner_name_each_workers_healthy_cause(
@@ -311,3 +313,34 @@ def test_the_badge_and_the_runner_name_each_workers_healthy_cause(
         [record, health],
     )
     assert got == [badge, runner]
+
+
+@pytest.mark.parametrize(
+    ("condition", "workers", "badge"),
+    [
+        # dev mode: ModelsCached False while downloading (its phase is already Ready)
+        (["ModelsCached", "False", "Downloading", "Ready"], {}, ["Downloading models", "warn"]),
+        # a cluster: WorkersHealthy True, DownloadingModels, while pods wait in fetch-models
+        (["WorkersHealthy", "True", "DownloadingModels", "Initializing"], {"initializing": 2},
+         ["Downloading models", "warn"]),
+        # a worker already serves (a scale-up fetching for the new pod): the phase
+        (["WorkersHealthy", "True", "DownloadingModels", "Ready"], {"idle": 1}, ["Ready", "ok"]),
+        (["ModelsCached", "True", "Cached", "Ready"], {}, ["Ready", "ok"]),
+    ],
+)  # fmt: skip
+def test_the_badge_says_models_are_downloading_while_no_worker_serves(
+    page, console_dev, condition, workers, badge
+):
+    kind, status, reason, phase = condition
+    record = {"status": {"phase": phase, "conditions": [
+        {"type": kind, "status": status, "reason": reason, "message": "downloading acme/tiny"}
+    ]}}  # fmt: skip
+    page.goto(f"{console_dev.url}/console/")
+    got = page.evaluate(
+        """async ([record, health]) => {
+            const s = (await import("./pages/state.js")).endpointState(record, health);
+            return [s.label, s.tone];
+        }""",
+        [record, {"workers": workers}],
+    )
+    assert got == badge

@@ -11,6 +11,7 @@ const WORKER_BADGES = {
   ContainerConfigError: ["Config error", "bad"],
   NoGpuCapacity: ["No GPU capacity", "warn"],
   NoCpuCapacity: ["No CPU capacity", "warn"],
+  ModelFetchFailed: ["Model download failed", "bad"],
 };
 
 /** The endpoint's `WorkersHealthy` condition when it is False, else null. */
@@ -19,14 +20,24 @@ export function workersFailing(record) {
     .find((c) => c.type === "WorkersHealthy" && c.status === "False") || null;
 }
 
+/** The condition saying the endpoint's models are being downloaded (its workers wait):
+ * `ModelsCached` Downloading (dev mode) or `WorkersHealthy` DownloadingModels (a cluster). */
+export function modelsDownloading(record) {
+  return (record?.status?.conditions || []).find((c) =>
+    (c.type === "ModelsCached" && c.status === "False" && c.reason === "Downloading")
+    || (c.type === "WorkersHealthy" && c.status === "True" && c.reason === "DownloadingModels"))
+    || null;
+}
+
 // The Endpoints list's filter choice for endpoints whose workers fail, whatever their phase.
 export const WORKERS_FAILING = "failing";
 
 /**
  * {label, tone, why, trouble} of an endpoint's badge: the cause ("Crash loop", "Image pull
- * error", "No GPU capacity", else "Unhealthy") when its WorkersHealthy condition is False,
- * red "Unhealthy" when /health counts unhealthy workers (`trouble` true for both), else its
- * phase.
+ * error", "No GPU capacity", "Model download failed", else "Unhealthy") when its
+ * WorkersHealthy condition is False, red "Unhealthy" when /health counts unhealthy workers
+ * (`trouble` true for both), "Downloading models" while its workers wait for them and none
+ * serves, else its phase.
  */
 export function endpointState(record, health) {
   const phase = record?.status?.phase || "Pending";
@@ -41,6 +52,9 @@ export function endpointState(record, health) {
     const why = `${unhealthy} worker${unhealthy === 1 ? "" : "s"} unhealthy`;
     return {label: "Unhealthy", tone: "bad", why, trouble: true};
   }
+  const serving = (health?.workers?.idle || 0) + (health?.workers?.running || 0);
+  const models = serving ? null : modelsDownloading(record);
+  if (models) return {label: "Downloading models", tone: "warn", why: models.message || ""};
   return {label: phase, tone: PHASE_TONE[phase] || "muted", why: ""};
 }
 
