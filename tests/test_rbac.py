@@ -482,6 +482,48 @@ def assert_storage_served(env: EnvTest, base: str, auth: dict, namespace: str) -
     assert _http("DELETE", vol, None, auth)[0] == 204
 
 
+def test_the_management_api_under_the_operators_account_names_each_refusal(
+    env: EnvTest, redis_server: EmbeddedRedis
+) -> None:
+    """What `lockgate operator --manage-port` serves with the chart's operator account
+    (the same app, run here as `lockgate manage` with that account): the Kubernetes API's
+    403 on a claim or an Endpoint is a 503 naming the refusal, not a 500 (a credential's
+    Secret it may create: the operator writes worker-key Secrets)."""
+    release_ns, intake = "lg-manage-op", "team-intake-op"
+    namespaces(env, release_ns, intake)
+    admin_key = "lg_admin_" + "o" * 32
+    keys_file = Path(env.dir or "/tmp") / "manage-op-keys.json"
+    entry = {"name": "admin", "sha256": key_digest(admin_key), "scopes": ["admin"]}
+    keys_file.write_text(json.dumps([entry]))
+    port = free_port()
+    environment = {
+        **os.environ,
+        "PYTHONPATH": str(REPO / "operator"),
+        "KUBECONFIG": str(service_account_kubeconfig(env, release_ns, OPERATOR_SA)),
+        "LOCKGATE_REDIS_URL": redis_server.url,
+        "LOCKGATE_KEYS_FILE": str(keys_file),
+        "LOCKGATE_ENDPOINT_NAMESPACE": intake,
+    }
+    command = [sys.executable, "-m", "lockgate.cli", "manage", "--host", "127.0.0.1"]
+    base, auth = f"http://127.0.0.1:{port}", {"Authorization": admin_key}
+    with chart_rbac(env, release_ns, {"operator": {"namespaces": [intake]}}, "operator"):
+        proc = subprocess.Popen([*command, "--port", str(port)], env=environment)
+        try:
+            wait_until(lambda: _http("GET", f"{base}/healthz")[0] == 200, "lockgate manage")
+            for path, body in (
+                ("/v1/networkvolumes", {"name": "v", "size": 1}),
+                ("/v1/endpoints", {"id": "ep-op", "templateId": "tpl"}),
+            ):
+                status, error = _http("POST", f"{base}{path}", body, auth)
+                assert status == 503, (path, status, error)
+                said = json.loads(error)["error"]
+                assert said.startswith("the Kubernetes API refused the management API's account")
+                assert "forbidden" in said and "lockgate manage" in said, said
+        finally:
+            proc.terminate()
+            proc.wait(10)
+
+
 def test_the_management_apis_account_can_read_no_secret_nor_write_workloads(
     env: EnvTest,
 ) -> None:

@@ -94,7 +94,9 @@ def _operator(sub: argparse._SubParsersAction) -> None:
         help="reconcile Endpoint/Template resources",
         description="The Kubernetes operator (kopf) and the scaler. In a cluster the "
         "management API runs apart (`lockgate manage`); --manage-port serves it here too, "
-        "for development.",
+        "for development, with the operator's own Kubernetes account: under the chart's "
+        "operator RBAC it may not write Endpoints or claims (those routes answer 503 naming "
+        "the refusal).",
     )
     p.add_argument("--namespace", action="append", help="watch only these (default: all)")
     p.add_argument(

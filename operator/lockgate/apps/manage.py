@@ -18,9 +18,10 @@ from typing import Any
 from aiohttp import web
 
 from lockgate.gateway.auth import Authenticator
+from lockgate.gateway.errors import Unavailable
 from lockgate.gateway.keyfile import KeyFile
 from lockgate.gateway.notify import Notifier
-from lockgate.kube.cluster import Cluster, cluster_for
+from lockgate.kube.cluster import Cluster, ClusterError, cluster_for
 from lockgate.kube.controlplane import KubernetesControlPlane
 from lockgate.kube.settings import OperatorSettings
 from lockgate.kube.storage import KubernetesStorage
@@ -43,6 +44,24 @@ def _watching(key_file: KeyFile) -> Callable[[web.Application], AsyncIterator[No
         await asyncio.gather(task, return_exceptions=True)
 
     return watch
+
+
+@web.middleware
+async def cluster_refusals(request: web.Request, handler: Any) -> web.StreamResponse:
+    """A Kubernetes API error no route has a rule for: 503 saying what the API server
+    said, not a 500. A 403 is this process's account lacking a right (e.g. `lockgate
+    operator --manage-port` runs with the operator's account, which may not write
+    Endpoints or claims: the chart runs `lockgate manage` with its own)."""
+    try:
+        return await handler(request)
+    except ClusterError as err:
+        if err.status == 403:
+            raise Unavailable(
+                f"the Kubernetes API refused the management API's account: {err} "
+                "(its RBAC lacks this right: run `lockgate manage` with the chart's "
+                "ServiceAccount, docs/security.md)"
+            ) from err
+        raise Unavailable(f"the Kubernetes API failed: {err}") from err
 
 
 async def healthz(_request: web.Request) -> web.Response:
@@ -74,6 +93,7 @@ def create_app(
         key_file = KeyFile(settings.keys_file, reload_s=settings.keys_file_reload_s)
     authenticator = Authenticator(registry, cache_s=5.0, key_file=key_file)
     manage = create_manage_app(control_plane, storage, authenticator, prefix="")
+    manage.middlewares.append(cluster_refusals)  # inside its error middleware
     sampler = HistorySampler(JobStore(registry.redis), registry)
     add_history_routes(manage, sampler)
     app = web.Application()
