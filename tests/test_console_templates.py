@@ -337,3 +337,61 @@ def test_network_volumes_page_creates_lists_and_refuses_deleting_one_in_use(page
     screenshot(page, "volumes")
     assert get(console_dev, f"/v1/networkvolumes/{volume['id']}").status_code == 200
     assert_clean(page, allow=(*EXPECTED, "409"))
+
+
+def run_in_console(page, dev: DevProcess, endpoint: str, body: str) -> str:
+    """Send `body` with the Requests tab's runner; the output once the job COMPLETED."""
+    page.goto(f"{dev.url}/console/#/endpoints/{endpoint}/requests")
+    page.get_by_label("Request body (JSON)").fill(body)
+    page.get_by_role("button", name="Run", exact=True).click()
+    page.locator(".live-job .badge", has_text=re.compile("^COMPLETED$")).wait_for(timeout=90_000)
+    return page.get_by_label("Output", exact=True).inner_text()
+
+
+def test_from_an_image_to_a_request_an_env_edit_and_a_delete_all_in_the_console(page, console_dev):
+    """Issue 34's browser path: create from an image, send a test request, edit the env
+    (new workers show it), delete the endpoint, then its template."""
+    open_create(page, console_dev)
+    page.get_by_label("Endpoint id").fill("env-flow")
+    page.get_by_label("Name", exact=True).fill("Env flow")
+    page.get_by_label("A container image").check()
+    page.get_by_label("Container image", exact=True).fill("registry.example.com/env-echo:1")
+    page.get_by_label("Start command").fill("python -u tests/handlers/env_echo.py")
+    page.get_by_label("Variable 1 name").fill("GREETING")
+    page.get_by_label("Variable 1 value").fill("first")
+    page.get_by_role("button", name="Create endpoint").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Created env-flow", timeout=90_000)
+    body = '{"input": {"names": ["GREETING"]}}'
+    assert '"GREETING": "first"' in run_in_console(page, console_dev, "env-flow", body)
+
+    # the env, edited on the endpoint's template page, reaches the new workers
+    template_id = get(console_dev, "/v1/endpoints/env-flow").json()["templateId"]
+    page.goto(f"{console_dev.url}/console/#/templates/{template_id}")
+    page.get_by_label("Variable 1 value").fill("second")
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator("#toast")).to_have_text(f"Saved {template_id}")
+
+    def greeting() -> bool:  # the old worker may take a job while it is replaced
+        answer = requests.post(
+            f"{console_dev.url}/v2/env-flow/runsync",
+            json={"input": {"names": ["GREETING"]}},
+            headers=auth(console_dev),
+            timeout=90,
+        ).json()
+        return answer.get("output", {}).get("env", {}).get("GREETING") == "second"
+
+    wait_until(greeting, "a worker with the new env", timeout=90)
+    assert '"GREETING": "second"' in run_in_console(page, console_dev, "env-flow", body)
+    screenshot(page, "image-flow-request")
+
+    # delete the endpoint (typing its id), then the template it no longer uses
+    page.goto(f"{console_dev.url}/console/#/endpoints/env-flow/edit")
+    page.get_by_label("Type env-flow to confirm").fill("env-flow")
+    page.get_by_role("button", name="Delete endpoint").click()
+    page.wait_for_url(re.compile(r"#/endpoints$"))
+    assert get(console_dev, "/v1/endpoints/env-flow").status_code == 404
+    page.goto(f"{console_dev.url}/console/#/templates/{template_id}")
+    page.get_by_role("button", name="Delete Env flow").click()
+    expect(page).to_have_url(re.compile(r"#/templates$"))
+    assert get(console_dev, f"/v1/templates/{template_id}").status_code == 404
+    assert_clean(page, allow=EXPECTED)
