@@ -12,7 +12,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -162,6 +165,69 @@ def test_the_console_shows_the_pods_log_lines(page, manage: Manage, pod: str) ->
     # gateway's in-cluster name with the chart's default baseUrl: a browser outside the
     # cluster cannot resolve it (the page shows the Endpoint's status instead).
     assert_clean(page, allow=("ERR_NAME_NOT_RESOLVED",))
+
+
+def lockgate(manage: Manage, config_home: Any, *args: str) -> str:
+    """The real `lockgate` CLI against the management API (and the gateway for jobs), as a
+    user outside the cluster runs it with LOCKGATE_URL, LOCKGATE_JOB_URL and a key."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKGATE_")}
+    env.update(
+        XDG_CONFIG_HOME=str(config_home), LOCKGATE_URL=manage.url,
+        LOCKGATE_JOB_URL=manage.gateway, LOCKGATE_API_KEY=ADMIN_KEY,
+        PYTHONPATH=str(REPO / "operator"),
+    )  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "lockgate.cli", *args],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    return done.stdout
+
+
+def test_the_cli_manages_endpoints_runs_jobs_and_reads_logs_on_the_cluster(
+    release: Release, manage: Manage, pod: str, tmp_path
+) -> None:
+    """Issue 35 item 6 against `lockgate manage` on the node, not only `lockgate dev`."""
+    table = lockgate(manage, tmp_path, "endpoints", "list")
+    assert table.split()[:2] == ["ID", "NAME"] and "\necho " in table
+    got = json.loads(lockgate(manage, tmp_path, "endpoints", "get", "echo", "-o", "json"))
+    assert (got["id"], got["workersMin"]) == ("echo", 1)
+
+    made = json.loads(lockgate(
+        manage, tmp_path, "endpoints", "create", "--id", "cli-made", "--template-id", "echo",
+        "--workers-max", "2", "-o", "json",
+    ))  # fmt: skip
+    assert (made["id"], made["workersMax"]) == ("cli-made", 2)
+    edited = json.loads(
+        lockgate(
+            manage, tmp_path, "endpoints", "edit", "cli-made", "--workers-max", "4", "-o", "json"
+        )
+    )
+    assert edited["workersMax"] == 4
+    spec = json.loads(release.node.kubectl(
+        "-n", USER_NAMESPACE, "get", "endpoints.lockgate.dev", "cli-made", "-o", "json"
+    ))["spec"]  # fmt: skip
+    assert spec["workersMax"] == 4  # the Endpoint resource the operator reads
+    lockgate(manage, tmp_path, "endpoints", "delete", "cli-made")
+    gone = release.node.kubectl(
+        "-n", USER_NAMESPACE, "get", "endpoints.lockgate.dev", "cli-made", check=False
+    )
+    assert "cli-made" not in gone
+
+    job = json.loads(
+        lockgate(manage, tmp_path, "jobs", "run", "echo", '{"cli": "node"}', "--wait", "-o", "json")
+    )
+    assert job["status"] == "COMPLETED", job
+    lines = wait_until(
+        lambda: (
+            (out := lockgate(manage, tmp_path, "logs", "echo", "--job", job["id"]))
+            and "completed" in out
+            and out
+        ),
+        "the job's log lines through the CLI",
+        60,
+    )
+    assert pod in lines and job["id"] in lines
 
 
 MISSING = "localhost/lockgate-test/no-such-image:404"
