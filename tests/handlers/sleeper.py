@@ -4,6 +4,7 @@ With `input.marks` (a directory) it leaves files that tests read: `<job id>.star
 `<job id>.end` around the sleep, `<job id>.cancelled` when an async sleep is cancelled;
 each holds this process's BOOT token, which tells a restarted worker from the first.
 With `input.stubborn` the async handler shrugs a cancellation off and returns anyway.
+With `input.fail` (a message) the async handler raises it after the sleep: the job FAILS.
 """
 
 import asyncio
@@ -39,6 +40,8 @@ async def async_handler(job):
             raise
         return {"late": True}
     mark(job, "end")
+    if failure := job["input"].get("fail"):
+        raise ValueError(failure)
     return {"echo": job["input"]}
 
 

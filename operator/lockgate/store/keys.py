@@ -31,8 +31,9 @@ the single description of what they build.
                                moved by the scripts that change a job's state, left when
                                the record dies (sweep, purge, endpoint deletion)
     lg:{ep}:iv:{t}       HASH  what happened in the 10 s interval starting at epoch second
-                               {t}: c (jobs completed), f (failed or timed out), s (workers
-                               new to the endpoint: cold starts), d{b} (jobs taken with a
+                               {t}: c, f, t, k (jobs that ended COMPLETED, FAILED,
+                               TIMED_OUT, CANCELLED), s (workers new to the endpoint:
+                               cold starts), d{b} (jobs taken with a
                                queue delay in log bucket b), x{b} (jobs ended with an
                                execution time in bucket b); dies after
                                INTERVAL_KEEP_MS, read by the history sampler

@@ -79,6 +79,9 @@ local function done_event(ep, id)
   return event .. '\n' .. table.concat(head, ' ') .. '\n' .. (err or '') .. (out or '')
 end
 
+-- The field counting a job that ended in each final state in its history interval.
+local ENDED = {COMPLETED = 'c', FAILED = 'f', TIMED_OUT = 't', CANCELLED = 'k'}
+
 -- Move a job into a final state: release its worker slot, count it, keep it for the
 -- retention (never beyond its ttl), queue its webhook, and wake its waiters (/runsync,
 -- and `/status?wait=` on a job it marked watched).
@@ -92,11 +95,10 @@ local function finalize(ep, id, status, now, worker, sync, ret_run, ret_sync, ex
   if worker then redis.call('SREM', P .. 'wj:' .. worker, id) end
   if status == 'COMPLETED' then
     redis.call('HINCRBY', P .. 'stats', 'completed', 1)
-    count_interval(now, 'c')
   elseif status == 'FAILED' or status == 'TIMED_OUT' then
     redis.call('HINCRBY', P .. 'stats', 'failed', 1)
-    count_interval(now, 'f')
   end
+  count_interval(now, ENDED[status])
   if f[6] and status ~= 'CANCELLED' then  -- the execution time of a job that ran and ended
     count_interval(now, 'x' .. delay_bucket(now - tonumber(f[6])))
   end
