@@ -187,6 +187,7 @@ class F:
     FINISHED = "fi"  # ms
     WORKER = "wk"
     ATTEMPTS = "at"
+    ATTEMPT_LOG = "ah"  # JSON: the last 10 takes (worker, when, how each ended), common.lua
     OUTPUT = "out"  # raw JSON
     ERROR = "err"
     STREAM_BYTES = "sb"  # bytes of stream chunks not yet read by /stream

@@ -79,6 +79,31 @@ local function done_event(ep, id)
   return event .. '\n' .. table.concat(head, ' ') .. '\n' .. (err or '') .. (out or '')
 end
 
+-- A job's attempts (`ah`): a JSON list of its last ATTEMPTS_KEPT takes, oldest first, each
+-- {w = worker, t = taken at (ms)} and, once it ended, e = ended at (ms) and o = how:
+-- COMPLETED, FAILED (the handler's result), TIMED_OUT, CANCELLED, WORKER_LOST (its worker
+-- was lost or did not list it: requeued, or failed out of attempts) or GIVEN_BACK (its
+-- worker, told to stop, exited before running it). Written by the scripts that take and
+-- end jobs: no round trip of its own.
+local ATTEMPTS_KEPT = 10
+-- `raw`: the record's `ah` as read by the caller.
+local function attempt_taken(id, raw, worker, now)
+  local list = raw and cjson.decode(raw) or {}
+  list[#list + 1] = {w = worker, t = now}
+  while #list > ATTEMPTS_KEPT do table.remove(list, 1) end
+  redis.call('HSET', jkey(id), 'ah', cjson.encode(list))
+end
+-- End the job's newest attempt, if it is still open.
+local function attempt_ended(id, now, how)
+  local raw = redis.call('HGET', jkey(id), 'ah')
+  if not raw then return end
+  local list = cjson.decode(raw)
+  local last = list[#list]
+  if last.e then return end
+  last.e, last.o = now, how
+  redis.call('HSET', jkey(id), 'ah', cjson.encode(list))
+end
+
 -- The field counting a job that ended in each final state in its history interval.
 local ENDED = {COMPLETED = 'c', FAILED = 'f', TIMED_OUT = 't', CANCELLED = 'k'}
 
@@ -88,6 +113,7 @@ local ENDED = {COMPLETED = 'c', FAILED = 'f', TIMED_OUT = 't', CANCELLED = 'k'}
 local function finalize(ep, id, status, now, worker, sync, ret_run, ret_sync, extra)
   local jk = jkey(id)
   local f = redis.call('HMGET', jk, 'st', 'cr', 'tl', 'wh', 'wt', 'sa')
+  if f[1] == 'IN_PROGRESS' then attempt_ended(id, now, status) end
   reindex(id, f[1], status)
   redis.call('HSET', jk, 'st', status, 'fi', now, unpack(extra))
   redis.call('HDEL', jk, 'pg')  -- progress is shown while running only
@@ -126,6 +152,7 @@ end
 -- goes back without using an attempt and is not counted as retried.
 -- Returns 1 when requeued, 0 when failed.
 local function requeue(ep, id, f, now, max_attempts, ret_run, ret_sync, reason, clean)
+  attempt_ended(id, now, clean and 'GIVEN_BACK' or 'WORKER_LOST')
   if not clean and (tonumber(f[3]) or 0) >= max_attempts then
     finalize(ep, id, 'FAILED', now, f[2], f[6], ret_run, ret_sync, {'err', reason})
     return 0
