@@ -158,8 +158,8 @@ def test_metrics_page_charts_the_history_after_some_jobs(page, console_dev):
         "the jobs in the history, with a gap in the queue delay",
     )
     open_page(page, console_dev, f"endpoints/{console_dev.endpoint}/metrics")
-    charts = ("Queue", "Workers", "Cold starts per 10 s", "Jobs by state", "Execution time")
-    for name in (*charts, "Queue delay"):
+    charts = ("Queue", "Workers", "Cold starts per 10 s", "Cold-start time", "Jobs by state")
+    for name in (*charts, "Execution time", "Queue delay"):
         page.get_by_role("img", name=re.compile(f"^{name}, last 1 h;")).wait_for()
     ranges = page.get_by_role("group", name="Range")
     assert ranges.get_by_role("button", name="1 h").get_attribute("aria-pressed") == "true"
@@ -173,6 +173,9 @@ def test_metrics_page_charts_the_history_after_some_jobs(page, console_dev):
     starts = page.get_by_role("list", name="Cold starts per 10 s legend").inner_text()
     assert re.search(r"cold starts\s*total [1-9]", starts), starts
     assert "workers new to the endpoint (their first heartbeat)" in page.inner_text("main")
+    # ... timed from the dev pool's spawning its process to its first call.
+    boot = page.get_by_role("list", name="Cold-start time legend").inner_text()
+    assert re.search(r"p50\s*max \d", boot) and re.search(r"p95\s*max \d", boot), boot
     # Regular time axes: every tick on a round minute.
     ticks = [int(t) for t in page.locator("svg text.time").evaluate_all(
         "els => els.map((e) => e.dataset.t)")]  # fmt: skip

@@ -128,10 +128,37 @@ async def test_cold_starts_count_each_worker_new_to_the_endpoint_once(dev: Dev) 
         await dev.sampler(at).sample()
     for m in range(int(start) // 60 * 60, int(end) // 60 * 60 + 1, 60):
         await dev.sampler(m + 50).sample()  # the minute's last interval: its minute point
-    _, body = await dev.call("GET", f"/v1/endpoints/{endpoint_id}/metrics")
-    assert sum(p["coldStarts"] for p in body["points"]) == 2, body["points"]
-    _, body = await dev.call("GET", f"/v1/endpoints/{endpoint_id}/metrics?interval=60")
-    assert sum(p["coldStarts"] for p in body["points"]) == 2, body["points"]
+    for interval in (HISTORY_INTERVAL_S, 60):
+        _, body = await dev.call("GET", f"/v1/endpoints/{endpoint_id}/metrics?interval={interval}")
+        assert sum(p["coldStarts"] for p in body["points"]) == 2, body["points"]
+        # Timed from the pool's spawning each process to its first call (a Python process
+        # importing the runtime: more than a few ms, less than the wait above).
+        timed = [p for p in body["points"] if p["coldStartP50"] is not None]
+        assert timed and all(p["coldStarts"] for p in timed), body["points"]
+        assert all(10 < p["coldStartP50"] <= p["coldStartP95"] < 60_000 for p in timed), timed
+    assert not await dev.redis.exists(prefix(endpoint_id) + "wst")  # both matched
+
+
+async def test_a_start_reported_after_the_first_call_is_timed_from_it(dev: Dev) -> None:
+    """The operator may see a new pod after its first call: whichever of the two comes
+    second counts the cold-start time; a worker already heard from is not timed again."""
+    endpoint_id = await dev.create(ECHO, workersMax=0)
+    store = dev.plane.gw.store
+    now = store.clock()
+    await store.heartbeat(endpoint_id, "pod-a")
+    await store.heartbeat(endpoint_id, "pod-b")
+    assert await store.note_worker_starts(endpoint_id, {"pod-a": now - 4000}) == 1
+    # pod-b's first call is matched by no start (an operator restart): never timed
+    assert await store.note_worker_starts(endpoint_id, {"pod-a": now - 9000}) == 0
+    await store.note_worker_starts(endpoint_id, {"pod-c": now - 2000})  # not heard from yet
+    assert await dev.redis.hkeys(prefix(endpoint_id) + "wst") == [b"pod-c"]
+    await store.release_worker(endpoint_id, "pod-b")  # gone: its first call is forgotten
+    assert await dev.redis.hkeys(prefix(endpoint_id) + "wfc") == []
+    for at in (now / 1000, store.clock() / 1000):  # the note may fall in the next interval
+        await dev.sampler(at).sample()
+    points = await store.history(endpoint_id, int(now / 1000) - 20)
+    timed = [p for p in points if p["coldStartP50"] is not None]
+    assert len(timed) == 1 and abs(timed[0]["coldStartP50"] - 4000) <= 0.05 * 4000 + 1, points
 
 
 async def test_history_counts_jobs_by_final_state_and_workers_throttled_or_unhealthy(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -468,6 +468,18 @@ class JobStore:
         args = [*counts, keys.WORKER_STATES_TTL_MS]
         await self.scripts.worker_states(keys=[keys.prefix(endpoint_id)], args=args)
         self._reported_states[endpoint_id] = (counts, now)
+
+    async def note_worker_starts(self, endpoint_id: str, starts: Mapping[str, int]) -> int:
+        """When workers started (epoch ms), as their control plane knows it: each one's
+        cold-start time, from then to its first call, is counted in the history (whichever
+        of the two comes second counts it; worker_started.lua). Returns how many were
+        counted by this call."""
+        if not starts:
+            return 0
+        args: list[Any] = [self.clock()]
+        for worker, started in starts.items():
+            args += [worker, int(started)]
+        return int(await self.scripts.worker_started(keys=[keys.prefix(endpoint_id)], args=args))
 
     async def record_history(
         self, endpoint_id: str, slots: Sequence[int], *, quiet: int = 0

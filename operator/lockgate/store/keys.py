@@ -33,7 +33,8 @@ the single description of what they build.
     lg:{ep}:iv:{t}       HASH  what happened in the 10 s interval starting at epoch second
                                {t}: c, f, t, k (jobs that ended COMPLETED, FAILED,
                                TIMED_OUT, CANCELLED), s (workers new to the endpoint:
-                               cold starts), d{b} (jobs taken with a
+                               cold starts), b{b} (cold-start times in log bucket b),
+                               d{b} (jobs taken with a
                                queue delay in log bucket b), x{b} (jobs ended with an
                                execution time in bucket b); dies after
                                INTERVAL_KEEP_MS, read by the history sampler
@@ -44,6 +45,11 @@ the single description of what they build.
     lg:{ep}:ws           HASH  worker states the gateway cannot see: initializing, throttled,
                                unhealthy (counts) as the operator or dev pool last saw them;
                                dies WORKER_STATES_TTL_MS after the last report
+    lg:{ep}:wst          HASH  worker -> when it started (ms, from its control plane), until
+                               its first call times its cold start (iv: b{bucket}) or its
+                               release; dies an hour after the last write
+    lg:{ep}:wfc          HASH  worker -> its first call (ms), until its start is reported
+                               (the operator may see a pod after its first call); the same
     lg:{ep}:wh           ZSET  webhook outbox: job ids, score = next attempt (ms)
     lg:{ep}:wha          HASH  job id -> webhook attempts made
     lg:{ep}:sweep        STR   lock: one replica sweeps the endpoint per interval

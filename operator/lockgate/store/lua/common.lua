@@ -192,6 +192,8 @@ local function release(ep, worker, now, max_attempts, ret_run, ret_sync, reason,
   end
   redis.call('DEL', wk, P .. 'stop:' .. worker, P .. 'wx:' .. worker)
   redis.call('ZREM', P .. 'w', worker)
+  redis.call('HDEL', P .. 'wst', worker)
+  redis.call('HDEL', P .. 'wfc', worker)
   return {requeued, failed}
 end
 
@@ -208,14 +210,29 @@ local function load_of(worker)
   return redis.call('SCARD', P .. 'wj:' .. worker) + redis.call('SCARD', P .. 'wx:' .. worker)
 end
 
+-- Workers' starts not yet matched by a first call (`wst`: worker -> ms) and first calls
+-- not yet matched by a start (`wfc`), see worker_started.lua; an entry leaves when matched
+-- or when its worker is released, each hash dies COLD_START_KEEP after its last write.
+local COLD_START_KEEP = 3600000
+
 -- A worker's heartbeat. A worker new to the endpoint announces it on `lg:events` (`a:<ep>`):
 -- every gateway process looks after the endpoint again (gateway/activity.py), and is
 -- counted as a cold start in its history interval (`s`; a worker forgotten after missing
--- its heartbeats and heard from again counts again).
+-- its heartbeats and heard from again counts again). Its cold-start time (from its start,
+-- as its control plane reported it, to now) is counted in bucket `b<bucket>`; with no
+-- start reported yet, the first call is kept for worker_started.lua.
 local function beat(worker, now)
   if redis.call('ZADD', P .. 'w', now, worker) == 1 then
     redis.call('PUBLISH', EVENTS, 'a:' .. string.sub(P, 5, -3))
     count_interval(now, 's')
+    local start = redis.call('HGET', P .. 'wst', worker)
+    if start then
+      redis.call('HDEL', P .. 'wst', worker)
+      count_interval(now, 'b' .. delay_bucket(now - tonumber(start)))
+    else
+      redis.call('HSET', P .. 'wfc', worker, now)
+      redis.call('PEXPIRE', P .. 'wfc', COLD_START_KEEP)
+    end
   end
 end
 

@@ -38,10 +38,12 @@ local function percentile(buckets, total, q)
   end
 end
 -- The counts of the intervals starting at t0, t0 + 10, ... t1 (`n`: jobs ended by final
--- state (`c`, `f`, `t`, `k`) and cold starts (`s`)), and the buckets ('d<bucket>': queue delays of jobs taken, 'x<bucket>': execution times of
+-- state (`c`, `f`, `t`, `k`) and cold starts (`s`)), and the buckets ('b<bucket>': cold-start
+-- times) ('d<bucket>': queue delays of jobs taken, 'x<bucket>': execution times of
 -- jobs ended) merged, sorted, with their totals.
 local function counted(t0, t1)
-  local n, merged, totals = {c = 0, f = 0, t = 0, k = 0, s = 0}, {d = {}, x = {}}, {d = 0, x = 0}
+  local n, merged, totals = {c = 0, f = 0, t = 0, k = 0, s = 0}, {d = {}, x = {}, b = {}},
+    {d = 0, x = 0, b = 0}
   for s = t0, t1, 10 do
     local iv = redis.call('HGETALL', P .. 'iv:' .. s)
     for i = 1, #iv, 2 do
@@ -55,7 +57,7 @@ local function counted(t0, t1)
       end
     end
   end
-  local buckets = {d = {}, x = {}}
+  local buckets = {d = {}, x = {}, b = {}}
   for kind, m in pairs(merged) do
     for b, n in pairs(m) do table.insert(buckets[kind], {b, n}) end
     table.sort(buckets[kind], function(a, b) return a[1] < b[1] end)
@@ -72,7 +74,9 @@ local function point(t, g, t_end)
     delayP50 = percentile(buckets.d, totals.d, 0.5),
     delayP95 = percentile(buckets.d, totals.d, 0.95),
     executionP50 = percentile(buckets.x, totals.x, 0.5),
-    executionP95 = percentile(buckets.x, totals.x, 0.95)}
+    executionP95 = percentile(buckets.x, totals.x, 0.95),
+    coldStartP50 = percentile(buckets.b, totals.b, 0.5),
+    coldStartP95 = percentile(buckets.b, totals.b, 0.95)}
 end
 -- A point's fields that are all zero in a quiet one (a point written before a field
 -- existed lacks it: zero).
