@@ -248,7 +248,10 @@ def test_the_edit_page_knows_which_changes_restart_workers(page, console_dev, ch
 
 def test_jobs_per_minute_and_failures_come_from_the_history(page, console_dev):
     page.goto(f"{console_dev.url}/console/")
-    points = [{"t": 1000 + 10 * i, "completed": 2, "failed": 1 if i == 0 else 0} for i in range(12)]
+    points = [
+        {"t": 1000 + 10 * i, "completed": 2, "failed": int(i == 0), "timedOut": int(i == 11)}
+        for i in range(12)
+    ]
     got = page.evaluate(
         """async (points) => {
             const list = await import("./pages/endpoints.js");
@@ -256,8 +259,9 @@ def test_jobs_per_minute_and_failures_come_from_the_history(page, console_dev):
         }""",
         points,
     )
-    # the last minute is the last 6 points (t in (1050, 1110]); failures count the hour
-    assert got == [{"perMin": 12, "failed": 1}, None]
+    # the last minute is the last 6 points (t in (1050, 1110]); failures (timed out too)
+    # count the hour
+    assert got == [{"perMin": 13, "failed": 2}, None]
 
 
 MANY = 53  # more than one page of the list (50)

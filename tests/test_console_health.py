@@ -82,8 +82,62 @@ def test_a_crash_looping_endpoint_shows_unhealthy_and_the_cause(page, console_de
     unhealthy = page.get_by_role("region", name="Workers").locator(".stat.bad")
     assert "unhealthy" in unhealthy.inner_text()
     screenshot(page, "overview-unhealthy")
+    # The Metrics page's workers chart has them too, once a point was sampled.
+    poll(
+        lambda: any(p["workersUnhealthy"] for p in metrics(console_dev, "crashy")),
+        "unhealthy workers in the history",
+    )
+    page.goto(f"{console_dev.url}/console/#/endpoints/crashy/metrics")
+    workers = page.get_by_role("list", name="Workers legend")
+    workers.wait_for()
+    assert re.search(r"unhealthy\s*now [1-9]", workers.inner_text()), workers.inner_text()
+    assert re.search(r"throttled\s*now 0", workers.inner_text()), workers.inner_text()
     assert_clean(page)
     call(console_dev, "DELETE", "/v1/endpoints/crashy")
+
+
+def metrics(dev, endpoint: str) -> list[dict]:
+    return call(dev, "GET", f"/v1/endpoints/{endpoint}/metrics")["points"]
+
+
+def test_jobs_by_state_charts_completed_failed_timed_out_and_cancelled(page, console_dev):
+    call(console_dev, "POST", "/v1/endpoints", {"id": "states", "name": "states",
+         "templateId": "python tests/handlers/sleeper.py async", "workersMin": 1})  # fmt: skip
+    base = "/v2/states"
+    assert call(console_dev, "POST", f"{base}/runsync", {"input": {}})["status"] == "COMPLETED"
+    failed = call(console_dev, "POST", f"{base}/runsync", {"input": {"fail": "bad input"}})
+    assert failed["status"] == "FAILED", failed
+    slow = {"input": {"sleep": 60}, "policy": {"executionTimeout": 5000}}
+    timing_out = call(console_dev, "POST", f"{base}/run", slow)["id"]
+    queued = call(console_dev, "POST", f"{base}/run", {"input": {"sleep": 60}})["id"]
+    assert call(console_dev, "POST", f"{base}/cancel/{queued}")["status"] == "CANCELLED"
+    poll(
+        lambda: call(console_dev, "GET", f"{base}/status/{timing_out}")["status"] == "TIMED_OUT",
+        "the job past its executionTimeout timed out",
+    )
+    kinds = ("completed", "failed", "timedOut", "cancelled")
+    poll(
+        lambda: all(sum(p[k] for p in metrics(console_dev, "states")) for k in kinds),
+        "every final state in the history",
+    )
+    open_page(page, console_dev, "endpoints/states/metrics?range=15m")
+    chart = page.get_by_role("region", name="Jobs by state")
+    legend = chart.get_by_role("list", name="Jobs by state legend")
+    legend.wait_for()
+    said = legend.inner_text()
+    for label in ("completed", "failed", "timed out", "cancelled"):
+        assert re.search(f"{label}\\s*total 1\\b", said), said
+    for label in ("in queue", "in progress"):
+        assert re.search(f"{label}\\s*now \\d", said), said
+    assert chart.locator("path.series").count() == 6
+    assert chart.locator("path.series.level").count() == 2  # the gauges, dashed
+    assert "by final state; dashed: jobs in queue and in progress as it ends" in chart.inner_text()
+    img = chart.get_by_role("img").get_attribute("aria-label")
+    assert img.startswith("Jobs by state, last 15 min; total: completed 1, failed 1"), img
+    chart.scroll_into_view_if_needed()
+    screenshot(page, "metrics-jobs-by-state")
+    assert_clean(page)
+    call(console_dev, "DELETE", "/v1/endpoints/states")
 
 
 def delay_gap(points: list[dict]) -> bool:
@@ -104,21 +158,24 @@ def test_metrics_page_charts_the_history_after_some_jobs(page, console_dev):
         "the jobs in the history, with a gap in the queue delay",
     )
     open_page(page, console_dev, f"endpoints/{console_dev.endpoint}/metrics")
-    charts = ("Queue", "Workers", "Cold starts per 10 s", "Jobs ended per 10 s", "Execution time")
-    for name in (*charts, "Queue delay"):
+    charts = ("Queue", "Workers", "Cold starts per 10 s", "Cold-start time", "Jobs by state")
+    for name in (*charts, "Execution time", "Queue delay"):
         page.get_by_role("img", name=re.compile(f"^{name}, last 1 h;")).wait_for()
     ranges = page.get_by_role("group", name="Range")
     assert ranges.get_by_role("button", name="1 h").get_attribute("aria-pressed") == "true"
     assert ranges.get_by_role("button").all_inner_texts() == ["15 min", "1 h", "6 h", "24 h"]
-    outcomes = page.get_by_role("list", name="Jobs ended per 10 s legend")
+    outcomes = page.get_by_role("list", name="Jobs by state legend")
     assert "completed" in outcomes.inner_text() and "failed" in outcomes.inner_text()
     completed = re.search(r"completed\s*total (\d+)", outcomes.inner_text())
     assert completed and int(completed[1]) >= 5  # summed over the range, not the newest point
-    assert "Each point: jobs that ended during a 10 s interval." in page.inner_text("main")
+    assert "Each point: jobs that ended during a 10 s interval, by final" in page.inner_text("main")
     # The endpoint's worker started within the hour: its first heartbeat is a cold start.
     starts = page.get_by_role("list", name="Cold starts per 10 s legend").inner_text()
     assert re.search(r"cold starts\s*total [1-9]", starts), starts
     assert "workers new to the endpoint (their first heartbeat)" in page.inner_text("main")
+    # ... timed from the dev pool's spawning its process to its first call.
+    boot = page.get_by_role("list", name="Cold-start time legend").inner_text()
+    assert re.search(r"p50\s*max \d", boot) and re.search(r"p95\s*max \d", boot), boot
     # Regular time axes: every tick on a round minute.
     ticks = [int(t) for t in page.locator("svg text.time").evaluate_all(
         "els => els.map((e) => e.dataset.t)")]  # fmt: skip
@@ -141,9 +198,9 @@ def test_metrics_page_charts_the_history_after_some_jobs(page, console_dev):
     # 24 h: minute points (the first is written once a minute of history has ended).
     poll(lambda: call(console_dev, "GET", path + "?interval=60")["points"], "a minute point", 90)
     ranges.get_by_role("button", name="24 h").click()
-    page.get_by_role("img", name=re.compile("^Jobs ended per minute, last 24 h;")).wait_for()
+    page.get_by_role("img", name=re.compile("^Jobs by state, last 24 h;")).wait_for()
     assert page.url.endswith("/metrics?range=24h")
-    assert "Each point: jobs that ended during a minute." in page.inner_text("main")
+    assert "Each point: jobs that ended during a minute, by final" in page.inner_text("main")
     ticks = [int(t) for t in page.locator("svg text.time").evaluate_all(
         "els => els.map((e) => e.dataset.t)")]  # fmt: skip
     assert len(ticks) >= 3 and all(t % 3600 == 0 for t in ticks), ticks

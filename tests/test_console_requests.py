@@ -28,6 +28,7 @@ def endpoints(console_dev) -> dict[str, str]:
         "raising": {"templateId": "tests/handlers/raising.py", "workersMax": 1},
         "streaming": {"templateId": "examples/streaming/handler.py", "workersMax": 1},
         "parked": {"templateId": "examples/echo/handler.py", "workersMax": 0},
+        "dies-once": {"templateId": "python tests/handlers/sleeper.py async", "workersMax": 1},
     }
     for name, spec in specs.items():
         create_endpoint(console_dev, name, **spec)
@@ -318,6 +319,33 @@ def test_an_opened_streaming_job_shows_its_attempts_and_unread_chunks_until_read
         "a /stream read took them"
     ).wait_for()
     assert page.get_by_label(f"Stream chunks of {job['id']}").count() == 0
+    assert_clean(page, allow=EXPECTED)
+
+
+def test_an_opened_job_lists_each_attempt_with_its_worker_and_how_it_ended(
+    page, console_dev, endpoints, tmp_path
+):
+    # The first worker's process exits while it holds the job (a lost worker): the job goes
+    # back to the queue and a new worker (a new id) completes it.
+    body = {"input": {"die_once": str(tmp_path / "died")}}
+    job_id = run_to_completion(console_dev, endpoints["dies-once"], body)
+    assert (tmp_path / "died").exists()
+    open_tab(page, console_dev, endpoints["dies-once"])
+    page.get_by_role("button", name=f"Open {job_id}").click()
+    detail = page.get_by_role("region", name=f"Job {job_id}")
+    attempts = detail.get_by_role("list", name=f"Attempts of {job_id}").get_by_role("listitem")
+    attempts.first.wait_for()
+    lost, completed = attempts.all_inner_texts()
+    assert lost.endswith("worker lost: the job went back to the queue"), lost
+    assert completed.endswith("completed"), completed
+    workers = detail.locator("ol.attempts code").all_inner_texts()
+    assert len(set(workers)) == 2 and all(w.startswith("dies-once-") for w in workers)
+    facts = detail.locator("dl").inner_text()
+    assert re.search(r"Attempts\s+2 \(its worker was lost 1 time", facts), facts
+    screenshot(page, "requests-opened-attempts")
+    page.set_viewport_size(PHONE)
+    attempts.first.wait_for()
+    assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0
     assert_clean(page, allow=EXPECTED)
 
 

@@ -35,6 +35,7 @@ from tests.test_manage_api import ECHO, dev_app
 
 CRASHING = "python -c \"print('boom: no model at /models/x'); raise SystemExit(1)\""
 SLOW_START = 'python -c "import time; time.sleep(120)"'
+ENDED = ("completed", "failed", "timedOut", "cancelled")  # jobs ended, by final state
 
 
 @dataclass
@@ -127,10 +128,75 @@ async def test_cold_starts_count_each_worker_new_to_the_endpoint_once(dev: Dev) 
         await dev.sampler(at).sample()
     for m in range(int(start) // 60 * 60, int(end) // 60 * 60 + 1, 60):
         await dev.sampler(m + 50).sample()  # the minute's last interval: its minute point
+    for interval in (HISTORY_INTERVAL_S, 60):
+        _, body = await dev.call("GET", f"/v1/endpoints/{endpoint_id}/metrics?interval={interval}")
+        assert sum(p["coldStarts"] for p in body["points"]) == 2, body["points"]
+        # Timed from the pool's spawning each process to its first call (a Python process
+        # importing the runtime: more than a few ms, less than the wait above).
+        timed = [p for p in body["points"] if p["coldStartP50"] is not None]
+        assert timed and all(p["coldStarts"] for p in timed), body["points"]
+        assert all(10 < p["coldStartP50"] <= p["coldStartP95"] < 60_000 for p in timed), timed
+    assert not await dev.redis.exists(prefix(endpoint_id) + "wst")  # both matched
+
+
+async def test_a_start_reported_after_the_first_call_is_timed_from_it(dev: Dev) -> None:
+    """The operator may see a new pod after its first call: whichever of the two comes
+    second counts the cold-start time; a worker already heard from is not timed again."""
+    endpoint_id = await dev.create(ECHO, workersMax=0)
+    store = dev.plane.gw.store
+    now = store.clock()
+    await store.heartbeat(endpoint_id, "pod-a")
+    await store.heartbeat(endpoint_id, "pod-b")
+    assert await store.note_worker_starts(endpoint_id, {"pod-a": now - 4000}) == 1
+    # pod-b's first call is matched by no start (an operator restart): never timed
+    assert await store.note_worker_starts(endpoint_id, {"pod-a": now - 9000}) == 0
+    await store.note_worker_starts(endpoint_id, {"pod-c": now - 2000})  # not heard from yet
+    assert await dev.redis.hkeys(prefix(endpoint_id) + "wst") == [b"pod-c"]
+    await store.release_worker(endpoint_id, "pod-b")  # gone: its first call is forgotten
+    assert await dev.redis.hkeys(prefix(endpoint_id) + "wfc") == []
+    for at in (now / 1000, store.clock() / 1000):  # the note may fall in the next interval
+        await dev.sampler(at).sample()
+    points = await store.history(endpoint_id, int(now / 1000) - 20)
+    timed = [p for p in points if p["coldStartP50"] is not None]
+    assert len(timed) == 1 and abs(timed[0]["coldStartP50"] - 4000) <= 0.05 * 4000 + 1, points
+
+
+async def test_history_counts_jobs_by_final_state_and_workers_throttled_or_unhealthy(
+    dev: Dev,
+) -> None:
+    endpoint_id = await dev.create("python tests/handlers/sleeper.py async", workersMin=1)
+    start = dev.plane.gw.store.clock() / 1000
+    base = f"/v2/{endpoint_id}"
+    _, done = await dev.call("POST", f"{base}/runsync", {"input": {}})
+    _, failed = await dev.call("POST", f"{base}/runsync", {"input": {"fail": "bad input"}})
+    assert (done["status"], failed["status"]) == ("COMPLETED", "FAILED"), failed
+    slow = {"input": {"sleep": 60}, "policy": {"executionTimeout": 5000}}
+    _, timing_out = await dev.call("POST", f"{base}/run", slow)
+    _, queued = await dev.call("POST", f"{base}/run", {"input": {"sleep": 60}})
+    _, cancelled = await dev.call("POST", f"{base}/cancel/{queued['id']}")
+    assert cancelled["status"] == "CANCELLED", cancelled
+
+    async def timed_out() -> bool:
+        _, job = await dev.call("GET", f"{base}/status/{timing_out['id']}")
+        return job["status"] == "TIMED_OUT"
+
+    await eventually(timed_out, "the job past its executionTimeout TIMED_OUT")
+    # What the operator reports of pods (dev mode never throttles): as it last saw them.
+    prefixed = [prefix(endpoint_id)]
+    await dev.plane.gw.store.scripts.worker_states(keys=prefixed, args=[0, 2, 1, 60_000])
+    end = dev.plane.gw.store.clock() / 1000
+    for at in range(int(start) // 10 * 10, int(end) + 1, HISTORY_INTERVAL_S):
+        await dev.sampler(at).sample()
+    for m in range(int(start) // 60 * 60, int(end) // 60 * 60 + 1, 60):
+        await dev.sampler(m + 50).sample()  # the minute's last interval: its minute point
+    for interval in (HISTORY_INTERVAL_S, 60):
+        _, body = await dev.call("GET", f"/v1/endpoints/{endpoint_id}/metrics?interval={interval}")
+        points = [p for p in body["points"] if p["t"] >= int(start) // 60 * 60]
+        ended = {k: sum(p[k] for p in points) for k in ENDED}
+        assert ended == dict.fromkeys(ENDED, 1), points
     _, body = await dev.call("GET", f"/v1/endpoints/{endpoint_id}/metrics")
-    assert sum(p["coldStarts"] for p in body["points"]) == 2, body["points"]
-    _, body = await dev.call("GET", f"/v1/endpoints/{endpoint_id}/metrics?interval=60")
-    assert sum(p["coldStarts"] for p in body["points"]) == 2, body["points"]
+    newest = body["points"][-1]
+    assert (newest["workersThrottled"], newest["workersUnhealthy"]) == (2, 1), newest
 
 
 async def test_history_counts_the_jobs_that_ended_once_however_many_samplers(dev: Dev) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -15,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from redis.asyncio import Redis
 
 from lockgate.dev.redis_server import EmbeddedRedis
-from lockgate.store import JobStore, Snapshot
+from lockgate.store import JobStore, Snapshot, keys
 
 if TYPE_CHECKING:
     from kube_fixtures import Resources, RunningOperator
@@ -27,9 +28,9 @@ EP = "ep-states"
 IMAGE = "registry.example.test/team/worker:missing"
 
 
-def worker_pod(resources: Resources, name: str) -> None:
+def worker_pod(resources: Resources, name: str, endpoint: str = EP) -> None:
     labels = {
-        "lockgate.dev/endpoint": EP,
+        "lockgate.dev/endpoint": endpoint,
         "app.kubernetes.io/component": "worker",
         "app.kubernetes.io/managed-by": "lockgate-operator",
     }
@@ -125,6 +126,47 @@ def test_pod_states_become_health_counts_and_a_condition_naming_the_cause(
                 resources.core.delete_namespaced_pod(
                     name, resources.namespace, grace_period_seconds=0
                 )
+
+
+def test_a_worker_pods_cold_start_is_timed_from_the_pods_creation_to_its_first_call(
+    resources: Resources, redis_server: EmbeddedRedis
+) -> None:
+    resources.template("cold-tpl", image=IMAGE)
+    resources.endpoint("ep-cold", templateId="cold-tpl", workersMin=0)
+    resources.wait_until(lambda: resources.deployment("ep-cold-workers"), "the worker Deployment")
+    worker_pod(resources, "w-cold", "ep-cold")
+    pod = resources.core.read_namespaced_pod("w-cold", resources.namespace)
+    created_ms = int(pod.metadata.creation_timestamp.timestamp() * 1000)
+
+    async def in_redis(call):
+        redis = Redis.from_url(redis_server.url)
+        try:
+            return await call(redis, JobStore(redis))
+        finally:
+            await redis.aclose()
+
+    async def noted(redis: Redis, _store: JobStore) -> bytes | None:
+        return await redis.hget(keys.prefix("ep-cold") + "wst", "w-cold")
+
+    try:
+        # The operator saw the new pod and noted its creation as the worker's start.
+        started = resources.wait_until(lambda: asyncio.run(in_redis(noted)), "the start noted")
+        assert int(started) == created_ms
+
+        async def first_call_and_history(redis: Redis, store: JobStore) -> list[dict]:
+            await store.heartbeat("ep-cold", "w-cold")  # the worker's first call
+            slot = store.clock() // 1000 // 10 * 10
+            await store.record_history("ep-cold", [slot])
+            return await store.history("ep-cold", slot)
+
+        called = int(time.time() * 1000)
+        [point] = asyncio.run(in_redis(first_call_and_history))
+        assert point["coldStarts"] == 1 and point["coldStartP50"] is not None, point
+        took = called - created_ms
+        assert abs(point["coldStartP50"] - took) <= 0.05 * took + 100, (point, took)
+        assert asyncio.run(in_redis(noted)) is None  # matched: the entry is gone
+    finally:
+        resources.core.delete_namespaced_pod("w-cold", resources.namespace, grace_period_seconds=0)
 
 
 def test_the_management_api_on_a_cluster_serves_the_endpoints_history(

@@ -152,6 +152,10 @@ async def test_status_details_count_attempts_and_show_the_chunks_no_read_took(ht
     await done(http, gateway, job_id, {"output": "end"}, "w2")
     details = (await get(http, gateway, f"status/{job_id}?details=1"))[1]
     assert details["status"] == "COMPLETED" and details["attempts"] == 2
+    lost, returned = details["attemptHistory"]  # each take: its worker, how it ended
+    assert (lost["workerId"], lost["ended"]) == ("w1", "WORKER_LOST")
+    assert (returned["workerId"], returned["ended"]) == ("w2", "COMPLETED")
+    assert lost["takenAt"] <= lost["endedAt"] <= returned["takenAt"] <= returned["endedAt"]
     assert details["stream"] == [{"output": "one"}, {"output": {"n": 2}}]
     # reading the details takes nothing: /stream still gets the chunks, then they are gone
     assert await read(http, gateway, job_id) == [{"output": "one"}, {"output": {"n": 2}}]
@@ -160,9 +164,27 @@ async def test_status_details_count_attempts_and_show_the_chunks_no_read_took(ht
     assert bad[0] == 400 and "'details'" in bad[1]["error"]
 
 
-async def test_a_retry_starts_the_attempts_again(http, gateway):
+async def test_a_retry_starts_the_attempts_again_and_keeps_their_history(http, gateway):
     job_id = await running_job(http, gateway)
     await done(http, gateway, job_id, {"error": "boom"})
     assert (await get(http, gateway, f"status/{job_id}?details=1"))[1]["attempts"] == 1
     assert (await post(http, gateway, f"retry/{job_id}"))[1]["status"] == "IN_QUEUE"
-    assert (await get(http, gateway, f"status/{job_id}?details=1"))[1]["attempts"] == 0
+    details = (await get(http, gateway, f"status/{job_id}?details=1"))[1]
+    assert details["attempts"] == 0
+    assert [a["ended"] for a in details["attemptHistory"]] == ["FAILED"]
+    assert (await take(http, gateway, "w2"))["id"] == job_id
+    history = (await get(http, gateway, f"status/{job_id}?details=1"))[1]["attemptHistory"]
+    assert history[-1]["workerId"] == "w2" and "ended" not in history[-1]  # running
+
+
+async def test_the_attempt_history_keeps_the_last_ten_takes(http, gateway, redis):
+    job_id = (await submit(http, gateway, {"input": {}}))["id"]
+    store = JobStore(redis)
+    for n in range(12):  # each worker told to stop exits before running it: given back
+        assert (await take(http, gateway, f"w{n}"))["id"] == job_id
+        assert await store.release_worker(gateway.endpoint, f"w{n}", clean=True) == (1, 0)
+    details = (await get(http, gateway, f"status/{job_id}?details=1"))[1]
+    assert details["status"] == "IN_QUEUE" and details["attempts"] == 0  # none used
+    history = details["attemptHistory"]
+    assert [a["workerId"] for a in history] == [f"w{n}" for n in range(2, 12)]
+    assert {a["ended"] for a in history} == {"GIVEN_BACK"}

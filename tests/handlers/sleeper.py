@@ -4,9 +4,13 @@ With `input.marks` (a directory) it leaves files that tests read: `<job id>.star
 `<job id>.end` around the sleep, `<job id>.cancelled` when an async sleep is cancelled;
 each holds this process's BOOT token, which tells a restarted worker from the first.
 With `input.stubborn` the async handler shrugs a cancellation off and returns anyway.
+With `input.fail` (a message) the async handler raises it after the sleep: the job FAILS.
+With `input.die_once` (a path) the process exits at once unless that file exists, which it
+leaves first: the job's first worker is lost, the next one runs it.
 """
 
 import asyncio
+import os
 import sys
 import time
 import uuid
@@ -30,6 +34,9 @@ def sync_handler(job):
 
 
 async def async_handler(job):
+    if (once := job["input"].get("die_once")) and not Path(once).exists():
+        Path(once).write_text(BOOT)
+        os._exit(3)
     mark(job, "start")
     try:
         await asyncio.sleep(job["input"].get("sleep", 0))
@@ -39,6 +46,8 @@ async def async_handler(job):
             raise
         return {"late": True}
     mark(job, "end")
+    if failure := job["input"].get("fail"):
+        raise ValueError(failure)
     return {"echo": job["input"]}
 
 

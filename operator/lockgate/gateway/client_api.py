@@ -252,8 +252,7 @@ async def status(request: web.Request, call: Call) -> web.Response:
             if raw is not None:
                 body["input"] = orjson.Fragment(raw)
         if flag_param(request, "details"):  # lockgate's own: the console's request inspector
-            attempts, chunks = await gw.store.job_extras(endpoint_id, job_id)
-            body.update(job_details(attempts, chunks))
+            body.update(job_details(await gw.store.job_extras(endpoint_id, job_id)))
     except JobNotFound as err:
         raise NotFound(f"job {job_id!r} not found") from err
     return json_response(body)

@@ -197,8 +197,9 @@ def _client_paths(ref: dict[str, dict]) -> dict[str, Any]:
         "details",
         "query",
         {"type": "string", "enum": ["0", "1", "true", "false"]},
-        "lockgate only: 1 adds `attempts` (times a worker took the job) and `stream` (its "
-        "chunks no /stream read has taken yet)",
+        "lockgate only: 1 adds `attempts` (times a worker took the job), `attemptHistory` "
+        "(its last 10 takes: workerId, takenAt, endedAt, ended) and `stream` (its chunks no "
+        "/stream read has taken yet)",
     )
     either = {"anyOf": [ref["Job"], ref["JobState"]]}
     idempotency = _param(

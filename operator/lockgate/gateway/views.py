@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 
 from lockgate.models import JobStatus
-from lockgate.store import JobRecord
+from lockgate.store import JobExtras, JobRecord
 
 
 def job_body(record: JobRecord, now: int) -> dict[str, Any]:
@@ -32,8 +32,20 @@ def stream_body(job_id: str, status: str, chunks: list[bytes]) -> dict[str, Any]
     return {"id": job_id, "status": status, "stream": [orjson.Fragment(c) for c in chunks]}
 
 
-def job_details(attempts: int, chunks: list[bytes]) -> dict[str, Any]:
+def job_details(extras: JobExtras) -> dict[str, Any]:
     """`/status?details=1`'s extra fields (lockgate's own, absent without the flag):
-    `attempts`, times a worker took the job since it was submitted or last retried, and
-    `stream`, the chunks no /stream read has taken yet."""
-    return {"attempts": attempts, "stream": [orjson.Fragment(c) for c in chunks]}
+    `attempts`, times a worker took the job since it was submitted or last retried;
+    `attemptHistory`, its last 10 takes (oldest first: `workerId`, `takenAt`, and once
+    it ended `endedAt` (epoch ms) and `ended`, how); `stream`, the chunks no /stream
+    read has taken yet."""
+    history = []
+    for a in extras.history:
+        entry: dict[str, Any] = {"workerId": a.worker, "takenAt": a.taken}
+        if a.ended is not None:
+            entry |= {"endedAt": a.ended, "ended": a.how}
+        history.append(entry)
+    return {
+        "attempts": extras.attempts,
+        "attemptHistory": history,
+        "stream": [orjson.Fragment(c) for c in extras.chunks],
+    }

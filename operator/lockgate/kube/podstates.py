@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from lockgate.kube.manifests import MODELS_CONTAINER
@@ -143,6 +144,19 @@ def pod_problem(pod: Obj, endpoint: Obj) -> Problem | None:
         if problem := container_problem(status, image):
             return problem
     return None
+
+
+def pod_starts(pods: Iterable[Obj], known: Collection[str]) -> dict[str, int]:
+    """The pods not in `known`, by name, with when they were created (epoch ms): the start
+    their cold-start time counts from (scheduling and image pull included)."""
+    starts = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        name, created = meta.get("name"), meta.get("creationTimestamp")
+        if name and created and name not in known:
+            when = created if isinstance(created, datetime) else datetime.fromisoformat(created)
+            starts[name] = int(when.timestamp() * 1000)
+    return starts
 
 
 def _ready(pod: Obj) -> bool:

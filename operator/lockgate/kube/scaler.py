@@ -57,7 +57,7 @@ from lockgate.kube.deployment_pool import DeploymentPool
 from lockgate.kube.events import endpoint_event
 from lockgate.kube.lb_pods import LbPods, wanted_workers
 from lockgate.kube.manifests import EXTERNAL_SCALER, Owner
-from lockgate.kube.podstates import pod_states
+from lockgate.kube.podstates import pod_starts, pod_states
 from lockgate.kube.status import METRICS_AVAILABLE, Check, shows
 from lockgate.kube.watched import ENDPOINT_LABEL, WORKERS
 from lockgate.models import EndpointType
@@ -527,6 +527,8 @@ class ScalingLoop:
         has no Deployment yet or another scaler owns its count. `targeted` (a reading from
         the store snapshot, `tick_queued`): `MetricsAvailable` is left to the full tick.
         `listed_at` (self.clock): when `pods` were read, for `LbPods.sync`."""
+        starts = pod_starts(pods, self.pods_seen.get(owner.name, ()))
+        await self.ctx.jobs.note_worker_starts(owner.name, starts)  # for cold-start times
         await self._forget_gone_pods(owner.name, pods)
         if load_balanced(entry):  # the gateways route to the pods Redis names
             await self.lb_pods.sync(owner.name, pods, listed_at=listed_at)

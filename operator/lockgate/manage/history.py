@@ -5,11 +5,11 @@ point per endpoint every `HISTORY_INTERVAL_S` seconds into Redis (`JobStore.reco
 one call per endpoint), so a page reload or another replica reads the same curves. Every
 replica samples; the store writes a point only when its interval has none yet, so two
 replicas never write two points for one interval. A point holds the gauges as the interval
-ends (queue depths, jobs in progress, workers running / idle / starting) and what happened
-during it: jobs that ended completed or failed (TIMED_OUT counts as failed) and their
-p50/p95 execution time, cold starts (workers new to the endpoint), and the p50/p95 queue
-delay of jobs taken (from 10 %-wide log buckets the store counts as workers take and end
-jobs).
+ends (queue depths, jobs in progress, workers running / idle / starting / throttled /
+unhealthy) and what happened during it: jobs that ended by final state (completed, failed,
+timed out, cancelled), the p50/p95 execution time of those that ran, cold starts (workers
+new to the endpoint), and the p50/p95 queue delay of jobs taken (from 10 %-wide log
+buckets the store counts as workers take and end jobs).
 
 An endpoint whose newest point is quiet (nothing queued, running, ended or alive) is not
 sampled again until a sign of activity (the store's `q:`, `a:`, `r:` and `l:` events, given

@@ -138,6 +138,7 @@ class LocalProcessPool:
         extra = await self.prepare(worker_id)
         env = {**os.environ, **self.env, **worker_id_env(worker_id), **own_key, **extra}
         env["PYTHONUNBUFFERED"] = "1"
+        started = self.store.clock() if self.store is not None else 0
         process = await asyncio.create_subprocess_exec(
             *self.command, env=env, cwd=self.cwd, start_new_session=True,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
@@ -148,6 +149,8 @@ class LocalProcessPool:
             worker.pipes.append(asyncio.create_task(forward))
         self.workers[worker_id] = worker
         log.info("worker %s started (pid %d)", worker_id, process.pid)
+        if self.store is not None:  # its cold-start time: from now to its first call
+            await self.store.note_worker_starts(self.endpoint_id, {worker_id: started})
         return worker_id
 
     async def prepare(self, worker_id: str) -> dict[str, str]:

@@ -18,16 +18,18 @@ from lockgate.store.jobs import (
     Sweep,
     now_ms,
 )
-from lockgate.store.records import Finished, JobRecord, Snapshot, TakenJob
+from lockgate.store.records import Attempt, Finished, JobExtras, JobRecord, Snapshot, TakenJob
 from lockgate.store.registry import Registry, key_digest
 from lockgate.store.scripts import Replication
 
 __all__ = [
     "STOPPING",
     "UNAVAILABLE",
+    "Attempt",
     "Delivery",
     "Finished",
     "IneligibleState",
+    "JobExtras",
     "JobNotFound",
     "JobQuery",
     "JobRecord",

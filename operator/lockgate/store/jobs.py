@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +15,7 @@ from redis.exceptions import OutOfMemoryError
 from lockgate.models import JobStatus
 from lockgate.store import keys, pipe
 from lockgate.store.keys import F
-from lockgate.store.records import Finished, JobRecord, Snapshot, TakenJob
+from lockgate.store.records import Attempt, Finished, JobExtras, JobRecord, Snapshot, TakenJob
 from lockgate.store.scripts import NO_REPLICATION, Replication, Scripts
 
 
@@ -334,13 +334,18 @@ class JobStore:
         """The raw JSON of the job's `input` (its s3Config is kept apart), None without one."""
         return await pipe.read(self.redis, "HGET", keys.job(endpoint_id, job_id), F.INPUT)
 
-    async def job_extras(self, endpoint_id: str, job_id: str) -> tuple[int, list[bytes]]:
-        """How many times a worker took the job (since its last /retry), and its stream
-        chunks not yet read by /stream (read without removing them; those /stream read are
-        gone)."""
-        taken = await pipe.read(self.redis, "HGET", keys.job(endpoint_id, job_id), F.ATTEMPTS)
+    async def job_extras(self, endpoint_id: str, job_id: str) -> JobExtras:
+        """How many times a worker took the job (since its last /retry), its last takes,
+        and its stream chunks not yet read by /stream (read without removing them; those
+        /stream read are gone)."""
+        record = keys.job(endpoint_id, job_id)
+        taken, log = await pipe.read(self.redis, "HMGET", record, F.ATTEMPTS, F.ATTEMPT_LOG)
         chunks = await pipe.read(self.redis, "LRANGE", keys.stream(endpoint_id, job_id), 0, -1)
-        return int(taken or 0), list(chunks or [])
+        history = [
+            Attempt(a["w"], int(a["t"]), int(a["e"]) if "e" in a else None, a.get("o"))
+            for a in (json.loads(log) if log else [])
+        ]
+        return JobExtras(int(taken or 0), history, list(chunks or []))
 
     async def final_record(
         self, endpoint_id: str, job_id: str, carried: JobRecord | None
@@ -463,6 +468,18 @@ class JobStore:
         args = [*counts, keys.WORKER_STATES_TTL_MS]
         await self.scripts.worker_states(keys=[keys.prefix(endpoint_id)], args=args)
         self._reported_states[endpoint_id] = (counts, now)
+
+    async def note_worker_starts(self, endpoint_id: str, starts: Mapping[str, int]) -> int:
+        """When workers started (epoch ms), as their control plane knows it: each one's
+        cold-start time, from then to its first call, is counted in the history (whichever
+        of the two comes second counts it; worker_started.lua). Returns how many were
+        counted by this call."""
+        if not starts:
+            return 0
+        args: list[Any] = [self.clock()]
+        for worker, started in starts.items():
+            args += [worker, int(started)]
+        return int(await self.scripts.worker_started(keys=[keys.prefix(endpoint_id)], args=args))
 
     async def record_history(
         self, endpoint_id: str, slots: Sequence[int], *, quiet: int = 0

@@ -31,8 +31,10 @@ the single description of what they build.
                                moved by the scripts that change a job's state, left when
                                the record dies (sweep, purge, endpoint deletion)
     lg:{ep}:iv:{t}       HASH  what happened in the 10 s interval starting at epoch second
-                               {t}: c (jobs completed), f (failed or timed out), s (workers
-                               new to the endpoint: cold starts), d{b} (jobs taken with a
+                               {t}: c, f, t, k (jobs that ended COMPLETED, FAILED,
+                               TIMED_OUT, CANCELLED), s (workers new to the endpoint:
+                               cold starts), b{b} (cold-start times in log bucket b),
+                               d{b} (jobs taken with a
                                queue delay in log bucket b), x{b} (jobs ended with an
                                execution time in bucket b); dies after
                                INTERVAL_KEEP_MS, read by the history sampler
@@ -43,6 +45,11 @@ the single description of what they build.
     lg:{ep}:ws           HASH  worker states the gateway cannot see: initializing, throttled,
                                unhealthy (counts) as the operator or dev pool last saw them;
                                dies WORKER_STATES_TTL_MS after the last report
+    lg:{ep}:wst          HASH  worker -> when it started (ms, from its control plane), until
+                               its first call times its cold start (iv: b{bucket}) or its
+                               release; dies an hour after the last write
+    lg:{ep}:wfc          HASH  worker -> its first call (ms), until its start is reported
+                               (the operator may see a pod after its first call); the same
     lg:{ep}:wh           ZSET  webhook outbox: job ids, score = next attempt (ms)
     lg:{ep}:wha          HASH  job id -> webhook attempts made
     lg:{ep}:sweep        STR   lock: one replica sweeps the endpoint per interval
@@ -186,6 +193,7 @@ class F:
     FINISHED = "fi"  # ms
     WORKER = "wk"
     ATTEMPTS = "at"
+    ATTEMPT_LOG = "ah"  # JSON: the last 10 takes (worker, when, how each ended), common.lua
     OUTPUT = "out"  # raw JSON
     ERROR = "err"
     STREAM_BYTES = "sb"  # bytes of stream chunks not yet read by /stream

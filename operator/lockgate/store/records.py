@@ -8,6 +8,28 @@ from lockgate.store.keys import F
 
 
 @dataclass(frozen=True, slots=True)
+class Attempt:
+    """One take of a job: the worker, when (ms), and once it ended, when and how
+    (COMPLETED, FAILED, TIMED_OUT, CANCELLED, WORKER_LOST or GIVEN_BACK; common.lua)."""
+
+    worker: str
+    taken: int
+    ended: int | None = None
+    how: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobExtras:
+    """What the request inspector reads beyond `/status`: the takes since the last /retry
+    (`attempts`), the last 10 takes whenever (`history`, oldest first), and the stream
+    chunks no /stream read has taken."""
+
+    attempts: int
+    history: list[Attempt]
+    chunks: list[bytes]
+
+
+@dataclass(frozen=True, slots=True)
 class JobRecord:
     """What `/status` needs of one job. Times are ms since the epoch; output is raw JSON."""
 

@@ -72,6 +72,7 @@ NAMES = (
     "list_jobs",
     "history",
     "worker_states",
+    "worker_started",
     "watch",
 )
 

@@ -79,12 +79,41 @@ local function done_event(ep, id)
   return event .. '\n' .. table.concat(head, ' ') .. '\n' .. (err or '') .. (out or '')
 end
 
+-- A job's attempts (`ah`): a JSON list of its last ATTEMPTS_KEPT takes, oldest first, each
+-- {w = worker, t = taken at (ms)} and, once it ended, e = ended at (ms) and o = how:
+-- COMPLETED, FAILED (the handler's result), TIMED_OUT, CANCELLED, WORKER_LOST (its worker
+-- was lost or did not list it: requeued, or failed out of attempts) or GIVEN_BACK (its
+-- worker, told to stop, exited before running it). Written by the scripts that take and
+-- end jobs: no round trip of its own.
+local ATTEMPTS_KEPT = 10
+-- `raw`: the record's `ah` as read by the caller.
+local function attempt_taken(id, raw, worker, now)
+  local list = raw and cjson.decode(raw) or {}
+  list[#list + 1] = {w = worker, t = now}
+  while #list > ATTEMPTS_KEPT do table.remove(list, 1) end
+  redis.call('HSET', jkey(id), 'ah', cjson.encode(list))
+end
+-- End the job's newest attempt, if it is still open.
+local function attempt_ended(id, now, how)
+  local raw = redis.call('HGET', jkey(id), 'ah')
+  if not raw then return end
+  local list = cjson.decode(raw)
+  local last = list[#list]
+  if last.e then return end
+  last.e, last.o = now, how
+  redis.call('HSET', jkey(id), 'ah', cjson.encode(list))
+end
+
+-- The field counting a job that ended in each final state in its history interval.
+local ENDED = {COMPLETED = 'c', FAILED = 'f', TIMED_OUT = 't', CANCELLED = 'k'}
+
 -- Move a job into a final state: release its worker slot, count it, keep it for the
 -- retention (never beyond its ttl), queue its webhook, and wake its waiters (/runsync,
 -- and `/status?wait=` on a job it marked watched).
 local function finalize(ep, id, status, now, worker, sync, ret_run, ret_sync, extra)
   local jk = jkey(id)
   local f = redis.call('HMGET', jk, 'st', 'cr', 'tl', 'wh', 'wt', 'sa')
+  if f[1] == 'IN_PROGRESS' then attempt_ended(id, now, status) end
   reindex(id, f[1], status)
   redis.call('HSET', jk, 'st', status, 'fi', now, unpack(extra))
   redis.call('HDEL', jk, 'pg')  -- progress is shown while running only
@@ -92,11 +121,10 @@ local function finalize(ep, id, status, now, worker, sync, ret_run, ret_sync, ex
   if worker then redis.call('SREM', P .. 'wj:' .. worker, id) end
   if status == 'COMPLETED' then
     redis.call('HINCRBY', P .. 'stats', 'completed', 1)
-    count_interval(now, 'c')
   elseif status == 'FAILED' or status == 'TIMED_OUT' then
     redis.call('HINCRBY', P .. 'stats', 'failed', 1)
-    count_interval(now, 'f')
   end
+  count_interval(now, ENDED[status])
   if f[6] and status ~= 'CANCELLED' then  -- the execution time of a job that ran and ended
     count_interval(now, 'x' .. delay_bucket(now - tonumber(f[6])))
   end
@@ -124,6 +152,7 @@ end
 -- goes back without using an attempt and is not counted as retried.
 -- Returns 1 when requeued, 0 when failed.
 local function requeue(ep, id, f, now, max_attempts, ret_run, ret_sync, reason, clean)
+  attempt_ended(id, now, clean and 'GIVEN_BACK' or 'WORKER_LOST')
   if not clean and (tonumber(f[3]) or 0) >= max_attempts then
     finalize(ep, id, 'FAILED', now, f[2], f[6], ret_run, ret_sync, {'err', reason})
     return 0
@@ -163,6 +192,8 @@ local function release(ep, worker, now, max_attempts, ret_run, ret_sync, reason,
   end
   redis.call('DEL', wk, P .. 'stop:' .. worker, P .. 'wx:' .. worker)
   redis.call('ZREM', P .. 'w', worker)
+  redis.call('HDEL', P .. 'wst', worker)
+  redis.call('HDEL', P .. 'wfc', worker)
   return {requeued, failed}
 end
 
@@ -179,14 +210,29 @@ local function load_of(worker)
   return redis.call('SCARD', P .. 'wj:' .. worker) + redis.call('SCARD', P .. 'wx:' .. worker)
 end
 
+-- Workers' starts not yet matched by a first call (`wst`: worker -> ms) and first calls
+-- not yet matched by a start (`wfc`), see worker_started.lua; an entry leaves when matched
+-- or when its worker is released, each hash dies COLD_START_KEEP after its last write.
+local COLD_START_KEEP = 3600000
+
 -- A worker's heartbeat. A worker new to the endpoint announces it on `lg:events` (`a:<ep>`):
 -- every gateway process looks after the endpoint again (gateway/activity.py), and is
 -- counted as a cold start in its history interval (`s`; a worker forgotten after missing
--- its heartbeats and heard from again counts again).
+-- its heartbeats and heard from again counts again). Its cold-start time (from its start,
+-- as its control plane reported it, to now) is counted in bucket `b<bucket>`; with no
+-- start reported yet, the first call is kept for worker_started.lua.
 local function beat(worker, now)
   if redis.call('ZADD', P .. 'w', now, worker) == 1 then
     redis.call('PUBLISH', EVENTS, 'a:' .. string.sub(P, 5, -3))
     count_interval(now, 's')
+    local start = redis.call('HGET', P .. 'wst', worker)
+    if start then
+      redis.call('HDEL', P .. 'wst', worker)
+      count_interval(now, 'b' .. delay_bucket(now - tonumber(start)))
+    else
+      redis.call('HSET', P .. 'wfc', worker, now)
+      redis.call('PEXPIRE', P .. 'wfc', COLD_START_KEEP)
+    end
   end
 end
 

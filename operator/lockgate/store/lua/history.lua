@@ -5,8 +5,9 @@
 -- of the minute's buckets. ARGV: now (ms), heartbeat timeout (ms), max points kept, max
 -- minute points kept, how many of the first intervals were quiet (their gauges are zero:
 -- the sampler skipped the endpoint for want of any sign of activity), t.... The other
--- intervals' gauges (queue depths, jobs in progress, workers running / idle / starting)
--- are read as of now; each interval's completed/failed counts, cold starts, queue-delay
+-- intervals' gauges (queue depths, jobs in progress, workers running / idle / starting /
+-- throttled / unhealthy) are read as of now; each interval's counts of jobs ended
+-- (completed, failed, timed out, cancelled), cold starts, queue-delay
 -- and execution-time percentiles come from `iv:<t>` (counted by finalize, beat and take).
 -- Returns {points written, 1 if the newest interval's point is quiet (all zero: nothing
 -- queued, running, ended, started or alive), else 0}.
@@ -14,14 +15,15 @@ local now, timeout, keep = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3
 local keep_minutes, zeros = tonumber(ARGV[4]), tonumber(ARGV[5])
 local hist, minutes = P .. 'hist', P .. 'hist1m'
 local ZERO = {inQueue = 0, inQueueLow = 0, inProgress = 0, workersRunning = 0,
-  workersIdle = 0, workersStarting = 0}
+  workersIdle = 0, workersStarting = 0, workersThrottled = 0, workersUnhealthy = 0}
 local gauges
 local function read_gauges()
   local alive, busy = live_workers(now, timeout)
+  local ws = redis.call('HMGET', P .. 'ws', 'initializing', 'throttled', 'unhealthy')
   return {inQueue = redis.call('ZCARD', P .. 'q'), inQueueLow = redis.call('ZCARD', P .. 'ql'),
     inProgress = redis.call('ZCARD', P .. 'run'), workersRunning = busy,
-    workersIdle = #alive - busy,
-    workersStarting = tonumber(redis.call('HGET', P .. 'ws', 'initializing')) or 0}
+    workersIdle = #alive - busy, workersStarting = tonumber(ws[1]) or 0,
+    workersThrottled = tonumber(ws[2]) or 0, workersUnhealthy = tonumber(ws[3]) or 0}
 end
 -- The middle of the bucket where the cumulative count reaches q of all counted (ms); null
 -- when none were counted. `buckets`: {bucket, count} sorted by bucket, `total` their sum.
@@ -35,49 +37,57 @@ local function percentile(buckets, total, q)
     end
   end
 end
--- The counts of the intervals starting at t0, t0 + 10, ... t1: jobs completed, failed, cold
--- starts, and
--- the buckets ('d<bucket>': queue delays of jobs taken, 'x<bucket>': execution times of
+-- The counts of the intervals starting at t0, t0 + 10, ... t1 (`n`: jobs ended by final
+-- state (`c`, `f`, `t`, `k`) and cold starts (`s`)), and the buckets ('b<bucket>': cold-start
+-- times) ('d<bucket>': queue delays of jobs taken, 'x<bucket>': execution times of
 -- jobs ended) merged, sorted, with their totals.
 local function counted(t0, t1)
-  local completed, failed, starts, merged, totals = 0, 0, 0, {d = {}, x = {}}, {d = 0, x = 0}
+  local n, merged, totals = {c = 0, f = 0, t = 0, k = 0, s = 0}, {d = {}, x = {}, b = {}},
+    {d = 0, x = 0, b = 0}
   for s = t0, t1, 10 do
     local iv = redis.call('HGETALL', P .. 'iv:' .. s)
     for i = 1, #iv, 2 do
-      local field, n = iv[i], tonumber(iv[i + 1])
+      local field, count = iv[i], tonumber(iv[i + 1])
       local kind = string.sub(field, 1, 1)
-      if field == 'c' then completed = completed + n
-      elseif field == 'f' then failed = failed + n
-      elseif field == 's' then starts = starts + n
+      if n[field] then n[field] = n[field] + count
       elseif merged[kind] then
         local b = tonumber(string.sub(field, 2))
-        merged[kind][b] = (merged[kind][b] or 0) + n
-        totals[kind] = totals[kind] + n
+        merged[kind][b] = (merged[kind][b] or 0) + count
+        totals[kind] = totals[kind] + count
       end
     end
   end
-  local buckets = {d = {}, x = {}}
+  local buckets = {d = {}, x = {}, b = {}}
   for kind, m in pairs(merged) do
     for b, n in pairs(m) do table.insert(buckets[kind], {b, n}) end
     table.sort(buckets[kind], function(a, b) return a[1] < b[1] end)
   end
-  return completed, failed, starts, buckets, totals
+  return n, buckets, totals
 end
 local function point(t, g, t_end)
-  local completed, failed, starts, buckets, totals = counted(t, t_end or t)
+  local n, buckets, totals = counted(t, t_end or t)
   return {t = t, inQueue = g.inQueue, inQueueLow = g.inQueueLow, inProgress = g.inProgress,
     workersRunning = g.workersRunning, workersIdle = g.workersIdle,
-    workersStarting = g.workersStarting, completed = completed, failed = failed,
-    coldStarts = starts,
+    workersStarting = g.workersStarting, workersThrottled = g.workersThrottled,
+    workersUnhealthy = g.workersUnhealthy, completed = n.c, failed = n.f, timedOut = n.t,
+    cancelled = n.k, coldStarts = n.s,
     delayP50 = percentile(buckets.d, totals.d, 0.5),
     delayP95 = percentile(buckets.d, totals.d, 0.95),
     executionP50 = percentile(buckets.x, totals.x, 0.5),
-    executionP95 = percentile(buckets.x, totals.x, 0.95)}
+    executionP95 = percentile(buckets.x, totals.x, 0.95),
+    coldStartP50 = percentile(buckets.b, totals.b, 0.5),
+    coldStartP95 = percentile(buckets.b, totals.b, 0.95)}
 end
+-- A point's fields that are all zero in a quiet one (a point written before a field
+-- existed lacks it: zero).
+local QUIET = {'inQueue', 'inQueueLow', 'inProgress', 'workersRunning', 'workersIdle',
+  'workersStarting', 'workersThrottled', 'workersUnhealthy', 'completed', 'failed',
+  'timedOut', 'cancelled', 'coldStarts'}
 local function is_quiet(p)
-  return p.inQueue == 0 and p.inQueueLow == 0 and p.inProgress == 0
-    and p.workersRunning == 0 and p.workersIdle == 0 and p.workersStarting == 0
-    and p.completed == 0 and p.failed == 0 and (p.coldStarts or 0) == 0
+  for _, field in ipairs(QUIET) do
+    if (p[field] or 0) ~= 0 then return false end
+  end
+  return true
 end
 local first, last = tonumber(ARGV[6]), tonumber(ARGV[#ARGV])
 local have, newest = {}, nil

@@ -21,7 +21,7 @@ for _, q in ipairs({P .. 'q', P .. 'ql'}) do
     if #popped == 0 then break end
     local id = popped[1]
     local jk = jkey(id)
-    local f = redis.call('HMGET', jk, 'st', 'in', 's3', 'et', 'cr', 'tl', 'qd')
+    local f = redis.call('HMGET', jk, 'st', 'in', 's3', 'et', 'cr', 'tl', 'qd', 'ah')
     if #out > 1 and bytes + #(f[2] or '') > max_bytes then
       redis.call('ZADD', q, popped[2], id)  -- it does not fit this answer: back in its place
       full = true
@@ -31,6 +31,7 @@ for _, q in ipairs({P .. 'q', P .. 'ql'}) do
       redis.call('HSET', jk, 'st', 'IN_PROGRESS', 'sa', now, 'wk', worker)
       redis.call('PEXPIREAT', jk, tonumber(f[5]) + tonumber(f[6]) + RUNNING_GRACE)
       redis.call('HINCRBY', jk, 'at', 1)
+      attempt_taken(id, f[8], worker, now)
       count_interval(now, 'd' .. delay_bucket(now - (tonumber(f[7]) or now)))
       redis.call('ZADD', P .. 'run', now + (tonumber(f[4]) or det), id)
       redis.call('SADD', P .. 'wj:' .. worker, id)

@@ -20,14 +20,15 @@ const TYPING_MS = 300; // the name filter applies once typing pauses this long
 
 const PHASES = {Ready: "ok", Initializing: "warn", Pending: "warn", Degraded: "bad", Failed: "bad"};
 
-/** Jobs/min and failures (last hour) from contract C's points; null without history. */
+/** Jobs/min and failures (FAILED or TIMED_OUT, last hour) from contract C's points; null
+ * without history. */
 export function throughput(metrics) {
   const points = metrics?.points;
   if (!Array.isArray(points) || !points.length) return null;
   const last = points[points.length - 1].t;
   const recent = points.filter((p) => p.t > last - WINDOW_S);
-  const sum = (list, key) => list.reduce((n, p) => n + (p[key] || 0), 0);
-  return {perMin: sum(recent, "completed") + sum(recent, "failed"), failed: sum(points, "failed")};
+  const sum = (list, ...keys) => list.reduce((n, p) => n + keys.reduce((m, k) => m + (p[k] || 0), 0), 0);
+  return {perMin: sum(recent, "completed", "failed", "timedOut"), failed: sum(points, "failed", "timedOut")};
 }
 
 /** The conditions that say something is wrong. */

@@ -25,18 +25,27 @@ const DEFAULT_RANGE = "1h";
 // Each chart says what one of its points is and what its legend's numbers are: gauges are read
 // as an interval ends (legend: the newest point), counts are summed over the range, delays are
 // the highest point in the range. The times have no point where no job was taken (or ended):
-// their lines join the points on either side of such gaps (`bridge`).
+// their lines join the points on either side of such gaps (`bridge`). A series is
+// [key, label, options]: `summary` when it differs from the chart's, `level` for a gauge among
+// counts (drawn dashed), `tone` the colour (s0-s5) when not its place in the list.
 const CHARTS = [
   {id: "queue", title: () => "Queue", unit: "jobs", summary: "now", point: (span) => `jobs as a ${span} ends`,
     series: [["inQueue", "in queue"], ["inQueueLow", "in queue (lowPriority)"], ["inProgress", "in progress"]]},
   {id: "workers", title: () => "Workers", unit: "workers", summary: "now", point: (span) => `workers as a ${span} ends`,
-    series: [["workersRunning", "running"], ["workersIdle", "idle"], ["workersStarting", "starting"]]},
+    series: [["workersRunning", "running"], ["workersIdle", "idle"], ["workersStarting", "starting"],
+      ["workersThrottled", "throttled", {tone: 4}], ["workersUnhealthy", "unhealthy", {tone: 3}]]},
   {id: "coldstarts", title: (per) => `Cold starts per ${per}`, unit: "workers", summary: "total",
     point: (span) => `workers new to the endpoint (their first heartbeat) during a ${span}`,
     series: [["coldStarts", "cold starts"]]},
-  {id: "outcomes", title: (per) => `Jobs ended per ${per}`, unit: "jobs", summary: "total",
-    point: (span) => `jobs that ended during a ${span}`,
-    series: [["completed", "completed"], ["failed", "failed"]]},
+  {id: "coldstart", title: () => "Cold-start time", unit: "ms", format: duration, summary: "max", bridge: true,
+    point: (span) => `percentile of the workers first heard from during a ${span}, from their start (process spawned, pod created) to their first call (none: no point)`,
+    series: [["coldStartP50", "p50"], ["coldStartP95", "p95"]]},
+  {id: "jobs", title: () => "Jobs by state", unit: "jobs", summary: "total",
+    point: (span) => `jobs that ended during a ${span}, by final state; dashed: jobs in queue and in progress as it ends`,
+    series: [["completed", "completed", {tone: 2}], ["failed", "failed", {tone: 3}],
+      ["timedOut", "timed out", {tone: 1}], ["cancelled", "cancelled", {tone: 5}],
+      ["inQueue", "in queue", {summary: "now", level: true, tone: 0}],
+      ["inProgress", "in progress", {summary: "now", level: true, tone: 4}]]},
   {id: "execution", title: () => "Execution time", unit: "ms", format: duration, summary: "max", bridge: true,
     point: (span) => `percentile of the jobs that ended during a ${span} (none: no point)`,
     series: [["executionP50", "p50"], ["executionP95", "p95"]]},
@@ -108,16 +117,23 @@ export function summarize(points, key, how) {
   return newest === undefined ? null : newest;
 }
 
+/** A chart's series as {key, label, summary, level, tone} (see CHARTS). */
+export function seriesOf(spec) {
+  return spec.series.map(([key, label, o = {}], i) =>
+    ({key, label, summary: o.summary || spec.summary, level: !!o.level, tone: o.tone ?? i}));
+}
+
 function svgChart(spec, points, width, t0, t1, rangeLabel) {
   const fmt = spec.format || ((v) => String(v));
-  const top = niceMax(Math.max(0, ...points.flatMap((p) => spec.series.map(([k]) => p[k] ?? 0))));
+  const series = seriesOf(spec);
+  const top = niceMax(Math.max(0, ...points.flatMap((p) => series.map(({key}) => p[key] ?? 0))));
   const plotW = width - M.left - M.right;
   const plotH = HEIGHT - M.top - M.bottom;
   const x = (t) => M.left + ((t - t0) / Math.max(1, t1 - t0)) * plotW;
   const y = (v) => M.top + plotH - (v / top) * plotH;
-  const said = spec.series.map(([k, label]) => {
-    const v = summarize(points, k, spec.summary);
-    return `${label} ${v === null ? "none" : fmt(v)}`;
+  const said = series.map(({key, label, summary}) => {
+    const v = summarize(points, key, summary);
+    return `${label} ${summary === spec.summary ? "" : `${summary} `}${v === null ? "none" : fmt(v)}`;
   });
   const svg = s("svg", {viewBox: `0 0 ${width} ${HEIGHT}`, role: "img",
     "aria-label": `${spec.title}, last ${rangeLabel}; ${spec.summary}: ${said.join(", ")}`});
@@ -136,11 +152,11 @@ function svgChart(spec, points, width, t0, t1, rangeLabel) {
     }
   }
   svg.append(s("line", {class: "axis", x1: M.left, x2: M.left, y1: M.top, y2: M.top + plotH}));
-  spec.series.forEach(([key], i) => {
+  for (const {key, level, tone} of series) {
     const {d, dots} = linePath(points, key, x, y, spec.bridge);
-    if (d) svg.append(s("path", {class: `series s${i}`, d}));
-    for (const [cx, cy] of dots) svg.append(s("circle", {class: `dot s${i}`, cx, cy, r: 3}));
-  });
+    if (d) svg.append(s("path", {class: `series s${tone}${level ? " level" : ""}`, d}));
+    for (const [cx, cy] of dots) svg.append(s("circle", {class: `dot s${tone}`, cx, cy, r: 3}));
+  }
   return svg;
 }
 
@@ -148,11 +164,11 @@ function legend(spec, points) {
   const fmt = spec.format || ((v) => String(v));
   return h("div", {},
     h("ul", {class: "legend", "aria-label": `${spec.title} legend`},
-      spec.series.map(([key, label], i) => {
-        const v = summarize(points, key, spec.summary);
+      seriesOf(spec).map(({key, label, summary, level, tone}) => {
+        const v = summarize(points, key, summary);
         return h("li", {},
-          h("span", {class: `swatch s${i}`, "aria-hidden": "true"}), label,
-          h("span", {class: "last"}, `${spec.summary} ${v === null ? "—" : fmt(v)}`));
+          h("span", {class: `swatch s${tone}${level ? " level" : ""}`, "aria-hidden": "true"}), label,
+          h("span", {class: "last"}, `${summary} ${v === null ? "—" : fmt(v)}`));
       })),
     h("p", {class: "hint point"}, `Each point: ${spec.point}.`));
 }

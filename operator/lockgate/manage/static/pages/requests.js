@@ -389,6 +389,37 @@ function attemptsText(n) {
   return `${n} (its worker was lost ${lost} time${lost === 1 ? "" : "s"}: the job went back to the queue)`;
 }
 
+const ENDED = {
+  COMPLETED: "completed",
+  FAILED: "failed: the handler's error",
+  TIMED_OUT: "timed out: past its execution timeout",
+  CANCELLED: "cancelled",
+  WORKER_LOST: "worker lost: the job went back to the queue",
+  GIVEN_BACK: "given back unrun: its worker was told to stop first",
+};
+
+/** How one take of the job ended, in words; `last`: the newest take, `status` the job's. */
+export function attemptEnd(attempt, last, status) {
+  if (!attempt.ended) return last && status === "IN_PROGRESS" ? "running" : "—";
+  if (attempt.ended === "WORKER_LOST" && last && status === "FAILED") {
+    return "worker lost: out of attempts, the job failed";
+  }
+  return ENDED[attempt.ended] || attempt.ended;
+}
+
+/** The job's last takes (`attemptHistory`, oldest first): worker, when, for how long, how
+ * each ended. */
+function attemptList(body, id) {
+  const history = body.attemptHistory || [];
+  if (!history.length) return h("p", {class: "hint"}, "Not taken by a worker yet.");
+  const clock = (ms) => new Date(ms).toLocaleTimeString();
+  return h("ol", {class: "attempts", "aria-label": `Attempts of ${id}`}, history.map((a, i) =>
+    h("li", {},
+      h("code", {}, a.workerId), ` · taken ${clock(a.takenAt)}`,
+      a.endedAt ? ` · ${duration(a.endedAt - a.takenAt)}` : "",
+      ` · ${attemptEnd(a, i === history.length - 1, body.status)}`)));
+}
+
 /** One job opened: input (GET /status/{id}?input=1), attempts and unread stream chunks
  * (&details=1), output or error, times, worker, log lines. */
 async function jobDetail(endpointId, job, item, signal) {
@@ -410,6 +441,8 @@ async function jobDetail(endpointId, job, item, signal) {
   ];
   return h("section", {class: "job-detail", "aria-label": `Job ${item.id}`},
     h("dl", {class: "settings"}, facts.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
+    h("h3", {}, "Attempts"),
+    attemptList(body, item.id),
     h("h3", {}, "Input"),
     body.input === undefined
       ? h("p", {class: "hint"}, "Not kept.")
