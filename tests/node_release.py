@@ -18,6 +18,7 @@ import requests
 
 from cluster import Cluster, missing_parts
 from images import archives
+from lockgate.store import key_digest
 from tests.conftest import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
@@ -28,6 +29,16 @@ TOOLS_ENV = "LOCKGATE_TOOLS_DIR"
 RELEASE = "lockgate"
 NAMESPACE = "lockgate"
 USER_NAMESPACE = "default"  # where `kubectl apply -f examples/echo/` puts the Endpoint
+
+
+def manage_values(admin_key: str) -> tuple[str, ...]:
+    """helm arguments: the management API writes in USER_NAMESPACE and takes `admin_key`
+    (scopes admin and jobs)."""
+    keys = [{"name": "admin", "sha256": key_digest(admin_key), "scopes": ["admin", "jobs"]}]
+    return (
+        "--set", f"operator.endpointNamespace={USER_NAMESPACE}",
+        "--set-json", f"apiKeys.keys={json.dumps(keys)}",
+    )  # fmt: skip
 
 
 def helm_binary() -> str | None:
