@@ -162,10 +162,11 @@ def running(pod: dict[str, Any]) -> bool:
 class Jobs:
     """The job API of one endpoint through the gateway Service, with the client key."""
 
-    def __init__(self, release: Release, endpoint: str) -> None:
+    def __init__(self, release: Release, endpoint: str, key: str = "") -> None:
+        """`key`: an API key with the jobs scope; default: the chart's client key."""
         self.url = f"{release.gateway_url}/v2/{endpoint}"
         self.http = requests.Session()
-        self.http.headers["authorization"] = release.client_key()
+        self.http.headers["authorization"] = key or release.client_key()
 
     def runsync(self, payload: dict[str, Any], wait_ms: int = 60000) -> dict[str, Any]:
         response = self.http.post(f"{self.url}/runsync?wait={wait_ms}", json=payload, timeout=90)

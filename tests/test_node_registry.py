@@ -11,8 +11,9 @@ management API (`lockgate manage`) as a user drives it, in one module (one chart
   mounted at /runpod-volume in both workers of an endpoint: what a job on one worker writes,
   a job on the other reads (tests/workers/runpod_volume.py);
 - deleting them through the API is refused while in use (409: the volume by the endpoint,
-  the credential by its template, the template by the endpoint), then the endpoint, volume,
-  credential and template go in that order and nothing of theirs is left in the namespace.
+  the credential by its template, the template by the endpoint), then the endpoints, the
+  volume, the templates and the credential go in that order (each freeing the next) and
+  nothing of theirs is left in the namespace.
 
 The tests run in file order and share what they made (`made`): the last one deletes it.
 """
@@ -71,8 +72,11 @@ class Manage:
         return resp.status_code, resp.json() if resp.content else None
 
     def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST a new record: 201 for a credential or a volume, 200 for the rest (as the
+        routes answer on RunPod)."""
         status, record = self.call("POST", path, body)
-        assert status == 200, record
+        created = 201 if path in ("/containerregistryauth", "/networkvolumes") else 200
+        assert status == created, record
         return record
 
 
@@ -184,7 +188,7 @@ def test_an_image_in_a_password_protected_registry_pulls_with_the_credential_onl
          "workersMax": 1, "idleTimeout": 5},
     )  # fmt: skip
     made.update(auth=auth["id"], template=template["id"], endpoint=endpoint["id"])
-    job = completed(Jobs(release, endpoint["id"]), {"from": "the private registry"})
+    job = completed(Jobs(release, endpoint["id"], ADMIN_KEY), {"from": "the private registry"})
     assert job["output"] == {"echo": {"from": "the private registry"}}
     deploy = one(release, "deployment", deployment_name(endpoint["id"]))
     pod = deploy["spec"]["template"]["spec"]
@@ -205,7 +209,7 @@ def test_an_image_in_a_password_protected_registry_pulls_with_the_credential_onl
     cond = wait_until(failing, "WorkersHealthy=False", timeout=180, every=1)
     assert cond["reason"] == "ImagePullError", cond
     assert unpulled in cond["message"] and "pull secret" in cond["message"], cond
-    health = Jobs(release, refused["id"]).health()
+    health = Jobs(release, refused["id"], ADMIN_KEY).health()
     assert health["workers"]["unhealthy"] >= 1 and health["workers"]["idle"] == 0, health
 
     def pull_failures() -> list[str]:
@@ -264,7 +268,7 @@ def test_a_network_volume_is_shared_by_two_workers(
     )
     names = {p["metadata"]["name"] for p in pods}
 
-    jobs = Jobs(release, endpoint["id"])
+    jobs = Jobs(release, endpoint["id"], ADMIN_KEY)
     text = f"written by one worker, read by another {secrets.token_hex(4)}"
     # The writer holds its job after writing, so the next job goes to the other worker.
     writing = jobs.run({"input": {"path": "notes/shared.txt", "write": text, "hold": 15}})
@@ -300,11 +304,12 @@ def test_deleting_through_the_api_is_refused_in_use_then_leaves_nothing_behind(
         f"/endpoints/{made['endpoint']}",
         f"/endpoints/{made['volume_endpoint']}",
         f"/networkvolumes/{made['volume']}",
-        f"/containerregistryauth/{made['auth']}",
         f"/templates/{made['template']}",
         f"/templates/{made['volume_template']}",
+        f"/containerregistryauth/{made['auth']}",  # unused once its template is gone
     )
-    for path in order:  # a deleted endpoint goes once the operator let its workers go
+    # A template or volume is free once the operator let its endpoint's workers go.
+    for path in order:
         wait_until(lambda p=path: manage.call("DELETE", p)[0] == 204, f"DELETE {path}", 120, 1)
         wait_until(lambda p=path: manage.call("GET", p)[0] == 404, f"{path} gone", 120, 1)
 
