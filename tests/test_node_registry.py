@@ -56,6 +56,7 @@ VOLUME_IMAGE = "localhost/lockgate-test/runpod-worker:dev"  # imported: never pu
 VOLUME_CMD = ["python", "-u", "/app/runpod_volume.py"]
 STORAGE_CLASS = "lockgate-node-volume"  # tests/node-values.yaml's networkVolumes class
 CPU = {"computeType": "CPU", "vcpuCount": 1}
+MANAGED_BY_MANAGE = "app.kubernetes.io/managed-by=lockgate-manage"  # kube/storage.py's
 
 
 class Manage:
@@ -109,9 +110,16 @@ def registry(node: Cluster) -> Iterator[Registry]:
 
 
 @pytest.fixture(scope="module")
-def made() -> dict[str, str]:
-    """Ids of what the tests made through the API, for the last test to delete."""
-    return {}
+def made(release: Release) -> Iterator[dict[str, str]]:
+    """Ids of what the tests made through the API, for the last test to delete. After a
+    failure, the Secrets and claims the management API made are deleted here (the node's
+    reset between modules takes the rest)."""
+    ids: dict[str, str] = {}
+    yield ids
+    release.node.kubectl(
+        "-n", USER_NAMESPACE, "delete", "secrets,pvc", "-l", MANAGED_BY_MANAGE,
+        "--ignore-not-found", "--wait=false", check=False,
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
