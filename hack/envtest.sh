@@ -23,7 +23,8 @@ BUILD_PKGS=("$GO_PKG" rsync openssl make gcc libc6-dev golang-github-modern-go-r
 # What the node of tests/cluster.py runs beside the built binaries (its HOST_PROGRAMS and
 # CNI plugins), and the password-protected registry of tests/registry.py (docker-registry,
 # htpasswd from apache2-utils, skopeo to push): installed on every run, since a machine
-# may have the cache but not these.
+# may have the cache but not these. (Where systemd runs, the package also starts a
+# docker-registry service on :5000; the tests start their own registry, never that one.)
 NODE_PKGS=(containerd runc containernetworking-plugins iptables iproute2
   docker-registry apache2-utils skopeo)
 
