@@ -83,7 +83,7 @@ crds: setup ## Regenerate crds/ and the chart's templates/crds/ from the models
 verify-crds: setup ## Fail when crds/ or the chart's CRDs are stale
 	$(PY) -m pytest -q tests/test_crds.py tests/test_chart.py -k crd
 
-envtest: ## Build Kubernetes 1.20 (control plane and node) for the operator and node tests (once, cached); install the node's containerd, runc, CNI plugins
+envtest: ## Build Kubernetes 1.20 (control plane and node) for the operator and node tests (once, cached); install the node's containerd, runc, CNI plugins and test registry (docker-registry, htpasswd, skopeo)
 	bash hack/envtest.sh
 
 cluster-images: ## Build the test cluster's images without Docker (buildah, mmdebstrap; cached archives for ctr import)

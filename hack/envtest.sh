@@ -21,8 +21,12 @@ GO_BIN=/usr/lib/go-1.19/bin
 REFLECT2_DEB=/usr/share/gocode/src/github.com/modern-go/reflect2
 BUILD_PKGS=("$GO_PKG" rsync openssl make gcc libc6-dev golang-github-modern-go-reflect2-dev)
 # What the node of tests/cluster.py runs beside the built binaries (its HOST_PROGRAMS and
-# CNI plugins): installed on every run, since a machine may have the cache but not these.
-NODE_PKGS=(containerd runc containernetworking-plugins iptables iproute2)
+# CNI plugins), and the password-protected registry of tests/registry.py (docker-registry,
+# htpasswd from apache2-utils, skopeo to push): installed on every run, since a machine
+# may have the cache but not these. (Where systemd runs, the package also starts a
+# docker-registry service on :5000; the tests start their own registry, never that one.)
+NODE_PKGS=(containerd runc containernetworking-plugins iptables iproute2
+  docker-registry apache2-utils skopeo)
 
 CACHE="${LOCKGATE_ENVTEST_DIR:-$HOME/.cache/lockgate-envtest}"
 BIN="$CACHE/bin"

@@ -4,7 +4,9 @@ On top of envtest's control plane (etcd, kube-apiserver, kube-controller-manager
 kube-scheduler, containerd (Debian's), a kubelet, kube-proxy and a small DNS server, on a
 bridge of its own (``lgbr0``, 10.233.0.1/24) that has no route out: a pod reaches the node's
 address, other pods and Service IPs (10.234.0.0/24), and nothing else. Images are imported
-from the archives ``hack/images.sh`` builds (``tests/images.py``); nothing is pulled.
+from the archives ``hack/images.sh`` builds (``tests/images.py``); nothing is pulled, but
+from a registry a test runs on the bridge itself (``tests/registry.py``, plain HTTP once
+:meth:`Cluster.trust_plain_http` names it).
 
     with Cluster() as cluster:
         subprocess.run(["kubectl", "--kubeconfig", cluster.kubeconfig, "get", "nodes"])
@@ -373,6 +375,15 @@ class Cluster:
         """Give an imported image a second name (a new tag a `helm upgrade` can roll to)."""
         self._ctr("images", "tag", "--force", source, target)
 
+    def trust_plain_http(self, host: str) -> None:
+        """Let the node pull from the registry at `host` (`address:port`) over plain HTTP
+        (a test registry on the node's bridge): containerd reads `<host>/hosts.toml` in its
+        CRI registry `config_path` at each pull. Credentials still come from the pod's
+        imagePullSecrets."""
+        url = f"http://{host}"
+        hosts = f'server = "{url}"\n[host."{url}"]\n  capabilities = ["pull", "resolve"]\n'
+        self._write(f"containerd/certs.d/{host}/hosts.toml", hosts)
+
     def __enter__(self) -> Cluster:
         self.start()
         return self
@@ -478,6 +489,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   [{cri}.cni]
     bin_dir = "{CNI_DIR}"
     conf_dir = "{self.dir / "cni" / "net.d"}"
+  # Per-registry settings, read at each pull: `trust_plain_http` writes them.
+  [{cri}.registry]
+    config_path = "{d / "certs.d"}"
 """
         path = self._write("containerd/config.toml", config)
         proc = self.env.spawn("containerd", "--config", str(path), exe=shutil.which("containerd"))

@@ -18,6 +18,7 @@ import requests
 
 from cluster import Cluster, missing_parts
 from images import archives
+from lockgate.store import key_digest
 from tests.conftest import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
@@ -28,6 +29,16 @@ TOOLS_ENV = "LOCKGATE_TOOLS_DIR"
 RELEASE = "lockgate"
 NAMESPACE = "lockgate"
 USER_NAMESPACE = "default"  # where `kubectl apply -f examples/echo/` puts the Endpoint
+
+
+def manage_values(admin_key: str) -> tuple[str, ...]:
+    """helm arguments: the management API writes in USER_NAMESPACE and takes `admin_key`
+    (scopes admin and jobs)."""
+    keys = [{"name": "admin", "sha256": key_digest(admin_key), "scopes": ["admin", "jobs"]}]
+    return (
+        "--set", f"operator.endpointNamespace={USER_NAMESPACE}",
+        "--set-json", f"apiKeys.keys={json.dumps(keys)}",
+    )  # fmt: skip
 
 
 def helm_binary() -> str | None:
@@ -151,10 +162,11 @@ def running(pod: dict[str, Any]) -> bool:
 class Jobs:
     """The job API of one endpoint through the gateway Service, with the client key."""
 
-    def __init__(self, release: Release, endpoint: str) -> None:
+    def __init__(self, release: Release, endpoint: str, key: str = "") -> None:
+        """`key`: an API key with the jobs scope; default: the chart's client key."""
         self.url = f"{release.gateway_url}/v2/{endpoint}"
         self.http = requests.Session()
-        self.http.headers["authorization"] = release.client_key()
+        self.http.headers["authorization"] = key or release.client_key()
 
     def runsync(self, payload: dict[str, Any], wait_ms: int = 60000) -> dict[str, Any]:
         response = self.http.post(f"{self.url}/runsync?wait={wait_ms}", json=payload, timeout=90)

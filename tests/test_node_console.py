@@ -26,12 +26,12 @@ import requests
 from playwright.sync_api import expect
 
 from console_browser import assert_clean, screenshot
-from lockgate.store import key_digest
 from node_release import (
     REPO,
     USER_NAMESPACE,
     Release,
     endpoint_status,
+    manage_values,
     running,
     wait_until,
     worker_pods,
@@ -47,12 +47,8 @@ ECHO = REPO / "examples" / "echo"
 @pytest.fixture(scope="module")
 def release(node) -> Iterator[Release]:
     """The chart with an admin key, its management API serving the examples' namespace."""
-    keys = [{"name": "admin", "sha256": key_digest(ADMIN_KEY), "scopes": ["admin", "jobs"]}]
     rel = Release(node)
-    rel.install(
-        "--set", f"operator.endpointNamespace={USER_NAMESPACE}",
-        "--set-json", f"apiKeys.keys={json.dumps(keys)}",
-    )  # fmt: skip
+    rel.install(*manage_values(ADMIN_KEY))
     yield rel
     rel.uninstall()
 

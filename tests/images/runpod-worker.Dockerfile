@@ -2,7 +2,7 @@
 # SDK from PyPI (no lockgate inside) and a handler that calls runpod.serverless.start().
 # The tests run it against lockgate's worker API: an unchanged RunPod worker must work.
 # Build with tests/workers as the context (its handlers: runpod_echo.py, the default
-# command, and runpod_stream.py):
+# command, runpod_stream.py, runpod_probe.py, runpod_volume.py, …):
 #   docker build -f tests/images/runpod-worker.Dockerfile \
 #     -t localhost/lockgate-test/runpod-worker:dev tests/workers
 # hack/images.sh builds it offline: a local base image, PIP_NO_INDEX=1 and PIP_FIND_LINKS
