@@ -41,6 +41,18 @@ def create(dev: DevProcess, **fields) -> dict:
     return answer.json()
 
 
+def read_model(dev: DevProcess, endpoint_id: str, repo: str) -> dict:
+    """A job reading the model's config.json with huggingface_hub in the worker: COMPLETED."""
+    job = requests.post(
+        f"{dev.url}/v2/{endpoint_id}/runsync",
+        json={"input": {"repo": repo, "file": "config.json"}},
+        headers=dev.headers(),
+        timeout=90,
+    ).json()
+    assert job["status"] == "COMPLETED", job
+    return job
+
+
 def record(dev: DevProcess, endpoint_id: str) -> dict:
     return requests.get(f"{dev.url}/v1/endpoints/{endpoint_id}", headers=dev.headers()).json()
 
@@ -53,13 +65,7 @@ def test_a_model_is_fetched_once_for_two_workers_which_read_it_offline(dev: DevP
         return conditions.get("ModelsCached", {}).get("status") == "True"
 
     wait_until(cached, "ModelsCached True", timeout=60)
-    job = requests.post(
-        f"{dev.url}/v2/{ep['id']}/runsync",
-        json={"input": {"repo": "acme/tiny", "file": "config.json"}},
-        headers=dev.headers(),
-        timeout=60,
-    ).json()
-    assert job["status"] == "COMPLETED", job
+    job = read_model(dev, ep["id"], "acme/tiny")
     assert job["output"]["text"] == FILES["config.json"].decode()
     assert f"models--acme--tiny/snapshots/{SHA}/config.json" in job["output"]["path"]
     assert "/huggingface-cache/hub/" in job["output"]["path"]
@@ -99,13 +105,7 @@ def test_a_gated_model_is_fetched_with_the_templates_hf_token(dev: DevProcess) -
     assert template.status_code == 200, template.text
     ep = create(dev, name="gated", templateId=template.json()["id"],
                 modelReferences=["acme/gated"])  # fmt: skip
-    job = requests.post(
-        f"{dev.url}/v2/{ep['id']}/runsync",
-        json={"input": {"repo": "acme/gated", "file": "config.json"}},
-        headers=dev.headers(),
-        timeout=90,
-    ).json()
-    assert job["status"] == "COMPLETED", job
+    job = read_model(dev, ep["id"], "acme/gated")
     assert "models--acme--gated/snapshots/" in job["output"]["path"]
 
 

@@ -58,6 +58,14 @@ class Dev:
         assert status == 200, record
         return endpoint_id
 
+    async def sample_since(self, start: float) -> None:
+        """Every 10 s point from `start` until now, and the minute points they complete."""
+        end = self.plane.gw.store.clock() / 1000
+        for at in range(int(start) // 10 * 10, int(end) + 1, HISTORY_INTERVAL_S):
+            await self.sampler(at).sample()
+        for m in range(int(start) // 60 * 60, int(end) // 60 * 60 + 1, 60):
+            await self.sampler(m + 50).sample()  # the minute's last interval: its minute point
+
     def sampler(self, at: float) -> HistorySampler:
         """A sampler whose clock says the interval starting at `at` has just settled."""
         t = int(at // HISTORY_INTERVAL_S) * HISTORY_INTERVAL_S
@@ -123,11 +131,7 @@ async def test_cold_starts_count_each_worker_new_to_the_endpoint_once(dev: Dev) 
 
     await eventually(both_idle, "two idle workers in /health")
     await asyncio.sleep(2)  # more heartbeats from the same workers: not counted again
-    end = dev.plane.gw.store.clock() / 1000
-    for at in range(int(start) // 10 * 10, int(end) + 1, HISTORY_INTERVAL_S):
-        await dev.sampler(at).sample()
-    for m in range(int(start) // 60 * 60, int(end) // 60 * 60 + 1, 60):
-        await dev.sampler(m + 50).sample()  # the minute's last interval: its minute point
+    await dev.sample_since(start)
     for interval in (HISTORY_INTERVAL_S, 60):
         _, body = await dev.call("GET", f"/v1/endpoints/{endpoint_id}/metrics?interval={interval}")
         assert sum(p["coldStarts"] for p in body["points"]) == 2, body["points"]
@@ -184,11 +188,7 @@ async def test_history_counts_jobs_by_final_state_and_workers_throttled_or_unhea
     # What the operator reports of pods (dev mode never throttles): as it last saw them.
     prefixed = [prefix(endpoint_id)]
     await dev.plane.gw.store.scripts.worker_states(keys=prefixed, args=[0, 2, 1, 60_000])
-    end = dev.plane.gw.store.clock() / 1000
-    for at in range(int(start) // 10 * 10, int(end) + 1, HISTORY_INTERVAL_S):
-        await dev.sampler(at).sample()
-    for m in range(int(start) // 60 * 60, int(end) // 60 * 60 + 1, 60):
-        await dev.sampler(m + 50).sample()  # the minute's last interval: its minute point
+    await dev.sample_since(start)
     for interval in (HISTORY_INTERVAL_S, 60):
         _, body = await dev.call("GET", f"/v1/endpoints/{endpoint_id}/metrics?interval={interval}")
         points = [p for p in body["points"] if p["t"] >= int(start) // 60 * 60]

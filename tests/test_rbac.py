@@ -408,6 +408,36 @@ def service_account_kubeconfig(env: EnvTest, namespace: str, name: str) -> Path:
     return path
 
 
+@contextlib.contextmanager
+def manage_process(
+    env: EnvTest, redis_url: str, release_ns: str, intake: str, account: str, admin_key: str
+) -> Iterator[str]:
+    """`lockgate manage` as a process authenticating as `account` (a ServiceAccount of
+    `release_ns`), serving `intake`, with `admin_key` in a key file: its base URL."""
+    keys_file = Path(env.dir or "/tmp") / f"manage-keys-{release_ns}.json"
+    entry = {"name": "admin", "sha256": key_digest(admin_key), "scopes": ["admin"]}
+    keys_file.write_text(json.dumps([entry]))
+    port = free_port()
+    environment = {
+        **os.environ,
+        "PYTHONPATH": str(REPO / "operator"),
+        "KUBECONFIG": str(service_account_kubeconfig(env, release_ns, account)),
+        "LOCKGATE_REDIS_URL": redis_url,
+        "LOCKGATE_KEYS_FILE": str(keys_file),
+        "LOCKGATE_ENDPOINT_NAMESPACE": intake,
+        "LOCKGATE_BASE_URL": "https://jobs.example.test",
+    }
+    command = [sys.executable, "-m", "lockgate.cli", "manage", "--host", "127.0.0.1"]
+    base = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen([*command, "--port", str(port)], env=environment)
+    try:
+        wait_until(lambda: _http("GET", f"{base}/healthz")[0] == 200, "lockgate manage")
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 def test_lockgate_manage_serves_endpoints_with_only_its_own_role(
     env: EnvTest, redis_server: EmbeddedRedis
 ) -> None:
@@ -415,45 +445,27 @@ def test_lockgate_manage_serves_endpoints_with_only_its_own_role(
     namespaces(env, release_ns, intake)
     values = {"operator": {"namespaces": [intake]}}
     admin_key = "lg_admin_" + "k" * 32
-    keys_file = Path(env.dir or "/tmp") / "manage-keys.json"
-    entry = {"name": "admin", "sha256": key_digest(admin_key), "scopes": ["admin"]}
-    keys_file.write_text(json.dumps([entry]))
-    port = free_port()
-    environment = {
-        **os.environ,
-        "PYTHONPATH": str(REPO / "operator"),
-        "KUBECONFIG": str(service_account_kubeconfig(env, release_ns, "lockgate-manage")),
-        "LOCKGATE_REDIS_URL": redis_server.url,
-        "LOCKGATE_KEYS_FILE": str(keys_file),
-        "LOCKGATE_ENDPOINT_NAMESPACE": intake,
-        "LOCKGATE_BASE_URL": "https://jobs.example.test",
-    }
-    command = [sys.executable, "-m", "lockgate.cli", "manage", "--host", "127.0.0.1"]
-    base = f"http://127.0.0.1:{port}"
-    with chart_rbac(env, release_ns, values, "manage"):
-        proc = subprocess.Popen([*command, "--port", str(port)], env=environment)
-        try:
-            wait_until(lambda: _http("GET", f"{base}/healthz")[0] == 200, "lockgate manage")
-            auth = {"Authorization": admin_key}
-            assert _http("GET", f"{base}/v1/endpoints")[0] == 401
-            body = {"id": "ep-manage", "templateId": "tpl", "workersMax": 2}
-            status, created = _http("POST", f"{base}/v1/endpoints", body, auth)
-            assert status in (200, 201), created
-            assert created["id"] == "ep-manage"
-            status, listed = _http("GET", f"{base}/v1/endpoints", None, auth)
-            assert status == 200 and [e["id"] for e in listed] == ["ep-manage"]
-            status, patched = _http(
-                "PATCH", f"{base}/v1/endpoints/ep-manage", {"workersMax": 3}, auth
-            )
-            assert status == 200 and patched["workersMax"] == 3
-            # worker logs: listing the endpoint's pods is allowed (none run on envtest)
-            status, logs = _http("GET", f"{base}/v1/endpoints/ep-manage/logs", None, auth)
-            assert (status, logs) == (200, {"lines": []})
-            assert_storage_served(env, base, auth, intake)
-            assert _http("DELETE", f"{base}/v1/endpoints/ep-manage", None, auth)[0] == 204
-        finally:
-            proc.terminate()
-            proc.wait(10)
+    with (
+        chart_rbac(env, release_ns, values, "manage"),
+        manage_process(
+            env, redis_server.url, release_ns, intake, "lockgate-manage", admin_key
+        ) as base,
+    ):
+        auth = {"Authorization": admin_key}
+        assert _http("GET", f"{base}/v1/endpoints")[0] == 401
+        body = {"id": "ep-manage", "templateId": "tpl", "workersMax": 2}
+        status, created = _http("POST", f"{base}/v1/endpoints", body, auth)
+        assert status in (200, 201), created
+        assert created["id"] == "ep-manage"
+        status, listed = _http("GET", f"{base}/v1/endpoints", None, auth)
+        assert status == 200 and [e["id"] for e in listed] == ["ep-manage"]
+        status, patched = _http("PATCH", f"{base}/v1/endpoints/ep-manage", {"workersMax": 3}, auth)
+        assert status == 200 and patched["workersMax"] == 3
+        # worker logs: listing the endpoint's pods is allowed (none run on envtest)
+        status, logs = _http("GET", f"{base}/v1/endpoints/ep-manage/logs", None, auth)
+        assert (status, logs) == (200, {"lines": []})
+        assert_storage_served(env, base, auth, intake)
+        assert _http("DELETE", f"{base}/v1/endpoints/ep-manage", None, auth)[0] == 204
 
 
 def assert_storage_served(env: EnvTest, base: str, auth: dict, namespace: str) -> None:
@@ -492,36 +504,20 @@ def test_the_management_api_under_the_operators_account_names_each_refusal(
     release_ns, intake = "lg-manage-op", "team-intake-op"
     namespaces(env, release_ns, intake)
     admin_key = "lg_admin_" + "o" * 32
-    keys_file = Path(env.dir or "/tmp") / "manage-op-keys.json"
-    entry = {"name": "admin", "sha256": key_digest(admin_key), "scopes": ["admin"]}
-    keys_file.write_text(json.dumps([entry]))
-    port = free_port()
-    environment = {
-        **os.environ,
-        "PYTHONPATH": str(REPO / "operator"),
-        "KUBECONFIG": str(service_account_kubeconfig(env, release_ns, OPERATOR_SA)),
-        "LOCKGATE_REDIS_URL": redis_server.url,
-        "LOCKGATE_KEYS_FILE": str(keys_file),
-        "LOCKGATE_ENDPOINT_NAMESPACE": intake,
-    }
-    command = [sys.executable, "-m", "lockgate.cli", "manage", "--host", "127.0.0.1"]
-    base, auth = f"http://127.0.0.1:{port}", {"Authorization": admin_key}
-    with chart_rbac(env, release_ns, {"operator": {"namespaces": [intake]}}, "operator"):
-        proc = subprocess.Popen([*command, "--port", str(port)], env=environment)
-        try:
-            wait_until(lambda: _http("GET", f"{base}/healthz")[0] == 200, "lockgate manage")
-            for path, body in (
-                ("/v1/networkvolumes", {"name": "v", "size": 1}),
-                ("/v1/endpoints", {"id": "ep-op", "templateId": "tpl"}),
-            ):
-                status, error = _http("POST", f"{base}{path}", body, auth)
-                assert status == 503, (path, status, error)
-                said = json.loads(error)["error"]
-                assert said.startswith("the Kubernetes API refused the management API's account")
-                assert "forbidden" in said and "lockgate manage" in said, said
-        finally:
-            proc.terminate()
-            proc.wait(10)
+    auth = {"Authorization": admin_key}
+    with (
+        chart_rbac(env, release_ns, {"operator": {"namespaces": [intake]}}, "operator"),
+        manage_process(env, redis_server.url, release_ns, intake, OPERATOR_SA, admin_key) as base,
+    ):
+        for path, body in (
+            ("/v1/networkvolumes", {"name": "v", "size": 1}),
+            ("/v1/endpoints", {"id": "ep-op", "templateId": "tpl"}),
+        ):
+            status, error = _http("POST", f"{base}{path}", body, auth)
+            assert status == 503, (path, status, error)
+            said = json.loads(error)["error"]
+            assert said.startswith("the Kubernetes API refused the management API's account")
+            assert "forbidden" in said and "lockgate manage" in said, said
 
 
 def test_the_management_apis_account_can_read_no_secret_nor_write_workloads(
