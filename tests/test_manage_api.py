@@ -533,7 +533,11 @@ async def test_local_round_trip_runs_jobs_and_delete_stops_workers_and_erases_jo
     assert (await job_call(api.http, api.url, jobs_key, "GET", "lc-echo/health"))[0] == 404
     assert not [p for p in psutil.wait_procs(workers, timeout=10)[1]]
     assert await Registry(redis).get_key(digest) is None
-    assert await redis.keys("lg:{lc-echo}:*") == []  # queued job and history are gone
+    # the queued job and history are gone; a sweep that listed the endpoint just before the
+    # delete may still take its lock key, which expires by itself (never a lasting key)
+    left = await redis.keys("lg:{lc-echo}:*")
+    assert left in ([], [b"lg:{lc-echo}:sweep"]), left
+    assert all([await redis.pttl(k) > 0 for k in left])
     assert queued["status"] == "IN_QUEUE"
 
 
