@@ -260,7 +260,8 @@ def reset_node(node: Cluster) -> None:
     """Take from the node what a test module left, so the next module meets a fresh one:
     releases still installed (a module that failed before its uninstall), lockgate objects
     (freed of finalizers no operator will remove) and their CRDs, the namespaces the module
-    made (kept Secrets with them), pods left in `default`, and the node's GPU label."""
+    made (kept Secrets with them), pods, Secrets and claims left in `default`, and the
+    node's GPU label."""
     helm = [helm_binary() or "helm", "--kubeconfig", node.kubeconfig]
     listed = subprocess.run([*helm, "list", "-A", "-o", "json"], capture_output=True,
                             text=True, check=False, timeout=60)  # fmt: skip
@@ -282,4 +283,11 @@ def reset_node(node: Cluster) -> None:
         node.kubectl("delete", "namespace", *made, "--timeout=180s", check=False, timeout=200)
     node.kubectl("-n", "default", "delete", "pods,deployments,daemonsets,jobs", "--all",
                  "--grace-period=0", "--force", "--timeout=60s", check=False)  # fmt: skip
+    # Secrets and claims a module made in `default` (the management API's credentials and
+    # volumes, a test's token Secret); the service account's token stays
+    node.kubectl("-n", "default", "delete", "secrets", "--field-selector",
+                 "type!=kubernetes.io/service-account-token", "--timeout=60s",
+                 check=False)  # fmt: skip
+    node.kubectl("-n", "default", "delete", "persistentvolumeclaims", "--all",
+                 "--timeout=60s", check=False)  # fmt: skip
     node.kubectl("label", "node", "--all", "nvidia.com/gpu.product-", check=False)
