@@ -58,6 +58,8 @@ SCHEDULER_SAYS = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
 NOT_SCHEDULED = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
 UNSCHEDULABLE = {"phase": "Pending", "conditions": [{**NOT_SCHEDULED, "message": SCHEDULER_SAYS}]}
 PULL = waiting("ImagePullBackOff", f'Back-off pulling image "{IMAGE}"')
+UNAUTHORIZED = f'failed to pull and unpack image "{IMAGE}": 401 Unauthorized'
+
 CRASH = waiting(
     "CrashLoopBackOff", "back-off 40s restarting failed container", restartCount=4,
     lastState={"terminated": {"exitCode": 3, "reason": "Error",
@@ -86,25 +88,33 @@ def test_pod_states_become_health_counts_and_a_condition_naming_the_cause(
     resources.wait_until(lambda: resources.deployment(f"{EP}-workers"), "the worker Deployment")
     for name in ("w-unschedulable", "w-crash", "w-pull", "w-starting"):
         worker_pod(resources, name)
-    pod_status(resources, "w-unschedulable", UNSCHEDULABLE)
-    pod_status(resources, "w-crash", CRASH)
-    pod_status(resources, "w-pull", PULL)
+
+    def failing() -> dict:
+        cond = resources.condition(resources.status(EP), "WorkersHealthy")
+        return cond if cond.get("status") == "False" else {}
+
     try:
+        # the registry's answer shows only while the kubelet says ErrImagePull
+        pod_status(resources, "w-pull", waiting("ErrImagePull", UNAUTHORIZED))
+        resources.wait_until(lambda: "401" in failing().get("message", ""), "the 401 named")
+        pod_status(resources, "w-unschedulable", UNSCHEDULABLE)
+        pod_status(resources, "w-crash", CRASH)
+        pod_status(resources, "w-pull", PULL)
         counts = resources.wait_until(
             lambda: (s := snapshot(redis_server)).workers_unhealthy == 2 and s, "unhealthy 2"
         )
         assert (counts.workers_throttled, counts.workers_initializing) == (1, 1)
 
-        def failing() -> dict:
-            cond = resources.condition(resources.status(EP), "WorkersHealthy")
-            return cond if cond.get("status") == "False" else {}
-
         # The worst cause first, once the operator has seen all three pods' statuses (a
-        # reconcile between the status writes may name the Unschedulable pod alone).
+        # reconcile between the status writes may name the Unschedulable pod alone); while
+        # pulls back off, the registry's last answer is still named.
         cond = resources.wait_until(
-            lambda: (c := failing()).get("reason") == "ImagePullError" and c, "the pull named"
+            lambda: "ImagePullBackOff" in (c := failing()).get("message", "") and c,
+            "the back-off named",
         )
+        assert cond["reason"] == "ImagePullError"
         assert IMAGE in cond["message"] and "Check the image name" in cond["message"]
+        assert f"last pull error: {UNAUTHORIZED}" in cond["message"]
 
         resources.core.delete_namespaced_pod("w-pull", resources.namespace, grace_period_seconds=0)
         crash = resources.wait_until(

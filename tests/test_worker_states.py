@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from lockgate.dev.workers import QUICK_EXIT_S, Crash, crash_backoff_s, worker_states
-from lockgate.kube.podstates import pod_states
+from lockgate.kube.podstates import pod_states, pull_errors
 
 GPU = {"computeType": "GPU", "gpuTypeIds": ["NVIDIA L4", "NVIDIA A10"], "gpuCount": 1}
 CPU = {"computeType": "CPU", "vcpuCount": 8}
@@ -58,6 +58,38 @@ def test_unschedulable_message_names_the_gpu_types_and_what_to_do() -> None:
     assert check is not None
     assert "no node has GPU type NVIDIA L4 or NVIDIA A10 with 2 free GPUs" in check.message
     assert check.message.endswith("Add such a node or allow more GPU types.")
+
+
+UNAUTHORIZED = (
+    'failed to pull and unpack image "repo/img:1": failed to resolve reference '
+    '"repo/img:1": pulling from host r.test:5000 failed with status code [manifests 1]: '
+    "401 Unauthorized"
+)
+
+
+def pulling(reason: str, message: str) -> dict[str, Any]:
+    state = {"waiting": {"reason": reason, "message": message}}
+    return {"containerStatuses": [{"name": "worker", "image": "repo/img:1", "state": state}]}
+
+
+def test_the_registrys_answer_is_kept_and_named_while_pulls_back_off() -> None:
+    """The kubelet says why a pull failed only in `ErrImagePull`; `ImagePullBackOff`,
+    most of the time after, says "Back-off pulling image": the kept answer names the 401."""
+    failed = [pod(pulling("ErrImagePull", UNAUTHORIZED))]
+    kept = pull_errors(failed)
+    assert kept == {"repo/img:1": UNAUTHORIZED}
+    check = pod_states(failed, GPU, (), kept).check
+    assert check is not None and check.message.count("401 Unauthorized") == 1  # said once
+    backing_off = [pod(pulling("ImagePullBackOff", 'Back-off pulling image "repo/img:1"'))]
+    assert pull_errors(backing_off) == {}
+    check = pod_states(backing_off, GPU, (), kept).check
+    assert check is not None and check.reason == "ImagePullError"
+    assert (
+        '(ImagePullBackOff: Back-off pulling image "repo/img:1"; last pull error: '
+        f"{UNAUTHORIZED})" in check.message
+    )
+    other = pod_states(backing_off, GPU, (), {"other/img:2": "404"}).check
+    assert other is not None and "last pull error" not in other.message
 
 
 def fetching(state: dict[str, Any], **extra: Any) -> dict[str, Any]:

@@ -75,13 +75,33 @@ def unschedulable(pod: Obj, endpoint: Obj) -> Problem | None:
     return None
 
 
-def container_problem(status: Obj, image: str) -> Problem | None:
-    """The problem of one container status, if it has one."""
+def pull_errors(pods: Iterable[Obj]) -> dict[str, str]:
+    """What the registry answered, by image, for each container whose pull just failed
+    (`ErrImagePull`): the kubelet soon replaces it with a bare `ImagePullBackOff` message,
+    so the scaler keeps it to name the cause (a 401, a missing tag) while pulls back off."""
+    found = {}
+    for pod in pods:
+        status = pod.get("status") or {}
+        for each in (status.get("initContainerStatuses") or []) + (
+            status.get("containerStatuses") or []
+        ):
+            waiting = (each.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") == "ErrImagePull" and waiting.get("message"):
+                found[each.get("image", "")] = _last_line(waiting["message"])
+    return found
+
+
+def container_problem(status: Obj, image: str, last_pull_error: str = "") -> Problem | None:
+    """The problem of one container status, if it has one; `last_pull_error` is the
+    registry's last answer for its image (`pull_errors`), named while pulls back off."""
     waiting = (status.get("state") or {}).get("waiting") or {}
     reason, said = waiting.get("reason", ""), waiting.get("message", "")
     if reason in PULL_ERRORS:
+        detail = said or "no detail"
+        if reason != "ErrImagePull" and last_pull_error:
+            detail += f"; last pull error: {last_pull_error}"
         message = (
-            f"The worker image {image!r} cannot be pulled ({reason}: {said or 'no detail'}). "
+            f"The worker image {image!r} cannot be pulled ({reason}: {detail}). "
             "Check the image name and tag in the Template, and the registry's pull secret."
         )
         return Problem("unhealthy", "ImagePullError", message, 0)
@@ -121,27 +141,32 @@ def downloading(pod: Obj) -> bool:
     return False
 
 
-def _init_problem(pod: Obj) -> Problem | None:
+def _init_problem(pod: Obj, last_pull_errors: Mapping[str, str]) -> Problem | None:
     containers = (pod.get("spec") or {}).get("initContainers") or []
     images = {c.get("name"): c.get("image", "") for c in containers}
     for status in (pod.get("status") or {}).get("initContainerStatuses") or []:
         waiting = (status.get("state") or {}).get("waiting") or {}
         if waiting.get("reason") in PULL_ERRORS:
-            return container_problem(status, images.get(status.get("name")) or "")
+            image = images.get(status.get("name")) or ""
+            return container_problem(status, image, last_pull_errors.get(image, ""))
         if status.get("name") == MODELS_CONTAINER and (problem := models_problem(status)):
             return problem
     return None
 
 
-def pod_problem(pod: Obj, endpoint: Obj) -> Problem | None:
-    """Why a worker pod cannot take jobs, if it is not just starting."""
-    if problem := unschedulable(pod, endpoint) or _init_problem(pod):
+def pod_problem(
+    pod: Obj, endpoint: Obj, last_pull_errors: Mapping[str, str] | None = None
+) -> Problem | None:
+    """Why a worker pod cannot take jobs, if it is not just starting; `last_pull_errors`:
+    the registry's last answers by image (`pull_errors`)."""
+    last_pull_errors = last_pull_errors or {}
+    if problem := unschedulable(pod, endpoint) or _init_problem(pod, last_pull_errors):
         return problem
     containers = (pod.get("spec") or {}).get("containers") or []
     images = {c.get("name"): c.get("image", "") for c in containers}
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
         image = images.get(status.get("name")) or status.get("image", "")
-        if problem := container_problem(status, image):
+        if problem := container_problem(status, image, last_pull_errors.get(image, "")):
             return problem
     return None
 
@@ -164,11 +189,17 @@ def _ready(pod: Obj) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
-def pod_states(pods: Iterable[Obj], endpoint: Obj, routed: Collection[str] = ()) -> PodStates:
+def pod_states(
+    pods: Iterable[Obj],
+    endpoint: Obj,
+    routed: Collection[str] = (),
+    last_pull_errors: Mapping[str, str] | None = None,
+) -> PodStates:
     """Worker states of an endpoint's pods (those being deleted do not count). Ready pods
     are the gateway's idle/running; others are initializing unless a problem shows, but
     for `routed` ones (load-balancing workers the gateways poll: their health is theirs to
-    count, `initializing` included)."""
+    count, `initializing` included). `last_pull_errors`: the registry's last answers by
+    image (`pull_errors`), named while pulls back off."""
     counts = {"initializing": 0, "throttled": 0, "unhealthy": 0}
     problems: list[Problem] = []
     seen = fetching = 0
@@ -178,7 +209,7 @@ def pod_states(pods: Iterable[Obj], endpoint: Obj, routed: Collection[str] = ())
         seen += 1
         if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             continue
-        problem = pod_problem(pod, endpoint)
+        problem = pod_problem(pod, endpoint, last_pull_errors)
         if problem is not None:
             counts[problem.state] += 1
             problems.append(problem)

@@ -57,7 +57,7 @@ from lockgate.kube.deployment_pool import DeploymentPool
 from lockgate.kube.events import endpoint_event
 from lockgate.kube.lb_pods import LbPods, wanted_workers
 from lockgate.kube.manifests import EXTERNAL_SCALER, Owner
-from lockgate.kube.podstates import pod_starts, pod_states
+from lockgate.kube.podstates import pod_starts, pod_states, pull_errors
 from lockgate.kube.status import METRICS_AVAILABLE, Check, shows
 from lockgate.kube.watched import ENDPOINT_LABEL, WORKERS
 from lockgate.models import EndpointType
@@ -190,6 +190,8 @@ class ScalingLoop:
         self.clock = clock
         self.scalers: dict[str, Autoscaler] = {}
         self.pods_seen: dict[str, set[str]] = {}  # endpoint -> its pods at the last tick
+        # endpoint -> image -> the registry's last answer to a failed pull (kube.podstates)
+        self.pull_errors: dict[str, dict[str, str]] = {}
         self.wakeup = asyncio.Event()  # set: tick now instead of at the next interval
         self.busy: dict[str, asyncio.Task] = {}  # endpoint -> its decision being applied
         self.resting = False  # the last tick found every endpoint at rest
@@ -437,6 +439,8 @@ class ScalingLoop:
             del self.scalers[gone]
         for gone in set(self.pods_seen) - ours:
             del self.pods_seen[gone]
+        for gone in set(self.pull_errors) - ours:
+            del self.pull_errors[gone]
         if self._lb_pods is not None:
             self._lb_pods.forget(ours)
         for gone in set(self.ctx.scaling) - ours:
@@ -609,7 +613,9 @@ class ScalingLoop:
         the Endpoint: on a change, an Event; True when the status needs a refresh. A
         load-balancing endpoint's routed pods are counted by the gateways' health polls."""
         routed = wanted_workers(pods) if load_balanced(entry) else {}
-        states = pod_states(pods, entry, routed)
+        if failed := pull_errors(pods):
+            self.pull_errors.setdefault(owner.name, {}).update(failed)
+        states = pod_states(pods, entry, routed, self.pull_errors.get(owner.name))
         await self.ctx.jobs.report_worker_states(
             owner.name, initializing=states.initializing, throttled=states.throttled,
             unhealthy=states.unhealthy,
