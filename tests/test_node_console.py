@@ -226,6 +226,50 @@ def test_the_cli_manages_endpoints_runs_jobs_and_reads_logs_on_the_cluster(
     assert pod in lines and job["id"] in lines
 
 
+def test_create_from_an_image_with_a_secret_reference_on_the_cluster(
+    release: Release, page, manage: Manage
+) -> None:
+    """The console on a cluster offers a variable read from a Secret's key: the template
+    gets `secretEnv`, the worker Deployment a `secretKeyRef` (issue 34 item 7)."""
+    page.goto(f"{manage.url}/console/")
+    page.get_by_label("Admin API key").fill(ADMIN_KEY)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(re.compile(r"#/endpoints$"))
+    page.goto(f"{manage.url}/console/#/new")
+    page.get_by_label("Endpoint id").fill("with-secret")
+    page.get_by_label("Name", exact=True).fill("With a secret")
+    page.get_by_label("A container image").check()
+    page.get_by_label("Container image", exact=True).fill("registry.example.com/worker:1")
+    page.get_by_label("Variable 1 name").fill("HF_TOKEN")
+    page.get_by_label("Variable 1 from").select_option("secret")
+    page.get_by_label("Variable 1 Secret/key").fill("hf-token/token")
+    screenshot(page, "create-secret-env-node")
+    page.get_by_role("button", name="Create endpoint").click()
+    page.wait_for_url(re.compile(r"#/endpoints/with-secret"), timeout=60_000)
+    record = manage.http.get(f"{manage.url}/v1/endpoints/with-secret", timeout=30).json()
+    template = manage.http.get(f"{manage.url}/v1/templates/{record['templateId']}", timeout=30)
+    assert template.json()["secretEnv"] == {"HF_TOKEN": {"name": "hf-token", "key": "token"}}
+
+    def worker_env() -> list:
+        out = release.node.kubectl("-n", USER_NAMESPACE, "get", "deployment",
+                                   "with-secret-workers", "-o", "json", check=False)  # fmt: skip
+        if not out:
+            return []
+        return json.loads(out)["spec"]["template"]["spec"]["containers"][0]["env"]
+
+    env = wait_until(worker_env, "the worker Deployment", 60)
+    ref = {"secretKeyRef": {"name": "hf-token", "key": "token"}}
+    assert {"name": "HF_TOKEN", "valueFrom": ref} in env
+    deleted = manage.http.delete(f"{manage.url}/v1/endpoints/with-secret", timeout=30)
+    assert deleted.status_code == 204, deleted.text
+    template_url = f"{manage.url}/v1/templates/{record['templateId']}"
+    wait_until(  # 409 while the Endpoint is still being deleted
+        lambda: manage.http.delete(template_url, timeout=30).status_code in (204, 404),
+        "the template deleted",
+        60,
+    )
+
+
 MISSING = "localhost/lockgate-test/no-such-image:404"
 
 

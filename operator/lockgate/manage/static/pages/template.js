@@ -13,17 +13,37 @@ export function words(text) {
   return out;
 }
 
-/** Key/value rows for environment variables: {element, pairs()}. */
-export function envRows(initial = []) {
-  const rows = h("div", {class: "env-rows"});
+export const SECRET = "secret";  // an env row whose value is a Secret's key ("name/key")
+export const DEV_SECRETS_NOTE = "Secret references are read from Kubernetes Secrets on a cluster; dev mode has none, so plain values only.";
+
+/**
+ * Rows for environment variables: {element, pairs(), variables()}. A row is a plain value
+ * or, with `secrets`, a Secret's key written "secret-name/key" (the Template's `secretEnv`).
+ * `initial`: [[name, value]] and, for Secret rows, [[name, {name, key}]].
+ */
+export function envRows(initial = [], {secrets = false} = {}) {
+  const rows = h("div", {class: "env-rows", dataset: {field: "secretEnv"}});
   let n = 0;
   const add = (focus = true, [k, v] = ["", ""]) => {
     const i = n++;
+    const fromSecret = typeof v === "object" && v !== null;
     const key = h("input", {type: "text", id: `env-key-${i}`, class: "env-key", spellcheck: "false", autocomplete: "off", value: k});
-    const value = h("input", {type: "text", id: `env-value-${i}`, class: "env-value", spellcheck: "false", autocomplete: "off", value: v});
-    const row = h("div", {class: "env-row"},
+    const value = h("input", {type: "text", id: `env-value-${i}`, class: "env-value", spellcheck: "false", autocomplete: "off",
+      value: fromSecret ? `${v.name}/${v.key}` : v});
+    const valueLabel = h("label", {for: value.id});
+    const source = h("select", {id: `env-source-${i}`, class: "env-source"},
+      h("option", {value: ""}, "value"), h("option", {value: SECRET, selected: fromSecret}, "Secret key"));
+    const relabel = () => {
+      const secret = source.value === SECRET;
+      valueLabel.textContent = secret ? `Variable ${i + 1} Secret/key` : `Variable ${i + 1} value`;
+      value.placeholder = secret ? "secret-name/key" : "";
+    };
+    source.addEventListener("change", relabel);
+    relabel();
+    const row = h("div", {class: `env-row${secrets ? " with-source" : ""}`},
       h("div", {}, h("label", {for: key.id}, `Variable ${i + 1} name`), key),
-      h("div", {}, h("label", {for: value.id}, `Variable ${i + 1} value`), value),
+      secrets ? h("div", {}, h("label", {for: source.id}, `Variable ${i + 1} from`), source) : null,
+      h("div", {}, valueLabel, value),
       h("button", {type: "button", class: "small", "aria-label": `Remove variable ${i + 1}`,
         onclick: () => { row.remove(); rows.dispatchEvent(new Event("input", {bubbles: true})); }}, "Remove"));
     rows.append(row);
@@ -31,21 +51,34 @@ export function envRows(initial = []) {
   };
   if (initial.length) initial.forEach((pair) => add(false, pair));
   else add(false);
-  const pairs = () => [...rows.querySelectorAll(".env-row")]
-    .map((r) => [r.querySelector(".env-key").value, r.querySelector(".env-value").value]);
-  return {element: h("div", {}, rows, h("button", {type: "button", onclick: () => add()}, "Add variable")), pairs};
+  const read = () => [...rows.querySelectorAll(".env-row")].map((r) => [
+    r.querySelector(".env-key").value.trim(), r.querySelector(".env-value").value,
+    r.querySelector(".env-source")?.value === SECRET]).filter(([k]) => k);
+  /** {env, secretEnv}: plain values, and Secret keys ("name/key" split at its first /). */
+  const variables = () => {
+    const env = {}, secretEnv = {};
+    for (const [k, v, secret] of read()) {
+      if (!secret) { env[k] = v; continue; }
+      const [name, ...rest] = v.trim().split("/");
+      secretEnv[k] = {name, key: rest.join("/")};
+    }
+    return {env, secretEnv};
+  };
+  const pairs = () => read().filter(([, , secret]) => !secret).map(([k, v]) => [k, v]);
+  return {element: h("div", {}, rows, h("button", {type: "button", onclick: () => add()}, "Add variable")), pairs, variables};
 }
 
 
 const NONE = "";
 
 /** The template payload (POST /v1/templates) for the image settings the inputs say. */
-export function templatePayload({name, imageName, dockerStartCmd, dockerEntrypoint, ports, env, containerDiskInGb, containerRegistryAuthId}) {
+export function templatePayload({name, imageName, dockerStartCmd, dockerEntrypoint, ports, env, secretEnv = {}, containerDiskInGb, containerRegistryAuthId}) {
   const out = {name, imageName: imageName.trim(), isServerless: true};
   out.dockerStartCmd = words(dockerStartCmd);
   out.dockerEntrypoint = words(dockerEntrypoint);
   out.ports = ports.split(",").map((p) => p.trim()).filter(Boolean);
   out.env = Object.fromEntries(env.filter(([k]) => k.trim()).map(([k, v]) => [k.trim(), v]));
+  if (Object.keys(secretEnv).length) out.secretEnv = secretEnv;
   out.containerDiskInGb = containerDiskInGb === "" ? containerDiskInGb : Number(containerDiskInGb);
   if (containerRegistryAuthId) out.containerRegistryAuthId = containerRegistryAuthId;
   return out;
@@ -95,7 +128,7 @@ export function workerSource(templateField, {devMode = false} = {}) {
     containerRegistryAuthId: credentialSelect(),
     networkVolumeId: listSelect("networkVolumeId", "/v1/networkvolumes", (v) => `${v.name} (${v.size} GiB)`),
   };
-  const env = envRows();
+  const env = envRows([], {secrets: !devMode});
   const field = (el, label, hint) => {
     if (hint) el.setAttribute("aria-describedby", `${el.id}-hint`);
     return h("div", {class: "field", dataset: {field: el.id}}, h("label", {for: el.id}, label), el,
@@ -113,7 +146,8 @@ export function workerSource(templateField, {devMode = false} = {}) {
       field(inputs.containerDiskInGb, "Container disk (GiB)"),
       field(inputs.containerRegistryAuthId, "Registry credential"),
       field(inputs.networkVolumeId, "Network volume", "Mounted at /runpod-volume in every worker.")),
-    h("fieldset", {dataset: {field: "env"}}, h("legend", {}, "Environment variables"), env.element));
+    h("fieldset", {dataset: {field: "env"}}, h("legend", {}, "Environment variables"),
+      devMode ? h("p", {class: "hint dev-mode-note"}, DEV_SECRETS_NOTE) : null, env.element));
   const chosen = () => radios.find(([r]) => r.checked)[0].value;
   const apply = () => {
     imageFields.hidden = chosen() !== "image";
@@ -126,7 +160,8 @@ export function workerSource(templateField, {devMode = false} = {}) {
       radios.map(([r, label]) => h("label", {class: "inline", for: r.id}, r, label))),
     templateField, imageFields);
   const image = () => chosen() !== "image" ? null : {
-    template: (name) => templatePayload({name, env: env.pairs(), containerRegistryAuthId: inputs.containerRegistryAuthId.value,
+    template: (name) => templatePayload({name, env: env.pairs(), secretEnv: env.variables().secretEnv,
+      containerRegistryAuthId: inputs.containerRegistryAuthId.value,
       ...Object.fromEntries(["imageName", "dockerStartCmd", "dockerEntrypoint", "ports", "containerDiskInGb"].map((k) => [k, inputs[k].value]))}),
     networkVolumeId: inputs.networkVolumeId.value || null,
   };

@@ -1,11 +1,11 @@
 // The Templates pages: #/templates lists /v1/templates (name, image, how many endpoints use
 // each), #/templates/{id} edits one (PATCH) or deletes it (DELETE: 409 names the endpoints
 // that use it, shown as the API says it).
-import {api} from "../api.js";
+import {about, api} from "../api.js";
 import {errorBox, h, replace, toast} from "../dom.js";
 import {markInvalid} from "./form.js";
 import {useStyles} from "./health.js";
-import {credentialSelect, envRows, words} from "./template.js";
+import {credentialSelect, DEV_SECRETS_NOTE, envRows, words} from "./template.js";
 
 /** Endpoint ids by the templateId they use: {templateId: [id, …]}. */
 export function usersByTemplate(endpoints) {
@@ -58,9 +58,9 @@ function joined(list) {
 
 export async function renderOne(view, ctx) {
   const id = ctx.params.id;
-  const [t, endpoints] = await Promise.all([
+  const [t, endpoints, info] = await Promise.all([
     api(`/v1/templates/${encodeURIComponent(id)}`, {signal: ctx.signal}),
-    api("/v1/endpoints", {signal: ctx.signal})]);
+    api("/v1/endpoints", {signal: ctx.signal}), about()]);
   const users = usersByTemplate(endpoints)[id] || [];
   const inputs = Object.fromEntries(FIELDS.map(([name, , kind]) => {
     if (kind === "credential") return [name, credentialSelect(t[name] || "")];
@@ -69,10 +69,12 @@ export async function renderOne(view, ctx) {
       spellcheck: "false", autocomplete: "off"})];
   }));
   const readme = h("textarea", {id: "readme", name: "readme", rows: 3}, t.readme || "");
-  const env = envRows(Object.entries(t.env || {}));
+  const secretEnv = Object.entries(t.secretEnv || {});
+  const secrets = info.mode !== "dev" || secretEnv.length > 0;  // dev mode has no Secrets
+  const env = envRows([...Object.entries(t.env || {}), ...secretEnv], {secrets});
   const status = h("div", {"aria-live": "assertive"});
   const body = () => {
-    const out = {readme: readme.value, env: Object.fromEntries(env.pairs().filter(([k]) => k.trim()).map(([k, v]) => [k.trim(), v]))};
+    const out = {readme: readme.value, ...env.variables()};
     for (const [name, , kind] of FIELDS) {
       const value = inputs[name].value;
       out[name] = kind === "words" ? words(value) : kind === "list" ? value.split(",").map((s) => s.trim()).filter(Boolean)
@@ -95,7 +97,8 @@ export async function renderOne(view, ctx) {
   }},
   h("div", {class: "grid"}, FIELDS.map(([name, label, , hint]) => h("div", {class: "field", dataset: {field: name}},
     h("label", {for: name}, label), inputs[name], hint ? h("p", {class: "hint"}, hint) : null))),
-  h("fieldset", {dataset: {field: "env"}}, h("legend", {}, "Environment variables"), env.element),
+  h("fieldset", {dataset: {field: "env"}}, h("legend", {}, "Environment variables"),
+    secrets ? null : h("p", {class: "hint dev-mode-note"}, DEV_SECRETS_NOTE), env.element),
   h("div", {class: "field", dataset: {field: "readme"}}, h("label", {for: "readme"}, "Readme"), readme),
   users.length ? h("p", {class: "hint"}, `Saving rolls the workers of ${users.join(", ")} (queued jobs wait, jobs in hand finish).`) : null,
   status, h("div", {class: "row"}, h("button", {type: "submit", class: "primary"}, "Save"), h("a", {href: "#/templates"}, "All templates")));
