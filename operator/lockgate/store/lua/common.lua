@@ -86,22 +86,28 @@ end
 -- worker, told to stop, exited before running it). Written by the scripts that take and
 -- end jobs: no round trip of its own.
 local ATTEMPTS_KEPT = 10
--- `raw`: the record's `ah` as read by the caller.
-local function attempt_taken(id, raw, worker, now)
+-- The attempt history `raw` (the record's `ah` as the caller read it) with a take by
+-- `worker` at `now`, for the caller's own write of the record.
+local function with_take(raw, worker, now)
   local list = raw and cjson.decode(raw) or {}
   list[#list + 1] = {w = worker, t = now}
   while #list > ATTEMPTS_KEPT do table.remove(list, 1) end
-  redis.call('HSET', jkey(id), 'ah', cjson.encode(list))
+  return cjson.encode(list)
 end
--- End the job's newest attempt, if it is still open.
-local function attempt_ended(id, now, how)
-  local raw = redis.call('HGET', jkey(id), 'ah')
-  if not raw then return end
+-- The attempt history `raw` with its newest attempt ended at `now` as `how`; nil when it
+-- has no open attempt (nothing to write).
+local function with_end(raw, now, how)
+  if not raw then return nil end
   local list = cjson.decode(raw)
   local last = list[#list]
-  if last.e then return end
+  if not last or last.e then return nil end
   last.e, last.o = now, how
-  redis.call('HSET', jkey(id), 'ah', cjson.encode(list))
+  return cjson.encode(list)
+end
+-- End the job's newest attempt, if it is still open (a requeue: no read of its own).
+local function attempt_ended(id, now, how)
+  local ended = with_end(redis.call('HGET', jkey(id), 'ah'), now, how)
+  if ended then redis.call('HSET', jkey(id), 'ah', ended) end
 end
 
 -- The field counting a job that ended in each final state in its history interval.
@@ -112,10 +118,14 @@ local ENDED = {COMPLETED = 'c', FAILED = 'f', TIMED_OUT = 't', CANCELLED = 'k'}
 -- and `/status?wait=` on a job it marked watched).
 local function finalize(ep, id, status, now, worker, sync, ret_run, ret_sync, extra)
   local jk = jkey(id)
-  local f = redis.call('HMGET', jk, 'st', 'cr', 'tl', 'wh', 'wt', 'sa')
-  if f[1] == 'IN_PROGRESS' then attempt_ended(id, now, status) end
+  local f = redis.call('HMGET', jk, 'st', 'cr', 'tl', 'wh', 'wt', 'sa', 'ah')
+  local ended = f[1] == 'IN_PROGRESS' and with_end(f[7], now, status) or nil
   reindex(id, f[1], status)
-  redis.call('HSET', jk, 'st', status, 'fi', now, unpack(extra))
+  if ended then  -- the attempt's end rides on the state's write
+    redis.call('HSET', jk, 'st', status, 'fi', now, 'ah', ended, unpack(extra))
+  else
+    redis.call('HSET', jk, 'st', status, 'fi', now, unpack(extra))
+  end
   redis.call('HDEL', jk, 'pg')  -- progress is shown while running only
   redis.call('ZREM', P .. 'run', id)
   if worker then redis.call('SREM', P .. 'wj:' .. worker, id) end

@@ -28,10 +28,10 @@ for _, q in ipairs({P .. 'q', P .. 'ql'}) do
     elseif f[1] == 'IN_QUEUE' and tonumber(f[5]) + tonumber(f[6]) > now then
       count_queued(id, -1, #f[2])
       reindex(id, 'IN_QUEUE', 'IN_PROGRESS')
-      redis.call('HSET', jk, 'st', 'IN_PROGRESS', 'sa', now, 'wk', worker)
+      redis.call('HSET', jk, 'st', 'IN_PROGRESS', 'sa', now, 'wk', worker,
+        'ah', with_take(f[8], worker, now))
       redis.call('PEXPIREAT', jk, tonumber(f[5]) + tonumber(f[6]) + RUNNING_GRACE)
       redis.call('HINCRBY', jk, 'at', 1)
-      attempt_taken(id, f[8], worker, now)
       count_interval(now, 'd' .. delay_bucket(now - (tonumber(f[7]) or now)))
       redis.call('ZADD', P .. 'run', now + (tonumber(f[4]) or det), id)
       redis.call('SADD', P .. 'wj:' .. worker, id)
