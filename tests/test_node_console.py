@@ -245,7 +245,10 @@ def test_create_from_an_image_with_a_secret_reference_on_the_cluster(
     page.get_by_label("Variable 1 Secret/key").fill("hf-token/token")
     screenshot(page, "create-secret-env-node")
     page.get_by_role("button", name="Create endpoint").click()
-    page.wait_for_url(re.compile(r"#/endpoints/with-secret"), timeout=60_000)
+    # the page follows the new endpoint: "Creating with-secret", then "Created" once Ready
+    expect(page.get_by_role("heading", level=1)).to_have_text(
+        re.compile(r"^Creat(ing|ed) with-secret$"), timeout=60_000
+    )
     record = manage.http.get(f"{manage.url}/v1/endpoints/with-secret", timeout=30).json()
     template = manage.http.get(f"{manage.url}/v1/templates/{record['templateId']}", timeout=30)
     assert template.json()["secretEnv"] == {"HF_TOKEN": {"name": "hf-token", "key": "token"}}
