@@ -6,6 +6,7 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Protocol
 
 import requests
 
@@ -36,8 +37,15 @@ def screenshot(tab, name: str) -> Path:
 NETWORK_CHANGED = "net::ERR_NETWORK_CHANGED"
 
 
-def sign_in(tab, dev: DevProcess, key: str | None = None) -> None:
-    """Open the console and sign in with `key` (default: the dev API key). A load the
+class Served(Protocol):
+    """Whatever serves the console: `lockgate dev`, or `lockgate manage` on a cluster."""
+
+    url: str
+
+
+def sign_in(tab, dev: DevProcess | Served, key: str | None = None) -> None:
+    """Open the console `dev` serves and sign in with `key` (default: `lockgate dev`'s API
+    key, so a `Served` console needs one). A load the
     host's network change aborted is done again by the tab itself (`watched_tab`); the page
     is also loaded again (at most twice) when the form is not there within 15 s, and what
     the page held is printed, so a run says what happened; a console that never shows the
@@ -51,7 +59,7 @@ def sign_in(tab, dev: DevProcess, key: str | None = None) -> None:
         except Exception as err:  # playwright's TimeoutError
             print(f"sign_in: no form after 15 s (load {attempt + 1}): {err}; "
                   f"page: {tab.content()[:800]!r}; problems: {tab.problems}")  # fmt: skip
-    field.fill(key if key is not None else dev.key)
+    field.fill(key if key is not None else dev.key)  # type: ignore[union-attr]
     tab.get_by_role("button", name="Sign in").click()
 
 

@@ -25,7 +25,7 @@ import pytest
 import requests
 from playwright.sync_api import expect
 
-from console_browser import assert_clean, screenshot
+from console_browser import assert_clean, screenshot, sign_in
 from node_release import (
     REPO,
     USER_NAMESPACE,
@@ -140,9 +140,7 @@ def test_follow_streams_a_pods_new_line(manage: Manage, pod: str) -> None:
 
 def test_the_console_shows_the_pods_log_lines(page, manage: Manage, pod: str) -> None:
     job = manage.runsync("echo", {"from": "console"})
-    page.goto(f"{manage.url}/console/")
-    page.get_by_label("Admin API key").fill(ADMIN_KEY)
-    page.get_by_role("button", name="Sign in").click()
+    sign_in(page, manage, ADMIN_KEY)
     page.wait_for_url(re.compile(r"#/endpoints$"))
     # the Endpoints page shows the worker pod's state (a live worker: running or idle)
     row = page.locator('tr[data-endpoint="echo"]')
@@ -231,9 +229,7 @@ def test_create_from_an_image_with_a_secret_reference_on_the_cluster(
 ) -> None:
     """The console on a cluster offers a variable read from a Secret's key: the template
     gets `secretEnv`, the worker Deployment a `secretKeyRef` (issue 34 item 7)."""
-    page.goto(f"{manage.url}/console/")
-    page.get_by_label("Admin API key").fill(ADMIN_KEY)
-    page.get_by_role("button", name="Sign in").click()
+    sign_in(page, manage, ADMIN_KEY)
     page.wait_for_url(re.compile(r"#/endpoints$"))
     page.goto(f"{manage.url}/console/#/new")
     page.get_by_label("Endpoint id").fill("with-secret")

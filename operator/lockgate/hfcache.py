@@ -34,13 +34,11 @@ def hub_dir(root: Path) -> Path:
     return root / CACHE_DIR / "hub"
 
 
-def cache_env(root: Path) -> dict[str, str]:
-    """Worker env that makes `huggingface_hub` read the cache under `root`, offline."""
-    return {
-        "HF_HOME": str(root / CACHE_DIR),
-        "HF_HUB_CACHE": str(hub_dir(root)),
-        "HF_HUB_OFFLINE": "1",
-    }
+def cache_env(root: Path, *, offline: bool = True) -> dict[str, str]:
+    """Env that makes `huggingface_hub` use the cache under `root`: a worker's reads it
+    offline; the download's (`offline=False`) fills it."""
+    env = {"HF_HOME": str(root / CACHE_DIR), "HF_HUB_CACHE": str(hub_dir(root))}
+    return {**env, "HF_HUB_OFFLINE": "1"} if offline else env
 
 
 class ModelFetchFailed(Exception):

@@ -546,6 +546,11 @@ def _models_env(spec: EndpointSpec) -> dict[str, str]:
     return cache_env(Path(VOLUME_MOUNT_PATH)) if spec.modelReferences else {}
 
 
+def network_volume_mount() -> Obj:
+    """Where a container sees the endpoint's network volume: /runpod-volume, whole."""
+    return {"name": NETWORK_VOLUME, "mountPath": VOLUME_MOUNT_PATH}
+
+
 def network_volume(spec: EndpointSpec) -> Obj:
     """The endpoint's network volume: the PersistentVolumeClaim named by its id."""
     claim = {"claimName": spec.networkVolumeId}
@@ -619,10 +624,7 @@ def models_fetch_container(
     """The init container that downloads the endpoint's `modelReferences` (lockgate's own
     image, `lockgate fetch-models`) before the worker starts: the pod waits initializing;
     a failure names the reference and the hub's answer in its termination message."""
-    fetch_env = {
-        **settings.models_env,
-        **{k: v for k, v in cache_env(Path(VOLUME_MOUNT_PATH)).items() if k != "HF_HUB_OFFLINE"},
-    }
+    fetch_env = {**settings.models_env, **cache_env(Path(VOLUME_MOUNT_PATH), offline=False)}
     container: Obj = {
         "name": MODELS_CONTAINER,
         "image": settings.models_image,
@@ -638,7 +640,7 @@ def models_fetch_container(
         # as root without capabilities (hostPath makes the pod `privileged` for Pod Security).
         container["securityContext"] = {"runAsUser": 0, "runAsNonRoot": False, **LOCKED, **SECCOMP}
     else:  # the network volume, as the worker's own user (fsGroup owns the claim)
-        container["volumeMounts"] = [{"name": NETWORK_VOLUME, "mountPath": VOLUME_MOUNT_PATH}]
+        container["volumeMounts"] = [network_volume_mount()]
         container["securityContext"] = container_security_context(template)
     return container
 
@@ -720,7 +722,7 @@ def worker_container(
     if template.modelUrl:
         mounts.append({"name": "model-cache", "mountPath": MODEL_DIR, "readOnly": True})
     if spec.networkVolumeId:
-        mounts.append({"name": NETWORK_VOLUME, "mountPath": VOLUME_MOUNT_PATH})
+        mounts.append(network_volume_mount())
     mounts += models_mount(spec, read_only=True)
     container["volumeMounts"] = mounts
     container["securityContext"] = container_security_context(template)

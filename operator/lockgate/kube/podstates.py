@@ -141,9 +141,14 @@ def downloading(pod: Obj) -> bool:
     return False
 
 
+def _images(pod: Obj, kind: str) -> dict[str, str]:
+    """Each container's image by name, of the pod spec's `kind` (containers or
+    initContainers)."""
+    return {c.get("name"): c.get("image", "") for c in (pod.get("spec") or {}).get(kind) or []}
+
+
 def _init_problem(pod: Obj, last_pull_errors: Mapping[str, str]) -> Problem | None:
-    containers = (pod.get("spec") or {}).get("initContainers") or []
-    images = {c.get("name"): c.get("image", "") for c in containers}
+    images = _images(pod, "initContainers")
     for status in (pod.get("status") or {}).get("initContainerStatuses") or []:
         waiting = (status.get("state") or {}).get("waiting") or {}
         if waiting.get("reason") in PULL_ERRORS:
@@ -162,8 +167,7 @@ def pod_problem(
     last_pull_errors = last_pull_errors or {}
     if problem := unschedulable(pod, endpoint) or _init_problem(pod, last_pull_errors):
         return problem
-    containers = (pod.get("spec") or {}).get("containers") or []
-    images = {c.get("name"): c.get("image", "") for c in containers}
+    images = _images(pod, "containers")
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
         image = images.get(status.get("name")) or status.get("image", "")
         if problem := container_problem(status, image, last_pull_errors.get(image, "")):

@@ -17,7 +17,7 @@ export const SECRET = "secret";  // an env row whose value is a Secret's key ("n
 export const DEV_SECRETS_NOTE = "Secret references are read from Kubernetes Secrets on a cluster; dev mode has none, so plain values only.";
 
 /**
- * Rows for environment variables: {element, pairs(), variables()}. A row is a plain value
+ * Rows for environment variables: {element, variables()}. A row is a plain value
  * or, with `secrets`, a Secret's key written "secret-name/key" (the Template's `secretEnv`).
  * `initial`: [[name, value]] and, for Secret rows, [[name, {name, key}]].
  */
@@ -64,20 +64,20 @@ export function envRows(initial = [], {secrets = false} = {}) {
     }
     return {env, secretEnv};
   };
-  const pairs = () => read().filter(([, , secret]) => !secret).map(([k, v]) => [k, v]);
-  return {element: h("div", {}, rows, h("button", {type: "button", onclick: () => add()}, "Add variable")), pairs, variables};
+  return {element: h("div", {}, rows, h("button", {type: "button", onclick: () => add()}, "Add variable")), variables};
 }
 
 
 const NONE = "";
 
-/** The template payload (POST /v1/templates) for the image settings the inputs say. */
-export function templatePayload({name, imageName, dockerStartCmd, dockerEntrypoint, ports, env, secretEnv = {}, containerDiskInGb, containerRegistryAuthId}) {
+/** The template payload (POST /v1/templates) for the image settings the inputs say;
+ * `env` and `secretEnv` as `envRows(…).variables()` gives them. */
+export function templatePayload({name, imageName, dockerStartCmd, dockerEntrypoint, ports, env, secretEnv, containerDiskInGb, containerRegistryAuthId}) {
   const out = {name, imageName: imageName.trim(), isServerless: true};
   out.dockerStartCmd = words(dockerStartCmd);
   out.dockerEntrypoint = words(dockerEntrypoint);
   out.ports = ports.split(",").map((p) => p.trim()).filter(Boolean);
-  out.env = Object.fromEntries(env.filter(([k]) => k.trim()).map(([k, v]) => [k.trim(), v]));
+  out.env = env;
   if (Object.keys(secretEnv).length) out.secretEnv = secretEnv;
   out.containerDiskInGb = containerDiskInGb === "" ? containerDiskInGb : Number(containerDiskInGb);
   if (containerRegistryAuthId) out.containerRegistryAuthId = containerRegistryAuthId;
@@ -160,7 +160,7 @@ export function workerSource(templateField, {devMode = false} = {}) {
       radios.map(([r, label]) => h("label", {class: "inline", for: r.id}, r, label))),
     templateField, imageFields);
   const image = () => chosen() !== "image" ? null : {
-    template: (name) => templatePayload({name, env: env.pairs(), secretEnv: env.variables().secretEnv,
+    template: (name) => templatePayload({name, ...env.variables(),
       containerRegistryAuthId: inputs.containerRegistryAuthId.value,
       ...Object.fromEntries(["imageName", "dockerStartCmd", "dockerEntrypoint", "ports", "containerDiskInGb"].map((k) => [k, inputs[k].value]))}),
     networkVolumeId: inputs.networkVolumeId.value || null,
