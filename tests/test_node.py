@@ -329,7 +329,7 @@ def test_helm_uninstall_leaves_no_lockgate_object_pod_or_finalizer(release: Rele
     release.node.kubectl("delete", "endpoints.lockgate.dev", "--all", "-A", "--wait")
     release.node.kubectl("delete", "templates.lockgate.dev", "--all", "-A", "--wait")
     workers = "app.kubernetes.io/component=worker"
-    try:  # a stopping worker finishes its long-poll first: 60 s was once too short in CI
+    try:  # 60 s was once too short in CI (cause not found: the print below is for that)
         wait_until(lambda: not release.pods(workers, ""), "no worker pod", 150)
     except AssertionError:
         print(release.describe())  # which pod stayed, and the kubelet's events
