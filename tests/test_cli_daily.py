@@ -25,7 +25,9 @@ from tests.devproc import REPO, DevProcess
 
 ECHO = str(REPO / "examples/echo/handler.py")
 RUNPOD_ECHO = str(REPO / "tests/workers/runpod_echo.py")
-SCRUBBED = ("LOCKGATE_URL", "LOCKGATE_API_KEY", "LOCKGATE_JOB_URL", "LOCKGATE_CONFIG")
+SCRUBBED = (
+    "LOCKGATE_URL", "LOCKGATE_API_KEY", "LOCKGATE_JOB_URL", "LOCKGATE_CONFIG", "LOCKGATE_INSECURE",
+)  # fmt: skip
 
 
 def clean_env(config_home: Path, **extra: str) -> dict[str, str]:
@@ -382,8 +384,12 @@ def test_dev_listens_on_lockgate_port_as_the_gateway_does(tmp_path) -> None:
         proc.wait_for(rf"job API http://127\.0\.0\.1:{port}/v2/echo")
 
 
-def test_an_unexpected_error_is_one_line_with_the_debug_hint(monkeypatch, capsys) -> None:
+def test_an_unexpected_error_is_one_line_with_the_debug_hint(monkeypatch, capsys, tmp_path) -> None:
     from lockgate.commands import endpoints
+
+    for name in SCRUBBED:  # not the config file of whoever runs the tests
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LOCKGATE_CONFIG", str(tmp_path / "none.json"))
 
     async def broken(args, api) -> None:
         raise RuntimeError("boom\nsecond line")
@@ -421,7 +427,7 @@ def test_dev_mode_never_replaces_a_config_written_by_login(monkeypatch, tmp_path
          ("http://s", "ks", "http://j")),
         ((None, None), {"LOCKGATE_URL": "http://e", "LOCKGATE_API_KEY": "ke"},
          {"url": "http://s", "key": "ks", "jobUrl": "http://j"}, ("http://e", "ke", "http://e")),
-        (("http://f", "kf"), {"LOCKGATE_URL": "http://e"}, {"key": "ks"},
+        (("http://f", "kf"), {"LOCKGATE_URL": "http://e"}, {"url": "http://f", "key": "ks"},
          ("http://f", "kf", "http://f")),
     ],
 )  # fmt: skip
@@ -435,7 +441,8 @@ def test_flags_win_over_the_environment_which_wins_over_the_file(
         monkeypatch.setenv(name, value)
     if saved:
         clientconfig.save(saved)
-    assert clientconfig.resolve(*flags) == expected
+    management, jobs = clientconfig.target(*flags), clientconfig.target(*flags, jobs=True)
+    assert (management.url, management.key, jobs.url) == expected
 
 
 @pytest.mark.parametrize(

@@ -361,7 +361,7 @@ def _run(args: argparse.Namespace) -> int:
     """Run the command; the expected errors become one line and an exit code."""
     from pydantic import ValidationError
 
-    from lockgate.client import ClientError
+    from lockgate.client import ClientError, NotSent
     from lockgate.store.connection import RedisSettingsError, describe_settings_error
 
     try:
@@ -372,7 +372,7 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     except ClientError as err:
         print(f"lockgate: {one_line(err)}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(err, NotSent) else 1
 
 
 if __name__ == "__main__":

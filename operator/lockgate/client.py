@@ -8,14 +8,17 @@ message is one line that says what to do.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
+from yarl import URL
 
 CONNECT_TIMEOUT_S = 10.0  # to open a connection; a request may then take as long as it needs
 WRONG_KEY = "set --key or LOCKGATE_API_KEY, or run: lockgate login"
+LOOPBACK_NAMES = {"localhost"}  # a name that is this machine (/etc/hosts), as curl treats it
 
 
 class ClientError(Exception):
@@ -25,6 +28,50 @@ class ClientError(Exception):
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+
+
+class NotSent(ClientError):
+    """A request not made, so as not to send the API key where it should not go (exit 2)."""
+
+
+def in_clear(url: str) -> bool:
+    """Whether a request to `url` crosses a network unencrypted: plain http:// to a host
+    that is not this machine. This machine: loopback (127.0.0.0/8, ::1, also IPv4-mapped),
+    `localhost`, and the unspecified 0.0.0.0 and :: (Linux connects them to itself). Any
+    other name may resolve anywhere, so it counts as remote."""
+    try:
+        parsed = URL(url)
+    except (TypeError, ValueError):
+        return False  # not a usable URL: the request fails on its own, sending nothing
+    if (parsed.scheme or "").lower() != "http":
+        return False  # https, or a scheme aiohttp refuses before connecting
+    host = (parsed.host or "").lower().rstrip(".")
+    if host in LOOPBACK_NAMES:
+        return False
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return True
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
+        ip = ip.ipv4_mapped
+    return not (ip.is_loopback or ip.is_unspecified)
+
+
+def in_clear_refused(url: str) -> str:
+    """The one line of a key kept from a plain-HTTP URL, naming the way past it."""
+    return (
+        f"not sending the API key in clear to {url} (plain http:// to a host that is not "
+        "this machine): use https://, or add --insecure (LOCKGATE_INSECURE=1) if the "
+        "network to it is trusted"
+    )
+
+
+def key_withheld(url: str, saved_url: str) -> str:
+    """The one line of a saved key kept from a URL of another origin."""
+    return (
+        f"the saved API key is for {saved_url}, not {url}: give --key or LOCKGATE_API_KEY, "
+        f"or run: lockgate login --url {url} --key KEY"
+    )
 
 
 def where_to_set(url: str) -> str:

@@ -4,6 +4,9 @@
 admin key), unless the file was written by `lockgate login`. It lives in
 `$LOCKGATE_CONFIG`, else `$XDG_CONFIG_HOME/lockgate/config.json`, else
 `~/.config/lockgate/config.json`, mode 0600 (it holds a key).
+
+Its key is tied to its URL's origin: a command sent elsewhere (another `--url` or
+`LOCKGATE_URL`: scheme, host or port) does not send it (`Target.withheld`).
 """
 
 from __future__ import annotations
@@ -11,7 +14,9 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
+
+from yarl import URL
 
 DEFAULT_URL = "http://127.0.0.1:8080"  # `lockgate dev`'s default
 BY_LOGIN, BY_DEV = "login", "dev"  # `writtenBy`: dev mode never replaces a login's file
@@ -62,16 +67,51 @@ def signed_in_key() -> tuple[str, str] | None:
     return (key, str(config_path())) if isinstance(key, str) and key else None
 
 
-def resolve(
-    url: str | None, key: str | None, job_url: str | None = None
-) -> tuple[str, str | None, str]:
-    """URL, key and job API URL: flags, else LOCKGATE_URL / LOCKGATE_API_KEY /
-    LOCKGATE_JOB_URL, else the config file, else dev mode's default URL and no key."""
+class Target(NamedTuple):
+    """Where one command connects, and the key it sends there."""
+
+    url: str
+    key: str | None
+    withheld: str | None = None  # the saved URL, when its key was kept from `url` (elsewhere)
+    consented: bool = False  # `lockgate login --insecure` accepted plain HTTP to this origin
+
+
+def origin(url: str) -> tuple[str, str, int | None]:
+    """Scheme, host and port (the scheme's default filled in) of `url`, lowercase: what a
+    saved key is tied to. A URL yarl cannot parse is its own origin."""
+    try:
+        parsed = URL(url)
+    except (TypeError, ValueError):
+        return (url, "", None)
+    return ((parsed.scheme or "").lower(), (parsed.host or "").lower(), parsed.port)
+
+
+def saved_origins(saved: dict[str, Any]) -> set[tuple[str, str, int | None]]:
+    """The origins the config file's key may go to: its `url` (else dev mode's default)
+    and its `jobUrl`, which `lockgate login` checked and saved with it."""
+    urls = [saved.get("url") or DEFAULT_URL, saved.get("jobUrl")]
+    return {origin(u) for u in urls if isinstance(u, str) and u}
+
+
+def target(
+    url: str | None, key: str | None, job_url: str | None = None, *, jobs: bool = False
+) -> Target:
+    """Where a command connects (`jobs`: the job API) and with which key. URLs: flags,
+    else LOCKGATE_URL / LOCKGATE_JOB_URL, else the config file, else dev mode's default
+    URL (the saved job API URL goes with the saved URL only). Key: `--key`, else
+    LOCKGATE_API_KEY (both sent wherever the URL says), else the config file's key when the
+    URL has one of its origins (`saved_origins`); for another origin it is withheld."""
     saved = load()
     given = url or os.environ.get("LOCKGATE_URL")
-    url = given or saved.get("url") or DEFAULT_URL
-    key = key or os.environ.get("LOCKGATE_API_KEY") or saved.get("key")
-    # the saved job API URL goes with the saved URL only
-    saved_job_url = None if given else saved.get("jobUrl")
-    job_url = job_url or os.environ.get("LOCKGATE_JOB_URL") or saved_job_url or url
-    return url, key, job_url
+    where = given or saved.get("url") or DEFAULT_URL
+    if jobs:
+        saved_job_url = None if given else saved.get("jobUrl")
+        where = job_url or os.environ.get("LOCKGATE_JOB_URL") or saved_job_url or where
+    if explicit := key or os.environ.get("LOCKGATE_API_KEY"):
+        return Target(where, explicit)
+    saved_key = saved.get("key")
+    if not isinstance(saved_key, str) or not saved_key:
+        return Target(where, None)
+    if origin(where) in saved_origins(saved):
+        return Target(where, saved_key, consented=saved.get("insecure") is True)
+    return Target(where, None, withheld=str(saved.get("url") or DEFAULT_URL))

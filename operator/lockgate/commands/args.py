@@ -19,7 +19,7 @@ def connection() -> argparse.ArgumentParser:
     p.add_argument(
         "--url", default=argparse.SUPPRESS,
         help="lockgate's management API (LOCKGATE_URL, else the config file, else "
-        "http://127.0.0.1:8080, lockgate dev's)",
+        "http://127.0.0.1:8080, lockgate dev's); the config file's key goes to its own URL only",
     )  # fmt: skip
     p.add_argument(
         "--key", default=argparse.SUPPRESS,
@@ -28,6 +28,11 @@ def connection() -> argparse.ArgumentParser:
     p.add_argument(
         "--job-url", default=argparse.SUPPRESS,
         help="the job API, when apart from --url (LOCKGATE_JOB_URL; default: --url)",
+    )  # fmt: skip
+    p.add_argument(
+        "--insecure", action="store_true", default=argparse.SUPPRESS,
+        help="send the key over plain http:// to a host that is not this machine, with a "
+        "warning (LOCKGATE_INSECURE=1); refused without it",
     )  # fmt: skip
     p.add_argument(
         "-o", "--output", choices=FORMATS, default=argparse.SUPPRESS,
@@ -149,7 +154,8 @@ def add_login(sub: argparse._SubParsersAction, lazy: Lazy) -> None:
         "login", help="check a URL and API key and save them for the other commands",
         parents=[connection()],
         description="Check --url and --key against the management API and save them in the "
-        "config file (docs/cli.md#the-config-file), mode 0600.",
+        "config file (docs/cli.md#the-config-file), mode 0600. Plain http:// to a host that "
+        "is not this machine needs --insecure (saved: later commands to it do not ask).",
     )  # fmt: skip
     p.set_defaults(run=lazy("lockgate.commands.login", "login"), client="management")
 

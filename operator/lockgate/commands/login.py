@@ -6,7 +6,8 @@ import argparse
 import sys
 
 from lockgate import clientconfig
-from lockgate.client import ApiClient, ClientError
+from lockgate.client import ApiClient, ClientError, in_clear
+from lockgate.commands.session import insecure
 
 
 async def login(args: argparse.Namespace, api: ApiClient) -> None:
@@ -24,5 +25,8 @@ async def login(args: argparse.Namespace, api: ApiClient) -> None:
     fields = {"url": api.url, "key": api.key, "writtenBy": clientconfig.BY_LOGIN}
     if job_url := getattr(args, "job_url", None):
         fields["jobUrl"] = job_url
+    if insecure(args) and any(in_clear(u) for u in (api.url, job_url) if u):
+        # accepted once for the saved origins: later commands do not ask
+        fields["insecure"] = True
     path = clientconfig.save(fields)
     print(f"logged in to {api.url}{note}; saved in {path}", file=sys.stderr)

@@ -5,34 +5,58 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from lockgate import clientconfig
-from lockgate.client import ApiClient
+from lockgate.client import ApiClient, NotSent, in_clear, in_clear_refused, key_withheld
 from lockgate.output import render
 
 Action = Callable[[argparse.Namespace, ApiClient], Awaitable[int | None]]
+INSECURE_ENV = "LOCKGATE_INSECURE"  # "1": as --insecure, for scripts on a trusted network
 
 
-def management(args: argparse.Namespace) -> ApiClient:
-    """A client of the management API (`--url`)."""
-    url, key, _ = clientconfig.resolve(getattr(args, "url", None), getattr(args, "key", None))
-    return ApiClient(url, key)
+def insecure(args: argparse.Namespace) -> bool:
+    """--insecure, or LOCKGATE_INSECURE=1: the key may go over plain HTTP to another host."""
+    return bool(getattr(args, "insecure", False)) or os.environ.get(INSECURE_ENV) == "1"
 
 
-def job_api(args: argparse.Namespace) -> ApiClient:
-    """A client of the job API (`--job-url`, else `--url`)."""
-    _, key, job_url = clientconfig.resolve(
-        getattr(args, "url", None), getattr(args, "key", None), getattr(args, "job_url", None)
+def sending(target: clientconfig.Target, *, allowed: bool) -> tuple[str | None, str | None]:
+    """Whether `target`'s request may be made: (the refusal, None) or (None, a warning or
+    None). Refused: a saved key kept from another origin (nothing would authenticate), and
+    a key in clear (`in_clear`) unless `allowed` (warned) or consented at login."""
+    if target.withheld:
+        return key_withheld(target.url, target.withheld), None
+    if not target.key or not in_clear(target.url) or target.consented:
+        return None, None
+    if not allowed:
+        return in_clear_refused(target.url), None
+    return None, f"warning: the API key goes in clear to {target.url} (--insecure)"
+
+
+def client_for(args: argparse.Namespace, *, jobs: bool = False) -> ApiClient:
+    """A client of the management API (`--url`), or with `jobs` of the job API
+    (`--job-url`, else `--url`); raises `NotSent` where the key must not go."""
+    target = clientconfig.target(
+        getattr(args, "url", None),
+        getattr(args, "key", None),
+        getattr(args, "job_url", None),
+        jobs=jobs,
     )
-    return ApiClient(job_url, key)
+    refusal, warning = sending(target, allowed=insecure(args))
+    if refusal:
+        raise NotSent(refusal)
+    if warning:
+        print(f"lockgate: {warning}", file=sys.stderr)
+    return ApiClient(target.url, target.key)
 
 
 def run_action(args: argparse.Namespace, action: Action) -> int:
     """Open the client `args.client` names (`management` or `jobs`), await `action` with it,
     close it; the exit code."""
-    client = job_api(args) if getattr(args, "client", "") == "jobs" else management(args)
+    client = client_for(args, jobs=getattr(args, "client", "") == "jobs")
 
     async def go() -> int:
         async with client as api:
