@@ -76,7 +76,7 @@ def meter(dev: Service) -> CpuMeter:
 
 async def redis_memory(dev: Service) -> tuple[int, int]:
     """Redis `used_memory` (INFO memory) and the RSS of the redis-server process."""
-    client = Redis(port=dev.redis_port)
+    client = Redis(port=dev.redis_port, password=dev.redis_password)
     try:
         memory = await client.info("memory")
     finally:

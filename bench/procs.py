@@ -94,6 +94,7 @@ class Service:
     port: int
     log_path: Path
     redis_port: int = 0
+    redis_password: str = ""  # the embedded Redis's (`<data dir>/redis-password`)
     redis_pid: int = 0  # the embedded redis-server; killed if `lockgate dev` has to be killed
 
     @property
@@ -176,6 +177,7 @@ def lockgate_dev(
     service = Service(spawn(command, log_path, env), port, log_path)
     try:
         service.redis_port = int(wait_for(service, r"redis ready on 127\.0\.0\.1:(\d+)")[1])
+        service.redis_password = (data_dir / "redis-password").read_text().strip()
         wait_for(service, r"endpoint '\S+' ready")
         service.redis_pid = next(p for p in children(service.process.pid) if _is_redis(p))
         log(f"lockgate dev '{name}' pid {service.process.pid} on port {port}, {workers} worker(s)")

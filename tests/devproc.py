@@ -24,6 +24,7 @@ class DevProcess:
     def __init__(self, *args: str, data_dir: Path, port: int | None = None, env=None) -> None:
         self.port = port or free_port()
         self.args = [*args, "--port", str(self.port), "--data-dir", str(data_dir)]
+        self.data_dir = data_dir
         # the CLI config dev mode writes goes to the test's folder, never the user's ~/.config
         self.config_home = data_dir / "config"
         self.env = {
@@ -66,6 +67,14 @@ class DevProcess:
                 break
             time.sleep(0.05)
         raise AssertionError(f"no line matching {pattern!r}; output:\n" + "\n".join(self.lines))
+
+    @property
+    def redis_url(self) -> str:
+        """The URL of the embedded Redis, with the password dev mode keeps in its data folder:
+        the port as it prints it ('redis ready on …'), the password from its file."""
+        port = re.search(r"redis ready on 127\.0\.0\.1:(\d+)", self.wait_for("redis ready"))
+        password = (self.data_dir / "redis-password").read_text().strip()
+        return f"redis://:{password}@127.0.0.1:{port.group(1)}/0"
 
     def headers(self) -> dict[str, str]:
         return {"authorization": self.key}

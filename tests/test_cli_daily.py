@@ -185,9 +185,8 @@ def test_options_are_accepted_before_or_after_the_action(dev, bare_env) -> None:
 
 
 def redis_of(dev: DevProcess) -> str:
-    """The URL of dev mode's embedded Redis, as it prints it."""
-    port = re.search(r"redis ready on 127\.0\.0\.1:(\d+)", dev.wait_for("redis ready")).group(1)
-    return f"redis://127.0.0.1:{port}/0"
+    """The URL of dev mode's embedded Redis, its password included."""
+    return dev.redis_url
 
 
 def key_names(redis: str, env: dict[str, str]) -> list[str]:

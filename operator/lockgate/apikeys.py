@@ -17,6 +17,7 @@ import sys
 
 import orjson
 from pydantic import ValidationError
+from redis.exceptions import AuthenticationError as RedisAuthenticationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -215,8 +216,18 @@ def unreachable(settings: RedisSettings) -> str:
     """The one line for a Redis `lockgate keys` cannot reach: which one, and what to set."""
     return (
         f"cannot reach {settings.describe()}: give the running lockgate's Redis with "
-        "--redis-url or LOCKGATE_REDIS_URL (lockgate dev prints it: 'redis ready on …'), or "
+        "--redis-url or LOCKGATE_REDIS_URL (lockgate dev prints it, its password kept in "
+        "<data dir>/redis-password: 'redis ready on …'), or "
         "manage keys over HTTP: the console's Keys page or /v1/keys"
+    )
+
+
+def refused_password(settings: RedisSettings) -> str:
+    """The one line for a Redis that wants another password (or one): where dev mode's is."""
+    return (
+        f"{settings.describe()} refused the connection's password (or needs one): give it in "
+        "--redis-url redis://:PASSWORD@host:port/0; lockgate dev keeps its Redis's in "
+        "<data dir>/redis-password and prints the command ('redis ready on …')"
     )
 
 
@@ -228,6 +239,9 @@ def main(args: argparse.Namespace) -> int:
         asyncio.run(_run(args))
     except KeyCommandError as err:
         print(f"lockgate keys: {err}", file=sys.stderr)
+        return 1
+    except RedisAuthenticationError:  # NOAUTH, WRONGPASS (a ConnectionError in redis-py)
+        print(f"lockgate keys: {refused_password(args.redis)}", file=sys.stderr)
         return 1
     except (RedisConnectionError, RedisTimeoutError, OSError):
         print(f"lockgate keys: {unreachable(args.redis)}", file=sys.stderr)

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
+import dataclasses
 import errno
 import logging
 import os
-import secrets
 import shlex
 import signal
 import sys
@@ -26,6 +25,13 @@ from pydantic import ValidationError
 
 from lockgate import clientconfig
 from lockgate.dev.controlplane import STOP_GRACE_S, LocalControlPlane
+from lockgate.dev.datadir import (
+    REDIS_PASSWORD_FILE,
+    DataDirInUse,
+    claim,
+    kept_secret,
+    make_private,
+)
 from lockgate.dev.launch import HANDLER_SUFFIX
 from lockgate.dev.names import curl_line, endpoint_id_for
 from lockgate.dev.redis_server import EmbeddedRedis
@@ -56,7 +62,7 @@ class DevOptions:
     named: frozenset[str]  # fields the command line names (its flags win over console edits)
     host: str | None  # None: LOCKGATE_HOST, else Settings' default (as `lockgate gateway`)
     port: int | None  # None: LOCKGATE_PORT, else Settings' default
-    api_key: str
+    api_key: str | None  # None: the data dir's, read (or made) once the folder is ours
     data_dir: Path
     redis: RedisSettings | None = None  # an external Redis; None: start the embedded one
 
@@ -110,27 +116,11 @@ async def kill_when(now: asyncio.Event, plane: LocalControlPlane) -> None:
     plane.kill()
 
 
-def secret_in(data_dir: Path, name: str, prefix: str) -> str:
-    """A secret generated once and kept (mode 600) in the data dir, so restarts keep it."""
-    path = data_dir / name
-    if path.exists():
-        return path.read_text().strip()
-    value = prefix + (
-        base64.b64encode(secrets.token_bytes(24)).decode()
-        if prefix == "whsec_"
-        else secrets.token_urlsafe(24)
-    )
-    data_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(value + "\n")
-    path.chmod(0o600)
-    return value
-
-
 def api_key_for(explicit: str | None, data_dir: Path) -> str:
     """--api-key, else $LOCKGATE_API_KEY, else one generated once and kept in the data dir."""
     if explicit or os.environ.get("LOCKGATE_API_KEY"):
         return explicit or os.environ["LOCKGATE_API_KEY"]
-    return secret_in(data_dir, "api-key", "lg_")
+    return kept_secret(data_dir, "api-key", "lg_")
 
 
 def external_redis(redis_url: str | None) -> RedisSettings | None:
@@ -217,7 +207,7 @@ def options(args: argparse.Namespace) -> DevOptions:
         named=named_fields(args),
         host=args.host,
         port=args.port,
-        api_key=api_key_for(args.api_key, data_dir),
+        api_key=args.api_key or os.environ.get("LOCKGATE_API_KEY") or None,
         data_dir=data_dir,
         redis=external_redis(args.redis_url),
     )
@@ -293,7 +283,7 @@ def dev_settings(opts: DevOptions, redis: RedisSettings) -> Settings:
     this Redis, private webhook targets allowed, a webhook secret kept in the data dir
     unless LOCKGATE_WEBHOOK_SECRET is set."""
     flags = {k: v for k, v in {"host": opts.host, "port": opts.port}.items() if v is not None}
-    secret = os.environ.get("LOCKGATE_WEBHOOK_SECRET") or secret_in(
+    secret = os.environ.get("LOCKGATE_WEBHOOK_SECRET") or kept_secret(
         opts.data_dir, "webhook-secret", "whsec_"
     )
     return Settings(
@@ -374,12 +364,42 @@ async def serve(opts: DevOptions, redis: RedisSettings, stop: Stop) -> None:
         await runner.cleanup()
 
 
+def take_data_dir(opts: DevOptions) -> tuple[DevOptions, int]:
+    """Make the data folder this process's (or exit naming the `lockgate dev` that has it,
+    touching nothing of it) and private; the options with the API key, and the lock's
+    descriptor (held for the process's life)."""
+    port = opts.port if opts.port is not None else Settings().port
+    try:
+        lock = claim(opts.data_dir, port)
+    except DataDirInUse as err:
+        raise SystemExit(f"lockgate dev: {err}") from err
+    make_private(opts.data_dir)
+    return dataclasses.replace(opts, api_key=api_key_for(opts.api_key, opts.data_dir)), lock
+
+
+def ready_line(redis: EmbeddedRedis, data_dir: Path) -> str:
+    """Where the embedded Redis listens, and how `lockgate keys` reaches it (its password
+    stays in its file, off the terminal)."""
+    password = data_dir / REDIS_PASSWORD_FILE
+    return (
+        f"redis ready on 127.0.0.1:{redis.port} (append-only, data in {data_dir}, password in "
+        f'{password}): lockgate keys --redis-url "redis://:$(cat {shlex.quote(str(password))})'
+        f'@127.0.0.1:{redis.port}/0"'
+    )
+
+
 async def run(opts: DevOptions) -> int:
+    opts, lock = take_data_dir(opts)
     embedded = None
     if opts.redis is None:
-        embedded = EmbeddedRedis(opts.data_dir)
+        embedded = EmbeddedRedis(
+            opts.data_dir,
+            password=kept_secret(opts.data_dir, REDIS_PASSWORD_FILE),
+            keep_fds=(lock,),  # the folder stays taken until this Redis has exited too
+            die_with_parent=True,
+        )
         embedded.start()
-        say(f"redis ready on 127.0.0.1:{embedded.port} (append-only, data in {opts.data_dir})")
+        say(ready_line(embedded, opts.data_dir))
     else:
         say(f"using {opts.redis.describe()} (no embedded Redis)")
     stop = Stop()
