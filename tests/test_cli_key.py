@@ -15,6 +15,8 @@ import psutil
 import pytest
 
 from lockgate import client, clientconfig
+from lockgate.clientconfig import Target
+from lockgate.commands import session
 from tests.test_cli_daily import SCRUBBED, clean_env, lockgate, ok, one_line_error
 
 
@@ -158,6 +160,27 @@ def test_the_saved_key_goes_only_to_the_origins_it_was_saved_for(
     clientconfig.save(SAVED)
     got = clientconfig.target(*flags, jobs=jobs)
     assert (got.url, got.key, got.withheld) == expected
+
+
+REMOTE, HERE = "http://192.0.2.2:8080", "http://127.0.0.1:8080"
+
+
+@pytest.mark.parametrize(
+    ("target", "allowed", "refused", "warned"),
+    [
+        (Target(HERE, "k"), False, None, False),
+        (Target("https://192.0.2.2", "k"), False, None, False),
+        (Target(REMOTE, None), False, None, False),  # no key: nothing to keep
+        (Target(REMOTE, "k"), False, "not sending the API key in clear", False),
+        (Target(REMOTE, "k"), True, None, True),
+        (Target(REMOTE, "k", consented=True), False, None, False),  # login --insecure
+        (Target(REMOTE, None, withheld=HERE), True, "the saved API key is for", False),
+    ],
+)  # fmt: skip
+def test_whether_a_request_is_made_and_warned(target, allowed, refused, warned) -> None:
+    refusal, warning = session.sending(target, allowed=allowed)
+    assert (refusal or "").startswith(refused or "") and bool(refusal) is bool(refused)
+    assert bool(warning) is warned
 
 
 # Real `lockgate` processes.

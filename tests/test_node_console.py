@@ -163,11 +163,13 @@ def test_the_console_shows_the_pods_log_lines(page, manage: Manage, pod: str) ->
 
 def lockgate(manage: Manage, config_home: Any, *args: str) -> str:
     """The real `lockgate` CLI against the management API (and the gateway for jobs), as a
-    user outside the cluster runs it with LOCKGATE_URL, LOCKGATE_JOB_URL and a key."""
+    user outside the cluster runs it with LOCKGATE_URL, LOCKGATE_JOB_URL and a key (over
+    plain http:// to the Services' ClusterIPs: LOCKGATE_INSECURE=1, docs/cli.md)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKGATE_")}
     env.update(
         XDG_CONFIG_HOME=str(config_home), LOCKGATE_URL=manage.url,
         LOCKGATE_JOB_URL=manage.gateway, LOCKGATE_API_KEY=ADMIN_KEY,
+        LOCKGATE_INSECURE="1",  # plain http:// to ClusterIPs: the node's own network
         PYTHONPATH=str(REPO / "operator"),
     )  # fmt: skip
     done = subprocess.run(
