@@ -499,20 +499,21 @@ def test_every_header_counts_its_name_and_value_against_the_field_size(
 
 def test_the_scan_finds_each_heads_end_whatever_the_pieces() -> None:
     """`HeadScan` fed an interim head, a final head and a body one byte at a time, or
-    whole: the same ends, each just past its head's empty line."""
+    whole: the same ends, each just past its head's empty line, each told interim or
+    not."""
     interim = b"HTTP/1.1 100 Continue\r\n\r\n"
     final = b"HTTP/1.1 200 OK\r\nX-A:  1 \r\nContent-Length: 3\r\n\r\n"
     data = interim + final + b"abc"
     scan, ends, at = HeadScan(), [], 0
     while len(ends) < 2:
         at = scan.feed(data, at)
-        ends.append(at)
-    assert ends == [len(interim), len(interim) + len(final)]
+        ends.append((at, scan.interim))
+    assert ends == [(len(interim), True), (len(interim) + len(final), False)]
     scan, ends = HeadScan(), []
     for i in range(len(interim) + len(final)):
         if scan.feed(data[i : i + 1]) == 1:
-            ends.append(i + 1)
-    assert ends == [len(interim), len(interim) + len(final)]
+            ends.append((i + 1, scan.interim))
+    assert ends == [(len(interim), True), (len(interim) + len(final), False)]
 
 
 def test_whitespace_padding_past_the_head_size_is_refused_though_aiohttp_reads_it() -> None:

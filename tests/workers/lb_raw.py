@@ -5,7 +5,8 @@ request per connection), for answers no framework would send. On `PORT`:
 - `GET /pings`: JSON `{"pings": N, "written": B}`: the health polls so far and the most
   ping body bytes the gateway took from one of them
 - `* /target...`: the request target as the worker got it (the body, text)
-- `GET /big-header?bytes=N`: a head whose `X-Big` value is N bytes, never ended
+- `GET /big-header?bytes=N[&end=1]`: a head whose `X-Big` value is N bytes, never ended
+  (with `end`: ended, then `ok`)
 - `GET /many-headers?n=N`: N headers, then `ok`
 - `GET /large?bytes=N[&chunked=1]`: a body of N bytes (`Content-Length`, or chunked)
 """
@@ -58,7 +59,10 @@ async def serve(target: str, writer: asyncio.StreamWriter) -> None:
     elif path == "/big-header":
         writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\nX-Big: ")
         await write_many(writer, int(query["bytes"]), b"v" * PIECE)
-        await asyncio.sleep(3600)  # the head never ends
+        if query.get("end"):
+            writer.write(b"\r\nContent-Length: 2\r\n\r\nok")
+        else:
+            await asyncio.sleep(3600)  # the head never ends
     elif path == "/many-headers":
         lines = "".join(f"X-{i}: v\r\n" for i in range(int(query["n"])))
         writer.write(answer(b"ok", head=lines))

@@ -54,7 +54,10 @@ from lockgate.store.keys import ENDPOINT_ID_RE
 
 log = logging.getLogger("lockgate.gateway")
 
-MAX_BODY = 30 * 1024 * 1024  # RunPod's load balancer: request and response bodies <= 30 MB
+# Requests only (RunPod's load balancer caps request and response bodies at 30 MB): an
+# answer is streamed with back-pressure, so its size costs no memory, and an endless
+# Server-Sent Events answer is a feature; `requestTimeoutS` bounds it.
+MAX_BODY = 30 * 1024 * 1024
 WORKER_ID = "X-Runpod-Worker-Id"
 WHOLE_MAX = 64 * 1024  # answers of a known length up to this are sent in one write
 HOST_ROUTE = "{endpoint}.<LOCKGATE_LB_DOMAIN>"  # the host form's route label in /metrics

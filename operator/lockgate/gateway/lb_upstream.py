@@ -90,14 +90,17 @@ class HeadScan:
     so the cost is linear in what was read. One per connection; it starts over after
     each head (`feed` returned its end)."""
 
-    __slots__ = ("colon", "cr", "headers", "length", "ows", "padding", "size")
+    __slots__ = ("code", "colon", "cr", "headers", "interim", "length", "ows", "padding", "size")
 
     def __init__(self) -> None:
-        self._head()
+        self.interim = False  # the head `feed` last ended was an interim (1xx) one
+        self.restart()
 
-    def _head(self) -> None:
+    def restart(self) -> None:
+        """Scan a new head."""
         self.size = 0  # bytes of this head so far
         self.headers = -1  # lines ended in it, less the status line
+        self.code = 0  # its status code's first digit (a byte), once read
         self._line()
 
     def _line(self) -> None:
@@ -115,6 +118,7 @@ class HeadScan:
             end = data.find(b"\r\n\r\n", at)
             small = end >= 0 and end + 4 - at <= MAX_FIELD_SIZE  # no line can be over
             if small and data.count(b"\n", at, end) <= MAX_HEADERS:
+                self.interim = end - at > 9 and data[at + 9] == 0x31  # b"HTTP/1.1 1"
                 return end + 4
         n = len(data)
         while at < n:
@@ -129,7 +133,8 @@ class HeadScan:
             self._check()
             at = nl + 1
             if self.length - self.cr == 0 and self.headers >= 0:  # the empty line
-                self._head()
+                self.interim = self.code == 0x31
+                self.restart()
                 return at
             if self.length - self.cr:  # (empty lines before a status line: llhttp's call)
                 self.headers += 1
@@ -141,7 +146,9 @@ class HeadScan:
     def _take(self, data: bytes, at: int, end: int) -> None:
         """Count the line's bytes `data[at:end]` (no LF among them)."""
         value = at
-        if self.headers >= 0 and self.colon < 0:
+        if self.headers < 0 and self.length <= 9 < self.length + end - at:
+            self.code = data[at + 9 - self.length]
+        elif self.headers >= 0 and self.colon < 0:
             colon = data.find(b":", at, end)
             value = end if colon < 0 else colon + 1
             if colon >= 0:
@@ -224,6 +231,7 @@ class _Connection(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
+        self.scan = HeadScan()
         self.closed = False
         self.idle_since = 0.0
         self.writable: asyncio.Future[None] | None = None  # set while writing is paused
@@ -236,7 +244,8 @@ class _Connection(asyncio.Protocol):
         self.status, self.reason, self.reason_bytes, self.length = 0, "", b"", None
         self.headers: CIMultiDict[str] = CIMultiDict()
         self.in_head = True  # headers seen are the answer's (not a chunked answer's trailers)
-        self.scan: HeadScan | None = HeadScan()  # the heads' limits, until the final one's end
+        self.scanning = True  # the heads' limits are checked until the final one's end
+        self.scan.restart()
         self.heard = False  # the parser reported something in the body's last read
         self.quiet = 0  # body bytes read in a row that the parser reported nothing of
         self.framed = False  # it says where it ends (Content-Length or chunked)
@@ -260,7 +269,7 @@ class _Connection(asyncio.Protocol):
             self._fail(UpstreamError("the worker sent bytes no request asked for"))
             return
         try:
-            if self.scan is None:
+            if not self.scanning:
                 self._feed_body(data)
             else:
                 self._feed_heads(data)
@@ -272,15 +281,15 @@ class _Connection(asyncio.Protocol):
             self._fail(UpstreamError(f"the worker's answer could not be read: {err}"))
 
     def _feed_heads(self, data: bytes) -> None:
-        """Feed the parser up to each head's end, once its limits are checked; then the
-        rest (the final head's body)."""
+        """Feed the parser each head once its limits are checked, then the rest: the
+        final head and its body's first bytes in one call."""
         at = 0
-        while self.scan is not None:
+        while self.scanning:
             end = self.scan.feed(data, at)
-            if end < 0:
+            if end < 0 or not self.scan.interim:
                 self.parser.feed_data(data[at:] if at else data)
                 return
-            self.parser.feed_data(data[at:end])  # on_headers_complete: final or interim
+            self.parser.feed_data(data[at:end])  # an interim head: another one follows
             at = end
             if self.closed:
                 return
@@ -349,7 +358,7 @@ class _Connection(asyncio.Protocol):
         self.in_head = False
         if 100 <= status < 200:
             return  # interim: the final answer follows (its head scanned as this one)
-        self.scan = None
+        self.scanning = False
         self.status = status
         self.reason = self.reason_bytes.decode("utf-8", "surrogateescape")
         self.keep = self.parser.should_keep_alive() and not self.head_only
