@@ -27,8 +27,14 @@ from hypothesis import strategies as st
 
 from lockgate.dev.redis_server import free_port
 from lockgate.gateway.lb_upstream import (
+    MAX_FIELD_SIZE,
+    MAX_HEAD_SIZE,
+    MAX_HEADERS,
+    MAX_LINE_SIZE,
     READ_HIGH,
     ConnectFailed,
+    HeadScan,
+    HeadTooLarge,
     UpstreamError,
     WorkerPool,
 )
@@ -359,6 +365,228 @@ def test_fuzzed_answers_are_read_as_aiohttps_client_reads_them(
         # aiohttp's parser is lenient where llhttp's strict one is not: broken answers
         # may differ only by this client refusing what aiohttp let through.
         assert ours[0] == "error", (reply, ours, theirs)
+
+
+# -- an answer's head: aiohttp's client's limits, just under and just over each ---------
+
+
+def test_the_head_limits_are_aiohttps_clients_defaults() -> None:
+    """The limits are the installed aiohttp's: a newer aiohttp that changed them fails here
+    (and the docs' figures with it)."""
+    import inspect
+
+    defaults = inspect.signature(aiohttp.ClientSession).parameters
+    assert defaults["max_line_size"].default == MAX_LINE_SIZE == 8190
+    assert defaults["max_field_size"].default == MAX_FIELD_SIZE == 8190
+    assert defaults["max_headers"].default == MAX_HEADERS == 128
+
+
+def answer_with(*, reason: str = "OK", headers: list[str] = (), status: int = 200) -> bytes:
+    """An answer with these header lines (`Name: value` each), then `Content-Length: 2`.
+
+    A sized header comes first: aiohttp's C parser counts a header's name and value
+    together against max_field_size for the first header only (its name size is reset
+    once the previous header is stored; a name is then counted with the previous one's).
+    This client applies the first header's rule to every header."""
+    lines = "".join(f"{h}\r\n" for h in headers)
+    return f"HTTP/1.1 {status} {reason}\r\n{lines}Content-Length: 2\r\n\r\nok".encode()
+
+
+def sized(name: str, total: int, *, pad: str = " ", trail: str = "") -> str:
+    """A header line whose name and value (as aiohttp counts them: the value without its
+    leading whitespace, its trailing kept) are `total` bytes together."""
+    return f"{name}:{pad}{'v' * (total - len(name) - len(trail))}{trail}"
+
+
+def many(count: int, size: int = 20) -> list[str]:
+    """Header lines for `count` headers in all (`Content-Length` is one), each `size`
+    bytes counted."""
+    return [sized(f"X-{i:05}", size) for i in range(count - 1)]
+
+
+FIELD = MAX_FIELD_SIZE
+# name: (answer, read by both); each limit just at it (read) and one byte over (refused)
+LIMITS = {
+    "reason at the line limit": (answer_with(reason="r" * MAX_LINE_SIZE), True),
+    "reason over the line limit": (answer_with(reason="r" * (MAX_LINE_SIZE + 1)), False),
+    "name over the field limit": (answer_with(headers=["n" * (FIELD + 1) + ": v"]), False),
+    "name and value at the field limit": (answer_with(headers=[sized("X-Big", FIELD)]), True),
+    "name and value over it": (answer_with(headers=[sized("X-Big", FIELD + 1)]), False),
+    "leading whitespace not counted": (
+        answer_with(headers=[sized("X-Big", FIELD, pad=" \t" * 500)]), True),
+    "trailing whitespace counted": (
+        answer_with(headers=[sized("X-Big", FIELD + 1, trail=" \t")]), False),
+    "headers at the count limit": (answer_with(headers=many(MAX_HEADERS)), True),
+    "headers over the count limit": (answer_with(headers=many(MAX_HEADERS + 1)), False),
+    "the largest head": (
+        answer_with(reason="r" * MAX_LINE_SIZE, headers=many(MAX_HEADERS, FIELD)), True),
+    "the largest head and one header": (
+        answer_with(reason="r" * MAX_LINE_SIZE, headers=many(MAX_HEADERS + 1, FIELD)), False),
+    "an interim head over a limit": (
+        b"HTTP/1.1 103 Early Hints\r\n" + sized("Link", FIELD + 1).encode()
+        + b"\r\n\r\n" + answer_with(), False),
+    "an interim head at the limits, then the answer": (
+        b"HTTP/1.1 103 Early Hints\r\n" + "".join(f"{h}\r\n" for h in many(MAX_HEADERS + 1))
+        .encode() + b"\r\n" + answer_with(headers=many(MAX_HEADERS)), True),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("segments", [[], [7, 1, 3], [MAX_LINE_SIZE, 13, 1, FIELD + 1]])
+@pytest.mark.parametrize("name", list(LIMITS))
+async def test_a_head_at_or_past_a_limit_is_read_or_refused_as_aiohttps_client_does(
+    name: str, segments: list[int]
+) -> None:
+    reply, read = LIMITS[name]
+    ours, theirs = await both_read(reply, segments)
+    assert ours[0] == theirs[0] == ("ok" if read else "error"), (ours[0], theirs[0])
+    assert ours == theirs
+
+
+@st.composite
+def heads_near_the_limits(draw: st.DrawFn) -> tuple[bytes, list[int]]:
+    """An answer whose reason, header sizes and header count are drawn around the limits,
+    written in drawn segments."""
+    near = st.integers(-2, 2)
+    reason = "r" * (MAX_LINE_SIZE + draw(near)) if draw(st.booleans()) else "OK"
+    count = draw(st.sampled_from([2, 5, MAX_HEADERS - 1, MAX_HEADERS, MAX_HEADERS + 1]))
+    headers = many(count)
+    if draw(st.booleans()):
+        pad = draw(st.sampled_from(["", " ", "\t  "]))
+        trail = draw(st.sampled_from(["", " ", " \t"]))
+        big = sized("X-Big", FIELD + draw(near), pad=pad, trail=trail)
+        headers[0] = big  # first: see `answer_with`
+    reply = answer_with(reason=reason, headers=headers)
+    segments = draw(st.lists(st.integers(1, 3 * FIELD), max_size=8))
+    return reply, segments
+
+
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=os.environ.get("LOCKGATE_FUZZ_SEED") is None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(case=heads_near_the_limits())
+def test_fuzzed_heads_near_the_limits_are_read_or_refused_as_aiohttps_client_does(
+    case: tuple[bytes, list[int]],
+) -> None:
+    reply, segments = case
+    ours, theirs = asyncio.run(both_read(reply, segments))
+    assert ours == theirs, reply[:200]
+
+
+@pytest.mark.parametrize(
+    ("line", "read"),
+    [(b"n" * FIELD + b":", True), (b"n" * (FIELD + 1) + b":", False),
+     (b"X-A: " + b"v" * (FIELD - 3), True), (b"X-A: " + b"v" * (FIELD - 2), False),
+     (b"X-A:\t \t" + b"v" * (FIELD - 3), True), (b"X-A: " + b"v" * (FIELD - 4) + b"  ", False)],
+)  # fmt: skip
+def test_every_header_counts_its_name_and_value_against_the_field_size(
+    line: bytes, read: bool
+) -> None:
+    """Each header, not only the first, as aiohttp's C parser counts the first one (any
+    header, in one piece or byte by byte)."""
+    head = b"HTTP/1.1 200 OK\r\nX-First: 1\r\n" + line + b"\r\n\r\n"
+    for pieces in ([head], [head[i : i + 1] for i in range(len(head))]):
+        scan = HeadScan()
+        try:
+            ends = [scan.feed(piece) for piece in pieces]
+        except HeadTooLarge:
+            assert not read
+            continue
+        assert read and ends[-1] == len(pieces[-1])
+
+
+def test_the_scan_finds_each_heads_end_whatever_the_pieces() -> None:
+    """`HeadScan` fed an interim head, a final head and a body one byte at a time, or
+    whole: the same ends, each just past its head's empty line, each told interim or
+    not."""
+    interim = b"HTTP/1.1 100 Continue\r\n\r\n"
+    final = b"HTTP/1.1 200 OK\r\nX-A:  1 \r\nContent-Length: 3\r\n\r\n"
+    data = interim + final + b"abc"
+    scan, ends, at = HeadScan(), [], 0
+    while len(ends) < 2:
+        at = scan.feed(data, at)
+        ends.append((at, scan.interim))
+    assert ends == [(len(interim), True), (len(interim) + len(final), False)]
+    scan, ends = HeadScan(), []
+    for i in range(len(interim) + len(final)):
+        if scan.feed(data[i : i + 1]) == 1:
+            ends.append((i + 1, scan.interim))
+    assert ends == [(len(interim), True), (len(interim) + len(final), False)]
+
+
+def test_whitespace_padding_past_the_head_size_is_refused_though_aiohttp_reads_it() -> None:
+    """aiohttp counts no whitespace before a value, so its limits leave a padded head
+    unbounded; this client refuses one over `MAX_HEAD_SIZE` (and reads one just under)."""
+    scan = HeadScan()
+    head = b"HTTP/1.1 200 OK\r\nX-Pad:" + b" " * (MAX_HEAD_SIZE - 28) + b"v\r\n\r\n"
+    assert scan.feed(head) == len(head) == MAX_HEAD_SIZE
+    with pytest.raises(HeadTooLarge):
+        HeadScan().feed(head.replace(b"v\r\n", b"   v\r\n"))
+
+
+@pytest.mark.parametrize(
+    ("start", "error"),
+    [(b"HTTP/1.1 200 OK\r\nX-Big: ", "over 8190 bytes"),
+     (b"HTTP/1.1 200 " , "status line is over 8190"),
+     (CHUNKED + b"2\r\nok\r\n0\r\nX-Trailer: ", "trailer or chunk line"),
+     (CHUNKED + b"2;ext=", "trailer or chunk line")],
+    ids=["header value", "reason", "trailer", "chunk extension"],
+)  # fmt: skip
+async def test_an_endless_line_fails_having_read_little_of_it(start: bytes, error: str) -> None:
+    """A worker sending 100 MB of one header value, reason, trailer or chunk-size line
+    (and never its end): the answer fails once the line is past its limit, long before
+    the worker could write it all (the client closed the connection). (aiohttp's client,
+    for comparison, waits for ever on a long trailer written in pieces.)"""
+    written = 0
+
+    async def endless(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal written
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(start)
+        piece = b"v" * 65536
+        for _ in range(1600):
+            writer.write(piece)
+            await writer.drain()
+            written += len(piece)
+
+    port, server, _ = await raw(endless)
+    pool = WorkerPool("127.0.0.1", port, connect_timeout_s=5)
+    try:
+        with pytest.raises(UpstreamError, match=error):
+            exchange = await pool.send("GET", "/", b"", None, None)
+            try:
+                assert exchange.answer is not None
+                await exchange.answer.read()
+            finally:
+                exchange.release()
+        await asyncio.sleep(0.2)  # the worker's writes fail on the closed connection
+        assert written < MAX_HEAD_SIZE + 16 * 1024 * 1024  # of 100 MB: the kernel's buffers
+    finally:
+        pool.close()
+        server.close()
+
+
+async def test_a_hundred_thousand_headers_fail_at_the_129th() -> None:
+    """100,000 headers: refused once the 129th is read, not passed on."""
+
+    async def flood(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\n")
+        for i in range(100):
+            writer.write(b"".join(b"X-%d: v\r\n" % (i * 1000 + j) for j in range(1000)))
+            await writer.drain()
+        writer.write(b"Content-Length: 0\r\n\r\n")
+
+    port, server, _ = await raw(flood)
+    pool = WorkerPool("127.0.0.1", port, connect_timeout_s=5)
+    try:
+        with pytest.raises(HeadTooLarge, match="more than 128 headers"):
+            await get(pool)
+    finally:
+        pool.close()
+        server.close()
 
 
 # -- the proxy's needs: keep-alive, retry, back-pressure, errors ------------------------

@@ -54,7 +54,10 @@ from lockgate.store.keys import ENDPOINT_ID_RE
 
 log = logging.getLogger("lockgate.gateway")
 
-MAX_BODY = 30 * 1024 * 1024  # RunPod's load balancer: request and response bodies <= 30 MB
+# Requests only (RunPod's load balancer caps request and response bodies at 30 MB): an
+# answer is streamed with back-pressure, so its size costs no memory, and an endless
+# Server-Sent Events answer is a feature; `requestTimeoutS` bounds it.
+MAX_BODY = 30 * 1024 * 1024
 WORKER_ID = "X-Runpod-Worker-Id"
 WHOLE_MAX = 64 * 1024  # answers of a known length up to this are sent in one write
 HOST_ROUTE = "{endpoint}.<LOCKGATE_LB_DOMAIN>"  # the host form's route label in /metrics
@@ -146,12 +149,22 @@ def downstream_headers(headers: CIMultiDictProxy[str], worker_id: str) -> CIMult
     return out
 
 
-def worker_path(request: web.Request, endpoint_id: str) -> str:
-    """The path and query the worker sees: what follows `/lb/{endpoint}`, as sent."""
-    rest = request.raw_path[len(f"/lb/{endpoint_id}") :]
-    if not rest.startswith("/"):
-        rest = "/" + rest
-    return rest
+def routed_target(request: web.Request, *, strip: int = 0) -> str:
+    """The path and query aiohttp routed, as sent (percent-encoding kept; an absolute-form
+    target's scheme and authority dropped, never a `#fragment`), less its first `strip`
+    path segments, cut at the slashes aiohttp routed on (an encoded `%2F` is no slash)."""
+    url = request.rel_url
+    path = url.raw_path
+    if strip:
+        parts = path.split("/", strip + 1)  # "" before the first slash, then the segments
+        path = "/" + parts[-1] if len(parts) > strip + 1 else "/"
+    query = url.raw_query_string
+    return f"{path}?{query}" if query else path
+
+
+def worker_path(request: web.Request) -> str:
+    """The path and query the worker sees: the routed target after `/lb/{endpoint}`."""
+    return routed_target(request, strip=2)
 
 
 def host_endpoint(host: str | None, domain: str) -> str | None:
@@ -177,7 +190,7 @@ def lb_host_middleware(domain: str) -> Callable[..., Awaitable[web.StreamRespons
         if endpoint_id is None:
             return await handler(request)
         request[ROUTE_KEY] = HOST_ROUTE  # counted as one route, not as the path it carries
-        return await serve(request, endpoint_id, request.raw_path or "/", route="the host form")
+        return await serve(request, endpoint_id, routed_target(request), route="the host form")
 
     return middleware
 
@@ -207,7 +220,7 @@ def _too_large() -> str:
 async def lb_route(request: web.Request) -> web.StreamResponse:
     """Authenticate like the job API, hold for a worker if need be, then proxy."""
     endpoint_id = request.match_info["endpoint"]
-    return await serve(request, endpoint_id, worker_path(request, endpoint_id))
+    return await serve(request, endpoint_id, worker_path(request))
 
 
 async def serve(

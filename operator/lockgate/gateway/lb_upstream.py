@@ -20,12 +20,19 @@ worker's socket buffer is full, reading pauses while the client has not taken
 the answer came is retried once on a new one for an idempotent request without a body
 (RFC 9112, 9.3.1.1), as aiohttp does; the retry's errors then say the request may have
 reached the worker (`Resent`).
+
+An answer's head keeps aiohttp's client's limits (`HeadScan`, checked on the bytes as they
+arrive, before llhttp sees them: llhttp itself has none, and httptools joins a header's
+pieces anew on each read, so a 100 MB value cost the square of its size). Past them,
+or past `MAX_HEAD_SIZE` in all, the answer fails (`HeadTooLarge`: 502 to the client)
+having read at most one socket read past the limit.
 """
 
 from __future__ import annotations
 
 import asyncio
 import errno
+import re
 import time
 from collections import deque
 from collections.abc import AsyncIterator
@@ -43,6 +50,20 @@ HOP_BY_HOP = frozenset(  # RFC 9110, 7.6.1: headers a proxy does not pass on
 )  # fmt: skip
 RETRYABLE = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
 NEEDS_LENGTH = frozenset({"POST", "PUT", "PATCH"})  # sent `Content-Length: 0` when empty
+# An answer head's limits: aiohttp's client's (ClientSession's defaults in aiohttp 3.14,
+# max_line_size=8190, max_field_size=8190, max_headers=128, as its C parser applies them:
+# the reason phrase against max_line_size, a header's name and then name + value (the
+# value without its leading whitespace, its trailing kept) against max_field_size, the
+# 129th header refused; the same for each interim (1xx) head).
+MAX_LINE_SIZE = 8190
+MAX_FIELD_SIZE = 8190
+MAX_HEADERS = 128
+# Ours (aiohttp has none): a whole head, and a run of answer bytes that completes nothing
+# the parser reports (a trailer, a chunk-size line). aiohttp's limits bound a head to
+# ~1.06 MB unless it is padded with whitespace before values, which this refuses past 2 MiB.
+MAX_HEAD_SIZE = 2 * 1024 * 1024
+STATUS_PREFIX = len(b"HTTP/1.1 200 ")  # a status line's bytes before its reason phrase
+_OWS = re.compile(rb"[ \t]*")
 
 
 class ConnectFailed(Exception):
@@ -57,6 +78,102 @@ class ConnectFailed(Exception):
 class UpstreamError(Exception):
     """The connection failed, or the worker's answer could not be read, once the request
     began: the worker may have seen it."""
+
+
+class HeadTooLarge(UpstreamError):
+    """The answer's head is past a limit (aiohttp's client's, or `MAX_HEAD_SIZE`)."""
+
+
+class HeadScan:
+    """Where an answer's head ends, its limits checked as its bytes arrive, in pieces:
+    each byte looked at once (by `bytes.find` and one regex match per piece of a line),
+    so the cost is linear in what was read. One per connection; it starts over after
+    each head (`feed` returned its end)."""
+
+    __slots__ = ("code", "colon", "cr", "headers", "interim", "length", "ows", "padding", "size")
+
+    def __init__(self) -> None:
+        self.interim = False  # the head `feed` last ended was an interim (1xx) one
+        self.restart()
+
+    def restart(self) -> None:
+        """Scan a new head."""
+        self.size = 0  # bytes of this head so far
+        self.headers = -1  # lines ended in it, less the status line
+        self.code = 0  # its status code's first digit (a byte), once read
+        self._line()
+
+    def _line(self) -> None:
+        self.length = 0  # bytes of the current line so far (without its LF)
+        self.colon = -1  # a header line's name length once its colon came
+        self.ows = 0  # whitespace before the value so far
+        self.padding = True  # nothing but whitespace after the colon yet
+        self.cr = False  # the line's last byte so far is CR (its end's, if LF follows)
+
+    def feed(self, data: bytes, at: int = 0) -> int:
+        """Scan `data[at:]`: the offset just past the head's end (the scan starts over
+        for the next head), or -1 when the head goes on past it. HeadTooLarge past a
+        limit (before the rest of the line was read)."""
+        if self.size == 0:  # the common case: a small head whole in one read
+            end = data.find(b"\r\n\r\n", at)
+            small = end >= 0 and end + 4 - at <= MAX_FIELD_SIZE  # no line can be over
+            if small and data.count(b"\n", at, end) <= MAX_HEADERS:
+                self.interim = end - at > 9 and data[at + 9] == 0x31  # b"HTTP/1.1 1"
+                return end + 4
+        n = len(data)
+        while at < n:
+            nl = data.find(b"\n", at)
+            end = n if nl < 0 else nl
+            if end > at:
+                self._take(data, at, end)
+            if nl < 0:
+                self._check()
+                return -1
+            self.size += 1
+            self._check()
+            at = nl + 1
+            if self.length - self.cr == 0 and self.headers >= 0:  # the empty line
+                self.interim = self.code == 0x31
+                self.restart()
+                return at
+            if self.length - self.cr:  # (empty lines before a status line: llhttp's call)
+                self.headers += 1
+                if self.headers > MAX_HEADERS:
+                    raise HeadTooLarge(f"more than {MAX_HEADERS} headers in the answer")
+            self._line()
+        return -1
+
+    def _take(self, data: bytes, at: int, end: int) -> None:
+        """Count the line's bytes `data[at:end]` (no LF among them)."""
+        value = at
+        if self.headers < 0 and self.length <= 9 < self.length + end - at:
+            self.code = data[at + 9 - self.length]
+        elif self.headers >= 0 and self.colon < 0:
+            colon = data.find(b":", at, end)
+            value = end if colon < 0 else colon + 1
+            if colon >= 0:
+                self.colon = self.length + colon - at
+        if self.colon >= 0 and self.padding and value < end:
+            skipped = _OWS.match(data, value, end).end() - value  # type: ignore[union-attr]
+            self.ows += skipped
+            self.padding = value + skipped == end
+        self.length += end - at
+        self.size += end - at
+        self.cr = data[end - 1] == 13
+
+    def _check(self) -> None:
+        """HeadTooLarge when the head or the line so far is past a limit (a CR last is
+        not counted: it may be the line's end)."""
+        if self.size > MAX_HEAD_SIZE:
+            raise HeadTooLarge(f"the answer's head is over {MAX_HEAD_SIZE} bytes")
+        content = self.length - self.cr
+        if self.headers < 0:
+            if content - STATUS_PREFIX > MAX_LINE_SIZE:
+                raise HeadTooLarge(f"the answer's status line is over {MAX_LINE_SIZE} bytes")
+        elif (self.colon < 0 and content > MAX_FIELD_SIZE) or self.colon > MAX_FIELD_SIZE:
+            raise HeadTooLarge(f"a header name of the answer is over {MAX_FIELD_SIZE} bytes")
+        elif self.colon >= 0 and content - 1 - self.ows > MAX_FIELD_SIZE:
+            raise HeadTooLarge(f"a header of the answer is over {MAX_FIELD_SIZE} bytes")
 
 
 def connect_reason(err: BaseException) -> str:
@@ -114,6 +231,7 @@ class _Connection(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
+        self.scan = HeadScan()
         self.closed = False
         self.idle_since = 0.0
         self.writable: asyncio.Future[None] | None = None  # set while writing is paused
@@ -126,6 +244,10 @@ class _Connection(asyncio.Protocol):
         self.status, self.reason, self.reason_bytes, self.length = 0, "", b"", None
         self.headers: CIMultiDict[str] = CIMultiDict()
         self.in_head = True  # headers seen are the answer's (not a chunked answer's trailers)
+        self.scanning = True  # the heads' limits are checked until the final one's end
+        self.scan.restart()
+        self.heard = False  # the parser reported something in the body's last read
+        self.quiet = 0  # body bytes read in a row that the parser reported nothing of
         self.framed = False  # it says where it ends (Content-Length or chunked)
         self.hop = False  # a hop-by-hop header came
         self.keep = False
@@ -147,11 +269,44 @@ class _Connection(asyncio.Protocol):
             self._fail(UpstreamError("the worker sent bytes no request asked for"))
             return
         try:
-            self.parser.feed_data(data)
+            if not self.scanning:
+                self._feed_body(data)
+            else:
+                self._feed_heads(data)
         except httptools.HttpParserUpgrade:
             self._fail(UpstreamError("the worker switched protocols unasked"))
+        except HeadTooLarge as err:
+            self._fail(err)
         except httptools.HttpParserError as err:
             self._fail(UpstreamError(f"the worker's answer could not be read: {err}"))
+
+    def _feed_heads(self, data: bytes) -> None:
+        """Feed the parser each head once its limits are checked, then the rest: the
+        final head and its body's first bytes in one call."""
+        at = 0
+        while self.scanning:
+            end = self.scan.feed(data, at)
+            if end < 0 or not self.scan.interim:
+                self.parser.feed_data(data[at:] if at else data)
+                return
+            self.parser.feed_data(data[at:end])  # an interim head: another one follows
+            at = end
+            if self.closed:
+                return
+        if at < len(data):
+            self._feed_body(data[at:])
+
+    def _feed_body(self, data: bytes) -> None:
+        """Feed body bytes; refuse a run of `MAX_HEAD_SIZE` bytes that completes nothing
+        (a trailer or chunk-size line: httptools joins a trailer's pieces as a head's)."""
+        self.heard = False
+        self.parser.feed_data(data)
+        if self.heard:
+            self.quiet = 0
+            return
+        self.quiet += len(data)
+        if self.quiet > MAX_HEAD_SIZE:
+            raise HeadTooLarge(f"over {MAX_HEAD_SIZE} bytes of a trailer or chunk line")
 
     def eof_received(self) -> bool:
         return False  # the transport closes; connection_lost ends the answer
@@ -187,6 +342,7 @@ class _Connection(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if not self.in_head:
+            self.heard = True
             return  # trailers are dropped, as aiohttp's client does
         key = name.decode("utf-8", "surrogateescape")
         # llhttp leaves a value's trailing whitespace in (RFC 9110, 5.5: not part of it)
@@ -201,7 +357,8 @@ class _Connection(asyncio.Protocol):
         status = self.parser.get_status_code()
         self.in_head = False
         if 100 <= status < 200:
-            return  # interim: the final answer follows
+            return  # interim: the final answer follows (its head scanned as this one)
+        self.scanning = False
         self.status = status
         self.reason = self.reason_bytes.decode("utf-8", "surrogateescape")
         self.keep = self.parser.should_keep_alive() and not self.head_only
@@ -214,6 +371,7 @@ class _Connection(asyncio.Protocol):
             self._done()
 
     def on_body(self, body: bytes) -> None:
+        self.heard = True
         if self.complete:
             return
         self.body.append(body)
@@ -224,6 +382,7 @@ class _Connection(asyncio.Protocol):
         self._wake_reader()
 
     def on_message_complete(self) -> None:
+        self.heard = True
         if self.status and not self.complete:  # not an interim answer's end
             self._done()
 

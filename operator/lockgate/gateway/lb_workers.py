@@ -33,6 +33,7 @@ from lockgate.store.lb_workers import HEALTHY, INITIALIZING, UNHEALTHY, LbWorker
 log = logging.getLogger("lockgate.gateway")
 
 HEALTH_TIMEOUT_S = 2.0  # one health poll's limit
+PING_BODY_MAX = 64 * 1024  # a health answer's body read up to this length, else left unread
 START_GRACE_S = 60.0  # a worker not listening yet is initializing this long, then unhealthy
 RELOAD_S = 2.0  # the worker list is read again this often besides `l:` events
 REPORT_EVERY_S = 0.05  # held/in-flight changes reach Redis within this (batched)
@@ -413,14 +414,17 @@ class LbRouter:
             await asyncio.sleep(self.calm_s if t.state == HEALTHY else self.fast_s)
 
     async def _check(self, t: Target) -> int:
-        """The health path's status code; 0 when it did not answer."""
+        """The health path's status code; 0 when it did not answer. Its body is read
+        only when it says it is up to `PING_BODY_MAX` bytes long (so the connection is
+        kept for the next poll); any other is left unread, its connection closed."""
         if self._health is None or self._health.closed:
             timeout = aiohttp.ClientTimeout(total=HEALTH_TIMEOUT_S)
             self._health = aiohttp.ClientSession(timeout=timeout)
         url = f"http://{t.worker.health}{t.worker.path}"
         try:
             async with self._health.get(url, allow_redirects=False) as answer:
-                await answer.read()
+                if keeps_body(answer.content_length):
+                    await answer.read()
                 return answer.status
         except (aiohttp.ClientError, TimeoutError, OSError):
             return 0
@@ -490,6 +494,12 @@ class LbRouter:
                 await t.close()
         if self._health is not None:
             await self._health.close()
+
+
+def keeps_body(length: int | None) -> bool:
+    """Whether a health answer's body is read (a `Content-Length` up to `PING_BODY_MAX`:
+    its connection then serves the next poll); any other is never read."""
+    return length is not None and length <= PING_BODY_MAX
 
 
 def _flying(ep: LbEndpoint) -> bool:
