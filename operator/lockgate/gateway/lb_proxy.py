@@ -3,7 +3,8 @@
 untouched (`lb_host_middleware`).
 
 Any method; the request body is forwarded as it arrives and the answer's chunks as the
-worker sends them (Server-Sent Events are never buffered); WebSocket upgrades are relayed.
+worker sends them (Server-Sent Events are never buffered); WebSocket upgrades are relayed,
+uncompressed and within time limits (`_websocket`).
 An answer with a `Content-Length` up to 64 KB is read whole and sent in one write (headers
 and body: one syscall fewer on the hot path).
 Hop-by-hop headers (RFC 9110, 7.6.1) stay here, `X-Forwarded-For/-Proto/-Host` are added
