@@ -20,10 +20,18 @@ from dataclasses import dataclass, field
 import aiohttp
 import pytest
 from aiohttp import web
+from multidict import CIMultiDict, CIMultiDictProxy
 from redis.asyncio import Redis
+from yarl import URL
 
 from lockgate.dev.redis_server import free_port
-from lockgate.gateway.lb_proxy import public_error, relayed_code, ws_expiry, ws_limits
+from lockgate.gateway.lb_proxy import (
+    described,
+    public_error,
+    relayed_code,
+    ws_expiry,
+    ws_limits,
+)
 from lockgate.gateway.state import GATEWAY
 from lockgate.store.lb_workers import LbWorker
 from tests.conftest import LiveGateway, eventually
@@ -168,6 +176,15 @@ def test_a_public_error_names_no_address_of_the_worker(address: str) -> None:
     assert host not in text and "ConnectionRefusedError" in text
     url = aiohttp.ClientConnectionError(f"Cannot connect to host {address} ssl:default")
     assert address not in public_error(url, LbWorker(address, address))
+
+
+def test_a_refused_answer_is_described_without_its_url_or_headers() -> None:
+    info = aiohttp.RequestInfo(
+        URL("http://10.1.2.3:8000/ws?token=t0k3n"), "GET",
+        CIMultiDictProxy(CIMultiDict({"Cookie": COOKIE})), URL("http://10.1.2.3:8000/ws"),
+    )  # fmt: skip
+    err = aiohttp.WSServerHandshakeError(info, (), status=101, message="Invalid upgrade header")
+    assert described(err) == "WSServerHandshakeError: 101, Invalid upgrade header"
 
 
 # -- item 4: compression --------------------------------------------------------------------

@@ -412,7 +412,10 @@ def _failed(
 
 def described(err: BaseException) -> str:
     """`err` for a log line: its class and message (never its repr: aiohttp's errors
-    carry the request's headers there, the caller's cookies among them)."""
+    carry the request's headers there, the caller's cookies among them; nor, for an
+    answer aiohttp refused, the URL, whose query is the caller's)."""
+    if isinstance(err, aiohttp.ClientResponseError):
+        return f"{err.__class__.__name__}: {err.status}, {err.message}"
     text = str(err)
     return f"{err.__class__.__name__}: {text}" if text else err.__class__.__name__
 
