@@ -41,13 +41,16 @@ GATEWAY_SETTINGS = {"lb_ws_heartbeat_s": 0.5}  # pings every 0.5 s, pong due wit
 WORKER_ID = "X-Runpod-Worker-Id"
 COOKIE, API_KEY = "session=cookie-3c1f9e", "key-8d2a77"  # must never reach a log line
 REFUSAL = "no WebSocket on this route"
+_DEFLATE = zlib.compressobj(wbits=-15)
+BOMB = (_DEFLATE.compress(bytes(1 << 20)) + _DEFLATE.flush(zlib.Z_SYNC_FLUSH))[:-4]  # 1 MB
 
 
 @dataclass
 class Worker:
     """An aiohttp worker on loopback, in this process: `/ping` 200, `/hello` 200, `/deny`
     403 (an upgrade too), `/ws` echo, `/silent` never answers, `/bad101` answers 101
-    without the WebSocket handshake. `sockets` holds its WebSockets, open or closed."""
+    without the WebSocket handshake, `/deflated` sends a compressed frame (1 MB of zeros
+    deflated) though no compression was agreed. `sockets` holds its WebSockets, open or closed."""
 
     id: str
     port: int = field(default_factory=free_port)
@@ -58,33 +61,45 @@ class Worker:
         return LbWorker(f"127.0.0.1:{self.port}", f"127.0.0.1:{self.port}")
 
     def app(self) -> web.Application:
-        async def ok(_request: web.Request) -> web.Response:
-            return web.Response(text="ok")
-
-        async def deny(_request: web.Request) -> web.Response:
-            return web.Response(status=403, text=REFUSAL, headers={"X-Why": "http-only"})
-
-        async def echo(request: web.Request) -> web.WebSocketResponse:
-            ws = web.WebSocketResponse(compress=True)  # would deflate, were it offered
-            self.sockets.append(ws)
-            await ws.prepare(request)
-            async for msg in ws:
-                if msg.type == aiohttp.WSMsgType.BINARY:
-                    await ws.send_bytes(msg.data)
-            return ws
-
-        async def silent(_request: web.Request) -> web.Response:
-            await asyncio.sleep(3600)
-            raise AssertionError("unreachable")
-
-        async def bad101(_request: web.Request) -> web.Response:
-            return web.Response(status=101, headers={"Upgrade": "websocket"})
-
         app = web.Application()
-        for path, handler in (("/ping", ok), ("/hello", ok), ("/deny", deny), ("/ws", echo),
-                              ("/silent", silent), ("/bad101", bad101)):  # fmt: skip
+        for path, handler in (
+            ("/ping", self.ok), ("/hello", self.ok), ("/deny", self.deny), ("/ws", self.echo),
+            ("/silent", self.silent), ("/bad101", self.bad101), ("/deflated", self.deflated),
+        ):  # fmt: skip
             app.router.add_get(path, handler)
         return app
+
+    async def ok(self, _request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def deny(self, _request: web.Request) -> web.Response:
+        return web.Response(status=403, text=REFUSAL, headers={"X-Why": "http-only"})
+
+    async def echo(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(compress=True)  # would deflate, were it offered
+        self.sockets.append(ws)
+        await ws.prepare(request)
+        async for msg in ws:
+            if msg.type == aiohttp.WSMsgType.BINARY:
+                await ws.send_bytes(msg.data)
+        return ws
+
+    async def deflated(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        self.sockets.append(ws)
+        await ws.prepare(request)
+        assert request.transport is not None  # a compressed frame, though none was agreed
+        request.transport.write(b"\xc2\x7e" + struct.pack("!H", len(BOMB)) + BOMB)  # RSV1
+        async for _ in ws:
+            pass
+        return ws
+
+    async def silent(self, _request: web.Request) -> web.Response:
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+    async def bad101(self, _request: web.Request) -> web.Response:
+        return web.Response(status=101, headers={"Upgrade": "websocket"})
 
 
 @pytest.fixture
@@ -236,6 +251,21 @@ async def test_a_compressed_frame_from_a_client_is_refused_not_inflated(
         with contextlib.suppress(OSError):
             await writer.wait_closed()
     assert len(worker.sockets) == 1
+    await eventually(lambda: _closed(worker.sockets[0]), "the worker's socket closed", 10)
+
+
+async def test_a_compressed_frame_from_a_worker_is_refused_not_inflated(
+    redis: Redis, gateway: LiveGateway, worker: Worker
+) -> None:
+    """The worker->client direction: the gateway offered the worker no compression, so a
+    compressed frame from it is a protocol error (1002), passed on to the client."""
+    headers = await endpoint(redis, gateway, worker, "wsraw2")
+    async with (
+        aiohttp.ClientSession() as http,
+        http.ws_connect(lb_url(gateway, "wsraw2", "deflated"), headers=headers) as ws,
+    ):
+        msg = await ws.receive(timeout=10)
+        assert (msg.type, msg.data) == (aiohttp.WSMsgType.CLOSE, 1002)
     await eventually(lambda: _closed(worker.sockets[0]), "the worker's socket closed", 10)
 
 
