@@ -37,7 +37,7 @@ from lockgate.store.lb_workers import LbWorker
 from tests.conftest import LiveGateway, eventually
 from tests.test_lb_retry import lb_endpoint, lb_url
 
-GATEWAY_SETTINGS = {"lb_ws_heartbeat_s": 0.5}  # pings every 0.5 s, pong due within 0.25 s
+GATEWAY_SETTINGS = {"lb_ws_heartbeat_s": 2.0}  # pings every 2 s, pong due within 1 s
 WORKER_ID = "X-Runpod-Worker-Id"
 COOKIE, API_KEY = "session=cookie-3c1f9e", "key-8d2a77"  # must never reach a log line
 REFUSAL = "no WebSocket on this route"
@@ -287,6 +287,11 @@ async def _closed(ws: web.WebSocketResponse) -> bool:
     return ws.closed
 
 
+async def _released(gateway: LiveGateway, endpoint_id: str, worker: Worker) -> bool:
+    """The worker has no request in flight in the gateway."""
+    return target(gateway, endpoint_id, worker).in_flight == 0
+
+
 # -- item 5: time limits --------------------------------------------------------------------
 
 
@@ -315,7 +320,7 @@ async def test_a_relay_idle_past_the_request_timeout_is_closed(
         assert (msg.data, msg.extra) == (1001, "the gateway closed the WebSocket: idle 1 s "
                                                "(the endpoint's requestTimeoutS)")  # fmt: skip
     await eventually(lambda: _closed(worker.sockets[0]), "the worker's socket closed", 10)
-    assert target(gateway, "wsidle", worker).in_flight == 0
+    await eventually(lambda: _released(gateway, "wsidle", worker), "the relay released", 10)
 
 
 async def test_a_relay_is_closed_at_its_maximum_lifetime_though_busy(
@@ -350,7 +355,7 @@ async def test_a_client_that_stops_answering_pings_is_dropped_and_released(
     redis: Redis, gateway: LiveGateway, worker: Worker
 ) -> None:
     """The client neither reads nor answers pings (`autoping=False`); the gateway's
-    heartbeat (0.5 s here) drops it: the worker's socket closes and the request leaves
+    heartbeat (2 s here) drops it: the worker's socket closes and the request leaves
     the in-flight count. The idle limit (60 s) is not what closes it."""
     headers = await endpoint(redis, gateway, worker, "wsgone", requestTimeoutS=60)
     async with (
@@ -359,11 +364,8 @@ async def test_a_client_that_stops_answering_pings_is_dropped_and_released(
     ):
         assert target(gateway, "wsgone", worker).in_flight == 1
 
-        async def released() -> bool:
-            return target(gateway, "wsgone", worker).in_flight == 0
-
-        await eventually(released, "the relay released", timeout=15)
-        assert worker.sockets[0].closed
+        await eventually(lambda: _released(gateway, "wsgone", worker), "the relay released", 15)
+        await eventually(lambda: _closed(worker.sockets[0]), "the worker's socket closed", 10)
 
 
 # -- the decisions ------------------------------------------------------------------------
