@@ -5,7 +5,10 @@ starts it (`python bench/lb_worker.py`).
   cold start);
 - `GET /small`: a small JSON body naming the worker's port (so the bench can send the same
   request straight to it);
-- `GET /sse?n=N`: N Server-Sent Events, the first written as soon as the answer's head is.
+- `GET /sse?n=N`: N Server-Sent Events, the first written as soon as the answer's head is;
+- `GET /deny`: 403 with a short body, a WebSocket upgrade too (an HTTP-only route);
+- `GET /ws`: a WebSocket answering each message with its size, or itself with `?echo`
+  (bench/lb_ws_probe.py).
 """
 
 from __future__ import annotations
@@ -39,12 +42,27 @@ async def sse(request: web.Request) -> web.StreamResponse:
     return response
 
 
+async def deny(_request: web.Request) -> web.Response:
+    return web.Response(status=403, text="no WebSocket here")
+
+
+async def sizes(request: web.Request) -> web.WebSocketResponse:
+    ws = web.WebSocketResponse(max_msg_size=0)
+    await ws.prepare(request)
+    echo = "echo" in request.query
+    async for msg in ws:
+        await (ws.send_bytes(msg.data) if echo else ws.send_str(str(len(msg.data))))
+    return ws
+
+
 async def serve() -> None:
     """Listen until SIGINT or SIGTERM (no access log)."""
     app = web.Application()
     app.router.add_get(os.environ.get("HEALTH_CHECK_PATH", "/ping"), ping)
     app.router.add_get("/small", small)
     app.router.add_get("/sse", sse)
+    app.router.add_get("/deny", deny)
+    app.router.add_get("/ws", sizes)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, os.environ.get("HOST", "127.0.0.1"), PORT).start()

@@ -162,6 +162,7 @@ def test_flashboot_uses_pre_pulled_images() -> None:
         ("workersMax", 7, "workers-max", "7"),
         ("executionTimeoutMs", 90_000, "execution-timeout-ms", "90000"),
         ("flashboot", True, "flashboot", "true"),
+        ("lbWebSocketMaxS", 600, "lb-websocket-max-s", "600"),
     ],
 )
 def test_scaling_settings_are_annotated_on_the_deployment(
@@ -460,6 +461,7 @@ ENDPOINT_FIELDS: dict[str, tuple[dict, dict]] = {
     "type": ({"scalerType": "REQUEST_COUNT"}, {"type": "LB", "scalerType": "REQUEST_COUNT"}),
     "requestTimeoutS": ({}, {"requestTimeoutS": 60}),
     "lbHoldS": ({}, {"lbHoldS": 30}),
+    "lbWebSocketMaxS": ({}, {"lbWebSocketMaxS": 600}),
     "modelReferences": ({}, {"modelReferences": ["org/model"]}),
     "computeType": ({}, {"computeType": "CPU"}),
     "gpuTypeIds": ({}, {"gpuTypeIds": ["NVIDIA L4"]}),

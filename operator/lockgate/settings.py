@@ -183,6 +183,12 @@ class Settings(RedisSettings):
     lb_health_calm_s: float = Field(
         2.0, gt=0, description="LB: health poll interval once a worker is healthy"
     )
+    lb_ws_heartbeat_s: float = Field(
+        30.0,
+        gt=0,
+        description="LB: a relayed WebSocket's client is pinged this often and dropped when "
+        "its pong is not back within half of it",
+    )
     header_timeout_s: float = Field(
         10.0, gt=0, description="a new connection must send a whole request head within this"
     )

@@ -5,7 +5,11 @@ from __future__ import annotations
 import time
 
 from lockgate.gateway.errors import BadRequest, NotFound
-from lockgate.models.endpoint import REQUEST_TIMEOUT_DEFAULT_S, EndpointType
+from lockgate.models.endpoint import (
+    LB_WEBSOCKET_MAX_DEFAULT_S,
+    REQUEST_TIMEOUT_DEFAULT_S,
+    EndpointType,
+)
 from lockgate.models.jobs import EXECUTION_TIMEOUT_DEFAULT_MS
 from lockgate.store import Registry
 from lockgate.store.keys import ENDPOINT_ID_RE
@@ -58,6 +62,11 @@ def lb_hold_s(entry: dict) -> float | None:
     the endpoint's `lbHoldS`; None when unset (the gateway's `LOCKGATE_LB_HOLD_S`)."""
     value = entry.get("lbHoldS")
     return None if value is None else float(value)
+
+
+def lb_websocket_max_s(entry: dict) -> float:
+    """How long a relayed WebSocket of a load-balancing endpoint may stay open (s)."""
+    return float(entry.get("lbWebSocketMaxS") or LB_WEBSOCKET_MAX_DEFAULT_S)
 
 
 def require_type(entry: dict, endpoint_id: str, wanted: EndpointType, route: str) -> None:

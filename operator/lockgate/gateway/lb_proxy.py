@@ -3,7 +3,8 @@
 untouched (`lb_host_middleware`).
 
 Any method; the request body is forwarded as it arrives and the answer's chunks as the
-worker sends them (Server-Sent Events are never buffered); WebSocket upgrades are relayed.
+worker sends them (Server-Sent Events are never buffered); WebSocket upgrades are relayed,
+uncompressed and within time limits (`_websocket`).
 An answer with a `Content-Length` up to 64 KB is read whole and sent in one write (headers
 and body: one syscall fewer on the hot path).
 Hop-by-hop headers (RFC 9110, 7.6.1) stay here, `X-Forwarded-For/-Proto/-Host` are added
@@ -27,7 +28,9 @@ import asyncio
 import contextlib
 import logging
 import time
+from asyncio import FIRST_COMPLETED
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
@@ -36,7 +39,12 @@ from yarl import URL
 
 from lockgate.gateway import lb_upstream
 from lockgate.gateway.auth import JOBS
-from lockgate.gateway.endpoints import lb_hold_s, request_timeout_s, require_type
+from lockgate.gateway.endpoints import (
+    lb_hold_s,
+    lb_websocket_max_s,
+    request_timeout_s,
+    require_type,
+)
 from lockgate.gateway.errors import CLIENT_CLOSED, ApiError, PayloadTooLarge
 from lockgate.gateway.lb_upstream import (
     Answer,
@@ -45,12 +53,13 @@ from lockgate.gateway.lb_upstream import (
     UpstreamError,
     connect_reason,
 )
-from lockgate.gateway.lb_workers import LbRouter, Target, track_attempts
+from lockgate.gateway.lb_workers import LbRouter, Refusal, Target, track_attempts
 from lockgate.gateway.metrics import ROUTE_KEY
 from lockgate.gateway.state import gateway_of
 from lockgate.models.endpoint import EndpointType
 from lockgate.models.limits import Operation
 from lockgate.store.keys import ENDPOINT_ID_RE
+from lockgate.store.lb_workers import LbWorker
 
 log = logging.getLogger("lockgate.gateway")
 
@@ -336,7 +345,7 @@ async def _exchange(
     limit_s = request_timeout_s(entry)
     if request.headers.get("Upgrade", "").lower() == "websocket":
         url = URL(f"http://{target.worker.address}{path}", encoded=True)
-        return await _websocket(request, router, endpoint_id, target, url)
+        return await _websocket(request, router, endpoint_id, target, url, entry)
     body = _Body(request)
     response: web.StreamResponse | None = None
     exchange: Exchange | None = None
@@ -401,17 +410,39 @@ def _failed(
     """A connection to the worker failed once made (the request may have reached it):
     the begun answer cut, or 502 (never retried)."""
     if response is not None:  # mid-answer: too late for a status; the connection ends
-        router.failed(endpoint_id, target, f"failed mid-answer: {err!r}")
+        router.failed(endpoint_id, target, f"failed mid-answer: {described(err)}")
         return _cut(request, response)
     if request.transport is None or request.transport.is_closing():
         # our client left (its body stopped): nothing to answer, counted as 499
         raise ConnectionResetError(f"the client left: {err}") from err
-    router.failed(endpoint_id, target, repr(err))
+    router.failed(endpoint_id, target, described(err))
     raise BadGateway(
-        f"worker {target.id!r} did not answer: {err.__class__.__name__}: {err}; "
+        f"worker {target.id!r} did not answer: {public_error(err, target.worker)}; "
         "it is out of routing until its health check answers 200",
         headers={WORKER_ID: target.id},
     ) from err
+
+
+def described(err: BaseException) -> str:
+    """`err` for a log line: its class and message (never its repr: aiohttp's errors
+    carry the request's headers there, the caller's cookies among them; nor, for an
+    answer aiohttp refused, the URL, whose query is the caller's)."""
+    if isinstance(err, aiohttp.ClientResponseError):
+        return f"{err.__class__.__name__}: {err.status}, {err.message}"
+    text = str(err)
+    return f"{err.__class__.__name__}: {text}" if text else err.__class__.__name__
+
+
+def public_error(err: BaseException, worker: LbWorker) -> str:
+    """`err` as the caller may read it: `described`, without the worker's address (a pod
+    IP on a cluster; its host, bracketed or not, wherever the message names it)."""
+    text = described(err)
+    for address in (worker.address, worker.health):
+        host = address.rpartition(":")[0]
+        for secret in (address, host, host.strip("[]")):
+            if secret:
+                text = text.replace(secret, "<worker>")
+    return text
 
 
 def _small(request: web.Request, upstream: Answer) -> bool:
@@ -434,50 +465,161 @@ def _cut(request: web.Request, response: web.StreamResponse) -> web.StreamRespon
     return response
 
 
+@dataclass(frozen=True, slots=True)
+class WsLimits:
+    """A relayed WebSocket's time limits (s): the worker's answer to the upgrade within
+    `handshake`; closed after `idle` without a message either way, and after `lifetime`
+    open; the client pinged every `heartbeat` (dropped without its pong within half)."""
+
+    handshake: float
+    idle: float
+    lifetime: float
+    heartbeat: float
+
+
+def ws_limits(entry: dict, heartbeat_s: float) -> WsLimits:
+    """The endpoint's WebSocket limits: the handshake and the idle time are its
+    `requestTimeoutS`, the lifetime its `lbWebSocketMaxS`, the pings the gateway's."""
+    timeout = request_timeout_s(entry)
+    return WsLimits(timeout, timeout, lb_websocket_max_s(entry), heartbeat_s)
+
+
+def ws_expiry(limits: WsLimits, *, now: float, opened: float, last: float) -> str | None:
+    """Why a relay open since `opened`, its last message at `last`, ends at `now`; None
+    while it may go on. The lifetime is named first."""
+    if now - opened >= limits.lifetime:
+        return f"open {limits.lifetime:g} s (the endpoint's lbWebSocketMaxS)"
+    if now - last >= limits.idle:
+        return f"idle {limits.idle:g} s (the endpoint's requestTimeoutS)"
+    return None
+
+
 async def _websocket(
-    request: web.Request, router: LbRouter, endpoint_id: str, target: Target, url: URL
+    request: web.Request,
+    router: LbRouter,
+    endpoint_id: str,
+    target: Target,
+    url: URL,
+    entry: dict,
 ) -> web.StreamResponse:
-    """Relay a WebSocket: the worker's connection first (502 when it refuses), then the
-    client's, then messages both ways until either side closes."""
+    """Relay a WebSocket: the worker's connection first, then the client's, then messages
+    both ways until either side closes or a limit (`WsLimits`) ends it. The worker's
+    refusal of the upgrade is passed back as it is; its failure is 502, no answer within
+    the handshake time 504. Compression is negotiated on neither side: a message's size
+    on the wire is its size in memory (`MAX_BODY` at most)."""
+    limits = ws_limits(entry, gateway_of(request).settings.lb_ws_heartbeat_s)
     offered = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",")]
     protocols = [p for p in offered if p]
     headers = websocket_headers(request)  # the protocols offered go as `protocols`
     attempts = track_attempts()
+    deadline = asyncio.timeout(limits.handshake)
     try:
-        upstream = await target.session.ws_connect(
-            url, headers=headers, protocols=protocols, autoping=True, max_msg_size=MAX_BODY
-        )
-    except (aiohttp.ClientError, OSError) as err:
+        async with deadline:
+            upstream = await target.session.ws_connect(
+                url, headers=headers, protocols=protocols, autoping=True,
+                max_msg_size=MAX_BODY, compress=0,
+            )  # fmt: skip
+    except (aiohttp.ClientError, OSError) as err:  # TimeoutError is an OSError
+        if attempts.refusal is not None:  # the worker's own answer: not a failure
+            return _refused(attempts.refusal, target)
+        if deadline.expired():
+            raise GatewayTimeout(
+                f"the worker did not answer the WebSocket upgrade within the endpoint's "
+                f"requestTimeoutS ({limits.handshake:g} s)",
+                headers={WORKER_ID: target.id},
+            ) from err
         if isinstance(err, CONNECT_ERRORS) and not attempts.resent:
             raise ConnectFailed(connect_reason(err), err) from err
-        router.failed(endpoint_id, target, repr(err))
+        router.failed(endpoint_id, target, f"WebSocket upgrade failed: {described(err)}")
         raise BadGateway(
-            f"worker {target.id!r} refused the WebSocket: {err}", headers={WORKER_ID: target.id}
+            f"worker {target.id!r} failed the WebSocket upgrade: "
+            f"{public_error(err, target.worker)}; it is out of routing until its health "
+            "check answers 200",
+            headers={WORKER_ID: target.id},
         ) from err
     chosen = [upstream.protocol] if upstream.protocol else []
-    client = web.WebSocketResponse(protocols=chosen, max_msg_size=MAX_BODY)
+    client = web.WebSocketResponse(
+        protocols=chosen, max_msg_size=MAX_BODY, compress=False, heartbeat=limits.heartbeat
+    )
     client.headers[WORKER_ID] = target.id
-    await client.prepare(request)
     async with upstream:
-        pumps = [
-            asyncio.ensure_future(_pump(client, upstream)),
-            asyncio.ensure_future(_pump(upstream, client)),
-        ]
-        _, pending = await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
-        for p in pending:
-            p.cancel()
-        with contextlib.suppress(Exception):
-            await client.close()
+        await client.prepare(request)
+        await _relay(client, upstream, limits)
     return client
 
 
-async def _pump(source, sink) -> None:
-    """Messages from one WebSocket to the other until `source` closes."""
+def _refused(refusal: Refusal, target: Target) -> web.Response:
+    """The worker's answer to an upgrade it refused, as the caller gets it."""
+    headers = downstream_headers(refusal.headers, target.id)
+    headers.popall("Content-Length", None)  # the body may be cut at REFUSAL_MAX
+    return web.Response(
+        status=refusal.status, reason=refusal.reason, headers=headers, body=refusal.body
+    )
+
+
+class _Activity:
+    """When the relay last carried a message (loop time)."""
+
+    __slots__ = ("last",)
+
+    def __init__(self) -> None:
+        self.last = asyncio.get_running_loop().time()
+
+
+async def _relay(
+    client: web.WebSocketResponse, upstream: aiohttp.ClientWebSocketResponse, limits: WsLimits
+) -> None:
+    """Messages both ways until either side closes, or `ws_expiry` says so (then both
+    are closed with 1001 and the reason)."""
+    loop = asyncio.get_running_loop()
+    activity = _Activity()
+    opened = activity.last
+    pumps = [
+        asyncio.ensure_future(_pump(client, upstream, activity)),
+        asyncio.ensure_future(_pump(upstream, client, activity)),
+    ]
+    try:
+        while True:
+            now = loop.time()
+            why = ws_expiry(limits, now=now, opened=opened, last=activity.last)
+            if why is not None:
+                message = f"the gateway closed the WebSocket: {why}".encode()
+                for ws in (client, upstream):
+                    with contextlib.suppress(Exception):
+                        await ws.close(code=aiohttp.WSCloseCode.GOING_AWAY, message=message)
+                return
+            wake = min(opened + limits.lifetime, activity.last + limits.idle) - now
+            done, _ = await asyncio.wait(pumps, timeout=wake, return_when=FIRST_COMPLETED)
+            if done:
+                return
+    finally:
+        for p in pumps:
+            p.cancel()
+        with contextlib.suppress(Exception):
+            await client.close()
+
+
+async def _pump(
+    source: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
+    sink: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
+    activity: _Activity,
+) -> None:
+    """Messages from one WebSocket to the other until `source` closes (or fails: a
+    message over `MAX_BODY` closes it with 1009), then `sink` closed with its code."""
     async for msg in source:
+        activity.last = asyncio.get_running_loop().time()
         if msg.type == aiohttp.WSMsgType.TEXT:
             await sink.send_str(msg.data)
         elif msg.type == aiohttp.WSMsgType.BINARY:
             await sink.send_bytes(msg.data)
         else:
             break
-    await sink.close()
+    await sink.close(code=relayed_code(source.close_code))
+
+
+def relayed_code(code: int | None) -> int:
+    """The close code one side's end is passed on with: its own, unless none came or it
+    is one that must never be sent (RFC 6455, 7.4.1: 1005, 1006, 1015): then 1000."""
+    if code is None or code in (1005, 1006, 1015) or not 1000 <= code <= 4999:
+        return aiohttp.WSCloseCode.OK
+    return code

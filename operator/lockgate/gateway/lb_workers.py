@@ -24,6 +24,7 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
 import aiohttp
+from multidict import CIMultiDictProxy
 
 from lockgate.gateway.errors import ApiError
 from lockgate.gateway.lb_upstream import WorkerPool
@@ -45,17 +46,34 @@ GATEWAY_HOLD = "LOCKGATE_LB_HOLD_S"  # the hold's setting, as a 503 names it
 OWN_HOLD = "the endpoint's lbHoldS"
 
 
+REFUSAL_MAX = 64 * 1024  # a refused WebSocket upgrade's body is passed back up to this
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A worker's answer other than 101 to a WebSocket upgrade: the worker's own answer
+    (not a failure), passed back to the caller with at most `REFUSAL_MAX` of its body."""
+
+    status: int
+    reason: str | None
+    headers: CIMultiDictProxy[str]
+    body: bytes
+
+
 class Attempts:
     """How many times, since `track_attempts`, a worker session began sending a request:
     aiohttp resends an idempotent request on a new connection when a kept-alive one
     fails, so a connection error of any attempt but the first does not prove that nothing
     was sent. (Counted by a client middleware, aiohttp >= 3.12: a `TraceConfig` would do
-    too, but it builds a parameters object per signal, ~20 us per proxied request.)"""
+    too, but it builds a parameters object per signal, ~20 us per proxied request.) The
+    middleware also keeps the worker's `refusal` of a WebSocket upgrade (aiohttp's
+    `ws_connect` raises on it, its body unread)."""
 
-    __slots__ = ("count",)
+    __slots__ = ("count", "refusal")
 
     def __init__(self) -> None:
         self.count = 0
+        self.refusal: Refusal | None = None
 
     @property
     def resent(self) -> bool:
@@ -82,7 +100,18 @@ async def _count_attempt(
     attempts = _ATTEMPTS.get()
     if attempts is not None:
         attempts.count += 1
-    return await handler(request)
+    response = await handler(request)
+    if attempts is not None and response.status != 101:  # this session only upgrades
+        attempts.refusal = await refusal_of(response)
+    return response
+
+
+async def refusal_of(response: aiohttp.ClientResponse) -> Refusal:
+    """The worker's answer to an upgrade it refused, its body read up to `REFUSAL_MAX`."""
+    body = bytearray()
+    while len(body) < REFUSAL_MAX and (chunk := await response.content.readany()):
+        body += chunk
+    return Refusal(response.status, response.reason, response.headers, bytes(body[:REFUSAL_MAX]))
 
 
 @dataclass(frozen=True, slots=True)

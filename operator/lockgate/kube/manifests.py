@@ -806,6 +806,7 @@ def scaling_annotations(spec: EndpointSpec) -> dict[str, str]:
         "lockgate.dev/execution-timeout-ms": str(spec.executionTimeoutMs),
         "lockgate.dev/flashboot": str(spec.flashboot).lower(),
         **({"lockgate.dev/lb-hold-s": str(spec.lbHoldS)} if spec.lbHoldS is not None else {}),
+        "lockgate.dev/lb-websocket-max-s": str(spec.lbWebSocketMaxS),
     }
 
 

@@ -41,6 +41,7 @@ class EndpointType(StrEnum):
 
 # RunPod's load balancer lets a request run 5.5 minutes (s).
 REQUEST_TIMEOUT_DEFAULT_S = 330
+LB_WEBSOCKET_MAX_DEFAULT_S = 3600  # lockgate's (RunPod documents no WebSocket limit)
 
 # A Hugging Face model reference: `org/name`, optionally `:revision` (a branch, tag or
 # commit); the characters the Hub allows in repository names and git refs.
@@ -114,6 +115,15 @@ class EndpointSpec(BaseModel):
         description=(
             "LB: seconds a request waits for a routable worker before it is answered 503 "
             "(lockgate's; RunPod holds 120 s). Unset: the gateway's LOCKGATE_LB_HOLD_S"
+        ),
+    )
+    lbWebSocketMaxS: int = Field(
+        LB_WEBSOCKET_MAX_DEFAULT_S,
+        ge=1,
+        le=86_400,
+        description=(
+            "LB: seconds a relayed WebSocket may stay open, then closed with 1001 "
+            "(lockgate's; RunPod has none)"
         ),
     )
     workersMin: int = Field(0, ge=0, le=1000, description="workers kept running (may be 0)")
