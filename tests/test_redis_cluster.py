@@ -85,8 +85,12 @@ from tests.test_requests_list import (  # noqa: F401
     test_jobs_are_listed_newest_first_with_their_state_and_nothing_private,
 )
 from tests.test_scripts import (  # noqa: F401
+    FLUSH_JOBS,
+    FLUSHED_GATEWAY,
+    scripts_flushed_under_load,
     test_an_error_in_one_call_fails_that_call_alone,
     test_concurrent_calls_each_get_their_own_reply,
+    test_scripts_flushed_again_and_again_under_load_fail_no_request,
     test_scripts_flushed_from_redis_are_loaded_again,
 )
 
@@ -303,6 +307,18 @@ async def test_replicated_writes_to_three_masters_each_wait_for_their_own_replic
         frozen.process.send_signal(signal.SIGCONT)
     assert (await store.get(spread[0], "j0")).status == "IN_QUEUE"  # on the master
     wait_until(redis_cluster.healthy, "the thawed replica in sync")
+
+
+@pytest.mark.parametrize(
+    "gateway_settings", [{**FLUSHED_GATEWAY, "redis_min_replicas_ack": 1}], indirect=True
+)
+async def test_scripts_flushed_again_and_again_with_replica_acks_fail_no_request(
+    http, gateway, redis
+):
+    """The scripts flushed on every master again and again under load (as in
+    tests/test_scripts.py), each accepting write waiting for its replica: the calls refused
+    NOSCRIPT before their WAIT are sent once more, and none fails."""
+    assert len(await scripts_flushed_under_load(http, gateway, redis)) == FLUSH_JOBS
 
 
 async def test_a_replicated_write_follows_its_endpoints_slot_to_another_master(

@@ -87,7 +87,13 @@ from tests.test_runpod_sdk import (  # noqa: F401 (the SDK's tests, on a Sentine
     test_run_then_status_and_output,
     test_stream_yields_each_chunk_of_a_generator_worker,
 )
-from tests.test_scripts import test_scripts_flushed_from_redis_are_loaded_again  # noqa: F401
+from tests.test_scripts import (  # noqa: F401
+    FLUSH_JOBS,
+    FLUSHED_GATEWAY,
+    scripts_flushed_under_load,
+    test_scripts_flushed_again_and_again_under_load_fail_no_request,
+    test_scripts_flushed_from_redis_are_loaded_again,
+)
 
 GATEWAY_SETTINGS = {**LIFECYCLE_SETTINGS, **HOUR_WINDOW}
 
@@ -149,6 +155,18 @@ async def test_accepting_writes_load_their_scripts_on_a_new_master_and_still_wai
     with pytest.raises(NotReplicated):
         await too_many.submit("echo", new_job("unconfirmed"))
     assert (await store.get("echo", "unconfirmed")).status == "IN_QUEUE"  # on the master
+
+
+@pytest.mark.parametrize(
+    "gateway_settings", [{**FLUSHED_GATEWAY, "redis_min_replicas_ack": 0}], indirect=True
+)
+async def test_scripts_flushed_again_and_again_without_replica_acks_fail_no_request(
+    http, gateway, redis
+):
+    """The scripts flushed on the master again and again under load (as in
+    tests/test_scripts.py, which runs here with each accepting write waiting for a
+    replica), without replica acks: the batches on the shared connection."""
+    assert len(await scripts_flushed_under_load(http, gateway, redis)) == FLUSH_JOBS
 
 
 @pytest.mark.parametrize(

@@ -6,9 +6,17 @@ which is most of the gateway's CPU per request. Outside a cluster a tick's calls
 call alone, go as raw EVALSHAs on the client's shared connection (`pipe`), not through
 redis-py's Pipeline or Script objects, whose bookkeeping cost more CPU than the round
 trip (while that connection is open, with no task per batch: each reply settles its call
-as it is read); a call refused for want of its script (Redis restarted) or cut by a connection
-error is sent once more alone through its Script object, which loads it or retries. In a
-cluster a call alone is sent as is, a tick's calls through the cluster client's pipeline.
+as it is read); a call cut by a connection error is sent once more alone, with the client's
+own retries. In a cluster a call alone is sent as is, a tick's calls through the cluster
+client's pipeline.
+
+A call refused for want of its script (NOSCRIPT: Redis restarted, a replica without the
+scripts promoted by a failover, a SCRIPT FLUSH), in a batch, alone or sent again after a
+redirection, is sent once more as EVAL with the script's source: the node that runs it
+loads it (later EVALSHAs find it) in the same command, so no other NOSCRIPT can come between
+the load and the run (a SCRIPT LOAD sent apart may reach another node, by a slot map not
+yet updated after a failover, or be undone by a flush before the call). What redis-py's
+`Script` does alone (load, then call once more), without its gap.
 
 Accepting writes may ask for replication (`Replication`, LOCKGATE_REDIS_MIN_REPLICAS_ACK):
 those of a tick go as their own pipeline ending in `WAIT n timeout`, on the same
@@ -120,7 +128,7 @@ Pending = dict[Replication, list[Call]]
 
 @dataclass
 class Scripts:
-    """One registered script per transition. redis-py reloads them after a Redis restart."""
+    """One registered script per transition; one Redis lacks is sent as EVAL (above)."""
 
     redis: Redis
     by_name: dict[str, AsyncScript]
@@ -184,7 +192,7 @@ class Scripts:
         refused for want of its script, is sent once more alone (as `_send` does)."""
         value = reply.exception() or reply.result()
         if isinstance(value, _AGAIN):
-            self._spawn(_settle(call, _direct(call)))
+            self._spawn(_settle(call, _alone(self.redis, call, value)))
         else:
             _deliver(call, value)
 
@@ -197,10 +205,10 @@ class Scripts:
         after: Sequence[Any] = (),
     ) -> None:
         """Send `batch` and settle its futures. A replicated call whose script the master
-        lacks (a promoted replica) or whose slot moved is sent once more (`again`), routed
-        by the reply it got (`after`, aligned with the batch)."""
+        lacks (a promoted replica) or whose slot moved is sent once more (`again`), as EVAL,
+        routed by the reply it got (`after`, aligned with the batch)."""
         if len(batch) == 1 and not replication.replicas and is_cluster(self.redis):
-            await _settle(batch[0], _direct(batch[0]))
+            await _settle(batch[0], _alone(self.redis, batch[0]))
             return
         try:
             if replication.replicas:
@@ -218,21 +226,15 @@ class Scripts:
             )
         for call, reply in zip(batch, replies, strict=True):
             if isinstance(reply, _AGAIN) and not replication.replicas:
-                await _settle(call, _direct(call))  # alone, it gets the client's own retries
+                # alone, it gets the client's own retries
+                await _settle(call, _alone(self.redis, call, reply))
             else:
                 _deliver(call, reply)
 
     async def _resend(self, resend: list[tuple[Call, Any]], replication: Replication) -> None:
-        """Send these replicated calls once more, after loading the scripts the master
-        lacked, each routed by the reply it got."""
-        if not resend:
-            return
-        try:  # a new master: load the scripts it lacks
-            for script in {c[0] for c, r in resend if isinstance(r, NoScriptError)}:
-                await self.redis.script_load(script.script)
-        except Exception as err:
-            _fail([c for c, _ in resend], err)
-        else:
+        """Send these replicated calls once more, as EVAL (a new master may lack their
+        scripts), each routed by the reply it got."""
+        if resend:
             calls, prior = zip(*resend, strict=True)
             await self._send(list(calls), replication, again=False, after=prior)
 
@@ -254,7 +256,8 @@ class Scripts:
         """The batch's replies, each one a NotReplicated error instead when fewer than
         `replication.replicas` replicas confirmed its writes in time. The calls served by
         one node (all of them but in a cluster) go together on one of its connections,
-        followed by a WAIT (which counts the replicas that have that connection's writes)."""
+        followed by a WAIT (which counts the replicas that have that connection's writes).
+        A call sent again (`after` holds the reply of its first try) goes as EVAL."""
         groups: dict[Route, list[int]] = {}
         replies: list[Any] = [None] * len(batch)
         for i, (call, prior) in enumerate(zip(batch, after, strict=True)):
@@ -267,7 +270,11 @@ class Scripts:
         wait = ("WAIT", replication.replicas, replication.timeout_ms)
 
         async def send(to: Route, indexes: list[int]) -> None:
-            commands = [*(_evalsha(batch[i]) for i in indexes), wait]
+            again = [after[i] is not None for i in indexes]
+            calls = [
+                (_eval if a else _evalsha)(batch[i]) for i, a in zip(indexes, again, strict=True)
+            ]
+            commands = [*calls, wait]
             try:
                 sent = await send_together(self.redis, to, commands)
             except Exception as err:  # the connection failed: the writes' fate is unknown
@@ -282,6 +289,12 @@ class Scripts:
 def _evalsha(call: Call) -> Command:
     script, keys, args, _ = call
     return ("EVALSHA", script.sha, len(keys), *keys, *args)
+
+
+def _eval(call: Call) -> Command:
+    """The call with its script's source: the node that runs it loads it (no NOSCRIPT)."""
+    script, keys, args, _ = call
+    return ("EVAL", script.script, len(keys), *keys, *args)
 
 
 def _confirmed(replies: list[Any], replication: Replication) -> list[Any]:
@@ -330,9 +343,16 @@ def _deliver(call: Call, reply: Any) -> None:
         future.set_result(reply)
 
 
-def _direct(call: Call) -> Awaitable[Any]:
-    script, keys, args, _ = call
-    return script(keys=keys, args=args)
+async def _alone(redis: Redis, call: Call, reply: Any = None) -> Any:
+    """`call` sent alone, with the client's own retries (and, in a cluster, its routing and
+    redirections): as EVAL after a NOSCRIPT `reply`, else as EVALSHA, and as EVAL once more
+    if that is refused for want of the script."""
+    if not isinstance(reply, NoScriptError):
+        try:
+            return await redis.execute_command(*_evalsha(call))
+        except NoScriptError:
+            pass
+    return await redis.execute_command(*_eval(call))
 
 
 async def _settle(call: Call, reply: Awaitable[Any]) -> None:
