@@ -21,6 +21,7 @@ from lockgate.scaling.readings import parse_metrics
 from lockgate.store import JobStore, NewJob, Registry
 from lockgate.store.connection import RedisSettings
 from lockgate.store.keys import prefix
+from redis_monitor import Commands, monitored
 
 HORIZON_MS = 62_000
 
@@ -91,9 +92,15 @@ async def test_a_quiet_endpoint_leaves_the_sweeps_until_marked_or_the_full_pass(
     assert await one_pass() == ["a", "b", "c", "d"]
 
 
-async def _commands(redis: Redis, name: str) -> int:
-    stats = await redis.info("commandstats")
-    return int(stats.get(f"cmdstat_{name}", {}).get("calls", 0))
+def _sha(redis: Redis, script: str) -> str:
+    """The SHA1 of one of the store's scripts, as EVALSHA names it."""
+    return JobStore(redis).scripts.by_name[script].sha
+
+
+def _swept(redis: Redis, sent: Commands) -> set[str]:
+    """The endpoints whose sweep script ran (its one key: the endpoint's prefix)."""
+    prefixes = sent.keys_of("EVALSHA", _sha(redis, "sweep"), at=3)
+    return {p.removeprefix("lg:{").removesuffix("}:") for p in prefixes}
 
 
 async def _scrape(http: aiohttp.ClientSession, url: str) -> dict:
@@ -118,11 +125,11 @@ async def test_metrics_of_a_quiet_endpoint_cost_no_snapshot_and_follow_other_rep
         async with aiohttp.ClientSession() as http:
             await eventually(lambda: _true({"echo", "idle"} <= b_activity.quiet), "B: quiet")
             await _scrape(http, b)  # reads the quiet endpoints' snapshots once
-            before = await _commands(redis, "evalsha")
-            for _ in range(5):
-                assert (await _scrape(http, b))["echo"].queued == 0
-            # No snapshot read: at most a sweep or two of B's or A's may have run meanwhile.
-            assert await _commands(redis, "evalsha") - before < 5
+            async with monitored(redis) as sent:
+                for _ in range(5):
+                    assert (await _scrape(http, b))["echo"].queued == 0
+            # No snapshot read (the sweeps of A and B that ran meanwhile are not counted).
+            assert sent.count("EVALSHA", _sha(redis, "snapshot")) == 0
 
             # A job through A: B's next scrapes show it (the `q:` event marks it in B).
             async with http.post(
@@ -133,7 +140,9 @@ async def test_metrics_of_a_quiet_endpoint_cost_no_snapshot_and_follow_other_rep
             async def queued_in_b() -> bool:
                 return (await _scrape(http, b))["echo"].queued == 1
 
-            await eventually(queued_in_b, "B's /metrics to count the job")
+            async with monitored(redis) as sent:
+                await eventually(queued_in_b, "B's /metrics to count the job")
+            assert sent.count("EVALSHA", _sha(redis, "snapshot"), key=prefix("echo")) >= 1  # read
 
             # A worker new to a quiet endpoint, through A: B counts it (the `a:` event).
             assert "idle" in b_activity.quiet
@@ -164,26 +173,28 @@ async def test_a_resubscription_makes_the_next_sweep_a_full_pass(
     names = [f"rs-{i}" for i in range(40)]
     for name in names:
         await register(redis, name)
+    # A busy endpoint (a job queued, never taken) is swept at every pass: it counts them.
+    await register(redis, "busy")
+    await JobStore(redis).submit("busy", NewJob(id="j1", input=b"{}", ttl_ms=3_600_000))
     settings = make_settings(redis_target, free_port(), sweep_interval_s=0.2)
     runner = await start_gateway(settings)
     activity = runner.app[GATEWAY].activity
     try:
         await eventually(lambda: _true(set(names) <= activity.quiet), "all quiet")
 
-        async def unswept() -> bool:  # five sweep intervals, none of these endpoints swept
-            before = await _commands(redis, "evalsha")
-            await asyncio.sleep(1.0)
-            return await _commands(redis, "evalsha") - before < len(names) / 2
+        async def unswept() -> bool:
+            """Three passes (the busy endpoint swept three times), none of these swept."""
+            async with monitored(redis) as sent:
+                while sent.count("EVALSHA", _sha(redis, "sweep"), key=prefix("busy")) < 3:
+                    await asyncio.sleep(0.05)
+            return not _swept(redis, sent) & set(names)
 
         # (The first subscription counts as one: a second full pass may follow the first.)
         await eventually(unswept, "the quiet endpoints left out of the sweeps")
-        before = await _commands(redis, "evalsha")
-        killed = await redis.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
-        assert killed >= 1
-
-        async def swept_again() -> bool:
-            return await _commands(redis, "evalsha") - before >= len(names)
-
-        await eventually(swept_again, "a full pass after the resubscription")
+        async with monitored(redis) as sent:
+            killed = await redis.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
+            assert killed >= 1
+            swept_again = lambda: _true(set(names) <= _swept(redis, sent))  # noqa: E731
+            await eventually(swept_again, "a full pass after the resubscription")
     finally:
         await runner.cleanup()

@@ -11,7 +11,10 @@ import pytest
 
 from lockgate.gateway.chunks import CHUNK_LIMIT
 from lockgate.gateway.openai_wire import StreamFramer, handler_message, route_of, worker_error
+from lockgate.store import JobStore
+from lockgate.store.keys import prefix
 from tests.conftest import LiveGateway, eventually
+from tests.redis_monitor import monitored
 from tests.test_job_api import done, get, take
 from tests.test_stream import push
 
@@ -315,34 +318,36 @@ async def test_a_job_failed_with_an_openai_error_object_answers_with_its_status(
     assert "x-should-retry" not in headers
 
 
-async def lranges(redis) -> int:
-    """LRANGE calls Redis has served (the stream read script's; INFO commandstats)."""
-    return (await redis.info("commandstats")).get("cmdstat_lrange", {}).get("calls", 0)
-
-
+# No periodic read of the stored stream (every `poll_fallback_s`) falls into the test.
+@pytest.mark.parametrize("gateway_settings", [{"poll_fallback_s": 60.0}], indirect=True)
 async def test_a_live_stream_gets_its_chunks_from_the_events_without_reading_them(
     http, gateway, redis
 ):
     """Small chunks ride on their wake-up events: the reader reads the stored stream once
-    it ends (and when a chunk is too large to carry), not once per chunk."""
+    it ends (and when a chunk is too large to carry), not once per chunk. Counted: the
+    calls of the stream read script on the endpoint's keys (MONITOR)."""
+    read_stream = JobStore(redis).scripts.by_name["read_stream"].sha
+    key = prefix(gateway.endpoint)
     response_task = asyncio.create_task(open_stream(http, gateway))
     job = await worker_job(http, gateway)
-    before = await lranges(redis)
-    await push(http, gateway, job["id"], {"output": {"n": 0}})
-    response = await response_task
-    assert await response.content.readuntil(b"\n\n") == b'data: {"n":0}\n\n'
-    for n in range(1, 20):
-        await push(http, gateway, job["id"], {"output": {"n": n}})
-        assert await response.content.readuntil(b"\n\n") == f'data: {{"n":{n}}}\n\n'.encode()
-    reads = await lranges(redis) - before
+    async with monitored(redis) as small:
+        await push(http, gateway, job["id"], {"output": {"n": 0}})
+        response = await response_task
+        assert await response.content.readuntil(b"\n\n") == b'data: {"n":0}\n\n'
+        for n in range(1, 20):
+            await push(http, gateway, job["id"], {"output": {"n": n}})
+            chunk = await response.content.readuntil(b"\n\n")
+            assert chunk == f'data: {{"n":{n}}}\n\n'.encode()
     large = {"text": "x" * 100_000}  # too large to carry: read, in its place
-    await push(http, gateway, job["id"], {"output": large})
-    await push(http, gateway, job["id"], {"output": {"n": 21}})
-    await done(http, gateway, job["id"], {"output": []})
-    rest = await events(response)
+    async with monitored(redis) as rest_read:
+        await push(http, gateway, job["id"], {"output": large})
+        await push(http, gateway, job["id"], {"output": {"n": 21}})
+        await done(http, gateway, job["id"], {"output": []})
+        rest = await events(response)
     assert [orjson.loads(e.removeprefix("data: ")) for e in rest[:2]] == [large, {"n": 21}]
     assert rest[2:] == ["data: [DONE]"]
-    assert reads <= 2, reads  # a poll may fall in (every 0.5 s here); one per chunk did not
+    assert small.count("EVALSHA", read_stream, key=key) == 0  # not one per chunk
+    assert rest_read.count("EVALSHA", read_stream, key=key) >= 1  # the large chunk's read
 
 
 def test_live_chunks_come_in_order_once_from_events_and_reads():

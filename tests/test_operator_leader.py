@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -20,6 +20,7 @@ from kubernetes import client as k8s
 from lockgate.apps.operator import scaling
 from lockgate.dev.redis_server import EmbeddedRedis, free_port
 from lockgate.kube.cluster import Cluster
+from lockgate.kube.crds import GROUP, VERSION
 from lockgate.kube.leader import LeaderElector, holder_of
 from lockgate.kube.reconcile import Context
 from lockgate.kube.scaler import ScalingLoop
@@ -217,3 +218,78 @@ def test_a_stopped_operator_leaves_kopf_no_task_of_its_own_to_cancel(
     assert not running.thread.is_alive() and not running.errors, running.errors
     hung = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Hung tasks")]
     assert hung == ["Hung tasks stopping is skipped: no tasks given."], hung
+
+
+QUIET_ENDPOINTS = 20
+
+
+@pytest.fixture
+def quiet_namespace(kube: k8s.ApiClient) -> Iterator[str]:
+    """A namespace of its own with QUIET_ENDPOINTS Endpoints (and their Template), which only
+    the test's operator watches; at the end, their finalizers dropped (that operator has
+    stopped) and the namespace deleted."""
+    namespace = f"lockgate-quiet-{next(_names)}"
+    core, custom = k8s.CoreV1Api(kube), k8s.CustomObjectsApi(kube)
+    core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=namespace)))
+    api_version = f"{GROUP}/{VERSION}"
+    template = {"apiVersion": api_version, "kind": "Template", "metadata": {"name": "quiet"}}
+    template["spec"] = {"image": "example.test/echo:1"}
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "templates", template)
+    for n in range(QUIET_ENDPOINTS):
+        endpoint = {"apiVersion": api_version, "kind": "Endpoint"}
+        endpoint |= {"metadata": {"name": f"quiet-{n}"}}
+        endpoint["spec"] = {"templateId": "quiet", "workersMin": 0}
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "endpoints", endpoint)
+    yield namespace
+    for n in range(QUIET_ENDPOINTS):
+        with contextlib.suppress(k8s.ApiException):
+            custom.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, "endpoints", f"quiet-{n}",
+                {"metadata": {"finalizers": None}},
+                _content_type="application/merge-patch+json",
+            )  # fmt: skip
+    core.delete_namespace(namespace)
+
+
+def test_a_stopped_operator_ends_its_endpoints_daemons_without_a_warning(
+    start_operator: Callable[[OperatorSettings], OperatorThread],
+    redis_server: EmbeddedRedis,
+    quiet_namespace: str,
+    lease_name: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Stopping the operator (SIGTERM, or a leader handover) stops each Endpoint's resync
+    daemon: kopf sets its `stopped` flag, then cancels it in its sleep. That end is not a
+    fault: once logged as one WARNING per Endpoint ("Daemon 'resync_endpoint' is cancelled.
+    Will escalate."), now each daemon returns and kopf notes it (DEBUG) as exited on
+    request."""
+    caplog.set_level(logging.DEBUG, logger="kopf")
+    settings = OperatorSettings(
+        redis_url=redis_server.url, namespaces=[quiet_namespace], manage_host="127.0.0.1",
+        manage_port=free_port(), liveness_port=0, resync_s=60.0, resync_rest_s=60.0,
+        lease_name=lease_name, lease_namespace=NAMESPACE, **LEASE_TIMING,
+    )  # fmt: skip
+
+    def daemon_logs(text: str) -> list[logging.LogRecord]:
+        """The kopf records of the quiet namespace's resync daemons that contain `text`."""
+        return [
+            r for r in caplog.records
+            if getattr(r, "k8s_ref", {}).get("namespace") == quiet_namespace
+            and "resync_endpoint" in r.getMessage() and text in r.getMessage()
+        ]  # fmt: skip
+
+    running = start_operator(settings)
+    wait_until(
+        lambda: len(daemon_logs("is invoked")) == QUIET_ENDPOINTS, "every daemon running", 60
+    )
+
+    running.stop()
+
+    assert not running.thread.is_alive() and not running.errors, running.errors
+    warned = [
+        f"{r.levelname} {r.getMessage()}"
+        for r in daemon_logs("") + [r for r in caplog.records if "Will escalate" in r.getMessage()]
+        if r.levelno >= logging.WARNING
+    ]
+    assert warned == []
+    assert len(daemon_logs("has exited on request")) == QUIET_ENDPOINTS

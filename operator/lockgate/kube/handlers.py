@@ -136,14 +136,31 @@ async def resync_endpoint(
     scale-up) ends the rest at the next period, and so does a Deployment deleted, scaled or
     newly observed; workers on a fallback GPU type do not rest (the first type is retried
     at a reconcile). An Endpoint with no status yet is its create handler's (kopf retries
-    it): no resync doubles that work while a thousand are being created."""
-    ctx = _indexed(memo)
+    it): no resync doubles that work while a thousand are being created.
+
+    kopf stops the daemon (operator exit, leadership lost, Endpoint deleted) by setting
+    `stopped`, then, as it sleeps, by cancelling it (`cancellation_timeout`): that cancel is
+    its end, returned from quietly (kopf logs a WARNING for each cancel that escapes)."""
+    try:
+        await _resync(_indexed(memo), body, stopped, logger)
+    except asyncio.CancelledError:
+        if not stopped:
+            raise  # not kopf stopping the daemon: let it through
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()  # the cancel asked the daemon to end: it has
+
+
+async def _resync(
+    ctx: rc.Context, body: kopf.Body, stopped: kopf.DaemonStopped, logger: kopf.Logger
+) -> None:
+    """`resync_endpoint`'s loop, until `stopped`."""
     period, rest = ctx.settings.resync_s, ctx.settings.resync_rest_s
     delay = random.uniform(0.1, 1.0) * period
     last = time.monotonic()
     while not stopped:
-        # A plain sleep: kopf cancels the daemon when it stops it (no `cancellation_backoff`),
-        # and `stopped.wait()` costs a task and a timeout each time (at a thousand Endpoints,
+        # A plain sleep, ended by kopf's cancel when it stops the daemon (above):
+        # `stopped.wait()` costs a task and a timeout each time (at a thousand Endpoints,
         # more than half of the operator's idle CPU).
         await asyncio.sleep(delay)
         delay = period * random.uniform(0.9, 1.1)
