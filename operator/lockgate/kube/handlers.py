@@ -138,7 +138,7 @@ async def resync_endpoint(
     at a reconcile). An Endpoint with no status yet is its create handler's (kopf retries
     it): no resync doubles that work while a thousand are being created.
 
-    kopf stops the daemon (operator exit, leadership lost, Endpoint deleted) by setting
+    kopf stops the daemon (the operator stopping, the Endpoint deleted) by setting
     `stopped`, then, as it sleeps, by cancelling it (`cancellation_timeout`): that cancel is
     its end, returned from quietly (kopf logs a WARNING for each cancel that escapes)."""
     try:
