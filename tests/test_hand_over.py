@@ -15,7 +15,8 @@ import pytest
 from lockgate.gateway.notify import Notifier
 from lockgate.gateway.state import GATEWAY
 from lockgate.store.scripts import Scripts
-from tests.conftest import LiveGateway
+from tests.conftest import LiveGateway, eventually
+from tests.redis_monitor import monitored
 from tests.test_idle_token import takes_run
 from tests.test_job_api import submit
 
@@ -86,12 +87,16 @@ async def test_the_submits_event_wakes_no_second_taker(http, gateway, redis):
     await waiting(gateway, 1)
     newer = asyncio.create_task(take(http, gateway, "w-2"))
     await waiting(gateway, 2)
-    pops = await takes_run(redis)
-    job = await submit(http, gateway, {"input": {"n": 1}})
-    assert (await asyncio.wait_for(newer, PROMPTLY_S))["id"] == job["id"]
-    await asyncio.sleep(0.5)  # the q: event has come
+    notifier = gateway.app[GATEWAY].notifier
+    queued_before = notifier.generation(gateway.endpoint)
+    async with monitored(redis) as sent:
+        job = await submit(http, gateway, {"input": {"n": 1}})
+        assert (await asyncio.wait_for(newer, PROMPTLY_S))["id"] == job["id"]
+        came = lambda: asyncio.sleep(0, notifier.generation(gateway.endpoint) > queued_before)  # noqa: E731
+        await eventually(came, "the submit's q: event")
+        await asyncio.sleep(0.5)  # time for a taker the event wrongly woke to take
     assert not older.done()
-    assert await takes_run(redis) - pops == 1  # the handed take's pop; w-1 never took
+    assert takes_run(redis, gateway, sent) == 1  # the handed take's; w-1 never took
     older.cancel()
 
 
