@@ -34,7 +34,7 @@ async def reads_per_request(dev: Service, route: Route) -> float:
     """Reads of its job record (JobStore.get: an HMGET of the job's key, which nothing but a
     request following its job sends; the scripts read inside Redis) per completed request
     of `route`, one request at a time, counted in a MONITOR record of the dev's Redis."""
-    client = Redis(port=dev.redis_port)
+    client = Redis(port=dev.redis_port, password=dev.redis_password)
     try:
         async with load.session(1) as http, monitored(client) as sent:
             ids = [await job_of(http, route) for _ in range(REQUESTS)]
