@@ -58,10 +58,23 @@ def test_replaced_workers_finish_their_requests_and_get_no_new_one(tmp_path: Pat
             f"{manage}/lbm", json={"templateId": WORKER + " v2"}, headers=ADMIN, timeout=30
         )
         assert patched.status_code == 200, patched.text
+        # The old worker leaves routing when the gateway reads the worker list again (an
+        # `l:` event after the pool withdrew it), a moment after the PATCH's answer: a
+        # request asking for it goes to the new worker from then on, and never back.
         soft = {**dev.headers(), "X-Runpod-Worker-Id": old}
-        during = requests.get(f"{url}/echo/during", headers=soft, timeout=60)
-        assert during.status_code == 200, during.text
-        assert during.headers["X-Runpod-Worker-Id"] != old
+
+        def during() -> str:
+            answer = requests.get(f"{url}/echo/during", headers=soft, timeout=60)
+            assert answer.status_code == 200, answer.text
+            return answer.headers["X-Runpod-Worker-Id"]
+
+        for _ in range(200):
+            if during() != old:
+                break
+            threading.Event().wait(0.05)
+        else:
+            raise AssertionError(f"requests still go to the replaced worker {old} after 10 s")
+        assert old not in {during() for _ in range(5)}
         t.join(60)
         assert result["answer"].status_code == 200, result["answer"].text
         assert result["answer"].json()["worker"] == old
