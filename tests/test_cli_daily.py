@@ -30,6 +30,15 @@ SCRUBBED = (
 )  # fmt: skip
 
 
+def own_config(monkeypatch: pytest.MonkeyPatch, path: Path, env: dict[str, str]) -> None:
+    """This test's config file and `env`, not those of whoever runs the tests."""
+    for name in SCRUBBED:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LOCKGATE_CONFIG", str(path))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+
+
 def clean_env(config_home: Path, **extra: str) -> dict[str, str]:
     """The user's environment without LOCKGATE_URL & co., the config under `config_home`."""
     env = {k: v for k, v in os.environ.items() if k not in SCRUBBED and k != "LOCKGATE_DEBUG"}
@@ -386,9 +395,7 @@ def test_dev_listens_on_lockgate_port_as_the_gateway_does(tmp_path) -> None:
 def test_an_unexpected_error_is_one_line_with_the_debug_hint(monkeypatch, capsys, tmp_path) -> None:
     from lockgate.commands import endpoints
 
-    for name in SCRUBBED:  # not the config file of whoever runs the tests
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("LOCKGATE_CONFIG", str(tmp_path / "none.json"))
+    own_config(monkeypatch, tmp_path / "none.json", {})
 
     async def broken(args, api) -> None:
         raise RuntimeError("boom\nsecond line")
@@ -433,11 +440,7 @@ def test_dev_mode_never_replaces_a_config_written_by_login(monkeypatch, tmp_path
 def test_flags_win_over_the_environment_which_wins_over_the_file(
     monkeypatch, tmp_path, flags, env, saved, expected
 ) -> None:
-    for name in SCRUBBED:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("LOCKGATE_CONFIG", str(tmp_path / "c.json"))
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
+    own_config(monkeypatch, tmp_path / "c.json", env)
     if saved:
         clientconfig.save(saved)
     management, jobs = clientconfig.target(*flags), clientconfig.target(*flags, jobs=True)

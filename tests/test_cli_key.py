@@ -17,7 +17,7 @@ import pytest
 from lockgate import client, clientconfig
 from lockgate.clientconfig import Target
 from lockgate.commands import session
-from tests.test_cli_daily import SCRUBBED, clean_env, lockgate, ok, one_line_error
+from tests.test_cli_daily import clean_env, lockgate, ok, one_line_error, own_config
 
 
 class Recorder(ThreadingHTTPServer):
@@ -152,11 +152,7 @@ SAVED = {"url": "http://127.0.0.1:8080", "key": "ks", "jobUrl": "http://127.0.0.
 def test_the_saved_key_goes_only_to_the_origins_it_was_saved_for(
     monkeypatch, tmp_path, flags, env, jobs, expected
 ) -> None:
-    for name in SCRUBBED:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("LOCKGATE_CONFIG", str(tmp_path / "c.json"))
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
+    own_config(monkeypatch, tmp_path / "c.json", env)
     clientconfig.save(SAVED)
     got = clientconfig.target(*flags, jobs=jobs)
     assert (got.url, got.key, got.withheld) == expected
