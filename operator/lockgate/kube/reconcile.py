@@ -132,7 +132,7 @@ def now() -> str:
 def validate(name: str, raw: Mapping[str, Any]) -> tuple[EndpointSpec | None, Check]:
     """The spec, or a fatal `SpecValid` condition naming what to fix. The CRD schema checks
     types and bounds; this also checks what Kubernetes 1.20 cannot (`workersMin <= workersMax`)."""
-    if not ENDPOINT_ID_RE.match(name):
+    if not ENDPOINT_ID_RE.fullmatch(name):
         message = (
             f"metadata.name {name!r} is not a valid endpoint id: use at most 63 lowercase "
             "letters, digits and '-', starting and ending with a letter or digit"

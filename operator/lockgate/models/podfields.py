@@ -27,9 +27,9 @@ def qualified_name(key: str) -> str:
     """A label or annotation key: `[prefix/]name`, name ≤ 63, prefix a DNS subdomain ≤ 253;
     `lockgate.dev/` keys belong to the operator."""
     prefix, _, name = key.rpartition("/")
-    if not (0 < len(name) <= 63 and _NAME_PART.match(name)):
+    if not (0 < len(name) <= 63 and _NAME_PART.fullmatch(name)):
         raise ValueError(f"{key!r} is not a valid key: its name must be 1-63 of [A-Za-z0-9_.-]")
-    if "/" in key and not (0 < len(prefix) <= 253 and _PREFIX.match(prefix)):
+    if "/" in key and not (0 < len(prefix) <= 253 and _PREFIX.fullmatch(prefix)):
         raise ValueError(f"{key!r} is not a valid key: its prefix must be a DNS subdomain")
     if key.startswith(RESERVED_PREFIX):
         raise ValueError(f"{key!r}: keys under {RESERVED_PREFIX} are set by the operator only")
@@ -44,7 +44,7 @@ def _closed_keys(value: dict[str, str]) -> dict[str, str]:
 
 def _env_names(value: dict[str, object]) -> dict[str, object]:
     for name in value:
-        if not (len(name) <= 256 and re.match(ENV_NAME, name)):
+        if not (len(name) <= 256 and re.fullmatch(ENV_NAME, name)):
             raise ValueError(f"{name!r} is not a valid environment variable name")
     return value
 
