@@ -691,6 +691,16 @@ def test_secret_env_becomes_secret_key_refs_and_never_plain_values() -> None:
     assert container["envFrom"] == [{"secretRef": {"name": "s3"}}]
 
 
+APPARMOR = "container.apparmor.security.beta.kubernetes.io/"
+
+
+@pytest.mark.parametrize("profile", ["runtime/default", "localhost/my-profile"])
+def test_an_apparmor_profile_that_keeps_the_pod_confined_reaches_the_pod(profile: str) -> None:
+    template = {"podAnnotations": {f"{APPARMOR}worker": profile}}
+    annotations = deployment({}, template)["spec"]["template"]["metadata"]["annotations"]
+    assert annotations[f"{APPARMOR}worker"] == profile
+
+
 def test_secret_env_cannot_replace_the_worker_contract() -> None:
     ref = {"name": "mine", "key": "k"}
     values = env(template={"secretEnv": {"RUNPOD_ENDPOINT_ID": ref}})
@@ -709,6 +719,10 @@ def test_secret_env_cannot_replace_the_worker_contract() -> None:
         ({"nodeSelector": {"-bad": "x"}}, "not a valid key"),
         ({"podLabels": {"lockgate.dev/endpoint": "x"}}, "operator only"),
         ({"podAnnotations": {"lockgate.dev/template": "x"}}, "operator only"),
+        ({"podAnnotations": {f"{APPARMOR}worker": "unconfined"}}, "AppArmor must stay"),
+        ({"podAnnotations": {"seccomp.security.alpha.kubernetes.io/pod": "unconfined"}}, "seccomp"),
+        ({"podAnnotations": {"container.seccomp.security.alpha.kubernetes.io/w": "x"}}, "seccomp"),
+        ({"podAnnotations": {"security.alpha.kubernetes.io/unsafe-sysctls": "a=1"}}, "sysctl"),
         ({"podLabels": {"a": "x" * 64}}, "at most 63"),
         ({"runtimeClassName": "Nvidia"}, "pattern"),
         ({"priorityClassName": "high priority"}, "pattern"),

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 pytest_plugins = ["kube_fixtures"]
 
+UNCONFINED = {"container.apparmor.security.beta.kubernetes.io/worker": "unconfined"}
 ENV_ECHO = ["python", "tests/handlers/env_echo.py"]  # relative to the repository
 
 
@@ -177,6 +178,8 @@ async def test_a_template_in_use_cannot_be_deleted_until_its_endpoints_are_gone(
         ({"name": "t", "imageName": "x:1", "colour": "blue"}, "colour"),
         ({"name": "t", "imageName": "x:1", "image": "y:1"}, "image"),
         ({"name": "t", "imageName": "x:1", "id": "Not_An_Id"}, "id"),
+        ({"name": "t", "imageName": "x:1", "env": {"A\n": "1"}}, "env"),
+        ({"name": "t", "imageName": "x:1", "podAnnotations": UNCONFINED}, "podAnnotations"),
     ],
 )
 async def test_a_bad_template_is_refused_naming_the_field(api: Api, body: dict, field: str) -> None:

@@ -42,6 +42,39 @@ def _closed_keys(value: dict[str, str]) -> dict[str, str]:
     return value
 
 
+# Annotations that loosen a pod's confinement, which Pod Security's baseline forbids
+# (kubernetes.io/docs/concepts/security/pod-security-standards, "Baseline"): AppArmor
+# other than the runtime's default or a node's own profile; the seccomp annotations
+# (deprecated, ignored since Kubernetes 1.27; lockgate's pods set RuntimeDefault in the
+# pod spec) and the sysctl ones (pre-1.11) whatever their value.
+APPARMOR_PREFIX = "container.apparmor.security.beta.kubernetes.io/"
+APPARMOR_ALLOWED = ("runtime/default", "localhost/")
+REFUSED_PREFIXES = (
+    "seccomp.security.alpha.kubernetes.io/",
+    "container.seccomp.security.alpha.kubernetes.io/",
+    "security.alpha.kubernetes.io/",  # sysctls, unsafe-sysctls
+)
+
+
+def confinement_problem(key: str, value: str) -> str | None:
+    """Why Pod Security's baseline forbids the annotation `key: value`, or None."""
+    if key.startswith(REFUSED_PREFIXES):
+        return f"{key!r}: seccomp and sysctl annotations are refused (Pod Security baseline)"
+    if key.startswith(APPARMOR_PREFIX) and not value.startswith(APPARMOR_ALLOWED):
+        return (
+            f"{key!r}: AppArmor must stay confined: runtime/default or localhost/<profile>, "
+            f"not {value!r} (Pod Security baseline)"
+        )
+    return None
+
+
+def _pod_annotations(value: dict[str, str]) -> dict[str, str]:
+    for key, text in _closed_keys(value).items():
+        if problem := confinement_problem(key, text):
+            raise ValueError(problem)
+    return value
+
+
 def _env_names(value: dict[str, object]) -> dict[str, object]:
     for name in value:
         if not (len(name) <= 256 and re.fullmatch(ENV_NAME, name)):
@@ -54,7 +87,7 @@ LabelValue = Annotated[str, Field(max_length=63, pattern=LABEL_VALUE)]
 # Map keys are checked by validators, not patterns: a pattern on a key becomes
 # `patternProperties`, which a structural CRD schema cannot carry (its values would be pruned).
 Labels = Annotated[dict[str, LabelValue], AfterValidator(_closed_keys)]
-Annotations = Annotated[dict[str, str], AfterValidator(_closed_keys)]
+Annotations = Annotated[dict[str, str], AfterValidator(_pod_annotations)]
 
 
 class PodSecurity(StrEnum):
