@@ -287,6 +287,8 @@ async def test_the_version_goes_up_when_the_template_or_its_env_changes(
     [
         ("POST", "", {"networkVolumeId": "vol-1"}, "networkVolumeId"),
         ("POST", "", {"workersMin": 4, "workersMax": 2}, "workersMin"),
+        ("POST", "", {"modelReferences": ["org/model:../../../../outside/x"]}, "modelReferences"),
+        ("PATCH", "/{id}", {"modelReferences": ["org/mo--del"]}, "modelReferences"),
         ("PATCH", "/{id}", {"networkVolumeId": "vol-1"}, "networkVolumeId"),
         ("POST", "/{id}/update", {"idleTimeout": -1}, "idleTimeout"),
         ("POST", "/{id}/update", {"templateId": ""}, "templateId"),
