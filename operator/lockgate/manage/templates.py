@@ -121,7 +121,7 @@ async def create_template(
         spec = new_template(payload)
         await require_registry_auth(storage, payload.get("containerRegistryAuthId"))
         await plane.create_template(template_id, spec)
-    except TemplateFieldError as err:
+    except (TemplateFieldError, UnusableSettings) as err:
         raise BadRequest(str(err)) from err
     except TemplateExists as err:
         raise Conflict(f"id: template {template_id!r} exists already") from err

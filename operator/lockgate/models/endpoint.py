@@ -287,7 +287,7 @@ class TemplateSpec(BaseModel):
     secretEnv: podfields.SecretEnv = Field(
         default_factory=dict, description="variables read from Secret keys: {NAME: {name, key}}"
     )
-    envFromSecrets: list[podfields.Name] = Field(
+    envFromSecrets: list[podfields.WorkerSecretName] = Field(
         default_factory=list, max_length=32, description="Secrets whose every key is a variable"
     )
     tolerations: list[podfields.Toleration] = Field(
@@ -308,6 +308,15 @@ class TemplateSpec(BaseModel):
     podAnnotations: podfields.Annotations = Field(
         default_factory=dict, description="extra worker pod annotations (lockgate's own win)"
     )
+
+    def worker_secrets(self) -> list[str]:
+        """The Secrets whose data reaches workers (`secretEnv`, `envFromSecrets`), sorted."""
+        return sorted({ref.name for ref in self.secretEnv.values()} | set(self.envFromSecrets))
+
+    def secret_uses(self, secret: str) -> list[str]:
+        """Where the Template names the Secret `secret` (`secretEnv.NAME`, `envFromSecrets`)."""
+        uses = [f"secretEnv.{var}" for var, ref in self.secretEnv.items() if ref.name == secret]
+        return uses + (["envFromSecrets"] if secret in self.envFromSecrets else [])
 
     @model_validator(mode="after")
     def _one_source_per_variable(self) -> TemplateSpec:

@@ -5,6 +5,7 @@ the management API (400), not by a Deployment the operator cannot apply."""
 from __future__ import annotations
 
 import re
+from collections.abc import Collection, Mapping
 from enum import StrEnum
 from typing import Annotated
 
@@ -133,12 +134,52 @@ class Toleration(BaseModel):
         return {k: v for k, v in out.items() if v != ""}
 
 
+# Secrets a Template may hand workers (`secretEnv`, `envFromSecrets`): those their owner
+# labelled for workers, never lockgate's own (docs/security.md). The operator reads each
+# one's labels (a metadata-only GET) before it builds the pods.
+WORKER_SECRET_LABEL = "lockgate.dev/worker-secret"
+WORKER_KEY_SUFFIX = "-worker-key"  # the operator's Secret `<endpoint id>-worker-key`
+PART_OF_LABEL = "app.kubernetes.io/part-of"  # "lockgate" on every Secret lockgate writes
+
+
+def lockgate_secret_problem(name: str, reserved: Collection[str] = ()) -> str | None:
+    """Why the Secret `name` is lockgate's own (an endpoint's worker key, or one of
+    `reserved`: the chart's settings, keys and client-key Secrets), or None."""
+    if name.endswith(WORKER_KEY_SUFFIX) or name in reserved:
+        return f"Secret {name!r} is lockgate's own: workers may not read it"
+    return None
+
+
+def worker_secret_problem(name: str, labels: Mapping[str, str] | None) -> str | None:
+    """Why workers may not read the Secret `name` whose labels are `labels` (None: there
+    is no such Secret), or None when its owner labelled it for workers."""
+    if labels is None:
+        return f"Secret {name!r} not found"
+    if labels.get(PART_OF_LABEL) == "lockgate":
+        return f"Secret {name!r} is lockgate's own: workers may not read it"
+    if labels.get(WORKER_SECRET_LABEL) != "true":
+        return (
+            f"Secret {name!r} is not marked for workers: label it "
+            f"{WORKER_SECRET_LABEL}=true (kubectl label secret {name} {WORKER_SECRET_LABEL}=true)"
+        )
+    return None
+
+
+def _not_lockgates(name: str) -> str:
+    if problem := lockgate_secret_problem(name):
+        raise ValueError(problem)
+    return name
+
+
+WorkerSecretName = Annotated[Name, AfterValidator(_not_lockgates)]
+
+
 class SecretKeyRef(BaseModel):
     """One key of a Secret in the Endpoint's namespace."""
 
     model_config = ConfigDict(extra="forbid")
 
-    name: Name = Field(..., description="the Secret's name")
+    name: WorkerSecretName = Field(..., description="the Secret's name")
     key: Annotated[str, Field(min_length=1, max_length=253, pattern=SECRET_KEY)] = Field(
         ..., description="the key in the Secret's data"
     )
