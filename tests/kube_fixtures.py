@@ -127,6 +127,9 @@ class RunningOperator:
     file_admin_key: str = FILE_ADMIN_KEY  # an admin key known from the key file alone
 
 
+RESERVED_SECRETS = ["lockgate-settings", "lockgate-api-keys", "lockgate-client-key"]
+
+
 @pytest.fixture(scope="session")
 def operator(
     kube: k8s.ApiClient, redis_server: EmbeddedRedis, tmp_path_factory: pytest.TempPathFactory
@@ -152,6 +155,7 @@ def operator(
         metrics_grace_s=0.5,
         keys_file=str(keys_file),
         lb_gateway_labels=GATEWAY_LABELS,  # as the chart sets them (networkPolicy.enabled)
+        reserved_secrets=RESERVED_SECRETS,  # as the chart of a release named lockgate
     )
     running = OperatorThread(kube, settings)
     yield RunningOperator(settings, f"http://127.0.0.1:{manage_port}", metrics_port)
@@ -243,6 +247,12 @@ class Resources:
         self.created.append(("endpoints", name))
         return self.custom.create_namespaced_custom_object(*self._args("endpoints"), body)
 
+    def secret(self, name: str, labels: dict[str, str] | None = None, **data: str) -> None:
+        """An Opaque Secret holding `data` (deleted at the end)."""
+        meta = k8s.V1ObjectMeta(name=name, labels=labels)
+        self.core.create_namespaced_secret(NAMESPACE, k8s.V1Secret(metadata=meta, string_data=data))
+        self.created.append(("secrets", name))
+
     def get(self, plural: str, name: str) -> dict | None:
         try:
             return self.custom.get_namespaced_custom_object(*self._args(plural), name)
@@ -258,7 +268,10 @@ class Resources:
 
     def delete(self, plural: str, name: str) -> None:
         with contextlib.suppress(ApiException):
-            self.custom.delete_namespaced_custom_object(*self._args(plural), name)
+            if plural == "secrets":
+                self.core.delete_namespaced_secret(name, NAMESPACE)
+            else:
+                self.custom.delete_namespaced_custom_object(*self._args(plural), name)
 
     def status(self, name: str) -> dict:
         return (self.get("endpoints", name) or {}).get("status") or {}

@@ -574,7 +574,7 @@ def test_cluster_wide_rbac_grants_only_the_verbs_the_operator_uses(render_chart)
         "deployments/scale": {"patch"},
         "daemonsets": {"get", "create", "update", "delete"},
         "networkpolicies": {"get", "create", "update", "delete"},  # LB endpoints' workers
-        "secrets": {"create", "update"},
+        "secrets": {"get", "create", "update"},  # get: a worker Secret's labels
         "pods": {"list", "watch", "patch", "delete"},
         "pods/status": {"patch"},
         "events": {"create"},
@@ -709,7 +709,7 @@ def test_the_management_api_may_only_write_endpoints_in_one_namespace(render_cha
 
 
 @pytest.mark.parametrize("values", [{}, {"operator": {"namespaces": ["team-a"]}}])
-def test_the_operator_reads_no_secret_and_writes_no_endpoint(render_chart, values) -> None:
+def test_the_operator_lists_no_secret_and_writes_no_endpoint(render_chart, values) -> None:
     docs = render_chart(values)
     operator_roles = [
         d for d in docs
@@ -718,7 +718,7 @@ def test_the_operator_reads_no_secret_and_writes_no_endpoint(render_chart, value
     assert operator_roles
     for role in operator_roles:
         rules = rules_of(role)
-        assert rules.get("secrets", {"create"}) <= {"create", "update"}
+        assert rules.get("secrets", {"create"}) <= {"get", "create", "update"}  # no list, watch
         assert not {"create", "delete", "update"} & rules.get("endpoints", set())
 
 

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from lockgate.models import EndpointSpec
+from lockgate.models.endpoint import model_reference_problem
 from tests.conftest import wait_until
 from tests.devproc import REPO, DevProcess
 from tests.hf_hub import FILES, SHA, TOKEN, Hub, file_path, serving
@@ -135,3 +137,49 @@ def test_fetch_models_fails_in_one_line_naming_the_reference(hub: str, tmp_path:
     assert failed.returncode == 1
     [line] = failed.stderr.strip().splitlines()
     assert line.startswith("lockgate: modelReferences: acme/missing:v2: ") and "404" in line
+
+
+def test_fetch_models_writes_nothing_outside_its_root(hub: str, tmp_path: Path) -> None:
+    """A revision that climbs out of the cache (validated by an older lockgate, or applied
+    before the CRD knew better) is refused before anything is fetched."""
+    root = tmp_path / "root"
+    reference = "acme/tiny:../../../../../outside/x"  # refs/ then 5 '..': tmp_path
+    failed = fetch_models(hub, str(root), reference)
+    assert failed.returncode == 1
+    [line] = failed.stderr.strip().splitlines()
+    assert line.startswith(f"lockgate: modelReferences: {reference}: ") and "outside" in line
+    assert not (tmp_path / "outside").exists()
+
+
+REPO_IDS = [
+    "acme/tiny", "Org_1/Model.v2", "a/b", "_a/b_", "-acme/tiny", "acme/tiny-", ".a/b",
+    "acme/ti--ny", "acme/ti..ny", "acme/tiny.git", "acme/" + "x" * 96, "acme/" + "x" * 97,
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("repo", REPO_IDS)
+def test_repository_ids_are_checked_as_huggingface_hub_checks_them(repo: str) -> None:
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo)
+        hub_accepts = True
+    except HFValidationError:
+        hub_accepts = False
+    assert (model_reference_problem(repo) is None) == hub_accepts
+
+
+@pytest.mark.parametrize(
+    ("revision", "accepted"),
+    [
+        ("main", True), ("v1.0", True), ("refs/pr/1", True), (SHA, True),
+        ("../../../../outside/x", False), ("/etc", False), ("a//b", False), ("a/", False),
+        (".hidden", False), ("a/.b", False), ("x.lock", False), ("x.", False),
+        ("a\\b", False), ("a\nb", False), ("a b", False), ("main\n", False),
+    ],
+)  # fmt: skip
+def test_revisions_follow_git_ref_rules(revision: str, accepted: bool) -> None:
+    assert (model_reference_problem(f"acme/tiny:{revision}") is None) == accepted
+    if not accepted:
+        with pytest.raises(ValueError, match="modelReferences"):
+            EndpointSpec(modelReferences=[f"acme/tiny:{revision}"])

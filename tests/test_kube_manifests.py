@@ -9,7 +9,7 @@ import pytest
 from lockgate.kube import manifests
 from lockgate.kube.manifests import Owner
 from lockgate.kube.settings import OperatorSettings
-from lockgate.models import EndpointSpec, TemplateSpec
+from lockgate.models import EndpointSpec, TemplateSpec, podfields
 from lockgate.models.templates import new_template
 
 OWNER = Owner(name="ep1", namespace="ml", uid="uid-1")
@@ -693,6 +693,58 @@ def test_secret_env_becomes_secret_key_refs_and_never_plain_values() -> None:
     assert container["envFrom"] == [{"secretRef": {"name": "s3"}}]
 
 
+APPARMOR = "container.apparmor.security.beta.kubernetes.io/"
+WORKER = {podfields.WORKER_SECRET_LABEL: "true"}
+
+
+@pytest.mark.parametrize(
+    ("labels", "says"),
+    [
+        (WORKER, None),
+        ({**WORKER, "app.kubernetes.io/name": "mine"}, None),
+        (None, "not found"),
+        ({}, "not marked for workers: label it lockgate.dev/worker-secret=true"),
+        ({podfields.WORKER_SECRET_LABEL: "yes"}, "not marked for workers"),
+        ({**WORKER, "app.kubernetes.io/part-of": "lockgate"}, "lockgate's own"),
+    ],
+)
+def test_workers_get_only_secrets_labelled_for_them_and_never_lockgates(
+    labels: dict | None, says: str | None
+) -> None:
+    problem = podfields.worker_secret_problem("s3", labels)
+    assert problem is None if says is None else says in problem
+
+
+@pytest.mark.parametrize(
+    ("name", "reserved", "refused"),
+    [
+        ("ep1-worker-key", (), True),
+        ("lockgate-settings", ("lockgate-settings", "lockgate-client-key"), True),
+        ("lockgate-settings", (), False),  # unknown by name: refused by its label instead
+        ("hf-token", ("lockgate-settings",), False),
+    ],
+)
+def test_lockgates_own_secrets_are_known_by_name(name: str, reserved: tuple, refused: bool) -> None:
+    assert (podfields.lockgate_secret_problem(name, reserved) is not None) == refused
+
+
+def test_a_template_names_the_secrets_it_hands_workers_and_where() -> None:
+    template = TemplateSpec(
+        image="img:1",
+        secretEnv={"A": {"name": "s3", "key": "a"}, "B": {"name": "hf", "key": "t"}},
+        envFromSecrets=["s3", "db"],
+    )
+    assert template.worker_secrets() == ["db", "hf", "s3"]
+    assert template.secret_uses("s3") == ["secretEnv.A", "envFromSecrets"]
+
+
+@pytest.mark.parametrize("profile", ["runtime/default", "localhost/my-profile"])
+def test_an_apparmor_profile_that_keeps_the_pod_confined_reaches_the_pod(profile: str) -> None:
+    template = {"podAnnotations": {f"{APPARMOR}worker": profile}}
+    annotations = deployment({}, template)["spec"]["template"]["metadata"]["annotations"]
+    assert annotations[f"{APPARMOR}worker"] == profile
+
+
 def test_secret_env_cannot_replace_the_worker_contract() -> None:
     ref = {"name": "mine", "key": "k"}
     values = env(template={"secretEnv": {"RUNPOD_ENDPOINT_ID": ref}})
@@ -711,6 +763,12 @@ def test_secret_env_cannot_replace_the_worker_contract() -> None:
         ({"nodeSelector": {"-bad": "x"}}, "not a valid key"),
         ({"podLabels": {"lockgate.dev/endpoint": "x"}}, "operator only"),
         ({"podAnnotations": {"lockgate.dev/template": "x"}}, "operator only"),
+        ({"podAnnotations": {f"{APPARMOR}worker": "unconfined"}}, "AppArmor must stay"),
+        ({"envFromSecrets": ["ep1-worker-key"]}, "lockgate's own"),
+        ({"secretEnv": {"KEY": {"name": "other-worker-key", "key": "k"}}}, "lockgate's own"),
+        ({"podAnnotations": {"seccomp.security.alpha.kubernetes.io/pod": "unconfined"}}, "seccomp"),
+        ({"podAnnotations": {"container.seccomp.security.alpha.kubernetes.io/w": "x"}}, "seccomp"),
+        ({"podAnnotations": {"security.alpha.kubernetes.io/unsafe-sysctls": "a=1"}}, "sysctl"),
         ({"podLabels": {"a": "x" * 64}}, "at most 63"),
         ({"runtimeClassName": "Nvidia"}, "pattern"),
         ({"priorityClassName": "high priority"}, "pattern"),

@@ -230,7 +230,12 @@ def test_create_from_an_image_with_a_secret_reference_on_the_cluster(
     release: Release, page, manage: Manage
 ) -> None:
     """The console on a cluster offers a variable read from a Secret's key: the template
-    gets `secretEnv`, the worker Deployment a `secretKeyRef` (issue 34 item 7)."""
+    gets `secretEnv`, the worker Deployment a `secretKeyRef` (issue 34 item 7), once the
+    Secret is labelled for workers (issue 45)."""
+    release.node.kubectl("-n", USER_NAMESPACE, "create", "secret", "generic", "hf-token",
+                         "--from-literal=token=hf_console")  # fmt: skip
+    release.node.kubectl("-n", USER_NAMESPACE, "label", "secret", "hf-token",
+                         "lockgate.dev/worker-secret=true")  # fmt: skip
     sign_in(page, manage, ADMIN_KEY)
     page.wait_for_url(re.compile(r"#/endpoints$"))
     page.goto(f"{manage.url}/console/#/new")
@@ -269,6 +274,7 @@ def test_create_from_an_image_with_a_secret_reference_on_the_cluster(
         "the template deleted",
         60,
     )
+    release.node.kubectl("-n", USER_NAMESPACE, "delete", "secret", "hf-token", "--wait=false")
 
 
 MISSING = "localhost/lockgate-test/no-such-image:404"

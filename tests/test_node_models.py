@@ -134,6 +134,8 @@ def models(release: Release) -> str:
     """The Endpoint with two workers and three models; its Template reads the token."""
     release.node.kubectl("-n", USER_NAMESPACE, "create", "secret", "generic", "hf-token",
                          f"--from-literal=token={TOKEN}")  # fmt: skip
+    release.node.kubectl("-n", USER_NAMESPACE, "label", "secret", "hf-token",
+                         "lockgate.dev/worker-secret=true")  # fmt: skip
     reader_template(release, "reader", token=True)
     endpoint(release, "models", "reader", MODELS, workers=2)
     return "models"

@@ -31,7 +31,11 @@ GIB = 1024**3
 SECRET = {
     "apiVersion": "v1",
     "kind": "Secret",
-    "metadata": {"name": "probe-token", "namespace": USER_NAMESPACE},
+    "metadata": {
+        "name": "probe-token",
+        "namespace": USER_NAMESPACE,
+        "labels": {"lockgate.dev/worker-secret": "true"},  # workers may read it
+    },
     "stringData": {"token": "hf_not_in_the_template"},
 }
 

@@ -10,6 +10,8 @@ management API (`lockgate manage`) as a user drives it, in one module (one chart
   PersistentVolume the test provides, of the class tests/node-values.yaml names) is
   mounted at /runpod-volume in both workers of an endpoint: what a job on one worker writes,
   a job on the other reads (tests/workers/runpod_volume.py);
+- a template hands workers only the Secrets labelled `lockgate.dev/worker-secret: "true"`
+  (issue 45): lockgate's own are a 400, another gets no workers until it is labelled;
 - deleting them through the API is refused while in use (409: the volume by the endpoint,
   the credential by its template, the template by the endpoint), then the endpoints, the
   volume, the templates and the credential go in that order (each freeing the next) and
@@ -290,6 +292,56 @@ def test_a_network_volume_is_shared_by_two_workers(
     writer, reader = wrote["output"]["worker"], read["output"]["worker"]
     assert {writer, reader} == names, (writer, reader, names)  # two different worker pods
     assert wrote["output"]["uid"] != 0 and on_node.stat().st_uid == wrote["output"]["uid"]
+
+
+# -- Secrets workers may read (issue 45 item 8) ---------------------------------------------
+
+
+def test_a_template_hands_workers_only_secrets_labelled_for_them(
+    release: Release, manage: Manage
+) -> None:
+    """With the chart's RBAC: lockgate's own Secrets are a 400 naming the field; another
+    Secret gets no workers (SecretsAllowed=False) until its owner labels it."""
+    for fields, field in (
+        ({"envFromSecrets": [f"{release.name}-settings"]}, "envFromSecrets"),
+        ({"secretEnv": {"K": {"name": secret_name("other"), "key": "k"}}}, "secretEnv.K"),
+    ):
+        body = {"name": "t", "imageName": "x:1", **fields}
+        status, error = manage.call("POST", "/templates", body)
+        assert status == 400 and error["error"].startswith(field), error
+    secret = f"node-s3-{secrets.token_hex(3)}"
+    release.node.kubectl("-n", USER_NAMESPACE, "create", "secret", "generic", secret,
+                         "--from-literal=AWS_KEY=k")  # fmt: skip
+    template = manage.create(
+        "/templates", {"name": "s3 reader", "imageName": VOLUME_IMAGE, "envFromSecrets": [secret]}
+    )
+    endpoint = manage.create(
+        "/endpoints", {"templateId": template["id"], "name": "s3", **CPU, "workersMin": 0}
+    )
+    workers = deployment_name(endpoint["id"])
+
+    def deployment() -> dict[str, Any] | None:
+        found = [d for d in objects(release, "deployments") if d["metadata"]["name"] == workers]
+        return found[0] if found else None
+
+    def refused() -> dict[str, Any]:
+        cond = condition(endpoint_status(release, endpoint["id"]), "SecretsAllowed")
+        return cond if cond.get("status") == "False" else {}
+
+    cond = wait_until(refused, "SecretsAllowed=False", timeout=60, every=1)
+    assert "not marked for workers" in cond["message"] and secret in cond["message"], cond
+    assert deployment() is None
+    release.node.kubectl("-n", USER_NAMESPACE, "label", "secret", secret,
+                         "lockgate.dev/worker-secret=true")  # fmt: skip
+    deploy = wait_until(deployment, "the workers once the Secret is labelled", 60, every=1)
+    container = deploy["spec"]["template"]["spec"]["containers"][0]
+    assert container["envFrom"] == [{"secretRef": {"name": secret}}]
+    assert manage.call("DELETE", f"/endpoints/{endpoint['id']}")[0] == 204
+    wait_until(
+        lambda: manage.call("DELETE", f"/templates/{template['id']}")[0] == 204,
+        "the unused template deleted", timeout=60,
+    )  # fmt: skip
+    release.node.kubectl("-n", USER_NAMESPACE, "delete", "secret", secret, "--wait=false")
 
 
 # -- nothing left behind -------------------------------------------------------------------

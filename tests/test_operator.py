@@ -146,6 +146,69 @@ async def test_workers_the_api_server_refuses_fail_the_endpoint_with_its_reason(
     assert applied["reason"] == "Rejected" and "tolerations" in applied["message"], applied
 
 
+@pytest.mark.usefixtures("metrics_served")  # Ready needs readable metrics
+async def test_a_secret_not_labelled_for_workers_is_refused_until_its_owner_labels_it(
+    resources: Resources,
+) -> None:
+    """The CRD door (issue 45 item 8): a Template applied with kubectl that hands workers a
+    Secret nobody marked for them gets no Deployment; labelling the Secret is enough."""
+    resources.secret("ep-unlab-s3", AWS_KEY="k")
+    resources.template("unlab-tpl", envFromSecrets=["ep-unlab-s3"])
+    resources.endpoint("ep-unlab", templateId="unlab-tpl")
+
+    status = resources.wait_until(phase_is(resources, "ep-unlab", "Pending"), "phase Pending")
+    refused = resources.condition(status, "SecretsAllowed")
+    assert refused["reason"] == "SecretRefused", refused
+    assert "'ep-unlab-s3' is not marked for workers" in refused["message"]
+    assert (
+        "envFromSecrets" in refused["message"]
+        and "lockgate.dev/worker-secret=true" in (refused["message"])
+    )
+    assert resources.deployment("ep-unlab-workers") is None
+
+    labels = {"metadata": {"labels": {"lockgate.dev/worker-secret": "true"}}}
+    resources.core.patch_namespaced_secret("ep-unlab-s3", resources.namespace, labels)
+    deployment = resources.wait_until(
+        lambda: resources.deployment("ep-unlab-workers"), "the Deployment"
+    )
+    [source] = deployment.spec.template.spec.containers[0].env_from
+    assert source.secret_ref.name == "ep-unlab-s3"
+
+
+FOR_WORKERS = {"lockgate.dev/worker-secret": "true"}
+
+
+@pytest.mark.parametrize(
+    ("secret", "labels"),
+    [
+        ("lockgate-settings", FOR_WORKERS),  # by name (the chart's)
+        ("ep-own-made", {**FOR_WORKERS, "app.kubernetes.io/part-of": "lockgate"}),  # by label
+        ("ep-own-key", None),  # an endpoint's worker key: -worker-key
+    ],
+)  # fmt: skip
+async def test_lockgates_own_secrets_never_reach_workers_even_labelled(
+    resources: Resources, secret: str, labels: dict | None
+) -> None:
+    name = f"{secret}-worker-key" if secret == "ep-own-key" else secret
+    resources.secret(name, labels, REDIS_PASSWORD="p")
+    # The CRD cannot check a name against the worker-key rule: the operator's validation can.
+    resources.template(f"{secret}-tpl", secretEnv={"LEAK": {"name": name, "key": "REDIS_PASSWORD"}})
+    resources.endpoint(f"{secret}-ep", templateId=f"{secret}-tpl")
+
+    status = resources.wait_until(
+        lambda: (
+            resources.status(f"{secret}-ep").get("phase") in ("Pending", "Failed")
+            and resources.status(f"{secret}-ep")
+        ),
+        "a refusal",
+    )
+    conditions = {c["type"]: c for c in status["conditions"]}
+    refused = conditions.get("SecretsAllowed") or conditions["TemplateFound"]
+    assert refused["status"] == "False" and "lockgate's own" in refused["message"], refused
+    assert "secretEnv.LEAK" in refused["message"] and name in refused["message"]
+    assert resources.deployment(f"{secret}-ep-workers") is None
+
+
 async def test_a_template_env_name_kubernetes_would_refuse_is_invalid_before_any_write(
     resources: Resources,
 ) -> None:

@@ -35,6 +35,8 @@ POD_FIELDS = {
 
 
 def test_template_pod_fields_reach_the_worker_deployment(resources: Resources) -> None:
+    for secret in ("hf", "model-settings"):  # workers may read only Secrets labelled so
+        resources.secret(secret, {"lockgate.dev/worker-secret": "true"}, token="t")
     resources.template("pods-tpl", **POD_FIELDS)
     resources.endpoint("ep-pods", templateId="pods-tpl", computeType="CPU", vcpuCount=1)
     deployment = resources.wait_until(lambda: resources.deployment("ep-pods-workers"), "it")

@@ -178,3 +178,34 @@ def test_sdk_management_calls_write_template_and_endpoint_resources(
     runpod.update_endpoint_template(endpoint["id"], other["id"])
     assert resources.get("endpoints", endpoint["id"])["spec"]["templateId"] == other["id"]
     assert listed(endpoint["id"])["version"] == 2
+
+
+def _aliases(n: int, field: str) -> str:
+    return " ".join(f"a{i}: {field}" for i in range(n))
+
+
+@pytest.mark.parametrize(
+    ("query", "says"),
+    [
+        ("{ myself { " + _aliases(3000, "endpoints { id }") + " } }", "more than 5000 tokens"),
+        ("{ myself { " + _aliases(400, "id") + " } }", "more than 300 selections"),
+        ("{ myself { " + _aliases(6, "endpoints { id }") + " } }", "more than 5 fields"),
+        (
+            "mutation { " + _aliases(6, 'deleteRegistryAuth(registryAuthId: "x")') + " }",
+            "more than 5 fields",
+        ),
+        (  # a fragment counts each time it is spread
+            "query { myself { " + " ".join(f"...F{i % 2}" for i in range(20)) + " } } "
+            "fragment F0 on User { " + _aliases(20, "id") + " } "
+            "fragment F1 on User { " + _aliases(20, "id") + " }",
+            "more than 300 selections",
+        ),
+    ],
+)
+def test_a_costly_query_is_a_graphql_error_before_it_runs(sdk, query: str, says: str) -> None:
+    """Bounded before validation (quadratic in aliases of one field) and execution (two
+    Kubernetes list calls per `endpoints` under `lockgate manage`): 3,000 aliases took
+    8.3 s and stalled the job API."""
+    with pytest.raises(runpod_error.QueryError) as raised:
+        run_graphql_query(query)
+    assert says in str(raised.value)

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 
 pytest_plugins = ["kube_fixtures"]
 
+OTHER_KEY = {"name": "another-endpoint-worker-key", "key": "RUNPOD_AI_API_KEY"}
+UNCONFINED = {"container.apparmor.security.beta.kubernetes.io/worker": "unconfined"}
 ENV_ECHO = ["python", "tests/handlers/env_echo.py"]  # relative to the repository
 
 
@@ -177,11 +179,38 @@ async def test_a_template_in_use_cannot_be_deleted_until_its_endpoints_are_gone(
         ({"name": "t", "imageName": "x:1", "colour": "blue"}, "colour"),
         ({"name": "t", "imageName": "x:1", "image": "y:1"}, "image"),
         ({"name": "t", "imageName": "x:1", "id": "Not_An_Id"}, "id"),
+        ({"name": "t", "imageName": "x:1", "env": {"A\n": "1"}}, "env"),
+        ({"name": "t", "imageName": "x:1", "podAnnotations": UNCONFINED}, "podAnnotations"),
+        ({"name": "t", "imageName": "x:1", "envFromSecrets": ["ep1-worker-key"]}, "envFromSecrets"),
+        ({"name": "t", "imageName": "x:1", "secretEnv": {"K": OTHER_KEY}}, "secretEnv"),
     ],
 )
 async def test_a_bad_template_is_refused_naming_the_field(api: Api, body: dict, field: str) -> None:
     status, error = await call(api, "POST", "/templates", body)
     assert status == 400 and names(error, field), error
+
+
+@pytest.mark.envtest
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"envFromSecrets": ["lockgate-settings"]}, "envFromSecrets"),
+        ({"secretEnv": {"K": {"name": "lockgate-client-key", "key": "key"}}}, "secretEnv.K"),
+    ],
+)
+async def test_the_charts_own_secrets_are_refused_on_the_cluster(
+    kubernetes_api: Api, resources: Resources, fields: dict, field: str
+) -> None:
+    """Issue 45 item 8: the chart's Secrets (LOCKGATE_RESERVED_SECRETS) are refused by
+    name, on create and on edit; other Secrets wait for their label (the operator's check)."""
+    api = kubernetes_api
+    body = {"name": "t", "imageName": "x:1", **fields}
+    status, error = await call(api, "POST", "/templates", body)
+    assert status == 400 and names(error, field), error
+    assert "lockgate's own" in error["error"]
+    record = await new_template(api, lambda i: resources.created.append(("templates", i)))
+    status, error = await call(api, "PATCH", f"/templates/{record['id']}", fields)
+    assert status == 400 and names(error, field) and "lockgate's own" in error["error"], error
 
 
 @pytest.mark.parametrize("how", ["PATCH", "POST"])
@@ -284,6 +313,8 @@ async def test_the_version_goes_up_when_the_template_or_its_env_changes(
     [
         ("POST", "", {"networkVolumeId": "vol-1"}, "networkVolumeId"),
         ("POST", "", {"workersMin": 4, "workersMax": 2}, "workersMin"),
+        ("POST", "", {"modelReferences": ["org/model:../../../../outside/x"]}, "modelReferences"),
+        ("PATCH", "/{id}", {"modelReferences": ["org/mo--del"]}, "modelReferences"),
         ("PATCH", "/{id}", {"networkVolumeId": "vol-1"}, "networkVolumeId"),
         ("POST", "/{id}/update", {"idleTimeout": -1}, "idleTimeout"),
         ("POST", "/{id}/update", {"templateId": ""}, "templateId"),

@@ -45,6 +45,23 @@ class ModelFetchFailed(Exception):
     """A reference could not be fetched; the message names it and the hub's answer."""
 
 
+def repo_dir(root: Path, repo: str) -> Path:
+    """The folder `huggingface_hub` keeps a model repository in (`models--{org}--{name}`)."""
+    return hub_dir(root) / f"models--{repo.replace('/', '--')}"
+
+
+def outside(root: Path, reference: str) -> Path | None:
+    """The first path a download of `reference` would write that resolves outside the
+    cache under `root` (its folder, `refs/<revision>`, `snapshots/<revision>`), or None.
+    The API and the CRD refuse such references already; this guards the root init
+    container against an Endpoint validated by an older lockgate."""
+    repo, revision = parse_reference(reference)
+    hub = hub_dir(root).resolve()
+    folder = repo_dir(root, repo)
+    paths = [folder] + [folder / sub / revision for sub in ("refs", "snapshots") if revision]
+    return next((p for p in paths if not p.resolve().is_relative_to(hub)), None)
+
+
 def download(reference: str, root: Path, token: str | None = None) -> str:
     """Fetch one reference into the cache under `root` (what is there already is kept);
     the snapshot's folder. `token` (else `HF_TOKEN`) reads a gated model."""
@@ -55,6 +72,8 @@ def download(reference: str, root: Path, token: str | None = None) -> str:
             f"modelReferences: {reference}: huggingface_hub is not installed: "
             "pip install 'lockgate[models]'"
         ) from err
+    if (path := outside(root, reference)) is not None:
+        raise ModelFetchFailed(f"modelReferences: {reference}: {path} is outside {hub_dir(root)}")
     repo, revision = parse_reference(reference)
     try:
         return snapshot_download(

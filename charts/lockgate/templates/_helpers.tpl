@@ -144,6 +144,16 @@ that Secret's data, under `key`), else 32 random characters. */}}
 {{- printf "%s-client-key" (include "lockgate.fullname" .) }}
 {{- end }}
 
+{{/* lockgate's own Secrets, which no Template may hand workers (LOCKGATE_RESERVED_SECRETS of
+the operator and the management API; docs/security.md): comma-separated names. */}}
+{{- define "lockgate.reservedSecrets" -}}
+{{- $names := list (include "lockgate.settingsSecretName" .) (include "lockgate.apiKeysSecretName" .) (include "lockgate.clientKeySecretName" .) }}
+{{- $names = append $names .Values.metrics.token.existingSecret }}
+{{- $names = append $names .Values.externalRedis.existingSecret }}
+{{- $names = append $names .Values.externalRedis.tls.existingSecret }}
+{{- join "," (compact $names | uniq) }}
+{{- end }}
+
 {{/* The bearer token of the gateway's /metrics: required when enabled, given, or in an
 existing Secret; kept in metrics.token.existingSecret, else in the settings Secret. */}}
 {{- define "lockgate.metricsToken.enabled" -}}
@@ -311,7 +321,8 @@ another lockgate release's operator watches: both would reconcile the same Endpo
 {{- end }}
 
 {{/* The operator's rules in each namespace it manages (a Role, or the ClusterRole). It
-reads no Secret and writes no Endpoint: the management API does (its own Role). */}}
+reads no Secret's data (only the labels of those Templates hand workers) and writes no
+Endpoint: the management API does (its own Role). */}}
 {{- define "lockgate.operator.rules" -}}
 # kopf lists and watches Endpoints and Templates and patches them (its annotations and the
 # lockgate.dev/cleanup finalizer: kube/handlers.py); kube/cluster.py get_endpoint,
@@ -349,10 +360,13 @@ reads no Secret and writes no Endpoint: the management API does (its own Role). 
   resources: [networkpolicies]
   verbs: [get, create, update, delete]
 # Worker-key Secrets (kube/cluster.py worker_key): created, and replaced by an
-# unconditional update when no digest of the key is known. Never read: no get/list/watch.
+# unconditional update when no digest of the key is known. get: the labels of each Secret a
+# Template hands workers (kube/reconcile.py check_secrets, a metadata-only GET: no data is
+# read); the operator may start pods that mount any Secret here, so get adds no reach. No
+# list or watch.
 - apiGroups: [""]
   resources: [secrets]
-  verbs: [create, update]
+  verbs: [get, create, update]
 # The scaler lists worker pods (kopf watches them for kube/watched.py) and marks busy ones
 # with controller.kubernetes.io/pod-deletion-cost; it holds their readiness gate, the
 # lockgate.dev/Serving condition (kube/deployment_pool.py); it deletes a pod whose worker

@@ -189,7 +189,7 @@ def options(args: argparse.Namespace) -> DevOptions:
     if not 0 <= flag_value(args, "workers_min") <= flag_value(args, "workers_max"):
         sys.exit("lockgate dev: need 0 <= --workers-min <= --workers-max")
     endpoint_id = args.endpoint_id or endpoint_id_for(args.handler, args.worker_command)
-    if not ENDPOINT_ID_RE.match(endpoint_id):
+    if not ENDPOINT_ID_RE.fullmatch(endpoint_id):
         sys.exit(f"lockgate dev: --endpoint-id {endpoint_id!r}: use lowercase letters, digits, '-'")
     try:
         spec = EndpointSpec(

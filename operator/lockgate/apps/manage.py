@@ -71,7 +71,10 @@ async def healthz(_request: web.Request) -> web.Response:
 def control_plane_for(settings: OperatorSettings, cluster: Cluster) -> KubernetesControlPlane:
     """Endpoint resources in the management API's namespace."""
     return KubernetesControlPlane(
-        cluster, namespace=settings.manage_namespace(), job_api_url=settings.job_api_url
+        cluster,
+        namespace=settings.manage_namespace(),
+        job_api_url=settings.job_api_url,
+        reserved_secrets=settings.reserved_secrets,
     )
 
 

@@ -25,7 +25,7 @@ class EndpointCache:
 
     async def get(self, endpoint_id: str) -> dict:
         """The endpoint's entry, or 404 when no such endpoint is registered."""
-        if not ENDPOINT_ID_RE.match(endpoint_id):
+        if not ENDPOINT_ID_RE.fullmatch(endpoint_id):
             raise NotFound(f"endpoint {endpoint_id!r} not found")
         hit = self._cache.get(endpoint_id)
         if hit is None or hit[0] < time.monotonic():

@@ -111,6 +111,6 @@ def flag_param(request: web.Request, name: str) -> bool:
 def job_id_param(request: web.Request) -> str:
     """The `{job}` path segment, or 404 when it cannot be a job id."""
     job_id = request.match_info["job"]
-    if not JOB_ID_RE.match(job_id):
+    if not JOB_ID_RE.fullmatch(job_id):
         raise NotFound(f"job {job_id!r} not found")
     return job_id

@@ -46,7 +46,7 @@ async def _worker(request: web.Request) -> tuple[Gateway, str, str, dict]:
     entry = await gw.endpoints.get(endpoint_id)
     require_type(entry, endpoint_id, EndpointType.QUEUE, "the worker API")
     worker_id = request.match_info["worker"]
-    if not WORKER_ID_RE.match(worker_id):
+    if not WORKER_ID_RE.fullmatch(worker_id):
         raise BadRequest(f"invalid worker id {worker_id!r}")
     if principal.worker is None:  # a shared worker key: the id keeps its first address
         await gw.binding.check(endpoint_id, worker_id, request.remote)
@@ -315,7 +315,7 @@ async def ping(request: web.Request) -> web.Response:
     if listed is None:
         await gw.store.heartbeat(endpoint_id, worker_id)
     else:
-        running = [i for i in listed.split(",") if JOB_ID_RE.match(i)]
+        running = [i for i in listed.split(",") if JOB_ID_RE.fullmatch(i)]
         await gw.store.reconcile_worker(endpoint_id, worker_id, running)
     return json_response({})
 

@@ -40,6 +40,8 @@ CONFLICT_RETRIES = 3
 # How long one request may take (connecting, then each read): a connection that hangs
 # (an API server gone without closing it) must not hold a thread, and its caller, forever.
 REQUEST_TIMEOUT_S = 30.0
+# What a metadata-only GET asks for (the API server answers PartialObjectMetadata).
+METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 # Leases go through the generic (custom objects) API: it sends dict bodies as they are,
 # where the typed client parses renewTime into a datetime and writes it back without
 # microseconds when they are 0, a MicroTime the API server refuses (400).
@@ -226,6 +228,18 @@ class Cluster:
         except NotFound:
             return None
         return orjson.loads(resp.data)
+
+    async def read_metadata(self, kind: str, namespace: str, name: str) -> Obj | None:
+        """The object's `metadata` only (a PartialObjectMetadata GET: a Secret's data never
+        reaches this process), or None when it does not exist."""
+        try:
+            resp = await self._call(
+                self._method(kind, "read"), name, namespace, _preload_content=False,
+                _headers={"Accept": METADATA_ONLY},
+            )  # fmt: skip
+        except NotFound:
+            return None
+        return orjson.loads(resp.data).get("metadata") or {}
 
     async def create(self, obj: Obj) -> Obj:
         body = _KINDS[obj["kind"]].model.from_dict(obj)

@@ -8,7 +8,7 @@ is the resource's `creationTimestamp`."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -33,6 +33,7 @@ from lockgate.manage.listing import (
     take,
 )
 from lockgate.models import EndpointRecord, EndpointSpec, EndpointStatus, TemplateSpec
+from lockgate.models.podfields import lockgate_secret_problem
 
 # A filtered answer reads the apiserver in pages that start at `limit` Endpoints and
 # double (as the apiserver's own filtered lists do), up to MAX_CHUNK, so a filter most
@@ -88,11 +89,19 @@ class KubernetesControlPlane:
     """Endpoints as Endpoint custom resources in one namespace."""
 
     def __init__(
-        self, cluster: Cluster, *, namespace: str, job_api_url: Callable[[str], str]
+        self,
+        cluster: Cluster,
+        *,
+        namespace: str,
+        job_api_url: Callable[[str], str],
+        reserved_secrets: Collection[str] = (),
     ) -> None:
+        """`reserved_secrets`: lockgate's own Secrets (the chart's), which a template may
+        not hand workers (the operator checks the labels of the others)."""
         self.cluster = cluster
         self.namespace = namespace
         self.job_api_url = job_api_url
+        self.reserved_secrets = frozenset(reserved_secrets)
         self.logs = PodLogs(cluster, namespace)  # the worker pods' logs
 
     def _record(self, obj: Mapping[str, Any]) -> EndpointRecord:
@@ -196,7 +205,15 @@ class KubernetesControlPlane:
 
     # -- templates ----------------------------------------------------------------------
 
+    def _refuse_reserved_secrets(self, spec: TemplateSpec) -> None:
+        """`UnusableSettings` naming the field when the template hands workers one of
+        lockgate's own Secrets."""
+        for name in spec.worker_secrets():
+            if problem := lockgate_secret_problem(name, self.reserved_secrets):
+                raise UnusableSettings(f"{spec.secret_uses(name)[0]}: {problem}")
+
     async def create_template(self, template_id: str, spec: TemplateSpec) -> TemplateSpec:
+        self._refuse_reserved_secrets(spec)
         body = {
             "apiVersion": API_VERSION,
             "kind": TEMPLATE.kind,
@@ -223,6 +240,7 @@ class KubernetesControlPlane:
     async def replace_template(self, template_id: str, spec: TemplateSpec) -> TemplateSpec:
         """Patch the Template (the operator rolls its Endpoints' workers), then raise the
         version of each Endpoint using it."""
+        self._refuse_reserved_secrets(spec)
         body = omit_empty_strings(spec.model_dump(mode="json"))
         try:
             obj = await self.cluster.replace_template_spec(self.namespace, template_id, body)

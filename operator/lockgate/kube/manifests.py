@@ -36,7 +36,7 @@ from lockgate.kube import gpus
 from lockgate.kube.crds import API_VERSION, ENDPOINT
 from lockgate.kube.placement import GPU_TYPE_ANNOTATION
 from lockgate.kube.settings import OperatorSettings
-from lockgate.models import ComputeType, EndpointSpec, EndpointType, TemplateSpec
+from lockgate.models import ComputeType, EndpointSpec, EndpointType, TemplateSpec, podfields
 from lockgate.models.podfields import PodSecurity
 from lockgate.models.volumes import VOLUME_MOUNT_PATH, VOLUME_PATH_ENV
 from lockgate.workerenv import WORKER_DEFAULTS, resource_env, worker_env, worker_id_env
@@ -47,7 +47,7 @@ ANNOTATION_PREFIX = "lockgate.dev/"
 HASH_ANNOTATION = "lockgate.dev/applied-hash"
 TEMPLATE_ANNOTATION = "lockgate.dev/template"
 KEY_ANNOTATION = "lockgate.dev/worker-key"
-# The worker key's full SHA-256 on the worker Deployment: the operator reads no Secret, so
+# The worker key's full SHA-256 on the worker Deployment: the operator reads no Secret's data, so
 # this (and the Redis registry) is where it finds the key's digest again.
 KEY_DIGEST_ANNOTATION = "lockgate.dev/worker-key-digest"
 
@@ -108,7 +108,7 @@ def deployment_name(endpoint_id: str) -> str:
 
 
 def secret_name(endpoint_id: str) -> str:
-    return f"{endpoint_id}-worker-key"
+    return f"{endpoint_id}{podfields.WORKER_KEY_SUFFIX}"
 
 
 def daemonset_name(endpoint_id: str) -> str:

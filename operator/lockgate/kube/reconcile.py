@@ -28,6 +28,7 @@ from lockgate.kube.manifests import Owner
 from lockgate.kube.settings import OperatorSettings
 from lockgate.kube.status import (
     REGISTERED,
+    SECRETS_ALLOWED,
     SPEC_VALID,
     TEMPLATE_FOUND,
     WORKLOADS_APPLIED,
@@ -44,6 +45,7 @@ from lockgate.models import (
     EndpointType,
     TemplateSpec,
     describe_validation_error,
+    podfields,
 )
 from lockgate.store import JobStore, Liveness, Registry, connect
 from lockgate.store.keys import ENDPOINT_ID_RE
@@ -82,6 +84,10 @@ class Context:
     # its Endpoint's Template here instead of with a GET (`track_template` keeps it).
     templates: dict[tuple[str, str], Obj] = field(default_factory=dict)
     no_daemonset: set[str] = field(default_factory=set)
+    # (namespace, Secret names) a Template handed workers and `check_secrets` allowed: a
+    # resync does not read them again (a refused set is read again at every resync, so
+    # labelling the Secret is enough to go on).
+    secrets_allowed: set[tuple[str, tuple[str, ...]]] = field(default_factory=set)
     no_network_policy: set[str] = field(default_factory=set)  # as no_daemonset, LB policies
     # Worker Deployments and pods as kopf's watches deliver them (`kube.watched`); None
     # outside kopf (tests that run the scaler alone), and not `ready` until kopf filled it.
@@ -132,7 +138,7 @@ def now() -> str:
 def validate(name: str, raw: Mapping[str, Any]) -> tuple[EndpointSpec | None, Check]:
     """The spec, or a fatal `SpecValid` condition naming what to fix. The CRD schema checks
     types and bounds; this also checks what Kubernetes 1.20 cannot (`workersMin <= workersMax`)."""
-    if not ENDPOINT_ID_RE.match(name):
+    if not ENDPOINT_ID_RE.fullmatch(name):
         message = (
             f"metadata.name {name!r} is not a valid endpoint id: use at most 63 lowercase "
             "letters, digits and '-', starting and ending with a letter or digit"
@@ -170,6 +176,31 @@ async def find_template(
         message = f"Template {name!r}: spec.{describe_validation_error(err)}"
         return None, Check(TEMPLATE_FOUND, False, "TemplateInvalid", message, fatal=True)
     return template, Check(TEMPLATE_FOUND, True, "Found", f"Template {name!r}")
+
+
+async def check_secrets(
+    ctx: Context, namespace: str, template: TemplateSpec, template_name: str, *, steady: bool
+) -> Check:
+    """`SecretsAllowed`: every Secret the Template hands workers (`secretEnv`,
+    `envFromSecrets`) carries `lockgate.dev/worker-secret: "true"` and is not lockgate's own
+    (by name, or by its `app.kubernetes.io/part-of: lockgate` label); else False naming the
+    first refused and where the Template names it. One metadata-only GET per Secret."""
+    names = tuple(template.worker_secrets())
+    if steady and (namespace, names) in ctx.secrets_allowed:
+        return Check(SECRETS_ALLOWED, True, "Allowed", "")
+    for name in names:
+        problem = podfields.lockgate_secret_problem(name, ctx.settings.reserved_secrets)
+        if problem is None:
+            meta = await ctx.cluster.read_metadata("Secret", namespace, name)
+            labels = None if meta is None else (meta.get("labels") or {})
+            problem = podfields.worker_secret_problem(name, labels)
+        if problem is not None:
+            ctx.secrets_allowed.discard((namespace, names))
+            where = ", ".join(template.secret_uses(name))
+            message = f"Template {template_name!r} ({where}): {problem}"
+            return Check(SECRETS_ALLOWED, False, "SecretRefused", message)
+    ctx.secrets_allowed.add((namespace, names))
+    return Check(SECRETS_ALLOWED, True, "Allowed", "")
 
 
 def key_may_rotate(created: str, at: datetime, settle_s: float) -> bool:
@@ -386,6 +417,10 @@ async def _converge(
     template, check = await find_template(ctx, owner.namespace, spec.templateId)
     checks.append(check)
     if template is None:
+        return checks, False, None
+    check = await check_secrets(ctx, owner.namespace, template, spec.templateId, steady=steady)
+    checks.append(check)
+    if not check.ok:
         return checks, False, None
     external = manifests.scaled_externally(body["metadata"].get("annotations"))
     digest, check = await register(

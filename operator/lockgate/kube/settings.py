@@ -28,6 +28,11 @@ class OperatorSettings(RedisSettings):
     endpoint_namespace: str = Field(
         "", description="where the management API creates Endpoints; default: first watched"
     )
+    reserved_secrets: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="comma-separated: lockgate's own Secrets (settings, keys), which no "
+        "Template may hand workers; the chart lists its own",
+    )
     manage_host: str = "0.0.0.0"
     manage_port: int = Field(8081, description="management API port; 0 disables it")
     liveness_port: int = Field(8082, description="serves /healthz for probes; 0 disables it")
@@ -166,7 +171,7 @@ class OperatorSettings(RedisSettings):
         default_factory=list, description="comma-separated Secret names for the helper images"
     )
 
-    @field_validator("namespaces", "helper_image_pull_secrets", mode="before")
+    @field_validator("namespaces", "helper_image_pull_secrets", "reserved_secrets", mode="before")
     @classmethod
     def _split(cls, value: object) -> object:
         if isinstance(value, str):

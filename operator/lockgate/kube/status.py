@@ -12,6 +12,7 @@ from lockgate.models import Condition, ConditionStatus, EndpointStatus, Phase
 
 SPEC_VALID = "SpecValid"
 TEMPLATE_FOUND = "TemplateFound"
+SECRETS_ALLOWED = "SecretsAllowed"  # the Template hands workers only Secrets marked for them
 REGISTERED = "Registered"
 WORKLOADS_APPLIED = "WorkloadsApplied"  # the API server took the Deployment (and DaemonSet)
 DEPLOYMENT_AVAILABLE = "DeploymentAvailable"

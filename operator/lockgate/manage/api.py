@@ -160,7 +160,7 @@ def _endpoint_id(payload: dict[str, Any]) -> str:
     endpoint_id = payload.pop("id", None)
     if endpoint_id is None:
         return new_endpoint_id()
-    if not isinstance(endpoint_id, str) or not ID_RE.match(endpoint_id):
+    if not isinstance(endpoint_id, str) or not ID_RE.fullmatch(endpoint_id):
         raise BadRequest(
             "id: use at most 63 lowercase letters, digits and '-', "
             "starting and ending with a letter or digit"

@@ -9,15 +9,39 @@ from REST's: `dockerArgs` is one string (split like a shell into `dockerStartCmd
 `ports`, `gpuIds`, `locations` and `allowedCudaVersions` are comma-separated strings,
 `env` is a list of `{key, value}`, `flashBootType` is `FLASHBOOT` or `OFF`. Unknown
 fields and operations are GraphQL errors (HTTP 200 with `errors`), never a 500.
+
+A document is bounded before it is validated or run (validation of many aliases of one
+field alone is quadratic): at most `MAX_TOKENS` tokens (graphql-core's parser limit), at most
+`MAX_SELECTIONS` selections (fields, fragment spreads and inline fragments, a fragment
+counted each time it is spread) and at most `MAX_CONTROL_PLANE_FIELDS` fields that read or
+write the control plane (`endpoints`, `podTemplates`, each mutation: two Kubernetes list
+calls for `endpoints` under `lockgate manage`). The runpod SDK's largest query has about 30
+selections and one such field.
 """
 
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
-from graphql import GraphQLError, GraphQLSchema, build_schema, graphql
+from graphql import (
+    DocumentNode,
+    ExecutionResult,
+    FieldNode,
+    FragmentDefinitionNode,
+    FragmentSpreadNode,
+    GraphQLError,
+    GraphQLSchema,
+    InlineFragmentNode,
+    OperationDefinitionNode,
+    SelectionSetNode,
+    build_schema,
+    execute,
+    parse,
+    validate,
+)
 
 from lockgate.gateway.auth import ADMIN, Authenticator
 from lockgate.gateway.errors import ApiError, Unauthorized
@@ -175,6 +199,11 @@ type Mutation {
   deleteRegistryAuth(registryAuthId: String!): Boolean
 }
 """
+
+MAX_TOKENS = 5_000  # the SDK's largest document: ~100 tokens
+MAX_SELECTIONS = 300  # the SDK's largest: ~30
+MAX_CONTROL_PLANE_FIELDS = 5  # the SDK sends one per document
+CONTROL_PLANE_FIELDS = frozenset({"endpoints", "podTemplates"})  # and every mutation
 
 USER_ID = "lockgate"  # one account: every admin key sees the same endpoints
 IGNORED_TEMPLATE_INPUT = ("startSsh", "isPublic")  # pods only; no meaning here
@@ -388,6 +417,80 @@ def build() -> GraphQLSchema:
 
 
 SCHEMA = build()
+MUTATIONS = frozenset(SCHEMA.mutation_type.fields) if SCHEMA.mutation_type else frozenset()
+
+
+class TooCostly(Exception):
+    """A document over one of the bounds; the message names it."""
+
+
+@dataclass
+class _Cost:
+    """Selections and control-plane fields counted so far, over one document's fragments."""
+
+    fragments: dict[str, FragmentDefinitionNode]
+    selections: int = 0
+    control_plane: int = 0
+
+    def field(self, node: FieldNode, top_of_mutation: bool) -> None:
+        name = node.name.value
+        if name in CONTROL_PLANE_FIELDS or (top_of_mutation and name in MUTATIONS):
+            self.control_plane += 1
+            if self.control_plane > MAX_CONTROL_PLANE_FIELDS:
+                raise TooCostly(
+                    f"query: more than {MAX_CONTROL_PLANE_FIELDS} fields that read or write "
+                    "endpoints and templates (endpoints, podTemplates, mutations)"
+                )
+
+    def walk(self, selections: SelectionSetNode | None, top: bool, inside: frozenset[str]) -> None:
+        for node in selections.selections if selections else ():
+            self.selections += 1
+            if self.selections > MAX_SELECTIONS:
+                raise TooCostly(f"query: more than {MAX_SELECTIONS} selections")
+            if isinstance(node, FieldNode):
+                self.field(node, top)
+                self.walk(node.selection_set, False, inside)
+            elif isinstance(node, InlineFragmentNode):
+                self.walk(node.selection_set, top, inside)
+            elif isinstance(node, FragmentSpreadNode):
+                name = node.name.value
+                if name in self.fragments and name not in inside:  # cycles: validation's
+                    self.walk(self.fragments[name].selection_set, top, inside | {name})
+
+
+def check_cost(document: DocumentNode) -> None:
+    """Raise `TooCostly` when the document's operations select more than `MAX_SELECTIONS`
+    nodes or `MAX_CONTROL_PLANE_FIELDS` control-plane fields, fragments expanded where
+    spread. Stops at the first bound passed, so the walk costs at most that many steps."""
+    fragments = [d for d in document.definitions if isinstance(d, FragmentDefinitionNode)]
+    cost = _Cost({d.name.value: d for d in fragments})
+    for op in document.definitions:
+        if isinstance(op, OperationDefinitionNode):
+            cost.walk(op.selection_set, op.operation.value == "mutation", frozenset())
+
+
+async def run(
+    query: str, context: dict[str, Any], variables: dict | None, operation: str | None
+) -> ExecutionResult:
+    """Parse (bounded), check the cost, validate, then execute."""
+    try:
+        document = parse(query, max_tokens=MAX_TOKENS)
+        check_cost(document)
+    except GraphQLError as err:
+        return ExecutionResult(None, [err])
+    except TooCostly as err:
+        return ExecutionResult(None, [GraphQLError(str(err))])
+    errors = validate(SCHEMA, document)
+    if errors:
+        return ExecutionResult(None, errors)
+    result = execute(
+        SCHEMA,
+        document,
+        context_value=context,
+        variable_values=variables,
+        operation_name=operation,
+    )
+    return await result if not isinstance(result, ExecutionResult) else result
 
 
 def _errors(status: int, message: str) -> web.Response:
@@ -418,13 +521,8 @@ def add_graphql_route(app: web.Application, manage: web.Application) -> None:
             return _errors(400, "variables: expected a JSON object")
         if operation is not None and not isinstance(operation, str):
             return _errors(400, "operationName: expected a string")
-        result = await graphql(
-            SCHEMA,
-            body["query"],
-            context_value={"plane": manage[CONTROL_PLANE], "storage": manage[STORAGE]},
-            variable_values=variables,
-            operation_name=operation,
-        )
+        context = {"plane": manage[CONTROL_PLANE], "storage": manage[STORAGE]}
+        result = await run(body["query"], context, variables, operation)
         return web.json_response(result.formatted)
 
     app.router.add_post("/graphql", serve)

@@ -207,7 +207,7 @@ async def endpoint_metrics(request: web.Request) -> web.Response:
     endpoint_id = request.match_info["endpoint_id"]
     sampler = request.app[HISTORY_SAMPLER]
     since, interval = _since(request), _interval(request)
-    if not ENDPOINT_ID_RE.match(endpoint_id) or not await sampler.registry.has_endpoint(
+    if not ENDPOINT_ID_RE.fullmatch(endpoint_id) or not await sampler.registry.has_endpoint(
         endpoint_id
     ):
         raise NotFound(f"endpoint {endpoint_id!r} not found")

@@ -142,7 +142,7 @@ async def create_key(request: web.Request) -> web.Response:
 
 async def revoke_key(request: web.Request) -> web.Response:
     key_id = request.match_info["key_id"]
-    if not KEY_ID_RE.match(key_id):
+    if not KEY_ID_RE.fullmatch(key_id):
         raise BadRequest("id: the key's id (8 to 64 lowercase hex digits, as listed)")
     registry = request.app[REGISTRY]
     stored = await registry.list_keys()

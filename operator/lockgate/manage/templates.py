@@ -87,7 +87,7 @@ def _template_id(payload: dict[str, Any]) -> str:
     template_id = payload.pop("id", None)
     if template_id is None:
         return new_template_id()
-    if not isinstance(template_id, str) or not ID_RE.match(template_id):
+    if not isinstance(template_id, str) or not ID_RE.fullmatch(template_id):
         raise BadRequest(
             "id: use at most 63 lowercase letters, digits and '-', "
             "starting and ending with a letter or digit"
@@ -121,7 +121,7 @@ async def create_template(
         spec = new_template(payload)
         await require_registry_auth(storage, payload.get("containerRegistryAuthId"))
         await plane.create_template(template_id, spec)
-    except TemplateFieldError as err:
+    except (TemplateFieldError, UnusableSettings) as err:
         raise BadRequest(str(err)) from err
     except TemplateExists as err:
         raise Conflict(f"id: template {template_id!r} exists already") from err

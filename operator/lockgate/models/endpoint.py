@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from lockgate.models import podfields
 from lockgate.models.jobs import (
@@ -44,9 +45,59 @@ REQUEST_TIMEOUT_DEFAULT_S = 330
 LB_WEBSOCKET_MAX_DEFAULT_S = 3600  # lockgate's (RunPod documents no WebSocket limit)
 
 # A Hugging Face model reference: `org/name`, optionally `:revision` (a branch, tag or
-# commit); the characters the Hub allows in repository names and git refs.
+# commit); the characters the Hub allows in repository names and git refs. The pattern is
+# the CRD's; `model_reference_problem` adds the rules a pattern cannot say.
 MODEL_REFERENCE_PATTERN = r"^[A-Za-z0-9][\w.-]*/[\w.-]+(:[\w./-]+)?$"
-ModelReference = Annotated[str, Field(max_length=200, pattern=MODEL_REFERENCE_PATTERN)]
+# A namespace or name as `huggingface_hub.utils.validate_repo_id` takes it: 1-96 of
+# [A-Za-z0-9_.-], starting and ending with a letter, digit or '_'; no '--' nor '..'.
+_HUB_NAME = re.compile(r"\b[\w.-]{1,96}\b", re.ASCII)
+_REF_CHARS = re.compile(r"[A-Za-z0-9_./-]+")
+
+
+def revision_problem(revision: str) -> str | None:
+    """Why `revision` is no git branch, tag or commit name (`git check-ref-format`'s rules
+    over the characters the pattern allows), or None. A path-like revision cannot leave
+    the cache's `refs/` folder."""
+    parts = revision.split("/")
+    bad = (
+        not _REF_CHARS.fullmatch(revision)
+        or ".." in revision
+        or revision.endswith(".")
+        or any(not p or p.startswith(".") or p.endswith(".lock") for p in parts)
+    )
+    return (
+        f"revision {revision!r}: not a git branch, tag or commit name (no '..', no empty "
+        "part between '/', no part starting with '.' or ending with '.lock')"
+        if bad
+        else None
+    )
+
+
+def model_reference_problem(reference: str) -> str | None:
+    """Why `reference` (`org/name[:revision]`) is not one the Hub accepts, or None."""
+    repo, _, revision = reference.partition(":")
+    names = repo.split("/")
+    if len(names) != 2 or not all(_HUB_NAME.fullmatch(n) for n in names):
+        return (
+            f"{reference!r}: use org/name[:revision], each of org and name 1-96 of letters, "
+            "digits, '-', '_' and '.', starting and ending with a letter, digit or '_'"
+        )
+    if "--" in repo or ".." in repo or repo.endswith(".git"):
+        return f"{reference!r}: a repository id has no '--' nor '..' and does not end in .git"
+    return revision_problem(revision) if revision else None
+
+
+def _model_reference(reference: str) -> str:
+    if problem := model_reference_problem(reference):
+        raise ValueError(problem)
+    return reference
+
+
+ModelReference = Annotated[
+    str,
+    Field(max_length=200, pattern=MODEL_REFERENCE_PATTERN),
+    AfterValidator(_model_reference),
+]
 
 
 class EndpointSpec(BaseModel):
@@ -246,7 +297,7 @@ class TemplateSpec(BaseModel):
     secretEnv: podfields.SecretEnv = Field(
         default_factory=dict, description="variables read from Secret keys: {NAME: {name, key}}"
     )
-    envFromSecrets: list[podfields.Name] = Field(
+    envFromSecrets: list[podfields.WorkerSecretName] = Field(
         default_factory=list, max_length=32, description="Secrets whose every key is a variable"
     )
     tolerations: list[podfields.Toleration] = Field(
@@ -267,6 +318,15 @@ class TemplateSpec(BaseModel):
     podAnnotations: podfields.Annotations = Field(
         default_factory=dict, description="extra worker pod annotations (lockgate's own win)"
     )
+
+    def worker_secrets(self) -> list[str]:
+        """The Secrets whose data reaches workers (`secretEnv`, `envFromSecrets`), sorted."""
+        return sorted({ref.name for ref in self.secretEnv.values()} | set(self.envFromSecrets))
+
+    def secret_uses(self, secret: str) -> list[str]:
+        """Where the Template names the Secret `secret` (`secretEnv.NAME`, `envFromSecrets`)."""
+        uses = [f"secretEnv.{var}" for var, ref in self.secretEnv.items() if ref.name == secret]
+        return uses + (["envFromSecrets"] if secret in self.envFromSecrets else [])
 
     @model_validator(mode="after")
     def _one_source_per_variable(self) -> TemplateSpec:

@@ -5,6 +5,7 @@ the management API (400), not by a Deployment the operator cannot apply."""
 from __future__ import annotations
 
 import re
+from collections.abc import Collection, Mapping
 from enum import StrEnum
 from typing import Annotated
 
@@ -27,9 +28,9 @@ def qualified_name(key: str) -> str:
     """A label or annotation key: `[prefix/]name`, name ≤ 63, prefix a DNS subdomain ≤ 253;
     `lockgate.dev/` keys belong to the operator."""
     prefix, _, name = key.rpartition("/")
-    if not (0 < len(name) <= 63 and _NAME_PART.match(name)):
+    if not (0 < len(name) <= 63 and _NAME_PART.fullmatch(name)):
         raise ValueError(f"{key!r} is not a valid key: its name must be 1-63 of [A-Za-z0-9_.-]")
-    if "/" in key and not (0 < len(prefix) <= 253 and _PREFIX.match(prefix)):
+    if "/" in key and not (0 < len(prefix) <= 253 and _PREFIX.fullmatch(prefix)):
         raise ValueError(f"{key!r} is not a valid key: its prefix must be a DNS subdomain")
     if key.startswith(RESERVED_PREFIX):
         raise ValueError(f"{key!r}: keys under {RESERVED_PREFIX} are set by the operator only")
@@ -42,9 +43,42 @@ def _closed_keys(value: dict[str, str]) -> dict[str, str]:
     return value
 
 
+# Annotations that loosen a pod's confinement, which Pod Security's baseline forbids
+# (kubernetes.io/docs/concepts/security/pod-security-standards, "Baseline"): AppArmor
+# other than the runtime's default or a node's own profile; the seccomp annotations
+# (deprecated, ignored since Kubernetes 1.27; lockgate's pods set RuntimeDefault in the
+# pod spec) and the sysctl ones (pre-1.11) whatever their value.
+APPARMOR_PREFIX = "container.apparmor.security.beta.kubernetes.io/"
+APPARMOR_ALLOWED = ("runtime/default", "localhost/")
+REFUSED_PREFIXES = (
+    "seccomp.security.alpha.kubernetes.io/",
+    "container.seccomp.security.alpha.kubernetes.io/",
+    "security.alpha.kubernetes.io/",  # sysctls, unsafe-sysctls
+)
+
+
+def confinement_problem(key: str, value: str) -> str | None:
+    """Why Pod Security's baseline forbids the annotation `key: value`, or None."""
+    if key.startswith(REFUSED_PREFIXES):
+        return f"{key!r}: seccomp and sysctl annotations are refused (Pod Security baseline)"
+    if key.startswith(APPARMOR_PREFIX) and not value.startswith(APPARMOR_ALLOWED):
+        return (
+            f"{key!r}: AppArmor must stay confined: runtime/default or localhost/<profile>, "
+            f"not {value!r} (Pod Security baseline)"
+        )
+    return None
+
+
+def _pod_annotations(value: dict[str, str]) -> dict[str, str]:
+    for key, text in _closed_keys(value).items():
+        if problem := confinement_problem(key, text):
+            raise ValueError(problem)
+    return value
+
+
 def _env_names(value: dict[str, object]) -> dict[str, object]:
     for name in value:
-        if not (len(name) <= 256 and re.match(ENV_NAME, name)):
+        if not (len(name) <= 256 and re.fullmatch(ENV_NAME, name)):
             raise ValueError(f"{name!r} is not a valid environment variable name")
     return value
 
@@ -54,7 +88,7 @@ LabelValue = Annotated[str, Field(max_length=63, pattern=LABEL_VALUE)]
 # Map keys are checked by validators, not patterns: a pattern on a key becomes
 # `patternProperties`, which a structural CRD schema cannot carry (its values would be pruned).
 Labels = Annotated[dict[str, LabelValue], AfterValidator(_closed_keys)]
-Annotations = Annotated[dict[str, str], AfterValidator(_closed_keys)]
+Annotations = Annotated[dict[str, str], AfterValidator(_pod_annotations)]
 
 
 class PodSecurity(StrEnum):
@@ -100,12 +134,52 @@ class Toleration(BaseModel):
         return {k: v for k, v in out.items() if v != ""}
 
 
+# Secrets a Template may hand workers (`secretEnv`, `envFromSecrets`): those their owner
+# labelled for workers, never lockgate's own (docs/security.md). The operator reads each
+# one's labels (a metadata-only GET) before it builds the pods.
+WORKER_SECRET_LABEL = "lockgate.dev/worker-secret"
+WORKER_KEY_SUFFIX = "-worker-key"  # the operator's Secret `<endpoint id>-worker-key`
+PART_OF_LABEL = "app.kubernetes.io/part-of"  # "lockgate" on every Secret lockgate writes
+
+
+def lockgate_secret_problem(name: str, reserved: Collection[str] = ()) -> str | None:
+    """Why the Secret `name` is lockgate's own (an endpoint's worker key, or one of
+    `reserved`: the chart's settings, keys and client-key Secrets), or None."""
+    if name.endswith(WORKER_KEY_SUFFIX) or name in reserved:
+        return f"Secret {name!r} is lockgate's own: workers may not read it"
+    return None
+
+
+def worker_secret_problem(name: str, labels: Mapping[str, str] | None) -> str | None:
+    """Why workers may not read the Secret `name` whose labels are `labels` (None: there
+    is no such Secret), or None when its owner labelled it for workers."""
+    if labels is None:
+        return f"Secret {name!r} not found"
+    if labels.get(PART_OF_LABEL) == "lockgate":
+        return f"Secret {name!r} is lockgate's own: workers may not read it"
+    if labels.get(WORKER_SECRET_LABEL) != "true":
+        return (
+            f"Secret {name!r} is not marked for workers: label it "
+            f"{WORKER_SECRET_LABEL}=true (kubectl label secret {name} {WORKER_SECRET_LABEL}=true)"
+        )
+    return None
+
+
+def _not_lockgates(name: str) -> str:
+    if problem := lockgate_secret_problem(name):
+        raise ValueError(problem)
+    return name
+
+
+WorkerSecretName = Annotated[Name, AfterValidator(_not_lockgates)]
+
+
 class SecretKeyRef(BaseModel):
     """One key of a Secret in the Endpoint's namespace."""
 
     model_config = ConfigDict(extra="forbid")
 
-    name: Name = Field(..., description="the Secret's name")
+    name: WorkerSecretName = Field(..., description="the Secret's name")
     key: Annotated[str, Field(min_length=1, max_length=253, pattern=SECRET_KEY)] = Field(
         ..., description="the key in the Secret's data"
     )
