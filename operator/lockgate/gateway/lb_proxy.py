@@ -186,7 +186,7 @@ def host_endpoint(host: str | None, domain: str) -> str | None:
     if not name.endswith(suffix):
         return None
     label = name[: -len(suffix)]
-    return label if ENDPOINT_ID_RE.match(label) else None
+    return label if ENDPOINT_ID_RE.fullmatch(label) else None
 
 
 def lb_host_middleware(domain: str) -> Callable[..., Awaitable[web.StreamResponse]]:
