@@ -234,7 +234,11 @@ async def test_a_runpod_worker_asking_for_refresh_is_replaced_and_gets_no_other_
     await dev.create("dw-refresh", "tests/workers/runpod_refresh.py", workersMin=1)
     first = await dev.run("dw-refresh", {})
     ran = (await dev.until_status("dw-refresh", first, "COMPLETED"))["output"]["worker"]
-    assert await redis.zscore("lg:{dw-refresh}:refresh", ran) is not None
+
+    async def marked() -> bool:  # job-done stores the result, then marks the worker
+        return await redis.zscore("lg:{dw-refresh}:refresh", ran) is not None
+
+    await eventually(marked, "the worker marked for refresh")
     pool = dev.pool("dw-refresh")
 
     async def replaced() -> bool:
