@@ -31,6 +31,10 @@ ENDPOINT = {
         "workersMin": 1,  # a worker runs whatever the queue says
         "workersMax": 1,
         "idleTimeout": 5,
+        # The pod's grace period follows the execution timeout (600 s by default). Kubernetes'
+        # namespace controller re-checks a namespace whose pods are still going after half the
+        # longest grace period, so with the default it looks again only after 301 s.
+        "executionTimeoutMs": 20_000,
     },
 }
 
@@ -102,11 +106,12 @@ def test_helm_uninstall_with_endpoints_left_stops_workers_and_frees_the_endpoint
 
     node.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
     # The last worker pod goes only when the kubelet confirms it (its container is already
-    # gone, above); on a loaded machine that took over 120 s once and over 300 s once with
-    # two test workers beside it (the namespace said: "pods. has 1 resource instances").
-    # What this test holds lockgate to is that nothing of its own (a finalizer) keeps the
-    # namespace: after 60 s the pod objects the kubelet has not yet confirmed are removed
-    # without it, and the namespace must then go.
+    # gone, above); on a loaded machine that took over 120 s once, and the namespace
+    # controller then waits half the pod's grace period (ENDPOINT's executionTimeoutMs) before
+    # it looks again (CI once failed at 300 s with the default 600 s grace). What this test
+    # holds lockgate to is that nothing of its own (a finalizer) keeps the namespace: after
+    # 60 s the pod objects the kubelet has not yet confirmed are removed without it, and the
+    # namespace must then go.
     if not _wait(lambda: _namespace_gone(node), 60):
         node.kubectl("-n", NAMESPACE, "delete", "pods", "--all", "--force", "--grace-period=0",
                      "--wait=false", check=False)  # fmt: skip
