@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 # Client-supplied text (a 5 MB webhook URL, a long path) is cut to this many characters in
 # error bodies and log lines, so one request cannot put megabytes into either.
 CLIP_CHARS = 512
 # aiohttp's status for "the client closed the connection before the answer" (nginx's 499).
 CLIENT_CLOSED = 499
+# At most this many parts of one validation failure are listed (`errors[]` of a problem).
+MAX_ERRORS = 50
 
 
 def clip(text: str, limit: int = CLIP_CHARS) -> str:
@@ -21,11 +25,18 @@ class ApiError(Exception):
 
     status = 400
 
-    def __init__(self, message: str, *, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        headers: dict[str, str] | None = None,
+        errors: Sequence[str] = (),
+    ) -> None:
         message = clip(message, 4 * CLIP_CHARS)
         super().__init__(message)
         self.message = message
         self.headers = headers
+        self.errors = [clip(e) for e in errors[:MAX_ERRORS]]
 
 
 class BadRequest(ApiError):
@@ -75,3 +86,9 @@ class TooManyRequests(ApiError):
     """Over a rate or concurrency limit; `Retry-After` says when to come back."""
 
     status = 429
+
+
+class Unprocessable(ApiError):
+    """A well-formed body that fails validation: `errors` lists each violation."""
+
+    status = 422

@@ -4,6 +4,7 @@ and every refusal is logged with the caller's key name (never the key) and the r
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 
 from aiohttp import web
 from redis.exceptions import OutOfMemoryError as RedisOutOfMemoryError
@@ -33,6 +34,26 @@ STORE_FULL = (
     "retry later (operators: docs/operations.md, Redis memory)"
 )
 STORE_FULL_RETRY_S = "5"
+
+
+# How an app's errors look: `json_error` (`{"error": ...}`, the job API's and /v1's) unless
+# the app sets another (v2 management's RFC 9457 problems, `manage.v2.problems`).
+ErrorRenderer = Callable[..., web.Response]
+
+
+def json_error(
+    status: int, message: str, *, headers: dict[str, str] | None = None, errors: Sequence[str] = ()
+) -> web.Response:
+    """`{"error": message}` (`errors`, a validation failure's parts, are in the message)."""
+    return json_response({"error": message}, status=status, headers=headers)
+
+
+ERROR_RENDERER = web.AppKey("error_renderer", ErrorRenderer)
+
+
+def render_error(request: web.Request) -> ErrorRenderer:
+    """The error format of the app that serves `request`."""
+    return request.app.get(ERROR_RENDERER, json_error)
 
 
 def queue_full(err: QueueFull) -> str:
@@ -77,7 +98,9 @@ async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
         return await handler(request)
     except ApiError as err:
         log_refusal(request, err.status, err.message)
-        response = json_response({"error": err.message}, status=err.status, headers=err.headers)
+        response = render_error(request)(
+            err.status, err.message, headers=err.headers, errors=err.errors
+        )
         if isinstance(err, PayloadTooLarge | RequestTimeout | Unavailable):
             response.force_close()  # the rest of the body is not worth reading
         return response
@@ -86,25 +109,22 @@ async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
             raise
         log_refusal(request, err.status, err.reason)
         headers = {h: err.headers[h] for h in KEPT_HEADERS if h in err.headers}
-        body = {"error": clip(err.reason.lower())}
-        return json_response(body, status=err.status, headers=headers)
+        return render_error(request)(err.status, clip(err.reason.lower()), headers=headers)
     except ConnectionResetError:  # the client hung up mid-request: not our error
         return client_closed(request)
     except QueueFull as err:
         reason = queue_full(err)
         log_refusal(request, 429, reason)
-        return json_response({"error": reason}, status=429, headers={"Retry-After": "5"})
+        return render_error(request)(429, reason, headers={"Retry-After": "5"})
     except RedisOutOfMemoryError as err:
         log.error("store full on %s %s: %s", request.method, clip(request.path), err)
         headers = {"Retry-After": STORE_FULL_RETRY_S}
-        return json_response({"error": STORE_FULL}, status=503, headers=headers)
+        return render_error(request)(503, STORE_FULL, headers=headers)
     except UNAVAILABLE as err:
         log.warning("store unavailable on %s %s: %s", request.method, clip(request.path), err)
-        return json_response(
-            {"error": "job store unavailable, retry shortly"},
-            status=503,
-            headers={"Retry-After": "1"},
+        return render_error(request)(
+            503, "job store unavailable, retry shortly", headers={"Retry-After": "1"}
         )
     except Exception:
         log.exception("internal error on %s %s", request.method, clip(request.path))
-        return json_response({"error": "internal error"}, status=500)
+        return render_error(request)(500, "internal error")

@@ -19,11 +19,12 @@ from urllib.parse import urlencode
 from aiohttp import web
 from pydantic import ValidationError
 
-from lockgate.gateway.auth import ADMIN, Authenticator
+from lockgate.gateway.auth import Authenticator
 from lockgate.gateway.errors import ApiError, BadRequest, NotFound
 from lockgate.gateway.http import json_object, json_response
 from lockgate.gateway.middleware import error_middleware
 from lockgate.manage.about import About, add_about_route
+from lockgate.manage.admin import AUTHENTICATOR, admin_only
 from lockgate.manage.controlplane import (
     CONTROL_PLANE,
     ControlPlane,
@@ -47,14 +48,12 @@ from lockgate.models import (
 from lockgate.models.templates import runpod_template
 from lockgate.store import JobStore
 
-AUTHENTICATOR = web.AppKey("authenticator", Authenticator)
 WORKER_STORE = web.AppKey("worker_store", JobStore)  # workers of `includeWorkers`
 FLAGS = {"true": True, "1": True, "false": False, "0": False}
 
 ID_ALPHABET = string.ascii_lowercase + string.digits
 ID_LENGTH = 14  # RunPod's endpoint ids: 14 lowercase letters and digits
 ID_RE = re.compile(ENDPOINT_ID_PATTERN)
-ALL_ENDPOINTS = "*"
 
 
 class Conflict(ApiError):
@@ -166,12 +165,6 @@ def _endpoint_id(payload: dict[str, Any]) -> str:
             "starting and ending with a letter or digit"
         )
     return endpoint_id
-
-
-@web.middleware
-async def admin_only(request: web.Request, handler) -> web.StreamResponse:
-    await request.app[AUTHENTICATOR].require(request, ADMIN, ALL_ENDPOINTS)
-    return await handler(request)
 
 
 async def create_endpoint(request: web.Request) -> web.Response:

@@ -45,12 +45,8 @@ from graphql import (
 
 from lockgate.gateway.auth import ADMIN, Authenticator
 from lockgate.gateway.errors import ApiError, Unauthorized
-from lockgate.manage.api import (
-    ALL_ENDPOINTS,
-    AUTHENTICATOR,
-    create_endpoint_from,
-    edit_endpoint,
-)
+from lockgate.manage.admin import ALL_ENDPOINTS, AUTHENTICATOR
+from lockgate.manage.api import create_endpoint_from, edit_endpoint
 from lockgate.manage.controlplane import CONTROL_PLANE, ControlPlane
 from lockgate.manage.listing import EndpointQuery
 from lockgate.manage.storage import STORAGE, Storage

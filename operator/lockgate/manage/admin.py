@@ -1,0 +1,20 @@
+"""Admin-only access for the management APIs (v1, v2, GraphQL): the app's `Authenticator`
+and the middleware that lets only admin keys through."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from lockgate.gateway.auth import ADMIN, Authenticator
+
+AUTHENTICATOR = web.AppKey("authenticator", Authenticator)
+ALL_ENDPOINTS = "*"
+
+
+@web.middleware
+async def admin_only(request: web.Request, handler: Any) -> web.StreamResponse:
+    """401 unless the caller's key is an admin key."""
+    await request.app[AUTHENTICATOR].require(request, ADMIN, ALL_ENDPOINTS)
+    return await handler(request)
