@@ -10,11 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from http import HTTPStatus
+from typing import TypeVar
 
 import orjson
 from aiohttp import web
+from pydantic import BaseModel, ValidationError
+
+from lockgate.gateway.errors import Unprocessable
+from lockgate.gateway.http import json_object
 
 PROBLEM_JSON = "application/problem+json"
+M = TypeVar("M", bound=BaseModel)
 
 
 def title_of(status: int) -> str:
@@ -35,3 +41,30 @@ def problem(
     return web.Response(
         body=orjson.dumps(body), status=status, content_type=PROBLEM_JSON, headers=headers
     )
+
+
+def violations(err: ValidationError) -> list[str]:
+    """Each violation of a validation error, naming its field by its dotted path."""
+    out = []
+    for e in err.errors(include_url=False):
+        where = ".".join(str(p) for p in e["loc"]) or "body"
+        what = "not a field of this request" if e["type"] == "extra_forbidden" else e["msg"]
+        out.append(f"{where}: {what}")
+    return out
+
+
+def validated(model: type[M], payload: object) -> M:
+    """`payload` as `model` (a closed v2 request body); 422 listing every violation."""
+    try:
+        return model.model_validate(payload)
+    except ValidationError as err:
+        found = violations(err)
+        raise Unprocessable(
+            "Request validation failed: " + "; ".join(found[:5]), errors=found
+        ) from err
+
+
+async def body_of(request: web.Request, model: type[M]) -> M:
+    """The request's JSON object body as `model`: 400 when it is no JSON object, 422
+    listing every violation."""
+    return validated(model, await json_object(request))
