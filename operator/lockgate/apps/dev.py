@@ -46,6 +46,7 @@ from lockgate.manage.console import add_console, origin_of
 from lockgate.manage.controlplane import UnusableSettings
 from lockgate.manage.graphql import add_graphql_route
 from lockgate.manage.history import HistorySampler, add_history_routes, history_sampler
+from lockgate.manage.releases import Releases
 from lockgate.manage.v2 import Backends, add_v2_routes
 from lockgate.models import EndpointSpec, EndpointType, describe_validation_error
 from lockgate.settings import Settings
@@ -246,7 +247,8 @@ def build_app(
     add_history_routes(manage, sampler)
     app.add_subapp("/v1", manage)
     add_graphql_route(app, manage)  # the runpod SDK's management calls
-    add_v2_routes(app, Backends(plane, storage, gw.auth))  # RunPod's REST v2
+    releases = Releases(plane.releases, plane.worker_versions)
+    add_v2_routes(app, Backends(plane, storage, gw.auth, releases=releases))  # RunPod's REST v2
     gateway_mark = gw.notifier.on_activity
 
     def mark(endpoint_id: str) -> None:  # the gateway's subscription tells both

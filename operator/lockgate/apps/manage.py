@@ -30,9 +30,11 @@ from lockgate.manage.console import add_console, origin_of
 from lockgate.manage.controlplane import ControlPlane
 from lockgate.manage.graphql import add_graphql_route
 from lockgate.manage.history import HistorySampler, add_history_routes, history_sampler
+from lockgate.manage.releases import Releases
 from lockgate.manage.storage import Storage
 from lockgate.manage.v2 import Backends, add_v2_routes
 from lockgate.store import JobStore, Registry, connect
+from lockgate.store.releases import ReleaseStore
 
 
 def _watching(key_file: KeyFile) -> Callable[[web.Application], AsyncIterator[None]]:
@@ -69,13 +71,16 @@ async def healthz(_request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
 
-def control_plane_for(settings: OperatorSettings, cluster: Cluster) -> KubernetesControlPlane:
-    """Endpoint resources in the management API's namespace."""
+def control_plane_for(
+    settings: OperatorSettings, cluster: Cluster, registry: Registry
+) -> KubernetesControlPlane:
+    """Endpoint resources in the management API's namespace; releases in Redis."""
     return KubernetesControlPlane(
         cluster,
         namespace=settings.manage_namespace(),
         job_api_url=settings.job_api_url,
         reserved_secrets=settings.reserved_secrets,
+        releases=ReleaseStore(registry.redis),
     )
 
 
@@ -87,7 +92,11 @@ def storage_for(settings: OperatorSettings, cluster: Cluster, registry: Registry
 
 
 def create_app(
-    settings: OperatorSettings, control_plane: ControlPlane, storage: Storage, registry: Registry
+    settings: OperatorSettings,
+    control_plane: ControlPlane,
+    storage: Storage,
+    registry: Registry,
+    releases: Releases | None = None,
 ) -> web.Application:
     """`/v1/endpoints…`, `/v1/templates…`, `/v1/containerregistryauth…`,
     `/v1/networkvolumes…` and `/graphql` (admin keys only) writing through `control_plane`
@@ -105,7 +114,9 @@ def create_app(
     app.cleanup_ctx.append(history_sampler(sampler, Notifier(registry.redis)))
     app.add_subapp("/v1", manage)
     add_graphql_route(app, manage)  # the runpod SDK's management calls
-    backends = Backends(control_plane, storage, authenticator, middlewares=(cluster_refusals,))
+    backends = Backends(
+        control_plane, storage, authenticator, middlewares=(cluster_refusals,), releases=releases
+    )
     add_v2_routes(app, backends)  # RunPod's REST v2 (its MCP server's calls)
     add_console(app, connect_src=origin_of(settings.base_url))  # the job API's origin
     if key_file is not None:
@@ -116,8 +127,10 @@ def create_app(
 
 async def start(settings: OperatorSettings, cluster: Cluster, registry: Registry) -> web.AppRunner:
     """Serve the management API on `manage_host:manage_port`; `cleanup()` the runner to stop."""
-    plane = control_plane_for(settings, cluster)
-    app = create_app(settings, plane, storage_for(settings, cluster, registry), registry)
+    plane = control_plane_for(settings, cluster, registry)
+    releases = Releases(plane.releases or ReleaseStore(registry.redis), plane.worker_versions)
+    storage = storage_for(settings, cluster, registry)
+    app = create_app(settings, plane, storage, registry, releases)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, settings.manage_host, settings.manage_port).start()

@@ -117,6 +117,7 @@ class LocalWorkers:
     task: asyncio.Task
     states: WorkerStates = field(default_factory=WorkerStates)
     reporter: asyncio.Task | None = None
+    version: int = 1  # the endpoint's version these workers run (its release)
 
     @classmethod
     def start(
@@ -130,6 +131,7 @@ class LocalWorkers:
         sink: LineSink | None = None,
         lb: LbWorkers | None = None,
         drain_s: float = 0.0,
+        version: int = 1,
     ) -> LocalWorkers:
         """Start scaling at once (workersMin workers start on the first tick); each line
         a worker writes goes to `sink` too. With `lb`, the workers are a load-balancing
@@ -146,7 +148,7 @@ class LocalWorkers:
             )
         scaler = LocalAutoscaler(store, pool, endpoint_id, limits)
         task = asyncio.create_task(scaler.run(), name=f"lockgate-scaler-{endpoint_id}")
-        workers = cls(endpoint_id, store, pool, scaler, task)
+        workers = cls(endpoint_id, store, pool, scaler, task, version=version)
         workers.reporter = asyncio.create_task(
             workers.report(), name=f"lockgate-states-{endpoint_id}"
         )
@@ -182,6 +184,11 @@ class LocalWorkers:
     def count(self) -> int:
         """Workers started and not asked to stop."""
         return len(self.pool.active)
+
+    @property
+    def alive(self) -> int:
+        """Worker processes not yet exited (those asked to stop, finishing, too)."""
+        return len([w for w in self.pool.workers.values() if w.process.returncode is None])
 
     async def rescale(self, limits: Limits) -> None:
         """New limits (workersMin/Max, idleTimeout) for the same workers: a new scaler over

@@ -55,6 +55,13 @@ KEY_DIGEST_ANNOTATION = "lockgate.dev/worker-key-digest"
 # are removed from the pods too, while annotations other tools added stay.
 POD_ANNOTATIONS_ANNOTATION = "lockgate.dev/template-annotations"
 SERVING_CONDITION = "lockgate.dev/Serving"  # a worker pod's readiness gate (the scaler's)
+# A worker pod's label: the endpoint version (release) it runs. A new version changes the
+# pod template, which is what rolls the workers (`ROLLING`).
+VERSION_LABEL = "lockgate.dev/version"
+# RunPod's rolling rule: at a new version every old worker is told to stop at once (the
+# idle ones exit, a busy one finishes its job or its requests within its termination grace
+# period) while the new ones start; no extra worker beyond the replica count is made.
+ROLLING = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": "100%"}}
 SECRET_KEY = "RUNPOD_AI_API_KEY"  # the Secret's data key holding the worker key
 WORKER_CONTAINER = "worker"
 MODEL_DIR = "/lockgate/model"  # where workers see the model cache (read-only)
@@ -740,6 +747,7 @@ def worker_pod_template(
     *,
     key_revision: str = "",
     gpu_type: str | None = None,
+    version: int = 1,
 ) -> Obj:
     gpu_types = worker_gpu_types(spec, gpu_type) if spec.computeType == ComputeType.GPU else []
     init, fetch_volumes = model_fetches(spec, template, settings)
@@ -778,7 +786,11 @@ def worker_pod_template(
         ours[LB_ANNOTATION] = lb_ports(template).annotation()
     return {
         "metadata": {
-            "labels": {**template.podLabels, **labels(owner.name, "worker")},
+            "labels": {
+                **template.podLabels,
+                **labels(owner.name, "worker"),
+                VERSION_LABEL: str(version),
+            },
             "annotations": {**template.podAnnotations, **ours},
         },
         "spec": pod,
@@ -820,11 +832,12 @@ def worker_deployment(
     replicas: int,
     key_revision: str = "",
     gpu_type: str | None = None,
+    version: int = 1,
 ) -> Obj:
     """The workers. `replicas` is used at creation only: later the scaler owns it;
     `key_revision` is the worker key's digest: kept whole on the Deployment, and short on
     the pod template, so a new key rolls the workers; `gpu_type` is the one of `gpuTypeIds`
-    they require (default: the first)."""
+    they require (default: the first); `version` the endpoint's, on each pod."""
     annotations = {TEMPLATE_ANNOTATION: template_name, **scaling_annotations(spec)}
     if key_revision:
         annotations[KEY_DIGEST_ANNOTATION] = key_revision
@@ -835,6 +848,7 @@ def worker_deployment(
         "spec": {
             "replicas": replicas,
             "revisionHistoryLimit": 3,
+            "strategy": ROLLING,
             "selector": {"matchLabels": selector(owner.name, "worker")},
             "template": worker_pod_template(
                 owner,
@@ -844,6 +858,7 @@ def worker_deployment(
                 settings,
                 key_revision=key_revision,
                 gpu_type=gpu_type,
+                version=version,
             ),
         },
     }

@@ -20,6 +20,7 @@ from lockgate.gateway.auth import Authenticator
 from lockgate.gateway.middleware import ERROR_RENDERER, error_middleware
 from lockgate.manage.admin import AUTHENTICATOR, admin_only
 from lockgate.manage.controlplane import ControlPlane
+from lockgate.manage.releases import Releases
 from lockgate.manage.storage import Storage
 from lockgate.manage.v2.problems import problem
 
@@ -44,6 +45,11 @@ class Backends:
     # Inside the error middleware of each sub-application (`lockgate manage`'s
     # `cluster_refusals`: a Kubernetes API error no route has a rule for is a 503).
     middlewares: Sequence[Any] = ()
+    releases: Releases | None = None  # endpoints' releases (None: not kept)
+
+
+# The backends, in every v2 sub-application (for route modules added to one).
+BACKENDS = web.AppKey("v2_backends", Backends)
 
 
 def v2_app(backends: Backends) -> web.Application:
@@ -51,8 +57,14 @@ def v2_app(backends: Backends) -> web.Application:
     app = web.Application(middlewares=[error_middleware, admin_only, *backends.middlewares])
     app[ERROR_RENDERER] = problem
     app[AUTHENTICATOR] = backends.authenticator
+    app[BACKENDS] = backends
     return app
 
 
 def add_v2_routes(root: web.Application, backends: Backends) -> None:
     """Mount every v2 management collection on `root` (at `/v2/<collection>`)."""
+    from lockgate.manage.v2 import releases  # its routes use this module's names
+
+    serverless = v2_app(backends)  # until the collection's own module lands (the lead's)
+    releases.add_release_routes(serverless)
+    root.add_subapp("/v2/serverless", serverless)
