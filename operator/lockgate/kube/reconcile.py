@@ -338,21 +338,46 @@ async def choose_gpu_type(
 async def settle_release(
     ctx: Context, owner: Owner, body: Body, spec: EndpointSpec, template: TemplateSpec
 ) -> int:
-    """The version the workers must run: a configuration the newest release does not
-    have (a `kubectl edit`, a Template applied) is recorded as a new release and the
+    """The version the workers of this pass run. A configuration the newest release does
+    not have (a `kubectl edit`, a Template applied) is recorded as a new release, and the
     Endpoint's `lockgate.dev/version` raised; one the management API recorded already (or
-    is about to: it raised the annotation) is not recorded twice (`ReleaseStore.record`)."""
-    config = config_of(spec, template)
-    known = version_of(body)
+    is about to: it raised the annotation first) is not recorded twice
+    (`ReleaseStore.record`). What is recorded is read afresh (the Endpoint and its
+    Template by GET), never from a watch that may lag: a pass on a stale Template would
+    otherwise record the old configuration back as a new release."""
+    config, known = config_of(spec, template), version_of(body)
     if ctx.released.get(owner.uid) == (config, known):
         return known
-    release = await ctx.releases.record(owner.name, config, known)
-    version = max(known, release.version)
+    newest = await ctx.releases.newest(owner.name)
+    if newest is None or newest.config != config:
+        fresh = await _fresh_config(ctx, owner)
+        if fresh is None:
+            return known  # deleted, or not valid now: the next pass decides
+        if fresh[0] != config:  # this pass is stale: the change that made it so comes next
+            return newest.version if newest is not None and newest.config == config else known
+        newest = await ctx.releases.record(owner.name, *fresh)
+    version = max(known, newest.version)
     if version != known:
         patch = {"metadata": {"annotations": {VERSION_ANNOTATION: str(version)}}}
         await ctx.cluster.patch_endpoint(owner.namespace, owner.name, patch)
     ctx.released[owner.uid] = (config, version)
     return version
+
+
+async def _fresh_config(ctx: Context, owner: Owner) -> tuple[ReleaseConfig, int] | None:
+    """The Endpoint's configuration and version as the API server has them now."""
+    body = await ctx.cluster.get_endpoint(owner.namespace, owner.name)
+    if body is None or body["metadata"].get("uid") != owner.uid:
+        return None
+    spec, _ = validate(owner.name, body.get("spec") or {})
+    if spec is None:
+        return None
+    obj = await ctx.cluster.get_template(owner.namespace, spec.templateId)
+    try:
+        template = TemplateSpec.model_validate((obj or {}).get("spec") or {})
+    except ValidationError:
+        return None
+    return config_of(spec, template), version_of(body)
 
 
 async def apply_workloads(
