@@ -95,9 +95,10 @@ def test_a_change_is_a_release_only_when_it_affects_the_container(spec, template
     assert release_diff(old, new) == diff
 
 
-def test_the_first_release_lists_every_field_as_added() -> None:
+def test_the_first_release_lists_every_field_set_as_added() -> None:
     diff = release_diff(None, config_of(SPEC, TEMPLATE))
     assert {d.field for d in diff} >= {"templateId", "template.imageName", "template.env"}
+    assert not {"template.ports", "template.modelUrl", "networkVolumeId"} & {d.field for d in diff}
     assert all(d.old is None for d in diff)
     assert [d.field for d in diff] == sorted(d.field for d in diff)
 

@@ -125,15 +125,19 @@ def _named(config: ReleaseConfig | None) -> dict[str, Any]:
     return out
 
 
+EMPTY: tuple[Any, ...] = (None, "", [], {})
+
+
 def release_diff(old: ReleaseConfig | None, new: ReleaseConfig) -> list[DiffEntry]:
-    """What changed from `old` (None: nothing yet, every field is added) to `new`, sorted
-    by field name; empty when nothing that affects the container changed."""
+    """What changed from `old` to `new`, sorted by field name; empty when nothing that
+    affects the container changed. Without `old` (the first release) every field set is
+    added (an empty one is left out: it sets nothing)."""
     before, after = _named(old), _named(new)
     fields = sorted(set(before) | set(after))
     return [
         DiffEntry(field=f, old=before.get(f), new=after.get(f))
         for f in fields
-        if before.get(f) != after.get(f)
+        if before.get(f) != after.get(f) and not (old is None and after.get(f) in EMPTY)
     ]
 
 
