@@ -344,17 +344,20 @@ async def settle_release(
     is about to: it raised the annotation first) is not recorded twice
     (`ReleaseStore.record`). What is recorded is read afresh (the Endpoint and its
     Template by GET), never from a watch that may lag: a pass on a stale Template would
-    otherwise record the old configuration back as a new release."""
+    otherwise record the old configuration back as a new release. The first release (a
+    new Endpoint) is recorded as this pass sees it, reading nothing the watches deliver."""
     config, known = config_of(spec, template), version_of(body)
     if ctx.released.get(owner.uid) == (config, known):
         return known
     newest = await ctx.releases.newest(owner.name)
-    if newest is None or newest.config != config:
+    if newest is None:  # the first release (a new Endpoint): nothing older to get wrong
+        newest = await ctx.releases.record(owner.name, config, known)
+    elif newest.config != config:
         fresh = await _fresh_config(ctx, owner)
         if fresh is None:
             return known  # deleted, or not valid now: the next pass decides
         if fresh[0] != config:  # this pass is stale: the change that made it so comes next
-            return newest.version if newest is not None and newest.config == config else known
+            return known
         newest = await ctx.releases.record(owner.name, *fresh)
     version = max(known, newest.version)
     if version != known:
