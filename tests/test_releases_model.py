@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from lockgate.kube.manifests import AT_ONCE, GENTLY, VERSION_LABEL, rollout_strategy
 from lockgate.manage.releases import BadCursor, decode_cursor, encode_cursor, page_of
 from lockgate.models import EndpointSpec, TemplateSpec
 from lockgate.models.releases import (
@@ -176,3 +177,21 @@ def test_pages_go_down_by_version_and_the_last_has_no_cursor() -> None:
     assert [r.version for r in page] == [3, 2] and following
     page, following = page_of(kept, "ep", below=decode_cursor(following, "ep"), limit=2)
     assert [r.version for r in page] == [1] and following is None
+
+
+def deployment_on(version: str | None) -> dict:
+    labels = {VERSION_LABEL: version} if version else {}
+    return {"spec": {"template": {"metadata": {"labels": labels}}}}
+
+
+@pytest.mark.parametrize(
+    ("deployed", "version", "strategy"),
+    [
+        (None, 1, GENTLY),  # a new Deployment: nothing to roll
+        (deployment_on("1"), 1, GENTLY),  # the same version: a placement or key change
+        (deployment_on("1"), 2, AT_ONCE),  # a release: RunPod's rule
+        (deployment_on(None), 3, AT_ONCE),  # pods from before versions were labelled
+    ],
+)
+def test_a_release_rolls_at_once_and_any_other_change_gently(deployed, version, strategy) -> None:
+    assert rollout_strategy(deployed, version) == strategy

@@ -408,6 +408,8 @@ async def apply_workloads(
         ctx.no_network_policy.add(owner.uid)
     trust_absent = steady or created
     choice = await choose_gpu_type(ctx, owner, spec, annotations)
+    watching = ctx.workers is not None and ctx.workers.ready
+    deployed = ctx.workers.deployment(owner.namespace, owner.name) if watching else None
     deployment = manifests.worker_deployment(
         owner,
         spec,
@@ -418,11 +420,11 @@ async def apply_workloads(
         key_revision=digest,
         gpu_type=choice.gpu_type if choice else None,
         version=version,
+        strategy=manifests.rollout_strategy(deployed, version),
     )
     known, absent = None, False
-    if ctx.workers is not None and ctx.workers.ready:
-        watched = ctx.workers.deployment(owner.namespace, owner.name)
-        known, absent = (watched if steady else None), watched is None
+    if watching:
+        known, absent = (deployed if steady else None), deployed is None
     applied = await ctx.cluster.apply(deployment, known, absent=absent)
     if spec.flashboot:
         ctx.no_daemonset.discard(owner.uid)
