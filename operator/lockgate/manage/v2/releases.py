@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from lockgate.gateway.errors import ApiError, NotFound, Unprocessable
 from lockgate.gateway.http import json_response
@@ -26,6 +26,7 @@ from lockgate.manage.releases import (
 )
 from lockgate.manage.v2 import BACKENDS, Backends
 from lockgate.manage.v2.problems import validated
+from lockgate.models import describe_validation_error
 from lockgate.models.releases import Release, rollout_of
 
 
@@ -104,6 +105,9 @@ async def post_rollback(request: web.Request) -> web.Response:
         raise Conflict(str(err)) from err
     except UnusableSettings as err:
         raise Conflict(f"release {release_id!r} cannot run now: {err}") from err
+    except ValidationError as err:  # its settings no longer fit the endpoint's others
+        why = describe_validation_error(err)
+        raise Conflict(f"release {release_id!r} cannot be restored: {why}") from err
     versions = await releases.worker_versions(endpoint_id)
     status = 201 if newest.version > before else 200  # 200: it was the configuration already
     return json_response(newest.view(versions.get(newest.version, 0)), status=status)
