@@ -53,3 +53,6 @@ def v2_app(backends: Backends) -> web.Application:
 
 def add_v2_routes(root: web.Application, backends: Backends) -> None:
     """Mount every v2 management collection on `root` (at `/v2/<collection>`)."""
+    from lockgate.manage.v2 import serverless  # its module imports this one
+
+    root.add_subapp("/v2/serverless", serverless.create_app(backends))
