@@ -103,14 +103,16 @@ class McpServer:
         """The tool's answer, parsed; a ToolFailed with its error text when it reports one."""
         failed, payload = await self._answer(tool, arguments)
         if failed:
-            raise ToolFailed(f"{tool} {json.dumps(arguments)} failed: {payload}{self._log()}")
+            error = json.dumps(payload, ensure_ascii=False)
+            raise ToolFailed(f"{tool} {json.dumps(arguments)} failed: {error}{self._log()}")
         return payload
 
     async def failure(self, tool: str, arguments: dict[str, Any] | None = None) -> Any:
         """The error the tool reports (parsed); a ToolFailed when it succeeds instead."""
         failed, payload = await self._answer(tool, arguments)
         if not failed:
-            raise ToolFailed(f"{tool} {json.dumps(arguments)} was meant to fail: {payload}")
+            answer = json.dumps(payload, ensure_ascii=False)
+            raise ToolFailed(f"{tool} {json.dumps(arguments)} was meant to fail: {answer}")
         return payload
 
     def _log(self) -> str:

@@ -6,6 +6,7 @@ tool says. The management tools are issue 46's other parts (tests/test_mcp_*.py 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import requests
 
 from tests.conftest import eventually
 from tests.devproc import DevProcess
-from tests.mcp_server import VERSION, McpServer, runpod_mcp
+from tests.mcp_server import VERSION, McpServer, ToolFailed, runpod_mcp, server_env
 
 pytest_plugins = ["mcp_fixtures"]
 
@@ -112,6 +113,19 @@ async def test_the_server_lists_every_tool_of_4_0_0(runpod_mcp_bin: Path, dev: D
         names = await server.tool_names()
     assert names == TOOLS_4_0_0
     assert set(names) >= ISSUE_46_TOOLS
+
+
+def test_the_harness_points_every_host_the_stdio_server_reads_at_lockgate(runpod_mcp_bin: Path):
+    """What 4.0.0's stdio server (dist/stdio.mjs and the chunks it imports; not the hosted
+    http.mjs nor the `add` wizard) reads as a host is what `server_env` sets, so no call of a
+    test goes to RunPod; its analytics need POSTHOG_API_KEY, which the harness never passes."""
+    dist = runpod_mcp_bin.resolve().parent
+    code = "".join(f.read_text() for f in [dist / "stdio.mjs", *dist.glob("chunk-*.mjs")])
+    hosts = set(re.findall(r"env\.(RUNPOD_\w*URL)\b", code))
+    env = server_env("k", "http://127.0.0.1:1")
+    assert hosts == {name for name in env if name.endswith("URL")}
+    assert all(value.startswith("http://127.0.0.1:1") for value in env.values() if "//" in value)
+    assert "process.env.POSTHOG_API_KEY" in code and "POSTHOG_API_KEY" not in env
 
 
 async def test_runsync_endpoint_answers_the_completed_job(
@@ -249,6 +263,11 @@ async def test_a_job_tool_on_an_unknown_job_reports_lockgates_404(
     async with mcp(runpod_mcp_bin, dev) as server:
         missing = await server.failure("get-job-status", {"endpointId": JOBS, "jobId": "nope"})
         no_endpoint = await server.failure("endpoint-health", {"endpointId": "no-such-endpoint"})
+        with pytest.raises(ToolFailed, match=r"job 'nope' not found") as failed:
+            await server.call("cancel-job", {"endpointId": JOBS, "jobId": "nope"})
+    assert 'tool_call {"tool":"cancel-job"' in str(
+        failed.value
+    )  # the server's own log line is shown
     assert missing["detail"] == {"error": "job 'nope' not found"}
     assert "Runpod runtime API error (404)" in missing["error"]
     assert no_endpoint["error"] == "Runpod runtime API error (404)"
