@@ -137,18 +137,51 @@ async def require_volume(storage: Storage, volume_id: str) -> None:
         raise BadRequest(f"networkVolumeId: no network volume {volume_id!r}")
 
 
-async def post_volume(request: web.Request) -> web.Response:
-    payload = await json_object(request)
+async def create_volume(storage: Storage, payload: dict[str, Any]) -> dict[str, Any]:
+    """Make a volume from a create payload (`name`, `size`, `dataCenterId`); its record."""
     try:
         spec = new_volume(payload)
     except VolumeFieldError as err:
         raise BadRequest(str(err)) from err
     volume_id = new_record_id()
     try:
-        await request.app[STORAGE].create_volume(volume_id, spec)
+        await storage.create_volume(volume_id, spec)
     except RecordExists as err:
         raise Conflict(f"id: network volume {volume_id!r} exists already") from err
-    return json_response(volume_record(volume_id, spec), status=201)
+    return volume_record(volume_id, spec)
+
+
+async def edit_volume(storage: Storage, volume_id: str, changes: dict[str, Any]) -> dict[str, Any]:
+    """A new `name`, a larger `size` (400 on a smaller one); its record."""
+    if changes.pop("id", volume_id) != volume_id:
+        raise BadRequest("id: a volume's id cannot change")
+    current = await read_volume(storage, volume_id)
+    try:
+        spec = changed_volume(current, changes)
+        await storage.replace_volume(volume_id, spec)
+    except (VolumeFieldError, StorageRefused) as err:
+        raise BadRequest(str(err)) from err
+    except RecordNotFound as err:
+        raise NotFound(f"network volume {volume_id!r} not found") from err
+    return volume_record(volume_id, spec)
+
+
+async def remove_volume(plane: ControlPlane, storage: Storage, volume_id: str) -> None:
+    """Delete a volume no endpoint mounts; 409 naming the endpoints that do."""
+    await delete_unused(
+        f"network volume {volume_id!r}",
+        lambda: read_volume(storage, volume_id),
+        lambda: volume_users(plane, volume_id),
+        lambda: storage.delete_volume(volume_id),
+        RecordNotFound,
+        "endpoint",
+        "networkVolumeId",
+    )
+
+
+async def post_volume(request: web.Request) -> web.Response:
+    payload = await json_object(request)
+    return json_response(await create_volume(request.app[STORAGE], payload), status=201)
 
 
 async def list_volumes(request: web.Request) -> web.Response:
@@ -165,32 +198,13 @@ async def get_volume(request: web.Request) -> web.Response:
 async def patch_volume(request: web.Request) -> web.Response:
     """PATCH, and its synonym `POST …/update`: a new `name`, a larger `size`."""
     changes = await json_object(request)
-    storage, volume_id = request.app[STORAGE], request.match_info["volume_id"]
-    if changes.pop("id", volume_id) != volume_id:
-        raise BadRequest("id: a volume's id cannot change")
-    current = await read_volume(storage, volume_id)
-    try:
-        spec = changed_volume(current, changes)
-        await storage.replace_volume(volume_id, spec)
-    except (VolumeFieldError, StorageRefused) as err:
-        raise BadRequest(str(err)) from err
-    except RecordNotFound as err:
-        raise NotFound(f"network volume {volume_id!r} not found") from err
-    return json_response(volume_record(volume_id, spec))
+    volume_id = request.match_info["volume_id"]
+    return json_response(await edit_volume(request.app[STORAGE], volume_id, changes))
 
 
 async def delete_volume(request: web.Request) -> web.Response:
-    """Delete a volume no endpoint mounts; 409 naming the endpoints that do."""
-    storage, volume_id = request.app[STORAGE], request.match_info["volume_id"]
-    await delete_unused(
-        f"network volume {volume_id!r}",
-        lambda: read_volume(storage, volume_id),
-        lambda: volume_users(request.app[CONTROL_PLANE], volume_id),
-        lambda: storage.delete_volume(volume_id),
-        RecordNotFound,
-        "endpoint",
-        "networkVolumeId",
-    )
+    app = request.app
+    await remove_volume(app[CONTROL_PLANE], app[STORAGE], request.match_info["volume_id"])
     return web.Response(status=204)
 
 
