@@ -56,3 +56,8 @@ def v2_app(backends: Backends) -> web.Application:
 
 def add_v2_routes(root: web.Application, backends: Backends) -> None:
     """Mount every v2 management collection on `root` (at `/v2/<collection>`)."""
+    from lockgate.manage.v2 import network_volumes, registries, templates  # they import this
+
+    root.add_subapp("/v2/templates", templates.create_app(backends))
+    root.add_subapp("/v2/registries", registries.create_app(backends))
+    root.add_subapp("/v2/network-volumes", network_volumes.create_app(backends))
