@@ -99,7 +99,7 @@ class VolumeRoutes:
     def __init__(self, backends: Backends) -> None:
         self.plane, self.storage = backends.plane, backends.storage
 
-    async def list(self, _request: web.Request) -> web.Response:
+    async def list_all(self, _request: web.Request) -> web.Response:
         volumes = await self.storage.list_volumes()
         views = [volume_view(volume_record(i, spec)) for i, spec in volumes.items()]
         return json_response({"networkVolumes": views})
@@ -134,7 +134,7 @@ class VolumeRoutes:
 def create_app(backends: Backends) -> web.Application:
     """The `/v2/network-volumes` sub-application."""
     app, routes = v2_app(backends), VolumeRoutes(backends)
-    app.router.add_get("", routes.list)
+    app.router.add_get("", routes.list_all)
     app.router.add_post("", routes.create)
     app.router.add_get("/{id}", routes.get)
     app.router.add_patch("/{id}", routes.patch)

@@ -62,7 +62,7 @@ class RegistryRoutes:
     def __init__(self, backends: Backends) -> None:
         self.plane, self.storage = backends.plane, backends.storage
 
-    async def list(self, _request: web.Request) -> web.Response:
+    async def list_all(self, _request: web.Request) -> web.Response:
         auths = await self.storage.list_registry_auths()
         return json_response({"registries": [registry_view(r) for r in auths.values()]})
 
@@ -106,7 +106,7 @@ class RegistryRoutes:
 def create_app(backends: Backends) -> web.Application:
     """The `/v2/registries` sub-application."""
     app, routes = v2_app(backends), RegistryRoutes(backends)
-    app.router.add_get("", routes.list)
+    app.router.add_get("", routes.list_all)
     app.router.add_post("", routes.create)
     app.router.add_get("/{id}", routes.get)
     app.router.add_delete("/{id}", routes.delete)

@@ -38,7 +38,7 @@ class TemplateRoutes:
     def __init__(self, backends: Backends) -> None:
         self.plane, self.storage = backends.plane, backends.storage
 
-    async def list(self, _request: web.Request) -> web.Response:
+    async def list_all(self, _request: web.Request) -> web.Response:
         """Every template, ordered by id."""
         templates = await self.plane.list_templates()
         views = [template_view(i, spec) for i, spec in sorted(templates.items())]
@@ -74,7 +74,7 @@ class TemplateRoutes:
 def create_app(backends: Backends) -> web.Application:
     """The `/v2/templates` sub-application."""
     app, routes = v2_app(backends), TemplateRoutes(backends)
-    app.router.add_get("", routes.list)
+    app.router.add_get("", routes.list_all)
     app.router.add_post("", routes.create)
     app.router.add_get("/{id}", routes.get)
     app.router.add_patch("/{id}", routes.patch)
