@@ -336,6 +336,11 @@ async def test_a_registry_is_created_listed_read_and_deleted_never_showing_its_s
     assert AUTH["password"] not in seen and AUTH["username"] not in seen
 
     assert (await v2(api, "PATCH", path, {"name": "other"}))[0] == 405  # no PATCH, as RunPod
+
+    status, v1_made = await call(api, "POST", "/containerregistryauth", {**AUTH, "name": "v1"})
+    assert status == 201, v1_made
+    assert await v2(api, "GET", f"/registries/{v1_made['id']}") == (200, v1_made)  # {id, name}
+    assert (await v2(api, "DELETE", f"/registries/{v1_made['id']}"))[0] == 204
     assert await v2(api, "DELETE", path) == (204, None)
     assert (await v2(api, "GET", path))[0] == 404
     assert (await call(api, "GET", f"/containerregistryauth/{made['id']}"))[0] == 404
@@ -412,6 +417,15 @@ async def test_a_volume_is_created_read_listed_renamed_and_deleted(
     assert (status, v1["dataCenterId"], v1["size"]) == (200, "EU-RO-1", 10)
 
     assert await v2(api, "PATCH", path, {"name": "w"}) == (200, {**made, "name": "w"})
+    status, v1 = await call(api, "GET", f"/networkvolumes/{made['id']}")
+    assert (status, v1["name"]) == (200, "w")
+
+    status, v1_made = await call(api, "POST", "/networkvolumes", {"name": "v1", "size": 5})
+    assert status == 201, v1_made
+    status, seen = await v2(api, "GET", f"/network-volumes/{v1_made['id']}")  # as it is
+    assert seen == {"id": v1_made["id"], "name": "v1", "size": 5, "dataCenter": "",
+                    "type": "STANDARD"}  # fmt: skip
+    assert (await v2(api, "DELETE", f"/network-volumes/{v1_made['id']}"))[0] == 204
     status, problem = await v2(api, "PATCH", path, {"size": 10, "name": "x"})  # same size: fine
     assert status == 200, problem
     status, problem = await v2(api, "DELETE", path)
