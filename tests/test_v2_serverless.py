@@ -374,7 +374,7 @@ async def test_a_job_runs_through_the_run_sync_url_the_v2_object_gives(
     assert job["output"] == {"echo": {"hello": "v2"}}
 
 
-# -- pure: pools round-trip (tests/test_view_fields.py: every field has a place) -------------------------------------------
+# -- pure: pools round-trip ------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("pool", sorted(POOLS))
