@@ -35,6 +35,7 @@ from graphql import (
     FragmentDefinitionNode,
     FragmentSpreadNode,
     GraphQLError,
+    GraphQLObjectType,
     GraphQLSchema,
     InlineFragmentNode,
     OperationDefinitionNode,
@@ -342,11 +343,13 @@ async def _template_of(plane: ControlPlane, template_id: str) -> TemplateSpec | 
 
 
 def _plane(info: Any) -> ControlPlane:
-    return info.context["plane"]
+    plane: ControlPlane = info.context["plane"]
+    return plane
 
 
 def _storage(info: Any) -> Storage:
-    return info.context["storage"]
+    storage: Storage = info.context["storage"]
+    return storage
 
 
 async def resolve_myself(_root: Any, _info: Any) -> dict[str, Any]:
@@ -432,11 +435,12 @@ async def resolve_delete_registry_auth(_root: Any, info: Any, registryAuthId: st
 def build() -> GraphQLSchema:
     """The schema with its resolvers."""
     schema = build_schema(SDL)
-    schema.query_type.fields["myself"].resolve = resolve_myself
-    user = schema.get_type("User")
+    query, user, mutation = schema.query_type, schema.get_type("User"), schema.mutation_type
+    assert isinstance(user, GraphQLObjectType) and query is not None and mutation is not None
+    query.fields["myself"].resolve = resolve_myself
     user.fields["endpoints"].resolve = resolve_endpoints
     user.fields["podTemplates"].resolve = resolve_templates
-    mutations = schema.mutation_type.fields
+    mutations = mutation.fields
     mutations["saveTemplate"].resolve = resolve_save_template
     mutations["saveEndpoint"].resolve = resolve_save_endpoint
     mutations["updateEndpointTemplate"].resolve = resolve_update_endpoint_template
@@ -499,7 +503,10 @@ def check_cost(document: DocumentNode) -> None:
 
 
 async def run(
-    query: str, context: dict[str, Any], variables: dict | None, operation: str | None
+    query: str,
+    context: dict[str, Any],
+    variables: dict[str, Any] | None,
+    operation: str | None,
 ) -> ExecutionResult:
     """Parse (bounded), check the cost, validate, then execute."""
     try:

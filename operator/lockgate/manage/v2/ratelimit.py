@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from redis.asyncio import Redis
 
 from lockgate.gateway.auth import CALLER
@@ -83,7 +84,7 @@ def rate_limits(redis: Redis, windows: Sequence[Window] | None = None) -> Any:
     spans = [(w.name, w.seconds) for w in windows]
 
     @web.middleware
-    async def middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         now_s = int(time.time())
         counts = await count_request(redis, request.get(CALLER) or "-", spans, now_s)
         headers = headers_for(windows, counts, now_s)

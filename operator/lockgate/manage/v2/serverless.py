@@ -103,6 +103,7 @@ async def patch_endpoint(request: web.Request) -> web.Response:
     endpoint_id = request.match_info["id"]
     body = await body_of(request, UpdateEndpoint)
     record = await ops.get_endpoint(b.plane, endpoint_id)
+    base: TemplateSpec | None
     if body.templateId:
         base = await ops.get_template(b.plane, body.templateId)
     else:
