@@ -6,8 +6,8 @@ lockgate-manage`, the secret's id as `lockgate.dev/account-secret`, its RunPod n
 annotation, and `lockgate.dev/worker-secret: "true"`: the opt-in the operator's
 `check_secrets` asks of every Secret a worker reads (docs/security.md, "Hardening"). It has
 no `app.kubernetes.io/part-of: lockgate` label, which would mark it lockgate's own and
-refuse it to workers. The management API writes it (create, merge patch, delete) and never
-reads it back.
+refuse it to workers. The management API writes it (create, update, delete) and never
+reads it back: RBAC gives it no `get`, `list`, `watch` nor `patch` on Secrets.
 """
 
 from __future__ import annotations
@@ -53,38 +53,32 @@ class KubernetesSecretValues:
         self.namespace = namespace
 
     async def write(self, name: str, value: str, *, new: bool) -> None:
-        """Create the Secret (`new`), else patch its value; a Secret left behind by an
-        earlier secret of the same name is taken over, one gone is made again."""
+        """Create the Secret (`new`), else replace it whole (an update: a merge patch would
+        need `patch`, whose answer is the whole Secret, a read of any Secret of the
+        namespace); a Secret left behind by an earlier secret of the same name is
+        replaced, one gone is made again."""
         obj = value_secret(self.namespace, name, value)
         try:
             if new:
-                await self._create_or_patch(obj)
+                await self._create_or_replace(obj)
             else:
-                await self._patch_or_create(obj)
+                await self._replace_or_create(obj)
         except ClusterError as err:
             if err.status in (400, 413, 422):  # e.g. over the 1 MiB a Secret may hold
                 raise SecretValueRefused(f"the cluster refused the value: {err}") from err
             raise
 
-    async def _create_or_patch(self, obj: Obj) -> None:
+    async def _create_or_replace(self, obj: Obj) -> None:
         try:
             await self.cluster.create(obj)
         except Conflict:
-            await self._patch(obj)
+            await self.cluster.replace(obj)
 
-    async def _patch_or_create(self, obj: Obj) -> None:
+    async def _replace_or_create(self, obj: Obj) -> None:
         try:
-            await self._patch(obj)
+            await self.cluster.replace(obj)
         except NotFound:
             await self.cluster.create(obj)
-
-    async def _patch(self, obj: Obj) -> None:
-        meta = obj["metadata"]
-        patch = {
-            "metadata": {"labels": meta["labels"], "annotations": meta["annotations"]},
-            "stringData": obj["stringData"],
-        }
-        await self.cluster.merge_patch("Secret", self.namespace, meta["name"], patch)
 
     async def remove(self, name: str) -> None:
         await self.cluster.delete("Secret", self.namespace, secrets.object_name(name))
