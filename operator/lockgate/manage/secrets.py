@@ -87,7 +87,7 @@ class AccountSecrets:
             raise SecretExists(name)
         try:
             await self.values.write(name, value, new=True)
-        except BaseException:  # no value kept: no record either
+        except Exception:  # no value kept: no record either
             await self.registry.delete_record(keys.SECRETS, sid)
             raise
         return record

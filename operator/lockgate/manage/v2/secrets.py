@@ -61,10 +61,17 @@ class UpdateSecretRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    value: str = Field(None, min_length=1, max_length=secrets.VALUE_MAX)  # type: ignore[assignment]
+    value: str | None = Field(None, min_length=1, max_length=secrets.VALUE_MAX)
     description: str | None = None
 
     _check_description = field_validator("description")(_description)
+
+    @field_validator("value")
+    @classmethod
+    def _not_null(cls, value: str | None) -> str:
+        if value is None:  # only a value sent as null: a default is not validated
+            raise ValueError("must be a string, not null")
+        return value
 
     @model_validator(mode="after")
     def _something(self) -> UpdateSecretRequest:
@@ -111,7 +118,7 @@ async def update_secret(request: web.Request) -> web.Response:
     try:
         record = await _account(request).update(
             request.match_info["id"],
-            value=body.value if "value" in given else None,
+            value=body.value,
             description=body.description,
             clear="description" in given and not body.description,
         )
