@@ -483,6 +483,22 @@ async def test_kubernetes_a_secret_is_a_labelled_secret_workers_read_by_referenc
 
 
 @pytest.mark.envtest
+async def test_kubernetes_a_value_over_the_managers_body_limit_is_a_413_problem(
+    kubernetes_api: Api,
+) -> None:
+    """A Secret holds at most 1 MiB and `lockgate manage` takes bodies up to aiohttp's
+    1 MiB: a 2 MiB value is refused before it is read whole (docs/secrets.md)."""
+    body = {"name": "too_big", "value": "v" * (2 * 2**20)}
+    answer = requests.post(
+        f"{kubernetes_api.url}/v2/account/secrets", json=body,
+        headers={"authorization": f"Bearer {kubernetes_api.key}"}, timeout=30,
+    )  # fmt: skip
+    assert answer.status_code == 413, answer.text
+    assert answer.headers["content-type"].startswith(PROBLEM)
+    assert v2(kubernetes_api, "GET", f"/{secrets.secret_id('too_big')}")[0] == 404
+
+
+@pytest.mark.envtest
 async def test_kubernetes_an_endpoint_waits_for_a_missing_secret_and_says_why(
     kubernetes_api: Api, resources: Resources, cluster_secrets: list[str]
 ) -> None:
