@@ -354,7 +354,7 @@ def test_dev_a_create_body_is_closed_and_checked_422_naming_the_field(
         ({}, "give value, description or both"),
         ({"name": "renamed"}, "name: not a field"),
         ({"value": ""}, "value: String should have at least 1 character"),
-        ({"value": None}, "value: Value error, must be a string, not null"),
+        ({"value": None}, "value: Value error, may not be null"),
         ({"description": "é" * 32768}, "at most 65535 bytes"),
     ],
 )

@@ -65,7 +65,7 @@ class KubernetesSecretValues:
                 await self._replace_or_create(obj)
         except ClusterError as err:
             if err.status in (400, 413, 422):  # e.g. over the 1 MiB a Secret may hold
-                raise SecretValueRefused(f"the cluster refused the value: {err}") from err
+                raise SecretValueRefused(f"value: the cluster refused it: {err}") from err
             raise
 
     async def _create_or_replace(self, obj: Obj) -> None:

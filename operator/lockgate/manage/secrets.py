@@ -16,25 +16,27 @@ from typing import Protocol
 
 from lockgate.manage.controlplane import ControlPlane
 from lockgate.manage.listing import EndpointQuery
+from lockgate.manage.operations import Invalid, Missing, Taken
 from lockgate.models import EndpointRecord, secrets
 from lockgate.models.secrets import SecretRecord
 from lockgate.store import Registry, keys
 
 
-class SecretNotFound(LookupError):
-    """No secret has this id."""
+class SecretNotFound(Missing):
+    """No secret has this id (404)."""
 
 
-class SecretExists(ValueError):
-    """A secret with this name exists already."""
+class SecretExists(Taken):
+    """A secret with this name exists already (409)."""
 
 
-class SecretInUse(ValueError):
-    """The secret is still referred to; the message names the endpoints and templates."""
+class SecretInUse(Taken):
+    """The secret is still referred to; the message names the endpoints and templates
+    (409)."""
 
 
-class SecretValueRefused(ValueError):
-    """The backend refused the value (a cluster's Secret size limit); says why."""
+class SecretValueRefused(Invalid):
+    """The backend refused the value (a cluster's Secret size limit); says why (400)."""
 
 
 class SecretValues(Protocol):
@@ -84,7 +86,7 @@ class AccountSecrets:
         )
         sid = secrets.secret_id(name)
         if not await self.registry.add_record(keys.SECRETS, sid, record.model_dump()):
-            raise SecretExists(name)
+            raise SecretExists(f"name: a secret named {name!r} exists already")
         try:
             await self.values.write(name, value, new=True)
         except Exception:  # no value kept: no record either
@@ -101,7 +103,7 @@ class AccountSecrets:
         """The secret with this id; raises `SecretNotFound`."""
         entry = await self.registry.get_record(keys.SECRETS, secret_id)
         if entry is None:
-            raise SecretNotFound(secret_id)
+            raise SecretNotFound(f"no secret with id {secret_id!r}")
         return SecretRecord.model_validate(entry)
 
     async def update(

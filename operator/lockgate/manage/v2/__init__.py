@@ -56,8 +56,11 @@ def v2_app(backends: Backends) -> web.Application:
 
 def add_v2_routes(root: web.Application, backends: Backends) -> None:
     """Mount every v2 management collection on `root` (at `/v2/<collection>`)."""
-    from lockgate.manage.v2 import secrets, serverless  # their modules import this one
+    from lockgate.manage.v2 import network_volumes, registries, secrets, serverless, templates
 
     root.add_subapp("/v2/serverless", serverless.create_app(backends))
+    root.add_subapp("/v2/templates", templates.create_app(backends))
+    root.add_subapp("/v2/registries", registries.create_app(backends))
+    root.add_subapp("/v2/network-volumes", network_volumes.create_app(backends))
     if backends.secrets is not None:
         root.add_subapp("/v2/account/secrets", secrets.create_app(backends))

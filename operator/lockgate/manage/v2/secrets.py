@@ -1,7 +1,9 @@
 """`/v2/account/secrets`: RunPod's account secrets (reference §5.3, docs/secrets.md), a
 thin view over `manage.secrets.AccountSecrets`.
 
-`POST` `{name*, value*, description?}` → 201 `Secret`; `GET` → `{"secrets": [...]}`
+Refusals are `manage.operations`' (`Missing` 404, `Taken` 409, `Invalid` 400), which the
+v2 app's `refusal_statuses` answers as problems. `POST` `{name*, value*, description?}` →
+201 `Secret`; `GET` → `{"secrets": [...]}`
 (`?name=` the secret of that name, any case); `GET /{id}`; `PATCH /{id}` `{value?,
 description?}` (at least one; `description: ""` clears it) → 200 `Secret`; `DELETE /{id}`
 → 204, or 409 naming the endpoints whose env still refers to it. A `Secret` is `id, name,
@@ -10,20 +12,15 @@ description, createdAt, valueLastUpdatedAt`: never the value.
 
 from __future__ import annotations
 
-from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from typing import ClassVar
 
-from lockgate.gateway.errors import BadRequest, NotFound
+from aiohttp import web
+from pydantic import Field, field_validator, model_validator
+
 from lockgate.gateway.http import json_response, no_content
-from lockgate.manage.api import Conflict
-from lockgate.manage.secrets import (
-    AccountSecrets,
-    SecretExists,
-    SecretInUse,
-    SecretNotFound,
-    SecretValueRefused,
-)
+from lockgate.manage.secrets import AccountSecrets
 from lockgate.manage.v2 import Backends, v2_app
+from lockgate.manage.v2.bodies import ClosedBody
 from lockgate.manage.v2.problems import body_of
 from lockgate.models import secrets
 from lockgate.models.secrets import SecretRecord
@@ -37,10 +34,10 @@ def _description(value: str | None) -> str | None:
     return value
 
 
-class CreateSecretRequest(BaseModel):
-    """RunPod's create body, closed."""
+class CreateSecretRequest(ClosedBody):
+    """RunPod's create body, closed; `description` may be null (none)."""
 
-    model_config = ConfigDict(extra="forbid")
+    NULLABLE: ClassVar[frozenset[str]] = frozenset({"description"})
 
     name: str = Field(..., min_length=1, max_length=secrets.NAME_MAX, pattern=secrets.NAME_PATTERN)
     value: str = Field(..., min_length=1, max_length=secrets.VALUE_MAX)
@@ -56,22 +53,16 @@ class CreateSecretRequest(BaseModel):
     _check_description = field_validator("description")(_description)
 
 
-class UpdateSecretRequest(BaseModel):
-    """RunPod's update body, closed: at least one field."""
+class UpdateSecretRequest(ClosedBody):
+    """RunPod's update body, closed: at least one field; `description` null or `""`
+    clears it."""
 
-    model_config = ConfigDict(extra="forbid")
+    NULLABLE: ClassVar[frozenset[str]] = frozenset({"description"})
 
     value: str | None = Field(None, min_length=1, max_length=secrets.VALUE_MAX)
     description: str | None = None
 
     _check_description = field_validator("description")(_description)
-
-    @field_validator("value")
-    @classmethod
-    def _not_null(cls, value: str | None) -> str:
-        if value is None:  # only a value sent as null: a default is not validated
-            raise ValueError("must be a string, not null")
-        return value
 
     @model_validator(mode="after")
     def _something(self) -> UpdateSecretRequest:
@@ -99,55 +90,28 @@ async def list_secrets(request: web.Request) -> web.Response:
 
 async def create_secret(request: web.Request) -> web.Response:
     body = await body_of(request, CreateSecretRequest)
-    try:
-        record = await _account(request).create(body.name, body.value, body.description)
-    except SecretExists as err:
-        raise Conflict(f"name: a secret named {body.name!r} exists already") from err
-    except SecretValueRefused as err:
-        raise BadRequest(f"value: {err}") from err
+    record = await _account(request).create(body.name, body.value, body.description)
     return json_response(_view(record), status=201)
 
 
 async def get_secret(request: web.Request) -> web.Response:
-    return json_response(_view(await _found(request)))
+    return json_response(_view(await _account(request).get(request.match_info["id"])))
 
 
 async def update_secret(request: web.Request) -> web.Response:
     body = await body_of(request, UpdateSecretRequest)
-    given = body.model_fields_set
-    try:
-        record = await _account(request).update(
-            request.match_info["id"],
-            value=body.value,
-            description=body.description,
-            clear="description" in given and not body.description,
-        )
-    except SecretNotFound as err:
-        raise _not_found(request) from err
-    except SecretValueRefused as err:
-        raise BadRequest(f"value: {err}") from err
+    record = await _account(request).update(
+        request.match_info["id"],
+        value=body.value,
+        description=body.description,
+        clear="description" in body.model_fields_set and not body.description,
+    )
     return json_response(_view(record))
 
 
 async def delete_secret(request: web.Request) -> web.Response:
-    try:
-        await _account(request).delete(request.match_info["id"])
-    except SecretNotFound as err:
-        raise _not_found(request) from err
-    except SecretInUse as err:
-        raise Conflict(str(err)) from err
+    await _account(request).delete(request.match_info["id"])
     return no_content()
-
-
-async def _found(request: web.Request) -> SecretRecord:
-    try:
-        return await _account(request).get(request.match_info["id"])
-    except SecretNotFound as err:
-        raise _not_found(request) from err
-
-
-def _not_found(request: web.Request) -> NotFound:
-    return NotFound(f"no secret with id {request.match_info['id']!r}")
 
 
 def create_app(backends: Backends) -> web.Application:
