@@ -290,6 +290,28 @@ def test_dev_an_endpoint_waits_for_a_missing_secret_and_says_why(client: Client)
     assert_nowhere(client, value)
 
 
+def test_dev_a_v2_endpoints_env_refers_to_a_secret_through_its_bound_template(
+    client: Client,
+) -> None:
+    value = "v2_" + os.urandom(8).hex()
+    made = client.secret("v2_key", value)
+    body = {
+        "name": "v2 secret", "type": "QUEUE", "image": "python:3.12-slim",
+        "args": " ".join(ENV_DIGEST), "cpu": [{"id": "cpu3c", "vcpuCount": 2}],
+        "scaling": {"type": "QUEUE_DELAY", "queueDelay": 4},
+        "env": {"KEY": "{{ RUNPOD_SECRET_v2_key }}"},
+    }  # fmt: skip
+    status, endpoint = client("POST", "/v2/serverless", body)
+    assert status == 201 and endpoint["env"] == body["env"], endpoint  # kept as written
+    assert client.env_of_a_job(endpoint["id"], "KEY")["env"] == {"KEY": sha(value)}
+
+    status, refused = client("DELETE", f"/v2/account/secrets/{made['id']}")
+    assert status == 409 and endpoint["id"] in refused["detail"], refused
+    assert client("DELETE", f"/v2/serverless/{endpoint['id']}")[0] == 204
+    assert client("DELETE", f"/v2/account/secrets/{made['id']}")[0] == 204
+    assert_nowhere(client, value)
+
+
 def test_dev_a_name_is_taken_once_and_the_list_filters_by_name_in_any_case(
     client: Client,
 ) -> None:
