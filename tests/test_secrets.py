@@ -27,10 +27,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import requests
+from redis.asyncio import Redis
 
 from lockgate.kube.manifests import deployment_name
 from lockgate.models import TemplateSpec, secrets
 from lockgate.models.podfields import DNS_SUBDOMAIN, WORKER_KEY_SUFFIX
+from lockgate.store import Registry, keys
 from tests.conftest import wait_until
 from tests.devproc import DevProcess
 from tests.test_kube_manifests import env as container_env
@@ -552,3 +554,24 @@ async def test_kubernetes_an_endpoint_waits_for_a_missing_secret_and_says_why(
         lambda: resources.deployment(deployment_name(endpoint["id"])), "the worker Deployment"
     )
     assert v1(api, "DELETE", f"/endpoints/{endpoint['id']}")[0] == 204
+
+
+@pytest.mark.envtest
+async def test_kubernetes_a_secret_whose_record_redis_lost_is_taken_over_by_a_new_create(
+    kubernetes_api: Api, resources: Resources, redis: Redis, cluster_secrets: list[str]
+) -> None:
+    """The Secret outlives its record (a Redis restored from an old backup, an uninstall
+    that kept it): creating the name again replaces the Secret's value."""
+    cluster_secrets.append("kept_over")
+    status, made = v2(kubernetes_api, "POST", "", {"name": "kept_over", "value": "old"})
+    assert status == 201, made
+    await Registry(redis).delete_record(keys.SECRETS, made["id"])
+    assert v2(kubernetes_api, "GET", f"/{made['id']}")[0] == 404
+
+    status, again = v2(kubernetes_api, "POST", "", {"name": "kept_over", "value": "new"})
+    assert status == 201 and again["id"] == made["id"], again
+    secret = resources.core.read_namespaced_secret(
+        secrets.object_name("kept_over"), resources.namespace
+    )
+    assert base64.b64decode(secret.data["value"]).decode() == "new"
+    assert v2(kubernetes_api, "DELETE", f"/{made['id']}")[0] == 204
