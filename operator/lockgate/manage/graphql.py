@@ -254,6 +254,35 @@ def template_view(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# Where each `EndpointSpec` field is in GraphQL's `Endpoint` (and `EndpointInput`), or why
+# it is not ("not in GraphQL: …"); tests/test_view_fields.py fails on a field missing here.
+ENDPOINT_FIELDS: dict[str, str] = {
+    "name": "name",
+    "type": "type",
+    "templateId": "templateId",
+    "gpuTypeIds": "gpuIds",
+    "gpuCount": "gpuCount",
+    "networkVolumeId": "networkVolumeId",
+    "modelReferences": "modelReferences",
+    "dataCenterIds": "locations",
+    "idleTimeout": "idleTimeout",
+    "scalerType": "scalerType",
+    "scalerValue": "scalerValue",
+    "workersMin": "workersMin",
+    "workersMax": "workersMax",
+    "allowedCudaVersions": "allowedCudaVersions",
+    "flashboot": "flashBootType",
+    "executionTimeoutMs": "executionTimeoutMs",
+    "computeType": "not in GraphQL: RunPod's schema has none (a CPU endpoint's gpuIds is empty)",
+    "cpuFlavorIds": "not in GraphQL: the runpod SDK sends none",
+    "vcpuCount": "not in GraphQL: the runpod SDK sends none",
+    "requestTimeoutS": "not in GraphQL: lockgate's load-balancing setting",
+    "lbHoldS": "not in GraphQL: lockgate's load-balancing setting",
+    "lbWebSocketMaxS": "not in GraphQL: lockgate's load-balancing setting",
+    "replicas": "not in GraphQL: the scale subresource's",
+}
+
+
 def endpoint_payload(given: dict[str, Any]) -> dict[str, Any]:
     """`saveEndpoint`'s input as a `/v1/endpoints` payload."""
     payload: dict[str, Any] = {}

@@ -23,10 +23,11 @@ from lockgate.manage.admin import AUTHENTICATOR, admin_only
 from lockgate.manage.controlplane import ControlPlane
 from lockgate.manage.operations import RESERVED_IDS, refusal_statuses
 from lockgate.manage.secrets import AccountSecrets
-
-__all__ = ["RESERVED_IDS", "Backends", "add_v2_routes", "v2_app"]
 from lockgate.manage.storage import Storage
 from lockgate.manage.v2.problems import problem
+from lockgate.manage.v2.ratelimit import rate_limits
+
+__all__ = ["RESERVED_IDS", "Backends", "add_v2_routes", "v2_app"]
 
 
 @dataclass(frozen=True)
@@ -45,10 +46,11 @@ class Backends:
 
 
 def v2_app(backends: Backends) -> web.Application:
-    """A sub-application for one v2 collection: admin keys only, errors as problems."""
-    app = web.Application(
-        middlewares=[error_middleware, admin_only, refusal_statuses, *backends.middlewares]
-    )
+    """A sub-application for one v2 collection: admin keys only, errors as problems, the
+    caller's rate limits counted and shown (`ratelimit`)."""
+    limits = rate_limits(backends.authenticator.registry.redis)
+    middlewares = [error_middleware, admin_only, limits, refusal_statuses, *backends.middlewares]
+    app = web.Application(middlewares=middlewares)
     app[ERROR_RENDERER] = problem
     app[AUTHENTICATOR] = backends.authenticator
     return app
