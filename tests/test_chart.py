@@ -686,8 +686,9 @@ def test_the_management_api_may_only_write_endpoints_in_one_namespace(render_cha
         },
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},  # worker logs (issue 14)
         {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
-        # /v1/containerregistryauth (issue 34): image pull Secrets written, never read
-        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "delete"]},
+        # /v1/containerregistryauth (issue 34), /v2/account/secrets (issue 46): Secrets
+        # written (replaced whole, never patched: a patch answers the Secret), never read
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "update", "delete"]},
         {  # /v1/networkvolumes (issue 34)
             "apiGroups": [""],
             "resources": ["persistentvolumeclaims"],

@@ -84,6 +84,9 @@ the single description of what they build.
                                dataCenterId, createdAt); a cluster keeps PVCs instead
     lg:keys              HASH  sha256(api key) -> key record (JSON: name, scopes, endpoints,
                                created); never the key itself
+    lg:secrets           HASH  account secret id -> JSON {name, description, createdAt,
+                               valueLastUpdatedAt}; never the value (a Secret on a
+                               cluster, a 0600 file in dev mode's data folder)
     lg:{mr:<caller>}:<window>:<start>
                          STR   management requests of one caller (its key's name) in the
                                fixed `window` (minute, hour, day) starting at epoch second
@@ -99,6 +102,7 @@ ENDPOINTS = "lg:endpoints"
 TEMPLATES = "lg:templates"
 REGISTRY_AUTHS = "lg:registryauth"
 NETWORK_VOLUMES = "lg:volumes"
+SECRETS = "lg:secrets"
 API_KEYS = "lg:keys"
 EVENTS_CHANNEL = "lg:events"
 

@@ -22,6 +22,7 @@ from lockgate.gateway.middleware import ERROR_RENDERER, error_middleware
 from lockgate.manage.admin import AUTHENTICATOR, admin_only
 from lockgate.manage.controlplane import ControlPlane
 from lockgate.manage.operations import RESERVED_IDS, refusal_statuses
+from lockgate.manage.secrets import AccountSecrets
 from lockgate.manage.storage import Storage
 from lockgate.manage.v2.problems import problem
 from lockgate.manage.v2.ratelimit import rate_limits
@@ -40,6 +41,8 @@ class Backends:
     # Inside the error middleware of each sub-application (`lockgate manage`'s
     # `cluster_refusals`: a Kubernetes API error no route has a rule for is a 503).
     middlewares: Sequence[Any] = ()
+    # Account secrets (`/v2/account/secrets`): records in Redis, values in the backend.
+    secrets: AccountSecrets | None = None
 
 
 def v2_app(backends: Backends) -> web.Application:
@@ -55,9 +58,11 @@ def v2_app(backends: Backends) -> web.Application:
 
 def add_v2_routes(root: web.Application, backends: Backends) -> None:
     """Mount every v2 management collection on `root` (at `/v2/<collection>`)."""
-    from lockgate.manage.v2 import network_volumes, registries, serverless, templates
+    from lockgate.manage.v2 import network_volumes, registries, secrets, serverless, templates
 
     root.add_subapp("/v2/serverless", serverless.create_app(backends))
     root.add_subapp("/v2/templates", templates.create_app(backends))
     root.add_subapp("/v2/registries", registries.create_app(backends))
     root.add_subapp("/v2/network-volumes", network_volumes.create_app(backends))
+    if backends.secrets is not None:
+        root.add_subapp("/v2/account/secrets", secrets.create_app(backends))
