@@ -19,8 +19,10 @@ from aiohttp import web
 from lockgate.gateway.auth import Authenticator
 from lockgate.gateway.middleware import ERROR_RENDERER, error_middleware
 from lockgate.manage.admin import AUTHENTICATOR, admin_only
+from lockgate.manage.catalog import Catalog
 from lockgate.manage.controlplane import ControlPlane
 from lockgate.manage.storage import Storage
+from lockgate.manage.v2 import catalog
 from lockgate.manage.v2.problems import problem
 
 # The first path segment of every v2 management collection RunPod has: an endpoint with
@@ -44,6 +46,8 @@ class Backends:
     # Inside the error middleware of each sub-application (`lockgate manage`'s
     # `cluster_refusals`: a Kubernetes API error no route has a rule for is a 503).
     middlewares: Sequence[Any] = ()
+    # The machines workers may run on (`/v2/catalog`): the cluster's nodes, dev mode's own.
+    catalog: Catalog | None = None
 
 
 def v2_app(backends: Backends) -> web.Application:
@@ -56,3 +60,4 @@ def v2_app(backends: Backends) -> web.Application:
 
 def add_v2_routes(root: web.Application, backends: Backends) -> None:
     """Mount every v2 management collection on `root` (at `/v2/<collection>`)."""
+    root.add_subapp("/v2/catalog", catalog.create_app(backends))
