@@ -231,3 +231,4 @@ def create_app(backends: Backends) -> web.Application:
     app.router.add_get("/cpus/{id}", get_cpu)
     app.router.add_get("/datacenters", list_data_centers)
     app.router.add_get("/datacenters/{id}", get_data_center)
+    return app
