@@ -93,14 +93,12 @@ class LocalCatalog:
         gpus, cuda = await self._gpu_inventory()
         if not gpus:
             return [base]
-        out = []
-        for i, ((name, gb), n) in enumerate(sorted(gpus.items())):
-            # One entry per GPU model; the CPUs are counted once, with the first.
-            cpu: dict[str, object] = {"cpu_flavor": "", "vcpus": 0.0, "vcpus_free": 0.0}
-            out.append(
-                dataclasses.replace(
-                    base, **(cpu if i else {}), name=f"{base.name}/{i}" if i else base.name,
-                    gpu_type=name, gpu_memory=gb, gpus=n, gpus_free=n, cuda=cuda,
-                )
-            )  # fmt: skip
-        return out
+        # One entry per GPU model; the CPUs are counted once, with the first.
+        cpu_less = dataclasses.replace(base, cpu_flavor="", vcpus=0.0, vcpus_free=0.0)
+        return [
+            dataclasses.replace(
+                cpu_less if i else base, name=f"{base.name}/{i}" if i else base.name,
+                gpu_type=name, gpu_memory=gb, gpus=n, gpus_free=n, cuda=cuda,
+            )
+            for i, ((name, gb), n) in enumerate(sorted(gpus.items()))
+        ]  # fmt: skip

@@ -39,7 +39,9 @@ _RUNPOD_ZONE = re.compile(r"[A-Z]{2}-([A-Z]{2})-\d+")
 
 def _quantity(value: object) -> float:
     try:
-        return float(parse_quantity(str(value))) if value is not None else 0.0
+        if value is None:
+            return 0.0
+        return float(parse_quantity(str(value)))  # type: ignore[no-untyped-call]
     except ValueError:
         return 0.0
 
@@ -101,7 +103,7 @@ def _usable(node: Mapping[str, Any]) -> bool:
         return False
     for cond in (node.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "Ready":
-            return cond.get("status") == "True"
+            return bool(cond.get("status") == "True")
     return True
 
 
