@@ -237,6 +237,19 @@ def test_placement_problem_says_why_no_worker_could_start_on_these_machines() ->
     assert cat.placement_problem([C], ["ADA_24"]) is None
 
 
+def test_cpu_placement_problem_says_why_no_cpu_worker_could_start() -> None:
+    assert cat.cpu_placement_problem(MACHINES, [("cpu3c", 16)]) is None
+    assert cat.cpu_placement_problem(MACHINES, [("cpu5g", 2), ("cpu3c", 2)], ["EU-RO-1"]) is None
+    assert cat.cpu_placement_problem(MACHINES, []) is None
+    assert cat.placement_problem(MACHINES, []) is None
+    missing = cat.cpu_placement_problem(MACHINES, [("cpu5g", 2)])
+    assert missing == "no node of this cluster has the CPU flavor cpu5g (its flavors: cpu3c)"
+    elsewhere = cat.cpu_placement_problem(MACHINES, [("cpu3c", 2)], ["US-TX-3"])
+    assert str(elsewhere).endswith("is in the data centers US-TX-3 (they are in: EU-RO-1)")
+    too_big = cat.cpu_placement_problem(MACHINES, [("cpu3c", 32)])
+    assert str(too_big).endswith("has that many vCPUs (the most: 16)")
+
+
 # -- query parsing (the routes' 400 and 422 are tested over HTTP in test_catalog_api) ---------
 
 

@@ -11,9 +11,9 @@ decision here is a function of that list and a query:
   summed: 0 NONE, 1-2 LOW, 3-7 MEDIUM, 8 or more HIGH (`level`);
 - a data center is a machine's zone; its continental region is read off its region (or
   zone) name (`region_group`); a CPU flavor is a machine's flavor label.
-`pool_problem` and `placement_problem` tell the serverless create view whether a
-`gpu.pools` selection names anything at all (else its 400), and why no worker could start
-on the machines there are (accepted; the endpoint says why).
+`pool_problem`, `placement_problem` and `cpu_placement_problem` tell the serverless create
+view whether a `gpu.pools` selection names anything at all (else its 400), and why no
+worker could start on the machines there are (accepted; the endpoint says why).
 """
 
 from __future__ import annotations
@@ -485,6 +485,8 @@ def placement_problem(
     Whether one is free right now is the catalog's availability, not a problem: a busy
     cluster frees GPUs. The create view accepts the endpoint either way and shows this.
     """
+    if not pools:
+        return None
     types = set(pool_types(pools, excluded_types))
     having = [m for m in machines if m.gpu_type in types and m.gpus > 0]
     if not having:
@@ -505,3 +507,41 @@ def placement_problem(
             f"{', '.join(pools)} (the most on one node: {most})"
         )
     return None
+
+
+def cpu_placement_problem(
+    machines: Iterable[Machine],
+    cpu: Sequence[tuple[str, int]],
+    data_center_ids: Collection[str] = (),
+) -> str | None:
+    """Why no worker of a CPU selection (`cpu[]` as (flavor id, vcpuCount) pairs, any of
+    which will do) could ever start on these machines: no machine has any of the flavors,
+    none of those is in `dataCenterIds`, or none has the vCPUs asked; None when some
+    machine could host one (busy or not, as `placement_problem`). An empty `cpu` is the
+    schema's to refuse: None."""
+    if not cpu:
+        return None
+    wanted = {d.strip() for d in data_center_ids}
+    flavors = {f for f, _ in cpu}
+    having = [m for m in machines if m.cpu_flavor in flavors and m.vcpus > 0]
+    named = ", ".join(sorted(flavors))
+    if not having:
+        known = sorted({m.cpu_flavor for m in machines if m.cpu_flavor}) or ["none"]
+        return (
+            f"no node of this cluster has the CPU flavor {named} (its flavors: {', '.join(known)})"
+        )
+    if wanted:
+        found = sorted({m.data_center or "(none)" for m in having})
+        having = [m for m in having if m.data_center in wanted]
+        if not having:
+            return (
+                f"no node of the CPU flavor {named} is in the data centers "
+                f"{', '.join(sorted(wanted))} (they are in: {', '.join(found)})"
+            )
+    if any(m.cpu_flavor == f and m.vcpus >= n for f, n in cpu for m in having):
+        return None
+    most = max(m.vcpus for m in having)
+    return (
+        f"cpu[].vcpuCount: no node of the CPU flavor {named} has that many vCPUs "
+        f"(the most: {most:g})"
+    )
