@@ -126,6 +126,10 @@ def test_availability_counts_free_gpus_per_worker_by_data_center_and_cuda() -> N
         {"version": "12.2", "available": False}, {"version": "12.4", "available": True},
     ]  # fmt: skip
     assert gpus[L40S]["availability"] == "HIGH"
+    assert (gpus[RTX]["stock"], gpus[L40S]["stock"]) == (
+        {"total": 6, "free": 1},
+        {"total": 8, "free": 8},
+    )
     assert "cudaVersions" not in gpus["nvidia-custom-x"]  # no CUDA label: none shown
     two = by_id(cat.gpu_types(MACHINES, GpuQuery(availability=True, count=2)))
     assert two[RTX]["availability"] == "NONE" and two[L40S]["availability"] == "MEDIUM"
@@ -151,7 +155,7 @@ def test_cuda_filters_scope_availability_and_the_versions_shown() -> None:
 
 def test_without_include_no_availability_member_is_present() -> None:
     for entry in map(shown, cat.gpu_types(MACHINES, GpuQuery())):
-        assert not {"availability", "dataCenters", "cudaVersions"} & entry.keys()
+        assert not {"availability", "dataCenters", "cudaVersions", "stock"} & entry.keys()
     assert cat.gpu_type_entry(MACHINES, "NVIDIA H200", AVAILABLE) is None
 
 

@@ -308,6 +308,11 @@ async def test_cluster_gpus_come_from_the_nodes_labels_with_free_counts(
         {"version": "12.2", "available": False}, {"version": "12.4", "available": True},
     ]  # fmt: skip
     assert gpus[L40S]["availability"] == "HIGH"
+    # lockgate's own: the GPUs of the type in the cluster, and how many no pod holds
+    assert (gpus[RTX]["stock"], gpus[L40S]["stock"]) == (
+        {"total": 6, "free": 1},
+        {"total": 8, "free": 8},
+    )
 
     _, body = await fetch(http, manage, f"/gpus{query}&count=2")
     two = mine(body["gpus"], cluster_nodes)

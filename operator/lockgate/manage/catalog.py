@@ -96,6 +96,14 @@ class CudaVersion(BaseModel):
     available: bool
 
 
+class GpuStock(BaseModel):
+    """lockgate's own (RunPod has no such field): GPUs of the type in the cluster, and
+    how many no pod holds now."""
+
+    total: int
+    free: int
+
+
 class GpuType(BaseModel):
     id: str
     name: str
@@ -109,6 +117,7 @@ class GpuType(BaseModel):
     availability: Availability | None = None
     dataCenters: list[PlaceAvailability] | None = None
     cudaVersions: list[CudaVersion] | None = None
+    stock: GpuStock | None = None
 
 
 class VcpuRange(BaseModel):
@@ -253,6 +262,7 @@ def _gpu_entry(type_id: str, machines: Sequence[Machine], query: GpuQuery) -> Gp
     scoped = [m for m in in_countries if _cuda_ok(m, query)]
     free = {m.name: m.gpus_free // max(1, query.count) for m in scoped}
     entry.availability = level(sum(free.values()))
+    entry.stock = GpuStock(total=sum(m.gpus for m in scoped), free=_free_gpus(scoped))
     if scoped or not query.countries:
         entry.dataCenters = _places(scoped, free)
     cuda = _cuda_versions(in_countries, query)
