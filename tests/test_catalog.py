@@ -20,7 +20,8 @@ from lockgate.kube.settings import OperatorSettings
 from lockgate.manage import catalog as cat
 from lockgate.manage.catalog import CpuQuery, DataCenterQuery, GpuQuery, Machine, shown
 from lockgate.manage.v2.catalog import cpu_query, data_center_query, gpu_query
-from lockgate.models.gputypes import GPU_TYPES, POOLS, pool_of, pool_types
+from lockgate.models.gpupools import POOLS
+from lockgate.models.gputypes import GPU_TYPES, pool_of
 
 RTX, L40S, L4 = "NVIDIA GeForce RTX 4090", "NVIDIA L40S", "NVIDIA L4"
 
@@ -29,32 +30,17 @@ def settings(**kw: Any) -> OperatorSettings:
     return OperatorSettings(gateway_url="http://gw:8080", **kw)
 
 
-# -- RunPod's types and pools --------------------------------------------------------------
+# -- RunPod's types ------------------------------------------------------------------------
 
 
-def test_every_pool_names_types_of_the_table_and_each_type_one_pool_at_most() -> None:
-    assert set(POOLS) == {
-        "AMPERE_16", "AMPERE_24", "ADA_24", "ADA_32_PRO", "AMPERE_48", "ADA_48_PRO",
-        "AMPERE_80", "ADA_80_PRO", "BLACKWELL_96", "HOPPER_141", "BLACKWELL_180",
-    }  # fmt: skip
-    assert POOLS["ADA_24"] == (RTX,)
-    assert POOLS["AMPERE_24"] == ("NVIDIA RTX A5000", L4, "NVIDIA GeForce RTX 3090")
-    assert POOLS["ADA_48_PRO"] == ("NVIDIA RTX 6000 Ada Generation", "NVIDIA L40", L40S)
-    assert all(pool_of(t) == pool for pool, types in POOLS.items() for t in types)
-    assert pool_of("NVIDIA A30") is None and pool_of("no such card") is None
-
-
-def test_the_gpu_label_tables_know_only_ids_of_the_type_table() -> None:
+def test_every_type_of_a_pool_and_of_a_label_table_has_a_name_and_memory() -> None:
     from lockgate.kube.gpus import GFD_VALUES, GKE_VALUES, KARPENTER_VALUES
 
-    assert {*GKE_VALUES, *KARPENTER_VALUES, *GFD_VALUES} <= set(GPU_TYPES)
-
-
-def test_pool_types_subtracts_exclusions_in_pool_order() -> None:
-    assert pool_types(["AMPERE_24", "ADA_24"], [L4]) == [
-        "NVIDIA RTX A5000", "NVIDIA GeForce RTX 3090", RTX,
-    ]  # fmt: skip
-    assert pool_types([" ADA_24 "]) == [RTX] and pool_types(["NOPE"]) == []
+    pooled = {t for pool in POOLS.values() for t in pool.types}
+    assert pooled | {*GKE_VALUES, *KARPENTER_VALUES, *GFD_VALUES} <= set(GPU_TYPES)
+    assert (GPU_TYPES[RTX].name, GPU_TYPES[RTX].memory, pool_of(RTX)) == ("RTX 4090", 24, "ADA_24")
+    assert pool_of("NVIDIA A30") is None and pool_of("no such card") is None
+    assert GPU_TYPES["AMD Instinct MI300X OAM"].manufacturer == "AMD"
 
 
 # -- availability levels, regions ------------------------------------------------------------
@@ -209,22 +195,6 @@ def test_data_center_availability_lists_its_gpu_types_and_cpu_flavors() -> None:
 # -- what the serverless create view asks ------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("pools", "excluded", "problem"),
-    [
-        (["ADA_24"], [], None),
-        (["AMPERE_24", "ADA_24"], [L4], None),
-        ([], [], None),  # minItems is the schema's
-        (["ADA_24", "RTX_4090"], [], "gpu.pools: 'RTX_4090' is not a GPU pool"),
-        (["ADA_24"], [L4], "gpu.excludedTypes: 'NVIDIA L4' is not a GPU type of the pools ADA_24"),
-        (["ADA_24"], [f" {RTX}"], "gpu.excludedTypes leave no GPU type of the pools ADA_24"),
-    ],
-)
-def test_pool_problem_names_what_makes_a_selection_name_nothing(pools, excluded, problem) -> None:
-    found = cat.pool_problem(pools, excluded)
-    assert found is None if problem is None else found.startswith(problem)
-
-
 def test_placement_problem_says_why_no_worker_could_start_on_these_machines() -> None:
     assert cat.placement_problem(MACHINES, ["ADA_24"]) is None
     assert cat.placement_problem(MACHINES, ["ADA_24"], data_center_ids=["US-TX-3"]) is None
@@ -237,6 +207,12 @@ def test_placement_problem_says_why_no_worker_could_start_on_these_machines() ->
     too_many = cat.placement_problem(MACHINES, ["ADA_24"], gpu_count=5)
     assert "the most on one node: 4" in str(too_many)
     assert cat.placement_problem(MACHINES, ["ADA_48_PRO", "ADA_24"], [RTX], gpu_count=8) is None
+    # an Endpoint's gpuTypeIds (what every view stores), v1's or kubectl's too
+    assert cat.gpu_types_problem(MACHINES, [L40S], ["US-TX-3"], 8) is None
+    assert cat.gpu_types_problem(MACHINES, ["NVIDIA H200"]) == (
+        "no node of this cluster has a GPU of the types NVIDIA H200"
+    )
+    assert cat.gpu_types_problem(MACHINES, []) is None
     # busy is not a problem: a cluster frees GPUs (the catalog's availability says "now")
     assert cat.placement_problem([C], ["ADA_24"]) is None
 

@@ -11,9 +11,10 @@ decision here is a function of that list and a query:
   summed: 0 NONE, 1-2 LOW, 3-7 MEDIUM, 8 or more HIGH (`level`);
 - a data center is a machine's zone; its continental region is read off its region (or
   zone) name (`region_group`); a CPU flavor is a machine's flavor label.
-`pool_problem`, `placement_problem` and `cpu_placement_problem` tell the serverless create
-view whether a `gpu.pools` selection names anything at all (else its 400), and why no
-worker could start on the machines there are (accepted; the endpoint says why).
+`placement_problem` (`gpu_types_problem` for type ids) and `cpu_placement_problem` tell
+the serverless create view why no worker could start on the machines there are (the
+endpoint is accepted and says why); whether a `gpu.pools` selection names anything at all
+(else its 400) is `models.gpupools.pool_problem`'s.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel
 
-from lockgate.models.gputypes import POOLS, gpu_type, manufacturer_of, pool_of, pool_types
+from lockgate.models.gpupools import types_of
+from lockgate.models.gputypes import gpu_type, manufacturer_of, pool_of
 
 Availability = Literal["NONE", "LOW", "MEDIUM", "HIGH"]
 # Workers that could start now -> availability: below LOW_FROM none, below MEDIUM_FROM low…
@@ -453,35 +455,6 @@ def data_center_entry(
 # -- what the serverless create view asks -------------------------------------------------------
 
 
-def pool_problem(pools: Sequence[str], excluded_types: Collection[str] = ()) -> str | None:
-    """Why a `gpu.pools` (+ `gpu.excludedTypes`) selection names nothing, as the detail of
-    RunPod's 400; None when it is a valid selection (whatever this cluster has).
-
-    Checked in order: a pool id that is no RunPod serverless pool (`models.gputypes.POOLS`);
-    an excluded type that is not a type of the selected pools (RunPod refuses it, so a typo
-    is not a filter doing nothing); exclusions that leave no type. An empty `pools` is the
-    schema's to refuse (minItems 1), not this function's: None.
-    """
-    if not pools:
-        return None
-    unknown = [p for p in pools if p.strip() not in POOLS]
-    if unknown:
-        return (
-            f"gpu.pools: {', '.join(map(repr, unknown))} is not a GPU pool "
-            f"(the pools: {', '.join(POOLS)}; each GPU type's pool is in GET /v2/catalog/gpus)"
-        )
-    types = pool_types(pools)
-    stray = [e for e in excluded_types if e.strip() not in types]
-    if stray:
-        return (
-            f"gpu.excludedTypes: {', '.join(map(repr, stray))} is not a GPU type of the pools "
-            f"{', '.join(pools)} (their types: {', '.join(types)})"
-        )
-    if not pool_types(pools, excluded_types):
-        return f"gpu.excludedTypes leave no GPU type of the pools {', '.join(pools)}"
-    return None
-
-
 def placement_problem(
     machines: Iterable[Machine],
     pools: Sequence[str],
@@ -489,32 +462,52 @@ def placement_problem(
     data_center_ids: Collection[str] = (),
     gpu_count: int = 1,
 ) -> str | None:
-    """Why no worker of a (valid, see `pool_problem`) GPU selection could ever start on
-    these machines: no machine has a type of the pools, none of those is in
-    `dataCenterIds`, or none has `gpu_count` GPUs; None when some machine could host one.
-    Whether one is free right now is the catalog's availability, not a problem: a busy
-    cluster frees GPUs. The create view accepts the endpoint either way and shows this.
-    """
+    """Why no worker of a v2 GPU selection (`gpu.pools` minus `gpu.excludedTypes`, valid:
+    `models.gpupools.pool_problem` says when it names nothing at all, the create view's
+    400) could ever start on these machines (`gpu_types_problem`); None when some machine
+    could host one. The create view accepts the endpoint either way and shows this."""
     if not pools:
         return None
-    types = set(pool_types(pools, excluded_types))
-    having = [m for m in machines if m.gpu_type in types and m.gpus > 0]
+    types = types_of(pools, excluded_types)
+    named = f"the pools {', '.join(pools)}"
+    return gpu_types_problem(machines, types, data_center_ids, gpu_count, named=named)
+
+
+def gpu_types_problem(
+    machines: Iterable[Machine],
+    gpu_type_ids: Sequence[str],
+    data_center_ids: Collection[str] = (),
+    gpu_count: int = 1,
+    *,
+    named: str = "",
+) -> str | None:
+    """Why no worker needing `gpu_count` GPUs of any of `gpu_type_ids` (an Endpoint's
+    `gpuTypeIds`, as every view stores a selection) could ever start on these machines:
+    no machine has one of the types, none of those is in `dataCenterIds`, or none has
+    `gpu_count` of them; None when some machine could host one, or no type is asked.
+    Whether one is free right now is the catalog's availability, not a problem: a busy
+    cluster frees GPUs. `named`: how messages name the selection (default: the types)."""
+    if not gpu_type_ids:
+        return None
+    named = named or f"the types {', '.join(gpu_type_ids)}"
+    wanted_types = {t.strip() for t in gpu_type_ids}
+    having = [m for m in machines if m.gpu_type in wanted_types and m.gpus > 0]
     if not having:
-        return f"no node of this cluster has a GPU of the pools {', '.join(pools)}"
+        return f"no node of this cluster has a GPU of {named}"
     if data_center_ids:
         wanted = {d.strip() for d in data_center_ids}
         found = sorted({m.data_center or "(none)" for m in having})
         having = [m for m in having if m.data_center in wanted]
         if not having:
             return (
-                f"no node with a GPU of the pools {', '.join(pools)} is in the data centers "
+                f"no node with a GPU of {named} is in the data centers "
                 f"{', '.join(sorted(wanted))} (they are in: {', '.join(found)})"
             )
     most = max(m.gpus for m in having)
     if most < gpu_count:
         return (
-            f"gpu.count {gpu_count}: no node has that many GPUs of the pools "
-            f"{', '.join(pools)} (the most on one node: {most})"
+            f"gpu.count {gpu_count}: no node has that many GPUs of {named} "
+            f"(the most on one node: {most})"
         )
     return None
 
