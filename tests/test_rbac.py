@@ -468,6 +468,9 @@ def test_lockgate_manage_serves_endpoints_with_only_its_own_role(
         assert_storage_served(env, base, auth, intake)
         assert_secrets_served(env, base, auth, intake)
         assert _http("DELETE", f"{base}/v1/endpoints/ep-manage", None, auth)[0] == 204
+        # the catalog (/v2/catalog): nodes and the pods bound to them, listed cluster-wide
+        status, gpus = _http("GET", f"{base}/v2/catalog/gpus", None, auth)
+        assert (status, gpus) == (200, {"gpus": []})  # envtest's nodes: none
 
 
 def assert_secrets_served(env: EnvTest, base: str, auth: dict, namespace: str) -> None:
@@ -565,8 +568,10 @@ def test_the_management_apis_account_can_read_no_secret_nor_write_workloads(
             lambda: core.create_namespaced_secret(release_ns, {"metadata": {"name": "x"}}),
             lambda: core.list_namespaced_secret(release_ns),
             lambda: apps.list_namespaced_deployment(intake),
-            lambda: core.list_namespaced_pod(release_ns),
+            lambda: core.read_node("any"),
+            lambda: core.patch_node("any", {"metadata": {"labels": {"x": "y"}}}),
             lambda: core.read_namespaced_pod("any", intake),
+            lambda: core.read_namespaced_pod("any", release_ns),
             lambda: core.read_namespaced_pod_log("any", release_ns),
             lambda: core.delete_namespaced_pod("any", intake),
             lambda: custom.list_namespaced_custom_object(GROUP, VERSION, "default", "endpoints"),
@@ -577,6 +582,9 @@ def test_the_management_apis_account_can_read_no_secret_nor_write_workloads(
         assert custom.list_namespaced_custom_object(GROUP, VERSION, intake, "endpoints")
         # worker logs (issue 14): list pods and read their logs, in its namespace only
         assert core.list_namespaced_pod(intake).items == []
+        # the catalog (/v2/catalog): its one cluster-wide rule lists nodes and pods, no more
+        core.list_node()
+        core.list_pod_for_all_namespaces(field_selector="spec.nodeName!=")
         with pytest.raises(ApiException) as missing:
             core.read_namespaced_pod_log("no-such-pod", intake)
         assert missing.value.status == 404  # allowed, and the pod is not there

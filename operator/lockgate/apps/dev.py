@@ -24,6 +24,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from lockgate import clientconfig
+from lockgate.dev.catalog import LocalCatalog
 from lockgate.dev.controlplane import STOP_GRACE_S, LocalControlPlane
 from lockgate.dev.datadir import (
     REDIS_PASSWORD_FILE,
@@ -254,7 +255,8 @@ def build_app(
     app.add_subapp("/v1", manage)
     add_graphql_route(app, manage)  # the runpod SDK's management calls
     account = AccountSecrets(gw.registry, values, plane)
-    add_v2_routes(app, Backends(plane, storage, gw.auth, secrets=account))  # RunPod's REST v2
+    backends = Backends(plane, storage, gw.auth, secrets=account, catalog=LocalCatalog())
+    add_v2_routes(app, backends)  # RunPod's REST v2 (the catalog: this machine)
     gateway_mark = gw.notifier.on_activity
 
     def mark(endpoint_id: str) -> None:  # the gateway's subscription tells both

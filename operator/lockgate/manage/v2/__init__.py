@@ -20,6 +20,7 @@ from aiohttp import web
 from lockgate.gateway.auth import Authenticator
 from lockgate.gateway.middleware import ERROR_RENDERER, error_middleware
 from lockgate.manage.admin import AUTHENTICATOR, admin_only
+from lockgate.manage.catalog import Catalog
 from lockgate.manage.controlplane import ControlPlane
 from lockgate.manage.operations import RESERVED_IDS, refusal_statuses
 from lockgate.manage.secrets import AccountSecrets
@@ -43,6 +44,8 @@ class Backends:
     middlewares: Sequence[Any] = ()
     # Account secrets (`/v2/account/secrets`): records in Redis, values in the backend.
     secrets: AccountSecrets | None = None
+    # The machines workers may run on (`/v2/catalog`): the cluster's nodes, dev mode's own.
+    catalog: Catalog | None = None
 
 
 def v2_app(backends: Backends) -> web.Application:
@@ -58,7 +61,14 @@ def v2_app(backends: Backends) -> web.Application:
 
 def add_v2_routes(root: web.Application, backends: Backends) -> None:
     """Mount every v2 management collection on `root` (at `/v2/<collection>`)."""
-    from lockgate.manage.v2 import network_volumes, registries, secrets, serverless, templates
+    from lockgate.manage.v2 import (
+        catalog,
+        network_volumes,
+        registries,
+        secrets,
+        serverless,
+        templates,
+    )
 
     root.add_subapp("/v2/serverless", serverless.create_app(backends))
     root.add_subapp("/v2/templates", templates.create_app(backends))
@@ -66,3 +76,4 @@ def add_v2_routes(root: web.Application, backends: Backends) -> None:
     root.add_subapp("/v2/network-volumes", network_volumes.create_app(backends))
     if backends.secrets is not None:
         root.add_subapp("/v2/account/secrets", secrets.create_app(backends))
+    root.add_subapp("/v2/catalog", catalog.create_app(backends))
