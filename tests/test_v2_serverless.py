@@ -291,6 +291,7 @@ CROSS_FIELD = [
         "workers.idleTimeout",
     ),
     ({"networkVolumes": ["a", "b"]}, "one network volume"),
+    ({"cpu": [{"id": "cpu9z", "vcpuCount": 2}]}, "cpu.id: cpu9z is no CPU flavor here"),
 ]
 # fmt: on
 
