@@ -92,6 +92,16 @@ def given_fields(args: argparse.Namespace) -> dict[str, Any]:
     return body
 
 
+def object_in(body: dict[str, Any], field: str) -> dict[str, Any]:
+    """`body[field]` when it is a JSON object ({} when absent); a one-line refusal else."""
+    value = body.get(field)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ClientError(f"--set {field}: give a JSON object, e.g. --set {field}='{{...}}'")
+    return value
+
+
 def _workers(args: argparse.Namespace, body: dict[str, Any], current: dict[str, Any]) -> None:
     flags = {
         v2: value
@@ -105,7 +115,7 @@ def _workers(args: argparse.Namespace, body: dict[str, Any], current: dict[str, 
             for k, v in (current.get("workers") or CREATE_WORKERS).items()
             if k != "idleTimeout"
         }
-        body["workers"] = {**shown, **(body.get("workers") or {}), **flags}
+        body["workers"] = {**shown, **object_in(body, "workers"), **flags}
 
 
 def _scaling(
@@ -119,13 +129,12 @@ def _scaling(
         if current is None and "scaling" not in body and queue:
             body["scaling"] = {"type": "QUEUE_DELAY", "queueDelay": CREATE_QUEUE_DELAY_S}
         return
-    current = current or {}
-    before = body.get("scaling") or current.get("scaling") or {}
+    before = object_in(body, "scaling") or (current or {}).get("scaling") or {}
     kind = kind or before.get("type") or "QUEUE_DELAY"
     if value is None:
-        if before.get("type") != kind:
+        value = before.get(SCALING_VALUE[kind]) if before.get("type") == kind else None
+        if value is None:
             raise ClientError(f"--scaler-type {kind}: give --scaler-value with it")
-        value = before[SCALING_VALUE[kind]]
     body["scaling"] = {"type": kind, SCALING_VALUE[kind]: value}
 
 
@@ -144,7 +153,7 @@ def _timeout(args: argparse.Namespace, body: dict[str, Any]) -> None:
 
 def _compute(args: argparse.Namespace, body: dict[str, Any]) -> None:
     if pools := getattr(args, "gpu", None):
-        body["gpu"] = {**(body.get("gpu") or {}), "pools": pools}
+        body["gpu"] = {**object_in(body, "gpu"), "pools": pools}
     if flavors := getattr(args, "cpu", None):
         body["cpu"] = [{"id": f, "vcpuCount": args.vcpu_count} for f in flavors]
 
@@ -189,7 +198,8 @@ async def hold_for(args: argparse.Namespace, api: ApiClient, endpoint_id: str) -
 
 
 async def list_endpoints(args: argparse.Namespace, api: ApiClient) -> None:
-    endpoints = (await api.call("GET", V2) or {}).get("endpoints") or []
+    answer = await api.call("GET", V2)
+    endpoints = (answer.get("endpoints") if isinstance(answer, dict) else None) or []
     if endpoints:
         statuses = {r["id"]: r.get("status") or {} for r in await api.call("GET", "/v1/endpoints")}
         endpoints = [{**e, "status": statuses.get(e["id"], {})} for e in endpoints]
