@@ -29,7 +29,7 @@ from lockgate.manage.v2.problems import PROBLEM_JSON, ErrorResponse
 PATH = "/v2/openapi.json"
 PREFIX = "/v2/"
 JSON = "application/json"
-ALWAYS = (401, 403)  # every v2 route is admin-only
+ALWAYS = (401, 403, 429)  # every v2 route is admin-only and rate-limited
 # What each problem status means on a v2 route (RunPod's wording where it has one).
 ERRORS = {
     400: "malformed, or conflicts with a request rule (`detail` names the field)",
@@ -38,6 +38,12 @@ ERRORS = {
     404: "not found",
     409: "taken: the id or name is in use",
     422: "the body failed validation: `errors` lists each violation",
+    429: "rate limit exceeded for a window (`Retry-After`: seconds until it is over)",
+}
+# The rate-limit headers every authenticated answer carries (manage/v2/ratelimit.py).
+RATE_HEADERS = {
+    "RateLimit": "per window: `r` requests left, `t` seconds to its end",
+    "RateLimit-Policy": "per window: `q` quota, `w` window seconds",
 }
 PATH_PARAM = re.compile(r"{([^}/:]+)")
 
@@ -144,6 +150,10 @@ def v2_document(root: web.Application) -> dict[str, Any]:
     for route in routes:
         paths.setdefault(route.path, {})[route.method.lower()] = _operation(route, by_use)
     responses = {_error_name(s): _problem(text) for s, text in ERRORS.items()}
+    headers = {name: {"description": text, "schema": {"type": "string"}}
+               for name, text in RATE_HEADERS.items()}  # fmt: skip
+    retry = {"description": "seconds to wait", "schema": {"type": "integer", "minimum": 0}}
+    responses[_error_name(429)]["headers"] = {**headers, "Retry-After": retry}
     responses["Problem"] = _problem("any other error (500: an internal error, no detail given)")
     return {
         "openapi": "3.1.0",
