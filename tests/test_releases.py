@@ -135,6 +135,40 @@ async def test_a_rollback_of_a_shared_template_is_refused_naming_the_other_endpo
     assert status == 409 and other in problem["detail"], problem
 
 
+async def test_a_v2_env_patch_is_one_release_and_a_copied_template_one_too(
+    api: Api, forget_template
+) -> None:
+    body = {
+        "name": "v2 rel", "type": "QUEUE", "image": "python:3.12-slim",
+        "args": " ".join(ENV_ECHO), "cpu": [{"id": "cpu3c", "vcpuCount": 2}],
+        "env": {"V": "1"}, "scaling": {"type": "QUEUE_DELAY", "queueDelay": 4},
+    }  # fmt: skip
+    status, _, made = await v2(api, "POST", "", body)
+    assert status == 201, made
+    api.forget(made["id"])
+    forget_template(made["id"])  # its bound template
+    status, _, _ = await v2(api, "PATCH", f"/{made['id']}", {"env": {"V": "2"}})
+    assert status == 200
+    got = await eventually(lambda: _versions(api, made["id"], 2), "release 2")
+    assert got["releases"][0]["diff"] == [
+        {"field": "template.env", "old": {"V": "1"}, "new": {"V": "2"}}
+    ]
+
+    shared = await new_template(api, forget_template, dockerStartCmd=ENV_ECHO, env={"S": "1"})
+    v1_made = await new_endpoint(api, shared["id"], computeType="CPU")
+    forget_template(v1_made["id"])  # the template the v2 PATCH copies for it
+    status, _, _ = await v2(api, "PATCH", f"/{v1_made['id']}", {"env": {"S": "mine"}})
+    assert status == 200
+    got = await eventually(lambda: _versions(api, v1_made["id"], 2), "one release for the copy")
+    fields = {d["field"] for d in got["releases"][0]["diff"]}
+    assert {"templateId", "template.env"} <= fields
+
+
+async def _versions(api: Api, endpoint: str, newest: int) -> dict | None:
+    got = await releases(api, endpoint)
+    return got if [r["version"] for r in got["releases"]][:1] == [newest] else None
+
+
 # -- dev mode: the rolling rule with real worker processes ---------------------------------
 
 

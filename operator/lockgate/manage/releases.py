@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import orjson
 
 from lockgate.manage.controlplane import ControlPlane, TemplateNotFound
-from lockgate.manage.templates import template_users
+from lockgate.manage.operations import template_users
 from lockgate.models import EndpointRecord, EndpointSpec, TemplateSpec
 from lockgate.models.releases import Release, restored_spec, restored_template
 from lockgate.store.releases import ReleaseStore
