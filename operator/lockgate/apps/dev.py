@@ -46,11 +46,13 @@ from lockgate.manage.console import add_console, origin_of
 from lockgate.manage.controlplane import UnusableSettings
 from lockgate.manage.graphql import add_graphql_route
 from lockgate.manage.history import HistorySampler, add_history_routes, history_sampler
+from lockgate.manage.v2.billing import Billing
 from lockgate.manage.v2 import Backends, add_v2_routes
 from lockgate.models import EndpointSpec, EndpointType, describe_validation_error
-from lockgate.settings import Settings
+from lockgate.settings import Prices, Settings
 from lockgate.store.connection import RedisSettings, standalone
 from lockgate.store.keys import ENDPOINT_ID_RE
+from lockgate.store.usage import UsageLedger
 
 log = logging.getLogger("lockgate.dev")
 DEFAULT_DATA_DIR = ".lockgate"  # `lockgate dev --data-dir`'s default, relative to the cwd
@@ -246,7 +248,8 @@ def build_app(
     add_history_routes(manage, sampler)
     app.add_subapp("/v1", manage)
     add_graphql_route(app, manage)  # the runpod SDK's management calls
-    add_v2_routes(app, Backends(plane, storage, gw.auth))  # RunPod's REST v2
+    billing = Billing(UsageLedger(gw.store.redis), Prices())  # LOCKGATE_PRICES_*
+    add_v2_routes(app, Backends(plane, storage, gw.auth, billing=billing))  # RunPod's REST v2
     gateway_mark = gw.notifier.on_activity
 
     def mark(endpoint_id: str) -> None:  # the gateway's subscription tells both

@@ -30,9 +30,12 @@ from lockgate.manage.console import add_console, origin_of
 from lockgate.manage.controlplane import ControlPlane
 from lockgate.manage.graphql import add_graphql_route
 from lockgate.manage.history import HistorySampler, add_history_routes, history_sampler
+from lockgate.manage.v2.billing import Billing
 from lockgate.manage.storage import Storage
 from lockgate.manage.v2 import Backends, add_v2_routes
+from lockgate.settings import Prices
 from lockgate.store import JobStore, Registry, connect
+from lockgate.store.usage import UsageLedger
 
 
 def _watching(key_file: KeyFile) -> Callable[[web.Application], AsyncIterator[None]]:
@@ -105,7 +108,10 @@ def create_app(
     app.cleanup_ctx.append(history_sampler(sampler, Notifier(registry.redis)))
     app.add_subapp("/v1", manage)
     add_graphql_route(app, manage)  # the runpod SDK's management calls
-    backends = Backends(control_plane, storage, authenticator, middlewares=(cluster_refusals,))
+    billing = Billing(UsageLedger(registry.redis), Prices())  # LOCKGATE_PRICES_*
+    backends = Backends(
+        control_plane, storage, authenticator, middlewares=(cluster_refusals,), billing=billing
+    )
     add_v2_routes(app, backends)  # RunPod's REST v2 (its MCP server's calls)
     add_console(app, connect_src=origin_of(settings.base_url))  # the job API's origin
     if key_file is not None:

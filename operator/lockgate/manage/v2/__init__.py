@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -27,6 +27,9 @@ __all__ = ["RESERVED_IDS", "Backends", "add_v2_routes", "v2_app"]
 from lockgate.manage.storage import Storage
 from lockgate.manage.v2.problems import problem
 
+if TYPE_CHECKING:
+    from lockgate.manage.v2.billing import Billing
+
 
 @dataclass(frozen=True)
 class Backends:
@@ -39,6 +42,8 @@ class Backends:
     # Inside the error middleware of each sub-application (`lockgate manage`'s
     # `cluster_refusals`: a Kubernetes API error no route has a rule for is a 503).
     middlewares: Sequence[Any] = ()
+    # Usage and prices for `/v2/billing` (None: the process records no usage).
+    billing: Billing | None = None
 
 
 def v2_app(backends: Backends) -> web.Application:
@@ -53,9 +58,10 @@ def v2_app(backends: Backends) -> web.Application:
 
 def add_v2_routes(root: web.Application, backends: Backends) -> None:
     """Mount every v2 management collection on `root` (at `/v2/<collection>`)."""
-    from lockgate.manage.v2 import network_volumes, registries, serverless, templates
+    from lockgate.manage.v2 import billing, network_volumes, registries, serverless, templates
 
     root.add_subapp("/v2/serverless", serverless.create_app(backends))
     root.add_subapp("/v2/templates", templates.create_app(backends))
     root.add_subapp("/v2/registries", registries.create_app(backends))
     root.add_subapp("/v2/network-volumes", network_volumes.create_app(backends))
+    root.add_subapp("/v2/billing", billing.create_app(backends))
