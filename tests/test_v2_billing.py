@@ -201,7 +201,9 @@ def test_prices_in_the_settings_become_amounts_in_lockgate_dev(tmp_path) -> None
             r = requests.get(f"{dev.url}{BILLING}?lastN=1", headers=headers)
             assert r.status_code == 200, r.text
             records = {x["serverlessId"]: x for x in r.json()["records"]}
-            both = all(records.get(e, {}).get("workerSeconds") for e in ("gpu-priced", "cpu-priced"))
+            both = all(
+                records.get(e, {}).get("workerSeconds") for e in ("gpu-priced", "cpu-priced")
+            )
             return r.json() if both else None
 
         # The dev process's sampler writes a point 10 s after an interval: within a minute.
@@ -214,4 +216,3 @@ def test_prices_in_the_settings_become_amounts_in_lockgate_dev(tmp_path) -> None
         assert cpu["cpuAmount"] == round(cpu["vcpuSeconds"] / 3600 * 0.1, 6) > 0
         totals = report["metadata"]["totals"]
         assert totals["totalAmount"] == pytest.approx(gpu["totalAmount"] + cpu["totalAmount"])
-

@@ -46,8 +46,8 @@ from lockgate.manage.console import add_console, origin_of
 from lockgate.manage.controlplane import UnusableSettings
 from lockgate.manage.graphql import add_graphql_route
 from lockgate.manage.history import HistorySampler, add_history_routes, history_sampler
-from lockgate.manage.v2.billing import Billing
 from lockgate.manage.v2 import Backends, add_v2_routes
+from lockgate.manage.v2.billing import Billing
 from lockgate.models import EndpointSpec, EndpointType, describe_validation_error
 from lockgate.settings import Prices, Settings
 from lockgate.store.connection import RedisSettings, standalone

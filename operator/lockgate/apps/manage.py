@@ -30,9 +30,9 @@ from lockgate.manage.console import add_console, origin_of
 from lockgate.manage.controlplane import ControlPlane
 from lockgate.manage.graphql import add_graphql_route
 from lockgate.manage.history import HistorySampler, add_history_routes, history_sampler
-from lockgate.manage.v2.billing import Billing
 from lockgate.manage.storage import Storage
 from lockgate.manage.v2 import Backends, add_v2_routes
+from lockgate.manage.v2.billing import Billing
 from lockgate.settings import Prices
 from lockgate.store import JobStore, Registry, connect
 from lockgate.store.usage import UsageLedger

@@ -36,8 +36,8 @@ from aiohttp import web
 from lockgate.gateway.errors import BadRequest, NotFound
 from lockgate.gateway.http import json_response
 from lockgate.gateway.notify import Notifier
-from lockgate.store import JobStore, Registry
 from lockgate.manage.usage import rate_of
+from lockgate.store import JobStore, Registry
 from lockgate.store.connection import raise_if_cancelled
 from lockgate.store.keys import (
     ENDPOINT_ID_RE,

@@ -81,18 +81,16 @@ def window(
     """The report's [start, end) on bucket boundaries: the last `last_n` buckets up to and
     with the current one; else from `start` (default 30 days before `now`) snapped down to
     `end` (exclusive, default `now`) snapped up."""
+    if start is not None and end is not None and start >= end:
+        raise BadWindow("startTime must be before endTime")
     try:
         if last_n is not None:
             current = bucket_start(now, size)
             return shifted(current, size, 1 - last_n), shifted(current, size, 1)
-        if start is not None and end is not None and start >= end:
-            raise BadWindow("startTime must be before endTime")
         first = bucket_start(start if start is not None else now - DEFAULT_SPAN, size)
         last = snap_up(end if end is not None else now, size)
     except (OverflowError, ValueError) as err:
-        if isinstance(err, BadWindow):
-            raise
-        raise BadWindow(f"the window reaches out of the calendar's years 1 to 9999 ({err})") from err
+        raise BadWindow(f"the window reaches out of the calendar's years 1 to 9999: {err}") from err
     if first >= last:
         raise BadWindow("startTime must be before endTime (which defaults to now)")
     return first, last

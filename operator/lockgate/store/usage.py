@@ -91,7 +91,7 @@ class UsageLedger:
         oldest = int(self.clock()) - keys.USAGE_KEEP_S
         await self.redis.zremrangebyscore(keys.USAGE_ENDPOINTS, "-inf", f"({oldest}")
         found = await self.redis.zrangebyscore(keys.USAGE_ENDPOINTS, since_s - HOUR_S, "+inf")
-        return sorted(raw.decode() for raw in found)
+        return sorted(raw.decode() if isinstance(raw, bytes) else str(raw) for raw in found)
 
     async def hours(
         self, endpoint_ids: Iterable[str], start_s: int, end_s: int

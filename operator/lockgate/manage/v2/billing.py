@@ -109,7 +109,8 @@ def report(
             | _money(money)
             | _seconds(r.usage)
         )
-    resolved = {"startTime": _time(first), "endTime": _time(last), "bucketSize": query.bucketSize}
+    resolved: dict[str, Any] = {"startTime": _time(first), "endTime": _time(last)}
+    resolved |= {"bucketSize": query.bucketSize}
     resolved |= {"lastN": query.lastN, "serverlessId": query.serverlessId}
     metadata = {
         "query": resolved,
