@@ -1,6 +1,6 @@
 """RunPod's own MCP server (@runpod/mcp-server 4.0.0, over stdio, `tests/mcp_server.py`)
 reading a real `lockgate dev`'s usage with its `list-serverless-billing` tool: the records
-are `GET /v2/billing/serverless`'s, priced from LOCKGATE_PRICES_*, and a refusal reaches
+are `GET /v2/billing/serverless`'s, priced from LOCKGATE_GPU_PRICES, and a refusal reaches
 the tool in lockgate's words."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ QUERY = {"bucketSize": "hour", "lastN": 2, "serverlessId": ENDPOINT}
 @pytest.fixture(scope="module")
 def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevProcess]:
     data = tmp_path_factory.mktemp("mcp-billing")
-    env = {"LOCKGATE_PRICES_GPU": json.dumps({"NVIDIA L4": 0.44})}
+    env = {"LOCKGATE_GPU_PRICES": json.dumps({"NVIDIA L4": 0.44})}
     with DevProcess(ECHO, "--workers-max", "0", data_dir=data, env=env) as dev:
         body = {"id": ENDPOINT, "name": ENDPOINT, "templateId": ECHO, "workersMin": 1}
         body |= {"gpuTypeIds": ["NVIDIA L4"]}

@@ -135,7 +135,7 @@ def test_hours_fold_into_one_record_per_endpoint_and_bucket() -> None:
 
 def test_amounts_are_the_seconds_in_hours_times_the_prices() -> None:
     usage = Usage(7200, 1800, {"NVIDIA L4": 7200, "unpriced": 3600})
-    money = amounts(usage, Prices(gpu={"NVIDIA L4": 0.44}, vcpu=0.04))
+    money = amounts(usage, Prices(gpu_prices={"NVIDIA L4": 0.44}, vcpu_price=0.04))
     assert money == Amounts(gpu=pytest.approx(0.88), cpu=pytest.approx(0.02))
     assert money.total == pytest.approx(0.90)
     assert amounts(usage, Prices()) == Amounts()  # no prices: nothing costs anything

@@ -183,9 +183,10 @@ async def test_billing_is_for_admin_keys_only(dev: Dev, redis: Redis) -> None:
 
 
 def test_prices_in_the_settings_become_amounts_in_lockgate_dev(tmp_path) -> None:
-    """A real `lockgate dev` given LOCKGATE_PRICES_*: the amounts are its own seconds at
-    those prices (the dev process's own sampler writes the usage)."""
-    prices = {"LOCKGATE_PRICES_GPU": json.dumps({"NVIDIA L4": 0.44}), "LOCKGATE_PRICES_VCPU": "0.1"}
+    """A real `lockgate dev` given LOCKGATE_GPU_PRICES and LOCKGATE_VCPU_PRICE: the amounts
+    are its own seconds at those prices (the dev process's own sampler writes the usage)."""
+    prices = {"LOCKGATE_GPU_PRICES": json.dumps({"NVIDIA L4": 0.44})}
+    prices["LOCKGATE_VCPU_PRICE"] = "0.1"
     args = (ECHO, "--workers-max", "0", "--api-key", "k")
     with DevProcess(*args, data_dir=tmp_path, env=prices) as dev:
         headers = dev.headers()

@@ -234,13 +234,15 @@ class Settings(RedisSettings):
 
 class Prices(BaseSettings):
     """What an hour of a resource costs, for `/v2/billing/serverless`'s amounts; unset: 0
-    (`LOCKGATE_PRICES_GPU='{"NVIDIA L4": 0.44}'`, `LOCKGATE_PRICES_VCPU=0.02`). Any
+    (`LOCKGATE_GPU_PRICES='{"NVIDIA L4": 0.44}'`, `LOCKGATE_VCPU_PRICE=0.02`). Any
     currency: the amounts are in the one the prices are in."""
 
-    model_config = SettingsConfigDict(env_prefix="LOCKGATE_PRICES_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="LOCKGATE_", extra="ignore")
 
-    gpu: dict[str, Annotated[float, Field(ge=0)]] = Field(
+    gpu_prices: dict[str, Annotated[float, Field(ge=0)]] = Field(
         default_factory=dict,
         description="GPU type id (as in gpuTypeIds) -> price of one GPU for an hour",
     )
-    vcpu: NonNegativeFloat = Field(0.0, description="price of one vCPU for an hour (CPU endpoints)")
+    vcpu_price: NonNegativeFloat = Field(
+        0.0, description="price of one vCPU for an hour (CPU endpoints)"
+    )

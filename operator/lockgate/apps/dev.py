@@ -248,7 +248,7 @@ def build_app(
     add_history_routes(manage, sampler)
     app.add_subapp("/v1", manage)
     add_graphql_route(app, manage)  # the runpod SDK's management calls
-    billing = Billing(UsageLedger(gw.store.redis), Prices())  # LOCKGATE_PRICES_*
+    billing = Billing(UsageLedger(gw.store.redis), Prices())  # LOCKGATE_*_PRICE(S)
     add_v2_routes(app, Backends(plane, storage, gw.auth, billing=billing))  # RunPod's REST v2
     gateway_mark = gw.notifier.on_activity
 

@@ -108,7 +108,7 @@ def create_app(
     app.cleanup_ctx.append(history_sampler(sampler, Notifier(registry.redis)))
     app.add_subapp("/v1", manage)
     add_graphql_route(app, manage)  # the runpod SDK's management calls
-    billing = Billing(UsageLedger(registry.redis), Prices())  # LOCKGATE_PRICES_*
+    billing = Billing(UsageLedger(registry.redis), Prices())  # LOCKGATE_*_PRICE(S)
     backends = Backends(
         control_plane, storage, authenticator, middlewares=(cluster_refusals,), billing=billing
     )

@@ -159,8 +159,8 @@ class Amounts:
 
 def amounts(usage: Usage, prices: Prices) -> Amounts:
     """What `usage` costs at `prices` (per hour); a GPU type without a price costs 0."""
-    gpu = sum(s / 3600 * prices.gpu.get(t, 0.0) for t, s in usage.gpu_seconds.items())
-    return Amounts(gpu=gpu, cpu=usage.vcpu_seconds / 3600 * prices.vcpu)
+    gpu = sum(s / 3600 * prices.gpu_prices.get(t, 0.0) for t, s in usage.gpu_seconds.items())
+    return Amounts(gpu=gpu, cpu=usage.vcpu_seconds / 3600 * prices.vcpu_price)
 
 
 def rate_of(entry: Mapping[str, Any] | None) -> UsageRate:
