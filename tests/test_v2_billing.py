@@ -22,7 +22,8 @@ from lockgate.dev.controlplane import LocalControlPlane
 from lockgate.dev.redis_server import EmbeddedRedis
 from lockgate.manage.history import SETTLE_S, HistorySampler
 from lockgate.store import Registry
-from lockgate.store.keys import HISTORY_INTERVAL_S
+from lockgate.store.keys import HISTORY_INTERVAL_S, USAGE_CHUNK_S, USAGE_KEEP_S, prefix
+from lockgate.store.usage import UsageLedger
 from tests.conftest import eventually, wait_until
 from tests.devproc import DevProcess
 from tests.test_manage_api import ECHO, dev_app
@@ -127,12 +128,26 @@ async def test_worker_seconds_are_the_ready_workers_of_the_stored_samples(dev: D
     assert meta["query"]["bucketSize"] == "hour" and meta["query"]["lastN"] == 2
     assert meta["query"]["serverlessId"] == endpoint_id
 
+    # Kept 400 days after its week ends, whatever becomes of the endpoint.
+    for t in {p["t"] - p["t"] % USAGE_CHUNK_S for p in points}:
+        ttl = await dev.redis.ttl(f"{prefix(endpoint_id)}use:{t}")
+        assert USAGE_KEEP_S < ttl <= USAGE_KEEP_S + USAGE_CHUNK_S
+
     # Deleted, the endpoint's usage is still reported (to be charged back).
     status, _ = await dev.call("DELETE", f"/v1/endpoints/{endpoint_id}")
     assert status in (200, 204)
     status, _, after = await dev.get(f"{BILLING}?bucketSize=hour&lastN=2")
     mine = [r for r in after["records"] if r["serverlessId"] == endpoint_id]
     assert sum(r["workerSeconds"] for r in mine) >= sum(expected.values())
+
+
+async def test_endpoints_whose_usage_expired_leave_the_index(redis: Redis) -> None:
+    now = 1_800_000_000
+    await UsageLedger(redis, clock=lambda: now).note("recent", now - now % 3600)
+    await UsageLedger(redis, clock=lambda: now).note("long-ago", now - USAGE_KEEP_S - 3600)
+    later = UsageLedger(redis, clock=lambda: now + 60)
+    assert await later.endpoint_ids(0) == ["recent"]
+    assert await redis.zscore("lg:usage", "long-ago") is None
 
 
 @pytest.mark.parametrize(

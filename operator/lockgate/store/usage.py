@@ -79,17 +79,21 @@ class UsageLedger:
 
     async def note(self, endpoint_id: str, hour: int) -> None:
         """The endpoint has usage in `hour` (epoch s): keep it in the index (one write per
-        endpoint and hour from this process)."""
+        endpoint and hour from this process; the index is trimmed then too)."""
         if self._noted.get(endpoint_id, -1) >= hour:
             return
         await self.redis.zadd(keys.USAGE_ENDPOINTS, {endpoint_id: hour})
+        await self._forget_expired()
         self._noted[endpoint_id] = hour
 
-    async def endpoint_ids(self, since_s: int) -> list[str]:
-        """Endpoints with usage in an hour from `since_s` on (deleted ones too); those whose
-        usage has all expired leave the index."""
+    async def _forget_expired(self) -> None:
+        """Endpoints whose usage has all expired leave the index."""
         oldest = int(self.clock()) - keys.USAGE_KEEP_S
         await self.redis.zremrangebyscore(keys.USAGE_ENDPOINTS, "-inf", f"({oldest}")
+
+    async def endpoint_ids(self, since_s: int) -> list[str]:
+        """Endpoints with usage in an hour from `since_s` on (deleted ones too)."""
+        await self._forget_expired()
         found = await self.redis.zrangebyscore(keys.USAGE_ENDPOINTS, since_s - HOUR_S, "+inf")
         return sorted(raw.decode() if isinstance(raw, bytes) else str(raw) for raw in found)
 
