@@ -17,6 +17,7 @@ from lockgate.store import keys, pipe
 from lockgate.store.keys import F
 from lockgate.store.records import Attempt, Finished, JobExtras, JobRecord, Snapshot, TakenJob
 from lockgate.store.scripts import NO_REPLICATION, Replication, Scripts
+from lockgate.store.usage import NO_USAGE, UsageRate
 
 
 def now_ms() -> int:
@@ -93,6 +94,7 @@ class Sampled:
 
     written: int
     quiet: bool
+    used_hour: int = 0  # the newest hour (epoch s) whose usage the points added to; 0: none
 
 
 @dataclass(frozen=True, slots=True)
@@ -482,20 +484,27 @@ class JobStore:
         return int(await self.scripts.worker_started(keys=[keys.prefix(endpoint_id)], args=args))
 
     async def record_history(
-        self, endpoint_id: str, slots: Sequence[int], *, quiet: int = 0
+        self,
+        endpoint_id: str,
+        slots: Sequence[int],
+        *,
+        quiet: int = 0,
+        rate: UsageRate = NO_USAGE,
     ) -> Sampled:
         """Write the history points of the intervals starting at the epoch seconds `slots`
         (oldest first) that have none yet (another replica wrote it), in one call: the
         first `quiet` with zero gauges (the endpoint was quiet then), the others with the
-        gauges as of now. Says how many were written and whether the newest is quiet."""
+        gauges as of now; each point's ready workers are added to its hour's usage at
+        `rate` (`store.usage`). Says how many were written, whether the newest is quiet
+        and the newest hour with usage added."""
         args = [
             self.clock(), self.liveness.heartbeat_timeout_ms, keys.HISTORY_POINTS,
-            keys.HISTORY_MINUTE_POINTS, quiet, *slots,
+            keys.HISTORY_MINUTE_POINTS, quiet, *rate.args(), *slots,
         ]  # fmt: skip
-        written, newest_quiet = await self.scripts.history(
+        written, newest_quiet, used_hour = await self.scripts.history(
             keys=[keys.prefix(endpoint_id)], args=args
         )
-        return Sampled(int(written), bool(newest_quiet))
+        return Sampled(int(written), bool(newest_quiet), int(used_hour))
 
     async def history(
         self, endpoint_id: str, since: int = 0, *, minutes: bool = False
