@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from lockgate.gateway import jsonbody, listing
 from lockgate.gateway.auth import ADMIN, JOBS, JOBS_READ, Principal
-from lockgate.gateway.endpoints import endpoint_type, require_type
+from lockgate.gateway.endpoints import require_type
 from lockgate.gateway.errors import BadRequest, Forbidden, NotFound
 from lockgate.gateway.http import (
     flag_param,
@@ -30,6 +30,7 @@ from lockgate.models import FINAL_STATES, JobRequest, describe_validation_error
 from lockgate.models.endpoint import EndpointType
 from lockgate.models.jobs import MAX_DURATION_MS, TTL_MIN_MS
 from lockgate.models.limits import Operation
+from lockgate.models.registry_entry import RegistryEntry
 from lockgate.store import UNAVAILABLE, IneligibleState, JobNotFound, JobRecord, NewJob
 from lockgate.store.keys import new_job_id
 
@@ -47,7 +48,7 @@ class Call:
 
     gw: Gateway
     endpoint_id: str
-    entry: dict
+    entry: RegistryEntry
     principal: Principal
 
 
@@ -343,7 +344,7 @@ async def health(request: web.Request, call: Call) -> web.Response:
     gw, endpoint_id = call.gw, call.endpoint_id
     snap = await gw.store.snapshot(endpoint_id)
     extra = {}
-    if endpoint_type(call.entry) == EndpointType.LB:
+    if call.entry.type == EndpointType.LB:
         extra = await lb_health(gw, endpoint_id, snap.requests_held, snap.requests_in_flight)
     return json_response(
         {
