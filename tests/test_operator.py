@@ -294,7 +294,7 @@ async def test_deleting_an_endpoint_removes_its_registry_entry_key_and_jobs(
         lambda: resources.get("endpoints", "ep-delete") is None, "the Endpoint gone"
     )
     assert await registry.get_endpoint("ep-delete") is None
-    assert await registry.get_key(entry["workerKeyDigest"]) is None
+    assert await registry.get_key(entry.workerKeyDigest) is None
     assert (await jobs.snapshot("ep-delete")).in_queue == 0
     # The garbage collector removes what the Endpoint owned.
     resources.wait_until(
@@ -381,10 +381,10 @@ async def test_deleted_worker_key_secret_gets_a_new_key_that_rolls_the_workers(
 
     def pods_rolled() -> bool:
         pods = resources.deployment("ep-key-workers").spec.template.metadata.annotations
-        return pods["lockgate.dev/worker-key"] == new["workerKeyDigest"][:12]
+        return pods["lockgate.dev/worker-key"] == new.workerKeyDigest[:12]
 
     resources.wait_until(pods_rolled, "the workers rolled onto the new key")
-    assert old_pods["lockgate.dev/worker-key"] == old["workerKeyDigest"][:12]
+    assert old_pods["lockgate.dev/worker-key"] == old.workerKeyDigest[:12]
 
 
 @pytest.mark.usefixtures("metrics_served")  # Ready needs readable metrics
