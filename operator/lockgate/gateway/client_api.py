@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -367,7 +368,7 @@ async def health(request: web.Request, call: Call) -> web.Response:
     )
 
 
-async def lb_health(gw: Gateway, endpoint_id: str, held: int, in_flight: int) -> dict:
+async def lb_health(gw: Gateway, endpoint_id: str, held: int, in_flight: int) -> dict[str, Any]:
     """A load-balancing endpoint's requests, and the status code each unhealthy worker's
     health check last answered (0: none) (beyond the spec, as the worker states are)."""
     polled = await gw.lb.store.health(endpoint_id)

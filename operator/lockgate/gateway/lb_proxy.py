@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
-from multidict import CIMultiDict, CIMultiDictProxy
+from multidict import CIMultiDict, MultiMapping
 from yarl import URL
 
 from lockgate.gateway import lb_upstream
@@ -148,7 +148,7 @@ def websocket_headers(request: web.Request) -> CIMultiDict[str]:
     )
 
 
-def downstream_headers(headers: CIMultiDictProxy[str], worker_id: str) -> CIMultiDict[str]:
+def downstream_headers(headers: MultiMapping[str], worker_id: str) -> CIMultiDict[str]:
     """The worker's answer headers as the client gets them: without the hop-by-hop ones
     and those `Connection` names (copied whole, then pruned: both in C)."""
     out = CIMultiDict(headers)

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 from pydantic import BaseModel
-from pydantic.json_schema import models_json_schema
+from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from lockgate.gateway.client_api import (
     RUN_LIMIT,
@@ -90,7 +90,8 @@ def _schemas() -> tuple[dict[str, Any], dict[str, Any]]:
         JobPage,
     ]
     inputs: list[type[BaseModel]] = [JobRequest, JobResult, StreamPost]
-    pairs = [(m, "serialization") for m in models] + [(m, "validation") for m in inputs]
+    pairs: list[tuple[type[BaseModel], JsonSchemaMode]] = [(m, "serialization") for m in models]
+    pairs += [(m, "validation") for m in inputs]
     refs, top = models_json_schema(pairs, ref_template=REF)
     by_name = {model.__name__: ref for (model, _mode), ref in refs.items()}
     return top.get("$defs", {}), by_name
@@ -114,7 +115,7 @@ def _error_components() -> dict[str, Any]:
     return out
 
 
-def _param(name: str, where: str, schema: dict[str, Any], text: str, **kw: Any) -> dict:
+def _param(name: str, where: str, schema: dict[str, Any], text: str, **kw: Any) -> dict[str, Any]:
     return {"name": name, "in": where, "schema": schema, "description": text, **kw}
 
 
@@ -147,7 +148,7 @@ def _op(
     ok: dict[str, Any],
     errors: str,
     *,
-    params: list[dict] | None = None,
+    params: list[dict[str, Any]] | None = None,
     body: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     op: dict[str, Any] = {
@@ -162,7 +163,7 @@ def _op(
     return op
 
 
-def _client_paths(ref: dict[str, dict]) -> dict[str, Any]:
+def _client_paths(ref: dict[str, dict[str, Any]]) -> dict[str, Any]:
     job_body = ref["JobRequest"]
     wait = _param(
         "wait",
@@ -330,7 +331,9 @@ def _openai_paths() -> dict[str, Any]:
     }
     path = _param("path", "path", {"type": "string"}, "the rest of the OpenAI path", required=True)
 
-    def op(summary: str, *, body: bool, params: list[dict] | None = None) -> dict[str, Any]:
+    def op(
+        summary: str, *, body: bool, params: list[dict[str, Any]] | None = None
+    ) -> dict[str, Any]:
         out: dict[str, Any] = {
             "summary": summary,
             "description": "Runs as a job on the endpoint's queue (input `openai_route`, "
@@ -395,7 +398,7 @@ def _listing_params() -> list[dict[str, Any]]:
     ]
 
 
-def _worker_paths(ref: dict[str, dict]) -> dict[str, Any]:
+def _worker_paths(ref: dict[str, dict[str, Any]]) -> dict[str, Any]:
     none = {"204": {"description": "nothing for this worker before the long-poll ended"}}
     batch = _param(
         "batch_size",

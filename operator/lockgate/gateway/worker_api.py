@@ -108,7 +108,8 @@ async def _poll(
     while _listening(request) and not gw.draining:
         generation = gw.notifier.generation(endpoint_id)
         if skip:
-            skip, jobs, left = False, [], 0
+            skip, left = False, 0
+            jobs: list[TakenJob] = []
         else:
             jobs, left = await _take_within_budget(
                 gw, request, endpoint_id, worker_id, count, timeout_ms, deadline,

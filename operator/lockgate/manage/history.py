@@ -163,7 +163,9 @@ def fill(newest: int, quiet_since: int | None, marked_at: float | None) -> tuple
     return slots, min(len(slots) - 1, sum(1 for t in slots if t + HISTORY_INTERVAL_S <= marked_at))
 
 
-def history_sampler(sampler: HistorySampler, events: Notifier | None = None) -> Callable:
+def history_sampler(
+    sampler: HistorySampler, events: Notifier | None = None
+) -> Callable[[web.Application], AsyncIterator[None]]:
     """A cleanup context running `sampler` while the app serves; with `events`, a
     subscription of its own whose signs of activity it is given (dev mode gives the
     gateway's subscription's instead, see `apps.dev`)."""

@@ -47,7 +47,7 @@ class LastAdminKey(ApiError):
     status = 409
 
 
-def describe_key(digest: str, record: dict) -> dict[str, Any]:
+def describe_key(digest: str, record: dict[str, Any]) -> dict[str, Any]:
     """A key as the API shows it: never the key, its id is the digest's start."""
     shown: dict[str, Any] = {
         "id": digest[: apikeys.ID_CHARS],
