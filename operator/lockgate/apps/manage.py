@@ -21,15 +21,19 @@ from lockgate.gateway.auth import Authenticator
 from lockgate.gateway.errors import Unavailable
 from lockgate.gateway.keyfile import KeyFile
 from lockgate.gateway.notify import Notifier
+from lockgate.kube.catalog import KubernetesCatalog
 from lockgate.kube.cluster import Cluster, ClusterError, cluster_for
 from lockgate.kube.controlplane import KubernetesControlPlane
+from lockgate.kube.secret_values import KubernetesSecretValues
 from lockgate.kube.settings import OperatorSettings
 from lockgate.kube.storage import KubernetesStorage
 from lockgate.manage.api import create_manage_app
+from lockgate.manage.catalog import Catalog
 from lockgate.manage.console import add_console, origin_of
 from lockgate.manage.controlplane import ControlPlane
 from lockgate.manage.graphql import add_graphql_route
 from lockgate.manage.history import HistorySampler, add_history_routes, history_sampler
+from lockgate.manage.secrets import AccountSecrets, SecretValues
 from lockgate.manage.storage import Storage
 from lockgate.manage.v2 import Backends, add_v2_routes
 from lockgate.store import JobStore, Registry, connect
@@ -86,12 +90,24 @@ def storage_for(settings: OperatorSettings, cluster: Cluster, registry: Registry
     return KubernetesStorage(cluster, registry, namespace=namespace, settings=settings)
 
 
+def secret_values_for(settings: OperatorSettings, cluster: Cluster) -> SecretValues:
+    """Account secrets' values as Secrets in the management API's namespace (where the
+    Endpoints and their workers are)."""
+    return KubernetesSecretValues(cluster, namespace=settings.manage_namespace())
+
+
 def create_app(
-    settings: OperatorSettings, control_plane: ControlPlane, storage: Storage, registry: Registry
+    settings: OperatorSettings,
+    control_plane: ControlPlane,
+    storage: Storage,
+    registry: Registry,
+    secret_values: SecretValues | None = None,
+    catalog: Catalog | None = None,
 ) -> web.Application:
     """`/v1/endpoints…`, `/v1/templates…`, `/v1/containerregistryauth…`,
-    `/v1/networkvolumes…` and `/graphql` (admin keys only) writing through `control_plane`
-    and `storage`, and an unauthenticated `/healthz` for probes."""
+    `/v1/networkvolumes…`, `/graphql` and `/v2/…` (admin keys only) writing through
+    `control_plane` and `storage` (`/v2/catalog` reading `catalog`), and an unauthenticated
+    `/healthz` for probes."""
     key_file = None
     if settings.keys_file:
         key_file = KeyFile(settings.keys_file, reload_s=settings.keys_file_reload_s)
@@ -105,7 +121,17 @@ def create_app(
     app.cleanup_ctx.append(history_sampler(sampler, Notifier(registry.redis)))
     app.add_subapp("/v1", manage)
     add_graphql_route(app, manage)  # the runpod SDK's management calls
-    backends = Backends(control_plane, storage, authenticator, middlewares=(cluster_refusals,))
+    account = None
+    if secret_values is not None:
+        account = AccountSecrets(registry, secret_values, control_plane)
+    backends = Backends(
+        control_plane,
+        storage,
+        authenticator,
+        middlewares=(cluster_refusals,),
+        secrets=account,
+        catalog=catalog,
+    )
     add_v2_routes(app, backends)  # RunPod's REST v2 (its MCP server's calls)
     add_console(app, connect_src=origin_of(settings.base_url))  # the job API's origin
     if key_file is not None:
@@ -117,7 +143,10 @@ def create_app(
 async def start(settings: OperatorSettings, cluster: Cluster, registry: Registry) -> web.AppRunner:
     """Serve the management API on `manage_host:manage_port`; `cleanup()` the runner to stop."""
     plane = control_plane_for(settings, cluster)
-    app = create_app(settings, plane, storage_for(settings, cluster, registry), registry)
+    storage = storage_for(settings, cluster, registry)
+    values = secret_values_for(settings, cluster)
+    catalog = KubernetesCatalog(cluster, settings)  # the nodes (a ClusterRole's list)
+    app = create_app(settings, plane, storage, registry, values, catalog)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, settings.manage_host, settings.manage_port).start()

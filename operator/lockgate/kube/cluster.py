@@ -528,3 +528,21 @@ class Cluster:
             ENDPOINT.plural,
             name,
         )
+
+    # -- cluster-wide reads: the catalog's machines (kube/catalog.py) -------------------------
+
+    async def list_nodes(self) -> list[Obj]:
+        """Every node, as JSON."""
+        core = self._apis[k8s.CoreV1Api]
+        resp = await self._call(core.list_node, _preload_content=False)
+        return list(orjson.loads(resp.data).get("items") or [])
+
+    async def list_bound_pods(self) -> list[Obj]:
+        """Every pod of every namespace that is bound to a node and not finished: what holds
+        the nodes' GPUs and CPUs now."""
+        core = self._apis[k8s.CoreV1Api]
+        selector = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+        resp = await self._call(
+            core.list_pod_for_all_namespaces, field_selector=selector, _preload_content=False
+        )
+        return list(orjson.loads(resp.data).get("items") or [])

@@ -4,8 +4,9 @@ the same control plane as `/v1` and `/graphql`.
 Each collection is a sub-application mounted at its own prefix (`/v2/serverless`…), so in
 dev mode, where the job API's `/v2/{endpoint_id}/…` shares the port, a request under a
 collection's prefix never reaches the job API (aiohttp resolves the longest prefix first),
-and endpoint ids that would shadow one are refused (`RESERVED_IDS`). Every sub-application
-answers errors as RFC 9457 problems (`problems.problem`) and lets only admin keys in.
+and endpoint ids that would shadow one are refused (`operations.RESERVED_IDS`). Every
+sub-application answers errors as RFC 9457 problems (`problems.problem`) and lets only
+admin keys in.
 """
 
 from __future__ import annotations
@@ -19,18 +20,15 @@ from aiohttp import web
 from lockgate.gateway.auth import Authenticator
 from lockgate.gateway.middleware import ERROR_RENDERER, error_middleware
 from lockgate.manage.admin import AUTHENTICATOR, admin_only
+from lockgate.manage.catalog import Catalog
 from lockgate.manage.controlplane import ControlPlane
+from lockgate.manage.operations import RESERVED_IDS, refusal_statuses
+from lockgate.manage.secrets import AccountSecrets
 from lockgate.manage.storage import Storage
 from lockgate.manage.v2.problems import problem
+from lockgate.manage.v2.ratelimit import rate_limits
 
-# The first path segment of every v2 management collection RunPod has: an endpoint with
-# such an id would shadow it under `/v2/{endpoint_id}/…` (the job API on the same origin).
-RESERVED_IDS = frozenset(
-    {
-        "serverless", "templates", "registries", "network-volumes", "catalog", "account",
-        "billing", "openapi.json", "pods", "clusters", "user", "users", "graphql",
-    }
-)  # fmt: skip
+__all__ = ["RESERVED_IDS", "Backends", "add_v2_routes", "v2_app"]
 
 
 @dataclass(frozen=True)
@@ -44,11 +42,18 @@ class Backends:
     # Inside the error middleware of each sub-application (`lockgate manage`'s
     # `cluster_refusals`: a Kubernetes API error no route has a rule for is a 503).
     middlewares: Sequence[Any] = ()
+    # Account secrets (`/v2/account/secrets`): records in Redis, values in the backend.
+    secrets: AccountSecrets | None = None
+    # The machines workers may run on (`/v2/catalog`): the cluster's nodes, dev mode's own.
+    catalog: Catalog | None = None
 
 
 def v2_app(backends: Backends) -> web.Application:
-    """A sub-application for one v2 collection: admin keys only, errors as problems."""
-    app = web.Application(middlewares=[error_middleware, admin_only, *backends.middlewares])
+    """A sub-application for one v2 collection: admin keys only, errors as problems, the
+    caller's rate limits counted and shown (`ratelimit`)."""
+    limits = rate_limits(backends.authenticator.registry.redis)
+    middlewares = [error_middleware, admin_only, limits, refusal_statuses, *backends.middlewares]
+    app = web.Application(middlewares=middlewares)
     app[ERROR_RENDERER] = problem
     app[AUTHENTICATOR] = backends.authenticator
     return app
@@ -56,3 +61,19 @@ def v2_app(backends: Backends) -> web.Application:
 
 def add_v2_routes(root: web.Application, backends: Backends) -> None:
     """Mount every v2 management collection on `root` (at `/v2/<collection>`)."""
+    from lockgate.manage.v2 import (
+        catalog,
+        network_volumes,
+        registries,
+        secrets,
+        serverless,
+        templates,
+    )
+
+    root.add_subapp("/v2/serverless", serverless.create_app(backends))
+    root.add_subapp("/v2/templates", templates.create_app(backends))
+    root.add_subapp("/v2/registries", registries.create_app(backends))
+    root.add_subapp("/v2/network-volumes", network_volumes.create_app(backends))
+    if backends.secrets is not None:
+        root.add_subapp("/v2/account/secrets", secrets.create_app(backends))
+    root.add_subapp("/v2/catalog", catalog.create_app(backends))
