@@ -60,16 +60,19 @@ def v2_app(backends: Backends) -> web.Application:
 
 
 def add_v2_routes(root: web.Application, backends: Backends) -> None:
-    """Mount every v2 management collection on `root` (at `/v2/<collection>`)."""
+    """Mount every v2 management collection on `root` (at `/v2/<collection>`), and
+    `/v2/openapi.json`, their OpenAPI document."""
     from lockgate.manage.v2 import (
         catalog,
         network_volumes,
+        openapi,
         registries,
         secrets,
         serverless,
         templates,
     )
 
+    openapi.add_openapi_route(root)  # no key needed: on the root, not in a collection
     root.add_subapp("/v2/serverless", serverless.create_app(backends))
     root.add_subapp("/v2/templates", templates.create_app(backends))
     root.add_subapp("/v2/registries", registries.create_app(backends))
