@@ -130,7 +130,8 @@ class HistorySampler:
         newest = interval_to_sample(now)
         slots, quiet = fill(newest, self.quiet.get(endpoint_id), self.marked.get(endpoint_id))
         generation = self._marks[endpoint_id]
-        rate = rate_of(await self.registry.get_endpoint(endpoint_id))
+        entry = await self.registry.get_endpoint(endpoint_id)
+        rate = rate_of(entry.settings() if entry is not None else None)
         result = await self.store.record_history(endpoint_id, slots, quiet=quiet, rate=rate)
         if result.used_hour:
             await self.ledger.note(endpoint_id, result.used_hour)
@@ -171,7 +172,9 @@ def fill(newest: int, quiet_since: int | None, marked_at: float | None) -> tuple
     return slots, min(len(slots) - 1, sum(1 for t in slots if t + HISTORY_INTERVAL_S <= marked_at))
 
 
-def history_sampler(sampler: HistorySampler, events: Notifier | None = None) -> Callable:
+def history_sampler(
+    sampler: HistorySampler, events: Notifier | None = None
+) -> Callable[[web.Application], AsyncIterator[None]]:
     """A cleanup context running `sampler` while the app serves; with `events`, a
     subscription of its own whose signs of activity it is given (dev mode gives the
     gateway's subscription's instead, see `apps.dev`)."""
