@@ -37,8 +37,11 @@ from lockgate.manage.releases import Releases
 from lockgate.manage.secrets import AccountSecrets, SecretValues
 from lockgate.manage.storage import Storage
 from lockgate.manage.v2 import Backends, add_v2_routes
+from lockgate.manage.v2.billing import Billing
+from lockgate.settings import Prices
 from lockgate.store import JobStore, Registry, connect
 from lockgate.store.releases import ReleaseStore
+from lockgate.store.usage import UsageLedger
 
 
 def _watching(key_file: KeyFile) -> Callable[[web.Application], AsyncIterator[None]]:
@@ -130,6 +133,7 @@ def create_app(
     account = None
     if secret_values is not None:
         account = AccountSecrets(registry, secret_values, control_plane)
+    billing = Billing(UsageLedger(registry.redis), Prices())  # LOCKGATE_*_PRICE(S)
     backends = Backends(
         control_plane,
         storage,
@@ -138,6 +142,7 @@ def create_app(
         secrets=account,
         catalog=catalog,
         releases=releases,
+        billing=billing,
     )
     add_v2_routes(app, backends)  # RunPod's REST v2 (its MCP server's calls)
     add_console(app, connect_src=origin_of(settings.base_url))  # the job API's origin

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 from pydantic import BaseModel
-from pydantic.json_schema import models_json_schema
+from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from lockgate.gateway.client_api import (
     RUN_LIMIT,
@@ -83,9 +83,10 @@ def schemas_of(
     """The component schemas of `outputs` (as answers) and `inputs` (as request bodies) and
     of every model they use, and the `{"$ref": ...}` of each given model by `(model,
     "serialization")` or `(model, "validation")`."""
-    pairs = [(m, "serialization") for m in outputs] + [(m, "validation") for m in inputs]
+    pairs: list[tuple[type[BaseModel], JsonSchemaMode]] = [(m, "serialization") for m in outputs]
+    pairs += [(m, "validation") for m in inputs]
     refs, top = models_json_schema(list(dict.fromkeys(pairs)), ref_template=REF)
-    return top.get("$defs", {}), dict(refs)
+    return top.get("$defs", {}), {pair: refs[pair] for pair in pairs}
 
 
 def _schemas() -> tuple[dict[str, Any], dict[str, Any]]:
@@ -126,7 +127,7 @@ def _error_components() -> dict[str, Any]:
     return out
 
 
-def param(name: str, where: str, schema: dict[str, Any], text: str, **kw: Any) -> dict:
+def param(name: str, where: str, schema: dict[str, Any], text: str, **kw: Any) -> dict[str, Any]:
     """An OpenAPI parameter object."""
     return {"name": name, "in": where, "schema": schema, "description": text, **kw}
 
@@ -160,7 +161,7 @@ def _op(
     ok: dict[str, Any],
     errors: str,
     *,
-    params: list[dict] | None = None,
+    params: list[dict[str, Any]] | None = None,
     body: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     op: dict[str, Any] = {
@@ -175,7 +176,7 @@ def _op(
     return op
 
 
-def _client_paths(ref: dict[str, dict]) -> dict[str, Any]:
+def _client_paths(ref: dict[str, dict[str, Any]]) -> dict[str, Any]:
     job_body = ref["JobRequest"]
     wait = param(
         "wait",
@@ -343,7 +344,9 @@ def _openai_paths() -> dict[str, Any]:
     }
     path = param("path", "path", {"type": "string"}, "the rest of the OpenAI path", required=True)
 
-    def op(summary: str, *, body: bool, params: list[dict] | None = None) -> dict[str, Any]:
+    def op(
+        summary: str, *, body: bool, params: list[dict[str, Any]] | None = None
+    ) -> dict[str, Any]:
         out: dict[str, Any] = {
             "summary": summary,
             "description": "Runs as a job on the endpoint's queue (input `openai_route`, "
@@ -408,7 +411,7 @@ def _listing_params() -> list[dict[str, Any]]:
     ]
 
 
-def _worker_paths(ref: dict[str, dict]) -> dict[str, Any]:
+def _worker_paths(ref: dict[str, dict[str, Any]]) -> dict[str, Any]:
     none = {"204": {"description": "nothing for this worker before the long-poll ended"}}
     batch = param(
         "batch_size",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -31,6 +31,9 @@ from lockgate.manage.v2.ratelimit import rate_limits
 
 __all__ = ["RESERVED_IDS", "Backends", "add_v2_routes", "v2_app"]
 
+if TYPE_CHECKING:
+    from lockgate.manage.v2.billing import Billing
+
 
 @dataclass(frozen=True)
 class Backends:
@@ -47,6 +50,8 @@ class Backends:
     secrets: AccountSecrets | None = None
     # The machines workers may run on (`/v2/catalog`): the cluster's nodes, dev mode's own.
     catalog: Catalog | None = None
+    # Usage and prices for `/v2/billing` (None: the process records no usage).
+    billing: Billing | None = None
     releases: Releases | None = None  # endpoints' releases (None: not kept)
 
 
@@ -70,6 +75,7 @@ def add_v2_routes(root: web.Application, backends: Backends) -> None:
     """Mount every v2 management collection on `root` (at `/v2/<collection>`), and
     `/v2/openapi.json`, their OpenAPI document."""
     from lockgate.manage.v2 import (
+        billing,
         catalog,
         network_volumes,
         openapi,
@@ -90,3 +96,4 @@ def add_v2_routes(root: web.Application, backends: Backends) -> None:
     if backends.secrets is not None:
         root.add_subapp("/v2/account/secrets", secrets.create_app(backends))
     root.add_subapp("/v2/catalog", catalog.create_app(backends))
+    root.add_subapp("/v2/billing", billing.create_app(backends))

@@ -102,7 +102,9 @@ def _success(op: Operation, refs: dict[type[BaseModel], dict[str, str]]) -> dict
     return {str(op.status): {"description": phrase, "content": {JSON: {"schema": schema}}}}
 
 
-def _operation(route: Mounted, refs: dict[Any, dict[str, str]]) -> dict[str, Any]:
+def _operation(
+    route: Mounted, refs: dict[Any, dict[type[BaseModel], dict[str, str]]]
+) -> dict[str, Any]:
     path_params = [
         param(name, "path", {"type": "string", "minLength": 1}, f"the {name}", required=True)
         for name in PATH_PARAM.findall(route.path)
