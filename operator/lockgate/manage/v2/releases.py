@@ -25,9 +25,16 @@ from lockgate.manage.releases import (
     rollback,
 )
 from lockgate.manage.v2 import BACKENDS, Backends
+from lockgate.manage.v2.documented import Operation, documented
 from lockgate.manage.v2.problems import validated
 from lockgate.models import describe_validation_error
-from lockgate.models.releases import Release, rollout_of
+from lockgate.models.releases import (
+    DiffEntry,
+    Release,
+    ReleaseSource,
+    Rollout,
+    rollout_of,
+)
 
 
 class Conflict(ApiError):
@@ -59,6 +66,41 @@ async def _version(backends: Backends, endpoint_id: str) -> int:
         raise NotFound(f"endpoint {endpoint_id!r} not found") from err
 
 
+class ReleaseView(BaseModel):
+    """RunPod's `Release` as an answer shows it."""
+
+    id: str
+    version: int | None
+    source: ReleaseSource
+    buildId: str | None
+    createdByUserId: str | None
+    workerCount: int
+    createdAt: str
+    diff: list[DiffEntry]
+
+
+class Pagination(BaseModel):
+    nextCursor: str | None
+    hasNextPage: bool
+
+
+class EndpointReleases(BaseModel):
+    """RunPod's `ListEndpointReleasesResponse`, with its cursor pagination."""
+
+    endpointVersion: int | None
+    rollout: Rollout
+    releases: list[ReleaseView]
+    pagination: Pagination
+
+
+@documented(
+    Operation(
+        "listEndpointReleases",
+        "The endpoint's releases, newest first, and how far its workers rolled out",
+        answer=EndpointReleases,
+        errors=(404, 422),
+    )
+)
 async def list_releases(request: web.Request) -> web.Response:
     backends = request.app[BACKENDS]
     endpoint_id = request.match_info["id"]
@@ -91,6 +133,15 @@ async def _release(releases: Releases, endpoint_id: str, release_id: str) -> Rel
     )
 
 
+@documented(
+    Operation(
+        "rollbackEndpointRelease",
+        "lockgate's: make a release's configuration the newest version (a new release)",
+        answer=ReleaseView,
+        status=201,
+        errors=(404, 409),
+    )
+)
 async def post_rollback(request: web.Request) -> web.Response:
     backends = request.app[BACKENDS]
     endpoint_id, release_id = request.match_info["id"], request.match_info["releaseId"]
