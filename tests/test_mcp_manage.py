@@ -78,6 +78,12 @@ async def test_templates_and_a_queue_endpoint_from_one_are_managed_and_run(
         )
         assert done["status"] == "COMPLETED" and done["output"] == {"echo": {"via": "mcp"}}
 
+        await server.call("update-endpoint", {"id": endpoint_id, "body": {"env": {"NEW": "1"}}})
+        releases = await server.call("list-endpoint-releases", {"id": endpoint_id})
+        assert releases["endpointVersion"] == 2, releases
+        newest = releases["releases"][0]
+        assert newest["version"] == 2 and newest["source"] == "MANUAL"
+        assert [d["field"] for d in newest["diff"]] == ["template.env"]
         after = await server.call(
             "update-endpoint",
             {"id": endpoint_id, "body": {"workers": {"min": 0, "max": 2, "idleTimeout": 5}}},
