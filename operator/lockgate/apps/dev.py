@@ -36,6 +36,7 @@ from lockgate.dev.launch import HANDLER_SUFFIX
 from lockgate.dev.names import curl_line, endpoint_id_for
 from lockgate.dev.redis_server import EmbeddedRedis
 from lockgate.dev.storage import LocalStorage
+from lockgate.dev.worker_source import DevWorkers
 from lockgate.gateway.app import create_app
 from lockgate.gateway.serving import app_runner, serve_runner
 from lockgate.gateway.state import GATEWAY
@@ -246,7 +247,8 @@ def build_app(
     add_history_routes(manage, sampler)
     app.add_subapp("/v1", manage)
     add_graphql_route(app, manage)  # the runpod SDK's management calls
-    add_v2_routes(app, Backends(plane, storage, gw.auth))  # RunPod's REST v2
+    backends = Backends(plane, storage, gw.auth, workers=DevWorkers(plane))
+    add_v2_routes(app, backends)  # RunPod's REST v2
     gateway_mark = gw.notifier.on_activity
 
     def mark(endpoint_id: str) -> None:  # the gateway's subscription tells both

@@ -481,6 +481,11 @@ class LocalControlPlane:
         for ep in self._endpoints.values():
             await self.gw.registry.delete_key(key_digest(ep.worker_key))
 
+    def pools(self, endpoint_id: str) -> list[LocalWorkers]:
+        """The endpoint's worker pools: the current one, then those retiring (their
+        workers finish their jobs on an older version); raises `EndpointNotFound`."""
+        return _all_workers(self._find(endpoint_id))
+
     async def jobs_in_hand(self) -> int | None:
         """Jobs the workers of every endpoint hold now; None when Redis cannot say."""
         try:
@@ -556,7 +561,7 @@ class LocalControlPlane:
         """Start the endpoint's workers now, or once its model references are cached."""
         if not spec.modelReferences:
             ep.models = ""
-            ep.workers = self._workers(ep.id, launch, ep.worker_key, spec)
+            ep.workers = self._workers(ep.id, launch, ep.worker_key, spec, ep.version)
             return
         ep.models = MODELS_DOWNLOADING
 
@@ -576,14 +581,14 @@ class LocalControlPlane:
             async with self._lock:
                 if current():
                     ep.models = MODELS_READY
-                    ep.workers = self._workers(ep.id, launch, ep.worker_key, spec)
+                    ep.workers = self._workers(ep.id, launch, ep.worker_key, spec, ep.version)
 
         task = asyncio.create_task(fetch_then_start(), name=f"lockgate-models-{ep.id}")
         self._fetching.add(task)
         task.add_done_callback(self._fetching.discard)
 
     def _workers(
-        self, endpoint_id: str, launch: Launch, worker_key: str, spec: EndpointSpec
+        self, endpoint_id: str, launch: Launch, worker_key: str, spec: EndpointSpec, version: int
     ) -> LocalWorkers:
         defaults = {k: v for k, v in WORKER_DEFAULTS.items() if k not in os.environ}
         given = resource_env(spec, cpus_here=os.cpu_count() or 1, gpus_here=gpus_here())
@@ -598,7 +603,7 @@ class LocalControlPlane:
         lb = LbWorkers(self.gw.store.redis) if spec.type == EndpointType.LB else None
         return LocalWorkers.start(
             self.gw.store, endpoint_id, launch, env, limits_of(spec), keys, sink,
-            lb=lb, drain_s=float(spec.requestTimeoutS),
+            lb=lb, drain_s=float(spec.requestTimeoutS), version=version,
         )  # fmt: skip
 
     def _retire(self, ep: LocalEndpoint) -> None:

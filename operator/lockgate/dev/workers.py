@@ -117,6 +117,7 @@ class LocalWorkers:
     task: asyncio.Task
     states: WorkerStates = field(default_factory=WorkerStates)
     reporter: asyncio.Task | None = None
+    version: int = 1  # the endpoint version these workers run
 
     @classmethod
     def start(
@@ -130,6 +131,7 @@ class LocalWorkers:
         sink: LineSink | None = None,
         lb: LbWorkers | None = None,
         drain_s: float = 0.0,
+        version: int = 1,
     ) -> LocalWorkers:
         """Start scaling at once (workersMin workers start on the first tick); each line
         a worker writes goes to `sink` too. With `lb`, the workers are a load-balancing
@@ -146,7 +148,7 @@ class LocalWorkers:
             )
         scaler = LocalAutoscaler(store, pool, endpoint_id, limits)
         task = asyncio.create_task(scaler.run(), name=f"lockgate-scaler-{endpoint_id}")
-        workers = cls(endpoint_id, store, pool, scaler, task)
+        workers = cls(endpoint_id, store, pool, scaler, task, version=version)
         workers.reporter = asyncio.create_task(
             workers.report(), name=f"lockgate-states-{endpoint_id}"
         )

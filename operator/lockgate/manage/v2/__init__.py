@@ -22,6 +22,7 @@ from lockgate.manage.admin import AUTHENTICATOR, admin_only
 from lockgate.manage.controlplane import ControlPlane
 from lockgate.manage.storage import Storage
 from lockgate.manage.v2.problems import problem
+from lockgate.manage.workersource import WorkerSource
 
 # The first path segment of every v2 management collection RunPod has: an endpoint with
 # such an id would shadow it under `/v2/{endpoint_id}/…` (the job API on the same origin).
@@ -44,6 +45,13 @@ class Backends:
     # Inside the error middleware of each sub-application (`lockgate manage`'s
     # `cluster_refusals`: a Kubernetes API error no route has a rule for is a 503).
     middlewares: Sequence[Any] = ()
+    # Workers and worker logs (`/v2/serverless/{id}/workers`): pods on a cluster
+    # (`kube.podworkers`), local processes in dev mode (`dev.worker_source`).
+    workers: WorkerSource | None = None
+
+
+# The process's backends, on every v2 sub-application (set by `v2_app`).
+BACKENDS = web.AppKey("v2_backends", Backends)
 
 
 def v2_app(backends: Backends) -> web.Application:
@@ -51,8 +59,14 @@ def v2_app(backends: Backends) -> web.Application:
     app = web.Application(middlewares=[error_middleware, admin_only, *backends.middlewares])
     app[ERROR_RENDERER] = problem
     app[AUTHENTICATOR] = backends.authenticator
+    app[BACKENDS] = backends
     return app
 
 
 def add_v2_routes(root: web.Application, backends: Backends) -> None:
     """Mount every v2 management collection on `root` (at `/v2/<collection>`)."""
+    from lockgate.manage.v2 import workers  # here: it imports this module
+
+    serverless = v2_app(backends)  # until `/v2/serverless` itself lands here
+    workers.add_worker_routes(serverless)
+    root.add_subapp("/v2/serverless", serverless)
