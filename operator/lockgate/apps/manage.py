@@ -23,6 +23,7 @@ from lockgate.gateway.keyfile import KeyFile
 from lockgate.gateway.notify import Notifier
 from lockgate.kube.cluster import Cluster, ClusterError, cluster_for
 from lockgate.kube.controlplane import KubernetesControlPlane
+from lockgate.kube.podworkers import KubernetesWorkers
 from lockgate.kube.settings import OperatorSettings
 from lockgate.kube.storage import KubernetesStorage
 from lockgate.manage.api import create_manage_app
@@ -32,6 +33,7 @@ from lockgate.manage.graphql import add_graphql_route
 from lockgate.manage.history import HistorySampler, add_history_routes, history_sampler
 from lockgate.manage.storage import Storage
 from lockgate.manage.v2 import Backends, add_v2_routes
+from lockgate.manage.workersource import WorkerSource
 from lockgate.store import JobStore, Registry, connect
 
 
@@ -86,8 +88,21 @@ def storage_for(settings: OperatorSettings, cluster: Cluster, registry: Registry
     return KubernetesStorage(cluster, registry, namespace=namespace, settings=settings)
 
 
+def workers_for(settings: OperatorSettings, cluster: Cluster) -> KubernetesWorkers:
+    """The worker pods of the management API's namespace, with their nodes' GPU type and
+    zone labels as this cluster names them."""
+    namespace = settings.manage_namespace()
+    return KubernetesWorkers(
+        cluster, namespace, settings.gpu_labelling(), settings.datacenter_label
+    )
+
+
 def create_app(
-    settings: OperatorSettings, control_plane: ControlPlane, storage: Storage, registry: Registry
+    settings: OperatorSettings,
+    control_plane: ControlPlane,
+    storage: Storage,
+    registry: Registry,
+    workers: WorkerSource | None = None,
 ) -> web.Application:
     """`/v1/endpoints…`, `/v1/templates…`, `/v1/containerregistryauth…`,
     `/v1/networkvolumes…` and `/graphql` (admin keys only) writing through `control_plane`
@@ -105,7 +120,9 @@ def create_app(
     app.cleanup_ctx.append(history_sampler(sampler, Notifier(registry.redis)))
     app.add_subapp("/v1", manage)
     add_graphql_route(app, manage)  # the runpod SDK's management calls
-    backends = Backends(control_plane, storage, authenticator, middlewares=(cluster_refusals,))
+    backends = Backends(
+        control_plane, storage, authenticator, middlewares=(cluster_refusals,), workers=workers
+    )
     add_v2_routes(app, backends)  # RunPod's REST v2 (its MCP server's calls)
     add_console(app, connect_src=origin_of(settings.base_url))  # the job API's origin
     if key_file is not None:
@@ -117,7 +134,8 @@ def create_app(
 async def start(settings: OperatorSettings, cluster: Cluster, registry: Registry) -> web.AppRunner:
     """Serve the management API on `manage_host:manage_port`; `cleanup()` the runner to stop."""
     plane = control_plane_for(settings, cluster)
-    app = create_app(settings, plane, storage_for(settings, cluster, registry), registry)
+    storage = storage_for(settings, cluster, registry)
+    app = create_app(settings, plane, storage, registry, workers_for(settings, cluster))
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, settings.manage_host, settings.manage_port).start()
