@@ -686,6 +686,8 @@ def test_the_management_api_may_only_write_endpoints_in_one_namespace(render_cha
         },
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},  # worker logs (issue 14)
         {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+        # the v2 worker logs' system source: the worker pods' Events (issue 46)
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["list"]},
         # /v1/containerregistryauth (issue 34): image pull Secrets written, never read
         {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "delete"]},
         {  # /v1/networkvolumes (issue 34)
@@ -705,7 +707,15 @@ def test_the_management_api_may_only_write_endpoints_in_one_namespace(render_cha
         if d["kind"] in ("ClusterRoleBinding", "RoleBinding")
         and any(s["name"] == "lockgate-manage" for s in d["subjects"])
     ]  # fmt: skip
-    assert manage_bound == [binding]
+    [nodes] = [d for d in manage_bound if d["kind"] == "ClusterRoleBinding"]
+    assert sorted(manage_bound, key=lambda d: d["kind"]) == [nodes, binding]
+    # cluster-wide, only the Nodes its workers run on (their GPU type and zone; issue 46)
+    [node_role] = [
+        d
+        for d in docs
+        if d["kind"] == "ClusterRole" and d["metadata"]["name"] == nodes["roleRef"]["name"]
+    ]
+    assert node_role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
 
 
 @pytest.mark.parametrize("values", [{}, {"operator": {"namespaces": ["team-a"]}}])
@@ -744,6 +754,8 @@ def test_cluster_scoped_names_carry_the_release_namespace(render_chart) -> None:
     for doc in cluster_scoped:
         hook = (doc["metadata"].get("annotations") or {}).get("helm.sh/hook") == "pre-delete"
         want = "team-x-lockgate-uninstall-cleanup" if hook else "team-x-lockgate-operator"
+        if doc["metadata"]["name"].endswith("-manage-nodes"):  # the v2 workers' node labels
+            want = "team-x-lockgate-manage-nodes"
         assert doc["metadata"]["name"] == want
     operator = by_kind(docs, "Deployment")["lockgate-operator"]["spec"]["template"]["spec"]
     assert env_of(operator["containers"][0])["LOCKGATE_PEERING_NAME"] == "team-x-lockgate-operator"
@@ -760,8 +772,8 @@ def test_long_cluster_scoped_names_stay_valid_and_distinct(render_chart) -> None
     names = {
         ns: by_kind(render_chart(namespace=ns), "ClusterRole") for ns in (long + "a", long + "b")
     }
-    a, b = (sorted(roles) for roles in names.values())  # the operator's and the hook's
-    assert len(a) == len(b) == 2 and not set(a) & set(b)
+    a, b = (sorted(roles) for roles in names.values())  # the operator's, the hook's, manage's
+    assert len(a) == len(b) == 3 and not set(a) & set(b)
     assert all(len(name) <= 63 for name in a + b)
 
 
