@@ -103,6 +103,9 @@ redis: ## Install Debian's redis-server, redis-sentinel and redis-cli for the Cl
 tools: ## Install helm 3.17 and kubectl 1.31 into ~/.cache/lockgate-tools/bin (once, cached)
 	bash hack/tools.sh
 
+mcp: ## Install RunPod's MCP server 4.0.0 (npm, pinned by hack/mcp-server/package-lock.json) into ~/.cache/lockgate-tools/mcp-server (once, cached; node >= 20)
+	bash hack/mcp-server.sh
+
 ##@ Packaging
 
 chart-lint: setup tools ## Chart: schema, docs, CRDs; helm lint --strict; helm template checked against Kubernetes 1.27-1.31 schemas
@@ -125,4 +128,4 @@ images: ## Build the control-plane and worker images (needs Docker; IMAGE_REGIST
 	  -t $(IMAGE_REGISTRY)/worker:$(IMAGE_TAG) .
 	@echo "images: built $(IMAGE_REGISTRY)/control-plane:$(IMAGE_TAG) and $(IMAGE_REGISTRY)/worker:$(IMAGE_TAG)"
 
-.PHONY: help setup run test fuzz lint format bench bench-status bench-openai bench-lb bench-sizing bench-scale bench-cluster crds verify-crds envtest cluster-images e2e tools browser redis chart-lint chart-scan chart-template images
+.PHONY: help setup run test fuzz lint format bench bench-status bench-openai bench-lb bench-sizing bench-scale bench-cluster crds verify-crds envtest cluster-images e2e tools mcp browser redis chart-lint chart-scan chart-template images

@@ -10,74 +10,37 @@ reading); errors are `{"error": ...}` naming the offending field. `/v1/templates
 
 from __future__ import annotations
 
-import re
-import secrets
-import string
 from typing import Any
 from urllib.parse import urlencode
 
 from aiohttp import web
-from pydantic import ValidationError
 
 from lockgate.gateway.auth import Authenticator
-from lockgate.gateway.errors import ApiError, BadRequest, NotFound
+from lockgate.gateway.errors import ApiError, BadRequest
 from lockgate.gateway.http import json_object, json_response
 from lockgate.gateway.middleware import error_middleware
+from lockgate.manage import operations as ops
 from lockgate.manage.about import About, add_about_route
 from lockgate.manage.admin import AUTHENTICATOR, admin_only
-from lockgate.manage.controlplane import (
-    CONTROL_PLANE,
-    ControlPlane,
-    EndpointExists,
-    EndpointNotFound,
-    TemplateNotFound,
-    UnusableSettings,
-)
+from lockgate.manage.controlplane import CONTROL_PLANE, ControlPlane, TemplateNotFound
 from lockgate.manage.keys_api import add_keys_routes
 from lockgate.manage.listing import ContinueExpired, ContinueInvalid, parse_query
 from lockgate.manage.logs import add_logs_routes
 from lockgate.manage.storage import STORAGE, Storage
-from lockgate.manage.storage_api import add_storage_routes, require_volume
+from lockgate.manage.storage_api import add_storage_routes
 from lockgate.manage.templates import add_template_routes
-from lockgate.models import (
-    ENDPOINT_ID_PATTERN,
-    EndpointRecord,
-    EndpointSpec,
-    describe_validation_error,
-)
+from lockgate.models import EndpointRecord, EndpointSpec
 from lockgate.models.templates import runpod_template
 from lockgate.store import JobStore
 
 WORKER_STORE = web.AppKey("worker_store", JobStore)  # workers of `includeWorkers`
 FLAGS = {"true": True, "1": True, "false": False, "0": False}
 
-ID_ALPHABET = string.ascii_lowercase + string.digits
-ID_LENGTH = 14  # RunPod's endpoint ids: 14 lowercase letters and digits
-ID_RE = re.compile(ENDPOINT_ID_PATTERN)
-
-
-class Conflict(ApiError):
-    """The endpoint id is taken."""
-
-    status = 409
-
 
 class Gone(ApiError):
     """A list's continue token has expired: the list starts again without it."""
 
     status = 410
-
-
-def new_endpoint_id() -> str:
-    """A RunPod-style id: 14 random lowercase letters and digits."""
-    return "".join(secrets.choice(ID_ALPHABET) for _ in range(ID_LENGTH))
-
-
-def parse_spec(payload: dict[str, Any]) -> EndpointSpec:
-    try:
-        return EndpointSpec.model_validate(payload)
-    except ValidationError as err:
-        raise BadRequest(describe_validation_error(err)) from err
 
 
 def flag(query: Any, name: str) -> bool:
@@ -120,56 +83,16 @@ async def endpoint_json(
     return body
 
 
-async def create_endpoint_from(
-    plane: ControlPlane, storage: Storage, payload: dict[str, Any]
-) -> EndpointRecord:
-    """Create an endpoint from a creation payload; raises `ApiError` naming the field
-    (`networkVolumeId` too, when it names no volume of `storage`)."""
-    endpoint_id = _endpoint_id(payload)
-    spec = parse_spec(payload)
-    await require_volume(storage, spec.networkVolumeId)
-    try:
-        return await plane.create(endpoint_id, spec)
-    except EndpointExists as err:
-        raise Conflict(f"id: endpoint {endpoint_id!r} exists already") from err
-    except UnusableSettings as err:
-        raise BadRequest(str(err)) from err
-
-
-async def edit_endpoint(
-    plane: ControlPlane, storage: Storage, endpoint_id: str, changes: dict[str, Any]
-) -> EndpointRecord:
-    """Apply `changes` (the others keep their values); raises `ApiError`."""
-    if changes.pop("id", endpoint_id) != endpoint_id:
-        raise BadRequest("id: an endpoint's id cannot change")
-    try:
-        current = await plane.get(endpoint_id)
-        settings = current.model_dump(include=set(EndpointSpec.model_fields))
-        spec = parse_spec({**settings, **changes})
-        if spec.networkVolumeId != current.networkVolumeId:
-            await require_volume(storage, spec.networkVolumeId)
-        return await plane.patch(endpoint_id, spec)
-    except EndpointNotFound as err:
-        raise NotFound(f"endpoint {endpoint_id!r} not found") from err
-    except UnusableSettings as err:
-        raise BadRequest(str(err)) from err
-
-
-def _endpoint_id(payload: dict[str, Any]) -> str:
-    endpoint_id = payload.pop("id", None)
-    if endpoint_id is None:
-        return new_endpoint_id()
-    if not isinstance(endpoint_id, str) or not ID_RE.fullmatch(endpoint_id):
-        raise BadRequest(
-            "id: use at most 63 lowercase letters, digits and '-', "
-            "starting and ending with a letter or digit"
-        )
-    return endpoint_id
+def payload_parts(payload: dict[str, Any]) -> tuple[str | None, EndpointSpec]:
+    """A v1 creation payload's `id` (None: a new one) and settings."""
+    fields = dict(payload)
+    return fields.pop("id", None), ops.endpoint_spec(fields)
 
 
 async def create_endpoint(request: web.Request) -> web.Response:
-    payload = await json_object(request)
-    record = await create_endpoint_from(request.app[CONTROL_PLANE], request.app[STORAGE], payload)
+    endpoint_id, spec = payload_parts(await json_object(request))
+    app = request.app
+    record = await ops.create_endpoint(app[CONTROL_PLANE], app[STORAGE], endpoint_id, spec)
     return json_response(record.to_json())
 
 
@@ -216,10 +139,7 @@ async def get_endpoint(request: web.Request) -> web.Response:
     endpoint_id = request.match_info["endpoint_id"]
     with_template = flag(request.query, "includeTemplate")
     with_workers = flag(request.query, "includeWorkers")
-    try:
-        record = await request.app[CONTROL_PLANE].get(endpoint_id)
-    except EndpointNotFound as err:
-        raise NotFound(f"endpoint {endpoint_id!r} not found") from err
+    record = await ops.get_endpoint(request.app[CONTROL_PLANE], endpoint_id)
     body = await endpoint_json(
         request.app, record, include_template=with_template, include_workers=with_workers
     )
@@ -232,16 +152,12 @@ async def patch_endpoint(request: web.Request) -> web.Response:
     endpoint_id = request.match_info["endpoint_id"]
     changes = await json_object(request)
     app = request.app
-    record = await edit_endpoint(app[CONTROL_PLANE], app[STORAGE], endpoint_id, changes)
+    record = await ops.edit_endpoint(app[CONTROL_PLANE], app[STORAGE], endpoint_id, changes)
     return json_response(record.to_json())
 
 
 async def delete_endpoint(request: web.Request) -> web.Response:
-    endpoint_id = request.match_info["endpoint_id"]
-    try:
-        await request.app[CONTROL_PLANE].delete(endpoint_id)
-    except EndpointNotFound as err:
-        raise NotFound(f"endpoint {endpoint_id!r} not found") from err
+    await ops.delete_endpoint(request.app[CONTROL_PLANE], request.match_info["endpoint_id"])
     return web.Response(status=204)
 
 
@@ -258,7 +174,7 @@ def create_manage_app(
     Routes are `{prefix}/endpoints…`; dev mode passes `prefix=""` and mounts the app as a
     sub-application at `/v1` of the gateway, so admin auth covers only these routes.
     `about` is what `{prefix}/about` tells the console (default: a cluster)."""
-    app = web.Application(middlewares=[error_middleware, admin_only])
+    app = web.Application(middlewares=[error_middleware, admin_only, ops.refusal_statuses])
     app[CONTROL_PLANE] = control_plane
     app[AUTHENTICATOR] = authenticator
     app[WORKER_STORE] = JobStore(authenticator.registry.redis)

@@ -22,6 +22,8 @@ selections and one such field.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,12 +47,13 @@ from graphql import (
 
 from lockgate.gateway.auth import ADMIN, Authenticator
 from lockgate.gateway.errors import ApiError, Unauthorized
+from lockgate.manage import operations as ops
 from lockgate.manage.admin import ALL_ENDPOINTS, AUTHENTICATOR
-from lockgate.manage.api import create_endpoint_from, edit_endpoint
+from lockgate.manage.api import payload_parts
 from lockgate.manage.controlplane import CONTROL_PLANE, ControlPlane
 from lockgate.manage.listing import EndpointQuery
 from lockgate.manage.storage import STORAGE, Storage
-from lockgate.manage.storage_api import create_registry_auth, remove_registry_auth
+from lockgate.manage.storage_api import create_registry_auth
 from lockgate.manage.templates import create_template, edit_template
 from lockgate.models import EndpointRecord, TemplateSpec
 from lockgate.models.templates import runpod_template
@@ -337,29 +340,36 @@ async def resolve_templates(_user: Any, info: Any) -> list[dict[str, Any]]:
     return [template_view(runpod_template(i, spec)) for i, spec in templates.items()]
 
 
+@contextmanager
+def as_graphql_errors() -> Iterator[None]:
+    """A refusal of the operations (or of a view's parsing) as a GraphQL error with the
+    HTTP status REST would answer with."""
+    try:
+        yield
+    except (ApiError, ops.Refused) as err:
+        error = ops.api_error(err) if isinstance(err, ops.Refused) else err
+        raise GraphQLError(error.message, extensions={"status": error.status}) from err
+
+
 async def resolve_save_template(_root: Any, info: Any, input: dict[str, Any]) -> dict[str, Any]:
     plane, storage, payload = _plane(info), _storage(info), template_payload(input)
     template_id = payload.pop("id", None)
-    try:
+    with as_graphql_errors():
         if template_id:
             record = await edit_template(plane, storage, template_id, payload)
         else:
             record = await create_template(plane, storage, payload)
-    except ApiError as err:
-        raise GraphQLError(err.message, extensions={"status": err.status}) from err
     return template_view(record)
 
 
 async def resolve_save_endpoint(_root: Any, info: Any, input: dict[str, Any]) -> dict[str, Any]:
     plane, payload = _plane(info), endpoint_payload(input)
     endpoint_id = payload.pop("id", None)
-    try:
+    with as_graphql_errors():
         if endpoint_id:
-            record = await edit_endpoint(plane, _storage(info), endpoint_id, payload)
+            record = await ops.edit_endpoint(plane, _storage(info), endpoint_id, payload)
         else:
-            record = await create_endpoint_from(plane, _storage(info), payload)
-    except ApiError as err:
-        raise GraphQLError(err.message, extensions={"status": err.status}) from err
+            record = await ops.create_endpoint(plane, _storage(info), *payload_parts(payload))
     return endpoint_view(record, await _template_of(plane, record.templateId))
 
 
@@ -369,12 +379,10 @@ async def resolve_update_endpoint_template(
     input: dict[str, Any],
 ) -> dict[str, Any]:
     plane = _plane(info)
-    try:
-        record = await edit_endpoint(
+    with as_graphql_errors():
+        record = await ops.edit_endpoint(
             plane, _storage(info), input["endpointId"], {"templateId": input["templateId"]}
         )
-    except ApiError as err:
-        raise GraphQLError(err.message, extensions={"status": err.status}) from err
     return endpoint_view(record, await _template_of(plane, record.templateId))
 
 
@@ -382,17 +390,13 @@ async def resolve_save_registry_auth(
     _root: Any, info: Any, input: dict[str, Any]
 ) -> dict[str, Any]:
     payload = {k: v for k, v in input.items() if v is not None}
-    try:
+    with as_graphql_errors():
         return await create_registry_auth(_storage(info), payload)
-    except ApiError as err:
-        raise GraphQLError(err.message, extensions={"status": err.status}) from err
 
 
 async def resolve_delete_registry_auth(_root: Any, info: Any, registryAuthId: str) -> bool:
-    try:
-        await remove_registry_auth(_plane(info), _storage(info), registryAuthId)
-    except ApiError as err:
-        raise GraphQLError(err.message, extensions={"status": err.status}) from err
+    with as_graphql_errors():
+        await ops.delete_registry_auth(_plane(info), _storage(info), registryAuthId)
     return True
 
 

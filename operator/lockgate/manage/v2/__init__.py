@@ -4,8 +4,9 @@ the same control plane as `/v1` and `/graphql`.
 Each collection is a sub-application mounted at its own prefix (`/v2/serverless`…), so in
 dev mode, where the job API's `/v2/{endpoint_id}/…` shares the port, a request under a
 collection's prefix never reaches the job API (aiohttp resolves the longest prefix first),
-and endpoint ids that would shadow one are refused (`RESERVED_IDS`). Every sub-application
-answers errors as RFC 9457 problems (`problems.problem`) and lets only admin keys in.
+and endpoint ids that would shadow one are refused (`operations.RESERVED_IDS`). Every
+sub-application answers errors as RFC 9457 problems (`problems.problem`) and lets only
+admin keys in.
 """
 
 from __future__ import annotations
@@ -20,18 +21,12 @@ from lockgate.gateway.auth import Authenticator
 from lockgate.gateway.middleware import ERROR_RENDERER, error_middleware
 from lockgate.manage.admin import AUTHENTICATOR, admin_only
 from lockgate.manage.controlplane import ControlPlane
+from lockgate.manage.operations import RESERVED_IDS, refusal_statuses
+
+__all__ = ["RESERVED_IDS", "Backends", "add_v2_routes", "v2_app"]
 from lockgate.manage.storage import Storage
 from lockgate.manage.v2.problems import problem
 from lockgate.manage.workersource import WorkerSource
-
-# The first path segment of every v2 management collection RunPod has: an endpoint with
-# such an id would shadow it under `/v2/{endpoint_id}/…` (the job API on the same origin).
-RESERVED_IDS = frozenset(
-    {
-        "serverless", "templates", "registries", "network-volumes", "catalog", "account",
-        "billing", "openapi.json", "pods", "clusters", "user", "users", "graphql",
-    }
-)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -50,23 +45,20 @@ class Backends:
     workers: WorkerSource | None = None
 
 
-# The process's backends, on every v2 sub-application (set by `v2_app`).
-BACKENDS = web.AppKey("v2_backends", Backends)
-
-
 def v2_app(backends: Backends) -> web.Application:
     """A sub-application for one v2 collection: admin keys only, errors as problems."""
-    app = web.Application(middlewares=[error_middleware, admin_only, *backends.middlewares])
+    app = web.Application(
+        middlewares=[error_middleware, admin_only, refusal_statuses, *backends.middlewares]
+    )
     app[ERROR_RENDERER] = problem
     app[AUTHENTICATOR] = backends.authenticator
-    app[BACKENDS] = backends
     return app
 
 
 def add_v2_routes(root: web.Application, backends: Backends) -> None:
     """Mount every v2 management collection on `root` (at `/v2/<collection>`)."""
-    from lockgate.manage.v2 import workers  # here: it imports this module
+    from lockgate.manage.v2 import serverless, workers  # their modules import this one
 
-    serverless = v2_app(backends)  # until `/v2/serverless` itself lands here
-    workers.add_worker_routes(serverless)
-    root.add_subapp("/v2/serverless", serverless)
+    app = serverless.create_app(backends)
+    workers.add_worker_routes(app)  # `/{id}/workers…` on the same sub-application
+    root.add_subapp("/v2/serverless", app)
