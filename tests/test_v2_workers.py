@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -369,7 +369,7 @@ async def test_dev_a_log_stream_cut_and_resumed_loses_no_line_and_repeats_none(
         assert "worker process started" in first[0]["data"]["line"]
         headers = {**_admin(dev), "Last-Event-ID": first[-1]["id"]}
         async with http.get(logs, headers=headers) as resp:
-            rest = await read_events_until(resp, f"{tag} 60")
+            rest = await read_events_until(resp, lambda got: len(tagged(tag, first + got)) >= 60)
         seen = [e["data"]["line"] for e in first + rest]
         mine = [line for line in seen if line.startswith(f"{tag} ")]
         assert sorted(mine, key=lambda x: int(x.split()[1])) == [f"{tag} {n}" for n in range(1, 61)]
@@ -380,12 +380,12 @@ async def test_dev_a_log_stream_cut_and_resumed_loses_no_line_and_repeats_none(
         # the container source alone, from the 10th numbered line's id on
         container = f"{logs}?source=container&tail=5000"
         async with http.get(container, headers=_admin(dev)) as resp:
-            lines = await read_events_until(resp, f"{tag} 60")
+            lines = await read_events_until(resp, lambda got: len(tagged(tag, got)) == 60)
         assert {e["data"]["source"] for e in lines} == {"container"}
         tenth = next(e for e in lines if e["data"]["line"] == f"{tag} 10")
         headers = {**_admin(dev), "Last-Event-ID": tenth["id"]}
         async with http.get(f"{logs}?source=container", headers=headers) as resp:
-            after_tenth = await read_events_until(resp, f"{tag} 60")
+            after_tenth = await read_events_until(resp, lambda got: got[-1:] == lines[-1:])
         expected = [e["data"]["line"] for e in lines[lines.index(tenth) + 1 :]]
         assert [e["data"]["line"] for e in after_tenth] == expected
 
@@ -409,12 +409,14 @@ async def test_dev_a_log_stream_cut_and_resumed_loses_no_line_and_repeats_none(
         assert status == 404, problem
 
 
-async def read_events_until(resp: aiohttp.ClientResponse, line: str) -> list[dict]:
-    """Events of a live stream up to the one whose line is `line` (bounded in time)."""
+async def read_events_until(
+    resp: aiohttp.ClientResponse, done: Callable[[list[dict]], bool]
+) -> list[dict]:
+    """Events of a live stream until `done(events so far)` (bounded in time)."""
     events: list[dict] = []
 
     async def read() -> None:
-        while not any(e["data"]["line"] == line for e in events):
+        while not done(events):
             got = await read_events(resp, 1)
             if not got:
                 return
@@ -422,6 +424,12 @@ async def read_events_until(resp: aiohttp.ClientResponse, line: str) -> list[dic
 
     await asyncio.wait_for(read(), 30)
     return events
+
+
+def tagged(tag: str, events: list[dict]) -> list[str]:
+    """The numbered lines of `tag` among `events` (stdout's and stderr's come through two
+    pipes: in order within each, in any order between them)."""
+    return [e["data"]["line"] for e in events if e["data"]["line"].startswith(f"{tag} ")]
 
 
 async def test_dev_a_stream_ends_once_its_worker_is_gone_and_drained(
