@@ -243,7 +243,12 @@ class KubernetesWorkers:
     async def _system(self, pod: Obj) -> list[LogEvent]:
         name = pod["metadata"]["name"]
         selector = f"involvedObject.kind=Pod,involvedObject.name={name}"
-        events = await self.cluster.list_events(self.namespace, selector)
+        try:
+            events = await self.cluster.list_events(self.namespace, selector)
+        except ClusterError as err:  # a refusal (no `list events`) or a hiccup: the
+            # terminations still show, the Events come at a later read (their own cursor)
+            log.debug("no events of pod %s: %s", name, err)
+            events = []
         return numbered(SYSTEM, system_lines(events, pod), whole=True)
 
     async def read(self, endpoint_id: str, worker_id: str, read: LogRead) -> LogBatch:
