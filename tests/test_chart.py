@@ -688,8 +688,9 @@ def test_the_management_api_may_only_write_endpoints_in_one_namespace(render_cha
         {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
         # the v2 worker logs' system source: the worker pods' Events (issue 46)
         {"apiGroups": [""], "resources": ["events"], "verbs": ["list"]},
-        # /v1/containerregistryauth (issue 34): image pull Secrets written, never read
-        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "delete"]},
+        # /v1/containerregistryauth (issue 34), /v2/account/secrets (issue 46): Secrets
+        # written (replaced whole, never patched: a patch answers the Secret), never read
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "update", "delete"]},
         {  # /v1/networkvolumes (issue 34)
             "apiGroups": [""],
             "resources": ["persistentvolumeclaims"],
@@ -707,15 +708,13 @@ def test_the_management_api_may_only_write_endpoints_in_one_namespace(render_cha
         if d["kind"] in ("ClusterRoleBinding", "RoleBinding")
         and any(s["name"] == "lockgate-manage" for s in d["subjects"])
     ]  # fmt: skip
-    [nodes] = [d for d in manage_bound if d["kind"] == "ClusterRoleBinding"]
-    assert sorted(manage_bound, key=lambda d: d["kind"]) == [nodes, binding]
-    # cluster-wide, only the Nodes its workers run on (their GPU type and zone; issue 46)
-    [node_role] = [
-        d
-        for d in docs
-        if d["kind"] == "ClusterRole" and d["metadata"]["name"] == nodes["roleRef"]["name"]
+    cluster_binding = by_kind(docs, "ClusterRoleBinding")["lockgate-lockgate-manage"]
+    assert sorted(manage_bound, key=lambda d: d["kind"]) == [cluster_binding, binding]
+    # Its one cluster-wide rule reads: the catalog lists nodes and the pods bound to them.
+    cluster_role = by_kind(docs, "ClusterRole")[cluster_binding["roleRef"]["name"]]
+    assert cluster_role["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["list"]}
     ]
-    assert node_role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
 
 
 @pytest.mark.parametrize("values", [{}, {"operator": {"namespaces": ["team-a"]}}])
@@ -753,9 +752,8 @@ def test_cluster_scoped_names_carry_the_release_namespace(render_chart) -> None:
     assert {d["kind"] for d in cluster_scoped} == set(CLUSTER_SCOPED)
     for doc in cluster_scoped:
         hook = (doc["metadata"].get("annotations") or {}).get("helm.sh/hook") == "pre-delete"
-        want = "team-x-lockgate-uninstall-cleanup" if hook else "team-x-lockgate-operator"
-        if doc["metadata"]["name"].endswith("-manage-nodes"):  # the v2 workers' node labels
-            want = "team-x-lockgate-manage-nodes"
+        component = doc["metadata"].get("labels", {}).get("app.kubernetes.io/component")
+        want = "team-x-lockgate-uninstall-cleanup" if hook else f"team-x-lockgate-{component}"
         assert doc["metadata"]["name"] == want
     operator = by_kind(docs, "Deployment")["lockgate-operator"]["spec"]["template"]["spec"]
     assert env_of(operator["containers"][0])["LOCKGATE_PEERING_NAME"] == "team-x-lockgate-operator"
@@ -772,7 +770,8 @@ def test_long_cluster_scoped_names_stay_valid_and_distinct(render_chart) -> None
     names = {
         ns: by_kind(render_chart(namespace=ns), "ClusterRole") for ns in (long + "a", long + "b")
     }
-    a, b = (sorted(roles) for roles in names.values())  # the operator's, the hook's, manage's
+    # the operator's, the management API's (the catalog) and the hook's
+    a, b = (sorted(roles) for roles in names.values())
     assert len(a) == len(b) == 3 and not set(a) & set(b)
     assert all(len(name) <= 63 for name in a + b)
 

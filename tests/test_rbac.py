@@ -35,6 +35,7 @@ from lockgate.apps.operator import run
 from lockgate.dev.redis_server import EmbeddedRedis, free_port
 from lockgate.kube.crds import GROUP, VERSION
 from lockgate.kube.settings import OperatorSettings
+from lockgate.models import secrets
 from lockgate.store import Registry, connect, key_digest
 from tests.conftest import wait_until
 
@@ -465,7 +466,37 @@ def test_lockgate_manage_serves_endpoints_with_only_its_own_role(
         status, logs = _http("GET", f"{base}/v1/endpoints/ep-manage/logs", None, auth)
         assert (status, logs) == (200, {"lines": []})
         assert_storage_served(env, base, auth, intake)
+        assert_secrets_served(env, base, auth, intake)
         assert _http("DELETE", f"{base}/v1/endpoints/ep-manage", None, auth)[0] == 204
+        # the catalog (/v2/catalog): nodes and the pods bound to them, listed cluster-wide
+        status, gpus = _http("GET", f"{base}/v2/catalog/gpus", None, auth)
+        assert (status, gpus) == (200, {"gpus": []})  # envtest's nodes: none
+
+
+def assert_secrets_served(env: EnvTest, base: str, auth: dict, namespace: str) -> None:
+    """Account secrets (issue 46 item 7) through `lockgate manage` with only its Role: a
+    Secret created, its value replaced whole (`update`), deleted; never read."""
+    body = {"name": "hf_Token/ci", "value": "first-value", "description": "ci"}
+    status, made = _http("POST", f"{base}/v2/account/secrets", body, auth)
+    assert status == 201, made
+    name = secrets.object_name("hf_Token/ci")
+
+    def value() -> str:
+        data = kubectl(env, "get", "secret", name, "-n", namespace, "-o", "jsonpath={.data.value}")
+        return base64.b64decode(data).decode()
+
+    assert value() == "first-value"
+    one = f"{base}/v2/account/secrets/{made['id']}"
+    status, rotated = _http("PATCH", one, {"value": "second-value"}, auth)
+    assert status == 200 and rotated["description"] == "ci", rotated
+    assert value() == "second-value"
+    assert _http("DELETE", one, None, auth)[0] == 204
+    gone = subprocess.run(
+        [tool("kubectl"), "--kubeconfig", str(env.kubeconfig), "get", "secret", name,
+         "-n", namespace],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert gone.returncode != 0 and "NotFound" in gone.stderr
 
 
 def assert_storage_served(env: EnvTest, base: str, auth: dict, namespace: str) -> None:
@@ -533,11 +564,14 @@ def test_the_management_apis_account_can_read_no_secret_nor_write_workloads(
         for call in (
             lambda: core.list_namespaced_secret(intake),
             lambda: core.read_namespaced_secret("any", intake),
+            lambda: core.patch_namespaced_secret("any", intake, {}),  # its answer: the Secret
             lambda: core.create_namespaced_secret(release_ns, {"metadata": {"name": "x"}}),
             lambda: core.list_namespaced_secret(release_ns),
             lambda: apps.list_namespaced_deployment(intake),
-            lambda: core.list_namespaced_pod(release_ns),
+            lambda: core.read_node("any"),
+            lambda: core.patch_node("any", {"metadata": {"labels": {"x": "y"}}}),
             lambda: core.read_namespaced_pod("any", intake),
+            lambda: core.read_namespaced_pod("any", release_ns),
             lambda: core.read_namespaced_pod_log("any", release_ns),
             lambda: core.delete_namespaced_pod("any", intake),
             lambda: custom.list_namespaced_custom_object(GROUP, VERSION, "default", "endpoints"),
@@ -548,6 +582,9 @@ def test_the_management_apis_account_can_read_no_secret_nor_write_workloads(
         assert custom.list_namespaced_custom_object(GROUP, VERSION, intake, "endpoints")
         # worker logs (issue 14): list pods and read their logs, in its namespace only
         assert core.list_namespaced_pod(intake).items == []
+        # the catalog (/v2/catalog): its one cluster-wide rule lists nodes and pods, no more
+        core.list_node()
+        core.list_pod_for_all_namespaces(field_selector="spec.nodeName!=")
         with pytest.raises(ApiException) as missing:
             core.read_namespaced_pod_log("no-such-pod", intake)
         assert missing.value.status == 404  # allowed, and the pod is not there

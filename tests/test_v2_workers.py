@@ -24,7 +24,7 @@ from redis.asyncio import Redis
 
 from lockgate.kube.gpus import GpuLabels
 from lockgate.kube.manifests import selector
-from lockgate.kube.podworkers import lifecycle, log_lines, system_lines
+from lockgate.kube.podworkers import lifecycle, log_lines, pod_facts, system_lines
 from lockgate.manage.v2.workers import parse_log_params
 from lockgate.manage.workerlogs import (
     CONTAINER,
@@ -259,12 +259,17 @@ def test_a_log_read_cut_mid_line_leaves_that_line_for_the_next_read() -> None:
     [
         ("gke", {"cloud.google.com/gke-accelerator": "nvidia-l4"}, "NVIDIA L4"),
         ("nvidia-gfd", {"nvidia.com/gpu.product": "Tesla-T4"}, "NVIDIA T4"),
-        ("nvidia-gfd", {"nvidia.com/gpu.product": "NVIDIA-L40S"}, "NVIDIA-L40S"),  # as written
+        ("nvidia-gfd", {"nvidia.com/gpu.product": "NVIDIA-GeForce-RTX-4090"},
+         "NVIDIA GeForce RTX 4090"),
         ("nvidia-gfd", {}, None),
     ],
-)
-def test_a_nodes_gpu_type_from_its_labels(preset: str, labels: dict, gpu: str | None) -> None:
-    assert GpuLabels.resolve(preset).type_of_node(labels) == gpu
+)  # fmt: skip
+def test_a_workers_gpu_type_is_its_nodes_as_the_catalog_names_it(
+    preset: str, labels: dict, gpu: str | None
+) -> None:
+    pod = {"metadata": {"name": "p"}, "spec": {}, "status": {}}
+    facts = pod_facts(pod, {}, labels, GpuLabels.resolve(preset), "topology.kubernetes.io/zone")
+    assert facts.gpu_type == gpu
 
 
 # -- dev mode: a real `lockgate dev` -------------------------------------------------------

@@ -733,3 +733,33 @@ configmap.yaml): their own stable name, their peers' names, and the password. */
       key: REDIS_PASSWORD
 {{- end }}
 {{- end }}
+
+{{/* How nodes are read (operator.scheduling): GPU types, CUDA, data centers, CPU flavors.
+The operator places workers by these labels; the management API's catalog
+(/v2/catalog) reads the same nodes back with them (docs/catalog.md). */}}
+{{- define "lockgate.nodeLabelsEnv" -}}
+{{- with .Values.operator.scheduling }}
+- name: LOCKGATE_GPU_RESOURCE
+  value: {{ .gpuResource | quote }}
+{{- /* GPU placement (docs/endpoint-reference.md#gpu-placement) */}}
+{{- if and (eq .gpuLabels "custom") (not .gpuTypeLabel) }}
+{{- fail "operator.scheduling.gpuLabels is custom: set operator.scheduling.gpuTypeLabel to the node label naming GPU types" }}
+{{- end }}
+- name: LOCKGATE_GPU_LABELS
+  value: {{ .gpuLabels | quote }}
+- name: LOCKGATE_GPU_TYPE_LABEL
+  value: {{ .gpuTypeLabel | quote }}
+- name: LOCKGATE_GPU_PRESENT_LABEL
+  value: {{ .gpuPresentLabel | quote }}
+- name: LOCKGATE_GPU_TYPE_VALUES
+  value: {{ toJson .gpuTypeValues | quote }}
+- name: LOCKGATE_CUDA_MAJOR_LABEL
+  value: {{ .cudaMajorLabel | quote }}
+- name: LOCKGATE_CUDA_MINOR_LABEL
+  value: {{ .cudaMinorLabel | quote }}
+- name: LOCKGATE_DATACENTER_LABEL
+  value: {{ .datacenterLabel | quote }}
+- name: LOCKGATE_CPU_FLAVOR_LABEL
+  value: {{ .cpuFlavorLabel | quote }}
+{{- end }}
+{{- end }}

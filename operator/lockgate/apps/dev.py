@@ -24,9 +24,12 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from lockgate import clientconfig
+from lockgate.dev.catalog import LocalCatalog
 from lockgate.dev.controlplane import STOP_GRACE_S, LocalControlPlane
 from lockgate.dev.datadir import (
     REDIS_PASSWORD_FILE,
+    SECRETS,
+    VOLUMES,
     DataDirInUse,
     claim,
     kept_secret,
@@ -35,6 +38,7 @@ from lockgate.dev.datadir import (
 from lockgate.dev.launch import HANDLER_SUFFIX
 from lockgate.dev.names import curl_line, endpoint_id_for
 from lockgate.dev.redis_server import EmbeddedRedis
+from lockgate.dev.secret_values import FileSecretValues
 from lockgate.dev.storage import LocalStorage
 from lockgate.dev.worker_source import DevWorkers
 from lockgate.gateway.app import create_app
@@ -47,6 +51,7 @@ from lockgate.manage.console import add_console, origin_of
 from lockgate.manage.controlplane import UnusableSettings
 from lockgate.manage.graphql import add_graphql_route
 from lockgate.manage.history import HistorySampler, add_history_routes, history_sampler
+from lockgate.manage.secrets import AccountSecrets
 from lockgate.manage.v2 import Backends, add_v2_routes
 from lockgate.models import EndpointSpec, EndpointType, describe_validation_error
 from lockgate.settings import Settings
@@ -232,13 +237,16 @@ def build_app(
     folders under `data_dir/volumes` (default: `base_dir/.lockgate`, the command's default)."""
     app = create_app(settings)
     gw = app[GATEWAY]
-    volumes_dir = (data_dir or base_dir / DEFAULT_DATA_DIR).resolve() / "volumes"
+    folder = (data_dir or base_dir / DEFAULT_DATA_DIR).resolve()
+    volumes_dir = folder / VOLUMES
+    values = FileSecretValues(folder / SECRETS)
     plane = LocalControlPlane(
         gw,
         gateway_url=gateway_url,
         base_dir=base_dir,
         volumes_dir=volumes_dir,
         stop_grace_s=stop_grace_s,
+        secret_values=values,
     )
     storage = LocalStorage(gw.registry, volumes_dir)
     about = About(DEV, command_line_endpoint, tuple(sorted(command_line_fields)))
@@ -247,8 +255,12 @@ def build_app(
     add_history_routes(manage, sampler)
     app.add_subapp("/v1", manage)
     add_graphql_route(app, manage)  # the runpod SDK's management calls
-    backends = Backends(plane, storage, gw.auth, workers=DevWorkers(plane))
-    add_v2_routes(app, backends)  # RunPod's REST v2
+    account = AccountSecrets(gw.registry, values, plane)
+    backends = Backends(
+        plane, storage, gw.auth, secrets=account, catalog=LocalCatalog(),
+        workers=DevWorkers(plane),
+    )  # fmt: skip
+    add_v2_routes(app, backends)  # RunPod's REST v2 (the catalog: this machine)
     gateway_mark = gw.notifier.on_activity
 
     def mark(endpoint_id: str) -> None:  # the gateway's subscription tells both

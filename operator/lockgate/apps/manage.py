@@ -21,16 +21,20 @@ from lockgate.gateway.auth import Authenticator
 from lockgate.gateway.errors import Unavailable
 from lockgate.gateway.keyfile import KeyFile
 from lockgate.gateway.notify import Notifier
+from lockgate.kube.catalog import KubernetesCatalog
 from lockgate.kube.cluster import Cluster, ClusterError, cluster_for
 from lockgate.kube.controlplane import KubernetesControlPlane
 from lockgate.kube.podworkers import KubernetesWorkers
+from lockgate.kube.secret_values import KubernetesSecretValues
 from lockgate.kube.settings import OperatorSettings
 from lockgate.kube.storage import KubernetesStorage
 from lockgate.manage.api import create_manage_app
+from lockgate.manage.catalog import Catalog
 from lockgate.manage.console import add_console, origin_of
 from lockgate.manage.controlplane import ControlPlane
 from lockgate.manage.graphql import add_graphql_route
 from lockgate.manage.history import HistorySampler, add_history_routes, history_sampler
+from lockgate.manage.secrets import AccountSecrets, SecretValues
 from lockgate.manage.storage import Storage
 from lockgate.manage.v2 import Backends, add_v2_routes
 from lockgate.manage.workersource import WorkerSource
@@ -97,16 +101,25 @@ def workers_for(settings: OperatorSettings, cluster: Cluster) -> KubernetesWorke
     )
 
 
+def secret_values_for(settings: OperatorSettings, cluster: Cluster) -> SecretValues:
+    """Account secrets' values as Secrets in the management API's namespace (where the
+    Endpoints and their workers are)."""
+    return KubernetesSecretValues(cluster, namespace=settings.manage_namespace())
+
+
 def create_app(
     settings: OperatorSettings,
     control_plane: ControlPlane,
     storage: Storage,
     registry: Registry,
+    secret_values: SecretValues | None = None,
+    catalog: Catalog | None = None,
     workers: WorkerSource | None = None,
 ) -> web.Application:
     """`/v1/endpoints…`, `/v1/templates…`, `/v1/containerregistryauth…`,
-    `/v1/networkvolumes…` and `/graphql` (admin keys only) writing through `control_plane`
-    and `storage`, and an unauthenticated `/healthz` for probes."""
+    `/v1/networkvolumes…`, `/graphql` and `/v2/…` (admin keys only) writing through
+    `control_plane` and `storage` (`/v2/catalog` reading `catalog`), and an unauthenticated
+    `/healthz` for probes."""
     key_file = None
     if settings.keys_file:
         key_file = KeyFile(settings.keys_file, reload_s=settings.keys_file_reload_s)
@@ -120,8 +133,17 @@ def create_app(
     app.cleanup_ctx.append(history_sampler(sampler, Notifier(registry.redis)))
     app.add_subapp("/v1", manage)
     add_graphql_route(app, manage)  # the runpod SDK's management calls
+    account = None
+    if secret_values is not None:
+        account = AccountSecrets(registry, secret_values, control_plane)
     backends = Backends(
-        control_plane, storage, authenticator, middlewares=(cluster_refusals,), workers=workers
+        control_plane,
+        storage,
+        authenticator,
+        middlewares=(cluster_refusals,),
+        secrets=account,
+        catalog=catalog,
+        workers=workers,
     )
     add_v2_routes(app, backends)  # RunPod's REST v2 (its MCP server's calls)
     add_console(app, connect_src=origin_of(settings.base_url))  # the job API's origin
@@ -135,7 +157,10 @@ async def start(settings: OperatorSettings, cluster: Cluster, registry: Registry
     """Serve the management API on `manage_host:manage_port`; `cleanup()` the runner to stop."""
     plane = control_plane_for(settings, cluster)
     storage = storage_for(settings, cluster, registry)
-    app = create_app(settings, plane, storage, registry, workers_for(settings, cluster))
+    values = secret_values_for(settings, cluster)
+    catalog = KubernetesCatalog(cluster, settings)  # the nodes (a ClusterRole's list)
+    workers = workers_for(settings, cluster)
+    app = create_app(settings, plane, storage, registry, values, catalog, workers)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, settings.manage_host, settings.manage_port).start()

@@ -26,15 +26,17 @@ import logging
 import os
 import secrets
 import sys
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from lockgate.dev.datadir import SECRETS
 from lockgate.dev.launch import Launch, launch_for, template_launch
 from lockgate.dev.model_cache import ModelDownloads
+from lockgate.dev.secret_values import FileSecretValues, SecretMissing
 from lockgate.dev.storage import VOLUME_PATH_ENV, volume_dir
 from lockgate.dev.worker_keys import WorkerKeys
 from lockgate.dev.workers import LocalWorkers, WorkerStates, limits_of
@@ -62,6 +64,7 @@ from lockgate.models import (
     TemplateSpec,
     WorkerCounts,
 )
+from lockgate.models.secrets import missing_problem
 from lockgate.store import Snapshot, key_digest
 from lockgate.store.lb_workers import LbWorkers
 from lockgate.workerenv import WORKER_DEFAULTS, resource_env, worker_env
@@ -77,6 +80,7 @@ WORKERS_HEALTHY = "WorkersHealthy"
 MODELS_CACHED = "ModelsCached"
 MODELS_DOWNLOADING = "downloading"  # `LocalEndpoint.models` while its models are fetched
 MODELS_READY = "cached"
+SECRET_POLL_S = 1.0  # how often an endpoint waiting for an account secret looks again
 
 
 def gpus_here() -> int:
@@ -111,6 +115,7 @@ class LocalEndpoint:
     created_at: str = field(default_factory=now)
     edits: dict = field(default_factory=dict)  # the command line's endpoint: API edits kept
     models: str = ""  # its modelReferences: MODELS_DOWNLOADING, MODELS_READY or the failure
+    secrets: str = ""  # why its workers wait: an account secret its env refers to is missing
 
     def entry(self, job_api_url: str) -> dict:
         """The registry entry: every setting, plus what a restart needs to resume it."""
@@ -172,8 +177,11 @@ def models_failed(ep: LocalEndpoint) -> bool:
 
 def local_phase(ep: LocalEndpoint) -> Phase:
     """Ready while its workers can start; Failed when its templateId cannot run here or
-    a model reference could not be fetched."""
-    return Phase.READY if ep.launch is not None and not models_failed(ep) else Phase.FAILED
+    a model reference could not be fetched; Pending while an account secret its env
+    refers to is missing."""
+    if ep.launch is None or models_failed(ep):
+        return Phase.FAILED
+    return Phase.PENDING if ep.secrets else Phase.READY
 
 
 def local_summary(ep: LocalEndpoint) -> EndpointSummary:
@@ -191,6 +199,8 @@ def local_status(
     reason = "LocalWorkers" if ok else "UnusableTemplate"
     if ok and models_failed(ep):
         ok, reason, message = False, "ModelFetchFailed", ep.models
+    if ok and ep.secrets:
+        ok, reason, message = False, "SecretNotFound", ep.secrets
     condition = Condition(
         type=READY,
         status=ConditionStatus.TRUE if ok else ConditionStatus.FALSE,
@@ -260,11 +270,14 @@ class LocalControlPlane:
         volumes_dir: Path | None = None,
         python: str = sys.executable,
         stop_grace_s: float = STOP_GRACE_S,
+        secret_values: FileSecretValues | None = None,
     ) -> None:
         self.gw = gw
         self.gateway_url = gateway_url  # the gateway as workers reach it
         self.base_dir = base_dir
         self.volumes_dir = volumes_dir or base_dir / ".lockgate" / "volumes"
+        # Account secrets' values, given to workers as they start (`dev.secret_values`).
+        self.secret_values = secret_values or FileSecretValues(self.volumes_dir.parent / SECRETS)
         self.python = python
         self.stop_grace_s = stop_grace_s
         self._endpoints: dict[str, LocalEndpoint] = {}
@@ -558,34 +571,62 @@ class LocalControlPlane:
         return self.volumes_dir.parent
 
     def _begin(self, ep: LocalEndpoint, launch: Launch, spec: EndpointSpec) -> None:
-        """Start the endpoint's workers now, or once its model references are cached."""
-        if not spec.modelReferences:
+        """Start the endpoint's workers now, or once the account secrets its env refers
+        to exist and its model references are cached."""
+        ep.secrets = self._missing_secret(launch)
+        if not spec.modelReferences and not ep.secrets:
             ep.models = ""
             ep.workers = self._workers(ep.id, launch, ep.worker_key, spec, ep.version)
             return
-        ep.models = MODELS_DOWNLOADING
+        ep.models = MODELS_DOWNLOADING if spec.modelReferences else ""
 
         def current() -> bool:  # not deleted, edited or started meanwhile
             same = ep.spec == spec and ep.launch == launch and ep.workers is None
             return not self._closing and self._endpoints.get(ep.id) is ep and same
 
         async def fetch_then_start() -> None:
-            try:
-                token = dict(launch.env).get("HF_TOKEN")  # a gated model's, from the template
-                await self.models.fetch(spec.modelReferences, self._model_root(spec), token)
-            except ModelFetchFailed as err:
-                log.warning("endpoint %s: %s", ep.id, err)
-                if current():
-                    ep.models = str(err)
+            if not await self._prepared(ep, launch, spec, current):
                 return
             async with self._lock:
                 if current():
-                    ep.models = MODELS_READY
+                    ep.models = MODELS_READY if spec.modelReferences else ""
                     ep.workers = self._workers(ep.id, launch, ep.worker_key, spec, ep.version)
 
-        task = asyncio.create_task(fetch_then_start(), name=f"lockgate-models-{ep.id}")
+        task = asyncio.create_task(fetch_then_start(), name=f"lockgate-prepare-{ep.id}")
         self._fetching.add(task)
         task.add_done_callback(self._fetching.discard)
+
+    async def _prepared(
+        self, ep: LocalEndpoint, launch: Launch, spec: EndpointSpec, current: Callable[[], bool]
+    ) -> bool:
+        """Wait until the account secrets `launch`'s env refers to exist (no worker starts,
+        nor crash-loops, meanwhile), then fetch the model references; whether the workers
+        may start (`current()` still, and nothing failed: `ep` says what did)."""
+        while ep.secrets:
+            await asyncio.sleep(SECRET_POLL_S)
+            if not current():
+                return False
+            ep.secrets = self._missing_secret(launch)
+        try:
+            env = self.secret_values.resolved_env(dict(launch.env))
+            if spec.modelReferences:  # a gated model's token: the template's HF_TOKEN
+                root = self._model_root(spec)
+                await self.models.fetch(spec.modelReferences, root, env.get("HF_TOKEN"))
+        except SecretMissing as err:  # its file removed by hand meanwhile: wait again
+            ep.secrets = str(err)
+            return current() and await self._prepared(ep, launch, spec, current)
+        except ModelFetchFailed as err:
+            log.warning("endpoint %s: %s", ep.id, err)
+            if current():
+                ep.models = str(err)
+            return False
+        return True
+
+    def _missing_secret(self, launch: Launch) -> str:
+        """Why the workers of `launch` cannot start yet ("": they can): the first account
+        secret its env refers to that does not exist."""
+        missing = self.secret_values.missing(dict(launch.env))
+        return missing_problem(missing[0]) if missing else ""
 
     def _workers(
         self, endpoint_id: str, launch: Launch, worker_key: str, spec: EndpointSpec, version: int
@@ -603,7 +644,8 @@ class LocalControlPlane:
         lb = LbWorkers(self.gw.store.redis) if spec.type == EndpointType.LB else None
         return LocalWorkers.start(
             self.gw.store, endpoint_id, launch, env, limits_of(spec), keys, sink,
-            lb=lb, drain_s=float(spec.requestTimeoutS), version=version,
+            lb=lb, drain_s=float(spec.requestTimeoutS),
+            env_at_start=self.secret_values.resolved_env, version=version,
         )  # fmt: skip
 
     def _retire(self, ep: LocalEndpoint) -> None:

@@ -2,7 +2,8 @@
 owner, and used by one `lockgate dev` at a time.
 
 - Private: the folder is 0700 and what dev mode and its Redis keep there 0600 (the
-  append-only file holds registry passwords, `api-key` the admin key). A folder of an
+  append-only file holds registry passwords, `api-key` the admin key, `secrets/` the
+  account secrets' values). A folder of an
   earlier version (0755, files 0644) is tightened at start. The contents of `volumes/` are
   the workers' files and keep their modes: the closed folder around them is enough.
 - One at a time: `dev.lock` carries an `fcntl.flock` for as long as `lockgate dev` or its
@@ -29,6 +30,7 @@ OTHERS = 0o077  # group and other permission bits: what a private file has none 
 LOCK_FILE = "dev.lock"
 REDIS_PASSWORD_FILE = "redis-password"
 VOLUMES = "volumes"  # the workers' files (dev.storage): their modes are theirs
+SECRETS = "secrets"  # account secrets' values, 0600 each (dev.secret_values)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from lockgate.dev.launch import Launch
@@ -131,6 +131,7 @@ class LocalWorkers:
         sink: LineSink | None = None,
         lb: LbWorkers | None = None,
         drain_s: float = 0.0,
+        env_at_start: Callable[[dict[str, str]], dict[str, str]] | None = None,
         version: int = 1,
     ) -> LocalWorkers:
         """Start scaling at once (workersMin workers start on the first tick); each line
@@ -140,12 +141,13 @@ class LocalWorkers:
         if lb is not None:
             pool = LbProcessPool(
                 endpoint_id, launch.command, env, cwd=launch.cwd, keys=keys, sink=sink,
-                lb=lb, store=store, drain_s=drain_s,
+                lb=lb, store=store, drain_s=drain_s, env_at_start=env_at_start,
             )  # fmt: skip
         else:
             pool = LocalProcessPool(
-                endpoint_id, launch.command, env, cwd=launch.cwd, keys=keys, store=store, sink=sink
-            )
+                endpoint_id, launch.command, env, cwd=launch.cwd, keys=keys, store=store,
+                sink=sink, env_at_start=env_at_start,
+            )  # fmt: skip
         scaler = LocalAutoscaler(store, pool, endpoint_id, limits)
         task = asyncio.create_task(scaler.run(), name=f"lockgate-scaler-{endpoint_id}")
         workers = cls(endpoint_id, store, pool, scaler, task, version=version)

@@ -23,8 +23,9 @@ from lockgate.store import UNAVAILABLE, QueueFull
 
 log = logging.getLogger("lockgate.gateway")
 
-# Headers of aiohttp's own HTTP errors worth keeping on the JSON answer (e.g. 405's Allow).
-KEPT_HEADERS = ("Allow", "Retry-After")
+# Headers of aiohttp's own HTTP errors worth keeping on the JSON answer (e.g. 405's Allow,
+# and the v2 management rate limits' headers set on it).
+KEPT_HEADERS = ("Allow", "Retry-After", "RateLimit", "RateLimit-Policy")
 # Redis at its maxmemory refuses every write (noeviction; the chart sets maxmemory from its
 # memory limit): 503, retryable. A refused write changed nothing: a store script is refused
 # at its first write, so a job is either accepted whole or not. Reads, cancel and purge

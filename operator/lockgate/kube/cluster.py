@@ -278,17 +278,6 @@ class Cluster:
         )
         return list(orjson.loads(resp.data).get("items") or [])  # each scaler tick: all of them
 
-    async def read_node(self, name: str) -> Obj | None:
-        """A Node as JSON (its labels name its GPU type and zone), or None when it does
-        not exist."""
-        try:
-            resp = await self._call(
-                self._apis[k8s.CoreV1Api].read_node, name, _preload_content=False
-            )
-        except NotFound:
-            return None
-        return orjson.loads(resp.data)
-
     async def list_events(self, namespace: str, field_selector: str) -> list[Obj]:
         """Core Events of a namespace matching a field selector (`involvedObject.name=…`)."""
         resp = await self._call(
@@ -547,3 +536,21 @@ class Cluster:
             ENDPOINT.plural,
             name,
         )
+
+    # -- cluster-wide reads: the catalog's machines (kube/catalog.py) -------------------------
+
+    async def list_nodes(self) -> list[Obj]:
+        """Every node, as JSON."""
+        core = self._apis[k8s.CoreV1Api]
+        resp = await self._call(core.list_node, _preload_content=False)
+        return list(orjson.loads(resp.data).get("items") or [])
+
+    async def list_bound_pods(self) -> list[Obj]:
+        """Every pod of every namespace that is bound to a node and not finished: what holds
+        the nodes' GPUs and CPUs now."""
+        core = self._apis[k8s.CoreV1Api]
+        selector = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+        resp = await self._call(
+            core.list_pod_for_all_namespaces, field_selector=selector, _preload_content=False
+        )
+        return list(orjson.loads(resp.data).get("items") or [])

@@ -166,18 +166,6 @@ class GpuLabels:
             out += [v for v in map(label_value, mapped) if v]
         return list(dict.fromkeys(out))
 
-    def type_of_node(self, labels: Mapping[str, str]) -> str | None:
-        """The GPU type a node's labels name, as RunPod's id where the table maps one to
-        that value (`nvidia-l4` on GKE: `NVIDIA L4`), else the label's value as written;
-        None on a node without the label."""
-        value = labels.get(self.type_label)
-        if not value:
-            return None
-        for gpu, mapped in self.values.items():
-            if value in (label_value(v) for v in mapped):
-                return gpu
-        return value
-
     def type_expression(self, gpu_type_ids: Iterable[str]) -> Obj | None:
         """Nodes of any of the types; None when no id is given."""
         values = self.label_values(gpu_type_ids)

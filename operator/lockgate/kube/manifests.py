@@ -36,7 +36,14 @@ from lockgate.kube import gpus
 from lockgate.kube.crds import API_VERSION, ENDPOINT
 from lockgate.kube.placement import GPU_TYPE_ANNOTATION
 from lockgate.kube.settings import OperatorSettings
-from lockgate.models import ComputeType, EndpointSpec, EndpointType, TemplateSpec, podfields
+from lockgate.models import (
+    ComputeType,
+    EndpointSpec,
+    EndpointType,
+    TemplateSpec,
+    podfields,
+    secrets,
+)
 from lockgate.models.podfields import PodSecurity
 from lockgate.models.volumes import VOLUME_MOUNT_PATH, VOLUME_PATH_ENV
 from lockgate.workerenv import WORKER_DEFAULTS, resource_env, worker_env, worker_id_env
@@ -229,6 +236,17 @@ def secret_key(secret: Obj) -> str | None:
 # -- environment ---------------------------------------------------------------------------
 
 
+def template_variable(name: str, value: str) -> Obj:
+    """A Template's `env` variable: its value, or, when the value is an account secret's
+    reference (`{{ RUNPOD_SECRET_<name> }}`), a `secretKeyRef` to that secret's Secret: the
+    value itself is read by the kubelet as the container starts, never written here."""
+    secret = secrets.referenced_name(value)
+    if secret is None:
+        return {"name": name, "value": value}
+    ref = {"name": secrets.object_name(secret), "key": secrets.VALUE_KEY}
+    return {"name": name, "valueFrom": {"secretKeyRef": ref}}
+
+
 def container_env(
     endpoint_id: str, spec: EndpointSpec, template: TemplateSpec, settings: OperatorSettings
 ) -> list[Obj]:
@@ -254,7 +272,7 @@ def container_env(
     }
     env += [{"name": k, "value": v} for k, v in extra.items()]
     reserved = {e["name"] for e in env}
-    env += [{"name": k, "value": v} for k, v in template.env.items() if k not in reserved]
+    env += [template_variable(k, v) for k, v in template.env.items() if k not in reserved]
     env += [
         {"name": k, "valueFrom": {"secretKeyRef": ref.model_dump()}}
         for k, ref in template.secretEnv.items()
@@ -614,7 +632,7 @@ def _token_env(template: TemplateSpec) -> list[Obj]:
         ref = template.secretEnv["HF_TOKEN"].model_dump()
         return [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": ref}}]
     if "HF_TOKEN" in template.env:
-        return [{"name": "HF_TOKEN", "value": template.env["HF_TOKEN"]}]
+        return [template_variable("HF_TOKEN", template.env["HF_TOKEN"])]
     return []
 
 

@@ -6,7 +6,8 @@ serves; its id is the pod name. Its lifecycle comes from the pod as the schedule
 kubelet wrote it (`kube.podstates`: unschedulable → throttled; crash loop, image pull or
 config errors, or restarted and not ready → unhealthy), its GPU type and data center from
 its node's labels (`kube.gpus`, `datacenterLabel`), its version from the pod's
-`lockgate.dev/version` annotation where the pod has one.
+`lockgate.dev/version` annotation where the pod has one. A node's GPU type is read as the
+catalog reads it (`kube.catalog.gpu_type_of`), so `gpuTypeId` is a catalog id.
 
 Its `container` log is the kubelet's log of the worker container, read through the API
 with timestamps (each line's time, to the nanosecond, is where the line is: a position
@@ -24,6 +25,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from lockgate.kube.catalog import gpu_type_of, label_types
 from lockgate.kube.cluster import Cluster, ClusterError
 from lockgate.kube.controlplane import VERSION_ANNOTATION
 from lockgate.kube.gpus import GpuLabels
@@ -58,7 +60,7 @@ Obj = Mapping[str, Any]
 MARGIN_S = 2
 LOG_BYTES = 4 * 1024 * 1024  # read at most this much of a container's log at a time
 TAIL_MARGIN = 64  # a tail reads this many lines more: its first millisecond may be cut
-NODE_TTL_S = 60.0  # a node's labels are read again after this long
+NODE_TTL_S = 60.0  # the nodes' labels are read again after this long
 
 
 def epoch_ms(stamp: str | None) -> int | None:
@@ -112,6 +114,7 @@ def pod_facts(
     pod: Obj, endpoint: Obj, node_labels: Mapping[str, str], gpus: GpuLabels, zone_label: str
 ) -> WorkerFacts:
     """A worker pod as a v2 worker (its node's labels: {} when unknown)."""
+    gpu_type = gpu_type_of(node_labels, gpus, label_types(gpus)) or None
     status = pod.get("status") or {}
     started = status.get("startTime") or (pod.get("metadata") or {}).get("creationTimestamp")
     return WorkerFacts(
@@ -120,7 +123,7 @@ def pod_facts(
         version=version(pod),
         image=_worker_container(pod, "containers").get("image"),
         gpu_count=gpu_count(pod),
-        gpu_type=gpus.type_of_node(node_labels),
+        gpu_type=gpu_type,
         datacenter=node_labels.get(zone_label) or None,
         started_ms=epoch_ms(started),
     )
@@ -198,27 +201,29 @@ class KubernetesWorkers:
         self.namespace = namespace
         self.gpus = gpus
         self.zone_label = zone_label
-        self._nodes: dict[str, tuple[float, dict[str, str]]] = {}  # name -> (read at, labels)
+        self._nodes: dict[str, dict[str, str]] = {}  # name -> labels, read at `_nodes_at`
+        self._nodes_at = -math.inf
 
     async def _pods(self, endpoint_id: str) -> list[Obj]:
         pods = await self.cluster.list_objects("Pod", self.namespace, worker_selector(endpoint_id))
         return sorted(current(pods), key=lambda p: p["metadata"]["name"])
 
     async def _node_labels(self, name: str | None) -> dict[str, str]:
-        """A node's labels ({} when unknown, or when this account may not read nodes)."""
+        """A node's labels ({} when unknown, or when this account may not list nodes: the
+        chart's ClusterRole for the catalog lets it)."""
         if not name:
             return {}
-        kept = self._nodes.get(name)
-        if kept is not None and time.monotonic() - kept[0] < NODE_TTL_S:
-            return kept[1]
-        try:
-            node = await self.cluster.read_node(name) or {}
-        except ClusterError as err:
-            log.debug("node %s not read: %s", name, err)
-            node = {}
-        labels = dict((node.get("metadata") or {}).get("labels") or {})
-        self._nodes[name] = (time.monotonic(), labels)
-        return labels
+        if time.monotonic() - self._nodes_at >= NODE_TTL_S or name not in self._nodes:
+            try:
+                nodes = await self.cluster.list_nodes()
+            except ClusterError as err:
+                log.debug("nodes not read: %s", err)
+                nodes = []
+            self._nodes = {
+                n["metadata"]["name"]: dict(n["metadata"].get("labels") or {}) for n in nodes
+            }
+            self._nodes_at = time.monotonic()
+        return self._nodes.get(name, {})
 
     async def workers(self, endpoint: EndpointRecord) -> list[WorkerFacts]:
         settings = endpoint.model_dump(mode="json")  # what `pod_problem` names

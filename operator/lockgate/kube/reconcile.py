@@ -46,6 +46,7 @@ from lockgate.models import (
     TemplateSpec,
     describe_validation_error,
     podfields,
+    secrets,
 )
 from lockgate.store import JobStore, Liveness, Registry, connect
 from lockgate.store.keys import ENDPOINT_ID_RE
@@ -182,18 +183,22 @@ async def check_secrets(
     ctx: Context, namespace: str, template: TemplateSpec, template_name: str, *, steady: bool
 ) -> Check:
     """`SecretsAllowed`: every Secret the Template hands workers (`secretEnv`,
-    `envFromSecrets`) carries `lockgate.dev/worker-secret: "true"` and is not lockgate's own
-    (by name, or by its `app.kubernetes.io/part-of: lockgate` label); else False naming the
-    first refused and where the Template names it. One metadata-only GET per Secret."""
+    `envFromSecrets`, the account secrets its `env` refers to) carries
+    `lockgate.dev/worker-secret: "true"` and is not lockgate's own (by name, or by its
+    `app.kubernetes.io/part-of: lockgate` label); else False naming the first refused and
+    where the Template names it. One metadata-only GET per Secret."""
     names = tuple(template.worker_secrets())
     if steady and (namespace, names) in ctx.secrets_allowed:
         return Check(SECRETS_ALLOWED, True, "Allowed", "")
+    accounts = {secrets.object_name(n): n for n in template.account_secrets().values()}
     for name in names:
         problem = podfields.lockgate_secret_problem(name, ctx.settings.reserved_secrets)
         if problem is None:
             meta = await ctx.cluster.read_metadata("Secret", namespace, name)
             labels = None if meta is None else (meta.get("labels") or {})
             problem = podfields.worker_secret_problem(name, labels)
+            if meta is None and name in accounts:
+                problem = secrets.missing_problem(accounts[name])
         if problem is not None:
             ctx.secrets_allowed.discard((namespace, names))
             where = ", ".join(template.secret_uses(name))

@@ -3,9 +3,8 @@ and the middleware that lets only admin keys through."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from lockgate.gateway.auth import ADMIN, Authenticator
 
@@ -14,7 +13,7 @@ ALL_ENDPOINTS = "*"
 
 
 @web.middleware
-async def admin_only(request: web.Request, handler: Any) -> web.StreamResponse:
+async def admin_only(request: web.Request, handler: Handler) -> web.StreamResponse:
     """401 unless the caller's key is an admin key."""
     await request.app[AUTHENTICATOR].require(request, ADMIN, ALL_ENDPOINTS)
     return await handler(request)

@@ -29,7 +29,7 @@ from lockgate.manage.logs import add_logs_routes
 from lockgate.manage.storage import STORAGE, Storage
 from lockgate.manage.storage_api import add_storage_routes
 from lockgate.manage.templates import add_template_routes
-from lockgate.models import EndpointRecord, EndpointSpec
+from lockgate.models import EndpointRecord, EndpointSpec, TemplateSpec
 from lockgate.models.templates import runpod_template
 from lockgate.store import JobStore
 
@@ -59,7 +59,7 @@ async def endpoint_json(
     *,
     include_template: bool = False,
     include_workers: bool = False,
-    templates: dict | None = None,
+    templates: dict[str, TemplateSpec] | None = None,
 ) -> dict[str, Any]:
     """The record as JSON, with its `template` (RunPod's shape; null when its templateId
     names no template, as a dev-mode handler file) and `workers` when asked."""

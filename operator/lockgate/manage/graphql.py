@@ -35,6 +35,7 @@ from graphql import (
     FragmentDefinitionNode,
     FragmentSpreadNode,
     GraphQLError,
+    GraphQLObjectType,
     GraphQLSchema,
     InlineFragmentNode,
     OperationDefinitionNode,
@@ -254,6 +255,35 @@ def template_view(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# Where each `EndpointSpec` field is in GraphQL's `Endpoint` (and `EndpointInput`), or why
+# it is not ("not in GraphQL: …"); tests/test_view_fields.py fails on a field missing here.
+ENDPOINT_FIELDS: dict[str, str] = {
+    "name": "name",
+    "type": "type",
+    "templateId": "templateId",
+    "gpuTypeIds": "gpuIds",
+    "gpuCount": "gpuCount",
+    "networkVolumeId": "networkVolumeId",
+    "modelReferences": "modelReferences",
+    "dataCenterIds": "locations",
+    "idleTimeout": "idleTimeout",
+    "scalerType": "scalerType",
+    "scalerValue": "scalerValue",
+    "workersMin": "workersMin",
+    "workersMax": "workersMax",
+    "allowedCudaVersions": "allowedCudaVersions",
+    "flashboot": "flashBootType",
+    "executionTimeoutMs": "executionTimeoutMs",
+    "computeType": "not in GraphQL: RunPod's schema has none (a CPU endpoint's gpuIds is empty)",
+    "cpuFlavorIds": "not in GraphQL: the runpod SDK sends none",
+    "vcpuCount": "not in GraphQL: the runpod SDK sends none",
+    "requestTimeoutS": "not in GraphQL: lockgate's load-balancing setting",
+    "lbHoldS": "not in GraphQL: lockgate's load-balancing setting",
+    "lbWebSocketMaxS": "not in GraphQL: lockgate's load-balancing setting",
+    "replicas": "not in GraphQL: the scale subresource's",
+}
+
+
 def endpoint_payload(given: dict[str, Any]) -> dict[str, Any]:
     """`saveEndpoint`'s input as a `/v1/endpoints` payload."""
     payload: dict[str, Any] = {}
@@ -313,11 +343,13 @@ async def _template_of(plane: ControlPlane, template_id: str) -> TemplateSpec | 
 
 
 def _plane(info: Any) -> ControlPlane:
-    return info.context["plane"]
+    plane: ControlPlane = info.context["plane"]
+    return plane
 
 
 def _storage(info: Any) -> Storage:
-    return info.context["storage"]
+    storage: Storage = info.context["storage"]
+    return storage
 
 
 async def resolve_myself(_root: Any, _info: Any) -> dict[str, Any]:
@@ -403,11 +435,12 @@ async def resolve_delete_registry_auth(_root: Any, info: Any, registryAuthId: st
 def build() -> GraphQLSchema:
     """The schema with its resolvers."""
     schema = build_schema(SDL)
-    schema.query_type.fields["myself"].resolve = resolve_myself
-    user = schema.get_type("User")
+    query, user, mutation = schema.query_type, schema.get_type("User"), schema.mutation_type
+    assert isinstance(user, GraphQLObjectType) and query is not None and mutation is not None
+    query.fields["myself"].resolve = resolve_myself
     user.fields["endpoints"].resolve = resolve_endpoints
     user.fields["podTemplates"].resolve = resolve_templates
-    mutations = schema.mutation_type.fields
+    mutations = mutation.fields
     mutations["saveTemplate"].resolve = resolve_save_template
     mutations["saveEndpoint"].resolve = resolve_save_endpoint
     mutations["updateEndpointTemplate"].resolve = resolve_update_endpoint_template
@@ -470,7 +503,10 @@ def check_cost(document: DocumentNode) -> None:
 
 
 async def run(
-    query: str, context: dict[str, Any], variables: dict | None, operation: str | None
+    query: str,
+    context: dict[str, Any],
+    variables: dict[str, Any] | None,
+    operation: str | None,
 ) -> ExecutionResult:
     """Parse (bounded), check the cost, validate, then execute."""
     try:

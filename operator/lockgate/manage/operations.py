@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from pydantic import ValidationError
 
 from lockgate.gateway.errors import ApiError
@@ -85,7 +86,7 @@ def api_error(err: Refused) -> ApiError:
 
 
 @web.middleware
-async def refusal_statuses(request: web.Request, handler: Any) -> web.StreamResponse:
+async def refusal_statuses(request: web.Request, handler: Handler) -> web.StreamResponse:
     """A REST app's refusals as `ApiError`s of their status (inside its error middleware)."""
     try:
         return await handler(request)

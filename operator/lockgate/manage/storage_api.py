@@ -57,14 +57,31 @@ async def delete_registry_auth(request: web.Request) -> web.Response:
 # -- network volumes ------------------------------------------------------------------------
 
 
-async def post_volume(request: web.Request) -> web.Response:
-    payload = await json_object(request)
+async def create_volume(storage: Storage, payload: dict[str, Any]) -> dict[str, Any]:
+    """Make a volume from a create payload (`name`, `size`, `dataCenterId`); its record."""
     try:
         spec = new_volume(payload)
     except VolumeFieldError as err:
         raise ops.Invalid(str(err)) from err
-    volume_id = await ops.create_volume(request.app[STORAGE], spec)
-    return json_response(volume_record(volume_id, spec), status=201)
+    return volume_record(await ops.create_volume(storage, spec), spec)
+
+
+async def edit_volume(storage: Storage, volume_id: str, changes: dict[str, Any]) -> dict[str, Any]:
+    """A new `name`, a larger `size` (`Invalid` for a smaller one); its record."""
+    if changes.pop("id", volume_id) != volume_id:
+        raise ops.Invalid("id: a volume's id cannot change")
+    current = await ops.get_volume(storage, volume_id)
+    try:
+        spec = changed_volume(current, changes)
+    except VolumeFieldError as err:
+        raise ops.Invalid(str(err)) from err
+    await ops.replace_volume(storage, volume_id, spec)
+    return volume_record(volume_id, spec)
+
+
+async def post_volume(request: web.Request) -> web.Response:
+    payload = await json_object(request)
+    return json_response(await create_volume(request.app[STORAGE], payload), status=201)
 
 
 async def list_volumes(request: web.Request) -> web.Response:
@@ -82,15 +99,7 @@ async def patch_volume(request: web.Request) -> web.Response:
     """PATCH, and its synonym `POST …/update`: a new `name`, a larger `size`."""
     changes = await json_object(request)
     storage, volume_id = request.app[STORAGE], request.match_info["volume_id"]
-    if changes.pop("id", volume_id) != volume_id:
-        raise ops.Invalid("id: a volume's id cannot change")
-    current = await ops.get_volume(storage, volume_id)
-    try:
-        spec = changed_volume(current, changes)
-    except VolumeFieldError as err:
-        raise ops.Invalid(str(err)) from err
-    await ops.replace_volume(storage, volume_id, spec)
-    return json_response(volume_record(volume_id, spec))
+    return json_response(await edit_volume(storage, volume_id, changes))
 
 
 async def delete_volume(request: web.Request) -> web.Response:

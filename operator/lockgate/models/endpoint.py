@@ -8,7 +8,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from lockgate.models import podfields
+from lockgate.models import podfields, secrets
 from lockgate.models.jobs import (
     EXECUTION_TIMEOUT_DEFAULT_MS,
     EXECUTION_TIMEOUT_MIN_MS,
@@ -319,13 +319,27 @@ class TemplateSpec(BaseModel):
         default_factory=dict, description="extra worker pod annotations (lockgate's own win)"
     )
 
+    def account_secrets(self) -> dict[str, str]:
+        """The `env` variables whose value is an account secret's reference
+        (`{{ RUNPOD_SECRET_<name> }}`), with the secret each names."""
+        return secrets.references(self.env)
+
     def worker_secrets(self) -> list[str]:
-        """The Secrets whose data reaches workers (`secretEnv`, `envFromSecrets`), sorted."""
-        return sorted({ref.name for ref in self.secretEnv.values()} | set(self.envFromSecrets))
+        """The Secrets whose data reaches workers (`secretEnv`, `envFromSecrets`, and the
+        account secrets `env` refers to), sorted."""
+        accounts = {secrets.object_name(n) for n in self.account_secrets().values()}
+        named = {ref.name for ref in self.secretEnv.values()} | set(self.envFromSecrets)
+        return sorted(named | accounts)
 
     def secret_uses(self, secret: str) -> list[str]:
-        """Where the Template names the Secret `secret` (`secretEnv.NAME`, `envFromSecrets`)."""
+        """Where the Template names the Secret `secret` (`secretEnv.NAME`, `envFromSecrets`,
+        `env.NAME` for an account secret's)."""
         uses = [f"secretEnv.{var}" for var, ref in self.secretEnv.items() if ref.name == secret]
+        uses += [
+            f"env.{var}"
+            for var, name in self.account_secrets().items()
+            if secrets.object_name(name) == secret
+        ]
         return uses + (["envFromSecrets"] if secret in self.envFromSecrets else [])
 
     @model_validator(mode="after")

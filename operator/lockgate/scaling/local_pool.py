@@ -115,10 +115,14 @@ class LocalProcessPool:
         keys: WorkerKeyIssuer | None = None,
         store: JobStore | None = None,
         sink: LineSink | None = None,
+        env_at_start: Callable[[dict[str, str]], dict[str, str]] | None = None,
     ) -> None:
         self.endpoint_id = endpoint_id
         self.command = list(command)
         self.env = env
+        # `env` as a worker about to start gets it (dev mode: account secrets' values,
+        # read at each start so a rotation reaches the next worker); may raise.
+        self.env_at_start = env_at_start
         self.cwd = cwd
         self.keys = keys
         self.store = store
@@ -136,9 +140,12 @@ class LocalProcessPool:
 
     async def start_worker(self) -> str:
         worker_id = f"{self.endpoint_id}-{secrets.token_hex(3)}"
+        base = self.env
+        if self.env_at_start is not None:
+            base = await asyncio.to_thread(self.env_at_start, self.env)
         own_key = await self.keys.issue(worker_id) if self.keys is not None else {}
         extra = await self.prepare(worker_id)
-        env = {**os.environ, **self.env, **worker_id_env(worker_id), **own_key, **extra}
+        env = {**os.environ, **base, **worker_id_env(worker_id), **own_key, **extra}
         env["PYTHONUNBUFFERED"] = "1"
         started = self.store.clock() if self.store is not None else 0
         process = await asyncio.create_subprocess_exec(

@@ -84,6 +84,13 @@ the single description of what they build.
                                dataCenterId, createdAt); a cluster keeps PVCs instead
     lg:keys              HASH  sha256(api key) -> key record (JSON: name, scopes, endpoints,
                                created); never the key itself
+    lg:secrets           HASH  account secret id -> JSON {name, description, createdAt,
+                               valueLastUpdatedAt}; never the value (a Secret on a
+                               cluster, a 0600 file in dev mode's data folder)
+    lg:{mr:<caller>}:<window>:<start>
+                         STR   management requests of one caller (its key's name) in the
+                               fixed `window` (minute, hour, day) starting at epoch second
+                               `start`; dies with its window (`store/manage_rates.py`)
 """
 
 from __future__ import annotations
@@ -95,6 +102,7 @@ ENDPOINTS = "lg:endpoints"
 TEMPLATES = "lg:templates"
 REGISTRY_AUTHS = "lg:registryauth"
 NETWORK_VOLUMES = "lg:volumes"
+SECRETS = "lg:secrets"
 API_KEYS = "lg:keys"
 EVENTS_CHANNEL = "lg:events"
 
@@ -142,6 +150,11 @@ LB_HEALTH_REFRESH_MS = 10_000
 # A gateway's report of held and in-flight requests counts this long after it was written
 # (ms); a live gateway writes it again well before (gateway/lb_demand.py).
 LB_REQUESTS_TTL_MS = 10_000
+
+
+def manage_rate(caller: str, window: str, start_s: int) -> str:
+    """A caller's management request count in one window (one slot per caller)."""
+    return f"lg:{{mr:{caller}}}:{window}:{start_s}"
 
 
 def prefix(endpoint_id: str) -> str:

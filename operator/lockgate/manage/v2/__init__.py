@@ -20,13 +20,16 @@ from aiohttp import web
 from lockgate.gateway.auth import Authenticator
 from lockgate.gateway.middleware import ERROR_RENDERER, error_middleware
 from lockgate.manage.admin import AUTHENTICATOR, admin_only
+from lockgate.manage.catalog import Catalog
 from lockgate.manage.controlplane import ControlPlane
 from lockgate.manage.operations import RESERVED_IDS, refusal_statuses
-
-__all__ = ["RESERVED_IDS", "Backends", "add_v2_routes", "v2_app"]
+from lockgate.manage.secrets import AccountSecrets
 from lockgate.manage.storage import Storage
 from lockgate.manage.v2.problems import problem
+from lockgate.manage.v2.ratelimit import rate_limits
 from lockgate.manage.workersource import WorkerSource
+
+__all__ = ["RESERVED_IDS", "Backends", "add_v2_routes", "v2_app"]
 
 
 @dataclass(frozen=True)
@@ -40,16 +43,21 @@ class Backends:
     # Inside the error middleware of each sub-application (`lockgate manage`'s
     # `cluster_refusals`: a Kubernetes API error no route has a rule for is a 503).
     middlewares: Sequence[Any] = ()
+    # Account secrets (`/v2/account/secrets`): records in Redis, values in the backend.
+    secrets: AccountSecrets | None = None
+    # The machines workers may run on (`/v2/catalog`): the cluster's nodes, dev mode's own.
+    catalog: Catalog | None = None
     # Workers and worker logs (`/v2/serverless/{id}/workers`): pods on a cluster
     # (`kube.podworkers`), local processes in dev mode (`dev.worker_source`).
     workers: WorkerSource | None = None
 
 
 def v2_app(backends: Backends) -> web.Application:
-    """A sub-application for one v2 collection: admin keys only, errors as problems."""
-    app = web.Application(
-        middlewares=[error_middleware, admin_only, refusal_statuses, *backends.middlewares]
-    )
+    """A sub-application for one v2 collection: admin keys only, errors as problems, the
+    caller's rate limits counted and shown (`ratelimit`)."""
+    limits = rate_limits(backends.authenticator.registry.redis)
+    middlewares = [error_middleware, admin_only, limits, refusal_statuses, *backends.middlewares]
+    app = web.Application(middlewares=middlewares)
     app[ERROR_RENDERER] = problem
     app[AUTHENTICATOR] = backends.authenticator
     return app
@@ -57,8 +65,22 @@ def v2_app(backends: Backends) -> web.Application:
 
 def add_v2_routes(root: web.Application, backends: Backends) -> None:
     """Mount every v2 management collection on `root` (at `/v2/<collection>`)."""
-    from lockgate.manage.v2 import serverless, workers  # their modules import this one
+    from lockgate.manage.v2 import (
+        catalog,
+        network_volumes,
+        registries,
+        secrets,
+        serverless,
+        templates,
+        workers,
+    )
 
-    app = serverless.create_app(backends)
-    workers.add_worker_routes(app)  # `/{id}/workers…` on the same sub-application
-    root.add_subapp("/v2/serverless", app)
+    serverless_app = serverless.create_app(backends)
+    workers.add_worker_routes(serverless_app)  # `/{id}/workers…` beside `/{id}`
+    root.add_subapp("/v2/serverless", serverless_app)
+    root.add_subapp("/v2/templates", templates.create_app(backends))
+    root.add_subapp("/v2/registries", registries.create_app(backends))
+    root.add_subapp("/v2/network-volumes", network_volumes.create_app(backends))
+    if backends.secrets is not None:
+        root.add_subapp("/v2/account/secrets", secrets.create_app(backends))
+    root.add_subapp("/v2/catalog", catalog.create_app(backends))

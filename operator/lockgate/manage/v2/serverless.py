@@ -20,6 +20,8 @@ from lockgate.manage.controlplane import TemplateNotFound
 from lockgate.manage.listing import EndpointQuery
 from lockgate.manage.v2 import Backends, v2_app
 from lockgate.manage.v2.endpoint_shape import (
+    ANY_CPU,
+    CpuChoice,
     CreateEndpoint,
     Cross,
     UpdateEndpoint,
@@ -53,6 +55,20 @@ async def _template_of(b: Backends, record: EndpointRecord) -> TemplateSpec | No
         return None
 
 
+async def require_cpu_flavors(b: Backends, cpu: list[CpuChoice] | None) -> None:
+    """400 naming a `cpu[].id` that is no CPU flavor of the catalog (when the catalog knows
+    flavors at all: dev mode's machine, a cluster whose nodes carry the flavor label)."""
+    if not cpu or b.catalog is None:
+        return
+    known = {m.cpu_flavor for m in await b.catalog.machines() if m.cpu_flavor}
+    unknown = [c.id for c in cpu if c.id != ANY_CPU and c.id not in known]
+    if known and unknown:
+        raise BadRequest(
+            f"cpu.id: {', '.join(unknown)} is no CPU flavor here (GET /v2/catalog/cpus lists "
+            f'them: {", ".join(sorted(known))}; or "{ANY_CPU}" for any)'
+        )
+
+
 async def list_endpoints(request: web.Request) -> web.Response:
     b = request.app[BACKENDS]
     page = await b.plane.page(EndpointQuery())
@@ -70,6 +86,7 @@ async def create_endpoint(request: web.Request) -> web.Response:
     the endpoint cannot be."""
     b = request.app[BACKENDS]
     body = await body_of(request, CreateEndpoint)
+    await require_cpu_flavors(b, body.cpu)
     base = await ops.get_template(b.plane, body.templateId) if body.templateId else None
     try:
         spec_fields, template_fields = create_parts(body, base)
@@ -102,7 +119,9 @@ async def patch_endpoint(request: web.Request) -> web.Response:
     b = request.app[BACKENDS]
     endpoint_id = request.match_info["id"]
     body = await body_of(request, UpdateEndpoint)
+    await require_cpu_flavors(b, body.cpu)
     record = await ops.get_endpoint(b.plane, endpoint_id)
+    base: TemplateSpec | None
     if body.templateId:
         base = await ops.get_template(b.plane, body.templateId)
     else:

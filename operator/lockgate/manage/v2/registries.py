@@ -1,0 +1,110 @@
+"""`/v2/registries`: RunPod v2's registry credentials, a view of the credentials
+`/v1/containerregistryauth` serves (the same operations and Secrets).
+
+List `{"registries": [{id, name}]}`, create `{name, username, password}` (201 `{id,
+name}`), get and delete (204); no PATCH, as RunPod. The username and password never come
+back out. Deleting a credential follows RunPod's rule: templates that pull with it are not
+a reason to refuse; their `registry` becomes null. lockgate refuses (400, naming them)
+only when such a template is used by an endpoint: its workers still pull with the
+credential, as RunPod refuses a credential in use by a pod.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+from pydantic import Field
+
+from lockgate.gateway.errors import BadRequest
+from lockgate.gateway.http import json_response
+from lockgate.manage import operations as ops
+from lockgate.manage.storage_api import create_registry_auth
+from lockgate.manage.templates import edit_template
+from lockgate.manage.v2 import Backends, v2_app
+from lockgate.manage.v2.bodies import ClosedBody
+from lockgate.manage.v2.problems import body_of
+from lockgate.models.registryauth import DOCKER_HUB, REGISTRY_PATTERN
+from lockgate.models.templates import runpod_template
+
+
+class NewRegistry(ClosedBody):
+    """CreateRegistryRequest, and lockgate's `registry`: the host the credential is for
+    (default Docker Hub; as `/v1/containerregistryauth` takes it)."""
+
+    name: str = Field(..., min_length=1)
+    username: str = Field(..., min_length=1, description="write-only")
+    password: str = Field(..., min_length=1, description="write-only")
+    registry: str = Field(DOCKER_HUB, pattern=REGISTRY_PATTERN, description="lockgate's")
+
+
+def registry_view(record: dict[str, Any]) -> dict[str, Any]:
+    """What v2 shows of a credential: its id and name, nothing else."""
+    return {"id": record["id"], "name": record["name"]}
+
+
+def without_credential(record: dict[str, Any], auth_id: str) -> dict[str, Any]:
+    """The `/v1/templates` changes that make a template stop pulling with `auth_id`."""
+    changes: dict[str, Any] = {}
+    if record["containerRegistryAuthId"] == auth_id:
+        changes["containerRegistryAuthId"] = ""
+    if auth_id in record["imagePullSecrets"]:
+        changes["imagePullSecrets"] = [s for s in record["imagePullSecrets"] if s != auth_id]
+    return changes
+
+
+class RegistryRoutes:
+    """The collection's handlers over one process's backends."""
+
+    def __init__(self, backends: Backends) -> None:
+        self.plane, self.storage = backends.plane, backends.storage
+
+    async def list_all(self, _request: web.Request) -> web.Response:
+        auths = await self.storage.list_registry_auths()
+        return json_response({"registries": [registry_view(r) for r in auths.values()]})
+
+    async def create(self, request: web.Request) -> web.Response:
+        body = await body_of(request, NewRegistry)
+        made = await create_registry_auth(self.storage, body.model_dump())
+        return json_response(registry_view(made), status=201)
+
+    async def get(self, request: web.Request) -> web.Response:
+        record = await ops.get_registry_auth(self.storage, request.match_info["id"])
+        return json_response(registry_view(record))
+
+    async def delete(self, request: web.Request) -> web.Response:
+        auth_id = request.match_info["id"]
+        await ops.get_registry_auth(self.storage, auth_id)  # 404 first
+        templates = await ops.auth_users(self.plane, auth_id)
+        await self.refuse_when_workers_pull_with(auth_id, templates)
+        for template_id in templates:
+            record = runpod_template(template_id, await ops.get_template(self.plane, template_id))
+            changes = without_credential(record, auth_id)
+            await edit_template(self.plane, self.storage, template_id, changes)
+        try:
+            await ops.delete_registry_auth(self.plane, self.storage, auth_id)
+        except ops.Taken as err:  # a template took it up meanwhile
+            raise BadRequest(str(err)) from err
+        return web.Response(status=204)
+
+    async def refuse_when_workers_pull_with(self, auth_id: str, templates: list[str]) -> None:
+        """400 naming the endpoints whose template pulls with the credential."""
+        users = {t: await ops.template_users(self.plane, t) for t in templates}
+        in_use = sorted({e for endpoints in users.values() for e in endpoints})
+        if in_use:
+            via = ", ".join(t for t, endpoints in users.items() if endpoints)
+            raise BadRequest(
+                f"registry {auth_id!r} is used by endpoint(s) {', '.join(in_use)} "
+                f"(through template(s) {via}): their workers pull with it; delete them or "
+                "give their templates another registry first"
+            )
+
+
+def create_app(backends: Backends) -> web.Application:
+    """The `/v2/registries` sub-application."""
+    app, routes = v2_app(backends), RegistryRoutes(backends)
+    app.router.add_get("", routes.list_all)
+    app.router.add_post("", routes.create)
+    app.router.add_get("/{id}", routes.get)
+    app.router.add_delete("/{id}", routes.delete)
+    return app
