@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -77,10 +77,8 @@ def epoch_ms(stamp: str | None) -> int | None:
 def _worker_container(pod: Obj, part: str) -> Obj:
     """The worker container's entry of `spec.containers` or `status.containerStatuses`."""
     where = pod.get("spec") if part == "containers" else pod.get("status")
-    for entry in (where or {}).get(part) or []:
-        if entry.get("name") == WORKER_CONTAINER:
-            return entry
-    return {}
+    entries: list[Obj] = (where or {}).get(part) or []
+    return next((e for e in entries if e.get("name") == WORKER_CONTAINER), {})
 
 
 def gpu_count(pod: Obj) -> int:
@@ -129,7 +127,7 @@ def pod_facts(
     )
 
 
-def current(pods: list[Obj]) -> list[Obj]:
+def current(pods: Sequence[Obj]) -> list[Obj]:
     """The pods that are workers now: not ended (a Succeeded or Failed pod runs nothing)."""
     return [p for p in pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
 
@@ -157,7 +155,7 @@ def _event_ms(event: Obj) -> int | None:
     )
 
 
-def system_lines(events: list[Obj], pod: Obj) -> list[tuple[int, str]]:
+def system_lines(events: Sequence[Obj], pod: Obj) -> list[tuple[int, str]]:
     """The pod's lifecycle as (epoch ms, line), oldest first: its Events (at their latest
     time; Event names grow with their creation time, so they break ties in order) and the
     worker container's terminations (OOMKilled, an exit code), which have no Event."""

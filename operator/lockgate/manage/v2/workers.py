@@ -71,7 +71,9 @@ class LogParams:
 
 def parse_log_params(query: Any, last_event_id: str | None) -> LogParams:
     """The query of `…/logs` (and its `Last-Event-ID`); 422 listing every bad one."""
-    errors, sources, tail, cursor = [], SOURCES, TAIL_DEFAULT, None
+    errors: list[str] = []
+    sources: tuple[str, ...] = SOURCES
+    tail, cursor = TAIL_DEFAULT, None
     if (source := query.get("source")) is not None:
         if source not in SOURCES:
             errors.append(f"source: expected one of {', '.join(SOURCES)} (omit it for both)")
