@@ -19,6 +19,7 @@ from lockgate.dev.redis_server import EmbeddedRedis, free_port
 from lockgate.gateway import create_app
 from lockgate.gateway.serving import app_runner, serve_runner
 from lockgate.gateway.state import GATEWAY
+from lockgate.models.registry_entry import RegistryEntry
 from lockgate.settings import Settings
 from lockgate.store import Registry, connect
 from lockgate.store.connection import RedisSettings
@@ -153,7 +154,7 @@ async def register(redis: Redis, endpoint: str, **entry) -> tuple[str, str]:
     """Register an endpoint, a client key and a worker key for it."""
     registry = Registry(redis)
     client_key, worker_key = f"lg_{secrets.token_hex(8)}", f"lgw_{secrets.token_hex(8)}"
-    await registry.put_endpoint(endpoint, {"id": endpoint, **entry})
+    await registry.put_endpoint(endpoint, RegistryEntry(id=endpoint, **entry))
     await registry.put_key(client_key, {"name": "test-client", "scopes": ["jobs"]})
     await registry.put_key(
         worker_key, {"name": f"worker:{endpoint}", "scopes": ["workers"], "endpoints": [endpoint]}

@@ -15,6 +15,7 @@ import pytest
 from lockgate.apikeys import KeyCommandError, create, key_record, revoke
 from lockgate.gateway.keyfile import KeyFileError, parse_key_file
 from lockgate.models.keys import effective_scopes, rfc3339
+from lockgate.models.registry_entry import RegistryEntry
 from lockgate.store import Registry, key_digest
 from tests.conftest import LiveGateway
 
@@ -70,7 +71,7 @@ async def test_admin_and_worker_keys_cannot_call_client_routes(http, gateway, re
 
 
 async def test_a_key_limited_to_endpoints_is_refused_elsewhere(http, gateway, redis):
-    await Registry(redis).put_endpoint("other", {"id": "other"})
+    await Registry(redis).put_endpoint("other", RegistryEntry(id="other"))
     key = await add_key(redis, "one-endpoint", ["jobs"], ["other"])
     assert await call(http, gateway, "GET", "health", key) == 401
     async with http.get(f"{gateway.url}/v2/other/health", headers={"authorization": key}) as r:

@@ -17,6 +17,7 @@ from conftest import eventually, make_settings, register, start_gateway
 from lockgate.dev.redis_server import free_port
 from lockgate.gateway.activity import Activity
 from lockgate.gateway.state import GATEWAY
+from lockgate.models.registry_entry import RegistryEntry
 from lockgate.scaling.readings import parse_metrics
 from lockgate.store import JobStore, NewJob, Registry
 from lockgate.store.connection import RedisSettings
@@ -66,7 +67,7 @@ async def test_a_quiet_endpoint_leaves_the_sweeps_until_marked_or_the_full_pass(
     store, registry, clock = JobStore(redis), Registry(redis), Clock()
     activity = Activity(full_pass_s=60, clock=clock)
     for ep in ("a", "b", "c"):
-        await registry.put_endpoint(ep, {"id": ep})
+        await registry.put_endpoint(ep, RegistryEntry(id=ep))
     await store.submit("b", NewJob(id="j1", input=b"{}", ttl_ms=3_600_000))
 
     async def one_pass() -> list[str]:
@@ -88,7 +89,7 @@ async def test_a_quiet_endpoint_leaves_the_sweeps_until_marked_or_the_full_pass(
     assert "a" in activity.active
     assert await one_pass() == ["a", "b"]
     clock.now = 61.0  # a lost event is made up for by the full pass
-    await registry.put_endpoint("d", {"id": "d"})
+    await registry.put_endpoint("d", RegistryEntry(id="d"))
     assert await one_pass() == ["a", "b", "c", "d"]
 
 

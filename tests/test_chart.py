@@ -29,6 +29,7 @@ import yaml
 from lockgate.gateway.keyfile import parse_key_file
 from lockgate.kube import crds
 from lockgate.kube.settings import OperatorSettings
+from lockgate.settings import Prices
 
 REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "charts" / "lockgate"
@@ -1382,3 +1383,21 @@ def test_helper_images_and_their_pull_secrets_reach_the_operator(render_chart) -
 )
 def test_schema_refuses_a_helper_image_without_a_tag_or_with_a_bad_digest(image: dict) -> None:
     assert errors({"operator": {"helperImages": {"busybox": image}}})
+
+
+def test_prices_reach_the_management_api_as_its_settings(render_chart, monkeypatch) -> None:
+    """`operator.manage.prices` become LOCKGATE_GPU_PRICES and LOCKGATE_VCPU_PRICE on
+    `lockgate manage`, read back as the `Prices` `/v2/billing` charges; a negative price is
+    refused by the schema."""
+    prices = {"gpu": {"NVIDIA L4": 0.44, "NVIDIA H100 80GB HBM3": 2.5}, "vcpu": 0.02}
+    docs = render_chart({"operator": {"manage": {"prices": prices}}})
+    pod = by_kind(docs, "Deployment")["lockgate-manage"]["spec"]["template"]["spec"]
+    env = env_of(pod["containers"][0])
+    for name in ("LOCKGATE_GPU_PRICES", "LOCKGATE_VCPU_PRICE"):
+        monkeypatch.setenv(name, env[name])
+    assert Prices().model_dump() == {"gpu_prices": prices["gpu"], "vcpu_price": prices["vcpu"]}
+    manage = by_kind(render_chart(), "Deployment")["lockgate-manage"]["spec"]["template"]
+    default = env_of(manage["spec"]["containers"][0])
+    assert (default["LOCKGATE_GPU_PRICES"], default["LOCKGATE_VCPU_PRICE"]) == ("{}", "0")
+    with pytest.raises(RenderError, match="prices"):
+        render_chart({"operator": {"manage": {"prices": {"vcpu": -1}}}})

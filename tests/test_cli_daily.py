@@ -15,6 +15,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+import requests
 import yaml
 
 from lockgate import cli, clientconfig
@@ -24,6 +25,9 @@ from lockgate.output import yaml as to_yaml
 from tests.devproc import REPO, DevProcess
 
 ECHO = str(REPO / "examples/echo/handler.py")
+ECHO_ARGS = "python examples/echo/handler.py"  # dev mode runs a v2 endpoint's args
+# A v2 endpoint running the echo handler on dev mode's CPUs.
+ECHO_V2 = ("--image", "python:3.12-slim", "--args", ECHO_ARGS, "--cpu", "any")
 RUNPOD_ECHO = str(REPO / "tests/workers/runpod_echo.py")
 SCRUBBED = (
     "LOCKGATE_URL", "LOCKGATE_API_KEY", "LOCKGATE_JOB_URL", "LOCKGATE_CONFIG", "LOCKGATE_INSECURE",
@@ -97,42 +101,79 @@ def test_endpoints_list_reads_the_config_file_and_prints_a_table(env) -> None:
     assert any(line.split()[:3] == ["echo", "echo", "QUEUE"] for line in lines[1:])
 
 
+def created_id(result: subprocess.CompletedProcess) -> str:
+    """The id of the endpoint a `create -o json` made (v2 generates it)."""
+    return json.loads(ok(result))["id"]
+
+
+def v1_record(dev: DevProcess, endpoint_id: str) -> dict:
+    """The endpoint as `/v1/endpoints` shows it (lockgate's own fields and status)."""
+    reply = requests.get(
+        f"{dev.url}/v1/endpoints/{endpoint_id}",
+        headers={"authorization": f"Bearer {dev.key}"},
+        timeout=10,
+    )
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
 def test_endpoint_create_get_edit_list_delete_round_trip(env) -> None:
-    created = json.loads(
-        ok(lockgate("endpoints", "create", "--id", "cli-rt", "--template-id", ECHO,
-                    "--workers-max", "1", "-o", "json", env=env))
-    )  # fmt: skip
-    assert created["id"] == "cli-rt" and created["workersMax"] == 1
-    got = ok(lockgate("endpoints", "get", "cli-rt", env=env))
-    assert got.splitlines()[1].split()[:3] == ["cli-rt", "-", "QUEUE"]
-    edited = json.loads(
-        ok(lockgate("endpoints", "edit", "cli-rt", "--set", "workersMax=2", "--name", "rt",
-                    "-o", "json", env=env))
-    )  # fmt: skip
-    assert (edited["workersMax"], edited["name"], edited["templateId"]) == (2, "rt", ECHO)
-    listed = json.loads(ok(lockgate("endpoints", "list", "-o", "json", env=env)))
-    assert "cli-rt" in {e["id"] for e in listed}
-    ok(lockgate("endpoints", "delete", "cli-rt", env=env))
-    listed = json.loads(ok(lockgate("endpoints", "list", "-o", "json", env=env)))
-    assert "cli-rt" not in {e["id"] for e in listed}
-    assert "not found" in one_line_error(lockgate("endpoints", "get", "cli-rt", env=env))
-
-
-def test_an_lb_endpoint_is_created_and_edited_with_its_own_flags(env) -> None:
-    flags = ["--type", "LB", "--scaler-type", "REQUEST_COUNT", "--scaler-value", "2",
-             "--request-timeout-s", "90", "--lb-hold-s", "30"]  # fmt: skip
-    made = lockgate("endpoints", "create", "--id", "cli-lb", "--template-id", ECHO, *flags,
+    made = lockgate("endpoints", "create", *ECHO_V2, "--name", "cli-rt", "--workers-max", "1",
                     "-o", "json", env=env)  # fmt: skip
     created = json.loads(ok(made))
-    fields = ("type", "scalerType", "scalerValue", "requestTimeoutS", "lbHoldS")
-    assert [created[f] for f in fields] == ["LB", "REQUEST_COUNT", 2, 90, 30]
-    edited = json.loads(ok(lockgate("endpoints", "edit", "cli-lb", "--lb-hold-s", "5", "-o", "json",
-                                    env=env)))  # fmt: skip
-    assert (edited["lbHoldS"], edited["requestTimeoutS"]) == (5, 90)
-    ok(lockgate("endpoints", "delete", "cli-lb", env=env))
-    refused = lockgate("endpoints", "create", "--id", "cli-lb2", "--template-id", ECHO,
-                       "--type", "LB", env=env)  # fmt: skip
-    assert "scalerType" in one_line_error(refused)
+    endpoint_id = created["id"]
+    assert created["workers"] == {"min": 0, "max": 1, "idleTimeout": 10}  # v2's object
+    assert created["type"] == "QUEUE" and created["args"] == ECHO_ARGS
+    assert "phase" in created["status"]  # lockgate's, from /v1
+    got = ok(lockgate("endpoints", "get", endpoint_id, env=env))
+    assert got.splitlines()[0].split() == ["ID", "NAME", "TYPE", "PHASE", "WORKERS", "READY",
+                                           "QUEUED", "JOB", "API"]  # fmt: skip
+    row = got.splitlines()[1].split()
+    assert row[:3] == [endpoint_id, "cli-rt", "QUEUE"] and row[4] == "0-1"
+    assert row[-1].endswith(f"/v2/{endpoint_id}/")
+    edited = json.loads(
+        ok(lockgate("endpoints", "edit", endpoint_id, "--workers-max", "2", "--name", "rt",
+                    "-o", "json", env=env))
+    )  # fmt: skip
+    assert (edited["workers"]["min"], edited["workers"]["max"], edited["name"]) == (0, 2, "rt")
+    listed = json.loads(ok(lockgate("endpoints", "list", "-o", "json", env=env)))
+    assert endpoint_id in {e["id"] for e in listed}
+    ok(lockgate("endpoints", "delete", endpoint_id, env=env))
+    listed = json.loads(ok(lockgate("endpoints", "list", "-o", "json", env=env)))
+    assert endpoint_id not in {e["id"] for e in listed}
+    assert "not found" in one_line_error(lockgate("endpoints", "get", endpoint_id, env=env))
+
+
+def test_an_lb_endpoint_is_created_and_edited_with_its_own_flags(dev, env) -> None:
+    flags = ["--type", "LB", "--scaler-type", "REQUEST_COUNT", "--scaler-value", "2",
+             "--request-timeout-s", "90", "--lb-hold-s", "30"]  # fmt: skip
+    made = lockgate("endpoints", "create", *ECHO_V2, "--name", "cli-lb", *flags, "-o", "json",
+                    env=env)  # fmt: skip
+    created = json.loads(ok(made))
+    endpoint_id = created["id"]
+    assert created["type"] == "LOAD_BALANCER" and created["timeout"] == 90_000
+    assert created["scaling"] == {"type": "REQUEST_COUNT", "requestCount": 2}
+    assert v1_record(dev, endpoint_id)["lbHoldS"] == 30  # lockgate's own, through /v1
+    edited = json.loads(ok(lockgate("endpoints", "edit", endpoint_id, "--lb-hold-s", "5",
+                                    "--scaler-value", "3", "-o", "json", env=env)))  # fmt: skip
+    assert edited["scaling"] == {"type": "REQUEST_COUNT", "requestCount": 3}
+    assert (v1_record(dev, endpoint_id)["lbHoldS"], edited["timeout"]) == (5, 90_000)
+    ok(lockgate("endpoints", "delete", endpoint_id, env=env))
+    refused = lockgate("endpoints", "create", *ECHO_V2, "--type", "LB", env=env)
+    assert "scaling" in one_line_error(refused)
+
+
+def test_a_problem_answer_is_one_line_in_v2s_words(env) -> None:
+    unknown = lockgate("endpoints", "create", *ECHO_V2, "--set", "workersMax=2", env=env)
+    assert one_line_error(unknown) == (
+        "lockgate: workersMax: not a field of this request (HTTP 422)"
+    )
+    both = lockgate("endpoints", "create", *ECHO_V2, "--gpu", "ADA_24", env=env)
+    assert one_line_error(both) == (
+        "lockgate: gpu, cpu: set exactly one of them (a GPU or a CPU endpoint) (HTTP 400)"
+    )
+    chosen = lockgate("endpoints", "create", *ECHO_V2, "--id", "mine", env=env)
+    assert "--id: v2 gives a new endpoint a generated id" in one_line_error(chosen)
 
 
 def test_a_job_runs_and_its_status_carries_the_output(env) -> None:
@@ -159,29 +200,30 @@ def test_jobs_run_wait_prints_the_result_as_a_table_and_yaml_matches_json(env) -
 
 
 def test_jobs_stream_prints_each_chunk_then_ends(env) -> None:
-    ok(lockgate("endpoints", "create", "--id", "cli-stream", "--template-id",
-                str(REPO / "tests/workers/runpod_stream.py"), env=env))  # fmt: skip
+    stream = ("--image", "python:3.12-slim", "--args", "python tests/workers/runpod_stream.py")
+    endpoint = created_id(lockgate("endpoints", "create", *stream, "--cpu", "any", "-o", "json",
+                                   env=env))  # fmt: skip
     try:
         job = json.loads(
-            ok(lockgate("jobs", "run", "cli-stream", '{"n": 3, "gap": 0.2}', "-o", "json",
+            ok(lockgate("jobs", "run", endpoint, '{"n": 3, "gap": 0.2}', "-o", "json",
                         env=env))
         )  # fmt: skip
-        out = ok(lockgate("jobs", "stream", "cli-stream", job["id"], env=env, timeout_s=90))
+        out = ok(lockgate("jobs", "stream", endpoint, job["id"], env=env, timeout_s=90))
         chunks = [json.loads(line) for line in out.splitlines()]
         assert [c["text"] for c in chunks] == [["token-0"], ["token-1"], ["token-2"]]
     finally:
-        ok(lockgate("endpoints", "delete", "cli-stream", env=env))
+        ok(lockgate("endpoints", "delete", endpoint, env=env))
 
 
 def test_jobs_cancel_cancels_a_queued_job(dev, env) -> None:
-    ok(lockgate("endpoints", "create", "--id", "cli-idle", "--template-id", ECHO,
-                "--workers-max", "0", env=env))  # fmt: skip
+    endpoint = created_id(lockgate("endpoints", "create", *ECHO_V2, "--workers-max", "0",
+                                   "-o", "json", env=env))  # fmt: skip
     try:
-        job = json.loads(ok(lockgate("jobs", "run", "cli-idle", "-o", "json", env=env)))
-        cancelled = ok(lockgate("jobs", "cancel", "cli-idle", job["id"], "-o", "json", env=env))
+        job = json.loads(ok(lockgate("jobs", "run", endpoint, "-o", "json", env=env)))
+        cancelled = ok(lockgate("jobs", "cancel", endpoint, job["id"], "-o", "json", env=env))
         assert json.loads(cancelled)["status"] == "CANCELLED"
     finally:
-        ok(lockgate("endpoints", "delete", "cli-idle", env=env))
+        ok(lockgate("endpoints", "delete", endpoint, env=env))
 
 
 def test_options_are_accepted_before_or_after_the_action(dev, bare_env) -> None:

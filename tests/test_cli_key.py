@@ -21,7 +21,7 @@ from tests.test_cli_daily import clean_env, lockgate, ok, one_line_error, own_co
 
 
 class Recorder(ThreadingHTTPServer):
-    """An HTTP server that answers every request `[]` (an empty endpoint list) and keeps
+    """An HTTP server that answers every request `[]` (no endpoints, for the CLI) and keeps
     each request's method, path and Authorization header."""
 
     def __init__(self, host: str) -> None:
@@ -196,10 +196,10 @@ def test_a_command_given_another_url_does_not_send_the_saved_key(
         assert by_env.returncode == 2
         assert other.seen == []  # nothing at all: the request was not made
         ok(lockgate("endpoints", "list", "--url", other.url, "--key", "k-given", env=saved_for))
-        assert other.seen == [("GET", "/v1/endpoints", "Bearer k-given")]
+        assert other.seen == [("GET", "/v2/serverless", "Bearer k-given")]
     assert recorder.seen == []
     ok(lockgate("endpoints", "list", env=saved_for))  # the saved URL still has it
-    assert recorder.seen == [("GET", "/v1/endpoints", "Bearer k-saved")]
+    assert recorder.seen == [("GET", "/v2/serverless", "Bearer k-saved")]
 
 
 def test_login_over_plain_http_to_another_host_needs_insecure(outside, tmp_path) -> None:
@@ -225,13 +225,13 @@ def test_login_over_plain_http_to_another_host_needs_insecure(outside, tmp_path)
     # accepted once at login for that URL: the next commands neither ask nor warn
     listed = lockgate("endpoints", "list", env=env)
     assert listed.returncode == 0 and listed.stderr == ""
-    assert outside.seen[-1] == ("GET", "/v1/endpoints", "Bearer k-admin")
+    assert outside.seen[-1] == ("GET", "/v2/serverless", "Bearer k-admin")
 
 
 def test_without_a_key_nothing_is_refused_over_plain_http(outside, tmp_path) -> None:
     env = clean_env(tmp_path / "cfg")
     ok(lockgate("endpoints", "list", "--url", outside.url, env=env))
-    assert outside.seen == [("GET", "/v1/endpoints", None)]
+    assert outside.seen == [("GET", "/v2/serverless", None)]
 
 
 def test_the_config_file_is_untouched_by_a_refused_login(saved_for, outside, tmp_path) -> None:

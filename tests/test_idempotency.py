@@ -13,6 +13,7 @@ import pytest
 
 from lockgate.apikeys import create, key_record
 from lockgate.dev.redis_server import free_port
+from lockgate.models.registry_entry import RegistryEntry
 from lockgate.store import JobStore, Registry, keys
 from tests.conftest import LiveGateway, make_settings, register, start_gateway
 from tests.test_job_api import done, get, take
@@ -54,7 +55,7 @@ async def test_keys_are_per_key_holder_per_endpoint_and_per_route(http, gateway,
     _, first, _ = await submit(http, gateway, "run", {"input": {}}, KEY)
     other_holder = await create(Registry(redis), key_record("other-client", ["jobs"], None))
     _, theirs, _ = await submit(http, gateway, "run", {"input": {}}, KEY, key=other_holder)
-    await Registry(redis).put_endpoint("second", {"id": "second"})
+    await Registry(redis).put_endpoint("second", RegistryEntry(id="second"))
     url = f"{gateway.url}/v2/second/run"
     async with http.post(
         url, json={"input": {}}, headers={"authorization": gateway.client_key, **KEY}

@@ -17,6 +17,7 @@ from redis.asyncio import Redis
 from lockgate.apps.dev import build_app
 from lockgate.dev.redis_server import EmbeddedRedis, free_port
 from lockgate.models.keys import rfc3339
+from lockgate.models.registry_entry import RegistryEntry
 from lockgate.store import Registry, key_digest
 from tests.conftest import REPO, make_settings
 
@@ -162,7 +163,9 @@ async def test_the_callers_key_is_marked_and_worker_keys_say_their_worker(
     assert "current" not in by_name["dev-worker:w-1"]
     assert sum(1 for k in listed if k.get("current")) == 1
 
-    await Registry(redis).put_endpoint("w", {"id": "w", "workerKeyDigest": key_digest(shared)})
+    await Registry(redis).put_endpoint(
+        "w", RegistryEntry(id="w", workerKeyDigest=key_digest(shared))
+    )
     listed = {k["name"]: k for k in (await keys.call("GET"))[1]}
     assert listed["shared:w"]["workerOf"] == "w"  # the endpoint's shared worker key
     assert "workerOf" not in listed["admin"]

@@ -187,11 +187,11 @@ def test_registry_entry_holds_every_setting_and_the_key_digest() -> None:
     entry = manifests.registry_entry(
         OWNER, spec, key_digest="abc", job_api_url="https://jobs.example/v2/ep1/"
     )
-    assert entry["id"] == "ep1" and entry["namespace"] == "ml" and entry["uid"] == "uid-1"
-    assert entry["executionTimeoutMs"] == 30_000 and entry["workersMax"] == 4
-    assert entry["workerKeyDigest"] == "abc"
-    assert set(EndpointSpec.model_fields) <= set(entry)
-    assert "scaler" not in entry  # the operator's own scaler sets the count
+    assert (entry.id, entry.namespace, entry.uid) == ("ep1", "ml", "uid-1")
+    assert entry.executionTimeoutMs == 30_000 and entry.spec().workersMax == 4
+    assert entry.workerKeyDigest == "abc"
+    assert set(EndpointSpec.model_fields) <= set(entry.stored())
+    assert "scaler" not in entry.stored()  # the operator's own scaler sets the count
 
 
 @pytest.mark.parametrize(
@@ -214,7 +214,7 @@ def test_registry_entry_says_when_another_scaler_owns_the_count() -> None:
     entry = manifests.registry_entry(
         OWNER, EndpointSpec(), key_digest="abc", job_api_url="u", external_scaler=True
     )
-    assert entry["scaler"] == "external"
+    assert entry.scaler == "external"
 
 
 # -- Template settings ---------------------------------------------------------------------

@@ -46,7 +46,7 @@ async def test_endpoint_id_used_in_another_namespace_is_refused(redis: Redis) ->
     assert digest is None
     assert (taken.ok, taken.reason, taken.fatal) == (False, "EndpointIdTaken", True)
     assert "team-a" in taken.message
-    assert (await ctx.registry.get_endpoint("shared"))["namespace"] == "team-a"
+    assert (await ctx.registry.get_endpoint("shared")).namespace == "team-a"
 
 
 async def test_cleanup_of_the_refused_endpoint_leaves_the_owners_data(redis: Redis) -> None:
@@ -87,8 +87,8 @@ async def test_registration_is_idempotent_and_carries_the_settings(redis: Redis)
 
     assert first == second
     entry = await ctx.registry.get_endpoint("ep")
-    assert entry["executionTimeoutMs"] == 9_000
-    assert entry["jobApiUrl"] == "https://jobs.example/v2/ep/"
+    assert entry.executionTimeoutMs == 9_000
+    assert entry.jobApiUrl == "https://jobs.example/v2/ep/"
     assert (await ctx.registry.get_key(first))["endpoints"] == ["ep"]
 
 

@@ -14,6 +14,7 @@ import requests
 
 from lockgate.gateway.endpoints import lb_hold_s
 from lockgate.models import EndpointSpec
+from lockgate.models.registry_entry import RegistryEntry
 from tests.devproc import REPO, DevProcess
 
 ECHO = str(REPO / "examples" / "echo" / "handler.py")
@@ -55,7 +56,7 @@ def wait_until(predicate, what: str, timeout_s: float = 30) -> None:
                            ({"lbHoldS": 5}, 5.0)],
 )  # fmt: skip
 def test_the_endpoints_hold_is_its_lbHoldS_or_unset(entry, seconds) -> None:
-    assert lb_hold_s(entry) == seconds
+    assert lb_hold_s(RegistryEntry(id="x", **entry)) == seconds
 
 
 def test_lbHoldS_is_optional_and_bounded() -> None:

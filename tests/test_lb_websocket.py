@@ -33,6 +33,7 @@ from lockgate.gateway.lb_proxy import (
     ws_limits,
 )
 from lockgate.gateway.state import GATEWAY
+from lockgate.models.registry_entry import RegistryEntry
 from lockgate.store.lb_workers import LbWorker
 from tests.conftest import LiveGateway, eventually
 from tests.test_lb_retry import lb_endpoint, lb_url
@@ -372,9 +373,9 @@ async def test_a_client_that_stops_answering_pings_is_dropped_and_released(
 
 
 def test_the_limits_are_the_endpoints_and_the_lifetime_is_named_first() -> None:
-    limits = ws_limits({"requestTimeoutS": 5, "lbWebSocketMaxS": 60}, 30.0)
+    limits = ws_limits(RegistryEntry(id="ws", requestTimeoutS=5, lbWebSocketMaxS=60), 30.0)
     assert (limits.handshake, limits.idle, limits.lifetime, limits.heartbeat) == (5, 5, 60, 30)
-    assert ws_limits({}, 30.0).lifetime == 3600  # entries written before the field
+    assert ws_limits(RegistryEntry(id="ws"), 30.0).lifetime == 3600  # entries before the field
     assert ws_expiry(limits, now=4.0, opened=0.0, last=0.0) is None
     assert "requestTimeoutS" in (ws_expiry(limits, now=5.0, opened=0.0, last=0.0) or "")
     assert "lbWebSocketMaxS" in (ws_expiry(limits, now=60.0, opened=0.0, last=59.0) or "")

@@ -9,6 +9,7 @@ import pytest
 from aiohttp import web
 
 from lockgate.dev.redis_server import free_port
+from lockgate.models.registry_entry import RegistryEntry
 from lockgate.store import Registry
 from lockgate.worker import verify_webhook
 from tests.conftest import eventually as shared_eventually
@@ -43,7 +44,7 @@ async def status_of(http, gw, job_id: str) -> str | int:
 async def test_a_job_past_its_execution_timeout_is_timed_out_and_its_worker_told(
     http, gateway, redis
 ):
-    await Registry(redis).put_endpoint("echo", {"id": "echo", "executionTimeoutMs": 300})
+    await Registry(redis).put_endpoint("echo", RegistryEntry(id="echo", executionTimeoutMs=300))
     job = await submit(http, gateway, {"input": {}})
     await take(http, gateway)
     await eventually(lambda: _is(status_of(http, gateway, job["id"]), "TIMED_OUT"))
@@ -60,7 +61,7 @@ async def _is(awaitable, expected) -> bool:
 
 
 async def test_a_job_policy_execution_timeout_overrides_the_endpoints(http, gateway, redis):
-    await Registry(redis).put_endpoint("echo", {"id": "echo", "executionTimeoutMs": 300})
+    await Registry(redis).put_endpoint("echo", RegistryEntry(id="echo", executionTimeoutMs=300))
     job = await submit(http, gateway, {"input": {}, "policy": {"executionTimeout": 60000}})
     await take(http, gateway)
     await asyncio.sleep(0.8)

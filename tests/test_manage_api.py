@@ -118,13 +118,24 @@ async def dev_app(redis_server: EmbeddedRedis) -> AsyncIterator[tuple[str, Local
             await runner.cleanup()
 
 
+def stored_entries(redis: Redis) -> Callable[[str], Awaitable[dict | None]]:
+    """An endpoint's registry entry as Redis keeps it (a JSON object); None without one."""
+    registry = Registry(redis)
+
+    async def stored(endpoint_id: str) -> dict | None:
+        entry = await registry.get_endpoint(endpoint_id)
+        return entry.stored() if entry is not None else None
+
+    return stored
+
+
 @pytest.fixture
 async def local_api(
     redis: Redis, redis_server: EmbeddedRedis, http: aiohttp.ClientSession
 ) -> AsyncIterator[Api]:
     async with dev_app(redis_server) as (url, plane):
         key = await admin_key(redis)
-        yield Api(http, url, key, ECHO, url, Registry(redis).get_endpoint, plane=plane)
+        yield Api(http, url, key, ECHO, url, stored_entries(redis), plane=plane)
 
 
 @pytest.fixture(

@@ -142,3 +142,25 @@ async def test_registries_and_network_volumes_are_managed(
         assert volume["id"] in str(await server.call("list-network-volumes"))
         assert (await server.call("get-network-volume", {"id": volume["id"]}))["size"] == 20
         await server.call("delete-network-volume", {"id": volume["id"]})
+
+
+async def test_set_endpoint_gpus_pins_one_type_of_a_pool_and_a_cuda_floor(
+    runpod_mcp_bin: Path, dev: DevProcess
+) -> None:
+    async with mcp(runpod_mcp_bin, dev) as server:
+        body = {
+            "name": "mcp gpu", "type": "QUEUE", "image": "python:3.12-slim", "args": ECHO_ARGS,
+            "gpu": {"pools": ["ADA_24"], "count": 1},
+            "scaling": {"type": "QUEUE_DELAY", "queueDelay": 4},
+        }  # fmt: skip
+        endpoint = await server.call("create-endpoint", {"body": body})
+        pinned = await server.call(
+            "set-endpoint-gpus",
+            {"endpointId": endpoint["id"], "pools": ["AMPERE_24"], "minCudaVersion": "12.4",
+             "excludeGpuTypeIds": ["NVIDIA RTX A5000", "NVIDIA GeForce RTX 3090"], "gpuCount": 2},
+        )  # fmt: skip
+        assert pinned["endpoint"]["gpuCount"] == 2
+        _, record = v1(dev, f"/endpoints/{endpoint['id']}")
+        assert record["gpuTypeIds"] == ["NVIDIA L4"] and record["gpuCount"] == 2
+        assert record["allowedCudaVersions"] == ["12.4"]
+        await server.call("delete-endpoint", {"id": endpoint["id"]})

@@ -16,6 +16,7 @@ import yaml
 from redis.asyncio import Redis
 
 from lockgate.models import JobRequest
+from lockgate.models.registry_entry import RegistryEntry
 from lockgate.store import JobStore, NewJob, Registry, key_digest
 
 if TYPE_CHECKING:
@@ -64,8 +65,8 @@ async def test_endpoint_becomes_a_deployment_secret_and_registry_entry(
     entry = await resources.eventually(
         lambda: registry.get_endpoint("ep-create"), "the registry entry"
     )
-    assert entry["executionTimeoutMs"] == 60_000
-    assert entry["namespace"] == resources.namespace
+    assert entry.executionTimeoutMs == 60_000
+    assert entry.namespace == resources.namespace
     worker_key = await registry.get_key(key_digest(key))
     assert worker_key["scopes"] == ["workers"] and worker_key["endpoints"] == ["ep-create"]
 
@@ -293,7 +294,7 @@ async def test_deleting_an_endpoint_removes_its_registry_entry_key_and_jobs(
         lambda: resources.get("endpoints", "ep-delete") is None, "the Endpoint gone"
     )
     assert await registry.get_endpoint("ep-delete") is None
-    assert await registry.get_key(entry["workerKeyDigest"]) is None
+    assert await registry.get_key(entry.workerKeyDigest) is None
     assert (await jobs.snapshot("ep-delete")).in_queue == 0
     # The garbage collector removes what the Endpoint owned.
     resources.wait_until(
@@ -354,7 +355,7 @@ async def test_registry_entry_lost_by_redis_is_written_again(
     await redis.flushall()
 
     entry = await resources.eventually(lambda: registry.get_endpoint("ep-lost"), "re-registered")
-    assert await registry.get_key(entry["workerKeyDigest"]) is not None
+    assert await registry.get_key(entry.workerKeyDigest) is not None
 
 
 async def test_deleted_worker_key_secret_gets_a_new_key_that_rolls_the_workers(
@@ -370,20 +371,20 @@ async def test_deleted_worker_key_secret_gets_a_new_key_that_rolls_the_workers(
 
     resources.core.delete_namespaced_secret("ep-key-worker-key", resources.namespace)
 
-    async def rotated() -> dict | None:
+    async def rotated() -> RegistryEntry | None:
         entry = await registry.get_endpoint("ep-key")
-        return entry if entry and entry["workerKeyDigest"] != old["workerKeyDigest"] else None
+        return entry if entry and entry.workerKeyDigest != old.workerKeyDigest else None
 
     new = await resources.eventually(rotated, "a new worker key")
-    assert await registry.get_key(old["workerKeyDigest"]) is None
-    assert await registry.get_key(new["workerKeyDigest"]) is not None
+    assert await registry.get_key(old.workerKeyDigest) is None
+    assert await registry.get_key(new.workerKeyDigest) is not None
 
     def pods_rolled() -> bool:
         pods = resources.deployment("ep-key-workers").spec.template.metadata.annotations
-        return pods["lockgate.dev/worker-key"] == new["workerKeyDigest"][:12]
+        return pods["lockgate.dev/worker-key"] == new.workerKeyDigest[:12]
 
     resources.wait_until(pods_rolled, "the workers rolled onto the new key")
-    assert old_pods["lockgate.dev/worker-key"] == old["workerKeyDigest"][:12]
+    assert old_pods["lockgate.dev/worker-key"] == old.workerKeyDigest[:12]
 
 
 @pytest.mark.usefixtures("metrics_served")  # Ready needs readable metrics

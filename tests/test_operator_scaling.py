@@ -231,7 +231,7 @@ async def test_an_endpoint_annotated_scaler_external_is_left_to_its_own_scaler(
         workersMin=0, workersMax=4, idleTimeout=0, scalerType="REQUEST_COUNT", scalerValue=1,
     )  # fmt: skip
     entry = await resources.eventually(lambda: Registry(redis).get_endpoint(name), "registered")
-    assert entry["scaler"] == "external"
+    assert entry.scaler == "external"
     await until(lambda: replicas(resources, name) == 0, "the Deployment at 0")
     await metrics_gateway.start()
     # Another scaler (KEDA, through an HPA) sets 2 workers; 3 jobs wait.
@@ -266,7 +266,7 @@ async def test_an_endpoint_annotated_scaler_external_is_left_to_its_own_scaler(
     resources.patch("endpoints", name, {"metadata": {"annotations": {"lockgate.dev/scaler": None}}})
     await until(lambda: handled_annotations(resources, name) == {}, "kopf handled the update")
     await until(lambda: replicas(resources, name) == 0, "scaled to 0 by the built-in scaler")
-    assert "scaler" not in await Registry(redis).get_endpoint(name)
+    assert "scaler" not in (await Registry(redis).get_endpoint(name)).stored()
 
 
 def handled_annotations(resources: Resources, name: str) -> dict:

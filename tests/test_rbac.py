@@ -36,6 +36,7 @@ from lockgate.dev.redis_server import EmbeddedRedis, free_port
 from lockgate.kube.crds import GROUP, VERSION
 from lockgate.kube.settings import OperatorSettings
 from lockgate.models import secrets
+from lockgate.models.registry_entry import RegistryEntry
 from lockgate.store import Registry, connect, key_digest
 from tests.conftest import wait_until
 
@@ -237,12 +238,12 @@ def reconciles_with_the_charts_rights(
 
         new_key = wait_until(lose_and_look, "a new worker key", every=1.0)
 
-        def registered() -> dict | None:
+        def registered() -> RegistryEntry | None:
             entry = asyncio.run(_entry(redis_url, name))
-            return entry if entry and entry["workerKeyDigest"] == key_digest(new_key) else None
+            return entry if entry and entry.workerKeyDigest == key_digest(new_key) else None
 
         entry = wait_until(registered, "the new key registered")
-        assert entry["workerKeyDigest"] == key_digest(new_key)
+        assert entry.workerKeyDigest == key_digest(new_key)
         redeployed = wait_until(
             lambda: _read(lambda: apps.read_namespaced_deployment(f"{name}-workers", watched_ns)),
             "the worker Deployment again",
@@ -268,13 +269,13 @@ async def _forget(redis_url: str, endpoint_id: str) -> None:
     try:
         registry = Registry(redis)
         entry = await registry.get_endpoint(endpoint_id)
-        await registry.delete_key((entry or {}).get("workerKeyDigest") or "none")
+        await registry.delete_key((entry.workerKeyDigest if entry else None) or "none")
         await registry.delete_endpoint(endpoint_id)
     finally:
         await redis.aclose()
 
 
-async def _entry(redis_url: str, endpoint_id: str) -> dict | None:
+async def _entry(redis_url: str, endpoint_id: str) -> RegistryEntry | None:
     redis = connect(redis_url)
     try:
         return await Registry(redis).get_endpoint(endpoint_id)

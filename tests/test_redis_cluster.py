@@ -35,6 +35,7 @@ from lockgate.store import (
 from lockgate.store.addresses import WorkerAddresses
 from lockgate.store.connection import NotReplicated, RedisSettings
 from lockgate.store.limits import RateLimits
+from lockgate.store.usage import UsageLedger, UsageRate
 from lockgate.workerenv import WORKER_DEFAULTS, worker_env, worker_id_env
 from tests.conftest import REPO, LiveGateway, eventually, redis_settings, register, wait_until
 from tests.devproc import DevProcess
@@ -541,3 +542,25 @@ async def test_a_worker_id_stays_bound_to_its_first_address_in_a_transaction(red
             await addresses.bind(endpoint, "w1", f"10.0.0.1:{endpoint}") == f"10.0.0.1:{endpoint}"
         )
         assert await addresses.bind(endpoint, "w1", "10.0.0.2:1") == f"10.0.0.1:{endpoint}"
+
+
+async def test_usage_is_written_with_the_points_and_read_back_across_masters(redis, spread):
+    """history.lua adds each point's ready workers to its endpoint's usage (on that
+    endpoint's master, once per point); the ledger reads three endpoints' hours in one
+    pipeline across masters, and keeps its index beside them."""
+    store, ledger = JobStore(redis), UsageLedger(redis)
+    t = int(store.clock() / 1000) // 10 * 10
+    for n, endpoint in enumerate(spread, start=1):
+        for w in range(n):  # n ready workers
+            await store.heartbeat(endpoint, f"w{w}")
+        rate = UsageRate("NVIDIA L4", 2, 0)
+        sampled = await store.record_history(endpoint, [t - 10, t], rate=rate)
+        assert (await store.record_history(endpoint, [t - 10, t], rate=rate)).written == 0
+        assert sampled.used_hour == t - t % 3600
+        await ledger.note(endpoint, sampled.used_hour)
+    assert set(spread) <= set(await ledger.endpoint_ids(t - 3600))
+    hours = await ledger.hours(spread, t - 7200, t + 3600)
+    for n, endpoint in enumerate(spread, start=1):
+        worker_seconds = sum(h.worker_seconds for h in hours[endpoint].values())
+        gpu_seconds = sum(h.gpu_seconds["NVIDIA L4"] for h in hours[endpoint].values())
+        assert (worker_seconds, gpu_seconds) == (2 * 10 * n, 2 * 2 * 10 * n)

@@ -7,6 +7,7 @@ import asyncio
 
 from redis.asyncio import Redis
 
+from lockgate.models.registry_entry import RegistryEntry
 from lockgate.store import Registry
 from lockgate.store.registry import RegisteredIds
 
@@ -27,7 +28,7 @@ async def _hkeys(redis: Redis) -> int:
 async def test_many_askers_share_one_read_until_it_is_max_age_old(redis: Redis) -> None:
     registry, clock = Registry(redis), Clock()
     for ep in ("a", "b"):
-        await registry.put_endpoint(ep, {"id": ep})
+        await registry.put_endpoint(ep, RegistryEntry(id=ep))
     ids = RegisteredIds(registry, max_age_s=5.0, clock=clock)
     before = await _hkeys(redis)
     found = await asyncio.gather(*(ids.has(ep) for ep in ("a", "b", "c") * 100))
@@ -44,7 +45,7 @@ async def test_many_askers_share_one_read_until_it_is_max_age_old(redis: Redis) 
 
 async def test_an_asker_cancelled_does_not_cancel_the_shared_read(redis: Redis) -> None:
     registry = Registry(redis)
-    await registry.put_endpoint("a", {"id": "a"})
+    await registry.put_endpoint("a", RegistryEntry(id="a"))
     ids = RegisteredIds(registry, max_age_s=5.0)
     first = asyncio.create_task(ids.has("a"))
     second = asyncio.create_task(ids.has("a"))

@@ -25,6 +25,7 @@ from tests.test_manage_api import (  # noqa: F401 - fixtures
     jobs_key,
     kubernetes_api,
     local_api,
+    stored_entries,
 )
 
 if TYPE_CHECKING:
@@ -398,14 +399,14 @@ async def test_local_templates_come_back_when_dev_mode_restarts(
     redis: Redis, redis_server, http: aiohttp.ClientSession, jobs_key: str
 ) -> None:
     async with dev_app(redis_server) as (url, _plane):
-        api = Api(http, url, await admin_key(redis), "", url, Registry(redis).get_endpoint)
+        api = Api(http, url, await admin_key(redis), "", url, stored_entries(redis))
         template = await new_template(
             api, lambda _id: None, dockerStartCmd=ENV_ECHO, env={"R": "1"}
         )
         endpoint = (await new_endpoint(api, template["id"], workersMax=1))["id"]
     async with dev_app(redis_server) as (url, plane):
         await plane.resume()
-        api = Api(http, url, api.key, "", url, Registry(redis).get_endpoint)
+        api = Api(http, url, api.key, "", url, stored_entries(redis))
         assert (await call(api, "GET", f"/templates/{template['id']}"))[1] == template
         assert (await runsync(api, jobs_key, endpoint, ["R"]))["env"] == {"R": "1"}
         assert (await call(api, "DELETE", f"/endpoints/{endpoint}"))[0] == 204

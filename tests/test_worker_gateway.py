@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
+from lockgate.models.registry_entry import RegistryEntry
 from lockgate.store import JobStore, Registry
 from tests.conftest import LiveGateway
 from tests.test_job_api import get, post, submit
@@ -84,7 +85,7 @@ async def stop_by(how: str, http, gw: LiveGateway, job_id: str) -> None:
 @pytest.fixture(params=["cancel", "timeout"])
 async def how(request: pytest.FixtureRequest, redis: Redis, gateway: LiveGateway) -> str:
     if request.param == "timeout":
-        entry = {"id": gateway.endpoint, "executionTimeoutMs": TIMEOUT_MS}
+        entry = RegistryEntry(id=gateway.endpoint, executionTimeoutMs=TIMEOUT_MS)
         await Registry(redis).put_endpoint(gateway.endpoint, entry)
     return request.param
 

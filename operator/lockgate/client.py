@@ -99,14 +99,26 @@ def refused(status: int, error: str, url: str) -> ClientError:
     return ClientError(f"{error} (HTTP {status})" if error else f"HTTP {status} from {url}", status)
 
 
+def problem_text(data: dict[str, Any]) -> str | None:
+    """An RFC 9457 problem's words (v2's errors): each of a 422's `errors[]`, else `detail`."""
+    errors = data.get("errors")
+    if isinstance(errors, list) and errors and all(isinstance(e, str) for e in errors):
+        return "; ".join(errors)
+    detail = data.get("detail")
+    return detail if isinstance(detail, str) and detail else None
+
+
 def error_of(body: bytes) -> str:
-    """The `error` of a `{"error": ...}` body, else the body's first line (cut short)."""
+    """The `error` of a `{"error": ...}` body, or a problem's words (`problem_text`), else
+    the body's first line (cut short); always one line."""
     try:
         data = json.loads(body)
     except ValueError:
         data = None
     if isinstance(data, dict) and isinstance(data.get("error"), str):
         return " ".join(data["error"].split())
+    if isinstance(data, dict) and (text := problem_text(data)):
+        return " ".join(text.split())
     text = body.decode("utf-8", "replace").strip().splitlines()
     return text[0][:200] if text else ""
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
-from pydantic_settings import SettingsConfigDict
+from typing import Annotated
+
+from pydantic import Field, NonNegativeFloat, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lockgate.models.limits import LimitOverride, Operation
 from lockgate.store.connection import RedisSettings
@@ -228,3 +230,19 @@ class Settings(RedisSettings):
 
     def public_base_url(self) -> str:
         return self.base_url.rstrip("/") or f"http://{self.host}:{self.port}"
+
+
+class Prices(BaseSettings):
+    """What an hour of a resource costs, for `/v2/billing/serverless`'s amounts; unset: 0
+    (`LOCKGATE_GPU_PRICES='{"NVIDIA L4": 0.44}'`, `LOCKGATE_VCPU_PRICE=0.02`). Any
+    currency: the amounts are in the one the prices are in."""
+
+    model_config = SettingsConfigDict(env_prefix="LOCKGATE_", extra="ignore")
+
+    gpu_prices: dict[str, Annotated[float, Field(ge=0)]] = Field(
+        default_factory=dict,
+        description="GPU type id (as in gpuTypeIds) -> price of one GPU for an hour",
+    )
+    vcpu_price: NonNegativeFloat = Field(
+        0.0, description="price of one vCPU for an hour (CPU endpoints)"
+    )

@@ -53,10 +53,12 @@ from lockgate.manage.graphql import add_graphql_route
 from lockgate.manage.history import HistorySampler, add_history_routes, history_sampler
 from lockgate.manage.secrets import AccountSecrets
 from lockgate.manage.v2 import Backends, add_v2_routes
+from lockgate.manage.v2.billing import Billing
 from lockgate.models import EndpointSpec, EndpointType, describe_validation_error
-from lockgate.settings import Settings
+from lockgate.settings import Prices, Settings
 from lockgate.store.connection import RedisSettings, standalone
 from lockgate.store.keys import ENDPOINT_ID_RE
+from lockgate.store.usage import UsageLedger
 
 log = logging.getLogger("lockgate.dev")
 DEFAULT_DATA_DIR = ".lockgate"  # `lockgate dev --data-dir`'s default, relative to the cwd
@@ -256,8 +258,9 @@ def build_app(
     app.add_subapp("/v1", manage)
     add_graphql_route(app, manage)  # the runpod SDK's management calls
     account = AccountSecrets(gw.registry, values, plane)
+    billing = Billing(UsageLedger(gw.store.redis), Prices())  # LOCKGATE_*_PRICE(S)
     backends = Backends(
-        plane, storage, gw.auth, secrets=account, catalog=LocalCatalog(),
+        plane, storage, gw.auth, secrets=account, catalog=LocalCatalog(), billing=billing,
         workers=DevWorkers(plane),
     )  # fmt: skip
     add_v2_routes(app, backends)  # RunPod's REST v2 (the catalog: this machine)

@@ -37,8 +37,11 @@ from lockgate.manage.history import HistorySampler, add_history_routes, history_
 from lockgate.manage.secrets import AccountSecrets, SecretValues
 from lockgate.manage.storage import Storage
 from lockgate.manage.v2 import Backends, add_v2_routes
+from lockgate.manage.v2.billing import Billing
+from lockgate.settings import Prices
 from lockgate.manage.workersource import WorkerSource
 from lockgate.store import JobStore, Registry, connect
+from lockgate.store.usage import UsageLedger
 
 
 def _watching(key_file: KeyFile) -> Callable[[web.Application], AsyncIterator[None]]:
@@ -136,6 +139,7 @@ def create_app(
     account = None
     if secret_values is not None:
         account = AccountSecrets(registry, secret_values, control_plane)
+    billing = Billing(UsageLedger(registry.redis), Prices())  # LOCKGATE_*_PRICE(S)
     backends = Backends(
         control_plane,
         storage,
@@ -143,6 +147,7 @@ def create_app(
         middlewares=(cluster_refusals,),
         secrets=account,
         catalog=catalog,
+        billing=billing,
         workers=workers,
     )
     add_v2_routes(app, backends)  # RunPod's REST v2 (its MCP server's calls)

@@ -52,14 +52,22 @@ def action(actions: argparse._SubParsersAction, name: str, help_: str) -> argpar
 
 
 def endpoint_fields(p: argparse.ArgumentParser) -> None:
-    """The fields `endpoints create` and `edit` set by name, -f and --set."""
+    """The fields `endpoints create` and `edit` set by name, -f and --set (RunPod's v2)."""
     p.add_argument("--name", help="display name")
-    p.add_argument("--template-id", help="template id (dev mode: a handler file or command)")
+    p.add_argument("--template-id", help="a template whose container settings it starts from")
+    p.add_argument("--image", help="the container image (dev mode: any name)")
+    p.add_argument("--args", help="the command's arguments, one string (dev mode: the command)")
+    p.add_argument("--gpu", action="append", metavar="POOL", help="a GPU pool id (repeat it)")
+    p.add_argument("--cpu", action="append", metavar="FLAVOR", help="a CPU flavor id, or any")
+    p.add_argument("--vcpu-count", type=int, default=2, help="vCPUs per worker with --cpu")
     p.add_argument("--workers-min", type=int, help="workers kept running")
     p.add_argument("--workers-max", type=int, help="most workers at once")
     p.add_argument("--idle-timeout", type=int, help="seconds an idle worker is kept")
     p.add_argument("--execution-timeout-ms", type=int, help="a job's longest run, ms")
-    p.add_argument("--type", choices=["QUEUE", "LB"], help="queue or load-balancing endpoint")
+    p.add_argument(
+        "--type", choices=["QUEUE", "LB", "LOAD_BALANCER"],
+        help="queue or load-balancing endpoint (create only)",
+    )  # fmt: skip
     p.add_argument(
         "--scaler-type", choices=["QUEUE_DELAY", "REQUEST_COUNT"],
         help="how workers are counted (an LB endpoint: REQUEST_COUNT)",
@@ -69,10 +77,10 @@ def endpoint_fields(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lb-hold-s", type=int, help="seconds an LB request waits for a worker")
     p.add_argument(
         "--set", action="append", metavar="FIELD=VALUE",
-        help="any field of the management API (docs/endpoint-reference.md); VALUE is JSON "
-        "when it parses, e.g. --set gpuTypeIds='[\"NVIDIA L4\"]'",
+        help="any field of RunPod's v2 endpoint (docs/rest-v2.md); VALUE is JSON when it "
+        "parses, e.g. --set dataCenterIds='[\"US-1\"]'",
     )  # fmt: skip
-    p.add_argument("-f", "--file", help="a JSON file of fields (the API's creation payload)")
+    p.add_argument("-f", "--file", help="a JSON file of fields (a v2 creation body)")
 
 
 def add_endpoints(sub: argparse._SubParsersAction, lazy: Lazy) -> None:
@@ -85,7 +93,7 @@ def add_endpoints(sub: argparse._SubParsersAction, lazy: Lazy) -> None:
     get.add_argument("endpoint", help="endpoint id")
     get.set_defaults(run=lazy(run, "get_endpoint"), client="management")
     create = action(actions, "create", "create an endpoint")
-    create.add_argument("--id", help="its id (default: generated, RunPod-style)")
+    create.add_argument("--id", help="refused: v2 generates the id (/v1 or kubectl choose one)")
     endpoint_fields(create)
     create.set_defaults(run=lazy(run, "create_endpoint"), client="management")
     edit = action(actions, "edit", "change some fields of an endpoint; the others stay")

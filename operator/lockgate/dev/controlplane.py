@@ -64,6 +64,7 @@ from lockgate.models import (
     TemplateSpec,
     WorkerCounts,
 )
+from lockgate.models.registry_entry import RegistryEntry
 from lockgate.models.secrets import missing_problem
 from lockgate.store import Snapshot, key_digest
 from lockgate.store.lb_workers import LbWorkers
@@ -117,19 +118,19 @@ class LocalEndpoint:
     models: str = ""  # its modelReferences: MODELS_DOWNLOADING, MODELS_READY or the failure
     secrets: str = ""  # why its workers wait: an account secret its env refers to is missing
 
-    def entry(self, job_api_url: str) -> dict:
+    def entry(self, job_api_url: str) -> RegistryEntry:
         """The registry entry: every setting, plus what a restart needs to resume it."""
-        return {
-            "id": self.id,
+        return RegistryEntry(
+            id=self.id,
+            workerKeyDigest=key_digest(self.worker_key),
+            jobApiUrl=job_api_url,
+            origin=self.origin,
+            workDir=self.work_dir,
+            version=self.version,
+            createdAt=self.created_at,
+            edits=self.edits,
             **self.spec.model_dump(mode="json"),
-            "workerKeyDigest": key_digest(self.worker_key),
-            "jobApiUrl": job_api_url,
-            "origin": self.origin,
-            "workDir": self.work_dir,
-            "version": self.version,
-            "createdAt": self.created_at,
-            **({"edits": self.edits} if self.edits else {}),
-        }
+        )
 
 
 COMMAND_LINE_ONLY = ("templateId",)  # the command line's handler: never edited
@@ -153,13 +154,13 @@ def refused_edit(edits: dict) -> str | None:
     return None
 
 
-def kept_edits(entry: dict, named: Collection[str]) -> dict:
+def kept_edits(entry: RegistryEntry | None, named: Collection[str]) -> dict:
     """An earlier run's API edits of the command line's endpoint that still apply: those of
     fields the command line does not name."""
-    edits = entry.get("edits") if entry.get("origin") == ORIGIN_CLI else None
+    edits = entry.edits if entry is not None and entry.origin == ORIGIN_CLI else {}
     return {
         k: v
-        for k, v in (edits or {}).items()
+        for k, v in edits.items()
         if k in EndpointSpec.model_fields and k not in named and k not in COMMAND_LINE_ONLY
     }
 
@@ -435,8 +436,7 @@ class LocalControlPlane:
         fields the command line does not name (`named`) kept over it."""
         if endpoint_id in self._endpoints:
             return await self.patch(endpoint_id, spec)
-        stored = await self.gw.registry.get_endpoint(endpoint_id) or {}
-        edits = kept_edits(stored, named)
+        edits = kept_edits(await self.gw.registry.get_endpoint(endpoint_id), named)
         try:
             spec = EndpointSpec.model_validate({**spec.model_dump(mode="json"), **edits})
         except ValidationError as err:  # the edits do not fit the new command line
@@ -458,22 +458,21 @@ class LocalControlPlane:
         stored = await self.gw.registry.list_endpoints()
         async with self._lock:
             for endpoint_id, entry in sorted(stored.items()):
-                if entry.get("origin") != ORIGIN_API or endpoint_id in skip:
+                if entry.origin != ORIGIN_API or endpoint_id in skip:
                     continue
-                fields = {k: v for k, v in entry.items() if k in EndpointSpec.model_fields}
                 try:
-                    spec = EndpointSpec.model_validate(fields)
+                    spec = entry.spec()
                 except ValidationError as err:
                     log.warning("endpoint %s not resumed: %s", endpoint_id, err)
                     continue
-                work_dir = Path(entry.get("workDir") or self.base_dir)
+                work_dir = Path(entry.workDir or self.base_dir)
                 try:
                     launch, problem = await self._launch(spec.templateId, work_dir), ""
                 except UnusableSettings as err:
                     launch, problem = None, str(err)
                 ep = await self._start(endpoint_id, spec, launch, ORIGIN_API, work_dir, problem)
-                ep.version = int(entry.get("version") or 1)
-                ep.created_at = str(entry.get("createdAt") or ep.created_at)
+                ep.version = entry.version or 1
+                ep.created_at = entry.createdAt or ep.created_at
         return [await self.get(i) for i in sorted(stored) if i in self._endpoints]
 
     async def close(self) -> None:
@@ -555,7 +554,8 @@ class LocalControlPlane:
         registry = self.gw.registry
         record = {"name": f"dev-worker:{endpoint_id}", "scopes": ["workers"]}
         await registry.put_key(worker_key, {**record, "endpoints": [endpoint_id]})
-        old_digest = ((await registry.get_endpoint(endpoint_id)) or {}).get("workerKeyDigest")
+        old = await registry.get_endpoint(endpoint_id)
+        old_digest = old.workerKeyDigest if old is not None else None
         if old_digest and old_digest != key_digest(worker_key):
             await registry.delete_key(old_digest)  # an earlier run's key
         await registry.put_endpoint(endpoint_id, ep.entry(self.job_api_url(endpoint_id)))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
 
@@ -64,7 +65,7 @@ def bearer_token(header: str | None) -> str | None:
     return token or None
 
 
-def principal_of(record: dict) -> Principal:
+def principal_of(record: dict[str, Any]) -> Principal:
     """A key record (stored or from the key file) as a principal; unknown scopes are ignored."""
     scopes = [Scope(s) for s in record.get("scopes", ()) if s in _SCOPES]
     endpoints = record.get("endpoints")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -32,7 +33,7 @@ DELIVERED, RETRYING, GAVE_UP, REFUSED, EXPIRED = (
 )  # fmt: skip
 
 
-async def _every(interval_s: float, work, name: str) -> None:
+async def _every(interval_s: float, work: Callable[[], Awaitable[object]], name: str) -> None:
     """Run `work()` every `interval_s`, surviving errors (Redis restarts, …)."""
     while True:
         try:
@@ -107,7 +108,7 @@ class WebhookSender:
         self.slots = HostSlots(
             per_host=self.settings.webhook_per_host, total=self.settings.webhook_concurrency
         )
-        self.tasks: set[asyncio.Task] = set()
+        self.tasks: set[asyncio.Task[None]] = set()
 
     async def deliver_all(self) -> None:
         """Claim what is due and start each attempt its host has a slot for."""

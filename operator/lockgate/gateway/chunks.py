@@ -106,7 +106,9 @@ def _json_size(piece: bytes) -> int:
     return len(orjson.dumps(piece.decode())) - 2
 
 
-def _chunk(output: Any, metrics: dict | None, split: dict | None = None) -> bytes:
+def _chunk(
+    output: Any, metrics: dict[str, Any] | None, split: dict[str, Any] | None = None
+) -> bytes:
     chunk: dict[str, Any] = {"output": output}
     if metrics is not None:
         chunk["metrics"] = metrics

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -13,7 +14,7 @@ from pydantic import ValidationError
 
 from lockgate.gateway import jsonbody, listing
 from lockgate.gateway.auth import ADMIN, JOBS, JOBS_READ, Principal
-from lockgate.gateway.endpoints import endpoint_type, require_type
+from lockgate.gateway.endpoints import require_type
 from lockgate.gateway.errors import BadRequest, Forbidden, NotFound
 from lockgate.gateway.http import (
     flag_param,
@@ -30,6 +31,7 @@ from lockgate.models import FINAL_STATES, JobRequest, describe_validation_error
 from lockgate.models.endpoint import EndpointType
 from lockgate.models.jobs import MAX_DURATION_MS, TTL_MIN_MS
 from lockgate.models.limits import Operation
+from lockgate.models.registry_entry import RegistryEntry
 from lockgate.store import UNAVAILABLE, IneligibleState, JobNotFound, JobRecord, NewJob
 from lockgate.store.keys import new_job_id
 
@@ -47,7 +49,7 @@ class Call:
 
     gw: Gateway
     endpoint_id: str
-    entry: dict
+    entry: RegistryEntry
     principal: Principal
 
 
@@ -343,7 +345,7 @@ async def health(request: web.Request, call: Call) -> web.Response:
     gw, endpoint_id = call.gw, call.endpoint_id
     snap = await gw.store.snapshot(endpoint_id)
     extra = {}
-    if endpoint_type(call.entry) == EndpointType.LB:
+    if call.entry.type == EndpointType.LB:
         extra = await lb_health(gw, endpoint_id, snap.requests_held, snap.requests_in_flight)
     return json_response(
         {
@@ -366,7 +368,7 @@ async def health(request: web.Request, call: Call) -> web.Response:
     )
 
 
-async def lb_health(gw: Gateway, endpoint_id: str, held: int, in_flight: int) -> dict:
+async def lb_health(gw: Gateway, endpoint_id: str, held: int, in_flight: int) -> dict[str, Any]:
     """A load-balancing endpoint's requests, and the status code each unhealthy worker's
     health check last answered (0: none) (beyond the spec, as the worker states are)."""
     polled = await gw.lb.store.health(endpoint_id)

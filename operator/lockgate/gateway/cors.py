@@ -14,14 +14,13 @@ with the worker's into one header each.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Collection
 
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 
 from lockgate.gateway.http import json_response
 from lockgate.gateway.lb_proxy import host_endpoint
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 JOB_API_PREFIX = "/v2/"
 LB_PREFIX = "/lb/"
@@ -79,9 +78,7 @@ def lb_preflight_headers(allow: str, method: str, requested: str) -> dict[str, s
     return headers
 
 
-def cors_middleware(
-    origins: Collection[str], lb_domain: str = ""
-) -> Callable[[web.Request, Handler], Awaitable]:
+def cors_middleware(origins: Collection[str], lb_domain: str = "") -> Middleware:
     """A middleware that answers pre-flights and marks requests from `origins` for
     `add_cors_headers`; `lb_domain`: the load-balancing host form's domain, if any."""
     allowed = frozenset(o.rstrip("/") for o in origins)
@@ -98,7 +95,7 @@ def cors_middleware(
         preflight = request.method == "OPTIONS" and method is not None
         if lb and allow is None:
             return await handler(request)  # the worker's to answer, CORS or not
-        if lb and preflight:
+        if lb and preflight and allow is not None and method is not None:
             requested = request.headers.get("Access-Control-Request-Headers", "")
             return web.Response(status=204, headers=lb_preflight_headers(allow, method, requested))
         if preflight:

@@ -1,16 +1,13 @@
-"""Registry entries of endpoints, cached in-process and dropped when the registry changes."""
+"""Registry entries of endpoints, cached in-process and dropped when the registry changes.
+An entry's settings come with the spec's defaults (`models.registry_entry`)."""
 
 from __future__ import annotations
 
 import time
 
 from lockgate.gateway.errors import BadRequest, NotFound
-from lockgate.models.endpoint import (
-    LB_WEBSOCKET_MAX_DEFAULT_S,
-    REQUEST_TIMEOUT_DEFAULT_S,
-    EndpointType,
-)
-from lockgate.models.jobs import EXECUTION_TIMEOUT_DEFAULT_MS
+from lockgate.models.endpoint import EndpointType
+from lockgate.models.registry_entry import RegistryEntry
 from lockgate.store import Registry
 from lockgate.store.keys import ENDPOINT_ID_RE
 
@@ -21,9 +18,9 @@ class EndpointCache:
     def __init__(self, registry: Registry, *, cache_s: float) -> None:
         self.registry = registry
         self.cache_s = cache_s
-        self._cache: dict[str, tuple[float, dict | None]] = {}
+        self._cache: dict[str, tuple[float, RegistryEntry | None]] = {}
 
-    async def get(self, endpoint_id: str) -> dict:
+    async def get(self, endpoint_id: str) -> RegistryEntry:
         """The endpoint's entry, or 404 when no such endpoint is registered."""
         if not ENDPOINT_ID_RE.fullmatch(endpoint_id):
             raise NotFound(f"endpoint {endpoint_id!r} not found")
@@ -42,36 +39,25 @@ class EndpointCache:
         self._cache.pop(endpoint_id, None)
 
 
-def execution_timeout_ms(entry: dict) -> int:
-    """The endpoint's default execution timeout (ms)."""
-    return int(entry.get("executionTimeoutMs") or EXECUTION_TIMEOUT_DEFAULT_MS)
-
-
-def endpoint_type(entry: dict) -> EndpointType:
-    """The endpoint's type; entries written before types existed are queue endpoints."""
-    return EndpointType(entry.get("type") or EndpointType.QUEUE)
-
-
-def request_timeout_s(entry: dict) -> float:
+def request_timeout_s(entry: RegistryEntry) -> float:
     """How long one proxied request of a load-balancing endpoint may run (s)."""
-    return float(entry.get("requestTimeoutS") or REQUEST_TIMEOUT_DEFAULT_S)
+    return float(entry.requestTimeoutS)
 
 
-def lb_hold_s(entry: dict) -> float | None:
+def lb_hold_s(entry: RegistryEntry) -> float | None:
     """How long a request of a load-balancing endpoint is held for a routable worker (s):
     the endpoint's `lbHoldS`; None when unset (the gateway's `LOCKGATE_LB_HOLD_S`)."""
-    value = entry.get("lbHoldS")
-    return None if value is None else float(value)
+    return None if entry.lbHoldS is None else float(entry.lbHoldS)
 
 
-def lb_websocket_max_s(entry: dict) -> float:
+def lb_websocket_max_s(entry: RegistryEntry) -> float:
     """How long a relayed WebSocket of a load-balancing endpoint may stay open (s)."""
-    return float(entry.get("lbWebSocketMaxS") or LB_WEBSOCKET_MAX_DEFAULT_S)
+    return float(entry.lbWebSocketMaxS)
 
 
-def require_type(entry: dict, endpoint_id: str, wanted: EndpointType, route: str) -> None:
+def require_type(entry: RegistryEntry, endpoint_id: str, wanted: EndpointType, route: str) -> None:
     """400 naming the endpoint's type when `route` serves only endpoints of type `wanted`."""
-    actual = endpoint_type(entry)
+    actual = entry.type
     if actual == wanted:
         return
     if actual == EndpointType.LB:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -49,7 +50,7 @@ class KeyFile:
         self.reload_s = reload_s
         self.entries: dict[str, KeyFileEntry] = {}
         self._seen: tuple[int, int, int] | None = None
-        self.on_change = lambda: None
+        self.on_change: Callable[[], None] = lambda: None
 
     def load(self) -> None:
         """Read the file now; raises KeyFileError (used at start-up: fail fast)."""

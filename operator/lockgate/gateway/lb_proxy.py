@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
-from multidict import CIMultiDict, CIMultiDictProxy
+from multidict import CIMultiDict, MultiMapping
 from yarl import URL
 
 from lockgate.gateway import lb_upstream
@@ -58,6 +58,7 @@ from lockgate.gateway.metrics import ROUTE_KEY
 from lockgate.gateway.state import gateway_of
 from lockgate.models.endpoint import EndpointType
 from lockgate.models.limits import Operation
+from lockgate.models.registry_entry import RegistryEntry
 from lockgate.store.keys import ENDPOINT_ID_RE
 from lockgate.store.lb_workers import LbWorker
 
@@ -147,7 +148,7 @@ def websocket_headers(request: web.Request) -> CIMultiDict[str]:
     )
 
 
-def downstream_headers(headers: CIMultiDictProxy[str], worker_id: str) -> CIMultiDict[str]:
+def downstream_headers(headers: MultiMapping[str], worker_id: str) -> CIMultiDict[str]:
     """The worker's answer headers as the client gets them: without the hop-by-hop ones
     and those `Connection` names (copied whole, then pruned: both in C)."""
     out = CIMultiDict(headers)
@@ -258,7 +259,7 @@ async def serve(
 
 
 async def _route(
-    request: web.Request, router: LbRouter, endpoint_id: str, entry: dict, path: str
+    request: web.Request, router: LbRouter, endpoint_id: str, entry: RegistryEntry, path: str
 ) -> web.StreamResponse:
     """Hold for a worker if need be and proxy as `path`; a client that leaves meanwhile
     (held or proxied) cancels both."""
@@ -272,7 +273,7 @@ async def _route(
 
 
 async def _held_then_sent(
-    request: web.Request, router: LbRouter, endpoint_id: str, entry: dict, path: str
+    request: web.Request, router: LbRouter, endpoint_id: str, entry: RegistryEntry, path: str
 ) -> web.StreamResponse:
     """A worker (held for one if need be), the exchange with it, then the worker released.
     A worker not reached is out of routing and another one is chosen (or waited for)."""
@@ -339,7 +340,7 @@ async def _exchange(
     router: LbRouter,
     endpoint_id: str,
     target: Target,
-    entry: dict,
+    entry: RegistryEntry,
     path: str,
 ) -> web.StreamResponse:
     limit_s = request_timeout_s(entry)
@@ -477,7 +478,7 @@ class WsLimits:
     heartbeat: float
 
 
-def ws_limits(entry: dict, heartbeat_s: float) -> WsLimits:
+def ws_limits(entry: RegistryEntry, heartbeat_s: float) -> WsLimits:
     """The endpoint's WebSocket limits: the handshake and the idle time are its
     `requestTimeoutS`, the lifetime its `lbWebSocketMaxS`, the pings the gateway's."""
     timeout = request_timeout_s(entry)
@@ -500,7 +501,7 @@ async def _websocket(
     endpoint_id: str,
     target: Target,
     url: URL,
-    entry: dict,
+    entry: RegistryEntry,
 ) -> web.StreamResponse:
     """Relay a WebSocket: the worker's connection first, then the client's, then messages
     both ways until either side closes or a limit (`WsLimits`) ends it. The worker's

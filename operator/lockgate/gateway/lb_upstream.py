@@ -36,6 +36,7 @@ import re
 import time
 from collections import deque
 from collections.abc import AsyncIterator
+from typing import cast
 
 import httptools
 from multidict import CIMultiDict
@@ -154,7 +155,8 @@ class HeadScan:
             if colon >= 0:
                 self.colon = self.length + colon - at
         if self.colon >= 0 and self.padding and value < end:
-            skipped = _OWS.match(data, value, end).end() - value  # type: ignore[union-attr]
+            spaces = _OWS.match(data, value, end)  # `*`: it always matches, maybe nothing
+            skipped = (spaces.end() if spaces else value) - value
             self.ows += skipped
             self.padding = value + skipped == end
         self.length += end - at
@@ -180,8 +182,9 @@ def connect_reason(err: BaseException) -> str:
     """`ConnectFailed.reason` of a failed connection attempt."""
     if isinstance(err, TimeoutError):
         return "timeout"
-    code = getattr(err, "errno", None)
-    return {errno.ECONNREFUSED: "refused", errno.ECONNRESET: "reset"}.get(code, "unreachable")
+    code: int | None = getattr(err, "errno", None)
+    reasons = {errno.ECONNREFUSED: "refused", errno.ECONNRESET: "reset"}
+    return reasons.get(code, "unreachable") if code is not None else "unreachable"
 
 
 class Answer:
@@ -241,7 +244,8 @@ class _Connection(asyncio.Protocol):
     def _reset(self, *, head_only: bool) -> None:
         self.head_only = head_only  # the request was HEAD: no body follows the head
         self.received = False  # a byte of this request's answer came
-        self.status, self.reason, self.reason_bytes, self.length = 0, "", b"", None
+        self.status, self.reason, self.reason_bytes = 0, "", b""
+        self.length: int | None = None  # the answer's Content-Length, unless chunked
         self.headers: CIMultiDict[str] = CIMultiDict()
         self.in_head = True  # headers seen are the answer's (not a chunked answer's trailers)
         self.scanning = True  # the heads' limits are checked until the final one's end
@@ -261,7 +265,7 @@ class _Connection(asyncio.Protocol):
     # -- asyncio.Protocol --------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # create_connection's: a stream
 
     def data_received(self, data: bytes) -> None:
         self.received = True
@@ -499,7 +503,8 @@ class WorkerPool:
             try:
                 answered = conn.begin(head_only=method == "HEAD")
                 if body is None:
-                    conn.transport.write(head)  # type: ignore[union-attr]
+                    assert conn.transport is not None  # connected: set, never unset
+                    conn.transport.write(head)
                 else:
                     await self._write_body(conn, head, body, length is None)
                 await answered

@@ -20,8 +20,9 @@ import logging
 import os
 import random
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Coroutine, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 from multidict import CIMultiDictProxy
@@ -144,7 +145,7 @@ class Target:
     gone: bool = False  # unregistered: closed once its last request ends
     reported: tuple[str, int, float] = ("", -1, 0.0)
     failed_at: float = float("-inf")  # monotonic: a proxied request last failed to reach it
-    poller: asyncio.Task | None = None
+    poller: asyncio.Task[None] | None = None
 
     @property
     def routable(self) -> bool:
@@ -246,7 +247,7 @@ class LbRouter:
         self.endpoints: dict[str, LbEndpoint] = {}
         self._dirty: set[str] = set()
         self._kick = asyncio.Event()
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
         self._health: aiohttp.ClientSession | None = None
 
     # -- routing ----------------------------------------------------------------------
@@ -283,8 +284,10 @@ class LbRouter:
         want, strict = parse_affinity(affinity_header)
         target = self._choose(ep, want, strict, exclude)
         if target is None:
-            own = hold_s is not None
-            hold = HoldTime(hold_s, OWN_HOLD) if own else HoldTime(self.hold_s, GATEWAY_HOLD)
+            if hold_s is not None:  # the endpoint's own
+                hold = HoldTime(hold_s, OWN_HOLD)
+            else:
+                hold = HoldTime(self.hold_s, GATEWAY_HOLD)
             target = await self._hold(ep, want, strict, hold, exclude, since)
         target.in_flight += 1
         self._changed(ep)
@@ -502,7 +505,7 @@ class LbRouter:
                     self._dirty.add(endpoint_id)
             await asyncio.sleep(REPORT_EVERY_S)
 
-    def _spawn(self, coro, name: str) -> asyncio.Task:
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         task = asyncio.create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -21,6 +21,8 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
+from typing import Final, Literal
 
 from lockgate.gateway.errors import TooManyRequests
 from lockgate.models.limits import Operation, OperationLimit
@@ -76,7 +78,14 @@ class Budget:
 
 
 Key = tuple[str, Operation, str]
-ASK_REDIS = object()  # `Limiter.admit_now`: not without Redis, await `admit`
+
+
+class _Ask(Enum):
+    REDIS = "ask Redis"
+
+
+ASK_REDIS: Final = _Ask.REDIS  # `Limiter.admit_now`: not without Redis, await `admit`
+AskRedis = Literal[_Ask.REDIS]
 
 
 @dataclass(slots=True)
@@ -139,7 +148,7 @@ class Limiter:
             self._workers[endpoint_id] = hit
         return hit[1]
 
-    def _rate_now(self, endpoint_id: str, limit: OperationLimit) -> int | object | None:
+    def _rate_now(self, endpoint_id: str, limit: OperationLimit) -> int | AskRedis | None:
         """`rate` when it needs no Redis read (no per-worker rate, or the running workers
         cached), else `ASK_REDIS`."""
         if limit.rate is None or not limit.requests_per_worker:
@@ -153,7 +162,7 @@ class Limiter:
         """The effective rate of an operation on an endpoint now."""
         rate = self._rate_now(endpoint_id, limit)
         if rate is not ASK_REDIS:
-            return rate  # type: ignore[return-value]
+            return rate
         assert limit.rate is not None and limit.requests_per_worker
         running = await self.running_workers(endpoint_id)  # read, then cached
         return effective_rate(limit.rate, running, limit.requests_per_worker)
@@ -163,7 +172,7 @@ class Limiter:
         `Retry-After`."""
         return Hold(self, endpoint_id, op, owner)
 
-    def admit_now(self, endpoint_id: str, op: Operation, owner: str) -> Budget | object | None:
+    def admit_now(self, endpoint_id: str, op: Operation, owner: str) -> Budget | AskRedis | None:
         """`admit` when this replica's budget already holds a unit and a slot (and the
         rate needs no Redis read): the common case, without an await. `ASK_REDIS` when
         `admit` must be awaited instead."""
@@ -176,7 +185,7 @@ class Limiter:
             return ASK_REDIS
         self._roll(budget)
         conc = limit.concurrency
-        if budget.short(rate, conc):  # type: ignore[arg-type]
+        if budget.short(rate, conc):
             return ASK_REDIS
         if rate is not None:
             budget.units -= 1

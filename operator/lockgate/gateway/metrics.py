@@ -57,6 +57,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
@@ -261,7 +262,7 @@ async def render(
     """The `/metrics` body: Redis is read first (async), then the text is generated."""
     snapshots = await read_snapshots(store, registry, activity)
     families = endpoint_families(snapshots, store.clock())
-    return generate_latest(_Exposition(metrics.registry, families))  # type: ignore[arg-type]
+    return generate_latest(_Exposition(metrics.registry, families))
 
 
 def authorized(request: web.Request, token: str) -> bool:
@@ -276,12 +277,12 @@ def authorized(request: web.Request, token: str) -> bool:
 ROUTE_KEY = "lockgate.route"  # a request's route label when not its resource's (set inside)
 
 
-def metrics_middleware(metrics: GatewayMetrics):
+def metrics_middleware(metrics: GatewayMetrics) -> Middleware:
     """Counts every answered request by route pattern (never the raw path), method, status;
     a request served in the load-balancing host form counts as `ROUTE_KEY`'s value."""
 
     @web.middleware
-    async def count_requests(request: web.Request, handler) -> web.StreamResponse:
+    async def count_requests(request: web.Request, handler: Handler) -> web.StreamResponse:
         resource = request.match_info.route.resource
         matched = resource.canonical if resource is not None else "unmatched"
         try:

@@ -7,6 +7,7 @@ import logging
 from collections.abc import Callable, Sequence
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from redis.exceptions import OutOfMemoryError as RedisOutOfMemoryError
 
 from lockgate.gateway.auth import CALLER
@@ -49,7 +50,7 @@ def json_error(
     return json_response({"error": message}, status=status, headers=headers)
 
 
-ERROR_RENDERER = web.AppKey("error_renderer", ErrorRenderer)
+ERROR_RENDERER: web.AppKey[ErrorRenderer] = web.AppKey("error_renderer")
 
 
 def render_error(request: web.Request) -> ErrorRenderer:
@@ -93,7 +94,7 @@ def client_closed(request: web.Request) -> web.Response:
 
 
 @web.middleware
-async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Answer every error as JSON; never leak a stack trace or internal detail."""
     try:
         return await handler(request)

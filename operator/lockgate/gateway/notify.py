@@ -25,6 +25,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -36,7 +37,7 @@ from lockgate.store.records import JobRecord
 
 log = logging.getLogger("lockgate.gateway")
 
-Waiters = dict[object, dict[asyncio.Future, object]]  # key -> {waiter: who waits}
+Waiters = dict[object, dict[asyncio.Future[Any], object]]  # key -> {waiter: who waits}
 HANDED_KEPT = 4096  # ids of handed-over jobs remembered until their `q:` event
 
 
@@ -61,7 +62,7 @@ class Listener:
         return pushed
 
 
-def _expire(fut: asyncio.Future) -> None:
+def _expire(fut: asyncio.Future[Any]) -> None:
     if not fut.done():
         fut.set_result(None)
 
@@ -124,7 +125,7 @@ class Notifier:
         self._generation: dict[str, int] = defaultdict(int)
         self._nonce = secrets.token_hex(4)  # this process's, changed at each (re)subscribe
         self.connected = asyncio.Event()
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
 
     def generation(self, endpoint_id: str) -> int:
         """Counts `queued` (and stop) events of an endpoint; a change means "take again

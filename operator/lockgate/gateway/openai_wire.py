@@ -121,7 +121,7 @@ def handler_message(error: str | None) -> str:
     except orjson.JSONDecodeError:
         return error
     if isinstance(report, dict) and isinstance(report.get("error_message"), str):
-        return report["error_message"]
+        return str(report["error_message"])
     return error
 
 

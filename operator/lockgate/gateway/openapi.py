@@ -7,6 +7,7 @@ constants the handlers use, so the document cannot drift from what the gateway e
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cache
 from importlib.metadata import version
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 from pydantic import BaseModel
-from pydantic.json_schema import models_json_schema
+from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from lockgate.gateway.client_api import (
     RUN_LIMIT,
@@ -73,6 +74,21 @@ RETRY_AFTER = {
 }
 
 
+Refs = dict[tuple[type[BaseModel], str], dict[str, str]]
+
+
+def schemas_of(
+    outputs: Sequence[type[BaseModel]], inputs: Sequence[type[BaseModel]]
+) -> tuple[dict[str, Any], Refs]:
+    """The component schemas of `outputs` (as answers) and `inputs` (as request bodies) and
+    of every model they use, and the `{"$ref": ...}` of each given model by `(model,
+    "serialization")` or `(model, "validation")`."""
+    pairs: list[tuple[type[BaseModel], JsonSchemaMode]] = [(m, "serialization") for m in outputs]
+    pairs += [(m, "validation") for m in inputs]
+    refs, top = models_json_schema(list(dict.fromkeys(pairs)), ref_template=REF)
+    return top.get("$defs", {}), {pair: refs[pair] for pair in pairs}
+
+
 def _schemas() -> tuple[dict[str, Any], dict[str, Any]]:
     """Component schemas of every model, and the ref of each model by name."""
     models: list[type[BaseModel]] = [
@@ -89,11 +105,8 @@ def _schemas() -> tuple[dict[str, Any], dict[str, Any]]:
         Empty,
         JobPage,
     ]
-    inputs: list[type[BaseModel]] = [JobRequest, JobResult, StreamPost]
-    pairs = [(m, "serialization") for m in models] + [(m, "validation") for m in inputs]
-    refs, top = models_json_schema(pairs, ref_template=REF)
-    by_name = {model.__name__: ref for (model, _mode), ref in refs.items()}
-    return top.get("$defs", {}), by_name
+    schemas, refs = schemas_of(models, [JobRequest, JobResult, StreamPost])
+    return schemas, {model.__name__: ref for (model, _mode), ref in refs.items()}
 
 
 def _error_responses(codes: str) -> dict[str, Any]:
@@ -114,21 +127,22 @@ def _error_components() -> dict[str, Any]:
     return out
 
 
-def _param(name: str, where: str, schema: dict[str, Any], text: str, **kw: Any) -> dict:
+def param(name: str, where: str, schema: dict[str, Any], text: str, **kw: Any) -> dict[str, Any]:
+    """An OpenAPI parameter object."""
     return {"name": name, "in": where, "schema": schema, "description": text, **kw}
 
 
-ENDPOINT = _param(
+ENDPOINT = param(
     "endpoint",
     "path",
     {"type": "string", "pattern": ENDPOINT_ID_PATTERN},
     "endpoint id",
     required=True,
 )
-JOB = _param(
+JOB = param(
     "job", "path", {"type": "string", "pattern": JOB_ID_RE.pattern}, "job id", required=True
 )
-WORKER = _param(
+WORKER = param(
     "worker",
     "path",
     {"type": "string", "pattern": WORKER_ID_RE.pattern},
@@ -147,7 +161,7 @@ def _op(
     ok: dict[str, Any],
     errors: str,
     *,
-    params: list[dict] | None = None,
+    params: list[dict[str, Any]] | None = None,
     body: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     op: dict[str, Any] = {
@@ -162,9 +176,9 @@ def _op(
     return op
 
 
-def _client_paths(ref: dict[str, dict]) -> dict[str, Any]:
+def _client_paths(ref: dict[str, dict[str, Any]]) -> dict[str, Any]:
     job_body = ref["JobRequest"]
-    wait = _param(
+    wait = param(
         "wait",
         "query",
         {
@@ -175,25 +189,25 @@ def _client_paths(ref: dict[str, dict]) -> dict[str, Any]:
         },
         "milliseconds to wait for the job to finish",
     )
-    status_wait = _param(
+    status_wait = param(
         "wait",
         "query",
         {"type": "integer", "minimum": 0, "maximum": WAIT_MAX_MS, "default": 0},
         "milliseconds to wait for the job to be final before answering (0: answer now)",
     )
-    ttl = _param(
+    ttl = param(
         "ttl",
         "query",
         {"type": "integer", "minimum": TTL_MIN_MS, "maximum": MAX_DURATION_MS},
         "new ttl of the job (ms, from submission)",
     )
-    with_input = _param(
+    with_input = param(
         "input",
         "query",
         {"type": "string", "enum": ["0", "1", "true", "false"]},
         "lockgate only: 1 adds the job's `input` (admin or `jobs` scope; else 403)",
     )
-    details = _param(
+    details = param(
         "details",
         "query",
         {"type": "string", "enum": ["0", "1", "true", "false"]},
@@ -202,7 +216,7 @@ def _client_paths(ref: dict[str, dict]) -> dict[str, Any]:
         "/stream read has taken yet)",
     )
     either = {"anyOf": [ref["Job"], ref["JobState"]]}
-    idempotency = _param(
+    idempotency = param(
         HEADER,
         "header",
         {"type": "string", "pattern": f"^[!-~]{{1,{MAX_KEY_CHARS}}}$"},
@@ -328,9 +342,11 @@ def _openai_paths() -> dict[str, Any]:
         },
         "content": {JSON: {"schema": {}}, "text/event-stream": {"schema": {}}},
     }
-    path = _param("path", "path", {"type": "string"}, "the rest of the OpenAI path", required=True)
+    path = param("path", "path", {"type": "string"}, "the rest of the OpenAI path", required=True)
 
-    def op(summary: str, *, body: bool, params: list[dict] | None = None) -> dict[str, Any]:
+    def op(
+        summary: str, *, body: bool, params: list[dict[str, Any]] | None = None
+    ) -> dict[str, Any]:
         out: dict[str, Any] = {
             "summary": summary,
             "description": "Runs as a job on the endpoint's queue (input `openai_route`, "
@@ -370,7 +386,7 @@ def _listing_params() -> list[dict[str, Any]]:
     }
     states = {"type": "array", "items": {"type": "string", "enum": list(JobStatus)}}
     return [
-        _param(
+        param(
             "status",
             "query",
             states,
@@ -378,15 +394,15 @@ def _listing_params() -> list[dict[str, Any]]:
             style="form",
             explode=True,
         ),
-        _param("from", "query", when, "only jobs created at or after (ISO-8601 or epoch ms)"),
-        _param("to", "query", when, "only jobs created before (ISO-8601 or epoch ms)"),
-        _param(
+        param("from", "query", when, "only jobs created at or after (ISO-8601 or epoch ms)"),
+        param("to", "query", when, "only jobs created before (ISO-8601 or epoch ms)"),
+        param(
             "limit",
             "query",
             {"type": "integer", "minimum": 1, "maximum": LIMIT_MAX, "default": LIMIT_DEFAULT},
             "jobs per page",
         ),
-        _param(
+        param(
             "cursor",
             "query",
             {"type": "string", "pattern": f"^{CURSOR_RE.pattern}$"},
@@ -395,18 +411,18 @@ def _listing_params() -> list[dict[str, Any]]:
     ]
 
 
-def _worker_paths(ref: dict[str, dict]) -> dict[str, Any]:
+def _worker_paths(ref: dict[str, dict[str, Any]]) -> dict[str, Any]:
     none = {"204": {"description": "nothing for this worker before the long-poll ended"}}
-    batch = _param(
+    batch = param(
         "batch_size",
         "query",
         {"type": "integer", "minimum": 1, "maximum": BATCH_MAX, "default": 1},
         "most jobs to take",
     )
-    listed = _param(
+    listed = param(
         "job_id", "query", {"type": "string"}, "comma-separated ids of the jobs the worker runs"
     )
-    take = _param(
+    take = param(
         "take",
         "query",
         {"type": "integer", "minimum": 0, "maximum": 1, "default": 0},

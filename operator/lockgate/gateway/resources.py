@@ -17,6 +17,7 @@ import logging
 from dataclasses import dataclass, field
 
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 
 from lockgate.gateway.errors import PayloadTooLarge, Unavailable
 
@@ -133,17 +134,18 @@ class HeaderTimeout:
             self.sweep(loop.time())
 
 
-def resources_middleware(budget: BodyBudget, header_timeout: HeaderTimeout):
+def resources_middleware(budget: BodyBudget, header_timeout: HeaderTimeout) -> Middleware:
     """Marks the connection as served and gives the request's bytes back when it ends: an
     answer made while bytes are held (e.g. jobs taken) is sent first, so the bytes stay
     counted until the client has them (a slow reader holds them that long)."""
 
     @web.middleware
-    async def bound(request: web.Request, handler) -> web.StreamResponse:
+    async def bound(request: web.Request, handler: Handler) -> web.StreamResponse:
         header_timeout.served(request)
         try:
             response = await handler(request)
-            large = isinstance(response, web.Response) and len(response.body or b"") > LARGE
+            body = response.body if isinstance(response, web.Response) else None
+            large = isinstance(body, bytes | bytearray) and len(body) > LARGE
             if request.get(HELD) or large:
                 return await send_now(request, response)
             return response

@@ -72,7 +72,7 @@ async def private_destination(url: str) -> str | None:
     except (OSError, UnicodeError):
         return f"host {host!r} does not resolve"
     for info in infos:
-        address = info[4][0]
+        address = str(info[4][0])  # an IP address (an IPv6 one has more fields after)
         if is_private(address):
             return address
     return None

@@ -14,7 +14,7 @@ from lockgate.gateway import jsonbody
 from lockgate.gateway.auth import WORKERS
 from lockgate.gateway.chunks import CHUNK_LIMIT, stream_chunks
 from lockgate.gateway.client_api import RUNSYNC_LIMIT
-from lockgate.gateway.endpoints import execution_timeout_ms, require_type
+from lockgate.gateway.endpoints import require_type
 from lockgate.gateway.errors import BadRequest, Forbidden, PayloadTooLarge
 from lockgate.gateway.http import (
     int_param,
@@ -25,6 +25,7 @@ from lockgate.gateway.http import (
 )
 from lockgate.gateway.state import Gateway, gateway_of
 from lockgate.models.endpoint import EndpointType
+from lockgate.models.registry_entry import RegistryEntry
 from lockgate.store import STOPPING, Finished, StreamFull, TakenJob
 from lockgate.store.keys import JOB_ID_RE, WORKER_ID_RE
 
@@ -38,7 +39,7 @@ routes = web.RouteTableDef()
 log = logging.getLogger("lockgate.gateway")
 
 
-async def _worker(request: web.Request) -> tuple[Gateway, str, str, dict]:
+async def _worker(request: web.Request) -> tuple[Gateway, str, str, RegistryEntry]:
     """Authenticate a worker call; resolve its endpoint and worker id."""
     gw = gateway_of(request)
     endpoint_id = request.match_info["endpoint"]
@@ -90,7 +91,7 @@ async def _take(request: web.Request, count: int) -> list[TakenJob]:
 async def _poll(
     request: web.Request,
     gw: Gateway,
-    entry: dict,
+    entry: RegistryEntry,
     count: int,
     deadline: float,
     *,
@@ -100,14 +101,15 @@ async def _poll(
     """`_take`'s long-poll until `deadline`. With `idle` still current (nothing was queued
     since that token was read), the first take is skipped: the wait starts at once."""
     endpoint_id, worker_id = request.match_info["endpoint"], request.match_info["worker"]
-    timeout_ms = execution_timeout_ms(entry)
+    timeout_ms = entry.executionTimeoutMs
     loop = asyncio.get_running_loop()
     woken, first = False, True
     skip = idle is not None and idle == gw.notifier.idle_token(endpoint_id)
     while _listening(request) and not gw.draining:
         generation = gw.notifier.generation(endpoint_id)
         if skip:
-            skip, jobs, left = False, [], 0
+            skip, left = False, 0
+            jobs: list[TakenJob] = []
         else:
             jobs, left = await _take_within_budget(
                 gw, request, endpoint_id, worker_id, count, timeout_ms, deadline,
@@ -240,7 +242,7 @@ async def job_done(request: web.Request) -> web.Response:
 
 
 async def _finish_and_take(
-    request: web.Request, gw: Gateway, entry: dict, finish: Awaitable[Finished | None]
+    request: web.Request, gw: Gateway, entry: RegistryEntry, finish: Awaitable[Finished | None]
 ) -> tuple[Finished | None, list[TakenJob], str | None]:
     """A job-done's `take=1` (beyond RunPod's protocol; lockgate's runtime sends it when the
     finished job's slot is free for another): the result recorded and the next queued job,
@@ -262,7 +264,7 @@ async def _finish_and_take(
     token = gw.notifier.idle_token(endpoint_id)
     deadline = asyncio.get_running_loop().time()  # the budget is not waited for either
     take = _take_within_budget(
-        gw, request, endpoint_id, worker_id, 1, execution_timeout_ms(entry), deadline,
+        gw, request, endpoint_id, worker_id, 1, entry.executionTimeoutMs, deadline,
         holds_none=False,
     )  # fmt: skip
     done, taken = await asyncio.gather(finish, take, return_exceptions=True)

@@ -45,6 +45,7 @@ from lockgate.models import (
     secrets,
 )
 from lockgate.models.podfields import PodSecurity
+from lockgate.models.registry_entry import RegistryEntry
 from lockgate.models.volumes import VOLUME_MOUNT_PATH, VOLUME_PATH_ENV
 from lockgate.workerenv import WORKER_DEFAULTS, resource_env, worker_env, worker_id_env
 
@@ -967,14 +968,14 @@ def registry_entry(
     key_digest: str,
     job_api_url: str,
     external_scaler: bool = False,
-) -> Obj:
+) -> RegistryEntry:
     """What the gateway (and the scaler) read about the endpoint from Redis."""
-    return {
-        "id": owner.name,
+    return RegistryEntry(
+        id=owner.name,
+        namespace=owner.namespace,
+        uid=owner.uid,
+        workerKeyDigest=key_digest,
+        jobApiUrl=job_api_url,
+        scaler=EXTERNAL_SCALER if external_scaler else None,
         **spec.model_dump(mode="json"),
-        "namespace": owner.namespace,
-        "uid": owner.uid,
-        "workerKeyDigest": key_digest,
-        "jobApiUrl": job_api_url,
-        **({"scaler": EXTERNAL_SCALER} if external_scaler else {}),
-    }
+    )

@@ -262,13 +262,13 @@ async def _register(
     rest: bool = False,
 ) -> tuple[str | None, Check]:
     entry = await ctx.registry.get_endpoint(owner.name)
-    if entry is not None and entry.get("namespace", owner.namespace) != owner.namespace:
+    if entry is not None and entry.namespace not in (None, owner.namespace):
         message = (
             f"endpoint id {owner.name!r} is already used by an Endpoint in namespace "
-            f"{entry['namespace']!r}: endpoint ids are cluster-wide, choose another name"
+            f"{entry.namespace!r}: endpoint ids are cluster-wide, choose another name"
         )
         return None, Check(REGISTERED, False, "EndpointIdTaken", message, fatal=True)
-    known = (entry or {}).get("workerKeyDigest") or await deployed_key_digest(ctx, owner)
+    known = (entry.workerKeyDigest if entry else None) or await deployed_key_digest(ctx, owner)
     settle_s = ctx.settings.worker_key_settle_s
     may_rotate = key_may_rotate(owner.created, datetime.now(UTC), settle_s)
     confirmed = steady and known and ctx.confirmed_keys.get(owner.uid) == known
@@ -295,7 +295,7 @@ async def _register(
         external_scaler=external_scaler,
     )
     if entry != wanted:
-        old_digest = (entry or {}).get("workerKeyDigest")
+        old_digest = entry.workerKeyDigest if entry else None
         if old_digest and old_digest != digest:
             await ctx.registry.delete_key(old_digest)
         await ctx.registry.put_endpoint(owner.name, wanted)
@@ -542,9 +542,10 @@ async def clean_up(ctx: Context, name: str, namespace: str, uid: str = "") -> in
             ctx.no_daemonset.discard(uid)
             ctx.no_network_policy.discard(uid)
         entry = await ctx.registry.get_endpoint(name)
-        if entry is not None and entry.get("namespace", namespace) != namespace:
+        if entry is not None and entry.namespace not in (None, namespace):
             return 0  # the id belongs to another namespace's Endpoint: not ours to erase
-        digests = {(entry or {}).get("workerKeyDigest"), await deployed_key_digest(ctx, owner)}
+        stored = entry.workerKeyDigest if entry else None
+        digests = {stored, await deployed_key_digest(ctx, owner)}
         for digest in digests - {None}:
             await ctx.registry.delete_key(digest)
         await ctx.registry.delete_endpoint(name)

@@ -61,6 +61,7 @@ from lockgate.kube.podstates import pod_starts, pod_states, pull_errors
 from lockgate.kube.status import METRICS_AVAILABLE, Check, shows
 from lockgate.kube.watched import ENDPOINT_LABEL, WORKERS
 from lockgate.models import EndpointType
+from lockgate.models.registry_entry import RegistryEntry
 from lockgate.scaling.autoscaler import Autoscaler
 from lockgate.scaling.decision import Decision, EndpointMetrics, Limits
 from lockgate.scaling.readings import MetricsUnreadable, from_snapshot, parse_metrics
@@ -104,13 +105,16 @@ def metrics_check(endpoint_id: str, readings: Mapping[str, Any], error: str | No
     return Check(METRICS_AVAILABLE, True, "Scraped", "the scaler reads the gateway's /metrics")
 
 
-def externally_scaled(entry: Obj) -> bool:
+def externally_scaled(entry: RegistryEntry) -> bool:
     """Whether another scaler owns the endpoint's worker count (its registry entry says)."""
-    return entry.get("scaler") == EXTERNAL_SCALER
+    return entry.scaler == EXTERNAL_SCALER
 
 
 def at_rest(
-    entry: Obj, deployment: Obj | None, pods: list[Obj], metrics: EndpointMetrics | None
+    entry: RegistryEntry,
+    deployment: Obj | None,
+    pods: list[Obj],
+    metrics: EndpointMetrics | None,
 ) -> bool:
     """Whether an endpoint has nothing for the scaler to decide: no pod, a Deployment asked
     for and running zero replicas, a reading with nothing queued or running and no live
@@ -120,13 +124,13 @@ def at_rest(
     spec, status = deployment.get("spec") or {}, deployment.get("status") or {}
     at_zero = not spec.get("replicas") and not status.get("replicas")
     idle = not has_demand(metrics) and not (metrics.workers_idle or metrics.workers_running)
-    unset = not entry.get("workersMin") and not entry.get("replicas")
+    unset = not entry.workersMin and not entry.replicas
     return at_zero and idle and not metrics.worker_jobs and unset
 
 
-def load_balanced(entry: Obj) -> bool:
+def load_balanced(entry: RegistryEntry) -> bool:
     """Whether the endpoint is a load-balancing one (`type: LB`): its pods are routed to."""
-    return entry.get("type") == str(EndpointType.LB)
+    return entry.type == EndpointType.LB
 
 
 def busy_members(members: Iterable[str], worker_jobs: Mapping[str, int]) -> list[str]:
@@ -290,10 +294,10 @@ class ScalingLoop:
         except Exception as err:  # the next tick writes it
             log.warning("routing a pod of %s failed: %s", endpoint_id, err)
 
-    def _ours(self, entry: Obj) -> bool:
+    def _ours(self, entry: RegistryEntry) -> bool:
         watched = self.ctx.settings.namespaces
-        namespace = entry.get("namespace")
-        return bool(namespace and entry.get("uid")) and (not watched or namespace in watched)
+        namespace = entry.namespace
+        return bool(namespace and entry.uid) and (not watched or namespace in watched)
 
     async def _read(self) -> tuple[dict[str, EndpointMetrics], str | None]:
         settings = self.ctx.settings
@@ -343,7 +347,7 @@ class ScalingLoop:
 
     async def _decide_each(
         self,
-        ours: Mapping[str, Obj],
+        ours: Mapping[str, RegistryEntry],
         readings: Mapping[str, EndpointMetrics],
         error: str | None,
         *,
@@ -351,17 +355,17 @@ class ScalingLoop:
     ) -> bool:
         """Start a decision for each endpoint of `ours` not busy and not settled, those with
         demand first, and wait for them at most one interval; False when none needed one."""
-        namespaces: dict[str, dict[str, Obj]] = defaultdict(dict)
+        namespaces: dict[str, dict[str, RegistryEntry]] = defaultdict(dict)
         for ep, entry in ours.items():
             if ep not in self.busy:
-                namespaces[entry["namespace"]][ep] = entry
+                namespaces[entry.namespace or ""][ep] = entry
         work = []
         for namespace, group in namespaces.items():
             listed_at = self.clock()  # the pods below are at least this fresh
             looks, deployments, pods = await self._observe(namespace, group, readings, error)
             for ep in looks:
                 entry = group[ep]
-                owner = Owner(ep, namespace, entry["uid"])
+                owner = Owner(ep, namespace, entry.uid or "")
                 deployment = next(iter(deployments.get(ep, [])), None)
                 if not self._settled(ep, entry, deployment, pods.get(ep, []), readings, error):
                     work.append((owner, entry, deployment, pods.get(ep, []), listed_at))
@@ -378,7 +382,7 @@ class ScalingLoop:
     async def _observe(
         self,
         namespace: str,
-        group: Mapping[str, Obj],
+        group: Mapping[str, RegistryEntry],
         readings: Mapping[str, EndpointMetrics],
         error: str | None,
     ) -> tuple[list[str], dict[str, list[Obj]], dict[str, list[Obj]]]:
@@ -413,7 +417,7 @@ class ScalingLoop:
     def _settled(
         self,
         endpoint_id: str,
-        entry: Obj,
+        entry: RegistryEntry,
         deployment: Obj | None,
         pods: list[Obj],
         readings: Mapping[str, EndpointMetrics],
@@ -451,7 +455,7 @@ class ScalingLoop:
     def _start(
         self,
         owner: Owner,
-        entry: Obj,
+        entry: RegistryEntry,
         deployment: Obj | None,
         pods: list[Obj],
         readings: Mapping[str, EndpointMetrics],
@@ -518,7 +522,7 @@ class ScalingLoop:
     async def scale(
         self,
         owner: Owner,
-        entry: Obj,
+        entry: RegistryEntry,
         deployment: Obj | None,
         pods: list[Obj],
         readings: Mapping[str, EndpointMetrics],
@@ -550,7 +554,7 @@ class ScalingLoop:
     async def _decide(
         self,
         owner: Owner,
-        entry: Obj,
+        entry: RegistryEntry,
         deployment: Obj | None,
         pods: list[Obj],
         metrics: EndpointMetrics | None,
@@ -574,7 +578,7 @@ class ScalingLoop:
         scaler = self.scalers.setdefault(owner.name, Autoscaler(pool, clock=self.clock))
         scaler.pool = pool
         before = pool.replicas
-        decision = await scaler.step(metrics, Limits.from_settings(entry))
+        decision = await scaler.step(metrics, Limits.from_settings(entry.settings()))
         if decision.desired != before:
             self._scaled(owner, deployment, before, decision)
         return decision
@@ -608,14 +612,14 @@ class ScalingLoop:
 
         self._report(owner, write)
 
-    async def _report_pods(self, owner: Owner, entry: Obj, pods: list[Obj]) -> bool:
+    async def _report_pods(self, owner: Owner, entry: RegistryEntry, pods: list[Obj]) -> bool:
         """Worker states from the pods to Redis (for `/health`), and `WorkersHealthy` on
         the Endpoint: on a change, an Event; True when the status needs a refresh. A
         load-balancing endpoint's routed pods are counted by the gateways' health polls."""
         routed = wanted_workers(pods) if load_balanced(entry) else {}
         if failed := pull_errors(pods):
             self.pull_errors.setdefault(owner.name, {}).update(failed)
-        states = pod_states(pods, entry, routed, self.pull_errors.get(owner.name))
+        states = pod_states(pods, entry.settings(), routed, self.pull_errors.get(owner.name))
         await self.ctx.jobs.report_worker_states(
             owner.name, initializing=states.initializing, throttled=states.throttled,
             unhealthy=states.unhealthy,

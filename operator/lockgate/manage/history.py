@@ -9,7 +9,9 @@ ends (queue depths, jobs in progress, workers running / idle / starting / thrott
 unhealthy) and what happened during it: jobs that ended by final state (completed, failed,
 timed out, cancelled), the p50/p95 execution time of those that ran, cold starts (workers
 new to the endpoint), and the p50/p95 queue delay of jobs taken (from 10 %-wide log
-buckets the store counts as workers take and end jobs).
+buckets the store counts as workers take and end jobs). Each point written also adds its
+ready workers times the interval to its hour's usage (`store.usage`, `/v2/billing`), at
+the rate of the endpoint's registry entry (`manage.usage.rate_of`).
 
 An endpoint whose newest point is quiet (nothing queued, running, ended or alive) is not
 sampled again until a sign of activity (the store's `q:`, `a:`, `r:` and `l:` events, given
@@ -34,6 +36,7 @@ from aiohttp import web
 from lockgate.gateway.errors import BadRequest, NotFound
 from lockgate.gateway.http import json_response
 from lockgate.gateway.notify import Notifier
+from lockgate.manage.usage import rate_of
 from lockgate.store import JobStore, Registry
 from lockgate.store.connection import raise_if_cancelled
 from lockgate.store.keys import (
@@ -43,6 +46,7 @@ from lockgate.store.keys import (
     HISTORY_MINUTE_S,
     HISTORY_POINTS,
 )
+from lockgate.store.usage import UsageLedger
 
 log = logging.getLogger("lockgate.history")
 
@@ -81,6 +85,7 @@ class HistorySampler:
     ) -> None:
         self.store = store
         self.registry = registry
+        self.ledger = UsageLedger(store.redis, clock=clock)
         self.clock = clock
         self.full_pass_s = full_pass_s
         self.quiet: dict[str, int] = {}  # endpoint -> its newest slot written, found quiet
@@ -125,7 +130,11 @@ class HistorySampler:
         newest = interval_to_sample(now)
         slots, quiet = fill(newest, self.quiet.get(endpoint_id), self.marked.get(endpoint_id))
         generation = self._marks[endpoint_id]
-        result = await self.store.record_history(endpoint_id, slots, quiet=quiet)
+        entry = await self.registry.get_endpoint(endpoint_id)
+        rate = rate_of(entry.settings() if entry is not None else None)
+        result = await self.store.record_history(endpoint_id, slots, quiet=quiet, rate=rate)
+        if result.used_hour:
+            await self.ledger.note(endpoint_id, result.used_hour)
         if result.quiet and self._marks[endpoint_id] == generation:
             self.quiet[endpoint_id] = newest
             self.marked.pop(endpoint_id, None)
@@ -163,7 +172,9 @@ def fill(newest: int, quiet_since: int | None, marked_at: float | None) -> tuple
     return slots, min(len(slots) - 1, sum(1 for t in slots if t + HISTORY_INTERVAL_S <= marked_at))
 
 
-def history_sampler(sampler: HistorySampler, events: Notifier | None = None) -> Callable:
+def history_sampler(
+    sampler: HistorySampler, events: Notifier | None = None
+) -> Callable[[web.Application], AsyncIterator[None]]:
     """A cleanup context running `sampler` while the app serves; with `events`, a
     subscription of its own whose signs of activity it is given (dev mode gives the
     gateway's subscription's instead, see `apps.dev`)."""

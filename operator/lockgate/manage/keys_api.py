@@ -47,7 +47,7 @@ class LastAdminKey(ApiError):
     status = 409
 
 
-def describe_key(digest: str, record: dict) -> dict[str, Any]:
+def describe_key(digest: str, record: dict[str, Any]) -> dict[str, Any]:
     """A key as the API shows it: never the key, its id is the digest's start."""
     shown: dict[str, Any] = {
         "id": digest[: apikeys.ID_CHARS],
@@ -113,7 +113,7 @@ async def list_keys(request: web.Request) -> web.Response:
     token = bearer_token(request.headers.get("authorization"))
     mine = key_digest(token) if token else None
     endpoint_keys = {
-        entry.get("workerKeyDigest"): endpoint_id
+        entry.workerKeyDigest: endpoint_id
         for endpoint_id, entry in (await registry.list_endpoints()).items()
     }
     shown = [describe_key(d, r) for d, r in stored.items()]

@@ -47,7 +47,7 @@ class NoLogs(ApiError):
 
 
 def _source(control_plane: ControlPlane) -> LogSource:
-    source = getattr(control_plane, "logs", None)
+    source: LogSource | None = getattr(control_plane, "logs", None)
     if source is None:
         raise NoLogs("worker logs are not available from this control plane")
     return source

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError, model_validator
@@ -34,6 +34,9 @@ from redis.exceptions import (
 )
 
 from lockgate.store.pipe import is_cluster
+
+if TYPE_CHECKING:  # redis.event is newer than the oldest redis-py we accept
+    from redis.event import EventDispatcherInterface
 
 
 class NotReplicated(Exception):
@@ -143,15 +146,14 @@ def connect(
     if isinstance(target, str):
         target = RedisSettings.of(redis_url=target)
     check(target)  # settings made without validation (model_construct) are checked too
-    limits = {
-        "max_connections": max_connections or target.redis_max_connections,
-        "pool_timeout_s": pool_timeout_s or target.redis_pool_timeout_s,
-    }
+    most = max_connections or target.redis_max_connections
+    wait_s = pool_timeout_s or target.redis_pool_timeout_s
     if target.redis_cluster_nodes:
-        return _cluster(target, **limits)
+        return _cluster(target, max_connections=most, pool_timeout_s=wait_s)
     if target.redis_sentinels:
-        return _sentinel(target, **limits)
-    return _standalone(target.redis_url, **limits, **standalone_options(target))
+        return _sentinel(target, max_connections=most, pool_timeout_s=wait_s)
+    options = standalone_options(target)
+    return _standalone(target.redis_url, max_connections=most, pool_timeout_s=wait_s, **options)
 
 
 def check(settings: RedisSettings) -> None:
@@ -311,6 +313,10 @@ class _RedisCluster(RedisCluster):
 
 
 class _ClusterPipeline(ClusterPipeline):
+    # redis-py's typing protocol declares this attribute for every client, so mypy takes
+    # it for abstract here; a pipeline never reads it (redis-py sets none on one either).
+    _event_dispatcher: EventDispatcherInterface
+
     async def execute(self, raise_on_error: bool = True, allow_redirections: bool = True) -> Any:
         try:
             return await super().execute(raise_on_error, allow_redirections)
@@ -361,12 +367,13 @@ def _sentinel(settings: RedisSettings, *, max_connections: int, pool_timeout_s: 
         **client_options(settings),
         **_resilience(),
     )
-    return sentinels.master_for(
+    master: Redis = sentinels.master_for(
         settings.redis_sentinel_master.strip(),
         connection_pool_class=_BlockingSentinelPool,
         max_connections=max_connections,
         timeout=pool_timeout_s,
     )
+    return master
 
 
 # -- commands sent together on one connection (what WAIT needs: it counts the replicas that
@@ -390,8 +397,10 @@ async def route(client: Redis, key: Any, after: Any = None) -> Route:
     redirection sends them to its node (a MOVED one was noted in the slot map already).
     A cluster client first rediscovers the topology if a connection error asked for it; a
     slot without a master (a failover) is a ClusterDownError."""
-    if not is_cluster(client):
-        return Route()
+    return await _cluster_route(client, key, after) if is_cluster(client) else Route()
+
+
+async def _cluster_route(client: RedisCluster, key: Any, after: Any) -> Route:
     try:
         await client.initialize()  # a no-op unless a rediscovery is due
         if isinstance(after, AskError) and not isinstance(after, MovedError):

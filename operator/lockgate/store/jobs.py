@@ -7,7 +7,7 @@ import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from redis.asyncio import Redis
 from redis.exceptions import OutOfMemoryError
@@ -16,7 +16,9 @@ from lockgate.models import JobStatus
 from lockgate.store import keys, pipe
 from lockgate.store.keys import F
 from lockgate.store.records import Attempt, Finished, JobExtras, JobRecord, Snapshot, TakenJob
+from lockgate.store.replies import text
 from lockgate.store.scripts import NO_REPLICATION, Replication, Scripts
+from lockgate.store.usage import NO_USAGE, UsageRate
 
 
 def now_ms() -> int:
@@ -93,6 +95,7 @@ class Sampled:
 
     written: int
     quiet: bool
+    used_hour: int = 0  # the newest hour (epoch s) whose usage the points added to; 0: none
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,7 +202,7 @@ class JobStore:
         # endpoint -> (counts, when) of the last worker-state report (report_worker_states)
         self._reported_states: dict[str, tuple[tuple[int, int, int], int]] = {}
 
-    async def _accepting(self, name: str, keys: list[str], args: list) -> Any:
+    async def _accepting(self, name: str, keys: list[str], args: list[Any]) -> Any:
         """Run an accepting write (a job submitted, a worker's result recorded): once it
         returns, `replication.replicas` replicas have it, so a failover cannot lose it.
         NotReplicated (an UNAVAILABLE error) when they do not confirm it in time.
@@ -229,7 +232,8 @@ class JobStore:
 
     def submit_args(self, endpoint_id: str, job: NewJob) -> list[str | bytes | int]:
         """The arguments of the `submit` script for `job`."""
-        args = [endpoint_id, job.id, self.clock(), job.ttl_ms, "1" if job.low_priority else "0"]
+        low = "1" if job.low_priority else "0"
+        args: list[str | bytes | int] = [endpoint_id, job.id, self.clock(), job.ttl_ms, low]
         args += [self.quota.max_jobs, self.quota.max_bytes, len(job.input), job.idempotency_key]
         return args + job.fields()
 
@@ -332,7 +336,9 @@ class JobStore:
 
     async def job_input(self, endpoint_id: str, job_id: str) -> bytes | None:
         """The raw JSON of the job's `input` (its s3Config is kept apart), None without one."""
-        return await pipe.read(self.redis, "HGET", keys.job(endpoint_id, job_id), F.INPUT)
+        key = keys.job(endpoint_id, job_id)
+        raw: bytes | None = await pipe.read(self.redis, "HGET", key, F.INPUT)
+        return raw
 
     async def job_extras(self, endpoint_id: str, job_id: str) -> JobExtras:
         """How many times a worker took the job (since its last /retry), its last takes,
@@ -356,7 +362,7 @@ class JobStore:
             return carried
         return await self.get(endpoint_id, job_id)
 
-    def _living(self, job_id: str, values: list | None) -> JobRecord:
+    def _living(self, job_id: str, values: list[bytes | None] | None) -> JobRecord:
         """The record of HMGET's `values` of JobRecord.FIELDS; JobNotFound when there is
         none or it expired (the sweeper may not have deleted it yet)."""
         record = JobRecord.from_fields(job_id, values) if values else None
@@ -412,13 +418,13 @@ class JobStore:
         )
 
     @staticmethod
-    def _outcome(job_id: str, reply: list | None) -> str:
+    def _outcome(job_id: str, reply: list[Any] | None) -> str:
         if reply is None:
             raise JobNotFound(job_id)
         ok, state = reply
         if not ok:
-            raise IneligibleState(state.decode())
-        return state.decode()
+            raise IneligibleState(text(state))
+        return text(state)
 
     async def purge(self, endpoint_id: str) -> int:
         """Remove every queued job of the endpoint; returns how many."""
@@ -446,8 +452,10 @@ class JobStore:
         oldest, oldest_low = (int(v) if int(v) >= 0 else None for v in r[8:10])
         held = {w.decode(): int(n) for w, n in zip(r[15::2], r[16::2], strict=True)}
         initializing, throttled, unhealthy, lb_held, lb_flight = (int(v) for v in r[10:15])
+        in_queue, in_queue_low, in_progress, idle, running, done, failed, retried = map(int, r[:8])
         return Snapshot(
-            *(int(v) for v in r[:8]), oldest, oldest_low, held,
+            in_queue, in_queue_low, in_progress, idle, running, done, failed, retried,
+            oldest, oldest_low, held,
             workers_initializing=initializing, workers_throttled=throttled,
             workers_unhealthy=unhealthy, requests_held=lb_held, requests_in_flight=lb_flight,
         )  # fmt: skip
@@ -482,28 +490,35 @@ class JobStore:
         return int(await self.scripts.worker_started(keys=[keys.prefix(endpoint_id)], args=args))
 
     async def record_history(
-        self, endpoint_id: str, slots: Sequence[int], *, quiet: int = 0
+        self,
+        endpoint_id: str,
+        slots: Sequence[int],
+        *,
+        quiet: int = 0,
+        rate: UsageRate = NO_USAGE,
     ) -> Sampled:
         """Write the history points of the intervals starting at the epoch seconds `slots`
         (oldest first) that have none yet (another replica wrote it), in one call: the
         first `quiet` with zero gauges (the endpoint was quiet then), the others with the
-        gauges as of now. Says how many were written and whether the newest is quiet."""
+        gauges as of now; each point's ready workers are added to its hour's usage at
+        `rate` (`store.usage`). Says how many were written, whether the newest is quiet
+        and the newest hour with usage added."""
         args = [
             self.clock(), self.liveness.heartbeat_timeout_ms, keys.HISTORY_POINTS,
-            keys.HISTORY_MINUTE_POINTS, quiet, *slots,
+            keys.HISTORY_MINUTE_POINTS, quiet, *rate.args(), *slots,
         ]  # fmt: skip
-        written, newest_quiet = await self.scripts.history(
+        written, newest_quiet, used_hour = await self.scripts.history(
             keys=[keys.prefix(endpoint_id)], args=args
         )
-        return Sampled(int(written), bool(newest_quiet))
+        return Sampled(int(written), bool(newest_quiet), int(used_hour))
 
     async def history(
         self, endpoint_id: str, since: int = 0, *, minutes: bool = False
-    ) -> list[dict]:
+    ) -> list[dict[str, Any]]:
         """History points of the endpoint from epoch second `since` on, oldest first: the
         10 s points, or with `minutes` the minute points (a day of them)."""
         key = keys.prefix(endpoint_id) + ("hist1m" if minutes else "hist")
-        raw = await self.redis.zrangebyscore(key, since, "+inf")
+        raw = cast(list[bytes], await self.redis.zrangebyscore(key, since, "+inf"))  # members
         return [json.loads(p) for p in raw]
 
     async def stop_taking(
@@ -544,7 +559,8 @@ class JobStore:
     async def refreshing(self, endpoint_id: str) -> list[str]:
         """Workers that asked to be replaced (see `refresh_worker`)."""
         key = keys.prefix(endpoint_id) + "refresh"
-        return [w.decode() for w in await self.redis.zrangebyscore(key, self.clock(), "+inf")]
+        members = await self.redis.zrangebyscore(key, self.clock(), "+inf")
+        return [w.decode() for w in cast(list[bytes], members)]  # no scores asked: members
 
     async def heartbeat(self, endpoint_id: str, worker_id: str) -> None:
         """Mark a worker alive now, running no job (a ping without a job list); a worker
@@ -623,7 +639,8 @@ class JobStore:
         """Every known worker: (last heartbeat ms, jobs running: held, or told to stop
         while their handler has not returned)."""
         p = keys.prefix(endpoint_id)
-        seen = await self.redis.zrange(p + "w", 0, -1, withscores=True)
+        scored = await self.redis.zrange(p + "w", 0, -1, withscores=True)
+        seen = cast(list[tuple[bytes, float]], scored)  # (member, score) pairs
         async with self.redis.pipeline(transaction=False) as pipe:
             for worker, _ in seen:
                 pipe.scard(p + "wj:" + worker.decode())

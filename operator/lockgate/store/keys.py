@@ -42,6 +42,12 @@ the single description of what they build.
                                interval's epoch second; at most HISTORY_POINTS
     lg:{ep}:hist1m       ZSET  the same per minute (written with the minute's last interval),
                                score = the minute's epoch second; at most HISTORY_MINUTE_POINTS
+    lg:{ep}:use:{chunk}  HASH  usage for billing (`store/usage.py`), written with each history
+                               point (history.lua): "<hour>:w" worker-seconds, "<hour>:g:<gpu
+                               type>" GPU-seconds, "<hour>:c" vCPU-seconds of the hour starting
+                               at epoch second <hour>; one hash per USAGE_CHUNK_S starting at
+                               epoch second {chunk}; dies USAGE_KEEP_S after its chunk ends;
+                               kept when the endpoint is deleted (its usage is still billed)
     lg:{ep}:ws           HASH  worker states the gateway cannot see: initializing, throttled,
                                unhealthy (counts) as the operator or dev pool last saw them;
                                dies WORKER_STATES_TTL_MS after the last report
@@ -75,6 +81,9 @@ the single description of what they build.
                                the requests it holds (no routable worker yet) and has in
                                flight per worker; ignored once `exp` (ms) passed
     lg:endpoints         HASH  endpoint id -> registry entry (JSON)
+    lg:usage             ZSET  endpoint ids with usage (`lg:{ep}:use:*`), deleted ones too;
+                               score = the newest hour with some (epoch s); a member older
+                               than USAGE_KEEP_S is dropped when the set is read
     lg:templates         HASH  template id -> dev mode's template (JSON: its fields and
                                createdAt); a cluster keeps Template resources instead
     lg:registryauth      HASH  registry credential id -> JSON {name, username, registry,
@@ -99,6 +108,7 @@ import os
 import re
 
 ENDPOINTS = "lg:endpoints"
+USAGE_ENDPOINTS = "lg:usage"
 TEMPLATES = "lg:templates"
 REGISTRY_AUTHS = "lg:registryauth"
 NETWORK_VOLUMES = "lg:volumes"
@@ -139,6 +149,10 @@ HISTORY_POINTS = 360
 # ... and one point per minute, a day kept (`hist1m`).
 HISTORY_MINUTE_S = 60
 HISTORY_MINUTE_POINTS = 1440
+# Usage for billing: hours of worker-seconds kept in one hash per week (s) ...
+USAGE_CHUNK_S = 7 * 24 * 3600
+# ... for 400 days (s): a `year` bucket's report from 30 days before New Year's Day.
+USAGE_KEEP_S = 400 * 24 * 3600
 # Per-interval counters outlive their interval long enough for a late sampler (ms).
 INTERVAL_KEEP_MS = 15 * 60 * 1000
 # Worker-state reports vanish when their reporter stops reporting (ms).

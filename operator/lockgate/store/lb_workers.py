@@ -13,8 +13,10 @@ from dataclasses import dataclass
 
 import orjson
 from redis.asyncio import Redis
+from redis.typing import EncodableT, FieldT
 
 from lockgate.store import keys
+from lockgate.store.replies import text
 
 HEALTHY, INITIALIZING, UNHEALTHY = "healthy", "initializing", "unhealthy"
 
@@ -33,7 +35,7 @@ class LbWorker:
         return orjson.dumps({**body, "draining": self.draining})
 
     @classmethod
-    def from_json(cls, raw: bytes) -> LbWorker:
+    def from_json(cls, raw: bytes | str) -> LbWorker:
         d = orjson.loads(raw)
         return cls(str(d["address"]), str(d["health"]), str(d["path"]), bool(d["draining"]))
 
@@ -78,7 +80,7 @@ class LbWorkers:
             return
         pipe = self.redis.pipeline(transaction=False)
         if register:
-            values = {w: worker.to_json() for w, worker in register.items()}
+            values: dict[FieldT, EncodableT] = {w: j.to_json() for w, j in register.items()}
             pipe.hset(keys.lb_workers(endpoint_id), mapping=values)
         if unregister:
             pipe.hdel(keys.lb_workers(endpoint_id), *unregister)
@@ -89,7 +91,7 @@ class LbWorkers:
     async def workers(self, endpoint_id: str) -> dict[str, LbWorker]:
         """Every registered worker of the endpoint, by id."""
         raw = await self.redis.hgetall(keys.lb_workers(endpoint_id))
-        return {w.decode(): LbWorker.from_json(v) for w, v in raw.items()}
+        return {text(w): LbWorker.from_json(v) for w, v in raw.items()}
 
     async def report_health(
         self, endpoint_id: str, worker_id: str, state: str, code: int, now_ms: int

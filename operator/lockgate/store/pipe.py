@@ -29,7 +29,7 @@ import functools
 import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 import hiredis
 from redis._parsers.base import BaseParser
@@ -62,11 +62,12 @@ class _Link(asyncio.Protocol):
         if encoder.decode_responses:
             options.update(encoding=encoder.encoding, errors=encoder.encoding_errors)
         self.reader = hiredis.Reader(**options)
-        self.due: deque[tuple[asyncio.Future, float]] = deque()  # (reply future, sent at)
+        self.due: deque[tuple[asyncio.Future[Any], float]] = deque()  # (reply future, sent at)
         self.out: list[bytes] = []
         self.loop = asyncio.get_running_loop()
         self.broken: Exception | None = None
-        self.ended = self.loop.create_future()  # set (to the error) once the link breaks
+        # set (to the error) once the link breaks
+        self.ended: asyncio.Future[Exception] = self.loop.create_future()
         self._timer: asyncio.TimerHandle | None = None
         # redis-py has no public way to hand over a connection's socket: take its transport
         # from the connection's stream writer, and pass the end of the connection on to the
@@ -78,7 +79,7 @@ class _Link(asyncio.Protocol):
         self.previous = self.transport.get_protocol()
         self.transport.set_protocol(self)
 
-    def send(self, commands: Sequence[Command]) -> list[asyncio.Future]:
+    def send(self, commands: Sequence[Command]) -> list[asyncio.Future[Any]]:
         """Queue `commands` for this turn's write; the futures of their replies."""
         if self.broken is not None:
             raise self.broken
@@ -226,7 +227,7 @@ async def listen(
         await _give_back(client.connection_pool, link.conn)
 
 
-def is_cluster(client: Redis) -> bool:
+def is_cluster(client: Redis) -> TypeGuard[RedisCluster]:
     """`isinstance(client, RedisCluster)` at a dict lookup's cost: redis-py's command
     classes include a `typing.Protocol`, which makes that check ~1 µs for a client that
     is not one, and it is asked on every call."""

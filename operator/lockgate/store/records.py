@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from lockgate.store.keys import F
 
@@ -45,8 +46,15 @@ class JobRecord:
     progress: bytes | None = None  # raw JSON of the latest progress report, while running
     worker: str | None = None  # the worker running or that ran it, where known (listings)
 
-    FIELDS = (F.STATUS, F.CREATED, F.TTL, F.QUEUED, F.STARTED, F.FINISHED, F.OUTPUT, F.ERROR)
-    FIELDS += (F.PROGRESS,)
+    FIELDS: ClassVar[tuple[str, ...]] = (
+        F.STATUS,
+        F.CREATED,
+        F.TTL,
+        F.QUEUED,
+        F.STARTED,
+        F.FINISHED,
+    )
+    FIELDS += (F.OUTPUT, F.ERROR, F.PROGRESS)
 
     @classmethod
     def from_fields(cls, job_id: str, values: list[bytes | None]) -> JobRecord | None:

@@ -6,11 +6,17 @@ import asyncio
 import hashlib
 import time
 from collections.abc import Callable
+from typing import Any
 
 import orjson
 from redis.asyncio import Redis
 
+from lockgate.models.registry_entry import RegistryEntry
 from lockgate.store import keys
+from lockgate.store.replies import text
+
+# A management record or a key's record as stored: a JSON object.
+Record = dict[str, Any]
 
 
 def key_digest(api_key: str) -> str:
@@ -24,14 +30,14 @@ class Registry:
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
 
-    async def put_endpoint(self, endpoint_id: str, entry: dict) -> None:
+    async def put_endpoint(self, endpoint_id: str, entry: RegistryEntry) -> None:
         """Register (or update) an endpoint with the settings the gateway needs."""
-        await self.redis.hset(keys.ENDPOINTS, endpoint_id, orjson.dumps(entry))
+        await self.redis.hset(keys.ENDPOINTS, endpoint_id, orjson.dumps(entry.stored()))
         await self.redis.publish(keys.EVENTS_CHANNEL, f"r:{endpoint_id}")
 
-    async def get_endpoint(self, endpoint_id: str) -> dict | None:
+    async def get_endpoint(self, endpoint_id: str) -> RegistryEntry | None:
         raw = await self.redis.hget(keys.ENDPOINTS, endpoint_id)
-        return orjson.loads(raw) if raw is not None else None
+        return RegistryEntry.model_validate_json(raw) if raw is not None else None
 
     async def has_endpoint(self, endpoint_id: str) -> bool:
         """Whether the endpoint is registered (one HEXISTS; nothing is parsed)."""
@@ -39,24 +45,24 @@ class Registry:
 
     async def endpoint_ids(self) -> list[str]:
         """The registered endpoints' ids alone (no entry is read or parsed)."""
-        return [k.decode() for k in await self.redis.hkeys(keys.ENDPOINTS)]
+        return [text(k) for k in await self.redis.hkeys(keys.ENDPOINTS)]
 
-    async def list_endpoints(self) -> dict[str, dict]:
+    async def list_endpoints(self) -> dict[str, RegistryEntry]:
         raw = await self.redis.hgetall(keys.ENDPOINTS)
-        return {k.decode(): orjson.loads(v) for k, v in raw.items()}
+        return {text(k): RegistryEntry.model_validate_json(v) for k, v in raw.items()}
 
     async def delete_endpoint(self, endpoint_id: str) -> None:
         await self.redis.hdel(keys.ENDPOINTS, endpoint_id)
         await self.redis.publish(keys.EVENTS_CHANNEL, f"r:{endpoint_id}")
 
-    async def put_template(self, template_id: str, entry: dict) -> None:
+    async def put_template(self, template_id: str, entry: Record) -> None:
         """Keep (or replace) a dev-mode template."""
         await self.put_record(keys.TEMPLATES, template_id, entry)
 
-    async def get_template(self, template_id: str) -> dict | None:
+    async def get_template(self, template_id: str) -> Record | None:
         return await self.get_record(keys.TEMPLATES, template_id)
 
-    async def list_templates(self) -> dict[str, dict]:
+    async def list_templates(self) -> dict[str, Record]:
         return await self.list_records(keys.TEMPLATES)
 
     async def delete_template(self, template_id: str) -> bool:
@@ -66,42 +72,42 @@ class Registry:
     # Management records kept by id in one hash each: `keys.TEMPLATES`,
     # `keys.REGISTRY_AUTHS`, `keys.NETWORK_VOLUMES`.
 
-    async def put_record(self, kind: str, record_id: str, entry: dict) -> None:
+    async def put_record(self, kind: str, record_id: str, entry: Record) -> None:
         """Keep (or replace) a record of `kind` (one of the hashes above)."""
         await self.redis.hset(kind, record_id, orjson.dumps(entry))
 
-    async def add_record(self, kind: str, record_id: str, entry: dict) -> bool:
+    async def add_record(self, kind: str, record_id: str, entry: Record) -> bool:
         """Keep a new record; False (nothing written) when the id is taken."""
         return bool(await self.redis.hsetnx(kind, record_id, orjson.dumps(entry)))
 
-    async def get_record(self, kind: str, record_id: str) -> dict | None:
+    async def get_record(self, kind: str, record_id: str) -> Record | None:
         raw = await self.redis.hget(kind, record_id)
         return orjson.loads(raw) if raw is not None else None
 
-    async def list_records(self, kind: str) -> dict[str, dict]:
+    async def list_records(self, kind: str) -> dict[str, Record]:
         raw = await self.redis.hgetall(kind)
-        return {k.decode(): orjson.loads(v) for k, v in raw.items()}
+        return {text(k): orjson.loads(v) for k, v in raw.items()}
 
     async def delete_record(self, kind: str, record_id: str) -> bool:
         """Forget a record; False when it was not there."""
         return bool(await self.redis.hdel(kind, record_id))
 
-    async def put_key(self, api_key: str, record: dict) -> None:
+    async def put_key(self, api_key: str, record: Record) -> None:
         """Store a key's record (name, scopes, endpoints) under the key's digest."""
         await self.put_key_digest(key_digest(api_key), record)
 
-    async def put_key_digest(self, digest: str, record: dict) -> None:
+    async def put_key_digest(self, digest: str, record: Record) -> None:
         await self.redis.hset(keys.API_KEYS, digest, orjson.dumps(record))
         await self.redis.publish(keys.EVENTS_CHANNEL, f"k:{digest}")
 
-    async def get_key(self, digest: str) -> dict | None:
+    async def get_key(self, digest: str) -> Record | None:
         raw = await self.redis.hget(keys.API_KEYS, digest)
         return orjson.loads(raw) if raw is not None else None
 
-    async def list_keys(self) -> dict[str, dict]:
+    async def list_keys(self) -> dict[str, Record]:
         """Every key record by digest (for `lockgate keys list`; never on a request path)."""
         raw = await self.redis.hgetall(keys.API_KEYS)
-        return {k.decode(): orjson.loads(v) for k, v in raw.items()}
+        return {text(k): orjson.loads(v) for k, v in raw.items()}
 
     async def delete_key(self, digest: str) -> None:
         """Revoke a key; gateways drop it from their caches at once (the event) or within
@@ -123,7 +129,7 @@ class RegisteredIds:
         self.clock = clock
         self._ids: frozenset[str] = frozenset()
         self._read_at = float("-inf")
-        self._reading: asyncio.Task | None = None
+        self._reading: asyncio.Task[None] | None = None
 
     async def has(self, endpoint_id: str) -> bool:
         """Whether the endpoint was registered at the last read, at most `max_age_s` old."""

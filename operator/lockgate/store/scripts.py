@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import (
     AskError,
@@ -122,7 +122,7 @@ def _source(name: str) -> str:
     return (resources.files("lockgate.store") / "lua" / f"{name}.lua").read_text()
 
 
-Call = tuple[AsyncScript, Sequence[Any], Sequence[Any], asyncio.Future]
+Call = tuple[AsyncScript, Sequence[Any], Sequence[Any], asyncio.Future[Any]]
 Pending = dict[Replication, list[Call]]
 
 
@@ -133,7 +133,7 @@ class Scripts:
     redis: Redis
     by_name: dict[str, AsyncScript]
     _pending: Pending = field(default_factory=dict)
-    _tasks: set[asyncio.Task] = field(default_factory=set)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     @classmethod
     def register(cls, redis: Redis) -> Scripts:
@@ -187,7 +187,7 @@ class Scripts:
             reply.add_done_callback(functools.partial(self._arrived, call))
         return True
 
-    def _arrived(self, call: Call, reply: asyncio.Future) -> None:
+    def _arrived(self, call: Call, reply: asyncio.Future[Any]) -> None:
         """Settle `call` with its reply from `_sent_now`; one cut by a connection error, or
         refused for want of its script, is sent once more alone (as `_send` does)."""
         value = reply.exception() or reply.result()
@@ -343,7 +343,7 @@ def _deliver(call: Call, reply: Any) -> None:
         future.set_result(reply)
 
 
-async def _alone(redis: Redis, call: Call, reply: Any = None) -> Any:
+async def _alone(redis: Redis | RedisCluster, call: Call, reply: Any = None) -> Any:
     """`call` sent alone, with the client's own retries (and, in a cluster, its routing and
     redirections): as EVAL after a NOSCRIPT `reply`, else as EVALSHA, and as EVAL once more
     if that is refused for want of the script."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -31,6 +31,9 @@ from lockgate.manage.workersource import WorkerSource
 
 __all__ = ["RESERVED_IDS", "Backends", "add_v2_routes", "v2_app"]
 
+if TYPE_CHECKING:
+    from lockgate.manage.v2.billing import Billing
+
 
 @dataclass(frozen=True)
 class Backends:
@@ -47,6 +50,8 @@ class Backends:
     secrets: AccountSecrets | None = None
     # The machines workers may run on (`/v2/catalog`): the cluster's nodes, dev mode's own.
     catalog: Catalog | None = None
+    # Usage and prices for `/v2/billing` (None: the process records no usage).
+    billing: Billing | None = None
     # Workers and worker logs (`/v2/serverless/{id}/workers`): pods on a cluster
     # (`kube.podworkers`), local processes in dev mode (`dev.worker_source`).
     workers: WorkerSource | None = None
@@ -64,10 +69,13 @@ def v2_app(backends: Backends) -> web.Application:
 
 
 def add_v2_routes(root: web.Application, backends: Backends) -> None:
-    """Mount every v2 management collection on `root` (at `/v2/<collection>`)."""
+    """Mount every v2 management collection on `root` (at `/v2/<collection>`), and
+    `/v2/openapi.json`, their OpenAPI document."""
     from lockgate.manage.v2 import (
+        billing,
         catalog,
         network_volumes,
+        openapi,
         registries,
         secrets,
         serverless,
@@ -75,6 +83,7 @@ def add_v2_routes(root: web.Application, backends: Backends) -> None:
         workers,
     )
 
+    openapi.add_openapi_route(root)  # no key needed: on the root, not in a collection
     serverless_app = serverless.create_app(backends)
     workers.add_worker_routes(serverless_app)  # `/{id}/workers…` beside `/{id}`
     root.add_subapp("/v2/serverless", serverless_app)
@@ -84,3 +93,4 @@ def add_v2_routes(root: web.Application, backends: Backends) -> None:
     if backends.secrets is not None:
         root.add_subapp("/v2/account/secrets", secrets.create_app(backends))
     root.add_subapp("/v2/catalog", catalog.create_app(backends))
+    root.add_subapp("/v2/billing", billing.create_app(backends))

@@ -20,6 +20,7 @@ from multidict import MultiMapping
 from lockgate.gateway.errors import BadRequest, NotFound, Unavailable, Unprocessable
 from lockgate.manage import catalog as cat
 from lockgate.manage.catalog import Catalog, CpuQuery, DataCenterQuery, GpuQuery, Machine, shown
+from lockgate.manage.v2.documented import Operation, documented
 
 if TYPE_CHECKING:
     from lockgate.manage.v2 import Backends
@@ -173,12 +174,22 @@ async def _machines(request: web.Request) -> list[Machine]:
     return list(await catalog.machines())
 
 
+@documented(
+    Operation(
+        "listGpuTypes",
+        "The GPU types of this cluster's nodes",
+        answer=cat.GpuType,
+        listed_as="gpus",
+        errors=(400, 422),
+    )
+)
 async def list_gpus(request: web.Request) -> web.Response:
     query = gpu_query(request.query)
     entries = cat.gpu_types(await _machines(request), query)
     return web.json_response({"gpus": [shown(e) for e in entries]})
 
 
+@documented(Operation("getGpuType", "One GPU type", answer=cat.GpuType, errors=(400, 404, 422)))
 async def get_gpu(request: web.Request) -> web.Response:
     query, type_id = gpu_query(request.query), request.match_info["id"]
     entry = cat.gpu_type_entry(await _machines(request), type_id, query)
@@ -187,12 +198,22 @@ async def get_gpu(request: web.Request) -> web.Response:
     return web.json_response(shown(entry))
 
 
+@documented(
+    Operation(
+        "listCpuTypes",
+        "The CPU flavors of this cluster's nodes",
+        answer=cat.CpuType,
+        listed_as="cpus",
+        errors=(400, 422),
+    )
+)
 async def list_cpus(request: web.Request) -> web.Response:
     query = cpu_query(request.query)
     entries = cat.cpu_types(await _machines(request), query)
     return web.json_response({"cpus": [shown(e) for e in entries]})
 
 
+@documented(Operation("getCpuType", "One CPU flavor", answer=cat.CpuType, errors=(400, 404, 422)))
 async def get_cpu(request: web.Request) -> web.Response:
     query, flavor = cpu_query(request.query), request.match_info["id"]
     entry = cat.cpu_type_entry(await _machines(request), flavor, query)
@@ -203,12 +224,24 @@ async def get_cpu(request: web.Request) -> web.Response:
     return web.json_response(shown(entry))
 
 
+@documented(
+    Operation(
+        "listDataCenters",
+        "The data centers (zones) of this cluster's nodes",
+        answer=cat.DataCenter,
+        listed_as="dataCenters",
+        errors=(400, 422),
+    )
+)
 async def list_data_centers(request: web.Request) -> web.Response:
     query = data_center_query(request.query)
     entries = cat.data_centers(await _machines(request), query)
     return web.json_response({"dataCenters": [shown(e) for e in entries]})
 
 
+@documented(
+    Operation("getDataCenter", "One data center", answer=cat.DataCenter, errors=(400, 404, 422))
+)
 async def get_data_center(request: web.Request) -> web.Response:
     query, dc = data_center_query(request.query, single=True), request.match_info["id"]
     entry = cat.data_center_entry(await _machines(request), dc, query)

@@ -388,6 +388,86 @@ def update_parts(
     return changes, template
 
 
+class Shown(BaseModel):
+    """A part of the v2 endpoint object as answered: what the view builds is checked against
+    it (an unknown member fails), with no request bounds (an endpoint made through v1 or
+    kubectl may hold values v2's bodies refuse)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class GpuShown(Shown):
+    pools: list[str]
+    excludedTypes: list[str] = Field(default_factory=list, description="absent when none")
+    count: int
+    allowedCudaVersions: list[str] = Field(..., description="[]: any version")
+    minCudaVersion: str | None = Field(..., description="null: no floor")
+
+
+class CpuShown(Shown):
+    id: str
+    vcpuCount: int
+    memory: int = Field(..., description="GB")
+
+
+class WorkersShown(Shown):
+    min: int
+    max: int
+    idleTimeout: int | None = Field(
+        None, description="seconds; absent for a QUEUE endpoint scaling on requestCount"
+    )
+
+
+class QueueDelayShown(Shown):
+    type: Literal["QUEUE_DELAY"]
+    queueDelay: int | float = Field(..., description="seconds")
+
+
+class RequestCountShown(Shown):
+    type: Literal["REQUEST_COUNT"]
+    requestCount: int
+
+
+class QueueUrls(Shown):
+    run: str
+    runSync: str
+    status: str
+    stream: str
+    cancel: str
+    retry: str
+    purgeQueue: str
+    health: str
+
+
+class LoadBalancerUrls(Shown):
+    base: str
+    health: str
+
+
+class Endpoint(Shown):
+    """RunPod v2's Endpoint, as every `/v2/serverless` answer shows it."""
+
+    id: str
+    name: str
+    type: V2Type
+    requestUrls: QueueUrls | LoadBalancerUrls
+    image: str
+    args: str
+    disk: int = Field(..., description="container disk, GB")
+    ports: list[str]
+    env: dict[str, str]
+    registry: str | None = Field(..., description="registry credential id")
+    gpu: GpuShown | None = Field(..., description="null for a CPU endpoint")
+    cpu: list[CpuShown] = Field(default_factory=list, description="absent for a GPU endpoint")
+    workers: WorkersShown
+    scaling: Annotated[QueueDelayShown | RequestCountShown, Field(discriminator="type")]
+    dataCenterIds: list[str]
+    networkVolumes: list[str]
+    timeout: int = Field(..., description="milliseconds")
+    flashboot: FlashBoot
+    createdAt: str = Field(..., description="RFC 3339")
+
+
 def _gpu_view(spec: EndpointSpec) -> dict[str, Any]:
     pools, excluded = pools_of(spec.gpuTypeIds)
     view: dict[str, Any] = {"pools": pools}
@@ -462,4 +542,4 @@ def v2_endpoint(record: EndpointRecord, template: TemplateSpec | None) -> dict[s
         "flashboot": FlashBoot.FLASHBOOT if record.flashboot else FlashBoot.OFF,
         "createdAt": record.createdAt,
     }
-    return body
+    return Endpoint.model_validate(body).model_dump(mode="json", exclude_unset=True)

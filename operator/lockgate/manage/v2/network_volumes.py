@@ -22,6 +22,7 @@ from lockgate.manage import operations as ops
 from lockgate.manage.storage_api import create_volume, edit_volume
 from lockgate.manage.v2 import Backends, v2_app
 from lockgate.manage.v2.bodies import ClosedBody
+from lockgate.manage.v2.documented import Operation, documented
 from lockgate.manage.v2.problems import body_of
 from lockgate.manage.v2.wording import v2_words
 from lockgate.models.volumes import NetworkVolumeSpec, volume_record
@@ -99,22 +100,52 @@ class VolumeRoutes:
     def __init__(self, backends: Backends) -> None:
         self.plane, self.storage = backends.plane, backends.storage
 
+    @documented(
+        Operation(
+            "listNetworkVolumes",
+            "Every network volume",
+            answer=NetworkVolume,
+            listed_as="networkVolumes",
+        )
+    )
     async def list_all(self, _request: web.Request) -> web.Response:
         volumes = await self.storage.list_volumes()
         views = [volume_view(volume_record(i, spec)) for i, spec in volumes.items()]
         return json_response({"networkVolumes": views})
 
+    @documented(
+        Operation(
+            "createNetworkVolume",
+            "Create a network volume",
+            body=NewNetworkVolume,
+            answer=NetworkVolume,
+            status=201,
+            errors=(400, 422),
+        )
+    )
     async def create(self, request: web.Request) -> web.Response:
         payload = v1_payload(await body_of(request, NewNetworkVolume))
         with v2_words(V2_WORDS):
             record = await create_volume(self.storage, payload)
         return json_response(volume_view(record), status=201)
 
+    @documented(
+        Operation("getNetworkVolume", "One network volume", answer=NetworkVolume, errors=(404,))
+    )
     async def get(self, request: web.Request) -> web.Response:
         volume_id = request.match_info["id"]
         spec: NetworkVolumeSpec = await ops.get_volume(self.storage, volume_id)
         return json_response(volume_view(volume_record(volume_id, spec)))
 
+    @documented(
+        Operation(
+            "updateNetworkVolume",
+            "Rename or grow a network volume",
+            body=NetworkVolumeChanges,
+            answer=NetworkVolume,
+            errors=(400, 404, 422),
+        )
+    )
     async def patch(self, request: web.Request) -> web.Response:
         volume_id = request.match_info["id"]
         changes = (await body_of(request, NetworkVolumeChanges)).model_dump(exclude_unset=True)
@@ -122,6 +153,14 @@ class VolumeRoutes:
             record = await edit_volume(self.storage, volume_id, changes)
         return json_response(volume_view(record))
 
+    @documented(
+        Operation(
+            "deleteNetworkVolume",
+            "Delete a network volume (400 while an endpoint mounts it)",
+            status=204,
+            errors=(400, 404),
+        )
+    )
     async def delete(self, request: web.Request) -> web.Response:
         try:
             with v2_words(V2_WORDS):

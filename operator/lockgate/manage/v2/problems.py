@@ -14,7 +14,7 @@ from typing import TypeVar
 
 import orjson
 from aiohttp import web
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from lockgate.gateway.errors import Unprocessable
 from lockgate.gateway.http import json_object
@@ -31,13 +31,25 @@ def title_of(status: int) -> str:
         return "Error"
 
 
+class ErrorResponse(BaseModel):
+    """RunPod's problem object (RFC 9457): every error under the v2 management paths."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    title: str = Field(..., description="the status's reason phrase")
+    status: int
+    detail: str = Field(..., description="what was wrong, naming the field")
+    errors: list[str] | None = Field(None, description="each violation of a 422")
+
+
 def problem(
     status: int, message: str, *, headers: dict[str, str] | None = None, errors: Sequence[str] = ()
 ) -> web.Response:
     """The problem answer for `status` with `message` as its `detail`."""
-    body: dict[str, object] = {"title": title_of(status), "status": status, "detail": message}
+    shown = ErrorResponse(title=title_of(status), status=status, detail=message)
     if errors:
-        body["errors"] = list(errors)
+        shown.errors = list(errors)
+    body = shown.model_dump(exclude_none=True)
     return web.Response(
         body=orjson.dumps(body), status=status, content_type=PROBLEM_JSON, headers=headers
     )

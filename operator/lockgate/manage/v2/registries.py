@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from aiohttp import web
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from lockgate.gateway.errors import BadRequest
 from lockgate.gateway.http import json_response
@@ -23,6 +23,7 @@ from lockgate.manage.storage_api import create_registry_auth
 from lockgate.manage.templates import edit_template
 from lockgate.manage.v2 import Backends, v2_app
 from lockgate.manage.v2.bodies import ClosedBody
+from lockgate.manage.v2.documented import Operation, documented
 from lockgate.manage.v2.problems import body_of
 from lockgate.models.registryauth import DOCKER_HUB, REGISTRY_PATTERN
 from lockgate.models.templates import runpod_template
@@ -38,9 +39,18 @@ class NewRegistry(ClosedBody):
     registry: str = Field(DOCKER_HUB, pattern=REGISTRY_PATTERN, description="lockgate's")
 
 
+class Registry(BaseModel):
+    """RunPod v2's registry credential as answered: its id and name, never its secrets."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    name: str
+
+
 def registry_view(record: dict[str, Any]) -> dict[str, Any]:
     """What v2 shows of a credential: its id and name, nothing else."""
-    return {"id": record["id"], "name": record["name"]}
+    return Registry(id=record["id"], name=record["name"]).model_dump()
 
 
 def without_credential(record: dict[str, Any], auth_id: str) -> dict[str, Any]:
@@ -59,19 +69,43 @@ class RegistryRoutes:
     def __init__(self, backends: Backends) -> None:
         self.plane, self.storage = backends.plane, backends.storage
 
+    @documented(
+        Operation(
+            "listRegistries", "Every registry credential", answer=Registry, listed_as="registries"
+        )
+    )
     async def list_all(self, _request: web.Request) -> web.Response:
         auths = await self.storage.list_registry_auths()
         return json_response({"registries": [registry_view(r) for r in auths.values()]})
 
+    @documented(
+        Operation(
+            "createRegistry",
+            "Create a registry credential",
+            body=NewRegistry,
+            answer=Registry,
+            status=201,
+            errors=(400, 422),
+        )
+    )
     async def create(self, request: web.Request) -> web.Response:
         body = await body_of(request, NewRegistry)
         made = await create_registry_auth(self.storage, body.model_dump())
         return json_response(registry_view(made), status=201)
 
+    @documented(Operation("getRegistry", "One registry credential", answer=Registry, errors=(404,)))
     async def get(self, request: web.Request) -> web.Response:
         record = await ops.get_registry_auth(self.storage, request.match_info["id"])
         return json_response(registry_view(record))
 
+    @documented(
+        Operation(
+            "deleteRegistry",
+            "Delete a registry credential (400 while an endpoint's workers pull with it)",
+            status=204,
+            errors=(400, 404),
+        )
+    )
     async def delete(self, request: web.Request) -> web.Response:
         auth_id = request.match_info["id"]
         await ops.get_registry_auth(self.storage, auth_id)  # 404 first

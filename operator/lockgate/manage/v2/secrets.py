@@ -21,6 +21,7 @@ from lockgate.gateway.http import json_response, no_content
 from lockgate.manage.secrets import AccountSecrets
 from lockgate.manage.v2 import Backends, v2_app
 from lockgate.manage.v2.bodies import ClosedBody
+from lockgate.manage.v2.documented import Operation, documented
 from lockgate.manage.v2.problems import body_of
 from lockgate.models import secrets
 from lockgate.models.secrets import SecretRecord
@@ -79,6 +80,14 @@ def _view(record: SecretRecord) -> dict[str, object]:
     return record.view()
 
 
+@documented(
+    Operation(
+        "listSecrets",
+        "Every account secret (never a value)",
+        answer=SecretRecord,
+        listed_as="secrets",
+    )
+)
 async def list_secrets(request: web.Request) -> web.Response:
     """`{"secrets": [...]}`, by name; `?name=` keeps the one of that name (any case)."""
     wanted = request.query.get("name")
@@ -88,16 +97,40 @@ async def list_secrets(request: web.Request) -> web.Response:
     return json_response({"secrets": [_view(r) for r in found]})
 
 
+@documented(
+    Operation(
+        "createSecret",
+        "Keep a secret",
+        body=CreateSecretRequest,
+        answer=SecretRecord,
+        status=201,
+        errors=(409, 422),
+    )
+)
 async def create_secret(request: web.Request) -> web.Response:
     body = await body_of(request, CreateSecretRequest)
     record = await _account(request).create(body.name, body.value, body.description)
     return json_response(_view(record), status=201)
 
 
+@documented(
+    Operation(
+        "getSecret", "One account secret (never its value)", answer=SecretRecord, errors=(404,)
+    )
+)
 async def get_secret(request: web.Request) -> web.Response:
     return json_response(_view(await _account(request).get(request.match_info["id"])))
 
 
+@documented(
+    Operation(
+        "updateSecret",
+        "Rotate a value or change a description",
+        body=UpdateSecretRequest,
+        answer=SecretRecord,
+        errors=(404, 422),
+    )
+)
 async def update_secret(request: web.Request) -> web.Response:
     body = await body_of(request, UpdateSecretRequest)
     record = await _account(request).update(
@@ -109,6 +142,9 @@ async def update_secret(request: web.Request) -> web.Response:
     return json_response(_view(record))
 
 
+@documented(
+    Operation("deleteSecret", "Delete a secret no env refers to", status=204, errors=(404, 409))
+)
 async def delete_secret(request: web.Request) -> web.Response:
     await _account(request).delete(request.match_info["id"])
     return no_content()

@@ -19,11 +19,13 @@ from lockgate.manage import operations as ops
 from lockgate.manage.controlplane import TemplateNotFound
 from lockgate.manage.listing import EndpointQuery
 from lockgate.manage.v2 import Backends, v2_app
+from lockgate.manage.v2.documented import Operation, documented
 from lockgate.manage.v2.endpoint_shape import (
     ANY_CPU,
     CpuChoice,
     CreateEndpoint,
     Cross,
+    Endpoint,
     UpdateEndpoint,
     bound_template_id,
     create_parts,
@@ -69,6 +71,7 @@ async def require_cpu_flavors(b: Backends, cpu: list[CpuChoice] | None) -> None:
         )
 
 
+@documented(Operation("listEndpoints", "Every endpoint", answer=Endpoint, listed_as="endpoints"))
 async def list_endpoints(request: web.Request) -> web.Response:
     b = request.app[BACKENDS]
     page = await b.plane.page(EndpointQuery())
@@ -81,6 +84,16 @@ async def list_endpoints(request: web.Request) -> web.Response:
     return json_response({"endpoints": endpoints})
 
 
+@documented(
+    Operation(
+        "createEndpoint",
+        "Create an endpoint from a templateId or an image",
+        body=CreateEndpoint,
+        answer=Endpoint,
+        status=201,
+        errors=(400, 404, 409, 422),
+    )
+)
 async def create_endpoint(request: web.Request) -> web.Response:
     """201 with the new endpoint; its bound template is made first, and removed again when
     the endpoint cannot be."""
@@ -107,12 +120,22 @@ async def create_endpoint(request: web.Request) -> web.Response:
     return json_response(v2_endpoint(record, template), status=201)
 
 
+@documented(Operation("getEndpoint", "One endpoint", answer=Endpoint, errors=(404,)))
 async def get_endpoint(request: web.Request) -> web.Response:
     b = request.app[BACKENDS]
     record = await ops.get_endpoint(b.plane, request.match_info["id"])
     return json_response(v2_endpoint(record, await _template_of(b, record)))
 
 
+@documented(
+    Operation(
+        "updateEndpoint",
+        "Change the fields sent; the whole endpoint back",
+        body=UpdateEndpoint,
+        answer=Endpoint,
+        errors=(400, 404, 422),
+    )
+)
 async def patch_endpoint(request: web.Request) -> web.Response:
     """200 with the whole endpoint. A container setting edits its bound template (made
     first when the endpoint has none of its own): its workers roll to the new version."""
@@ -144,6 +167,14 @@ async def patch_endpoint(request: web.Request) -> web.Response:
     return json_response(v2_endpoint(record, await _template_of(b, record)))
 
 
+@documented(
+    Operation(
+        "deleteEndpoint",
+        "Delete an endpoint and its bound template",
+        status=204,
+        errors=(404,),
+    )
+)
 async def delete_endpoint(request: web.Request) -> web.Response:
     """204; the endpoint's bound template goes with it (RunPod's rule)."""
     b = request.app[BACKENDS]

@@ -15,10 +15,12 @@ from lockgate.gateway.http import json_response
 from lockgate.manage import operations as ops
 from lockgate.manage.templates import create_template, edit_template
 from lockgate.manage.v2 import Backends, v2_app
+from lockgate.manage.v2.documented import Operation, documented
 from lockgate.manage.v2.problems import body_of
 from lockgate.manage.v2.template_shapes import (
     V2_WORDS,
     NewTemplate,
+    Template,
     TemplateChanges,
     spec_of_record,
     template_view,
@@ -33,23 +35,46 @@ class TemplateRoutes:
     def __init__(self, backends: Backends) -> None:
         self.plane, self.storage = backends.plane, backends.storage
 
+    @documented(
+        Operation("listTemplates", "Every template", answer=Template, listed_as="templates")
+    )
     async def list_all(self, _request: web.Request) -> web.Response:
         """Every template, ordered by id."""
         templates = await self.plane.list_templates()
         views = [template_view(i, spec) for i, spec in sorted(templates.items())]
         return json_response({"templates": views})
 
+    @documented(
+        Operation(
+            "createTemplate",
+            "Create a template",
+            body=NewTemplate,
+            answer=Template,
+            status=201,
+            errors=(400, 422),
+        )
+    )
     async def create(self, request: web.Request) -> web.Response:
         payload = v1_payload(await body_of(request, NewTemplate))
         with v2_words(V2_WORDS):
             record = await create_template(self.plane, self.storage, payload)
         return json_response(template_view(record["id"], spec_of_record(record)), status=201)
 
+    @documented(Operation("getTemplate", "One template", answer=Template, errors=(404,)))
     async def get(self, request: web.Request) -> web.Response:
         template_id = request.match_info["id"]
         spec = await ops.get_template(self.plane, template_id)
         return json_response(template_view(template_id, spec))
 
+    @documented(
+        Operation(
+            "updateTemplate",
+            "Change the fields sent; the whole template back",
+            body=TemplateChanges,
+            answer=Template,
+            errors=(400, 404, 422),
+        )
+    )
     async def patch(self, request: web.Request) -> web.Response:
         """The fields sent change, the others (lockgate's own too) keep their values."""
         template_id = request.match_info["id"]
@@ -58,6 +83,14 @@ class TemplateRoutes:
             record = await edit_template(self.plane, self.storage, template_id, changes)
         return json_response(template_view(template_id, spec_of_record(record)))
 
+    @documented(
+        Operation(
+            "deleteTemplate",
+            "Delete a template (400 while an endpoint uses it)",
+            status=204,
+            errors=(400, 404),
+        )
+    )
     async def delete(self, request: web.Request) -> web.Response:
         try:
             await ops.delete_template(self.plane, request.match_info["id"])

@@ -1,18 +1,40 @@
--- Write the history points of the 10 s intervals starting at epoch seconds ARGV[6..]
+-- Write the history points of the 10 s intervals starting at epoch seconds ARGV[11..]
 -- (oldest first), once each: an interval with a point already (another replica sampled
 -- it) is left alone. Writing the last interval of a minute also writes that minute's point
 -- into `hist1m` (once): the gauges as the minute ends, the counts summed, the percentiles
 -- of the minute's buckets. ARGV: now (ms), heartbeat timeout (ms), max points kept, max
 -- minute points kept, how many of the first intervals were quiet (their gauges are zero:
--- the sampler skipped the endpoint for want of any sign of activity), t.... The other
--- intervals' gauges (queue depths, jobs in progress, workers running / idle / starting /
--- throttled / unhealthy) are read as of now; each interval's counts of jobs ended
--- (completed, failed, timed out, cancelled), cold starts, queue-delay
+-- the sampler skipped the endpoint for want of any sign of activity), five of usage
+-- (below), t.... The other intervals' gauges (queue depths, jobs in progress, workers
+-- running / idle / starting / throttled / unhealthy) are read as of now; each interval's
+-- counts of jobs ended (completed, failed, timed out, cancelled), cold starts, queue-delay
 -- and execution-time percentiles come from `iv:<t>` (counted by finalize, beat and take).
+-- Each point written also adds its ready workers (running + idle) times the interval to
+-- the usage of its hour (`use:<chunk>`, see keys.py): worker-seconds, GPU-seconds of the
+-- type ARGV[6] (ARGV[7] GPUs per worker; 0 for a CPU endpoint) and vCPU-seconds (ARGV[8]
+-- vCPUs per worker; 0 for a GPU endpoint); ARGV[9] seconds of hours per usage hash,
+-- ARGV[10] how long (s) a usage hash outlives its last hour. Once per interval, as the point.
 -- Returns {points written, 1 if the newest interval's point is quiet (all zero: nothing
--- queued, running, ended, started or alive), else 0}.
+-- queued, running, ended, started or alive), else 0, the newest hour (epoch s) whose usage
+-- this call added to, else 0}.
 local now, timeout, keep = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local keep_minutes, zeros = tonumber(ARGV[4]), tonumber(ARGV[5])
+local gpu_type, gpus, vcpus = ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
+local chunk_s, use_keep = tonumber(ARGV[9]), tonumber(ARGV[10])
+local FIRST_SLOT = 11  -- ARGV[11..]: the intervals to write
+local INTERVAL, HOUR = 10, 3600  -- s
+local used = 0
+local function add_usage(t, g)
+  local seconds = (g.workersRunning + g.workersIdle) * INTERVAL
+  if seconds == 0 then return end
+  local hour, chunk = t - t % HOUR, t - t % chunk_s
+  local use = P .. 'use:' .. chunk
+  redis.call('HINCRBY', use, hour .. ':w', seconds)
+  if gpus > 0 then redis.call('HINCRBY', use, hour .. ':g:' .. gpu_type, seconds * gpus) end
+  if vcpus > 0 then redis.call('HINCRBY', use, hour .. ':c', seconds * vcpus) end
+  redis.call('EXPIREAT', use, chunk + chunk_s + use_keep)
+  if hour > used then used = hour end
+end
 local hist, minutes = P .. 'hist', P .. 'hist1m'
 local ZERO = {inQueue = 0, inQueueLow = 0, inProgress = 0, workersRunning = 0,
   workersIdle = 0, workersStarting = 0, workersThrottled = 0, workersUnhealthy = 0}
@@ -89,7 +111,7 @@ local function is_quiet(p)
   end
   return true
 end
-local first, last = tonumber(ARGV[6]), tonumber(ARGV[#ARGV])
+local first, last = tonumber(ARGV[FIRST_SLOT]), tonumber(ARGV[#ARGV])
 local have, newest = {}, nil
 local existing = redis.call('ZRANGEBYSCORE', hist, first, last, 'WITHSCORES')
 for i = 1, #existing, 2 do
@@ -99,15 +121,16 @@ for i = 1, #existing, 2 do
 end
 local add = {}
 local ends = {}  -- the points written that end a minute: {t, point}
-for i = 6, #ARGV do
+for i = FIRST_SLOT, #ARGV do
   local t = tonumber(ARGV[i])
   if not have[t] then
     local g = ZERO
-    if i - 5 > zeros then
+    if i - FIRST_SLOT + 1 > zeros then
       gauges = gauges or read_gauges()
       g = gauges
     end
     local p = point(t, g)
+    add_usage(t, g)
     if t == last then newest = p end
     add[#add + 1] = t
     add[#add + 1] = cjson.encode(p)
@@ -125,4 +148,4 @@ for _, e in ipairs(ends) do
     redis.call('ZREMRANGEBYRANK', minutes, 0, -keep_minutes - 1)
   end
 end
-return {#add / 2, (newest and is_quiet(newest)) and 1 or 0}
+return {#add / 2, (newest and is_quiet(newest)) and 1 or 0, used}

@@ -1,0 +1,175 @@
+"""Pure: usage reports — bucket boundaries, the report's window, hours folded into buckets,
+amounts from prices, and the rate at which an endpoint's workers count.
+
+All times are UTC. Buckets start on the hour, at midnight, on Monday at midnight (`week`),
+on the first of the month and on New Year's Day; every boundary is an hour's, so the hourly
+usage `store.usage` keeps folds into any bucket size exactly.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from lockgate.settings import Prices
+from lockgate.store.usage import HourUsage, UsageRate
+
+DEFAULT_SPAN = timedelta(days=30)  # the report's start when none is given: 30 days ago
+UNSPECIFIED_GPU = "unspecified"  # the GPU type of an endpoint that lists none (any type)
+
+
+class BucketSize(enum.StrEnum):
+    """RunPod's `bucketSize`."""
+
+    HOUR = "hour"
+    DAY = "day"
+    WEEK = "week"
+    MONTH = "month"
+    YEAR = "year"
+
+
+def bucket_start(t: datetime, size: BucketSize) -> datetime:
+    """The start of the bucket `t` lies in (`t` snapped down)."""
+    t = t.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    if size is BucketSize.HOUR:
+        return t
+    day = t.replace(hour=0)
+    if size is BucketSize.DAY:
+        return day
+    if size is BucketSize.WEEK:
+        return day - timedelta(days=day.weekday())
+    if size is BucketSize.MONTH:
+        return day.replace(day=1)
+    return day.replace(month=1, day=1)
+
+
+def shifted(start: datetime, size: BucketSize, n: int) -> datetime:
+    """The start of the bucket `n` buckets after the one starting at `start` (n < 0:
+    before); ValueError or OverflowError past the calendar's years 1..9999."""
+    if size is BucketSize.HOUR:
+        return start + timedelta(hours=n)
+    if size is BucketSize.DAY:
+        return start + timedelta(days=n)
+    if size is BucketSize.WEEK:
+        return start + timedelta(weeks=n)
+    months = n * (12 if size is BucketSize.YEAR else 1)
+    year, month = divmod(start.year * 12 + start.month - 1 + months, 12)
+    return start.replace(year=year, month=month + 1)
+
+
+def snap_up(t: datetime, size: BucketSize) -> datetime:
+    """`t` if it is a bucket boundary, else the end of the bucket it lies in."""
+    start = bucket_start(t, size)
+    return start if start == t else shifted(start, size, 1)
+
+
+class BadWindow(ValueError):
+    """The asked window is empty or out of the calendar; the message names the parameter."""
+
+
+def window(
+    size: BucketSize,
+    now: datetime,
+    *,
+    start: datetime | None = None,
+    end: datetime | None = None,
+    last_n: int | None = None,
+) -> tuple[datetime, datetime]:
+    """The report's [start, end) on bucket boundaries: the last `last_n` buckets up to and
+    with the current one; else from `start` (default 30 days before `now`) snapped down to
+    `end` (exclusive, default `now`) snapped up."""
+    if start is not None and end is not None and start >= end:
+        raise BadWindow("startTime must be before endTime")
+    try:
+        if last_n is not None:
+            current = bucket_start(now, size)
+            return shifted(current, size, 1 - last_n), shifted(current, size, 1)
+        first = bucket_start(start if start is not None else now - DEFAULT_SPAN, size)
+        last = snap_up(end if end is not None else now, size)
+    except (OverflowError, ValueError) as err:
+        raise BadWindow(f"the window reaches out of the calendar's years 1 to 9999: {err}") from err
+    if first >= last:
+        raise BadWindow("startTime must be before endTime (which defaults to now)")
+    return first, last
+
+
+@dataclass(slots=True)
+class Usage:
+    """Usage summed over hours (seconds)."""
+
+    worker_seconds: int = 0
+    vcpu_seconds: int = 0
+    gpu_seconds: dict[str, int] = field(default_factory=dict)  # GPU type id -> seconds
+
+    def add(self, other: HourUsage | Usage) -> None:
+        self.worker_seconds += other.worker_seconds
+        self.vcpu_seconds += other.vcpu_seconds
+        for gpu_type, seconds in other.gpu_seconds.items():
+            self.gpu_seconds[gpu_type] = self.gpu_seconds.get(gpu_type, 0) + seconds
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One endpoint's usage in one bucket."""
+
+    start: datetime
+    end: datetime
+    endpoint_id: str
+    usage: Usage
+
+
+def fold(
+    hours: Mapping[str, Mapping[int, HourUsage]], size: BucketSize, first: datetime, last: datetime
+) -> list[Record]:
+    """Each endpoint's hourly usage (hour: epoch s) within [first, last) summed per bucket,
+    one record per endpoint and bucket with any, ordered by bucket then endpoint."""
+    sums: dict[tuple[datetime, str], Usage] = {}
+    for endpoint_id, by_hour in hours.items():
+        for hour, usage in by_hour.items():
+            at = datetime.fromtimestamp(hour, UTC)
+            if first <= at < last and usage.worker_seconds:
+                sums.setdefault((bucket_start(at, size), endpoint_id), Usage()).add(usage)
+    return [
+        Record(start, shifted(start, size, 1), endpoint_id, sums[start, endpoint_id])
+        for start, endpoint_id in sorted(sums)
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class Amounts:
+    """RunPod's money fields of a record; disk and fees are not charged by lockgate."""
+
+    gpu: float = 0.0
+    cpu: float = 0.0
+    disk: float = 0.0
+    fee: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.gpu + self.cpu + self.disk + self.fee
+
+    def __add__(self, other: Amounts) -> Amounts:
+        return Amounts(
+            self.gpu + other.gpu, self.cpu + other.cpu, self.disk + other.disk, self.fee + other.fee
+        )
+
+
+def amounts(usage: Usage, prices: Prices) -> Amounts:
+    """What `usage` costs at `prices` (per hour); a GPU type without a price costs 0."""
+    gpu = sum(s / 3600 * prices.gpu_prices.get(t, 0.0) for t, s in usage.gpu_seconds.items())
+    return Amounts(gpu=gpu, cpu=usage.vcpu_seconds / 3600 * prices.vcpu_price)
+
+
+def rate_of(entry: Mapping[str, Any] | None) -> UsageRate:
+    """How a ready worker of the endpoint `entry` (its registry entry) counts: a CPU
+    endpoint's its vCPUs, a GPU endpoint's its GPUs of the first of its `gpuTypeIds` (the
+    type its workers are placed on first; see docs/usage.md)."""
+    if not entry:
+        return UsageRate()
+    if entry.get("computeType") == "CPU":
+        return UsageRate(vcpus=int(entry.get("vcpuCount") or 0))
+    types = entry.get("gpuTypeIds") or [UNSPECIFIED_GPU]
+    return UsageRate(gpu_type=str(types[0]), gpus=int(entry.get("gpuCount") or 1))

@@ -1,0 +1,165 @@
+"""`/v2/billing/serverless`: RunPod's serverless billing history, from the usage lockgate
+measures (`store.usage`, written with the history points), per endpoint and time bucket.
+
+RunPod's record (`startTime`, `endTime`, `serverlessId`, `totalAmount`, `gpuAmount`,
+`cpuAmount`, `diskAmount`, `feeAmount`) plus lockgate's: `workerSeconds`, `gpuSeconds`,
+`gpuSecondsByType` and `vcpuSeconds`. Amounts come from the prices in the settings
+(`settings.Prices`); without them they are 0. docs/usage.md says how usage is measured.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+from pydantic import AwareDatetime, Field
+
+from lockgate.gateway.errors import BadRequest, Unavailable, Unprocessable
+from lockgate.gateway.http import json_response
+from lockgate.manage.usage import (
+    Amounts,
+    BadWindow,
+    BucketSize,
+    Record,
+    Usage,
+    amounts,
+    fold,
+    window,
+)
+from lockgate.manage.v2 import Backends, v2_app
+from lockgate.manage.v2.bodies import ClosedBody
+from lockgate.manage.v2.documented import Operation, documented
+from lockgate.manage.v2.problems import validated
+from lockgate.settings import Prices
+from lockgate.store.keys import ENDPOINT_ID_RE
+from lockgate.store.usage import UsageLedger
+
+MONEY_DIGITS = 6  # amounts are rounded to a millionth of the prices' currency unit
+
+
+@dataclass(frozen=True)
+class Billing:
+    """Where `/v2/billing` reads usage, what it charges, and the time."""
+
+    ledger: UsageLedger
+    prices: Prices = field(default_factory=Prices)
+    clock: Callable[[], float] = time.time
+
+
+BILLING = web.AppKey("billing", Billing)
+
+
+class BillingQuery(ClosedBody):
+    """RunPod's query of `GET /v2/billing/serverless` (each parameter at most once)."""
+
+    startTime: AwareDatetime | None = None
+    endTime: AwareDatetime | None = None
+    bucketSize: BucketSize = BucketSize.DAY
+    lastN: int | None = Field(None, ge=1)
+    serverlessId: str | None = Field(None, pattern=ENDPOINT_ID_RE.pattern)
+
+
+def query_of(request: web.Request) -> BillingQuery:
+    """The request's query as a `BillingQuery`: 422 naming a repeated, unknown or malformed
+    parameter, 400 for `lastN` beside `startTime` or `endTime`."""
+    repeated = sorted({k for k in request.query if len(request.query.getall(k)) > 1})
+    if repeated:
+        found = [f"{k}: given more than once" for k in repeated]
+        raise Unprocessable("Request validation failed: " + "; ".join(found), errors=found)
+    query = validated(BillingQuery, dict(request.query))
+    if query.lastN is not None and (query.startTime or query.endTime):
+        given = " and ".join(k for k in ("startTime", "endTime") if getattr(query, k))
+        raise BadRequest(f"lastN cannot be combined with {given}: give one or the other")
+    return query
+
+
+def _time(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _money(a: Amounts) -> dict[str, float]:
+    fields = {"totalAmount": a.total, "gpuAmount": a.gpu, "cpuAmount": a.cpu}
+    fields |= {"diskAmount": a.disk, "feeAmount": a.fee}
+    return {k: round(v, MONEY_DIGITS) for k, v in fields.items()}
+
+
+def _seconds(u: Usage) -> dict[str, Any]:
+    return {
+        "workerSeconds": u.worker_seconds,
+        "gpuSeconds": sum(u.gpu_seconds.values()),
+        "gpuSecondsByType": dict(sorted(u.gpu_seconds.items())),
+        "vcpuSeconds": u.vcpu_seconds,
+    }
+
+
+def report(
+    records: list[Record], prices: Prices, query: BillingQuery, first: datetime, last: datetime
+) -> dict[str, Any]:
+    """RunPod's answer: the records and the metadata (resolved query, counts, totals)."""
+    out, total_money, total_use = [], Amounts(), Usage()
+    for r in records:
+        money = amounts(r.usage, prices)
+        total_money += money
+        total_use.add(r.usage)
+        out.append(
+            {"startTime": _time(r.start), "endTime": _time(r.end), "serverlessId": r.endpoint_id}
+            | _money(money)
+            | _seconds(r.usage)
+        )
+    resolved: dict[str, Any] = {"startTime": _time(first), "endTime": _time(last)}
+    resolved |= {"bucketSize": query.bucketSize}
+    resolved |= {"lastN": query.lastN, "serverlessId": query.serverlessId}
+    metadata = {
+        "query": resolved,
+        "recordCount": len(out),
+        "uniqueServerlessCount": len({r.endpoint_id for r in records}),
+        "totals": _money(total_money) | _seconds(total_use),
+    }
+    return {"records": out, "metadata": metadata}
+
+
+BILLING_OPERATION = Operation(
+    "listServerlessBilling",
+    "Worker-, GPU- and vCPU-seconds (and amounts, with prices set) per endpoint and bucket",
+    errors=(400, 422),
+)
+
+
+@documented(BILLING_OPERATION)
+async def serverless_billing(request: web.Request) -> web.Response:
+    billing = request.app[BILLING]
+    query = query_of(request)
+    now = datetime.fromtimestamp(billing.clock(), UTC)
+    try:
+        first, last = window(
+            query.bucketSize, now, start=query.startTime, end=query.endTime, last_n=query.lastN
+        )
+    except BadWindow as err:
+        raise BadRequest(str(err)) from err
+    start_s, end_s = int(first.timestamp()), int(last.timestamp())
+    ids = [query.serverlessId] if query.serverlessId else None
+    if ids is None:
+        ids = await billing.ledger.endpoint_ids(start_s)
+    hours = await billing.ledger.hours(ids, start_s, end_s)
+    records = fold(hours, query.bucketSize, first, last)
+    return json_response(report(records, billing.prices, query, first, last))
+
+
+@documented(BILLING_OPERATION)
+async def unavailable(_request: web.Request) -> web.Response:
+    raise Unavailable("usage is not recorded by this process (it runs no history sampler)")
+
+
+def create_app(backends: Backends) -> web.Application:
+    """`GET /v2/billing/serverless` (admin keys)."""
+    app = v2_app(backends)
+    if backends.billing is None:
+        app.router.add_get("/serverless", unavailable)
+        return app
+    app[BILLING] = backends.billing
+    app.router.add_get("/serverless", serverless_billing)
+    return app
