@@ -38,8 +38,8 @@ from lockgate.manage.secrets import AccountSecrets, SecretValues
 from lockgate.manage.storage import Storage
 from lockgate.manage.v2 import Backends, add_v2_routes
 from lockgate.manage.v2.billing import Billing
-from lockgate.settings import Prices
 from lockgate.manage.workersource import WorkerSource
+from lockgate.settings import Prices
 from lockgate.store import JobStore, Registry, connect
 from lockgate.store.usage import UsageLedger
 
