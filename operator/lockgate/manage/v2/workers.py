@@ -21,11 +21,14 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from pydantic import BaseModel, Field
 
 from lockgate.gateway.errors import ApiError, NotFound, Unprocessable
 from lockgate.gateway.http import iso_ms, json_response
+from lockgate.gateway.openapi import param
 from lockgate.manage.controlplane import ControlPlane, EndpointNotFound, TemplateNotFound
 from lockgate.manage.logs import client_gone
+from lockgate.manage.v2.documented import Operation, documented
 from lockgate.manage.v2.serverless import BACKENDS
 from lockgate.manage.workerlogs import (
     SOURCES,
@@ -52,6 +55,53 @@ BATCH = 500  # events read (and written) at a time
 POLL_S = 1.0  # how often a live stream reads the log store
 KEEP_ALIVE_S = 15.0  # a comment this often keeps proxies from closing a quiet stream
 JOB_VIEW = web.AppKey("worker_job_view", JobStore)
+
+
+class Worker(BaseModel):
+    """RunPod's `Worker`."""
+
+    id: str
+    status: str = Field(description="RUNNING, IDLE, INITIALIZING, THROTTLED or UNHEALTHY")
+    isStale: bool = Field(description="it runs an older version than the endpoint's")
+    version: int | None = Field(description="the endpoint version it runs")
+    gpuCount: int = Field(ge=0)
+    image: str | None
+    uptimeSeconds: int | None = Field(ge=0)
+    gpuTypeId: str | None
+    dataCenterId: str | None
+    startedAt: str | None = Field(description="RFC 3339")
+
+
+class WorkerSummary(BaseModel):
+    """Workers by status; they add up to `total`, the list's length."""
+
+    running: int = Field(ge=0)
+    idle: int = Field(ge=0)
+    initializing: int = Field(ge=0)
+    throttled: int = Field(ge=0)
+    unhealthy: int = Field(ge=0)
+    total: int = Field(ge=0)
+
+
+class WorkerList(BaseModel):
+    """RunPod's `ListEndpointWorkersResponse`."""
+
+    workers: list[Worker]
+    summary: WorkerSummary
+    endpointVersion: int | None
+
+
+LOG_QUERY = (
+    param("source", "query", {"type": "string", "enum": list(SOURCES)},
+          "container (its output) or system (its lifecycle); omitted: both"),
+    param("tail", "query", {"type": "integer", "minimum": 0, "maximum": TAIL_MAX,
+                            "default": TAIL_DEFAULT},
+          "backfill this many last lines first; 0: live lines only"),
+    param("since", "query", {"type": "string", "format": "date-time"},
+          "every line from this time on (inclusive), then live"),
+    param("Last-Event-ID", "header", {"type": "string"},
+          "resume after the event with this id (wins over since and tail)"),
+)  # fmt: skip
 
 
 class NoWorkerSource(ApiError):
@@ -100,27 +150,27 @@ def parse_log_params(query: Any, last_event_id: str | None) -> LogParams:
     return LogParams(sources, cursor, tail)
 
 
-def worker_json(
+def worker_view(
     facts: WorkerFacts,
     jobs: dict[str, int] | None,
     endpoint: EndpointRecord,
     image: str | None,
     now_ms: int,
-) -> dict[str, Any]:
-    """RunPod's `Worker` object."""
+) -> Worker:
+    """RunPod's `Worker` object of a worker."""
     started = facts.started_ms
-    return {
-        "id": facts.id,
-        "status": worker_status(facts.lifecycle, jobs, facts.id),
-        "isStale": is_stale(facts.version, facts.image, endpoint.version, image),
-        "version": facts.version,
-        "gpuCount": facts.gpu_count,
-        "image": facts.image,
-        "uptimeSeconds": None if started is None else max(0, (now_ms - started) // 1000),
-        "gpuTypeId": facts.gpu_type,
-        "dataCenterId": facts.datacenter,
-        "startedAt": None if started is None else iso_ms(started),
-    }
+    return Worker(
+        id=facts.id,
+        status=worker_status(facts.lifecycle, jobs, facts.id),
+        isStale=is_stale(facts.version, facts.image, endpoint.version, image),
+        version=facts.version,
+        gpuCount=facts.gpu_count,
+        image=facts.image,
+        uptimeSeconds=None if started is None else max(0, (now_ms - started) // 1000),
+        gpuTypeId=facts.gpu_type,
+        dataCenterId=facts.datacenter,
+        startedAt=None if started is None else iso_ms(started),
+    )
 
 
 def _source(request: web.Request) -> WorkerSource:
@@ -157,6 +207,16 @@ async def _job_view(request: web.Request, endpoint_id: str) -> dict[str, int] | 
         return None
 
 
+@documented(
+    Operation(
+        "listEndpointWorkers",
+        "The endpoint's workers, with their status and a summary",
+        answer=WorkerList,
+        errors=(404,),
+        description="A worker is a pod on a cluster, a local process in dev mode "
+        "(docs/workers.md).",
+    )
+)
 async def list_workers(request: web.Request) -> web.Response:
     plane = request.app[BACKENDS].plane
     endpoint = await _endpoint(plane, request.match_info["id"])
@@ -164,14 +224,10 @@ async def list_workers(request: web.Request) -> web.Response:
     jobs = await _job_view(request, endpoint.id)
     image = await _image(plane, endpoint)
     now_ms = time.time_ns() // 1_000_000
-    workers = [worker_json(f, jobs, endpoint, image, now_ms) for f in facts]
-    return json_response(
-        {
-            "workers": workers,
-            "summary": summary(w["status"] for w in workers),
-            "endpointVersion": endpoint.version,
-        }
-    )
+    workers = [worker_view(f, jobs, endpoint, image, now_ms) for f in facts]
+    counts = WorkerSummary(**summary(w.status for w in workers))
+    answer = WorkerList(workers=workers, summary=counts, endpointVersion=endpoint.version)
+    return json_response(answer.model_dump(mode="json"))
 
 
 def frame(event: LogEvent, cursor: Cursor, sources: tuple[str, ...]) -> bytes:
@@ -180,6 +236,17 @@ def frame(event: LogEvent, cursor: Cursor, sources: tuple[str, ...]) -> bytes:
     return f"id: {cursor.event_id(sources)}\ndata: {data}\n\n".encode()
 
 
+@documented(
+    Operation(
+        "getWorkerLogs",
+        "One worker's log as Server-Sent Events",
+        query=LOG_QUERY,
+        errors=(404, 422),
+        description="`text/event-stream`: each log line one event, an `id:` (resume with "
+        "Last-Event-ID) and a JSON `data:` line {ts, source, line}; live until the worker is "
+        "gone and its log drained (docs/workers.md).",
+    )
+)
 async def stream_logs(request: web.Request) -> web.StreamResponse:
     plane = request.app[BACKENDS].plane
     endpoint = await _endpoint(plane, request.match_info["id"])
