@@ -459,15 +459,12 @@ async def test_dev_a_stream_ends_once_its_worker_is_gone_and_drained(
 NODE = "h46-gpu-node"
 
 
-def _pod(name: str, endpoint_id: str, *, annotations: dict | None = None, gpus: int = 0) -> dict:
+def _pod(name: str, endpoint_id: str, *, labels: dict | None = None, gpus: int = 0) -> dict:
     limits = {"nvidia.com/gpu": str(gpus)} if gpus else {}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {
-            "name": name, "labels": selector(endpoint_id, "worker"),
-            "annotations": annotations or {},
-        },
+        "metadata": {"name": name, "labels": {**selector(endpoint_id, "worker"), **(labels or {})}},
         "spec": {
             "nodeName": NODE,
             "containers": [{"name": "worker", "image": "example.test/echo:2",
@@ -515,7 +512,7 @@ async def test_envtest_pods_are_workers_and_their_events_a_resumable_system_log(
     }  # fmt: skip
     names = {key: f"{endpoint_id}-{key}" for key in pods}
     for key, (notes, status) in pods.items():
-        core.create_namespaced_pod(ns, _pod(names[key], endpoint_id, annotations=notes, gpus=1))
+        core.create_namespaced_pod(ns, _pod(names[key], endpoint_id, labels=notes, gpus=1))
         if status:
             _set_status(core, ns, names[key], status)
     store = JobStore(redis)

@@ -51,6 +51,7 @@ from lockgate.manage.console import add_console, origin_of
 from lockgate.manage.controlplane import UnusableSettings
 from lockgate.manage.graphql import add_graphql_route
 from lockgate.manage.history import HistorySampler, add_history_routes, history_sampler
+from lockgate.manage.releases import Releases
 from lockgate.manage.secrets import AccountSecrets
 from lockgate.manage.v2 import Backends, add_v2_routes
 from lockgate.manage.v2.billing import Billing
@@ -258,11 +259,18 @@ def build_app(
     app.add_subapp("/v1", manage)
     add_graphql_route(app, manage)  # the runpod SDK's management calls
     account = AccountSecrets(gw.registry, values, plane)
+    releases = Releases(plane.releases, plane.worker_versions)
     billing = Billing(UsageLedger(gw.store.redis), Prices())  # LOCKGATE_*_PRICE(S)
     backends = Backends(
-        plane, storage, gw.auth, secrets=account, catalog=LocalCatalog(), billing=billing,
+        plane,
+        storage,
+        gw.auth,
+        secrets=account,
+        catalog=LocalCatalog(),
+        billing=billing,
+        releases=releases,
         workers=DevWorkers(plane),
-    )  # fmt: skip
+    )
     add_v2_routes(app, backends)  # RunPod's REST v2 (the catalog: this machine)
     gateway_mark = gw.notifier.on_activity
 

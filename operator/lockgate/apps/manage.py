@@ -34,6 +34,7 @@ from lockgate.manage.console import add_console, origin_of
 from lockgate.manage.controlplane import ControlPlane
 from lockgate.manage.graphql import add_graphql_route
 from lockgate.manage.history import HistorySampler, add_history_routes, history_sampler
+from lockgate.manage.releases import Releases
 from lockgate.manage.secrets import AccountSecrets, SecretValues
 from lockgate.manage.storage import Storage
 from lockgate.manage.v2 import Backends, add_v2_routes
@@ -41,6 +42,7 @@ from lockgate.manage.v2.billing import Billing
 from lockgate.manage.workersource import WorkerSource
 from lockgate.settings import Prices
 from lockgate.store import JobStore, Registry, connect
+from lockgate.store.releases import ReleaseStore
 from lockgate.store.usage import UsageLedger
 
 
@@ -78,13 +80,16 @@ async def healthz(_request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
 
-def control_plane_for(settings: OperatorSettings, cluster: Cluster) -> KubernetesControlPlane:
-    """Endpoint resources in the management API's namespace."""
+def control_plane_for(
+    settings: OperatorSettings, cluster: Cluster, registry: Registry
+) -> KubernetesControlPlane:
+    """Endpoint resources in the management API's namespace; releases in Redis."""
     return KubernetesControlPlane(
         cluster,
         namespace=settings.manage_namespace(),
         job_api_url=settings.job_api_url,
         reserved_secrets=settings.reserved_secrets,
+        releases=ReleaseStore(registry.redis),
     )
 
 
@@ -117,6 +122,7 @@ def create_app(
     registry: Registry,
     secret_values: SecretValues | None = None,
     catalog: Catalog | None = None,
+    releases: Releases | None = None,
     workers: WorkerSource | None = None,
 ) -> web.Application:
     """`/v1/endpoints…`, `/v1/templates…`, `/v1/containerregistryauth…`,
@@ -147,6 +153,7 @@ def create_app(
         middlewares=(cluster_refusals,),
         secrets=account,
         catalog=catalog,
+        releases=releases,
         billing=billing,
         workers=workers,
     )
@@ -160,12 +167,13 @@ def create_app(
 
 async def start(settings: OperatorSettings, cluster: Cluster, registry: Registry) -> web.AppRunner:
     """Serve the management API on `manage_host:manage_port`; `cleanup()` the runner to stop."""
-    plane = control_plane_for(settings, cluster)
+    plane = control_plane_for(settings, cluster, registry)
+    releases = Releases(plane.releases or ReleaseStore(registry.redis), plane.worker_versions)
     storage = storage_for(settings, cluster, registry)
     values = secret_values_for(settings, cluster)
     catalog = KubernetesCatalog(cluster, settings)  # the nodes (a ClusterRole's list)
     workers = workers_for(settings, cluster)
-    app = create_app(settings, plane, storage, registry, values, catalog, workers)
+    app = create_app(settings, plane, storage, registry, values, catalog, releases, workers)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, settings.manage_host, settings.manage_port).start()

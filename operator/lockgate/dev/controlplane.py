@@ -65,16 +65,19 @@ from lockgate.models import (
     WorkerCounts,
 )
 from lockgate.models.registry_entry import RegistryEntry
+from lockgate.models.releases import ReleaseConfig, config_of, release_diff
 from lockgate.models.secrets import missing_problem
 from lockgate.store import Snapshot, key_digest
 from lockgate.store.lb_workers import LbWorkers
+from lockgate.store.releases import ReleaseStore
 from lockgate.workerenv import WORKER_DEFAULTS, resource_env, worker_env
 
 log = logging.getLogger("lockgate.dev")
 
 ORIGIN_API = "api"  # created through /v1/endpoints: resumed when dev mode restarts
 ORIGIN_CLI = "cli"  # the command line's endpoint: applied again by the command line
-STOP_GRACE_S = 30.0  # shutdown or a new templateId: workers finish the job in hand
+STOP_GRACE_S = 30.0  # shutdown: workers finish the job in hand
+SHUTDOWN_MARGIN_S = 15.0  # after a job's timeout: time to report the result and exit
 DELETE_GRACE_S = 5.0  # the endpoint's jobs are deleted anyway: no reason to wait long
 READY = "Ready"
 WORKERS_HEALTHY = "WorkersHealthy"
@@ -112,7 +115,8 @@ class LocalEndpoint:
     retiring: list[LocalWorkers] = field(default_factory=list)  # old workers finishing jobs
     generation: int = 1
     since: str = field(default_factory=now)
-    version: int = 1  # goes up when its template (or the template's env) changes
+    version: int = 1  # goes up with each release: a change of `config`
+    config: ReleaseConfig | None = None  # the container configuration its workers run
     created_at: str = field(default_factory=now)
     edits: dict = field(default_factory=dict)  # the command line's endpoint: API edits kept
     models: str = ""  # its modelReferences: MODELS_DOWNLOADING, MODELS_READY or the failure
@@ -170,6 +174,15 @@ def template_of(entry: dict) -> TemplateSpec:
     return TemplateSpec.model_validate(
         {k: v for k, v in entry.items() if k in TemplateSpec.model_fields}
     )
+
+
+def replacement_grace_s(spec: EndpointSpec) -> float:
+    """How long a replaced worker may take to finish what it holds: its job's execution
+    timeout (an LB worker's requests, `requestTimeoutS`) and a margin, as a worker pod's
+    termination grace period on a cluster; no job is cut by a release."""
+    if spec.type == EndpointType.LB:
+        return spec.requestTimeoutS + SHUTDOWN_MARGIN_S
+    return spec.executionTimeoutMs / 1000 + SHUTDOWN_MARGIN_S
 
 
 def models_failed(ep: LocalEndpoint) -> bool:
@@ -288,6 +301,7 @@ class LocalControlPlane:
         self.models = ModelDownloads()
         self._closing = False
         self.logs = LocalLogs()  # each worker's recent output (`GET /v1/endpoints/{id}/logs`)
+        self.releases = ReleaseStore(gw.registry.redis)
 
     def job_api_url(self, endpoint_id: str) -> str:
         return f"{self.gw.settings.public_base_url()}/v2/{endpoint_id}/"
@@ -295,10 +309,15 @@ class LocalControlPlane:
     async def _launch(self, template_id: str, base_dir: Path | None = None) -> Launch:
         """What an endpoint's `templateId` runs: a kept template, else a handler file or
         a worker command (`dev.launch`)."""
-        stored = await self.gw.registry.get_template(template_id) if template_id else None
-        if stored is not None:
-            return self._template_launch(template_id, template_of(stored))
+        template = await self._template(template_id)
+        if template is not None:
+            return self._template_launch(template_id, template)
         return launch_for(template_id, base_dir=base_dir or self.base_dir, python=self.python)
+
+    async def _template(self, template_id: str) -> TemplateSpec | None:
+        """The kept template `template_id` names; None for a handler file or command."""
+        stored = await self.gw.registry.get_template(template_id) if template_id else None
+        return template_of(stored) if stored is not None else None
 
     def _template_launch(self, template_id: str, spec: TemplateSpec) -> Launch:
         words = [*spec.command, *spec.args]
@@ -351,17 +370,23 @@ class LocalControlPlane:
                 raise UnusableSettings(why)
             launch = await self._launch(spec.templateId)
             ep.edits = {**ep.edits, **edits}
-            await self._apply(ep, spec, launch)
+            await self._apply(ep, spec, launch, await self._template(spec.templateId))
         return await self.get(endpoint_id)
 
-    async def _apply(self, ep: LocalEndpoint, spec: EndpointSpec, launch: Launch) -> None:
-        """Bring a running endpoint to `spec` and `launch` (under the lock)."""
+    async def _apply(
+        self, ep: LocalEndpoint, spec: EndpointSpec, launch: Launch, template: TemplateSpec | None
+    ) -> None:
+        """Bring a running endpoint to `spec` and `launch` (under the lock). A change of
+        its container configuration is a release (a new version); its workers are then
+        replaced: the old ones take nothing new, the idle ones exit at once, a busy one
+        when its job (or its LB requests) is done, while the new ones start."""
         spec = spec.model_copy(update={"templateId": launch.template_id})
-        if spec.templateId != ep.spec.templateId or launch != ep.launch:
-            ep.version += 1
-        moved = spec.type != ep.spec.type or spec.networkVolumeId != ep.spec.networkVolumeId
-        moved = moved or spec.modelReferences != ep.spec.modelReferences
-        if ep.workers is None or launch != ep.launch or moved:
+        config = config_of(spec, template)
+        released = bool(release_diff(ep.config, config))
+        if released:
+            ep.version = (await self.releases.record(ep.id, config, ep.version + 1)).version
+        ep.config = config
+        if ep.workers is None or launch != ep.launch or released:
             if ep.workers is not None:
                 await ep.workers.withdraw()  # they take nothing new before this answers
             self._retire(ep)
@@ -420,7 +445,7 @@ class LocalControlPlane:
             entry = {**spec.model_dump(mode="json"), "createdAt": stored.get("createdAt", now())}
             await registry.put_template(template_id, entry)
             for ep, launch in zip(users, launches, strict=True):
-                await self._apply(ep, ep.spec, launch)
+                await self._apply(ep, ep.spec, launch, spec)
         return spec
 
     async def delete_template(self, template_id: str) -> None:
@@ -470,8 +495,10 @@ class LocalControlPlane:
                     launch, problem = await self._launch(spec.templateId, work_dir), ""
                 except UnusableSettings as err:
                     launch, problem = None, str(err)
-                ep = await self._start(endpoint_id, spec, launch, ORIGIN_API, work_dir, problem)
-                ep.version = entry.version or 1
+                ep = await self._start(
+                    endpoint_id, spec, launch, ORIGIN_API, work_dir, problem,
+                    version=entry.version or 1,
+                )  # fmt: skip
                 ep.created_at = entry.createdAt or ep.created_at
         return [await self.get(i) for i in sorted(stored) if i in self._endpoints]
 
@@ -497,6 +524,14 @@ class LocalControlPlane:
         """The endpoint's worker pools: the current one, then those retiring (their
         workers finish their jobs on an older version); raises `EndpointNotFound`."""
         return _all_workers(self._find(endpoint_id))
+
+    async def worker_versions(self, endpoint_id: str) -> dict[int, int]:
+        """How many worker processes run each version of the endpoint: its current
+        workers and the replaced ones still finishing what they hold."""
+        counts: dict[int, int] = {}
+        for workers in _all_workers(self._find(endpoint_id)):
+            counts[workers.version] = counts.get(workers.version, 0) + workers.alive
+        return {v: n for v, n in counts.items() if n}
 
     async def jobs_in_hand(self) -> int | None:
         """Jobs the workers of every endpoint hold now; None when Redis cannot say."""
@@ -542,8 +577,11 @@ class LocalControlPlane:
         work_dir: Path | None = None,
         problem: str = "",
         edits: dict | None = None,
+        version: int = 1,
     ) -> LocalEndpoint:
-        """Register a new worker key and the endpoint, then start its workers."""
+        """Record its release (the first, or a new one when its configuration is not the
+        newest release's: the command line's handler changed), register a new worker key
+        and the endpoint, then start its workers."""
         if launch is not None:
             spec = spec.model_copy(update={"templateId": launch.template_id})
         worker_key = f"lgw_{secrets.token_urlsafe(24)}"
@@ -551,6 +589,8 @@ class LocalControlPlane:
             endpoint_id, spec, origin, str(work_dir or self.base_dir), worker_key, launch, problem
         )
         ep.edits = dict(edits or {})
+        ep.config = config_of(spec, await self._template(spec.templateId))
+        ep.version = (await self.releases.record(endpoint_id, ep.config, version)).version
         registry = self.gw.registry
         record = {"name": f"dev-worker:{endpoint_id}", "scopes": ["workers"]}
         await registry.put_key(worker_key, {**record, "endpoints": [endpoint_id]})
@@ -642,22 +682,25 @@ class LocalControlPlane:
         keys = WorkerKeys(self.gw.registry, endpoint_id)  # no process gets the shared key
         sink = self.logs.sink(endpoint_id)
         lb = LbWorkers(self.gw.store.redis) if spec.type == EndpointType.LB else None
+        version = self._endpoints[endpoint_id].version if endpoint_id in self._endpoints else 1
         return LocalWorkers.start(
             self.gw.store, endpoint_id, launch, env, limits_of(spec), keys, sink,
-            lb=lb, drain_s=float(spec.requestTimeoutS),
-            env_at_start=self.secret_values.resolved_env, version=version,
+            lb=lb, drain_s=float(spec.requestTimeoutS), version=version,
+            env_at_start=self.secret_values.resolved_env,
         )  # fmt: skip
 
     def _retire(self, ep: LocalEndpoint) -> None:
-        """Stop the endpoint's current workers in the background."""
+        """Stop the endpoint's current workers in the background: each finishes what it
+        holds (`replacement_grace_s` of its settings), the idle ones exit at once."""
         old = ep.workers
         if old is None:
             return
         ep.workers = None
         ep.retiring.append(old)
+        grace_s = max(self.stop_grace_s, replacement_grace_s(ep.spec))
 
         async def retire() -> None:
-            await old.stop(self.stop_grace_s)
+            await old.stop(grace_s)
             ep.retiring.remove(old)
 
         task = asyncio.create_task(retire(), name=f"lockgate-retire-{ep.id}")

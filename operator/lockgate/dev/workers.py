@@ -117,7 +117,7 @@ class LocalWorkers:
     task: asyncio.Task
     states: WorkerStates = field(default_factory=WorkerStates)
     reporter: asyncio.Task | None = None
-    version: int = 1  # the endpoint version these workers run
+    version: int = 1  # the endpoint's version these workers run (its release)
 
     @classmethod
     def start(
@@ -131,8 +131,8 @@ class LocalWorkers:
         sink: LineSink | None = None,
         lb: LbWorkers | None = None,
         drain_s: float = 0.0,
-        env_at_start: Callable[[dict[str, str]], dict[str, str]] | None = None,
         version: int = 1,
+        env_at_start: Callable[[dict[str, str]], dict[str, str]] | None = None,
     ) -> LocalWorkers:
         """Start scaling at once (workersMin workers start on the first tick); each line
         a worker writes goes to `sink` too. With `lb`, the workers are a load-balancing
@@ -186,6 +186,11 @@ class LocalWorkers:
     def count(self) -> int:
         """Workers started and not asked to stop."""
         return len(self.pool.active)
+
+    @property
+    def alive(self) -> int:
+        """Worker processes not yet exited (those asked to stop, finishing, too)."""
+        return len([w for w in self.pool.workers.values() if w.process.returncode is None])
 
     async def rescale(self, limits: Limits) -> None:
         """New limits (workersMin/Max, idleTimeout) for the same workers: a new scaler over

@@ -2,8 +2,11 @@
 resources; the operator does the rest (a changed Template rolls the Endpoints using it).
 
 An endpoint's `version` is the annotation `lockgate.dev/version` on its Endpoint, raised
-here when its `templateId` changes or its Template is edited through the API; `createdAt`
-is the resource's `creationTimestamp`."""
+here when an edit through the API changes its container configuration (its settings or
+its Template's: `models.releases`), with the release recorded in Redis (`ReleaseStore`)
+right after; the operator records what `kubectl` changed the same way
+(`kube.reconcile.settle_release`), and the store keeps one release per version whoever
+comes first. `createdAt` is the resource's `creationTimestamp`."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from pydantic import ValidationError
 
 from lockgate.kube.cluster import Cluster, ClusterError, Conflict, Gone, NotFound
 from lockgate.kube.crds import API_VERSION, ENDPOINT, TEMPLATE, omit_empty_strings
+from lockgate.kube.manifests import VERSION_LABEL
 from lockgate.kube.podlogs import PodLogs
 from lockgate.manage.controlplane import (
     EndpointExists,
@@ -34,6 +38,8 @@ from lockgate.manage.listing import (
 )
 from lockgate.models import EndpointRecord, EndpointSpec, EndpointStatus, TemplateSpec
 from lockgate.models.podfields import lockgate_secret_problem
+from lockgate.models.releases import ReleaseConfig, config_of, release_diff
+from lockgate.store.releases import ReleaseStore
 
 # A filtered answer reads the apiserver in pages that start at `limit` Endpoints and
 # double (as the apiserver's own filtered lists do), up to MAX_CHUNK, so a filter most
@@ -67,6 +73,15 @@ def merge_patch(fields: Mapping[str, Any]) -> dict[str, Any]:
     return {k: (None if v == "" else v) for k, v in fields.items()}
 
 
+def spec_from_resource(obj: Mapping[str, Any]) -> EndpointSpec:
+    """An Endpoint resource's settings (shown as stored when they fail validation)."""
+    raw = dict(obj.get("spec") or {})
+    try:
+        return EndpointSpec.model_validate(raw)
+    except ValidationError:
+        return EndpointSpec.model_construct(**{**EndpointSpec().model_dump(), **raw})
+
+
 def record_from_resource(obj: Mapping[str, Any], job_api_url: str) -> EndpointRecord:
     """An Endpoint resource as a record. A spec that the API server let through but that
     fails validation (e.g. `workersMin > workersMax`) is shown as stored; its status says
@@ -95,10 +110,13 @@ class KubernetesControlPlane:
         namespace: str,
         job_api_url: Callable[[str], str],
         reserved_secrets: Collection[str] = (),
+        releases: ReleaseStore | None = None,
     ) -> None:
         """`reserved_secrets`: lockgate's own Secrets (the chart's), which a template may
-        not hand workers (the operator checks the labels of the others)."""
+        not hand workers (the operator checks the labels of the others); `releases`:
+        where releases are recorded (None: the operator alone records them)."""
         self.cluster = cluster
+        self.releases = releases
         self.namespace = namespace
         self.job_api_url = job_api_url
         self.reserved_secrets = frozenset(reserved_secrets)
@@ -118,9 +136,38 @@ class KubernetesControlPlane:
             "spec": omit_empty_strings(spec.model_dump(mode="json")),
         }
         try:
-            return self._record(await self.cluster.create_endpoint(self.namespace, body))
+            obj = await self.cluster.create_endpoint(self.namespace, body)
         except Conflict as err:
             raise EndpointExists(endpoint_id) from err
+        await self._release(endpoint_id, await self._config(spec), 1)
+        return self._record(obj)
+
+    async def _config(self, spec: EndpointSpec) -> ReleaseConfig:
+        """The container configuration of `spec` with its Template as it is now."""
+        return config_of(spec, await self._template_or_none(spec.templateId))
+
+    async def _template_or_none(self, template_id: str) -> TemplateSpec | None:
+        obj = await self.cluster.get_template(self.namespace, template_id) if template_id else None
+        return template_from_resource(obj) if obj is not None else None
+
+    async def _release(self, endpoint_id: str, config: ReleaseConfig, version: int) -> None:
+        if self.releases is not None:
+            await self.releases.record(endpoint_id, config, version)
+
+    async def worker_versions(self, endpoint_id: str) -> dict[int, int]:
+        """Worker pods per version they run (their `lockgate.dev/version` label; 0: a pod
+        from before versions were labelled): every pod not finished, those being deleted
+        (finishing a job) too."""
+        selector = f"lockgate.dev/endpoint={endpoint_id},app.kubernetes.io/component=worker"
+        pods = await self.cluster.list_objects("Pod", self.namespace, selector)
+        counts: dict[int, int] = {}
+        for pod in pods:
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            raw = ((pod.get("metadata") or {}).get("labels") or {}).get(VERSION_LABEL, "0")
+            version = int(raw) if str(raw).isdigit() else 0
+            counts[version] = counts.get(version, 0) + 1
+        return counts
 
     async def get_endpoint_or_none(self, endpoint_id: str) -> Mapping[str, Any] | None:
         return await self.cluster.get_endpoint(self.namespace, endpoint_id)
@@ -189,12 +236,17 @@ class KubernetesControlPlane:
         patch: dict[str, Any] = {"spec": merge_patch(spec.model_dump(mode="json"))}
         if spec.templateId != (current.get("spec") or {}).get("templateId", ""):
             await self._require_template(spec.templateId)
-            version = str(version_of(current) + 1)
-            patch["metadata"] = {"annotations": {VERSION_ANNOTATION: version}}
+        old = await self._config(spec_from_resource(current))
+        new = await self._config(spec)
+        version = version_of(current) + (1 if release_diff(old, new) else 0)
+        if version != version_of(current):
+            patch["metadata"] = {"annotations": {VERSION_ANNOTATION: str(version)}}
         try:
             obj = await self.cluster.patch_endpoint(self.namespace, endpoint_id, patch)
         except NotFound as err:
             raise EndpointNotFound(endpoint_id) from err
+        if version != version_of(current):
+            await self._release(endpoint_id, new, version)
         return self._record(obj)
 
     async def delete(self, endpoint_id: str) -> None:
@@ -241,19 +293,27 @@ class KubernetesControlPlane:
         """Patch the Template (the operator rolls its Endpoints' workers), then raise the
         version of each Endpoint using it."""
         self._refuse_reserved_secrets(spec)
+        before = await self._template_or_none(template_id)
         body = omit_empty_strings(spec.model_dump(mode="json"))
         try:
             obj = await self.cluster.replace_template_spec(self.namespace, template_id, body)
         except NotFound as err:
             raise TemplateNotFound(template_id) from err
+        after = template_from_resource(obj)
         for ep in await self.cluster.list_endpoints(self.namespace):
             if (ep.get("spec") or {}).get("templateId") != template_id:
                 continue
-            version = str(version_of(ep) + 1)
-            bump = {"metadata": {"annotations": {VERSION_ANNOTATION: version}}}
+            settings = spec_from_resource(ep)
+            new = config_of(settings, after)
+            if not release_diff(config_of(settings, before), new):
+                continue  # the name or readme: no release
+            version = version_of(ep) + 1
+            bump = {"metadata": {"annotations": {VERSION_ANNOTATION: str(version)}}}
+            name = ep["metadata"]["name"]
             with contextlib.suppress(NotFound):  # deleted meanwhile
-                await self.cluster.patch_endpoint(self.namespace, ep["metadata"]["name"], bump)
-        return template_from_resource(obj)
+                await self.cluster.patch_endpoint(self.namespace, name, bump)
+                await self._release(name, new, version)
+        return after
 
     async def delete_template(self, template_id: str) -> None:
         try:

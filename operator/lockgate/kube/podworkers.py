@@ -6,8 +6,8 @@ serves; its id is the pod name. Its lifecycle comes from the pod as the schedule
 kubelet wrote it (`kube.podstates`: unschedulable → throttled; crash loop, image pull or
 config errors, or restarted and not ready → unhealthy), its GPU type and data center from
 its node's labels (`kube.gpus`, `datacenterLabel`), its version from the pod's
-`lockgate.dev/version` annotation where the pod has one. A node's GPU type is read as the
-catalog reads it (`kube.catalog.gpu_type_of`), so `gpuTypeId` is a catalog id.
+`lockgate.dev/version` label (the release its pod template was made for). A node's GPU
+type is read as the catalog reads it (`kube.catalog.gpu_type_of`): a catalog id.
 
 Its `container` log is the kubelet's log of the worker container, read through the API
 with timestamps (each line's time, to the nanosecond, is where the line is: a position
@@ -27,9 +27,8 @@ from typing import Any
 
 from lockgate.kube.catalog import gpu_type_of, label_types
 from lockgate.kube.cluster import Cluster, ClusterError
-from lockgate.kube.controlplane import VERSION_ANNOTATION
 from lockgate.kube.gpus import GpuLabels
-from lockgate.kube.manifests import WORKER_CONTAINER
+from lockgate.kube.manifests import VERSION_LABEL, WORKER_CONTAINER
 from lockgate.kube.podlogs import stamp_ns, worker_selector
 from lockgate.kube.podstates import pod_problem
 from lockgate.manage.workerlogs import (
@@ -104,7 +103,8 @@ def lifecycle(pod: Obj, endpoint: Obj) -> str:
 
 
 def version(pod: Obj) -> int | None:
-    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(VERSION_ANNOTATION, "")
+    """The endpoint version (release) the pod runs: its `lockgate.dev/version` label."""
+    raw = ((pod.get("metadata") or {}).get("labels") or {}).get(VERSION_LABEL, "")
     return int(raw) if str(raw).isdigit() else None
 
 

@@ -23,6 +23,7 @@ from redis.exceptions import RedisError
 
 from lockgate.kube import manifests, placement
 from lockgate.kube.cluster import Cluster, ClusterError, WorkerKey
+from lockgate.kube.controlplane import VERSION_ANNOTATION, version_of
 from lockgate.kube.events import endpoint_event
 from lockgate.kube.manifests import Owner
 from lockgate.kube.settings import OperatorSettings
@@ -48,9 +49,11 @@ from lockgate.models import (
     podfields,
     secrets,
 )
+from lockgate.models.releases import ReleaseConfig, config_of
 from lockgate.store import JobStore, Liveness, Registry, connect
 from lockgate.store.keys import ENDPOINT_ID_RE
 from lockgate.store.registry import RegisteredIds
+from lockgate.store.releases import ReleaseStore
 
 Body = Mapping[str, Any]
 Obj = Mapping[str, Any]  # a Kubernetes object as the API gives it
@@ -89,6 +92,9 @@ class Context:
     # resync does not read them again (a refused set is read again at every resync, so
     # labelling the Secret is enough to go on).
     secrets_allowed: set[tuple[str, tuple[str, ...]]] = field(default_factory=set)
+    # Endpoint uid -> (its container configuration, its version) as last recorded, so a
+    # resync with nothing changed reads no release from Redis (`settle_release`).
+    released: dict[str, tuple[ReleaseConfig, int]] = field(default_factory=dict)
     no_network_policy: set[str] = field(default_factory=set)  # as no_daemonset, LB policies
     # Worker Deployments and pods as kopf's watches deliver them (`kube.watched`); None
     # outside kopf (tests that run the scaler alone), and not `ready` until kopf filled it.
@@ -101,9 +107,11 @@ class Context:
     beside: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     # The registered ids, read once per half resync period for every Endpoint's resync.
     registered: RegisteredIds = field(init=False)
+    releases: ReleaseStore = field(init=False)
 
     def __post_init__(self) -> None:
         self.registered = RegisteredIds(self.registry, self.settings.resync_s / 2)
+        self.releases = ReleaseStore(self.redis)
 
     @classmethod
     def open(cls, settings: OperatorSettings, cluster: Cluster) -> Context:
@@ -332,6 +340,54 @@ async def choose_gpu_type(
     return choice
 
 
+async def settle_release(
+    ctx: Context, owner: Owner, body: Body, spec: EndpointSpec, template: TemplateSpec
+) -> int:
+    """The version the workers of this pass run. A configuration the newest release does
+    not have (a `kubectl edit`, a Template applied) is recorded as a new release, and the
+    Endpoint's `lockgate.dev/version` raised; one the management API recorded already (or
+    is about to: it raised the annotation first) is not recorded twice
+    (`ReleaseStore.record`). What is recorded is read afresh (the Endpoint and its
+    Template by GET), never from a watch that may lag: a pass on a stale Template would
+    otherwise record the old configuration back as a new release. The first release (a
+    new Endpoint) is recorded as this pass sees it, reading nothing the watches deliver."""
+    config, known = config_of(spec, template), version_of(body)
+    if ctx.released.get(owner.uid) == (config, known):
+        return known
+    newest = await ctx.releases.newest(owner.name)
+    if newest is None:  # the first release (a new Endpoint): nothing older to get wrong
+        newest = await ctx.releases.record(owner.name, config, known)
+    elif newest.config != config:
+        fresh = await _fresh_config(ctx, owner)
+        if fresh is None:
+            return known  # deleted, or not valid now: the next pass decides
+        if fresh[0] != config:  # this pass is stale: the change that made it so comes next
+            return known
+        newest = await ctx.releases.record(owner.name, *fresh)
+    version = max(known, newest.version)
+    if version != known:
+        patch = {"metadata": {"annotations": {VERSION_ANNOTATION: str(version)}}}
+        await ctx.cluster.patch_endpoint(owner.namespace, owner.name, patch)
+    ctx.released[owner.uid] = (config, version)
+    return version
+
+
+async def _fresh_config(ctx: Context, owner: Owner) -> tuple[ReleaseConfig, int] | None:
+    """The Endpoint's configuration and version as the API server has them now."""
+    body = await ctx.cluster.get_endpoint(owner.namespace, owner.name)
+    if body is None or body["metadata"].get("uid") != owner.uid:
+        return None
+    spec, _ = validate(owner.name, body.get("spec") or {})
+    if spec is None:
+        return None
+    obj = await ctx.cluster.get_template(owner.namespace, spec.templateId)
+    try:
+        template = TemplateSpec.model_validate((obj or {}).get("spec") or {})
+    except ValidationError:
+        return None
+    return config_of(spec, template), version_of(body)
+
+
 async def apply_workloads(
     ctx: Context,
     owner: Owner,
@@ -343,6 +399,7 @@ async def apply_workloads(
     *,
     steady: bool = False,
     created: bool = False,
+    version: int = 1,
 ) -> tuple[Check | None, Obj]:
     """The worker Deployment (on the GPU type `choose_gpu_type` picks), the flashboot
     DaemonSet while flashboot is on, and a load-balancing endpoint's NetworkPolicy when the
@@ -356,6 +413,8 @@ async def apply_workloads(
         ctx.no_network_policy.add(owner.uid)
     trust_absent = steady or created
     choice = await choose_gpu_type(ctx, owner, spec, annotations)
+    watching = ctx.workers is not None and ctx.workers.ready
+    deployed = ctx.workers.deployment(owner.namespace, owner.name) if watching else None
     deployment = manifests.worker_deployment(
         owner,
         spec,
@@ -365,11 +424,12 @@ async def apply_workloads(
         replicas=spec.initial_workers,
         key_revision=digest,
         gpu_type=choice.gpu_type if choice else None,
+        version=version,
+        strategy=manifests.rollout_strategy(deployed, version),
     )
     known, absent = None, False
-    if ctx.workers is not None and ctx.workers.ready:
-        watched = ctx.workers.deployment(owner.namespace, owner.name)
-        known, absent = (watched if steady else None), watched is None
+    if watching:
+        known, absent = (deployed if steady else None), deployed is None
     applied = await ctx.cluster.apply(deployment, known, absent=absent)
     if spec.flashboot:
         ctx.no_daemonset.discard(owner.uid)
@@ -436,9 +496,10 @@ async def _converge(
         return checks, False, None
     try:
         meta = body["metadata"]
+        version = await settle_release(ctx, owner, body, spec, template)
         gpu, deployment = await apply_workloads(
             ctx, owner, spec, template, spec.templateId, digest, meta.get("annotations"),
-            steady=steady, created=created,
+            steady=steady, created=created, version=version,
         )  # fmt: skip
     except ClusterError as err:
         if err.status not in (400, 422):
@@ -541,6 +602,7 @@ async def clean_up(ctx: Context, name: str, namespace: str, uid: str = "") -> in
             ctx.confirmed_keys.pop(uid, None)
             ctx.no_daemonset.discard(uid)
             ctx.no_network_policy.discard(uid)
+            ctx.released.pop(uid, None)
         entry = await ctx.registry.get_endpoint(name)
         if entry is not None and entry.namespace not in (None, namespace):
             return 0  # the id belongs to another namespace's Endpoint: not ours to erase

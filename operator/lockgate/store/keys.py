@@ -63,6 +63,10 @@ the single description of what they build.
                                to present it); dies `worker_binding_ttl_s` after its last use
     lg:{ep}:ik:{digest}  STR   job id first submitted with an Idempotency-Key (digest of the
                                key, its holder and route); dies with the job's ttl
+    lg:{ep}:rel          LIST  releases (JSON, models/releases.py), newest first; the last
+                               RELEASES_KEPT (store/releases.py)
+    lg:{ep}:relv         STR   the newest release's version: a release is appended only
+                               above it
     lg:{ep}:j:{id}       HASH  job record (fields in FIELDS below); expires at ttl / retention
     lg:{ep}:s:{id}       LIST  stream chunks not yet read by /stream; dies with the record
     lg:{ep}:rl:{op}:{owner}:{start} STR requests granted to replicas in the fixed
@@ -194,6 +198,14 @@ def lb_health(endpoint_id: str) -> str:
 
 def lb_requests(endpoint_id: str) -> str:
     return f"{prefix(endpoint_id)}lbr"
+
+
+def releases(endpoint_id: str) -> str:
+    return f"{prefix(endpoint_id)}rel"
+
+
+def release_version(endpoint_id: str) -> str:
+    return f"{prefix(endpoint_id)}relv"
 
 
 def worker_address(endpoint_id: str, worker_id: str) -> str:

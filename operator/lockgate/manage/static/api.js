@@ -35,7 +35,8 @@ async function failure(response, redirect = true) {
   } catch {
     // not JSON: keep the status line
   }
-  const message = body?.error || `${response.status} ${response.statusText}`;
+  // {"error"} of /v1; an RFC 9457 problem's `detail` under /v2
+  const message = body?.error || body?.detail || `${response.status} ${response.statusText}`;
   if (response.status === 401 && redirect) {
     // a wrong, revoked or expired key: back to the sign-in page, saying why
     sessionStorage.removeItem(KEY);

@@ -10,6 +10,7 @@ import * as endpoints from "./pages/endpoints.js";
 import * as keys from "./pages/keys.js";
 import * as logs from "./pages/logs.js";
 import * as metrics from "./pages/metrics.js";
+import * as releases from "./pages/releases.js";
 import * as requests from "./pages/requests.js";
 import * as resources from "./pages/resources.js";
 import * as templates from "./pages/templates.js";
@@ -27,6 +28,7 @@ const ROUTES = [
   ["endpoints/:id/requests", requests, "Requests"],
   ["endpoints/:id/metrics", metrics, "Metrics"],
   ["endpoints/:id/logs", logs, "Logs"],
+  ["endpoints/:id/releases", releases, "Releases"],
   ["endpoints/:id/edit", edit, "Edit"],
 ];
 // The tabs of one endpoint, in order.
@@ -35,6 +37,7 @@ const TABS = [
   ["/requests", "Requests"],
   ["/metrics", "Metrics"],
   ["/logs", "Logs"],
+  ["/releases", "Releases"],
   ["/edit", "Edit"],
 ];
 

@@ -23,6 +23,7 @@ from lockgate.manage.admin import AUTHENTICATOR, admin_only
 from lockgate.manage.catalog import Catalog
 from lockgate.manage.controlplane import ControlPlane
 from lockgate.manage.operations import RESERVED_IDS, refusal_statuses
+from lockgate.manage.releases import Releases
 from lockgate.manage.secrets import AccountSecrets
 from lockgate.manage.storage import Storage
 from lockgate.manage.v2.problems import problem
@@ -52,9 +53,14 @@ class Backends:
     catalog: Catalog | None = None
     # Usage and prices for `/v2/billing` (None: the process records no usage).
     billing: Billing | None = None
+    releases: Releases | None = None  # endpoints' releases (None: not kept)
     # Workers and worker logs (`/v2/serverless/{id}/workers`): pods on a cluster
     # (`kube.podworkers`), local processes in dev mode (`dev.worker_source`).
     workers: WorkerSource | None = None
+
+
+# The backends, in every v2 sub-application (for route modules added to one).
+BACKENDS = web.AppKey("v2_backends", Backends)
 
 
 def v2_app(backends: Backends) -> web.Application:
@@ -65,6 +71,7 @@ def v2_app(backends: Backends) -> web.Application:
     app = web.Application(middlewares=middlewares)
     app[ERROR_RENDERER] = problem
     app[AUTHENTICATOR] = backends.authenticator
+    app[BACKENDS] = backends
     return app
 
 
@@ -77,6 +84,7 @@ def add_v2_routes(root: web.Application, backends: Backends) -> None:
         network_volumes,
         openapi,
         registries,
+        releases,
         secrets,
         serverless,
         templates,
@@ -84,9 +92,10 @@ def add_v2_routes(root: web.Application, backends: Backends) -> None:
     )
 
     openapi.add_openapi_route(root)  # no key needed: on the root, not in a collection
-    serverless_app = serverless.create_app(backends)
-    workers.add_worker_routes(serverless_app)  # `/{id}/workers…` beside `/{id}`
-    root.add_subapp("/v2/serverless", serverless_app)
+    endpoints = serverless.create_app(backends)
+    releases.add_release_routes(endpoints)  # /{id}/releases, …/{releaseId}/rollback
+    workers.add_worker_routes(endpoints)  # /{id}/workers, …/{workerId}/logs
+    root.add_subapp("/v2/serverless", endpoints)
     root.add_subapp("/v2/templates", templates.create_app(backends))
     root.add_subapp("/v2/registries", registries.create_app(backends))
     root.add_subapp("/v2/network-volumes", network_volumes.create_app(backends))

@@ -28,8 +28,8 @@ from lockgate.gateway.http import iso_ms, json_response
 from lockgate.gateway.openapi import param
 from lockgate.manage.controlplane import ControlPlane, EndpointNotFound, TemplateNotFound
 from lockgate.manage.logs import client_gone
+from lockgate.manage.v2 import BACKENDS
 from lockgate.manage.v2.documented import Operation, documented
-from lockgate.manage.v2.serverless import BACKENDS
 from lockgate.manage.workerlogs import (
     SOURCES,
     BadEventId,
@@ -316,7 +316,7 @@ class LogStream:
 
 def add_worker_routes(app: web.Application) -> None:
     """`/{id}/workers` and `/{id}/workers/{workerId}/logs` on the `/v2/serverless`
-    sub-application (`serverless.create_app`, which holds the `Backends`)."""
+    sub-application (`v2_app` holds the `Backends`)."""
     app[JOB_VIEW] = JobStore(app[BACKENDS].authenticator.registry.redis)
     app.router.add_get("/{id}/workers", list_workers)
     app.router.add_get("/{id}/workers/{workerId}/logs", stream_logs)

@@ -1,0 +1,120 @@
+"""`/v2/serverless/{id}/releases` (RunPod's listEndpointReleases) and lockgate's
+`POST /v2/serverless/{id}/releases/{releaseId}/rollback`: views over `manage.releases`.
+
+`add_release_routes(app)` adds both to the `/v2/serverless` sub-application.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from lockgate.gateway.errors import ApiError, NotFound, Unprocessable
+from lockgate.gateway.http import json_response
+from lockgate.manage.controlplane import EndpointNotFound, UnusableSettings
+from lockgate.manage.releases import (
+    LIMIT_DEFAULT,
+    LIMIT_MAX,
+    BadCursor,
+    Releases,
+    SharedTemplate,
+    decode_cursor,
+    page_of,
+    rollback,
+)
+from lockgate.manage.v2 import BACKENDS, Backends
+from lockgate.manage.v2.problems import validated
+from lockgate.models import describe_validation_error
+from lockgate.models.releases import Release, rollout_of
+
+
+class Conflict(ApiError):
+    """The rollback would change other endpoints too."""
+
+    status = 409
+
+
+class ReleasesQuery(BaseModel):
+    """The list's query: `cursor` (opaque, from `pagination.nextCursor`) and `limit`."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    cursor: str | None = Field(None, min_length=1)
+    limit: int = Field(LIMIT_DEFAULT, ge=1, le=LIMIT_MAX)
+
+
+def _releases(backends: Backends) -> Releases:
+    if backends.releases is None:  # a process wired without releases
+        raise NotFound("releases are not kept by this server")
+    return backends.releases
+
+
+async def _version(backends: Backends, endpoint_id: str) -> int:
+    """The endpoint's version; 404 when there is no such endpoint."""
+    try:
+        return (await backends.plane.get(endpoint_id)).version
+    except EndpointNotFound as err:
+        raise NotFound(f"endpoint {endpoint_id!r} not found") from err
+
+
+async def list_releases(request: web.Request) -> web.Response:
+    backends = request.app[BACKENDS]
+    endpoint_id = request.match_info["id"]
+    query = validated(ReleasesQuery, dict(request.query))
+    releases = _releases(backends)
+    version = await _version(backends, endpoint_id)
+    try:
+        below = decode_cursor(query.cursor, endpoint_id) if query.cursor else None
+    except BadCursor as err:
+        raise Unprocessable(str(err), errors=[str(err)]) from err
+    kept = await releases.store.all(endpoint_id)
+    page, following = page_of(kept, endpoint_id, below=below, limit=query.limit)
+    versions = await releases.worker_versions(endpoint_id)
+    body: dict[str, Any] = {
+        "endpointVersion": version,
+        "rollout": rollout_of(versions, version).model_dump(),
+        "releases": [r.view(versions.get(r.version, 0)) for r in page],
+        "pagination": {"nextCursor": following, "hasNextPage": following is not None},
+    }
+    return json_response(body)
+
+
+async def _release(releases: Releases, endpoint_id: str, release_id: str) -> Release:
+    for release in await releases.store.all(endpoint_id):
+        if release.id == release_id:
+            return release
+    raise NotFound(
+        f"release {release_id!r} of endpoint {endpoint_id!r} not found "
+        "(the last 100 releases are kept)"
+    )
+
+
+async def post_rollback(request: web.Request) -> web.Response:
+    backends = request.app[BACKENDS]
+    endpoint_id, release_id = request.match_info["id"], request.match_info["releaseId"]
+    releases = _releases(backends)
+    before = await _version(backends, endpoint_id)
+    target = await _release(releases, endpoint_id, release_id)
+    try:
+        newest = await rollback(backends.plane, releases.store, endpoint_id, target)
+    except EndpointNotFound as err:
+        raise NotFound(f"endpoint {endpoint_id!r} not found") from err
+    except SharedTemplate as err:
+        raise Conflict(str(err)) from err
+    except UnusableSettings as err:
+        raise Conflict(f"release {release_id!r} cannot run now: {err}") from err
+    except ValidationError as err:  # its settings no longer fit the endpoint's others
+        why = describe_validation_error(err)
+        raise Conflict(f"release {release_id!r} cannot be restored: {why}") from err
+    versions = await releases.worker_versions(endpoint_id)
+    status = 201 if newest.version > before else 200  # 200: it was the configuration already
+    return json_response(newest.view(versions.get(newest.version, 0)), status=status)
+
+
+def add_release_routes(app: web.Application) -> None:
+    """Add `/{id}/releases` and `/{id}/releases/{releaseId}/rollback` to the
+    `/v2/serverless` sub-application (made by `v2_app`, which holds the backends)."""
+    app.router.add_get("/{id}/releases", list_releases)
+    app.router.add_post("/{id}/releases/{releaseId}/rollback", post_rollback)
