@@ -687,6 +687,8 @@ def test_the_management_api_may_only_write_endpoints_in_one_namespace(render_cha
         },
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},  # worker logs (issue 14)
         {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+        # the v2 worker logs' system source: the worker pods' Events (issue 46)
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["list"]},
         # /v1/containerregistryauth (issue 34), /v2/account/secrets (issue 46): Secrets
         # written (replaced whole, never patched: a patch answers the Secret), never read
         {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "update", "delete"]},

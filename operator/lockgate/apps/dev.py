@@ -40,6 +40,7 @@ from lockgate.dev.names import curl_line, endpoint_id_for
 from lockgate.dev.redis_server import EmbeddedRedis
 from lockgate.dev.secret_values import FileSecretValues
 from lockgate.dev.storage import LocalStorage
+from lockgate.dev.worker_source import DevWorkers
 from lockgate.gateway.app import create_app
 from lockgate.gateway.serving import app_runner, serve_runner
 from lockgate.gateway.state import GATEWAY
@@ -268,6 +269,7 @@ def build_app(
         catalog=LocalCatalog(),
         billing=billing,
         releases=releases,
+        workers=DevWorkers(plane),
     )
     add_v2_routes(app, backends)  # RunPod's REST v2 (the catalog: this machine)
     gateway_mark = gw.notifier.on_activity

@@ -24,6 +24,7 @@ from lockgate.gateway.notify import Notifier
 from lockgate.kube.catalog import KubernetesCatalog
 from lockgate.kube.cluster import Cluster, ClusterError, cluster_for
 from lockgate.kube.controlplane import KubernetesControlPlane
+from lockgate.kube.podworkers import KubernetesWorkers
 from lockgate.kube.secret_values import KubernetesSecretValues
 from lockgate.kube.settings import OperatorSettings
 from lockgate.kube.storage import KubernetesStorage
@@ -38,6 +39,7 @@ from lockgate.manage.secrets import AccountSecrets, SecretValues
 from lockgate.manage.storage import Storage
 from lockgate.manage.v2 import Backends, add_v2_routes
 from lockgate.manage.v2.billing import Billing
+from lockgate.manage.workersource import WorkerSource
 from lockgate.settings import Prices
 from lockgate.store import JobStore, Registry, connect
 from lockgate.store.releases import ReleaseStore
@@ -98,6 +100,15 @@ def storage_for(settings: OperatorSettings, cluster: Cluster, registry: Registry
     return KubernetesStorage(cluster, registry, namespace=namespace, settings=settings)
 
 
+def workers_for(settings: OperatorSettings, cluster: Cluster) -> KubernetesWorkers:
+    """The worker pods of the management API's namespace, with their nodes' GPU type and
+    zone labels as this cluster names them."""
+    namespace = settings.manage_namespace()
+    return KubernetesWorkers(
+        cluster, namespace, settings.gpu_labelling(), settings.datacenter_label
+    )
+
+
 def secret_values_for(settings: OperatorSettings, cluster: Cluster) -> SecretValues:
     """Account secrets' values as Secrets in the management API's namespace (where the
     Endpoints and their workers are)."""
@@ -112,6 +123,7 @@ def create_app(
     secret_values: SecretValues | None = None,
     catalog: Catalog | None = None,
     releases: Releases | None = None,
+    workers: WorkerSource | None = None,
 ) -> web.Application:
     """`/v1/endpoints…`, `/v1/templates…`, `/v1/containerregistryauth…`,
     `/v1/networkvolumes…`, `/graphql` and `/v2/…` (admin keys only) writing through
@@ -143,6 +155,7 @@ def create_app(
         catalog=catalog,
         releases=releases,
         billing=billing,
+        workers=workers,
     )
     add_v2_routes(app, backends)  # RunPod's REST v2 (its MCP server's calls)
     add_console(app, connect_src=origin_of(settings.base_url))  # the job API's origin
@@ -159,7 +172,8 @@ async def start(settings: OperatorSettings, cluster: Cluster, registry: Registry
     storage = storage_for(settings, cluster, registry)
     values = secret_values_for(settings, cluster)
     catalog = KubernetesCatalog(cluster, settings)  # the nodes (a ClusterRole's list)
-    app = create_app(settings, plane, storage, registry, values, catalog, releases)
+    workers = workers_for(settings, cluster)
+    app = create_app(settings, plane, storage, registry, values, catalog, releases, workers)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, settings.manage_host, settings.manage_port).start()

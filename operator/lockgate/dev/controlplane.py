@@ -520,6 +520,11 @@ class LocalControlPlane:
         for ep in self._endpoints.values():
             await self.gw.registry.delete_key(key_digest(ep.worker_key))
 
+    def pools(self, endpoint_id: str) -> list[LocalWorkers]:
+        """The endpoint's worker pools: the current one, then those retiring (their
+        workers finish their jobs on an older version); raises `EndpointNotFound`."""
+        return _all_workers(self._find(endpoint_id))
+
     async def worker_versions(self, endpoint_id: str) -> dict[int, int]:
         """How many worker processes run each version of the endpoint: its current
         workers and the replaced ones still finishing what they hold."""
@@ -611,7 +616,7 @@ class LocalControlPlane:
         ep.secrets = self._missing_secret(launch)
         if not spec.modelReferences and not ep.secrets:
             ep.models = ""
-            ep.workers = self._workers(ep.id, launch, ep.worker_key, spec)
+            ep.workers = self._workers(ep.id, launch, ep.worker_key, spec, ep.version)
             return
         ep.models = MODELS_DOWNLOADING if spec.modelReferences else ""
 
@@ -625,7 +630,7 @@ class LocalControlPlane:
             async with self._lock:
                 if current():
                     ep.models = MODELS_READY if spec.modelReferences else ""
-                    ep.workers = self._workers(ep.id, launch, ep.worker_key, spec)
+                    ep.workers = self._workers(ep.id, launch, ep.worker_key, spec, ep.version)
 
         task = asyncio.create_task(fetch_then_start(), name=f"lockgate-prepare-{ep.id}")
         self._fetching.add(task)
@@ -664,7 +669,7 @@ class LocalControlPlane:
         return missing_problem(missing[0]) if missing else ""
 
     def _workers(
-        self, endpoint_id: str, launch: Launch, worker_key: str, spec: EndpointSpec
+        self, endpoint_id: str, launch: Launch, worker_key: str, spec: EndpointSpec, version: int
     ) -> LocalWorkers:
         defaults = {k: v for k, v in WORKER_DEFAULTS.items() if k not in os.environ}
         given = resource_env(spec, cpus_here=os.cpu_count() or 1, gpus_here=gpus_here())

@@ -278,6 +278,14 @@ class Cluster:
         )
         return list(orjson.loads(resp.data).get("items") or [])  # each scaler tick: all of them
 
+    async def list_events(self, namespace: str, field_selector: str) -> list[Obj]:
+        """Core Events of a namespace matching a field selector (`involvedObject.name=…`)."""
+        resp = await self._call(
+            self._apis[k8s.CoreV1Api].list_namespaced_event, namespace,
+            field_selector=field_selector, _preload_content=False,
+        )  # fmt: skip
+        return list(orjson.loads(resp.data).get("items") or [])
+
     async def pod_log(self, namespace: str, name: str, **options: Any) -> str:
         """A pod's log as text; `options` are `read_namespaced_pod_log`'s (container,
         timestamps, since_seconds, tail_lines). Raises `ClusterError` (400: no container

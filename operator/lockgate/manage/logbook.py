@@ -117,6 +117,14 @@ class LocalLogs:
         """The callback a worker pool feeds: `(worker, stream, line)`, `line=None` at EOF."""
         return self.book(endpoint_id).add
 
+    def worker(self, endpoint_id: str, worker_id: str) -> WorkerBuffer | None:
+        """One worker's buffer (kept `KEEP_EXITED_S` after it exits), if there is one."""
+        book = self._endpoints.get(endpoint_id)
+        if book is None:
+            return None
+        book._forget_old()
+        return book.workers.get(worker_id)
+
     def forget(self, endpoint_id: str) -> None:
         """A deleted endpoint's logs go with it."""
         self._endpoints.pop(endpoint_id, None)

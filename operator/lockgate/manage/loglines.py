@@ -22,11 +22,13 @@ from typing import Any
 
 from lockgate.gateway.errors import BadRequest
 from lockgate.gateway.http import iso_ms
+from lockgate.manage.workerlogs import CONTAINER, SYSTEM, Numbering
 
 MAX_LINE_CHARS = 8192  # a longer line is cut (a handler printing a base64 image)
 TAIL_DEFAULT = 500
 TAIL_MAX = 5000
 STDOUT, STDERR = "stdout", "stderr"
+LIFECYCLE = "system"  # dev mode's lines about a worker process (started, exited): v2's only
 
 LOCKGATE_RE = re.compile(r"lockgate\.worker \| job (\S+) ")
 LOCKGATE_END_RE = re.compile(r"lockgate\.worker \| job \S+ (completed|failed|stopped)\b")
@@ -49,6 +51,7 @@ class LogLine:
     stream: str
     line: str
     job: str | None = None
+    seq: int = 0  # lines of the same worker, source and millisecond before it (v2's ids)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -73,7 +76,8 @@ class LogQuery:
 
     def matches(self, line: LogLine) -> bool:
         return (
-            (self.since is None or line.ms > self.since)
+            line.stream != LIFECYCLE
+            and (self.since is None or line.ms > self.since)
             and (self.worker is None or line.worker == self.worker)
             and (self.job is None or line.job == self.job)
         )
@@ -188,8 +192,15 @@ class LineMaker:
     def __init__(self, worker: str) -> None:
         self.worker = worker
         self.jobs = JobTracker()
+        # v2's sources: its output (stdout and stderr as one), and its lifecycle lines
+        self.numbering = {CONTAINER: Numbering(), SYSTEM: Numbering()}
 
     def make(self, text: str, stream: str = STDOUT, ms: int | None = None) -> LogLine:
         text = clip_line(text)
         ms = time.time_ns() // 1_000_000 if ms is None else ms
-        return LogLine(ms, self.worker, stream, text, self.jobs.job_of(text, stream, ms))
+        if stream == LIFECYCLE:
+            pos = self.numbering[SYSTEM].place(ms)
+            return LogLine(pos.ms, self.worker, stream, text, None, pos.seq)
+        pos = self.numbering[CONTAINER].place(ms)
+        job = self.jobs.job_of(text, stream, pos.ms)
+        return LogLine(pos.ms, self.worker, stream, text, job, pos.seq)

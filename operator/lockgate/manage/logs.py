@@ -57,7 +57,7 @@ def sse(line: LogLine) -> bytes:
     return f"data: {json.dumps(line.to_json())}\n\n".encode()
 
 
-def _gone(request: web.Request) -> bool:
+def client_gone(request: web.Request) -> bool:
     """The client closed the connection (aiohttp does not cancel the handler for it)."""
     transport = request.transport
     return transport is None or transport.is_closing()
@@ -80,7 +80,7 @@ async def _stream(
         for line in tail:
             await response.write(sse(line))
         quiet_s = 0.0
-        while not _gone(request):
+        while not client_gone(request):
             try:
                 line = await asyncio.wait_for(follower.queue.get(), CHECK_S)
             except TimeoutError:

@@ -33,8 +33,10 @@ PIPE_DRAIN_S = 1.0  # how long a gone worker's output may still be copied after 
 ECHO_EVERY_S = 0.02  # workers' lines are copied to our stderr together, this often
 
 # Gets each line a worker writes: (worker id, "stdout" or "stderr", the line), and the
-# line None when that stream ends (dev mode's log buffer, `manage.logbook`).
+# line None when that stream ends (dev mode's log buffer, `manage.logbook`); and, as
+# "system", the pool's lines about the worker process (started, stopping, exited).
 LineSink = Callable[[str, str, str | None], None]
+LIFECYCLE = "system"
 
 
 class WorkerKeyIssuer(Protocol):
@@ -156,6 +158,7 @@ class LocalProcessPool:
             worker.pipes.append(asyncio.create_task(forward))
         self.workers[worker_id] = worker
         log.info("worker %s started (pid %d)", worker_id, process.pid)
+        self._lifecycle(worker_id, f"worker process started (pid {process.pid})")
         if self.store is not None:  # its cold-start time: from now to its first call
             await self.store.note_worker_starts(self.endpoint_id, {worker_id: started})
         return worker_id
@@ -178,6 +181,7 @@ class LocalProcessPool:
         with contextlib.suppress(ProcessLookupError):
             worker.process.send_signal(signal.SIGTERM)
         log.info("worker %s stopping (%s)", worker_id, why)
+        self._lifecycle(worker_id, f"stopping ({why}): SIGTERM, the job in hand finishes")
 
     async def state(self) -> PoolState:
         active = tuple(self.active)
@@ -212,7 +216,14 @@ class LocalProcessPool:
             _kill_group(w.process)
             level = logging.INFO if w.stopping else logging.WARNING
             log.log(level, "worker %s exited with %s", w.id, w.process.returncode)
+            asked = "as asked" if w.stopping else "unasked"
+            self._lifecycle(w.id, f"worker process exited with {w.process.returncode} ({asked})")
         return [Exited(w.id, w.process.returncode, w.stopping) for w in gone]
+
+    def _lifecycle(self, worker_id: str, text: str) -> None:
+        """A line about the worker process, for its log's `system` source."""
+        if self.sink is not None:
+            self.sink(worker_id, LIFECYCLE, text)
 
     def _revoke(self, worker_id: str) -> None:
         """Revoke a gone worker's own key (in the background: `reap` is not async)."""
@@ -242,6 +253,7 @@ class LocalProcessPool:
             for w in workers:
                 if w.process.returncode is None:
                     log.warning("worker %s still running after %.0f s: killed", w.id, grace_s)
+                    self._lifecycle(w.id, f"still running after {grace_s:.0f} s: killed")
                     _kill_group(w.process)
             await asyncio.gather(*(w.process.wait() for w in workers))
         exited = self.reap()  # revokes their keys too

@@ -28,6 +28,7 @@ from lockgate.manage.secrets import AccountSecrets
 from lockgate.manage.storage import Storage
 from lockgate.manage.v2.problems import problem
 from lockgate.manage.v2.ratelimit import rate_limits
+from lockgate.manage.workersource import WorkerSource
 
 __all__ = ["RESERVED_IDS", "Backends", "add_v2_routes", "v2_app"]
 
@@ -53,6 +54,9 @@ class Backends:
     # Usage and prices for `/v2/billing` (None: the process records no usage).
     billing: Billing | None = None
     releases: Releases | None = None  # endpoints' releases (None: not kept)
+    # Workers and worker logs (`/v2/serverless/{id}/workers`): pods on a cluster
+    # (`kube.podworkers`), local processes in dev mode (`dev.worker_source`).
+    workers: WorkerSource | None = None
 
 
 # The backends, in every v2 sub-application (for route modules added to one).
@@ -84,11 +88,13 @@ def add_v2_routes(root: web.Application, backends: Backends) -> None:
         secrets,
         serverless,
         templates,
+        workers,
     )
 
     openapi.add_openapi_route(root)  # no key needed: on the root, not in a collection
     endpoints = serverless.create_app(backends)
     releases.add_release_routes(endpoints)  # /{id}/releases, …/{releaseId}/rollback
+    workers.add_worker_routes(endpoints)  # /{id}/workers, …/{workerId}/logs
     root.add_subapp("/v2/serverless", endpoints)
     root.add_subapp("/v2/templates", templates.create_app(backends))
     root.add_subapp("/v2/registries", registries.create_app(backends))

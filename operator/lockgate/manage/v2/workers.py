@@ -1,0 +1,322 @@
+"""`GET /v2/serverless/{id}/workers` and `GET /v2/serverless/{id}/workers/{workerId}/logs`:
+an endpoint's workers with their status, and one worker's log as Server-Sent Events.
+
+The workers and their logs come from the process's `WorkerSource` (`Backends.workers`:
+pods on a cluster, local processes in dev mode); the status rules are
+`manage.workerstates`, the event ids `manage.workerlogs`. A log stream gives the backfill
+(`tail`, `since` or `Last-Event-ID`), then stays live, reading the log store every
+`POLL_S`, until the client leaves or the worker is gone and its log drained. It reads
+`BATCH` events at a time and writes each before reading more: a client that does not read
+holds the stream at its socket's buffer, and memory stays bounded.
+docs/workers.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from aiohttp import web
+from pydantic import BaseModel, Field
+
+from lockgate.gateway.errors import ApiError, NotFound, Unprocessable
+from lockgate.gateway.http import iso_ms, json_response
+from lockgate.gateway.openapi import param
+from lockgate.manage.controlplane import ControlPlane, EndpointNotFound, TemplateNotFound
+from lockgate.manage.logs import client_gone
+from lockgate.manage.v2 import BACKENDS
+from lockgate.manage.v2.documented import Operation, documented
+from lockgate.manage.workerlogs import (
+    SOURCES,
+    BadEventId,
+    Cursor,
+    LogEvent,
+    before,
+    parse_event_id,
+    parse_rfc3339,
+)
+from lockgate.manage.workersource import (
+    LogBatch,
+    LogRead,
+    WorkerFacts,
+    WorkerNotFound,
+    WorkerSource,
+)
+from lockgate.manage.workerstates import is_stale, summary, worker_status
+from lockgate.models import EndpointRecord
+from lockgate.store import JobStore
+
+TAIL_DEFAULT, TAIL_MAX = 100, 5000  # RunPod's `tail`
+BATCH = 500  # events read (and written) at a time
+POLL_S = 1.0  # how often a live stream reads the log store
+KEEP_ALIVE_S = 15.0  # a comment this often keeps proxies from closing a quiet stream
+JOB_VIEW = web.AppKey("worker_job_view", JobStore)
+
+
+class Worker(BaseModel):
+    """RunPod's `Worker`."""
+
+    id: str
+    status: str = Field(description="RUNNING, IDLE, INITIALIZING, THROTTLED or UNHEALTHY")
+    isStale: bool = Field(description="it runs an older version than the endpoint's")
+    version: int | None = Field(description="the endpoint version it runs")
+    gpuCount: int = Field(ge=0)
+    image: str | None
+    uptimeSeconds: int | None = Field(ge=0)
+    gpuTypeId: str | None
+    dataCenterId: str | None
+    startedAt: str | None = Field(description="RFC 3339")
+
+
+class WorkerSummary(BaseModel):
+    """Workers by status; they add up to `total`, the list's length."""
+
+    running: int = Field(ge=0)
+    idle: int = Field(ge=0)
+    initializing: int = Field(ge=0)
+    throttled: int = Field(ge=0)
+    unhealthy: int = Field(ge=0)
+    total: int = Field(ge=0)
+
+
+class WorkerList(BaseModel):
+    """RunPod's `ListEndpointWorkersResponse`."""
+
+    workers: list[Worker]
+    summary: WorkerSummary
+    endpointVersion: int | None
+
+
+LOG_QUERY = (
+    param("source", "query", {"type": "string", "enum": list(SOURCES)},
+          "container (its output) or system (its lifecycle); omitted: both"),
+    param("tail", "query", {"type": "integer", "minimum": 0, "maximum": TAIL_MAX,
+                            "default": TAIL_DEFAULT},
+          "backfill this many last lines first; 0: live lines only"),
+    param("since", "query", {"type": "string", "format": "date-time"},
+          "every line from this time on (inclusive), then live"),
+    param("Last-Event-ID", "header", {"type": "string"},
+          "resume after the event with this id (wins over since and tail)"),
+)  # fmt: skip
+
+
+class NoWorkerSource(ApiError):
+    """This process keeps no workers to list."""
+
+    status = 501
+
+
+@dataclass(frozen=True)
+class LogParams:
+    """A valid logs query: the sources (in merge order), and where to start."""
+
+    sources: tuple[str, ...]
+    cursor: Cursor | None  # from `Last-Event-ID` or `since`; None: the last `tail`
+    tail: int
+
+
+def parse_log_params(query: Any, last_event_id: str | None) -> LogParams:
+    """The query of `…/logs` (and its `Last-Event-ID`); 422 listing every bad one."""
+    errors: list[str] = []
+    sources: tuple[str, ...] = SOURCES
+    tail, cursor = TAIL_DEFAULT, None
+    if (source := query.get("source")) is not None:
+        if source not in SOURCES:
+            errors.append(f"source: expected one of {', '.join(SOURCES)} (omit it for both)")
+        else:
+            sources = (source,)
+    text = query.get("tail")
+    if text is not None:
+        if not text.isdigit() or int(text) > TAIL_MAX:
+            errors.append(f"tail: expected a whole number from 0 to {TAIL_MAX}")
+        else:
+            tail = int(text)
+    if (since := query.get("since")) is not None:
+        try:
+            cursor = Cursor.since(parse_rfc3339(since), sources)
+        except ValueError:
+            errors.append("since: expected an RFC 3339 date-time, e.g. 2026-06-01T12:05:04Z")
+    if last_event_id is not None:
+        try:
+            cursor = parse_event_id(last_event_id, sources)
+        except BadEventId:
+            errors.append("Last-Event-ID: not an event id of this stream, nor an RFC 3339 time")
+    if errors:
+        raise Unprocessable("Request validation failed: " + "; ".join(errors), errors=errors)
+    return LogParams(sources, cursor, tail)
+
+
+def worker_view(
+    facts: WorkerFacts,
+    jobs: dict[str, int] | None,
+    endpoint: EndpointRecord,
+    image: str | None,
+    now_ms: int,
+) -> Worker:
+    """RunPod's `Worker` object of a worker."""
+    started = facts.started_ms
+    return Worker(
+        id=facts.id,
+        status=worker_status(facts.lifecycle, jobs, facts.id),
+        isStale=is_stale(facts.version, facts.image, endpoint.version, image),
+        version=facts.version,
+        gpuCount=facts.gpu_count,
+        image=facts.image,
+        uptimeSeconds=None if started is None else max(0, (now_ms - started) // 1000),
+        gpuTypeId=facts.gpu_type,
+        dataCenterId=facts.datacenter,
+        startedAt=None if started is None else iso_ms(started),
+    )
+
+
+def _source(request: web.Request) -> WorkerSource:
+    source = request.app[BACKENDS].workers
+    if source is None:
+        raise NoWorkerSource("workers are not available from this control plane")
+    return source
+
+
+async def _endpoint(plane: ControlPlane, endpoint_id: str) -> EndpointRecord:
+    try:
+        return await plane.get(endpoint_id)
+    except EndpointNotFound as err:
+        raise NotFound(f"endpoint {endpoint_id!r} not found") from err
+
+
+async def _image(plane: ControlPlane, endpoint: EndpointRecord) -> str | None:
+    """The image the endpoint's template names now (None: no template, as a dev-mode
+    handler file)."""
+    if not endpoint.templateId:
+        return None
+    try:
+        return (await plane.get_template(endpoint.templateId)).image
+    except TemplateNotFound:
+        return None
+
+
+async def _job_view(request: web.Request, endpoint_id: str) -> dict[str, int] | None:
+    """Live workers and the jobs each holds; None when the job store cannot say (the
+    statuses then come from the lifecycle alone, as RunPod degrades)."""
+    try:
+        return (await request.app[JOB_VIEW].snapshot(endpoint_id)).worker_jobs
+    except Exception:  # Redis away: the same shape, from the lifecycle
+        return None
+
+
+@documented(
+    Operation(
+        "listEndpointWorkers",
+        "The endpoint's workers, with their status and a summary",
+        answer=WorkerList,
+        errors=(404,),
+        description="A worker is a pod on a cluster, a local process in dev mode "
+        "(docs/workers.md).",
+    )
+)
+async def list_workers(request: web.Request) -> web.Response:
+    plane = request.app[BACKENDS].plane
+    endpoint = await _endpoint(plane, request.match_info["id"])
+    facts = await _source(request).workers(endpoint)
+    jobs = await _job_view(request, endpoint.id)
+    image = await _image(plane, endpoint)
+    now_ms = time.time_ns() // 1_000_000
+    workers = [worker_view(f, jobs, endpoint, image, now_ms) for f in facts]
+    counts = WorkerSummary(**summary(w.status for w in workers))
+    answer = WorkerList(workers=workers, summary=counts, endpointVersion=endpoint.version)
+    return json_response(answer.model_dump(mode="json"))
+
+
+def frame(event: LogEvent, cursor: Cursor, sources: tuple[str, ...]) -> bytes:
+    """One event: its id (the cursor after it) and its JSON line."""
+    data = orjson.dumps(event.data()).decode()
+    return f"id: {cursor.event_id(sources)}\ndata: {data}\n\n".encode()
+
+
+@documented(
+    Operation(
+        "getWorkerLogs",
+        "One worker's log as Server-Sent Events",
+        query=LOG_QUERY,
+        errors=(404, 422),
+        description="`text/event-stream`: each log line one event, an `id:` (resume with "
+        "Last-Event-ID) and a JSON `data:` line {ts, source, line}; live until the worker is "
+        "gone and its log drained (docs/workers.md).",
+    )
+)
+async def stream_logs(request: web.Request) -> web.StreamResponse:
+    plane = request.app[BACKENDS].plane
+    endpoint = await _endpoint(plane, request.match_info["id"])
+    worker_id = request.match_info["workerId"]
+    params = parse_log_params(request.query, request.headers.get("Last-Event-ID"))
+    source = _source(request)
+    first = LogRead(params.sources, params.cursor, params.tail, BATCH)
+    try:
+        batch = await source.read(endpoint.id, worker_id, first)
+    except WorkerNotFound as err:
+        raise NotFound(f"worker {worker_id!r} of endpoint {endpoint.id!r} not found") from err
+    response = web.StreamResponse(
+        headers={
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            "Connection": "keep-alive",
+            "X-Accel-Buffering": "no",  # nginx: pass events at once
+        }
+    )
+    await response.prepare(request)
+    stream = LogStream(request, response, source, params, (endpoint.id, worker_id))
+    with contextlib.suppress(ConnectionResetError):  # the client left
+        await stream.run(batch, params.cursor or before(batch.events, batch.start))
+    return response
+
+
+@dataclass
+class LogStream:
+    """One client's live log stream."""
+
+    request: web.Request
+    response: web.StreamResponse
+    source: WorkerSource
+    params: LogParams
+    worker: tuple[str, str]  # endpoint id, worker id
+    quiet_s: float = 0.0
+
+    async def run(self, batch: LogBatch, cursor: Cursor) -> None:
+        """Write `batch`, then what comes after, until the worker is gone and drained (or
+        the client leaves)."""
+        while True:
+            for event in batch.events:
+                cursor = cursor.moved(event)
+                await self.response.write(frame(event, cursor, self.params.sources))
+            if len(batch.events) < BATCH:  # else more is waiting: read on at once
+                if not batch.alive:
+                    return  # gone, and every line it wrote was given
+                await self.wait(bool(batch.events))
+            if client_gone(self.request):
+                return
+            try:
+                batch = await self.source.read(
+                    *self.worker, LogRead(self.params.sources, cursor, 0, BATCH)
+                )
+            except WorkerNotFound:
+                return  # gone with its log (a pod's log goes with the pod)
+
+    async def wait(self, wrote: bool) -> None:
+        """Sleep until the next read; a comment keeps a quiet stream open."""
+        self.quiet_s = 0.0 if wrote else self.quiet_s
+        await asyncio.sleep(POLL_S)
+        self.quiet_s += POLL_S
+        if self.quiet_s >= KEEP_ALIVE_S:
+            await self.response.write(b": keep-alive\n\n")
+            self.quiet_s = 0.0
+
+
+def add_worker_routes(app: web.Application) -> None:
+    """`/{id}/workers` and `/{id}/workers/{workerId}/logs` on the `/v2/serverless`
+    sub-application (`v2_app` holds the `Backends`)."""
+    app[JOB_VIEW] = JobStore(app[BACKENDS].authenticator.registry.redis)
+    app.router.add_get("/{id}/workers", list_workers)
+    app.router.add_get("/{id}/workers/{workerId}/logs", stream_logs)
