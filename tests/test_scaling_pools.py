@@ -23,6 +23,7 @@ from lockgate.kube.deployment_pool import (
 from lockgate.kube.events import endpoint_event
 from lockgate.kube.manifests import SERVING_CONDITION, Owner
 from lockgate.kube.scaler import ScrapeHealth, at_rest, metrics_check
+from lockgate.models.registry_entry import RegistryEntry
 from lockgate.scaling.backoff import CrashBackoff
 from lockgate.scaling.decision import EndpointMetrics
 from lockgate.scaling.local_pool import LocalProcessPool
@@ -123,7 +124,8 @@ IDLE_READING = EndpointMetrics()
 def test_an_endpoint_at_rest_has_nothing_for_the_scaler_to_decide(
     entry: dict, deployment: dict | None, pods: list, metrics, rests: bool
 ) -> None:
-    assert at_rest(entry, deployment, pods, metrics) is rests
+    stored = RegistryEntry.model_validate({"id": "ep", **entry})
+    assert at_rest(stored, deployment, pods, metrics) is rests
 
 
 def test_a_scaling_event_is_about_the_endpoint() -> None:
