@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from lockgate.gateway.auth import Authenticator
 from lockgate.gateway.middleware import ERROR_RENDERER, error_middleware
@@ -30,7 +31,7 @@ from lockgate.manage.v2.problems import problem
 from lockgate.manage.v2.ratelimit import rate_limits
 from lockgate.manage.workersource import WorkerSource
 
-__all__ = ["RESERVED_IDS", "Backends", "add_v2_routes", "v2_app"]
+__all__ = ["RESERVED_IDS", "Backends", "add_collection_routes", "add_v2_routes", "v2_app"]
 
 if TYPE_CHECKING:
     from lockgate.manage.v2.billing import Billing
@@ -73,6 +74,25 @@ def v2_app(backends: Backends) -> web.Application:
     app[AUTHENTICATOR] = backends.authenticator
     app[BACKENDS] = backends
     return app
+
+
+def add_collection_routes(
+    app: web.Application,
+    *,
+    list_all: Handler,
+    create: Handler,
+    get: Handler,
+    delete: Handler,
+    patch: Handler | None = None,
+) -> None:
+    """A collection's routes as RunPod lays them out: `GET`, `POST` on the collection,
+    `GET`, `PATCH` (when it has one) and `DELETE` on `/{id}`."""
+    app.router.add_get("", list_all)
+    app.router.add_post("", create)
+    app.router.add_get("/{id}", get)
+    if patch is not None:
+        app.router.add_patch("/{id}", patch)
+    app.router.add_delete("/{id}", delete)
 
 
 def add_v2_routes(root: web.Application, backends: Backends) -> None:

@@ -20,7 +20,7 @@ from lockgate.gateway.errors import BadRequest
 from lockgate.gateway.http import json_response
 from lockgate.manage import operations as ops
 from lockgate.manage.storage_api import create_volume, edit_volume
-from lockgate.manage.v2 import Backends, v2_app
+from lockgate.manage.v2 import Backends, add_collection_routes, v2_app
 from lockgate.manage.v2.bodies import ClosedBody
 from lockgate.manage.v2.documented import Operation, documented
 from lockgate.manage.v2.problems import body_of
@@ -173,9 +173,12 @@ class VolumeRoutes:
 def create_app(backends: Backends) -> web.Application:
     """The `/v2/network-volumes` sub-application."""
     app, routes = v2_app(backends), VolumeRoutes(backends)
-    app.router.add_get("", routes.list_all)
-    app.router.add_post("", routes.create)
-    app.router.add_get("/{id}", routes.get)
-    app.router.add_patch("/{id}", routes.patch)
-    app.router.add_delete("/{id}", routes.delete)
+    add_collection_routes(
+        app,
+        list_all=routes.list_all,
+        create=routes.create,
+        get=routes.get,
+        patch=routes.patch,
+        delete=routes.delete,
+    )
     return app

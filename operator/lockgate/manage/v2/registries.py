@@ -21,7 +21,7 @@ from lockgate.gateway.http import json_response
 from lockgate.manage import operations as ops
 from lockgate.manage.storage_api import create_registry_auth
 from lockgate.manage.templates import edit_template
-from lockgate.manage.v2 import Backends, v2_app
+from lockgate.manage.v2 import Backends, add_collection_routes, v2_app
 from lockgate.manage.v2.bodies import ClosedBody
 from lockgate.manage.v2.documented import Operation, documented
 from lockgate.manage.v2.problems import body_of
@@ -137,8 +137,7 @@ class RegistryRoutes:
 def create_app(backends: Backends) -> web.Application:
     """The `/v2/registries` sub-application."""
     app, routes = v2_app(backends), RegistryRoutes(backends)
-    app.router.add_get("", routes.list_all)
-    app.router.add_post("", routes.create)
-    app.router.add_get("/{id}", routes.get)
-    app.router.add_delete("/{id}", routes.delete)
+    add_collection_routes(
+        app, list_all=routes.list_all, create=routes.create, get=routes.get, delete=routes.delete
+    )
     return app

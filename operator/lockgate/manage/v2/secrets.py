@@ -19,7 +19,7 @@ from pydantic import Field, field_validator, model_validator
 
 from lockgate.gateway.http import json_response, no_content
 from lockgate.manage.secrets import AccountSecrets
-from lockgate.manage.v2 import Backends, v2_app
+from lockgate.manage.v2 import Backends, add_collection_routes, v2_app
 from lockgate.manage.v2.bodies import ClosedBody
 from lockgate.manage.v2.documented import Operation, documented
 from lockgate.manage.v2.problems import body_of
@@ -156,9 +156,12 @@ def create_app(backends: Backends) -> web.Application:
         raise ValueError("the v2 secrets routes need Backends.secrets")
     app = v2_app(backends)
     app[ACCOUNT_SECRETS] = backends.secrets
-    app.router.add_get("", list_secrets)
-    app.router.add_post("", create_secret)
-    app.router.add_get("/{id}", get_secret)
-    app.router.add_patch("/{id}", update_secret)
-    app.router.add_delete("/{id}", delete_secret)
+    add_collection_routes(
+        app,
+        list_all=list_secrets,
+        create=create_secret,
+        get=get_secret,
+        patch=update_secret,
+        delete=delete_secret,
+    )
     return app

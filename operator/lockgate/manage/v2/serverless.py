@@ -18,7 +18,7 @@ from lockgate.gateway.http import json_response
 from lockgate.manage import operations as ops
 from lockgate.manage.controlplane import TemplateNotFound
 from lockgate.manage.listing import EndpointQuery
-from lockgate.manage.v2 import Backends, v2_app
+from lockgate.manage.v2 import BACKENDS, Backends, add_collection_routes, v2_app
 from lockgate.manage.v2.documented import Operation, documented
 from lockgate.manage.v2.endpoint_shape import (
     ANY_CPU,
@@ -34,8 +34,6 @@ from lockgate.manage.v2.endpoint_shape import (
 )
 from lockgate.manage.v2.problems import body_of
 from lockgate.models import EndpointRecord, EndpointSpec, TemplateSpec
-
-BACKENDS = web.AppKey("backends", Backends)
 
 
 def _template(fields: dict[str, Any]) -> TemplateSpec:
@@ -190,10 +188,12 @@ async def delete_endpoint(request: web.Request) -> web.Response:
 def create_app(backends: Backends) -> web.Application:
     """The `/v2/serverless` sub-application."""
     app = v2_app(backends)
-    app[BACKENDS] = backends
-    app.router.add_get("", list_endpoints)
-    app.router.add_post("", create_endpoint)
-    app.router.add_get("/{id}", get_endpoint)
-    app.router.add_patch("/{id}", patch_endpoint)
-    app.router.add_delete("/{id}", delete_endpoint)
+    add_collection_routes(
+        app,
+        list_all=list_endpoints,
+        create=create_endpoint,
+        get=get_endpoint,
+        patch=patch_endpoint,
+        delete=delete_endpoint,
+    )
     return app
