@@ -187,28 +187,30 @@ def test_the_cli_manages_endpoints_runs_jobs_and_reads_logs_on_the_cluster(
     table = lockgate(manage, tmp_path, "endpoints", "list")
     assert table.split()[:2] == ["ID", "NAME"] and "\necho " in table
     got = json.loads(lockgate(manage, tmp_path, "endpoints", "get", "echo", "-o", "json"))
-    assert (got["id"], got["workersMin"]) == ("echo", 1)
+    assert (got["id"], got["workers"]["min"]) == ("echo", 1)  # the v2 object (/v2/serverless)
 
     made = json.loads(lockgate(
-        manage, tmp_path, "endpoints", "create", "--id", "cli-made", "--template-id", "echo",
-        "--workers-max", "2", "-o", "json",
+        manage, tmp_path, "endpoints", "create", "--name", "cli-made", "--template-id", "echo",
+        "--cpu", "any", "--workers-max", "2", "-o", "json",
     ))  # fmt: skip
-    assert (made["id"], made["workersMax"]) == ("cli-made", 2)
+    made_id = made["id"]  # generated, as on RunPod
+    assert (made["name"], made["workers"]["max"]) == ("cli-made", 2)
     edited = json.loads(
-        lockgate(
-            manage, tmp_path, "endpoints", "edit", "cli-made", "--workers-max", "4", "-o", "json"
-        )
+        lockgate(manage, tmp_path, "endpoints", "edit", made_id, "--workers-max", "4", "-o", "json")
     )
-    assert edited["workersMax"] == 4
+    assert edited["workers"]["max"] == 4
     spec = json.loads(release.node.kubectl(
-        "-n", USER_NAMESPACE, "get", "endpoints.lockgate.dev", "cli-made", "-o", "json"
+        "-n", USER_NAMESPACE, "get", "endpoints.lockgate.dev", made_id, "-o", "json"
     ))["spec"]  # fmt: skip
     assert spec["workersMax"] == 4  # the Endpoint resource the operator reads
-    lockgate(manage, tmp_path, "endpoints", "delete", "cli-made")
-    gone = release.node.kubectl(
-        "-n", USER_NAMESPACE, "get", "endpoints.lockgate.dev", "cli-made", check=False
-    )
-    assert "cli-made" not in gone
+    lockgate(manage, tmp_path, "endpoints", "delete", made_id)
+    wait_until(
+        lambda: made_id not in release.node.kubectl(
+            "-n", USER_NAMESPACE, "get", "endpoints.lockgate.dev", "-o", "name", check=False
+        ),
+        "the endpoint made through the CLI to be deleted",
+        60,
+    )  # fmt: skip
 
     job = json.loads(
         lockgate(manage, tmp_path, "jobs", "run", "echo", '{"cli": "node"}', "--wait", "-o", "json")

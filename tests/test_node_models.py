@@ -193,7 +193,13 @@ def test_a_gated_model_without_its_token_fails_naming_the_hubs_401(release: Rele
     )
     assert condition["status"] == "False"
     assert "acme/locked" in condition["message"] and "401" in condition["message"]
-    assert Jobs(release, "gated").health()["workers"]["unhealthy"] == 1
+    # /health's worker states are the scaler's report (its next tick after the pod's failure),
+    # not the Endpoint's condition: wait for it rather than read it at once.
+    wait_until(
+        lambda: Jobs(release, "gated").health()["workers"]["unhealthy"] == 1,
+        "/health to count the worker unhealthy",
+        60,
+    )
     [pod] = worker_pods(release, "gated")
     assert not any(
         "running" in (s.get("state") or {}) for s in pod["status"].get("containerStatuses") or []

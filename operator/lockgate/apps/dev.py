@@ -15,6 +15,7 @@ import logging
 import os
 import shlex
 import signal
+import socket
 import sys
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -332,6 +333,20 @@ def cannot_listen(host: str, port: int, err: OSError) -> str:
     )
 
 
+def listen_problem(host: str, port: int) -> str | None:
+    """Why dev mode could not listen on `host:port`, asked before anything starts (so a
+    busy port is one line, with no background task of a half-started gateway speaking
+    after it), or None. The real bind still reports a port taken in between."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as aiohttp binds
+        try:
+            probe.bind((host, port))
+        except OSError as err:
+            return cannot_listen(host, port, err)
+    return None
+
+
 def write_cli_config(url: str, key: str) -> None:
     """Point the `lockgate` CLI (endpoints, jobs, logs) at this dev mode, and say so."""
     try:
@@ -349,6 +364,8 @@ async def serve(opts: DevOptions, redis: RedisSettings, stop: Stop) -> None:
     """Gateway, management API and local endpoints until `stop` is set; then shut down in
     order: scaling stops, long-polls are answered, workers finish their jobs, then the rest."""
     settings = dev_settings(opts, redis)
+    if why := listen_problem(settings.host, settings.port):
+        raise SystemExit(f"lockgate dev: {why}")
     local_url = f"http://127.0.0.1:{settings.port}"
     app, plane = build_app(
         settings,
