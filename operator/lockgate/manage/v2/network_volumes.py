@@ -24,7 +24,7 @@ from lockgate.manage.v2 import Backends, add_collection_routes, v2_app
 from lockgate.manage.v2.bodies import ClosedBody
 from lockgate.manage.v2.documented import Operation, documented
 from lockgate.manage.v2.problems import body_of
-from lockgate.manage.v2.wording import v2_words
+from lockgate.manage.v2.wording import in_use_is_a_400, v2_words
 from lockgate.models.volumes import NetworkVolumeSpec, volume_record
 
 MIN_SIZE_GB, MAX_SIZE_GB = 10, 4096  # RunPod's bounds of a v2 volume's size
@@ -162,11 +162,8 @@ class VolumeRoutes:
         )
     )
     async def delete(self, request: web.Request) -> web.Response:
-        try:
-            with v2_words(V2_WORDS):
-                await ops.delete_volume(self.plane, self.storage, request.match_info["id"])
-        except ops.Taken as err:  # mounted by endpoints: "in use" is a 400 in v2
-            raise BadRequest(str(err)) from err
+        with in_use_is_a_400(), v2_words(V2_WORDS):  # mounted by endpoints
+            await ops.delete_volume(self.plane, self.storage, request.match_info["id"])
         return web.Response(status=204)
 
 

@@ -25,6 +25,7 @@ from lockgate.manage.v2 import Backends, add_collection_routes, v2_app
 from lockgate.manage.v2.bodies import ClosedBody
 from lockgate.manage.v2.documented import Operation, documented
 from lockgate.manage.v2.problems import body_of
+from lockgate.manage.v2.wording import in_use_is_a_400
 from lockgate.models.registryauth import DOCKER_HUB, REGISTRY_PATTERN
 from lockgate.models.templates import runpod_template
 
@@ -115,10 +116,8 @@ class RegistryRoutes:
             record = runpod_template(template_id, await ops.get_template(self.plane, template_id))
             changes = without_credential(record, auth_id)
             await edit_template(self.plane, self.storage, template_id, changes)
-        try:
+        with in_use_is_a_400():  # a template took it up meanwhile
             await ops.delete_registry_auth(self.plane, self.storage, auth_id)
-        except ops.Taken as err:  # a template took it up meanwhile
-            raise BadRequest(str(err)) from err
         return web.Response(status=204)
 
     async def refuse_when_workers_pull_with(self, auth_id: str, templates: list[str]) -> None:

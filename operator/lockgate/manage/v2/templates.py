@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from lockgate.gateway.errors import BadRequest
 from lockgate.gateway.http import json_response
 from lockgate.manage import operations as ops
 from lockgate.manage.templates import create_template, edit_template
@@ -26,7 +25,7 @@ from lockgate.manage.v2.template_shapes import (
     template_view,
     v1_payload,
 )
-from lockgate.manage.v2.wording import v2_words
+from lockgate.manage.v2.wording import in_use_is_a_400, v2_words
 
 
 class TemplateRoutes:
@@ -92,10 +91,8 @@ class TemplateRoutes:
         )
     )
     async def delete(self, request: web.Request) -> web.Response:
-        try:
+        with in_use_is_a_400():  # used by endpoints
             await ops.delete_template(self.plane, request.match_info["id"])
-        except ops.Taken as err:  # in use: RunPod's v2 answers 400
-            raise BadRequest(str(err)) from err
         return web.Response(status=204)
 
 

@@ -9,8 +9,8 @@ import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
-from lockgate.gateway.errors import ApiError
-from lockgate.manage.operations import Refused
+from lockgate.gateway.errors import ApiError, BadRequest
+from lockgate.manage.operations import Refused, Taken
 
 
 def in_v2_words(message: str, words: Mapping[str, str]) -> str:
@@ -42,3 +42,13 @@ def v2_words(words: Mapping[str, str]) -> Iterator[None]:
         raise reworded(err, words) from err
     except Refused as err:
         raise type(err)(in_v2_words(str(err), words)) from err
+
+
+@contextmanager
+def in_use_is_a_400() -> Iterator[None]:
+    """A delete refused because something still uses the thing (`Taken`, v1's 409) as the
+    400 RunPod's v2 answers ("in use by a pod or serverless endpoint")."""
+    try:
+        yield
+    except Taken as err:
+        raise BadRequest(str(err)) from err
