@@ -120,9 +120,17 @@ def test_the_worker_pod_is_the_endpoints_worker(manage: Manage, pod: dict) -> No
 def test_the_pods_events_are_its_system_log(manage: Manage, pod: dict) -> None:
     name = pod["metadata"]["name"]
     path = f"/v2/serverless/echo/workers/{name}/logs?source=system&tail=100"
-    events = manage.events(path, lambda got: any("Started" in e["data"]["line"] for e in got))
+
+    def both() -> list[dict] | None:
+        """The log's events once it holds the scheduler's and the kubelet's: the scheduler
+        posts its Event on its own, which under load can come after the kubelet's (and a
+        live stream's cursor, a time, is already past it), so each try is a fresh read."""
+        got = manage.events(path, lambda got: any("Started" in e["data"]["line"] for e in got))
+        lines = [e["data"]["line"] for e in got]
+        return got if any(line.startswith("Scheduled: ") for line in lines) else None
+
+    events = wait_until(both, "the pod's Scheduled event in its system log", 90)
     lines = [e["data"]["line"] for e in events]
-    assert any(line.startswith("Scheduled: ") for line in lines), lines
     assert any(line.startswith("Started: ") for line in lines), lines
     assert {e["data"]["source"] for e in events} == {"system"}
 

@@ -32,6 +32,9 @@ from lockgate.gateway.lb_upstream import WorkerPool
 from lockgate.store import keys
 from lockgate.store.lb_workers import HEALTHY, INITIALIZING, UNHEALTHY, LbWorker, LbWorkers
 
+# Its own generator: the global `random` is shared with every thread of the process.
+_RANDOM = random.Random()
+
 log = logging.getLogger("lockgate.gateway")
 
 HEALTH_TIMEOUT_S = 2.0  # one health poll's limit
@@ -191,7 +194,7 @@ def pick(
             chosen, least, ties = t, t.in_flight, 1
         elif t.in_flight == least:
             ties += 1
-            if random.randrange(ties) == 0:  # each of the tied ones as likely (reservoir)
+            if _RANDOM.randrange(ties) == 0:  # each of the tied ones as likely (reservoir)
                 chosen = t
     return chosen
 
@@ -243,7 +246,7 @@ class LbRouter:
         self.max_held = max_held
         self.fast_s = fast_s
         self.calm_s = calm_s
-        self.reporter = f"{os.getpid()}-{random.getrandbits(32):08x}"
+        self.reporter = f"{os.getpid()}-{_RANDOM.getrandbits(32):08x}"
         self.endpoints: dict[str, LbEndpoint] = {}
         self._dirty: set[str] = set()
         self._kick = asyncio.Event()

@@ -22,6 +22,9 @@ from lockgate.kube.crds import ENDPOINT, GROUP, TEMPLATE, VERSION
 from lockgate.kube.placement import on_fallback
 from lockgate.kube.status import at_rest, rest_confirmed, resync_may_wait, shows
 
+# Its own generator: the global `random` is shared with every thread of the process.
+_RANDOM = random.Random()
+
 ENDPOINTS = (GROUP, VERSION, ENDPOINT.plural)
 TEMPLATES = (GROUP, VERSION, TEMPLATE.plural)
 FINALIZER = f"{GROUP}/cleanup"  # held only for the Redis cleanup of a deleted Endpoint
@@ -156,14 +159,14 @@ async def _resync(
 ) -> None:
     """`resync_endpoint`'s loop, until `stopped`."""
     period, rest = ctx.settings.resync_s, ctx.settings.resync_rest_s
-    delay = random.uniform(0.1, 1.0) * period
+    delay = _RANDOM.uniform(0.1, 1.0) * period
     last = time.monotonic()
     while not stopped:
         # A plain sleep, ended by kopf's cancel when it stops the daemon (above):
         # `stopped.wait()` costs a task and a timeout each time (at a thousand Endpoints,
         # more than half of the operator's idle CPU).
         await asyncio.sleep(delay)
-        delay = period * random.uniform(0.9, 1.1)
+        delay = period * _RANDOM.uniform(0.9, 1.1)
         if stopped:
             return
         try:
