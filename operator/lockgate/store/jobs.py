@@ -13,6 +13,7 @@ from redis.asyncio import Redis
 from redis.exceptions import OutOfMemoryError
 
 from lockgate.models import JobStatus
+from lockgate.models.unhealthy import UnhealthyWorker
 from lockgate.store import keys, pipe
 from lockgate.store.keys import F
 from lockgate.store.records import Attempt, Finished, JobExtras, JobRecord, Snapshot, TakenJob
@@ -586,6 +587,34 @@ class JobStore:
             keys=[keys.prefix(endpoint_id)], args=[*args, keys.GONE_MS]
         )
         return int(requeued), int(failed)
+
+    async def mark_unhealthy(self, endpoint_id: str, why: UnhealthyWorker) -> tuple[int, int]:
+        """Take a worker out of service for good, saying why (a failing fitness check, no
+        readiness within its deadline, a failed warm-up): released as `release_worker` does
+        (no job again, its held jobs requeued), the reason kept in `un` for an hour for
+        every surface that shows workers, and for its control plane, which replaces it.
+        Returns (requeued, failed)."""
+        args = [endpoint_id, why.worker, self.clock(), self.liveness.max_attempts]
+        args += [*self._retention_args(), self._lost_reason(), "0", keys.GONE_MS]
+        requeued, failed = await self.scripts.release_worker(
+            keys=[keys.prefix(endpoint_id)],
+            args=[*args, why.model_dump_json(), keys.UNHEALTHY_KEEP_MS],
+        )
+        return int(requeued), int(failed)
+
+    async def unhealthy_workers(self, endpoint_id: str) -> dict[str, UnhealthyWorker]:
+        """The workers marked unhealthy within the last hour, by id (`mark_unhealthy`)."""
+        raw = await self.redis.hgetall(keys.prefix(endpoint_id) + "un")
+        since = self.clock() - keys.UNHEALTHY_KEEP_MS
+        found: dict[str, UnhealthyWorker] = {}
+        for worker, record in cast(dict[bytes, bytes], raw).items():
+            try:
+                why = UnhealthyWorker.model_validate_json(record)
+            except ValueError:
+                continue  # a record of another release's shape: not shown
+            if why.at >= since:
+                found[worker.decode()] = why
+        return found
 
     async def reconcile_worker(
         self, endpoint_id: str, worker_id: str, running: Sequence[str]

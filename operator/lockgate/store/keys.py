@@ -56,6 +56,10 @@ the single description of what they build.
                                release; dies an hour after the last write
     lg:{ep}:wfc          HASH  worker -> its first call (ms), until its start is reported
                                (the operator may see a pod after its first call); the same
+    lg:{ep}:un           HASH  worker -> JSON why it was marked unhealthy (models/unhealthy.py:
+                               a fitness check, startup deadline or warm-up); written with its
+                               release for good; entries older than UNHEALTHY_KEEP_MS pruned on
+                               each write, the hash dies that long after the last
     lg:{ep}:wh           ZSET  webhook outbox: job ids, score = next attempt (ms)
     lg:{ep}:wha          HASH  job id -> webhook attempts made
     lg:{ep}:sweep        STR   lock: one replica sweeps the endpoint per interval
@@ -145,6 +149,8 @@ STOPPING_MS = 2 * 60 * 60 * 1000
 ORDER_SLOTS = 1024
 # How long a released worker id stays refused (ms): longer than an orphan outlives it.
 GONE_MS = STOPPING_MS
+# How long why a worker was marked unhealthy stays shown (ms).
+UNHEALTHY_KEEP_MS = 60 * 60 * 1000
 
 
 # History for the console's charts: one point per interval, one hour kept ...

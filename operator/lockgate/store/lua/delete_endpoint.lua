@@ -15,7 +15,7 @@ for _, w in ipairs(redis.call('ZRANGE', P .. 'w', 0, -1)) do
 end
 redis.call('UNLINK', P .. 'q', P .. 'ql', P .. 'run', P .. 'exp', P .. 'w', P .. 'seq',
   P .. 'stats', P .. 'wh', P .. 'wha', P .. 'sweep', P .. 'qb', P .. 'stopping', P .. 'gone',
-  P .. 'refresh', P .. 'hist', P .. 'hist1m', P .. 'ws', P .. 'wst', P .. 'wfc',
+  P .. 'refresh', P .. 'hist', P .. 'hist1m', P .. 'ws', P .. 'wst', P .. 'wfc', P .. 'un',
   P .. 'rel', P .. 'relv')
 for _, s in ipairs(STATES) do redis.call('UNLINK', P .. 'ix:' .. s) end
 -- History intervals still alive (ARGV[1]: now in epoch seconds): named, never scanned.
