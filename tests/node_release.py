@@ -280,7 +280,15 @@ def reset_node(node: Cluster) -> None:
     spaces = json.loads(node.kubectl("get", "namespaces", "-o", "json"))["items"]
     made = [n["metadata"]["name"] for n in spaces if n["metadata"]["name"] not in SYSTEM_NAMESPACES]
     if made:
-        node.kubectl("delete", "namespace", *made, "--timeout=180s", check=False, timeout=200)
+        # Terminating first (no new pod can start there), then the pods killed at once: a
+        # namespace waits for its pods' grace periods (a worker's is its execution timeout
+        # + 15 s), which a reset need not honour.
+        node.kubectl("delete", "namespace", *made, "--wait=false", check=False)
+        for space in made:
+            node.kubectl("-n", space, "delete", "pods", "--all", "--grace-period=0", "--force",
+                         "--wait=false", check=False)  # fmt: skip
+        node.kubectl("delete", "namespace", *made, "--ignore-not-found", "--timeout=180s",
+                     check=False, timeout=200)  # fmt: skip
     node.kubectl("-n", "default", "delete", "pods,deployments,daemonsets,jobs", "--all",
                  "--grace-period=0", "--force", "--timeout=60s", check=False)  # fmt: skip
     # Secrets and claims a module made in `default` (the management API's credentials and
