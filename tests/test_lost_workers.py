@@ -19,6 +19,8 @@ import pytest
 import requests
 from redis.asyncio import Redis
 
+from lockgate.kube import manifests
+from lockgate.models import EndpointSpec
 from lockgate.models.registry_entry import RegistryEntry
 from lockgate.models.unhealthy import UnhealthyWorker
 from lockgate.store import JobStore, Liveness, NewJob, Registry, keys
@@ -190,7 +192,8 @@ async def test_requeue_max_run_s_counts_the_latest_run_only(redis, store, clock)
 
 
 async def test_the_attempts_limit_still_fails_a_requeued_job(redis, store, clock):
-    """With requeue, running out of attempts fails the job as before (its own error)."""
+    """With requeue, running out of attempts fails the job as before (its own error, with
+    the same WORKER_LOST start)."""
     await endpoint(redis, requeueMaxRunS=600)
     job_id = await running(store)
     for n in range(2, 4):
@@ -200,7 +203,7 @@ async def test_the_attempts_limit_still_fails_a_requeued_job(redis, store, clock
     record = await store.get(EP, job_id)
     assert (record.status, record.error) == (
         "FAILED",
-        "the worker running this job was lost (3 attempts made)",
+        "WORKER_LOST: the worker running this job was lost (3 attempts made)",
     )
 
 
@@ -246,6 +249,17 @@ async def test_the_policy_is_written_with_the_entry_and_removed_with_the_endpoin
     await endpoint(redis, onWorkerLost="fail")
     await store.delete_endpoint_data(EP)
     assert await redis.exists(key) == 0
+
+
+async def test_the_operators_entry_carries_the_policy_to_the_store(redis, store, clock):
+    """The operator writes the Endpoint's spec as its registry entry (kube/reconcile.py)."""
+    owner = manifests.Owner(EP, "ml", "uid-1")
+    spec = EndpointSpec(onWorkerLost="fail")
+    entry = manifests.registry_entry(owner, spec, key_digest="d" * 64, job_api_url="http://x")
+    await Registry(redis).put_endpoint(EP, entry)
+    job_id = await running(store)
+    await process_gone(store, clock, "w1", job_id, 5_000)
+    await assert_failed_lost(store, job_id, 5_000, "onWorkerLost: fail")
 
 
 async def test_an_endpoint_back_to_requeue_requeues_again(redis, store, clock):
@@ -337,10 +351,12 @@ def test_a_sigkilled_runpod_worker_s_job_fails_or_runs_again_as_its_endpoint_say
             assert r.status_code == 400 and next(iter(bad)) in r.text, r.text
         jobs, runs = {}, {}
         for policy in ("fail", "requeue"):
-            body = {"id": f"lost-{policy}", "templateId": TROUBLE, "onWorkerLost": policy}
-            r = requests.post(manage, json={**body, "workersMax": 1}, headers=auth)
-            assert r.status_code == 200, r.text
-            assert r.json()["onWorkerLost"] == policy
+            body = {"id": f"lost-{policy}", "templateId": TROUBLE, "workersMax": 1}
+            assert requests.post(manage, json=body, headers=auth).status_code == 200
+            # set by an edit, as a person changes an endpoint's settings
+            edit = {"onWorkerLost": policy}
+            r = requests.patch(f"{manage}/lost-{policy}", json=edit, headers=auth)
+            assert r.status_code == 200 and r.json()["onWorkerLost"] == policy, r.text
             runs[policy] = tmp_path / f"runs-{policy}"
             job = {"input": {"append": str(runs[policy]), "sleep": 30}}
             url = f"{dev.url}/v2/lost-{policy}/run"
