@@ -358,3 +358,34 @@ def test_a_bad_json_error_clears_the_earlier_result(page, console_dev, endpoints
     page.get_by_role("alert").filter(has_text="not valid JSON").wait_for()
     assert page.locator(".live-job").count() == 0
     assert_clean(page, allow=EXPECTED)
+
+
+def test_a_job_failed_by_on_worker_lost_says_so_in_its_attempts(
+    page, console_dev, endpoints, tmp_path
+):
+    """An endpoint with `onWorkerLost: fail` (docs/lost-workers.md): its worker's process
+    exits while it holds the job, which ends FAILED WORKER_LOST, and the inspector says the
+    policy failed it (not 'out of attempts')."""
+    create_endpoint(
+        console_dev, "dies-fail", templateId="python tests/handlers/sleeper.py async",
+        workersMax=1, onWorkerLost="fail",
+    )  # fmt: skip
+    url = f"{console_dev.url}/v2/dies-fail"
+    body = {"input": {"die_once": str(tmp_path / "died")}}
+    job_id = requests.post(f"{url}/run", json=body, headers=console_dev.headers()).json()["id"]
+
+    def failed() -> dict | None:
+        r = requests.get(f"{url}/status/{job_id}", headers=console_dev.headers(), timeout=10)
+        return r.json() if r.json()["status"] == "FAILED" else None
+
+    assert wait_until(failed, "the job to fail", timeout=120)["error"].startswith("WORKER_LOST")
+    open_tab(page, console_dev, "dies-fail")
+    page.get_by_role("button", name=f"Open {job_id}").click()
+    detail = page.get_by_role("region", name=f"Job {job_id}")
+    attempts = detail.get_by_role("list", name=f"Attempts of {job_id}").get_by_role("listitem")
+    attempts.first.wait_for()
+    [lost] = attempts.all_inner_texts()
+    assert lost.endswith("worker lost: the job failed, not run again (the endpoint's onWorkerLost)")
+    assert "WORKER_LOST: the worker running this job was lost" in detail.inner_text()
+    screenshot(page, "requests-opened-worker-lost")
+    assert_clean(page, allow=EXPECTED)

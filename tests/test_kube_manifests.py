@@ -163,6 +163,8 @@ def test_flashboot_uses_pre_pulled_images() -> None:
         ("executionTimeoutMs", 90_000, "execution-timeout-ms", "90000"),
         ("flashboot", True, "flashboot", "true"),
         ("lbWebSocketMaxS", 600, "lb-websocket-max-s", "600"),
+        ("onWorkerLost", "fail", "on-worker-lost", "fail"),
+        ("requeueMaxRunS", 600, "requeue-max-run-s", "600"),
     ],
 )
 def test_scaling_settings_are_annotated_on_the_deployment(
@@ -480,6 +482,8 @@ ENDPOINT_FIELDS: dict[str, tuple[dict, dict]] = {
     "workersMin": ({}, {"workersMin": 2}),
     "workersMax": ({}, {"workersMax": 9}),
     "replicas": ({"workersMax": 5}, {"workersMax": 5, "replicas": 2}),
+    "onWorkerLost": ({}, {"onWorkerLost": "fail"}),
+    "requeueMaxRunS": ({}, {"requeueMaxRunS": 600}),
 }
 TEMPLATE_FIELDS: dict[str, Any] = {
     "image": "img:2",

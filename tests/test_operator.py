@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 
 from lockgate.models import JobRequest
 from lockgate.models.registry_entry import RegistryEntry
-from lockgate.store import JobStore, NewJob, Registry, key_digest
+from lockgate.store import JobStore, NewJob, Registry, key_digest, keys
 
 if TYPE_CHECKING:
     from kube_fixtures import Resources
@@ -229,6 +229,10 @@ def test_api_server_rejects_values_outside_the_schema_bounds(resources: Resource
         resources.endpoint("ep-bounds", computeType="TPU", executionTimeoutMs=1)
     assert err.value.status == 422
     assert "computeType" in err.value.body and "executionTimeoutMs" in err.value.body
+    with pytest.raises(ApiException) as err:
+        resources.endpoint("ep-bounds", onWorkerLost="retry", requeueMaxRunS=-1)
+    assert err.value.status == 422
+    assert "onWorkerLost" in err.value.body and "requeueMaxRunS" in err.value.body
 
 
 # -- changes -------------------------------------------------------------------------------
@@ -407,3 +411,27 @@ async def test_echo_example_manifest_becomes_a_ready_endpoint(resources: Resourc
     # memoryInGb unset: 2 GiB per vCPU, request = limit
     limits = {"cpu": "1", "ephemeral-storage": "5Gi", "memory": "2Gi"}
     assert container.resources.limits == limits
+
+
+async def test_on_worker_lost_reaches_the_stores_scripts_and_follows_edits(
+    resources: Resources, redis: Redis
+) -> None:
+    """The Endpoint's onWorkerLost and requeueMaxRunS are written with its registry entry
+    where the store's scripts read them (`lg:{ep}:lost`, docs/lost-workers.md); an edit
+    follows, and the default leaves no key."""
+    resources.template("lostp-tpl")
+    resources.endpoint("ep-lostp", templateId="lostp-tpl", onWorkerLost="fail")
+    key = keys.lost_policy("ep-lostp")
+
+    def policy_is(expected: dict):
+        async def check() -> bool:
+            return await redis.hgetall(key) == expected
+
+        return check
+
+    await resources.eventually(policy_is({b"p": b"fail", b"n": b"0"}), "the fail policy")
+    edit = {"spec": {"onWorkerLost": "requeue", "requeueMaxRunS": 60}}
+    resources.patch("endpoints", "ep-lostp", edit)
+    await resources.eventually(policy_is({b"p": b"requeue", b"n": b"60000"}), "the edit")
+    resources.patch("endpoints", "ep-lostp", {"spec": {"requeueMaxRunS": 0}})
+    await resources.eventually(policy_is({}), "no key for the default")

@@ -857,6 +857,8 @@ def scaling_annotations(spec: EndpointSpec) -> dict[str, str]:
         "lockgate.dev/flashboot": str(spec.flashboot).lower(),
         **({"lockgate.dev/lb-hold-s": str(spec.lbHoldS)} if spec.lbHoldS is not None else {}),
         "lockgate.dev/lb-websocket-max-s": str(spec.lbWebSocketMaxS),
+        "lockgate.dev/on-worker-lost": str(spec.onWorkerLost),
+        "lockgate.dev/requeue-max-run-s": str(spec.requeueMaxRunS),
     }
 
 

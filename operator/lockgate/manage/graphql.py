@@ -281,6 +281,8 @@ ENDPOINT_FIELDS: dict[str, str] = {
     "lbHoldS": "not in GraphQL: lockgate's load-balancing setting",
     "lbWebSocketMaxS": "not in GraphQL: lockgate's load-balancing setting",
     "replicas": "not in GraphQL: the scale subresource's",
+    "onWorkerLost": "not in GraphQL: lockgate's setting",
+    "requeueMaxRunS": "not in GraphQL: lockgate's setting",
 }
 
 

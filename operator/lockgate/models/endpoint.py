@@ -40,6 +40,18 @@ class EndpointType(StrEnum):
     LB = "LB"
 
 
+class WorkerLostPolicy(StrEnum):
+    """What becomes of a job whose worker was lost while running it (silent past the
+    heartbeat timeout, its process or pod gone): run it again, or end it FAILED with error
+    `WORKER_LOST` (docs/lost-workers.md)."""
+
+    REQUEUE = "requeue"
+    FAIL = "fail"
+
+
+# The error of a job ended by its endpoint's onWorkerLost policy starts with this word.
+WORKER_LOST = "WORKER_LOST"
+
 # RunPod's load balancer lets a request run 5.5 minutes (s).
 REQUEST_TIMEOUT_DEFAULT_S = 330
 LB_WEBSOCKET_MAX_DEFAULT_S = 3600  # lockgate's (RunPod documents no WebSocket limit)
@@ -186,6 +198,24 @@ class EndpointSpec(BaseModel):
         description=(
             "workers wanted, set by `kubectl scale`, an HPA or KEDA through the scale "
             "subresource; kept within workersMin..workersMax. Unset: lockgate's scaler decides"
+        ),
+    )
+    onWorkerLost: WorkerLostPolicy = Field(
+        WorkerLostPolicy.REQUEUE,
+        description=(
+            "a running job whose worker was lost (silent past the heartbeat timeout, its "
+            "process or pod gone): requeue runs it again on another worker, fail ends it "
+            "FAILED with error WORKER_LOST (lockgate's)"
+        ),
+    )
+    requeueMaxRunS: int = Field(
+        0,
+        ge=0,
+        le=MAX_DURATION_MS // 1000,
+        description=(
+            "with onWorkerLost requeue: a lost job that had run this many seconds or more "
+            "ends FAILED with error WORKER_LOST instead of running again; 0: every lost "
+            "job is requeued (lockgate's)"
         ),
     )
 

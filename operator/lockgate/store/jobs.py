@@ -13,6 +13,7 @@ from redis.asyncio import Redis
 from redis.exceptions import OutOfMemoryError
 
 from lockgate.models import JobStatus
+from lockgate.models.endpoint import WORKER_LOST
 from lockgate.models.unhealthy import UnhealthyWorker
 from lockgate.store import keys, pipe
 from lockgate.store.keys import F
@@ -571,8 +572,10 @@ class JobStore:
         )
 
     def _lost_reason(self) -> str:
+        """The error of a job failed out of attempts by lost workers: it starts with
+        WORKER_LOST, as one failed by the endpoint's onWorkerLost policy (common.lua)."""
         attempts = self.liveness.max_attempts
-        return f"the worker running this job was lost ({attempts} attempts made)"
+        return f"{WORKER_LOST}: the worker running this job was lost ({attempts} attempts made)"
 
     async def release_worker(
         self, endpoint_id: str, worker_id: str, *, clean: bool = False

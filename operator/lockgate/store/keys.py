@@ -60,6 +60,11 @@ the single description of what they build.
                                a fitness check, startup deadline or warm-up); written with its
                                release for good; entries older than UNHEALTHY_KEEP_MS pruned on
                                each write, the hash dies that long after the last
+    lg:{ep}:lost         HASH  the endpoint's onWorkerLost policy, for the scripts that take
+                               a job from a lost worker (common.lua `requeue`): p = requeue
+                               or fail, n = requeueMaxRunS in ms (0: none); no key for the
+                               default (requeue every job); written with the registry entry
+                               (store/registry.py), removed with the endpoint
     lg:{ep}:wh           ZSET  webhook outbox: job ids, score = next attempt (ms)
     lg:{ep}:wha          HASH  job id -> webhook attempts made
     lg:{ep}:sweep        STR   lock: one replica sweeps the endpoint per interval
@@ -204,6 +209,10 @@ def lb_health(endpoint_id: str) -> str:
 
 def lb_requests(endpoint_id: str) -> str:
     return f"{prefix(endpoint_id)}lbr"
+
+
+def lost_policy(endpoint_id: str) -> str:
+    return f"{prefix(endpoint_id)}lost"
 
 
 def releases(endpoint_id: str) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 from redis.asyncio import Redis
 
+from lockgate.models.endpoint import WorkerLostPolicy
 from lockgate.models.registry_entry import RegistryEntry
 from lockgate.store import keys
 from lockgate.store.replies import text
@@ -24,6 +25,15 @@ def key_digest(api_key: str) -> str:
     return hashlib.sha256(api_key.encode()).hexdigest()
 
 
+def lost_policy(entry: RegistryEntry) -> list[str | int]:
+    """The endpoint's `lost` hash (keys.py) as field/value pairs, which common.lua's
+    `requeue` reads when a worker is lost with a job: the policy and requeueMaxRunS in ms;
+    none (no key) for the default, every lost job requeued."""
+    if entry.onWorkerLost == WorkerLostPolicy.REQUEUE and entry.requeueMaxRunS == 0:
+        return []
+    return ["p", str(entry.onWorkerLost), "n", entry.requeueMaxRunS * 1000]
+
+
 class Registry:
     """Endpoints known to the gateway, and the API keys allowed to call it."""
 
@@ -31,8 +41,14 @@ class Registry:
         self.redis = redis
 
     async def put_endpoint(self, endpoint_id: str, entry: RegistryEntry) -> None:
-        """Register (or update) an endpoint with the settings the gateway needs."""
+        """Register (or update) an endpoint with the settings the gateway needs, and its
+        onWorkerLost policy where the store's scripts read it (`lost_policy`)."""
         await self.redis.hset(keys.ENDPOINTS, endpoint_id, orjson.dumps(entry.stored()))
+        policy = lost_policy(entry)
+        if policy:
+            await self.redis.hset(keys.lost_policy(endpoint_id), items=policy)
+        else:
+            await self.redis.delete(keys.lost_policy(endpoint_id))
         await self.redis.publish(keys.EVENTS_CHANNEL, f"r:{endpoint_id}")
 
     async def get_endpoint(self, endpoint_id: str) -> RegistryEntry | None:

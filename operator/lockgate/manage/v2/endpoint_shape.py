@@ -164,6 +164,8 @@ ENDPOINT_FIELDS: Mapping[str, str] = {
     "lbHoldS": "not in v2: lockgate's (v1, kubectl, the console)",
     "lbWebSocketMaxS": "not in v2: lockgate's (v1, kubectl, the console)",
     "replicas": "not in v2: the scale subresource's (kubectl scale, an HPA, KEDA)",
+    "onWorkerLost": "not in v2: lockgate's (v1, kubectl)",
+    "requeueMaxRunS": "not in v2: lockgate's (v1, kubectl)",
 }
 TEMPLATE_FIELDS: Mapping[str, str] = {
     "name": "not in v2: the bound template takes the endpoint's name",

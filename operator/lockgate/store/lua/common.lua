@@ -82,9 +82,9 @@ end
 -- A job's attempts (`ah`): a JSON list of its last ATTEMPTS_KEPT takes, oldest first, each
 -- {w = worker, t = taken at (ms)} and, once it ended, e = ended at (ms) and o = how:
 -- COMPLETED, FAILED (the handler's result), TIMED_OUT, CANCELLED, WORKER_LOST (its worker
--- was lost or did not list it: requeued, or failed out of attempts) or GIVEN_BACK (its
--- worker, told to stop, exited before running it). Written by the scripts that take and
--- end jobs: no round trip of its own.
+-- was lost or did not list it: requeued, or failed out of attempts or by the endpoint's
+-- onWorkerLost policy) or GIVEN_BACK (its worker, told to stop, exited before running it).
+-- Written by the scripts that take and end jobs: no round trip of its own.
 local ATTEMPTS_KEPT = 10
 -- The attempt history `raw` (the record's `ah` as the caller read it) with a take by
 -- `worker` at `now`, for the caller's own write of the record.
@@ -156,15 +156,45 @@ local function signal_stop(ep, worker, id)
   redis.call('PUBLISH', EVENTS, 's:' .. ep .. ':' .. worker)
 end
 
+-- The endpoint's onWorkerLost policy (`lost`: p = requeue or fail, n = requeueMaxRunS in
+-- ms; no key: requeue every job; store/registry.py writes it with the registry entry):
+-- the error ending a lost worker's job FAILED instead of running it again, or nil to
+-- requeue it. The error starts with WORKER_LOST (models/endpoint.py).
+local function lost_policy_error(id, now)
+  local pol = redis.call('HMGET', P .. 'lost', 'p', 'n')
+  if not pol[1] then return nil end
+  local started = tonumber(redis.call('HGET', jkey(id), 'sa')) or now
+  local ran = math.max(now - started, 0)
+  local s = string.format('%.0f', math.floor(ran / 1000))
+  if pol[1] == 'fail' then
+    return 'WORKER_LOST: the worker running this job was lost after ' .. s ..
+      ' s (onWorkerLost: fail)'
+  end
+  local max_ms = tonumber(pol[2]) or 0
+  if max_ms > 0 and ran >= max_ms then
+    return 'WORKER_LOST: the worker running this job was lost after ' .. s ..
+      ' s (onWorkerLost: requeue, requeueMaxRunS ' .. string.format('%.0f', max_ms / 1000) ..
+      ': only shorter runs are requeued)'
+  end
+  return nil
+end
+
 -- Take a job away from a worker that lost it: back to the front of its queue (counted as
 -- retried), or FAILED when its attempts are used up. f = HMGET st wk at sq lp sy.
 -- `clean`: the worker exited cleanly when told to stop, so it never ran the job: the job
 -- goes back without using an attempt and is not counted as retried.
+-- `lost`: the worker itself was lost while holding the job (silent past the heartbeat
+-- timeout, its process or pod gone: `release`), so the endpoint's onWorkerLost policy
+-- applies: the job may end FAILED WORKER_LOST instead of running again. Not for a job
+-- whose take never reached its worker (reconcile.lua): that one never ran.
+-- Either way the attempt ends as WORKER_LOST (GIVEN_BACK when clean).
 -- Returns 1 when requeued, 0 when failed.
-local function requeue(ep, id, f, now, max_attempts, ret_run, ret_sync, reason, clean)
+local function requeue(ep, id, f, now, max_attempts, ret_run, ret_sync, reason, clean, lost)
   attempt_ended(id, now, clean and 'GIVEN_BACK' or 'WORKER_LOST')
-  if not clean and (tonumber(f[3]) or 0) >= max_attempts then
-    finalize(ep, id, 'FAILED', now, f[2], f[6], ret_run, ret_sync, {'err', reason})
+  local failed = lost and not clean and lost_policy_error(id, now) or nil
+  if not failed and not clean and (tonumber(f[3]) or 0) >= max_attempts then failed = reason end
+  if failed then
+    finalize(ep, id, 'FAILED', now, f[2], f[6], ret_run, ret_sync, {'err', failed})
     return 0
   end
   local jk = jkey(id)
@@ -189,14 +219,15 @@ end
 
 local HELD = {'st', 'wk', 'at', 'sq', 'lp', 'sy'}
 
--- Forget a worker; give back every job it held. Returns {requeued, failed}.
+-- Forget a worker; give back every job it held (lost with it unless `clean`: the
+-- endpoint's onWorkerLost policy applies). Returns {requeued, failed}.
 local function release(ep, worker, now, max_attempts, ret_run, ret_sync, reason, clean)
   local wk = P .. 'wj:' .. worker
   local requeued, failed = 0, 0
   for _, id in ipairs(redis.call('SMEMBERS', wk)) do
     local f = redis.call('HMGET', jkey(id), unpack(HELD))
     if f[1] == 'IN_PROGRESS' and f[2] == worker then
-      local r = requeue(ep, id, f, now, max_attempts, ret_run, ret_sync, reason, clean)
+      local r = requeue(ep, id, f, now, max_attempts, ret_run, ret_sync, reason, clean, true)
       requeued, failed = requeued + r, failed + 1 - r
     end
   end

@@ -1,6 +1,7 @@
 -- A worker's ping lists the jobs it runs. A job the store says it holds, that it does not
 -- list, and that it took more than `grace` ms ago never reached it (the take's reply was
--- lost): give it back. Also a heartbeat.
+-- lost): give it back (the job never ran: the endpoint's onWorkerLost policy does not
+-- apply). Also a heartbeat.
 -- ARGV: ep, worker, now, grace, max attempts, retention run, retention sync, reason, ids...
 -- Jobs it was told to stop and no longer lists have left their handler; one it lists again
 -- is in its handler again.

@@ -1,5 +1,6 @@
 -- A worker is gone (its process exited, its pod was deleted): forget it, give back the
--- jobs it held, and remember the id as gone for `gone_ms`, so that nothing speaking with
+-- jobs it held (requeued or failed as the endpoint's onWorkerLost policy says, unless it
+-- exited cleanly), and remember the id as gone for `gone_ms`, so that nothing speaking with
 -- it any more (an orphaned heartbeat process) registers it again or keeps a job alive.
 -- ARGV: ep, worker, now, max attempts, retention run, retention sync, reason, clean ("1":
 -- it exited cleanly when told to stop: its jobs go back without using an attempt), gone ms

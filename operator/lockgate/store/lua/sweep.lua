@@ -1,5 +1,6 @@
 -- Background work of one endpoint, done by whichever gateway replica gets the lock first:
--- execution timeouts, ttl expiry, workers silent past the heartbeat timeout.
+-- execution timeouts, ttl expiry, workers silent past the heartbeat timeout (lost: their
+-- jobs requeued or failed as the endpoint's onWorkerLost policy says, common.lua).
 -- ARGV: ep, now, heartbeat timeout, max attempts, retention run, retention sync, lock ms,
 -- batch, lost-worker reason, horizon (ms). Returns {timed out, expired, lost workers, jobs
 -- requeued, quiet}: quiet is 1 when the endpoint has nothing queued or running, no worker

@@ -398,11 +398,14 @@ const ENDED = {
   GIVEN_BACK: "given back unrun: its worker was told to stop first",
 };
 
-/** How one take of the job ended, in words; `last`: the newest take, `status` the job's. */
-export function attemptEnd(attempt, last, status) {
+/** How one take of the job ended, in words; `last`: the newest take, `status` and `error`
+ * the job's (its endpoint's onWorkerLost policy says so in the error, docs/lost-workers.md). */
+export function attemptEnd(attempt, last, status, error) {
   if (!attempt.ended) return last && status === "IN_PROGRESS" ? "running" : "—";
   if (attempt.ended === "WORKER_LOST" && last && status === "FAILED") {
-    return "worker lost: out of attempts, the job failed";
+    return String(error || "").includes("(onWorkerLost")
+      ? "worker lost: the job failed, not run again (the endpoint's onWorkerLost)"
+      : "worker lost: out of attempts, the job failed";
   }
   return ENDED[attempt.ended] || attempt.ended;
 }
@@ -417,7 +420,7 @@ function attemptList(body, id) {
     h("li", {},
       h("code", {}, a.workerId), ` · taken ${clock(a.takenAt)}`,
       a.endedAt ? ` · ${duration(a.endedAt - a.takenAt)}` : "",
-      ` · ${attemptEnd(a, i === history.length - 1, body.status)}`)));
+      ` · ${attemptEnd(a, i === history.length - 1, body.status, body.error)}`)));
 }
 
 /** One job opened: input (GET /status/{id}?input=1), attempts and unread stream chunks
