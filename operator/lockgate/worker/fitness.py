@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 from .config import WorkerConfig
 from .http import HttpClient
 from .logs import log
+from .system_checks import automatic_checks
 
 FitnessCheck = Callable[[], Any] | Callable[[], Awaitable[Any]]
 
@@ -100,8 +101,6 @@ async def report_unhealthy(config: WorkerConfig, check: str, reason: str) -> Non
 async def run_fitness_checks(config: WorkerConfig, env: Mapping[str, str] = os.environ) -> None:
     """Run the registered checks, then the automatic ones `env` leaves on; on the first
     failure report it and exit the process with code 1 (never returns then)."""
-    from .system_checks import automatic_checks  # its probes only when checks run
-
     failed = await first_failure([*registered(), *automatic_checks(env)])
     if failed is None:
         return
