@@ -10,9 +10,12 @@ from __future__ import annotations
 from lockgate.models import ComputeType, EndpointSpec
 
 # Defaults that a Template's variables (in dev mode: the shell's) may override. The runpod
-# SDK (1.8+) runs RunPod's platform "fitness checks" at start and exits when one fails; one
+# SDK (1.8+) runs RunPod's automatic "fitness checks" at start and exits when one fails; one
 # of them connects to 8.8.8.8:53, which a cluster without egress refuses, so every runpod
-# worker would crash-loop there. Node health is Kubernetes' job (probes, conditions) here.
+# worker would crash-loop there; and their 4 GB of free memory is more than many CPU
+# endpoints (or a laptop running `lockgate dev`) have. lockgate's runtime reads the same
+# variable for its own automatic checks. Custom checks (`register_fitness_check`) always
+# run (docs/fitness-checks.md).
 WORKER_DEFAULTS = {"RUNPOD_SKIP_AUTO_SYSTEM_CHECKS": "true"}
 
 

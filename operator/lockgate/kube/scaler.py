@@ -619,7 +619,10 @@ class ScalingLoop:
         routed = wanted_workers(pods) if load_balanced(entry) else {}
         if failed := pull_errors(pods):
             self.pull_errors.setdefault(owner.name, {}).update(failed)
-        states = pod_states(pods, entry.settings(), routed, self.pull_errors.get(owner.name))
+        marked = await self.ctx.jobs.unhealthy_present(owner.name)
+        states = pod_states(
+            pods, entry.settings(), routed, self.pull_errors.get(owner.name), marked=marked
+        )
         await self.ctx.jobs.report_worker_states(
             owner.name, initializing=states.initializing, throttled=states.throttled,
             unhealthy=states.unhealthy,

@@ -65,6 +65,9 @@ the single description of what they build.
                                or fail, n = requeueMaxRunS in ms (0: none); no key for the
                                default (requeue every job); written with the registry entry
                                (store/registry.py), removed with the endpoint
+    lg:{ep}:unp          ZSET  workers marked unhealthy whose pod or process is still there
+                               (score: when marked), counted in /health's `unhealthy`; a
+                               release without why (it is gone) removes one; pruned as `un`
     lg:{ep}:wh           ZSET  webhook outbox: job ids, score = next attempt (ms)
     lg:{ep}:wha          HASH  job id -> webhook attempts made
     lg:{ep}:sweep        STR   lock: one replica sweeps the endpoint per interval
