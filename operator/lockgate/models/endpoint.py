@@ -14,6 +14,7 @@ from lockgate.models.jobs import (
     EXECUTION_TIMEOUT_MIN_MS,
     MAX_DURATION_MS,
 )
+from lockgate.models.warmup import Warmup
 
 # 1..65535 then the protocol; an HTTP port is a TCP port that the console labels as HTTP.
 PORT_PATTERN = (
@@ -188,6 +189,13 @@ class EndpointSpec(BaseModel):
             "subresource; kept within workersMin..workersMax. Unset: lockgate's scaler decides"
         ),
     )
+    warmup: Warmup | None = Field(
+        None,
+        description=(
+            "what each new worker runs before it takes real work: job `inputs` (QUEUE) or an "
+            "HTTP `request` (LB); a failing warm-up marks the worker unhealthy"
+        ),
+    )
 
     # The API server enforces this one too (Kubernetes 1.20 has no CEL, but a structural
     # schema may carry value validation): `crds.py` puts it on the CRD's `spec`. Defaults
@@ -230,6 +238,16 @@ class EndpointSpec(BaseModel):
                 f"scalerType must be REQUEST_COUNT for a load-balancing endpoint (type LB), "
                 f"not {self.scalerType}"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _warmup_fits_type(self) -> EndpointSpec:
+        if self.warmup is None:
+            return self
+        if self.type == EndpointType.LB and self.warmup.inputs is not None:
+            raise ValueError("warmup.inputs is for queue endpoints; an LB endpoint's is a request")
+        if self.type == EndpointType.QUEUE and self.warmup.request is not None:
+            raise ValueError("warmup.request is for LB endpoints; a queue endpoint's is inputs")
         return self
 
     @model_validator(mode="after")

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from lockgate.models.endpoint import EndpointSpec, EndpointType
+from lockgate.models.warmup import Warmup
 
 # An entry without a setting has the spec's default for it: the defaults live in EndpointSpec.
 _SPEC = EndpointSpec()
@@ -49,6 +50,7 @@ class RegistryEntry(BaseModel):
     lbWebSocketMaxS: int = _SPEC.lbWebSocketMaxS
     workersMin: int = _SPEC.workersMin
     replicas: int | None = _SPEC.replicas
+    warmup: Warmup | None = _SPEC.warmup
     # -- the operator's: the Endpoint's namespace (ids are cluster-wide) and uid; "external"
     # when another scaler owns the worker count (the Endpoint's scaler annotation)
     namespace: str | None = None

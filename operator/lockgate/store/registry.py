@@ -31,8 +31,15 @@ class Registry:
         self.redis = redis
 
     async def put_endpoint(self, endpoint_id: str, entry: RegistryEntry) -> None:
-        """Register (or update) an endpoint with the settings the gateway needs."""
+        """Register (or update) an endpoint with the settings the gateway needs. Its count
+        of warm-up inputs goes beside its other keys too (`warmup_count`): the scripts
+        that see a new worker read it there."""
         await self.redis.hset(keys.ENDPOINTS, endpoint_id, orjson.dumps(entry.stored()))
+        warmups = len(entry.warmup.inputs or []) if entry.warmup is not None else 0
+        if warmups:
+            await self.redis.set(keys.warmup_count(endpoint_id), warmups)
+        else:
+            await self.redis.delete(keys.warmup_count(endpoint_id))
         await self.redis.publish(keys.EVENTS_CHANNEL, f"r:{endpoint_id}")
 
     async def get_endpoint(self, endpoint_id: str) -> RegistryEntry | None:
