@@ -63,7 +63,8 @@ the single description of what they build.
     lg:{ep}:wun          STR   the endpoint's count of warm-up job inputs (models/warmup.py),
                                written with its registry entry; absent: no warm-up
     lg:{ep}:wu           HASH  worker -> its warm-up as JSON {i: the input due or running, n:
-                               the count, j: the running one's job id, d: its deadline (ms),
+                               the count, j: the running one's job id, k: how often it was
+                               handed, d: its deadline (ms),
                                x: when the sweep found it overdue}; from its first call
                                (common.lua beat) until its last warm-up job is done or it
                                is released (docs/warm-up.md)

@@ -13,7 +13,8 @@ from lockgate.models.unhealthy import REASON_CHARS, UnhealthyWorker
 from lockgate.store import keys
 from lockgate.store.jobs import JobStore
 
-WARMUP_JOB_PREFIX = "warmup-"  # a warm-up job's id: `warmup-<input index>-<handed at ms>`
+# A warm-up job's id: `warmup-<input index>-<times handed>-<handed at ms>` (take.lua).
+WARMUP_JOB_PREFIX = "warmup-"
 OVERDUE_AGAIN_MS = 60_000  # an overdue warm-up not marked yet is reported again after this
 
 

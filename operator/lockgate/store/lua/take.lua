@@ -16,14 +16,15 @@ beat(worker, now)
 local stopping_until = redis.call('ZSCORE', P .. 'stopping', worker)
 if stopping_until and tonumber(stopping_until) > now then return {-1} end  -- STOPPING
 -- A worker warming up (`wu`, see beat) gets its warm-up inputs one at a time, as jobs of
--- their own (`warmup-<i>-<now>`, outside the queue and every count), then real jobs. One
+-- their own (`warmup-<i>-<k>-<now>`, outside the queue and every count), then real jobs. One
 -- HGET for every take: no round trip of its own. A worker that holds no job (the SDK's
 -- `job_in_progress=0`, ARGV[6]) while one is handed lost it (a restart): handed again.
 local warming = redis.call('HGET', P .. 'wu', worker)
 if warming then
   local s = cjson.decode(warming)
   if s.d and not ARGV[6] then return {-3} end  -- WARMING: one is running
-  s.j, s.d = 'warmup-' .. s.i .. '-' .. now, now + det
+  s.k = (s.k or 0) + 1  -- handed this many times: a new id each time
+  s.j, s.d = 'warmup-' .. s.i .. '-' .. s.k .. '-' .. now, now + det
   redis.call('HSET', P .. 'wu', worker, cjson.encode(s))
   return {-3, s.i, s.j}
 end
