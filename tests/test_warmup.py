@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from redis.asyncio import Redis
 
 from lockgate.dev.redis_server import free_port
+from lockgate.kube.reconcile import validate
 from lockgate.models import EndpointSpec
 from lockgate.models.registry_entry import RegistryEntry
 from lockgate.models.warmup import WARMUP_BYTES_MAX, WARMUP_INPUTS_MAX
@@ -260,17 +261,40 @@ async def test_a_failing_warmup_marks_the_sdk_worker_unhealthy_and_it_gets_no_re
 # -- dev mode: its own runpod SDK worker process -----------------------------------------------
 
 
+LOCKGATE_TOUCH = """
+import os
+
+import lockgate.worker
+
+
+def handler(job):
+    args = job["input"]
+    if "touch" in args:
+        open(args["touch"], "a").close()
+    return {"exists": os.path.exists(args["exists"])} if "exists" in args else {}
+
+
+if __name__ == "__main__":
+    lockgate.worker.start({"handler": handler})
+"""
+
+
+@pytest.mark.parametrize("runtime", ["runpod", "lockgate"])
 async def test_in_dev_mode_the_first_job_finds_the_warmups_side_effect(
     dev: Dev,  # noqa: F811
     tmp_path: Path,
+    runtime: str,
 ) -> None:
+    """The runpod SDK and lockgate's own runtime, both unchanged: the gateway does it."""
+    handler = "tests/workers/runpod_trouble.py"
+    if runtime == "lockgate":
+        (tmp_path / "touch.py").write_text(LOCKGATE_TOUCH)
+        handler = str(tmp_path / "touch.py")
     touched = tmp_path / "dev-warmed"
-    await dev.create(
-        "wu-dev", "tests/workers/runpod_trouble.py", workersMin=1,
-        warmup={"inputs": [{"touch": str(touched)}]},
-    )  # fmt: skip
-    job_id = await dev.run("wu-dev", {"exists": str(touched)})
-    done = await dev.until_status("wu-dev", job_id, "COMPLETED")
+    ep = f"wu-dev-{runtime}"
+    await dev.create(ep, handler, workersMin=1, warmup={"inputs": [{"touch": str(touched)}]})
+    job_id = await dev.run(ep, {"exists": str(touched)})
+    done = await dev.until_status(ep, job_id, "COMPLETED")
     assert done["output"]["exists"] is True
 
 
@@ -372,3 +396,10 @@ async def test_a_failing_lb_warmup_marks_the_worker_unhealthy_and_never_routable
         assert polled["lb-x"].state == UNHEALTHY
         async with http.get(url, headers={"authorization": client_key}) as answer:
             assert answer.status == 503
+
+
+def test_an_endpoint_resource_with_a_bad_warmup_is_not_spec_valid() -> None:
+    spec, check = validate("wu-crd", {"type": "LB", "scalerType": "REQUEST_COUNT",
+                                      "warmup": {"inputs": [{}]}})  # fmt: skip
+    assert spec is None and (check.status, check.reason) == ("False", "InvalidSpec")
+    assert check.message.startswith("spec.warmup") and "queue endpoints" in check.message

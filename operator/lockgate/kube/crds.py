@@ -141,7 +141,7 @@ def _clean(node: Any, defs: dict[str, Any], defaults: bool) -> Any:
         return [_clean(item, defs, defaults) for item in node]
     if not isinstance(node, dict):
         return node
-    node = _optional(_inline(node, defs))
+    node = _inline(_optional(_inline(node, defs)), defs)  # `T | None` of a model: T inlined
     out: dict[str, Any] = {}
     for key, value in node.items():
         if key not in _KEPT or (key == "default" and (not defaults or value in ("", None))):
