@@ -50,8 +50,9 @@ TROUBLE = REPO / "tests" / "workers" / "runpod_trouble.py"
         ({"warmup": {"inputs": [{}] * (WARMUP_INPUTS_MAX + 1)}}, f"at most {WARMUP_INPUTS_MAX}"),
         ({"warmup": {"inputs": [{"x": "y" * WARMUP_BYTES_MAX}]}}, f"at most {WARMUP_BYTES_MAX}"),
         ({"warmup": {"inputs": ["not an object"]}}, "valid dictionary"),
-        ({"warmup": {"request": {"path": "/w"}}}, "warmup.request is for LB endpoints"),
-        ({"type": "LB", "scalerType": "REQUEST_COUNT", "warmup": {"inputs": [{}]}}, "LB"),
+        ({"warmup": {"request": {"path": "/w"}}}, "a request is for LB endpoints"),
+        ({"type": "LB", "scalerType": "REQUEST_COUNT", "warmup": {"inputs": [{}]}},
+         "inputs are for queue endpoints"),
         ({"type": "LB", "scalerType": "REQUEST_COUNT",
           "warmup": {"request": {"path": "no-slash"}}}, "should match pattern"),
         ({"type": "LB", "scalerType": "REQUEST_COUNT",
@@ -292,10 +293,28 @@ async def test_in_dev_mode_the_first_job_finds_the_warmups_side_effect(
         handler = str(tmp_path / "touch.py")
     touched = tmp_path / "dev-warmed"
     ep = f"wu-dev-{runtime}"
-    await dev.create(ep, handler, workersMin=1, warmup={"inputs": [{"touch": str(touched)}]})
+    warm = {"touch": str(touched), **({"sleep": 4} if runtime == "runpod" else {})}
+    await dev.create(ep, handler, workersMin=1, warmup={"inputs": [warm]})
+    if runtime == "runpod":  # while it warms: INITIALIZING in the v2 and v1 workers lists
+
+        async def listed_initializing() -> bool:
+            v2 = (await _admin_get(dev, f"/v2/serverless/{ep}/workers"))["workers"]
+            v1 = (await dev.call("GET", f"/v1/endpoints/{ep}?includeWorkers=true"))[1]
+            return [w["status"] for w in v2] == ["INITIALIZING"] and [
+                w["status"] for w in v1["workers"]
+            ] == ["INITIALIZING"]
+
+        await eventually(listed_initializing, "the warming worker listed INITIALIZING")
     job_id = await dev.run(ep, {"exists": str(touched)})
     done = await dev.until_status(ep, job_id, "COMPLETED")
     assert done["output"]["exists"] is True
+
+
+async def _admin_get(dev: Dev, path: str) -> dict:  # noqa: F811
+    headers = {"authorization": f"Bearer {dev.admin}"}
+    async with dev.http.get(dev.url + path, headers=headers) as answer:
+        assert answer.status == 200, await answer.text()
+        return await answer.json()
 
 
 async def test_the_management_api_refuses_a_bad_warmup_with_a_4xx(dev: Dev) -> None:  # noqa: F811
@@ -304,7 +323,7 @@ async def test_the_management_api_refuses_a_bad_warmup_with_a_4xx(dev: Dev) -> N
     assert 400 <= status < 500 and "warmup" in str(got), got
     lb = {"type": "LB", "scalerType": "REQUEST_COUNT", "warmup": {"inputs": [{}]}}
     status, got = await dev.call("POST", "/v1/endpoints", {**body, **lb})
-    assert 400 <= status < 500 and "warmup.inputs is for queue endpoints" in str(got), got
+    assert 400 <= status < 500 and "inputs are for queue endpoints" in str(got), got
 
 
 # -- load-balancing endpoints: one warm-up request, from one of many gateway processes -------
@@ -402,4 +421,6 @@ def test_an_endpoint_resource_with_a_bad_warmup_is_not_spec_valid() -> None:
     spec, check = validate("wu-crd", {"type": "LB", "scalerType": "REQUEST_COUNT",
                                       "warmup": {"inputs": [{}]}})  # fmt: skip
     assert spec is None and (check.status, check.reason) == ("False", "InvalidSpec")
-    assert check.message.startswith("spec.warmup") and "queue endpoints" in check.message
+    assert check.message == (
+        "spec.warmup: Value error, inputs are for queue endpoints, an LB endpoint's is a request"
+    )

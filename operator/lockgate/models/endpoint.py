@@ -6,7 +6,15 @@ import re
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from lockgate.models import podfields, secrets
 from lockgate.models.jobs import (
@@ -240,15 +248,16 @@ class EndpointSpec(BaseModel):
             )
         return self
 
-    @model_validator(mode="after")
-    def _warmup_fits_type(self) -> EndpointSpec:
-        if self.warmup is None:
-            return self
-        if self.type == EndpointType.LB and self.warmup.inputs is not None:
-            raise ValueError("warmup.inputs is for queue endpoints; an LB endpoint's is a request")
-        if self.type == EndpointType.QUEUE and self.warmup.request is not None:
-            raise ValueError("warmup.request is for LB endpoints; a queue endpoint's is inputs")
-        return self
+    @field_validator("warmup")
+    @classmethod
+    def _warmup_fits_type(cls, warmup: Warmup | None, info: ValidationInfo) -> Warmup | None:
+        """Job inputs for a queue endpoint, a request for an LB one (`type` comes first)."""
+        kind = info.data.get("type")
+        if warmup is not None and kind == EndpointType.LB and warmup.inputs is not None:
+            raise ValueError("inputs are for queue endpoints, an LB endpoint's is a request")
+        if warmup is not None and kind == EndpointType.QUEUE and warmup.request is not None:
+            raise ValueError("a request is for LB endpoints, a queue endpoint's is inputs")
+        return warmup
 
     @model_validator(mode="after")
     def _gpu_endpoints_have_gpus(self) -> EndpointSpec:

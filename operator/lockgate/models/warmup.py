@@ -47,9 +47,9 @@ class WarmupRequest(BaseModel):
     def _header_names(self) -> WarmupRequest:
         for name, value in self.headers.items():
             if not name or not all(c.isalnum() or c in "!#$%&'*+-.^_`|~" for c in name):
-                raise ValueError(f"warmup.request.headers: {name!r} is not a header name")
+                raise ValueError(f"headers: {name!r} is not a header name")
             if any(c in value for c in "\r\n\0"):
-                raise ValueError(f"warmup.request.headers: {name!r}'s value has a line break")
+                raise ValueError(f"headers: {name!r}'s value has a line break")
         return self
 
 
@@ -71,8 +71,8 @@ class Warmup(BaseModel):
     @model_validator(mode="after")
     def _one_kind_bounded(self) -> Warmup:
         if (self.inputs is None) == (self.request is None):
-            raise ValueError("warmup: set exactly one of inputs (QUEUE) and request (LB)")
+            raise ValueError("set exactly one of inputs (QUEUE) and request (LB)")
         size = len(orjson.dumps(self.model_dump(mode="json", exclude_none=True)))
         if size > WARMUP_BYTES_MAX:
-            raise ValueError(f"warmup: {size} bytes of JSON, at most {WARMUP_BYTES_MAX}")
+            raise ValueError(f"{size} bytes of JSON, at most {WARMUP_BYTES_MAX}")
         return self
