@@ -281,7 +281,7 @@ ENDPOINT_FIELDS: dict[str, str] = {
     "lbHoldS": "not in GraphQL: lockgate's load-balancing setting",
     "lbWebSocketMaxS": "not in GraphQL: lockgate's load-balancing setting",
     "replicas": "not in GraphQL: the scale subresource's",
-    "warmup": "not in GraphQL: lockgate's warm-up (v1, kubectl, the console)",
+    "warmup": "not in GraphQL: lockgate's warm-up (v1, kubectl; docs/warm-up.md)",
 }
 
 
