@@ -12,12 +12,13 @@ from typing import Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.config import JsonDict
 
 WARMUP_INPUTS_MAX = 5  # job inputs one warm-up may hold
 WARMUP_BYTES_MAX = 64 * 1024  # the whole warm-up's JSON, inputs or request, at most this
 WARMUP_HEADERS_MAX = 32  # headers of a warm-up request
 # Any JSON value, kept as written by the API server too (a CRD field of no fixed type).
-_ANY_JSON = {"x-kubernetes-preserve-unknown-fields": True}
+_ANY_JSON: JsonDict = {"x-kubernetes-preserve-unknown-fields": True}
 
 HttpMethod = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
 
