@@ -5,8 +5,6 @@ warm-up input first; its first real job finds the file the warm-up made in its c
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from node_release import USER_NAMESPACE, Jobs, Release, endpoint_status, wait_until
@@ -15,14 +13,6 @@ pytest_plugins = ["node_fixtures"]
 pytestmark = [pytest.mark.node, pytest.mark.timeout(600)]
 
 IMAGE = "localhost/lockgate-test/runpod-worker:dev"
-
-
-@pytest.fixture(scope="module")
-def release(node) -> Iterator[Release]:
-    rel = Release(node)
-    rel.install()
-    yield rel
-    rel.uninstall()
 
 
 def test_a_worker_pods_first_job_finds_its_warmups_side_effect(release: Release) -> None:
