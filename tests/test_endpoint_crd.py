@@ -223,3 +223,27 @@ def test_an_endpoint_is_degraded_while_metrics_cannot_be_read_and_ready_once_the
         lambda: (s := resources.status(name)).get("phase") == "Ready" and s, "phase Ready"
     )
     assert resources.condition(status, "Ready")["status"] == "True"
+
+
+# -- warm-up (issue 47, item 3; docs/warm-up.md) ---------------------------------------------
+
+
+def test_a_warmup_is_kept_whole_and_one_of_the_other_kind_is_not_spec_valid(
+    resources: Resources,
+) -> None:
+    inputs = [{"prompt": "hi", "nested": {"a": [1, {"b": None}]}}, {}]
+    created = resources.endpoint("ep-warm", templateId="any", warmup={"inputs": inputs})
+    assert created["spec"]["warmup"] == {"inputs": inputs}  # free JSON, not pruned
+    lb = {"type": "LB", "scalerType": "REQUEST_COUNT"}
+    request = {"path": "/warm", "body": ["any", {"json": 1}]}
+    created = resources.endpoint("ep-warm-lb", templateId="any", warmup={"request": request}, **lb)
+    assert created["spec"]["warmup"]["request"] == {**request, "method": "POST"}
+
+    resources.endpoint("ep-warm-bad", templateId="any", warmup={"inputs": [{}]}, **lb)
+    status = resources.wait_until(
+        lambda: (s := resources.status("ep-warm-bad")).get("phase") == "Failed" and s,
+        "phase Failed",
+    )
+    valid = resources.condition(status, "SpecValid")
+    assert (valid["status"], valid["reason"]) == ("False", "InvalidSpec")
+    assert valid["message"].startswith("spec.warmup: ") and "queue endpoints" in valid["message"]

@@ -159,7 +159,8 @@ class LocalWorkers:
     async def observe(self) -> WorkerStates:
         """Compute the worker states now and report them to Redis (for /health)."""
         snap = await self.store.snapshot(self.endpoint_id)
-        starting = len([w for w in self.pool.active if w not in snap.worker_jobs])
+        taking = snap.worker_jobs.keys() | snap.workers_warming  # warming: the gateway counts
+        starting = len([w for w in self.pool.active if w not in taking])
         if isinstance(self.pool, LbProcessPool):
             starting = 0  # the gateways' health polls count LB workers that start
         crashes = crashes_of(self.pool.crashes)

@@ -16,6 +16,7 @@ from lockgate.gateway.cors import add_cors_headers, cors_middleware
 from lockgate.gateway.endpoints import EndpointCache
 from lockgate.gateway.http import json_response
 from lockgate.gateway.keyfile import KeyFile
+from lockgate.gateway.lb_warmup import LbWarmer
 from lockgate.gateway.lb_workers import LbRouter
 from lockgate.gateway.limits import Limiter
 from lockgate.gateway.metrics import GatewayMetrics, metrics_middleware, serve_metrics
@@ -74,11 +75,12 @@ def build_gateway(settings: Settings, redis: Redis) -> Gateway:
     key_file = None
     if settings.keys_file:
         key_file = KeyFile(settings.keys_file, reload_s=settings.keys_file_reload_s)
+    endpoints = EndpointCache(registry, cache_s=settings.registry_cache_s)
     gw = Gateway(
         settings=settings,
         store=store,
         registry=registry,
-        endpoints=EndpointCache(registry, cache_s=settings.registry_cache_s),
+        endpoints=endpoints,
         auth=Authenticator(
             registry, cache_s=settings.auth_cache_s, key_file=key_file, enabled=settings.auth
         ),
@@ -109,6 +111,7 @@ def build_gateway(settings: Settings, redis: Redis) -> Gateway:
             fast_s=settings.lb_health_fast_s,
             calm_s=settings.lb_health_calm_s,
             on_hold=meters.observe_lb_hold,
+            warmer=LbWarmer(LbWorkers(redis), store, endpoints, clock_ms=store.clock),
         ),
     )
     if key_file is not None:

@@ -21,6 +21,7 @@ from aiohttp.resolver import ThreadedResolver
 from lockgate.gateway.ssrf import PrivateDestination, PublicOnlyResolver, private_literal
 from lockgate.gateway.state import Gateway
 from lockgate.gateway.views import job_body
+from lockgate.gateway.warmup import sweep_warmups
 from lockgate.signing import signature_headers
 from lockgate.store import Delivery, JobNotFound
 from lockgate.store.connection import raise_if_cancelled
@@ -55,6 +56,7 @@ async def sweep_all(gw: Gateway) -> None:
         generation = gw.activity.generation(endpoint_id)
         done = await gw.store.sweep(endpoint_id, lock_ms=lock_ms, horizon_ms=horizon_ms)
         gw.activity.swept(endpoint_id, quiet=done.quiet, generation=generation)
+        await sweep_warmups(gw, endpoint_id)
         if done.timed_out or done.expired or done.lost_workers:
             log.info(
                 "sweep %s: %d timed out, %d expired, %d lost worker(s), %d job(s) requeued",

@@ -29,6 +29,7 @@ from multidict import CIMultiDictProxy
 
 from lockgate.gateway.errors import ApiError
 from lockgate.gateway.lb_upstream import WorkerPool
+from lockgate.gateway.lb_warmup import LbWarmer
 from lockgate.store import keys
 from lockgate.store.lb_workers import HEALTHY, INITIALIZING, UNHEALTHY, LbWorker, LbWorkers
 
@@ -149,6 +150,7 @@ class Target:
     reported: tuple[str, int, float] = ("", -1, 0.0)
     failed_at: float = float("-inf")  # monotonic: a proxied request last failed to reach it
     poller: asyncio.Task[None] | None = None
+    warmup: str = INITIALIZING  # HEALTHY: warmed up (or none to run); UNHEALTHY: it failed
 
     @property
     def routable(self) -> bool:
@@ -238,8 +240,10 @@ class LbRouter:
         fast_s: float,
         calm_s: float,
         on_hold: Callable[[str, float], None] | None = None,
+        warmer: LbWarmer | None = None,
     ) -> None:
         self.store = store
+        self.warmer = warmer  # None: workers are routable at their first 200
         self.on_hold = on_hold  # (endpoint, seconds held): each held request, sent or 503
         self.clock_ms = clock_ms
         self.hold_s = hold_s
@@ -439,6 +443,8 @@ class LbRouter:
             state = health_state(code, answered=t.answered, starting=starting)
             if state == HEALTHY and asked <= t.failed_at:  # asked before a request failed
                 state, code = t.state, t.code
+            if state == HEALTHY and t.warmup != HEALTHY:
+                state = await self._warmed(ep, t)
             if (state, code) != (t.state, t.code):
                 if state == UNHEALTHY:
                     log.warning("endpoint %s: worker %s unhealthy (%s)", ep.id, t.id, code)
@@ -447,6 +453,20 @@ class LbRouter:
                     ep.wake()
             await self._report_health(ep, t)
             await asyncio.sleep(self.calm_s if t.state == HEALTHY else self.fast_s)
+
+    async def _warmed(self, ep: LbEndpoint, t: Target) -> str:
+        """The state of a worker that answered 200 but has not warmed up yet, as far as
+        this process knows (lb_warmup.py): HEALTHY, INITIALIZING while it warms, or
+        UNHEALTHY for good when its warm-up failed."""
+        if self.warmer is None:
+            t.warmup = HEALTHY
+        elif t.warmup != UNHEALTHY:
+            try:
+                t.warmup = await self.warmer.ready(ep.id, t.id, t.worker.address)
+            except Exception as err:  # Redis away: it waits initializing, asked again
+                log.warning("endpoint %s: warm-up of %s not checked: %s", ep.id, t.id, err)
+                return INITIALIZING
+        return t.warmup
 
     async def _check(self, t: Target) -> int:
         """The health path's status code; 0 when it did not answer. Its body is read
@@ -529,6 +549,8 @@ class LbRouter:
                 await t.close()
         if self._health is not None:
             await self._health.close()
+        if self.warmer is not None:
+            await self.warmer.close()
 
 
 def keeps_body(length: int | None) -> bool:

@@ -25,10 +25,12 @@ from lockgate.gateway.http import (
     read_body,
 )
 from lockgate.gateway.state import Gateway, gateway_of
+from lockgate.gateway.warmup import warmup_input
 from lockgate.models.endpoint import EndpointType
 from lockgate.models.registry_entry import RegistryEntry
-from lockgate.store import STOPPING, Finished, StreamFull, TakenJob
+from lockgate.store import STOPPING, WARMING, Finished, StreamFull, TakenJob
 from lockgate.store.keys import JOB_ID_RE, WORKER_ID_RE
+from lockgate.store.warmups import Step, is_warmup_job, warmup_done
 
 BATCH_MAX = 100
 PROGRESS_LIMIT = CHUNK_LIMIT  # bytes of one progress report's JSON, as one stream chunk
@@ -61,8 +63,9 @@ async def _worker(request: web.Request) -> tuple[Gateway, str, str, RegistryEntr
     return gw, endpoint_id, worker_id, entry
 
 
-def _job_payload(job: TakenJob) -> dict[str, Any]:
-    payload: dict[str, Any] = {"id": job.id, "input": orjson.Fragment(job.input)}
+def _job_payload(job: TakenJob, entry: RegistryEntry) -> dict[str, Any]:
+    raw = job.input if job.warmup is None else warmup_input(entry, job)
+    payload: dict[str, Any] = {"id": job.id, "input": orjson.Fragment(raw)}
     if job.s3_config is not None:
         payload["s3Config"] = orjson.Fragment(job.s3_config)
     return payload
@@ -73,7 +76,7 @@ def _listening(request: web.Request) -> bool:
     return request.transport is not None and not request.transport.is_closing()
 
 
-async def _take(request: web.Request, count: int) -> list[TakenJob]:
+async def _take(request: web.Request, count: int) -> list[dict[str, Any]]:
     """Long-poll: take jobs as soon as any is queued, or give up after `take_wait_s`.
 
     A submit wakes one waiter per replica, and only when the queue was empty: a taker that
@@ -86,7 +89,8 @@ async def _take(request: web.Request, count: int) -> list[TakenJob]:
     holds_none = request.query.get("job_in_progress") == "0"
     # lockgate's runtime: the token of its job-done's take that found the queue empty.
     idle = request.query.get("idle")
-    return await _poll(request, gw, entry, count, deadline, holds_none=holds_none, idle=idle)
+    jobs = await _poll(request, gw, entry, count, deadline, holds_none=holds_none, idle=idle)
+    return [_job_payload(job, entry) for job in jobs]
 
 
 async def _poll(
@@ -123,20 +127,37 @@ async def _poll(
             else:  # told while waiting: answer now, passing on a wake-up it may have had
                 woken = True
             break
+        warming, was_woken = left == WARMING, woken
         first = woken = False
         if jobs:
-            if left:
+            if left > 0:
                 gw.notifier.kick(endpoint_id)
             return jobs
         remaining = deadline - loop.time()
         if remaining <= 0:
             break
-        if gw.notifier.generation(endpoint_id) == generation:
+        if warming or gw.notifier.generation(endpoint_id) == generation:
             wait_s = min(remaining, gw.settings.poll_fallback_s)
-            woken = await gw.notifier.wait_for_job(endpoint_id, worker_id, wait_s)
+            woken = await _wait_for_work(
+                gw, endpoint_id, worker_id, wait_s, warming=warming, woken=was_woken
+            )
     if woken:
         gw.notifier.kick(endpoint_id)
     return []
+
+
+async def _wait_for_work(
+    gw: Gateway, endpoint_id: str, worker_id: str, wait_s: float, *, warming: bool, woken: bool
+) -> bool:
+    """Wait up to `wait_s` for a job to be queued (True: woken for one). A worker whose
+    warm-up job runs waits the time out instead, and passes on a wake-up it had: a job
+    queued meanwhile is another worker's to take."""
+    if not warming:
+        return await gw.notifier.wait_for_job(endpoint_id, worker_id, wait_s)
+    if woken:
+        gw.notifier.kick(endpoint_id)
+    await asyncio.sleep(wait_s)
+    return False
 
 
 async def _take_within_budget(
@@ -174,14 +195,25 @@ async def _take_within_budget(
 @routes.get("/v2/{endpoint}/job-take/{worker}")
 async def job_take(request: web.Request) -> web.Response:
     jobs = await _take(request, 1)
-    return json_response(_job_payload(jobs[0])) if jobs else no_content()
+    return json_response(jobs[0]) if jobs else no_content()
 
 
 @routes.get("/v2/{endpoint}/job-take-batch/{worker}")
 async def job_take_batch(request: web.Request) -> web.Response:
     count = int_param(request, "batch_size", default=1, lo=1, hi=BATCH_MAX)
     jobs = await _take(request, count)
-    return json_response([_job_payload(j) for j in jobs]) if jobs else no_content()
+    return json_response(jobs) if jobs else no_content()
+
+
+async def _read_result(request: web.Request, cap: int) -> Any:
+    """A job-done's body; one too large or too deep to store is an error result (the job
+    ends now rather than run to its timeout)."""
+    try:
+        return jsonbody.parse(await read_body(request, cap))
+    except PayloadTooLarge:
+        return {"error": f"the worker's result exceeds the {cap} byte limit"}
+    except jsonbody.TooDeep as err:
+        return {"error": f"the worker's result could not be stored: {err.message}"}
 
 
 def _result(body: Any) -> tuple[bytes | None, str | None]:
@@ -206,17 +238,13 @@ async def job_done(request: web.Request) -> web.Response:
     job_id = job_id_param(request)
     take_next = int_param(request, "take", default=0, lo=0, hi=1) == 1
     hold_ms = int_param(request, "wait", default=0, lo=0, hi=DONE_HOLD_MAX_MS)
-    cap = gw.settings.max_result_bytes
-    try:
-        body = jsonbody.parse(await read_body(request, cap))
-    except PayloadTooLarge:
-        body = {"error": f"the worker's result exceeds the {cap} byte limit"}
-    except jsonbody.TooDeep as err:  # the job ends here rather than run to its timeout
-        body = {"error": f"the worker's result could not be stored: {err.message}"}
+    body = await _read_result(request, gw.settings.max_result_bytes)
     if isinstance(body, dict) and body.get("status") == "IN_PROGRESS":
         # runpod's progress_update() posts here too: a progress report, not a result.
         return await _progress(gw, endpoint_id, worker_id, job_id, body.get("output"))
     output, error = _result(body)
+    if is_warmup_job(job_id):
+        return await _warmup_done(request, gw, entry, error, take_next=take_next)
     refresh = body.get("stopPod") is True  # refresh_worker: replace this worker after its job
     finish = gw.store.finish(endpoint_id, worker_id, job_id, output=output, error=error)
     jobs: list[TakenJob] = []
@@ -236,9 +264,35 @@ async def job_done(request: web.Request) -> web.Response:
         idle = None  # the hold's last take is not the one the token was read before
     answer: dict[str, Any] = {"accepted": done is not None}
     if jobs:
-        answer["job"] = _job_payload(jobs[0])
+        answer["job"] = _job_payload(jobs[0], entry)
     elif idle:
         answer["idle"] = idle
+    return json_response(answer)
+
+
+async def _warmup_done(
+    request: web.Request, gw: Gateway, entry: RegistryEntry, error: str | None, *, take_next: bool
+) -> web.Response:
+    """A warm-up job's result (store/warmups.py): no job record, stats or history of
+    jobs. A failure marks the worker unhealthy; after the last one, real jobs come (and a
+    waiter is woken: jobs may have queued while it warmed)."""
+    endpoint_id, worker_id = request.match_info["endpoint"], request.match_info["worker"]
+    job_id = request.match_info["job"]
+    step = await warmup_done(gw.store, endpoint_id, worker_id, job_id, error)
+    if step == Step.FAILED:
+        log.warning("endpoint %s: worker %s unhealthy: warm-up failed: %s", endpoint_id,
+                    worker_id, error)  # fmt: skip
+    answer: dict[str, Any] = {"accepted": step != Step.IGNORED}
+    if step in (Step.NEXT, Step.WARM) and take_next:
+        now = asyncio.get_running_loop().time()
+        jobs, _ = await _take_within_budget(
+            gw, request, endpoint_id, worker_id, 1, entry.executionTimeoutMs, now,
+            holds_none=False,
+        )  # fmt: skip
+        if jobs:
+            answer["job"] = _job_payload(jobs[0], entry)
+    if step == Step.WARM:
+        gw.notifier.kick(endpoint_id)
     return json_response(answer)
 
 
@@ -275,7 +329,7 @@ async def _finish_and_take(
         log.warning("job-done of %s on %s: its take failed: %r", worker_id, endpoint_id, taken)
         return done, [], None
     jobs, left = taken
-    if jobs and left and left != STOPPING:
+    if jobs and left > 0:
         gw.notifier.kick(endpoint_id)
     return done, jobs, (token if not jobs and left == 0 else None)
 

@@ -51,6 +51,7 @@ _KEPT = {
     "additionalProperties",
     "format",
     "anyOf",  # value validation only: `_optional` removes pydantic's `T | None` ones first
+    "x-kubernetes-preserve-unknown-fields",  # a free-form JSON value (a warm-up's inputs)
 }
 
 _ORDER = {"type": 0, "description": 1, "required": 3, "properties": 4, "items": 4}
@@ -140,7 +141,7 @@ def _clean(node: Any, defs: dict[str, Any], defaults: bool) -> Any:
         return [_clean(item, defs, defaults) for item in node]
     if not isinstance(node, dict):
         return node
-    node = _optional(_inline(node, defs))
+    node = _inline(_optional(_inline(node, defs)), defs)  # `T | None` of a model: T inlined
     out: dict[str, Any] = {}
     for key, value in node.items():
         if key not in _KEPT or (key == "default" and (not defaults or value in ("", None))):
@@ -149,6 +150,8 @@ def _clean(node: Any, defs: dict[str, Any], defaults: bool) -> Any:
             out[key] = {name: _clean(sub, defs, defaults) for name, sub in value.items()}
         elif key == "additionalProperties" and value is False:
             continue  # closed objects are the default: unknown fields are pruned
+        elif key == "additionalProperties" and value is True:  # any JSON object: kept whole
+            out["x-kubernetes-preserve-unknown-fields"] = True
         else:
             out[key] = _clean(value, defs, defaults)
     return dict(sorted(out.items(), key=lambda kv: _ORDER.get(kv[0], 2)))

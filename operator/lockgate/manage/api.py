@@ -79,6 +79,9 @@ async def endpoint_json(
         body["workers"] = [
             {"id": worker, "status": "RUNNING" if jobs else "IDLE", "jobsInProgress": jobs}
             for worker, jobs in sorted(snap.worker_jobs.items())
+        ] + [  # polling, but still warming up (docs/warm-up.md)
+            {"id": worker, "status": "INITIALIZING", "jobsInProgress": 0}
+            for worker in sorted(snap.workers_warming)
         ]
     return body
 

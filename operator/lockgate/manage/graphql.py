@@ -283,6 +283,7 @@ ENDPOINT_FIELDS: dict[str, str] = {
     "replicas": "not in GraphQL: the scale subresource's",
     "onWorkerLost": "not in GraphQL: lockgate's setting",
     "requeueMaxRunS": "not in GraphQL: lockgate's setting",
+    "warmup": "not in GraphQL: lockgate's warm-up (v1, kubectl; docs/warm-up.md)",
 }
 
 

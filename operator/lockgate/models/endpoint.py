@@ -6,7 +6,15 @@ import re
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from lockgate.models import podfields, secrets
 from lockgate.models.jobs import (
@@ -14,6 +22,7 @@ from lockgate.models.jobs import (
     EXECUTION_TIMEOUT_MIN_MS,
     MAX_DURATION_MS,
 )
+from lockgate.models.warmup import Warmup
 
 # 1..65535 then the protocol; an HTTP port is a TCP port that the console labels as HTTP.
 PORT_PATTERN = (
@@ -218,6 +227,13 @@ class EndpointSpec(BaseModel):
             "job is requeued (lockgate's)"
         ),
     )
+    warmup: Warmup | None = Field(
+        None,
+        description=(
+            "what each new worker runs before it takes real work: job `inputs` (QUEUE) or an "
+            "HTTP `request` (LB); a failing warm-up marks the worker unhealthy"
+        ),
+    )
 
     # The API server enforces this one too (Kubernetes 1.20 has no CEL, but a structural
     # schema may carry value validation): `crds.py` puts it on the CRD's `spec`. Defaults
@@ -261,6 +277,17 @@ class EndpointSpec(BaseModel):
                 f"not {self.scalerType}"
             )
         return self
+
+    @field_validator("warmup")
+    @classmethod
+    def _warmup_fits_type(cls, warmup: Warmup | None, info: ValidationInfo) -> Warmup | None:
+        """Job inputs for a queue endpoint, a request for an LB one (`type` comes first)."""
+        kind = info.data.get("type")
+        if warmup is not None and kind == EndpointType.LB and warmup.inputs is not None:
+            raise ValueError("inputs are for queue endpoints, an LB endpoint's is a request")
+        if warmup is not None and kind == EndpointType.QUEUE and warmup.request is not None:
+            raise ValueError("a request is for LB endpoints, a queue endpoint's is inputs")
+        return warmup
 
     @model_validator(mode="after")
     def _gpu_endpoints_have_gpus(self) -> EndpointSpec:

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from lockgate.models.endpoint import EndpointSpec, EndpointType, WorkerLostPolicy
+from lockgate.models.warmup import Warmup
 
 # An entry without a setting has the spec's default for it: the defaults live in EndpointSpec.
 _SPEC = EndpointSpec()
@@ -51,6 +52,7 @@ class RegistryEntry(BaseModel):
     replicas: int | None = _SPEC.replicas
     onWorkerLost: WorkerLostPolicy = _SPEC.onWorkerLost  # written on to `lost` (store.registry)
     requeueMaxRunS: int = _SPEC.requeueMaxRunS
+    warmup: Warmup | None = _SPEC.warmup
     # -- the operator's: the Endpoint's namespace (ids are cluster-wide) and uid; "external"
     # when another scaler owns the worker count (the Endpoint's scaler annotation)
     namespace: str | None = None

@@ -3,6 +3,7 @@
 from lockgate.store.connection import UNAVAILABLE, connect
 from lockgate.store.jobs import (
     STOPPING,
+    WARMING,
     Delivery,
     IneligibleState,
     JobNotFound,
@@ -25,6 +26,7 @@ from lockgate.store.scripts import Replication
 __all__ = [
     "STOPPING",
     "UNAVAILABLE",
+    "WARMING",
     "Attempt",
     "Delivery",
     "Finished",

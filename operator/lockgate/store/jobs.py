@@ -142,6 +142,7 @@ class NewJob:
 
 
 STOPPING = -1  # `take`'s count of jobs left when the worker was told to stop
+WARMING = -3  # `take`'s count while the worker warms up: its warm-up job, or none
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,6 +262,9 @@ class JobStore:
             args += [endpoint_id, self.liveness.max_attempts, *self._retention_args()]
             args.append(self._lost_reason())
         reply = await self.scripts.take(keys=[keys.prefix(endpoint_id)], args=args)
+        if int(reply[0]) == WARMING:  # its warm-up input to hand now, if any (take.lua)
+            warm = [TakenJob(reply[2].decode(), b"", None, int(reply[1]))] if reply[1:] else []
+            return warm, WARMING
         jobs = [TakenJob(i.decode(), inp, s3) for i, inp, s3 in reply[1:]]
         return jobs, int(reply[0])
 
@@ -441,7 +445,7 @@ class JobStore:
         prefix = keys.prefix(endpoint_id)
         now_s = self.clock() // 1000
         reply = await self.scripts.delete_endpoint(keys=[prefix], args=[now_s])
-        for pattern in ("r[lc]:*", "ik:*", "lb[whr]"):
+        for pattern in ("r[lc]:*", "ik:*", "lb[whru]"):
             found = [k async for k in self.redis.scan_iter(match=prefix + pattern, count=1000)]
             if found:
                 await self.redis.unlink(*found)
@@ -455,7 +459,8 @@ class JobStore:
         ]  # fmt: skip
         r = await self.scripts.snapshot(keys=[keys.prefix(endpoint_id)], args=args)
         oldest, oldest_low = (int(v) if int(v) >= 0 else None for v in r[8:10])
-        held = {w.decode(): int(n) for w, n in zip(r[15::2], r[16::2], strict=True)}
+        listed = {w.decode(): int(n) for w, n in zip(r[15::2], r[16::2], strict=True)}
+        held = {w: n for w, n in listed.items() if n >= 0}  # -1: warming up
         initializing, throttled, unhealthy, lb_held, lb_flight = (int(v) for v in r[10:15])
         in_queue, in_queue_low, in_progress, idle, running, done, failed, retried = map(int, r[:8])
         return Snapshot(
@@ -463,6 +468,7 @@ class JobStore:
             oldest, oldest_low, held,
             workers_initializing=initializing, workers_throttled=throttled,
             workers_unhealthy=unhealthy, requests_held=lb_held, requests_in_flight=lb_flight,
+            workers_warming=frozenset(listed.keys() - held.keys()),
         )  # fmt: skip
 
     async def report_worker_states(

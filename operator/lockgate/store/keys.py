@@ -68,6 +68,17 @@ the single description of what they build.
     lg:{ep}:unp          ZSET  workers marked unhealthy whose pod or process is still there
                                (score: when marked), counted in /health's `unhealthy`; a
                                release without why (it is gone) removes one; pruned as `un`
+    lg:{ep}:wun          STR   the endpoint's count of warm-up job inputs (models/warmup.py),
+                               written with its registry entry; absent: no warm-up
+    lg:{ep}:wu           HASH  worker -> its warm-up as JSON {i: the input due or running, n:
+                               the count, j: the running one's job id, k: how often it was
+                               handed, d: its deadline (ms),
+                               x: when the sweep found it overdue}; from its first call
+                               (common.lua beat) until its last warm-up job is done or it
+                               is released (docs/warm-up.md)
+    lg:{ep}:lbu          HASH  load-balancing worker id -> its warm-up: "warming <deadline
+                               ms>" (one gateway process sends it), "done", or "failed
+                               <reason>"; removed with the worker
     lg:{ep}:wh           ZSET  webhook outbox: job ids, score = next attempt (ms)
     lg:{ep}:wha          HASH  job id -> webhook attempts made
     lg:{ep}:sweep        STR   lock: one replica sweeps the endpoint per interval
@@ -204,6 +215,14 @@ def stream(endpoint_id: str, job_id: str) -> str:
 
 def lb_workers(endpoint_id: str) -> str:
     return f"{prefix(endpoint_id)}lbw"
+
+
+def warmup_count(endpoint_id: str) -> str:
+    return f"{prefix(endpoint_id)}wun"
+
+
+def lb_warmups(endpoint_id: str) -> str:
+    return f"{prefix(endpoint_id)}lbu"
 
 
 def lb_health(endpoint_id: str) -> str:

@@ -19,6 +19,20 @@ from lockgate.store import keys
 from lockgate.store.replies import text
 
 HEALTHY, INITIALIZING, UNHEALTHY = "healthy", "initializing", "unhealthy"
+WARMED, FAILED, WARMING = "done", "failed", "warming"  # a worker's warm-up in `lbu`
+
+# Claim a worker's warm-up (KEYS[1] `lbu`; ARGV worker, now ms, until ms): set "warming
+# <until>" when no warm-up began or the one that did is past its deadline. Returns 1 when
+# claimed.
+_CLAIM_WARMUP = """
+local v = redis.call('HGET', KEYS[1], ARGV[1])
+if v then
+  local until_ms = string.match(v, '^warming (%d+)$')
+  if not until_ms or tonumber(until_ms) >= tonumber(ARGV[2]) then return 0 end
+end
+redis.call('HSET', KEYS[1], ARGV[1], 'warming ' .. ARGV[3])
+return 1
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +68,7 @@ class LbWorkers:
 
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
+        self._claim = redis.register_script(_CLAIM_WARMUP)
 
     async def register(self, endpoint_id: str, worker_id: str, worker: LbWorker) -> None:
         """Add (or replace) a worker; gateways learn of it at once (`l:` event)."""
@@ -65,6 +80,7 @@ class LbWorkers:
         pipe = self.redis.pipeline(transaction=False)
         pipe.hdel(keys.lb_workers(endpoint_id), worker_id)
         pipe.hdel(keys.lb_health(endpoint_id), worker_id)
+        pipe.hdel(keys.lb_warmups(endpoint_id), worker_id)
         await pipe.execute()
         await self._changed(endpoint_id)
 
@@ -85,6 +101,7 @@ class LbWorkers:
         if unregister:
             pipe.hdel(keys.lb_workers(endpoint_id), *unregister)
             pipe.hdel(keys.lb_health(endpoint_id), *unregister)
+            pipe.hdel(keys.lb_warmups(endpoint_id), *unregister)
         await pipe.execute()
         await self._changed(endpoint_id)
 
@@ -142,6 +159,30 @@ class LbWorkers:
         dead = [r for r, v in raw.items() if int(orjson.loads(v)["exp"]) < now_ms]
         if dead:
             await self.redis.hdel(key, *dead)
+
+    # -- warm-up (`lbu`): one gateway process sends a new worker its warm-up request --
+
+    async def warmup_state(self, endpoint_id: str, worker_id: str) -> str | None:
+        """The worker's warm-up: WARMED, "failed <reason>", "warming <deadline ms>", or
+        None when none began."""
+        raw = await self.redis.hget(keys.lb_warmups(endpoint_id), worker_id)
+        return None if raw is None else text(raw)
+
+    async def claim_warmup(
+        self, endpoint_id: str, worker_id: str, *, now_ms: int, until_ms: int
+    ) -> bool:
+        """Whether this caller sends the worker its warm-up request: none began, or the
+        one that did is past its deadline (its gateway process went away)."""
+        claimed = await self._claim(
+            keys=[keys.lb_warmups(endpoint_id)], args=[worker_id, now_ms, until_ms]
+        )
+        return bool(claimed)
+
+    async def warmup_ended(self, endpoint_id: str, worker_id: str, failure: str | None) -> None:
+        """Record the warm-up's outcome: WARMED, or `failure` (the worker's marked unhealthy
+        apart, `JobStore.mark_unhealthy`)."""
+        value = WARMED if failure is None else f"{FAILED} {failure}"
+        await self.redis.hset(keys.lb_warmups(endpoint_id), worker_id, value)
 
     async def wake_scaler(self, endpoint_id: str) -> None:
         """The `q:` event a queued job sends: scalers decide at once, not at their next tick."""

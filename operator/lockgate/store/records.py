@@ -118,6 +118,7 @@ class TakenJob:
     id: str
     input: bytes
     s3_config: bytes | None
+    warmup: int | None = None  # a warm-up job: the index of the endpoint's warm-up input
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +143,8 @@ class Snapshot:
     # Load-balancing endpoints: requests held for a routable worker, and in flight.
     requests_held: int = 0
     requests_in_flight: int = 0
+    # Live workers still warming up (counted in `workers_initializing`, not in worker_jobs).
+    workers_warming: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,14 +41,21 @@ class Registry:
         self.redis = redis
 
     async def put_endpoint(self, endpoint_id: str, entry: RegistryEntry) -> None:
-        """Register (or update) an endpoint with the settings the gateway needs, and its
-        onWorkerLost policy where the store's scripts read it (`lost_policy`)."""
+        """Register (or update) an endpoint with the settings the gateway needs, and beside
+        its other keys what the store's scripts read: its onWorkerLost policy
+        (`lost_policy`) and its count of warm-up inputs (`warmup_count`, for the scripts
+        that see a new worker)."""
         await self.redis.hset(keys.ENDPOINTS, endpoint_id, orjson.dumps(entry.stored()))
         policy = lost_policy(entry)
         if policy:
             await self.redis.hset(keys.lost_policy(endpoint_id), items=policy)
         else:
             await self.redis.delete(keys.lost_policy(endpoint_id))
+        warmups = len(entry.warmup.inputs or []) if entry.warmup is not None else 0
+        if warmups:
+            await self.redis.set(keys.warmup_count(endpoint_id), warmups)
+        else:
+            await self.redis.delete(keys.warmup_count(endpoint_id))
         await self.redis.publish(keys.EVENTS_CHANNEL, f"r:{endpoint_id}")
 
     async def get_endpoint(self, endpoint_id: str) -> RegistryEntry | None:

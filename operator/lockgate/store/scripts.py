@@ -82,6 +82,8 @@ NAMES = (
     "worker_states",
     "worker_started",
     "watch",
+    "warmup_done",
+    "warmup_overdue",
 )
 
 

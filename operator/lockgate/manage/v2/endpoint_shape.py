@@ -166,6 +166,7 @@ ENDPOINT_FIELDS: Mapping[str, str] = {
     "replicas": "not in v2: the scale subresource's (kubectl scale, an HPA, KEDA)",
     "onWorkerLost": "not in v2: lockgate's (v1, kubectl)",
     "requeueMaxRunS": "not in v2: lockgate's (v1, kubectl)",
+    "warmup": "not in v2: lockgate's warm-up (v1, kubectl; docs/warm-up.md)",
 }
 TEMPLATE_FIELDS: Mapping[str, str] = {
     "name": "not in v2: the bound template takes the endpoint's name",

@@ -235,6 +235,7 @@ local function release(ep, worker, now, max_attempts, ret_run, ret_sync, reason,
   redis.call('ZREM', P .. 'w', worker)
   redis.call('HDEL', P .. 'wst', worker)
   redis.call('HDEL', P .. 'wfc', worker)
+  redis.call('HDEL', P .. 'wu', worker)
   return {requeued, failed}
 end
 
@@ -256,23 +257,35 @@ end
 -- or when its worker is released, each hash dies COLD_START_KEEP after its last write.
 local COLD_START_KEEP = 3600000
 
+-- A worker is ready for real work (its first call, or the end of its warm-up): its
+-- cold-start time (from its start, as its control plane reported it, to now) is counted in
+-- bucket `b<bucket>`; with no start reported yet, now is kept for worker_started.lua.
+local function first_call(worker, now)
+  local start = redis.call('HGET', P .. 'wst', worker)
+  if start then
+    redis.call('HDEL', P .. 'wst', worker)
+    count_interval(now, 'b' .. delay_bucket(now - tonumber(start)))
+  else
+    redis.call('HSET', P .. 'wfc', worker, now)
+    redis.call('PEXPIRE', P .. 'wfc', COLD_START_KEEP)
+  end
+end
+
 -- A worker's heartbeat. A worker new to the endpoint announces it on `lg:events` (`a:<ep>`):
 -- every gateway process looks after the endpoint again (gateway/activity.py), and is
 -- counted as a cold start in its history interval (`s`; a worker forgotten after missing
--- its heartbeats and heard from again counts again). Its cold-start time (from its start,
--- as its control plane reported it, to now) is counted in bucket `b<bucket>`; with no
--- start reported yet, the first call is kept for worker_started.lua.
+-- its heartbeats and heard from again counts again). On an endpoint with a warm-up (`wun`:
+-- its count of job inputs, written with the registry entry) it starts warming (`wu`, see
+-- take.lua): its cold start ends when its warm-up does (warmup_done.lua); else now.
 local function beat(worker, now)
   if redis.call('ZADD', P .. 'w', now, worker) == 1 then
     redis.call('PUBLISH', EVENTS, 'a:' .. string.sub(P, 5, -3))
     count_interval(now, 's')
-    local start = redis.call('HGET', P .. 'wst', worker)
-    if start then
-      redis.call('HDEL', P .. 'wst', worker)
-      count_interval(now, 'b' .. delay_bucket(now - tonumber(start)))
+    local warmups = tonumber(redis.call('GET', P .. 'wun'))
+    if warmups and warmups > 0 then
+      redis.call('HSET', P .. 'wu', worker, cjson.encode({i = 0, n = warmups}))
     else
-      redis.call('HSET', P .. 'wfc', worker, now)
-      redis.call('PEXPIRE', P .. 'wfc', COLD_START_KEEP)
+      first_call(worker, now)
     end
   end
 end

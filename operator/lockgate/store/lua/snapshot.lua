@@ -5,7 +5,8 @@
 --          workers initializing, throttled, unhealthy (as last reported, else 0, plus
 --          the workers marked unhealthy whose pod or process is still there: `unp`),
 --          requests held, requests in flight (load-balancing endpoints, else 0),
---          then worker id, jobs (or requests) held, ... for every live worker}.
+--          then worker id, jobs (or requests) held, ... for every live worker: -1 for one
+--          warming up (take.lua), counted initializing rather than idle}.
 -- A load-balancing worker (`lbw`) counts by its polled health (`lbh`): healthy is idle or
 -- running (requests in flight), initializing, or unhealthy; gateways report their held
 -- and in-flight requests in `lbr`, an expired report counts for nothing.
@@ -16,10 +17,15 @@ local function oldest(q)
   return tonumber(redis.call('HGET', jkey(head[1]), 'qd')) or -1
 end
 local alive, busy = live_workers(now, timeout)
-local held = {}
+local held, warming = {}, 0
 for _, w in ipairs(alive) do
   held[#held + 1] = w
-  held[#held + 1] = load_of(w)
+  if redis.call('HEXISTS', P .. 'wu', w) == 1 then  -- warming up: initializing, held -1
+    warming = warming + 1
+    held[#held + 1] = -1
+  else
+    held[#held + 1] = load_of(w)
+  end
 end
 local lb_held, lb_flight, per_worker = 0, 0, {}
 local reports = redis.call('HGETALL', P .. 'lbr')
@@ -52,11 +58,11 @@ for _, w in ipairs(redis.call('HKEYS', P .. 'lbw')) do
 end
 local s = redis.call('HMGET', P .. 'stats', 'completed', 'failed', 'retried')
 local out = {redis.call('ZCARD', P .. 'q'), redis.call('ZCARD', P .. 'ql'),
-  redis.call('ZCARD', P .. 'run'), #alive - busy + lb_idle, busy + lb_busy,
+  redis.call('ZCARD', P .. 'run'), #alive - warming - busy + lb_idle, busy + lb_busy,
   tonumber(s[1]) or 0, tonumber(s[2]) or 0, tonumber(s[3]) or 0,
   oldest(P .. 'q'), oldest(P .. 'ql')}
 local ws = redis.call('HMGET', P .. 'ws', 'initializing', 'throttled', 'unhealthy')
-out[#out + 1] = (tonumber(ws[1]) or 0) + lb_init
+out[#out + 1] = (tonumber(ws[1]) or 0) + lb_init + warming
 out[#out + 1] = tonumber(ws[2]) or 0
 local marked = redis.call('ZCOUNT', P .. 'unp', now - tonumber(ARGV[4]), '+inf')
 out[#out + 1] = (tonumber(ws[3]) or 0) + lb_bad + marked

@@ -4,7 +4,8 @@
 -- run, retention sync, reason: the worker holds no job, so jobs recorded as its are an
 -- earlier process's (same worker id): give them back first].
 -- Returns {jobs left in the queues, {id, input, s3Config or false}, ...}, or {-1} when
--- the worker was told to stop or is gone (it gets no new job).
+-- the worker was told to stop or is gone (it gets no new job), or while it warms up {-3}
+-- (a warm-up job runs) or {-3, warm-up input index, its job id} (hand that one now).
 local worker, now, n, det = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local max_bytes, bytes = tonumber(ARGV[5]), 0
 if gone(worker, now) then return {-1} end  -- STOPPING: released for good
@@ -14,6 +15,19 @@ end
 beat(worker, now)
 local stopping_until = redis.call('ZSCORE', P .. 'stopping', worker)
 if stopping_until and tonumber(stopping_until) > now then return {-1} end  -- STOPPING
+-- A worker warming up (`wu`, see beat) gets its warm-up inputs one at a time, as jobs of
+-- their own (`warmup-<i>-<k>-<now>`, outside the queue and every count), then real jobs. One
+-- HGET for every take: no round trip of its own. A worker that holds no job (the SDK's
+-- `job_in_progress=0`, ARGV[6]) while one is handed lost it (a restart): handed again.
+local warming = redis.call('HGET', P .. 'wu', worker)
+if warming then
+  local s = cjson.decode(warming)
+  if s.d and not ARGV[6] then return {-3} end  -- WARMING: one is running
+  s.k = (s.k or 0) + 1  -- handed this many times: a new id each time
+  s.j, s.d = 'warmup-' .. s.i .. '-' .. s.k .. '-' .. now, now + det
+  redis.call('HSET', P .. 'wu', worker, cjson.encode(s))
+  return {-3, s.i, s.j}
+end
 local out, full = {0}, false
 for _, q in ipairs({P .. 'q', P .. 'ql'}) do
   while #out <= n and not full do

@@ -3,7 +3,8 @@
 -- (common.lua `beat`). ARGV: now (ms), then worker, start (ms) pairs. A worker whose first
 -- call came first (in `wfc`) is counted now; one not yet heard from has its start kept
 -- (in `wst`) until its first call or its release; one already heard from without a first
--- call kept (an operator restart seeing its pods again) is left alone.
+-- call kept (an operator restart seeing its pods again) is left alone, unless it is still
+-- warming up (its first call is the end of its warm-up, warmup_done.lua).
 -- Returns how many were counted.
 local now, counted = tonumber(ARGV[1]), 0
 local starts, firsts = P .. 'wst', P .. 'wfc'
@@ -14,7 +15,7 @@ for i = 2, #ARGV, 2 do
     redis.call('HDEL', firsts, worker)
     count_interval(now, 'b' .. delay_bucket(tonumber(first) - start))
     counted = counted + 1
-  elseif not redis.call('ZSCORE', P .. 'w', worker) then
+  elseif not redis.call('ZSCORE', P .. 'w', worker) or redis.call('HEXISTS', P .. 'wu', worker) == 1 then
     redis.call('HSET', starts, worker, start)
     redis.call('PEXPIRE', starts, COLD_START_KEEP)
   end
