@@ -77,6 +77,14 @@ def workers_counted(dev: DevProcess, endpoint_id: str) -> int:
     return sum(health.json()["workers"].values())
 
 
+def v2_workers(dev: DevProcess, endpoint_id: str) -> list[dict]:
+    """The v2 workers list (`GET /v2/serverless/{id}/workers`)."""
+    url = f"{dev.url}/v2/serverless/{endpoint_id}/workers"
+    answer = requests.get(url, headers=ADMIN, timeout=30)
+    assert answer.status_code == 200, answer.text
+    return answer.json()["workers"]
+
+
 def test_a_worker_scaled_to_zero_is_resumed_by_a_strict_resume_request(dev: DevProcess) -> None:
     create(dev, "rsback", lbResumeWindowS=300)
     first = get(dev, "rsback")
@@ -84,6 +92,7 @@ def test_a_worker_scaled_to_zero_is_resumed_by_a_strict_resume_request(dev: DevP
     worker = first.headers[WORKER_ID]
     until(f"{worker} parked", lambda: parked(dev, worker))
     assert workers_counted(dev, "rsback") == 0  # scaled to zero: it counts nowhere
+    assert v2_workers(dev, "rsback") == []
     pid = process_of(dev, worker).pid
     # strict does not resume: a scaled-down worker is gone for it
     strict = get(dev, "rsback", f"strict {worker}")
@@ -97,6 +106,7 @@ def test_a_worker_scaled_to_zero_is_resumed_by_a_strict_resume_request(dev: DevP
     again = process_of(dev, worker)
     assert again is not None and again.pid == pid  # the same process, continued
     assert again.status() != psutil.STATUS_STOPPED
+    assert [w["id"] for w in v2_workers(dev, "rsback")] == [worker]
 
 
 def test_a_worker_past_its_resume_window_or_never_there_is_404(dev: DevProcess) -> None:

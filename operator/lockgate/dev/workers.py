@@ -191,6 +191,11 @@ class LocalWorkers:
         return len(self.pool.active)
 
     @property
+    def parked(self) -> set[str]:
+        """Workers a scale-down parked (an LB endpoint's: resumable, not workers now)."""
+        return set(self.pool.parked) if isinstance(self.pool, LbProcessPool) else set()
+
+    @property
     def alive(self) -> int:
         """Worker processes not yet exited (those asked to stop, finishing, too)."""
         return len([w for w in self.pool.workers.values() if w.process.returncode is None])
