@@ -103,7 +103,10 @@ class LbProcessPool(LocalProcessPool):
 
     async def upkeep(self) -> None:
         """Each scaler tick, before it decides: resume the workers a `strict-resume`
-        request asked back, and stop for good those whose window passed."""
+        request asked back, and stop for good those whose window passed. No Redis call
+        while no worker is parked or being parked (only those can be asked back)."""
+        if not self.parked and not self.parking:
+            return
         for worker_id in await self.lb.take_resumes(self.endpoint_id):
             await self.resume(worker_id, "strict-resume")
         for worker_id in expired(self.parked, time.monotonic()):

@@ -197,7 +197,7 @@ class DeploymentPool:
         await self.lb.forget_parked(self.endpoint_id, ended)
         for name in ended:
             del self.parked[name]
-        self.replicas = len(self.pods) + len(self.parked)
+        self.replicas = max(0, self.replicas - len(ended))
         await self.cluster.scale_deployment(self.namespace, self.name, self.replicas)
         for name in ended:
             log.info("pod %s/%s: its resume window ended: deleting it", self.namespace, name)
@@ -267,14 +267,15 @@ class DeploymentPool:
         name = pod["metadata"]["name"]
         if self.lb is None or not parks(self.resume_window_s, SCALE_DOWN):
             return False
-        until = self._now_ms() + int(self.resume_window_s * 1000)
-        if not await self.lb.park(self.endpoint_id, name, until):
+        if not await self.lb.routed(self.endpoint_id, name):
             return False  # never routed: nothing to resume
+        until = self._now_ms() + int(self.resume_window_s * 1000)
         marks = {PARKED_UNTIL: str(until), DELETION_COST: PARKED_COST, SAFE_TO_EVICT: "true"}
         try:
             await self.cluster.annotate("Pod", self.namespace, name, marks)
-        except NotFound:  # deleted since the tick began: the next sync forgets it
+        except NotFound:  # deleted since the tick began
             return False
+        await self.lb.park(self.endpoint_id, name, until)  # the pod says so first
         self.pods.remove(pod)
         self.parked[name] = until
         log.info("pod %s/%s parked: resumable for %g s", self.namespace, name, self.resume_window_s)
@@ -285,8 +286,7 @@ class DeploymentPool:
         until = self.parked.pop(name)
         try:
             await self.cluster.annotate("Pod", self.namespace, name, {PARKED_UNTIL: None, **IDLE})
-        except NotFound:  # gone meanwhile: no longer kept by the replica count
-            self.replicas -= 1
+        except NotFound:  # deleted meanwhile: the ReplicaSet replaces it with a worker
             return
         await self._set_serving(name, True)
         await self.lb.unpark(self.endpoint_id, name)  # type: ignore[union-attr]

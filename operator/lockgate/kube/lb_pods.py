@@ -213,6 +213,10 @@ class LbPods:
             await self.lb.apply(endpoint_id, leaving)
             known.update(leaving)
 
+    async def routed(self, endpoint_id: str, worker_id: str) -> bool:
+        """Whether the worker has a routing record (only such a worker is parked)."""
+        return worker_id in await self._known(endpoint_id)
+
     async def park(self, endpoint_id: str, worker_id: str, until_ms: int) -> bool:
         """Move a routed worker's record to the parked ones (resumable until `until_ms`);
         False when it has no record (never routed: nothing to resume)."""
