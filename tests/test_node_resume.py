@@ -13,7 +13,14 @@ from typing import Any
 import pytest
 import requests
 
-from node_release import USER_NAMESPACE, Release, apply_lb_endpoint, wait_until, worker_pods
+from node_release import (
+    USER_NAMESPACE,
+    Release,
+    apply_lb_endpoint,
+    endpoint_status,
+    wait_until,
+    worker_pods,
+)
 
 pytest_plugins = ["node_fixtures"]
 pytestmark = [pytest.mark.node, pytest.mark.timeout(300)]
@@ -39,7 +46,12 @@ def patch_endpoint(release: Release, **spec: Any) -> None:
 def test_a_parked_pod_is_resumed_by_strict_resume_and_gone_after_its_window(
     release: Release,
 ) -> None:
-    apply_lb_endpoint(release, NAME, load_seconds=0, idleTimeout=2, lbResumeWindowS=120)
+    try:  # Ready within 30 s, or (a node just up, its operator starting) a while later
+        apply_lb_endpoint(release, NAME, load_seconds=0, idleTimeout=2, lbResumeWindowS=120)
+    except AssertionError:
+        print(endpoint_status(release, NAME))
+        print(release.describe())
+        wait_until(lambda: endpoint_status(release, NAME).get("phase") == "Ready", "Ready", 120)
     http = requests.Session()
     http.headers["authorization"] = release.client_key()
     url = f"{release.gateway_url}/lb/{NAME}/echo/x"
