@@ -202,8 +202,8 @@ LB_PORT = 8000
 def apply_lb_endpoint(release: Release, name: str, *, load_seconds: float, **spec: Any) -> None:
     """A load-balancing Endpoint (and its Template) running the example worker, which
     answers `/ping` 204 for `load_seconds`; `spec` overrides the Endpoint's defaults here
-    (one worker per 4 requests, at most 1, 5 s idle, 30 s per request). Returns once
-    the Endpoint is Ready."""
+    (one worker per 4 requests, at most 1, 5 s idle, 30 s per request, no parking on
+    scale-down: the tests count pods). Returns once the Endpoint is Ready."""
     meta = {"name": name, "namespace": USER_NAMESPACE}
     template = {
         "image": LB_IMAGE,
@@ -213,7 +213,8 @@ def apply_lb_endpoint(release: Release, name: str, *, load_seconds: float, **spe
     }
     endpoint = {"templateId": name, "type": "LB", "scalerType": "REQUEST_COUNT",
                 "scalerValue": 4, "computeType": "CPU", "vcpuCount": 1, "workersMin": 0,
-                "workersMax": 1, "idleTimeout": 5, "requestTimeoutS": 30, **spec}  # fmt: skip
+                "workersMax": 1, "idleTimeout": 5, "requestTimeoutS": 30,
+                "lbResumeWindowS": 0, **spec}  # fmt: skip
     for kind, body in (("Template", template), ("Endpoint", endpoint)):
         release.apply({"apiVersion": "lockgate.dev/v1alpha1", "kind": kind, "metadata": meta,
                        "spec": body})  # fmt: skip

@@ -13,7 +13,15 @@ from redis.asyncio import Redis
 
 from lockgate.kube import manifests
 from lockgate.kube.deployment_pool import DeploymentPool
-from lockgate.kube.lb_pods import REREAD_S, LbPods, changes, lb_worker_of, wanted_workers
+from lockgate.kube.lb_pods import (
+    PARKED_UNTIL,
+    REREAD_S,
+    LbPods,
+    changes,
+    lb_worker_of,
+    parked_until,
+    wanted_workers,
+)
 from lockgate.kube.manifests import LB_ANNOTATION, SERVING_CONDITION, Owner
 from lockgate.kube.settings import OperatorSettings
 from lockgate.models import EndpointSpec, TemplateSpec
@@ -371,3 +379,51 @@ async def test_a_scale_down_drains_its_victims_before_the_replica_count_drops(
     pool = DeploymentPool(cluster, deployment, listed, endpoint_id="chat", lb=pods)  # type: ignore[arg-type]
     await pool.resize(1, idle_first=["b", "a"])
     assert cluster.calls == [("scale", (1, {"b"}))]
+
+
+# -- parked pods (strict-resume) -------------------------------------------------------------
+
+
+def parked_pod(name: str, until_ms: int = 9_000) -> dict[str, Any]:
+    listed = pod(name, serving="False")
+    listed["metadata"]["annotations"][PARKED_UNTIL] = str(until_ms)
+    return listed
+
+
+def test_a_parked_pod_has_no_routing_record() -> None:
+    assert lb_worker_of(parked_pod("a")) is None
+    assert parked_until(parked_pod("a", 1234)) == 1234
+    assert parked_until(pod("a")) is None
+
+
+async def test_a_parked_pod_moves_to_the_parked_records_and_back(redis: Redis) -> None:
+    lb = LbWorkers(redis)
+    pods = LbPods(lb)
+    await pods.sync("chat", [pod("a", serving="False")])  # drained by the scale-down
+    assert await pods.park("chat", "a", 9_000)
+    assert not await pods.park("chat", "never-routed", 9_000)
+    roster = await lb.roster("chat")
+    assert (set(roster.workers), roster.parked["a"].until_ms) == (set(), 9_000)
+    await pods.sync("chat", [parked_pod("a")])  # listed parked: left as it is
+    assert set((await lb.roster("chat")).parked) == {"a"}
+    await pods.unpark("chat", "a")
+    roster = await lb.roster("chat")
+    assert roster.parked == {} and not roster.workers["a"].draining
+
+
+async def test_a_parked_pod_no_longer_listed_is_no_longer_resumable(redis: Redis) -> None:
+    lb = LbWorkers(redis)
+    pods = LbPods(lb)
+    await pods.sync("chat", [pod("a", serving="False")])
+    await pods.park("chat", "a", 9_000)
+    await pods.sync("chat", [])  # deleted by hand, or by a rollout's old ReplicaSet
+    assert (await lb.roster("chat")).parked == {}
+
+
+async def test_resume_asks_are_taken_once(redis: Redis) -> None:
+    lb = LbWorkers(redis)
+    await lb.ask_resume("chat", "a")
+    await lb.ask_resume("chat", "a")
+    await lb.ask_resume("chat", "b")
+    assert await LbPods(lb).resumes("chat") == ["a", "b"]
+    assert await lb.take_resumes("chat") == []

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lockgate.gateway.lb_workers import Target, health_state, parse_affinity, pick
+from lockgate.gateway.lb_workers import Target, health_state, pick
 from lockgate.models.endpoint import ScalerType
 from lockgate.scaling.decision import EndpointMetrics, Limits, Workers, decide
 from lockgate.store.lb_workers import LbWorker
@@ -42,12 +42,6 @@ def test_request_count_counts_held_and_in_flight_requests(metrics, workers, desi
 )
 def test_health_codes_map_to_states(code, answered, starting, state) -> None:
     assert health_state(code, answered=answered, starting=starting) == state
-
-
-def test_affinity_header_is_soft_unless_strict() -> None:
-    assert parse_affinity("w-1") == ("w-1", False)
-    assert parse_affinity("strict w-1") == ("w-1", True)
-    assert parse_affinity(None) == (None, False)
 
 
 def _target(worker_id: str, in_flight: int = 0, state: str = "healthy") -> Target:

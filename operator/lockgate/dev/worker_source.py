@@ -33,9 +33,10 @@ from lockgate.workerenv import resource_env
 def _facts(workers: LocalWorkers, gpus: int, now_s: float, now_mono: float) -> list[WorkerFacts]:
     crash_loop = workers.states.unhealthy > 0
     out = []
+    parked = workers.parked
     for worker in workers.pool.workers.values():
-        if worker.process.returncode is not None:
-            continue  # exited, not reaped yet
+        if worker.process.returncode is not None or worker.id in parked:
+            continue  # exited, not reaped yet; or scaled down (only resumable)
         started_s = now_s - (now_mono - worker.started)
         out.append(
             WorkerFacts(

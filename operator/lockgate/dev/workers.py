@@ -132,16 +132,19 @@ class LocalWorkers:
         lb: LbWorkers | None = None,
         drain_s: float = 0.0,
         version: int = 1,
+        resume_window_s: float = 0.0,
         env_at_start: Callable[[dict[str, str]], dict[str, str]] | None = None,
     ) -> LocalWorkers:
         """Start scaling at once (workersMin workers start on the first tick); each line
         a worker writes goes to `sink` too. With `lb`, the workers are a load-balancing
-        endpoint's HTTP servers (`LbProcessPool`, drained up to `drain_s` before a stop)."""
+        endpoint's HTTP servers (`LbProcessPool`, drained up to `drain_s` before a stop,
+        a scale-down's victims parked for `resume_window_s`)."""
         pool: LocalProcessPool
         if lb is not None:
             pool = LbProcessPool(
                 endpoint_id, launch.command, env, cwd=launch.cwd, keys=keys, sink=sink,
                 lb=lb, store=store, drain_s=drain_s, env_at_start=env_at_start,
+                resume_window_s=resume_window_s,
             )  # fmt: skip
         else:
             pool = LocalProcessPool(
@@ -189,6 +192,11 @@ class LocalWorkers:
         return len(self.pool.active)
 
     @property
+    def parked(self) -> set[str]:
+        """Workers a scale-down parked (an LB endpoint's: resumable, not workers now)."""
+        return set(self.pool.parked) if isinstance(self.pool, LbProcessPool) else set()
+
+    @property
     def alive(self) -> int:
         """Worker processes not yet exited (those asked to stop, finishing, too)."""
         return len([w for w in self.pool.workers.values() if w.process.returncode is None])
@@ -199,6 +207,12 @@ class LocalWorkers:
         await self.halt()
         self.scaler = LocalAutoscaler(self.store, self.pool, self.endpoint_id, limits)
         self.task = asyncio.create_task(self.scaler.run(), name=self.task.get_name())
+
+    def resume_window(self, seconds: float) -> None:
+        """An LB endpoint's new `lbResumeWindowS`: workers scaled down from now on are
+        parked that long (those parked already keep theirs)."""
+        if isinstance(self.pool, LbProcessPool):
+            self.pool.resume_window_s = seconds
 
     async def withdraw(self) -> None:
         """Before a replacement the old workers take nothing new from now on, and what

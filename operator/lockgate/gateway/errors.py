@@ -21,9 +21,11 @@ def clip(text: str, limit: int = CLIP_CHARS) -> str:
 
 
 class ApiError(Exception):
-    """A refusal with an HTTP status and a message for the client."""
+    """A refusal with an HTTP status and a message for the client; `reason`, when set, is
+    a machine-readable word beside the message (`{"error": ..., "reason": ...}`)."""
 
     status = 400
+    reason: str | None = None
 
     def __init__(
         self,

@@ -9,6 +9,12 @@ request is woken the moment a poll sees 200. A worker answering neither 200 nor 
 proxied request that cannot reach it) is out of routing until a poll sees 200 again; after
 a failed request, only a poll begun after the failure counts (one in progress may still
 carry the worker's last 200).
+
+A request pinned to one worker (`strict <id>`, `strict-resume <id>`: `gateway.affinity`)
+waits for that worker only: 404 `affinity_worker_gone` when it is gone, 400
+`worker_timeout` when it is not routable within the hold. `strict-resume` asks a parked
+worker (`lbp`: scaled down, still resumable) back through Redis (`lbpw` and a `q:` event
+to the scaler), again every `RESUME_ASK_S` while it waits.
 """
 
 from __future__ import annotations
@@ -27,6 +33,23 @@ from typing import Any
 import aiohttp
 from multidict import CIMultiDictProxy
 
+from lockgate.gateway.affinity import (
+    ABSENT,
+    DRAINING,
+    GO,
+    GONE,
+    PARKED,
+    RESUME,
+    ROUTABLE,
+    STRICT_RESUME,
+    WAITING,
+    Affinity,
+    WorkerGone,
+    WorkerTimeout,
+    gone_because,
+    parse_affinity,
+    pinned_step,
+)
 from lockgate.gateway.errors import ApiError
 from lockgate.gateway.lb_upstream import WorkerPool
 from lockgate.gateway.lb_warmup import LbWarmer
@@ -49,6 +72,7 @@ POOL_PER_WORKER = 256  # kept-alive connections per worker (aiohttp's TCPConnect
 CONNECT_TIMEOUT_S = 5.0  # a new connection to a worker must be made within this
 GATEWAY_HOLD = "LOCKGATE_LB_HOLD_S"  # the hold's setting, as a 503 names it
 OWN_HOLD = "the endpoint's lbHoldS"
+RESUME_ASK_S = 1.0  # a strict-resume request asks for its parked worker again this often
 
 
 REFUSAL_MAX = 64 * 1024  # a refused WebSocket upgrade's body is passed back up to this
@@ -168,6 +192,7 @@ class LbEndpoint:
 
     id: str
     targets: dict[str, Target] = field(default_factory=dict)
+    parked: set[str] = field(default_factory=set)  # scaled down, still resumable
     held: int = 0
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     used: float = field(default_factory=time.monotonic)
@@ -207,14 +232,14 @@ def worker_pool(worker: LbWorker) -> WorkerPool:
     return WorkerPool(host.strip("[]"), int(port), connect_timeout_s=CONNECT_TIMEOUT_S)
 
 
-def parse_affinity(header: str | None) -> tuple[str | None, bool]:
-    """`X-Runpod-Worker-Id`: `<id>` asks for that worker (soft), `strict <id>` insists."""
-    if not header:
-        return None, False
-    word, _, rest = header.strip().partition(" ")
-    if word.lower() == "strict" and rest.strip():
-        return rest.strip(), True
-    return header.strip(), False
+def pinned_seen(ep: LbEndpoint, worker_id: str, exclude: Collection[str] = ()) -> str:
+    """How a pinned request's worker looks here now (`gateway.affinity`'s words)."""
+    t = ep.targets.get(worker_id)
+    if t is not None:
+        if t.worker.draining:
+            return DRAINING
+        return ROUTABLE if t.routable and t.id not in exclude else WAITING
+    return PARKED if worker_id in ep.parked else ABSENT
 
 
 def health_state(code: int, *, answered: bool, starting: bool) -> str:
@@ -282,20 +307,24 @@ class LbRouter:
         (`release` it). Without one the request is held until one turns routable; 503 after
         `hold_s` (the endpoint's `lbHoldS`; None: the gateway's) counted from `since` (the
         loop time the request first asked; None: now), or at once beyond `max_held` held
-        requests."""
+        requests. A pinned request (`strict`, `strict-resume`) waits for its worker only:
+        `WorkerGone` (404) when it is gone, `WorkerTimeout` (400) past the hold."""
         ep = self.endpoints.get(endpoint_id)
         if ep is not None and ep.loaded.is_set():  # the common case, without an await
             ep.used = time.monotonic()
         else:
             ep = await self.endpoint(endpoint_id)
-        want, strict = parse_affinity(affinity_header)
-        target = self._choose(ep, want, strict, exclude)
+        affinity = parse_affinity(affinity_header)
+        if affinity.pinned:
+            target = await self._pinned(ep, affinity, exclude)
+        else:
+            target = pick(ep.targets.values(), affinity.worker, exclude)
         if target is None:
             if hold_s is not None:  # the endpoint's own
                 hold = HoldTime(hold_s, OWN_HOLD)
             else:
                 hold = HoldTime(self.hold_s, GATEWAY_HOLD)
-            target = await self._hold(ep, want, strict, hold, exclude, since)
+            target = await self._hold(ep, affinity, hold, exclude, since)
         target.in_flight += 1
         self._changed(ep)
         return target
@@ -322,19 +351,36 @@ class LbRouter:
         target.state, target.code = UNHEALTHY, 0
         target.failed_at = time.monotonic()
 
-    def _choose(
-        self, ep: LbEndpoint, want: str | None, strict: bool, exclude: Collection[str] = ()
+    async def _choose(
+        self, ep: LbEndpoint, affinity: Affinity, exclude: Collection[str] = ()
     ) -> Target | None:
-        if strict:
-            t = ep.targets.get(want or "")
-            return t if t is not None and t.routable and t.id not in exclude else None
-        return pick(ep.targets.values(), want, exclude)
+        if affinity.pinned:
+            return await self._pinned(ep, affinity, exclude)
+        return pick(ep.targets.values(), affinity.worker, exclude)
+
+    async def _pinned(
+        self, ep: LbEndpoint, affinity: Affinity, exclude: Collection[str] = ()
+    ) -> Target | None:
+        """The pinned worker when routable; None to wait for it (asked back first when
+        parked and the request says `strict-resume`); `WorkerGone` when it is gone."""
+        worker_id = affinity.worker or ""
+        seen = pinned_seen(ep, worker_id, exclude)
+        step = pinned_step(affinity.mode, seen)
+        if step == GO:
+            return ep.targets[worker_id]
+        if step == GONE:
+            why = gone_because(affinity.mode, seen)
+            raise WorkerGone(
+                f"endpoint {ep.id!r}: worker {worker_id!r} ({affinity.mode}) is gone: {why}"
+            )
+        if step == RESUME:
+            await self.store.ask_resume(ep.id, worker_id)
+        return None
 
     async def _hold(
         self,
         ep: LbEndpoint,
-        want: str | None,
-        strict: bool,
+        affinity: Affinity,
         hold: HoldTime,
         exclude: Collection[str] = (),
         since: float | None = None,
@@ -355,9 +401,11 @@ class LbRouter:
                 await self.store.wake_scaler(ep.id)
             while (left := deadline - loop.time()) > 0:
                 changed = ep.changed
+                if affinity.mode == STRICT_RESUME:  # looks (and asks) again now and then
+                    left = min(left, RESUME_ASK_S)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(changed.wait(), left)
-                target = self._choose(ep, want, strict, exclude)
+                target = await self._choose(ep, affinity, exclude)
                 if target is not None:
                     return target
         finally:
@@ -365,13 +413,15 @@ class LbRouter:
             self._changed(ep)
             if self.on_hold is not None:
                 self.on_hold(ep.id, loop.time() - began)
-        why = self._why(ep, want if strict else None, hold)
-        raise NoWorker(why, headers={"Retry-After": "5"})
-
-    def _why(self, ep: LbEndpoint, strict: str | None, hold: HoldTime) -> str:
         held = f"held {hold.seconds:g} s ({hold.setting})"
-        if strict:
-            return f"endpoint {ep.id!r}: worker {strict!r} (strict) was not routable; {held}"
+        if affinity.pinned:
+            raise WorkerTimeout(
+                f"endpoint {ep.id!r}: timed out waiting for worker {affinity.worker!r} "
+                f"({affinity.mode}): not routable; {held}"
+            )
+        raise NoWorker(self._why(ep, held), headers={"Retry-After": "5"})
+
+    def _why(self, ep: LbEndpoint, held: str) -> str:
         if not ep.targets:
             return f"endpoint {ep.id!r}: no worker became healthy: none started; {held}"
         states = ", ".join(
@@ -402,7 +452,12 @@ class LbRouter:
             await asyncio.sleep(RELOAD_S)
 
     async def _load(self, ep: LbEndpoint) -> None:
-        found = await self.store.workers(ep.id)
+        roster = await self.store.roster(ep.id)
+        found, now_ms = roster.workers, self.clock_ms()
+        parked = {w for w, p in roster.parked.items() if p.until_ms >= now_ms and w not in found}
+        if parked != ep.parked:
+            ep.parked = parked
+            ep.wake()
         for worker_id, worker in found.items():
             t = ep.targets.get(worker_id)
             if t is None:
@@ -415,6 +470,7 @@ class LbRouter:
                 ep.wake()
         for worker_id in ep.targets.keys() - found.keys():
             t = ep.targets.pop(worker_id)
+            ep.wake()  # a request pinned to it learns it is gone
             t.gone = True
             if t.poller is not None:
                 t.poller.cancel()

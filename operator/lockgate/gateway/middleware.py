@@ -44,10 +44,17 @@ ErrorRenderer = Callable[..., web.Response]
 
 
 def json_error(
-    status: int, message: str, *, headers: dict[str, str] | None = None, errors: Sequence[str] = ()
+    status: int,
+    message: str,
+    *,
+    headers: dict[str, str] | None = None,
+    errors: Sequence[str] = (),
+    reason: str | None = None,
 ) -> web.Response:
-    """`{"error": message}` (`errors`, a validation failure's parts, are in the message)."""
-    return json_response({"error": message}, status=status, headers=headers)
+    """`{"error": message}` (`errors`, a validation failure's parts, are in the message),
+    with `"reason"` when the error names one (the LB affinity errors)."""
+    body = {"error": message} if reason is None else {"error": message, "reason": reason}
+    return json_response(body, status=status, headers=headers)
 
 
 ERROR_RENDERER: web.AppKey[ErrorRenderer] = web.AppKey("error_renderer")
@@ -100,8 +107,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return await handler(request)
     except ApiError as err:
         log_refusal(request, err.status, err.message)
+        extra = {} if err.reason is None else {"reason": err.reason}
         response = render_error(request)(
-            err.status, err.message, headers=err.headers, errors=err.errors
+            err.status, err.message, headers=err.headers, errors=err.errors, **extra
         )
         if isinstance(err, PayloadTooLarge | RequestTimeout | Unavailable):
             response.force_close()  # the rest of the body is not worth reading

@@ -11,6 +11,16 @@ rollout waits for it. Busy pods also carry `cluster-autoscaler.kubernetes.io/saf
 "false"`, idle ones "true" (their /dev/shm emptyDir would otherwise keep a node up). Whichever
 pod is removed, no job is cut short: the pod gets SIGTERM, the worker runtime finishes the
 job in hand, and the pod's termination grace period covers the endpoint's execution timeout.
+
+A load-balancing endpoint with a resume window (`lbResumeWindowS`, `scaling.parking`) parks
+its scale-down's routed victims instead: drained and out of service as above, they stay in
+the Deployment (the replica count keeps them: workers wanted + parked) annotated
+`PARKED_UNTIL` and with the lowest deletion cost, and are not workers for the scaler. A
+`strict-resume` request (`upkeep`) or a scale-up brings one back: annotation removed, in
+service (Ready) again, routed again. When its window ends the replica count drops by one
+and the pod is deleted (the ReplicaSet, told to shrink, removes the cheapest not-Ready pod:
+the parked one, unless a new pod is still Pending). Kubernetes cannot pause a container:
+a parked pod keeps running idle and holds its node resources (GPU included) for the window.
 """
 
 from __future__ import annotations
@@ -23,8 +33,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from lockgate.kube.cluster import Cluster, NotFound
-from lockgate.kube.lb_pods import LbPods
+from lockgate.kube.lb_pods import PARKED_UNTIL, LbPods, parked_until
 from lockgate.kube.manifests import SERVING_CONDITION
+from lockgate.scaling.parking import SCALE_DOWN, adopt_first, expired, parks
 from lockgate.scaling.pool import PoolState
 from lockgate.store import JobStore
 
@@ -39,6 +50,7 @@ IDLE_COST = "0"  # the default when the annotation is absent
 # a job runs; idle, it may go (emptyDir volumes alone would make the autoscaler keep it).
 BUSY = {DELETION_COST: BUSY_COST, SAFE_TO_EVICT: "false"}
 IDLE = {DELETION_COST: IDLE_COST, SAFE_TO_EVICT: "true"}
+PARKED_COST = "-1000"  # a parked pod is the first the ReplicaSet removes when it shrinks
 
 Obj = Mapping[str, Any]
 
@@ -135,6 +147,7 @@ class DeploymentPool:
         endpoint_id: str = "",
         now: datetime | None = None,
         lb: LbPods | None = None,
+        resume_window_s: float = 0.0,
     ) -> None:
         self.cluster = cluster
         self.store = store  # tells the gateway which workers get no new job
@@ -146,12 +159,51 @@ class DeploymentPool:
         self.replicas = int((deployment.get("spec") or {}).get("replicas", 1))
         labels = ((deployment.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
         self.selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
-        self.pods = live_pods(pods)
-        live = {p["metadata"]["name"] for p in self.pods}
+        # a scale-down's victims are parked this long (LB endpoints only; 0: removed)
+        self.resume_window_s = resume_window_s if lb is not None else 0.0
+        live_ones = live_pods(pods)
+        live = {p["metadata"]["name"] for p in live_ones}
         self.leaving = [p["metadata"]["name"] for p in pods if p["metadata"]["name"] not in live]
+        self.pods = [p for p in live_ones if parked_until(p) is None]
+        # parked pod name -> the end of its resume window (epoch ms)
+        self.parked = {
+            p["metadata"]["name"]: until
+            for p in live_ones
+            if (until := parked_until(p)) is not None
+        }
+
+    @property
+    def size(self) -> int:
+        """Workers asked for: the replica count less the parked pods it keeps."""
+        return max(0, self.replicas - len(self.parked))
 
     async def state(self) -> PoolState:
-        return PoolState(self.replicas, tuple(p["metadata"]["name"] for p in self.pods))
+        return PoolState(self.size, tuple(p["metadata"]["name"] for p in self.pods))
+
+    def _now_ms(self) -> int:
+        return int(self.now.timestamp() * 1000)
+
+    async def upkeep(self) -> None:
+        """Before a decision: resume the parked pods `strict-resume` requests asked back,
+        remove those whose window ended. No Redis call without a parked pod."""
+        if self.lb is None or not self.parked:
+            return
+        for name in await self.lb.resumes(self.endpoint_id):
+            if name in self.parked:
+                await self._unpark(name, "strict-resume")
+        ended = expired(self.parked, self._now_ms())
+        if not ended:
+            return
+        await self.lb.forget_parked(self.endpoint_id, ended)
+        for name in ended:
+            del self.parked[name]
+        self.replicas = max(0, self.replicas - len(ended))
+        await self.cluster.scale_deployment(self.namespace, self.name, self.replicas)
+        for name in ended:
+            log.info("pod %s/%s: its resume window ended: deleting it", self.namespace, name)
+            with contextlib.suppress(NotFound):
+                await self.cluster.delete("Pod", self.namespace, name)
+            self.leaving.append(name)
 
     async def mark_busy(self, busy: Collection[str]) -> None:
         """Busy pods cost much to delete and may not be evicted, idle ones cost nothing and
@@ -188,7 +240,10 @@ class DeploymentPool:
     async def resize(self, desired: int, *, idle_first: Sequence[str]) -> None:
         """Patch the scale subresource. Shrinking, the idle pods to remove (`idle_first`
         first) are taken out of service before, so the ReplicaSet deletes them; a
-        load-balancing endpoint's are first taken out of routing (draining)."""
+        load-balancing endpoint's are first taken out of routing (draining), and with a
+        resume window parked rather than removed; growing, parked pods come back first."""
+        for name in adopt_first(self.parked, desired - len(self.pods)):
+            await self._unpark(name, "scale-up")
         surplus = len(self.pods) - desired
         if surplus > 0:
             by_name = {p["metadata"]["name"]: p for p in self.pods}
@@ -200,9 +255,46 @@ class DeploymentPool:
             gated_victims = [n for n in victims if gated(by_name[n])]
             for name in gated_victims:
                 await self._set_serving(name, False)
-            await self._until_not_ready(gated_victims)
-        await self.cluster.scale_deployment(self.namespace, self.name, desired)
-        self.replicas = desired
+            parked = [n for n in victims if await self._park(by_name[n])]
+            await self._until_not_ready([n for n in gated_victims if n not in parked])
+        replicas = desired + len(self.parked)
+        await self.cluster.scale_deployment(self.namespace, self.name, replicas)
+        self.replicas = replicas
+
+    async def _park(self, pod: Obj) -> bool:
+        """Park a scale-down's victim (drained, out of service) when the endpoint has a
+        resume window and the pod was routed; False when it goes as before."""
+        name = pod["metadata"]["name"]
+        if self.lb is None or not parks(self.resume_window_s, SCALE_DOWN):
+            return False
+        if not await self.lb.routed(self.endpoint_id, name):
+            return False  # never routed: nothing to resume
+        until = self._now_ms() + int(self.resume_window_s * 1000)
+        marks = {PARKED_UNTIL: str(until), DELETION_COST: PARKED_COST, SAFE_TO_EVICT: "true"}
+        try:
+            await self.cluster.annotate("Pod", self.namespace, name, marks)
+        except NotFound:  # deleted since the tick began
+            return False
+        await self.lb.park(self.endpoint_id, name, until)  # the pod says so first
+        self.pods.remove(pod)
+        self.parked[name] = until
+        log.info("pod %s/%s parked: resumable for %g s", self.namespace, name, self.resume_window_s)
+        return True
+
+    async def _unpark(self, name: str, why: str) -> None:
+        """A parked pod a worker again: in service (Ready), routed, idle marks."""
+        until = self.parked.pop(name)
+        try:
+            await self.cluster.annotate("Pod", self.namespace, name, {PARKED_UNTIL: None, **IDLE})
+        except NotFound:  # deleted meanwhile: the ReplicaSet replaces it with a worker
+            return
+        await self._set_serving(name, True)
+        await self.lb.unpark(self.endpoint_id, name)  # type: ignore[union-attr]
+        pod = {"metadata": {"name": name, "annotations": dict(IDLE)}, "status": {}}
+        self.pods.append(pod)
+        log.info(
+            "pod %s/%s resumed (%s; its window ended at %d ms)", self.namespace, name, why, until
+        )
 
     async def _until_not_ready(self, names: Collection[str]) -> None:
         """Wait (a little) until the kubelet has turned the pods' `Ready` to False: a

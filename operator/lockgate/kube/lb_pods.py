@@ -12,6 +12,11 @@ Redis call (but one read a minute while it has pods: what Redis lost, a restart 
 failover, is written again). `drain` takes the pods a scale-down removes out of routing before the
 ReplicaSet deletes them.
 
+A pod the scale-down parked (`PARKED_UNTIL`: resumable by a `strict-resume` request until
+then, `kube.deployment_pool`) has no `lbw` record but a parked one (`lbp`); `park` and
+`unpark` write the move, and `sync` forgets the parked record of a pod no longer listed (a
+rollout's old ReplicaSet removed it, someone deleted it): it is gone for good.
+
 Two changes are written from kopf's watch event instead, as the pod changes (`seen`): a
 pod whose worker has just started is registered (the tick's list comes up to
 `scale_interval_s` later, and a request held through a cold start waits for the record; the
@@ -29,13 +34,14 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from lockgate.kube.manifests import LB_ANNOTATION, SERVING_CONDITION, WORKER_CONTAINER
-from lockgate.store.lb_workers import LbWorker, LbWorkers
+from lockgate.store.lb_workers import LbWorker, LbWorkers, Parked
 
 Obj = Mapping[str, Any]
 
 log = logging.getLogger("lockgate.scaler")
 
 REREAD_S = 60.0  # an endpoint's records are read from Redis again after this
+PARKED_UNTIL = "lockgate.dev/parked-until"  # a parked pod's end of resume window (epoch ms)
 
 
 def _host_port(ip: str, port: int) -> str:
@@ -46,6 +52,15 @@ def taken_out(pod: Obj) -> bool:
     """Whether the scaler took the pod out of service (its `Serving` condition False)."""
     conditions = (pod.get("status") or {}).get("conditions") or []
     return any(c["type"] == SERVING_CONDITION and c["status"] == "False" for c in conditions)
+
+
+def parked_until(pod: Obj) -> int | None:
+    """When a parked pod's resume window ends (epoch ms); None when it is not parked."""
+    raw = (pod["metadata"].get("annotations") or {}).get(PARKED_UNTIL)
+    try:
+        return int(raw) if raw else None
+    except ValueError:
+        return None
 
 
 def worker_running(pod: Obj) -> bool:
@@ -59,12 +74,13 @@ def worker_running(pod: Obj) -> bool:
 def lb_worker_of(pod: Obj) -> LbWorker | None:
     """The record a worker pod should have in Redis: None until its worker container runs
     (an image pull does not eat the gateway's start grace) and once it stopped, without
-    an IP, or when it carries no `LB_ANNOTATION` (not a load-balancing worker);
-    `draining` while it is being deleted or was taken out of service."""
+    an IP, or when it carries no `LB_ANNOTATION` (not a load-balancing worker), or while
+    it is parked (its record is a parked one); `draining` while it is being deleted or was
+    taken out of service."""
     meta, status = pod["metadata"], pod.get("status") or {}
     raw = (meta.get("annotations") or {}).get(LB_ANNOTATION)
     ip = status.get("podIP")
-    if not raw or not ip or not worker_running(pod):
+    if not raw or not ip or not worker_running(pod) or parked_until(pod) is not None:
         return None
     try:
         where = json.loads(raw)
@@ -102,6 +118,7 @@ class LbPods:
         self.lb = lb
         self.clock = clock
         self.known: dict[str, dict[str, LbWorker]] = {}
+        self.parked: dict[str, set[str]] = {}  # endpoint -> its parked workers (`lbp`)
         self.read_at: dict[str, float] = {}
         # (endpoint, worker) -> when `seen` wrote its record (self.clock): kept until a
         # sync's pod list is newer
@@ -112,7 +129,9 @@ class LbPods:
         term left) and every `REREAD_S`."""
         now = self.clock()
         if endpoint_id not in self.known or now - self.read_at[endpoint_id] >= REREAD_S:
-            self.known[endpoint_id] = await self.lb.workers(endpoint_id)
+            roster = await self.lb.roster(endpoint_id)
+            self.known[endpoint_id] = roster.workers
+            self.parked[endpoint_id] = set(roster.parked)
             self.read_at[endpoint_id] = now
         return self.known[endpoint_id]
 
@@ -124,11 +143,17 @@ class LbPods:
         it is left as written (the list is older)."""
         known = await self._known(endpoint_id)
         register, remove = changes(known, wanted_workers(pods))
+        listed_parked = {p["metadata"]["name"] for p in pods if parked_until(p) is not None}
+        gone = sorted(self.parked[endpoint_id] - listed_parked)
         if listed_at is not None:
             register = {
                 w: rec for w, rec in register.items() if not self._newer(endpoint_id, w, listed_at)
             }
             remove = [w for w in remove if not self._newer(endpoint_id, w, listed_at)]
+            gone = [w for w in gone if not self._newer(endpoint_id, w, listed_at)]
+        if gone:  # no longer resumable: a strict-resume request for it is 404
+            await self.lb.forget_parked(endpoint_id, gone)
+            self.parked[endpoint_id].difference_update(gone)
         if not register and not remove:
             return
         await self.lb.apply(endpoint_id, register, remove)
@@ -188,10 +213,50 @@ class LbPods:
             await self.lb.apply(endpoint_id, leaving)
             known.update(leaving)
 
+    async def routed(self, endpoint_id: str, worker_id: str) -> bool:
+        """Whether the worker has a routing record (only such a worker is parked)."""
+        return worker_id in await self._known(endpoint_id)
+
+    async def park(self, endpoint_id: str, worker_id: str, until_ms: int) -> bool:
+        """Move a routed worker's record to the parked ones (resumable until `until_ms`);
+        False when it has no record (never routed: nothing to resume)."""
+        known = await self._known(endpoint_id)
+        record = known.get(worker_id)
+        if record is None:
+            return False
+        await self.lb.park(endpoint_id, worker_id, Parked(record, until_ms))
+        known.pop(worker_id, None)
+        self.parked[endpoint_id].add(worker_id)
+        self.seen_at[(endpoint_id, worker_id)] = self.clock()
+        return True
+
+    async def unpark(self, endpoint_id: str, worker_id: str) -> None:
+        """A parked worker's record back in `lbw`, in routing (the gateways poll it)."""
+        parked = (await self.lb.roster(endpoint_id)).parked.get(worker_id)
+        if parked is None:
+            return
+        old = parked.worker
+        record = LbWorker(old.address, old.health, old.path)
+        await self.lb.unpark(endpoint_id, worker_id, record)
+        (await self._known(endpoint_id))[worker_id] = record
+        self.parked[endpoint_id].discard(worker_id)
+        self.seen_at[(endpoint_id, worker_id)] = self.clock()
+
+    async def forget_parked(self, endpoint_id: str, worker_ids: Collection[str]) -> None:
+        """Parked workers whose window ended: no longer resumable (404 from now on)."""
+        await self._known(endpoint_id)
+        await self.lb.forget_parked(endpoint_id, sorted(worker_ids))
+        self.parked[endpoint_id].difference_update(worker_ids)
+
+    async def resumes(self, endpoint_id: str) -> list[str]:
+        """The workers `strict-resume` requests asked back since the last call."""
+        return await self.lb.take_resumes(endpoint_id)
+
     def forget(self, keep: Collection[str]) -> None:
         """Drop what is kept of endpoints not in `keep` (no longer registered)."""
         for gone in set(self.known) - set(keep):
             del self.known[gone]
+            self.parked.pop(gone, None)
             self.read_at.pop(gone, None)
         for key in [k for k in self.seen_at if k[0] not in keep]:
             del self.seen_at[key]

@@ -28,6 +28,7 @@ from typing import Any
 from lockgate.kube.catalog import gpu_type_of, label_types
 from lockgate.kube.cluster import Cluster, ClusterError
 from lockgate.kube.gpus import GpuLabels
+from lockgate.kube.lb_pods import parked_until
 from lockgate.kube.manifests import VERSION_LABEL, WORKER_CONTAINER
 from lockgate.kube.podlogs import stamp_ns, worker_selector
 from lockgate.kube.podstates import pod_problem
@@ -227,6 +228,8 @@ class KubernetesWorkers:
         settings = endpoint.model_dump(mode="json")  # what `pod_problem` names
         out = []
         for pod in await self._pods(endpoint.id):
+            if parked_until(pod) is not None:  # scaled down (only resumable): no worker
+                continue
             labels = await self._node_labels((pod.get("spec") or {}).get("nodeName"))
             out.append(pod_facts(pod, settings, labels, self.gpus, self.zone_label))
         return out

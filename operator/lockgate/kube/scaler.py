@@ -55,7 +55,7 @@ from lockgate.kube import reconcile as rc
 from lockgate.kube.cluster import ClusterError
 from lockgate.kube.deployment_pool import DeploymentPool
 from lockgate.kube.events import endpoint_event
-from lockgate.kube.lb_pods import LbPods, wanted_workers
+from lockgate.kube.lb_pods import LbPods, parked_until, wanted_workers
 from lockgate.kube.manifests import EXTERNAL_SCALER, Owner
 from lockgate.kube.podstates import pod_starts, pod_states, pull_errors
 from lockgate.kube.status import METRICS_AVAILABLE, Check, shows
@@ -563,8 +563,9 @@ class ScalingLoop:
             return None
         lb = self.lb_pods if load_balanced(entry) else None
         pool = DeploymentPool(
-            self.ctx.cluster, deployment, pods, store=self.ctx.jobs, endpoint_id=owner.name, lb=lb
-        )
+            self.ctx.cluster, deployment, pods, store=self.ctx.jobs, endpoint_id=owner.name, lb=lb,
+            resume_window_s=float(entry.lbResumeWindowS),
+        )  # fmt: skip
         await pool.keep_serving(set(metrics.worker_jobs) if metrics is not None else None)
         await pool.replace_refreshing()
         if externally_scaled(entry):
@@ -577,7 +578,8 @@ class ScalingLoop:
             return None
         scaler = self.scalers.setdefault(owner.name, Autoscaler(pool, clock=self.clock))
         scaler.pool = pool
-        before = pool.replicas
+        await pool.upkeep()  # parked pods asked back or past their window
+        before = pool.size
         decision = await scaler.step(metrics, Limits.from_settings(entry.settings()))
         if decision.desired != before:
             self._scaled(owner, deployment, before, decision)
@@ -615,8 +617,10 @@ class ScalingLoop:
     async def _report_pods(self, owner: Owner, entry: RegistryEntry, pods: list[Obj]) -> bool:
         """Worker states from the pods to Redis (for `/health`), and `WorkersHealthy` on
         the Endpoint: on a change, an Event; True when the status needs a refresh. A
-        load-balancing endpoint's routed pods are counted by the gateways' health polls."""
+        load-balancing endpoint's routed pods are counted by the gateways' health polls;
+        its parked pods count nowhere (scaled down, only resumable)."""
         routed = wanted_workers(pods) if load_balanced(entry) else {}
+        pods = [p for p in pods if parked_until(p) is None]
         if failed := pull_errors(pods):
             self.pull_errors.setdefault(owner.name, {}).update(failed)
         marked = await self.ctx.jobs.unhealthy_present(owner.name)

@@ -284,6 +284,7 @@ ENDPOINT_FIELDS: dict[str, str] = {
     "onWorkerLost": "not in GraphQL: lockgate's setting",
     "requeueMaxRunS": "not in GraphQL: lockgate's setting",
     "warmup": "not in GraphQL: lockgate's warm-up (v1, kubectl; docs/warm-up.md)",
+    "lbResumeWindowS": "not in GraphQL: lockgate's load-balancing setting",
 }
 
 

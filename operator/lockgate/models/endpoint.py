@@ -64,6 +64,8 @@ WORKER_LOST = "WORKER_LOST"
 # RunPod's load balancer lets a request run 5.5 minutes (s).
 REQUEST_TIMEOUT_DEFAULT_S = 330
 LB_WEBSOCKET_MAX_DEFAULT_S = 3600  # lockgate's (RunPod documents no WebSocket limit)
+# lockgate's: how long a scaled-down LB worker stays resumable (s; RunPod documents none)
+LB_RESUME_WINDOW_DEFAULT_S = 60
 
 # A Hugging Face model reference: `org/name`, optionally `:revision` (a branch, tag or
 # commit); the characters the Hub allows in repository names and git refs. The pattern is
@@ -232,6 +234,16 @@ class EndpointSpec(BaseModel):
         description=(
             "what each new worker runs before it takes real work: job `inputs` (QUEUE) or an "
             "HTTP `request` (LB); a failing warm-up marks the worker unhealthy"
+        ),
+    )
+    lbResumeWindowS: int = Field(
+        LB_RESUME_WINDOW_DEFAULT_S,
+        ge=0,
+        le=3600,
+        description=(
+            "LB: seconds a worker removed by a scale-down stays resumable by a "
+            "`strict-resume` request (lockgate's; parked: it keeps its memory, on a cluster "
+            "its pod); 0: scaled-down workers are gone at once"
         ),
     )
 

@@ -53,6 +53,7 @@ class RegistryEntry(BaseModel):
     onWorkerLost: WorkerLostPolicy = _SPEC.onWorkerLost  # written on to `lost` (store.registry)
     requeueMaxRunS: int = _SPEC.requeueMaxRunS
     warmup: Warmup | None = _SPEC.warmup
+    lbResumeWindowS: int = _SPEC.lbResumeWindowS  # the scaler parks LB workers this long
     # -- the operator's: the Endpoint's namespace (ids are cluster-wide) and uid; "external"
     # when another scaler owns the worker count (the Endpoint's scaler annotation)
     namespace: str | None = None

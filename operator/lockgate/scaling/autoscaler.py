@@ -78,6 +78,7 @@ class LocalAutoscaler:
 
     async def tick(self) -> Decision:
         await self._reap()
+        await self.pool.upkeep()  # a worker resumed now counts in this decision
         for worker_id in await self.store.refreshing(self.endpoint_id):
             await self.pool.stop_worker(worker_id, "refresh_worker: replaced after its job")
         snap = await self.store.snapshot(self.endpoint_id)

@@ -183,6 +183,10 @@ class LocalProcessPool:
         log.info("worker %s stopping (%s)", worker_id, why)
         self._lifecycle(worker_id, f"stopping ({why}): SIGTERM, the job in hand finishes")
 
+    async def upkeep(self) -> None:
+        """Work done at each scaler tick before it decides (`LbProcessPool`: parked
+        workers); none here."""
+
     async def state(self) -> PoolState:
         active = tuple(self.active)
         return PoolState(len(active), active)

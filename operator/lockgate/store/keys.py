@@ -107,6 +107,11 @@ the single description of what they build.
     lg:{ep}:lbr          HASH  gateway process id -> JSON {held, flight: {worker: n}, exp}:
                                the requests it holds (no routable worker yet) and has in
                                flight per worker; ignored once `exp` (ms) passed
+    lg:{ep}:lbp          HASH  parked load-balancing workers (scaled down, resumable by a
+                               `strict-resume` request): worker id -> JSON {worker (the `lbw`
+                               record), until (ms: gone after this)}; not in `lbw`
+    lg:{ep}:lbpw         SET   parked worker ids a gateway asked back (`strict-resume`); taken
+                               whole by whoever runs the workers at its next tick
     lg:endpoints         HASH  endpoint id -> registry entry (JSON)
     lg:usage             ZSET  endpoint ids with usage (`lg:{ep}:use:*`), deleted ones too;
                                score = the newest hour with some (epoch s); a member older
@@ -235,6 +240,14 @@ def lb_requests(endpoint_id: str) -> str:
 
 def lost_policy(endpoint_id: str) -> str:
     return f"{prefix(endpoint_id)}lost"
+
+
+def lb_parked(endpoint_id: str) -> str:
+    return f"{prefix(endpoint_id)}lbp"
+
+
+def lb_resume(endpoint_id: str) -> str:
+    return f"{prefix(endpoint_id)}lbpw"
 
 
 def releases(endpoint_id: str) -> str:

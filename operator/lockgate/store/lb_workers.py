@@ -1,5 +1,7 @@
 """Load-balancing workers in Redis: where each one listens, its polled health, and the
-requests every gateway process holds or has in flight (keys `lbw`, `lbh`, `lbr`).
+requests every gateway process holds or has in flight (keys `lbw`, `lbh`, `lbr`); the
+workers a scale-down parked (`lbp`: resumable until a deadline) and those a `strict-resume`
+request asked back (`lbpw`).
 
 Whoever runs the workers (dev mode's pool, the operator's `kube.lb_pods`) registers them; every
 gateway reads them, polls their health and reports what it saw. The gateway never needs
@@ -63,6 +65,31 @@ class Health:
     at_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class Parked:
+    """A worker a scale-down parked: its record (as it was routed) and until when (epoch
+    ms) it can be resumed; after that it is gone."""
+
+    worker: LbWorker
+    until_ms: int
+
+    def to_json(self) -> bytes:
+        return orjson.dumps({"worker": orjson.loads(self.worker.to_json()), "until": self.until_ms})
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> Parked:
+        d = orjson.loads(raw)
+        return cls(LbWorker.from_json(orjson.dumps(d["worker"])), int(d["until"]))
+
+
+@dataclass(frozen=True, slots=True)
+class Roster:
+    """An endpoint's registered workers and its parked ones, read together."""
+
+    workers: dict[str, LbWorker]
+    parked: dict[str, Parked]
+
+
 class LbWorkers:
     """Reads and writes the load-balancing worker records of every endpoint."""
 
@@ -76,13 +103,64 @@ class LbWorkers:
         await self._changed(endpoint_id)
 
     async def unregister(self, endpoint_id: str, worker_id: str) -> None:
-        """Forget a worker and its health."""
+        """Forget a worker and its health (parked or not)."""
         pipe = self.redis.pipeline(transaction=False)
         pipe.hdel(keys.lb_workers(endpoint_id), worker_id)
         pipe.hdel(keys.lb_health(endpoint_id), worker_id)
         pipe.hdel(keys.lb_warmups(endpoint_id), worker_id)
+        pipe.hdel(keys.lb_parked(endpoint_id), worker_id)
         await pipe.execute()
         await self._changed(endpoint_id)
+
+    async def park(self, endpoint_id: str, worker_id: str, parked: Parked) -> None:
+        """Move a drained worker out of `lbw` into `lbp` (out of routing and of the worker
+        counts; a `strict-resume` request can still ask it back until `parked.until_ms`)."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hdel(keys.lb_workers(endpoint_id), worker_id)
+        pipe.hdel(keys.lb_health(endpoint_id), worker_id)
+        pipe.hset(keys.lb_parked(endpoint_id), worker_id, parked.to_json())
+        await pipe.execute()
+        await self._changed(endpoint_id)
+
+    async def unpark(self, endpoint_id: str, worker_id: str, worker: LbWorker) -> None:
+        """A parked worker back in `lbw` as `worker` (gateways poll it and route on 200)."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hdel(keys.lb_parked(endpoint_id), worker_id)
+        pipe.hset(keys.lb_workers(endpoint_id), worker_id, worker.to_json())
+        await pipe.execute()
+        await self._changed(endpoint_id)
+
+    async def forget_parked(self, endpoint_id: str, worker_ids: Sequence[str]) -> None:
+        """Parked workers that can no longer be resumed (their window passed, a new release
+        replaced them): a `strict-resume` request for them is 404 from now on."""
+        if worker_ids:
+            await self.redis.hdel(keys.lb_parked(endpoint_id), *worker_ids)
+            await self._changed(endpoint_id)
+
+    async def roster(self, endpoint_id: str) -> Roster:
+        """The registered workers and the parked ones, in one round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(keys.lb_workers(endpoint_id))
+        pipe.hgetall(keys.lb_parked(endpoint_id))
+        workers, parked = await pipe.execute()
+        return Roster(
+            {text(w): LbWorker.from_json(v) for w, v in workers.items()},
+            {text(w): Parked.from_json(v) for w, v in parked.items()},
+        )
+
+    async def ask_resume(self, endpoint_id: str, worker_id: str) -> None:
+        """A `strict-resume` request wants a parked (or draining) worker back: noted for
+        whoever runs the workers, whose scaler is woken (`q:` event) to act at once."""
+        await self.redis.sadd(keys.lb_resume(endpoint_id), worker_id)
+        await self.wake_scaler(endpoint_id)
+
+    async def take_resumes(self, endpoint_id: str) -> list[str]:
+        """The worker ids asked back since the last call (each returned once)."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.smembers(keys.lb_resume(endpoint_id))
+        pipe.delete(keys.lb_resume(endpoint_id))
+        asked, _ = await pipe.execute()
+        return sorted(text(w) for w in asked)
 
     async def apply(
         self,

@@ -167,6 +167,7 @@ ENDPOINT_FIELDS: Mapping[str, str] = {
     "onWorkerLost": "not in v2: lockgate's (v1, kubectl)",
     "requeueMaxRunS": "not in v2: lockgate's (v1, kubectl)",
     "warmup": "not in v2: lockgate's warm-up (v1, kubectl; docs/warm-up.md)",
+    "lbResumeWindowS": "not in v2: lockgate's (v1, kubectl, the console)",
 }
 TEMPLATE_FIELDS: Mapping[str, str] = {
     "name": "not in v2: the bound template takes the endpoint's name",
