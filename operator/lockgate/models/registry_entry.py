@@ -49,6 +49,7 @@ class RegistryEntry(BaseModel):
     lbWebSocketMaxS: int = _SPEC.lbWebSocketMaxS
     workersMin: int = _SPEC.workersMin
     replicas: int | None = _SPEC.replicas
+    startupTimeout: int = _SPEC.startupTimeout  # the scalers' startup deadline (s)
     # -- the operator's: the Endpoint's namespace (ids are cluster-wide) and uid; "external"
     # when another scaler owns the worker count (the Endpoint's scaler annotation)
     namespace: str | None = None

@@ -21,6 +21,7 @@ if ARGV[10] then
   end
   redis.call('HSET', un, worker, ARGV[10])
   redis.call('PEXPIRE', un, tonumber(ARGV[11]))
+  redis.call('PUBLISH', EVENTS, 'u:' .. ARGV[1])  -- its control plane replaces it
 end
 return release(ARGV[1], worker, now, tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7],
   ARGV[8] == '1')
