@@ -393,6 +393,8 @@ class LocalControlPlane:
             self._begin(ep, launch, spec)
         elif limits_of(spec) != limits_of(ep.spec):
             await ep.workers.rescale(limits_of(spec))
+        if ep.workers is not None and ep.workers.health is not None:
+            ep.workers.health.startup_timeout_s = spec.startupTimeout  # from the next look
         ep.spec, ep.launch, ep.problem = spec, launch, ""
         ep.work_dir, ep.generation, ep.since = str(self.base_dir), ep.generation + 1, now()
         await self.gw.registry.put_endpoint(ep.id, ep.entry(self.job_api_url(ep.id)))
@@ -686,7 +688,7 @@ class LocalControlPlane:
         return LocalWorkers.start(
             self.gw.store, endpoint_id, launch, env, limits_of(spec), keys, sink,
             lb=lb, drain_s=float(spec.requestTimeoutS), version=version,
-            env_at_start=self.secret_values.resolved_env,
+            env_at_start=self.secret_values.resolved_env, startup_timeout_s=spec.startupTimeout,
         )  # fmt: skip
 
     def _retire(self, ep: LocalEndpoint) -> None:

@@ -232,22 +232,23 @@ class Notifier:
                 self.kick(ep)
             self.on_queued(ep)
             self.on_activity(ep)
-        elif kind == "a":
-            self.on_activity(rest)
         elif kind == "s":
             ep, _, worker = rest.partition(":")
             self._generation[ep] += 1  # a taker may be the one told to stop
             _wake(self._stops, (ep, worker), one=False)
-        elif kind == "r":
-            self.on_registry_change(rest)
-            self.on_activity(rest)
-        elif kind == "k":
-            self.on_key_change(rest)
-        elif kind == "l":
-            self.on_lb_change(rest)
-            self.on_activity(rest)
-        elif kind == "u":
-            self.on_unhealthy(rest)
+        else:
+            for call in self._callbacks(kind):
+                call(rest)
+
+    def _callbacks(self, kind: str) -> tuple[Callable[[str], None], ...]:
+        """Who hears of an event that only names something (an endpoint, a key digest)."""
+        return {
+            "a": (self.on_activity,),
+            "r": (self.on_registry_change, self.on_activity),
+            "k": (self.on_key_change,),
+            "l": (self.on_lb_change, self.on_activity),
+            "u": (self.on_unhealthy,),
+        }.get(kind, ())
 
     def wake_everyone(self) -> None:
         for table in (self._jobs, self._done, self._stops):

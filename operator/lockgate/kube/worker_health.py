@@ -11,9 +11,10 @@ anyway. It reads the endpoint's records (`lg:{ep}:un`) only when a worker was ju
 (the store's `u:` event), at first sight, and when the pods changed (a pod new or gone, a
 worker container restarted: what a fitness failure looks like from here); an endpoint
 whose pods do not change costs no Redis call. A deleted pod is an Event on the Endpoint
-naming the worker and why; `WorkersHealthy` says the newest reason for `SHOWN_MS`.
+naming the worker and why; `WorkersHealthy` says the newest reason for a while
+(`scaling.worker_health.SHOWN_MS`).
 
-The startup deadline (`startupTimeout`, `scaling.startup`) runs from the worker
+The startup deadline (`startupTimeout`, `scaling.worker_health`) runs from the worker
 container's start (`state.running.startedAt`: an image pull and the `fetch-models` init
 container's downloads count apart). A queue worker is ready once it has polled: its pod got
 the scaler's `Serving` condition (`kube.deployment_pool`), or the gateway lists it live. A
@@ -35,8 +36,8 @@ from lockgate.kube.deployment_pool import live_pods, serving
 from lockgate.kube.events import endpoint_event
 from lockgate.kube.manifests import WORKER_CONTAINER, Owner
 from lockgate.kube.status import WORKERS_HEALTHY, Check
-from lockgate.models.unhealthy import UnhealthyKind, UnhealthyWorker
-from lockgate.scaling.startup import overdue, startup_record
+from lockgate.models.unhealthy import UnhealthyWorker
+from lockgate.scaling.worker_health import REASONS, overdue, shown, startup_record
 from lockgate.store import JobStore
 from lockgate.store.lb_workers import HEALTHY, LbWorkers
 
@@ -44,21 +45,6 @@ log = logging.getLogger("lockgate.scaler")
 
 Obj = Mapping[str, Any]
 
-# The Endpoint's condition reason (and the Event's) for each kind of mark.
-REASONS: Mapping[UnhealthyKind, str] = {
-    "fitness": "FitnessCheckFailed",
-    "startup": "StartupTimeout",
-    "warmup": "WarmupFailed",
-}
-ADVICE: Mapping[UnhealthyKind, str] = {
-    "fitness": "Fix what the check found (the node, the image) or the check itself.",
-    "startup": (
-        "Find what it waits for in its logs, or raise the endpoint's startupTimeout "
-        "(0 turns the deadline off)."
-    ),
-    "warmup": "Fix the endpoint's warm-up or the handler.",
-}
-SHOWN_MS = 10 * 60 * 1000  # how long a replaced worker keeps WorkersHealthy False (ms)
 MARKED_GRACE_S = 5  # a marked worker holds no job: SIGKILL this soon after SIGTERM
 LOG_TAIL_LINES = 5  # of a worker past its deadline, for its last line
 LOG_TAIL_BYTES = 8192
@@ -116,22 +102,16 @@ def past_deadline(
     `ready`. A queue worker's pod carrying the `Serving` condition has polled (the scaler
     sets it once the gateway saw the worker); a load-balancing pod's says nothing of its
     health, so only `ready` counts there."""
-    started = {
-        _name(p): at for p in live_pods(pods) if (at := worker_started_ms(p)) is not None
-    }
+    started = {_name(p): at for p in live_pods(pods) if (at := worker_started_ms(p)) is not None}
     polled = set() if lb else {_name(p) for p in pods if serving(p) is not None}
     return overdue(started, set(ready) | polled, timeout_s, now_ms)
 
 
 def marked_check(records: Mapping[str, UnhealthyWorker], now_ms: int) -> Check | None:
-    """`WorkersHealthy` False naming the newest worker marked within `SHOWN_MS`; None when
+    """`WorkersHealthy` False naming the newest worker marked recently (`shown`); None when
     there is none."""
-    recent = [r for r in records.values() if r.at >= now_ms - SHOWN_MS]
-    if not recent:
-        return None
-    newest = max(recent, key=lambda r: (r.at, r.worker))
-    message = f"Worker {newest.worker} was replaced: {newest.text()}. {ADVICE[newest.kind]}"
-    return Check(WORKERS_HEALTHY, False, REASONS[newest.kind], message)
+    said = shown(records, now_ms)
+    return Check(WORKERS_HEALTHY, False, *said) if said else None
 
 
 def worst(pods: Check | None, marked: Check | None) -> Check | None:

@@ -1,5 +1,7 @@
-"""Pure: the startup deadline (an endpoint's `startupTimeout`), for both control planes.
+"""Pure: workers that must be replaced, for both control planes (`kube.worker_health`,
+`dev.worker_health`): the startup deadline, and what a replaced worker's record shows.
 
+The startup deadline is an endpoint's `startupTimeout`.
 A worker must make its first worker-API call (a queue worker: its first job-take or ping;
 a load-balancing worker: its first health check answered 200) within `startupTimeout`
 seconds of its start (a pod: its worker container's start, so the `fetch-models` init
@@ -12,9 +14,24 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from lockgate.models.unhealthy import REASON_CHARS, UnhealthyWorker
+from lockgate.models.unhealthy import REASON_CHARS, UnhealthyKind, UnhealthyWorker
 
 LAST_LINE_CHARS = 300  # of a worker's last log line, in the reason
+SHOWN_MS = 10 * 60 * 1000  # how long a replaced worker keeps WorkersHealthy False (ms)
+# The `WorkersHealthy` condition's reason (and the Event's) for each kind of mark.
+REASONS: Mapping[UnhealthyKind, str] = {
+    "fitness": "FitnessCheckFailed",
+    "startup": "StartupTimeout",
+    "warmup": "WarmupFailed",
+}
+ADVICE: Mapping[UnhealthyKind, str] = {
+    "fitness": "Fix what the check found (the node, the image) or the check itself.",
+    "startup": (
+        "Find what it waits for in its logs, or raise the endpoint's startupTimeout "
+        "(0 turns the deadline off)."
+    ),
+    "warmup": "Fix the endpoint's warm-up or the handler.",
+}
 
 
 def overdue(
@@ -45,3 +62,14 @@ def startup_record(worker: str, timeout_s: int, output: str, at_ms: int) -> Unhe
     it wrote (its last line is quoted)."""
     reason = startup_reason(timeout_s, last_line(output))
     return UnhealthyWorker(worker=worker, kind="startup", reason=reason, at=at_ms)
+
+
+def shown(records: Mapping[str, UnhealthyWorker], now_ms: int) -> tuple[str, str] | None:
+    """The `WorkersHealthy` reason and message of the newest worker marked within
+    `SHOWN_MS` (None: none), with what to do."""
+    recent = [r for r in records.values() if r.at >= now_ms - SHOWN_MS]
+    if not recent:
+        return None
+    newest = max(recent, key=lambda r: (r.at, r.worker))
+    message = f"Worker {newest.worker} was replaced: {newest.text()}. {ADVICE[newest.kind]}"
+    return REASONS[newest.kind], message
