@@ -422,6 +422,23 @@ def _worker_paths(ref: dict[str, dict[str, Any]]) -> dict[str, Any]:
     listed = param(
         "job_id", "query", {"type": "string"}, "comma-separated ids of the jobs the worker runs"
     )
+    status = param(
+        "status",
+        "query",
+        {"type": "string"},
+        "`unhealthy`: the worker's fitness check failed (runpod SDK >= 1.11): it is marked "
+        "unhealthy for good, gets no job again and is replaced; other values: a heartbeat",
+    )
+    check = param(
+        "check",
+        "query",
+        {"type": "string"},
+        "with `status=unhealthy`: the failed fitness check's name (at most 128 printable "
+        "characters, else 400)",
+    )
+    reason = param(
+        "reason", "query", {"type": "string"}, "why it failed (kept: its first 512 characters)"
+    )
     take = param(
         "take",
         "query",
@@ -472,11 +489,12 @@ def _worker_paths(ref: dict[str, dict[str, Any]]) -> dict[str, Any]:
         },
         "/v2/{endpoint}/ping/{worker}": {
             "get": _op(
-                "Heartbeat, optionally listing the jobs the worker runs",
+                "Heartbeat, optionally listing the jobs the worker runs; or, with "
+                "`status=unhealthy`, the worker's failed fitness check",
                 "workers",
                 _ok(ref["Empty"]),
                 "400 401 403 404",
-                params=[WORKER, listed],
+                params=[WORKER, listed, status, check, reason],
             )
         },
         "/v2/{endpoint}/job-stop/{worker}": {

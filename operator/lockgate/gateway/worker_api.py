@@ -15,7 +15,8 @@ from lockgate.gateway.auth import WORKERS
 from lockgate.gateway.chunks import CHUNK_LIMIT, stream_chunks
 from lockgate.gateway.client_api import RUNSYNC_LIMIT
 from lockgate.gateway.endpoints import require_type
-from lockgate.gateway.errors import BadRequest, Forbidden, PayloadTooLarge
+from lockgate.gateway.errors import BadRequest, Forbidden, PayloadTooLarge, clip
+from lockgate.gateway.fitness_report import unhealthy_report
 from lockgate.gateway.http import (
     int_param,
     job_id_param,
@@ -312,7 +313,18 @@ async def job_stream(request: web.Request) -> web.Response:
 
 @routes.get("/v2/{endpoint}/ping/{worker}")
 async def ping(request: web.Request) -> web.Response:
+    """The worker's heartbeat (`job_id=` lists the jobs it runs), or with `status=unhealthy`
+    its failed fitness check: it is marked unhealthy for good (`JobStore.mark_unhealthy`: no
+    job again, what it held requeued) and its control plane replaces it."""
     gw, endpoint_id, worker_id, _ = await _worker(request)
+    why = unhealthy_report(worker_id, request.query, gw.store.clock())
+    if why is not None:
+        requeued, _failed = await gw.store.mark_unhealthy(endpoint_id, why)
+        log.warning(
+            "worker %s of %s is unhealthy (%s; %d job(s) requeued)",
+            worker_id, endpoint_id, clip(why.text(), 300), requeued,
+        )  # fmt: skip
+        return json_response({})
     listed = request.query.get("job_id")
     if listed is None:
         await gw.store.heartbeat(endpoint_id, worker_id)

@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 # How much of a reason is kept (RunPod's SDK sends at most 256 characters).
 REASON_CHARS = 512
+# The longest fitness check name kept (the SDK sends the check function's `__name__`).
+CHECK_CHARS = 128
 
 UnhealthyKind = Literal["fitness", "startup", "warmup"]
 
