@@ -163,6 +163,7 @@ def test_flashboot_uses_pre_pulled_images() -> None:
         ("executionTimeoutMs", 90_000, "execution-timeout-ms", "90000"),
         ("flashboot", True, "flashboot", "true"),
         ("lbWebSocketMaxS", 600, "lb-websocket-max-s", "600"),
+        ("startupTimeout", 30, "startup-timeout-s", "30"),
     ],
 )
 def test_scaling_settings_are_annotated_on_the_deployment(
@@ -480,6 +481,7 @@ ENDPOINT_FIELDS: dict[str, tuple[dict, dict]] = {
     "workersMin": ({}, {"workersMin": 2}),
     "workersMax": ({}, {"workersMax": 9}),
     "replicas": ({"workersMax": 5}, {"workersMax": 5, "replicas": 2}),
+    "startupTimeout": ({}, {"startupTimeout": 30}),
 }
 TEMPLATE_FIELDS: dict[str, Any] = {
     "image": "img:2",
