@@ -39,7 +39,10 @@ pytestmark = [pytest.mark.node, pytest.mark.timeout(600)]
 
 IMAGE = "localhost/lockgate-test/runpod-worker:dev"  # imported: never pulled
 TROUBLE = ["python", "-u", "/app/runpod_trouble.py"]
-CPU = {"computeType": "CPU", "vcpuCount": 1, "workersMin": 1, "workersMax": 1}
+# executionTimeoutMs at its least: a pod's grace period is 20 s, not 10 min (a worker asleep
+# at import is PID 1 and ignores SIGTERM), so the endpoints' pods go fast at the end.
+CPU = {"computeType": "CPU", "vcpuCount": 1, "workersMin": 1, "workersMax": 1,
+       "executionTimeoutMs": 5000}  # fmt: skip
 # The SDK's automatic checks (memory, disk, a TCP connection to 8.8.8.8) are not what is
 # tested here, and no traffic may leave the machine: only the custom check runs.
 NO_AUTO_CHECKS = {"RUNPOD_SKIP_AUTO_SYSTEM_CHECKS": "true"}
