@@ -141,3 +141,21 @@ async def test_only_the_workers_own_key_may_report_it(http, gateway, redis):
     ) as r:
         assert r.status == 401
     assert await JobStore(redis).unhealthy_workers(gateway.endpoint) == {}
+
+
+async def test_health_counts_a_marked_worker_while_it_is_there_and_lists_why(http, gateway, redis):
+    store = JobStore(redis)
+    assert set((await get(http, gateway, "health"))[1]) == {"jobs", "workers"}  # RunPod's shape
+    await store.report_worker_states(gateway.endpoint, initializing=0, throttled=0, unhealthy=1)
+    await ping(http, gateway, "w1", status="unhealthy", check="check_gpu", reason="no GPU")
+    health = (await get(http, gateway, "health"))[1]
+    assert health["workers"]["unhealthy"] == 2  # the pool's crash-looping one, and w1
+    [listed] = health["unhealthyWorkers"]
+    assert listed.pop("at") > 0
+    assert listed == {
+        "id": "w1", "kind": "fitness", "check": "check_gpu", "reason": "no GPU", "present": True
+    }  # fmt: skip
+    await store.release_worker(gateway.endpoint, "w1")  # its control plane saw it go
+    health = (await get(http, gateway, "health"))[1]
+    assert health["workers"]["unhealthy"] == 1
+    assert [(w["id"], w["present"]) for w in health["unhealthyWorkers"]] == [("w1", False)]

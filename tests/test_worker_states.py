@@ -176,3 +176,9 @@ def test_a_crash_loop_slowed_by_the_back_off_stays_one() -> None:
     later = until + QUICK_EXIT_S + 1
     assert crash_backoff_s(crashes, until, later) == 0.0
     assert worker_states(1, crashes, later, 1, 0.0).reason == ""
+
+
+def test_a_marked_workers_pod_counts_for_nothing_here_as_health_counts_it_from_the_store():
+    crashing = pod(waiting("CrashLoopBackOff", restartCount=1), name="sick")
+    states = pod_states([crashing, pod({"phase": "Pending"})], GPU, marked={"sick"})
+    assert (states.initializing, states.throttled, states.unhealthy) == (1, 0, 0)

@@ -26,7 +26,7 @@ from lockgate.gateway.http import (
 from lockgate.gateway.idempotency import REPLAYED, SubmitUncertain, key_digest, store_unavailable
 from lockgate.gateway.ssrf import private_destination
 from lockgate.gateway.state import Gateway, gateway_of
-from lockgate.gateway.views import job_body, job_details, stream_body
+from lockgate.gateway.views import job_body, job_details, stream_body, unhealthy_list
 from lockgate.models import FINAL_STATES, JobRequest, describe_validation_error
 from lockgate.models.endpoint import EndpointType
 from lockgate.models.jobs import MAX_DURATION_MS, TTL_MIN_MS
@@ -343,10 +343,14 @@ async def requests(request: web.Request, call: Call) -> web.Response:
 @client_route("GET", Operation.HEALTH)
 async def health(request: web.Request, call: Call) -> web.Response:
     gw, endpoint_id = call.gw, call.endpoint_id
-    snap = await gw.store.snapshot(endpoint_id)
-    extra = {}
+    snap, marked, present = await asyncio.gather(
+        gw.store.snapshot(endpoint_id),
+        gw.store.unhealthy_workers(endpoint_id),
+        gw.store.unhealthy_present(endpoint_id),
+    )
+    extra: dict[str, Any] = {"unhealthyWorkers": unhealthy_list(marked, present)} if marked else {}
     if call.entry.type == EndpointType.LB:
-        extra = await lb_health(gw, endpoint_id, snap.requests_held, snap.requests_in_flight)
+        extra |= await lb_health(gw, endpoint_id, snap.requests_held, snap.requests_in_flight)
     return json_response(
         {
             **extra,

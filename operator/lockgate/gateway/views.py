@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import orjson
 
 from lockgate.models import JobStatus
+from lockgate.models.unhealthy import UnhealthyWorker
 from lockgate.store import JobExtras, JobRecord
 
 
@@ -25,6 +27,30 @@ def job_body(record: JobRecord, now: int) -> dict[str, Any]:
     if record.error is not None:
         body["error"] = record.error
     return body
+
+
+# At most this many of the last hour's unhealthy workers are listed in /health.
+UNHEALTHY_LISTED = 20
+
+
+def unhealthy_list(
+    marked: Mapping[str, UnhealthyWorker], present: Collection[str]
+) -> list[dict[str, Any]]:
+    """`/health`'s `unhealthyWorkers` (beyond the spec): the workers marked unhealthy in
+    the last hour, newest first (at most `UNHEALTHY_LISTED`), each with why and whether
+    its pod or process is still there (`present`: counted in `workers.unhealthy`)."""
+    newest = sorted(marked.items(), key=lambda item: (-item[1].at, item[0]))
+    return [
+        {
+            "id": worker,
+            "kind": why.kind,
+            "check": why.check,
+            "reason": why.reason,
+            "at": why.at,
+            "present": worker in present,
+        }
+        for worker, why in newest[:UNHEALTHY_LISTED]
+    ]
 
 
 def stream_body(job_id: str, status: str, chunks: list[bytes]) -> dict[str, Any]:

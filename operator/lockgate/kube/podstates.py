@@ -198,17 +198,20 @@ def pod_states(
     endpoint: Obj,
     routed: Collection[str] = (),
     last_pull_errors: Mapping[str, str] | None = None,
+    marked: Collection[str] = (),
 ) -> PodStates:
     """Worker states of an endpoint's pods (those being deleted do not count). Ready pods
     are the gateway's idle/running; others are initializing unless a problem shows, but
     for `routed` ones (load-balancing workers the gateways poll: their health is theirs to
     count, `initializing` included). `last_pull_errors`: the registry's last answers by
-    image (`pull_errors`), named while pulls back off."""
+    image (`pull_errors`), named while pulls back off. `marked`: pods of workers marked
+    unhealthy (`JobStore.unhealthy_present`): /health counts them from the store, so they
+    count for nothing here (a fitness check's exit would count them twice)."""
     counts = {"initializing": 0, "throttled": 0, "unhealthy": 0}
     problems: list[Problem] = []
     seen = fetching = 0
     for pod in pods:
-        if pod["metadata"].get("deletionTimestamp"):
+        if pod["metadata"].get("deletionTimestamp") or pod["metadata"]["name"] in marked:
             continue
         seen += 1
         if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):

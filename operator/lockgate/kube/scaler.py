@@ -567,15 +567,15 @@ class ScalingLoop:
             await self.lb_pods.sync(owner.name, pods, listed_at=listed_at)
         check = metrics_check(owner.name, readings, error)
         metrics = readings.get(owner.name) if check.ok else None
-        replaced, marked = await self.health.tend(
+        deleted, replaced = await self.health.tend(
             owner, pods, startup_timeout_s=entry.startupTimeout, lb=load_balanced(entry),
             live=set(metrics.worker_jobs) if metrics is not None else None,
         )  # fmt: skip
-        pods = [p for p in pods if p["metadata"]["name"] not in replaced]
+        pods = [p for p in pods if p["metadata"]["name"] not in deleted]
         try:
             return await self._decide(owner, entry, deployment, pods, metrics)
         finally:
-            changed = await self._report_pods(owner, entry, pods, marked)
+            changed = await self._report_pods(owner, entry, pods, replaced)
             if not targeted:  # a snapshot says nothing of whether /metrics can be read
                 changed = await self._report_metrics(owner, check) or changed
             if changed:
@@ -643,26 +643,29 @@ class ScalingLoop:
         self._report(owner, write)
 
     async def _report_pods(
-        self, owner: Owner, entry: RegistryEntry, pods: list[Obj], marked: Check | None = None
+        self, owner: Owner, entry: RegistryEntry, pods: list[Obj], replaced: Check | None = None
     ) -> bool:
         """Worker states from the pods to Redis (for `/health`), and `WorkersHealthy` on
         the Endpoint: on a change, an Event; True when the status needs a refresh. A
         load-balancing endpoint's routed pods are counted by the gateways' health polls.
-        `marked`: the condition a worker replaced recently gives (`kube.worker_health`,
+        `replaced`: the condition a worker replaced recently gives (`kube.worker_health`,
         which posted its own Event), unless the pods show a problem now."""
         routed = wanted_workers(pods) if load_balanced(entry) else {}
         if failed := pull_errors(pods):
             self.pull_errors.setdefault(owner.name, {}).update(failed)
-        states = pod_states(pods, entry.settings(), routed, self.pull_errors.get(owner.name))
+        marked = self.health.marked_workers(owner.name)  # as `tend` read them: no Redis call
+        states = pod_states(
+            pods, entry.settings(), routed, self.pull_errors.get(owner.name), marked=marked
+        )
         await self.ctx.jobs.report_worker_states(
             owner.name, initializing=states.initializing, throttled=states.throttled,
             unhealthy=states.unhealthy,
         )  # fmt: skip
-        check, previous = worst(states.check, marked), self.ctx.pods.get(owner.name)
+        check, previous = worst(states.check, replaced), self.ctx.pods.get(owner.name)
         self.ctx.pods[owner.name] = check
         if check is None or check == previous:
             return False
-        if check.ok is False and check is not marked:
+        if check.ok is False and check is not replaced:
             event = endpoint_event(owner, check.reason, check.message, now=rc.now(), warning=True)
             await self.ctx.cluster.create_event(event)
         return True

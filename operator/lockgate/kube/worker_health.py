@@ -168,6 +168,11 @@ class WorkerHealth:
             return
         self.endpoints.setdefault(endpoint_id, Tended()).due = True
 
+    def marked_workers(self, endpoint_id: str) -> set[str]:
+        """The endpoint's workers marked within the hour, as last read (`tend`)."""
+        state = self.endpoints.get(endpoint_id)
+        return set(state.records) if state is not None else set()
+
     def forget(self, ours: Collection[str]) -> None:
         """Drop what was kept of endpoints no longer registered."""
         for gone in set(self.endpoints) - set(ours):

@@ -2,6 +2,8 @@
 
 The status reconciles the worker's lifecycle (its control plane: `WorkerFacts.lifecycle`)
 with the live job view (the job store's workers that poll, and the jobs each holds):
+- UNHEALTHY, first: marked unhealthy (a failed fitness check, startup deadline or warm-up:
+  `JobStore.unhealthy_workers`); it gets no job again and is being replaced;
 - THROTTLED: waiting for capacity (its pod unschedulable);
 - UNHEALTHY: failing (crash loop, image pull errors, failing probes), unless the job store
   sees it polling right now;
@@ -18,8 +20,17 @@ from lockgate.manage.workersource import READY, THROTTLED, UNHEALTHY
 STATUSES = ("RUNNING", "IDLE", "INITIALIZING", "THROTTLED", "UNHEALTHY")
 
 
-def worker_status(lifecycle: str, worker_jobs: Mapping[str, int] | None, worker_id: str) -> str:
-    """RunPod's worker status; `worker_jobs`: live workers → jobs held (None: unknown)."""
+def worker_status(
+    lifecycle: str,
+    worker_jobs: Mapping[str, int] | None,
+    worker_id: str,
+    *,
+    marked: bool = False,
+) -> str:
+    """RunPod's worker status; `worker_jobs`: live workers → jobs held (None: unknown);
+    `marked`: the job store marked it unhealthy."""
+    if marked:
+        return "UNHEALTHY"
     if lifecycle == THROTTLED:
         return "THROTTLED"
     if worker_jobs is not None and worker_id in worker_jobs:

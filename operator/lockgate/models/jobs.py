@@ -180,7 +180,22 @@ class HealthWorkers(BaseModel):
         0, description="Workers wanted but unschedulable (no node or GPU of the endpoint's types)"
     )
     unhealthy: int = Field(
-        0, description="Workers crash-looping, failing readiness or failing to pull their image"
+        0,
+        description="Workers crash-looping, failing readiness or failing to pull their image, "
+        "and those marked unhealthy (a failed fitness check) whose pod or process is still there",
+    )
+
+
+class HealthUnhealthyWorker(BaseModel):
+    """One worker marked unhealthy in the last hour, and why (beyond the spec)."""
+
+    id: str
+    kind: str = Field(description="`fitness`, `startup` or `warmup`")
+    check: str | None = Field(None, description="the failed fitness check's name")
+    reason: str
+    at: int = Field(description="when it was marked (epoch ms)")
+    present: bool = Field(
+        description="its pod or process is still there (counted in `workers.unhealthy`)"
     )
 
 
@@ -189,6 +204,11 @@ class Health(BaseModel):
 
     jobs: HealthJobs
     workers: HealthWorkers
+    unhealthyWorkers: list[HealthUnhealthyWorker] | None = Field(
+        None,
+        description="Beyond the spec, only when a worker was marked unhealthy in the last "
+        "hour: the newest 20, newest first",
+    )
 
 
 class PurgeResult(BaseModel):

@@ -448,7 +448,10 @@ class JobStore:
 
     async def snapshot(self, endpoint_id: str) -> Snapshot:
         """Queue, progress, worker and outcome counts of one endpoint."""
-        args = [self.clock(), self.liveness.heartbeat_timeout_ms, keys.LB_HEALTH_STALE_MS]
+        args = [
+            self.clock(), self.liveness.heartbeat_timeout_ms, keys.LB_HEALTH_STALE_MS,
+            keys.UNHEALTHY_KEEP_MS,
+        ]  # fmt: skip
         r = await self.scripts.snapshot(keys=[keys.prefix(endpoint_id)], args=args)
         oldest, oldest_low = (int(v) if int(v) >= 0 else None for v in r[8:10])
         held = {w.decode(): int(n) for w, n in zip(r[15::2], r[16::2], strict=True)}
@@ -615,6 +618,13 @@ class JobStore:
             if why.at >= since:
                 found[worker.decode()] = why
         return found
+
+    async def unhealthy_present(self, endpoint_id: str) -> set[str]:
+        """The workers marked unhealthy (`mark_unhealthy`) whose pod or process is still
+        there: not released since by their control plane, as a gone worker is."""
+        since = self.clock() - keys.UNHEALTHY_KEEP_MS
+        found = await self.redis.zrangebyscore(keys.prefix(endpoint_id) + "unp", since, "+inf")
+        return {w.decode() for w in cast(list[bytes], found)}
 
     async def reconcile_worker(
         self, endpoint_id: str, worker_id: str, running: Sequence[str]

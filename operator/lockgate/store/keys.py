@@ -60,6 +60,9 @@ the single description of what they build.
                                a fitness check, startup deadline or warm-up); written with its
                                release for good; entries older than UNHEALTHY_KEEP_MS pruned on
                                each write, the hash dies that long after the last
+    lg:{ep}:unp          ZSET  workers marked unhealthy whose pod or process is still there
+                               (score: when marked), counted in /health's `unhealthy`; a
+                               release without why (it is gone) removes one; pruned as `un`
     lg:{ep}:wh           ZSET  webhook outbox: job ids, score = next attempt (ms)
     lg:{ep}:wha          HASH  job id -> webhook attempts made
     lg:{ep}:sweep        STR   lock: one replica sweeps the endpoint per interval

@@ -11,6 +11,14 @@ function, an async function, a generator or an async generator (generators strea
 
     lockgate.worker.start({"handler": handler})
 
+Fitness checks (as `runpod.serverless.register_fitness_check`) run once before the first
+job; one that raises reports the worker unhealthy and exits it with code 1::
+
+    @lockgate.worker.register_fitness_check
+    def check_weights():
+        if not os.path.exists("/models/model.safetensors"):
+            raise RuntimeError("model file not found")
+
 `python handler.py --test_input '{"input": {"x": 1}}'` runs one job locally and prints
 the result. Deployed, the worker reads `LOCKGATE_GATEWAY_URL`, `LOCKGATE_ENDPOINT_ID`,
 `LOCKGATE_WORKER_ID` and `LOCKGATE_WORKER_KEY` (or the `RUNPOD_*` variables RunPod sets).
@@ -23,8 +31,9 @@ from collections.abc import Mapping
 from lockgate.signing import WebhookVerificationError, verify
 
 from .entry import start
+from .fitness import register_fitness_check
 
-__all__ = ["WebhookVerificationError", "start", "verify_webhook"]
+__all__ = ["WebhookVerificationError", "register_fitness_check", "start", "verify_webhook"]
 
 
 def verify_webhook(

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
 from . import config, local, logs
+from .fitness import run_fitness_checks
 from .logs import log
 from .options import StartOptions
 from .runtime import EXIT_OK, EXIT_RESTART, Runtime, exit_now, restart_now
@@ -18,8 +19,10 @@ def start(settings: Mapping[str, Any]) -> NoReturn:
     """Run a worker with `settings` as `runpod.serverless.start` takes them; never returns.
 
     Keys: `handler` (required), `return_aggregate_stream`, `concurrency_modifier`,
-    `refresh_worker`. Exits 0 after SIGTERM/SIGINT once the jobs in hand are reported,
-    1 on a failed local test. A stopped sync handler cannot be interrupted in its thread:
+    `refresh_worker`. Serving a gateway, the fitness checks run first (`fitness`): a
+    failing one reports the worker unhealthy and exits 1; a local test run runs none.
+    Exits 0 after SIGTERM/SIGINT once the jobs in hand are reported, 1 on a failed local
+    test. A stopped sync handler cannot be interrupted in its thread:
     once no other job is in hand the worker re-executes its own command line (same pid
     and worker id), or exits 3 for its supervisor when that fails.
     """
@@ -34,7 +37,7 @@ def start(settings: Mapping[str, Any]) -> NoReturn:
         log.error("cannot start: %s", err)
         sys.exit(2)
     runtime = Runtime(options, worker_config)
-    status = _serve(runtime)
+    status = _serve(runtime, worker_config)
     if status == EXIT_RESTART:
         restart_now(worker_config.worker_id)
     if status != EXIT_OK or runtime.abandoned:
@@ -51,8 +54,10 @@ def _parse_args() -> argparse.Namespace:
     return args
 
 
-def _serve(runtime: Runtime) -> int:
+def _serve(runtime: Runtime, worker_config: config.WorkerConfig) -> int:
+    """The fitness checks (a failure exits the process), then the worker's loops."""
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        runner.run(run_fitness_checks(worker_config))
         return runner.run(runtime.run())
 
 

@@ -48,6 +48,7 @@ from lockgate.manage.workersource import (
 )
 from lockgate.manage.workerstates import is_stale, summary, worker_status
 from lockgate.models import EndpointRecord
+from lockgate.models.unhealthy import UnhealthyWorker
 from lockgate.store import JobStore
 
 TAIL_DEFAULT, TAIL_MAX = 100, 5000  # RunPod's `tail`
@@ -70,6 +71,11 @@ class Worker(BaseModel):
     gpuTypeId: str | None
     dataCenterId: str | None
     startedAt: str | None = Field(description="RFC 3339")
+    unhealthyReason: str | None = Field(
+        None,
+        description="beyond RunPod's Worker: why it was marked unhealthy (a failed fitness "
+        "check, no readiness within startupTimeout, a failed warm-up); null otherwise",
+    )
 
 
 class WorkerSummary(BaseModel):
@@ -156,12 +162,13 @@ def worker_view(
     endpoint: EndpointRecord,
     image: str | None,
     now_ms: int,
+    why: UnhealthyWorker | None = None,
 ) -> Worker:
-    """RunPod's `Worker` object of a worker."""
+    """RunPod's `Worker` object of a worker; `why`: its mark, if it was marked unhealthy."""
     started = facts.started_ms
     return Worker(
         id=facts.id,
-        status=worker_status(facts.lifecycle, jobs, facts.id),
+        status=worker_status(facts.lifecycle, jobs, facts.id, marked=why is not None),
         isStale=is_stale(facts.version, facts.image, endpoint.version, image),
         version=facts.version,
         gpuCount=facts.gpu_count,
@@ -170,6 +177,7 @@ def worker_view(
         gpuTypeId=facts.gpu_type,
         dataCenterId=facts.datacenter,
         startedAt=None if started is None else iso_ms(started),
+        unhealthyReason=None if why is None else why.text(),
     )
 
 
@@ -198,13 +206,20 @@ async def _image(plane: ControlPlane, endpoint: EndpointRecord) -> str | None:
         return None
 
 
-async def _job_view(request: web.Request, endpoint_id: str) -> dict[str, int] | None:
-    """Live workers and the jobs each holds; None when the job store cannot say (the
-    statuses then come from the lifecycle alone, as RunPod degrades)."""
+async def _job_view(
+    request: web.Request, endpoint_id: str
+) -> tuple[dict[str, int] | None, dict[str, UnhealthyWorker]]:
+    """Live workers and the jobs each holds, and the workers marked unhealthy; (None, {})
+    when the job store cannot say (the statuses then come from the lifecycle alone, as
+    RunPod degrades)."""
+    store = request.app[JOB_VIEW]
     try:
-        return (await request.app[JOB_VIEW].snapshot(endpoint_id)).worker_jobs
+        snap, marked = await asyncio.gather(
+            store.snapshot(endpoint_id), store.unhealthy_workers(endpoint_id)
+        )
     except Exception:  # Redis away: the same shape, from the lifecycle
-        return None
+        return None, {}
+    return snap.worker_jobs, marked
 
 
 @documented(
@@ -221,10 +236,10 @@ async def list_workers(request: web.Request) -> web.Response:
     plane = request.app[BACKENDS].plane
     endpoint = await _endpoint(plane, request.match_info["id"])
     facts = await _source(request).workers(endpoint)
-    jobs = await _job_view(request, endpoint.id)
+    jobs, marked = await _job_view(request, endpoint.id)
     image = await _image(plane, endpoint)
     now_ms = time.time_ns() // 1_000_000
-    workers = [worker_view(f, jobs, endpoint, image, now_ms) for f in facts]
+    workers = [worker_view(f, jobs, endpoint, image, now_ms, marked.get(f.id)) for f in facts]
     counts = WorkerSummary(**summary(w.status for w in workers))
     answer = WorkerList(workers=workers, summary=counts, endpointVersion=endpoint.version)
     return json_response(answer.model_dump(mode="json"))

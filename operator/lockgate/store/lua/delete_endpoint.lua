@@ -16,6 +16,7 @@ end
 redis.call('UNLINK', P .. 'q', P .. 'ql', P .. 'run', P .. 'exp', P .. 'w', P .. 'seq',
   P .. 'stats', P .. 'wh', P .. 'wha', P .. 'sweep', P .. 'qb', P .. 'stopping', P .. 'gone',
   P .. 'refresh', P .. 'hist', P .. 'hist1m', P .. 'ws', P .. 'wst', P .. 'wfc', P .. 'un',
+  P .. 'unp',
   P .. 'rel', P .. 'relv')
 for _, s in ipairs(STATES) do redis.call('UNLINK', P .. 'ix:' .. s) end
 -- History intervals still alive (ARGV[1]: now in epoch seconds): named, never scanned.

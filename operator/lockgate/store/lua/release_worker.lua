@@ -4,7 +4,9 @@
 -- ARGV: ep, worker, now, max attempts, retention run, retention sync, reason, clean ("1":
 -- it exited cleanly when told to stop: its jobs go back without using an attempt), gone ms
 -- [, why it was marked unhealthy (JSON, models/unhealthy.py), keep ms: recorded in `un`,
--- entries older than keep ms pruned].
+-- entries older than keep ms pruned; and in `unp` (score: when) while its pod or process
+-- is still there]. A release without why (its pod or process is gone) takes the id out of
+-- `unp`: a marked worker counts as unhealthy in /health until its control plane saw it go.
 -- Returns {requeued, failed}.
 local worker, now = ARGV[2], tonumber(ARGV[3])
 redis.call('ZREMRANGEBYSCORE', P .. 'gone', '-inf', now)
@@ -21,7 +23,12 @@ if ARGV[10] then
   end
   redis.call('HSET', un, worker, ARGV[10])
   redis.call('PEXPIRE', un, tonumber(ARGV[11]))
+  redis.call('ZREMRANGEBYSCORE', P .. 'unp', '-inf', now - tonumber(ARGV[11]))
+  redis.call('ZADD', P .. 'unp', now, worker)
+  redis.call('PEXPIRE', P .. 'unp', tonumber(ARGV[11]))
   redis.call('PUBLISH', EVENTS, 'u:' .. ARGV[1])  -- its control plane replaces it
+else
+  redis.call('ZREM', P .. 'unp', worker)
 end
 return release(ARGV[1], worker, now, tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7],
   ARGV[8] == '1')

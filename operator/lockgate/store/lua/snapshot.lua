@@ -1,7 +1,9 @@
--- Counts for /health and /metrics. ARGV: now, heartbeat timeout (ms), LB health stale (ms).
+-- Counts for /health and /metrics. ARGV: now, heartbeat timeout (ms), LB health stale (ms),
+-- how long a worker marked unhealthy is counted at most (ms).
 -- Returns {inQueue, inQueueLow, inProgress, idle, running, completed, failed, retried,
 --          oldest queued ms or -1, oldest lowPriority queued ms or -1,
---          workers initializing, throttled, unhealthy (as last reported, else 0),
+--          workers initializing, throttled, unhealthy (as last reported, else 0, plus
+--          the workers marked unhealthy whose pod or process is still there: `unp`),
 --          requests held, requests in flight (load-balancing endpoints, else 0),
 --          then worker id, jobs (or requests) held, ... for every live worker}.
 -- A load-balancing worker (`lbw`) counts by its polled health (`lbh`): healthy is idle or
@@ -56,7 +58,8 @@ local out = {redis.call('ZCARD', P .. 'q'), redis.call('ZCARD', P .. 'ql'),
 local ws = redis.call('HMGET', P .. 'ws', 'initializing', 'throttled', 'unhealthy')
 out[#out + 1] = (tonumber(ws[1]) or 0) + lb_init
 out[#out + 1] = tonumber(ws[2]) or 0
-out[#out + 1] = (tonumber(ws[3]) or 0) + lb_bad
+local marked = redis.call('ZCOUNT', P .. 'unp', now - tonumber(ARGV[4]), '+inf')
+out[#out + 1] = (tonumber(ws[3]) or 0) + lb_bad + marked
 out[#out + 1] = lb_held
 out[#out + 1] = lb_flight
 for _, v in ipairs(held) do out[#out + 1] = v end

@@ -1,6 +1,6 @@
 // The Overview page of one endpoint (#/endpoints/{id}): phase, job API URL, what is wrong
-// (every False condition, in full), workers in all five /health states, queue counts and a
-// settings summary; refreshed every 5 s. See app.js for render(view, ctx).
+// (every False condition, in full), workers in all five /health states (and the last hour's
+// workers marked unhealthy, with why), queue counts and a settings summary; refreshed every 5 s. See app.js for render(view, ctx).
 import {about, api, commandLineNote, DEV_MODE_NOTE, jobApi} from "../api.js";
 import {copyButton, duration, errorBox, h, replace} from "../dom.js";
 import {failing} from "./endpoints.js";
@@ -32,7 +32,27 @@ function workers(health, record) {
       stat(h, "throttled", w.throttled, tone(w.throttled, "warn")),
       stat(h, "unhealthy", w.unhealthy, tone(w.unhealthy, "bad"))),
     h("p", {class: "hint"}, `min ${record.workersMin} · max ${record.workersMax} · `,
-      `idle timeout ${record.idleTimeout} s`));
+      `idle timeout ${record.idleTimeout} s`),
+    marked(health?.unhealthyWorkers));
+}
+
+const FAILED = {fitness: "fitness check", startup: "startup", warmup: "warm-up"};
+
+/** /health's `unhealthyWorkers`: the last hour's workers marked unhealthy, and why. */
+function marked(list) {
+  if (!list?.length) return null;
+  const when = (ms) => new Date(ms).toISOString().replace("T", " ").slice(0, 19) + " UTC";
+  return h("div", {class: "marked"},
+    h("h3", {id: "marked"}, "Marked unhealthy in the last hour"),
+    h("div", {class: "table-wrap"}, h("table", {"aria-labelledby": "marked"},
+      h("thead", {}, h("tr", {}, ["Worker", "Failed", "Reason", "When", "Now"].map((t) => h("th", {scope: "col"}, t)))),
+      h("tbody", {}, list.map((w) => h("tr", {dataset: {worker: w.id}},
+        h("td", {class: "mono"}, w.id),
+        h("td", {}, `${FAILED[w.kind] || w.kind}${w.check ? ` ${w.check}` : ""}`),
+        h("td", {class: "reason"}, w.reason),
+        h("td", {class: "mono"}, when(w.at)),
+        h("td", {}, h("span", {class: `badge ${w.present ? "bad" : "muted"}`},
+          w.present ? "being replaced" : "gone"))))))));
 }
 
 function queue(health) {
