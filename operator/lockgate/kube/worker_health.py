@@ -192,13 +192,13 @@ class WorkerHealth:
         deleted and the endpoint's `WorkersHealthy` for its marked workers (None: none
         recent)."""
         state = self.endpoints.setdefault(owner.name, Tended())
-        now_ms = self.jobs.clock()
-        await self._deadline(owner, pods, state, startup_timeout_s, lb, live, now_ms)
         changed = fingerprint(pods)
         if state.due or changed != state.fingerprint:
             state.due = False
             state.records = await self.jobs.unhealthy_workers(owner.name)
         state.fingerprint = changed
+        now_ms = self.jobs.clock()
+        await self._deadline(owner, pods, state, startup_timeout_s, lb, live, now_ms)
         deleted = []
         for name in to_replace(pods, state.records):
             if await self._replace(owner, state.records[name]):
