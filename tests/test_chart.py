@@ -578,6 +578,7 @@ def test_cluster_wide_rbac_grants_only_the_verbs_the_operator_uses(render_chart)
         "secrets": {"get", "create", "update"},  # get: a worker Secret's labels
         "pods": {"list", "watch", "patch", "delete"},
         "pods/status": {"patch"},
+        "pods/log": {"get"},  # a worker past its startupTimeout: its last line
         "events": {"create"},
     }
 

@@ -165,6 +165,7 @@ def test_flashboot_uses_pre_pulled_images() -> None:
         ("lbWebSocketMaxS", 600, "lb-websocket-max-s", "600"),
         ("onWorkerLost", "fail", "on-worker-lost", "fail"),
         ("requeueMaxRunS", 600, "requeue-max-run-s", "600"),
+        ("startupTimeout", 30, "startup-timeout-s", "30"),
     ],
 )
 def test_scaling_settings_are_annotated_on_the_deployment(
@@ -484,6 +485,7 @@ ENDPOINT_FIELDS: dict[str, tuple[dict, dict]] = {
     "replicas": ({"workersMax": 5}, {"workersMax": 5, "replicas": 2}),
     "onWorkerLost": ({}, {"onWorkerLost": "fail"}),
     "requeueMaxRunS": ({}, {"requeueMaxRunS": 600}),
+    "startupTimeout": ({}, {"startupTimeout": 30}),
 }
 TEMPLATE_FIELDS: dict[str, Any] = {
     "image": "img:2",

@@ -222,6 +222,15 @@ def reconciles_with_the_charts_rights(
             "WorkloadsApplied",
         )
         assert status["status"] == "True", status
+        # a worker past its startupTimeout: its pod's log is read (allowed: 404, no pod) and
+        # its pod deleted (kube/worker_health.py)
+        operator_core = k8s.CoreV1Api(as_sa)
+        with pytest.raises(ApiException) as missing:
+            operator_core.read_namespaced_pod_log("no-such-pod", watched_ns, container="worker")
+        assert missing.value.status == 404
+        with pytest.raises(ApiException) as missing:
+            operator_core.delete_namespaced_pod("no-such-pod", watched_ns)
+        assert missing.value.status == 404
 
         # Redis flushed and the Deployment gone: no digest is known, so the operator
         # replaces the Secret's key (an update, never a read) and registers the new one.

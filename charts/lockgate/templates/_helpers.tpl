@@ -370,13 +370,19 @@ Endpoint: the management API does (its own Role). */}}
 # The scaler lists worker pods (kopf watches them for kube/watched.py) and marks busy ones
 # with controller.kubernetes.io/pod-deletion-cost; it holds their readiness gate, the
 # lockgate.dev/Serving condition (kube/deployment_pool.py); it deletes a pod whose worker
-# asked to be replaced after its job (refresh_worker).
+# asked to be replaced after its job (refresh_worker), or was marked unhealthy (a failed
+# fitness check or warm-up, its startupTimeout missed: kube/worker_health.py).
 - apiGroups: [""]
   resources: [pods]
   verbs: [list, watch, patch, delete]
 - apiGroups: [""]
   resources: [pods/status]
   verbs: [patch]
+# The last lines of a worker that missed its startupTimeout, quoted in why it was replaced
+# (kube/worker_health.py); no other log is read.
+- apiGroups: [""]
+  resources: [pods/log]
+  verbs: [get]
 # kopf and the scaler post Events on Endpoints.
 - apiGroups: [""]
   resources: [events]

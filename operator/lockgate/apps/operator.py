@@ -44,10 +44,12 @@ async def start_manage_api(ctx: Context) -> web.AppRunner:
 
 def wake_on_events(loop: ScalingLoop, notifier: Notifier) -> None:
     """A `q:` event wakes the loop; an `a:` or `r:` event ends its rest, and so does the
-    subscription (re)connecting (events published while it was down are lost)."""
+    subscription (re)connecting (events published while it was down are lost); a `u:`
+    event (a worker marked unhealthy) has its pod replaced."""
     notifier.on_queued = loop.job_queued
     notifier.on_activity = loop.stir
-    notifier.on_subscribed = loop.stir
+    notifier.on_subscribed = loop.events_resumed
+    notifier.on_unhealthy = loop.worker_marked  # its pod is replaced
 
 
 async def scale(ctx: Context, session: aiohttp.ClientSession) -> None:

@@ -395,6 +395,8 @@ class LocalControlPlane:
             await ep.workers.rescale(limits_of(spec))
         if ep.workers is not None:
             ep.workers.resume_window(float(spec.lbResumeWindowS))
+        if ep.workers is not None and ep.workers.health is not None:
+            ep.workers.health.startup_timeout_s = spec.startupTimeout  # from the next look
         ep.spec, ep.launch, ep.problem = spec, launch, ""
         ep.work_dir, ep.generation, ep.since = str(self.base_dir), ep.generation + 1, now()
         await self.gw.registry.put_endpoint(ep.id, ep.entry(self.job_api_url(ep.id)))
@@ -690,6 +692,7 @@ class LocalControlPlane:
             lb=lb, drain_s=float(spec.requestTimeoutS), version=version,
             env_at_start=self.secret_values.resolved_env,
             resume_window_s=float(spec.lbResumeWindowS),
+            startup_timeout_s=spec.startupTimeout,
         )  # fmt: skip
 
     def _retire(self, ep: LocalEndpoint) -> None:

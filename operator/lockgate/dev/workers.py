@@ -7,10 +7,11 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from lockgate.dev.launch import Launch
 from lockgate.dev.lb_pool import LbProcessPool
+from lockgate.dev.worker_health import LocalHealth
 from lockgate.models import EndpointSpec
 from lockgate.scaling.autoscaler import LocalAutoscaler, release_exited
 from lockgate.scaling.decision import Limits
@@ -118,6 +119,7 @@ class LocalWorkers:
     states: WorkerStates = field(default_factory=WorkerStates)
     reporter: asyncio.Task | None = None
     version: int = 1  # the endpoint's version these workers run (its release)
+    health: LocalHealth | None = None  # marked workers replaced, the startup deadline
 
     @classmethod
     def start(
@@ -134,11 +136,14 @@ class LocalWorkers:
         version: int = 1,
         resume_window_s: float = 0.0,
         env_at_start: Callable[[dict[str, str]], dict[str, str]] | None = None,
+        startup_timeout_s: int = 0,
     ) -> LocalWorkers:
         """Start scaling at once (workersMin workers start on the first tick); each line
         a worker writes goes to `sink` too. With `lb`, the workers are a load-balancing
         endpoint's HTTP servers (`LbProcessPool`, drained up to `drain_s` before a stop,
-        a scale-down's victims parked for `resume_window_s`)."""
+        a scale-down's victims parked for `resume_window_s`). A worker marked unhealthy is
+        replaced, and so is one not ready within `startup_timeout_s` (0: no deadline;
+        `LocalHealth`)."""
         pool: LocalProcessPool
         if lb is not None:
             pool = LbProcessPool(
@@ -154,15 +159,21 @@ class LocalWorkers:
         scaler = LocalAutoscaler(store, pool, endpoint_id, limits)
         task = asyncio.create_task(scaler.run(), name=f"lockgate-scaler-{endpoint_id}")
         workers = cls(endpoint_id, store, pool, scaler, task, version=version)
+        workers.health = LocalHealth(store, pool, endpoint_id, startup_timeout_s)
         workers.reporter = asyncio.create_task(
             workers.report(), name=f"lockgate-states-{endpoint_id}"
         )
         return workers
 
     async def observe(self) -> WorkerStates:
-        """Compute the worker states now and report them to Redis (for /health)."""
+        """Compute the worker states now and report them to Redis (for /health); replace
+        the marked workers and those past their startup deadline."""
         snap = await self.store.snapshot(self.endpoint_id)
         taking = snap.worker_jobs.keys() | snap.workers_warming  # warming: the gateway counts
+        if self.health is not None:
+            await self.health.tend(
+                taking
+            )  # a warming worker has started: its warm-up is timed apart
         starting = len([w for w in self.pool.active if w not in taking])
         if isinstance(self.pool, LbProcessPool):
             starting = 0  # the gateways' health polls count LB workers that start
@@ -171,6 +182,8 @@ class LocalWorkers:
         wanted = max(self.scaler.limits.workers_min, len(self.pool.active))
         backoff_s = crash_backoff_s(crashes, self.pool.backoff.until, now)
         self.states = worker_states(starting, crashes, now, wanted, backoff_s)
+        if not self.states.reason and self.health is not None and (said := self.health.shown()):
+            self.states = replace(self.states, reason=said[0], message=said[1])
         await self.store.report_worker_states(
             self.endpoint_id, initializing=self.states.initializing, throttled=0,
             unhealthy=self.states.unhealthy,

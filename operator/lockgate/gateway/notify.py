@@ -6,7 +6,8 @@ job, or one a `/status?wait=` watches, ended: with its final record when small),
 `c:<ep>:<id>:<seq>[\n<chunk>...]` (stream chunks of a job read live, an OpenAI stream:
 numbered, and carried when small), `s:<ep>:<worker>` (a stop signal), `r:<ep>` (registry
 changed), `a:<ep>` (a worker new to the endpoint or a first worker-state report: see
-gateway/activity.py), `k:<digest>` (an API key was changed or revoked). A `q:` wakes
+gateway/activity.py), `k:<digest>` (an API key was changed or revoked), `u:<ep>` (a
+worker was marked unhealthy: its control plane replaces it). A `q:` wakes
 one job-take per replica; a taker that leaves jobs queued wakes the next (`kick`), so a
 busy queue costs no PUBLISH per submit. A replica that submits a job while one of its own
 job-takes waits hands the job over (`hand_over`): that taker is woken before the submit is
@@ -113,6 +114,7 @@ class Notifier:
         # `q:`, `a:` and `r:` events: an endpoint to look after again (gateway/activity.py)
         self.on_activity: Callable[[str], None] = lambda _ep: None
         self.on_lb_change: Callable[[str], None] = lambda _ep: None
+        self.on_unhealthy: Callable[[str], None] = lambda _ep: None  # `u:` (the scaler)
         # Each (re)subscription: events published while it was down are lost, so whoever
         # waits for signs of activity looks at everything once (a full pass).
         self.on_subscribed: Callable[[], None] = lambda: None
@@ -230,20 +232,23 @@ class Notifier:
                 self.kick(ep)
             self.on_queued(ep)
             self.on_activity(ep)
-        elif kind == "a":
-            self.on_activity(rest)
         elif kind == "s":
             ep, _, worker = rest.partition(":")
             self._generation[ep] += 1  # a taker may be the one told to stop
             _wake(self._stops, (ep, worker), one=False)
-        elif kind == "r":
-            self.on_registry_change(rest)
-            self.on_activity(rest)
-        elif kind == "k":
-            self.on_key_change(rest)
-        elif kind == "l":
-            self.on_lb_change(rest)
-            self.on_activity(rest)
+        else:
+            for call in self._callbacks(kind):
+                call(rest)
+
+    def _callbacks(self, kind: str) -> tuple[Callable[[str], None], ...]:
+        """Who hears of an event that only names something (an endpoint, a key digest)."""
+        return {
+            "a": (self.on_activity,),
+            "r": (self.on_registry_change, self.on_activity),
+            "k": (self.on_key_change,),
+            "l": (self.on_lb_change, self.on_activity),
+            "u": (self.on_unhealthy,),
+        }.get(kind, ())
 
     def wake_everyone(self) -> None:
         for table in (self._jobs, self._done, self._stops):

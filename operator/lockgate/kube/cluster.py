@@ -263,10 +263,11 @@ class Cluster:
         )
         return orjson.loads(resp.data)
 
-    async def delete(self, kind: str, namespace: str, name: str) -> bool:
-        """Delete an object; False when it was not there."""
+    async def delete(self, kind: str, namespace: str, name: str, **options: Any) -> bool:
+        """Delete an object; False when it was not there. `options` are the delete call's
+        (`grace_period_seconds`)."""
         try:
-            await self._call(self._method(kind, "delete"), name, namespace)
+            await self._call(self._method(kind, "delete"), name, namespace, **options)
         except NotFound:
             return False
         return True

@@ -859,6 +859,7 @@ def scaling_annotations(spec: EndpointSpec) -> dict[str, str]:
         "lockgate.dev/lb-websocket-max-s": str(spec.lbWebSocketMaxS),
         "lockgate.dev/on-worker-lost": str(spec.onWorkerLost),
         "lockgate.dev/requeue-max-run-s": str(spec.requeueMaxRunS),
+        "lockgate.dev/startup-timeout-s": str(spec.startupTimeout),
     }
 
 

@@ -60,6 +60,7 @@ from lockgate.kube.manifests import EXTERNAL_SCALER, Owner
 from lockgate.kube.podstates import pod_starts, pod_states, pull_errors
 from lockgate.kube.status import METRICS_AVAILABLE, Check, shows
 from lockgate.kube.watched import ENDPOINT_LABEL, WORKERS
+from lockgate.kube.worker_health import WorkerHealth, worst
 from lockgate.models import EndpointType
 from lockgate.models.registry_entry import RegistryEntry
 from lockgate.scaling.autoscaler import Autoscaler
@@ -207,6 +208,7 @@ class ScalingLoop:
         self.full_due = 0.0
         self.scrapes = ScrapeHealth(ctx.settings.metrics_grace_s)
         self._lb_pods: LbPods | None = None  # LB endpoints' pods, as routed (made on use)
+        self._health: WorkerHealth | None = None  # marked workers, startup deadlines
         self.routing: set[asyncio.Task] = set()  # `worker_pod`'s registrations
         self.slots = asyncio.Semaphore(ctx.settings.kube_concurrency)  # decided at once
         # Events and status writes go through a lane of their own, a few at a time, each
@@ -220,6 +222,27 @@ class ScalingLoop:
         if self._lb_pods is None:
             self._lb_pods = LbPods(LbWorkers(self.ctx.redis), clock=self.clock)
         return self._lb_pods
+
+    @property
+    def health(self) -> WorkerHealth:
+        """Marked workers' pods to replace and startup deadlines, kept for this term."""
+        if self._health is None:
+            lb = self.lb_pods.lb
+            self._health = WorkerHealth(self.ctx.cluster, self.ctx.jobs, lb, now=rc.now)
+        return self._health
+
+    def worker_marked(self, endpoint_id: str) -> None:
+        """A worker of the endpoint was marked unhealthy (`u:`): its pod is replaced at the
+        endpoint's next decision, at once when at rest."""
+        self.health.marked(endpoint_id)
+        self.stir(endpoint_id)
+
+    def events_resumed(self) -> None:
+        """The event subscription (re)connected: what it missed is looked at again (every
+        endpoint's marked workers are read at its next decision), and a rest ends."""
+        if self._health is not None:  # else nothing was read yet this term
+            self._health.marked(None)
+        self.stir()
 
     async def run(self) -> None:
         """Tick every `scale_interval_s`, or at once when `wakeup` is set, until cancelled;
@@ -447,6 +470,8 @@ class ScalingLoop:
             del self.pull_errors[gone]
         if self._lb_pods is not None:
             self._lb_pods.forget(ours)
+        if self._health is not None:
+            self._health.forget(ours)
         for gone in set(self.ctx.scaling) - ours:
             del self.ctx.scaling[gone]
         for gone in set(self.ctx.pods) - ours:
@@ -541,11 +566,16 @@ class ScalingLoop:
         if load_balanced(entry):  # the gateways route to the pods Redis names
             await self.lb_pods.sync(owner.name, pods, listed_at=listed_at)
         check = metrics_check(owner.name, readings, error)
+        metrics = readings.get(owner.name) if check.ok else None
+        deleted, replaced = await self.health.tend(
+            owner, pods, startup_timeout_s=entry.startupTimeout, lb=load_balanced(entry),
+            live=set(metrics.worker_jobs) if metrics is not None else None,
+        )  # fmt: skip
+        pods = [p for p in pods if p["metadata"]["name"] not in deleted]
         try:
-            metrics = readings.get(owner.name) if check.ok else None
             return await self._decide(owner, entry, deployment, pods, metrics)
         finally:
-            changed = await self._report_pods(owner, entry, pods)
+            changed = await self._report_pods(owner, entry, pods, replaced)
             if not targeted:  # a snapshot says nothing of whether /metrics can be read
                 changed = await self._report_metrics(owner, check) or changed
             if changed:
@@ -614,16 +644,20 @@ class ScalingLoop:
 
         self._report(owner, write)
 
-    async def _report_pods(self, owner: Owner, entry: RegistryEntry, pods: list[Obj]) -> bool:
+    async def _report_pods(
+        self, owner: Owner, entry: RegistryEntry, pods: list[Obj], replaced: Check | None = None
+    ) -> bool:
         """Worker states from the pods to Redis (for `/health`), and `WorkersHealthy` on
         the Endpoint: on a change, an Event; True when the status needs a refresh. A
         load-balancing endpoint's routed pods are counted by the gateways' health polls;
-        its parked pods count nowhere (scaled down, only resumable)."""
+        its parked pods count nowhere (scaled down, only resumable). `replaced`: the
+        condition a worker replaced recently gives (`kube.worker_health`, which posted its
+        own Event), unless the pods show a problem now."""
         routed = wanted_workers(pods) if load_balanced(entry) else {}
         pods = [p for p in pods if parked_until(p) is None]
         if failed := pull_errors(pods):
             self.pull_errors.setdefault(owner.name, {}).update(failed)
-        marked = await self.ctx.jobs.unhealthy_present(owner.name)
+        marked = self.health.marked_workers(owner.name)  # as `tend` read them: no Redis call
         states = pod_states(
             pods, entry.settings(), routed, self.pull_errors.get(owner.name), marked=marked
         )
@@ -631,11 +665,11 @@ class ScalingLoop:
             owner.name, initializing=states.initializing, throttled=states.throttled,
             unhealthy=states.unhealthy,
         )  # fmt: skip
-        check, previous = states.check, self.ctx.pods.get(owner.name)
+        check, previous = worst(states.check, replaced), self.ctx.pods.get(owner.name)
         self.ctx.pods[owner.name] = check
         if check is None or check == previous:
             return False
-        if check.ok is False:
+        if check.ok is False and check is not replaced:
             event = endpoint_event(owner, check.reason, check.message, now=rc.now(), warning=True)
             await self.ctx.cluster.create_event(event)
         return True

@@ -285,6 +285,7 @@ ENDPOINT_FIELDS: dict[str, str] = {
     "requeueMaxRunS": "not in GraphQL: lockgate's setting",
     "warmup": "not in GraphQL: lockgate's warm-up (v1, kubectl; docs/warm-up.md)",
     "lbResumeWindowS": "not in GraphQL: lockgate's load-balancing setting",
+    "startupTimeout": "not in GraphQL: lockgate's startup deadline",
 }
 
 

@@ -246,6 +246,15 @@ class EndpointSpec(BaseModel):
             "its pod); 0: scaled-down workers are gone at once"
         ),
     )
+    startupTimeout: int = Field(
+        600,
+        ge=0,
+        le=86_400,
+        description=(
+            "seconds a new worker may take to become ready (its first job-take, or an LB "
+            "worker's first health check answered 200) before it is replaced; 0: no deadline"
+        ),
+    )
 
     # The API server enforces this one too (Kubernetes 1.20 has no CEL, but a structural
     # schema may carry value validation): `crds.py` puts it on the CRD's `spec`. Defaults

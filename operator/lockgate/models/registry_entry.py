@@ -54,6 +54,7 @@ class RegistryEntry(BaseModel):
     requeueMaxRunS: int = _SPEC.requeueMaxRunS
     warmup: Warmup | None = _SPEC.warmup
     lbResumeWindowS: int = _SPEC.lbResumeWindowS  # the scaler parks LB workers this long
+    startupTimeout: int = _SPEC.startupTimeout  # the scalers' startup deadline (s)
     # -- the operator's: the Endpoint's namespace (ids are cluster-wide) and uid; "external"
     # when another scaler owns the worker count (the Endpoint's scaler annotation)
     namespace: str | None = None

@@ -187,6 +187,24 @@ class LocalProcessPool:
         """Work done at each scaler tick before it decides (`LbProcessPool`: parked
         workers); none here."""
 
+    async def retire(self, worker_id: str, why: str, grace_s: float) -> None:
+        """Stop a worker taken out of service for good (marked unhealthy: it holds no job),
+        as `stop_worker` does; its process group is killed if it still runs `grace_s`
+        seconds later (a process hung at import may ignore SIGTERM)."""
+        worker = self.workers.get(worker_id)
+        if worker is None or worker.stopping:
+            return
+        await self.stop_worker(worker_id, why)
+
+        def kill() -> None:
+            if worker.process.returncode is None:
+                said = f"still running {grace_s:.0f} s after SIGTERM: killed"
+                log.warning("worker %s %s", worker_id, said)
+                self._lifecycle(worker_id, said)
+                _kill_group(worker.process)
+
+        asyncio.get_running_loop().call_later(grace_s, kill)
+
     async def state(self) -> PoolState:
         active = tuple(self.active)
         return PoolState(len(active), active)

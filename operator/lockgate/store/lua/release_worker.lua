@@ -27,6 +27,7 @@ if ARGV[10] then
   redis.call('ZREMRANGEBYSCORE', P .. 'unp', '-inf', now - tonumber(ARGV[11]))
   redis.call('ZADD', P .. 'unp', now, worker)
   redis.call('PEXPIRE', P .. 'unp', tonumber(ARGV[11]))
+  redis.call('PUBLISH', EVENTS, 'u:' .. ARGV[1])  -- its control plane replaces it
 else
   redis.call('ZREM', P .. 'unp', worker)
 end
