@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from lockgate.models.crashloop import CrashLoop
 from lockgate.models.endpoint import EndpointSpec, EndpointType
 
 # An entry without a setting has the spec's default for it: the defaults live in EndpointSpec.
@@ -25,6 +26,7 @@ ADDED = (
     "workDir",
     "version",
     "createdAt",
+    "crashLoop",
 )
 
 
@@ -49,6 +51,7 @@ class RegistryEntry(BaseModel):
     lbWebSocketMaxS: int = _SPEC.lbWebSocketMaxS
     workersMin: int = _SPEC.workersMin
     replicas: int | None = _SPEC.replicas
+    crashLoopThreshold: int = _SPEC.crashLoopThreshold
     # -- the operator's: the Endpoint's namespace (ids are cluster-wide) and uid; "external"
     # when another scaler owns the worker count (the Endpoint's scaler annotation)
     namespace: str | None = None
@@ -65,6 +68,9 @@ class RegistryEntry(BaseModel):
     version: int | None = None
     createdAt: str | None = None
     edits: dict[str, Any] = {}
+    # -- both writers': set while the endpoint starts no worker (`models.crashloop`), so the
+    # gateway can say so in the answer to a new job without another Redis call
+    crashLoop: CrashLoop | None = None
 
     def stored(self) -> dict[str, Any]:
         """The JSON object kept in Redis: every field, but the additions left unset."""
