@@ -44,6 +44,7 @@ from lockgate.models import (
     podfields,
     secrets,
 )
+from lockgate.models.crashloop import CrashLoop
 from lockgate.models.podfields import PodSecurity
 from lockgate.models.registry_entry import RegistryEntry
 from lockgate.models.volumes import VOLUME_MOUNT_PATH, VOLUME_PATH_ENV
@@ -1004,8 +1005,10 @@ def registry_entry(
     key_digest: str,
     job_api_url: str,
     external_scaler: bool = False,
+    crash_loop: CrashLoop | None = None,
 ) -> RegistryEntry:
-    """What the gateway (and the scaler) read about the endpoint from Redis."""
+    """What the gateway (and the scaler) read about the endpoint from Redis; `crash_loop`:
+    the one the scaler declared, while it holds (`scaling.crashloop.still_holds`)."""
     return RegistryEntry(
         id=owner.name,
         namespace=owner.namespace,
@@ -1013,5 +1016,6 @@ def registry_entry(
         workerKeyDigest=key_digest,
         jobApiUrl=job_api_url,
         scaler=EXTERNAL_SCALER if external_scaler else None,
+        crashLoop=crash_loop,
         **spec.model_dump(mode="json"),
     )

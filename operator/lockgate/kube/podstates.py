@@ -189,7 +189,8 @@ def pod_starts(pods: Iterable[Obj], known: Collection[str]) -> dict[str, int]:
     return starts
 
 
-def _ready(pod: Obj) -> bool:
+def pod_ready(pod: Obj) -> bool:
+    """Whether the pod's Ready condition is True."""
     conditions = (pod.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
@@ -218,7 +219,7 @@ def pod_states(
         if problem is not None:
             counts[problem.state] += 1
             problems.append(problem)
-        elif not _ready(pod) and pod["metadata"]["name"] not in routed:
+        elif not pod_ready(pod) and pod["metadata"]["name"] not in routed:
             counts["initializing"] += 1
             fetching += downloading(pod)
     models = (endpoint.get("modelReferences") or []) if fetching else []

@@ -281,6 +281,7 @@ ENDPOINT_FIELDS: dict[str, str] = {
     "lbHoldS": "not in GraphQL: lockgate's load-balancing setting",
     "lbWebSocketMaxS": "not in GraphQL: lockgate's load-balancing setting",
     "replicas": "not in GraphQL: the scale subresource's",
+    "crashLoopThreshold": "not in GraphQL: lockgate's crash-loop setting",
 }
 
 

@@ -40,7 +40,7 @@ ENDPOINT_OTHER_FIELDS = frozenset(
         "name", "gpuTypeIds", "cpuFlavorIds", "allowedCudaVersions", "dataCenterIds",
         "executionTimeoutMs", "flashboot", "idleTimeout", "scalerType", "scalerValue",
         "requestTimeoutS", "lbHoldS", "lbWebSocketMaxS", "workersMin", "workersMax",
-        "replicas",
+        "replicas", "crashLoopThreshold",
     }
 )  # fmt: skip
 TEMPLATE_RELEASE_FIELDS = frozenset(

@@ -164,6 +164,7 @@ ENDPOINT_FIELDS: Mapping[str, str] = {
     "lbHoldS": "not in v2: lockgate's (v1, kubectl, the console)",
     "lbWebSocketMaxS": "not in v2: lockgate's (v1, kubectl, the console)",
     "replicas": "not in v2: the scale subresource's (kubectl scale, an HPA, KEDA)",
+    "crashLoopThreshold": "not in v2: lockgate's (v1, kubectl); its state is the phase",
 }
 TEMPLATE_FIELDS: Mapping[str, str] = {
     "name": "not in v2: the bound template takes the endpoint's name",
