@@ -13,6 +13,7 @@ from lockgate.scaling.crashloop import (
     counted,
     crash_loop,
     held,
+    loop_condition,
     restarted,
     still_holds,
     unhealthy_starts,
@@ -121,3 +122,21 @@ def test_job_message_names_the_cause_and_where_to_look() -> None:
     assert message.startswith("IN_QUEUE: workers crash at start (exit code 1: x); ")
     assert "GET /v2/serverless/ep1/workers" in message
     assert "POST /v2/serverless/ep1/workers/restart" in message
+
+
+@pytest.mark.parametrize(
+    ("loop", "threshold", "looping", "reason", "says"),
+    [
+        (LOOP, 5, True, "WorkersCrashAtStart", "exit code 1: x), 5 failed starts in a row"),
+        (None, 5, False, "WorkersStart", "after 5 failed starts in a row"),
+        (None, 0, False, "Disabled", "crashLoopThreshold is 0"),
+    ],
+)
+def test_the_condition(
+    loop: CrashLoop | None, threshold: int, looping: bool, reason: str, says: str
+) -> None:
+    said = loop_condition(loop, threshold, "ep1")
+    assert (said.looping, said.reason) == (looping, reason)
+    assert says in said.message
+    if looping:
+        assert "POST /v2/serverless/ep1/workers/restart" in said.message

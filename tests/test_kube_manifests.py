@@ -480,6 +480,7 @@ ENDPOINT_FIELDS: dict[str, tuple[dict, dict]] = {
     "workersMin": ({}, {"workersMin": 2}),
     "workersMax": ({}, {"workersMax": 9}),
     "replicas": ({"workersMax": 5}, {"workersMax": 5, "replicas": 2}),
+    "crashLoopThreshold": ({}, {"crashLoopThreshold": 2}),
 }
 TEMPLATE_FIELDS: dict[str, Any] = {
     "image": "img:2",

@@ -221,6 +221,8 @@ def local_status(
         ok, reason, message = False, "ModelFetchFailed", ep.models
     if ok and ep.secrets:
         ok, reason, message = False, "SecretNotFound", ep.secrets
+    if ok and ep.workers is not None and ep.workers.loop is not None:
+        ok, reason, message = False, "CrashLoop", f"no worker starts: {ep.workers.loop.text()}"
     condition = Condition(
         type=READY,
         status=ConditionStatus.TRUE if ok else ConditionStatus.FALSE,
@@ -233,7 +235,7 @@ def local_status(
         conditions.append(models_condition(ep))
     if ep.workers is not None:
         conditions.append(workers_condition(ep.workers.states, ep.since))
-        conditions.append(crash_loop_condition(ep.workers.loop, ep.spec, ep.since))
+        conditions.append(crash_loop_condition(ep.id, ep.workers.loop, ep.spec, ep.since))
     return EndpointStatus(
         phase=local_phase(ep),
         endpointId=ep.id,
@@ -279,9 +281,11 @@ def workers_condition(states: WorkerStates, since: str) -> Condition:
     )  # fmt: skip
 
 
-def crash_loop_condition(loop: CrashLoop | None, spec: EndpointSpec, since: str) -> Condition:
+def crash_loop_condition(
+    endpoint_id: str, loop: CrashLoop | None, spec: EndpointSpec, since: str
+) -> Condition:
     """`CrashLoop`: True, with the last failed start, while no worker starts."""
-    check = loop_condition(loop, spec.crashLoopThreshold)
+    check = loop_condition(loop, spec.crashLoopThreshold, endpoint_id)
     status = ConditionStatus.TRUE if check.looping else ConditionStatus.FALSE
     at = iso_ms(loop.since) if loop is not None else since
     return Condition(

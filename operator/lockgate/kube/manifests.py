@@ -858,6 +858,7 @@ def scaling_annotations(spec: EndpointSpec) -> dict[str, str]:
         "lockgate.dev/flashboot": str(spec.flashboot).lower(),
         **({"lockgate.dev/lb-hold-s": str(spec.lbHoldS)} if spec.lbHoldS is not None else {}),
         "lockgate.dev/lb-websocket-max-s": str(spec.lbWebSocketMaxS),
+        "lockgate.dev/crash-loop-threshold": str(spec.crashLoopThreshold),
     }
 
 

@@ -327,7 +327,9 @@ async def _register(
             restart_at_ms=restart_requested_ms(meta.get("annotations")),
         ),
     )
-    ctx.crash_loops[owner.name] = crash_loop_check(wanted.crashLoop, spec.crashLoopThreshold)
+    ctx.crash_loops[owner.name] = crash_loop_check(
+        wanted.crashLoop, spec.crashLoopThreshold, owner.name
+    )
     if entry != wanted:
         old_digest = entry.workerKeyDigest if entry else None
         if old_digest and old_digest != digest:

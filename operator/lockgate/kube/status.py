@@ -134,10 +134,10 @@ def degraded(current: Phase, why: str, metrics: Check | None) -> tuple[Phase, st
     return Phase.DEGRADED, f"{why}; {metrics.message}"
 
 
-def crash_loop_check(loop: CrashLoop | None, threshold: int) -> Check:
+def crash_loop_check(loop: CrashLoop | None, threshold: int, endpoint_id: str) -> Check:
     """The `CrashLoop` condition: True while the endpoint starts no worker
     (`scaling.crashloop`), with the last failed start's exit code and line."""
-    said = loop_condition(loop, threshold)
+    said = loop_condition(loop, threshold, endpoint_id)
     return Check(CRASH_LOOP, said.looping, said.reason, said.message)
 
 

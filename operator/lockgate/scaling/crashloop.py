@@ -124,14 +124,14 @@ class LoopCondition:
     message: str
 
 
-def loop_condition(loop: CrashLoop | None, threshold: int) -> LoopCondition:
+def loop_condition(loop: CrashLoop | None, threshold: int, endpoint_id: str) -> LoopCondition:
     """The `CrashLoop` condition of an endpoint (messages stay the same while the state
     does, so a status is not rewritten at every failed start)."""
     if loop is not None:
         message = (
             f"No worker starts: {loop.text()}, {loop.failedStarts} failed starts in a row. "
             "Queued jobs wait. Fix the handler or image (a new release), or restart the "
-            "workers (POST /v2/serverless/{id}/workers/restart, the console)."
+            f"workers (POST /v2/serverless/{endpoint_id}/workers/restart, or the console)."
         )
         return LoopCondition(True, "WorkersCrashAtStart", message)
     if threshold <= 0:
