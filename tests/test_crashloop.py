@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from lockgate.kube.podstates import worker_starts
 from lockgate.models.crashloop import CrashLoop
 from lockgate.models.unhealthy import UnhealthyWorker
 from lockgate.scaling.crashloop import (
@@ -140,3 +141,37 @@ def test_the_condition(
     assert says in said.message
     if looping:
         assert "POST /v2/serverless/ep1/workers/restart" in said.message
+
+
+def pod(name: str, restarts: int = 0, state: dict | None = None, last: dict | None = None) -> dict:
+    status = {"name": "worker", "restartCount": restarts, "state": state or {}}
+    if last:
+        status["lastState"] = {"terminated": last}
+    return {"metadata": {"name": name}, "status": {"containerStatuses": [status]}}
+
+
+ENDED = {"exitCode": 1, "finishedAt": "2026-12-06T10:00:10Z", "message": "a\ncannot load\n"}
+OOM = {"exitCode": 137, "reason": "OOMKilled", "finishedAt": "2026-12-06T10:00:20Z"}
+RUNNING = {"running": {"startedAt": "2026-12-06T10:00:30Z"}}
+
+
+@pytest.mark.parametrize(
+    ("pods", "live", "want"),
+    [
+        ([pod("p", 0, RUNNING)], set(), []),  # running, not yet heard from: nothing yet
+        ([pod("p", 0, RUNNING)], {"p"}, [("p#0", True, None, "")]),
+        ([pod("p", 2, {"waiting": {}}, ENDED)], set(),
+         [("p#0", False, 1, "cannot load"), ("p#1", False, 1, "cannot load")]),
+        ([pod("p", 0, {"terminated": OOM})], set(), [("p#0", False, 137, "OOMKilled")]),
+        ([pod("p", 1, RUNNING, ENDED)], {"p"}, [("p#0", False, 1, "cannot load"), ("p#1", True, None, "")]),
+    ],
+)  # fmt: skip
+def test_pod_starts_from_container_statuses(pods: list, live: set, want: list) -> None:
+    got = worker_starts(pods, live)
+    assert sorted((s.key, s.ok, s.exit_code, s.last_line) for s in got) == sorted(want)
+
+
+def test_a_start_seen_well_is_not_failed_when_its_container_ends_later() -> None:
+    count = counted(CrashCount(), worker_starts([pod("p", 0, RUNNING)], {"p"}))
+    count = counted(count, worker_starts([pod("p", 1, {"waiting": {}}, ENDED)], set()))
+    assert count.failed == 0  # p#0 worked, then ended: not a failed start
