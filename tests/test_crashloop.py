@@ -163,7 +163,8 @@ RUNNING = {"running": {"startedAt": "2026-12-06T10:00:30Z"}}
         ([pod("p", 2, {"waiting": {}}, ENDED)], set(),
          [("p#0", False, 1, "cannot load"), ("p#1", False, 1, "cannot load")]),
         ([pod("p", 0, {"terminated": OOM})], set(), [("p#0", False, 137, "OOMKilled")]),
-        ([pod("p", 1, RUNNING, ENDED)], {"p"}, [("p#0", False, 1, "cannot load"), ("p#1", True, None, "")]),
+        ([pod("p", 1, RUNNING, ENDED)], {"p"},
+         [("p#0", False, 1, "cannot load"), ("p#1", True, None, "")]),
     ],
 )  # fmt: skip
 def test_pod_starts_from_container_statuses(pods: list, live: set, want: list) -> None:

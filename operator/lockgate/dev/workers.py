@@ -237,7 +237,9 @@ class LocalWorkers:
         starts += unhealthy_starts({w: why for w, why in marked.items() if w in mine})
         self.crashes = counted(self.crashes, starts)
         if self.loop is None:
-            self.loop = crash_loop(self.crashes, self.threshold, now_ms=now_ms, version=self.version)
+            self.loop = crash_loop(
+                self.crashes, self.threshold, now_ms=now_ms, version=self.version
+            )
             if self.loop is not None:
                 log.warning(
                     "endpoint %s: %s after %d failed starts in a row: no worker starts until "
