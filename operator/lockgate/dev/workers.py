@@ -33,7 +33,7 @@ from lockgate.scaling.local_pool import (
 )
 from lockgate.store import JobStore
 from lockgate.store.connection import raise_if_cancelled
-from lockgate.store.lb_workers import LbWorkers
+from lockgate.store.lb_workers import HEALTHY, LbWorkers
 
 log = logging.getLogger("lockgate.dev")
 
@@ -217,7 +217,7 @@ class LocalWorkers:
         wanted = max(self.scaler.limits.workers_min, len(self.pool.active))
         backoff_s = crash_backoff_s(crashes, self.pool.backoff.until, now)
         self.states = worker_states(starting, crashes, now, wanted, backoff_s)
-        await self._count_starts(set(snap.worker_jobs), now)
+        await self._count_starts(await self._live(set(snap.worker_jobs)), now)
         if self.loop is not None:
             self.states = loop_states(self.states, self.loop)
         await self.store.report_worker_states(
@@ -225,6 +225,14 @@ class LocalWorkers:
             unhealthy=self.states.unhealthy,
         )  # fmt: skip
         return self.states
+
+    async def _live(self, polling: set[str]) -> set[str]:
+        """The workers that started well: those polling for jobs; a load-balancing
+        endpoint's, those whose health check a gateway found healthy."""
+        if not isinstance(self.pool, LbProcessPool):
+            return polling
+        polled = await self.pool.lb.health(self.endpoint_id)
+        return {w for w, h in polled.items() if h.state == HEALTHY}
 
     async def _count_starts(self, live: set[str], now: float) -> None:
         """Count the starts since the last look (`scaling.crashloop`); at the threshold,

@@ -637,10 +637,15 @@ class ScalingLoop:
         if entry.crashLoop is not None:
             self.looping.add(ep)
         if metrics is not None and pods:  # without a reading no start is known to be good
-            starts = worker_starts(pods, set(metrics.worker_jobs))
-            marked = await self.ctx.jobs.unhealthy_workers(ep)
-            fresh = {w: why for w, why in marked.items() if why.at >= self.began_ms}
-            count = counted(count, [*starts, *unhealthy_starts(fresh)])
+            live = set(metrics.worker_jobs)
+            if load_balanced(entry):  # an LB worker works once its health check passes
+                live |= {p["metadata"]["name"] for p in pods if pod_ready(p)}
+            starts = worker_starts(pods, live)
+            if any(p["metadata"]["name"] not in live for p in pods):  # one may be marked
+                marked = await self.ctx.jobs.unhealthy_workers(ep)
+                fresh = {w: why for w, why in marked.items() if why.at >= self.began_ms}
+                starts += unhealthy_starts(fresh)
+            count = counted(count, starts)
         self.crashes[ep] = count
         if ep in self.looping:
             return entry
