@@ -53,7 +53,11 @@ def test_a_crash_loop_stops_starting_pods_and_a_fixed_release_runs_the_queued_jo
                    "spec": {"templateId": NAME, "computeType": "CPU", "vcpuCount": 1,
                             "workersMin": 0, "workersMax": 1, "idleTimeout": 5,
                             "crashLoopThreshold": 2}})  # fmt: skip
-    wait_until(lambda: endpoint_status(release, NAME).get("phase") == "Ready", f"{NAME} Ready")
+    try:
+        wait_until(lambda: endpoint_status(release, NAME).get("phase") == "Ready", "Ready", 120)
+    except AssertionError:
+        print(endpoint_status(release, NAME))
+        raise
     jobs = Jobs(release, NAME)
     queued = [jobs.run({"input": {"n": n}}) for n in range(2)]
 
