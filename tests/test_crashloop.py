@@ -176,3 +176,9 @@ def test_a_start_seen_well_is_not_failed_when_its_container_ends_later() -> None
     count = counted(CrashCount(), worker_starts([pod("p", 0, RUNNING)], {"p"}))
     count = counted(count, worker_starts([pod("p", 1, {"waiting": {}}, ENDED)], set()))
     assert count.failed == 0  # p#0 worked, then ended: not a failed start
+
+
+def test_a_failure_without_output_keeps_the_line_an_earlier_one_said() -> None:
+    count = counted(CrashCount(), [bad("a", 1, 1, "cannot load"), bad("b", 2, 1, "")])
+    assert (count.last.key, count.last.last_line) == ("b", "cannot load")
+    assert counted(count, [good("c", 3), bad("d", 4, 1, "")]).last.last_line == ""

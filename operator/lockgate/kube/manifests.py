@@ -750,7 +750,14 @@ def _placement(
 def worker_container(
     endpoint_id: str, spec: EndpointSpec, template: TemplateSpec, settings: OperatorSettings
 ) -> Obj:
-    container: Obj = {"name": WORKER_CONTAINER, "image": template.image}
+    # A crash's last log lines in its status (`lastState.terminated.message`): the
+    # `WorkersHealthy` and `CrashLoop` conditions quote them (no termination-message file
+    # of the image's own is overridden: it still wins when written).
+    container: Obj = {
+        "name": WORKER_CONTAINER,
+        "image": template.image,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
     if template.command:
         container["command"] = list(template.command)
     if template.args:

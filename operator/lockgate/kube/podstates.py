@@ -248,7 +248,8 @@ def _ms(stamp: Any) -> int | None:
 
 def _ended(pod: str, attempt: int, ended: Obj, at: int | None) -> Start:
     code = ended.get("exitCode")
-    line = _last_line(ended.get("message", "")) or ended.get("reason", "")  # OOMKilled
+    reason = ended.get("reason", "")
+    line = _last_line(ended.get("message", "")) or (reason if reason == "OOMKilled" else "")
     return Start(f"{pod}#{attempt}", at or 0, False, code, line)
 
 

@@ -55,7 +55,12 @@ def counted(count: CrashCount, starts: Iterable[Start]) -> CrashCount:
             continue
         seen.add(start.key)
         order.append(start.key)
-        failed, last = (0, None) if start.ok else (failed + 1, start)
+        if start.ok:
+            failed, last = 0, None
+        else:  # the newest failure, with the newest line one of them said
+            failed += 1
+            said = start.last_line or (last.last_line if last is not None else "")
+            last = replace(start, last_line=said)
     return CrashCount(failed, last, tuple(order[-SEEN_KEEP:]))
 
 
