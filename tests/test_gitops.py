@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from lockgate.kube import status as st
+from lockgate.models.crashloop import CrashLoop
 from tests.test_chart import CHART, find_helm
 
 lua51 = pytest.importorskip("lupa.lua51")
@@ -96,6 +97,14 @@ def test_ready_endpoint_whose_scaler_reads_no_metrics_is_degraded() -> None:
     blind = st.Check(st.METRICS_AVAILABLE, False, "MetricsUnreachable", "connection refused")
     found = health(endpoint(built(deployment=deployment(1, 1), scaling=blind)))
     assert found["status"] == "Degraded" and "connection refused" in found["message"], found
+
+
+def test_crash_looping_endpoint_is_degraded_with_the_last_failed_start() -> None:
+    loop = CrashLoop(failedStarts=5, exitCode=1, lastLine="cannot load the model", since=1)
+    crash = st.crash_loop_check(loop, 5, "echo")
+    found = health(endpoint(built(deployment=deployment(0, 0), crash_loop=crash)))
+    assert found["status"] == "Degraded", found
+    assert "exit code 1: cannot load the model" in found["message"]
 
 
 def test_spec_change_not_yet_handled_is_progressing_whatever_the_phase() -> None:

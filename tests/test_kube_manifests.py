@@ -486,6 +486,7 @@ ENDPOINT_FIELDS: dict[str, tuple[dict, dict]] = {
     "onWorkerLost": ({}, {"onWorkerLost": "fail"}),
     "requeueMaxRunS": ({}, {"requeueMaxRunS": 600}),
     "startupTimeout": ({}, {"startupTimeout": 30}),
+    "crashLoopThreshold": ({}, {"crashLoopThreshold": 2}),
 }
 TEMPLATE_FIELDS: dict[str, Any] = {
     "image": "img:2",

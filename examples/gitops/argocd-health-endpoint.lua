@@ -44,6 +44,10 @@ elseif status.phase == "Ready" then
 elseif status.phase == "Failed" then
   hs.status = "Degraded"
   hs.message = say(ready, "Failed: the Endpoint or its Template must change")
+elseif status.phase == "CrashLoop" then
+  -- workers failed to start crashLoopThreshold times in a row: none is started
+  hs.status = "Degraded"
+  hs.message = say(condition(status, "CrashLoop"), "CrashLoop: workers crash at start")
 elseif status.phase == "Pending" or status.phase == "Initializing" then
   hs.status = "Progressing"
   hs.message = status.phase .. ": " .. say(ready, "waiting")

@@ -41,6 +41,7 @@ from lockgate.dev.storage import VOLUME_PATH_ENV, volume_dir
 from lockgate.dev.worker_keys import WorkerKeys
 from lockgate.dev.workers import LocalWorkers, WorkerStates, limits_of
 from lockgate.gateway.errors import Unavailable
+from lockgate.gateway.http import iso_ms
 from lockgate.gateway.state import Gateway
 from lockgate.hfcache import ModelFetchFailed, cache_env
 from lockgate.manage.controlplane import (
@@ -64,9 +65,11 @@ from lockgate.models import (
     TemplateSpec,
     WorkerCounts,
 )
+from lockgate.models.crashloop import CrashLoop
 from lockgate.models.registry_entry import RegistryEntry
 from lockgate.models.releases import ReleaseConfig, config_of, release_diff
 from lockgate.models.secrets import missing_problem
+from lockgate.scaling.crashloop import CRASH_LOOP, loop_condition
 from lockgate.store import Snapshot, key_digest
 from lockgate.store.lb_workers import LbWorkers
 from lockgate.store.releases import ReleaseStore
@@ -133,6 +136,7 @@ class LocalEndpoint:
             version=self.version,
             createdAt=self.created_at,
             edits=self.edits,
+            crashLoop=self.workers.loop if self.workers is not None else None,
             **self.spec.model_dump(mode="json"),
         )
 
@@ -195,7 +199,9 @@ def local_phase(ep: LocalEndpoint) -> Phase:
     refers to is missing."""
     if ep.launch is None or models_failed(ep):
         return Phase.FAILED
-    return Phase.PENDING if ep.secrets else Phase.READY
+    if ep.secrets:
+        return Phase.PENDING
+    return Phase.CRASH_LOOP if ep.workers is not None and ep.workers.loop else Phase.READY
 
 
 def local_summary(ep: LocalEndpoint) -> EndpointSummary:
@@ -215,6 +221,8 @@ def local_status(
         ok, reason, message = False, "ModelFetchFailed", ep.models
     if ok and ep.secrets:
         ok, reason, message = False, "SecretNotFound", ep.secrets
+    if ok and ep.workers is not None and ep.workers.loop is not None:
+        ok, reason, message = False, "CrashLoop", f"no worker starts: {ep.workers.loop.text()}"
     condition = Condition(
         type=READY,
         status=ConditionStatus.TRUE if ok else ConditionStatus.FALSE,
@@ -227,6 +235,7 @@ def local_status(
         conditions.append(models_condition(ep))
     if ep.workers is not None:
         conditions.append(workers_condition(ep.workers.states, ep.since))
+        conditions.append(crash_loop_condition(ep.id, ep.workers.loop, ep.spec, ep.since))
     return EndpointStatus(
         phase=local_phase(ep),
         endpointId=ep.id,
@@ -269,6 +278,19 @@ def workers_condition(states: WorkerStates, since: str) -> Condition:
     return Condition(
         type=WORKERS_HEALTHY, status=ConditionStatus.TRUE, reason="WorkersStart",
         message="Worker processes start and stay up", lastTransitionTime=since,
+    )  # fmt: skip
+
+
+def crash_loop_condition(
+    endpoint_id: str, loop: CrashLoop | None, spec: EndpointSpec, since: str
+) -> Condition:
+    """`CrashLoop`: True, with the last failed start, while no worker starts."""
+    check = loop_condition(loop, spec.crashLoopThreshold, endpoint_id)
+    status = ConditionStatus.TRUE if check.looping else ConditionStatus.FALSE
+    at = iso_ms(loop.since) if loop is not None else since
+    return Condition(
+        type=CRASH_LOOP, status=status, reason=check.reason, message=check.message,
+        lastTransitionTime=at,
     )  # fmt: skip
 
 
@@ -397,9 +419,17 @@ class LocalControlPlane:
             ep.workers.resume_window(float(spec.lbResumeWindowS))
         if ep.workers is not None and ep.workers.health is not None:
             ep.workers.health.startup_timeout_s = spec.startupTimeout  # from the next look
+            ep.workers.threshold = spec.crashLoopThreshold
         ep.spec, ep.launch, ep.problem = spec, launch, ""
         ep.work_dir, ep.generation, ep.since = str(self.base_dir), ep.generation + 1, now()
         await self.gw.registry.put_endpoint(ep.id, ep.entry(self.job_api_url(ep.id)))
+
+    async def restart_workers(self, endpoint_id: str) -> None:
+        """Clear the endpoint's crash loop: its workers start again at once."""
+        async with self._lock:
+            ep = self._find(endpoint_id)
+            if ep.workers is not None:
+                await ep.workers.restart()
 
     async def delete(self, endpoint_id: str) -> None:
         """Unregister (the gateway answers 404 at once), stop the workers, then remove the
@@ -687,13 +717,22 @@ class LocalControlPlane:
         sink = self.logs.sink(endpoint_id)
         lb = LbWorkers(self.gw.store.redis) if spec.type == EndpointType.LB else None
         version = self._endpoints[endpoint_id].version if endpoint_id in self._endpoints else 1
-        return LocalWorkers.start(
+
+        async def crash_loop_changed() -> None:  # the gateway's entry says it (`/run`)
+            ep = self._endpoints.get(endpoint_id)
+            if ep is not None and ep.workers is workers:
+                await self.gw.registry.put_endpoint(ep.id, ep.entry(self.job_api_url(ep.id)))
+
+        workers = LocalWorkers.start(
             self.gw.store, endpoint_id, launch, env, limits_of(spec), keys, sink,
             lb=lb, drain_s=float(spec.requestTimeoutS), version=version,
             env_at_start=self.secret_values.resolved_env,
             resume_window_s=float(spec.lbResumeWindowS),
             startup_timeout_s=spec.startupTimeout,
+            threshold=spec.crashLoopThreshold,
+            on_loop=crash_loop_changed,
         )  # fmt: skip
+        return workers
 
     def _retire(self, ep: LocalEndpoint) -> None:
         """Stop the endpoint's current workers in the background: each finishes what it

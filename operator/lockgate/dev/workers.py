@@ -6,14 +6,25 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from lockgate.dev.launch import Launch
 from lockgate.dev.lb_pool import LbProcessPool
 from lockgate.dev.worker_health import LocalHealth
 from lockgate.models import EndpointSpec
+from lockgate.models.crashloop import CrashLoop
 from lockgate.scaling.autoscaler import LocalAutoscaler, release_exited
+from lockgate.scaling.backoff import CrashBackoff
+from lockgate.scaling.crashloop import (
+    CrashCount,
+    Start,
+    counted,
+    crash_loop,
+    held,
+    restarted,
+    unhealthy_starts,
+)
 from lockgate.scaling.decision import Limits
 from lockgate.scaling.local_pool import (
     LineSink,
@@ -23,7 +34,7 @@ from lockgate.scaling.local_pool import (
 )
 from lockgate.store import JobStore
 from lockgate.store.connection import raise_if_cancelled
-from lockgate.store.lb_workers import LbWorkers
+from lockgate.store.lb_workers import HEALTHY, LbWorkers
 
 log = logging.getLogger("lockgate.dev")
 
@@ -87,12 +98,36 @@ def worker_states(
     return WorkerStates(max(0, starting - unhealthy), unhealthy, "CrashLoop", message)
 
 
+def loop_states(states: WorkerStates, loop: CrashLoop) -> WorkerStates:
+    """The worker states while the endpoint starts no worker: `WorkersHealthy` says why."""
+    message = (
+        f"No worker starts: {loop.text()}, {loop.failedStarts} failed starts in a row. "
+        "Fix the handler or image (a new release), or restart the workers."
+    )
+    return WorkerStates(states.initializing, max(1, states.unhealthy), "CrashLoop", message)
+
+
 def crash_backoff_s(crashes: list[Crash], until: float, now: float) -> float:
     """The delay the back-off set after the newest crash, while it holds: no worker may start
     before `until`, or the one started then is younger than QUICK_EXIT_S; else 0."""
     if not crashes or now >= until + QUICK_EXIT_S:
         return 0.0
     return max(0.0, until - crashes[-1].ended)
+
+
+def process_starts(
+    polled: Iterable[str], exited: Iterable[LocalWorker], now_ms: int, now: float
+) -> list[Start]:
+    """Dev mode's worker starts: each process seen polling started well (at `now_ms`);
+    each that exited unasked before it was seen polling failed, at its exit (`now` is
+    the monotonic clock `LocalWorker.ended` is on)."""
+    seen = set(polled)
+    starts = [Start(worker, now_ms, True) for worker in seen]
+    for w in exited:
+        if w.id not in seen and w.ended is not None:
+            at = now_ms - int((now - w.ended) * 1000)
+            starts.append(Start(w.id, at, False, w.process.returncode, w.last_line))
+    return starts
 
 
 def limits_of(spec: EndpointSpec) -> Limits:
@@ -120,6 +155,15 @@ class LocalWorkers:
     reporter: asyncio.Task | None = None
     version: int = 1  # the endpoint's version these workers run (its release)
     health: LocalHealth | None = None  # marked workers replaced, the startup deadline
+    # The crash-loop rule (`scaling.crashloop`): failed starts in a row, the loop they made
+    # (None: workers start; the scaler's limits are `held` meanwhile), the workers seen
+    # polling, and what to call when the loop begins or ends (dev mode rewrites the
+    # registry entry the gateway reads).
+    threshold: int = 5
+    crashes: CrashCount = field(default_factory=CrashCount)
+    loop: CrashLoop | None = None
+    polled: set[str] = field(default_factory=set)
+    on_loop: Callable[[], Awaitable[None]] | None = None
 
     @classmethod
     def start(
@@ -137,6 +181,8 @@ class LocalWorkers:
         resume_window_s: float = 0.0,
         env_at_start: Callable[[dict[str, str]], dict[str, str]] | None = None,
         startup_timeout_s: int = 0,
+        threshold: int = 5,
+        on_loop: Callable[[], Awaitable[None]] | None = None,
     ) -> LocalWorkers:
         """Start scaling at once (workersMin workers start on the first tick); each line
         a worker writes goes to `sink` too. With `lb`, the workers are a load-balancing
@@ -158,8 +204,12 @@ class LocalWorkers:
             )  # fmt: skip
         scaler = LocalAutoscaler(store, pool, endpoint_id, limits)
         task = asyncio.create_task(scaler.run(), name=f"lockgate-scaler-{endpoint_id}")
-        workers = cls(endpoint_id, store, pool, scaler, task, version=version)
+        workers = cls(
+            endpoint_id, store, pool, scaler, task, version=version, threshold=threshold,
+            on_loop=on_loop,
+        )  # fmt: skip
         workers.health = LocalHealth(store, pool, endpoint_id, startup_timeout_s)
+        scaler.hold = workers.held
         workers.reporter = asyncio.create_task(
             workers.report(), name=f"lockgate-states-{endpoint_id}"
         )
@@ -170,10 +220,8 @@ class LocalWorkers:
         the marked workers and those past their startup deadline."""
         snap = await self.store.snapshot(self.endpoint_id)
         taking = snap.worker_jobs.keys() | snap.workers_warming  # warming: the gateway counts
-        if self.health is not None:
-            await self.health.tend(
-                taking
-            )  # a warming worker has started: its warm-up is timed apart
+        if self.health is not None:  # a warming worker has started: its warm-up is timed apart
+            await self.health.tend(taking)
         starting = len([w for w in self.pool.active if w not in taking])
         if isinstance(self.pool, LbProcessPool):
             starting = 0  # the gateways' health polls count LB workers that start
@@ -184,11 +232,69 @@ class LocalWorkers:
         self.states = worker_states(starting, crashes, now, wanted, backoff_s)
         if not self.states.reason and self.health is not None and (said := self.health.shown()):
             self.states = replace(self.states, reason=said[0], message=said[1])
+        await self._count_starts(await self._live(set(taking)), now)
+        if self.loop is not None:
+            self.states = loop_states(self.states, self.loop)
         await self.store.report_worker_states(
             self.endpoint_id, initializing=self.states.initializing, throttled=0,
             unhealthy=self.states.unhealthy,
         )  # fmt: skip
         return self.states
+
+    async def _live(self, polling: set[str]) -> set[str]:
+        """The workers that started well: those polling for jobs; a load-balancing
+        endpoint's, those whose health check a gateway found healthy."""
+        if not isinstance(self.pool, LbProcessPool):
+            return polling
+        polled = await self.pool.lb.health(self.endpoint_id)
+        return {w for w, h in polled.items() if h.state == HEALTHY}
+
+    async def _count_starts(self, live: set[str], now: float) -> None:
+        """Count the starts since the last look (`scaling.crashloop`); at the threshold,
+        start no more workers (the healthy ones stay) and say so (`on_loop`)."""
+        mine = set(self.pool.workers) | {w.id for w in self.pool.crashes}
+        self.polled = (self.polled | live) & mine
+        now_ms = self.store.clock()
+        marked = await self.store.unhealthy_workers(self.endpoint_id)
+        starts = process_starts(self.polled, self.pool.crashes, now_ms, now)
+        starts += unhealthy_starts({w: why for w, why in marked.items() if w in mine})
+        self.crashes = counted(self.crashes, starts)
+        if self.loop is None:
+            self.loop = crash_loop(
+                self.crashes, self.threshold, now_ms=now_ms, version=self.version
+            )
+            if self.loop is not None:
+                log.warning(
+                    "endpoint %s: %s after %d failed starts in a row: no worker starts until "
+                    "a new release or a restart", self.endpoint_id, self.loop.text(),
+                    self.loop.failedStarts,
+                )  # fmt: skip
+                await self._loop_changed()
+
+    def held(self, limits: Limits) -> Limits:
+        """The limits the scaler obeys at each tick: the endpoint's, or during a crash loop
+        none to start (the workers seen polling may stay)."""
+        if self.loop is None:
+            return limits
+        return held(limits, len([w for w in self.pool.active if w in self.polled]))
+
+    async def _loop_changed(self) -> None:
+        if self.on_loop is not None:
+            try:
+                await self.on_loop()
+            except Exception as err:  # Redis away: the next change writes it
+                log.warning("endpoint %s: crash loop not registered: %s", self.endpoint_id, err)
+
+    async def restart(self) -> None:
+        """Clear the crash loop: workers start again at once, failed starts counted
+        afresh (those seen before stay counted no more)."""
+        self.crashes = restarted(self.crashes)
+        self.pool.crashes.clear()
+        self.pool.backoff = CrashBackoff()
+        was, self.loop = self.loop, None
+        if was is not None:
+            log.info("endpoint %s: crash loop cleared: workers start again", self.endpoint_id)
+            await self._loop_changed()
 
     async def report(self) -> None:
         while True:
@@ -219,6 +325,7 @@ class LocalWorkers:
         the same pool. Idle times restart from now, so no worker stops early."""
         await self.halt()
         self.scaler = LocalAutoscaler(self.store, self.pool, self.endpoint_id, limits)
+        self.scaler.hold = self.held
         self.task = asyncio.create_task(self.scaler.run(), name=self.task.get_name())
 
     def resume_window(self, seconds: float) -> None:

@@ -148,7 +148,16 @@ async def run(request: web.Request, call: Call) -> web.Response:
     key = key_digest(request, call.principal.name, Operation.RUN)
     job = await _new_job(request, RUN_LIMIT, new_job_id(), sync=False, idempotency_key=key)
     job_id, status, headers = await _submit(call, job)
-    return json_response({"id": job_id, "status": status}, headers=headers)
+    return json_response(_waiting({"id": job_id, "status": status}, call), headers=headers)
+
+
+def _waiting(body: dict[str, Any], call: Call) -> dict[str, Any]:
+    """A queued job's answer; while the endpoint is in a crash loop (its registry entry,
+    read anyway, says so) with a `message` saying why it waits (beyond RunPod's shape)."""
+    loop = call.entry.crashLoop
+    if loop is not None and body["status"] == "IN_QUEUE":
+        body["message"] = loop.job_message(call.endpoint_id)
+    return body
 
 
 @client_route("POST", Operation.RUNSYNC)
@@ -178,7 +187,7 @@ async def runsync(request: web.Request, call: Call) -> web.Response:
         done.cancel()
     if record.status in FINAL_STATES:
         return json_response(job_body(record, gw.store.clock()), headers=headers)
-    return json_response({"id": job_id, "status": record.status}, headers=headers)
+    return json_response(_waiting({"id": job_id, "status": record.status}, call), headers=headers)
 
 
 def _gone(job_id: str) -> str:
@@ -351,6 +360,8 @@ async def health(request: web.Request, call: Call) -> web.Response:
     extra: dict[str, Any] = {"unhealthyWorkers": unhealthy_list(marked, present)} if marked else {}
     if call.entry.type == EndpointType.LB:
         extra |= await lb_health(gw, endpoint_id, snap.requests_held, snap.requests_in_flight)
+    if call.entry.crashLoop is not None:  # beyond the spec: why no worker starts
+        extra["crashLoop"] = call.entry.crashLoop.model_dump(mode="json")
     return json_response(
         {
             **extra,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Collection, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -48,6 +49,9 @@ from lockgate.store.releases import ReleaseStore
 MAX_CHUNK = 500  # Endpoints per apiserver read
 MAX_SCANNED = 2000  # Endpoints read for one answer
 VERSION_ANNOTATION = "lockgate.dev/version"
+# When a restart of the Endpoint's workers was last asked (RFC 3339, ms): the operator
+# clears a crash loop that began before it (`kube.reconcile`, `scaling.crashloop`).
+RESTART_ANNOTATION = "lockgate.dev/restart-requested-at"
 
 
 def version_of(obj: Mapping[str, Any]) -> int:
@@ -248,6 +252,17 @@ class KubernetesControlPlane:
         if version != version_of(current):
             await self._release(endpoint_id, new, version)
         return self._record(obj)
+
+    async def restart_workers(self, endpoint_id: str) -> None:
+        """Mark the Endpoint with the time of the ask (`RESTART_ANNOTATION`): the
+        operator's next reconcile (the annotation's change starts one) clears the crash
+        loop that began before it."""
+        now = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        patch = {"metadata": {"annotations": {RESTART_ANNOTATION: now}}}
+        try:
+            await self.cluster.patch_endpoint(self.namespace, endpoint_id, patch)
+        except NotFound as err:
+            raise EndpointNotFound(endpoint_id) from err
 
     async def delete(self, endpoint_id: str) -> None:
         try:

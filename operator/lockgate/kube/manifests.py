@@ -44,6 +44,7 @@ from lockgate.models import (
     podfields,
     secrets,
 )
+from lockgate.models.crashloop import CrashLoop
 from lockgate.models.podfields import PodSecurity
 from lockgate.models.registry_entry import RegistryEntry
 from lockgate.models.volumes import VOLUME_MOUNT_PATH, VOLUME_PATH_ENV
@@ -749,7 +750,14 @@ def _placement(
 def worker_container(
     endpoint_id: str, spec: EndpointSpec, template: TemplateSpec, settings: OperatorSettings
 ) -> Obj:
-    container: Obj = {"name": WORKER_CONTAINER, "image": template.image}
+    # A crash's last log lines in its status (`lastState.terminated.message`): the
+    # `WorkersHealthy` and `CrashLoop` conditions quote them (no termination-message file
+    # of the image's own is overridden: it still wins when written).
+    container: Obj = {
+        "name": WORKER_CONTAINER,
+        "image": template.image,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
     if template.command:
         container["command"] = list(template.command)
     if template.args:
@@ -860,6 +868,7 @@ def scaling_annotations(spec: EndpointSpec) -> dict[str, str]:
         "lockgate.dev/on-worker-lost": str(spec.onWorkerLost),
         "lockgate.dev/requeue-max-run-s": str(spec.requeueMaxRunS),
         "lockgate.dev/startup-timeout-s": str(spec.startupTimeout),
+        "lockgate.dev/crash-loop-threshold": str(spec.crashLoopThreshold),
     }
 
 
@@ -1007,8 +1016,10 @@ def registry_entry(
     key_digest: str,
     job_api_url: str,
     external_scaler: bool = False,
+    crash_loop: CrashLoop | None = None,
 ) -> RegistryEntry:
-    """What the gateway (and the scaler) read about the endpoint from Redis."""
+    """What the gateway (and the scaler) read about the endpoint from Redis; `crash_loop`:
+    the one the scaler declared, while it holds (`scaling.crashloop.still_holds`)."""
     return RegistryEntry(
         id=owner.name,
         namespace=owner.namespace,
@@ -1016,5 +1027,6 @@ def registry_entry(
         workerKeyDigest=key_digest,
         jobApiUrl=job_api_url,
         scaler=EXTERNAL_SCALER if external_scaler else None,
+        crashLoop=crash_loop,
         **spec.model_dump(mode="json"),
     )

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from lockgate.kube.manifests import MODELS_CONTAINER
+from lockgate.kube.manifests import MODELS_CONTAINER, WORKER_CONTAINER
 from lockgate.kube.status import WORKERS_HEALTHY, Check
+from lockgate.scaling.crashloop import Start
 
 PULL_ERRORS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
 CRASHES = {"CrashLoopBackOff", "RunContainerError"}
@@ -188,7 +189,8 @@ def pod_starts(pods: Iterable[Obj], known: Collection[str]) -> dict[str, int]:
     return starts
 
 
-def _ready(pod: Obj) -> bool:
+def pod_ready(pod: Obj) -> bool:
+    """Whether the pod's Ready condition is True."""
     conditions = (pod.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
@@ -220,7 +222,7 @@ def pod_states(
         if problem is not None:
             counts[problem.state] += 1
             problems.append(problem)
-        elif not _ready(pod) and pod["metadata"]["name"] not in routed:
+        elif not pod_ready(pod) and pod["metadata"]["name"] not in routed:
             counts["initializing"] += 1
             fetching += downloading(pod)
     models = (endpoint.get("modelReferences") or []) if fetching else []
@@ -237,3 +239,45 @@ def _check(problems: Sequence[Problem], pods: int, downloading: Sequence[str] = 
         return Check(WORKERS_HEALTHY, True, "WorkersStart", "worker pods schedule and start")
     worst = min(problems, key=lambda p: p.rank)
     return Check(WORKERS_HEALTHY, False, worst.reason, worst.message)
+
+
+def _ms(stamp: Any) -> int | None:
+    """An API time (RFC 3339 text, or a datetime) in epoch ms; None when absent."""
+    if not stamp:
+        return None
+    when = stamp if isinstance(stamp, datetime) else datetime.fromisoformat(str(stamp))
+    return int(when.timestamp() * 1000)
+
+
+def _ended(pod: str, attempt: int, ended: Obj, at: int | None) -> Start:
+    code = ended.get("exitCode")
+    reason = ended.get("reason", "")
+    line = _last_line(ended.get("message", "")) or (reason if reason == "OOMKilled" else "")
+    return Start(f"{pod}#{attempt}", at or 0, False, code, line)
+
+
+def worker_starts(pods: Iterable[Obj], live: Collection[str]) -> list[Start]:
+    """The starts of the worker containers of `pods`, one per attempt (`{pod}#{restart}`):
+    a running one whose worker is `live` (it made worker-API calls) started well; each
+    that ended (the kubelet restarts it in place: `restartCount`; or the pod failed)
+    failed, unless the same attempt was seen well before (`scaling.crashloop.counted`
+    counts an attempt once). Attempts ended before the last one show only as the restart
+    count: they are counted with the last one's exit code and line."""
+    starts = []
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            if status.get("name") != WORKER_CONTAINER:
+                continue
+            restarts = int(status.get("restartCount") or 0)
+            state = status.get("state") or {}
+            if (running := state.get("running")) is not None and name in live:
+                starts.append(Start(f"{name}#{restarts}", _ms(running.get("startedAt")) or 0, True))
+            last = (status.get("lastState") or {}).get("terminated") or {}
+            last_at = _ms(last.get("finishedAt"))
+            for attempt in range(restarts):  # the earliest ones first, just before the last
+                at = None if last_at is None else last_at - (restarts - 1 - attempt)
+                starts.append(_ended(name, attempt, last, at))
+            if (ended := state.get("terminated")) is not None:
+                starts.append(_ended(name, restarts, ended, _ms(ended.get("finishedAt"))))
+    return starts

@@ -23,7 +23,7 @@ from redis.exceptions import RedisError
 
 from lockgate.kube import manifests, placement
 from lockgate.kube.cluster import Cluster, ClusterError, WorkerKey
-from lockgate.kube.controlplane import VERSION_ANNOTATION, version_of
+from lockgate.kube.controlplane import RESTART_ANNOTATION, VERSION_ANNOTATION, version_of
 from lockgate.kube.events import endpoint_event
 from lockgate.kube.manifests import Owner
 from lockgate.kube.settings import OperatorSettings
@@ -36,6 +36,7 @@ from lockgate.kube.status import (
     Activity,
     Check,
     Observed,
+    crash_loop_check,
     endpoint_status,
     same_status,
 )
@@ -50,6 +51,7 @@ from lockgate.models import (
     secrets,
 )
 from lockgate.models.releases import ReleaseConfig, config_of
+from lockgate.scaling.crashloop import still_holds
 from lockgate.store import JobStore, Liveness, Registry, connect
 from lockgate.store.keys import ENDPOINT_ID_RE
 from lockgate.store.registry import RegisteredIds
@@ -71,6 +73,8 @@ class Context:
     jobs: JobStore
     scaling: dict[str, Check] = field(default_factory=dict)  # endpoint id -> MetricsAvailable
     pods: dict[str, Check] = field(default_factory=dict)  # endpoint id -> WorkersHealthy
+    # endpoint id -> `CrashLoop`, as its last registration found it (`_register`)
+    crash_loops: dict[str, Check] = field(default_factory=dict)
     # One registration at a time per endpoint in this process: the worker key is never read
     # back, so two concurrent ones (a handler and the resync daemon) must not interleave.
     registering: dict[str, asyncio.Lock] = field(default_factory=dict)
@@ -239,6 +243,19 @@ async def deployed_key_digest(ctx: Context, owner: Owner) -> str | None:
     return manifests.key_digest_of(deployment) if deployment else None
 
 
+def restart_requested_ms(annotations: Mapping[str, str] | None) -> int | None:
+    """When a restart of the workers was last asked (`RESTART_ANNOTATION`), epoch ms; None
+    when never, or the value is not a time."""
+    raw = (annotations or {}).get(RESTART_ANNOTATION)
+    try:
+        when = datetime.fromisoformat(str(raw).replace("Z", "+00:00")) if raw else None
+    except ValueError:
+        return None
+    if when is None:
+        return None
+    return int((when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp() * 1000)
+
+
 async def register(
     ctx: Context,
     owner: Owner,
@@ -247,6 +264,7 @@ async def register(
     external_scaler: bool = False,
     steady: bool = False,
     rest: bool = False,
+    meta: Mapping[str, Any] | None = None,
 ) -> tuple[str | None, Check]:
     """Register the worker key and the endpoint in Redis; returns the key's digest.
     `steady` (a resync): a worker key this process confirmed is checked with a dry-run
@@ -256,8 +274,9 @@ async def register(
         if owner.uid in ctx.forgotten:
             return None, Check(REGISTERED, False, "Deleted", "the Endpoint was deleted")
         return await _register(
-            ctx, owner, spec, external_scaler=external_scaler, steady=steady, rest=rest
-        )
+            ctx, owner, spec, external_scaler=external_scaler, steady=steady, rest=rest,
+            meta=meta or {},
+        )  # fmt: skip
 
 
 async def _register(
@@ -268,6 +287,7 @@ async def _register(
     external_scaler: bool,
     steady: bool,
     rest: bool = False,
+    meta: Mapping[str, Any],
 ) -> tuple[str | None, Check]:
     entry = await ctx.registry.get_endpoint(owner.name)
     if entry is not None and entry.namespace not in (None, owner.namespace):
@@ -301,6 +321,14 @@ async def _register(
         key_digest=digest,
         job_api_url=ctx.settings.job_api_url(owner.name),
         external_scaler=external_scaler,
+        crash_loop=still_holds(
+            entry.crashLoop if entry is not None else None,
+            version=version_of({"metadata": meta}),
+            restart_at_ms=restart_requested_ms(meta.get("annotations")),
+        ),
+    )
+    ctx.crash_loops[owner.name] = crash_loop_check(
+        wanted.crashLoop, spec.crashLoopThreshold, owner.name
     )
     if entry != wanted:
         old_digest = entry.workerKeyDigest if entry else None
@@ -489,8 +517,9 @@ async def _converge(
         return checks, False, None
     external = manifests.scaled_externally(body["metadata"].get("annotations"))
     digest, check = await register(
-        ctx, owner, spec, external_scaler=external, steady=steady, rest=steady and rest
-    )
+        ctx, owner, spec, external_scaler=external, steady=steady, rest=steady and rest,
+        meta=body["metadata"],
+    )  # fmt: skip
     checks.append(check)
     if digest is None:
         return checks, False, None
@@ -545,6 +574,7 @@ async def reconcile(
         activity=counts,
         scaling=ctx.scaling.get(owner.name),
         pods=ctx.pods.get(owner.name),
+        crash_loop=ctx.crash_loops.get(owner.name) if registered else None,
     )
     return endpoint_status(
         observed,

@@ -56,14 +56,22 @@ from lockgate.kube.cluster import ClusterError
 from lockgate.kube.deployment_pool import DeploymentPool
 from lockgate.kube.events import endpoint_event
 from lockgate.kube.lb_pods import LbPods, parked_until, wanted_workers
-from lockgate.kube.manifests import EXTERNAL_SCALER, Owner
-from lockgate.kube.podstates import pod_starts, pod_states, pull_errors
+from lockgate.kube.manifests import EXTERNAL_SCALER, Owner, pod_version
+from lockgate.kube.podstates import pod_ready, pod_starts, pod_states, pull_errors, worker_starts
 from lockgate.kube.status import METRICS_AVAILABLE, Check, shows
 from lockgate.kube.watched import ENDPOINT_LABEL, WORKERS
 from lockgate.kube.worker_health import WorkerHealth, worst
 from lockgate.models import EndpointType
 from lockgate.models.registry_entry import RegistryEntry
 from lockgate.scaling.autoscaler import Autoscaler
+from lockgate.scaling.crashloop import (
+    CrashCount,
+    counted,
+    crash_loop,
+    held,
+    restarted,
+    unhealthy_starts,
+)
 from lockgate.scaling.decision import Decision, EndpointMetrics, Limits
 from lockgate.scaling.readings import MetricsUnreadable, from_snapshot, parse_metrics
 from lockgate.store.connection import raise_if_cancelled
@@ -148,6 +156,15 @@ def has_demand(metrics: EndpointMetrics | None) -> bool:
     return jobs + metrics.requests_held + metrics.requests_in_flight > 0
 
 
+def healthy_pods(pods: Iterable[Obj], metrics: EndpointMetrics | None) -> int:
+    """Pods whose worker works: live at the gateway (it calls the worker API), or, without
+    a reading, ready."""
+    if metrics is not None:
+        names = {p["metadata"]["name"] for p in pods}
+        return len(names & set(metrics.worker_jobs))
+    return len([p for p in pods if pod_ready(p)])
+
+
 def by_endpoint(objects: list[Obj]) -> dict[str, list[Obj]]:
     grouped: dict[str, list[Obj]] = defaultdict(list)
     for obj in objects:
@@ -215,6 +232,13 @@ class ScalingLoop:
         # endpoint's in order: a burst's scale writes are not queued behind them.
         self.reports = asyncio.Semaphore(REPORTS_AT_ONCE)
         self.reporting: dict[str, asyncio.Task] = {}  # endpoint -> its last report
+        # The crash-loop rule (`scaling.crashloop`): each endpoint's failed starts in a row,
+        # the endpoints whose registry entry holds a crash loop as last seen (one gone
+        # since was cleared: a release, a restart), and when this term began (unhealthy
+        # marks older than it were counted, or not, by an earlier term).
+        self.crashes: dict[str, CrashCount] = {}
+        self.looping: set[str] = set()
+        self.began_ms = ctx.jobs.clock()
 
     @property
     def lb_pods(self) -> LbPods:
@@ -476,6 +500,9 @@ class ScalingLoop:
             del self.ctx.scaling[gone]
         for gone in set(self.ctx.pods) - ours:
             del self.ctx.pods[gone]
+        for gone in set(self.crashes) - ours:
+            del self.crashes[gone]
+        self.looping &= ours
 
     def _start(
         self,
@@ -573,6 +600,7 @@ class ScalingLoop:
         )  # fmt: skip
         pods = [p for p in pods if p["metadata"]["name"] not in deleted]
         try:
+            entry = await self._count_starts(owner, entry, deployment, pods, metrics)
             return await self._decide(owner, entry, deployment, pods, metrics)
         finally:
             changed = await self._report_pods(owner, entry, pods, replaced)
@@ -610,10 +638,73 @@ class ScalingLoop:
         scaler.pool = pool
         await pool.upkeep()  # parked pods asked back or past their window
         before = pool.size
-        decision = await scaler.step(metrics, Limits.from_settings(entry.settings()))
+        limits = Limits.from_settings(entry.settings())
+        if entry.crashLoop is not None:  # no pod starts; those that work may stay
+            limits = held(limits, healthy_pods(pods, metrics))
+        decision = await scaler.step(metrics, limits)
         if decision.desired != before:
             self._scaled(owner, deployment, before, decision)
         return decision
+
+    async def _count_starts(
+        self,
+        owner: Owner,
+        entry: RegistryEntry,
+        deployment: Obj | None,
+        pods: list[Obj],
+        metrics: EndpointMetrics | None,
+    ) -> RegistryEntry:
+        """Count the worker starts seen since the last tick (`scaling.crashloop`): at the
+        endpoint's `crashLoopThreshold`, declare the crash loop in its registry entry (the
+        gateway and the next ticks read it there), with a Warning Event and a status
+        refresh. A loop gone from the entry was cleared: the count starts over. Returns
+        the entry as it now is."""
+        ep = owner.name
+        count = self.crashes.get(ep, CrashCount())
+        if entry.crashLoop is None and ep in self.looping:  # a release or a restart
+            self.looping.discard(ep)
+            count = restarted(count)
+            log.info("%s/%s: crash loop cleared; workers start again", owner.namespace, ep)
+            self._report(owner, lambda: self._refresh_status(owner, force=True))
+        if entry.crashLoop is not None:
+            self.looping.add(ep)
+        if metrics is not None and pods:  # without a reading no start is known to be good
+            live = set(metrics.worker_jobs)
+            if load_balanced(entry):  # an LB worker works once its health check passes
+                live |= {p["metadata"]["name"] for p in pods if pod_ready(p)}
+            starts = worker_starts(pods, live)
+            if any(p["metadata"]["name"] not in live for p in pods):  # one may be marked
+                marked = await self.ctx.jobs.unhealthy_workers(ep)
+                fresh = {w: why for w, why in marked.items() if why.at >= self.began_ms}
+                starts += unhealthy_starts(fresh)
+            count = counted(count, starts)
+        self.crashes[ep] = count
+        if ep in self.looping:
+            return entry
+        version = pod_version(deployment)
+        now_ms = self.ctx.jobs.clock()
+        loop = crash_loop(
+            count, entry.crashLoopThreshold, now_ms=now_ms,
+            version=int(version) if version and version.isdigit() else None,
+        )  # fmt: skip
+        if loop is None:
+            return entry
+        entry = entry.model_copy(update={"crashLoop": loop})
+        await self.ctx.registry.put_endpoint(ep, entry)
+        self.looping.add(ep)
+        message = (
+            f"{loop.text()}: {loop.failedStarts} failed starts in a row; no worker starts "
+            "until a new release or a restart (POST /v2/serverless/{id}/workers/restart)"
+        )
+        log.warning("%s/%s CrashLoop: %s", owner.namespace, ep, message)
+        event = endpoint_event(owner, "CrashLoop", message, now=rc.now(), warning=True)
+
+        async def report() -> None:
+            await self.ctx.cluster.create_event(event)
+            await self._refresh_status(owner, force=True)
+
+        self._report(owner, report)
+        return entry
 
     async def _forget_gone_pods(self, endpoint_id: str, pods: list[Obj]) -> None:
         """A pod the API no longer lists has no process left: its worker is released at
@@ -687,7 +778,7 @@ class ScalingLoop:
             await self.ctx.cluster.create_event(event)
         return True
 
-    async def _refresh_status(self, owner: Owner) -> None:
+    async def _refresh_status(self, owner: Owner, *, force: bool = False) -> None:
         """One status refresh for whatever this tick changed, unless the Endpoint's status
         already says it (the first sighting after an operator restart: a GET, no
         reconcile). An Endpoint with no status yet is being created: its create handler
@@ -696,5 +787,5 @@ class ScalingLoop:
         if body is None or body["metadata"].get("deletionTimestamp") or not body.get("status"):
             return
         checks = [c for c in (self.ctx.scaling.get(owner.name), self.ctx.pods.get(owner.name)) if c]
-        if not shows(body.get("status"), checks):  # the worker-key Secret is the resync's
+        if force or not shows(body.get("status"), checks):  # the key Secret: the resync's
             await rc.refresh(self.ctx, body, steady=True, rest=True)

@@ -9,6 +9,8 @@ from typing import Any
 from lockgate.kube.crds import omit_empty_strings
 from lockgate.kube.manifests import selector
 from lockgate.models import Condition, ConditionStatus, EndpointStatus, Phase
+from lockgate.models.crashloop import CrashLoop
+from lockgate.scaling.crashloop import loop_condition
 
 SPEC_VALID = "SpecValid"
 TEMPLATE_FOUND = "TemplateFound"
@@ -19,6 +21,7 @@ DEPLOYMENT_AVAILABLE = "DeploymentAvailable"
 READY = "Ready"  # mirrors the phase, for tools that read a Ready condition (kstatus, Flux)
 METRICS_AVAILABLE = "MetricsAvailable"  # the scaler could read the gateway's /metrics
 WORKERS_HEALTHY = "WorkersHealthy"  # worker pods schedule and start (kube.podstates)
+CRASH_LOOP = "CrashLoop"  # True: workers failed to start too often, none is started
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +67,9 @@ class Observed:
     # `WorkersHealthy` from the worker pods (kube.podstates), by the replica running the
     # scaler; None elsewhere: the condition is then kept as it was.
     pods: Check | None = None
+    # `CrashLoop` from the registry entry (`crash_loop_check`); None when the endpoint is
+    # not registered: no such condition. True makes the phase CrashLoop.
+    crash_loop: Check | None = None
 
 
 def deployment_check(deployment: Mapping[str, Any] | None) -> Check:
@@ -128,6 +134,21 @@ def degraded(current: Phase, why: str, metrics: Check | None) -> tuple[Phase, st
     return Phase.DEGRADED, f"{why}; {metrics.message}"
 
 
+def crash_loop_check(loop: CrashLoop | None, threshold: int, endpoint_id: str) -> Check:
+    """The `CrashLoop` condition: True while the endpoint starts no worker
+    (`scaling.crashloop`), with the last failed start's exit code and line."""
+    said = loop_condition(loop, threshold, endpoint_id)
+    return Check(CRASH_LOOP, said.looping, said.reason, said.message)
+
+
+def crash_looping(current: Phase, why: str, crash: Check | None) -> tuple[Phase, str]:
+    """An endpoint whose workers crash at start is in phase CrashLoop (unless its spec
+    already keeps it from running: Failed, Pending)."""
+    if crash is None or crash.ok is not True or current in (Phase.FAILED, Phase.PENDING):
+        return current, why
+    return Phase.CRASH_LOOP, crash.message
+
+
 def metrics_of(observed: Observed, previous: Sequence[Mapping[str, Any]]) -> Check | None:
     """`MetricsAvailable` as this reconcile knows it: the scaler's, else the one carried."""
     if observed.scaling is not None:
@@ -178,12 +199,15 @@ def endpoint_status(
     current, why = degraded(
         *phase(observed.checks, observed.deployment), metrics_of(observed, before)
     )
+    current, why = crash_looping(current, why, observed.crash_loop)
     ready = Check(READY, current == Phase.READY, str(current), why)
     checks = [*observed.checks, deployment_check(observed.deployment), ready]
     if observed.scaling is not None:
         checks.append(observed.scaling)
     if observed.pods is not None:
         checks.append(observed.pods)
+    if observed.crash_loop is not None:
+        checks.append(observed.crash_loop)
     kept = [] if observed.scaling is not None else carried(before, METRICS_AVAILABLE)
     kept += [] if observed.pods is not None else carried(before, WORKERS_HEALTHY)
     desired, ready_workers = replica_counts(observed.deployment)

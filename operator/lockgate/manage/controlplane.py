@@ -67,6 +67,12 @@ class ControlPlane(Protocol):
         `EndpointNotFound`. Removal may finish shortly after this returns."""
         ...
 
+    async def restart_workers(self, endpoint_id: str) -> None:
+        """Clear the endpoint's crash loop (`models.crashloop`): its workers start again,
+        counted afresh. Raises `EndpointNotFound`. On a cluster the operator acts on it
+        shortly after this returns."""
+        ...
+
     async def create_template(self, template_id: str, spec: TemplateSpec) -> TemplateSpec:
         """Keep a new template; raises `TemplateExists`."""
         ...

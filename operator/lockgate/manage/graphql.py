@@ -286,6 +286,7 @@ ENDPOINT_FIELDS: dict[str, str] = {
     "warmup": "not in GraphQL: lockgate's warm-up (v1, kubectl; docs/warm-up.md)",
     "lbResumeWindowS": "not in GraphQL: lockgate's load-balancing setting",
     "startupTimeout": "not in GraphQL: lockgate's startup deadline",
+    "crashLoopThreshold": "not in GraphQL: lockgate's crash-loop setting",
 }
 
 

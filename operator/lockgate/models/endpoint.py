@@ -255,6 +255,15 @@ class EndpointSpec(BaseModel):
             "worker's first health check answered 200) before it is replaced; 0: no deadline"
         ),
     )
+    crashLoopThreshold: int = Field(
+        5,
+        ge=0,
+        le=1000,
+        description=(
+            "consecutive failed worker starts after which the endpoint starts no worker "
+            "(phase CrashLoop) until a new release or a restart; 0: never stop (lockgate's)"
+        ),
+    )
 
     # The API server enforces this one too (Kubernetes 1.20 has no CEL, but a structural
     # schema may carry value validation): `crds.py` puts it on the CRD's `spec`. Defaults

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from lockgate.models.crashloop import CrashLoop
 from lockgate.models.endpoint import EndpointSpec, EndpointType, WorkerLostPolicy
 from lockgate.models.warmup import Warmup
 
@@ -26,6 +27,7 @@ ADDED = (
     "workDir",
     "version",
     "createdAt",
+    "crashLoop",
 )
 
 
@@ -55,6 +57,7 @@ class RegistryEntry(BaseModel):
     warmup: Warmup | None = _SPEC.warmup
     lbResumeWindowS: int = _SPEC.lbResumeWindowS  # the scaler parks LB workers this long
     startupTimeout: int = _SPEC.startupTimeout  # the scalers' startup deadline (s)
+    crashLoopThreshold: int = _SPEC.crashLoopThreshold
     # -- the operator's: the Endpoint's namespace (ids are cluster-wide) and uid; "external"
     # when another scaler owns the worker count (the Endpoint's scaler annotation)
     namespace: str | None = None
@@ -71,6 +74,9 @@ class RegistryEntry(BaseModel):
     version: int | None = None
     createdAt: str | None = None
     edits: dict[str, Any] = {}
+    # -- both writers': set while the endpoint starts no worker (`models.crashloop`), so the
+    # gateway can say so in the answer to a new job without another Redis call
+    crashLoop: CrashLoop | None = None
 
     def stored(self) -> dict[str, Any]:
         """The JSON object kept in Redis: every field, but the additions left unset."""

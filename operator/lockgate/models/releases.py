@@ -41,7 +41,7 @@ ENDPOINT_OTHER_FIELDS = frozenset(
         "executionTimeoutMs", "flashboot", "idleTimeout", "scalerType", "scalerValue",
         "requestTimeoutS", "lbHoldS", "lbWebSocketMaxS", "workersMin", "workersMax",
         "replicas", "onWorkerLost", "requeueMaxRunS", "warmup", "lbResumeWindowS",
-        "startupTimeout",
+        "startupTimeout", "crashLoopThreshold",
     }
 )  # fmt: skip
 TEMPLATE_RELEASE_FIELDS = frozenset(

@@ -24,6 +24,10 @@ class Phase(StrEnum):
     # never started. Never reported in dev mode, whose scaler reads Redis directly.
     DEGRADED = "Degraded"
     FAILED = "Failed"  # its spec (or its Template) must change before it can work
+    # Its workers failed to start `crashLoopThreshold` times in a row: no worker is started
+    # until a new release or a restart (`POST /v2/serverless/{id}/workers/restart`); queued
+    # jobs wait.
+    CRASH_LOOP = "CrashLoop"
 
 
 class ConditionStatus(StrEnum):

@@ -66,6 +66,8 @@ class LocalAutoscaler:
         self.endpoint_id = endpoint_id
         self.limits = limits
         self.scaler = Autoscaler(pool)
+        # What the limits are at each tick (dev mode's crash loop: `scaling.crashloop.held`).
+        self.hold: Callable[[Limits], Limits] | None = None
 
     async def run(self) -> None:
         while True:
@@ -84,7 +86,8 @@ class LocalAutoscaler:
         snap = await self.store.snapshot(self.endpoint_id)
         metrics = from_snapshot(snap, self.store.clock())
         before = len(self.pool.active)
-        decision = await self.scaler.step(metrics, self.limits)
+        limits = self.hold(self.limits) if self.hold is not None else self.limits
+        decision = await self.scaler.step(metrics, limits)
         if decision.desired != before:
             log.info("endpoint %s: %s", self.endpoint_id, decision.reason)
         return decision

@@ -169,6 +169,7 @@ ENDPOINT_FIELDS: Mapping[str, str] = {
     "warmup": "not in v2: lockgate's warm-up (v1, kubectl; docs/warm-up.md)",
     "lbResumeWindowS": "not in v2: lockgate's (v1, kubectl, the console)",
     "startupTimeout": "not in v2: lockgate's (v1, kubectl); RunPod has no startup deadline",
+    "crashLoopThreshold": "not in v2: lockgate's (v1, kubectl); its state is the phase",
 }
 TEMPLATE_FIELDS: Mapping[str, str] = {
     "name": "not in v2: the bound template takes the endpoint's name",

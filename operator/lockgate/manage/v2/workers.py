@@ -1,5 +1,6 @@
 """`GET /v2/serverless/{id}/workers` and `GET /v2/serverless/{id}/workers/{workerId}/logs`:
-an endpoint's workers with their status, and one worker's log as Server-Sent Events.
+an endpoint's workers with their status, and one worker's log as Server-Sent Events;
+`POST /v2/serverless/{id}/workers/restart` clears a crash loop (docs/crash-loops.md).
 
 The workers and their logs come from the process's `WorkerSource` (`Backends.workers`:
 pods on a cluster, local processes in dev mode); the status rules are
@@ -245,6 +246,37 @@ async def list_workers(request: web.Request) -> web.Response:
     return json_response(answer.model_dump(mode="json"))
 
 
+class WorkersRestart(BaseModel):
+    """A restart asked: the endpoint's crash loop is cleared and its workers start again."""
+
+    id: str
+    requestedAt: str = Field(description="RFC 3339")
+
+
+@documented(
+    Operation(
+        "restartEndpointWorkers",
+        "Clear the endpoint's crash loop: its workers start again",
+        answer=WorkersRestart,
+        status=202,
+        errors=(404,),
+        description="lockgate's (RunPod has none). After `crashLoopThreshold` failed worker "
+        "starts in a row the endpoint starts no worker (phase CrashLoop) and its queued jobs "
+        "wait; a new release or this clears it, and failed starts are counted afresh. On a "
+        "cluster the operator acts on it within a moment (docs/crash-loops.md).",
+    )
+)
+async def restart_workers(request: web.Request) -> web.Response:
+    plane = request.app[BACKENDS].plane
+    endpoint_id = request.match_info["id"]
+    try:
+        await plane.restart_workers(endpoint_id)
+    except EndpointNotFound as err:
+        raise NotFound(f"endpoint {endpoint_id!r} not found") from err
+    answer = WorkersRestart(id=endpoint_id, requestedAt=iso_ms(time.time_ns() // 1_000_000))
+    return json_response(answer.model_dump(mode="json"), status=202)
+
+
 def frame(event: LogEvent, cursor: Cursor, sources: tuple[str, ...]) -> bytes:
     """One event: its id (the cursor after it) and its JSON line."""
     data = orjson.dumps(event.data()).decode()
@@ -335,3 +367,4 @@ def add_worker_routes(app: web.Application) -> None:
     app[JOB_VIEW] = JobStore(app[BACKENDS].authenticator.registry.redis)
     app.router.add_get("/{id}/workers", list_workers)
     app.router.add_get("/{id}/workers/{workerId}/logs", stream_logs)
+    app.router.add_post("/{id}/workers/restart", restart_workers)

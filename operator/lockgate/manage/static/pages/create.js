@@ -4,6 +4,7 @@ import {about, api} from "../api.js";
 import {copyButton, errorBox, h, replace} from "../dom.js";
 import {endpointForm, markInvalid} from "./form.js";
 import {isLb, lbUrl} from "./lb.js";
+import {conditionWrong} from "./state.js";
 
 export async function render(view, ctx) {
   const info = await about();
@@ -63,7 +64,7 @@ function watch(view, ctx, id) {
     if (done) return;
     const record = await api(`/v1/endpoints/${encodeURIComponent(id)}`, {signal: ctx.signal});
     const url = record.status?.jobApiUrl?.replace(/\/+$/, ""); // `${url}/runsync` must work
-    const failing = (record.status?.conditions || []).filter((c) => c.status === "False");
+    const failing = (record.status?.conditions || []).filter(conditionWrong);
     replace(body,
       h("p", {}, "Phase: ", h("span", {class: "badge", dataset: {phase: record.status?.phase}}, record.status?.phase || "Pending")),
       failing.map((c) => h("div", {class: "error", role: "alert"}, `${c.type}: ${c.message || c.reason}`)),

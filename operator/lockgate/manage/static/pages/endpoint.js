@@ -7,12 +7,13 @@ import {failing} from "./endpoints.js";
 import {isLb, lbRequests, lbSettings, lbUrlRow} from "./lb.js";
 import {stat, useStyles} from "./health.js";
 import {callCard} from "./snippets.js";
-import {endpointState} from "./state.js";
+import {conditionWrong, endpointState} from "./state.js";
 
 const REFRESH_MS = 5000;
 
-function problems(record) {
-  const wrong = failing(record);
+function problems(record, stopped) {
+  // a crash loop has its own card (restartCard): the conditions saying it are not repeated
+  const wrong = failing(record).filter((c) => !stopped || (c.type !== "CrashLoop" && c.reason !== "CrashLoop"));
   if (!wrong.length) return null;
   return h("section", {class: "card", "aria-labelledby": "problems"},
     h("h2", {id: "problems"}, "Problems"),
@@ -101,9 +102,42 @@ function conditionsTable(conditions) {
       h("thead", {}, h("tr", {}, ["Type", "Status", "Reason", "Message", "Since"].map((t) => h("th", {scope: "col"}, t)))),
       h("tbody", {}, conditions.map((c) => h("tr", {},
         h("td", {}, c.type),
-        h("td", {}, h("span", {class: `badge ${c.status === "True" ? "ok" : c.status === "False" ? "bad" : "muted"}`}, c.status)),
+        h("td", {}, h("span", {class: `badge ${c.status === "Unknown" ? "muted" : conditionWrong(c) ? "bad" : "ok"}`}, c.status)),
         h("td", {}, c.reason || ""), h("td", {}, c.message || ""),
         h("td", {class: "mono"}, c.lastTransitionTime || "")))))));
+}
+
+/** What /health's `crashLoop` says of the last failed start, or null. */
+function lastFailure(loop) {
+  if (!loop) return null;
+  const how = loop.exitCode === null || loop.exitCode === undefined ? "marked unhealthy" : `exit code ${loop.exitCode}`;
+  return h("dl", {class: "settings crash-facts"},
+    h("dt", {}, "Last failed start"), h("dd", {}, how),
+    h("dt", {}, "Last line"), h("dd", {}, h("code", {}, loop.lastLine || "—")),
+    h("dt", {}, "Failed in a row"), h("dd", {}, String(loop.failedStarts)),
+    h("dt", {}, "Since"), h("dd", {class: "mono"}, new Date(loop.since).toISOString()));
+}
+
+/** While no worker starts (a crash loop): the state, and a button that clears it. */
+function restartCard(record, health, state, failure) {
+  if (!state.stopped) return null;
+  const restart = async (event) => {
+    event.target.disabled = true;
+    try {
+      await api(`/v2/serverless/${encodeURIComponent(record.id)}/workers/restart`, {method: "POST"});
+      replace(failure, h("div", {class: "hint", role: "status"}, "Restart asked: workers start again."));
+    } catch (err) {
+      replace(failure, errorBox(err));
+      event.target.disabled = false;
+    }
+  };
+  return h("section", {class: "card crash-loop", "aria-labelledby": "crash-loop"},
+    h("h2", {id: "crash-loop"}, "No worker starts: workers crash at start"),
+    lastFailure(health?.crashLoop) || h("p", {}, state.why || "Workers failed to start too often."),
+    h("p", {class: "hint"}, "Queued jobs wait. Fix the handler or image (a new release clears this), ",
+      "or restart the workers when the cause is gone. ",
+      h("a", {href: `#/endpoints/${encodeURIComponent(record.id)}/logs`}, "See the worker logs")),
+    h("button", {type: "button", class: "primary restart-workers", onclick: restart}, "Restart workers"));
 }
 
 function summary(record, health) {
@@ -127,7 +161,9 @@ async function refresh(id, ctx, failure, {head, call, body}) {
     replace(failure, errorBox(`Health unavailable: ${err.message}`));
   }
   const conditions = record.status?.conditions || [];
-  replace(head, summary(record, health), problems(record));
+  const state = endpointState(record, health);
+  replace(head, summary(record, health), restartCard(record, health, state, failure),
+    problems(record, state.stopped));
   if (!isLb(record) && !call.firstChild) replace(call, callCard(jobApi(record))); // built once: keeps the chosen tab
   replace(body, workers(health, record), isLb(record) ? lbRequests(health) : queue(health),
     settings(record, info), conditionsTable(conditions));

@@ -9,7 +9,7 @@
 import {api, jobApi, listPage} from "../api.js";
 import {copyButton, h, replace} from "../dom.js";
 import {isLb, lbUrl} from "./lb.js";
-import {WORKERS_FAILING, endpointState, matchesPhaseFilter} from "./state.js";
+import {WORKERS_FAILING, conditionWrong, endpointState, matchesPhaseFilter} from "./state.js";
 
 const REFRESH_MS = 5000;
 const WINDOW_S = 60; // jobs/min counts the last minute of the history
@@ -18,7 +18,8 @@ const MAX_LIMIT = 1000; // the API's largest page
 const MAX_READS = 10; // pages one refresh follows (a filtered page may come back short)
 const TYPING_MS = 300; // the name filter applies once typing pauses this long
 
-const PHASES = {Ready: "ok", Initializing: "warn", Pending: "warn", Degraded: "bad", Failed: "bad"};
+const PHASES = {Ready: "ok", Initializing: "warn", Pending: "warn", Degraded: "bad", Failed: "bad",
+  CrashLoop: "bad"};
 
 /** Jobs/min and failures (FAILED or TIMED_OUT, last hour) from contract C's points; null
  * without history. */
@@ -37,7 +38,7 @@ export function failing(record) {
   // False only until the first worker is ready (phase Initializing).
   const starting = record.status?.phase === "Initializing";
   return (record.status?.conditions || [])
-    .filter((c) => c.status === "False" && !(starting && c.type === "Ready"));
+    .filter((c) => conditionWrong(c) && !(starting && c.type === "Ready"));
 }
 
 async function optional(promise) {

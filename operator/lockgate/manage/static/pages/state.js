@@ -2,7 +2,8 @@
 // /health: a phase reads green Ready only while its workers are not failing. Shared by the
 // Endpoints list, the Overview and the test runner.
 
-const PHASE_TONE = {Ready: "ok", Initializing: "warn", Pending: "warn", Degraded: "bad", Failed: "bad"};
+const PHASE_TONE = {Ready: "ok", Initializing: "warn", Pending: "warn", Degraded: "bad", Failed: "bad",
+  CrashLoop: "bad"};
 // WorkersHealthy reasons (dev.workers, kube.podstates) and the badge each one shows;
 // another reason shows "Unhealthy".
 const WORKER_BADGES = {
@@ -13,6 +14,18 @@ const WORKER_BADGES = {
   NoCpuCapacity: ["No CPU capacity", "warn"],
   ModelFetchFailed: ["Model download failed", "bad"],
 };
+
+/** Whether a condition says something is wrong: False for most, True for `CrashLoop`
+ * (lockgate stopped starting workers: docs/crash-loops.md). */
+export function conditionWrong(c) {
+  return c.type === "CrashLoop" ? c.status === "True" : c.status === "False";
+}
+
+/** The endpoint's `CrashLoop` condition while it holds (no worker starts), else null. */
+export function crashLoop(record) {
+  return (record?.status?.conditions || [])
+    .find((c) => c.type === "CrashLoop" && c.status === "True") || null;
+}
 
 /** The endpoint's `WorkersHealthy` condition when it is False, else null. */
 export function workersFailing(record) {
@@ -42,6 +55,10 @@ export const WORKERS_FAILING = "failing";
 export function endpointState(record, health) {
   const phase = record?.status?.phase || "Pending";
   if (phase === "Failed") return {label: phase, tone: "bad", why: ""};
+  const loop = crashLoop(record);
+  if (phase === "CrashLoop" || loop) {
+    return {label: "Crash loop", tone: "bad", why: loop?.message || "", trouble: true, stopped: true};
+  }
   const failing = workersFailing(record);
   const unhealthy = health?.workers?.unhealthy || 0;
   if (failing) {
