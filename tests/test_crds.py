@@ -96,7 +96,9 @@ def test_endpoint_has_a_status_subresource_whose_fields_are_declared() -> None:
     assert {"phase", "endpointId", "jobApiUrl", "workers", "conditions", "observedGeneration"} <= (
         set(status)
     )
-    assert status["phase"]["enum"] == ["Pending", "Initializing", "Ready", "Degraded", "Failed"]
+    assert status["phase"]["enum"] == [
+        "Pending", "Initializing", "Ready", "Degraded", "Failed", "CrashLoop"
+    ]  # fmt: skip
     assert not any("default" in node for node in walk(status))
 
 

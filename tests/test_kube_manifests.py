@@ -487,6 +487,8 @@ ENDPOINT_FIELDS: dict[str, tuple[dict, dict]] = {
     "requeueMaxRunS": ({}, {"requeueMaxRunS": 600}),
     "startupTimeout": ({}, {"startupTimeout": 30}),
     "crashLoopThreshold": ({}, {"crashLoopThreshold": 2}),
+    "lbResumeWindowS": ({}, {"lbResumeWindowS": 300}),
+    "warmup": ({}, {"warmup": {"inputs": [{"prompt": "hi"}]}}),
 }
 TEMPLATE_FIELDS: dict[str, Any] = {
     "image": "img:2",

@@ -8,6 +8,7 @@ HTTP, with real worker processes: tests/test_lb_resume.py (dev mode)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import pytest
@@ -39,7 +40,10 @@ def worker_pods(resources: Resources) -> list[k8s.V1Pod]:
 
 def run_worker(resources: Resources, name: str) -> None:
     """What the kubelet would write: the pod's IP and its worker container running."""
-    started = {"running": {"startedAt": "2026-01-01T00:00:00Z"}}
+    # Started now: a start long ago would be past the endpoint's startupTimeout, and the
+    # operator would replace the pod (no gateway polls its health here).
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    started = {"running": {"startedAt": now}}
     worker = {"name": "worker", "image": "example.test/echo:1", "imageID": "", "ready": False,
               "restartCount": 0, "state": started}  # fmt: skip
     status = {"phase": "Running", "podIP": "10.1.2.9", "podIPs": [{"ip": "10.1.2.9"}],

@@ -869,7 +869,19 @@ def scaling_annotations(spec: EndpointSpec) -> dict[str, str]:
         "lockgate.dev/requeue-max-run-s": str(spec.requeueMaxRunS),
         "lockgate.dev/startup-timeout-s": str(spec.startupTimeout),
         "lockgate.dev/crash-loop-threshold": str(spec.crashLoopThreshold),
+        "lockgate.dev/lb-resume-window-s": str(spec.lbResumeWindowS),
+        **({"lockgate.dev/warmup": warmup_summary(spec)} if spec.warmup is not None else {}),
     }
+
+
+def warmup_summary(spec: EndpointSpec) -> str:
+    """The endpoint's warm-up in a few words, for its Deployment's annotations (the
+    inputs themselves stay in the Endpoint: they may be large)."""
+    assert spec.warmup is not None
+    if spec.warmup.request is not None:
+        return f"request {spec.warmup.request.method} {spec.warmup.request.path}"
+    count = len(spec.warmup.inputs or [])
+    return f"{count} input{'s' if count != 1 else ''}"
 
 
 def worker_deployment(
