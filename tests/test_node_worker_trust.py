@@ -329,7 +329,12 @@ def test_a_parked_pod_is_resumed_by_strict_resume_and_gone_after_its_window(
     assert next(c for c in statuses if c["name"] == "worker")["restartCount"] == 0  # kept running
 
     patch_resume_endpoint(release, lbResumeWindowS=1)  # parked again, then removed after 1 s
-    wait_until(lambda: resume_pod(release, worker) is None, "the parked pod removed", 90)
+    try:
+        wait_until(lambda: resume_pod(release, worker) is None, "the parked pod removed", 90)
+    except AssertionError:
+        print(json.dumps(resume_pod(release, worker), indent=1))
+        print(release.kubectl("logs", "deployment/lockgate-operator", "--tail=80", check=False))
+        raise
     after = get(f"strict-resume {worker}")
     assert after.status_code == 404, after.text
     assert after.json()["reason"] == "affinity_worker_gone"

@@ -238,7 +238,7 @@ class ScalingLoop:
         # marks older than it were counted, or not, by an earlier term).
         self.crashes: dict[str, CrashCount] = {}
         self.looping: set[str] = set()
-        self.began_ms = ctx.jobs.clock()
+        self.began_ms = time.time_ns() // 1_000_000  # epoch ms, as the store's clock
 
     @property
     def lb_pods(self) -> LbPods:

@@ -112,6 +112,10 @@ async def list_releases(request: web.Request) -> web.Response:
     except BadCursor as err:
         raise Unprocessable(str(err), errors=[str(err)]) from err
     kept = await releases.store.all(endpoint_id)
+    # The newest release is the endpoint's version: on a cluster the resource's annotation
+    # is written after the release (a template edit rolls its endpoints), so a read in
+    # between sees it one behind.
+    version = max([version, *(r.version for r in kept[:1])])
     page, following = page_of(kept, endpoint_id, below=below, limit=query.limit)
     versions = await releases.worker_versions(endpoint_id)
     body: dict[str, Any] = {
