@@ -191,6 +191,7 @@ class DeploymentPool:
         for name in await self.lb.resumes(self.endpoint_id):
             if name in self.parked:
                 await self._unpark(name, "strict-resume")
+        await self._shorten_windows()
         ended = expired(self.parked, self._now_ms())
         if not ended:
             return
@@ -204,6 +205,20 @@ class DeploymentPool:
             with contextlib.suppress(NotFound):
                 await self.cluster.delete("Pod", self.namespace, name)
             self.leaving.append(name)
+
+    async def _shorten_windows(self) -> None:
+        """A window shortened since a pod was parked (`lbResumeWindowS` lowered, or 0) ends
+        it as the new setting would have (the pod's stamp; its routing record goes when the
+        window ends, `forget_parked`)."""
+        limit = self._now_ms() + int(self.resume_window_s * 1000)
+        for name, until in list(self.parked.items()):
+            if until <= limit:
+                continue
+            try:
+                await self.cluster.annotate("Pod", self.namespace, name, {PARKED_UNTIL: str(limit)})
+            except NotFound:
+                continue
+            self.parked[name] = limit
 
     async def mark_busy(self, busy: Collection[str]) -> None:
         """Busy pods cost much to delete and may not be evicted, idle ones cost nothing and
