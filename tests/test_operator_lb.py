@@ -7,6 +7,7 @@ goes at once; on a node it would stay, terminating, and be drained: tests/test_k
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import pytest
@@ -64,7 +65,10 @@ async def test_the_scaler_routes_to_a_pod_once_its_worker_runs_and_stops_when_de
     name = pod.metadata.name
     lb = LbWorkers(redis)
     assert await lb.workers("lb-pods") == {}  # no IP yet: nothing to route to
-    started = {"running": {"startedAt": "2026-01-01T00:00:00Z"}}
+    # Started now: a start long ago would be past the endpoint's startupTimeout (600 s), and
+    # the operator would mark the worker and replace its pod (no gateway polls it here).
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    started = {"running": {"startedAt": now}}
     worker = {"name": "worker", "image": "example.test/echo:1", "imageID": "", "ready": False,
               "restartCount": 0, "state": started}  # fmt: skip
     ip = {"phase": "Running", "podIP": "10.1.2.3", "podIPs": [{"ip": "10.1.2.3"}]}
