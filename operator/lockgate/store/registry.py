@@ -46,16 +46,17 @@ class Registry:
         (`lost_policy`) and its count of warm-up inputs (`warmup_count`, for the scripts
         that see a new worker)."""
         await self.redis.hset(keys.ENDPOINTS, endpoint_id, orjson.dumps(entry.stored()))
-        policy = lost_policy(entry)
-        if policy:
-            await self.redis.hset(keys.lost_policy(endpoint_id), items=policy)
+        # Both in the endpoint's own slot: one round trip.
+        pipe = self.redis.pipeline(transaction=False)
+        if policy := lost_policy(entry):
+            pipe.hset(keys.lost_policy(endpoint_id), items=policy)
         else:
-            await self.redis.delete(keys.lost_policy(endpoint_id))
-        warmups = len(entry.warmup.inputs or []) if entry.warmup is not None else 0
-        if warmups:
-            await self.redis.set(keys.warmup_count(endpoint_id), warmups)
+            pipe.delete(keys.lost_policy(endpoint_id))
+        if warmups := len(entry.warmup.inputs or []) if entry.warmup is not None else 0:
+            pipe.set(keys.warmup_count(endpoint_id), warmups)
         else:
-            await self.redis.delete(keys.warmup_count(endpoint_id))
+            pipe.delete(keys.warmup_count(endpoint_id))
+        await pipe.execute()
         await self.redis.publish(keys.EVENTS_CHANNEL, f"r:{endpoint_id}")
 
     async def get_endpoint(self, endpoint_id: str) -> RegistryEntry | None:
