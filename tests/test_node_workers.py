@@ -134,9 +134,8 @@ def test_the_pods_events_are_its_system_log(release: Release, manage: Manage, po
 
     reasons = {e["reason"] for e in wait_until(listed, "the kubelet's Started Event", 60)}
 
-    # The stream is in time order, and the kubelet stamps its Events to the second while the
-    # scheduler stamps `Scheduled` to the microsecond: `Started` can come first. Read on
-    # until a line of every reason kubectl listed has come (a missing one times out).
+    # Read on until a line of every reason kubectl listed has come (a missing one times out):
+    # stopping at the first `Started` once cut off a `Scheduled` sorted after it.
     def has_all(got: list[dict]) -> bool:
         seen = [e["data"]["line"] for e in got]
         return all(any(line.startswith(f"{r}: ") for line in seen) for r in reasons)

@@ -249,6 +249,22 @@ def test_a_pods_events_and_terminations_are_its_system_lines() -> None:
     ]
 
 
+def test_the_schedulers_event_stamped_to_the_microsecond_comes_before_the_kubelets() -> None:
+    """The kubelet stamps its Events to the second, the scheduler `Scheduled` (eventTime)
+    to the microsecond: within one second the names (creation order) decide."""
+    pod = _status(containerStatuses=[{"name": "worker", "state": {"running": {}}}])
+    events = [
+        {"metadata": {"name": "p.18a2"}, "reason": "Started", "message": "Started",
+         "lastTimestamp": "2026-06-01T12:00:02Z"},
+        {"metadata": {"name": "p.18a1"}, "reason": "Scheduled", "message": "Assigned",
+         "lastTimestamp": None, "eventTime": "2026-06-01T12:00:02.523456Z"},
+    ]  # fmt: skip
+    assert [text for _, text in system_lines(events, pod)] == [
+        "Scheduled: Assigned",
+        "Started: Started",
+    ]
+
+
 def test_a_log_read_cut_mid_line_leaves_that_line_for_the_next_read() -> None:
     text = "2026-06-01T12:00:00.000000001Z one\n2026-06-01T12:00:00.000000002Z tw"
     assert log_lines(text) == [(1780315200000, "one")]
