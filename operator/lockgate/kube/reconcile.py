@@ -21,11 +21,22 @@ from pydantic import ValidationError
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from lockgate.kube import manifests, placement
+from lockgate.kube import placement
 from lockgate.kube.cluster import Cluster, ClusterError, WorkerKey
 from lockgate.kube.controlplane import RESTART_ANNOTATION, VERSION_ANNOTATION, version_of
 from lockgate.kube.events import endpoint_event
-from lockgate.kube.manifests import Owner
+from lockgate.kube.manifests.entry import registry_entry, scaled_externally
+from lockgate.kube.manifests.keys import key_digest_of
+from lockgate.kube.manifests.lb import lb_network_policy
+from lockgate.kube.manifests.names import (
+    Owner,
+    daemonset_name,
+    deployment_name,
+    network_policy_name,
+    selector,
+)
+from lockgate.kube.manifests.rollout import rollout_strategy
+from lockgate.kube.manifests.workloads import flashboot_daemonset, worker_deployment
 from lockgate.kube.settings import OperatorSettings
 from lockgate.kube.status import (
     REGISTERED,
@@ -238,9 +249,9 @@ async def deployed_key_digest(ctx: Context, owner: Owner) -> str | None:
     if ctx.workers is not None and ctx.workers.ready:
         deployment = ctx.workers.deployment(owner.namespace, owner.name)
     else:
-        name = manifests.deployment_name(owner.name)
+        name = deployment_name(owner.name)
         deployment = await ctx.cluster.read("Deployment", owner.namespace, name)
-    return manifests.key_digest_of(deployment) if deployment else None
+    return key_digest_of(deployment) if deployment else None
 
 
 def restart_requested_ms(annotations: Mapping[str, str] | None) -> int | None:
@@ -315,7 +326,7 @@ async def _register(
         await ctx.registry.put_key(worker_key.new_key, record)
     elif await ctx.registry.get_key(digest) != record:
         await ctx.registry.put_key_digest(digest, record)
-    wanted = manifests.registry_entry(
+    wanted = registry_entry(
         owner,
         spec,
         key_digest=digest,
@@ -352,8 +363,8 @@ async def choose_gpu_type(
     if fresh is not None:
         annotations = fresh["metadata"].get("annotations")
     previous = placement.from_annotations(annotations)
-    selector = ",".join(f"{k}={v}" for k, v in manifests.selector(owner.name, "worker").items())
-    pods = await ctx.cluster.list_objects("Pod", owner.namespace, selector)
+    workers = ",".join(f"{k}={v}" for k, v in selector(owner.name, "worker").items())
+    pods = await ctx.cluster.list_objects("Pod", owner.namespace, workers)
     settings = ctx.settings
     choice = placement.choose(
         spec.gpuTypeIds, previous, map(placement.pod_scheduling, pods),
@@ -443,7 +454,7 @@ async def apply_workloads(
     choice = await choose_gpu_type(ctx, owner, spec, annotations)
     watching = ctx.workers is not None and ctx.workers.ready
     deployed = ctx.workers.deployment(owner.namespace, owner.name) if watching else None
-    deployment = manifests.worker_deployment(
+    deployment = worker_deployment(
         owner,
         spec,
         template,
@@ -453,7 +464,7 @@ async def apply_workloads(
         key_revision=digest,
         gpu_type=choice.gpu_type if choice else None,
         version=version,
-        strategy=manifests.rollout_strategy(deployed, version),
+        strategy=rollout_strategy(deployed, version),
     )
     known, absent = None, False
     if watching:
@@ -461,15 +472,15 @@ async def apply_workloads(
     applied = await ctx.cluster.apply(deployment, known, absent=absent)
     if spec.flashboot:
         ctx.no_daemonset.discard(owner.uid)
-        await ctx.cluster.apply(manifests.flashboot_daemonset(owner, spec, template, ctx.settings))
+        await ctx.cluster.apply(flashboot_daemonset(owner, spec, template, ctx.settings))
     elif not (trust_absent and owner.uid in ctx.no_daemonset):
-        await ctx.cluster.delete("DaemonSet", owner.namespace, manifests.daemonset_name(owner.name))
+        await ctx.cluster.delete("DaemonSet", owner.namespace, daemonset_name(owner.name))
         ctx.no_daemonset.add(owner.uid)
     if spec.type == EndpointType.LB and ctx.settings.lb_gateway_labels:
         ctx.no_network_policy.discard(owner.uid)
-        await ctx.cluster.apply(manifests.lb_network_policy(owner, template, ctx.settings))
+        await ctx.cluster.apply(lb_network_policy(owner, template, ctx.settings))
     elif not (trust_absent and owner.uid in ctx.no_network_policy):
-        name = manifests.network_policy_name(owner.name)
+        name = network_policy_name(owner.name)
         await ctx.cluster.delete("NetworkPolicy", owner.namespace, name)
         ctx.no_network_policy.add(owner.uid)
     if choice is None:
@@ -515,7 +526,7 @@ async def _converge(
     checks.append(check)
     if not check.ok:
         return checks, False, None
-    external = manifests.scaled_externally(body["metadata"].get("annotations"))
+    external = scaled_externally(body["metadata"].get("annotations"))
     digest, check = await register(
         ctx, owner, spec, external_scaler=external, steady=steady, rest=steady and rest,
         meta=body["metadata"],
@@ -564,7 +575,7 @@ async def reconcile(
             ctx, owner, body, steady=steady, rest=rest, created=created
         )
         if deployment is None:
-            name = manifests.deployment_name(owner.name)
+            name = deployment_name(owner.name)
             deployment = await ctx.cluster.read("Deployment", owner.namespace, name)
         counts = await activity(ctx, owner.name) if registered else Activity()
     observed = Observed(
