@@ -6,7 +6,6 @@ from typing import Any
 
 import pytest
 
-from lockgate.kube.manifests.entry import registry_entry, scaled_externally
 from lockgate.kube.manifests.keys import worker_key_secret
 from lockgate.kube.manifests.merge import hash_of, updated, with_hash
 from lockgate.kube.manifests.names import SERVING_CONDITION, Owner
@@ -17,6 +16,7 @@ from lockgate.kube.manifests.workloads import (
     worker_deployment,
     worker_pod_template,
 )
+from lockgate.kube.registry_record import registry_entry, scaled_externally
 from lockgate.kube.settings import OperatorSettings
 from lockgate.models import EndpointSpec, TemplateSpec, podfields
 from lockgate.models.templates import new_template

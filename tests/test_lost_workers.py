@@ -19,8 +19,8 @@ import pytest
 import requests
 from redis.asyncio import Redis
 
-from lockgate.kube.manifests.entry import registry_entry
 from lockgate.kube.manifests.names import Owner
+from lockgate.kube.registry_record import registry_entry
 from lockgate.models import EndpointSpec
 from lockgate.models.registry_entry import RegistryEntry
 from lockgate.models.unhealthy import UnhealthyWorker

@@ -1,5 +1,5 @@
 """The registry entry (`models.registry_entry.RegistryEntry`): one model for its writers (the
-operator's `kube.manifests.entry.registry_entry`, dev mode's `LocalEndpoint.entry`) and its readers
+operator's `kube.registry_record.registry_entry`, dev mode's `LocalEndpoint.entry`) and its readers
 (the gateway's `EndpointCache`, the scaler, dev mode's resume), through a real Redis."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from lockgate.gateway.endpoints import (
     lb_websocket_max_s,
     request_timeout_s,
 )
-from lockgate.kube.manifests.entry import registry_entry
 from lockgate.kube.manifests.names import Owner
+from lockgate.kube.registry_record import registry_entry
 from lockgate.models import EndpointSpec, EndpointType, ScalerType
 from lockgate.models.registry_entry import RegistryEntry
 from lockgate.scaling.decision import Limits

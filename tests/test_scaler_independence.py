@@ -18,9 +18,9 @@ from redis.asyncio import Redis
 
 from lockgate.dev.redis_server import EmbeddedRedis, free_port
 from lockgate.kube.cluster import Cluster, Obj
-from lockgate.kube.manifests.entry import registry_entry
 from lockgate.kube.manifests.names import Owner
 from lockgate.kube.reconcile import Context
+from lockgate.kube.registry_record import registry_entry
 from lockgate.kube.scaler import ENDPOINT_LABEL, ScalingLoop
 from lockgate.kube.settings import OperatorSettings
 from lockgate.models.endpoint import EndpointSpec

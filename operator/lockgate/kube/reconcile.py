@@ -25,7 +25,6 @@ from lockgate.kube import placement
 from lockgate.kube.cluster import Cluster, ClusterError, WorkerKey
 from lockgate.kube.controlplane import RESTART_ANNOTATION, VERSION_ANNOTATION, version_of
 from lockgate.kube.events import endpoint_event
-from lockgate.kube.manifests.entry import registry_entry, scaled_externally
 from lockgate.kube.manifests.keys import key_digest_of
 from lockgate.kube.manifests.lb import lb_network_policy
 from lockgate.kube.manifests.names import (
@@ -37,6 +36,7 @@ from lockgate.kube.manifests.names import (
 )
 from lockgate.kube.manifests.rollout import rollout_strategy
 from lockgate.kube.manifests.workloads import flashboot_daemonset, worker_deployment
+from lockgate.kube.registry_record import registry_entry, scaled_externally
 from lockgate.kube.settings import OperatorSettings
 from lockgate.kube.status import (
     REGISTERED,

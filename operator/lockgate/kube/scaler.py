@@ -56,10 +56,10 @@ from lockgate.kube.cluster import ClusterError
 from lockgate.kube.deployment_pool import DeploymentPool
 from lockgate.kube.events import endpoint_event
 from lockgate.kube.lb_pods import LbPods, parked_until, wanted_workers
-from lockgate.kube.manifests.entry import EXTERNAL_SCALER
 from lockgate.kube.manifests.names import Owner
 from lockgate.kube.manifests.rollout import pod_version
 from lockgate.kube.podstates import pod_ready, pod_starts, pod_states, pull_errors, worker_starts
+from lockgate.kube.registry_record import EXTERNAL_SCALER
 from lockgate.kube.status import METRICS_AVAILABLE, Check, shows
 from lockgate.kube.watched import ENDPOINT_LABEL, WORKERS
 from lockgate.kube.worker_health import WorkerHealth, worst

@@ -6,7 +6,8 @@ per concern: `names` (owner, object names, labels), `merge` (content hash, repla
 `rollout`, `keys` (the worker-key Secret), `env`, `scheduling`, `resources`, `security`,
 `models` (model caches, network volume), `lb` (load-balancing ports, probe, NetworkPolicy)
 and `workloads` (the worker Deployment, the flashboot DaemonSet). Import from the module
-itself: this package re-exports nothing.
+itself: this package re-exports nothing. (The registry entry, a Redis record, is
+`kube.registry_record`'s.)
 
 Objects per endpoint `<id>`, all owned by the Endpoint so that deleting it cascades:
 - Deployment `<id>-workers`: the workers; its replica count belongs to the scaler;

@@ -1,4 +1,7 @@
-"""The registry entry: what the gateway and the scaler read about an endpoint in Redis."""
+"""The operator's registry entry for an Endpoint: the record in Redis (`store.Registry`)
+that the gateway and the scaler read about it. A Redis record, not a Kubernetes object, so
+it is not among the manifests; it stays in `kube` because it is built from the Endpoint
+resource (its `Owner`, its `lockgate.dev/scaler` annotation)."""
 
 from __future__ import annotations
 
