@@ -16,6 +16,7 @@ from lockgate.models import EndpointSpec, TemplateSpec
 from lockgate.models.volumes import VOLUME_MOUNT_PATH
 
 NETWORK_VOLUME = "runpod-volume"  # the pod volume of an endpoint's networkVolumeId
+
 # Runs in an init container: the first pod on a node downloads, the others wait on the lock
 # and find the file. URL and file name come in as variables, never spliced into the script.
 FETCH_SCRIPT = """set -eu
