@@ -23,7 +23,7 @@ from kubernetes import client as k8s
 from redis.asyncio import Redis
 
 from lockgate.kube.gpus import GpuLabels
-from lockgate.kube.manifests import selector
+from lockgate.kube.manifests.names import selector
 from lockgate.kube.podworkers import lifecycle, log_lines, pod_facts, system_lines
 from lockgate.manage.v2.workers import parse_log_params
 from lockgate.manage.workerlogs import (

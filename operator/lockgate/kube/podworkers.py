@@ -29,7 +29,7 @@ from lockgate.kube.catalog import gpu_type_of, label_types
 from lockgate.kube.cluster import Cluster, ClusterError
 from lockgate.kube.gpus import GpuLabels
 from lockgate.kube.lb_pods import parked_until
-from lockgate.kube.manifests import VERSION_LABEL, WORKER_CONTAINER
+from lockgate.kube.manifests.names import VERSION_LABEL, WORKER_CONTAINER
 from lockgate.kube.podlogs import stamp_ns, worker_selector
 from lockgate.kube.podstates import pod_problem
 from lockgate.manage.workerlogs import (
