@@ -271,6 +271,7 @@ def build_app(
         billing=billing,
         releases=releases,
         workers=DevWorkers(plane),
+        builds=plane.builds,
     )
     add_v2_routes(app, backends)  # RunPod's REST v2 (the catalog: this machine)
     gateway_mark = gw.notifier.on_activity

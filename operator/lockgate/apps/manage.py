@@ -42,6 +42,7 @@ from lockgate.manage.v2.billing import Billing
 from lockgate.manage.workersource import WorkerSource
 from lockgate.settings import Prices
 from lockgate.store import JobStore, Registry, connect
+from lockgate.store.builds import BuildStore
 from lockgate.store.releases import ReleaseStore
 from lockgate.store.usage import UsageLedger
 
@@ -90,6 +91,7 @@ def control_plane_for(
         job_api_url=settings.job_api_url,
         reserved_secrets=settings.reserved_secrets,
         releases=ReleaseStore(registry.redis),
+        builds=BuildStore(registry.redis),
     )
 
 
@@ -156,6 +158,7 @@ def create_app(
         releases=releases,
         billing=billing,
         workers=workers,
+        builds=BuildStore(registry.redis),
     )
     add_v2_routes(app, backends)  # RunPod's REST v2 (its MCP server's calls)
     add_console(app, connect_src=origin_of(settings.base_url))  # the job API's origin
