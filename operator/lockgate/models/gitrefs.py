@@ -25,3 +25,12 @@ def revision_problem(revision: str) -> str | None:
         if bad
         else None
     )
+
+
+def ref_problem(ref: str) -> str | None:
+    """Why `ref` is no branch, tag or commit a git source may name, or None: a revision
+    (`revision_problem`) that does not start with '-' (git would read it as an option)."""
+    if ref.startswith("-"):
+        return f"ref {ref!r}: must not start with '-'"
+    problem = revision_problem(ref)
+    return problem.replace("revision", "ref", 1) if problem else None

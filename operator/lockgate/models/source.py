@@ -14,7 +14,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from lockgate.models.gitrefs import revision_problem
+from lockgate.models.gitrefs import ref_problem
 
 BUILD_TIMEOUT_DEFAULT_MIN = 60  # issue 48: "default 60 min" (RunPod: 30 for docker build)
 BUILD_TIMEOUT_MAX_MIN = 24 * 60
@@ -103,8 +103,8 @@ class GitSource(BaseModel):
     @field_validator("ref")
     @classmethod
     def _ref(cls, ref: str) -> str:
-        if ref and (problem := revision_problem(ref)):
-            raise ValueError(problem.replace("revision", "ref", 1))
+        if ref and (problem := ref_problem(ref)):
+            raise ValueError(problem)
         return ref
 
     @field_validator("dockerfilePath")

@@ -43,7 +43,7 @@ from lockgate.manage.workerlogs import before
 from lockgate.manage.workersource import LogBatch, LogRead
 from lockgate.models import EndpointRecord
 from lockgate.models.build import Build, BuildReason
-from lockgate.models.gitrefs import revision_problem
+from lockgate.models.gitrefs import ref_problem
 from lockgate.store.builds import BuildNotFound, BuildStore
 
 
@@ -87,8 +87,8 @@ class StartBuild(BaseModel):
     @field_validator("ref")
     @classmethod
     def _ref(cls, ref: str | None) -> str | None:
-        if ref is not None and (problem := revision_problem(ref)):
-            raise ValueError(problem.replace("revision", "ref", 1))
+        if ref is not None and (problem := ref_problem(ref)):
+            raise ValueError(problem)
         return ref
 
 
