@@ -14,10 +14,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
+from lockgate.dev import gitsource
 from lockgate.manage.workerlogs import CONTAINER, SYSTEM
 from lockgate.models.build import Build, BuildStatus, IllegalTransition, rfc3339
 from lockgate.models.source import GitSource
@@ -25,22 +26,20 @@ from lockgate.store.builds import BuildNotFound, BuildStore
 
 log = logging.getLogger("lockgate.dev.builder")
 
-# Called with the endpoint id, the COMPLETED build and its checkout (dev.gitsource's
-# Checkout) once a build completes: the control plane may run it.
-OnBuilt = Callable[[str, Build, Any], Awaitable[None]]
+# Called with the endpoint id, the COMPLETED build and its checkout once a build
+# completes: the control plane may run it.
+OnBuilt = Callable[[str, Build, gitsource.Checkout], Awaitable[None]]
 
 
-def commit_fields(checkout: Any) -> dict[str, Any]:
-    """RunPod's commit fields of a build from a checkout (`dev.gitsource.Checkout`)."""
-    date = checkout.date
-    if isinstance(date, datetime):
-        date = rfc3339(date.astimezone(UTC))
+def commit_fields(checkout: gitsource.Checkout) -> dict[str, Any]:
+    """RunPod's commit fields of a build from a checkout (`branch`: null for a tag or a
+    commit, as RunPod's)."""
     return {
         "commitHash": checkout.short,
         "commit": checkout.commit,
         "commitMessage": checkout.message,
-        "branch": getattr(checkout, "branch", None) or getattr(checkout, "ref", None),
-        "commitDate": date,
+        "branch": checkout.branch,
+        "commitDate": rfc3339(checkout.date.astimezone(UTC)),
     }
 
 
@@ -98,8 +97,6 @@ class LocalBuilder:
             await self._end(endpoint_id, build.id, BuildStatus.FAILED, f"internal error: {err}")
 
     async def _build(self, endpoint_id: str, git: GitSource, build: Build) -> None:
-        from lockgate.dev import gitsource  # h48-dev's module (dev.gitsource)
-
         await self.store.change(endpoint_id, build.id, BuildStatus.BUILDING)
         ref = build.ref or git.ref or None
         say = self._say(endpoint_id, build.id)
@@ -110,11 +107,14 @@ class LocalBuilder:
                     gitsource.checkout, git.url, ref, self.cache_root
                 )
                 fields = commit_fields(checkout)
-                await say(CONTAINER, f"HEAD is now at {checkout.short} {checkout.message}")
-                await say(SYSTEM, "preparing the environment")
-                made = await asyncio.to_thread(gitsource.environment, checkout, self.cache_root)
-                if made is not None:
-                    await say(CONTAINER, f"environment ready: {made}")
+                first_line = checkout.message.partition("\n")[0]
+                await say(CONTAINER, f"HEAD is now at {checkout.short} {first_line}")
+                # dev.gitsource's environment step (h48-dev) when it is there
+                prepare = getattr(gitsource, "environment", None)
+                if prepare is not None:
+                    await say(SYSTEM, "preparing the environment (requirements)")
+                    python = await asyncio.to_thread(prepare, checkout, self.cache_root)
+                    await say(CONTAINER, f"environment ready: {python}")
         except TimeoutError:
             why = f"the build took over its buildTimeoutMin ({git.buildTimeoutMin} min)"
             await self._end(endpoint_id, build.id, BuildStatus.FAILED, why)

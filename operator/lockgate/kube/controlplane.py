@@ -45,7 +45,7 @@ from lockgate.models import EndpointRecord, EndpointSpec, EndpointStatus, Templa
 from lockgate.models.build import Build, BuildReason
 from lockgate.models.podfields import lockgate_secret_problem
 from lockgate.models.releases import ReleaseConfig, config_of, release_diff
-from lockgate.models.source import cluster_problem, source_of
+from lockgate.models.source import EndpointSource, cluster_problem, source_of
 from lockgate.store.builds import BuildStore
 from lockgate.store.releases import ReleaseStore
 
@@ -84,13 +84,23 @@ def merge_patch(fields: Mapping[str, Any]) -> dict[str, Any]:
     return {k: (None if v == "" else v) for k, v in fields.items()}
 
 
+def _source_as_stored(raw: Any) -> EndpointSource | None:
+    """A stored source as the model (None when it is not one: its status says why)."""
+    try:
+        return source_of(raw)
+    except ValidationError:
+        return None
+
+
 def spec_from_resource(obj: Mapping[str, Any]) -> EndpointSpec:
     """An Endpoint resource's settings (shown as stored when they fail validation)."""
     raw = dict(obj.get("spec") or {})
     try:
         return EndpointSpec.model_validate(raw)
     except ValidationError:
-        return EndpointSpec.model_construct(**{**EndpointSpec().model_dump(), **raw})
+        fields = {**EndpointSpec().model_dump(), **raw}
+        fields["source"] = _source_as_stored(raw.get("source"))
+        return EndpointSpec.model_construct(**fields)
 
 
 def record_from_resource(obj: Mapping[str, Any], job_api_url: str) -> EndpointRecord:
@@ -101,9 +111,10 @@ def record_from_resource(obj: Mapping[str, Any], job_api_url: str) -> EndpointRe
     raw = dict(obj.get("spec") or {})
     status = EndpointStatus.model_validate(obj.get("status") or {})
     try:
-        settings = EndpointSpec.model_validate(raw).model_dump()
+        settings = dict(EndpointSpec.model_validate(raw))  # nested models kept as models
     except ValidationError:
         settings = {**EndpointSpec().model_dump(), **raw}
+        settings["source"] = _source_as_stored(raw.get("source"))
     created = (obj.get("metadata") or {}).get("creationTimestamp") or ""
     return EndpointRecord.model_construct(
         id=endpoint_id, jobApiUrl=job_api_url, status=status, version=version_of(obj),
