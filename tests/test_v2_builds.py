@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 from aiohttp import web
 from hypothesis import HealthCheck, given, settings
@@ -150,7 +149,7 @@ async def test_a_build_checks_out_the_repository_and_shows_runpods_fields(
     status, _, build = await v2(api, "POST", f"/{ep['id']}/builds")
     assert status == 201, build
     assert re.fullmatch(r"build_[a-z0-9]+", build["id"]) and build["status"] == "PENDING"
-    assert BUILD_KEYS <= set(build) and build["startedAt"] is None
+    assert set(build) >= BUILD_KEYS and build["startedAt"] is None
     done = await ended(api, ep["id"], build["id"])
     assert done["status"] == "COMPLETED", done
     short = git(repo, "rev-parse", "--short", "HEAD")
@@ -277,7 +276,7 @@ async def test_a_builds_log_streams_and_resumes_after_the_last_event_id(
 @pytest.mark.parametrize("api", ["local"], indirect=True)
 async def test_deleting_the_endpoint_deletes_its_builds(api: Api, repo: Path) -> None:
     ep = await with_source(api, f"file://{repo}")
-    status, _, build = await v2(api, "POST", f"/{ep['id']}/builds")
+    _, _, build = await v2(api, "POST", f"/{ep['id']}/builds")
     await ended(api, ep["id"], build["id"])
     assert (await v2(api, "DELETE", f"/{ep['id']}"))[0] == 204
     redis = api.plane.builds.redis
@@ -294,35 +293,35 @@ json_values = st.recursive(
     max_leaves=8,
 )
 start_bodies = json_values | st.fixed_dictionaries({"ref": json_values})
+git_parts = st.fixed_dictionaries(
+    {"url": json_values},
+    optional={"ref": json_values, "trigger": json_values, "buildTimeoutMin": json_values},
+)
 source_bodies = st.fixed_dictionaries(
-    {"source": st.none() | st.fixed_dictionaries({"git": json_values})
-     | st.fixed_dictionaries({"git": st.fixed_dictionaries({"url": json_values},
-                                                           optional={"ref": json_values,
-                                                                     "trigger": json_values,
-                                                                     "buildTimeoutMin": json_values})})}
-)  # fmt: skip
+    {"source": st.none() | st.fixed_dictionaries({"git": json_values | git_parts})}
+)
 
 
 @pytest.mark.parametrize("api", ["local"], indirect=True)
 async def test_no_start_or_source_body_gets_a_5xx(api: Api, repo: Path) -> None:
     ep = await with_source(api, f"file://{repo}", trigger="MANUAL")
     plain = (await v2(api, "POST", body=cpu_body()))[2]
-    seen: list[tuple[str, Any, int]] = []
+    seen: list[tuple[str, Any]] = []
 
     @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
     @given(start=start_bodies, edit=source_bodies)
     def run(start: Any, edit: Any) -> None:
-        seen.append(("start", start, 0))
-        seen.append(("edit", edit, 0))
+        seen.extend([("start", start), ("edit", edit)])
 
     run()
-    for kind, body, _ in seen:
+    for kind, body in seen:  # generated first, then sent: hypothesis runs no coroutine
         if kind == "start":
             status, content, _ = await v2(api, "POST", f"/{plain['id']}/builds", body)
         else:
             status, content, _ = await v2(api, "PATCH", f"/{ep['id']}", body)
-        assert status < 500 and content == PROBLEM or status == 200, (kind, body, status)
-    # every build a body started ran to its end (none started: the plain endpoint has no source)
+        assert status == 200 or (status < 500 and content == PROBLEM), (kind, body, status)
+    # no start made a build (that endpoint has no source; starts never go to the fuzzed
+    # source: a generated https URL would make git reach off this machine)
     page = (await v2(api, "GET", f"/{plain['id']}/builds"))[2]
     assert page["builds"] == []
 
