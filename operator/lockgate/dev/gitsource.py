@@ -1,9 +1,17 @@
-"""A git repository as a dev-mode worker's source: a cached clone at a ref.
+"""A git repository as a dev-mode worker's source: a cached clone at a ref, a virtual
+environment of its own, and the command that runs its handler.
 
-`checkout(url, ref, cache_root)` keeps one clone per URL under `cache_root/clones/`,
-fetches it again on each call and checks out `ref` (a branch, a tag or a commit; the
-remote's HEAD when None) as a detached work tree. It speaks to git through the `git` CLI,
-so every URL git itself takes works: `file://` URLs, plain local paths and http(s) URLs.
+- `checkout(url, ref, cache_root)` keeps one clone per URL under `cache_root/clones/`,
+  fetches it again on each call and checks out `ref` (a branch, a tag or a commit; the
+  remote's HEAD when None) as a detached work tree. It speaks to git through the `git`
+  CLI, so every URL git itself takes works: `file://` URLs, plain local paths, http(s).
+- `environment(checkout, cache_root)` is the python of a venv under `cache_root/venvs/`,
+  keyed by the sha256 of what it installs: `requirements.txt`, or without one the
+  Dockerfile's `pip install` lines. A venv whose key matches is reused as it is.
+- `entrypoint(checkout)` is what that python runs: the repository's `handler.py`, or the
+  Dockerfile's CMD when that is a Python command (its script mapped back from the image
+  path its COPY lines put it at to the repository's file).
+A file in `.runpod/` is taken over the one of the same name at the root (`models.hub`).
 """
 
 from __future__ import annotations
@@ -11,19 +19,44 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import posixpath
 import re
+import shlex
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from lockgate.dev.dockerfile import (
+    image_command,
+    instructions,
+    pip_installs,
+    python_args,
+    repository_path,
+    script_index,
+    workdir_at,
+)
+from lockgate.models.hub import runpod_path
+
 GIT_TIMEOUT_S = 300  # one clone or fetch of a repository; a stuck server ends with an error
 ORIGIN = "origin"
+PIP_TIMEOUT_S = 1800  # one venv's whole install; past it the install is a failure
+READY = ".lockgate-ready"  # written in a venv once its install has finished
+HANDLER = "handler.py"
+REQUIREMENTS = "requirements.txt"
+DOCKERFILE = "Dockerfile"
 
 
 class GitSourceError(Exception):
-    """A repository that cannot be cloned or checked out; the message is one line."""
+    """A repository that cannot be cloned, checked out, installed or run; the message is
+    one line."""
+
+
+class EnvironmentFailed(GitSourceError):
+    """The repository's requirements could not be installed; the message ends with pip's
+    last lines."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,3 +206,155 @@ def _run(argv: list[str], cwd: Path | None, url: str, *, check: bool = True) -> 
         why = shown_url(lines[-1].strip()) if lines else f"exit code {done.returncode}"
         raise GitSourceError(f"git source {url}: git {argv[1]} failed: {why}")
     return done.stdout
+
+
+# -- the environment ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Requirements:
+    """What a repository's venv installs: pip's arguments, the bytes its key hashes, and
+    where they come from (for messages)."""
+
+    args: tuple[str, ...]
+    content: bytes
+    origin: str
+
+
+def requirements_of(co: Checkout) -> Requirements:
+    """`requirements.txt` when the repository has one; else the Dockerfile's `pip install`
+    lines (with the `-r` files they name, mapped back to the repository); else nothing."""
+    found = runpod_path(co.path, REQUIREMENTS)
+    if found is not None:
+        shown = str(found.relative_to(co.path))
+        return Requirements(("-r", str(found)), found.read_bytes(), shown)
+    dockerfile = runpod_path(co.path, DOCKERFILE)
+    if dockerfile is None:
+        return Requirements((), b"", "nothing to install")
+    steps = instructions(dockerfile.read_text(errors="replace"))
+    words, content = list(pip_installs(steps).words), bytearray()
+    files = tracked_files(co.path)
+    for i, word in enumerate(words):
+        if i and words[i - 1] in {"-r", "-c"}:
+            rel = repository_path(word, steps, files, folders_of(files))
+            if rel is None:
+                raise GitSourceError(
+                    f"{DOCKERFILE}: pip install {words[i - 1]} {word}: no COPY or ADD brings "
+                    "that file from the repository"
+                )
+            words[i] = str(co.path / rel)
+            content += (co.path / rel).read_bytes()
+    content = "\n".join(pip_installs(steps).words).encode() + b"\n" + bytes(content)
+    return Requirements(tuple(words), content, f"the {DOCKERFILE}'s pip install lines")
+
+
+def environment_key(requirements: Requirements) -> str:
+    """The venv's key: the sha256 of what it installs and of the Python it is made with
+    (a venv is tied to its interpreter's version)."""
+    python = f"python {sys.version_info.major}.{sys.version_info.minor}\n".encode()
+    return hashlib.sha256(python + requirements.content).hexdigest()
+
+
+def environment(co: Checkout, cache_root: Path, *, timeout_s: float = PIP_TIMEOUT_S) -> Path:
+    """The python of the repository's venv: reused when its key matches, else made with
+    `python -m venv` and pip (pip's own cache of downloads and wheels is used as usual).
+    Raises `EnvironmentFailed` with pip's last lines when the install fails."""
+    wanted = requirements_of(co)
+    key = environment_key(wanted)
+    venv = cache_root / "venvs" / key[:16]
+    python = venv / "bin" / "python"
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with open(venv.with_name(venv.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one install of a venv at a time
+        if (venv / READY).is_file() and python.exists():
+            return python
+        shutil.rmtree(venv, ignore_errors=True)  # an install cut short
+        log = venv.with_name(venv.name + ".log")
+        try:
+            _install(venv, wanted, co.path, log, timeout_s)
+        except BaseException:
+            shutil.rmtree(venv, ignore_errors=True)
+            raise
+        (venv / READY).write_text(key + "\n")
+    return python
+
+
+def _install(venv: Path, wanted: Requirements, cwd: Path, log: Path, timeout_s: float) -> None:
+    steps = [[sys.executable, "-m", "venv", str(venv)]]
+    if wanted.args:
+        pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--no-input"]
+        steps.append([*pip, "--disable-pip-version-check", *wanted.args])
+    with open(log, "w") as out:
+        for argv in steps:
+            try:
+                done = subprocess.run(
+                    argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, timeout=timeout_s,
+                    stdin=subprocess.DEVNULL,
+                )  # fmt: skip
+            except subprocess.TimeoutExpired as err:
+                raise EnvironmentFailed(
+                    f"installing {wanted.origin} took over {timeout_s:.0f} s (log: {log})"
+                ) from err
+            if done.returncode != 0:
+                what = "pip install" if "pip" in argv else "python -m venv"
+                raise EnvironmentFailed(
+                    f"{what} of {wanted.origin} failed (exit {done.returncode}): "
+                    f"{last_lines(log.read_text(errors='replace'))} (log: {log})"
+                )
+
+
+def last_lines(text: str, count: int = 3) -> str:
+    """The last `count` non-blank lines of a program's output, joined with ` | `."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return " | ".join(lines[-count:]) or "no output"
+
+
+# -- the entrypoint -----------------------------------------------------------------------
+
+
+def entrypoint(co: Checkout) -> list[str]:
+    """The arguments for the environment's python: the repository's `handler.py`, else the
+    Dockerfile's CMD (after ENTRYPOINT) when it is a Python command running a script, the
+    script's image path mapped to the repository's file. Raises `GitSourceError` saying
+    what is missing otherwise."""
+    handler = runpod_path(co.path, HANDLER)
+    if handler is not None:
+        return [str(handler)]
+    dockerfile = runpod_path(co.path, DOCKERFILE)
+    if dockerfile is None:
+        raise GitSourceError(f"git source {shown_url(co.url)}: no {HANDLER} and no {DOCKERFILE}")
+    steps = instructions(dockerfile.read_text(errors="replace"))
+    words = image_command(steps)
+    args = python_args(words)
+    where = f"no {HANDLER}, and the {DOCKERFILE}'s CMD {shlex.join(words) or '(none)'}"
+    if args is None:
+        raise GitSourceError(f"git source {shown_url(co.url)}: {where} is not a Python command")
+    i = script_index(args)
+    if i is None:
+        raise GitSourceError(f"git source {shown_url(co.url)}: {where} runs no script file")
+    image_path = posixpath.join(workdir_at(steps, len(steps)), args[i])
+    files = tracked_files(co.path)
+    rel = repository_path(image_path, steps, files, folders_of(files))
+    if rel is None:
+        raise GitSourceError(
+            f"git source {shown_url(co.url)}: {where} runs {image_path}, which no COPY or "
+            "ADD brings from the repository"
+        )
+    return [*args[:i], str(co.path / rel), *args[i + 1 :]]
+
+
+def tracked_files(repo: Path) -> set[str]:
+    """The repository's files (relative paths) as git tracks them."""
+    out = _git(repo, "ls-files", "-z")
+    return {name for name in out.split("\0") if name}
+
+
+def folders_of(files: set[str]) -> set[str]:
+    """Every folder holding one of `files`, the root as `.`."""
+    folders = {"."}
+    for name in files:
+        parent = posixpath.dirname(name)
+        while parent:
+            folders.add(parent)
+            parent = posixpath.dirname(parent)
+    return folders
