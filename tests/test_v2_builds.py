@@ -171,6 +171,17 @@ async def test_a_ref_the_repository_lacks_fails_the_build_saying_why(api: Api, r
 
 
 @pytest.mark.parametrize("api", ["local"], indirect=True)
+async def test_a_repository_with_nothing_to_run_fails_its_build(api: Api, tmp_path: Path) -> None:
+    empty = make_repo(tmp_path / "empty", {"README.md": "nothing to run\n"})
+    ep = await with_source(api, f"file://{empty}")
+    status, _, build = await v2(api, "POST", f"/{ep['id']}/builds")
+    assert status == 201, build
+    done = await ended(api, ep["id"], build["id"])
+    assert done["status"] == "FAILED" and "no handler.py" in done["error"], done
+    assert done["commitHash"] == git(empty, "rev-parse", "--short", "HEAD")  # which one failed
+
+
+@pytest.mark.parametrize("api", ["local"], indirect=True)
 async def test_builds_list_newest_first_in_cursor_pages(api: Api, repo: Path) -> None:
     ep = await with_source(api, f"file://{repo}", trigger="MANUAL")
     ids = []

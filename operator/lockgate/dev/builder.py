@@ -2,9 +2,11 @@
 environment (`dev.gitsource`: a cached clone, a virtual environment keyed by its
 requirements), with no image. One build runs at a time per endpoint, in order asked.
 
-PENDING → BUILDING (the checkout, then the environment; each step a `system` log line,
-what git and pip say `container` lines) → COMPLETED with the commit's fields, or FAILED
-with the error; past the source's `buildTimeoutMin` it is FAILED too. A cancel
+PENDING → BUILDING (the checkout, the environment, the worker's command: the repository's
+`handler.py` or its Dockerfile's Python CMD; each step a `system` log line, what git and
+pip say `container` lines) → COMPLETED with the commit's fields, or FAILED with the error;
+past the source's `buildTimeoutMin` it is FAILED too. A completed build is recorded, not
+yet run: the endpoint's workers keep running its template (docs/builds.md). A cancel
 (`manage.builds.cancel`) marks the record first, then stops the task here: a step already
 in a thread runs to its end, unwaited, and its result is dropped.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shlex
 from collections.abc import Awaitable, Callable
 from datetime import UTC
 from pathlib import Path
@@ -106,15 +109,17 @@ class LocalBuilder:
                 checkout = await asyncio.to_thread(
                     gitsource.checkout, git.url, ref, self.cache_root
                 )
-                fields = commit_fields(checkout)
+                # the commit is shown at once, and stays on a build that fails later
+                await self.store.change(
+                    endpoint_id, build.id, BuildStatus.BUILDING, **commit_fields(checkout)
+                )
                 first_line = checkout.message.partition("\n")[0]
                 await say(CONTAINER, f"HEAD is now at {checkout.short} {first_line}")
-                # dev.gitsource's environment step (h48-dev) when it is there
-                prepare = getattr(gitsource, "environment", None)
-                if prepare is not None:
-                    await say(SYSTEM, "preparing the environment (requirements)")
-                    python = await asyncio.to_thread(prepare, checkout, self.cache_root)
-                    await say(CONTAINER, f"environment ready: {python}")
+                await say(SYSTEM, "preparing the environment (its requirements)")
+                python = await asyncio.to_thread(gitsource.environment, checkout, self.cache_root)
+                await say(CONTAINER, f"environment ready: {python}")
+                command = [str(python), *gitsource.entrypoint(checkout)]
+                await say(SYSTEM, f"the worker would run: {shlex.join(command)}")
         except TimeoutError:
             why = f"the build took over its buildTimeoutMin ({git.buildTimeoutMin} min)"
             await self._end(endpoint_id, build.id, BuildStatus.FAILED, why)
@@ -123,7 +128,7 @@ class LocalBuilder:
             await say(CONTAINER, str(err))
             await self._end(endpoint_id, build.id, BuildStatus.FAILED, str(err))
             return
-        done = await self.store.change(endpoint_id, build.id, BuildStatus.COMPLETED, **fields)
+        done = await self.store.change(endpoint_id, build.id, BuildStatus.COMPLETED)
         await say(SYSTEM, f"build completed at {checkout.short}")
         if self.on_built is not None:
             await self.on_built(endpoint_id, done, checkout)
