@@ -34,6 +34,7 @@ from lockgate.manage.console import add_console, origin_of
 from lockgate.manage.controlplane import ControlPlane
 from lockgate.manage.graphql import add_graphql_route
 from lockgate.manage.history import HistorySampler, add_history_routes, history_sampler
+from lockgate.manage.hooks_api import add_git_hook_route
 from lockgate.manage.releases import Releases
 from lockgate.manage.secrets import AccountSecrets, SecretValues
 from lockgate.manage.storage import Storage
@@ -42,7 +43,7 @@ from lockgate.manage.v2.billing import Billing
 from lockgate.manage.workersource import WorkerSource
 from lockgate.settings import Prices
 from lockgate.store import JobStore, Registry, connect
-from lockgate.store.builds import BuildStore
+from lockgate.store.builds import BuildStore, HookSecrets
 from lockgate.store.releases import ReleaseStore
 from lockgate.store.usage import UsageLedger
 
@@ -161,6 +162,7 @@ def create_app(
         builds=BuildStore(registry.redis),
     )
     add_v2_routes(app, backends)  # RunPod's REST v2 (its MCP server's calls)
+    add_git_hook_route(app, control_plane, HookSecrets(registry.redis))  # no key: signed
     add_console(app, connect_src=origin_of(settings.base_url))  # the job API's origin
     if key_file is not None:
         key_file.load()  # after the authenticator hooked it; a broken file stops the process

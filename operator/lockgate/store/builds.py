@@ -1,4 +1,5 @@
-"""An endpoint's builds in Redis (keys `bld`, `bldn`, `b:{id}`, `bl:{id}`): newest first,
+"""An endpoint's builds in Redis (keys `bld`, `bldn`, `b:{id}`, `bl:{id}`; its push-webhook
+secret `bhk`): newest first,
 each with its log, the newest `BUILDS_KEPT` kept for as long as the endpoint exists
 (deleted with its data: delete_endpoint.lua).
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from secrets import token_urlsafe
 
 import orjson
 from redis.asyncio import Redis
@@ -147,6 +149,25 @@ class BuildStore:
         """Every kept line of the build's log, oldest first: (epoch ms, source, text)."""
         raw = await self.redis.lrange(keys.build_log(endpoint_id, build_id), 0, -1)
         return [tuple(orjson.loads(r)) for r in raw]  # type: ignore[misc]
+
+
+class HookSecrets:
+    """Each endpoint's push-webhook secret (key `bhk`): generated, kept as is (an HMAC needs
+    it), shown once when made; deleted with the endpoint."""
+
+    def __init__(self, redis: Redis) -> None:
+        self.redis = redis
+
+    async def renew(self, endpoint_id: str) -> str:
+        """A new secret for the endpoint (the old one stops working at once)."""
+        secret = "lgh_" + token_urlsafe(32)
+        await self.redis.set(keys.hook_secret(endpoint_id), secret)
+        return secret
+
+    async def get(self, endpoint_id: str) -> str | None:
+        """The endpoint's secret; None before one is made."""
+        raw = await self.redis.get(keys.hook_secret(endpoint_id))
+        return None if raw is None else _text(raw)
 
 
 def _text(value: bytes | str) -> str:

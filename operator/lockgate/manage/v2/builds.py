@@ -44,7 +44,7 @@ from lockgate.manage.workersource import LogBatch, LogRead
 from lockgate.models import EndpointRecord
 from lockgate.models.build import Build, BuildReason
 from lockgate.models.gitrefs import ref_problem
-from lockgate.store.builds import BuildNotFound, BuildStore
+from lockgate.store.builds import BuildNotFound, BuildStore, HookSecrets
 
 
 class Conflict(ApiError):
@@ -270,11 +270,41 @@ async def stream_build_logs(request: web.Request) -> web.StreamResponse:
     return response
 
 
+class WebhookSecret(BaseModel):
+    """Where the endpoint's push webhook is, and its secret (shown this once)."""
+
+    url: str = Field(description="POST /v1/hooks/git/{id}: give it to the git server")
+    secret: str = Field(description="the webhook secret; the previous one stops working")
+
+
+@documented(
+    Operation(
+        "createEndpointBuildWebhook",
+        "lockgate's: a new push-webhook secret for the endpoint (shown once)",
+        answer=WebhookSecret,
+        status=201,
+        errors=(404,),
+        description="GitHub (X-Hub-Signature-256), GitLab (X-Gitlab-Token) and Gitea "
+        "(X-Gitea-Signature) hooks at the URL are verified with it; the source's trigger "
+        "says which events build (docs/builds.md).",
+    )
+)
+async def renew_webhook_secret(request: web.Request) -> web.Response:
+    backends = request.app[BACKENDS]
+    endpoint_id = request.match_info["id"]
+    store = _store(backends)
+    await _endpoint(backends.plane, endpoint_id)
+    secret = await HookSecrets(store.redis).renew(endpoint_id)
+    url = f"{request.url.origin()}/v1/hooks/git/{endpoint_id}"
+    return json_response(WebhookSecret(url=url, secret=secret).model_dump(), status=201)
+
+
 def add_build_routes(app: web.Application) -> None:
     """`/{id}/builds…` on the `/v2/serverless` sub-application (`v2_app` holds the
     `Backends`)."""
     app.router.add_get("/{id}/builds", list_builds)
     app.router.add_post("/{id}/builds", start_build)
+    app.router.add_post("/{id}/builds/webhook", renew_webhook_secret)
     app.router.add_get("/{id}/builds/{buildId}", get_build)
     app.router.add_post("/{id}/builds/{buildId}/cancel", cancel_build)
     app.router.add_get("/{id}/builds/{buildId}/logs", stream_build_logs)

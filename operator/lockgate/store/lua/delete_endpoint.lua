@@ -21,7 +21,7 @@ redis.call('UNLINK', P .. 'q', P .. 'ql', P .. 'run', P .. 'exp', P .. 'w', P ..
 for _, b in ipairs(redis.call('ZRANGE', P .. 'bld', 0, -1)) do
   redis.call('UNLINK', P .. 'b:' .. b, P .. 'bl:' .. b)
 end
-redis.call('UNLINK', P .. 'bld', P .. 'bldn')
+redis.call('UNLINK', P .. 'bld', P .. 'bldn', P .. 'bhk')
 for _, s in ipairs(STATES) do redis.call('UNLINK', P .. 'ix:' .. s) end
 -- History intervals still alive (ARGV[1]: now in epoch seconds): named, never scanned.
 if ARGV[1] then
