@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import hmac
+import json
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -358,3 +361,76 @@ async def test_a_cluster_keeps_the_source_but_answers_a_start_501(kubernetes_api
         "templateId": api.template, "source": {"git": {"url": "file:///srv/repo"}},
     })  # fmt: skip
     assert status == 400 and "file:// is for dev mode only" in record["error"], record
+
+
+# -- the push webhook ------------------------------------------------------------------------
+
+
+async def hook(api: Api, endpoint_id: str, headers: dict[str, str], body: bytes):
+    """POST the hook with no API key: status and JSON body."""
+    url = f"{api.url}/v1/hooks/git/{endpoint_id}"
+    async with api.http.post(url, data=body, headers=headers) as resp:
+        return resp.status, await resp.json(content_type=None)
+
+
+def github_push(secret: str, branch: str) -> tuple[dict[str, str], bytes]:
+    body = json.dumps({"ref": f"refs/heads/{branch}", "after": "a" * 40}).encode()
+    sig = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return {"X-GitHub-Event": "push", "X-Hub-Signature-256": sig}, body
+
+
+@pytest.mark.parametrize("api", ["local"], indirect=True)
+async def test_a_signed_push_to_the_tracked_branch_builds_and_a_bad_signature_is_401(
+    api: Api, repo: Path
+) -> None:
+    ep = await with_source(api, f"file://{repo}", ref="main", trigger="PUSH")
+    status, _, made = await v2(api, "POST", f"/{ep['id']}/builds/webhook")
+    assert status == 201 and made["url"] == f"{api.url}/v1/hooks/git/{ep['id']}", made
+    secret = made["secret"]
+
+    headers, body = github_push(secret, "main")
+    status, answer = await hook(api, ep["id"], headers, body)
+    assert status == 202 and answer["event"] == "push", answer
+    assert (answer["build"]["reason"], answer["build"]["ref"]) == ("PUSH", "main")
+    done = await ended(api, ep["id"], answer["build"]["id"])
+    assert done["status"] == "COMPLETED" and done["branch"] == "main", done
+
+    status, answer = await hook(api, ep["id"], *github_push(secret, "feature"))
+    assert status == 200 and answer["build"] is None and "feature" in answer["why"], answer
+    gitlab = {"X-Gitlab-Event": "Tag Push Hook", "X-Gitlab-Token": secret}
+    tag = json.dumps({"ref": "refs/tags/v1", "after": "b" * 40}).encode()
+    status, answer = await hook(api, ep["id"], gitlab, tag)
+    assert status == 200 and answer["build"] is None and answer["event"] == "tag", answer
+
+    refused = [
+        ({"X-GitHub-Event": "push"}, body),  # no signature
+        (github_push("not-the-secret", "main")[0], body),
+        ({**headers, "X-Hub-Signature-256": headers["X-Hub-Signature-256"][:-1] + "0"}, body),
+        ({"X-Gitlab-Event": "Push Hook", "X-Gitlab-Token": "guess"}, body),
+        ({"X-Gitea-Event": "push", "X-Gitea-Signature": "00"}, body),
+    ]
+    for bad_headers, bad_body in refused:
+        status, answer = await hook(api, ep["id"], bad_headers, bad_body)
+        assert status == 401 and "signature" in answer["error"], (bad_headers, answer)
+    status, answer = await hook(api, "nosuchendpoint", headers, body)
+    assert status == 401, answer  # an unknown endpoint has no secret: nothing said of it
+    status, answer = await hook(api, "Not_An_Id", headers, body)
+    assert status == 404, answer
+    status, answer = await hook(api, ep["id"], {"Content-Type": "application/json"}, body)
+    assert status == 400 and "X-GitHub-Event" in answer["error"], answer
+
+    status, _, renewed = await v2(api, "POST", f"/{ep['id']}/builds/webhook")
+    assert status == 201 and renewed["secret"] != secret
+    status, _ = await hook(api, ep["id"], headers, body)
+    assert status == 401  # the old secret stopped working
+    page = (await v2(api, "GET", f"/{ep['id']}/builds"))[2]
+    assert len(page["builds"]) == 1  # only the push to main built
+
+
+@pytest.mark.parametrize("api", ["local"], indirect=True)
+async def test_a_signed_hook_for_an_endpoint_without_a_source_is_a_409(api: Api) -> None:
+    status, _, plain = await v2(api, "POST", body=cpu_body())
+    assert status == 201
+    secret = (await v2(api, "POST", f"/{plain['id']}/builds/webhook"))[2]["secret"]
+    status, answer = await hook(api, plain["id"], *github_push(secret, "main"))
+    assert status == 409 and "no source" in answer["error"], answer
