@@ -52,12 +52,14 @@ from lockgate.manage.console import add_console, origin_of
 from lockgate.manage.controlplane import UnusableSettings
 from lockgate.manage.graphql import add_graphql_route
 from lockgate.manage.history import HistorySampler, add_history_routes, history_sampler
+from lockgate.manage.hooks_api import add_git_hook_route
 from lockgate.manage.releases import Releases
 from lockgate.manage.secrets import AccountSecrets
 from lockgate.manage.v2 import Backends, add_v2_routes
 from lockgate.manage.v2.billing import Billing
 from lockgate.models import EndpointSpec, EndpointType, describe_validation_error
 from lockgate.settings import Prices, Settings
+from lockgate.store.builds import HookSecrets
 from lockgate.store.connection import RedisSettings, standalone
 from lockgate.store.keys import ENDPOINT_ID_RE
 from lockgate.store.usage import UsageLedger
@@ -271,8 +273,10 @@ def build_app(
         billing=billing,
         releases=releases,
         workers=DevWorkers(plane),
+        builds=plane.builds,
     )
     add_v2_routes(app, backends)  # RunPod's REST v2 (the catalog: this machine)
+    add_git_hook_route(app, plane, HookSecrets(gw.registry.redis))  # no key: signed
     gateway_mark = gw.notifier.on_activity
 
     def mark(endpoint_id: str) -> None:  # the gateway's subscription tells both

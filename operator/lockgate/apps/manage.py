@@ -34,6 +34,7 @@ from lockgate.manage.console import add_console, origin_of
 from lockgate.manage.controlplane import ControlPlane
 from lockgate.manage.graphql import add_graphql_route
 from lockgate.manage.history import HistorySampler, add_history_routes, history_sampler
+from lockgate.manage.hooks_api import add_git_hook_route
 from lockgate.manage.releases import Releases
 from lockgate.manage.secrets import AccountSecrets, SecretValues
 from lockgate.manage.storage import Storage
@@ -42,6 +43,7 @@ from lockgate.manage.v2.billing import Billing
 from lockgate.manage.workersource import WorkerSource
 from lockgate.settings import Prices
 from lockgate.store import JobStore, Registry, connect
+from lockgate.store.builds import BuildStore, HookSecrets
 from lockgate.store.releases import ReleaseStore
 from lockgate.store.usage import UsageLedger
 
@@ -90,6 +92,7 @@ def control_plane_for(
         job_api_url=settings.job_api_url,
         reserved_secrets=settings.reserved_secrets,
         releases=ReleaseStore(registry.redis),
+        builds=BuildStore(registry.redis),
     )
 
 
@@ -156,8 +159,10 @@ def create_app(
         releases=releases,
         billing=billing,
         workers=workers,
+        builds=BuildStore(registry.redis),
     )
     add_v2_routes(app, backends)  # RunPod's REST v2 (its MCP server's calls)
+    add_git_hook_route(app, control_plane, HookSecrets(registry.redis))  # no key: signed
     add_console(app, connect_src=origin_of(settings.base_url))  # the job API's origin
     if key_file is not None:
         key_file.load()  # after the authenticator hooked it; a broken file stops the process

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from lockgate.dev.builder import LocalBuilder
 from lockgate.dev.datadir import SECRETS
 from lockgate.dev.launch import Launch, launch_for, template_launch
 from lockgate.dev.model_cache import ModelDownloads
@@ -44,6 +45,7 @@ from lockgate.gateway.errors import Unavailable
 from lockgate.gateway.http import iso_ms
 from lockgate.gateway.state import Gateway
 from lockgate.hfcache import ModelFetchFailed, cache_env
+from lockgate.manage import builds as build_ops
 from lockgate.manage.controlplane import (
     EndpointExists,
     EndpointNotFound,
@@ -53,6 +55,7 @@ from lockgate.manage.controlplane import (
 )
 from lockgate.manage.listing import Cursor, EndpointPage, EndpointQuery, EndpointSummary, take
 from lockgate.manage.logbook import LocalLogs
+from lockgate.manage.workersource import LogBatch, LogRead
 from lockgate.models import (
     Condition,
     ConditionStatus,
@@ -65,12 +68,15 @@ from lockgate.models import (
     TemplateSpec,
     WorkerCounts,
 )
+from lockgate.models.build import Build, BuildReason
 from lockgate.models.crashloop import CrashLoop
 from lockgate.models.registry_entry import RegistryEntry
 from lockgate.models.releases import ReleaseConfig, config_of, release_diff
 from lockgate.models.secrets import missing_problem
+from lockgate.models.source import source_of
 from lockgate.scaling.crashloop import CRASH_LOOP, loop_condition
 from lockgate.store import Snapshot, key_digest
+from lockgate.store.builds import BuildStore
 from lockgate.store.lb_workers import LbWorkers
 from lockgate.store.releases import ReleaseStore
 from lockgate.workerenv import WORKER_DEFAULTS, resource_env, worker_env
@@ -87,6 +93,7 @@ WORKERS_HEALTHY = "WorkersHealthy"
 MODELS_CACHED = "ModelsCached"
 MODELS_DOWNLOADING = "downloading"  # `LocalEndpoint.models` while its models are fetched
 MODELS_READY = "cached"
+BUILDS = "builds"  # the data folder's folder of build checkouts and environments
 SECRET_POLL_S = 1.0  # how often an endpoint waiting for an account secret looks again
 
 
@@ -324,6 +331,9 @@ class LocalControlPlane:
         self._closing = False
         self.logs = LocalLogs()  # each worker's recent output (`GET /v1/endpoints/{id}/logs`)
         self.releases = ReleaseStore(gw.registry.redis)
+        self.builds = BuildStore(gw.registry.redis)
+        # builds of sources: checkouts and environments under the data folder
+        self.builder = LocalBuilder(self.builds, self.volumes_dir.parent / BUILDS)
 
     def job_api_url(self, endpoint_id: str) -> str:
         return f"{self.gw.settings.public_base_url()}/v2/{endpoint_id}/"
@@ -439,11 +449,29 @@ class LocalControlPlane:
             if ep is None:
                 raise EndpointNotFound(endpoint_id)
             await self.gw.registry.delete_endpoint(endpoint_id)
+        self.builder.forget(endpoint_id)
         await asyncio.gather(*(w.stop(DELETE_GRACE_S) for w in _all_workers(ep)))
         await self.gw.registry.delete_key(key_digest(ep.worker_key))
         removed = await self.gw.store.delete_endpoint_data(endpoint_id)
         self.logs.forget(endpoint_id)
         log.info("endpoint %s deleted with %d job(s)", endpoint_id, removed)
+
+    async def start_build(self, endpoint_id: str, ref: str | None, reason: BuildReason) -> Build:
+        """Record the build PENDING and run it here (`dev.builder`)."""
+        record = await self.get(endpoint_id)
+        build = await build_ops.ask(self.builds, record, ref, reason)
+        source = source_of(record.source)
+        assert source is not None  # `ask` refused an endpoint without one
+        self.builder.start(endpoint_id, source.git, build)
+        return build
+
+    async def cancel_build(self, endpoint_id: str, build_id: str) -> Build:
+        build = await build_ops.cancel(self.builds, endpoint_id, build_id)
+        self.builder.cancel(endpoint_id, build_id)
+        return build
+
+    async def build_logs(self, endpoint_id: str, build_id: str, read: LogRead) -> LogBatch:
+        return await build_ops.read_log(self.builds, endpoint_id, build_id, read)
 
     async def create_template(self, template_id: str, spec: TemplateSpec) -> TemplateSpec:
         registry = self.gw.registry
@@ -543,6 +571,7 @@ class LocalControlPlane:
             self._closing = True  # no new workers from here on
         for task in self._fetching:
             task.cancel()  # a download under way goes on in its thread, unwaited
+        await self.builder.close()
         for ep in self._endpoints.values():
             if ep.workers is not None:
                 await ep.workers.halt()

@@ -21,9 +21,12 @@ from lockgate.kube.cluster import Cluster, ClusterError, Conflict, Gone, NotFoun
 from lockgate.kube.crds import API_VERSION, ENDPOINT, TEMPLATE, omit_empty_strings
 from lockgate.kube.manifests.names import VERSION_LABEL
 from lockgate.kube.podlogs import PodLogs
+from lockgate.manage import builds as build_ops
 from lockgate.manage.controlplane import (
+    BuildsUnavailable,
     EndpointExists,
     EndpointNotFound,
+    NoSource,
     TemplateExists,
     TemplateNotFound,
     UnusableSettings,
@@ -37,9 +40,13 @@ from lockgate.manage.listing import (
     summary_of_resource,
     take,
 )
+from lockgate.manage.workersource import LogBatch, LogRead
 from lockgate.models import EndpointRecord, EndpointSpec, EndpointStatus, TemplateSpec
+from lockgate.models.build import Build, BuildReason
 from lockgate.models.podfields import lockgate_secret_problem
 from lockgate.models.releases import ReleaseConfig, config_of, release_diff
+from lockgate.models.source import EndpointSource, cluster_problem, source_of
+from lockgate.store.builds import BuildStore
 from lockgate.store.releases import ReleaseStore
 
 # A filtered answer reads the apiserver in pages that start at `limit` Endpoints and
@@ -77,13 +84,23 @@ def merge_patch(fields: Mapping[str, Any]) -> dict[str, Any]:
     return {k: (None if v == "" else v) for k, v in fields.items()}
 
 
+def _source_as_stored(raw: Any) -> EndpointSource | None:
+    """A stored source as the model (None when it is not one: its status says why)."""
+    try:
+        return source_of(raw)
+    except ValidationError:
+        return None
+
+
 def spec_from_resource(obj: Mapping[str, Any]) -> EndpointSpec:
     """An Endpoint resource's settings (shown as stored when they fail validation)."""
     raw = dict(obj.get("spec") or {})
     try:
         return EndpointSpec.model_validate(raw)
     except ValidationError:
-        return EndpointSpec.model_construct(**{**EndpointSpec().model_dump(), **raw})
+        fields = {**EndpointSpec().model_dump(), **raw}
+        fields["source"] = _source_as_stored(raw.get("source"))
+        return EndpointSpec.model_construct(**fields)
 
 
 def record_from_resource(obj: Mapping[str, Any], job_api_url: str) -> EndpointRecord:
@@ -94,14 +111,21 @@ def record_from_resource(obj: Mapping[str, Any], job_api_url: str) -> EndpointRe
     raw = dict(obj.get("spec") or {})
     status = EndpointStatus.model_validate(obj.get("status") or {})
     try:
-        settings = EndpointSpec.model_validate(raw).model_dump()
+        settings = dict(EndpointSpec.model_validate(raw))  # nested models kept as models
     except ValidationError:
         settings = {**EndpointSpec().model_dump(), **raw}
+        settings["source"] = _source_as_stored(raw.get("source"))
     created = (obj.get("metadata") or {}).get("creationTimestamp") or ""
     return EndpointRecord.model_construct(
         id=endpoint_id, jobApiUrl=job_api_url, status=status, version=version_of(obj),
         createdAt=created, **settings,
     )  # fmt: skip
+
+
+def _refuse_local_source(spec: EndpointSpec) -> None:
+    """A `file://` source names this machine's files, which no cluster builder sees."""
+    if problem := cluster_problem(source_of(spec.source)):
+        raise UnusableSettings(f"source.git.{problem}")
 
 
 class KubernetesControlPlane:
@@ -115,12 +139,15 @@ class KubernetesControlPlane:
         job_api_url: Callable[[str], str],
         reserved_secrets: Collection[str] = (),
         releases: ReleaseStore | None = None,
+        builds: BuildStore | None = None,
     ) -> None:
         """`reserved_secrets`: lockgate's own Secrets (the chart's), which a template may
         not hand workers (the operator checks the labels of the others); `releases`:
-        where releases are recorded (None: the operator alone records them)."""
+        where releases are recorded (None: the operator alone records them); `builds`:
+        where builds are kept (None: none are)."""
         self.cluster = cluster
         self.releases = releases
+        self.builds = builds
         self.namespace = namespace
         self.job_api_url = job_api_url
         self.reserved_secrets = frozenset(reserved_secrets)
@@ -130,6 +157,7 @@ class KubernetesControlPlane:
         return record_from_resource(obj, self.job_api_url(obj["metadata"]["name"]))
 
     async def create(self, endpoint_id: str, spec: EndpointSpec) -> EndpointRecord:
+        _refuse_local_source(spec)
         if await self.get_endpoint_or_none(endpoint_id) is not None:
             raise EndpointExists(endpoint_id)
         await self._require_template(spec.templateId)
@@ -237,6 +265,7 @@ class KubernetesControlPlane:
         current = await self.cluster.get_endpoint(self.namespace, endpoint_id)
         if current is None:
             raise EndpointNotFound(endpoint_id)
+        _refuse_local_source(spec)
         patch: dict[str, Any] = {"spec": merge_patch(spec.model_dump(mode="json"))}
         if spec.templateId != (current.get("spec") or {}).get("templateId", ""):
             await self._require_template(spec.templateId)
@@ -263,6 +292,31 @@ class KubernetesControlPlane:
             await self.cluster.patch_endpoint(self.namespace, endpoint_id, patch)
         except NotFound as err:
             raise EndpointNotFound(endpoint_id) from err
+
+    # -- builds (docs/builds.md) ---------------------------------------------------------
+
+    async def start_build(self, endpoint_id: str, ref: str | None, reason: BuildReason) -> Build:
+        """Refused: the in-cluster build Job does not exist yet, and a PENDING build no
+        builder would ever take is worse than a clear answer."""
+        record = await self.get(endpoint_id)
+        if record.source is None:
+            raise NoSource(f"endpoint {endpoint_id!r} has no source to build")
+        raise BuildsUnavailable(
+            "in-cluster builds are not built yet: this cluster keeps and shows an endpoint's "
+            "source, but builds it nowhere; build the image yourself and set it on the "
+            "endpoint's template (or try the source with `lockgate dev`, which builds)"
+        )
+
+    def _build_store(self) -> BuildStore:
+        if self.builds is None:
+            raise BuildsUnavailable("builds are not kept by this server")
+        return self.builds
+
+    async def cancel_build(self, endpoint_id: str, build_id: str) -> Build:
+        return await build_ops.cancel(self._build_store(), endpoint_id, build_id)
+
+    async def build_logs(self, endpoint_id: str, build_id: str, read: LogRead) -> LogBatch:
+        return await build_ops.read_log(self._build_store(), endpoint_id, build_id, read)
 
     async def delete(self, endpoint_id: str) -> None:
         try:

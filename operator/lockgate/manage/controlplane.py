@@ -16,7 +16,9 @@ from typing import Protocol
 from aiohttp import web
 
 from lockgate.manage.listing import EndpointPage, EndpointQuery
+from lockgate.manage.workersource import LogBatch, LogRead
 from lockgate.models import EndpointRecord, EndpointSpec, TemplateSpec
+from lockgate.models.build import Build, BuildReason
 
 
 class EndpointNotFound(LookupError):
@@ -38,6 +40,18 @@ class TemplateExists(ValueError):
 class UnusableSettings(ValueError):
     """Valid settings this backend cannot act on (e.g. a dev-mode handler file that does
     not exist); the message names the field."""
+
+
+class NoSource(ValueError):
+    """The endpoint has no `source` to build (400)."""
+
+
+class BuildsUnavailable(Exception):
+    """This control plane does not build (yet); the message says what to do instead (501)."""
+
+
+class BuildEnded(ValueError):
+    """The build has ended already: there is nothing to cancel (409)."""
 
 
 class ControlPlane(Protocol):
@@ -71,6 +85,22 @@ class ControlPlane(Protocol):
         """Clear the endpoint's crash loop (`models.crashloop`): its workers start again,
         counted afresh. Raises `EndpointNotFound`. On a cluster the operator acts on it
         shortly after this returns."""
+        ...
+
+    async def start_build(self, endpoint_id: str, ref: str | None, reason: BuildReason) -> Build:
+        """Start a build of the endpoint's `source` at `ref` (None: the source's own) and
+        return it as recorded (PENDING or further). Raises `EndpointNotFound`, `NoSource`,
+        or `BuildsUnavailable` where this backend does not build."""
+        ...
+
+    async def cancel_build(self, endpoint_id: str, build_id: str) -> Build:
+        """Cancel a live build (CANCELLED; its builder stops). Raises
+        `store.builds.BuildNotFound` or `BuildEnded`."""
+        ...
+
+    async def build_logs(self, endpoint_id: str, build_id: str, read: LogRead) -> LogBatch:
+        """A build's log lines, read as a worker's (`manage.workersource`); `alive` while
+        the build has not ended. Raises `store.builds.BuildNotFound`."""
         ...
 
     async def create_template(self, template_id: str, spec: TemplateSpec) -> TemplateSpec:

@@ -287,6 +287,7 @@ ENDPOINT_FIELDS: dict[str, str] = {
     "lbResumeWindowS": "not in GraphQL: lockgate's load-balancing setting",
     "startupTimeout": "not in GraphQL: lockgate's startup deadline",
     "crashLoopThreshold": "not in GraphQL: lockgate's crash-loop setting",
+    "source": "not in GraphQL: RunPod's schema has no git source (v1, v2, kubectl)",
 }
 
 

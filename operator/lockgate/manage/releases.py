@@ -47,13 +47,14 @@ class SharedTemplate(ValueError):
     """A rollback would change a template other endpoints use too."""
 
 
-def encode_cursor(endpoint_id: str, version: int) -> str:
-    """An opaque cursor: the page continues below `version`, for this endpoint only."""
-    raw = orjson.dumps({"k": CURSOR_KIND, "e": endpoint_id, "v": version})
+def encode_cursor(endpoint_id: str, version: int, *, kind: str = CURSOR_KIND) -> str:
+    """An opaque cursor: the page continues below `version` (a release's version, a
+    build's number), for this endpoint's list of `kind` only."""
+    raw = orjson.dumps({"k": kind, "e": endpoint_id, "v": version})
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str, endpoint_id: str) -> int:
+def decode_cursor(cursor: str, endpoint_id: str, *, kind: str = CURSOR_KIND) -> int:
     """The version a cursor continues below; `BadCursor` when it is malformed, or another
     list's or another endpoint's."""
     try:
@@ -61,10 +62,10 @@ def decode_cursor(cursor: str, endpoint_id: str) -> int:
         body = orjson.loads(raw)
     except (binascii.Error, ValueError) as err:
         raise BadCursor("cursor: not a cursor this list gave (pass nextCursor as is)") from err
-    if not isinstance(body, dict) or body.get("k") != CURSOR_KIND:
-        raise BadCursor("cursor: not a cursor of a releases list")
+    if not isinstance(body, dict) or body.get("k") != kind:
+        raise BadCursor(f"cursor: not a cursor of a {kind} list")
     if body.get("e") != endpoint_id:
-        raise BadCursor("cursor: it belongs to another endpoint's releases")
+        raise BadCursor(f"cursor: it belongs to another endpoint's {kind}")
     version = body.get("v")
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise BadCursor("cursor: not a cursor this list gave (pass nextCursor as is)")

@@ -17,11 +17,13 @@ from pydantic import (
 )
 
 from lockgate.models import podfields, secrets
+from lockgate.models.gitrefs import revision_problem
 from lockgate.models.jobs import (
     EXECUTION_TIMEOUT_DEFAULT_MS,
     EXECUTION_TIMEOUT_MIN_MS,
     MAX_DURATION_MS,
 )
+from lockgate.models.source import EndpointSource
 from lockgate.models.warmup import Warmup
 
 # 1..65535 then the protocol; an HTTP port is a TCP port that the console labels as HTTP.
@@ -74,26 +76,6 @@ MODEL_REFERENCE_PATTERN = r"^[A-Za-z0-9][\w.-]*/[\w.-]+(:[\w./-]+)?$"
 # A namespace or name as `huggingface_hub.utils.validate_repo_id` takes it: 1-96 of
 # [A-Za-z0-9_.-], starting and ending with a letter, digit or '_'; no '--' nor '..'.
 _HUB_NAME = re.compile(r"\b[\w.-]{1,96}\b", re.ASCII)
-_REF_CHARS = re.compile(r"[A-Za-z0-9_./-]+")
-
-
-def revision_problem(revision: str) -> str | None:
-    """Why `revision` is no git branch, tag or commit name (`git check-ref-format`'s rules
-    over the characters the pattern allows), or None. A path-like revision cannot leave
-    the cache's `refs/` folder."""
-    parts = revision.split("/")
-    bad = (
-        not _REF_CHARS.fullmatch(revision)
-        or ".." in revision
-        or revision.endswith(".")
-        or any(not p or p.startswith(".") or p.endswith(".lock") for p in parts)
-    )
-    return (
-        f"revision {revision!r}: not a git branch, tag or commit name (no '..', no empty "
-        "part between '/', no part starting with '.' or ending with '.lock')"
-        if bad
-        else None
-    )
 
 
 def model_reference_problem(reference: str) -> str | None:
@@ -262,6 +244,14 @@ class EndpointSpec(BaseModel):
         description=(
             "consecutive failed worker starts after which the endpoint starts no worker "
             "(phase CrashLoop) until a new release or a restart; 0: never stop (lockgate's)"
+        ),
+    )
+    source: EndpointSource | None = Field(
+        None,
+        description=(
+            "build the worker from a git repository: {git: {url, ref, dockerfilePath, "
+            "contextPath, credentialsSecret, trigger, buildTimeoutMin}}; the workers run "
+            "the newest completed build (docs/builds.md)"
         ),
     )
 

@@ -33,7 +33,7 @@ from lockgate.models.templates import runpod_name
 
 ENDPOINT_RELEASE_FIELDS = frozenset(
     {"type", "computeType", "gpuCount", "vcpuCount", "templateId", "networkVolumeId",
-     "modelReferences"}
+     "modelReferences", "source"}
 )  # fmt: skip
 ENDPOINT_OTHER_FIELDS = frozenset(
     {

@@ -90,6 +90,13 @@ the single description of what they build.
                                RELEASES_KEPT (store/releases.py)
     lg:{ep}:relv         STR   the newest release's version: a release is appended only
                                above it
+    lg:{ep}:bld          ZSET  build ids (models/build.py), score = the build's sequence number
+                               (newest highest); the newest BUILDS_KEPT (store/builds.py)
+    lg:{ep}:bldn         STR   the build sequence counter
+    lg:{ep}:b:{build}    STR   a build record (JSON); goes with its index entry
+    lg:{ep}:bl:{build}   LIST  a build's log lines, JSON [epoch ms, source, text], oldest
+                               first; the first BUILD_LOG_LINES kept
+    lg:{ep}:bhk          STR   the endpoint's push-webhook secret (store/builds.py HookSecrets)
     lg:{ep}:j:{id}       HASH  job record (fields in FIELDS below); expires at ttl / retention
     lg:{ep}:s:{id}       LIST  stream chunks not yet read by /stream; dies with the record
     lg:{ep}:rl:{op}:{owner}:{start} STR requests granted to replicas in the fixed
@@ -175,6 +182,10 @@ ORDER_SLOTS = 1024
 GONE_MS = STOPPING_MS
 # How long why a worker was marked unhealthy stays shown (ms).
 UNHEALTHY_KEEP_MS = 60 * 60 * 1000
+# Builds kept per endpoint (the newest; any of them can be fetched by id), and the lines
+# of one build's log kept (its first: a builder's output past this is dropped).
+BUILDS_KEPT = 1000
+BUILD_LOG_LINES = 20_000
 
 
 # History for the console's charts: one point per interval, one hour kept ...
@@ -256,6 +267,26 @@ def releases(endpoint_id: str) -> str:
 
 def release_version(endpoint_id: str) -> str:
     return f"{prefix(endpoint_id)}relv"
+
+
+def builds(endpoint_id: str) -> str:
+    return f"{prefix(endpoint_id)}bld"
+
+
+def build_seq(endpoint_id: str) -> str:
+    return f"{prefix(endpoint_id)}bldn"
+
+
+def build(endpoint_id: str, build_id: str) -> str:
+    return f"{prefix(endpoint_id)}b:{build_id}"
+
+
+def build_log(endpoint_id: str, build_id: str) -> str:
+    return f"{prefix(endpoint_id)}bl:{build_id}"
+
+
+def hook_secret(endpoint_id: str) -> str:
+    return f"{prefix(endpoint_id)}bhk"
 
 
 def worker_address(endpoint_id: str, worker_id: str) -> str:

@@ -30,6 +30,7 @@ from lockgate.manage.storage import Storage
 from lockgate.manage.v2.problems import problem
 from lockgate.manage.v2.ratelimit import rate_limits
 from lockgate.manage.workersource import WorkerSource
+from lockgate.store.builds import BuildStore
 
 __all__ = ["RESERVED_IDS", "Backends", "add_collection_routes", "add_v2_routes", "v2_app"]
 
@@ -58,6 +59,8 @@ class Backends:
     # Workers and worker logs (`/v2/serverless/{id}/workers`): pods on a cluster
     # (`kube.podworkers`), local processes in dev mode (`dev.worker_source`).
     workers: WorkerSource | None = None
+    # Builds of endpoints' sources (`/v2/serverless/{id}/builds`; None: not kept).
+    builds: BuildStore | None = None
 
 
 # The backends, in every v2 sub-application (for route modules added to one).
@@ -100,6 +103,7 @@ def add_v2_routes(root: web.Application, backends: Backends) -> None:
     `/v2/openapi.json`, their OpenAPI document."""
     from lockgate.manage.v2 import (
         billing,
+        builds,
         catalog,
         network_volumes,
         openapi,
@@ -115,6 +119,7 @@ def add_v2_routes(root: web.Application, backends: Backends) -> None:
     endpoints = serverless.create_app(backends)
     releases.add_release_routes(endpoints)  # /{id}/releases, …/{releaseId}/rollback
     workers.add_worker_routes(endpoints)  # /{id}/workers, …/{workerId}/logs
+    builds.add_build_routes(endpoints)  # /{id}/builds, …/{buildId}, …/cancel, …/logs
     root.add_subapp("/v2/serverless", endpoints)
     root.add_subapp("/v2/templates", templates.create_app(backends))
     root.add_subapp("/v2/registries", registries.create_app(backends))

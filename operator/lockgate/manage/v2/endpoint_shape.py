@@ -29,6 +29,7 @@ from lockgate.models.endpoint import (
 )
 from lockgate.models.gpupools import pool_problem, pools_of, types_of
 from lockgate.models.jobs import EXECUTION_TIMEOUT_MIN_MS, MAX_DURATION_MS
+from lockgate.models.source import EndpointSource, source_of
 
 CUDA = r"^\d+\.\d+$"
 CREATE_WORKERS = {"min": 0, "max": 3, "idleTimeout": 10}  # RunPod's v2 defaults
@@ -122,6 +123,7 @@ class CreateEndpoint(Container):
     networkVolumes: list[str] | None = None
     timeout: int | None = Field(None, ge=EXECUTION_TIMEOUT_MIN_MS, le=MAX_DURATION_MS)
     flashboot: FlashBoot = FlashBoot.OFF
+    source: EndpointSource | None = None  # lockgate's: build from git (docs/builds.md)
 
 
 class UpdateEndpoint(Container):
@@ -136,6 +138,7 @@ class UpdateEndpoint(Container):
     networkVolumes: list[str] | None = None
     timeout: int | None = Field(None, ge=EXECUTION_TIMEOUT_MIN_MS, le=MAX_DURATION_MS)
     flashboot: FlashBoot | None = None
+    source: EndpointSource | None = None  # null: no source any more
 
 
 # Where each field of the models shows in the v2 object, or why it does not ("not in v2: …");
@@ -170,6 +173,7 @@ ENDPOINT_FIELDS: Mapping[str, str] = {
     "lbResumeWindowS": "not in v2: lockgate's (v1, kubectl, the console)",
     "startupTimeout": "not in v2: lockgate's (v1, kubectl); RunPod has no startup deadline",
     "crashLoopThreshold": "not in v2: lockgate's (v1, kubectl); its state is the phase",
+    "source": "source (lockgate's: RunPod's v2 has no source field; absent when none)",
 }
 TEMPLATE_FIELDS: Mapping[str, str] = {
     "name": "not in v2: the bound template takes the endpoint's name",
@@ -337,6 +341,8 @@ def create_parts(
     spec |= _volume_fields(body.networkVolumes or [])
     spec["dataCenterIds"] = body.dataCenterIds or []
     spec["flashboot"] = body.flashboot != FlashBoot.OFF
+    if body.source is not None:
+        spec["source"] = body.source.model_dump(mode="json")
     template = _container(body, base, merge_env=True)
     template |= {"name": body.name, "isServerless": True}
     template["category"] = TemplateCategory.CPU if body.cpu else TemplateCategory.NVIDIA
@@ -376,6 +382,8 @@ def _spec_changes(body: UpdateEndpoint, record: EndpointRecord) -> dict[str, Any
         changes["dataCenterIds"] = body.dataCenterIds
     if body.flashboot is not None:
         changes["flashboot"] = body.flashboot != FlashBoot.OFF
+    if "source" in body.model_fields_set:
+        changes["source"] = body.source.model_dump(mode="json") if body.source else None
     return changes
 
 
@@ -472,6 +480,9 @@ class Endpoint(Shown):
     timeout: int = Field(..., description="milliseconds")
     flashboot: FlashBoot
     createdAt: str = Field(..., description="RFC 3339")
+    source: EndpointSource | None = Field(
+        None, description="lockgate's: the git repository it is built from; absent when none"
+    )
 
 
 def _gpu_view(spec: EndpointSpec) -> dict[str, Any]:
@@ -548,4 +559,6 @@ def v2_endpoint(record: EndpointRecord, template: TemplateSpec | None) -> dict[s
         "flashboot": FlashBoot.FLASHBOOT if record.flashboot else FlashBoot.OFF,
         "createdAt": record.createdAt,
     }
+    if record.source is not None:  # a record read from a resource holds it as a dict
+        body["source"] = source_of(record.source)
     return Endpoint.model_validate(body).model_dump(mode="json", exclude_unset=True)

@@ -39,6 +39,7 @@ ERRORS = {
     409: "taken: the id or name is in use",
     422: "the body failed validation: `errors` lists each violation",
     429: "rate limit exceeded for a window (`Retry-After`: seconds until it is over)",
+    501: "this server does not do it (yet): `detail` says what to do instead",
 }
 # The rate-limit headers every authenticated answer carries (manage/v2/ratelimit.py).
 RATE_HEADERS = {

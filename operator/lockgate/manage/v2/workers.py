@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
@@ -305,6 +305,15 @@ async def stream_logs(request: web.Request) -> web.StreamResponse:
         batch = await source.read(endpoint.id, worker_id, first)
     except WorkerNotFound as err:
         raise NotFound(f"worker {worker_id!r} of endpoint {endpoint.id!r} not found") from err
+    response = await open_event_stream(request)
+    stream = LogStream(request, response, source, params, (endpoint.id, worker_id))
+    with contextlib.suppress(ConnectionResetError):  # the client left
+        await stream.run(batch, params.cursor or before(batch.events, batch.start))
+    return response
+
+
+async def open_event_stream(request: web.Request) -> web.StreamResponse:
+    """A prepared Server-Sent Events answer (RunPod's headers)."""
     response = web.StreamResponse(
         headers={
             "Content-Type": "text/event-stream",
@@ -314,21 +323,26 @@ async def stream_logs(request: web.Request) -> web.StreamResponse:
         }
     )
     await response.prepare(request)
-    stream = LogStream(request, response, source, params, (endpoint.id, worker_id))
-    with contextlib.suppress(ConnectionResetError):  # the client left
-        await stream.run(batch, params.cursor or before(batch.events, batch.start))
     return response
+
+
+class LogReader(Protocol):
+    """What a log stream reads: a worker's log (`WorkerSource`), a build's."""
+
+    async def read(self, endpoint_id: str, owner_id: str, read: LogRead) -> LogBatch: ...
 
 
 @dataclass
 class LogStream:
-    """One client's live log stream."""
+    """One client's live log stream (of a worker, or a build: `gone` is what its reader
+    raises once the log is gone)."""
 
     request: web.Request
     response: web.StreamResponse
-    source: WorkerSource
+    source: LogReader
     params: LogParams
-    worker: tuple[str, str]  # endpoint id, worker id
+    worker: tuple[str, str]  # endpoint id, worker (or build) id
+    gone: tuple[type[Exception], ...] = (WorkerNotFound,)
     quiet_s: float = 0.0
 
     async def run(self, batch: LogBatch, cursor: Cursor) -> None:
@@ -348,7 +362,7 @@ class LogStream:
                 batch = await self.source.read(
                     *self.worker, LogRead(self.params.sources, cursor, 0, BATCH)
                 )
-            except WorkerNotFound:
+            except self.gone:
                 return  # gone with its log (a pod's log goes with the pod)
 
     async def wait(self, wrote: bool) -> None:

@@ -1,5 +1,5 @@
 -- Remove every key of an endpoint: queues, jobs (the `exp` index lists them), streams,
--- workers, counters. Used when an Endpoint is deleted ("removes job history").
+-- workers, counters, builds and their logs. Used when an Endpoint is deleted ("removes job history").
 -- Returns the number of jobs removed.
 local ids = redis.call('ZRANGE', P .. 'exp', 0, -1)
 for i = 1, #ids, 500 do
@@ -18,6 +18,10 @@ redis.call('UNLINK', P .. 'q', P .. 'ql', P .. 'run', P .. 'exp', P .. 'w', P ..
   P .. 'refresh', P .. 'hist', P .. 'hist1m', P .. 'ws', P .. 'wst', P .. 'wfc', P .. 'un',
   P .. 'unp', P .. 'rel', P .. 'relv', P .. 'lost', P .. 'wu', P .. 'wun', P .. 'lbw', P .. 'lbh',
   P .. 'lbr', P .. 'lbp', P .. 'lbpw', P .. 'lbu')
+for _, b in ipairs(redis.call('ZRANGE', P .. 'bld', 0, -1)) do
+  redis.call('UNLINK', P .. 'b:' .. b, P .. 'bl:' .. b)
+end
+redis.call('UNLINK', P .. 'bld', P .. 'bldn', P .. 'bhk')
 for _, s in ipairs(STATES) do redis.call('UNLINK', P .. 'ix:' .. s) end
 -- History intervals still alive (ARGV[1]: now in epoch seconds): named, never scanned.
 if ARGV[1] then

@@ -1,0 +1,150 @@
+"""Dev mode's builder: a build of a git source is a checkout at its ref and the checkout's
+environment (`dev.gitsource`: a cached clone, a virtual environment keyed by its
+requirements), with no image. One build runs at a time per endpoint, in order asked.
+
+PENDING → BUILDING (the checkout, the environment, the worker's command: the repository's
+`handler.py` or its Dockerfile's Python CMD; each step a `system` log line, what git and
+pip say `container` lines) → COMPLETED with the commit's fields, or FAILED with the error;
+past the source's `buildTimeoutMin` it is FAILED too. A completed build is recorded, not
+yet run: the endpoint's workers keep running its template (docs/builds.md). A cancel
+(`manage.builds.cancel`) marks the record first, then stops the task here: a step already
+in a thread runs to its end, unwaited, and its result is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shlex
+from collections.abc import Awaitable, Callable
+from datetime import UTC
+from pathlib import Path
+from typing import Any
+
+from lockgate.dev import gitsource
+from lockgate.manage.workerlogs import CONTAINER, SYSTEM
+from lockgate.models.build import Build, BuildStatus, IllegalTransition, rfc3339
+from lockgate.models.source import GitSource
+from lockgate.store.builds import BuildNotFound, BuildStore
+
+log = logging.getLogger("lockgate.dev.builder")
+
+# Called with the endpoint id, the COMPLETED build and its checkout once a build
+# completes: the control plane may run it.
+OnBuilt = Callable[[str, Build, gitsource.Checkout], Awaitable[None]]
+
+
+def commit_fields(checkout: gitsource.Checkout) -> dict[str, Any]:
+    """RunPod's commit fields of a build from a checkout (`branch`: null for a tag or a
+    commit, as RunPod's)."""
+    return {
+        "commitHash": checkout.short,
+        "commit": checkout.commit,
+        "commitMessage": checkout.message,
+        "branch": checkout.branch,
+        "commitDate": rfc3339(checkout.date.astimezone(UTC)),
+    }
+
+
+class LocalBuilder:
+    """Runs dev mode's builds in tasks of this process."""
+
+    def __init__(self, store: BuildStore, cache_root: Path, on_built: OnBuilt | None = None):
+        self.store = store
+        self.cache_root = cache_root  # clones and environments (dev.gitsource)
+        self.on_built = on_built
+        self._tasks: dict[tuple[str, str], asyncio.Task] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def start(self, endpoint_id: str, git: GitSource, build: Build) -> None:
+        """Run `build` (recorded PENDING) in the background, after the endpoint's earlier
+        ones."""
+        key = (endpoint_id, build.id)
+        task = asyncio.create_task(
+            self._run(endpoint_id, git, build), name=f"lockgate-build-{build.id}"
+        )
+        self._tasks[key] = task
+        task.add_done_callback(lambda _t: self._tasks.pop(key, None))
+
+    def cancel(self, endpoint_id: str, build_id: str) -> None:
+        """Stop the build's task (its record says CANCELLED already)."""
+        task = self._tasks.get((endpoint_id, build_id))
+        if task is not None:
+            task.cancel()
+
+    def forget(self, endpoint_id: str) -> None:
+        """Stop every build of a deleted endpoint."""
+        for (owner, build_id), _ in list(self._tasks.items()):
+            if owner == endpoint_id:
+                self.cancel(owner, build_id)
+
+    async def close(self) -> None:
+        """Stop every build (dev mode shuts down): each ends FAILED, saying so."""
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+
+    async def _run(self, endpoint_id: str, git: GitSource, build: Build) -> None:
+        lock = self._locks.setdefault(endpoint_id, asyncio.Lock())
+        try:
+            async with lock:
+                await self._build(endpoint_id, git, build)
+        except asyncio.CancelledError:  # cancelled (its record says so) or shutting down
+            await self._end(endpoint_id, build.id, BuildStatus.FAILED, "lockgate dev stopped")
+        except (BuildNotFound, IllegalTransition):
+            return  # cancelled, or its endpoint deleted, meanwhile
+        except Exception as err:  # a builder's bug must not vanish in a task
+            log.exception("build %s of %s", build.id, endpoint_id)
+            await self._end(endpoint_id, build.id, BuildStatus.FAILED, f"internal error: {err}")
+
+    async def _build(self, endpoint_id: str, git: GitSource, build: Build) -> None:
+        await self.store.change(endpoint_id, build.id, BuildStatus.BUILDING)
+        ref = build.ref or git.ref or None
+        say = self._say(endpoint_id, build.id)
+        await say(SYSTEM, f"checking out {git.url} at {ref or 'its default branch'}")
+        try:
+            async with asyncio.timeout(git.buildTimeoutMin * 60):
+                checkout = await asyncio.to_thread(
+                    gitsource.checkout, git.url, ref, self.cache_root
+                )
+                # the commit is shown at once, and stays on a build that fails later
+                await self.store.change(
+                    endpoint_id, build.id, BuildStatus.BUILDING, **commit_fields(checkout)
+                )
+                first_line = checkout.message.partition("\n")[0]
+                await say(CONTAINER, f"HEAD is now at {checkout.short} {first_line}")
+                await say(SYSTEM, "preparing the environment (its requirements)")
+                python = await asyncio.to_thread(gitsource.environment, checkout, self.cache_root)
+                await say(CONTAINER, f"environment ready: {python}")
+                command = [str(python), *gitsource.entrypoint(checkout)]
+                await say(SYSTEM, f"the worker would run: {shlex.join(command)}")
+        except TimeoutError:
+            why = f"the build took over its buildTimeoutMin ({git.buildTimeoutMin} min)"
+            await self._end(endpoint_id, build.id, BuildStatus.FAILED, why)
+            return
+        except Exception as err:  # git or pip said no: the build's error, in one line
+            await say(CONTAINER, str(err))
+            await self._end(endpoint_id, build.id, BuildStatus.FAILED, str(err))
+            return
+        done = await self.store.change(endpoint_id, build.id, BuildStatus.COMPLETED)
+        await say(SYSTEM, f"build completed at {checkout.short}")
+        if self.on_built is not None:
+            await self.on_built(endpoint_id, done, checkout)
+
+    def _say(self, endpoint_id: str, build_id: str) -> Callable[[str, str], Awaitable[None]]:
+        async def say(source: str, line: str) -> None:
+            await self.store.log(endpoint_id, build_id, source, line.splitlines() or [""])
+
+        return say
+
+    async def _end(self, endpoint_id: str, build_id: str, status: BuildStatus, why: str) -> None:
+        """End a live build (a cancelled or deleted one stays as it is)."""
+        try:
+            await self.store.change(endpoint_id, build_id, status, error=why)
+            await self.store.log(
+                endpoint_id, build_id, SYSTEM, [f"build {status.value.lower()}: {why}"]
+            )
+        except (BuildNotFound, IllegalTransition):
+            pass
