@@ -16,7 +16,7 @@ from aiohttp import web
 
 from lockgate.apps import manage
 from lockgate.gateway.notify import Notifier
-from lockgate.kube import handlers  # noqa: F401 - registers the kopf handlers
+from lockgate.kube import handlers
 from lockgate.kube.cluster import cluster_for
 from lockgate.kube.leader import LeaderElector
 from lockgate.kube.reconcile import Context
@@ -105,6 +105,8 @@ async def run(
 ) -> None:
     """Run until `stop_flag` is set (or a signal, in the main thread)."""
     ctx = Context.open(settings, cluster_for(settings, api_client))
+    if settings.builds_registry:
+        handlers.enable_builds()  # build Jobs (kube/builds.py)
     if settings.manage_port:
         ctx.beside.append((await start_manage_api(ctx)).cleanup)
     port = settings.liveness_port

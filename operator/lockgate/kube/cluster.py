@@ -156,6 +156,7 @@ _KINDS = {
         k8s.CoreV1Api, "persistent_volume_claim", k8s.V1PersistentVolumeClaim
     ),
     "NetworkPolicy": _Kind(k8s.NetworkingV1Api, "network_policy", k8s.V1NetworkPolicy),
+    "Job": _Kind(k8s.BatchV1Api, "job", k8s.V1Job),  # build Jobs (kube/builds.py)
 }
 
 

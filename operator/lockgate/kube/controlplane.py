@@ -59,6 +59,9 @@ VERSION_ANNOTATION = "lockgate.dev/version"
 # When a restart of the Endpoint's workers was last asked (RFC 3339, ms): the operator
 # clears a crash loop that began before it (`kube.reconcile`, `scaling.crashloop`).
 RESTART_ANNOTATION = "lockgate.dev/restart-requested-at"
+# When a build was last asked for or cancelled: its change starts the operator's
+# reconcile, which creates or deletes the build Jobs (kube/builds.py).
+BUILDS_ANNOTATION = "lockgate.dev/builds-changed-at"
 
 
 def version_of(obj: Mapping[str, Any]) -> int:
@@ -140,6 +143,7 @@ class KubernetesControlPlane:
         reserved_secrets: Collection[str] = (),
         releases: ReleaseStore | None = None,
         builds: BuildStore | None = None,
+        builds_enabled: bool = False,
     ) -> None:
         """`reserved_secrets`: lockgate's own Secrets (the chart's), which a template may
         not hand workers (the operator checks the labels of the others); `releases`:
@@ -148,6 +152,7 @@ class KubernetesControlPlane:
         self.cluster = cluster
         self.releases = releases
         self.builds = builds
+        self.builds_enabled = builds_enabled  # the chart names a registry (builds.registry)
         self.namespace = namespace
         self.job_api_url = job_api_url
         self.reserved_secrets = frozenset(reserved_secrets)
@@ -296,16 +301,29 @@ class KubernetesControlPlane:
     # -- builds (docs/builds.md) ---------------------------------------------------------
 
     async def start_build(self, endpoint_id: str, ref: str | None, reason: BuildReason) -> Build:
-        """Refused: the in-cluster build Job does not exist yet, and a PENDING build no
-        builder would ever take is worse than a clear answer."""
+        """Record the build PENDING and touch the Endpoint (`BUILDS_ANNOTATION`): the
+        operator's reconcile creates its Job (kube/builds.py). Refused (501) where the
+        chart names no registry to push to: a PENDING build no builder would ever take is
+        worse than a clear answer."""
         record = await self.get(endpoint_id)
         if record.source is None:
             raise NoSource(f"endpoint {endpoint_id!r} has no source to build")
-        raise BuildsUnavailable(
-            "in-cluster builds are not built yet: this cluster keeps and shows an endpoint's "
-            "source, but builds it nowhere; build the image yourself and set it on the "
-            "endpoint's template (or try the source with `lockgate dev`, which builds)"
-        )
+        if not self.builds_enabled:
+            raise BuildsUnavailable(
+                "in-cluster builds are off: the chart names no registry to push to "
+                "(builds.registry); build the image yourself and set it on the endpoint's "
+                "template (or try the source with `lockgate dev`, which builds)"
+            )
+        build = await build_ops.ask(self._build_store(), record, ref, reason)
+        await self._touch_builds(endpoint_id)
+        return build
+
+    async def _touch_builds(self, endpoint_id: str) -> None:
+        """Start a reconcile of the Endpoint, which creates or deletes build Jobs."""
+        now = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        patch = {"metadata": {"annotations": {BUILDS_ANNOTATION: now}}}
+        with contextlib.suppress(NotFound):  # deleted meanwhile: its builds go with it
+            await self.cluster.patch_endpoint(self.namespace, endpoint_id, patch)
 
     def _build_store(self) -> BuildStore:
         if self.builds is None:
@@ -313,7 +331,10 @@ class KubernetesControlPlane:
         return self.builds
 
     async def cancel_build(self, endpoint_id: str, build_id: str) -> Build:
-        return await build_ops.cancel(self._build_store(), endpoint_id, build_id)
+        """Mark the build CANCELLED; the operator deletes its Job (kube/builds.py)."""
+        build = await build_ops.cancel(self._build_store(), endpoint_id, build_id)
+        await self._touch_builds(endpoint_id)
+        return build
 
     async def build_logs(self, endpoint_id: str, build_id: str, read: LogRead) -> LogBatch:
         return await build_ops.read_log(self._build_store(), endpoint_id, build_id, read)

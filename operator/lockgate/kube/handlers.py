@@ -16,6 +16,7 @@ from typing import Any
 
 import kopf
 
+from lockgate.kube import builds as build_jobs
 from lockgate.kube import reconcile as rc
 from lockgate.kube import watched
 from lockgate.kube.crds import ENDPOINT, GROUP, TEMPLATE, VERSION
@@ -88,6 +89,7 @@ def configure(
     # Only the operator's worker objects are watched, filtered by the API server.
     settings.watching.label_selectors[watched.DEPLOYMENTS] = watched.WORKERS
     settings.watching.label_selectors[watched.PODS] = watched.WORKERS
+    settings.watching.label_selectors[build_jobs.BUILD_JOBS] = build_jobs.BUILD_JOB_SELECTOR
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = progress_storage()
     settings.persistence.diffbase_storage = diffbase_storage()
@@ -231,3 +233,23 @@ async def roll_template_users(
         await rc.refresh(_ctx(memo), endpoint)
     if users:
         logger.info(f"Template {name!r} applied to {len(users)} Endpoint(s)")
+
+
+async def follow_build_job(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """A build Job changed: its build's record follows (`kube.builds.on_job`)."""
+    ctx = _ctx(memo)
+    try:
+        await build_jobs.on_job(ctx.cluster, ctx.build_store(), ctx.settings, dict(body))
+    except (rc.ClusterError, rc.RedisError) as err:
+        raise kopf.TemporaryError(f"build Job: {err}", delay=rc.RETRY_DELAY_S) from err
+
+
+_BUILDS_WATCHED: list[bool] = []
+
+
+def enable_builds() -> None:
+    """Watch build Jobs (once per process): only with `builds_registry` set, since the
+    operator's RBAC grants Jobs only then (a watch refused would retry for ever)."""
+    if not _BUILDS_WATCHED:
+        kopf.on.event(*build_jobs.BUILD_JOBS)(follow_build_job)
+        _BUILDS_WATCHED.append(True)

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from lockgate.kube import builds as build_jobs
 from lockgate.kube import placement
 from lockgate.kube.cluster import Cluster, ClusterError, WorkerKey
 from lockgate.kube.controlplane import RESTART_ANNOTATION, VERSION_ANNOTATION, version_of
@@ -64,6 +65,7 @@ from lockgate.models import (
 from lockgate.models.releases import ReleaseConfig, config_of
 from lockgate.scaling.crashloop import still_holds
 from lockgate.store import JobStore, Liveness, Registry, connect
+from lockgate.store.builds import BuildStore
 from lockgate.store.keys import ENDPOINT_ID_RE
 from lockgate.store.registry import RegisteredIds
 from lockgate.store.releases import ReleaseStore
@@ -155,6 +157,7 @@ class Context:
     released: dict[str, tuple[ReleaseConfig, int]] = field(default_factory=dict)
     # Endpoint uid -> its optional objects (rows of `OWNED_OBJECTS`) known absent.
     absent: dict[str, set[OwnedObject]] = field(default_factory=dict)
+    builds: BuildStore | None = None  # `build_store()`
     # Worker Deployments and pods as kopf's watches deliver them (`kube.watched`); None
     # outside kopf (tests that run the scaler alone), and not `ready` until kopf filled it.
     workers: WatchedWorkers | None = None
@@ -185,6 +188,12 @@ class Context:
         stops, self.beside = self.beside, []
         for stop in stops:
             await stop()
+
+    def build_store(self) -> BuildStore:
+        """The builds' records (kube/builds.py), made at first use."""
+        if self.builds is None:
+            self.builds = BuildStore(self.redis)
+        return self.builds
 
     async def close(self) -> None:
         await self.redis.aclose()
@@ -563,6 +572,8 @@ async def _converge(
     checks = [check]
     if spec is None:
         return checks, False, None
+    # builds asked for or cancelled (kube/builds.py): their Jobs, whatever the template
+    await build_jobs.sync_endpoint(ctx.cluster, ctx.build_store(), ctx.settings, owner, spec)
     template, check = await find_template(ctx, owner.namespace, spec.templateId)
     checks.append(check)
     if template is None:
@@ -697,4 +708,5 @@ async def clean_up(ctx: Context, name: str, namespace: str, uid: str = "") -> in
             await ctx.registry.delete_key(digest)
         await ctx.registry.delete_endpoint(name)
         ctx.registering.pop(name, None)
+        await build_jobs.delete_endpoint_jobs(ctx.cluster, ctx.settings, name, namespace)
         return await ctx.jobs.delete_endpoint_data(name)

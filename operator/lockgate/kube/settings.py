@@ -171,6 +171,30 @@ class OperatorSettings(RedisSettings):
         default_factory=list, description="comma-separated Secret names for the helper images"
     )
 
+    # In-cluster builds of endpoints with a git `source` (docs/builds.md): off while
+    # builds_registry is empty.
+    builds_registry: str = Field(
+        "", description="registry/prefix the build Jobs push to ('': no in-cluster builds)"
+    )
+    builds_namespace: str = Field(
+        "", description="namespace of the build Jobs ('': the endpoints' namespace)"
+    )
+    builds_push_secret: str = Field(
+        "", description="dockerconfigjson Secret (builds namespace) the builder pushes with"
+    )
+    builds_insecure_registry: bool = Field(
+        False, description="the registry speaks plain HTTP (or an unverified certificate)"
+    )
+    builder_image: str = Field(
+        "registry.example.com/lockgate/builder:latest",
+        min_length=1,
+        description="image with buildah and git (images/builder.Dockerfile)",
+    )
+    builds_ttl_s: int = Field(3600, ge=0, description="a finished build Job is deleted after")
+    builds_resources: dict[str, dict[str, str]] = Field(
+        default_factory=dict, description="JSON: resources of the build container"
+    )
+
     @field_validator("namespaces", "helper_image_pull_secrets", "reserved_secrets", mode="before")
     @classmethod
     def _split(cls, value: object) -> object:

@@ -1,0 +1,110 @@
+"""What a build Job and its pod say about the build (pure; docs/builds.md).
+
+`progress(job, pod)` reads the Job's conditions and the pod's container statuses (the
+clone's termination message holds the commit, the build container's the pushed digest or,
+on failure, its last log lines: `kube.manifests.build`) and answers the build's state
+and the fields to record, or None while nothing is known yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from lockgate.kube.manifests.build import BUILD_CONTAINER, CLONE_CONTAINER
+from lockgate.models.build import BuildStatus
+
+Obj = dict[str, Any]
+SHORT_HASH = 7
+DIGEST_PREFIX = "sha256:"
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A build's state as its Job shows it, and the fields to record with it."""
+
+    status: BuildStatus
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+def _condition(job: Obj, kind: str) -> Obj | None:
+    for cond in (job.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind and cond.get("status") == "True":
+            return cond
+    return None
+
+
+def _container(pod: Obj | None, name: str, *, init: bool) -> Obj:
+    key = "initContainerStatuses" if init else "containerStatuses"
+    for status in ((pod or {}).get("status") or {}).get(key) or []:
+        if status.get("name") == name:
+            return status
+    return {}
+
+
+def _terminated(status: Obj) -> Obj | None:
+    return (status.get("state") or {}).get("terminated")
+
+
+def last_line(text: str) -> str:
+    """The last non-blank line of a log or message ('' when none)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def commit_fields(message: str) -> dict[str, Any]:
+    """The clone's termination message (hash, date, branch, subject: one a line) as the
+    build's commit fields; {} when it holds no hash."""
+    lines = message.splitlines()
+    full = lines[0].strip() if lines else ""
+    if len(full) < SHORT_HASH or not all(c in "0123456789abcdef" for c in full):
+        return {}
+    rest = [line.strip() for line in lines[1:3]] + ["", ""]
+    return {
+        "commit": full,
+        "commitHash": full[:SHORT_HASH],
+        "commitDate": rest[0] or None,
+        "branch": rest[1] or None,
+        "commitMessage": "\n".join(lines[3:]).strip() or None,
+    }
+
+
+def failure(status: Obj, what: str) -> str:
+    """Why a container failed: its last log line (the termination message falls back to
+    the log), else its exit code and reason."""
+    ended = _terminated(status) or {}
+    line = last_line(ended.get("message") or "")
+    if line:
+        return f"{what} failed: {line}"
+    return f"{what} failed: exit code {ended.get('exitCode')} ({ended.get('reason') or 'Error'})"
+
+
+def progress(job: Obj, pod: Obj | None, *, image_name: str, timeout_min: int) -> Progress | None:
+    """The build's state from its Job and (when it has one) its pod; None while pending."""
+    clone = _container(pod, CLONE_CONTAINER, init=True)
+    build = _container(pod, BUILD_CONTAINER, init=False)
+    fields: dict[str, Any] = {}
+    if (ended := _terminated(clone)) and ended.get("exitCode") == 0:
+        fields = commit_fields(ended.get("message") or "")
+    failed = _condition(job, "Failed")
+    if failed is not None and failed.get("reason") == "DeadlineExceeded":
+        return Progress(
+            BuildStatus.FAILED, {**fields, "error": f"build time limit: {timeout_min} min"}
+        )
+    if (ended := _terminated(clone)) and ended.get("exitCode") != 0:
+        return Progress(BuildStatus.FAILED, {"error": failure(clone, "clone")})
+    if ended := _terminated(build):
+        digest = (ended.get("message") or "").strip()
+        if ended.get("exitCode") == 0 and digest.startswith(DIGEST_PREFIX):
+            return Progress(
+                BuildStatus.COMPLETED, {**fields, "imageName": image_name, "imageDigest": digest}
+            )
+        if ended.get("exitCode") == 0:
+            return Progress(BuildStatus.FAILED, {**fields, "error": "the builder pushed no digest"})
+        return Progress(BuildStatus.FAILED, {**fields, "error": failure(build, "build")})
+    if failed is not None:
+        why = failed.get("message") or failed.get("reason") or "the build Job failed"
+        return Progress(BuildStatus.FAILED, {**fields, "error": why})
+    if clone.get("state", {}).get("running") or build or fields:
+        return Progress(BuildStatus.BUILDING, fields)
+    return None

@@ -1,0 +1,209 @@
+"""The operator's side of in-cluster builds (docs/builds.md): a Job per build, and the
+build's record following what the Job and its pod show.
+
+- `sync_endpoint` runs at each reconcile of an Endpoint with a source (the management
+  API's `start_build` and `cancel_build` touch the Endpoint's `BUILDS_ANNOTATION`, which
+  starts one): a PENDING build without a Job gets one (`kube.manifests.build`), the Job of
+  a build that has ended (CANCELLED) is deleted with its pod.
+- `on_job` runs at each event of a build Job: the Job's conditions and its pod's
+  container statuses (`kube.buildjobs.progress`) move the build on; when it ends, the
+  builder's log is copied into the build's log (the pod goes with the Job's TTL).
+- `delete_endpoint_jobs`: an Endpoint's deletion deletes its build Jobs (a Job in another
+  namespace cannot name the Endpoint as owner).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from lockgate.kube.buildjobs import Progress, progress
+from lockgate.kube.cluster import ClusterError
+from lockgate.kube.manifests.build import (
+    BUILD_COMPONENT,
+    BUILD_CONTAINER,
+    BUILD_LABEL,
+    CLONE_CONTAINER,
+    build_job,
+    builds_namespace,
+    image_name,
+)
+from lockgate.kube.manifests.names import COMPONENT_LABEL, ENDPOINT_LABEL, Obj, Owner
+from lockgate.manage.workerlogs import CONTAINER, SYSTEM
+from lockgate.models.build import Build, BuildStatus, IllegalTransition
+from lockgate.models.source import source_of
+from lockgate.store.builds import BuildNotFound, BuildStore
+
+if TYPE_CHECKING:
+    from lockgate.kube.cluster import Cluster
+    from lockgate.kube.settings import OperatorSettings
+    from lockgate.models import EndpointSpec
+
+log = logging.getLogger(__name__)
+
+JOB = "Job"
+BUILD_JOBS = ("batch", "v1", "jobs")
+# Only the operator's build Jobs are watched (a server-side label selector).
+BUILD_JOB_SELECTOR = (
+    f"{COMPONENT_LABEL}={BUILD_COMPONENT},app.kubernetes.io/managed-by=lockgate-operator"
+)
+LOG_TAIL_LINES = 2000  # of the builder's log copied into the build's when it ends
+# Foreground would leave the Job until its pod is gone; Background deletes both, at once.
+DELETE_WITH_POD = {"propagation_policy": "Background"}
+
+
+def _endpoint_jobs(endpoint_id: str) -> str:
+    return f"{ENDPOINT_LABEL}={endpoint_id},{COMPONENT_LABEL}={BUILD_COMPONENT}"
+
+
+def _finished(job: Obj) -> bool:
+    conditions = (job.get("status") or {}).get("conditions") or []
+    return any(
+        c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in conditions
+    )
+
+
+async def sync_endpoint(
+    cluster: Cluster, store: BuildStore, settings: OperatorSettings, owner: Owner,
+    spec: EndpointSpec,
+) -> None:  # fmt: skip
+    """Create the Job of each PENDING build that has none; delete the unfinished Job of a
+    build that has ended (cancelled)."""
+    source = source_of(spec.source)
+    if not settings.builds_registry or source is None:
+        return
+    namespace = builds_namespace(settings, owner.namespace)
+    jobs = await cluster.list_objects(JOB, namespace, _endpoint_jobs(owner.name))
+    by_build = {(j["metadata"].get("labels") or {}).get(BUILD_LABEL): j for j in jobs}
+    for build in await store.live(owner.name):
+        if build.status == BuildStatus.PENDING and build.id not in by_build:
+            job = build_job(owner, build, source.git, settings)
+            try:
+                await cluster.create(job)
+            except ClusterError as err:
+                await _fail(store, owner.name, build, f"the build Job was refused: {err}")
+                continue
+            await store.log(
+                owner.name, build.id, SYSTEM,
+                [f"build Job {job['metadata']['name']} created in namespace {namespace}"],
+            )  # fmt: skip
+    for build_id, job in by_build.items():
+        if build_id and not _finished(job):
+            await _drop_if_ended(cluster, store, owner.name, build_id, job)
+
+
+async def _drop_if_ended(
+    cluster: Cluster, store: BuildStore, endpoint_id: str, build_id: str, job: Obj
+) -> bool:
+    """Delete a running Job whose build has ended (cancelled) or is gone; True if so."""
+    try:
+        build = await store.get(endpoint_id, build_id)
+    except BuildNotFound:
+        build = None
+    if build is not None and not build.terminal:
+        return False
+    meta = job["metadata"]
+    await cluster.delete(JOB, meta["namespace"], meta["name"], **DELETE_WITH_POD)
+    if build is not None:
+        await store.log(endpoint_id, build_id, SYSTEM, [f"build Job {meta['name']} deleted"])
+    return True
+
+
+async def _fail(store: BuildStore, endpoint_id: str, build: Build, error: str) -> None:
+    try:
+        await store.change(endpoint_id, build.id, BuildStatus.FAILED, error=error)
+    except (IllegalTransition, BuildNotFound):
+        return
+    await store.log(endpoint_id, build.id, SYSTEM, [f"build FAILED: {error}"])
+
+
+def _newest(pods: Iterable[Obj]) -> Obj | None:
+    ordered = sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "")
+    return ordered[-1] if ordered else None
+
+
+def _changes(build: Build, step: Progress) -> bool:
+    """Whether `step` says anything the record does not hold yet."""
+    held = build.model_dump()
+    return step.status != build.status or any(held.get(k) != v for k, v in step.fields.items())
+
+
+async def on_job(
+    cluster: Cluster, store: BuildStore, settings: OperatorSettings, job: Obj
+) -> Build | None:
+    """Follow one build Job event: the build's record moved on as the Job and its pod
+    show (`kube.buildjobs.progress`); the builder's log kept when it ends. Returns the
+    record as written (None when nothing changed)."""
+    meta = job["metadata"]
+    labels = meta.get("labels") or {}
+    endpoint_id, build_id = labels.get(ENDPOINT_LABEL), labels.get(BUILD_LABEL)
+    if not endpoint_id or not build_id:
+        return None
+    if not _finished(job) and await _drop_if_ended(cluster, store, endpoint_id, build_id, job):
+        return None
+    try:
+        build = await store.get(endpoint_id, build_id)
+    except BuildNotFound:
+        return None
+    if build.terminal:
+        return None
+    pods = await cluster.list_objects("Pod", meta["namespace"], f"{BUILD_LABEL}={build_id}")
+    pod = _newest(pods)
+    deadline_s = (job.get("spec") or {}).get("activeDeadlineSeconds") or 0
+    step = progress(
+        job, pod, image_name=image_name(settings, endpoint_id, build_id),
+        timeout_min=int(deadline_s) // 60,
+    )  # fmt: skip
+    if step is None or not _changes(build, step):
+        return None
+    if step.status in (BuildStatus.COMPLETED, BuildStatus.FAILED) and pod is not None:
+        await store.log(endpoint_id, build_id, CONTAINER, await _builder_log(cluster, pod))
+    return await _record(store, endpoint_id, build_id, step)
+
+
+async def _record(
+    store: BuildStore, endpoint_id: str, build_id: str, step: Progress
+) -> Build | None:
+    """Write the step (None when the build was cancelled meanwhile) and say so in its log."""
+    try:
+        changed = await store.change(endpoint_id, build_id, step.status, **step.fields)
+    except (IllegalTransition, BuildNotFound):
+        return None  # cancelled meanwhile: the next event deletes the Job
+    line = f"build {step.status.value}"
+    if changed.error:
+        line += f": {changed.error}"
+    elif changed.imageDigest:
+        line += f": {changed.imageName}@{changed.imageDigest}"
+    elif changed.commitHash:
+        line += f" {changed.commitHash} ({changed.branch or changed.ref or 'the default branch'})"
+    await store.log(endpoint_id, build_id, SYSTEM, [line])
+    return changed
+
+
+async def _builder_log(cluster: Cluster, pod: Obj) -> list[str]:
+    """The clone's and the build's log lines (what of them the kubelet still has)."""
+    meta = pod["metadata"]
+    lines: list[str] = []
+    for container in (CLONE_CONTAINER, BUILD_CONTAINER):
+        try:
+            text = await cluster.pod_log(
+                meta["namespace"], meta["name"], container=container, tail_lines=LOG_TAIL_LINES
+            )
+        except ClusterError:
+            continue  # never started, or the node is gone
+        lines += text.splitlines()
+    return lines
+
+
+async def delete_endpoint_jobs(
+    cluster: Cluster, settings: OperatorSettings, endpoint_id: str, namespace: str
+) -> int:
+    """Delete every build Job of a deleted Endpoint (with their pods); how many."""
+    if not settings.builds_registry:
+        return 0
+    where = builds_namespace(settings, namespace)
+    jobs = await cluster.list_objects(JOB, where, _endpoint_jobs(endpoint_id))
+    for job in jobs:
+        await cluster.delete(JOB, where, job["metadata"]["name"], **DELETE_WITH_POD)
+    return len(jobs)

@@ -1,0 +1,193 @@
+"""The build Job (kube/manifests/build.py) and what its status says (kube/buildjobs.py):
+pure, no cluster. The operator's use of both runs on envtest in test_operator_builds.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lockgate.kube.buildjobs import commit_fields, last_line, progress
+from lockgate.kube.manifests.build import (
+    BUILD_CAPABILITIES,
+    BUILD_LABEL,
+    build_job,
+    build_job_name,
+    cache_repository,
+    image_name,
+)
+from lockgate.kube.manifests.names import ENDPOINT_LABEL, Owner
+from lockgate.kube.settings import OperatorSettings
+from lockgate.models.build import BuildStatus, new_build
+from lockgate.models.source import GitSource
+
+OWNER = Owner("ep-build", "endpoints", "uid-1")
+SETTINGS = OperatorSettings(
+    builds_registry="registry.example.test/builds/",
+    builds_namespace="lockgate-builds",
+    builds_push_secret="push-creds",
+    builder_image="registry.example.test/lockgate/builder:1",
+)
+SOURCE = GitSource(url="https://git.example.test/org/worker.git", ref="main",
+                   dockerfilePath="docker/Dockerfile", contextPath="app",
+                   credentialsSecret="git-creds", buildTimeoutMin=25)  # fmt: skip
+HASH = "4f1c2e9aa1b2c3d4e5f60718293a4b5c6d7e8f90"
+DIGEST = "sha256:" + "ab" * 32
+
+
+def _env(container: dict) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container["env"]}
+
+
+def test_the_job_clones_builds_and_pushes_within_the_time_limit() -> None:
+    build = new_build(ref="v2")
+    job = build_job(OWNER, build, SOURCE, SETTINGS)
+    meta, spec = job["metadata"], job["spec"]
+    assert meta["name"] == build_job_name(build.id) == "build-" + build.id.removeprefix("build_")
+    assert meta["namespace"] == "lockgate-builds"
+    assert meta["labels"][BUILD_LABEL] == build.id and meta["labels"][ENDPOINT_LABEL] == OWNER.name
+    assert "ownerReferences" not in meta  # another namespace: no owner reference possible
+    assert spec["backoffLimit"] == 0 and spec["activeDeadlineSeconds"] == 25 * 60
+    assert spec["ttlSecondsAfterFinished"] == SETTINGS.builds_ttl_s
+    pod = spec["template"]["spec"]
+    assert pod["restartPolicy"] == "Never" and pod["automountServiceAccountToken"] is False
+    [clone], [builder] = pod["initContainers"], pod["containers"]
+    assert _env(clone)["GIT_REF"] == "v2"  # the build's ref over the source's
+    assert _env(clone)["GIT_URL"] == SOURCE.url
+    env = _env(builder)
+    assert env["IMAGE"] == image_name(SETTINGS, OWNER.name, build.id)
+    assert env["IMAGE"].startswith("registry.example.test/builds/ep-build:")
+    assert env["CACHE_REPO"] == cache_repository(SETTINGS, OWNER.name)
+    assert env["CACHE_REPO"] == "registry.example.test/builds/ep-build-cache"
+    assert (env["DOCKERFILE"], env["CONTEXT"], env["TLS_VERIFY"]) == (
+        "docker/Dockerfile", "app", "true",
+    )  # fmt: skip
+    assert env["AUTHFILE"] == "/run/lockgate/push/auth.json"
+    script = builder["command"][-1]
+    assert "--digestfile /dev/termination-log" in script and "--cache-to" in script
+    assert builder["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["git-credentials"]["secret"]["secretName"] == "git-creds"
+    assert volumes["push-auth"]["secret"]["secretName"] == "push-creds"
+    # the git credential only in the clone, the push credential only in the build
+    assert {m["name"] for m in clone["volumeMounts"]} == {"workspace", "git-credentials"}
+    assert {m["name"] for m in builder["volumeMounts"]} == {"workspace", "storage", "push-auth"}
+
+
+def test_the_builder_runs_with_the_profile_docs_security_names() -> None:
+    job = build_job(OWNER, new_build(), SOURCE, SETTINGS)
+    pod = job["spec"]["template"]
+    [clone], [builder] = pod["spec"]["initContainers"], pod["spec"]["containers"]
+    ctx = builder["securityContext"]
+    assert ctx["privileged"] is False and ctx["allowPrivilegeEscalation"] is False
+    assert ctx["capabilities"] == {"drop": ["ALL"], "add": list(BUILD_CAPABILITIES)}
+    baseline = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
+                "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}  # fmt: skip
+    assert set(BUILD_CAPABILITIES) <= baseline
+    assert ctx["seccompProfile"] == {"type": "Unconfined"}
+    assert ctx["appArmorProfile"] == {"type": "Unconfined"}
+    assert pod["metadata"]["annotations"] == {
+        "container.apparmor.security.beta.kubernetes.io/build": "unconfined"
+    }
+    clone_ctx = clone["securityContext"]  # the clone needs nothing: restricted
+    assert clone_ctx["runAsNonRoot"] is True and clone_ctx["capabilities"] == {"drop": ["ALL"]}
+    assert clone_ctx["seccompProfile"] == {"type": "RuntimeDefault"}
+
+
+def test_without_credentials_nor_a_builds_namespace() -> None:
+    settings = OperatorSettings(builds_registry="10.0.0.1:5000", builds_insecure_registry=True)
+    source = GitSource(url="https://git.example.test/org/worker.git")
+    job = build_job(OWNER, new_build(), source, settings)
+    assert job["metadata"]["namespace"] == OWNER.namespace
+    [ref] = job["metadata"]["ownerReferences"]  # same namespace: the Endpoint owns it
+    assert (ref["name"], ref["uid"]) == (OWNER.name, OWNER.uid)
+    pod = job["spec"]["template"]["spec"]
+    assert {v["name"] for v in pod["volumes"]} == {"workspace", "storage"}
+    env = _env(pod["containers"][0])
+    assert env["TLS_VERIFY"] == "false" and "AUTHFILE" not in env
+    assert _env(pod["initContainers"][0])["GIT_REF"] == ""  # the default branch
+
+
+# -- what the Job and its pod say ----------------------------------------------------------
+
+
+def _job(*conditions: tuple[str, str]) -> dict:
+    return {
+        "spec": {"activeDeadlineSeconds": 1500},
+        "status": {"conditions": [{"type": t, "status": "True", "reason": r} for t, r in conditions]},
+    }
+
+
+def _pod(clone: dict | None = None, build: dict | None = None) -> dict:
+    status: dict[str, Any] = {}
+    if clone is not None:
+        status["initContainerStatuses"] = [{"name": "clone", "state": clone}]
+    if build is not None:
+        status["containerStatuses"] = [{"name": "build", "state": build}]
+    return {"metadata": {"name": "p"}, "status": status}
+
+
+CLONED = {"terminated": {"exitCode": 0, "message": f"{HASH}\n2026-12-06T10:01:00Z\nmain\nfaster\n"}}
+RUNNING = {"running": {"startedAt": "2026-12-06T10:01:02Z"}}
+
+
+def _progress(job: dict, pod: dict | None) -> tuple[BuildStatus, dict] | None:
+    step = progress(job, pod, image_name="r/ep:x", timeout_min=25)
+    return None if step is None else (step.status, step.fields)
+
+
+def test_pending_until_the_pod_runs_then_building_with_the_commit() -> None:
+    assert _progress(_job(), None) is None
+    assert _progress(_job(), _pod()) is None
+    assert _progress(_job(), _pod(clone=RUNNING)) == (BuildStatus.BUILDING, {})
+    status, fields = _progress(_job(), _pod(clone=CLONED, build=RUNNING))
+    assert status == BuildStatus.BUILDING
+    assert fields == {"commit": HASH, "commitHash": HASH[:7], "commitDate": "2026-12-06T10:01:00Z",
+                      "branch": "main", "commitMessage": "faster"}  # fmt: skip
+
+
+def test_completed_with_the_pushed_digest() -> None:
+    pushed = {"terminated": {"exitCode": 0, "message": DIGEST}}
+    status, fields = _progress(_job(("Complete", "")), _pod(CLONED, pushed))
+    assert status == BuildStatus.COMPLETED
+    assert (fields["imageName"], fields["imageDigest"], fields["commitHash"]) == (
+        "r/ep:x", DIGEST, HASH[:7],
+    )  # fmt: skip
+    nothing = {"terminated": {"exitCode": 0, "message": ""}}
+    assert _progress(_job(), _pod(CLONED, nothing))[0] == BuildStatus.FAILED
+
+
+@pytest.mark.parametrize(
+    ("job", "pod", "error"),
+    [
+        (_job(("Failed", "DeadlineExceeded")), _pod(CLONED, RUNNING), "build time limit: 25 min"),
+        (_job(("Failed", "DeadlineExceeded")), None, "build time limit: 25 min"),
+        (
+            _job(),
+            _pod(CLONED, {"terminated": {"exitCode": 1, "message":
+                 "STEP 2/3: RUN make\nmake: *** No rule to make target\nError: building at STEP"}}),
+            "build failed: Error: building at STEP",
+        ),  # fmt: skip
+        (
+            _job(("Failed", "BackoffLimitExceeded")),
+            _pod({"terminated": {"exitCode": 1, "message": "ref 'nope' is not a branch\n"}}),
+            "clone failed: ref 'nope' is not a branch",
+        ),
+        (
+            _job(),
+            _pod(CLONED, {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}),
+            "build failed: exit code 137 (OOMKilled)",
+        ),
+    ],
+)
+def test_failed_with_the_builders_last_line_or_the_time_limit(
+    job: dict, pod: dict | None, error: str
+) -> None:
+    status, fields = _progress(job, pod)
+    assert status == BuildStatus.FAILED and fields["error"] == error
+
+
+def test_commit_fields_and_last_line() -> None:
+    assert commit_fields("") == {} and commit_fields("not a hash\n") == {}
+    assert commit_fields(HASH)["branch"] is None  # a tag or commit: no branch
+    assert last_line("a\n  b  \n\n") == "b" and last_line("") == ""
