@@ -28,9 +28,14 @@ SETTINGS = OperatorSettings(
     builds_push_secret="push-creds",
     builder_image="registry.example.test/lockgate/builder:1",
 )
-SOURCE = GitSource(url="https://git.example.test/org/worker.git", ref="main",
-                   dockerfilePath="docker/Dockerfile", contextPath="app",
-                   credentialsSecret="git-creds", buildTimeoutMin=25)  # fmt: skip
+SOURCE = GitSource(
+    url="https://git.example.test/org/worker.git",
+    ref="main",
+    dockerfilePath="docker/Dockerfile",
+    contextPath="app",
+    credentialsSecret="git-creds",
+    buildTimeoutMin=25,
+)
 HASH = "4f1c2e9aa1b2c3d4e5f60718293a4b5c6d7e8f90"
 DIGEST = "sha256:" + "ab" * 32
 
@@ -60,8 +65,10 @@ def test_the_job_clones_builds_and_pushes_within_the_time_limit() -> None:
     assert env["CACHE_REPO"] == cache_repository(SETTINGS, OWNER.name)
     assert env["CACHE_REPO"] == "registry.example.test/builds/ep-build-cache"
     assert (env["DOCKERFILE"], env["CONTEXT"], env["TLS_VERIFY"]) == (
-        "docker/Dockerfile", "app", "true",
-    )  # fmt: skip
+        "docker/Dockerfile",
+        "app",
+        "true",
+    )
     assert env["AUTHFILE"] == "/run/lockgate/push/auth.json"
     script = builder["command"][-1]
     assert "--digestfile /dev/termination-log" in script and "--cache-to" in script
@@ -81,8 +88,21 @@ def test_the_builder_runs_with_the_profile_docs_security_names() -> None:
     ctx = builder["securityContext"]
     assert ctx["privileged"] is False and ctx["allowPrivilegeEscalation"] is False
     assert ctx["capabilities"] == {"drop": ["ALL"], "add": list(BUILD_CAPABILITIES)}
-    baseline = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
-                "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}  # fmt: skip
+    baseline = {
+        "AUDIT_WRITE",
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "FOWNER",
+        "FSETID",
+        "KILL",
+        "MKNOD",
+        "NET_BIND_SERVICE",
+        "SETFCAP",
+        "SETGID",
+        "SETPCAP",
+        "SETUID",
+        "SYS_CHROOT",
+    }
     assert set(BUILD_CAPABILITIES) <= baseline
     assert ctx["seccompProfile"] == {"type": "Unconfined"}
     assert ctx["appArmorProfile"] == {"type": "Unconfined"}
@@ -114,7 +134,9 @@ def test_without_credentials_nor_a_builds_namespace() -> None:
 def _job(*conditions: tuple[str, str]) -> dict:
     return {
         "spec": {"activeDeadlineSeconds": 1500},
-        "status": {"conditions": [{"type": t, "status": "True", "reason": r} for t, r in conditions]},
+        "status": {
+            "conditions": [{"type": t, "status": "True", "reason": r} for t, r in conditions]
+        },
     }
 
 
@@ -142,8 +164,13 @@ def test_pending_until_the_pod_runs_then_building_with_the_commit() -> None:
     assert _progress(_job(), _pod(clone=RUNNING)) == (BuildStatus.BUILDING, {})
     status, fields = _progress(_job(), _pod(clone=CLONED, build=RUNNING))
     assert status == BuildStatus.BUILDING
-    assert fields == {"commit": HASH, "commitHash": HASH[:7], "commitDate": "2026-12-06T10:01:00Z",
-                      "branch": "main", "commitMessage": "faster"}  # fmt: skip
+    assert fields == {
+        "commit": HASH,
+        "commitHash": HASH[:7],
+        "commitDate": "2026-12-06T10:01:00Z",
+        "branch": "main",
+        "commitMessage": "faster",
+    }
 
 
 def test_completed_with_the_pushed_digest() -> None:
@@ -151,8 +178,10 @@ def test_completed_with_the_pushed_digest() -> None:
     status, fields = _progress(_job(("Complete", "")), _pod(CLONED, pushed))
     assert status == BuildStatus.COMPLETED
     assert (fields["imageName"], fields["imageDigest"], fields["commitHash"]) == (
-        "r/ep:x", DIGEST, HASH[:7],
-    )  # fmt: skip
+        "r/ep:x",
+        DIGEST,
+        HASH[:7],
+    )
     nothing = {"terminated": {"exitCode": 0, "message": ""}}
     assert _progress(_job(), _pod(CLONED, nothing))[0] == BuildStatus.FAILED
 
@@ -164,10 +193,17 @@ def test_completed_with_the_pushed_digest() -> None:
         (_job(("Failed", "DeadlineExceeded")), None, "build time limit: 25 min"),
         (
             _job(),
-            _pod(CLONED, {"terminated": {"exitCode": 1, "message":
-                 "STEP 2/3: RUN make\nmake: *** No rule to make target\nError: building at STEP"}}),
+            _pod(
+                CLONED,
+                {
+                    "terminated": {
+                        "exitCode": 1,
+                        "message": "STEP 2/3: RUN make\nmake: *** No rule\nError: building at STEP",
+                    }
+                },
+            ),
             "build failed: Error: building at STEP",
-        ),  # fmt: skip
+        ),
         (
             _job(("Failed", "BackoffLimitExceeded")),
             _pod({"terminated": {"exitCode": 1, "message": "ref 'nope' is not a branch\n"}}),

@@ -161,7 +161,6 @@ def create_app(
         billing=billing,
         workers=workers,
         builds=BuildStore(registry.redis),
-        builds_enabled=bool(settings.builds_registry),
     )
     add_v2_routes(app, backends)  # RunPod's REST v2 (its MCP server's calls)
     add_git_hook_route(app, control_plane, HookSecrets(registry.redis))  # no key: signed

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from lockgate.kube.buildjobs import Progress, progress
-from lockgate.kube.cluster import ClusterError
+from lockgate.kube.cluster import ClusterError, Conflict
 from lockgate.kube.manifests.build import (
     BUILD_COMPONENT,
     BUILD_CONTAINER,
@@ -68,19 +68,22 @@ async def sync_endpoint(
     cluster: Cluster, store: BuildStore, settings: OperatorSettings, owner: Owner,
     spec: EndpointSpec,
 ) -> None:  # fmt: skip
-    """Create the Job of each PENDING build that has none; delete the unfinished Job of a
-    build that has ended (cancelled)."""
+    """Create the Job of each PENDING build that has none; follow each unfinished Job
+    (`on_job`: its build moved on, or the Job deleted when the build was cancelled)."""
     source = source_of(spec.source)
     if not settings.builds_registry or source is None:
         return
     namespace = builds_namespace(settings, owner.namespace)
     jobs = await cluster.list_objects(JOB, namespace, _endpoint_jobs(owner.name))
     by_build = {(j["metadata"].get("labels") or {}).get(BUILD_LABEL): j for j in jobs}
-    for build in await store.live(owner.name):
+    live = await store.live(owner.name)
+    for build in live:
         if build.status == BuildStatus.PENDING and build.id not in by_build:
             job = build_job(owner, build, source.git, settings)
             try:
                 await cluster.create(job)
+            except Conflict:
+                continue  # another reconcile of the Endpoint (a resync) made it first
             except ClusterError as err:
                 await _fail(store, owner.name, build, f"the build Job was refused: {err}")
                 continue
@@ -88,9 +91,11 @@ async def sync_endpoint(
                 owner.name, build.id, SYSTEM,
                 [f"build Job {job['metadata']['name']} created in namespace {namespace}"],
             )  # fmt: skip
+    live_ids = {b.id for b in live}
     for build_id, job in by_build.items():
-        if build_id and not _finished(job):
-            await _drop_if_ended(cluster, store, owner.name, build_id, job)
+        if build_id in live_ids or (build_id and not _finished(job)):
+            # level-based, beside the Job watch: a missed event (a restart) is caught up
+            await on_job(cluster, store, settings, job)
 
 
 async def _drop_if_ended(

@@ -1,0 +1,319 @@
+"""In-cluster builds through the real kube-apiserver (envtest) and the real operator
+(issue 48, item 1): `POST /v2/serverless/{id}/builds` records a PENDING build and the
+operator creates its Job in the builds namespace; the test plays the kubelet and the Job
+controller (envtest has neither), setting the pod's and the Job's status by hand, and the
+build's record follows: BUILDING with the commit, COMPLETED with the pushed digest,
+FAILED with the builder's last line or the time limit; a cancel deletes the Job; deleting
+the Endpoint deletes its build Jobs."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+import pytest
+import requests
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from lockgate.dev.redis_server import EmbeddedRedis, free_port
+from lockgate.kube.crds import GROUP, VERSION
+from lockgate.kube.settings import OperatorSettings
+from lockgate.store import key_digest
+from tests.conftest import wait_until
+
+if TYPE_CHECKING:
+    from kube_fixtures import OperatorThread
+
+pytest_plugins = ["kube_fixtures"]
+pytestmark = [pytest.mark.envtest]
+
+ENDPOINTS_NS = "lockgate-builds-eps"
+BUILDS_NS = "lockgate-builds-jobs"
+ADMIN_KEY = "lg_admin_of_the_builds_test"
+HASH = "4f1c2e9aa1b2c3d4e5f60718293a4b5c6d7e8f90"
+DIGEST = "sha256:" + "cd" * 32
+FAILED_LOG = (
+    'STEP 2/2: RUN make\nmake: *** no rule\nError: building at STEP "RUN make": exit status 2\n'
+)
+CLONE_MESSAGE = f"{HASH}\n2026-12-06T10:01:00Z\nmain\nfaster handler\n"
+SOURCE = {
+    "git": {
+        "url": "https://git.example.test/org/worker.git",
+        "ref": "main",
+        "trigger": "MANUAL",
+        "buildTimeoutMin": 20,
+    }
+}
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@pytest.fixture(scope="module")
+def namespaces(kube: k8s.ApiClient) -> Iterator[None]:
+    """The endpoints' namespace and the builds' (deleted after the module)."""
+    core = k8s.CoreV1Api(kube)
+    for ns in (ENDPOINTS_NS, BUILDS_NS):
+        with contextlib.suppress(ApiException):
+            core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=ns)))
+    yield
+    for ns in (ENDPOINTS_NS, BUILDS_NS):
+        with contextlib.suppress(ApiException):
+            core.delete_namespace(ns)
+
+
+@pytest.fixture
+def builds_operator(
+    kube: k8s.ApiClient,
+    redis_server: EmbeddedRedis,
+    start_operator: Callable[[OperatorSettings], OperatorThread],
+    tmp_path,
+    namespaces: None,
+) -> Iterator[str]:
+    """A Template, and an operator with builds on (its management API's URL)."""
+    custom = k8s.CustomObjectsApi(kube)
+    template = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Template",
+        "metadata": {"name": "built-tpl"},
+        "spec": {"image": "example.test/base:1"},
+    }
+    with contextlib.suppress(ApiException):
+        custom.create_namespaced_custom_object(GROUP, VERSION, ENDPOINTS_NS, "templates", template)
+    keys_file = tmp_path / "keys.json"
+    keys_file.write_text(
+        f'[{{"name": "admin", "sha256": "{key_digest(ADMIN_KEY)}", "scopes": ["admin"]}}]'
+    )
+    port = free_port()
+    settings = OperatorSettings(
+        redis_url=redis_server.url,
+        namespaces=[ENDPOINTS_NS, BUILDS_NS],
+        gateway_url="http://gateway.lockgate-test:8080",
+        manage_host="127.0.0.1",
+        manage_port=port,
+        liveness_port=0,
+        resync_s=1.0,
+        resync_rest_s=1.0,
+        scale_interval_s=0,
+        keys_file=str(keys_file),
+        builds_registry="registry.example.test:5000/builds",
+        builds_namespace=BUILDS_NS,
+        builds_push_secret="push-creds",
+        builder_image="registry.example.test/builder:1",
+    )
+    start_operator(settings)
+    yield f"http://127.0.0.1:{port}"
+
+
+class Builds:
+    """The v2 builds routes and the objects of one endpoint's builds."""
+
+    def __init__(self, kube: k8s.ApiClient, url: str, endpoint_id: str) -> None:
+        self.url, self.id = url, endpoint_id
+        self.core, self.batch = k8s.CoreV1Api(kube), k8s.BatchV1Api(kube)
+        self.custom = k8s.CustomObjectsApi(kube)
+        self.headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
+
+    def create_endpoint(self) -> None:
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "Endpoint",
+            "metadata": {"name": self.id},
+            "spec": {"templateId": "built-tpl", "computeType": "CPU", "source": SOURCE},
+        }
+        self.custom.create_namespaced_custom_object(GROUP, VERSION, ENDPOINTS_NS, "endpoints", body)
+
+    def call(self, method: str, path: str = "", **kwargs) -> requests.Response:
+        url = f"{self.url}/v2/serverless/{self.id}/builds{path}"
+        return requests.request(method, url, headers=self.headers, timeout=30, **kwargs)
+
+    def get(self, build_id: str) -> dict:
+        answer = self.call("GET", f"/{build_id}")
+        assert answer.status_code == 200, answer.text
+        return answer.json()
+
+    def job(self, build_id: str) -> k8s.V1Job | None:
+        name = "build-" + build_id.removeprefix("build_")
+        try:
+            return self.batch.read_namespaced_job(name, BUILDS_NS)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def pod(self, build_id: str, job: k8s.V1Job) -> str:
+        """A pod as the Job controller would make it (envtest has none): the Job's own
+        template, with the build's labels."""
+        name = job.metadata.name + "-pod"
+        spec = self.batch.api_client.sanitize_for_serialization(job.spec.template.spec)
+        meta = {"name": name, "labels": job.spec.template.metadata.labels}
+        self.core.create_namespaced_pod(BUILDS_NS, {"metadata": meta, "spec": spec})
+        return name
+
+    def pod_status(self, name: str, clone: dict, build: dict | None = None) -> None:
+        status: dict = {
+            "phase": "Running",
+            "initContainerStatuses": [
+                {
+                    "name": "clone",
+                    "state": clone,
+                    "ready": False,
+                    "restartCount": 0,
+                    "image": "b",
+                    "imageID": "",
+                }
+            ],
+        }
+        if build is not None:
+            status["containerStatuses"] = [
+                {
+                    "name": "build",
+                    "state": build,
+                    "ready": True,
+                    "restartCount": 0,
+                    "image": "b",
+                    "imageID": "",
+                }
+            ]
+        self.core.patch_namespaced_pod_status(name, BUILDS_NS, {"status": status})
+
+    def job_status(self, job: k8s.V1Job, status: dict) -> None:
+        self.batch.patch_namespaced_job_status(job.metadata.name, BUILDS_NS, {"status": status})
+
+
+def _cloned() -> dict:
+    return {
+        "terminated": {
+            "exitCode": 0,
+            "startedAt": _now(),
+            "finishedAt": _now(),
+            "message": CLONE_MESSAGE,
+        }
+    }
+
+
+def _condition(kind: str, reason: str = "") -> dict:
+    return {
+        "type": kind,
+        "status": "True",
+        "reason": reason or None,
+        "lastProbeTime": _now(),
+        "lastTransitionTime": _now(),
+    }
+
+
+def test_a_build_runs_as_a_job_and_its_record_follows(
+    kube: k8s.ApiClient, builds_operator: str
+) -> None:
+    builds = Builds(kube, builds_operator, "ep-built")
+    builds.create_endpoint()
+
+    answer = builds.call("POST", json={"ref": "main"})
+    assert answer.status_code == 201, answer.text
+    build = answer.json()
+    assert build["status"] == "PENDING"
+    job = wait_until(lambda: builds.job(build["id"]), "the build Job created", 30)
+    assert job.metadata.labels["lockgate.dev/build"] == build["id"]
+    assert job.metadata.labels["lockgate.dev/endpoint"] == "ep-built"
+    assert (job.spec.backoff_limit, job.spec.active_deadline_seconds) == (0, 20 * 60)
+    [builder] = job.spec.template.spec.containers
+    assert builder.image == "registry.example.test/builder:1"
+    assert builder.security_context.privileged is False
+
+    # the clone has run, the build runs: BUILDING with the commit
+    pod = builds.pod(build["id"], job)
+    builds.pod_status(pod, _cloned(), {"running": {"startedAt": _now()}})
+    builds.job_status(job, {"active": 1, "startTime": _now()})
+    wait_until(lambda: builds.get(build["id"])["status"] == "BUILDING", "BUILDING", 30)
+    seen = builds.get(build["id"])
+    assert (seen["commitHash"], seen["branch"], seen["commitMessage"]) == (
+        HASH[:7],
+        "main",
+        "faster handler",
+    )
+    assert seen["startedAt"] is not None and seen["completedAt"] is None
+
+    # pushed: COMPLETED with the digest
+    pushed = {
+        "terminated": {"exitCode": 0, "message": DIGEST, "startedAt": _now(), "finishedAt": _now()}
+    }
+    builds.pod_status(pod, _cloned(), pushed)
+    builds.job_status(
+        job,
+        {
+            "active": 0,
+            "succeeded": 1,
+            "completionTime": _now(),
+            "conditions": [_condition("Complete")],
+        },
+    )
+    wait_until(lambda: builds.get(build["id"])["status"] == "COMPLETED", "COMPLETED", 30)
+    done = builds.get(build["id"])
+    assert done["imageDigest"] == DIGEST
+    assert done["imageName"] == f"registry.example.test:5000/builds/ep-built:{build['id'][6:]}"
+    assert done["completedAt"] is not None and done["error"] is None
+
+    # another build past its time limit: FAILED, saying so
+    late = builds.call("POST").json()
+    late_job = wait_until(lambda: builds.job(late["id"]), "the second Job", 30)
+    builds.job_status(
+        late_job, {"failed": 1, "conditions": [_condition("Failed", "DeadlineExceeded")]}
+    )
+    wait_until(lambda: builds.get(late["id"])["status"] == "FAILED", "FAILED", 30)
+    assert builds.get(late["id"])["error"] == "build time limit: 20 min"
+
+    # a cancelled build's Job is deleted
+    third = builds.call("POST").json()
+    wait_until(lambda: builds.job(third["id"]), "the third Job", 30)
+    answer = builds.call("POST", f"/{third['id']}/cancel")
+    assert answer.status_code == 200 and answer.json()["status"] == "CANCELLED"
+    wait_until(lambda: builds.job(third["id"]) is None, "the cancelled build's Job gone", 30)
+
+    # the Endpoint deleted: its build Jobs go too (another namespace: no owner reference)
+    builds.custom.delete_namespaced_custom_object(
+        GROUP, VERSION, ENDPOINTS_NS, "endpoints", "ep-built"
+    )
+    wait_until(
+        lambda: builds.job(build["id"]) is None and builds.job(late["id"]) is None,
+        "the build Jobs deleted with the Endpoint",
+        30,
+    )
+
+
+def test_a_failed_build_says_the_builders_last_line(
+    kube: k8s.ApiClient, builds_operator: str
+) -> None:
+    builds = Builds(kube, builds_operator, "ep-broken")
+    builds.create_endpoint()
+    build = builds.call("POST").json()
+    job = wait_until(lambda: builds.job(build["id"]), "the build Job created", 30)
+    pod = builds.pod(build["id"], job)
+    failed = {
+        "terminated": {
+            "exitCode": 1,
+            "startedAt": _now(),
+            "finishedAt": _now(),
+            "message": FAILED_LOG,
+        }
+    }
+    builds.pod_status(pod, _cloned(), failed)
+    builds.job_status(
+        job, {"failed": 1, "conditions": [_condition("Failed", "BackoffLimitExceeded")]}
+    )
+    wait_until(lambda: builds.get(build["id"])["status"] == "FAILED", "FAILED", 30)
+    seen = builds.get(build["id"])
+    assert seen["error"] == 'build failed: Error: building at STEP "RUN make": exit status 2'
+    assert seen["commitHash"] == HASH[:7]
+    # the build's log (an ended build's stream ends): lockgate's steps, the Job named
+    log = builds.call("GET", f"/{build['id']}/logs", params={"source": "system", "tail": 100})
+    assert log.status_code == 200, log.text
+    assert f"build Job {job.metadata.name} created in namespace {BUILDS_NS}" in log.text
+    assert "build FAILED: build failed: Error: building at STEP" in log.text
+    builds.custom.delete_namespaced_custom_object(
+        GROUP, VERSION, ENDPOINTS_NS, "endpoints", "ep-broken"
+    )
+    wait_until(lambda: builds.job(build["id"]) is None, "the build Job deleted", 30)
