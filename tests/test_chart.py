@@ -594,6 +594,40 @@ def test_the_operator_may_apply_and_delete_each_optional_owned_kind(render_chart
         assert {"get", "create", "update", "delete"} <= rules.get(plural, set()), row.kind
 
 
+BUILDS = {"builds": {"registry": "registry.example.test/builds", "namespace": "lockgate-builds",
+                    "pushSecret": "push-creds"}}  # fmt: skip
+
+
+def test_builds_grant_jobs_and_reach_the_operator_and_the_management_api(render_chart) -> None:
+    """builds.registry set: the operator may create, watch and delete Jobs (one per build:
+    kube/builds.py) and nothing more; both processes read the builds settings. Unset: no
+    Job rights (the default role above) and no builds settings."""
+    docs = render_chart(BUILDS)
+    rules = rules_of(by_kind(docs, "ClusterRole")["lockgate-lockgate-operator"])
+    assert rules.pop("jobs") == {"get", "list", "watch", "create", "delete"}
+    assert "jobs" not in rules_of(
+        by_kind(render_chart(), "ClusterRole")["lockgate-lockgate-operator"]
+    )
+    for name in ("lockgate-operator", "lockgate-manage"):
+        pod = by_kind(docs, "Deployment")[name]["spec"]["template"]["spec"]
+        env = env_of(next(c for c in pod["containers"] if c["name"] in ("operator", "manage")))
+        assert env["LOCKGATE_BUILDS_REGISTRY"] == "registry.example.test/builds"
+        assert env["LOCKGATE_BUILDS_NAMESPACE"] == "lockgate-builds"
+        assert env["LOCKGATE_BUILDS_PUSH_SECRET"] == "push-creds"
+        assert env["LOCKGATE_BUILDER_IMAGE"].startswith("registry.example.com/lockgate/builder:")
+    plain = by_kind(render_chart(), "Deployment")["lockgate-operator"]["spec"]["template"]["spec"]
+    assert "LOCKGATE_BUILDS_REGISTRY" not in env_of(plain["containers"][0])
+
+
+def test_a_namespaced_operator_must_watch_the_builds_namespace(render_chart) -> None:
+    values = {**BUILDS, "operator": {"namespaces": ["team-a"]}}
+    with pytest.raises(RenderError, match=r"builds\.namespace"):
+        render_chart(values)
+    values["operator"]["namespaces"] = ["team-a", "lockgate-builds"]
+    roles = [d for d in render_chart(values) if d["kind"] == "Role"]
+    assert all("jobs" in rules_of(r) for r in roles if r["metadata"]["name"] == "lockgate-operator")
+
+
 def test_namespaced_operator_gets_a_role_per_namespace(render_chart) -> None:
     values = {"operator": {"namespaces": ["team-a", "team-b"], "endpointNamespace": "team-b"}}
     docs = render_chart(values)

@@ -354,7 +354,7 @@ async def test_a_cluster_keeps_the_source_but_answers_a_start_501(kubernetes_api
     assert record["source"]["git"]["url"] == "https://git.example.test/o/r"
     status, kind, problem = await v2(api, "POST", f"/{record['id']}/builds")
     assert (status, kind) == (501, PROBLEM), problem
-    assert "in-cluster builds are not built yet" in problem["detail"]
+    assert "in-cluster builds are off" in problem["detail"]
     status, _, page = await v2(api, "GET", f"/{record['id']}/builds")
     assert status == 200 and page["builds"] == [], page  # no PENDING build left behind
     status, record = await api.call("POST", body={

@@ -383,6 +383,14 @@ Endpoint: the management API does (its own Role). */}}
 - apiGroups: [""]
   resources: [pods/log]
   verbs: [get]
+{{- if .Values.builds.registry }}
+# In-cluster builds (builds.registry; kube/builds.py): a Job per build, created, watched
+# (kopf) and deleted when the build is cancelled or its Endpoint deleted; its pod's
+# container statuses are read with the pods list/watch above and its log with pods/log.
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [get, list, watch, create, delete]
+{{- end }}
 # kopf and the scaler post Events on Endpoints.
 - apiGroups: [""]
   resources: [events]
@@ -767,5 +775,42 @@ The operator places workers by these labels; the management API's catalog
   value: {{ .datacenterLabel | quote }}
 - name: LOCKGATE_CPU_FLAVOR_LABEL
   value: {{ .cpuFlavorLabel | quote }}
+{{- end }}
+{{- end }}
+
+{{/* In-cluster builds (builds.*, docs/builds.md): the settings the operator (which makes
+the build Jobs) and the management API (which answers 501 without a registry) read. */}}
+{{- define "lockgate.builds.env" -}}
+{{- with .Values.builds }}
+{{- if .registry }}
+- name: LOCKGATE_BUILDS_REGISTRY
+  value: {{ .registry | quote }}
+- name: LOCKGATE_BUILDS_NAMESPACE
+  value: {{ .namespace | quote }}
+- name: LOCKGATE_BUILDS_PUSH_SECRET
+  value: {{ .pushSecret | quote }}
+- name: LOCKGATE_BUILDS_INSECURE_REGISTRY
+  value: {{ include "lockgate.envValue" .insecureRegistry }}
+- name: LOCKGATE_BUILDER_IMAGE
+  {{- if .image.digest }}
+  value: {{ printf "%s@%s" .image.repository .image.digest | quote }}
+  {{- else }}
+  value: {{ printf "%s:%s" .image.repository (default $.Chart.AppVersion .image.tag) | quote }}
+  {{- end }}
+- name: LOCKGATE_BUILDS_TTL_S
+  value: {{ include "lockgate.envValue" .ttlSecondsAfterFinished }}
+- name: LOCKGATE_BUILDS_RESOURCES
+  value: {{ toJson .resources | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* builds.namespace must be watched by a namespaced operator: it follows the build
+Jobs there. */}}
+{{- define "lockgate.validate.builds" -}}
+{{- with .Values.builds }}
+{{- if and .registry .namespace $.Values.operator.namespaces (not (has .namespace $.Values.operator.namespaces)) }}
+{{- fail (printf "builds.namespace %q is not among operator.namespaces %v: the operator would not see its build Jobs; add it to operator.namespaces" .namespace $.Values.operator.namespaces) }}
+{{- end }}
 {{- end }}
 {{- end }}
