@@ -17,12 +17,14 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import eventually
+from tests.devproc import DevProcess
 from tests.gitrepo import git, make_repo
 from tests.test_manage_api import (  # noqa: F401 - fixtures
     Api,
@@ -36,6 +38,7 @@ from tests.test_v2_workers import read_events
 pytest_plugins = ["kube_fixtures"]
 pytestmark = pytest.mark.asyncio
 
+ECHO = "tests/handlers/sync_echo.py"
 HANDLER = "import runpod\nrunpod.serverless.start({'handler': lambda job: job['input']})\n"
 BUILD_KEYS = {
     "id",
@@ -434,3 +437,48 @@ async def test_a_signed_hook_for_an_endpoint_without_a_source_is_a_409(api: Api)
     secret = (await v2(api, "POST", f"/{plain['id']}/builds/webhook"))[2]["secret"]
     status, answer = await hook(api, plain["id"], *github_push(secret, "main"))
     assert status == 409 and "no source" in answer["error"], answer
+
+
+# -- `lockgate dev` as a user runs it --------------------------------------------------------
+
+
+async def test_dev_builds_survive_a_restart_and_a_stop_mid_build_ends_it_failed(
+    http: aiohttp.ClientSession, tmp_path: Path, repo: Path
+) -> None:
+    data = tmp_path / "data"
+    admin = {}
+
+    async def call(dev: DevProcess, method: str, path: str, body: Any = None):
+        url = f"{dev.url}/v2/serverless/{dev.endpoint}{path}"
+        async with http.request(method, url, json=body, headers=admin) as resp:
+            return resp.status, await resp.json(content_type=None)
+
+    with DevProcess(ECHO, data_dir=data) as dev:
+        admin["authorization"] = f"Bearer {dev.key}"
+        status, ep = await call(dev, "PATCH", "", {"source": {"git": {"url": f"file://{repo}"}}})
+        assert status == 200 and ep["source"]["git"]["trigger"] == "RELEASE", ep
+        status, built = await call(dev, "POST", "/builds")
+        assert status == 201, built
+
+        async def completed() -> bool:
+            return (await call(dev, "GET", f"/builds/{built['id']}"))[1]["status"] == "COMPLETED"
+
+        await eventually(completed, timeout=60)
+        async with silent_git_server() as url:
+            status, _ = await call(dev, "PATCH", "", {"source": {"git": {"url": url}}})
+            assert status == 200
+            status, stuck = await call(dev, "POST", "/builds")
+
+            async def building() -> bool:
+                return (await call(dev, "GET", f"/builds/{stuck['id']}"))[1]["status"] == "BUILDING"
+
+            await eventually(building, timeout=30)
+            assert await asyncio.to_thread(dev.stop) == 0  # a clone under way does not hold it
+    with DevProcess(ECHO, data_dir=data) as dev:
+        admin["authorization"] = f"Bearer {dev.key}"
+        status, page = await call(dev, "GET", "/builds")
+        assert status == 200, page
+        by_id = {b["id"]: b for b in page["builds"]}
+        assert by_id[built["id"]]["status"] == "COMPLETED"
+        assert by_id[stuck["id"]]["status"] == "FAILED"
+        assert by_id[stuck["id"]]["error"] == "lockgate dev stopped"

@@ -8,18 +8,21 @@ pip say `container` lines) → COMPLETED with the commit's fields, or FAILED wit
 past the source's `buildTimeoutMin` it is FAILED too. A completed build is recorded, not
 yet run: the endpoint's workers keep running its template (docs/builds.md). A cancel
 (`manage.builds.cancel`) marks the record first, then stops the task here: a step already
-in a thread runs to its end, unwaited, and its result is dropped.
+in its (daemon) thread runs to its end, unwaited, and its result is dropped; it holds
+neither the cancel nor the exit of `lockgate dev`, which ends a live build FAILED.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shlex
+import threading
 from collections.abc import Awaitable, Callable
 from datetime import UTC
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from lockgate.dev import gitsource
 from lockgate.manage.workerlogs import CONTAINER, SYSTEM
@@ -28,6 +31,7 @@ from lockgate.models.source import GitSource
 from lockgate.store.builds import BuildNotFound, BuildStore
 
 log = logging.getLogger("lockgate.dev.builder")
+T = TypeVar("T")
 
 # Called with the endpoint id, the COMPLETED build and its checkout once a build
 # completes: the control plane may run it.
@@ -44,6 +48,33 @@ def commit_fields(checkout: gitsource.Checkout) -> dict[str, Any]:
         "branch": checkout.branch,
         "commitDate": rfc3339(checkout.date.astimezone(UTC)),
     }
+
+
+async def in_daemon_thread(fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)` in a daemon thread, awaited. Unlike `asyncio.to_thread`, a step still
+    under way (a clone from a server that never answers, a long pip install) holds
+    neither a cancel nor `lockgate dev`'s exit: it is left to end on its own."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if future.done():  # cancelled meanwhile: the result is dropped
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)  # type: ignore[arg-type]
+
+    def run() -> None:
+        try:
+            outcome: tuple[T | None, BaseException | None] = (fn(*args), None)
+        except BaseException as err:  # handed to the awaiting task
+            outcome = (None, err)
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
+            loop.call_soon_threadsafe(settle, *outcome)
+
+    threading.Thread(target=run, name=f"lockgate-build-{fn.__name__}", daemon=True).start()
+    return await future
 
 
 class LocalBuilder:
@@ -106,9 +137,7 @@ class LocalBuilder:
         await say(SYSTEM, f"checking out {git.url} at {ref or 'its default branch'}")
         try:
             async with asyncio.timeout(git.buildTimeoutMin * 60):
-                checkout = await asyncio.to_thread(
-                    gitsource.checkout, git.url, ref, self.cache_root
-                )
+                checkout = await in_daemon_thread(gitsource.checkout, git.url, ref, self.cache_root)
                 # the commit is shown at once, and stays on a build that fails later
                 await self.store.change(
                     endpoint_id, build.id, BuildStatus.BUILDING, **commit_fields(checkout)
@@ -116,7 +145,7 @@ class LocalBuilder:
                 first_line = checkout.message.partition("\n")[0]
                 await say(CONTAINER, f"HEAD is now at {checkout.short} {first_line}")
                 await say(SYSTEM, "preparing the environment (its requirements)")
-                python = await asyncio.to_thread(gitsource.environment, checkout, self.cache_root)
+                python = await in_daemon_thread(gitsource.environment, checkout, self.cache_root)
                 await say(CONTAINER, f"environment ready: {python}")
                 command = [str(python), *gitsource.entrypoint(checkout)]
                 await say(SYSTEM, f"the worker would run: {shlex.join(command)}")
