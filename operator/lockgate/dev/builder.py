@@ -80,10 +80,18 @@ async def in_daemon_thread(fn: Callable[..., T], *args: Any) -> T:
 class LocalBuilder:
     """Runs dev mode's builds in tasks of this process."""
 
-    def __init__(self, store: BuildStore, cache_root: Path, on_built: OnBuilt | None = None):
+    def __init__(
+        self,
+        store: BuildStore,
+        cache_root: Path,
+        on_built: OnBuilt | None = None,
+        *,
+        minute_s: float = 60.0,
+    ) -> None:
         self.store = store
         self.cache_root = cache_root  # clones and environments (dev.gitsource)
         self.on_built = on_built
+        self.minute_s = minute_s  # seconds in a minute of `buildTimeoutMin` (tests: fewer)
         self._tasks: dict[tuple[str, str], asyncio.Task] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
@@ -136,7 +144,7 @@ class LocalBuilder:
         say = self._say(endpoint_id, build.id)
         await say(SYSTEM, f"checking out {git.url} at {ref or 'its default branch'}")
         try:
-            async with asyncio.timeout(git.buildTimeoutMin * 60):
+            async with asyncio.timeout(git.buildTimeoutMin * self.minute_s):
                 checkout = await in_daemon_thread(gitsource.checkout, git.url, ref, self.cache_root)
                 # the commit is shown at once, and stays on a build that fails later
                 await self.store.change(
