@@ -32,6 +32,7 @@ from tests.test_manage_api import (  # noqa: F401 - fixtures
     kubernetes_api,
     local_api,
 )
+from tests.test_v2_openapi import answer_schema, conforms
 from tests.test_v2_serverless import PROBLEM, cpu_body, v2
 from tests.test_v2_workers import read_events
 
@@ -482,3 +483,22 @@ async def test_dev_builds_survive_a_restart_and_a_stop_mid_build_ends_it_failed(
         assert by_id[built["id"]]["status"] == "COMPLETED"
         assert by_id[stuck["id"]]["status"] == "FAILED"
         assert by_id[stuck["id"]]["error"] == "lockgate dev stopped"
+
+
+@pytest.mark.parametrize("api", ["local"], indirect=True)
+async def test_build_answers_conform_to_the_openapi_document(api: Api, repo: Path) -> None:
+    async with api.http.get(f"{api.url}/v2/openapi.json") as resp:
+        doc = await resp.json()
+    ep = await with_source(api, f"file://{repo}")
+    one = "/v2/serverless/{id}/builds/{buildId}"
+    status, _, build = await v2(api, "POST", f"/{ep['id']}/builds", {"ref": "main"})
+    conforms(doc, answer_schema(doc, "post", "/v2/serverless/{id}/builds", 201), build)
+    done = await ended(api, ep["id"], build["id"])
+    conforms(doc, answer_schema(doc, "get", one, 200), done)
+    status, _, page = await v2(api, "GET", f"/{ep['id']}/builds")
+    conforms(doc, answer_schema(doc, "get", "/v2/serverless/{id}/builds", 200), page)
+    status, _, problem = await v2(api, "POST", f"/{ep['id']}/builds/{build['id']}/cancel")
+    assert status == 409
+    conforms(doc, answer_schema(doc, "post", one + "/cancel", 409), problem)
+    status, _, made = await v2(api, "POST", f"/{ep['id']}/builds/webhook")
+    conforms(doc, answer_schema(doc, "post", "/v2/serverless/{id}/builds/webhook", 201), made)
