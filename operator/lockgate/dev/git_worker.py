@@ -23,10 +23,11 @@ from lockgate.dev.gitsource import (
     checkout,
     entrypoint,
     environment,
-    environment_key,
+    is_ready,
     requirements_of,
     shown_url,
     split_source,
+    venv_dir,
 )
 from lockgate.dev.launch import Launch
 from lockgate.models.hub import (
@@ -85,18 +86,20 @@ def git_worker(
     say(f"git: fetching {shown_url(url)}{f' at {ref}' if ref else ''}")
     co = checkout(url, ref, cache_root)
     say(f"git: {co.ref} is {co.short} ({co.message.splitlines()[0] if co.message else ''})")
-    wanted = requirements_of(co)
-    venv_key = environment_key(wanted)[:12]
-    say(f"environment {venv_key}: {wanted.origin} (made once, then reused while it is the same)")
-    python = environment(co, cache_root)
-    args = entrypoint(co)
+    args = entrypoint(co)  # what is wrong with the repository is said before any install
     hub = _hub(co.path, say)
-    tests = load_tests(co.path) if with_tests else None
-    env = hub_env(hub.config, preset) if hub else {}
     if preset and hub is None:
         raise HubFileError(f"--preset {preset!r}: the repository has no usable {HUB_FILE}")
-    env |= env_for_tests(tests) if tests else {}
+    tests = load_tests(co.path) if with_tests else None
+    env = (hub_env(hub.config, preset) if hub else {}) | (env_for_tests(tests) if tests else {})
     env = {k: v for k, v in env.items() if k not in environ}  # what you export wins
+    wanted = requirements_of(co)
+    venv = venv_dir(cache_root, wanted)
+    if is_ready(venv):
+        say(f"environment: {venv} ({wanted.origin}, unchanged: reused)")
+    else:
+        say(f"environment: installing {wanted.origin} into {venv} (once; log: {venv}.log)")
+    python = environment(co, cache_root)
     command = (str(python), *args)
     launch = Launch(shlex.join(command), command, str(co.path), tuple(sorted(env.items())))
     return GitWorker(co, launch, repository_endpoint_id(co.url), hub, tests)
