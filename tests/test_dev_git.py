@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 import requests
 
+from lockgate.dev.git_worker import git_worker
 from lockgate.dev.gitsource import checkout, environment
+from lockgate.models.hub import HubFileError
 from tests.devproc import REPO, DevProcess
 from tests.gitrepo import commit, git, make_repo
 
@@ -232,3 +234,20 @@ def test_the_venv_is_reused_while_the_requirements_are_the_same(tmp_path, git_ca
     (venv_python.parent.parent / "kept.txt").write_text("a rebuilt venv would lose this")
     again = environment(checkout(str(other), None, git_cache), git_cache)
     assert again == venv_python and (venv_python.parent.parent / "kept.txt").exists()
+
+
+def test_a_presets_values_and_tests_json_env_reach_the_workers_and_a_missing_preset_is_one_line(
+    tmp_path, git_cache, venv_python
+):
+    hub = {**HUB, "config": {**HUB["config"], "presets": [
+        {"name": "Loud", "defaults": {"GREETING": "HELLO"}},
+    ]}}  # fmt: skip
+    tests = json.dumps({"tests": [PASSING], "config": {"env": [{"key": "MODE", "value": "test"}]}})
+    repo = worker_repo(tmp_path / "presets", tests=tests)
+    commit(repo, {".runpod/hub.json": json.dumps(hub)}, "a preset")
+    worker = git_worker(str(repo), git_cache, preset="Loud", with_tests=True, environ={})
+    assert dict(worker.launch.env) == {"GREETING": "HELLO", "MODE": "test"}
+    assert worker.launch.command == (str(venv_python), str(worker.checkout.path / "handler.py"))
+    assert worker.launch.cwd == str(worker.checkout.path)
+    with pytest.raises(HubFileError, match=r"^hub.json: no preset 'Quiet' \(presets: 'Loud'\)$"):
+        git_worker(str(repo), git_cache, preset="Quiet", environ={})
