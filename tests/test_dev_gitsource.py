@@ -120,9 +120,9 @@ def test_without_handler_py_the_dockerfiles_python_cmd_runs_the_copied_script(tm
 @pytest.mark.parametrize(
     ("dockerfile", "error"),
     [
-        ('FROM x\nCMD ["/start.sh"]', r"no handler.py, and the Dockerfile's CMD /start.sh is not a "),
+        ('FROM x\nCMD ["/start.sh"]', r"Dockerfile's CMD /start.sh is not a Python"),
         ('FROM x\nCMD ["python", "-m", "worker"]', r"CMD python -m worker runs no script file$"),
-        ('FROM x\nCMD ["python", "/x.py"]', r"runs /x.py, which no COPY or ADD brings from the repo"),
+        ('FROM x\nCMD ["python", "/x.py"]', r"runs /x.py, which no COPY or ADD brings"),
     ],
 )  # fmt: skip
 def test_a_dockerfile_command_that_cannot_run_here_is_one_line(tmp_path, dockerfile, error):
