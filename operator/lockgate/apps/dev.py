@@ -563,7 +563,15 @@ async def run(opts: DevOptions) -> int:
         if embedded is not None:
             embedded.stop()
         say("stopped" if stop.forced is None else "stopped at once")
-    return 1 if passed is False and stop.exit_code() == 0 else stop.exit_code()
+    return exit_code(stop.exit_code(), opts.tests is not None, passed)
+
+
+def exit_code(stopped: int, tested: bool, passed: bool | None) -> int:
+    """The exit code: the stop's (0, or 128 + the signal of a forced stop); with --test,
+    1 when a test failed and 130 when Ctrl-C came before the tests ended."""
+    if not tested or stopped != 0:
+        return stopped
+    return 0 if passed else 1 if passed is False else 130
 
 
 def main(args: argparse.Namespace) -> int:
