@@ -122,6 +122,10 @@ def checkout(url: str, ref: str | None, cache_root: Path) -> Checkout:
         else:
             _fetch(path, url)
         wanted = ref or _default_branch(path, url)
+        if re.fullmatch(r"[0-9a-f]{40}", wanted):
+            # a commit no branch or tag holds (a pull request's): asked for by its hash,
+            # which servers that allow it send; otherwise _resolve says it is not there
+            _run(["git", "fetch", "--quiet", ORIGIN, wanted], path, url, check=False)
         commit, branch = _resolve(path, wanted, url)
         tree = _work_tree(path, commit, cache_root / "trees" / path.name / commit[:16], url)
         return _describe(url, tree, commit, wanted, branch)
