@@ -1,8 +1,13 @@
-"""A git source for dev mode: `URL[@ref]` parsing, and checkouts of a real local repository
-(cloned by the `git` CLI over a plain path and file://) at a branch, a tag and a commit."""
+"""A git source for dev mode: `URL[@ref]` parsing, and checkouts of a real repository made
+here (cloned by the `git` CLI over a plain path, file:// and HTTP on loopback) at a branch,
+a tag and a commit; its handler and what its venv installs."""
 
 from __future__ import annotations
 
+import functools
+import subprocess
+import threading
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -158,3 +163,34 @@ def test_a_failed_install_is_one_line_with_pips_last_lines_and_leaves_no_venv(tm
     assert message.startswith("pip install of requirements.txt failed (exit 1): ")
     assert "Invalid requirement" in message and "\n" not in message
     assert [p.name for p in (tmp_path / "cache" / "venvs").iterdir() if p.is_dir()] == []
+
+
+@pytest.fixture
+def http_repo(repo: Path, tmp_path: Path):
+    """`repo` as a bare repository served over HTTP on loopback (git's "dumb" protocol:
+    plain files after `git update-server-info`)."""
+    served = tmp_path / "served"
+    served.mkdir()
+    subprocess.run(
+        ["git", "clone", "--quiet", "--bare", str(repo), str(served / "repo.git")], check=True
+    )
+    git(served / "repo.git", "update-server-info")
+    handler = functools.partial(QuietHandler, directory=str(served))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/repo.git"
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+class QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:  # no access lines in the test's output
+        pass
+
+
+def test_an_http_url_is_cloned_at_a_tag(http_repo: str, repo: Path, tmp_path: Path):
+    got = checkout(f"{http_repo}", "v1", tmp_path / "cache")
+    assert got.commit == git(repo, "rev-parse", "v1") and (got.path / "a.txt").read_text() == "1"
+    assert checkout(http_repo, None, tmp_path / "cache").message.startswith("second")
