@@ -13,6 +13,7 @@ import hashlib
 import hmac
 import json
 import re
+import site
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -23,12 +24,13 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import eventually
+from tests.conftest import REPO, eventually
 from tests.devproc import DevProcess
 from tests.gitrepo import git, make_repo
 from tests.test_manage_api import (  # noqa: F401 - fixtures
     Api,
     api,
+    jobs_key,
     kubernetes_api,
     local_api,
 )
@@ -60,10 +62,12 @@ def repo(tmp_path: Path) -> Path:
     return make_repo(tmp_path / "repo", {"handler.py": HANDLER}, "the first handler")
 
 
-async def with_source(api: Api, url: str, **git_fields: Any) -> dict[str, Any]:
-    status, _, body = await v2(
-        api, "POST", body=cpu_body(source={"git": {"url": url, **git_fields}})
-    )
+async def with_source(
+    api: Api, url: str, *, fields: dict[str, Any] | None = None, **git_fields: Any
+) -> dict[str, Any]:
+    """A v2 endpoint (the echo handler's template; `fields` over the body) built from `url`."""
+    source = {"git": {"url": url, **git_fields}}
+    status, _, body = await v2(api, "POST", body=cpu_body(source=source, **(fields or {})))
     assert status == 201, body
     return body
 
@@ -303,11 +307,15 @@ async def test_deleting_the_endpoint_deletes_its_builds(api: Api, repo: Path) ->
 
 # -- no body gets a 5xx ---------------------------------------------------------------------
 
+
+def containers(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """Lists and objects of `inner` (a named function: Hypothesis reads a lambda's source)."""
+    return st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+
+
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=20),
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
-    ),
+    containers,
     max_leaves=8,
 )
 start_bodies = json_values | st.fixed_dictionaries({"ref": json_values})
@@ -502,3 +510,50 @@ async def test_build_answers_conform_to_the_openapi_document(api: Api, repo: Pat
     conforms(doc, answer_schema(doc, "post", one + "/cancel", 409), problem)
     status, _, made = await v2(api, "POST", f"/{ep['id']}/builds/webhook")
     conforms(doc, answer_schema(doc, "post", "/v2/serverless/{id}/builds/webhook", 201), made)
+
+
+# The handler of a repository built in dev mode, run by the build's venv: it borrows this
+# project's site-packages and source for `lockgate.worker` (no pip install in the test).
+BUILT_HANDLER = f"""import sys
+sys.path[:0] = [{str(Path(site.getsitepackages()[0]))!r}, {str(REPO / "operator")!r}]
+import lockgate.worker
+
+if __name__ == "__main__":
+    lockgate.worker.start({{"handler": lambda job: {{"built": job["input"]["v"]}}}})
+"""
+
+
+@pytest.mark.parametrize("api", ["local"], indirect=True)
+async def test_a_completed_build_is_what_the_workers_run_then(
+    api: Api, tmp_path: Path, jobs_key: str
+) -> None:
+    built = make_repo(tmp_path / "built", {"handler.py": BUILT_HANDLER}, "a built handler")
+    ep = await with_source(api, f"file://{built}", fields={"workers": {"min": 1, "max": 1}})
+    url = ep["requestUrls"]["runSync"] + "?wait=60000"
+
+    async def run(value: str) -> dict[str, Any]:
+        body = {"input": {"v": value}}
+        async with api.http.post(url, json=body, headers={"authorization": jobs_key}) as resp:
+            job = await resp.json()
+        assert job["status"] == "COMPLETED", job
+        return job["output"]
+
+    assert await run("before") == {"echo": {"v": "before"}}  # the template, until a build
+    status, _, build = await v2(api, "POST", f"/{ep['id']}/builds")
+    assert status == 201
+    assert (await ended(api, ep["id"], build["id"]))["status"] == "COMPLETED"
+
+    async def runs_the_build() -> bool:
+        return await run("after") == {"built": "after"}
+
+    await eventually(runs_the_build, timeout=60)
+    status, _, patched = await v2(api, "PATCH", f"/{ep['id']}", {"workers": {"min": 1, "max": 2}})
+    assert status == 200, patched
+    assert await run("still") == {"built": "still"}  # a scaling edit keeps the build
+    status, _, patched = await v2(api, "PATCH", f"/{ep['id']}", {"source": None})
+    assert status == 200, patched
+
+    async def back_to_the_template() -> bool:
+        return await run("again") == {"echo": {"v": "again"}}
+
+    await eventually(back_to_the_template, timeout=60)

@@ -5,8 +5,10 @@ requirements), with no image. One build runs at a time per endpoint, in order as
 PENDING → BUILDING (the checkout, the environment, the worker's command: the repository's
 `handler.py` or its Dockerfile's Python CMD; each step a `system` log line, what git and
 pip say `container` lines) → COMPLETED with the commit's fields, or FAILED with the error;
-past the source's `buildTimeoutMin` it is FAILED too. A completed build is recorded, not
-yet run: the endpoint's workers keep running its template (docs/builds.md). A cancel
+past the source's `buildTimeoutMin` it is FAILED too. A completed build is a copy of its
+checkout (`runs/<endpoint>/<build>`: the cached clone's work tree moves with the next
+build, a running worker's files must not) and the command to run there, handed to
+`on_built` (the control plane runs it; docs/builds.md). A cancel
 (`manage.builds.cancel`) marks the record first, then stops the task here: a step already
 in its (daemon) thread runs to its end, unwaited, and its result is dropped; it holds
 neither the cancel nor the exit of `lockgate dev`, which ends a live build FAILED.
@@ -18,8 +20,10 @@ import asyncio
 import contextlib
 import logging
 import shlex
+import shutil
 import threading
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
 from datetime import UTC
 from pathlib import Path
 from typing import Any, TypeVar
@@ -33,9 +37,34 @@ from lockgate.store.builds import BuildNotFound, BuildStore
 log = logging.getLogger("lockgate.dev.builder")
 T = TypeVar("T")
 
-# Called with the endpoint id, the COMPLETED build and its checkout once a build
-# completes: the control plane may run it.
-OnBuilt = Callable[[str, Build, gitsource.Checkout], Awaitable[None]]
+RUNS = "runs"  # under the cache root: a folder per endpoint, one per completed build in it
+RUNS_KEPT = 3  # completed builds' folders kept per endpoint (older workers may still run)
+
+
+@dataclass(frozen=True, slots=True)
+class Built:
+    """What a completed build runs: its own copy of the checkout, and the worker command
+    (the environment's python and the handler) to run in it."""
+
+    folder: Path
+    command: tuple[str, ...]
+
+
+# Called with the endpoint id, the COMPLETED build and what it built: the control plane
+# runs it.
+OnBuilt = Callable[[str, Build, Built], Awaitable[None]]
+
+
+def snapshot(checkout: gitsource.Checkout, runs: Path, build_id: str) -> gitsource.Checkout:
+    """A copy of the checkout's files (not its `.git`) in `runs/<build id>`, the newest
+    RUNS_KEPT such folders kept; the checkout as it is there."""
+    folder = runs / build_id
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.copytree(checkout.path, folder, ignore=shutil.ignore_patterns(".git"), symlinks=True)
+    older = sorted((p for p in runs.iterdir() if p != folder), key=lambda p: p.stat().st_mtime)
+    for stale in older[: max(0, len(older) - (RUNS_KEPT - 1))]:
+        shutil.rmtree(stale, ignore_errors=True)
+    return replace(checkout, path=folder)
 
 
 def commit_fields(checkout: gitsource.Checkout) -> dict[str, Any]:
@@ -155,8 +184,10 @@ class LocalBuilder:
                 await say(SYSTEM, "preparing the environment (its requirements)")
                 python = await in_daemon_thread(gitsource.environment, checkout, self.cache_root)
                 await say(CONTAINER, f"environment ready: {python}")
-                command = [str(python), *gitsource.entrypoint(checkout)]
-                await say(SYSTEM, f"the worker would run: {shlex.join(command)}")
+                runs = self.cache_root / RUNS / endpoint_id
+                copy = await in_daemon_thread(snapshot, checkout, runs, build.id)
+                built = Built(copy.path, (str(python), *gitsource.entrypoint(copy)))
+                await say(SYSTEM, f"the workers run {shlex.join(built.command)} in {copy.path}")
         except TimeoutError:
             why = f"the build took over its buildTimeoutMin ({git.buildTimeoutMin} min)"
             await self._end(endpoint_id, build.id, BuildStatus.FAILED, why)
@@ -168,7 +199,7 @@ class LocalBuilder:
         done = await self.store.change(endpoint_id, build.id, BuildStatus.COMPLETED)
         await say(SYSTEM, f"build completed at {checkout.short}")
         if self.on_built is not None:
-            await self.on_built(endpoint_id, done, checkout)
+            await self.on_built(endpoint_id, done, built)
 
     def _say(self, endpoint_id: str, build_id: str) -> Callable[[str, str], Awaitable[None]]:
         async def say(source: str, line: str) -> None:
