@@ -48,6 +48,7 @@ class Built:
 
     folder: Path
     command: tuple[str, ...]
+    url: str  # the repository built: a build of a source changed since is not run
 
 
 # Called with the endpoint id, the COMPLETED build and what it built: the control plane
@@ -186,7 +187,8 @@ class LocalBuilder:
                 await say(CONTAINER, f"environment ready: {python}")
                 runs = self.cache_root / RUNS / endpoint_id
                 copy = await in_daemon_thread(snapshot, checkout, runs, build.id)
-                built = Built(copy.path, (str(python), *gitsource.entrypoint(copy)))
+                command = (str(python), *gitsource.entrypoint(copy))
+                built = Built(copy.path, command, git.url)
                 await say(SYSTEM, f"the workers run {shlex.join(built.command)} in {copy.path}")
         except TimeoutError:
             why = f"the build took over its buildTimeoutMin ({git.buildTimeoutMin} min)"

@@ -431,7 +431,10 @@ class LocalControlPlane:
         release comes with the in-cluster build)."""
         async with self._lock:
             ep = self._endpoints.get(endpoint_id)
-            if ep is None or self._closing or ep.spec.source is None or ep.launch is None:
+            source = source_of(ep.spec.source) if ep is not None else None
+            if ep is None or self._closing or ep.launch is None or source is None:
+                return
+            if source.git.url != built.url:  # the source changed while it was built
                 return
             template = await self._template(ep.spec.templateId)
             self._built[endpoint_id] = Launch(
