@@ -26,7 +26,7 @@ import logging
 import os
 import secrets
 import sys
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -307,8 +307,12 @@ class LocalControlPlane:
         python: str = sys.executable,
         stop_grace_s: float = STOP_GRACE_S,
         secret_values: FileSecretValues | None = None,
+        launches: Mapping[str, Launch] | None = None,
     ) -> None:
         self.gw = gw
+        # Launches the command line made, by templateId (`lockgate dev --git`: the venv's
+        # python in the checkout, with hub.json's variables), taken as they are.
+        self.launches = dict(launches or {})
         self.gateway_url = gateway_url  # the gateway as workers reach it
         self.base_dir = base_dir
         self.volumes_dir = volumes_dir or base_dir / ".lockgate" / "volumes"
@@ -331,6 +335,8 @@ class LocalControlPlane:
     async def _launch(self, template_id: str, base_dir: Path | None = None) -> Launch:
         """What an endpoint's `templateId` runs: a kept template, else a handler file or
         a worker command (`dev.launch`)."""
+        if template_id in self.launches:
+            return self.launches[template_id]
         template = await self._template(template_id)
         if template is not None:
             return self._template_launch(template_id, template)
