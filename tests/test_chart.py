@@ -28,6 +28,7 @@ import yaml
 
 from lockgate.gateway.keyfile import parse_key_file
 from lockgate.kube import crds
+from lockgate.kube.reconcile import OWNED_OBJECTS
 from lockgate.kube.settings import OperatorSettings
 from lockgate.settings import Prices
 
@@ -581,6 +582,16 @@ def test_cluster_wide_rbac_grants_only_the_verbs_the_operator_uses(render_chart)
         "pods/log": {"get"},  # a worker past its startupTimeout: its last line
         "events": {"create"},
     }
+
+
+def test_the_operator_may_apply_and_delete_each_optional_owned_kind(render_chart) -> None:
+    """Each row of `reconcile.OWNED_OBJECTS` (an object an Endpoint owns while a setting
+    wants it) is read, created, replaced and deleted by the operator: a new row needs its
+    kind in the operator's role."""
+    rules = rules_of(by_kind(render_chart(), "ClusterRole")["lockgate-lockgate-operator"])
+    for row in OWNED_OBJECTS:
+        plural = re.sub("y$", "ie", row.kind.lower()) + "s"
+        assert {"get", "create", "update", "delete"} <= rules.get(plural, set()), row.kind
 
 
 def test_namespaced_operator_gets_a_role_per_namespace(render_chart) -> None:

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from lockgate.kube import manifests
-from lockgate.kube.manifests import Owner
+from lockgate.kube.manifests.names import Owner
+from lockgate.kube.manifests.workloads import worker_deployment
 from lockgate.kube.settings import OperatorSettings
 from lockgate.models import EndpointSpec, TemplateSpec
 from tests import test_chart
@@ -70,7 +70,7 @@ def operator_settings(docs: list[dict[str, Any]]) -> OperatorSettings:
 
 def worker_pod(settings: OperatorSettings, endpoint: str, namespace: str) -> dict[str, Any]:
     """The pod template of an Endpoint's workers, from the operator's own builder."""
-    deployment = manifests.worker_deployment(
+    deployment = worker_deployment(
         Owner(name=endpoint, namespace=namespace, uid="uid-1"),
         EndpointSpec(),
         TemplateSpec(image="img:1"),

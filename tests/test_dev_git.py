@@ -7,6 +7,7 @@ every repository below has the same requirements.txt, so every run reuses that v
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from lockgate.apps.dev import source_of
 from lockgate.dev.git_worker import git_worker
 from lockgate.dev.gitsource import checkout, environment
 from lockgate.models.hub import HubFileError
@@ -251,3 +253,21 @@ def test_a_presets_values_and_tests_json_env_reach_the_workers_and_a_missing_pre
     assert worker.launch.cwd == str(worker.checkout.path)
     with pytest.raises(HubFileError, match=r"^hub.json: no preset 'Quiet' \(presets: 'Loud'\)$"):
         git_worker(str(repo), git_cache, preset="Quiet", environ={})
+
+
+def test_a_repository_whose_hub_json_says_lb_makes_an_lb_endpoint_unless_a_flag_says(
+    tmp_path, git_cache, venv_python
+):
+    hub = {**HUB, "config": {**HUB["config"], "endpointType": "LB"}}
+    repo = worker_repo(tmp_path / "lb-worker")
+    commit(repo, {".runpod/hub.json": json.dumps(hub)}, "an LB listing")
+    flags = {"handler": None, "worker_command": None, "preset": None, "test": False}
+    args = argparse.Namespace(**flags, git=str(repo), git_cache=str(git_cache), endpoint_type=None)
+    source = source_of(args)
+    assert args.endpoint_type == "LB" and source.endpoint_id == "lb-worker"
+    assert list(source.launches) == [source.template_id]
+    args = argparse.Namespace(
+        **flags, git=str(repo), git_cache=str(git_cache), endpoint_type="QUEUE"
+    )
+    source_of(args)
+    assert args.endpoint_type == "QUEUE"

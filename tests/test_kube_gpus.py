@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from lockgate.kube import manifests, placement
+from lockgate.kube import placement
 from lockgate.kube.gpus import GpuLabels, parse_cuda
-from lockgate.kube.manifests import Owner
+from lockgate.kube.manifests.names import Owner
+from lockgate.kube.manifests.workloads import flashboot_daemonset, worker_deployment
 from lockgate.kube.placement import Choice, PodScheduling, on_fallback
 from lockgate.kube.settings import OperatorSettings
 from lockgate.models import EndpointSpec, TemplateSpec
@@ -35,7 +36,7 @@ def terms(pod_spec: dict) -> list[dict[str, Any]]:
 
 
 def worker_pod(spec: dict, s: OperatorSettings | None = None, **kw: Any) -> dict:
-    dep = manifests.worker_deployment(
+    dep = worker_deployment(
         OWNER, EndpointSpec(**spec), TemplateSpec(image="img:1"), "tpl", s or settings(),
         replicas=0, **kw,
     )  # fmt: skip
@@ -43,7 +44,7 @@ def worker_pod(spec: dict, s: OperatorSettings | None = None, **kw: Any) -> dict
 
 
 def flashboot_pod(spec: dict, s: OperatorSettings | None = None) -> dict:
-    ds = manifests.flashboot_daemonset(
+    ds = flashboot_daemonset(
         OWNER, EndpointSpec(flashboot=True, **spec), TemplateSpec(image="img:1"), s or settings()
     )
     return ds["spec"]["template"]["spec"]

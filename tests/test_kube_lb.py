@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from lockgate.kube import manifests
 from lockgate.kube.deployment_pool import DeploymentPool
 from lockgate.kube.lb_pods import (
     PARKED_UNTIL,
@@ -22,7 +21,9 @@ from lockgate.kube.lb_pods import (
     parked_until,
     wanted_workers,
 )
-from lockgate.kube.manifests import LB_ANNOTATION, SERVING_CONDITION, Owner
+from lockgate.kube.manifests.lb import LB_ANNOTATION, lb_network_policy
+from lockgate.kube.manifests.names import SERVING_CONDITION, Owner, selector
+from lockgate.kube.manifests.workloads import worker_pod_template
 from lockgate.kube.settings import OperatorSettings
 from lockgate.models import EndpointSpec, TemplateSpec
 from lockgate.store.lb_workers import LbWorker, LbWorkers
@@ -33,7 +34,7 @@ LB = {"type": "LB", "scalerType": "REQUEST_COUNT"}
 
 
 def pod_template(spec: dict | None = None, template: dict | None = None) -> dict[str, Any]:
-    return manifests.worker_pod_template(
+    return worker_pod_template(
         OWNER,
         EndpointSpec(**{**LB, **(spec or {})}),
         TemplateSpec(**{"image": "img:1", **(template or {})}),
@@ -103,7 +104,7 @@ def test_an_lb_pod_says_where_it_listens() -> None:
 
 
 def test_a_queue_worker_gets_none_of_it() -> None:
-    tpl = manifests.worker_pod_template(
+    tpl = worker_pod_template(
         OWNER, EndpointSpec(), TemplateSpec(image="img:1", ports=["8000/http"]), "tpl", SETTINGS
     )
     c = tpl["spec"]["containers"][0]
@@ -118,11 +119,11 @@ GATEWAY = {"app.kubernetes.io/name": "lockgate", "app.kubernetes.io/component": 
 def test_the_network_policy_admits_only_gateway_pods_to_the_http_and_health_ports() -> None:
     settings = OperatorSettings(lb_gateway_labels=GATEWAY)
     template = TemplateSpec(image="img:1", ports=["8000/http"], env={"PORT_HEALTH": "8001"})
-    policy = manifests.lb_network_policy(OWNER, template, settings)
+    policy = lb_network_policy(OWNER, template, settings)
     assert policy["metadata"]["name"] == "chat-lb-workers"
     assert policy["metadata"]["ownerReferences"][0]["uid"] == OWNER.uid
     spec = policy["spec"]
-    assert spec["podSelector"]["matchLabels"] == manifests.selector("chat", "worker")
+    assert spec["podSelector"]["matchLabels"] == selector("chat", "worker")
     assert spec["policyTypes"] == ["Ingress"]
     [rule] = spec["ingress"]
     assert rule["from"] == [{"namespaceSelector": {}, "podSelector": {"matchLabels": GATEWAY}}]

@@ -6,8 +6,17 @@ from typing import Any
 
 import pytest
 
-from lockgate.kube import manifests
-from lockgate.kube.manifests import Owner
+from lockgate.kube.manifests.keys import worker_key_secret
+from lockgate.kube.manifests.merge import hash_of, updated, with_hash
+from lockgate.kube.manifests.names import SERVING_CONDITION, Owner
+from lockgate.kube.manifests.scheduling import node_label_value
+from lockgate.kube.manifests.security import HELPER_UID
+from lockgate.kube.manifests.workloads import (
+    flashboot_daemonset,
+    worker_deployment,
+    worker_pod_template,
+)
+from lockgate.kube.registry_record import registry_entry, scaled_externally
 from lockgate.kube.settings import OperatorSettings
 from lockgate.models import EndpointSpec, TemplateSpec, podfields
 from lockgate.models.templates import new_template
@@ -17,7 +26,7 @@ SETTINGS = OperatorSettings(gateway_url="http://gw:8080", base_url="https://jobs
 
 
 def deployment(spec: dict | None = None, template: dict | None = None, **kw: Any) -> dict:
-    return manifests.worker_deployment(
+    return worker_deployment(
         OWNER,
         EndpointSpec(**(spec or {})),
         TemplateSpec(**{"image": "img:1", **(template or {})}),
@@ -187,7 +196,7 @@ def test_workers_min_is_the_replica_count_at_creation() -> None:
 
 def test_registry_entry_holds_every_setting_and_the_key_digest() -> None:
     spec = EndpointSpec(executionTimeoutMs=30_000, workersMax=4)
-    entry = manifests.registry_entry(
+    entry = registry_entry(
         OWNER, spec, key_digest="abc", job_api_url="https://jobs.example/v2/ep1/"
     )
     assert (entry.id, entry.namespace, entry.uid) == ("ep1", "ml", "uid-1")
@@ -210,11 +219,11 @@ def test_registry_entry_holds_every_setting_and_the_key_digest() -> None:
     ],
 )
 def test_scaler_annotation_hands_the_count_to_another_scaler(annotations, external) -> None:
-    assert manifests.scaled_externally(annotations) is external
+    assert scaled_externally(annotations) is external
 
 
 def test_registry_entry_says_when_another_scaler_owns_the_count() -> None:
-    entry = manifests.registry_entry(
+    entry = registry_entry(
         OWNER, EndpointSpec(), key_digest="abc", job_api_url="u", external_scaler=True
     )
     assert entry.scaler == "external"
@@ -268,7 +277,7 @@ def test_a_registry_credential_of_the_api_becomes_the_pods_image_pull_secret() -
     # containerRegistryAuthId is its imagePullSecret (models.templates)
     template = new_template({"name": "t", "imageName": "r.example:5000/w:1",
                              "containerRegistryAuthId": "abc123defg"})  # fmt: skip
-    spec = manifests.worker_pod_template(OWNER, EndpointSpec(), template, "tpl", SETTINGS)
+    spec = worker_pod_template(OWNER, EndpointSpec(), template, "tpl", SETTINGS)
     assert spec["spec"]["imagePullSecrets"] == [{"name": "abc123defg"}]
 
 
@@ -363,10 +372,10 @@ def test_the_model_download_gets_the_mirror_and_a_gated_models_token() -> None:
 def test_flashboot_fills_the_nodes_model_cache_but_not_a_network_volume() -> None:
     template = TemplateSpec(image="img:1")
     on_node = EndpointSpec(flashboot=True, modelReferences=["org/model"])
-    ds = manifests.flashboot_daemonset(OWNER, on_node, template, SETTINGS)["spec"]["template"]
+    ds = flashboot_daemonset(OWNER, on_node, template, SETTINGS)["spec"]["template"]
     assert [c["name"] for c in ds["spec"]["initContainers"]][-1] == "fetch-models"
     volume = on_node.model_copy(update={"networkVolumeId": "vol1234567"})
-    ds = manifests.flashboot_daemonset(OWNER, volume, template, SETTINGS)["spec"]["template"]
+    ds = flashboot_daemonset(OWNER, volume, template, SETTINGS)["spec"]["template"]
     assert "fetch-models" not in [c["name"] for c in ds["spec"]["initContainers"]]
 
 
@@ -377,8 +386,8 @@ def test_every_object_is_owned_by_the_endpoint_and_labelled() -> None:
     spec, template = EndpointSpec(flashboot=True), TemplateSpec(image="img:1")
     objects = [
         deployment(),
-        manifests.worker_key_secret(OWNER, "k"),
-        manifests.flashboot_daemonset(OWNER, spec, template, SETTINGS),
+        worker_key_secret(OWNER, "k"),
+        flashboot_daemonset(OWNER, spec, template, SETTINGS),
     ]
     for obj in objects:
         meta = obj["metadata"]
@@ -398,7 +407,7 @@ def test_every_object_is_owned_by_the_endpoint_and_labelled() -> None:
 
 
 def test_worker_key_secret_holds_the_key() -> None:
-    secret = manifests.worker_key_secret(OWNER, "lgw_secret")
+    secret = worker_key_secret(OWNER, "lgw_secret")
     assert secret["metadata"]["name"] == "ep1-worker-key"
     assert secret["stringData"] == {"RUNPOD_AI_API_KEY": "lgw_secret"}
 
@@ -406,7 +415,7 @@ def test_worker_key_secret_holds_the_key() -> None:
 def test_flashboot_daemonset_pulls_the_worker_image_where_workers_may_run() -> None:
     spec = EndpointSpec(flashboot=True, gpuTypeIds=["NVIDIA L4"])
     template = TemplateSpec(image="repo/app:3", imagePullSecret="regcred", modelUrl="https://m/x")
-    ds = manifests.flashboot_daemonset(OWNER, spec, template, SETTINGS)
+    ds = flashboot_daemonset(OWNER, spec, template, SETTINGS)
     pod_spec = ds["spec"]["template"]["spec"]
     pull = next(c for c in pod_spec["initContainers"] if c["name"] == "pull-worker-image")
     assert pull["image"] == "repo/app:3"
@@ -426,15 +435,15 @@ def test_new_worker_key_rolls_the_workers() -> None:
 
 
 def test_update_keeps_the_scalers_replicas_and_other_tools_annotations() -> None:
-    desired = manifests.with_hash(deployment(replicas=0))
-    existing = manifests.with_hash(deployment({"name": "old"}, replicas=0))
+    desired = with_hash(deployment(replicas=0))
+    existing = with_hash(deployment({"name": "old"}, replicas=0))
     existing["metadata"]["resourceVersion"] = "7"
     existing["spec"]["replicas"] = 4
     existing["metadata"]["annotations"]["deployment.kubernetes.io/revision"] = "3"
     restarted = {"kubectl.kubernetes.io/restartedAt": "2026-01-01T00:00:00Z"}
     existing["spec"]["template"]["metadata"]["annotations"].update(restarted)
 
-    out = manifests.updated(existing, desired)
+    out = updated(existing, desired)
     assert out["spec"]["replicas"] == 4
     assert out["metadata"]["resourceVersion"] == "7"
     assert out["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == "3"
@@ -445,15 +454,15 @@ def test_update_keeps_the_scalers_replicas_and_other_tools_annotations() -> None
 
 
 def test_content_hash_changes_with_the_template_only() -> None:
-    same = manifests.hash_of(manifests.with_hash(deployment()))
-    assert same == manifests.hash_of(manifests.with_hash(deployment()))
-    changed = manifests.with_hash(deployment(template={"image": "img:2"}))
-    assert manifests.hash_of(changed) != same
+    same = hash_of(with_hash(deployment()))
+    assert same == hash_of(with_hash(deployment()))
+    changed = with_hash(deployment(template={"image": "img:2"}))
+    assert hash_of(changed) != same
 
 
 def test_gpu_names_become_node_label_values() -> None:
-    assert manifests.node_label_value(" NVIDIA GeForce RTX 4090 ") == "NVIDIA-GeForce-RTX-4090"
-    assert manifests.node_label_value("NVIDIA H100 80GB HBM3") == "NVIDIA-H100-80GB-HBM3"
+    assert node_label_value(" NVIDIA GeForce RTX 4090 ") == "NVIDIA-GeForce-RTX-4090"
+    assert node_label_value("NVIDIA H100 80GB HBM3") == "NVIDIA-H100-80GB-HBM3"
 
 
 # -- completeness: a field without a visible effect (or without a row here) fails ----------
@@ -521,10 +530,8 @@ def rendered(spec: dict, template: dict | None = None) -> list[dict]:
     DaemonSet when on."""
     s = EndpointSpec(**spec)
     t = TemplateSpec(**{"image": "img:1", **(template or {})})
-    deployment = manifests.worker_deployment(
-        OWNER, s, t, s.templateId, SETTINGS, replicas=s.initial_workers
-    )
-    daemonsets = [manifests.flashboot_daemonset(OWNER, s, t, SETTINGS)] if s.flashboot else []
+    deployment = worker_deployment(OWNER, s, t, s.templateId, SETTINGS, replicas=s.initial_workers)
+    daemonsets = [flashboot_daemonset(OWNER, s, t, SETTINGS)] if s.flashboot else []
     return [deployment, *daemonsets]
 
 
@@ -572,7 +579,7 @@ def test_every_template_field_changes_the_generated_objects(field: str) -> None:
 
 def test_worker_pods_are_ready_only_while_the_scaler_keeps_them_in_service() -> None:
     gates = pod()["readinessGates"]
-    assert gates == [{"conditionType": manifests.SERVING_CONDITION}]
+    assert gates == [{"conditionType": SERVING_CONDITION}]
     without_scaler = SETTINGS.model_copy(update={"scale_interval_s": 0})
     spec = deployment(settings=without_scaler)["spec"]["template"]["spec"]
     assert "readinessGates" not in spec, "no scaler: nothing would ever open the gate"
@@ -842,7 +849,7 @@ def test_pod_labels_and_annotations_are_added_but_ours_win() -> None:
 
 def flashboot(template: dict | None = None, settings: OperatorSettings = SETTINGS) -> dict:
     t = TemplateSpec(**{"image": "img:1", **(template or {})})
-    ds = manifests.flashboot_daemonset(OWNER, EndpointSpec(flashboot=True), t, settings)
+    ds = flashboot_daemonset(OWNER, EndpointSpec(flashboot=True), t, settings)
     return ds["spec"]["template"]["spec"]
 
 
@@ -850,7 +857,7 @@ def test_flashboot_pods_pass_pod_security_restricted() -> None:
     pod_spec = flashboot()
     assert restricted_violations(pod_spec) == []
     for c in pod_spec["initContainers"] + pod_spec["containers"]:
-        assert c["securityContext"]["runAsUser"] == manifests.HELPER_UID
+        assert c["securityContext"]["runAsUser"] == HELPER_UID
 
 
 def test_flashboot_uses_the_helper_images_and_their_pull_secrets() -> None:
@@ -884,7 +891,7 @@ def test_helper_pull_secrets_setting_reads_a_comma_separated_list(monkeypatch) -
 def test_a_pod_annotation_removed_from_the_template_leaves_the_pods() -> None:
     before = deployment({}, {"podAnnotations": {"example.com/a": "1", "example.com/b": "2"}})
     before["spec"]["template"]["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"] = "t"
-    after = manifests.updated(before, deployment({}, {"podAnnotations": {"example.com/b": "2"}}))
+    after = updated(before, deployment({}, {"podAnnotations": {"example.com/b": "2"}}))
     annotations = after["spec"]["template"]["metadata"]["annotations"]
     assert "example.com/a" not in annotations and annotations["example.com/b"] == "2"
     assert annotations["kubectl.kubernetes.io/restartedAt"] == "t", "other tools' stay"

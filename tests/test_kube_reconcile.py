@@ -8,7 +8,7 @@ import pytest
 from redis.asyncio import Redis
 
 from lockgate.kube.cluster import WorkerKey
-from lockgate.kube.manifests import Owner
+from lockgate.kube.manifests.names import Owner
 from lockgate.kube.reconcile import Context, clean_up, key_may_rotate, register
 from lockgate.kube.settings import OperatorSettings
 from lockgate.models import EndpointSpec

@@ -19,7 +19,8 @@ import pytest
 import requests
 from redis.asyncio import Redis
 
-from lockgate.kube import manifests
+from lockgate.kube.manifests.names import Owner
+from lockgate.kube.registry_record import registry_entry
 from lockgate.models import EndpointSpec
 from lockgate.models.registry_entry import RegistryEntry
 from lockgate.models.unhealthy import UnhealthyWorker
@@ -253,9 +254,9 @@ async def test_the_policy_is_written_with_the_entry_and_removed_with_the_endpoin
 
 async def test_the_operators_entry_carries_the_policy_to_the_store(redis, store, clock):
     """The operator writes the Endpoint's spec as its registry entry (kube/reconcile.py)."""
-    owner = manifests.Owner(EP, "ml", "uid-1")
+    owner = Owner(EP, "ml", "uid-1")
     spec = EndpointSpec(onWorkerLost="fail")
-    entry = manifests.registry_entry(owner, spec, key_digest="d" * 64, job_api_url="http://x")
+    entry = registry_entry(owner, spec, key_digest="d" * 64, job_api_url="http://x")
     await Registry(redis).put_endpoint(EP, entry)
     job_id = await running(store)
     await process_gone(store, clock, "w1", job_id, 5_000)

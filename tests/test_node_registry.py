@@ -35,7 +35,7 @@ import requests
 
 from cluster import Cluster
 from images import archives
-from lockgate.kube.manifests import deployment_name, secret_name
+from lockgate.kube.manifests.names import deployment_name, secret_name
 from node_release import (
     REQUIRE_ENV,
     USER_NAMESPACE,

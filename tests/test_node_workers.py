@@ -133,7 +133,14 @@ def test_the_pods_events_are_its_system_log(release: Release, manage: Manage, po
         return items if any(e["reason"] == "Started" for e in items) else None
 
     reasons = {e["reason"] for e in wait_until(listed, "the kubelet's Started Event", 60)}
-    events = manage.events(path, lambda got: any("Started" in e["data"]["line"] for e in got))
+
+    # Read on until a line of every reason kubectl listed has come (a missing one times out):
+    # stopping at the first `Started` once cut off a `Scheduled` sorted after it.
+    def has_all(got: list[dict]) -> bool:
+        seen = [e["data"]["line"] for e in got]
+        return all(any(line.startswith(f"{r}: ") for line in seen) for r in reasons)
+
+    events = manage.events(path, has_all)
     lines = [e["data"]["line"] for e in events]
     for reason in reasons:
         assert any(line.startswith(f"{reason}: ") for line in lines), (reason, lines)

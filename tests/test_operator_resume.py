@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 
 from lockgate.kube.deployment_pool import DELETION_COST, PARKED_COST
 from lockgate.kube.lb_pods import PARKED_UNTIL
-from lockgate.kube.manifests import SERVING_CONDITION
+from lockgate.kube.manifests.names import SERVING_CONDITION
 from lockgate.store import Registry
 from lockgate.store.lb_workers import LbWorkers
 

@@ -19,7 +19,7 @@ from redis.asyncio import Redis
 
 from lockgate.dev.redis_server import EmbeddedRedis
 from lockgate.kube.deployment_pool import BUSY_COST, DELETION_COST, SAFE_TO_EVICT
-from lockgate.kube.manifests import SERVING_CONDITION
+from lockgate.kube.manifests.names import SERVING_CONDITION
 from lockgate.store import JobStore, NewJob, Registry, keys
 from tests.conftest import eventually, make_settings, start_gateway
 

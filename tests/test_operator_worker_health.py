@@ -19,7 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from redis.asyncio import Redis
 
 from lockgate.dev.redis_server import EmbeddedRedis
-from lockgate.kube.manifests import SERVING_CONDITION
+from lockgate.kube.manifests.names import SERVING_CONDITION
 from lockgate.models.unhealthy import UnhealthyWorker
 from lockgate.store import JobStore
 

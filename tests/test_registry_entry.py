@@ -1,5 +1,5 @@
 """The registry entry (`models.registry_entry.RegistryEntry`): one model for its writers (the
-operator's `kube.manifests.registry_entry`, dev mode's `LocalEndpoint.entry`) and its readers
+operator's `kube.registry_record.registry_entry`, dev mode's `LocalEndpoint.entry`) and its readers
 (the gateway's `EndpointCache`, the scaler, dev mode's resume), through a real Redis."""
 
 from __future__ import annotations
@@ -17,14 +17,15 @@ from lockgate.gateway.endpoints import (
     lb_websocket_max_s,
     request_timeout_s,
 )
-from lockgate.kube import manifests
+from lockgate.kube.manifests.names import Owner
+from lockgate.kube.registry_record import registry_entry
 from lockgate.models import EndpointSpec, EndpointType, ScalerType
 from lockgate.models.registry_entry import RegistryEntry
 from lockgate.scaling.decision import Limits
 from lockgate.store import Registry, key_digest, keys
 from tests.conftest import LiveGateway
 
-OWNER = manifests.Owner("ep-typed", "ml", "uid-1")
+OWNER = Owner("ep-typed", "ml", "uid-1")
 URL = "https://jobs.example/v2/ep-typed/"
 # Every setting a reader reads one by one away from its default, and a few it carries.
 SPEC = EndpointSpec(
@@ -45,7 +46,7 @@ SPEC = EndpointSpec(
 
 
 def operator_entry(spec: EndpointSpec = SPEC) -> RegistryEntry:
-    return manifests.registry_entry(OWNER, spec, key_digest="d" * 64, job_api_url=URL)
+    return registry_entry(OWNER, spec, key_digest="d" * 64, job_api_url=URL)
 
 
 def dev_entry(spec: EndpointSpec = SPEC) -> RegistryEntry:
@@ -131,8 +132,8 @@ async def test_the_gateway_serves_the_endpoints_the_operator_registered_by_their
 ) -> None:
     registry = Registry(redis)
     await registry.put_endpoint(OWNER.name, operator_entry())
-    queue = manifests.Owner("ep-queue", "ml", "uid-2")
-    entry = manifests.registry_entry(queue, EndpointSpec(), key_digest="e" * 64, job_api_url=URL)
+    queue = Owner("ep-queue", "ml", "uid-2")
+    entry = registry_entry(queue, EndpointSpec(), key_digest="e" * 64, job_api_url=URL)
     await registry.put_endpoint(queue.name, entry)
 
     headers = gateway.client_headers()

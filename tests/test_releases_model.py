@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from lockgate.kube.manifests import AT_ONCE, GENTLY, VERSION_LABEL, rollout_strategy
+from lockgate.kube.manifests.names import VERSION_LABEL
+from lockgate.kube.manifests.rollout import AT_ONCE, GENTLY, rollout_strategy
 from lockgate.manage.releases import BadCursor, decode_cursor, encode_cursor, page_of
 from lockgate.models import EndpointSpec, TemplateSpec
 from lockgate.models.releases import (

@@ -17,10 +17,10 @@ from kubernetes import client as k8s
 from redis.asyncio import Redis
 
 from lockgate.dev.redis_server import EmbeddedRedis, free_port
-from lockgate.kube import manifests
 from lockgate.kube.cluster import Cluster, Obj
-from lockgate.kube.manifests import Owner
+from lockgate.kube.manifests.names import Owner
 from lockgate.kube.reconcile import Context
+from lockgate.kube.registry_record import registry_entry
 from lockgate.kube.scaler import ENDPOINT_LABEL, ScalingLoop
 from lockgate.kube.settings import OperatorSettings
 from lockgate.models.endpoint import EndpointSpec
@@ -78,7 +78,7 @@ async def scaling(
         apps.create_namespaced_deployment(NAMESPACE, worker_deployment(endpoint))
         spec = EndpointSpec(workersMin=0, workersMax=2, scalerType="QUEUE_DELAY", scalerValue=1)
         owner = Owner(endpoint, NAMESPACE, f"uid-{n}")
-        entry = manifests.registry_entry(
+        entry = registry_entry(
             owner, spec, key_digest=f"digest-{n}", job_api_url="http://jobs.example"
         )
         await registry.put_endpoint(endpoint, entry)

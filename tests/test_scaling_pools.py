@@ -21,7 +21,7 @@ from lockgate.kube.deployment_pool import (
     to_serve,
 )
 from lockgate.kube.events import endpoint_event
-from lockgate.kube.manifests import SERVING_CONDITION, Owner
+from lockgate.kube.manifests.names import SERVING_CONDITION, Owner
 from lockgate.kube.scaler import ScrapeHealth, at_rest, metrics_check
 from lockgate.models.registry_entry import RegistryEntry
 from lockgate.scaling.backoff import CrashBackoff

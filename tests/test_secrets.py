@@ -29,7 +29,7 @@ import pytest
 import requests
 from redis.asyncio import Redis
 
-from lockgate.kube.manifests import deployment_name
+from lockgate.kube.manifests.names import deployment_name
 from lockgate.models import TemplateSpec, secrets
 from lockgate.models.podfields import DNS_SUBDOMAIN, WORKER_KEY_SUFFIX
 from lockgate.store import Registry, keys

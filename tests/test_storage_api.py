@@ -20,7 +20,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException, NotFoundException
 from redis.asyncio import Redis
 
-from lockgate.kube.manifests import deployment_name
+from lockgate.kube.manifests.names import deployment_name
 from lockgate.kube.settings import OperatorSettings
 from lockgate.kube.storage import gibibytes, volume_claim, volume_of_claim
 from lockgate.models.registryauth import RegistryAuthSpec, docker_config

@@ -19,9 +19,9 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from lockgate.kube import manifests
 from lockgate.kube.crds import GROUP, VERSION
 from lockgate.kube.handlers import FINALIZER
+from lockgate.kube.manifests import names
 from lockgate.kube.uninstall import finalizers_without_ours, namespaces_to_clean, owned_by_endpoint
 from tests.conftest import wait_until
 from tests.test_chart import CHART, find_helm
@@ -115,7 +115,7 @@ class World:
             ("worker", self.apps.create_namespaced_deployment),
             ("flashboot", self.apps.create_namespaced_daemon_set),
         ):
-            labels = manifests.labels(name, component)
+            labels = names.labels(name, component)
             obj = self._deployment(
                 f"{name}-{component}", labels, 1, pod, ownerReferences=[ref]
             )  # fmt: skip
@@ -128,7 +128,7 @@ class World:
     def lookalike(self, namespace: str) -> None:
         """A user's Deployment with the workers' labels but no Endpoint owning it."""
         pod = {"containers": [{"name": "c", "image": "example.test/mine:1"}]}
-        labels = manifests.labels("mine", "worker")
+        labels = names.labels("mine", "worker")
         self.apps.create_namespaced_deployment(
             namespace, self._deployment("mine-workers", labels, 1, pod)
         )

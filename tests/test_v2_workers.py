@@ -23,7 +23,7 @@ from kubernetes import client as k8s
 from redis.asyncio import Redis
 
 from lockgate.kube.gpus import GpuLabels
-from lockgate.kube.manifests import selector
+from lockgate.kube.manifests.names import selector
 from lockgate.kube.podworkers import lifecycle, log_lines, pod_facts, system_lines
 from lockgate.manage.v2.workers import parse_log_params
 from lockgate.manage.workerlogs import (
@@ -246,6 +246,22 @@ def test_a_pods_events_and_terminations_are_its_system_lines() -> None:
         "Started: Started container worker",
         "container worker terminated: OOMKilled (exit code 137)",
         "BackOff: Back-off (x3)",
+    ]
+
+
+def test_the_schedulers_event_stamped_to_the_microsecond_comes_before_the_kubelets() -> None:
+    """The kubelet stamps its Events to the second, the scheduler `Scheduled` (eventTime)
+    to the microsecond: within one second the names (creation order) decide."""
+    pod = _status(containerStatuses=[{"name": "worker", "state": {"running": {}}}])
+    events = [
+        {"metadata": {"name": "p.18a2"}, "reason": "Started", "message": "Started",
+         "lastTimestamp": "2026-06-01T12:00:02Z"},
+        {"metadata": {"name": "p.18a1"}, "reason": "Scheduled", "message": "Assigned",
+         "lastTimestamp": None, "eventTime": "2026-06-01T12:00:02.523456Z"},
+    ]  # fmt: skip
+    assert [text for _, text in system_lines(events, pod)] == [
+        "Scheduled: Assigned",
+        "Started: Started",
     ]
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from lockgate.kube.manifests import SERVING_CONDITION
+from lockgate.kube.manifests.names import SERVING_CONDITION
 from lockgate.kube.status import Check
 from lockgate.kube.worker_health import (
     fingerprint,

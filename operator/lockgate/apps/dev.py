@@ -216,14 +216,14 @@ def options(args: argparse.Namespace) -> DevOptions:
             "lockgate dev: give a handler file (lockgate dev handler.py), --worker-command "
             "or --git URL"
         )
-    if args.preset and not args.git:
-        sys.exit("lockgate dev: --preset names a hub.json preset of a --git repository")
+    if (args.preset or args.git_cache) and not args.git:
+        sys.exit("lockgate dev: --preset and --git-cache are for a --git repository")
     if args.handler and not Path(args.handler).is_file():
         sys.exit(f"lockgate dev: handler file {args.handler!r} not found")
     if not 0 <= flag_value(args, "workers_min") <= flag_value(args, "workers_max"):
         sys.exit("lockgate dev: need 0 <= --workers-min <= --workers-max")
     try:
-        source = _source(args)
+        source = source_of(args)
     except (GitSourceError, HubFileError) as err:
         sys.exit(f"lockgate dev: {err}")
     endpoint_id = args.endpoint_id or source.endpoint_id
@@ -264,7 +264,7 @@ class Source:
     tests: HubTests | None
 
 
-def _source(args: argparse.Namespace) -> Source:
+def source_of(args: argparse.Namespace) -> Source:
     """The handler file, worker command or git repository the command line names. A git
     repository whose hub.json makes an LB endpoint makes one unless --endpoint-type says."""
     if not args.git:

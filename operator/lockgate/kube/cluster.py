@@ -28,8 +28,10 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-from lockgate.kube import manifests
 from lockgate.kube.crds import ENDPOINT, GROUP, TEMPLATE, VERSION
+from lockgate.kube.manifests.keys import worker_key_secret
+from lockgate.kube.manifests.merge import hash_of, updated, with_hash
+from lockgate.kube.manifests.names import Owner
 from lockgate.kube.settings import OperatorSettings
 from lockgate.store import key_digest
 
@@ -342,15 +344,15 @@ class Cluster:
         await self._call(core.create_namespaced_event, namespace, event)
 
     async def apply(self, desired: Obj, known: Obj | None = None, *, absent: bool = False) -> Obj:
-        """Create the object, or bring an existing one to `desired` (see `manifests.updated`).
+        """Create the object, or bring an existing one to `desired` (see `manifests.merge.updated`).
 
         Skips the write when the object already carries the desired content hash; retries
         when another writer (the scaler) changed it between read and write. `known`: the
         object as a watch delivered it; when it carries the desired hash, not even a read.
         `absent`: a watch shows no such object, so it is created without a read first (a
         409, when the watch was behind, falls back to read and update)."""
-        desired = manifests.with_hash(desired)
-        if known is not None and manifests.hash_of(known) == manifests.hash_of(desired):
+        desired = with_hash(desired)
+        if known is not None and hash_of(known) == hash_of(desired):
             return known
         meta = desired["metadata"]
         if absent and known is None:
@@ -361,15 +363,15 @@ class Cluster:
             try:
                 if existing is None:
                     return await self.create(desired)
-                if manifests.hash_of(existing) == manifests.hash_of(desired):
+                if hash_of(existing) == hash_of(desired):
                     return existing
-                return await self.replace(manifests.updated(existing, desired))
+                return await self.replace(updated(existing, desired))
             except Conflict:
                 continue
         raise kopf.TemporaryError(f"{desired['kind']} {meta['name']} keeps changing", delay=1)
 
     async def worker_key(
-        self, owner: manifests.Owner, known_digest: str | None, *, may_rotate: bool = True
+        self, owner: Owner, known_digest: str | None, *, may_rotate: bool = True
     ) -> WorkerKey:
         """The endpoint's worker key, without reading its Secret (the operator may not).
 
@@ -379,7 +381,7 @@ class Cluster:
         `may_rotate` is false: then another reconcile (or replica) may have just created it
         and not yet recorded its digest, so this one retries later."""
         fresh_key = "lgw_" + secrets.token_urlsafe(32)
-        fresh = manifests.worker_key_secret(owner, fresh_key)
+        fresh = worker_key_secret(owner, fresh_key)
         try:
             await self.create(fresh)
         except Conflict:
@@ -391,11 +393,11 @@ class Cluster:
             await self.replace(fresh)  # no resourceVersion: an unconditional update
         return WorkerKey(key_digest(fresh_key), fresh_key)
 
-    async def worker_key_exists(self, owner: manifests.Owner) -> bool:
+    async def worker_key_exists(self, owner: Owner) -> bool:
         """Whether the endpoint's worker-key Secret exists, without reading it (the operator
         may not) and without a call that fails while it does: a dry-run update, which
         writes nothing and answers 404 only when the Secret is gone."""
-        placeholder = manifests.worker_key_secret(owner, "lgw_dry-run-writes-nothing")
+        placeholder = worker_key_secret(owner, "lgw_dry-run-writes-nothing")
         try:
             await self.replace(placeholder, dry_run=True)
         except NotFound:

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from lockgate.kube.cluster import Cluster, ClusterError, Conflict, Gone, NotFound
 from lockgate.kube.crds import API_VERSION, ENDPOINT, TEMPLATE, omit_empty_strings
-from lockgate.kube.manifests import VERSION_LABEL
+from lockgate.kube.manifests.names import VERSION_LABEL
 from lockgate.kube.podlogs import PodLogs
 from lockgate.manage import builds as build_ops
 from lockgate.manage.controlplane import (

@@ -34,7 +34,7 @@ from typing import Any
 
 from lockgate.kube.cluster import Cluster, NotFound
 from lockgate.kube.lb_pods import PARKED_UNTIL, LbPods, parked_until
-from lockgate.kube.manifests import SERVING_CONDITION
+from lockgate.kube.manifests.names import SERVING_CONDITION
 from lockgate.scaling.parking import SCALE_DOWN, adopt_first, expired, parks
 from lockgate.scaling.pool import PoolState
 from lockgate.store import JobStore

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from lockgate.kube.crds import API_VERSION, ENDPOINT
-from lockgate.kube.manifests import Owner
+from lockgate.kube.manifests.names import Owner
 
 COMPONENT = "lockgate-operator"
 MESSAGE_LIMIT = 1024  # characters; the API server refuses Events with longer messages

@@ -33,7 +33,8 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from lockgate.kube.manifests import LB_ANNOTATION, SERVING_CONDITION, WORKER_CONTAINER
+from lockgate.kube.manifests.lb import LB_ANNOTATION
+from lockgate.kube.manifests.names import SERVING_CONDITION, WORKER_CONTAINER
 from lockgate.store.lb_workers import LbWorker, LbWorkers, Parked
 
 Obj = Mapping[str, Any]

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from lockgate.kube.cluster import Cluster, ClusterError
-from lockgate.kube.manifests import COMPONENT_LABEL, ENDPOINT_LABEL, WORKER_CONTAINER
+from lockgate.kube.manifests.names import COMPONENT_LABEL, ENDPOINT_LABEL, WORKER_CONTAINER
 from lockgate.manage.logbook import Follower
 from lockgate.manage.loglines import (
     STDOUT,

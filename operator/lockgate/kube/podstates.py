@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from lockgate.kube.manifests import MODELS_CONTAINER, WORKER_CONTAINER
+from lockgate.kube.manifests.models import MODELS_CONTAINER
+from lockgate.kube.manifests.names import WORKER_CONTAINER
 from lockgate.kube.status import WORKERS_HEALTHY, Check
 from lockgate.scaling.crashloop import Start
 

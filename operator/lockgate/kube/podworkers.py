@@ -29,7 +29,7 @@ from lockgate.kube.catalog import gpu_type_of, label_types
 from lockgate.kube.cluster import Cluster, ClusterError
 from lockgate.kube.gpus import GpuLabels
 from lockgate.kube.lb_pods import parked_until
-from lockgate.kube.manifests import VERSION_LABEL, WORKER_CONTAINER
+from lockgate.kube.manifests.names import VERSION_LABEL, WORKER_CONTAINER
 from lockgate.kube.podlogs import stamp_ns, worker_selector
 from lockgate.kube.podstates import pod_problem
 from lockgate.manage.workerlogs import (
@@ -158,13 +158,16 @@ def _event_ms(event: Obj) -> int | None:
 
 def system_lines(events: Sequence[Obj], pod: Obj) -> list[tuple[int, str]]:
     """The pod's lifecycle as (epoch ms, line), oldest first: its Events (at their latest
-    time; Event names grow with their creation time, so they break ties in order) and the
-    worker container's terminations (OOMKilled, an exit code), which have no Event."""
+    time, to the second: the kubelet stamps its own to the second, the scheduler its
+    `Scheduled` to the microsecond, and Event names grow with their creation time, so they
+    break ties within a second in order) and the worker container's terminations
+    (OOMKilled, an exit code), which have no Event."""
     found: list[tuple[int, str, str]] = []
     for event in events:
         ms = _event_ms(event)
         if ms is None:
             continue
+        ms -= ms % 1000
         count = event.get("count") or 1
         text = f"{event.get('reason', '')}: {event.get('message', '')}".strip()
         found.append((ms, event["metadata"].get("name", ""), text + (f" (x{count})" * (count > 1))))

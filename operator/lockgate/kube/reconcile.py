@@ -21,11 +21,22 @@ from pydantic import ValidationError
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from lockgate.kube import manifests, placement
+from lockgate.kube import placement
 from lockgate.kube.cluster import Cluster, ClusterError, WorkerKey
 from lockgate.kube.controlplane import RESTART_ANNOTATION, VERSION_ANNOTATION, version_of
 from lockgate.kube.events import endpoint_event
-from lockgate.kube.manifests import Owner
+from lockgate.kube.manifests.keys import key_digest_of
+from lockgate.kube.manifests.lb import lb_network_policy
+from lockgate.kube.manifests.names import (
+    Owner,
+    daemonset_name,
+    deployment_name,
+    network_policy_name,
+    selector,
+)
+from lockgate.kube.manifests.rollout import rollout_strategy
+from lockgate.kube.manifests.workloads import flashboot_daemonset, worker_deployment
+from lockgate.kube.registry_record import registry_entry, scaled_externally
 from lockgate.kube.settings import OperatorSettings
 from lockgate.kube.status import (
     REGISTERED,
@@ -62,6 +73,50 @@ Obj = Mapping[str, Any]  # a Kubernetes object as the API gives it
 RETRY_DELAY_S = 5
 
 
+@dataclass(frozen=True, slots=True)
+class OwnedInputs:
+    """What the rows of `OWNED_OBJECTS` read: whether an object is wanted, and its build."""
+
+    owner: Owner
+    spec: EndpointSpec
+    template: TemplateSpec
+    settings: OperatorSettings
+
+
+@dataclass(frozen=True, slots=True)
+class OwnedObject:
+    """An object an Endpoint owns only while `wanted`: applied then (`build`), deleted
+    otherwise (its `kind`, named by `name` from the endpoint id)."""
+
+    kind: str
+    name: Callable[[str], str]
+    wanted: Callable[[OwnedInputs], bool]
+    build: Callable[[OwnedInputs], Obj]
+
+
+# The objects an Endpoint owns only while a setting wants them, applied or deleted by
+# `apply_owned` in this order: a new kind of such object is a row here. (The worker
+# Deployment and the worker-key Secret are always wanted and have steps of their own: the
+# Deployment's replicas and rollout, the key's rotation.)
+OWNED_OBJECTS: tuple[OwnedObject, ...] = (
+    # pre-pulls the worker image on the nodes workers may use, while flashboot is on
+    OwnedObject(
+        "DaemonSet",
+        daemonset_name,
+        wanted=lambda w: w.spec.flashboot,
+        build=lambda w: flashboot_daemonset(w.owner, w.spec, w.template, w.settings),
+    ),
+    # admits only gateway pods to a load-balancing endpoint's workers, when their labels
+    # are known
+    OwnedObject(
+        "NetworkPolicy",
+        network_policy_name,
+        wanted=lambda w: w.spec.type == EndpointType.LB and bool(w.settings.lb_gateway_labels),
+        build=lambda w: lb_network_policy(w.owner, w.template, w.settings),
+    ),
+)
+
+
 @dataclass
 class Context:
     """What every handler needs; kept in kopf's `memo`, never in module globals."""
@@ -84,14 +139,13 @@ class Context:
     # What this process knows of objects it wrote, so a resync (level-based, no change
     # seen) makes no call that fails by design: the worker-key Secret's digest by Endpoint
     # uid (created, or found to exist, with that key), whose Secret a resync checks with a
-    # dry-run update (no create answered 409); and the uids whose flashboot DaemonSet is
-    # known absent (no delete answered 404). An Endpoint's change, or a restart, checks
-    # both the full way again.
+    # dry-run update (no create answered 409); and, in `absent`, which of an Endpoint's
+    # optional objects (`OWNED_OBJECTS`) are known absent (no delete answered 404). An
+    # Endpoint's change, or a restart, checks both the full way again.
     confirmed_keys: dict[str, str] = field(default_factory=dict)
     # Templates as kopf's watch last delivered them, by (namespace, name): a resync reads
     # its Endpoint's Template here instead of with a GET (`track_template` keeps it).
     templates: dict[tuple[str, str], Obj] = field(default_factory=dict)
-    no_daemonset: set[str] = field(default_factory=set)
     # (namespace, Secret names) a Template handed workers and `check_secrets` allowed: a
     # resync does not read them again (a refused set is read again at every resync, so
     # labelling the Secret is enough to go on).
@@ -99,7 +153,8 @@ class Context:
     # Endpoint uid -> (its container configuration, its version) as last recorded, so a
     # resync with nothing changed reads no release from Redis (`settle_release`).
     released: dict[str, tuple[ReleaseConfig, int]] = field(default_factory=dict)
-    no_network_policy: set[str] = field(default_factory=set)  # as no_daemonset, LB policies
+    # Endpoint uid -> its optional objects (rows of `OWNED_OBJECTS`) known absent.
+    absent: dict[str, set[OwnedObject]] = field(default_factory=dict)
     # Worker Deployments and pods as kopf's watches deliver them (`kube.watched`); None
     # outside kopf (tests that run the scaler alone), and not `ready` until kopf filled it.
     workers: WatchedWorkers | None = None
@@ -238,9 +293,9 @@ async def deployed_key_digest(ctx: Context, owner: Owner) -> str | None:
     if ctx.workers is not None and ctx.workers.ready:
         deployment = ctx.workers.deployment(owner.namespace, owner.name)
     else:
-        name = manifests.deployment_name(owner.name)
+        name = deployment_name(owner.name)
         deployment = await ctx.cluster.read("Deployment", owner.namespace, name)
-    return manifests.key_digest_of(deployment) if deployment else None
+    return key_digest_of(deployment) if deployment else None
 
 
 def restart_requested_ms(annotations: Mapping[str, str] | None) -> int | None:
@@ -315,7 +370,7 @@ async def _register(
         await ctx.registry.put_key(worker_key.new_key, record)
     elif await ctx.registry.get_key(digest) != record:
         await ctx.registry.put_key_digest(digest, record)
-    wanted = manifests.registry_entry(
+    wanted = registry_entry(
         owner,
         spec,
         key_digest=digest,
@@ -352,8 +407,8 @@ async def choose_gpu_type(
     if fresh is not None:
         annotations = fresh["metadata"].get("annotations")
     previous = placement.from_annotations(annotations)
-    selector = ",".join(f"{k}={v}" for k, v in manifests.selector(owner.name, "worker").items())
-    pods = await ctx.cluster.list_objects("Pod", owner.namespace, selector)
+    workers = ",".join(f"{k}={v}" for k, v in selector(owner.name, "worker").items())
+    pods = await ctx.cluster.list_objects("Pod", owner.namespace, workers)
     settings = ctx.settings
     choice = placement.choose(
         spec.gpuTypeIds, previous, map(placement.pod_scheduling, pods),
@@ -431,19 +486,17 @@ async def apply_workloads(
 ) -> tuple[Check | None, Obj]:
     """The worker Deployment (on the GPU type `choose_gpu_type` picks), the flashboot
     DaemonSet while flashboot is on, and a load-balancing endpoint's NetworkPolicy when the
-    gateway's pod labels are set; returns the `GPUTypeSelected` condition, if any, and the
-    Deployment as the API server has it (its status read without a second GET). `steady`
-    (a resync): a DaemonSet or NetworkPolicy this process knows is absent is not deleted
-    again. `created` (the create handler): neither exists yet, nothing to delete (one left
-    by a deleted namesake goes with its owner, by garbage collection)."""
+    gateway's pod labels are set (`OWNED_OBJECTS`); returns the `GPUTypeSelected` condition, if
+    any, and the Deployment as the API server has it (its status read without a second
+    GET). `steady` (a resync): an optional object this process knows is absent is not
+    deleted again. `created` (the create handler): none exists yet, nothing to delete (one
+    left by a deleted namesake goes with its owner, by garbage collection)."""
     if created:
-        ctx.no_daemonset.add(owner.uid)
-        ctx.no_network_policy.add(owner.uid)
-    trust_absent = steady or created
+        ctx.absent[owner.uid] = set(OWNED_OBJECTS)
     choice = await choose_gpu_type(ctx, owner, spec, annotations)
     watching = ctx.workers is not None and ctx.workers.ready
     deployed = ctx.workers.deployment(owner.namespace, owner.name) if watching else None
-    deployment = manifests.worker_deployment(
+    deployment = worker_deployment(
         owner,
         spec,
         template,
@@ -453,29 +506,32 @@ async def apply_workloads(
         key_revision=digest,
         gpu_type=choice.gpu_type if choice else None,
         version=version,
-        strategy=manifests.rollout_strategy(deployed, version),
+        strategy=rollout_strategy(deployed, version),
     )
     known, absent = None, False
     if watching:
         known, absent = (deployed if steady else None), deployed is None
     applied = await ctx.cluster.apply(deployment, known, absent=absent)
-    if spec.flashboot:
-        ctx.no_daemonset.discard(owner.uid)
-        await ctx.cluster.apply(manifests.flashboot_daemonset(owner, spec, template, ctx.settings))
-    elif not (trust_absent and owner.uid in ctx.no_daemonset):
-        await ctx.cluster.delete("DaemonSet", owner.namespace, manifests.daemonset_name(owner.name))
-        ctx.no_daemonset.add(owner.uid)
-    if spec.type == EndpointType.LB and ctx.settings.lb_gateway_labels:
-        ctx.no_network_policy.discard(owner.uid)
-        await ctx.cluster.apply(manifests.lb_network_policy(owner, template, ctx.settings))
-    elif not (trust_absent and owner.uid in ctx.no_network_policy):
-        name = manifests.network_policy_name(owner.name)
-        await ctx.cluster.delete("NetworkPolicy", owner.namespace, name)
-        ctx.no_network_policy.add(owner.uid)
+    inputs = OwnedInputs(owner, spec, template, ctx.settings)
+    await apply_owned(ctx, inputs, trust_absent=steady or created)
     if choice is None:
         return None, applied
     check = Check(placement.CONDITION, True, choice.reason, choice.message(spec.gpuTypeIds))
     return check, applied
+
+
+async def apply_owned(ctx: Context, inputs: OwnedInputs, *, trust_absent: bool) -> None:
+    """Apply each of `OWNED_OBJECTS` the Endpoint wants, delete the others; `trust_absent`: one
+    this process knows is absent (`Context.absent`) is not deleted again."""
+    owner = inputs.owner
+    absent = ctx.absent.setdefault(owner.uid, set())
+    for row in OWNED_OBJECTS:
+        if row.wanted(inputs):
+            absent.discard(row)
+            await ctx.cluster.apply(row.build(inputs))
+        elif not (trust_absent and row in absent):
+            await ctx.cluster.delete(row.kind, owner.namespace, row.name(owner.name))
+            absent.add(row)
 
 
 async def activity(ctx: Context, endpoint_id: str) -> Activity:
@@ -515,7 +571,7 @@ async def _converge(
     checks.append(check)
     if not check.ok:
         return checks, False, None
-    external = manifests.scaled_externally(body["metadata"].get("annotations"))
+    external = scaled_externally(body["metadata"].get("annotations"))
     digest, check = await register(
         ctx, owner, spec, external_scaler=external, steady=steady, rest=steady and rest,
         meta=body["metadata"],
@@ -564,7 +620,7 @@ async def reconcile(
             ctx, owner, body, steady=steady, rest=rest, created=created
         )
         if deployment is None:
-            name = manifests.deployment_name(owner.name)
+            name = deployment_name(owner.name)
             deployment = await ctx.cluster.read("Deployment", owner.namespace, name)
         counts = await activity(ctx, owner.name) if registered else Activity()
     observed = Observed(
@@ -630,8 +686,7 @@ async def clean_up(ctx: Context, name: str, namespace: str, uid: str = "") -> in
         if uid:
             ctx.forgotten.add(uid)
             ctx.confirmed_keys.pop(uid, None)
-            ctx.no_daemonset.discard(uid)
-            ctx.no_network_policy.discard(uid)
+            ctx.absent.pop(uid, None)
             ctx.released.pop(uid, None)
         entry = await ctx.registry.get_endpoint(name)
         if entry is not None and entry.namespace not in (None, namespace):

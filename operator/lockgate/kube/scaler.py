@@ -45,6 +45,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -56,8 +57,10 @@ from lockgate.kube.cluster import ClusterError
 from lockgate.kube.deployment_pool import DeploymentPool
 from lockgate.kube.events import endpoint_event
 from lockgate.kube.lb_pods import LbPods, parked_until, wanted_workers
-from lockgate.kube.manifests import EXTERNAL_SCALER, Owner, pod_version
+from lockgate.kube.manifests.names import Owner
+from lockgate.kube.manifests.rollout import pod_version
 from lockgate.kube.podstates import pod_ready, pod_starts, pod_states, pull_errors, worker_starts
+from lockgate.kube.registry_record import EXTERNAL_SCALER
 from lockgate.kube.status import METRICS_AVAILABLE, Check, shows
 from lockgate.kube.watched import ENDPOINT_LABEL, WORKERS
 from lockgate.kube.worker_health import WorkerHealth, worst
@@ -197,6 +200,22 @@ class ScrapeHealth:
         return True, error
 
 
+@dataclass
+class EndpointState:
+    """What the loop keeps of one endpoint between ticks (`ScalingLoop.endpoints`): an
+    endpoint no longer registered is forgotten whole."""
+
+    scaler: Autoscaler | None = None  # its autoscaler, while the loop owns its count
+    pods_seen: set[str] = field(default_factory=set)  # its pods at the last tick
+    # image -> the registry's last answer to a failed pull (kube.podstates)
+    pull_errors: dict[str, str] = field(default_factory=dict)
+    # The crash-loop rule (`scaling.crashloop`): its failed starts in a row, and whether its
+    # registry entry held a crash loop as last seen (one gone since was cleared: a release,
+    # a restart).
+    crashes: CrashCount = field(default_factory=CrashCount)
+    looping: bool = False
+
+
 class ScalingLoop:
     """Scales every registered Endpoint of the watched namespaces; state lives here."""
 
@@ -210,10 +229,7 @@ class ScalingLoop:
         self.ctx = ctx
         self.session = session
         self.clock = clock
-        self.scalers: dict[str, Autoscaler] = {}
-        self.pods_seen: dict[str, set[str]] = {}  # endpoint -> its pods at the last tick
-        # endpoint -> image -> the registry's last answer to a failed pull (kube.podstates)
-        self.pull_errors: dict[str, dict[str, str]] = {}
+        self.endpoints: dict[str, EndpointState] = {}  # what is kept of each endpoint
         self.wakeup = asyncio.Event()  # set: tick now instead of at the next interval
         self.busy: dict[str, asyncio.Task] = {}  # endpoint -> its decision being applied
         self.resting = False  # the last tick found every endpoint at rest
@@ -232,13 +248,16 @@ class ScalingLoop:
         # endpoint's in order: a burst's scale writes are not queued behind them.
         self.reports = asyncio.Semaphore(REPORTS_AT_ONCE)
         self.reporting: dict[str, asyncio.Task] = {}  # endpoint -> its last report
-        # The crash-loop rule (`scaling.crashloop`): each endpoint's failed starts in a row,
-        # the endpoints whose registry entry holds a crash loop as last seen (one gone
-        # since was cleared: a release, a restart), and when this term began (unhealthy
-        # marks older than it were counted, or not, by an earlier term).
-        self.crashes: dict[str, CrashCount] = {}
-        self.looping: set[str] = set()
+        # When this term began, for the crash-loop rule (`EndpointState.crashes`): unhealthy
+        # marks older than it were counted, or not, by an earlier term.
         self.began_ms = time.time_ns() // 1_000_000  # epoch ms, as the store's clock
+
+    def state(self, endpoint_id: str) -> EndpointState:
+        """What is kept of the endpoint (made on first use)."""
+        state = self.endpoints.get(endpoint_id)
+        if state is None:
+            state = self.endpoints[endpoint_id] = EndpointState()
+        return state
 
     @property
     def lb_pods(self) -> LbPods:
@@ -474,7 +493,8 @@ class ScalingLoop:
         both conditions this loop keeps as they were last reported."""
         if not at_rest(entry, deployment, pods, readings.get(endpoint_id)):
             return False
-        if self.pods_seen.get(endpoint_id):
+        state = self.endpoints.get(endpoint_id)
+        if state is not None and state.pods_seen:
             return False  # a pod gone since the last tick: its worker is released first
         reported = self.ctx.scaling.get(endpoint_id)
         check = metrics_check(endpoint_id, readings, error)
@@ -486,12 +506,8 @@ class ScalingLoop:
         """Drop what was kept of endpoints no longer registered."""
         for gone in set(self.busy) - ours:
             self.busy.pop(gone).cancel()
-        for gone in set(self.scalers) - ours:
-            del self.scalers[gone]
-        for gone in set(self.pods_seen) - ours:
-            del self.pods_seen[gone]
-        for gone in set(self.pull_errors) - ours:
-            del self.pull_errors[gone]
+        for gone in set(self.endpoints) - ours:
+            del self.endpoints[gone]
         if self._lb_pods is not None:
             self._lb_pods.forget(ours)
         if self._health is not None:
@@ -500,9 +516,6 @@ class ScalingLoop:
             del self.ctx.scaling[gone]
         for gone in set(self.ctx.pods) - ours:
             del self.ctx.pods[gone]
-        for gone in set(self.crashes) - ours:
-            del self.crashes[gone]
-        self.looping &= ours
 
     def _start(
         self,
@@ -587,7 +600,7 @@ class ScalingLoop:
         has no Deployment yet or another scaler owns its count. `targeted` (a reading from
         the store snapshot, `tick_queued`): `MetricsAvailable` is left to the full tick.
         `listed_at` (self.clock): when `pods` were read, for `LbPods.sync`."""
-        starts = pod_starts(pods, self.pods_seen.get(owner.name, ()))
+        starts = pod_starts(pods, self.state(owner.name).pods_seen)
         await self.ctx.jobs.note_worker_starts(owner.name, starts)  # for cold-start times
         await self._forget_gone_pods(owner.name, pods)
         if load_balanced(entry):  # the gateways route to the pods Redis names
@@ -619,6 +632,7 @@ class ScalingLoop:
     ) -> Decision | None:
         if deployment is None:
             return None
+        state = self.state(owner.name)
         lb = self.lb_pods if load_balanced(entry) else None
         pool = DeploymentPool(
             self.ctx.cluster, deployment, pods, store=self.ctx.jobs, endpoint_id=owner.name, lb=lb,
@@ -629,12 +643,14 @@ class ScalingLoop:
         if externally_scaled(entry):
             # Another scaler sets the count; busy pods are still marked, so that its
             # scale-downs remove idle pods first.
-            self.scalers.pop(owner.name, None)
+            state.scaler = None
             if metrics is not None:
                 members = (await pool.state()).members
                 await pool.mark_busy(busy_members(members, metrics.worker_jobs))
             return None
-        scaler = self.scalers.setdefault(owner.name, Autoscaler(pool, clock=self.clock))
+        if state.scaler is None:
+            state.scaler = Autoscaler(pool, clock=self.clock)
+        scaler = state.scaler
         scaler.pool = pool
         await pool.upkeep()  # parked pods asked back or past their window
         before = pool.size
@@ -659,15 +675,15 @@ class ScalingLoop:
         gateway and the next ticks read it there), with a Warning Event and a status
         refresh. A loop gone from the entry was cleared: the count starts over. Returns
         the entry as it now is."""
-        ep = owner.name
-        count = self.crashes.get(ep, CrashCount())
-        if entry.crashLoop is None and ep in self.looping:  # a release or a restart
-            self.looping.discard(ep)
+        ep, state = owner.name, self.state(owner.name)
+        count = state.crashes
+        if entry.crashLoop is None and state.looping:  # a release or a restart
+            state.looping = False
             count = restarted(count)
             log.info("%s/%s: crash loop cleared; workers start again", owner.namespace, ep)
             self._report(owner, lambda: self._refresh_status(owner, force=True))
         if entry.crashLoop is not None:
-            self.looping.add(ep)
+            state.looping = True
         if metrics is not None and pods:  # without a reading no start is known to be good
             live = set(metrics.worker_jobs)
             if load_balanced(entry):  # an LB worker works once its health check passes
@@ -678,8 +694,8 @@ class ScalingLoop:
                 fresh = {w: why for w, why in marked.items() if why.at >= self.began_ms}
                 starts += unhealthy_starts(fresh)
             count = counted(count, starts)
-        self.crashes[ep] = count
-        if ep in self.looping:
+        state.crashes = count
+        if state.looping:
             return entry
         version = pod_version(deployment)
         now_ms = self.ctx.jobs.clock()
@@ -691,7 +707,7 @@ class ScalingLoop:
             return entry
         entry = entry.model_copy(update={"crashLoop": loop})
         await self.ctx.registry.put_endpoint(ep, entry)
-        self.looping.add(ep)
+        state.looping = True
         message = (
             f"{loop.text()}: {loop.failedStarts} failed starts in a row; no worker starts "
             "until a new release or a restart (POST /v2/serverless/{id}/workers/restart)"
@@ -710,15 +726,15 @@ class ScalingLoop:
         """A pod the API no longer lists has no process left: its worker is released at
         once (its jobs back to the queue, `/health` no longer counts it) instead of when
         its heartbeat times out."""
-        names = {p["metadata"]["name"] for p in pods}
-        for worker in self.pods_seen.get(endpoint_id, set()) - names:
+        names, state = {p["metadata"]["name"] for p in pods}, self.state(endpoint_id)
+        for worker in state.pods_seen - names:
             requeued, failed = await self.ctx.jobs.release_worker(endpoint_id, worker)
             if requeued or failed:
                 log.warning(
                     "worker pod %s of %s is gone: %d job(s) requeued, %d failed",
                     worker, endpoint_id, requeued, failed,
                 )  # fmt: skip
-        self.pods_seen[endpoint_id] = names
+        state.pods_seen = names
 
     def _scaled(self, owner: Owner, deployment: Obj, before: int, decision: Decision) -> None:
         """Tell people, in the report lane: an Event on the Endpoint, and the new desired
@@ -746,12 +762,11 @@ class ScalingLoop:
         own Event), unless the pods show a problem now."""
         routed = wanted_workers(pods) if load_balanced(entry) else {}
         pods = [p for p in pods if parked_until(p) is None]
+        state = self.state(owner.name)
         if failed := pull_errors(pods):
-            self.pull_errors.setdefault(owner.name, {}).update(failed)
+            state.pull_errors.update(failed)
         marked = self.health.marked_workers(owner.name)  # as `tend` read them: no Redis call
-        states = pod_states(
-            pods, entry.settings(), routed, self.pull_errors.get(owner.name), marked=marked
-        )
+        states = pod_states(pods, entry.settings(), routed, state.pull_errors, marked=marked)
         await self.ctx.jobs.report_worker_states(
             owner.name, initializing=states.initializing, throttled=states.throttled,
             unhealthy=states.unhealthy,

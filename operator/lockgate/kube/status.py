@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lockgate.kube.crds import omit_empty_strings
-from lockgate.kube.manifests import selector
+from lockgate.kube.manifests.names import selector
 from lockgate.models import Condition, ConditionStatus, EndpointStatus, Phase
 from lockgate.models.crashloop import CrashLoop
 from lockgate.scaling.crashloop import loop_condition

@@ -28,7 +28,12 @@ from kubernetes.client.exceptions import ApiException
 from lockgate.kube.cluster import MERGE_PATCH, api_client_from_environment
 from lockgate.kube.crds import ENDPOINT, GROUP, TEMPLATE, VERSION
 from lockgate.kube.handlers import FINALIZER
-from lockgate.kube.manifests import COMPONENT_LABEL, ENDPOINT_LABEL, MANAGED_BY, MANAGED_BY_LABEL
+from lockgate.kube.manifests.names import (
+    COMPONENT_LABEL,
+    ENDPOINT_LABEL,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+)
 
 Obj = dict[str, Any]
 # The labels `manifests.labels` puts on every workload the operator builds for an Endpoint.

@@ -20,7 +20,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from lockgate.kube.manifests import COMPONENT_LABEL, ENDPOINT_LABEL, MANAGED_BY, MANAGED_BY_LABEL
+from lockgate.kube.manifests.names import (
+    COMPONENT_LABEL,
+    ENDPOINT_LABEL,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+)
 
 WORKER_LABELS = {COMPONENT_LABEL: "worker", MANAGED_BY_LABEL: MANAGED_BY}
 WORKERS = ",".join(f"{key}={value}" for key, value in WORKER_LABELS.items())

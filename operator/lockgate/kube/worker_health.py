@@ -34,7 +34,7 @@ from typing import Any
 from lockgate.kube.cluster import Cluster, ClusterError
 from lockgate.kube.deployment_pool import live_pods, serving
 from lockgate.kube.events import endpoint_event
-from lockgate.kube.manifests import WORKER_CONTAINER, Owner
+from lockgate.kube.manifests.names import WORKER_CONTAINER, Owner
 from lockgate.kube.status import WORKERS_HEALTHY, Check
 from lockgate.models.unhealthy import UnhealthyWorker
 from lockgate.scaling.worker_health import REASONS, overdue, shown, startup_record

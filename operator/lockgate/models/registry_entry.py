@@ -1,6 +1,6 @@
 """An endpoint's registry entry: the record in Redis (`store.Registry`, hash `endpoints`)
 that the gateway, the scaler, the key API and dev mode read about an endpoint. Its writers
-are the operator (`kube.manifests.registry_entry`) and dev mode (`dev.controlplane`)."""
+are the operator (`kube.registry_record.registry_entry`) and dev mode (`dev.controlplane`)."""
 
 from __future__ import annotations
 
