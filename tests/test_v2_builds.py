@@ -13,29 +13,35 @@ import hashlib
 import hmac
 import json
 import re
+import site
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import eventually
+from tests.conftest import REPO, eventually
+from tests.devproc import DevProcess
 from tests.gitrepo import git, make_repo
 from tests.test_manage_api import (  # noqa: F401 - fixtures
     Api,
     api,
+    jobs_key,
     kubernetes_api,
     local_api,
 )
+from tests.test_v2_openapi import answer_schema, conforms
 from tests.test_v2_serverless import PROBLEM, cpu_body, v2
 from tests.test_v2_workers import read_events
 
 pytest_plugins = ["kube_fixtures"]
 pytestmark = pytest.mark.asyncio
 
+ECHO = "tests/handlers/sync_echo.py"
 HANDLER = "import runpod\nrunpod.serverless.start({'handler': lambda job: job['input']})\n"
 BUILD_KEYS = {
     "id",
@@ -56,10 +62,12 @@ def repo(tmp_path: Path) -> Path:
     return make_repo(tmp_path / "repo", {"handler.py": HANDLER}, "the first handler")
 
 
-async def with_source(api: Api, url: str, **git_fields: Any) -> dict[str, Any]:
-    status, _, body = await v2(
-        api, "POST", body=cpu_body(source={"git": {"url": url, **git_fields}})
-    )
+async def with_source(
+    api: Api, url: str, *, fields: dict[str, Any] | None = None, **git_fields: Any
+) -> dict[str, Any]:
+    """A v2 endpoint (the echo handler's template; `fields` over the body) built from `url`."""
+    source = {"git": {"url": url, **git_fields}}
+    status, _, body = await v2(api, "POST", body=cpu_body(source=source, **(fields or {})))
     assert status == 201, body
     return body
 
@@ -299,11 +307,15 @@ async def test_deleting_the_endpoint_deletes_its_builds(api: Api, repo: Path) ->
 
 # -- no body gets a 5xx ---------------------------------------------------------------------
 
+
+def containers(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """Lists and objects of `inner` (a named function: Hypothesis reads a lambda's source)."""
+    return st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+
+
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=20),
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
-    ),
+    containers,
     max_leaves=8,
 )
 start_bodies = json_values | st.fixed_dictionaries({"ref": json_values})
@@ -434,3 +446,114 @@ async def test_a_signed_hook_for_an_endpoint_without_a_source_is_a_409(api: Api)
     secret = (await v2(api, "POST", f"/{plain['id']}/builds/webhook"))[2]["secret"]
     status, answer = await hook(api, plain["id"], *github_push(secret, "main"))
     assert status == 409 and "no source" in answer["error"], answer
+
+
+# -- `lockgate dev` as a user runs it --------------------------------------------------------
+
+
+async def test_dev_builds_survive_a_restart_and_a_stop_mid_build_ends_it_failed(
+    http: aiohttp.ClientSession, tmp_path: Path, repo: Path
+) -> None:
+    data = tmp_path / "data"
+    admin = {}
+
+    async def call(dev: DevProcess, method: str, path: str, body: Any = None):
+        url = f"{dev.url}/v2/serverless/{dev.endpoint}{path}"
+        async with http.request(method, url, json=body, headers=admin) as resp:
+            return resp.status, await resp.json(content_type=None)
+
+    with DevProcess(ECHO, data_dir=data) as dev:
+        admin["authorization"] = f"Bearer {dev.key}"
+        status, ep = await call(dev, "PATCH", "", {"source": {"git": {"url": f"file://{repo}"}}})
+        assert status == 200 and ep["source"]["git"]["trigger"] == "RELEASE", ep
+        status, built = await call(dev, "POST", "/builds")
+        assert status == 201, built
+
+        async def completed() -> bool:
+            return (await call(dev, "GET", f"/builds/{built['id']}"))[1]["status"] == "COMPLETED"
+
+        await eventually(completed, timeout=60)
+        async with silent_git_server() as url:
+            status, _ = await call(dev, "PATCH", "", {"source": {"git": {"url": url}}})
+            assert status == 200
+            status, stuck = await call(dev, "POST", "/builds")
+
+            async def building() -> bool:
+                return (await call(dev, "GET", f"/builds/{stuck['id']}"))[1]["status"] == "BUILDING"
+
+            await eventually(building, timeout=30)
+            assert await asyncio.to_thread(dev.stop) == 0  # a clone under way does not hold it
+    with DevProcess(ECHO, data_dir=data) as dev:
+        admin["authorization"] = f"Bearer {dev.key}"
+        status, page = await call(dev, "GET", "/builds")
+        assert status == 200, page
+        by_id = {b["id"]: b for b in page["builds"]}
+        assert by_id[built["id"]]["status"] == "COMPLETED"
+        assert by_id[stuck["id"]]["status"] == "FAILED"
+        assert by_id[stuck["id"]]["error"] == "lockgate dev stopped"
+
+
+@pytest.mark.parametrize("api", ["local"], indirect=True)
+async def test_build_answers_conform_to_the_openapi_document(api: Api, repo: Path) -> None:
+    async with api.http.get(f"{api.url}/v2/openapi.json") as resp:
+        doc = await resp.json()
+    ep = await with_source(api, f"file://{repo}")
+    one = "/v2/serverless/{id}/builds/{buildId}"
+    status, _, build = await v2(api, "POST", f"/{ep['id']}/builds", {"ref": "main"})
+    conforms(doc, answer_schema(doc, "post", "/v2/serverless/{id}/builds", 201), build)
+    done = await ended(api, ep["id"], build["id"])
+    conforms(doc, answer_schema(doc, "get", one, 200), done)
+    status, _, page = await v2(api, "GET", f"/{ep['id']}/builds")
+    conforms(doc, answer_schema(doc, "get", "/v2/serverless/{id}/builds", 200), page)
+    status, _, problem = await v2(api, "POST", f"/{ep['id']}/builds/{build['id']}/cancel")
+    assert status == 409
+    conforms(doc, answer_schema(doc, "post", one + "/cancel", 409), problem)
+    status, _, made = await v2(api, "POST", f"/{ep['id']}/builds/webhook")
+    conforms(doc, answer_schema(doc, "post", "/v2/serverless/{id}/builds/webhook", 201), made)
+
+
+# The handler of a repository built in dev mode, run by the build's venv: it borrows this
+# project's site-packages and source for `lockgate.worker` (no pip install in the test).
+BUILT_HANDLER = f"""import sys
+sys.path[:0] = [{str(Path(site.getsitepackages()[0]))!r}, {str(REPO / "operator")!r}]
+import lockgate.worker
+
+if __name__ == "__main__":
+    lockgate.worker.start({{"handler": lambda job: {{"built": job["input"]["v"]}}}})
+"""
+
+
+@pytest.mark.parametrize("api", ["local"], indirect=True)
+async def test_a_completed_build_is_what_the_workers_run_then(
+    api: Api, tmp_path: Path, jobs_key: str
+) -> None:
+    built = make_repo(tmp_path / "built", {"handler.py": BUILT_HANDLER}, "a built handler")
+    ep = await with_source(api, f"file://{built}", fields={"workers": {"min": 1, "max": 1}})
+    url = ep["requestUrls"]["runSync"] + "?wait=60000"
+
+    async def run(value: str) -> dict[str, Any]:
+        body = {"input": {"v": value}}
+        async with api.http.post(url, json=body, headers={"authorization": jobs_key}) as resp:
+            job = await resp.json()
+        assert job["status"] == "COMPLETED", job
+        return job["output"]
+
+    assert await run("before") == {"echo": {"v": "before"}}  # the template, until a build
+    status, _, build = await v2(api, "POST", f"/{ep['id']}/builds")
+    assert status == 201
+    assert (await ended(api, ep["id"], build["id"]))["status"] == "COMPLETED"
+
+    async def runs_the_build() -> bool:
+        return await run("after") == {"built": "after"}
+
+    await eventually(runs_the_build, timeout=60)
+    status, _, patched = await v2(api, "PATCH", f"/{ep['id']}", {"workers": {"min": 1, "max": 2}})
+    assert status == 200, patched
+    assert await run("still") == {"built": "still"}  # a scaling edit keeps the build
+    status, _, patched = await v2(api, "PATCH", f"/{ep['id']}", {"source": None})
+    assert status == 200, patched
+
+    async def back_to_the_template() -> bool:
+        return await run("again") == {"echo": {"v": "again"}}
+
+    await eventually(back_to_the_template, timeout=60)

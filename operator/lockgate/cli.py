@@ -20,10 +20,36 @@ def _dev(sub: argparse._SubParsersAction) -> None:
         help="run everything in one process: Redis, gateway, local workers",
         description="Dev mode: an embedded Redis (or an external one: --redis-url or the "
         "LOCKGATE_REDIS_* settings), the gateway and a local pool of worker processes "
-        "running HANDLER.py (or --worker-command), scaled from the queue.",
+        "running HANDLER.py (or --worker-command, or a git repository's handler: --git), "
+        "scaled from the queue.",
     )
     p.add_argument("handler", nargs="?", help="handler file, started as `python HANDLER.py`")
     p.add_argument("--worker-command", help="run this command as each worker instead")
+    p.add_argument(
+        "--git",
+        metavar="URL[@REF]",
+        help="run a git repository's handler.py (or its Dockerfile's Python CMD) as the "
+        "worker, in a venv of its own made from its requirements.txt (or the Dockerfile's "
+        "pip install lines); URL: https://, file:// or a local path; REF: a branch, tag or "
+        "commit (default: the remote's HEAD); docs/dev-from-git.md",
+    )
+    p.add_argument(
+        "--git-cache",
+        metavar="DIR",
+        help="where --git keeps its clones and venvs (default $XDG_CACHE_HOME/lockgate/git, "
+        "else ~/.cache/lockgate/git)",
+    )
+    p.add_argument(
+        "--preset",
+        help="with --git: give the workers this hub.json preset's variables",
+    )
+    p.add_argument(
+        "--test",
+        action="store_true",
+        help="run tests.json (.runpod/tests.json first; the repository's with --git, else the "
+        "handler's folder's) against the endpoint through the job API once it is up, print "
+        "one line per test, then stop; exit code 1 when a test fails",
+    )
     p.add_argument("--endpoint-id", help="default: the handler's folder or file name")
     p.add_argument("--host", help="listen address (LOCKGATE_HOST, default 127.0.0.1)")
     p.add_argument("--port", type=int, help="listen port (LOCKGATE_PORT, default 8080)")

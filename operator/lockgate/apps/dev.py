@@ -3,12 +3,17 @@ process. Every endpoint, the command line's included, is a `LocalControlPlane` e
 
 An external Redis of any mode replaces the embedded one when `--redis-url` is given or
 LOCKGATE_REDIS_URL, LOCKGATE_REDIS_CLUSTER_NODES or LOCKGATE_REDIS_SENTINELS is set: a
-team's shared Redis, or a test's cluster."""
+team's shared Redis, or a test's cluster.
+
+`--git URL[@ref]` runs a repository's handler in a venv of its own (`dev.git_worker`);
+`--test` runs tests.json against the endpoint once it is up, then stops
+(`dev.hub_tests`)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import errno
 import logging
@@ -17,10 +22,12 @@ import shlex
 import signal
 import socket
 import sys
-from collections.abc import Collection
+from collections.abc import Collection, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
+import aiohttp
 from aiohttp import web
 from pydantic import ValidationError
 
@@ -36,7 +43,10 @@ from lockgate.dev.datadir import (
     kept_secret,
     make_private,
 )
-from lockgate.dev.launch import HANDLER_SUFFIX
+from lockgate.dev.git_worker import default_cache_root, git_worker, load_tests
+from lockgate.dev.gitsource import GitSourceError
+from lockgate.dev.hub_tests import result_line, run_tests, summary_line
+from lockgate.dev.launch import HANDLER_SUFFIX, Launch
 from lockgate.dev.names import curl_line, endpoint_id_for
 from lockgate.dev.redis_server import EmbeddedRedis
 from lockgate.dev.secret_values import FileSecretValues
@@ -58,6 +68,7 @@ from lockgate.manage.secrets import AccountSecrets
 from lockgate.manage.v2 import Backends, add_v2_routes
 from lockgate.manage.v2.billing import Billing
 from lockgate.models import EndpointSpec, EndpointType, describe_validation_error
+from lockgate.models.hub import HubFileError, HubTests
 from lockgate.settings import Prices, Settings
 from lockgate.store.builds import HookSecrets
 from lockgate.store.connection import RedisSettings, standalone
@@ -65,6 +76,7 @@ from lockgate.store.keys import ENDPOINT_ID_RE
 from lockgate.store.usage import UsageLedger
 
 log = logging.getLogger("lockgate.dev")
+T = TypeVar("T")
 DEFAULT_DATA_DIR = ".lockgate"  # `lockgate dev --data-dir`'s default, relative to the cwd
 
 
@@ -78,6 +90,8 @@ class DevOptions:
     api_key: str | None  # None: the data dir's, read (or made) once the folder is ours
     data_dir: Path
     redis: RedisSettings | None = None  # an external Redis; None: start the embedded one
+    launches: dict[str, Launch] = dataclasses.field(default_factory=dict)  # by templateId
+    tests: HubTests | None = None  # --test: run these once the endpoint is up, then stop
 
 
 def say(line: str) -> None:
@@ -192,22 +206,33 @@ def scaler_type_for(args: argparse.Namespace) -> str:
 
 
 def options(args: argparse.Namespace) -> DevOptions:
-    """Validate the command line into options, or exit with a message."""
-    if args.handler and args.worker_command:
-        sys.exit("lockgate dev: give a handler file or --worker-command, not both")
-    if not args.handler and not args.worker_command:
-        sys.exit("lockgate dev: give a handler file (lockgate dev handler.py) or --worker-command")
+    """Validate the command line into options, or exit with a message. With --git the
+    repository is checked out and its venv made here, before anything starts."""
+    given = [x for x in (args.handler, args.worker_command, args.git) if x]
+    if len(given) > 1:
+        sys.exit("lockgate dev: give one of a handler file, --worker-command or --git")
+    if not given:
+        sys.exit(
+            "lockgate dev: give a handler file (lockgate dev handler.py), --worker-command "
+            "or --git URL"
+        )
+    if (args.preset or args.git_cache) and not args.git:
+        sys.exit("lockgate dev: --preset and --git-cache are for a --git repository")
     if args.handler and not Path(args.handler).is_file():
         sys.exit(f"lockgate dev: handler file {args.handler!r} not found")
     if not 0 <= flag_value(args, "workers_min") <= flag_value(args, "workers_max"):
         sys.exit("lockgate dev: need 0 <= --workers-min <= --workers-max")
-    endpoint_id = args.endpoint_id or endpoint_id_for(args.handler, args.worker_command)
+    try:
+        source = source_of(args)
+    except (GitSourceError, HubFileError) as err:
+        sys.exit(f"lockgate dev: {err}")
+    endpoint_id = args.endpoint_id or source.endpoint_id
     if not ENDPOINT_ID_RE.fullmatch(endpoint_id):
         sys.exit(f"lockgate dev: --endpoint-id {endpoint_id!r}: use lowercase letters, digits, '-'")
     try:
         spec = EndpointSpec(
             name=endpoint_id,
-            templateId=template_id_for(args.handler, args.worker_command),
+            templateId=source.template_id,
             scalerType=scaler_type_for(args),
             **{field: flag_value(args, dest) for field, dest, _ in SPEC_FLAGS},
         )
@@ -223,6 +248,38 @@ def options(args: argparse.Namespace) -> DevOptions:
         api_key=args.api_key or os.environ.get("LOCKGATE_API_KEY") or None,
         data_dir=data_dir,
         redis=external_redis(args.redis_url),
+        launches=source.launches,
+        tests=source.tests,
+    )
+
+
+@dataclass(frozen=True)
+class Source:
+    """What the command line's endpoint runs: its templateId, the launches made for it
+    (--git), its default id, and the tests --test runs."""
+
+    template_id: str
+    endpoint_id: str
+    launches: dict[str, Launch]
+    tests: HubTests | None
+
+
+def source_of(args: argparse.Namespace) -> Source:
+    """The handler file, worker command or git repository the command line names. A git
+    repository whose hub.json makes an LB endpoint makes one unless --endpoint-type says."""
+    if not args.git:
+        folder = Path(args.handler).resolve().parent if args.handler else Path.cwd()
+        tests = load_tests(folder) if args.test else None
+        endpoint_id = endpoint_id_for(args.handler, args.worker_command)
+        return Source(template_id_for(args.handler, args.worker_command), endpoint_id, {}, tests)
+    cache = Path(args.git_cache) if args.git_cache else default_cache_root()
+    worker = git_worker(args.git, cache, preset=args.preset, with_tests=args.test, say=say)
+    if worker.hub and worker.hub.config.endpoint_type == "LB" and args.endpoint_type is None:
+        args.endpoint_type = EndpointType.LB.value  # the repository's hub.json says LB
+    launch = worker.launch
+    say(f"worker: {shlex.join(launch.command)} (in {launch.cwd})")
+    return Source(
+        launch.template_id, worker.endpoint_id, {launch.template_id: launch}, worker.tests
     )
 
 
@@ -235,6 +292,7 @@ def build_app(
     stop_grace_s: float = STOP_GRACE_S,
     command_line_endpoint: str | None = None,
     command_line_fields: Collection[str] = (),
+    launches: dict[str, Launch] | None = None,
 ) -> tuple[web.Application, LocalControlPlane]:
     """The gateway with the management API at `/v1` on the same port (one URL in dev mode),
     over a `LocalControlPlane` whose workers reach the gateway at `gateway_url`. Admin
@@ -253,6 +311,7 @@ def build_app(
         volumes_dir=volumes_dir,
         stop_grace_s=stop_grace_s,
         secret_values=values,
+        launches=launches,
     )
     storage = LocalStorage(gw.registry, volumes_dir)
     about = About(DEV, command_line_endpoint, tuple(sorted(command_line_fields)))
@@ -364,9 +423,11 @@ def write_cli_config(url: str, key: str) -> None:
         say(f"CLI: lockgate endpoints list, lockgate jobs run … (config in {path})")
 
 
-async def serve(opts: DevOptions, redis: RedisSettings, stop: Stop) -> None:
-    """Gateway, management API and local endpoints until `stop` is set; then shut down in
-    order: scaling stops, long-polls are answered, workers finish their jobs, then the rest."""
+async def serve(opts: DevOptions, redis: RedisSettings, stop: Stop) -> bool | None:
+    """Gateway, management API and local endpoints until `stop` is set (or, with --test,
+    the tests have run); then shut down in order: scaling stops, long-polls are answered,
+    workers finish their jobs, then the rest. Whether every test passed (None: no tests,
+    or stopped before they ended)."""
     settings = dev_settings(opts, redis)
     if why := listen_problem(settings.host, settings.port):
         raise SystemExit(f"lockgate dev: {why}")
@@ -378,6 +439,7 @@ async def serve(opts: DevOptions, redis: RedisSettings, stop: Stop) -> None:
         data_dir=opts.data_dir,
         command_line_endpoint=opts.endpoint_id,
         command_line_fields=opts.named,
+        launches=opts.launches,
     )
     gw = app[GATEWAY]
     runner = app_runner(app, settings, access_log=None, shutdown_timeout=2)
@@ -401,6 +463,7 @@ async def serve(opts: DevOptions, redis: RedisSettings, stop: Stop) -> None:
         say(f"console: {base}/console/ (sign in with the API key)")
         say(f"API key: {opts.api_key}")
         say(f"try: {curl_line(base, opts.endpoint_id, opts.api_key)}")
+        passed = await tested(opts, local_url, stop) if opts.tests is not None else None
         await stop.wait()
         say(stopping_line(await plane.jobs_in_hand(), plane.stop_grace_s))
     finally:
@@ -410,6 +473,49 @@ async def serve(opts: DevOptions, redis: RedisSettings, stop: Stop) -> None:
         finally:
             killer.cancel()
         await runner.cleanup()
+    return passed
+
+
+async def tested(opts: DevOptions, local_url: str, stop: Stop) -> bool | None:
+    """--test: run the tests against the command line's endpoint, then stop dev mode (the
+    tests were what this run was for); whether all passed, None when stopped first."""
+    job_api = f"{local_url}/v2/{opts.endpoint_id}"
+    passed = await until_stopped(run_repo_tests(job_api, opts.api_key, opts.tests), stop)
+    stop.first.set()
+    return passed
+
+
+async def run_repo_tests(job_api: str, api_key: str, tests: HubTests) -> bool:
+    """tests.json's tests through the job API at `job_api`, a line each and a summary;
+    whether all passed."""
+    say(f"testing: {len(tests.tests)} test(s) of tests.json through {job_api}")
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
+    try:
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            results = await run_tests(
+                session, job_api, {"authorization": api_key}, tests.tests,
+                report=lambda r: say(result_line(r)),
+            )  # fmt: skip
+    except aiohttp.ClientError as err:
+        say(f"tests stopped: the job API could not be reached ({err})")
+        return False
+    say(summary_line(results))
+    return all(r.passed for r in results)
+
+
+async def until_stopped(work: Coroutine[Any, Any, T], stop: Stop) -> T | None:
+    """`work`'s result, or None when `stop` comes first (`work` is then cancelled)."""
+    task, stopped = asyncio.ensure_future(work), asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return None
 
 
 def take_data_dir(opts: DevOptions) -> tuple[DevOptions, int]:
@@ -456,17 +562,26 @@ async def run(opts: DevOptions) -> int:
         loop.add_signal_handler(sig, stop.signalled, sig)
     try:
         redis = opts.redis or RedisSettings(**standalone(embedded.url))
-        await serve(opts, redis, stop)
+        passed = await serve(opts, redis, stop)
     finally:
         if embedded is not None:
             embedded.stop()
         say("stopped" if stop.forced is None else "stopped at once")
-    return stop.exit_code()
+    return exit_code(stop.exit_code(), opts.tests is not None, passed)
+
+
+def exit_code(stopped: int, tested: bool, passed: bool | None) -> int:
+    """The exit code: the stop's (0, or 128 + the signal of a forced stop); with --test,
+    1 when a test failed and 130 when Ctrl-C came before the tests ended."""
+    if not tested or stopped != 0:
+        return stopped
+    return 0 if passed else 1 if passed is False else 130
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run dev mode; 0 after a stop that let the jobs in hand finish, 128 + the signal's
-    number (130 for Ctrl-C) after a second signal stopped it at once."""
+    """Run dev mode; 0 after a stop that let the jobs in hand finish (1 when --test ran
+    and a test failed), 128 + the signal's number (130 for Ctrl-C) after a second signal
+    stopped it at once."""
     setup_logging("text")
     opts = options(args)
     try:

@@ -5,21 +5,28 @@ requirements), with no image. One build runs at a time per endpoint, in order as
 PENDING → BUILDING (the checkout, the environment, the worker's command: the repository's
 `handler.py` or its Dockerfile's Python CMD; each step a `system` log line, what git and
 pip say `container` lines) → COMPLETED with the commit's fields, or FAILED with the error;
-past the source's `buildTimeoutMin` it is FAILED too. A completed build is recorded, not
-yet run: the endpoint's workers keep running its template (docs/builds.md). A cancel
+past the source's `buildTimeoutMin` it is FAILED too. A completed build is a copy of its
+checkout (`runs/<endpoint>/<build>`: the cached clone's work tree moves with the next
+build, a running worker's files must not) and the command to run there, handed to
+`on_built` (the control plane runs it; docs/builds.md). A cancel
 (`manage.builds.cancel`) marks the record first, then stops the task here: a step already
-in a thread runs to its end, unwaited, and its result is dropped.
+in its (daemon) thread runs to its end, unwaited, and its result is dropped; it holds
+neither the cancel nor the exit of `lockgate dev`, which ends a live build FAILED.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shlex
+import shutil
+import threading
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
 from datetime import UTC
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from lockgate.dev import gitsource
 from lockgate.manage.workerlogs import CONTAINER, SYSTEM
@@ -28,10 +35,37 @@ from lockgate.models.source import GitSource
 from lockgate.store.builds import BuildNotFound, BuildStore
 
 log = logging.getLogger("lockgate.dev.builder")
+T = TypeVar("T")
 
-# Called with the endpoint id, the COMPLETED build and its checkout once a build
-# completes: the control plane may run it.
-OnBuilt = Callable[[str, Build, gitsource.Checkout], Awaitable[None]]
+RUNS = "runs"  # under the cache root: a folder per endpoint, one per completed build in it
+RUNS_KEPT = 3  # completed builds' folders kept per endpoint (older workers may still run)
+
+
+@dataclass(frozen=True, slots=True)
+class Built:
+    """What a completed build runs: its own copy of the checkout, and the worker command
+    (the environment's python and the handler) to run in it."""
+
+    folder: Path
+    command: tuple[str, ...]
+    url: str  # the repository built: a build of a source changed since is not run
+
+
+# Called with the endpoint id, the COMPLETED build and what it built: the control plane
+# runs it.
+OnBuilt = Callable[[str, Build, Built], Awaitable[None]]
+
+
+def snapshot(checkout: gitsource.Checkout, runs: Path, build_id: str) -> gitsource.Checkout:
+    """A copy of the checkout's files (not its `.git`) in `runs/<build id>`, the newest
+    RUNS_KEPT such folders kept; the checkout as it is there."""
+    folder = runs / build_id
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.copytree(checkout.path, folder, ignore=shutil.ignore_patterns(".git"), symlinks=True)
+    older = sorted((p for p in runs.iterdir() if p != folder), key=lambda p: p.stat().st_mtime)
+    for stale in older[: max(0, len(older) - (RUNS_KEPT - 1))]:
+        shutil.rmtree(stale, ignore_errors=True)
+    return replace(checkout, path=folder)
 
 
 def commit_fields(checkout: gitsource.Checkout) -> dict[str, Any]:
@@ -46,13 +80,48 @@ def commit_fields(checkout: gitsource.Checkout) -> dict[str, Any]:
     }
 
 
+async def in_daemon_thread(fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)` in a daemon thread, awaited. Unlike `asyncio.to_thread`, a step still
+    under way (a clone from a server that never answers, a long pip install) holds
+    neither a cancel nor `lockgate dev`'s exit: it is left to end on its own."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if future.done():  # cancelled meanwhile: the result is dropped
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)  # type: ignore[arg-type]
+
+    def run() -> None:
+        try:
+            outcome: tuple[T | None, BaseException | None] = (fn(*args), None)
+        except BaseException as err:  # handed to the awaiting task
+            outcome = (None, err)
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
+            loop.call_soon_threadsafe(settle, *outcome)
+
+    threading.Thread(target=run, name=f"lockgate-build-{fn.__name__}", daemon=True).start()
+    return await future
+
+
 class LocalBuilder:
     """Runs dev mode's builds in tasks of this process."""
 
-    def __init__(self, store: BuildStore, cache_root: Path, on_built: OnBuilt | None = None):
+    def __init__(
+        self,
+        store: BuildStore,
+        cache_root: Path,
+        on_built: OnBuilt | None = None,
+        *,
+        minute_s: float = 60.0,
+    ) -> None:
         self.store = store
         self.cache_root = cache_root  # clones and environments (dev.gitsource)
         self.on_built = on_built
+        self.minute_s = minute_s  # seconds in a minute of `buildTimeoutMin` (tests: fewer)
         self._tasks: dict[tuple[str, str], asyncio.Task] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
@@ -105,10 +174,8 @@ class LocalBuilder:
         say = self._say(endpoint_id, build.id)
         await say(SYSTEM, f"checking out {git.url} at {ref or 'its default branch'}")
         try:
-            async with asyncio.timeout(git.buildTimeoutMin * 60):
-                checkout = await asyncio.to_thread(
-                    gitsource.checkout, git.url, ref, self.cache_root
-                )
+            async with asyncio.timeout(git.buildTimeoutMin * self.minute_s):
+                checkout = await in_daemon_thread(gitsource.checkout, git.url, ref, self.cache_root)
                 # the commit is shown at once, and stays on a build that fails later
                 await self.store.change(
                     endpoint_id, build.id, BuildStatus.BUILDING, **commit_fields(checkout)
@@ -116,10 +183,13 @@ class LocalBuilder:
                 first_line = checkout.message.partition("\n")[0]
                 await say(CONTAINER, f"HEAD is now at {checkout.short} {first_line}")
                 await say(SYSTEM, "preparing the environment (its requirements)")
-                python = await asyncio.to_thread(gitsource.environment, checkout, self.cache_root)
+                python = await in_daemon_thread(gitsource.environment, checkout, self.cache_root)
                 await say(CONTAINER, f"environment ready: {python}")
-                command = [str(python), *gitsource.entrypoint(checkout)]
-                await say(SYSTEM, f"the worker would run: {shlex.join(command)}")
+                runs = self.cache_root / RUNS / endpoint_id
+                copy = await in_daemon_thread(snapshot, checkout, runs, build.id)
+                command = (str(python), *gitsource.entrypoint(copy))
+                built = Built(copy.path, command, git.url)
+                await say(SYSTEM, f"the workers run {shlex.join(built.command)} in {copy.path}")
         except TimeoutError:
             why = f"the build took over its buildTimeoutMin ({git.buildTimeoutMin} min)"
             await self._end(endpoint_id, build.id, BuildStatus.FAILED, why)
@@ -131,7 +201,7 @@ class LocalBuilder:
         done = await self.store.change(endpoint_id, build.id, BuildStatus.COMPLETED)
         await say(SYSTEM, f"build completed at {checkout.short}")
         if self.on_built is not None:
-            await self.on_built(endpoint_id, done, checkout)
+            await self.on_built(endpoint_id, done, built)
 
     def _say(self, endpoint_id: str, build_id: str) -> Callable[[str, str], Awaitable[None]]:
         async def say(source: str, line: str) -> None:

@@ -26,14 +26,14 @@ import logging
 import os
 import secrets
 import sys
-from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import ValidationError
 
-from lockgate.dev.builder import LocalBuilder
+from lockgate.dev.builder import Built, LocalBuilder
 from lockgate.dev.datadir import SECRETS
 from lockgate.dev.launch import Launch, launch_for, template_launch
 from lockgate.dev.model_cache import ModelDownloads
@@ -314,8 +314,12 @@ class LocalControlPlane:
         python: str = sys.executable,
         stop_grace_s: float = STOP_GRACE_S,
         secret_values: FileSecretValues | None = None,
+        launches: Mapping[str, Launch] | None = None,
     ) -> None:
         self.gw = gw
+        # Launches the command line made, by templateId (`lockgate dev --git`: the venv's
+        # python in the checkout, with hub.json's variables), taken as they are.
+        self.launches = dict(launches or {})
         self.gateway_url = gateway_url  # the gateway as workers reach it
         self.base_dir = base_dir
         self.volumes_dir = volumes_dir or base_dir / ".lockgate" / "volumes"
@@ -333,7 +337,12 @@ class LocalControlPlane:
         self.releases = ReleaseStore(gw.registry.redis)
         self.builds = BuildStore(gw.registry.redis)
         # builds of sources: checkouts and environments under the data folder
-        self.builder = LocalBuilder(self.builds, self.volumes_dir.parent / BUILDS)
+        self.builder = LocalBuilder(
+            self.builds, self.volumes_dir.parent / BUILDS, on_built=self._run_build
+        )
+        # What an endpoint with a source runs once a build of it completed (`_run_build`),
+        # in place of its template's command; by endpoint id
+        self._built: dict[str, Launch] = {}
 
     def job_api_url(self, endpoint_id: str) -> str:
         return f"{self.gw.settings.public_base_url()}/v2/{endpoint_id}/"
@@ -341,6 +350,8 @@ class LocalControlPlane:
     async def _launch(self, template_id: str, base_dir: Path | None = None) -> Launch:
         """What an endpoint's `templateId` runs: a kept template, else a handler file or
         a worker command (`dev.launch`)."""
+        if template_id in self.launches:
+            return self.launches[template_id]
         template = await self._template(template_id)
         if template is not None:
             return self._template_launch(template_id, template)
@@ -400,10 +411,38 @@ class LocalControlPlane:
             edits = edited_fields(ep.spec, spec) if ep.origin == ORIGIN_CLI else {}
             if why := refused_edit(edits):
                 raise UnusableSettings(why)
-            launch = await self._launch(spec.templateId)
+            launch = self._running(ep.id, spec, await self._launch(spec.templateId))
             ep.edits = {**ep.edits, **edits}
             await self._apply(ep, spec, launch, await self._template(spec.templateId))
         return await self.get(endpoint_id)
+
+    def _running(self, endpoint_id: str, spec: EndpointSpec, launch: Launch) -> Launch:
+        """What the endpoint runs with `spec`: its completed build while it keeps its source
+        and template (its template's env over the build's command), else `launch`."""
+        built = self._built.get(endpoint_id)
+        if built is None or spec.source is None or built.template_id != launch.template_id:
+            self._built.pop(endpoint_id, None)  # a source or template changed: the template
+            return launch
+        return replace(built, env=launch.env)
+
+    async def _run_build(self, endpoint_id: str, build: Build, built: Built) -> None:
+        """Run a completed build: the endpoint's workers are replaced by the rolling rule
+        (idle ones at once, busy ones after their job), with no release (a `GIT_BUILD`
+        release comes with the in-cluster build)."""
+        async with self._lock:
+            ep = self._endpoints.get(endpoint_id)
+            source = source_of(ep.spec.source) if ep is not None else None
+            if ep is None or self._closing or ep.launch is None or source is None:
+                return
+            if source.git.url != built.url:  # the source changed while it was built
+                return
+            template = await self._template(ep.spec.templateId)
+            self._built[endpoint_id] = Launch(
+                ep.spec.templateId, built.command, str(built.folder), ep.launch.env
+            )
+            launch = self._running(endpoint_id, ep.spec, ep.launch)
+            log.info("endpoint %s runs build %s (%s)", endpoint_id, build.id, build.commitHash)
+            await self._apply(ep, ep.spec, launch, template)
 
     async def _apply(
         self, ep: LocalEndpoint, spec: EndpointSpec, launch: Launch, template: TemplateSpec | None
@@ -450,6 +489,7 @@ class LocalControlPlane:
                 raise EndpointNotFound(endpoint_id)
             await self.gw.registry.delete_endpoint(endpoint_id)
         self.builder.forget(endpoint_id)
+        self._built.pop(endpoint_id, None)
         await asyncio.gather(*(w.stop(DELETE_GRACE_S) for w in _all_workers(ep)))
         await self.gw.registry.delete_key(key_digest(ep.worker_key))
         removed = await self.gw.store.delete_endpoint_data(endpoint_id)
@@ -503,7 +543,10 @@ class LocalControlPlane:
             if stored is None:
                 raise TemplateNotFound(template_id)
             users = [ep for ep in self._endpoints.values() if ep.spec.templateId == template_id]
-            launches = [self._template_launch(template_id, spec) for _ in users]
+            launches = [
+                self._running(ep.id, ep.spec, self._template_launch(template_id, spec))
+                for ep in users
+            ]
             entry = {**spec.model_dump(mode="json"), "createdAt": stored.get("createdAt", now())}
             await registry.put_template(template_id, entry)
             for ep, launch in zip(users, launches, strict=True):

@@ -3,8 +3,9 @@ environment of its own, and the command that runs its handler.
 
 - `checkout(url, ref, cache_root)` keeps one clone per URL under `cache_root/clones/`,
   fetches it again on each call and checks out `ref` (a branch, a tag or a commit; the
-  remote's HEAD when None) as a detached work tree. It speaks to git through the `git`
-  CLI, so every URL git itself takes works: `file://` URLs, plain local paths, http(s).
+  remote's HEAD when None) into a work tree of that commit's own under
+  `cache_root/trees/`. It speaks to git through the `git` CLI, so every URL git itself
+  takes works: `file://` URLs, plain local paths, http(s).
 - `environment(checkout, cache_root)` is the python of a venv under `cache_root/venvs/`,
   keyed by the sha256 of what it installs: `requirements.txt`, or without one the
   Dockerfile's `pip install` lines. A venv whose key matches is reused as it is.
@@ -64,7 +65,7 @@ class Checkout:
     """A repository's work tree at one commit, with what a build record shows of it."""
 
     url: str
-    path: Path  # the work tree
+    path: Path  # the commit's own work tree (its files never change under a running worker)
     commit: str  # the full hash
     short: str  # the abbreviated hash git prints
     message: str  # the whole commit message, without trailing blank lines
@@ -121,10 +122,27 @@ def checkout(url: str, ref: str | None, cache_root: Path) -> Checkout:
         else:
             _fetch(path, url)
         wanted = ref or _default_branch(path, url)
+        if re.fullmatch(r"[0-9a-f]{40}", wanted):
+            # a commit no branch or tag holds (a pull request's): asked for by its hash,
+            # which servers that allow it send; otherwise _resolve says it is not there
+            _run(["git", "fetch", "--quiet", ORIGIN, wanted], path, url, check=False)
         commit, branch = _resolve(path, wanted, url)
-        _git(path, "checkout", "--quiet", "--force", "--detach", commit)
-        _git(path, "clean", "-q", "-f", "-d", "-x")
-        return _describe(url, path, commit, wanted, branch)
+        tree = _work_tree(path, commit, cache_root / "trees" / path.name / commit[:16], url)
+        return _describe(url, tree, commit, wanted, branch)
+
+
+def _work_tree(clone: Path, commit: str, tree: Path, url: str) -> Path:
+    """A work tree of its own for `commit` (a `git worktree` of the clone), so a process
+    running from one commit's files never sees them change when another is checked out;
+    one made before gets its tracked files back as the commit has them."""
+    if (tree / ".git").exists():
+        _run(["git", "checkout", "--quiet", "--force", "--detach", commit], tree, url)
+        return tree
+    _run(["git", "worktree", "prune"], clone, url, check=False)  # trees deleted by hand
+    tree.parent.mkdir(parents=True, exist_ok=True)
+    argv = ["git", "worktree", "add", "--quiet", "--force", "--detach", str(tree), commit]
+    _run(argv, clone, url)
+    return tree
 
 
 def _clone(url: str, path: Path) -> None:
@@ -255,18 +273,28 @@ def environment_key(requirements: Requirements) -> str:
     return hashlib.sha256(python + requirements.content).hexdigest()
 
 
+def venv_dir(cache_root: Path, requirements: Requirements) -> Path:
+    """Where the venv of `requirements` is kept (its pip log beside it, `<dir>.log`)."""
+    return cache_root / "venvs" / environment_key(requirements)[:16]
+
+
+def is_ready(venv: Path) -> bool:
+    """Whether the venv's install finished (a venv is used only then)."""
+    return (venv / READY).is_file() and (venv / "bin" / "python").exists()
+
+
 def environment(co: Checkout, cache_root: Path, *, timeout_s: float = PIP_TIMEOUT_S) -> Path:
     """The python of the repository's venv: reused when its key matches, else made with
     `python -m venv` and pip (pip's own cache of downloads and wheels is used as usual).
     Raises `EnvironmentFailed` with pip's last lines when the install fails."""
     wanted = requirements_of(co)
     key = environment_key(wanted)
-    venv = cache_root / "venvs" / key[:16]
+    venv = venv_dir(cache_root, wanted)
     python = venv / "bin" / "python"
     venv.parent.mkdir(parents=True, exist_ok=True)
     with open(venv.with_name(venv.name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one install of a venv at a time
-        if (venv / READY).is_file() and python.exists():
+        if is_ready(venv):
             return python
         shutil.rmtree(venv, ignore_errors=True)  # an install cut short
         log = venv.with_name(venv.name + ".log")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -126,7 +127,7 @@ class EndpointSource(BaseModel):
     git: GitSource
 
 
-def source_of(value: EndpointSource | dict | None) -> EndpointSource | None:
+def source_of(value: EndpointSource | dict[str, Any] | None) -> EndpointSource | None:
     """An endpoint's source, whether a record holds it as a model or as JSON (a record
     read from a resource)."""
     if value is None or isinstance(value, EndpointSource):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from secrets import token_urlsafe
+from typing import cast
 
 import orjson
 from redis.asyncio import Redis
@@ -83,7 +84,7 @@ class BuildStore:
         ks = [keys.builds(endpoint_id), keys.build_seq(endpoint_id)]
         ks.append(keys.build(endpoint_id, build.id))
         body = orjson.dumps(build.model_dump(mode="json"))
-        args = [build.id, body, self.kept, keys.prefix(endpoint_id)]
+        args: list[str | bytes | int] = [build.id, body, self.kept, keys.prefix(endpoint_id)]
         return int(await self._add(keys=ks, args=args))
 
     async def get(self, endpoint_id: str, build_id: str) -> Build:
@@ -103,7 +104,8 @@ class BuildStore:
             keys.builds(endpoint_id), top, "-inf", desc=True, byscore=True,
             offset=0, num=limit + 1, withscores=True,
         )  # fmt: skip
-        chosen = found[:limit]
+        # withscores: (member, score) pairs
+        chosen = cast(list[tuple[bytes | str, float]], found)[:limit]
         raws = await self.redis.mget([keys.build(endpoint_id, _text(i)) for i, _ in chosen])
         builds = [
             (int(seq), Build.model_validate_json(raw))
@@ -148,7 +150,8 @@ class BuildStore:
     async def log_lines_of(self, endpoint_id: str, build_id: str) -> list[tuple[int, str, str]]:
         """Every kept line of the build's log, oldest first: (epoch ms, source, text)."""
         raw = await self.redis.lrange(keys.build_log(endpoint_id, build_id), 0, -1)
-        return [tuple(orjson.loads(r)) for r in raw]  # type: ignore[misc]
+        rows = [orjson.loads(r) for r in raw]
+        return [(int(ms), str(source), str(text)) for ms, source, text in rows]
 
 
 class HookSecrets:
