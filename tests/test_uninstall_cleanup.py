@@ -22,7 +22,12 @@ from kubernetes.client.exceptions import ApiException
 from lockgate.kube.crds import GROUP, VERSION
 from lockgate.kube.handlers import FINALIZER
 from lockgate.kube.manifests import names
+from lockgate.kube.manifests.build import build_job
+from lockgate.kube.manifests.names import Owner
+from lockgate.kube.settings import OperatorSettings
 from lockgate.kube.uninstall import finalizers_without_ours, namespaces_to_clean, owned_by_endpoint
+from lockgate.models.build import new_build
+from lockgate.models.source import GitSource
 from tests.conftest import wait_until
 from tests.test_chart import CHART, find_helm
 
@@ -207,6 +212,36 @@ def test_cleanup_stops_the_operator_deletes_workloads_and_frees_endpoints(
     wait_until(lambda: world.gone(world.ns_a, "alpha"), "the Endpoint to be deleted", 30)
 
 
+def test_cleanup_with_builds_deletes_the_build_jobs_only(envtest: Any, world: World) -> None:
+    """`--builds` (the chart passes it with builds.registry): the operator's build Jobs
+    go (a running build stops), another Job of the namespace stays."""
+    batch = k8s.BatchV1Api(world.apps.api_client)
+    settings = OperatorSettings(builds_registry="registry.example.test/b")
+    source = GitSource(url="https://git.example.test/o/r.git")
+    job = build_job(Owner("alpha", world.ns_a, "uid-a"), new_build(), source, settings)
+    del job["metadata"]["ownerReferences"]  # no Endpoint in this test
+    batch.create_namespaced_job(world.ns_a, job)
+    other = {
+        "metadata": {"name": "theirs"},
+        "spec": {
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "c", "image": "example.test/x:1"}],
+                }
+            }
+        },
+    }
+    batch.create_namespaced_job(world.ns_a, other)
+
+    done = cleanup(envtest, world, "--namespace", world.ns_a, "--builds", "--timeout", "30")
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 build Job(s) deleted" in done.stdout, done.stdout
+    names = [j.metadata.name for j in batch.list_namespaced_job(world.ns_a).items]
+    assert names == ["theirs"]
+
+
 def test_cleanup_with_namespaces_leaves_other_namespaces_alone(envtest: Any, world: World) -> None:
     world.endpoint(world.ns_a, "alpha")
     world.endpoint(world.ns_b, "beta")
@@ -313,6 +348,21 @@ def test_hook_rbac_grants_only_what_the_command_uses() -> None:
     assert ("deployments", "create") not in granted and ("pods", "delete") not in granted
     [scale] = [r for r in rules if r["resources"] == ["deployments/scale"]]
     assert scale["resourceNames"] == ["lockgate-operator"]
+
+
+def test_with_builds_the_hook_deletes_build_jobs() -> None:
+    """builds.registry set: the hook runs with `--builds` and may list and delete Jobs;
+    unset (above), it may not."""
+    objs = hook_objects(render_chart({"builds": {"registry": "registry.example.test/b"}}))
+    rules = [r for d in objs if d["kind"] in ("Role", "ClusterRole") for r in d["rules"]]
+    assert {"list", "delete"} == {
+        v for r in rules if r["resources"] == ["jobs"] for v in r["verbs"]
+    }
+    [job] = [d for d in objs if d["kind"] == "Job"]
+    assert "--builds" in job["spec"]["template"]["spec"]["containers"][0]["args"]
+    plain = hook_objects(render_chart())
+    assert not [r for d in plain if d["kind"] in ("Role", "ClusterRole") for r in d["rules"]
+                if "jobs" in r["resources"]]  # fmt: skip
 
 
 def test_namespaced_hook_gets_a_role_per_watched_namespace_and_no_cluster_role() -> None:

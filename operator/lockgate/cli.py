@@ -232,6 +232,10 @@ def _uninstall_cleanup(sub: argparse._SubParsersAction) -> None:
         help="label selector of the release's KopfPeering/ClusterKopfPeering objects "
         "(default: none, peering is off)",
     )  # fmt: skip
+    p.add_argument(
+        "--builds", action="store_true",
+        help="delete the build Jobs too (in-cluster builds are on: builds.registry)",
+    )  # fmt: skip
     p.add_argument("--timeout", type=float, default=120, help="seconds to finish in (default 120)")
     p.set_defaults(run=_lazy("lockgate.kube.uninstall", "main"))
 

@@ -14,6 +14,7 @@ build's record following what the Job and its pod show.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
@@ -66,7 +67,7 @@ def _finished(job: Obj) -> bool:
 
 async def sync_endpoint(
     cluster: Cluster, store: BuildStore, settings: OperatorSettings, owner: Owner,
-    spec: EndpointSpec,
+    spec: EndpointSpec, locks: dict[str, asyncio.Lock] | None = None,
 ) -> None:  # fmt: skip
     """Create the Job of each PENDING build that has none; follow each unfinished Job
     (`on_job`: its build moved on, or the Job deleted when the build was cancelled)."""
@@ -95,7 +96,7 @@ async def sync_endpoint(
     for build_id, job in by_build.items():
         if build_id in live_ids or (build_id and not _finished(job)):
             # level-based, beside the Job watch: a missed event (a restart) is caught up
-            await on_job(cluster, store, settings, job)
+            await on_job(cluster, store, settings, job, locks)
 
 
 async def _drop_if_ended(
@@ -135,36 +136,55 @@ def _changes(build: Build, step: Progress) -> bool:
 
 
 async def on_job(
-    cluster: Cluster, store: BuildStore, settings: OperatorSettings, job: Obj
+    cluster: Cluster,
+    store: BuildStore,
+    settings: OperatorSettings,
+    job: Obj,
+    locks: dict[str, asyncio.Lock] | None = None,
 ) -> Build | None:
     """Follow one build Job event: the build's record moved on as the Job and its pod
     show (`kube.buildjobs.progress`); the builder's log kept when it ends. Returns the
-    record as written (None when nothing changed)."""
-    meta = job["metadata"]
-    labels = meta.get("labels") or {}
+    record as written (None when nothing changed). `locks` (by build id) keeps the Job
+    watch and a reconcile of the same build apart, so the builder's log is copied once."""
+    labels = job["metadata"].get("labels") or {}
     endpoint_id, build_id = labels.get(ENDPOINT_LABEL), labels.get(BUILD_LABEL)
     if not endpoint_id or not build_id:
         return None
+    held = locks if locks is not None else {}
+    async with held.setdefault(build_id, asyncio.Lock()):
+        changed, ended = await _follow(cluster, store, settings, job, endpoint_id, build_id)
+    if ended:
+        held.pop(build_id, None)
+    return changed
+
+
+async def _follow(
+    cluster: Cluster, store: BuildStore, settings: OperatorSettings, job: Obj,
+    endpoint_id: str, build_id: str,
+) -> tuple[Build | None, bool]:  # fmt: skip
+    """`on_job` for one build: the record written (or None), and whether the build has
+    ended (or is gone)."""
     if not _finished(job) and await _drop_if_ended(cluster, store, endpoint_id, build_id, job):
-        return None
+        return None, True
     try:
         build = await store.get(endpoint_id, build_id)
     except BuildNotFound:
-        return None
+        return None, True
     if build.terminal:
-        return None
-    pods = await cluster.list_objects("Pod", meta["namespace"], f"{BUILD_LABEL}={build_id}")
-    pod = _newest(pods)
+        return None, True
+    namespace = job["metadata"]["namespace"]
+    pod = _newest(await cluster.list_objects("Pod", namespace, f"{BUILD_LABEL}={build_id}"))
     deadline_s = (job.get("spec") or {}).get("activeDeadlineSeconds") or 0
     step = progress(
         job, pod, image_name=image_name(settings, endpoint_id, build_id),
         timeout_min=int(deadline_s) // 60,
     )  # fmt: skip
     if step is None or not _changes(build, step):
-        return None
+        return None, False
     if step.status in (BuildStatus.COMPLETED, BuildStatus.FAILED) and pod is not None:
         await store.log(endpoint_id, build_id, CONTAINER, await _builder_log(cluster, pod))
-    return await _record(store, endpoint_id, build_id, step)
+    changed = await _record(store, endpoint_id, build_id, step)
+    return changed, changed is None or changed.terminal
 
 
 async def _record(

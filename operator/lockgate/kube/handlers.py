@@ -239,7 +239,9 @@ async def follow_build_job(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A build Job changed: its build's record follows (`kube.builds.on_job`)."""
     ctx = _ctx(memo)
     try:
-        await build_jobs.on_job(ctx.cluster, ctx.build_store(), ctx.settings, dict(body))
+        await build_jobs.on_job(
+            ctx.cluster, ctx.build_store(), ctx.settings, dict(body), ctx.build_locks
+        )
     except (rc.ClusterError, rc.RedisError) as err:
         raise kopf.TemporaryError(f"build Job: {err}", delay=rc.RETRY_DELAY_S) from err
 

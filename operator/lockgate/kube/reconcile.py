@@ -158,6 +158,9 @@ class Context:
     # Endpoint uid -> its optional objects (rows of `OWNED_OBJECTS`) known absent.
     absent: dict[str, set[OwnedObject]] = field(default_factory=dict)
     builds: BuildStore | None = None  # `build_store()`
+    # Build id -> the lock that keeps the build Job watch and a reconcile of the same
+    # build apart (`kube.builds.on_job`); a build's goes when it ends.
+    build_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     # Worker Deployments and pods as kopf's watches deliver them (`kube.watched`); None
     # outside kopf (tests that run the scaler alone), and not `ready` until kopf filled it.
     workers: WatchedWorkers | None = None
@@ -573,7 +576,9 @@ async def _converge(
     if spec is None:
         return checks, False, None
     # builds asked for or cancelled (kube/builds.py): their Jobs, whatever the template
-    await build_jobs.sync_endpoint(ctx.cluster, ctx.build_store(), ctx.settings, owner, spec)
+    await build_jobs.sync_endpoint(
+        ctx.cluster, ctx.build_store(), ctx.settings, owner, spec, ctx.build_locks
+    )
     template, check = await find_template(ctx, owner.namespace, spec.templateId)
     checks.append(check)
     if template is None:

@@ -9,9 +9,10 @@ person can run it too (with a kubeconfig) before removing an operator by hand.
 Steps, in order: scale the operator to 0 and wait until its pods are gone (else it would
 recreate what the next steps delete); delete every Endpoint's worker Deployment and
 flashboot DaemonSet (found by the labels of `kube.manifests`, and only those an Endpoint
-owns) in the watched namespaces; remove the finalizer from every Endpoint and Template;
-delete the release's kopf peering objects. The Endpoints, their worker-key Secrets and the
-Templates stay: a later install resumes them. Every wait is bounded by `--timeout`.
+owns) in the watched namespaces, and with `--builds` the build Jobs; remove the finalizer
+from every Endpoint and Template; delete the release's kopf peering objects. The
+Endpoints, their worker-key Secrets and the Templates stay: a later install resumes them.
+Every wait is bounded by `--timeout`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from lockgate.kube.builds import BUILD_JOB_SELECTOR
 from lockgate.kube.cluster import MERGE_PATCH, api_client_from_environment
 from lockgate.kube.crds import ENDPOINT, GROUP, TEMPLATE, VERSION
 from lockgate.kube.handlers import FINALIZER
@@ -57,6 +59,7 @@ class Plan:
     namespaces: tuple[str, ...]  # empty: every namespace (a cluster-wide operator)
     peering_selector: str  # empty: peering is off, there is nothing to delete
     timeout_s: float
+    builds: bool = False  # in-cluster builds are on: delete the build Jobs too
 
 
 # -- decisions (pure) ---------------------------------------------------------------------
@@ -97,6 +100,7 @@ class Cleaner:
         self.plan = plan
         self.say = say
         self.apps = k8s.AppsV1Api(api)
+        self.batch = k8s.BatchV1Api(api)
         self.core = k8s.CoreV1Api(api)
         self.custom = k8s.CustomObjectsApi(api)
         self.deadline = time.monotonic() + plan.timeout_s
@@ -105,6 +109,8 @@ class Cleaner:
         self.stop_operator()
         for kind in ("deployment", "daemon_set"):
             self.delete_workloads(kind)
+        if self.plan.builds:
+            self.delete_build_jobs()
         for plural in (ENDPOINT.plural, TEMPLATE.plural):
             self.release_finalizers(plural)
         self.delete_peerings()
@@ -163,6 +169,24 @@ class Cleaner:
             self.say(f"deleted {label} {meta.namespace}/{meta.name}")
             count += 1
         self.say(f"{count} worker {label}(s) deleted")
+
+    def delete_build_jobs(self) -> None:
+        """Delete the build Jobs (a running build stops; its pod goes with it)."""
+        items = self._each_namespace(
+            self.batch.list_job_for_all_namespaces, self.batch.list_namespaced_job,
+            label_selector=BUILD_JOB_SELECTOR,
+        )  # fmt: skip
+        for item in items:
+            meta = item.metadata
+            try:
+                self.batch.delete_namespaced_job(
+                    meta.name, meta.namespace, propagation_policy="Background"
+                )
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+            self.say(f"deleted build Job {meta.namespace}/{meta.name}")
+        self.say(f"{len(items)} build Job(s) deleted")
 
     # -- finalizers ------------------------------------------------------------------------
 
@@ -276,6 +300,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         namespaces=namespaces_to_clean(args.namespace or [], args.endpoint_namespace or ""),
         peering_selector=args.peering_selector,
         timeout_s=args.timeout,
+        builds=bool(getattr(args, "builds", False)),
     )
 
 

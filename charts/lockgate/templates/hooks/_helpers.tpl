@@ -51,4 +51,10 @@ app.kubernetes.io/name={{ include "lockgate.name" .ctx }},app.kubernetes.io/inst
   resources: [kopfpeerings]
   verbs: [list, delete]
 {{- end }}
+{{- if .Values.builds.registry }}
+# The build Jobs (builds.registry): a running build stops, none is left behind.
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [list, delete]
+{{- end }}
 {{- end }}
