@@ -33,7 +33,7 @@ from lockgate.kube.manifests.build import (
 from lockgate.kube.manifests.names import COMPONENT_LABEL, ENDPOINT_LABEL, Obj, Owner
 from lockgate.manage.workerlogs import CONTAINER, SYSTEM
 from lockgate.models.build import Build, BuildStatus, IllegalTransition
-from lockgate.models.source import source_of
+from lockgate.models.source import GitSource, source_of
 from lockgate.store.builds import BuildNotFound, BuildStore
 
 if TYPE_CHECKING:
@@ -70,22 +70,37 @@ async def sync_endpoint(
     spec: EndpointSpec, locks: dict[str, asyncio.Lock] | None = None,
 ) -> None:  # fmt: skip
     """Create the Job of each PENDING build that has none; follow each unfinished Job
-    (`on_job`: its build moved on, or the Job deleted when the build was cancelled)."""
+    (`on_job`: its build moved on, or the Job deleted when the build was cancelled). A
+    refusal of the API server (the builds namespace not watched, RBAC) is logged, not
+    raised: builds must not stop the endpoint's own reconcile; the next one tries again."""
     source = source_of(spec.source)
     if not settings.builds_registry or source is None:
         return
+    try:
+        await _sync(cluster, store, settings, owner, source.git, locks)
+    except ClusterError as err:
+        log.warning("builds of endpoint %s not synced: %s", owner.name, err)
+
+
+async def _sync(
+    cluster: Cluster, store: BuildStore, settings: OperatorSettings, owner: Owner,
+    git: GitSource, locks: dict[str, asyncio.Lock] | None,
+) -> None:  # fmt: skip
     namespace = builds_namespace(settings, owner.namespace)
     jobs = await cluster.list_objects(JOB, namespace, _endpoint_jobs(owner.name))
     by_build = {(j["metadata"].get("labels") or {}).get(BUILD_LABEL): j for j in jobs}
     live = await store.live(owner.name)
     for build in live:
         if build.status == BuildStatus.PENDING and build.id not in by_build:
-            job = build_job(owner, build, source.git, settings)
+            job = build_job(owner, build, git, settings)
             try:
                 await cluster.create(job)
             except Conflict:
                 continue  # another reconcile of the Endpoint (a resync) made it first
             except ClusterError as err:
+                if not 400 <= err.status < 500:
+                    raise  # the API server failing: the next reconcile tries again
+                # refused for good (no such namespace, RBAC, an invalid Job): say why
                 await _fail(store, owner.name, build, f"the build Job was refused: {err}")
                 continue
             await store.log(
