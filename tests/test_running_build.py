@@ -93,7 +93,9 @@ def test_the_newest_completed_build_not_yet_taken_is_taken() -> None:
     # taken already: nothing new (a rollback to `one` leaves taken at 2: not undone)
     assert to_take([(2, two), (1, one)], 2) is None
     # an older build completing after a newer one was taken is not run
-    assert to_take([(1, one)], 2) is None
+    assert to_take([(1, one), (2, failed)], 2) is None
+    # builds numbered below the last taken only: Redis was emptied, numbering restarted
+    assert to_take([(1, one)], 7) == (1, one)
 
 
 def test_a_running_build_applies_while_the_source_is_the_one_it_was_built_from() -> None:

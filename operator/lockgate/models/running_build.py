@@ -80,7 +80,12 @@ def to_take(builds: Iterable[tuple[int, Build]], taken: int) -> tuple[int, Build
     sequence numbers: the newest COMPLETED one with an image whose number is above
     `taken` (the newest number taken before). So a build finishing after a newer one was
     taken is not run, and a rollback to an older build (which leaves `taken` as it is)
-    is not undone by the next reconcile. None: nothing new to run."""
+    is not undone by the next reconcile. None: nothing new to run. A `taken` above every
+    build's number means the numbering restarted (lockgate's Redis was emptied, its
+    builds with it): it counts as none taken, or no build would ever run again."""
+    builds = list(builds)
+    if builds and taken > max(seq for seq, _ in builds):
+        taken = 0
     fresh = [(seq, b) for seq, b in builds if seq > taken and image_of(b) is not None]
     return max(fresh, key=lambda pair: pair[0]) if fresh else None
 
