@@ -231,7 +231,7 @@ def test_an_lb_listing_is_an_lb_endpoint():
         ),
         (
             hub(env=[{"key": "A"}]),
-            r"^hub.json: config.env\[0\]: A: give either value \(fixed\) or input",
+            r"^hub.json: config.env\[0\]: A: give one of value \(fixed\) or input",
         ),
         (
             hub(env=[{"key": "A B", "value": "1"}]),

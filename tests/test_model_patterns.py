@@ -105,7 +105,12 @@ def _string(schema: dict[str, Any], suffix: str) -> str:
 
 
 # Payloads for models whose cross-field rules the sampled required fields do not meet.
-BASES: dict[str, dict[str, Any]] = {"Toleration": {"key": "k"}}
+BASES: dict[str, dict[str, Any]] = {
+    "Toleration": {"key": "k"},
+    "GitSource": {"url": "https://git.example.test/org/worker.git"},
+    "HubConfig": {"runsOn": "GPU", "gpuCount": 1},
+    "HubEnv": {"value": "v"},
+}
 
 
 def _valued(model: type[BaseModel], name: str, suffix: str, key_suffix: str) -> dict[str, Any]:

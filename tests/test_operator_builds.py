@@ -161,13 +161,17 @@ class Builds:
             raise
 
     def pod(self, build_id: str, job: k8s.V1Job) -> str:
-        """A pod as the Job controller would make it (envtest has none): the Job's own
-        template, with the build's labels."""
-        name = job.metadata.name + "-pod"
-        spec = self.batch.api_client.sanitize_for_serialization(job.spec.template.spec)
-        meta = {"name": name, "labels": job.spec.template.metadata.labels}
-        self.core.create_namespaced_pod(BUILDS_NS, {"metadata": meta, "spec": spec})
-        return name
+        """The build's pod, made by envtest's Job controller from the Job's template (no
+        kubelet runs it: its status is set by hand). A pod made by the test instead would
+        match the Job's selector, be adopted, and be deleted as a surplus one."""
+
+        def made() -> str | None:
+            pods = self.core.list_namespaced_pod(
+                BUILDS_NS, label_selector=f"lockgate.dev/build={build_id}"
+            ).items
+            return pods[0].metadata.name if len(pods) == 1 else None
+
+        return wait_until(made, f"the Job controller's pod of {job.metadata.name}", 30)
 
     def pod_status(self, name: str, clone: dict, build: dict | None = None) -> None:
         status: dict = {

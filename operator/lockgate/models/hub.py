@@ -94,7 +94,7 @@ class HubEnv(_Model):
     @model_validator(mode="after")
     def _one_of(self) -> HubEnv:
         if (self.value is None) == (self.input is None):
-            raise ValueError(f"{self.key}: give either value (fixed) or input (asked), not both")
+            raise ValueError(f"{self.key}: give one of value (fixed) or input (asked)")
         return self
 
 
