@@ -8,6 +8,7 @@ the Endpoint deletes its build Jobs; a Job the API server refuses fails its buil
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -17,11 +18,14 @@ import pytest
 import requests
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
+from redis.asyncio import Redis
 
 from lockgate.dev.redis_server import EmbeddedRedis, free_port
 from lockgate.kube.crds import GROUP, VERSION
 from lockgate.kube.settings import OperatorSettings
+from lockgate.models.build import BuildStatus
 from lockgate.store import key_digest
+from lockgate.store.builds import BuildStore
 from tests.conftest import wait_until
 
 if TYPE_CHECKING:
@@ -356,4 +360,137 @@ def test_a_job_the_api_server_refuses_fails_its_build_saying_why(
     wait_until(lambda: phase() == "Ready", "the endpoint Ready", 30)
     builds.custom.delete_namespaced_custom_object(
         GROUP, VERSION, ENDPOINTS_NS, "endpoints", "ep-nowhere"
+    )
+
+
+# -- a completed build is a release and what the workers run (issue 48, items 3-4) ----------
+
+
+def _complete(builds: Builds, build_id: str, digest: str) -> None:
+    """Play the kubelet and the Job controller: the build's pod pushed `digest`."""
+    job = wait_until(lambda: builds.job(build_id), "the build Job created", 30)
+    pod = builds.pod(build_id, job)
+    pushed = {
+        "terminated": {"exitCode": 0, "message": digest, "startedAt": _now(), "finishedAt": _now()}
+    }
+    builds.pod_status(pod, _cloned(), pushed)
+    done = {"active": 0, "succeeded": 1, "completionTime": _now()}
+    builds.job_status(job, {**done, "conditions": [_condition("Complete")]})
+
+
+def _worker_image(builds: Builds) -> str:
+    apps = k8s.AppsV1Api(builds.core.api_client)
+    try:
+        deployment = apps.read_namespaced_deployment(f"{builds.id}-workers", ENDPOINTS_NS)
+    except ApiException:
+        return ""
+    return deployment.spec.template.spec.containers[0].image
+
+
+def _releases(builds: Builds) -> list[dict]:
+    url = f"{builds.url}/v2/serverless/{builds.id}/releases"
+    answer = requests.get(url, headers=builds.headers, timeout=30)
+    assert answer.status_code == 200, answer.text
+    return answer.json()["releases"]
+
+
+def _reconciled_after_now(builds: Builds, idle_timeout: int) -> None:
+    """A marker: change a setting that is no release and wait until the operator's status
+    shows that generation, so a reconcile has run since (and seen what came before)."""
+    body = builds.custom.patch_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        ENDPOINTS_NS,
+        "endpoints",
+        builds.id,
+        {"spec": {"idleTimeout": idle_timeout}},
+    )
+    generation = body["metadata"]["generation"]
+
+    def observed() -> bool:
+        obj = builds.custom.get_namespaced_custom_object(
+            GROUP, VERSION, ENDPOINTS_NS, "endpoints", builds.id
+        )
+        return (obj.get("status") or {}).get("observedGeneration", 0) >= generation
+
+    wait_until(observed, "the operator's reconcile of the marker", 30)
+
+
+def test_a_completed_build_is_a_git_build_release_the_workers_run_and_roll_back_from(
+    kube: k8s.ApiClient, builds_operator: str, redis_server: EmbeddedRedis
+) -> None:
+    """The worker Deployment runs the template's image until a build completes, then the
+    build's `imageName@imageDigest` (a `GIT_BUILD` release with its `buildId`); a failed
+    and a TEST_FAILED build change nothing; a rollback to a build's release switches the
+    Deployment to that digest with no new Job; one to the first release goes back to the
+    template's image."""
+    builds = Builds(kube, builds_operator, "ep-rolled")
+    builds.create_endpoint()
+    wait_until(lambda: _worker_image(builds) == "example.test/base:1", "the template's image", 30)
+    [first] = wait_until(lambda: _releases(builds), "the first release", 30)
+    assert (first["source"], first["buildId"]) == ("MANUAL", None)
+    repository = "registry.example.test:5000/builds/ep-rolled"
+
+    one = builds.call("POST").json()
+    _complete(builds, one["id"], DIGEST)
+    image_one = f"{repository}:{one['id'][6:]}@{DIGEST}"
+    wait_until(lambda: _worker_image(builds) == image_one, "the first build's digest", 30)
+    wait_until(lambda: _releases(builds)[0]["buildId"] == one["id"], "its release", 30)
+    newest = _releases(builds)[0]
+    assert newest["source"] == "GIT_BUILD"
+    assert newest["diff"] == [
+        {"field": "build", "old": None,
+         "new": {"buildId": one["id"], "image": image_one}},
+    ]  # fmt: skip
+
+    # a failed build and a TEST_FAILED one (as a tester would end it) change nothing
+    failed = builds.call("POST").json()
+    job = wait_until(lambda: builds.job(failed["id"]), "the failing build's Job", 30)
+    builds.job_status(job, {"failed": 1, "conditions": [_condition("Failed", "DeadlineExceeded")]})
+    wait_until(lambda: builds.get(failed["id"])["status"] == "FAILED", "FAILED", 30)
+    tested = builds.call("POST").json()
+    wait_until(lambda: builds.job(tested["id"]), "the tested build's Job", 30)
+
+    async def fail_its_test() -> None:
+        redis = Redis.from_url(redis_server.url)
+        store = BuildStore(redis)
+        other = "sha256:" + "ef" * 32
+        await store.change("ep-rolled", tested["id"], BuildStatus.TESTING,
+                           imageName=f"{repository}:t", imageDigest=other)  # fmt: skip
+        await store.change("ep-rolled", tested["id"], BuildStatus.TEST_FAILED, error="t failed")
+        await redis.aclose()
+
+    asyncio.run(fail_its_test())
+    _reconciled_after_now(builds, 61)
+    assert _worker_image(builds) == image_one
+    assert _releases(builds)[0]["id"] == newest["id"]
+
+    two = builds.call("POST").json()
+    digest_two = "sha256:" + "ab" * 32
+    _complete(builds, two["id"], digest_two)
+    image_two = f"{repository}:{two['id'][6:]}@{digest_two}"
+    wait_until(lambda: _worker_image(builds) == image_two, "the second build's digest", 30)
+    wait_until(lambda: _releases(builds)[0]["buildId"] == two["id"], "its release", 30)
+
+    # rollback to the first build's release: its digest at once, no new build
+    builds_before = len(builds.call("GET").json()["builds"])
+    release_one = next(r for r in _releases(builds) if r["buildId"] == one["id"])
+    url = f"{builds.url}/v2/serverless/{builds.id}/releases/{release_one['id']}/rollback"
+    answer = requests.post(url, headers=builds.headers, timeout=30)
+    assert answer.status_code == 201, answer.text
+    assert (answer.json()["source"], answer.json()["buildId"]) == ("GIT_BUILD", one["id"])
+    wait_until(lambda: _worker_image(builds) == image_one, "the first build's digest again", 30)
+    # the operator's reconciles since do not take the second build again
+    _reconciled_after_now(builds, 62)
+    assert _worker_image(builds) == image_one
+    assert len(builds.call("GET").json()["builds"]) == builds_before
+
+    # rollback to the first release (no build then): the template's image, MANUAL
+    url = f"{builds.url}/v2/serverless/{builds.id}/releases/{first['id']}/rollback"
+    answer = requests.post(url, headers=builds.headers, timeout=30)
+    assert answer.status_code == 201, answer.text
+    assert (answer.json()["source"], answer.json()["buildId"]) == ("MANUAL", None)
+    wait_until(lambda: _worker_image(builds) == "example.test/base:1", "the template again", 30)
+    builds.custom.delete_namespaced_custom_object(
+        GROUP, VERSION, ENDPOINTS_NS, "endpoints", "ep-rolled"
     )

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import REPO, eventually
 from tests.devproc import DevProcess
-from tests.gitrepo import git, make_repo
+from tests.gitrepo import commit, git, make_repo
 from tests.test_manage_api import (  # noqa: F401 - fixtures
     Api,
     api,
@@ -559,3 +559,98 @@ async def test_a_completed_build_is_what_the_workers_run_then(
         return await run("again") == {"echo": {"v": "again"}}
 
     await eventually(back_to_the_template, timeout=60)
+
+
+def _handler_of_revision(rev: int) -> str:
+    """BUILT_HANDLER answering its revision too (each commit of a repository its own)."""
+    return BUILT_HANDLER.replace(
+        '{"built": job["input"]["v"]}', '{"built": job["input"]["v"], "rev": ' + str(rev) + "}"
+    )
+
+
+@pytest.mark.parametrize("api", ["local"], indirect=True)
+async def test_a_completed_build_is_a_git_build_release_and_rollback_runs_it_again(
+    api: Api, tmp_path: Path, jobs_key: str
+) -> None:
+    """Each completed build is a `GIT_BUILD` release with its `buildId`; a failed build
+    changes nothing; a rollback to a build's release runs its checkout again (no rebuild),
+    one to the first release the template again; a build whose checkout dev mode no longer
+    keeps (the newest 3 are) is a 409 problem, with nothing changed."""
+    repo = make_repo(tmp_path / "revs", {"handler.py": _handler_of_revision(1)}, "rev 1")
+    ep = await with_source(api, f"file://{repo}", fields={"workers": {"min": 1, "max": 1}})
+    url = ep["requestUrls"]["runSync"] + "?wait=60000"
+
+    async def run() -> dict[str, Any]:
+        body = {"input": {"v": "x"}}
+        async with api.http.post(url, json=body, headers={"authorization": jobs_key}) as resp:
+            job = await resp.json()
+        assert job["status"] == "COMPLETED", job
+        return job["output"]
+
+    async def runs(output: dict[str, Any]) -> None:
+        async def same() -> bool:
+            return await run() == output
+
+        await eventually(same, timeout=60)
+
+    async def releases() -> list[dict[str, Any]]:
+        status, _, page = await v2(api, "GET", f"/{ep['id']}/releases")
+        assert status == 200, page
+        return page["releases"]
+
+    async def build(ref: str | None = None) -> dict[str, Any]:
+        status, _, asked = await v2(
+            api, "POST", f"/{ep['id']}/builds", {"ref": ref} if ref else None
+        )
+        assert status == 201, asked
+        return await ended(api, ep["id"], asked["id"])
+
+    [first] = await releases()
+    assert (first["source"], first["buildId"]) == ("MANUAL", None)
+    await runs({"echo": {"v": "x"}})  # the template, before any build
+
+    one = await build()
+    assert one["status"] == "COMPLETED", one
+    await runs({"built": "x", "rev": 1})
+    newest = (await releases())[0]
+    assert (newest["source"], newest["buildId"]) == ("GIT_BUILD", one["id"])
+    assert [d["field"] for d in newest["diff"]] == ["build"]
+    assert newest["diff"][0]["new"] == {"buildId": one["id"], "image": None}
+
+    commit(repo, {"handler.py": _handler_of_revision(2)}, "rev 2")
+    two = await build()
+    assert two["status"] == "COMPLETED", two
+    await runs({"built": "x", "rev": 2})
+    newest = (await releases())[0]
+    assert (newest["source"], newest["buildId"]) == ("GIT_BUILD", two["id"])
+
+    # a failing build changes nothing: no release, the workers stay on the second build
+    failed = await build("no-such-branch")
+    assert failed["status"] == "FAILED", failed
+    assert (await releases())[0]["id"] == newest["id"]
+    assert await run() == {"built": "x", "rev": 2}
+
+    # rollback to the first build's release: its checkout again, at once, no new build
+    one_release = next(r for r in await releases() if r["buildId"] == one["id"])
+    path = f"/{ep['id']}/releases/{one_release['id']}/rollback"
+    status, _, rolled = await v2(api, "POST", path)
+    assert status == 201, rolled
+    assert (rolled["source"], rolled["buildId"]) == ("GIT_BUILD", one["id"])
+    await runs({"built": "x", "rev": 1})
+    status, _, page = await v2(api, "GET", f"/{ep['id']}/builds")
+    assert len(page["builds"]) == 3  # no rebuild
+
+    # rollback to the first release (before any build): the template again, MANUAL
+    status, _, rolled = await v2(api, "POST", f"/{ep['id']}/releases/{first['id']}/rollback")
+    assert status == 201, rolled
+    assert (rolled["source"], rolled["buildId"]) == ("MANUAL", None)
+    await runs({"echo": {"v": "x"}})
+
+    # two more builds: the first build's checkout is no longer kept (the newest 3 are)
+    for _ in range(2):
+        assert (await build())["status"] == "COMPLETED"
+    before = (await releases())[0]
+    status, kind, problem = await v2(api, "POST", path)
+    assert (status, kind) == (409, PROBLEM), problem
+    assert "no longer kept" in problem["detail"], problem
+    assert (await releases())[0]["id"] == before["id"]  # nothing changed

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from lockgate.dev.builder import Built, LocalBuilder
+from lockgate.dev.builder import RUNS_KEPT, Built, LocalBuilder
 from lockgate.dev.datadir import SECRETS
 from lockgate.dev.launch import Launch, launch_for, template_launch
 from lockgate.dev.model_cache import ModelDownloads
@@ -72,6 +72,7 @@ from lockgate.models.build import Build, BuildReason
 from lockgate.models.crashloop import CrashLoop
 from lockgate.models.registry_entry import RegistryEntry
 from lockgate.models.releases import ReleaseConfig, config_of, release_diff
+from lockgate.models.running_build import RunningBuild, applies
 from lockgate.models.secrets import missing_problem
 from lockgate.models.source import source_of
 from lockgate.scaling.crashloop import CRASH_LOOP, loop_condition
@@ -340,9 +341,10 @@ class LocalControlPlane:
         self.builder = LocalBuilder(
             self.builds, self.volumes_dir.parent / BUILDS, on_built=self._run_build
         )
-        # What an endpoint with a source runs once a build of it completed (`_run_build`),
-        # in place of its template's command; by endpoint id
-        self._built: dict[str, Launch] = {}
+        # What an endpoint with a source runs once a build of it completed (`_run_build`)
+        # or a rollback chose one (`run_build`), in place of its template's command, and
+        # that build (part of its releases' configuration); by endpoint id
+        self._built: dict[str, tuple[Launch, RunningBuild]] = {}
 
     def job_api_url(self, endpoint_id: str) -> str:
         return f"{self.gw.settings.public_base_url()}/v2/{endpoint_id}/"
@@ -419,16 +421,24 @@ class LocalControlPlane:
     def _running(self, endpoint_id: str, spec: EndpointSpec, launch: Launch) -> Launch:
         """What the endpoint runs with `spec`: its completed build while it keeps its source
         and template (its template's env over the build's command), else `launch`."""
-        built = self._built.get(endpoint_id)
-        if built is None or spec.source is None or built.template_id != launch.template_id:
+        found = self._built.get(endpoint_id)
+        built, running = found if found is not None else (None, None)
+        if (
+            built is None
+            or not applies(spec.source, running)
+            or (built.template_id != launch.template_id)
+        ):
             self._built.pop(endpoint_id, None)  # a source or template changed: the template
             return launch
         return replace(built, env=launch.env)
 
+    def _running_build(self, endpoint_id: str) -> RunningBuild | None:
+        found = self._built.get(endpoint_id)
+        return found[1] if found is not None else None
+
     async def _run_build(self, endpoint_id: str, build: Build, built: Built) -> None:
-        """Run a completed build: the endpoint's workers are replaced by the rolling rule
-        (idle ones at once, busy ones after their job), with no release (a `GIT_BUILD`
-        release comes with the in-cluster build)."""
+        """Run a completed build: a `GIT_BUILD` release, and the endpoint's workers
+        replaced by the rolling rule (idle ones at once, busy ones after their job)."""
         async with self._lock:
             ep = self._endpoints.get(endpoint_id)
             source = source_of(ep.spec.source) if ep is not None else None
@@ -437,8 +447,12 @@ class LocalControlPlane:
             if source.git.url != built.url:  # the source changed while it was built
                 return
             template = await self._template(ep.spec.templateId)
-            self._built[endpoint_id] = Launch(
-                ep.spec.templateId, built.command, str(built.folder), ep.launch.env
+            running = RunningBuild(
+                buildId=build.id, url=built.url, folder=str(built.folder), command=built.command
+            )
+            self._built[endpoint_id] = (
+                Launch(ep.spec.templateId, built.command, str(built.folder), ep.launch.env),
+                running,
             )
             launch = self._running(endpoint_id, ep.spec, ep.launch)
             log.info("endpoint %s runs build %s (%s)", endpoint_id, build.id, build.commitHash)
@@ -452,7 +466,7 @@ class LocalControlPlane:
         replaced: the old ones take nothing new, the idle ones exit at once, a busy one
         when its job (or its LB requests) is done, while the new ones start."""
         spec = spec.model_copy(update={"templateId": launch.template_id})
-        config = config_of(spec, template)
+        config = config_of(spec, template, self._running_build(ep.id))
         released = bool(release_diff(ep.config, config))
         if released:
             ep.version = (await self.releases.record(ep.id, config, ep.version + 1)).version
@@ -495,6 +509,38 @@ class LocalControlPlane:
         removed = await self.gw.store.delete_endpoint_data(endpoint_id)
         self.logs.forget(endpoint_id)
         log.info("endpoint %s deleted with %d job(s)", endpoint_id, removed)
+
+    def build_problem(self, build: RunningBuild) -> str | None:
+        """A build runs here from its copy of the checkout (`dev.builder`): gone once
+        newer builds replaced it, and never made for a cluster's build."""
+        if not build.folder or not build.command:
+            return f"build {build.buildId} was not built by lockgate dev: it has no checkout"
+        if not Path(build.folder).is_dir() or not Path(build.command[0]).exists():
+            return (
+                f"build {build.buildId}'s checkout is no longer kept (lockgate dev keeps "
+                f"the newest {RUNS_KEPT} completed builds of an endpoint): start a new "
+                "build of that commit instead (POST …/builds with its ref)"
+            )
+        return None
+
+    async def run_build(self, endpoint_id: str, build: RunningBuild | None) -> None:
+        """Run `build` again from its copy of the checkout (None: the template's
+        command), by the rolling rule, as a release; nothing when it runs already."""
+        async with self._lock:
+            self._refuse_when_closing()
+            ep = self._find(endpoint_id)
+            if self._running_build(endpoint_id) == build:
+                return
+            if build is not None and (why := self.build_problem(build)):
+                raise UnusableSettings(why)
+            base = await self._launch(ep.spec.templateId)
+            if build is None:
+                self._built.pop(endpoint_id, None)
+            else:
+                built = Launch(base.template_id, build.command, str(build.folder), base.env)
+                self._built[endpoint_id] = (built, build)
+            launch = self._running(endpoint_id, ep.spec, base)
+            await self._apply(ep, ep.spec, launch, await self._template(ep.spec.templateId))
 
     async def start_build(self, endpoint_id: str, ref: str | None, reason: BuildReason) -> Build:
         """Record the build PENDING and run it here (`dev.builder`)."""

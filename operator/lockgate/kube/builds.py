@@ -10,6 +10,11 @@ build's record following what the Job and its pod show.
   builder's log is copied into the build's log (the pod goes with the Job's TTL).
 - `delete_endpoint_jobs`: an Endpoint's deletion deletes its build Jobs (a Job in another
   namespace cannot name the Endpoint as owner).
+- `take_completed` runs at each reconcile of an Endpoint with a source: a build completed
+  since the last one taken becomes what the workers run (the Endpoint's `BUILD_ANNOTATION`,
+  `models.running_build.to_take`); the reconcile then records its `GIT_BUILD` release
+  and rolls the workers to its digest. A completed build's Job event touches the Endpoint
+  (`BUILDS_ANNOTATION`) so that reconcile comes at once.
 """
 
 from __future__ import annotations
@@ -20,19 +25,28 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from lockgate.kube.buildjobs import Progress, progress
-from lockgate.kube.cluster import ClusterError, Conflict
+from lockgate.kube.cluster import ClusterError, Conflict, NotFound
+from lockgate.kube.controlplane import (
+    BUILD_ANNOTATION,
+    BUILDS_ANNOTATION,
+    BUILDS_TAKEN_ANNOTATION,
+    builds_taken_of,
+    running_build_of,
+)
 from lockgate.kube.manifests.build import (
     BUILD_COMPONENT,
     BUILD_CONTAINER,
     BUILD_LABEL,
     CLONE_CONTAINER,
+    ENDPOINT_NAMESPACE_ANNOTATION,
     build_job,
     builds_namespace,
     image_name,
 )
 from lockgate.kube.manifests.names import COMPONENT_LABEL, ENDPOINT_LABEL, Obj, Owner
 from lockgate.manage.workerlogs import CONTAINER, SYSTEM
-from lockgate.models.build import Build, BuildStatus, IllegalTransition
+from lockgate.models.build import Build, BuildStatus, IllegalTransition, rfc3339
+from lockgate.models.running_build import RunningBuild, running_of_completed, to_take
 from lockgate.models.source import GitSource, source_of
 from lockgate.store.builds import BuildNotFound, BuildStore
 
@@ -199,7 +213,22 @@ async def _follow(
     if step.status in (BuildStatus.COMPLETED, BuildStatus.FAILED) and pod is not None:
         await store.log(endpoint_id, build_id, CONTAINER, await _builder_log(cluster, pod))
     changed = await _record(store, endpoint_id, build_id, step)
+    if changed is not None and changed.status == BuildStatus.COMPLETED:
+        await _touch_endpoint(cluster, job, endpoint_id)
     return changed, changed is None or changed.terminal
+
+
+async def _touch_endpoint(cluster: Cluster, job: Obj, endpoint_id: str) -> None:
+    """Start a reconcile of the build's Endpoint (which takes the completed build); the
+    resync takes it anyway should this fail."""
+    meta = job["metadata"]
+    namespace = (meta.get("annotations") or {}).get(ENDPOINT_NAMESPACE_ANNOTATION)
+    patch = {"metadata": {"annotations": {BUILDS_ANNOTATION: rfc3339()}}}
+    try:
+        await cluster.patch_endpoint(namespace or meta["namespace"], endpoint_id, patch)
+    except ClusterError as err:  # NotFound: deleted meanwhile
+        if not isinstance(err, NotFound):
+            log.warning("endpoint %s not told of its completed build: %s", endpoint_id, err)
 
 
 async def _record(
@@ -247,3 +276,40 @@ async def delete_endpoint_jobs(
     for job in jobs:
         await cluster.delete(JOB, where, job["metadata"]["name"], **DELETE_WITH_POD)
     return len(jobs)
+
+
+TAKE_SCAN = 100  # the newest builds looked at for one completed since the last taken
+
+
+async def take_completed(
+    cluster: Cluster, store: BuildStore, owner: Owner, spec: EndpointSpec, body: Obj
+) -> RunningBuild | None:
+    """The build the Endpoint's workers run: a build completed since the last one taken
+    (`running_build.to_take`: COMPLETED with its digest; a failed, cancelled or
+    TEST_FAILED one never), written on the Endpoint (`BUILD_ANNOTATION` and
+    `BUILDS_TAKEN_ANNOTATION`, one patch) and said in the build's log; else the one its
+    annotation names (None: the template's image)."""
+    running = running_build_of(body)
+    source = source_of(spec.source)
+    if source is None:
+        return running
+    builds, _ = await store.page(owner.name, below=None, limit=TAKE_SCAN)
+    found = to_take(builds, builds_taken_of(body))
+    if found is not None:  # read afresh: a body that lags must not undo a rollback
+        fresh = await cluster.get_endpoint(owner.namespace, owner.name)
+        if fresh is None:
+            return running
+        running = running_build_of(fresh)
+        found = to_take(builds, builds_taken_of(fresh))
+    if found is None:
+        return running
+    seq, build = found
+    taken = running_of_completed(build, source.git.url)
+    assert taken is not None  # `to_take` gives completed builds with an image only
+    annotations = {BUILD_ANNOTATION: taken.encoded(), BUILDS_TAKEN_ANNOTATION: str(seq)}
+    await cluster.patch_endpoint(
+        owner.namespace, owner.name, {"metadata": {"annotations": annotations}}
+    )
+    line = f"the workers run {taken.image} (a GIT_BUILD release of endpoint {owner.name})"
+    await store.log(owner.name, build.id, SYSTEM, [line])
+    return taken

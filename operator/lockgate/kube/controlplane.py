@@ -45,6 +45,7 @@ from lockgate.models import EndpointRecord, EndpointSpec, EndpointStatus, Templa
 from lockgate.models.build import Build, BuildReason
 from lockgate.models.podfields import lockgate_secret_problem
 from lockgate.models.releases import ReleaseConfig, config_of, release_diff
+from lockgate.models.running_build import RunningBuild, decoded
 from lockgate.models.source import EndpointSource, cluster_problem, source_of
 from lockgate.store.builds import BuildStore
 from lockgate.store.releases import ReleaseStore
@@ -62,6 +63,29 @@ RESTART_ANNOTATION = "lockgate.dev/restart-requested-at"
 # When a build was last asked for or cancelled: its change starts the operator's
 # reconcile, which creates or deletes the build Jobs (kube/builds.py).
 BUILDS_ANNOTATION = "lockgate.dev/builds-changed-at"
+# The build the workers run (`models.running_build.RunningBuild` as JSON: its id, the
+# source URL, `imageName@imageDigest`), written by the operator when it takes a completed
+# build and by the management API's rollback; and the newest build number the operator
+# took (`running_build.to_take`). Annotations, not spec: GitOps leaves them alone
+# (docs/builds.md, "What the workers run").
+BUILD_ANNOTATION = "lockgate.dev/build"
+BUILDS_TAKEN_ANNOTATION = "lockgate.dev/builds-taken"
+
+
+def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return (obj.get("metadata") or {}).get("annotations") or {}
+
+
+def running_build_of(obj: Mapping[str, Any]) -> RunningBuild | None:
+    """The build an Endpoint's workers run (its `BUILD_ANNOTATION`), None: its template's
+    image."""
+    return decoded(_annotations(obj).get(BUILD_ANNOTATION))
+
+
+def builds_taken_of(obj: Mapping[str, Any]) -> int:
+    """The newest build number the operator took for an Endpoint (0: none yet)."""
+    raw = str(_annotations(obj).get(BUILDS_TAKEN_ANNOTATION, "0"))
+    return int(raw) if raw.isdigit() else 0
 
 
 def version_of(obj: Mapping[str, Any]) -> int:
@@ -179,9 +203,10 @@ class KubernetesControlPlane:
         await self._release(endpoint_id, await self._config(spec), 1)
         return self._record(obj)
 
-    async def _config(self, spec: EndpointSpec) -> ReleaseConfig:
-        """The container configuration of `spec` with its Template as it is now."""
-        return config_of(spec, await self._template_or_none(spec.templateId))
+    async def _config(self, spec: EndpointSpec, build: RunningBuild | None = None) -> ReleaseConfig:
+        """The container configuration of `spec` with its Template as it is now, running
+        `build` (the Endpoint's `BUILD_ANNOTATION`) when it applies."""
+        return config_of(spec, await self._template_or_none(spec.templateId), build)
 
     async def _template_or_none(self, template_id: str) -> TemplateSpec | None:
         obj = await self.cluster.get_template(self.namespace, template_id) if template_id else None
@@ -274,8 +299,9 @@ class KubernetesControlPlane:
         patch: dict[str, Any] = {"spec": merge_patch(spec.model_dump(mode="json"))}
         if spec.templateId != (current.get("spec") or {}).get("templateId", ""):
             await self._require_template(spec.templateId)
-        old = await self._config(spec_from_resource(current))
-        new = await self._config(spec)
+        running = running_build_of(current)
+        old = await self._config(spec_from_resource(current), running)
+        new = await self._config(spec, running)
         version = version_of(current) + (1 if release_diff(old, new) else 0)
         if version != version_of(current):
             patch["metadata"] = {"annotations": {VERSION_ANNOTATION: str(version)}}
@@ -297,6 +323,38 @@ class KubernetesControlPlane:
             await self.cluster.patch_endpoint(self.namespace, endpoint_id, patch)
         except NotFound as err:
             raise EndpointNotFound(endpoint_id) from err
+
+    def build_problem(self, build: RunningBuild) -> str | None:
+        """A build runs here by its image: one dev mode built has none."""
+        return None if build.image else f"build {build.buildId} has no image to run here"
+
+    async def run_build(self, endpoint_id: str, build: RunningBuild | None) -> None:
+        """Make the workers run `build` (None: the template's image): the Endpoint's
+        `BUILD_ANNOTATION` set, with the version raised and a release (`GIT_BUILD`) when
+        that changes what runs; the operator rolls the workers to its digest. Refused
+        (`UnusableSettings`) for a build with no image (one dev mode built)."""
+        if build is not None and (why := self.build_problem(build)):
+            raise UnusableSettings(why)
+        current = await self.cluster.get_endpoint(self.namespace, endpoint_id)
+        if current is None:
+            raise EndpointNotFound(endpoint_id)
+        running = running_build_of(current)
+        if running == build:
+            return
+        spec = spec_from_resource(current)
+        old, new = await self._config(spec, running), await self._config(spec, build)
+        version = version_of(current) + (1 if release_diff(old, new) else 0)
+        annotations: dict[str, Any] = {BUILD_ANNOTATION: build.encoded() if build else None}
+        if version != version_of(current):
+            annotations[VERSION_ANNOTATION] = str(version)
+        try:
+            await self.cluster.patch_endpoint(
+                self.namespace, endpoint_id, {"metadata": {"annotations": annotations}}
+            )
+        except NotFound as err:
+            raise EndpointNotFound(endpoint_id) from err
+        if version != version_of(current):
+            await self._release(endpoint_id, new, version)
 
     # -- builds (docs/builds.md) ---------------------------------------------------------
 
@@ -393,9 +451,9 @@ class KubernetesControlPlane:
         for ep in await self.cluster.list_endpoints(self.namespace):
             if (ep.get("spec") or {}).get("templateId") != template_id:
                 continue
-            settings = spec_from_resource(ep)
-            new = config_of(settings, after)
-            if not release_diff(config_of(settings, before), new):
+            settings, running = spec_from_resource(ep), running_build_of(ep)
+            new = config_of(settings, after, running)
+            if not release_diff(config_of(settings, before, running), new):
                 continue  # the name or readme: no release
             version = version_of(ep) + 1
             bump = {"metadata": {"annotations": {VERSION_ANNOTATION: str(version)}}}

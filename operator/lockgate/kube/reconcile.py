@@ -24,7 +24,12 @@ from redis.exceptions import RedisError
 from lockgate.kube import builds as build_jobs
 from lockgate.kube import placement
 from lockgate.kube.cluster import Cluster, ClusterError, WorkerKey
-from lockgate.kube.controlplane import RESTART_ANNOTATION, VERSION_ANNOTATION, version_of
+from lockgate.kube.controlplane import (
+    RESTART_ANNOTATION,
+    VERSION_ANNOTATION,
+    running_build_of,
+    version_of,
+)
 from lockgate.kube.events import endpoint_event
 from lockgate.kube.manifests.keys import key_digest_of
 from lockgate.kube.manifests.lb import lb_network_policy
@@ -63,6 +68,7 @@ from lockgate.models import (
     secrets,
 )
 from lockgate.models.releases import ReleaseConfig, config_of
+from lockgate.models.running_build import RunningBuild, worker_image
 from lockgate.scaling.crashloop import still_holds
 from lockgate.store import JobStore, Liveness, Registry, connect
 from lockgate.store.builds import BuildStore
@@ -436,7 +442,12 @@ async def choose_gpu_type(
 
 
 async def settle_release(
-    ctx: Context, owner: Owner, body: Body, spec: EndpointSpec, template: TemplateSpec
+    ctx: Context,
+    owner: Owner,
+    body: Body,
+    spec: EndpointSpec,
+    template: TemplateSpec,
+    running: RunningBuild | None = None,
 ) -> int:
     """The version the workers of this pass run. A configuration the newest release does
     not have (a `kubectl edit`, a Template applied) is recorded as a new release, and the
@@ -445,8 +456,10 @@ async def settle_release(
     (`ReleaseStore.record`). What is recorded is read afresh (the Endpoint and its
     Template by GET), never from a watch that may lag: a pass on a stale Template would
     otherwise record the old configuration back as a new release. The first release (a
-    new Endpoint) is recorded as this pass sees it, reading nothing the watches deliver."""
-    config, known = config_of(spec, template), version_of(body)
+    new Endpoint) is recorded as this pass sees it, reading nothing the watches deliver.
+    `running`: the build the workers run (`kube.builds.take_completed`), part of the
+    configuration (a build taken is a `GIT_BUILD` release)."""
+    config, known = config_of(spec, template, running), version_of(body)
     if ctx.released.get(owner.uid) == (config, known):
         return known
     newest = await ctx.releases.newest(owner.name)
@@ -480,7 +493,7 @@ async def _fresh_config(ctx: Context, owner: Owner) -> tuple[ReleaseConfig, int]
         template = TemplateSpec.model_validate((obj or {}).get("spec") or {})
     except ValidationError:
         return None
-    return config_of(spec, template), version_of(body)
+    return config_of(spec, template, running_build_of(body)), version_of(body)
 
 
 async def apply_workloads(
@@ -597,9 +610,15 @@ async def _converge(
         return checks, False, None
     try:
         meta = body["metadata"]
-        version = await settle_release(ctx, owner, body, spec, template)
+        # a completed build taken (or the one taken before): the workers run its digest
+        running = await build_jobs.take_completed(ctx.cluster, ctx.build_store(), owner, spec, body)
+        version = await settle_release(ctx, owner, body, spec, template, running)
+        image = worker_image(template.image, spec.source, running)
+        workload = (
+            template if image == template.image else template.model_copy(update={"image": image})
+        )
         gpu, deployment = await apply_workloads(
-            ctx, owner, spec, template, spec.templateId, digest, meta.get("annotations"),
+            ctx, owner, spec, workload, spec.templateId, digest, meta.get("annotations"),
             steady=steady, created=created, version=version,
         )  # fmt: skip
     except ClusterError as err:

@@ -19,6 +19,7 @@ from lockgate.manage.listing import EndpointPage, EndpointQuery
 from lockgate.manage.workersource import LogBatch, LogRead
 from lockgate.models import EndpointRecord, EndpointSpec, TemplateSpec
 from lockgate.models.build import Build, BuildReason
+from lockgate.models.running_build import RunningBuild
 
 
 class EndpointNotFound(LookupError):
@@ -85,6 +86,18 @@ class ControlPlane(Protocol):
         """Clear the endpoint's crash loop (`models.crashloop`): its workers start again,
         counted afresh. Raises `EndpointNotFound`. On a cluster the operator acts on it
         shortly after this returns."""
+        ...
+
+    async def run_build(self, endpoint_id: str, build: RunningBuild | None) -> None:
+        """Make the endpoint's workers run `build` (None: its template's image or command),
+        a release when that changes what runs; nothing when it runs it already (a
+        rollback's last step). Raises `EndpointNotFound`, or `UnusableSettings` when the
+        build cannot run here now (dev mode: its checkout's copy is no longer kept)."""
+        ...
+
+    def build_problem(self, build: RunningBuild) -> str | None:
+        """Why `build` cannot run here now (checked before a rollback changes anything),
+        or None."""
         ...
 
     async def start_build(self, endpoint_id: str, ref: str | None, reason: BuildReason) -> Build:

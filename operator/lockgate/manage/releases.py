@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from lockgate.manage.controlplane import ControlPlane, TemplateNotFound
+from lockgate.manage.controlplane import ControlPlane, TemplateNotFound, UnusableSettings
 from lockgate.manage.operations import template_users
 from lockgate.models import EndpointRecord, EndpointSpec, TemplateSpec
 from lockgate.models.releases import Release, restored_spec, restored_template
@@ -95,14 +95,20 @@ async def rollback(
 ) -> Release:
     """Make `release`'s configuration the newest version: its template's fields put back
     (refused with `SharedTemplate` when other endpoints use that template: they would
-    change too), then its endpoint settings; returns the newest release (the new one,
-    or the newest when nothing had changed)."""
+    change too), then its endpoint settings, then the build it ran (a `GIT_BUILD`
+    release's build runs again, by its digest, with no rebuild; a release that ran none
+    goes back to the template's image); returns the newest release (the new one, or the
+    newest when nothing had changed)."""
     current = spec_of(await plane.get(endpoint_id))
+    build = release.config.build
+    if build is not None and (why := plane.build_problem(build)):
+        raise UnusableSettings(why)  # before anything changed: no half rollback
     spec = restored_spec(current, release.config)
     if release.config.template is not None and spec.templateId:
         await _restore_template(plane, endpoint_id, spec.templateId, release)
     if spec != current:
         await plane.patch(endpoint_id, spec)
+    await plane.run_build(endpoint_id, build)
     newest = await store.newest(endpoint_id)
     return newest if newest is not None else release
 

@@ -29,6 +29,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from lockgate.models.endpoint import EndpointSpec, TemplateSpec
+from lockgate.models.running_build import RunningBuild, applies
 from lockgate.models.templates import runpod_name
 
 ENDPOINT_RELEASE_FIELDS = frozenset(
@@ -56,13 +57,15 @@ TEMPLATE_OTHER_FIELDS = frozenset(
     {"name", "readme", "isServerless", "category", "volumeInGb", "volumeMountPath"}
 )
 TEMPLATE_SCOPE = "template."
+BUILD_FIELD = "build"  # the running build in a diff (lockgate's: RunPod's has none)
 RELEASES_KEPT = 100  # per endpoint, newest first; older ones are dropped
 RELEASE_ID_LENGTH = 8  # RunPod's look: "5r9x2m7q"
 _ID_ALPHABET = string.ascii_lowercase + string.digits
 
 
 class ReleaseSource(StrEnum):
-    """RunPod's release sources; lockgate makes MANUAL ones only (no Git builds)."""
+    """RunPod's release sources: GIT_BUILD when a release runs another build (a completed
+    build taken, or a rollback to one), else MANUAL (`release_source`)."""
 
     GIT_BUILD = "GIT_BUILD"
     MANUAL = "MANUAL"
@@ -77,13 +80,15 @@ class DiffEntry(BaseModel):
 
 
 class ReleaseConfig(BaseModel):
-    """The container configuration a release produced: the endpoint's release fields and,
-    when its `templateId` names a template, that template's release fields (JSON values)."""
+    """The container configuration a release produced: the endpoint's release fields,
+    when its `templateId` names a template that template's release fields (JSON values),
+    and the build its workers run (None: the template's image or command)."""
 
     model_config = ConfigDict(extra="forbid")
 
     endpoint: dict[str, Any] = Field(default_factory=dict)
     template: dict[str, Any] | None = None
+    build: RunningBuild | None = None
 
 
 class Release(BaseModel):
@@ -105,15 +110,20 @@ class Release(BaseModel):
         return {**out, "workerCount": worker_count}
 
 
-def config_of(spec: EndpointSpec, template: TemplateSpec | None) -> ReleaseConfig:
-    """The container configuration of an endpoint with its (resolved) template."""
+def config_of(
+    spec: EndpointSpec, template: TemplateSpec | None, build: RunningBuild | None = None
+) -> ReleaseConfig:
+    """The container configuration of an endpoint with its (resolved) template and the
+    build taken last (kept only while it applies: the endpoint still has a source of the
+    URL it was built from, `running_build.applies`)."""
     ep = spec.model_dump(mode="json", include=set(ENDPOINT_RELEASE_FIELDS))
     tpl = (
         template.model_dump(mode="json", include=set(TEMPLATE_RELEASE_FIELDS))
         if template is not None
         else None
     )
-    return ReleaseConfig(endpoint=ep, template=tpl)
+    running = build if applies(spec.source, build) else None
+    return ReleaseConfig(endpoint=ep, template=tpl, build=running)
 
 
 def _named(config: ReleaseConfig | None) -> dict[str, Any]:
@@ -123,6 +133,8 @@ def _named(config: ReleaseConfig | None) -> dict[str, Any]:
     out = dict(config.endpoint)
     for name, value in (config.template or {}).items():
         out[TEMPLATE_SCOPE + runpod_name(name)] = value
+    if config.build is not None:
+        out[BUILD_FIELD] = config.build.view()
     return out
 
 
@@ -153,11 +165,24 @@ def new_release(
 ) -> Release:
     """The release that brings `new` as `version`, with its diff against `old`."""
     when = (at or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    source, build_id = release_source(old, new)
     return Release(
         id="".join(secrets.choice(_ID_ALPHABET) for _ in range(RELEASE_ID_LENGTH)),
-        version=version, createdByUserId=user, createdAt=when,
-        diff=release_diff(old, new), config=new, rollbackOf=rollback_of,
+        version=version, source=source, buildId=build_id, createdByUserId=user,
+        createdAt=when, diff=release_diff(old, new), config=new, rollbackOf=rollback_of,
     )  # fmt: skip
+
+
+def release_source(
+    old: ReleaseConfig | None, new: ReleaseConfig
+) -> tuple[ReleaseSource, str | None]:
+    """A release's `source` and `buildId`: `GIT_BUILD` with the build's id when it runs
+    another build than `old` did (a completed build taken, or a rollback to a build's
+    release); else `MANUAL`, with no build id (an edit while a build runs included)."""
+    before = old.build if old is not None else None
+    if new.build is not None and (before is None or before.buildId != new.build.buildId):
+        return ReleaseSource.GIT_BUILD, new.build.buildId
+    return ReleaseSource.MANUAL, None
 
 
 def next_version(newest: Release | None, config: ReleaseConfig, known: int) -> int | None:

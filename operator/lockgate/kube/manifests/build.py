@@ -112,6 +112,11 @@ def _env(values: dict[str, str]) -> list[Obj]:
     return [{"name": k, "value": v} for k, v in values.items()]
 
 
+# The Endpoint's namespace on its build Jobs (which may run in another): a completed
+# build touches the Endpoint there, so its reconcile takes the build (kube/builds.py).
+ENDPOINT_NAMESPACE_ANNOTATION = "lockgate.dev/endpoint-namespace"
+
+
 def build_job(owner: Owner, build: Build, source: GitSource, settings: OperatorSettings) -> Obj:
     """The Job that builds `build` of the endpoint `owner` from `source` and pushes it."""
     ref = build.ref or source.ref
@@ -121,6 +126,7 @@ def build_job(owner: Owner, build: Build, source: GitSource, settings: OperatorS
         "name": build_job_name(build.id),
         "namespace": namespace,
         "labels": meta_labels,
+        "annotations": {ENDPOINT_NAMESPACE_ANNOTATION: owner.namespace},
     }
     if namespace == owner.namespace:
         metadata["ownerReferences"] = [{**owner.reference(), "controller": False}]
