@@ -376,6 +376,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(args)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `lockgate logs … | head -1`: the reader has what it wanted
+        # Python's own advice: point stdout at /dev/null so its flush at exit is quiet
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as err:  # unexpected: still one line, the traceback on request
         if os.environ.get("LOCKGATE_DEBUG"):
             raise
