@@ -45,7 +45,11 @@ def own_config(monkeypatch: pytest.MonkeyPatch, path: Path, env: dict[str, str])
 
 def clean_env(config_home: Path, **extra: str) -> dict[str, str]:
     """The user's environment without LOCKGATE_URL & co., the config under `config_home`."""
-    env = {k: v for k, v in os.environ.items() if k not in SCRUBBED and k != "LOCKGATE_DEBUG"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in SCRUBBED and k != "LOCKGATE_DEBUG" and not k.startswith("LOCKGATE_REDIS_")
+    }
     return {**env, "XDG_CONFIG_HOME": str(config_home), **extra}
 
 
@@ -307,6 +311,54 @@ def test_keys_create_with_an_expiry_lists_it_and_the_key_is_refused_once_it_pass
     finally:
         for name in ("cli-month", "cli-brief"):
             lockgate("keys", "revoke", name, "--redis-url", redis, env=bare_env)
+
+
+# `lockgate keys` over HTTP (issue 50, item 7): the saved URL and key, as the other commands.
+
+
+def test_keys_over_http_create_list_and_revoke_with_the_saved_url_and_key(dev, env) -> None:
+    key = ok(lockgate("keys", "create", "http-bot", "--scope", "jobs", "--endpoint", "echo",
+                      env=env)).strip()  # fmt: skip
+    assert key.startswith("lg_")
+    try:
+        lines = ok(lockgate("keys", "list", env=env)).splitlines()
+        assert lines[0].split() == ["ID", "NAME", "SCOPES", "ENDPOINTS", "EXPIRES"]
+        row = next(line for line in lines if " http-bot " in line).split()
+        assert row[2:] == ["jobs", "echo", "never"], row
+        listed = json.loads(ok(lockgate("keys", "list", "-o", "json", env=env)))
+        assert {"dev", "http-bot"} <= {k["name"] for k in listed}
+        job = lockgate("jobs", "run", "echo", "{}", "--wait", "--key", key, env=env)
+        assert ok(job)
+        line = one_line_error(
+            lockgate(
+                "keys", "create", "http-lost", "--scope", "jobs", "--endpoint", "nosuch", env=env
+            )  # fmt: skip
+        )
+        assert "no endpoint 'nosuch'" in line and "(HTTP 400)" in line, line
+        out = ok(lockgate("keys", "revoke", "http-bot", env=env))
+        assert re.fullmatch(r"revoked [0-9a-f]{12}\n", out), out
+        assert "401" in one_line_error(lockgate("jobs", "run", "echo", "{}", "--key", key, env=env))
+    finally:
+        lockgate("keys", "revoke", "http-bot", "--force", env=env)
+    assert "http-bot" not in ok(lockgate("keys", "list", env=env))
+
+
+def test_keys_over_http_will_not_sign_the_cli_out_without_force(dev, env) -> None:
+    other = ok(lockgate("keys", "create", "http-admin", "--scope", "admin", env=env)).strip()
+    try:  # 'dev' is not the last admin key now, but it is the one the config file holds
+        line = one_line_error(lockgate("keys", "revoke", "dev", env=env))
+        config = dev.config_home / "lockgate" / "config.json"
+        assert f"'dev' is the key this CLI signs in with ({config})" in line, line
+        assert "dev" in ok(lockgate("keys", "list", env=env))
+    finally:
+        lockgate("keys", "revoke", "http-admin", "--key", other, "--force", env=env)
+    assert "http-admin" not in ok(lockgate("keys", "list", env=env))
+
+
+def test_keys_without_a_reachable_server_say_so_in_one_line(bare_env) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    line = one_line_error(lockgate("keys", "list", "--url", url, env=bare_env))
+    assert line.startswith(f"lockgate: cannot reach {url}"), line
 
 
 @pytest.mark.parametrize(
