@@ -329,11 +329,8 @@ def test_keys_over_http_create_list_and_revoke_with_the_saved_url_and_key(dev, e
         assert {"dev", "http-bot"} <= {k["name"] for k in listed}
         job = lockgate("jobs", "run", "echo", "{}", "--wait", "--key", key, env=env)
         assert ok(job)
-        line = one_line_error(
-            lockgate(
-                "keys", "create", "http-lost", "--scope", "jobs", "--endpoint", "nosuch", env=env
-            )  # fmt: skip
-        )
+        lost = ("keys", "create", "http-lost", "--scope", "jobs", "--endpoint", "nosuch")
+        line = one_line_error(lockgate(*lost, env=env))
         assert "no endpoint 'nosuch'" in line and "(HTTP 400)" in line, line
         out = ok(lockgate("keys", "revoke", "http-bot", env=env))
         assert re.fullmatch(r"revoked [0-9a-f]{12}\n", out), out
