@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
 import stat
 import subprocess
 import sys
+import threading
 import time
 from datetime import datetime
 from pathlib import Path
@@ -101,7 +103,7 @@ def test_dev_writes_a_private_config_file_with_its_url_and_key(dev) -> None:
 
 def test_endpoints_list_reads_the_config_file_and_prints_a_table(env) -> None:
     lines = ok(lockgate("endpoints", "list", env=env)).splitlines()
-    assert lines[0].split()[:4] == ["ID", "NAME", "TYPE", "PHASE"]
+    assert lines[0].split()[:4] == ["ID", "NAME", "TYPE", "STATE"]
     assert any(line.split()[:3] == ["echo", "echo", "QUEUE"] for line in lines[1:])
 
 
@@ -130,11 +132,11 @@ def test_endpoint_create_get_edit_list_delete_round_trip(env) -> None:
     assert created["type"] == "QUEUE" and created["args"] == ECHO_ARGS
     assert "phase" in created["status"]  # lockgate's, from /v1
     got = ok(lockgate("endpoints", "get", endpoint_id, env=env))
-    assert got.splitlines()[0].split() == ["ID", "NAME", "TYPE", "PHASE", "WORKERS", "READY",
-                                           "QUEUED", "JOB", "API"]  # fmt: skip
+    assert got.splitlines()[0].split() == ["ID", "NAME", "TYPE", "STATE", "WORKERS", "READY",
+                                           "QUEUED", "JOB", "API", "WHY"]  # fmt: skip
     row = got.splitlines()[1].split()
     assert row[:3] == [endpoint_id, "cli-rt", "QUEUE"] and row[4] == "0-1"
-    assert row[-1].endswith(f"/v2/{endpoint_id}/")
+    assert row[-2].endswith(f"/v2/{endpoint_id}/") and row[-1] == "-"
     edited = json.loads(
         ok(lockgate("endpoints", "edit", endpoint_id, "--workers-max", "2", "--name", "rt",
                     "-o", "json", env=env))
@@ -311,6 +313,70 @@ def test_keys_create_with_an_expiry_lists_it_and_the_key_is_refused_once_it_pass
     finally:
         for name in ("cli-month", "cli-brief"):
             lockgate("keys", "revoke", name, "--redis-url", redis, env=bare_env)
+
+
+# The CLI tells the truth (issue 50, items 1 and 4): the console's states, why a job waits.
+
+
+def stderr_line_with(proc: subprocess.Popen, text: str, timeout_s: float) -> str:
+    """The first line of `proc`'s stderr holding `text` (read in a thread: bounded)."""
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in proc.stderr], daemon=True).start()
+    deadline, seen = time.monotonic() + timeout_s, []
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=0.5)
+        except queue.Empty:
+            continue
+        seen.append(line)
+        if text in line:
+            return line
+    raise AssertionError(f"no stderr line with {text!r} in {timeout_s} s: {seen}")
+
+
+def waiting_run(endpoint_id: str, env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "lockgate.cli", "jobs", "run", endpoint_id, "{}", "--wait"],
+        env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def v1_endpoint(dev: DevProcess, endpoint_id: str, **fields: object) -> None:
+    body = {"id": endpoint_id, "templateId": "tests/handlers/import_error.py", **fields}
+    made = requests.post(f"{dev.url}/v1/endpoints", json=body, headers=dev.headers(), timeout=30)
+    assert made.status_code == 200, made.text
+
+
+def test_a_crash_loop_reads_as_the_console_says_and_a_waiting_job_says_why(dev, env) -> None:
+    v1_endpoint(dev, "cli-crash", workersMax=1, crashLoopThreshold=1)
+    run = waiting_run("cli-crash", env)
+    try:
+        line = stderr_line_with(run, "workers crash at start (exit code 1", timeout_s=120)
+        assert line.startswith("lockgate: job ") and "no worker starts until" in line, line
+        assert run.poll() is None  # still waiting: the job is not lost, only explained
+    finally:
+        run.kill()
+        run.wait(10)
+    row = next(x for x in ok(lockgate("endpoints", "list", env=env)).splitlines()
+               if x.startswith("cli-crash "))  # fmt: skip
+    assert "Crash loop" in row and "Ready" not in row, row
+    got = ok(lockgate("endpoints", "get", "cli-crash", env=env)).splitlines()[1]
+    assert "Crash loop" in got and "exit code 1" in got, got
+    requests.delete(f"{dev.url}/v1/endpoints/cli-crash", headers=dev.headers(), timeout=30)
+
+
+def test_a_job_on_an_endpoint_with_max_workers_0_says_none_will_start(dev, env) -> None:
+    v1_endpoint(dev, "cli-max0", workersMin=0, workersMax=0)
+    run = waiting_run("cli-max0", env)
+    try:
+        line = stderr_line_with(run, "waits: max workers is 0: no worker will start", 60)
+        assert "cold start" not in line
+    finally:
+        run.kill()
+        run.wait(10)
+    got = ok(lockgate("endpoints", "get", "cli-max0", env=env)).splitlines()[1]
+    assert got.rstrip().endswith("max workers is 0: no worker will start"), got
+    requests.delete(f"{dev.url}/v1/endpoints/cli-max0", headers=dev.headers(), timeout=30)
 
 
 # `lockgate keys` over HTTP (issue 50, item 7): the saved URL and key, as the other commands.

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from lockgate.dev.workers import limits_of
+from lockgate.models.crashloop import CrashLoop
 from lockgate.models.endpoint import EndpointSpec, ScalerType
+from lockgate.models.waiting import why_waiting
 from lockgate.scaling.autoscaler import change_to_say
 from lockgate.scaling.decision import (
     STABILISATION_S,
@@ -264,3 +266,33 @@ def test_a_resize_asked_again_every_tick_is_said_once_until_it_changes() -> None
         say, said = change_to_say(size, desired, said)
         spoken.append(say)
     assert spoken == [True, False, False, False, True, False, True, True]
+
+
+@pytest.mark.parametrize(
+    ("counts", "said"),
+    [
+        ({"queued": 0, "idle": 0, "running": 0, "starting": 0, "workers_max": 0}, None),
+        ({"queued": 1, "idle": 0, "running": 0, "starting": 0, "workers_max": 0},
+         "max workers is 0: no worker will start"),
+        ({"queued": 2, "idle": 1, "running": 0, "starting": 0, "workers_max": 3}, None),
+        ({"queued": 3, "idle": 0, "running": 2, "starting": 0, "workers_max": 2},
+         "2 workers busy, max reached (2); 3 jobs in the queue"),
+        ({"queued": 1, "idle": 0, "running": 0, "starting": 1, "workers_max": 2},
+         "1 worker starting (a cold start); 1 job in the queue"),
+        ({"queued": 4, "idle": 0, "running": 1, "starting": 0, "workers_max": 3},
+         "1 worker busy, another is being started; 4 jobs in the queue"),
+        ({"queued": 1, "idle": 0, "running": 0, "starting": 0, "workers_max": 1},
+         "no worker yet: one is being started (a cold start); 1 job in the queue"),
+    ],
+)  # fmt: skip
+def test_why_jobs_wait_is_the_first_cause_that_holds(counts: dict, said: str | None) -> None:
+    assert why_waiting(**counts) == said
+
+
+def test_a_crash_loop_is_why_jobs_wait_before_any_count() -> None:
+    loop = CrashLoop(failedStarts=5, exitCode=1, lastLine="no model", since=0)
+    said = why_waiting(queued=1, idle=1, running=0, starting=0, workers_max=0, crash_loop=loop)
+    assert said == (
+        "workers crash at start (exit code 1: no model); no worker starts until a new release "
+        "or a restart"
+    )
