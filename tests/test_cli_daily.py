@@ -160,6 +160,9 @@ def test_an_lb_endpoint_is_created_and_edited_with_its_own_flags(dev, env) -> No
     assert created["type"] == "LOAD_BALANCER" and created["timeout"] == 90_000
     assert created["scaling"] == {"type": "REQUEST_COUNT", "requestCount": 2}
     assert v1_record(dev, endpoint_id)["lbHoldS"] == 30  # lockgate's own, through /v1
+    row = next(x for x in ok(lockgate("endpoints", "list", env=env)).splitlines()
+               if x.startswith(f"{endpoint_id} "))  # fmt: skip
+    assert f"/lb/{endpoint_id}" in row and "/v2/" not in row, row  # its LB URL, not a job API
     edited = json.loads(ok(lockgate("endpoints", "edit", endpoint_id, "--lb-hold-s", "5",
                                     "--scaler-value", "3", "-o", "json", env=env)))  # fmt: skip
     assert edited["scaling"] == {"type": "REQUEST_COUNT", "requestCount": 3}
