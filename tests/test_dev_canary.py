@@ -1,0 +1,156 @@
+"""Tested before it takes traffic (issue 48, item 3) in dev mode, over real HTTP on loopback:
+dev mode's app building a real git repository (a `file://` clone) whose `.runpod/tests.json`
+runs on a canary worker process of the new checkout. A build whose tests pass becomes the
+release the workers run; one whose test fails is TEST_FAILED naming the test and why, and
+the workers keep serving the release before it. The canary and everything of it is gone
+after either; the endpoint's job counts never include a test's job."""
+
+# ruff: noqa: F811 - the fixtures of tests/test_manage_api.py, imported, are test arguments here
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import eventually
+from tests.gitrepo import commit, make_repo
+from tests.test_manage_api import (  # noqa: F401 - fixtures
+    Api,
+    api,
+    jobs_key,
+    local_api,
+)
+from tests.test_v2_builds import BUILT_HANDLER, ended, with_source
+from tests.test_v2_serverless import v2
+from tests.test_v2_workers import read_events
+
+pytestmark = pytest.mark.asyncio
+
+# BUILT_HANDLER answering its revision; revision 2 fails every job, revision 3 sleeps when
+# asked to (a test out of its time)
+HANDLERS = {
+    1: '{"built": job["input"]["v"], "rev": 1}',
+    2: '(_ for _ in ()).throw(ValueError("revision 2 is broken"))',
+    3: '(__import__("time").sleep(job["input"].get("sleep", 0)), {"rev": 3})[1]',
+}
+
+
+def handler(rev: int) -> str:
+    return BUILT_HANDLER.replace('{"built": job["input"]["v"]}', HANDLERS[rev])
+
+
+def runpod_tests(*tests: dict[str, Any]) -> str:
+    return json.dumps({"tests": list(tests), "config": {"env": [{"key": "T", "value": "1"}]}})
+
+
+BASIC = {"name": "basic", "input": {"v": "t"}, "timeout": 60_000}
+
+
+@pytest.mark.parametrize("api", ["local"], indirect=True)
+async def test_a_build_is_tested_on_a_canary_before_it_takes_traffic(
+    api: Api, tmp_path: Path, jobs_key: str
+) -> None:
+    repo = make_repo(
+        tmp_path / "tested",
+        {"handler.py": handler(1), ".runpod/tests.json": runpod_tests(BASIC)},
+        "rev 1",
+    )
+    ep = await with_source(api, f"file://{repo}", fields={"workers": {"min": 1, "max": 1}})
+    url = ep["requestUrls"]["runSync"] + "?wait=60000"
+    user_jobs = 0
+
+    async def run() -> dict[str, Any]:
+        nonlocal user_jobs
+        async with api.http.post(
+            url, json={"input": {"v": "x"}}, headers={"authorization": jobs_key}
+        ) as resp:
+            job = await resp.json()
+        assert job["status"] == "COMPLETED", job
+        user_jobs += 1
+        return job["output"]
+
+    async def build() -> dict[str, Any]:
+        status, _, asked = await v2(api, "POST", f"/{ep['id']}/builds")
+        assert status == 201, asked
+        return await ended(api, ep["id"], asked["id"])
+
+    async def releases() -> list[dict[str, Any]]:
+        status, _, page = await v2(api, "GET", f"/{ep['id']}/releases")
+        assert status == 200, page
+        return page["releases"]
+
+    async def no_canary_left() -> None:
+        registry = api.plane.gw.registry
+        assert [i for i in await registry.endpoint_ids() if i.startswith("canary-")] == []
+        names = [r.get("name", "") for r in (await registry.list_keys()).values()]
+        assert [n for n in names if n.startswith("canary")] == []
+
+    # the tests pass: COMPLETED, a GIT_BUILD release, the workers run it
+    one = await build()
+    assert one["status"] == "COMPLETED", one
+    assert (one["error"], one["failedTest"]) == (None, None)
+    assert await _runs(run, {"built": "x", "rev": 1})
+    newest = (await releases())[0]
+    assert (newest["source"], newest["buildId"]) == ("GIT_BUILD", one["id"])
+    text = "\n".join(await _lines(api, ep["id"], one["id"]))
+    assert "testing on a canary worker" in text and "test 'basic' passed (COMPLETED" in text
+    await no_canary_left()
+
+    # a commit that breaks the test: TEST_FAILED naming it, the first build keeps serving
+    commit(repo, {"handler.py": handler(2)}, "rev 2")
+    two = await build()
+    assert two["status"] == "TEST_FAILED", two
+    assert two["error"] == "test 'basic' failed: job FAILED: ValueError: revision 2 is broken"
+    assert two["failedTest"] == {
+        "name": "basic",
+        "reason": "job FAILED: ValueError: revision 2 is broken",
+    }
+    text = "\n".join(await _lines(api, ep["id"], two["id"]))
+    assert "build test_failed: test 'basic' failed: job FAILED" in text
+    assert "revision 2 is broken" in text  # the canary's own traceback, in the build's log
+    assert (await releases())[0]["id"] == newest["id"]  # no release, no rollback
+    assert await run() == {"built": "x", "rev": 1}
+    await no_canary_left()
+
+    # a test out of its time: TEST_FAILED "timed out after 1 s"
+    slow = {"name": "slow", "input": {"sleep": 30}, "timeout": 1000}
+    commit(repo, {"handler.py": handler(3), ".runpod/tests.json": runpod_tests(slow)}, "rev 3")
+    three = await build()
+    assert three["status"] == "TEST_FAILED", three
+    assert three["error"] == "test 'slow' failed: timed out after 1 s"
+    assert await run() == {"built": "x", "rev": 1}
+    await no_canary_left()
+
+    # an unusable tests.json fails the build itself, saying why
+    commit(repo, {".runpod/tests.json": '{"tests": []}'}, "rev 4")
+    four = await build()
+    assert four["status"] == "FAILED", four
+    assert "tests.json" in four["error"], four
+    assert (await releases())[0]["id"] == newest["id"]
+
+    # the endpoint's job counts hold the user's jobs alone, never a test's
+    health_url = ep["requestUrls"]["runSync"].rsplit("/", 1)[0] + "/health"
+    async with api.http.get(health_url, headers={"authorization": jobs_key}) as resp:
+        health = await resp.json()
+    assert (health["jobs"]["completed"], health["jobs"]["failed"]) == (user_jobs, 0), health
+
+
+async def _runs(run: Any, output: dict[str, Any]) -> bool:
+    """Whether the endpoint's jobs answer `output`, within a minute (the rolling rule)."""
+
+    async def same() -> bool:
+        return await run() == output
+
+    return await eventually(same, timeout=60)
+
+
+async def _lines(api: Api, endpoint_id: str, build_id: str) -> list[str]:
+    """The ended build's log lines (Server-Sent Events: the stream ends with the log)."""
+    logs = f"{api.url}/v2/serverless/{endpoint_id}/builds/{build_id}/logs?tail=5000"
+    async with api.http.get(logs, headers={"authorization": f"Bearer {api.key}"}) as resp:
+        assert resp.status == 200
+        events = await asyncio.wait_for(read_events(resp), 30)
+    return [e["data"]["line"] for e in events]
