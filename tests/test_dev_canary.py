@@ -15,6 +15,12 @@ from typing import Any
 
 import pytest
 
+from lockgate.dev.canary import canary_id, canary_spec
+from lockgate.dev.hub_tests import CaseResult, failed_test, failed_test_error
+from lockgate.models.build import FailedTest
+from lockgate.models.endpoint import EndpointSpec
+from lockgate.models.hub import HubTest
+from lockgate.store.keys import ENDPOINT_ID_RE
 from tests.conftest import eventually
 from tests.gitrepo import commit, make_repo
 from tests.test_manage_api import (  # noqa: F401 - fixtures
@@ -26,8 +32,6 @@ from tests.test_manage_api import (  # noqa: F401 - fixtures
 from tests.test_v2_builds import BUILT_HANDLER, ended, with_source
 from tests.test_v2_serverless import v2
 from tests.test_v2_workers import read_events
-
-pytestmark = pytest.mark.asyncio
 
 # BUILT_HANDLER answering its revision; revision 2 fails every job, revision 3 sleeps when
 # asked to (a test out of its time)
@@ -49,6 +53,7 @@ def runpod_tests(*tests: dict[str, Any]) -> str:
 BASIC = {"name": "basic", "input": {"v": "t"}, "timeout": 60_000}
 
 
+@pytest.mark.asyncio
 @pytest.mark.parametrize("api", ["local"], indirect=True)
 async def test_a_build_is_tested_on_a_canary_before_it_takes_traffic(
     api: Api, tmp_path: Path, jobs_key: str
@@ -154,3 +159,29 @@ async def _lines(api: Api, endpoint_id: str, build_id: str) -> list[str]:
         assert resp.status == 200
         events = await asyncio.wait_for(read_events(resp), 30)
     return [e["data"]["line"] for e in events]
+
+
+# -- the pure parts ----------------------------------------------------------------------------
+
+
+def test_a_failed_test_says_why_as_the_build_names_it() -> None:
+    test = HubTest(name="basic", input={}, timeout=30_000)
+    ok = CaseResult("basic", True, "COMPLETED", "", 0.5)
+    assert failed_test(test, ok) is None
+    failed = failed_test(test, CaseResult("basic", False, "FAILED", "ValueError: no", 0.5))
+    assert failed == FailedTest(name="basic", reason="job FAILED: ValueError: no")
+    assert failed_test_error(failed) == "test 'basic' failed: job FAILED: ValueError: no"
+    late = CaseResult("basic", False, "TIMED_OUT", "not final within 30 s", 30.0, True)
+    assert failed_test(test, late) == FailedTest(name="basic", reason="timed out after 30 s")
+    # the job's own executionTimeout is the job's status, not the test's time
+    timed = failed_test(test, CaseResult("basic", False, "TIMED_OUT", "", 2.0))
+    assert timed == FailedTest(name="basic", reason="job TIMED_OUT")
+    refused = failed_test(test, CaseResult("basic", False, "HTTP 400", "bad input", 0.1))
+    assert refused == FailedTest(name="basic", reason="the job API answered HTTP 400: bad input")
+
+
+def test_a_canary_is_a_hidden_endpoint_of_one_worker() -> None:
+    assert canary_id("build_k3v9x2mqa1b2") == "canary-k3v9x2mqa1b2"
+    assert ENDPOINT_ID_RE.fullmatch(canary_id("build_k3v9x2mqa1b2"))
+    spec = canary_spec(EndpointSpec(workersMin=3, workersMax=9))
+    assert (spec.workersMin, spec.workersMax, spec.warmup) == (1, 1, None)
