@@ -13,15 +13,20 @@ import json
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
+from redis.asyncio import Redis
 
-from lockgate.dev.canary import canary_id, canary_spec
+from lockgate.dev.canary import canary_entry, canary_id, canary_spec
 from lockgate.dev.hub_tests import CaseResult, failed_test, failed_test_error
+from lockgate.manage.listing import EndpointQuery
 from lockgate.models.build import FailedTest
 from lockgate.models.endpoint import EndpointSpec
 from lockgate.models.hub import HubTest
+from lockgate.store import NewJob, Registry
 from lockgate.store.keys import ENDPOINT_ID_RE
 from tests.conftest import eventually
+from tests.devproc import DevProcess
 from tests.gitrepo import commit, make_repo
 from tests.test_manage_api import (  # noqa: F401 - fixtures
     Api,
@@ -29,7 +34,7 @@ from tests.test_manage_api import (  # noqa: F401 - fixtures
     jobs_key,
     local_api,
 )
-from tests.test_v2_builds import BUILT_HANDLER, ended, with_source
+from tests.test_v2_builds import BUILT_HANDLER, ECHO, ended, with_source
 from tests.test_v2_serverless import v2
 from tests.test_v2_workers import read_events
 
@@ -185,3 +190,95 @@ def test_a_canary_is_a_hidden_endpoint_of_one_worker() -> None:
     assert ENDPOINT_ID_RE.fullmatch(canary_id("build_k3v9x2mqa1b2"))
     spec = canary_spec(EndpointSpec(workersMin=3, workersMax=9))
     assert (spec.workersMin, spec.workersMax, spec.warmup) == (1, 1, None)
+
+
+# -- `lockgate dev` as a user runs it --------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_lockgate_dev_tests_builds_and_a_stop_mid_test_leaves_no_canary(
+    http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    """The real command: a build whose test passes runs; one whose test fails does not,
+    the build saying which; a stop while a test runs ends the build FAILED with the canary
+    gone (its process, and after a restart no trace of it in lockgate's Redis)."""
+    data = tmp_path / "data"
+    repo = make_repo(
+        tmp_path / "repo",
+        {"handler.py": handler(1), ".runpod/tests.json": runpod_tests(BASIC)},
+        "rev 1",
+    )
+    admin: dict[str, str] = {}
+
+    async def call(dev: DevProcess, method: str, path: str, body: Any = None) -> Any:
+        url = f"{dev.url}/v2/serverless/{dev.endpoint}{path}"
+        async with http.request(method, url, json=body, headers=admin) as resp:
+            assert resp.status < 300, await resp.text()
+            return await resp.json(content_type=None)
+
+    async def build(dev: DevProcess, *live: str) -> dict[str, Any]:
+        asked = await call(dev, "POST", "/builds")
+
+        async def ended() -> dict[str, Any] | None:
+            got = await call(dev, "GET", f"/builds/{asked['id']}")
+            return got if got["status"] not in ("PENDING", "BUILDING", *live) else None
+
+        return await eventually(ended, timeout=90)
+
+    async def run(dev: DevProcess) -> Any:
+        url = f"{dev.url}/v2/{dev.endpoint}/runsync?wait=60000"
+        body = {"input": {"v": "x"}}
+        async with http.post(url, json=body, headers=dev.headers()) as resp:
+            job = await resp.json()
+        assert job["status"] == "COMPLETED", job
+        return job["output"]
+
+    with DevProcess(ECHO, data_dir=data) as dev:
+        admin["authorization"] = f"Bearer {dev.key}"
+        await call(dev, "PATCH", "", {"source": {"git": {"url": f"file://{repo}"}}})
+        one = await build(dev, "TESTING")
+        assert one["status"] == "COMPLETED", one
+
+        async def runs_rev_1() -> bool:
+            return await run(dev) == {"built": "x", "rev": 1}
+
+        await eventually(runs_rev_1, timeout=60)
+        commit(repo, {"handler.py": handler(2)}, "rev 2")
+        two = await build(dev, "TESTING")
+        assert two["status"] == "TEST_FAILED", two
+        assert two["failedTest"]["name"] == "basic", two
+        assert await run(dev) == {"built": "x", "rev": 1}
+
+        slow = {"name": "slow", "input": {"sleep": 300}, "timeout": 600_000}
+        commit(repo, {"handler.py": handler(3), ".runpod/tests.json": runpod_tests(slow)}, "rev 3")
+        three = await build(dev)  # returns once TESTING
+        assert three["status"] == "TESTING", three
+        dev.wait_for(r"worker canary-[a-z0-9]+-[0-9a-f]+ started", timeout_s=60)
+        assert await asyncio.to_thread(dev.stop) == 0
+    with DevProcess(ECHO, data_dir=data) as dev:
+        admin["authorization"] = f"Bearer {dev.key}"
+        stopped = await call(dev, "GET", f"/builds/{three['id']}")
+        assert (stopped["status"], stopped["error"]) == ("FAILED", "lockgate dev stopped")
+        redis = Redis.from_url(dev.redis_url)
+        try:
+            ids = await Registry(redis).endpoint_ids()
+        finally:
+            await redis.aclose()
+        assert [i for i in ids if i.startswith("canary-")] == []
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("api", ["local"], indirect=True)
+async def test_a_canary_left_by_a_killed_run_is_removed_at_the_next_start(api: Api) -> None:
+    """`lockgate dev` killed mid-test (no cleanup ran) leaves a canary's entry and jobs in
+    its Redis: the next start removes them, and never serves it as an endpoint."""
+    plane, registry = api.plane, api.plane.gw.registry
+    canary = canary_id("build_k3v9x2mqa1b2")
+    spec = canary_spec(EndpointSpec())
+    await registry.put_endpoint(canary, canary_entry(canary, spec, "http://x/v2/" + canary))
+    await plane.gw.store.submit(canary, NewJob(id="job-1", input=b'{"v": 1}', ttl_ms=60_000))
+    assert (await plane.gw.store.snapshot(canary)).in_queue == 1
+    await plane.resume()
+    assert canary not in await registry.endpoint_ids()
+    assert (await plane.gw.store.snapshot(canary)).in_queue == 0
+    assert all(not r.id.startswith("canary-") for r in (await plane.page(EndpointQuery())).items)
