@@ -134,6 +134,18 @@ async def test_a_build_is_tested_on_a_canary_before_it_takes_traffic(
     assert await run() == {"built": "x", "rev": 1}
     await no_canary_left()
 
+    # a checkout whose worker cannot start: TEST_FAILED at its first failed start
+    broken_files = {"handler.py": "import no_such_module_here\n"}
+    commit(repo, {**broken_files, ".runpod/tests.json": runpod_tests(BASIC)}, "rev 3b")
+    broken = await build()
+    assert broken["status"] == "TEST_FAILED", broken
+    assert broken["error"].startswith(
+        "test 'basic' failed: the canary worker did not start: workers crash at start (exit code 1"
+    ), broken
+    assert "No module named 'no_such_module_here'" in broken["error"], broken
+    assert await run() == {"built": "x", "rev": 1}
+    await no_canary_left()
+
     # an unusable tests.json fails the build itself, saying why
     commit(repo, {".runpod/tests.json": '{"tests": []}'}, "rev 4")
     four = await build()

@@ -23,10 +23,11 @@ from typing import Protocol
 
 import aiohttp
 
-from lockgate.dev.hub_tests import WAIT_STEP_MS, failed_test, result_line, run_test
+from lockgate.dev.hub_tests import WAIT_STEP_MS, CaseResult, failed_test, result_line, run_test
 from lockgate.manage.logbook import LineSink
 from lockgate.manage.workerlogs import CONTAINER, SYSTEM
 from lockgate.models.build import BUILD_ID_PREFIX, FailedTest
+from lockgate.models.crashloop import CrashLoop
 from lockgate.models.endpoint import EndpointSpec, EndpointType
 from lockgate.models.hub import HubTests
 from lockgate.models.registry_entry import RegistryEntry
@@ -37,6 +38,7 @@ log = logging.getLogger("lockgate.dev.canary")
 CANARY_ORIGIN = "canary"  # a registry entry's origin: a build's canary, never resumed
 CANARY_PREFIX = "canary-"
 STOP_GRACE_S = 5.0  # the canary holds no job once its tests ended (a late one is cancelled)
+LOOP_POLL_S = 0.5  # how often a test's wait looks whether the canary failed to start
 LOG_BACKLOG = 1000  # canary lines waiting for the build's log; past it they are dropped
 
 Say = Callable[[str, str], Awaitable[None]]  # (log source, line) into the build's log
@@ -44,6 +46,8 @@ Say = Callable[[str, str], Awaitable[None]]  # (log source, line) into the build
 
 class Workers(Protocol):
     """The canary's worker pool (`dev.workers.LocalWorkers`), as far as it is used here."""
+
+    loop: CrashLoop | None  # set once its worker failed to start (`scaling.crashloop`)
 
     async def stop(self, grace_s: float) -> None: ...
 
@@ -59,8 +63,12 @@ def canary_id(build_id: str) -> str:
 
 
 def canary_spec(spec: EndpointSpec) -> EndpointSpec:
-    """The endpoint's settings for its canary: one worker exactly, no warm-up job."""
-    update = {"workersMin": 1, "workersMax": 1, "replicas": None, "warmup": None}
+    """The endpoint's settings for its canary: one worker exactly, no warm-up job, and
+    its first failed start a crash loop (the build is broken: no test waits its time)."""
+    update = {
+        "workersMin": 1, "workersMax": 1, "replicas": None, "warmup": None,
+        "crashLoopThreshold": 1,
+    }  # fmt: skip
     return spec.model_copy(update=update)
 
 
@@ -131,13 +139,30 @@ async def test_on_canary(
         timeout = aiohttp.ClientTimeout(total=WAIT_STEP_MS / 1000 + 60)
         async with aiohttp.ClientSession(timeout=timeout) as session:
             for test in tests.tests:
-                result = await run_test(session, job_api, {"authorization": key}, test)
+                ran = run_test(session, job_api, {"authorization": key}, test)
+                result = await unless_crashed(ran, workers)
+                if result is None:  # the canary failed to start: the rest would too
+                    assert workers.loop is not None
+                    why = f"the canary worker did not start: {workers.loop.text()}"
+                    await say(SYSTEM, f"test {test.name!r} FAILED: {why}")
+                    return FailedTest(name=test.name, reason=why)
                 await say(SYSTEM, result_line(result))
                 if (failed := failed_test(test, result)) is not None:
                     return failed
         return None
     finally:
         await remove_canary(registry, jobs, canary, key, workers, lines)
+
+
+async def unless_crashed(ran: Awaitable[CaseResult], workers: Workers) -> CaseResult | None:
+    """The test's result; None (the test stopped) when the canary fails to start first."""
+    test = asyncio.ensure_future(ran)
+    try:
+        while not test.done() and workers.loop is None:
+            await asyncio.wait([test], timeout=LOOP_POLL_S)
+        return test.result() if test.done() else None
+    finally:
+        test.cancel()
 
 
 async def remove_canary(
