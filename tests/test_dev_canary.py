@@ -294,3 +294,25 @@ async def test_a_canary_left_by_a_killed_run_is_removed_at_the_next_start(api: A
     assert canary not in await registry.endpoint_ids()
     assert (await plane.gw.store.snapshot(canary)).in_queue == 0
     assert all(not r.id.startswith("canary-") for r in (await plane.page(EndpointQuery())).items)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("api", ["local"], indirect=True)
+async def test_a_load_balancing_endpoints_build_is_taken_untested_saying_so(
+    api: Api, tmp_path: Path
+) -> None:
+    files = {"handler.py": handler(1), ".runpod/tests.json": runpod_tests(BASIC)}
+    repo = make_repo(tmp_path / "lb", files, "an LB worker's tests")
+    fields = {
+        "type": "LOAD_BALANCER",
+        "workers": {"min": 0, "max": 1},
+        "scaling": {"type": "REQUEST_COUNT", "requestCount": 1},
+    }
+    ep = await with_source(api, f"file://{repo}", fields=fields)
+    status, _, asked = await v2(api, "POST", f"/{ep['id']}/builds")
+    assert status == 201, asked
+    done = await ended(api, ep["id"], asked["id"])
+    assert done["status"] == "COMPLETED", done
+    text = "\n".join(await _lines(api, ep["id"], done["id"]))
+    assert "tests.json is not run for a load-balancing endpoint yet" in text, text
+    assert "taken untested" in text and "passed" not in text, text

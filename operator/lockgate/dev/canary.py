@@ -149,6 +149,7 @@ async def test_on_canary(
                 await say(SYSTEM, result_line(result))
                 if (failed := failed_test(test, result)) is not None:
                     return failed
+        await say(SYSTEM, f"tests: all {len(tests.tests)} passed")
         return None
     finally:
         await remove_canary(registry, jobs, canary, key, workers, lines)
