@@ -316,3 +316,33 @@ async def test_a_load_balancing_endpoints_build_is_taken_untested_saying_so(
     text = "\n".join(await _lines(api, ep["id"], done["id"]))
     assert "tests.json is not run for a load-balancing endpoint yet" in text, text
     assert "taken untested" in text and "passed" not in text, text
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("api", ["local"], indirect=True)
+async def test_a_cancel_while_testing_removes_the_canary(api: Api, tmp_path: Path) -> None:
+    slow = {"name": "slow", "input": {"sleep": 300}, "timeout": 600_000}
+    files = {"handler.py": handler(3), ".runpod/tests.json": runpod_tests(slow)}
+    repo = make_repo(tmp_path / "slow", files, "a test that takes its time")
+    ep = await with_source(api, f"file://{repo}")
+    status, _, asked = await v2(api, "POST", f"/{ep['id']}/builds")
+    assert status == 201, asked
+    registry = api.plane.gw.registry
+
+    async def canary_busy() -> bool:  # the canary holds the test's job
+        ids = [i for i in await registry.endpoint_ids() if i.startswith("canary-")]
+        return bool(ids) and (await api.plane.gw.store.snapshot(ids[0])).in_progress == 1
+
+    await eventually(canary_busy, timeout=60)
+    status, _, cancelled = await v2(api, "POST", f"/{ep['id']}/builds/{asked['id']}/cancel")
+    assert (status, cancelled["status"]) == (200, "CANCELLED"), cancelled
+
+    async def canary_gone() -> bool:
+        ids = await registry.endpoint_ids()
+        return not [i for i in ids if i.startswith("canary-")]
+
+    await eventually(canary_gone, timeout=30)
+    status, _, build = await v2(api, "GET", f"/{ep['id']}/builds/{asked['id']}")
+    assert build["status"] == "CANCELLED", build
+    status, _, page = await v2(api, "GET", f"/{ep['id']}/releases")
+    assert [r["source"] for r in page["releases"]] == ["MANUAL"]  # nothing taken
