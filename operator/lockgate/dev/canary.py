@@ -110,7 +110,7 @@ class BuildLogLines:
             await self.task
 
 
-async def test_on_canary(
+async def run_canary(
     registry: Registry,
     jobs: JobStore,
     gateway_url: str,

@@ -34,7 +34,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from lockgate.dev.builder import RUNS_KEPT, Built, LocalBuilder, Say
-from lockgate.dev.canary import is_canary, remove_canary, test_on_canary, tested_here
+from lockgate.dev.canary import is_canary, remove_canary, run_canary, tested_here
 from lockgate.dev.datadir import SECRETS
 from lockgate.dev.launch import Launch, launch_for, template_launch
 from lockgate.dev.model_cache import ModelDownloads
@@ -489,7 +489,7 @@ class LocalControlPlane:
             return workers
 
         try:
-            return await test_on_canary(
+            return await run_canary(
                 self.gw.registry, self.gw.store, self.gateway_url, build.id, spec, tests,
                 start, say,
             )  # fmt: skip
