@@ -78,7 +78,7 @@ async def ended(api: Api, endpoint_id: str, build_id: str) -> dict[str, Any]:
     async def done() -> dict[str, Any] | None:
         status, _, build = await v2(api, "GET", f"/{endpoint_id}/builds/{build_id}")
         assert status == 200, build
-        return build if build["status"] not in ("PENDING", "BUILDING") else None
+        return build if build["status"] not in ("PENDING", "BUILDING", "TESTING") else None
 
     return await eventually(done, timeout=60)
 

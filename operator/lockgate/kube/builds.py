@@ -24,7 +24,7 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from lockgate.kube.buildjobs import Progress, progress
+from lockgate.kube.buildjobs import Progress, clone_tests, progress, untested_line
 from lockgate.kube.cluster import ClusterError, Conflict, NotFound
 from lockgate.kube.controlplane import (
     BUILD_ANNOTATION,
@@ -214,6 +214,8 @@ async def _follow(
         await store.log(endpoint_id, build_id, CONTAINER, await _builder_log(cluster, pod))
     changed = await _record(store, endpoint_id, build_id, step)
     if changed is not None and changed.status == BuildStatus.COMPLETED:
+        if (tests := clone_tests(pod)) is not None:  # said, never silently skipped
+            await store.log(endpoint_id, build_id, SYSTEM, [untested_line(tests)])
         await _touch_endpoint(cluster, job, endpoint_id)
     return changed, changed is None or changed.terminal
 
