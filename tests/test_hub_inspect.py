@@ -18,8 +18,6 @@ from tests.gitrepo import commit, git, make_repo
 from tests.hubrepos import HUB, hub_repo
 from tests.test_manage_api import Api, local_api  # noqa: F401 - fixtures
 
-pytestmark = pytest.mark.asyncio
-
 
 async def inspect(api: Api, body: Any, key: str | None = None) -> tuple[int, Any]:
     headers = {"authorization": f"Bearer {key or api.key}"}
@@ -28,6 +26,7 @@ async def inspect(api: Api, body: Any, key: str | None = None) -> tuple[int, Any
         return resp.status, await resp.json()
 
 
+@pytest.mark.asyncio
 async def test_a_repositorys_hub_json_is_read_with_what_the_form_needs(
     local_api: Api, tmp_path: Path
 ) -> None:
@@ -44,9 +43,14 @@ async def test_a_repositorys_hub_json_is_read_with_what_the_form_needs(
     assert body["endpointType"] == "QUEUE"
     assert (body["gpuPools"], body["gpuExcluded"]) == (["ADA_24"], ["NVIDIA GeForce RTX 4090"])
     assert body["env"] == {
-        "FIXED_VAR": "always", "MODEL_NAME": "org/small", "MAX_TOKENS": "512", "QUANTIZE": "none"}
+        "FIXED_VAR": "always",
+        "MODEL_NAME": "org/small",
+        "MAX_TOKENS": "512",
+        "QUANTIZE": "none",
+    }
 
 
+@pytest.mark.asyncio
 async def test_runpod_folder_wins_over_the_root_and_a_ref_and_a_local_path_are_taken(
     local_api: Api, tmp_path: Path
 ) -> None:
@@ -63,6 +67,7 @@ async def test_runpod_folder_wins_over_the_root_and_a_ref_and_a_local_path_are_t
         ".runpod/hub.json", "in .runpod", "other")  # fmt: skip
 
 
+@pytest.mark.asyncio
 async def test_a_repository_without_hub_json_or_with_an_invalid_one_is_a_422(
     local_api: Api, tmp_path: Path
 ) -> None:
@@ -83,6 +88,7 @@ async def test_a_repository_without_hub_json_or_with_an_invalid_one_is_a_422(
     assert "gpuCount is required when runsOn is GPU" in body["error"]
 
 
+@pytest.mark.asyncio
 async def test_an_unreachable_repository_or_ref_is_a_422(local_api: Api, tmp_path: Path) -> None:
     status, body = await inspect(local_api, {"url": f"file://{tmp_path}/nothing-here"})
     assert (status, body["reason"]) == (422, "unreachable"), body
@@ -109,6 +115,7 @@ async def test_an_unreachable_repository_or_ref_is_a_422(local_api: Api, tmp_pat
         ("{not json", "body: expected a JSON object"),
     ],
 )
+@pytest.mark.asyncio
 async def test_a_malformed_body_or_url_is_a_400_naming_the_field(
     local_api: Api, body: Any, names: str
 ) -> None:
@@ -117,6 +124,7 @@ async def test_a_malformed_body_or_url_is_a_400_naming_the_field(
     assert names in answer["error"]
 
 
+@pytest.mark.asyncio
 async def test_only_admin_keys_may_make_the_server_fetch(local_api: Api, tmp_path: Path) -> None:
     status, _ = await inspect(local_api, {"url": f"file://{tmp_path}"}, key="lg_not_a_key")
     assert status == 401
