@@ -4,20 +4,32 @@
 from __future__ import annotations
 
 import json
+import site
 from pathlib import Path
 from typing import Any
 
+from tests.conftest import REPO
 from tests.gitrepo import make_repo
 
-# A handler that answers with the variables the listing's form set.
-HANDLER = (
-    "import os\n"
-    "import runpod\n"
-    "print('hub handler loading', flush=True)\n"
-    "runpod.serverless.start({'handler': lambda job: {\n"
-    "    'model': os.environ.get('MODEL_NAME'), 'tokens': os.environ.get('MAX_TOKENS'),\n"
-    "    'quant': os.environ.get('QUANTIZE'), 'fixed': os.environ.get('FIXED_VAR')}})\n"
-)
+# A handler that answers with the variables the listing's form set. Run by the build's
+# venv in dev mode, it borrows this project's site-packages and source for
+# `lockgate.worker` (no pip install in a test), as tests/test_v2_builds.py's does.
+HANDLER = f"""import os, sys
+sys.path[:0] = [{str(Path(site.getsitepackages()[0]))!r}, {str(REPO / "operator")!r}]
+import lockgate.worker
+
+REVISION = 1
+
+def handler(job):
+    return {{"model": os.environ.get("MODEL_NAME"), "tokens": os.environ.get("MAX_TOKENS"),
+            "quant": os.environ.get("QUANTIZE"), "fixed": os.environ.get("FIXED_VAR"),
+            "revision": REVISION}}
+
+if __name__ == "__main__":
+    print("hub handler loading", flush=True)
+    lockgate.worker.start({{"handler": handler}})
+"""
+
 
 HUB: dict[str, Any] = {
     "title": "Tiny echo LLM",
@@ -28,7 +40,7 @@ HUB: dict[str, Any] = {
         "runsOn": "GPU",
         "containerDiskInGb": 30,
         "gpuCount": 2,
-        "gpuIds": "ADA_24,-NVIDIA GeForce RTX 4090",
+        "gpuIds": "AMPERE_24,-NVIDIA GeForce RTX 3090",
         "allowedCudaVersions": ["12.4", "12.1"],
         "presets": [
             {"name": "Big model", "defaults": {"MODEL_NAME": "org/big", "MAX_TOKENS": 4096}},

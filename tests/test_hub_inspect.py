@@ -41,7 +41,7 @@ async def test_a_repositorys_hub_json_is_read_with_what_the_form_needs(
     assert body["hub"]["config"]["env"][3]["input"]["advanced"] is True
     assert body["hub"]["config"]["presets"][0]["name"] == "Big model"
     assert body["endpointType"] == "QUEUE"
-    assert (body["gpuPools"], body["gpuExcluded"]) == (["ADA_24"], ["NVIDIA GeForce RTX 4090"])
+    assert (body["gpuPools"], body["gpuExcluded"]) == (["AMPERE_24"], ["NVIDIA GeForce RTX 3090"])
     assert body["env"] == {
         "FIXED_VAR": "always",
         "MODEL_NAME": "org/small",
