@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from console_browser import assert_clean, screenshot, sign_in
+from console_browser import PHONE, assert_clean, screenshot, sign_in
 from devproc import DevProcess
 from tests.conftest import wait_until
 from tests.gitrepo import commit
@@ -229,7 +229,7 @@ def test_cancel_a_build_and_edit_the_source(page, hub_dev, silent_git) -> None:
     page.get_by_role("button", name="Review changes").click()
     review = page.locator(".review")
     expect(review).to_contain_text("source")
-    expect(review).to_contain_text(f"git {silent_git}@release")
+    expect(review).to_contain_text(f"git {silent_git}@release, on MANUAL, 15 min")
     screenshot(page, "edit-source")
     review.get_by_role("button", name="Save changes").click()
     expect(page.get_by_text("Saved:")).to_be_visible()
@@ -246,3 +246,27 @@ def test_a_bad_repository_url_is_said_on_the_form(page, hub_dev, tmp_path) -> No
     page.get_by_role("button", name="Read hub.json").click()
     expect(page.get_by_role("alert")).to_contain_text("cannot fetch its default branch")
     assert_clean(page, allow=("422",))
+
+
+def test_create_with_a_git_source_and_the_builds_tab_at_phone_width(page, hub_dev, repo) -> None:
+    sign_in(page, hub_dev)
+    page.wait_for_url(re.compile(r"#/endpoints$"))
+    page.goto(f"{hub_dev.url}/console/#/new")
+    page.get_by_label("Endpoint id").fill("from-git")
+    page.get_by_label("Template, handler file or command").fill("examples/echo/handler.py")
+    page.get_by_label("Build the worker from a git repository").check()
+    page.get_by_label("Repository URL").fill(f"file://{repo}")
+    page.get_by_label("Builds on").select_option("PUSH")
+    page.get_by_role("button", name="Create endpoint").click()
+    page.get_by_role("heading", name=re.compile("Creat(ing|ed) from-git")).wait_for()
+    git = call(hub_dev, "GET", "/v2/serverless/from-git")["source"]["git"]
+    assert (git["url"], git["ref"], git["trigger"]) == (f"file://{repo}", "", "PUSH")
+    call(hub_dev, "POST", "/v2/serverless/from-git/builds", {})
+
+    page.set_viewport_size(PHONE)
+    page.goto(f"{hub_dev.url}/console/#/endpoints/from-git/builds")
+    row = page.get_by_role("table", name="Builds").locator("tbody tr").first
+    expect(row).to_have_attribute("data-status", "COMPLETED", timeout=90_000)
+    assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0
+    screenshot(page, "builds-phone")
+    assert_clean(page)

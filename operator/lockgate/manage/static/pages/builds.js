@@ -250,6 +250,9 @@ export async function render(view, ctx) {
         current = now;
         badge.className = `badge ${TONE[now.status] || "warn"}`;
         badge.textContent = now.status;
+        if (ENDED.includes(now.status) && state.textContent === "Live") {
+          state.textContent = "Ended: the last lines may still come";
+        }
       },
     };
     draw();

@@ -3,7 +3,7 @@
 import {DEV_MODE_NOTE} from "../api.js";
 import {h, replace} from "../dom.js";
 import {typeChoice} from "./lb.js";
-import {sourceFields} from "./source.js";
+import {shownSource, sourceFields} from "./source.js";
 import {workerSource} from "./template.js";
 
 // Fields whose change restarts workers. Dev mode: a new templateId replaces the worker
@@ -55,7 +55,7 @@ export function modelList(text) {
 /** A value as the diff shows it. */
 export function shown(value) {
   if (Array.isArray(value)) return value.length ? value.join(", ") : "(none)";
-  if (value?.git) return `git ${value.git.url}${value.git.ref ? `@${value.git.ref}` : ""} (${value.git.trigger})`;
+  if (value?.git) return shownSource(value);
   if (value === "" || value === undefined || value === null) return "(empty)";
   return String(value);
 }

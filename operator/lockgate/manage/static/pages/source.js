@@ -23,6 +23,16 @@ export function gitOf(values) {
   return Object.fromEntries(Object.keys(GIT_DEFAULTS).map((k) => [k, values[k]]));
 }
 
+/** A source as a diff cell shows it: what differs from the defaults, on one line. */
+export function shownSource(source) {
+  const git = source.git;
+  const parts = [`git ${git.url}${git.ref ? `@${git.ref}` : ""}`, `on ${git.trigger}`, `${git.buildTimeoutMin} min`];
+  for (const k of ["dockerfilePath", "contextPath", "credentialsSecret"]) {
+    if (git[k] !== GIT_DEFAULTS[k]) parts.push(`${k} ${git[k]}`);
+  }
+  return parts.join(", ");
+}
+
 /**
  * The "Build from git" fieldset. `initial` is the record's `source` (or null).
  * Returns {element, value()}: value() is `{git: {…}}`, or null when the box is not ticked.
