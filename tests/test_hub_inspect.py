@@ -7,12 +7,15 @@ invalid hub.json; on a cluster only http(s) URLs are taken (`hubrepo.wanted`).""
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from lockgate.gateway.errors import BadRequest
+from lockgate.manage import hubrepo
 from lockgate.manage.hubrepo import wanted
 from tests.gitrepo import commit, git, make_repo
 from tests.hubrepos import HUB, hub_repo
@@ -97,6 +100,26 @@ async def test_an_unreachable_repository_or_ref_is_a_422(local_api: Api, tmp_pat
     status, body = await inspect(local_api, {"url": f"file://{repo}", "ref": "no-such-branch"})
     assert (status, body["reason"]) == (422, "unreachable"), body
     assert "ref 'no-such-branch'" in body["error"]
+
+
+@pytest.mark.asyncio
+async def test_a_repository_or_hub_json_over_its_bound_is_a_422(
+    local_api: Api, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bounds made small (the app runs in this process): a commit larger on disk than
+    FETCH_MAX_BYTES, a hub.json larger than HUB_MAX_BYTES."""
+    repo = hub_repo(tmp_path / "repo")
+    commit(repo, {"weights.bin": os.urandom(300_000).hex()}, "weights")  # incompressible
+    monkeypatch.setattr(hubrepo, "FETCH_MAX_BYTES", 200_000)
+    status, body = await inspect(local_api, {"url": f"file://{repo}"})
+    assert (status, body["reason"]) == (422, "too-large"), body
+    monkeypatch.undo()
+    monkeypatch.setattr(hubrepo, "HUB_MAX_BYTES", 100)
+    status, body = await inspect(local_api, {"url": f"file://{repo}"})
+    assert (status, body["reason"]) == (422, "invalid-hub-json"), body
+    assert re.fullmatch(
+        r"\.runpod/hub\.json: \d+ bytes, over the 100 a hub\.json may have", body["error"]
+    )
 
 
 @pytest.mark.parametrize(

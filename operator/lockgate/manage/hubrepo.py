@@ -113,10 +113,17 @@ def inspection(url: str, ref: str, commit: str, path: str, text: str) -> dict[st
     }
 
 
-async def _git(*args: str, cwd: Path, watch: Path | None = None) -> tuple[int, str, str]:
-    """Run git without a terminal prompt; (exit code, stdout, stderr). With `watch`, the
-    run is killed once that folder holds over FETCH_MAX_BYTES (Unusable 'too-large')."""
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "LC_ALL": "C"}
+async def _git(
+    *args: str, cwd: Path, watch: Path | None = None, protocols: str = "http:https"
+) -> tuple[int, str, str]:
+    """Run git without a terminal prompt, speaking only `protocols` (GIT_ALLOW_PROTOCOL: a
+    redirect or a URL trick cannot reach another transport); (exit code, stdout, stderr).
+    With `watch`, the run is killed once that folder holds over FETCH_MAX_BYTES (Unusable
+    'too-large')."""
+    env = {
+        **os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "LC_ALL": "C",
+        "GIT_ALLOW_PROTOCOL": protocols,
+    }  # fmt: skip
     proc = await asyncio.create_subprocess_exec(
         "git", *args, cwd=cwd, env=env, stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
@@ -125,7 +132,7 @@ async def _git(*args: str, cwd: Path, watch: Path | None = None) -> tuple[int, s
     try:
         while True:
             done, _ = await asyncio.wait({talk}, timeout=WATCH_S)
-            if done:
+            if done and (watch is None or _size(watch) <= FETCH_MAX_BYTES):
                 out, err = (text.decode(errors="replace") for text in talk.result())
                 return proc.returncode or 0, out, err
             if watch is not None and _size(watch) > FETCH_MAX_BYTES:
@@ -157,7 +164,8 @@ def _last_line(text: str) -> str:
 
 async def fetch_hub(want: Wanted, shown: str) -> dict[str, Any]:
     """Fetch one commit of the repository into a temporary folder and read its hub.json;
-    the folder is gone afterwards. Raises Unusable."""
+    the folder is gone afterwards. Raises Unusable. A local repository (dev mode only:
+    `wanted` refuses one on a cluster) is fetched over git's `file` transport."""
     folder = Path(tempfile.mkdtemp(prefix="lockgate-hub-"))
     try:
         async with asyncio.timeout(FETCH_TIMEOUT_S):
@@ -172,7 +180,10 @@ async def _read(want: Wanted, shown: str, folder: Path) -> dict[str, Any]:
     await _git("init", "--quiet", cwd=folder)
     fetch = ["fetch", "--quiet", "--depth", "1", "--no-tags", "--filter=blob:none",
              want.url, want.ref or "HEAD"]  # fmt: skip
-    code, _, err = await _git(*fetch, cwd=folder, watch=folder)
+    local = not want.url.startswith(CLUSTER_SCHEMES)
+    code, _, err = await _git(
+        *fetch, cwd=folder, watch=folder, protocols="file" if local else "http:https"
+    )
     if code != 0:
         why = _last_line(err).removeprefix("fatal: ").replace(want.url, shown)
         what = f"ref {want.ref!r}" if want.ref else "its default branch"
@@ -182,8 +193,9 @@ async def _read(want: Wanted, shown: str, folder: Path) -> dict[str, Any]:
         code, size, _ = await _git("cat-file", "-s", f"FETCH_HEAD:{path}", cwd=folder, watch=folder)
         if code != 0:
             continue
-        if int(size.strip() or 0) > HUB_MAX_BYTES:
-            raise Unusable(f"{path}: over {HUB_MAX_BYTES // 1024} KiB", "invalid-hub-json")
+        if (length := int(size.strip() or 0)) > HUB_MAX_BYTES:
+            why = f"{length} bytes, over the {HUB_MAX_BYTES} a hub.json may have"
+            raise Unusable(f"{path}: {why}", "invalid-hub-json")
         blob = f"FETCH_HEAD:{path}"
         code, text, err = await _git("cat-file", "blob", blob, cwd=folder, watch=folder)
         if code != 0:
