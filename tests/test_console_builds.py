@@ -101,6 +101,9 @@ def test_create_from_a_repository_then_build_follow_and_roll_back(page, hub_dev,
     expect(form.get_by_label("CUDA versions")).to_have_value("12.4, 12.1")
     expect(form.get_by_label("Container disk (GiB)")).to_have_value("30")
     expect(form).to_contain_text("FIXED_VAR=always")
+    tokens.fill("9000")
+    form.get_by_role("button", name="Create endpoint").click()
+    expect(form.get_by_role("alert")).to_have_text("Max tokens: 9000 is above 8192")
     form.get_by_label("Preset").select_option("Big model")
     expect(model).to_have_value("org/big")
     expect(tokens).to_have_value("4096")
@@ -166,6 +169,7 @@ def test_create_from_a_repository_then_build_follow_and_roll_back(page, hub_dev,
     expect(page.get_by_role("table", name="Releases").locator("tbody tr").first).to_contain_text(
         first["id"]
     )
+    screenshot(page, "releases-git-build")
     assert_clean(page)
 
 
@@ -245,6 +249,7 @@ def test_a_bad_repository_url_is_said_on_the_form(page, hub_dev, tmp_path) -> No
     page.get_by_label("Repository URL").fill(f"file://{tmp_path}/nothing")
     page.get_by_role("button", name="Read hub.json").click()
     expect(page.get_by_role("alert")).to_contain_text("cannot fetch its default branch")
+    screenshot(page, "hub-bad-url")
     assert_clean(page, allow=("422",))
 
 

@@ -95,7 +95,8 @@ async def test_a_repository_without_hub_json_or_with_an_invalid_one_is_a_422(
 async def test_an_unreachable_repository_or_ref_is_a_422(local_api: Api, tmp_path: Path) -> None:
     status, body = await inspect(local_api, {"url": f"file://{tmp_path}/nothing-here"})
     assert (status, body["reason"]) == (422, "unreachable"), body
-    assert "cannot fetch its default branch" in body["error"]
+    assert "cannot fetch its default branch: " in body["error"]
+    assert body["error"].endswith("does not appear to be a git repository"), body
     repo = hub_repo(tmp_path / "repo")
     status, body = await inspect(local_api, {"url": f"file://{repo}", "ref": "no-such-branch"})
     assert (status, body["reason"]) == (422, "unreachable"), body

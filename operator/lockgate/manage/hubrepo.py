@@ -158,8 +158,11 @@ def _size(folder: Path) -> int:
 
 
 def _last_line(text: str) -> str:
+    """What git said went wrong: its first `fatal:` or `error:` line (the lines after it
+    are advice: "Please make sure you have the correct access rights…"), else its last."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else "no output"
+    said = [line for line in lines if line.startswith(("fatal:", "error:"))]
+    return (said or lines or ["no output"])[0 if said else -1]
 
 
 async def fetch_hub(want: Wanted, shown: str) -> dict[str, Any]:
@@ -185,7 +188,8 @@ async def _read(want: Wanted, shown: str, folder: Path) -> dict[str, Any]:
         *fetch, cwd=folder, watch=folder, protocols="file" if local else "http:https"
     )
     if code != 0:
-        why = _last_line(err).removeprefix("fatal: ").replace(want.url, shown)
+        why = _last_line(err).removeprefix("fatal: ").removeprefix("error: ")
+        why = why.replace(want.url, shown)
         what = f"ref {want.ref!r}" if want.ref else "its default branch"
         raise Unusable(f"{shown}: cannot fetch {what}: {why}", "unreachable")
     _, commit, _ = await _git("rev-parse", "FETCH_HEAD", cwd=folder)

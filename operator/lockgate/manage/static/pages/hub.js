@@ -24,6 +24,18 @@ export function envText(input, value) {
   return String(value);
 }
 
+/** Why an input's value cannot be sent (required and empty, a number out of its bounds),
+ * or null. */
+export function problem(i) {
+  const value = i.value();
+  if (value === "" || value === null) return i.input.required ? "required" : null;
+  if (i.input.type !== "number" || i.input.options) return null;
+  if (Number.isNaN(value)) return "not a number";
+  if (i.input.min != null && value < i.input.min) return `${value} is below ${i.input.min}`;
+  if (i.input.max != null && value > i.input.max) return `${value} is above ${i.input.max}`;
+  return null;
+}
+
 /** One `config.env` input as a form control: {element, key, set(value), value()}. */
 function envInput(entry) {
   const input = entry.input;
@@ -189,10 +201,14 @@ function hubForm(found, ctx, {devMode}) {
 
   const form = h("form", {class: "card hub-form", novalidate: true, onsubmit: async (event) => {
     event.preventDefault();
-    const missing = inputs.find((i) => i.input.required && (i.value() === "" || i.value() === null));
-    if (missing) {
-      replace(status, errorBox(new Error(`${missing.input.name || missing.key}: required`)));
-      return missing.control.focus();
+    for (const i of inputs) {
+      const why = problem(i);
+      if (why) {
+        replace(status, errorBox(new Error(`${i.input.name || i.key}: ${why}`)));
+        i.control.setAttribute("aria-invalid", "true");
+        return i.control.focus();
+      }
+      i.control.removeAttribute("aria-invalid");
     }
     submit.disabled = true;
     try {
