@@ -17,6 +17,7 @@ import pytest
 from lockgate.gateway.errors import BadRequest
 from lockgate.manage import hubrepo
 from lockgate.manage.hubrepo import wanted
+from lockgate.models.gpupools import POOLS
 from tests.gitrepo import commit, git, make_repo
 from tests.hubrepos import HUB, hub_repo
 from tests.test_manage_api import Api, local_api  # noqa: F401 - fixtures
@@ -60,6 +61,7 @@ async def test_runpod_folder_wins_over_the_root_and_a_ref_and_a_local_path_are_t
     repo = hub_repo(tmp_path / "repo", {**HUB, "title": "at the root"}, where=".")
     status, body = await inspect(local_api, {"url": str(repo)})  # a plain path: dev mode
     assert status == 200, body
+    assert body["url"] == f"file://{repo}"  # as an endpoint's source takes it
     assert (body["path"], body["hub"]["title"]) == ("hub.json", "at the root")
     git(repo, "checkout", "--quiet", "-b", "other")
     commit(repo, {".runpod/hub.json": json.dumps({**HUB, "title": "in .runpod"})}, "override")
@@ -161,4 +163,16 @@ def test_a_cluster_takes_http_urls_only() -> None:
         with pytest.raises(BadRequest, match="give an https:// or http:// URL"):
             wanted({"url": url}, dev=False)
     assert wanted({"url": "file:///srv/repo"}, dev=True).url == "file:///srv/repo"
-    assert wanted({"url": "/srv/repo"}, dev=True).url == "/srv/repo"
+    assert wanted({"url": "/srv/repo"}, dev=True).url == "file:///srv/repo"
+
+
+@pytest.mark.asyncio
+async def test_a_listing_without_gpu_ids_may_run_on_any_pool(
+    local_api: Api, tmp_path: Path
+) -> None:
+    config = {k: v for k, v in HUB["config"].items() if k != "gpuIds"}
+    repo = hub_repo(tmp_path / "repo", {**HUB, "config": {**config, "endpointType": "LB"}})
+    status, body = await inspect(local_api, {"url": f"file://{repo}"})
+    assert status == 200, body
+    assert (body["gpuPools"], body["gpuExcluded"]) == (list(POOLS), [])
+    assert body["endpointType"] == "LB"

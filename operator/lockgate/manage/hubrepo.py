@@ -35,6 +35,7 @@ from lockgate.gateway.errors import BadRequest, Unprocessable
 from lockgate.gateway.http import json_object, json_response
 from lockgate.manage.about import ABOUT, DEV
 from lockgate.models.gitrefs import ref_problem
+from lockgate.models.gpupools import POOLS
 from lockgate.models.hub import HUB_FILE, RUNPOD_DIR, HubFileError, hub_env, parse_hub
 
 FETCH_TIMEOUT_S = 60.0  # the whole fetch; a stuck server ends with a 422
@@ -64,7 +65,7 @@ class Wanted:
 
 def wanted(body: dict[str, Any], *, dev: bool) -> Wanted:
     """The body `{url, ref?}` checked: http(s) on a cluster; dev mode also `file://` and a
-    local path (made absolute). Raises BadRequest naming the field."""
+    local path (made an absolute `file://` URL). Raises BadRequest naming the field."""
     unknown = sorted(set(body) - {"url", "ref"})
     if unknown:
         raise BadRequest(f"{unknown[0]}: not a field (url, ref)")
@@ -85,21 +86,25 @@ def wanted(body: dict[str, Any], *, dev: bool) -> Wanted:
         return Wanted(url, ref)
     scp_like = re.match(r"^[\w.-]+@[\w.-]+:", url)  # ssh: the server has no key to offer
     if dev and "://" not in url and not scp_like and not url.startswith("-"):
-        return Wanted(str(Path(url).expanduser().resolve()), ref)
+        # as a file:// URL: what an endpoint's source takes for a local repository
+        return Wanted(Path(url).expanduser().resolve().as_uri(), ref)
     allowed = "http(s):// URL, a file:// URL or a local path" if dev else "https:// or http:// URL"
     raise BadRequest(f"url: {url!r}: give an {allowed}")
 
 
 def inspection(url: str, ref: str, commit: str, path: str, text: str) -> dict[str, Any]:
     """The answer: the repository, the commit read, and the hub.json parsed, with what the
-    console needs beside it (the endpoint type, `gpuIds` split, the variables the form
-    starts from). Raises Unusable for an invalid hub.json."""
+    console needs beside it (the endpoint type, `gpuIds` split into v2's pools and excluded
+    types, every pool when it names none, the variables the form starts from). Raises
+    Unusable for an invalid hub.json."""
     try:
         hub = parse_hub(text)
     except HubFileError as err:
         why = str(err).removeprefix(f"{HUB_FILE}: ")
         raise Unusable(f"{path}: {why}", "invalid-hub-json") from err
     pools, excluded = hub.config.gpu_ids()
+    if hub.config.runsOn == "GPU" and not pools:
+        pools = list(POOLS)  # no gpuIds: any GPU, i.e. every pool
     return {
         "url": url,
         "ref": ref,
