@@ -45,7 +45,11 @@ def own_config(monkeypatch: pytest.MonkeyPatch, path: Path, env: dict[str, str])
 
 def clean_env(config_home: Path, **extra: str) -> dict[str, str]:
     """The user's environment without LOCKGATE_URL & co., the config under `config_home`."""
-    env = {k: v for k, v in os.environ.items() if k not in SCRUBBED and k != "LOCKGATE_DEBUG"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in SCRUBBED and k != "LOCKGATE_DEBUG" and not k.startswith("LOCKGATE_REDIS_")
+    }
     return {**env, "XDG_CONFIG_HOME": str(config_home), **extra}
 
 
@@ -309,6 +313,51 @@ def test_keys_create_with_an_expiry_lists_it_and_the_key_is_refused_once_it_pass
             lockgate("keys", "revoke", name, "--redis-url", redis, env=bare_env)
 
 
+# `lockgate keys` over HTTP (issue 50, item 7): the saved URL and key, as the other commands.
+
+
+def test_keys_over_http_create_list_and_revoke_with_the_saved_url_and_key(dev, env) -> None:
+    key = ok(lockgate("keys", "create", "http-bot", "--scope", "jobs", "--endpoint", "echo",
+                      env=env)).strip()  # fmt: skip
+    assert key.startswith("lg_")
+    try:
+        lines = ok(lockgate("keys", "list", env=env)).splitlines()
+        assert lines[0].split() == ["ID", "NAME", "SCOPES", "ENDPOINTS", "EXPIRES"]
+        row = next(line for line in lines if " http-bot " in line).split()
+        assert row[2:] == ["jobs", "echo", "never"], row
+        listed = json.loads(ok(lockgate("keys", "list", "-o", "json", env=env)))
+        assert {"dev", "http-bot"} <= {k["name"] for k in listed}
+        job = lockgate("jobs", "run", "echo", "{}", "--wait", "--key", key, env=env)
+        assert ok(job)
+        lost = ("keys", "create", "http-lost", "--scope", "jobs", "--endpoint", "nosuch")
+        line = one_line_error(lockgate(*lost, env=env))
+        assert "no endpoint 'nosuch'" in line and "(HTTP 400)" in line, line
+        out = ok(lockgate("keys", "revoke", "http-bot", env=env))
+        assert re.fullmatch(r"revoked [0-9a-f]{12}\n", out), out
+        assert "401" in one_line_error(lockgate("jobs", "run", "echo", "{}", "--key", key, env=env))
+    finally:
+        lockgate("keys", "revoke", "http-bot", "--force", env=env)
+    assert "http-bot" not in ok(lockgate("keys", "list", env=env))
+
+
+def test_keys_over_http_will_not_sign_the_cli_out_without_force(dev, env) -> None:
+    other = ok(lockgate("keys", "create", "http-admin", "--scope", "admin", env=env)).strip()
+    try:  # 'dev' is not the last admin key now, but it is the one the config file holds
+        line = one_line_error(lockgate("keys", "revoke", "dev", env=env))
+        config = dev.config_home / "lockgate" / "config.json"
+        assert f"'dev' is the key this CLI signs in with ({config})" in line, line
+        assert "dev" in ok(lockgate("keys", "list", env=env))
+    finally:
+        lockgate("keys", "revoke", "http-admin", "--key", other, "--force", env=env)
+    assert "http-admin" not in ok(lockgate("keys", "list", env=env))
+
+
+def test_keys_without_a_reachable_server_say_so_in_one_line(bare_env) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    line = one_line_error(lockgate("keys", "list", "--url", url, env=bare_env))
+    assert line.startswith(f"lockgate: cannot reach {url}"), line
+
+
 @pytest.mark.parametrize(
     ("flags", "said"),
     [
@@ -343,11 +392,54 @@ def test_logs_show_the_lines_of_a_job_and_follow_prints_new_ones(dev, env) -> No
         time.sleep(1)  # the tail is open before the job runs (a later line is what it shows)
         later = json.loads(ok(lockgate("jobs", "run", "echo", "{}", "--wait", "-o", "json",
                                        env=env)))  # fmt: skip
+        shown = []
         for line in follow.stdout:
+            shown.append(line)
             if later["id"] in line:
                 break
+        assert shown and later["id"] in shown[-1], (shown, follow.stderr and follow.poll())
+        assert not any(job["id"] in line for line in shown)  # --tail 0: no backlog
     finally:
         follow.terminate()
+        follow.wait(10)
+
+
+# Rough edges (issue 50, item 6): each the expected behaviour or one line naming the fix.
+
+
+def test_a_url_without_a_scheme_is_read_as_curl_reads_it(dev, bare_env) -> None:
+    bare = dev.url.removeprefix("http://")
+    out = ok(lockgate("endpoints", "list", "--url", bare, "--key", dev.key, env=bare_env))
+    assert "echo" in out
+
+
+def test_a_url_ending_in_the_api_path_is_understood_and_an_endpoints_url_names_the_fix(
+    dev, bare_env
+) -> None:
+    for url in (f"{dev.url}/v2", f"{dev.url}/v2/", f"{dev.url}/v1"):
+        out = ok(lockgate("endpoints", "list", "--url", url, "--key", dev.key, env=bare_env))
+        assert "echo" in out, url
+    result = lockgate("jobs", "list", "echo", "--url", f"{dev.url}/v2/echo", "--key", dev.key,
+                      env=bare_env)  # fmt: skip
+    line = one_line_error(result)
+    assert result.returncode == 2
+    assert f"use --url {dev.url} and name the endpoint (echo)" in line, line
+
+
+def test_logs_into_a_reader_that_stops_exit_quietly(dev, env) -> None:
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "lockgate.cli", "logs", "echo", "-f", "--tail", "1"],
+        env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        ok(lockgate("jobs", "run", "echo", "{}", "--wait", env=env))  # a line to tail, at least
+        assert follow.stdout.readline()  # `head -1` has its line, and goes
+        follow.stdout.close()
+        ok(lockgate("jobs", "run", "echo", "{}", "--wait", env=env))  # the next write: EPIPE
+        assert follow.wait(30) == 0
+        assert follow.stderr.read() == ""  # no BrokenPipe, no "please report it"
+    finally:
+        follow.kill()
         follow.wait(10)
 
 
@@ -507,3 +599,24 @@ def test_a_table_aligns_its_columns_and_shows_nothing_as_a_dash() -> None:
         "echo       -",
         "a-long-id  1,2",
     ]
+
+
+@pytest.mark.parametrize(
+    ("given", "meant"),
+    [
+        ("127.0.0.1:20080", "http://127.0.0.1:20080"),
+        ("localhost:8080/", "http://localhost:8080/"),
+        ("https://lg.example.com/v2", "https://lg.example.com"),
+        ("https://lg.example.com/v1/", "https://lg.example.com"),
+        ("https://proxy.example.com/lockgate/v2", "https://proxy.example.com/lockgate"),
+        ("https://proxy.example.com/lockgate", "https://proxy.example.com/lockgate"),
+        (" http://127.0.0.1:8080 ", "http://127.0.0.1:8080"),
+    ],
+)
+def test_a_url_is_read_as_the_user_meant_it(given: str, meant: str) -> None:
+    assert clientconfig.normalised(given) == meant
+
+
+def test_an_endpoints_url_is_refused_naming_lockgates_url() -> None:
+    with pytest.raises(clientconfig.BadUrl, match=r"use --url https://api\.x\.io and name the"):
+        clientconfig.normalised("https://api.x.io/v2/abc123")

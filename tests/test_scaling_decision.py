@@ -6,6 +6,7 @@ import pytest
 
 from lockgate.dev.workers import limits_of
 from lockgate.models.endpoint import EndpointSpec, ScalerType
+from lockgate.scaling.autoscaler import change_to_say
 from lockgate.scaling.decision import (
     STABILISATION_S,
     UP_STEP_MIN,
@@ -252,3 +253,14 @@ def test_workers_asked_for_that_never_appear_become_removable_after_the_idle_tim
     view = memory.observe(3, [], {}, 6.0)
     assert decide(m(), limits(idle=5), view, now=6.0).desired == 0
     assert memory.observe(1, ["w1"], {}, 7.0) == Workers(1, (0.0,))
+
+
+def test_a_resize_asked_again_every_tick_is_said_once_until_it_changes() -> None:
+    """Dev mode's crash loop: the scaler wants 1 worker every tick and the pool stays at 0;
+    its log says so once (not four times a second), and again only when something moves."""
+    said = None
+    spoken = []
+    for size, desired in [(0, 1), (0, 1), (0, 1), (1, 1), (1, 0), (1, 0), (0, 1), (0, 2)]:
+        say, said = change_to_say(size, desired, said)
+        spoken.append(say)
+    assert spoken == [True, False, False, False, True, False, True, True]

@@ -83,7 +83,10 @@ class LogQuery:
         )
 
     def select(self, lines: list[LogLine]) -> list[LogLine]:
-        """The last `tail` matching lines, oldest first (`lines` in any order)."""
+        """The last `tail` matching lines, oldest first (`lines` in any order); none for a
+        tail of 0 (`follow` with no backlog, as `kubectl logs -f --tail 0`)."""
+        if not self.tail:
+            return []
         chosen = sorted((line for line in lines if self.matches(line)), key=lambda x: x.ms)
         return chosen[-self.tail :]
 
@@ -113,8 +116,8 @@ def parse_query(params: Any) -> LogQuery:
     """The query string of `GET …/logs`; raises `BadRequest` naming the bad parameter."""
     since = parse_time(params["since"], "since") if params.get("since") else None
     tail_text = params.get("tail", str(TAIL_DEFAULT))
-    if not tail_text.isdigit() or not 1 <= int(tail_text) <= TAIL_MAX:
-        raise BadRequest(f"tail: expected a whole number from 1 to {TAIL_MAX}")
+    if not tail_text.isdigit() or not 0 <= int(tail_text) <= TAIL_MAX:
+        raise BadRequest(f"tail: expected a whole number from 0 to {TAIL_MAX}")
     follow = params.get("follow", "false").lower()
     if follow not in ("true", "false", "1", "0"):
         raise BadRequest("follow: expected true or false")

@@ -298,15 +298,30 @@ async def stream_logs(request: web.Request) -> web.StreamResponse:
     plane = request.app[BACKENDS].plane
     endpoint = await _endpoint(plane, request.match_info["id"])
     worker_id = request.match_info["workerId"]
+    missing = NotFound(f"worker {worker_id!r} of endpoint {endpoint.id!r} not found")
+    return await serve_log_stream(
+        request, _source(request), (endpoint.id, worker_id), (WorkerNotFound,), missing
+    )
+
+
+async def serve_log_stream(
+    request: web.Request,
+    source: LogReader,
+    owner: tuple[str, str],
+    gone: tuple[type[Exception], ...],
+    missing: ApiError,
+) -> web.StreamResponse:
+    """The whole answer of a log route (a worker's, a build's): the query and Last-Event-ID
+    read, `missing` raised when `source` raises one of `gone` at the first read, else the
+    stream from the cursor until the log's owner is gone and drained or the client leaves."""
     params = parse_log_params(request.query, request.headers.get("Last-Event-ID"))
-    source = _source(request)
     first = LogRead(params.sources, params.cursor, params.tail, BATCH)
     try:
-        batch = await source.read(endpoint.id, worker_id, first)
-    except WorkerNotFound as err:
-        raise NotFound(f"worker {worker_id!r} of endpoint {endpoint.id!r} not found") from err
+        batch = await source.read(*owner, first)
+    except gone as err:
+        raise missing from err
     response = await open_event_stream(request)
-    stream = LogStream(request, response, source, params, (endpoint.id, worker_id))
+    stream = LogStream(request, response, source, params, owner, gone)
     with contextlib.suppress(ConnectionResetError):  # the client left
         await stream.run(batch, params.cursor or before(batch.events, batch.start))
     return response
