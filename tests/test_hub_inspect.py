@@ -176,3 +176,14 @@ async def test_a_listing_without_gpu_ids_may_run_on_any_pool(
     assert status == 200, body
     assert (body["gpuPools"], body["gpuExcluded"]) == (list(POOLS), [])
     assert body["endpointType"] == "LB"
+
+
+@pytest.mark.asyncio
+async def test_a_server_without_git_says_so_with_a_501(
+    local_api: Api, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = hub_repo(tmp_path / "repo")
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))  # the app runs in this process
+    status, body = await inspect(local_api, {"url": f"file://{repo}"})
+    assert status == 501, body
+    assert "no `git` command" in body["error"]

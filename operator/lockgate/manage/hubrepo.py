@@ -31,7 +31,7 @@ from typing import Any
 
 from aiohttp import web
 
-from lockgate.gateway.errors import BadRequest, Unprocessable
+from lockgate.gateway.errors import ApiError, BadRequest, Unprocessable
 from lockgate.gateway.http import json_object, json_response
 from lockgate.manage.about import ABOUT, DEV
 from lockgate.models.gitrefs import ref_problem
@@ -45,6 +45,12 @@ WATCH_S = 0.2  # how often the fetch's size on disk is looked at
 HUB_PATHS = (f"{RUNPOD_DIR}/{HUB_FILE}", HUB_FILE)  # the first found wins
 CLUSTER_SCHEMES = ("https://", "http://")
 DEV_SCHEMES = (*CLUSTER_SCHEMES, "file://")
+
+
+class NoGit(ApiError):
+    """This process cannot run git (an image without it)."""
+
+    status = 501
 
 
 class Unusable(Unprocessable):
@@ -129,10 +135,13 @@ async def _git(
         **os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "LC_ALL": "C",
         "GIT_ALLOW_PROTOCOL": protocols,
     }  # fmt: skip
-    proc = await asyncio.create_subprocess_exec(
-        "git", *args, cwd=cwd, env=env, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            "git", *args, cwd=cwd, env=env, stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+    except FileNotFoundError as err:
+        raise NoGit("this server has no `git` command: it cannot read a repository") from err
     talk = asyncio.ensure_future(proc.communicate())
     try:
         while True:
