@@ -140,8 +140,8 @@ async def _git(
             "git", *args, cwd=cwd, env=env, stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
-    except FileNotFoundError as err:
-        raise NoGit("this server has no `git` command: it cannot read a repository") from err
+    except FileNotFoundError as missing:
+        raise NoGit("this server has no `git` command: it cannot read a repository") from missing
     talk = asyncio.ensure_future(proc.communicate())
     try:
         while True:
