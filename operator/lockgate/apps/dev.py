@@ -69,7 +69,7 @@ from lockgate.manage.v2 import Backends, add_v2_routes
 from lockgate.manage.v2.billing import Billing
 from lockgate.models import EndpointSpec, EndpointType, describe_validation_error
 from lockgate.models.hub import HubFileError, HubTests
-from lockgate.settings import Prices, Settings
+from lockgate.settings import ConsoleSettings, Prices, Settings, catalogue_of
 from lockgate.store.builds import HookSecrets
 from lockgate.store.connection import RedisSettings, standalone
 from lockgate.store.keys import ENDPOINT_ID_RE
@@ -314,7 +314,8 @@ def build_app(
         launches=launches,
     )
     storage = LocalStorage(gw.registry, volumes_dir)
-    about = About(DEV, command_line_endpoint, tuple(sorted(command_line_fields)))
+    catalogue = catalogue_of(ConsoleSettings())  # LOCKGATE_CONSOLE_CATALOGUE, as on a cluster
+    about = About(DEV, command_line_endpoint, tuple(sorted(command_line_fields)), catalogue)
     manage = create_manage_app(plane, storage, gw.auth, prefix="", about=about)
     sampler = HistorySampler(gw.store, gw.registry)
     add_history_routes(manage, sampler)

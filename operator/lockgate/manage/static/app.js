@@ -3,6 +3,7 @@
 
 import {api, apiKey, setApiKey, signOut} from "./api.js";
 import {errorBox, h, replace} from "./dom.js";
+import * as builds from "./pages/builds.js";
 import * as create from "./pages/create.js";
 import * as edit from "./pages/edit.js";
 import * as endpoint from "./pages/endpoint.js";
@@ -29,6 +30,7 @@ const ROUTES = [
   ["endpoints/:id/metrics", metrics, "Metrics"],
   ["endpoints/:id/logs", logs, "Logs"],
   ["endpoints/:id/releases", releases, "Releases"],
+  ["endpoints/:id/builds", builds, "Builds"],
   ["endpoints/:id/edit", edit, "Edit"],
 ];
 // The tabs of one endpoint, in order.
@@ -38,6 +40,7 @@ const TABS = [
   ["/metrics", "Metrics"],
   ["/logs", "Logs"],
   ["/releases", "Releases"],
+  ["/builds", "Builds"], // shown for an endpoint with a git source only (`showBuildsTab`)
   ["/edit", "Edit"],
 ];
 
@@ -56,12 +59,25 @@ function match(path) {
   return null;
 }
 
-function tabs(id, current) {
+function tabs(id, current, signal) {
   const base = `#/endpoints/${encodeURIComponent(id)}`;
-  return h("nav", {class: "tabs", "aria-label": `Endpoint ${id}`},
+  const nav = h("nav", {class: "tabs", "aria-label": `Endpoint ${id}`},
     TABS.map(([suffix, label]) => h("a", {
       href: base + suffix, "aria-current": label === current ? "page" : null,
+      hidden: label === "Builds" && current !== "Builds",
     }, label)));
+  if (current !== "Builds") showBuildsTab(nav, id, signal);
+  return nav;
+}
+
+/** Show the Builds tab once the endpoint's record says it has a git source. */
+async function showBuildsTab(nav, id, signal) {
+  try {
+    const record = await api(`/v1/endpoints/${encodeURIComponent(id)}`, {signal});
+    if (record.source?.git) nav.querySelector('a[href$="/builds"]').hidden = false;
+  } catch {
+    // the page itself says what is wrong
+  }
 }
 
 /**
@@ -110,7 +126,7 @@ async function show() {
   const view = h("section", {class: "page"});
   const header = route.params.id && path.startsWith("endpoints/")
     ? [h("p", {class: "crumbs"}, h("a", {href: "#/endpoints"}, "Endpoints"), " / "),
-       h("h1", {}, route.params.id), tabs(route.params.id, route.title)]
+       h("h1", {}, route.params.id), tabs(route.params.id, route.title, controller.signal)]
     : [];
   replace(main, ...header, view);
   document.title = `${route.params.id ? `${route.params.id} · ` : ""}${route.title} · lockgate`;
