@@ -9,7 +9,10 @@ the Endpoint deletes its build Jobs; a Job the API server refuses fails its buil
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import gzip
+import json
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -22,9 +25,10 @@ from redis.asyncio import Redis
 
 from lockgate.dev.redis_server import EmbeddedRedis, free_port
 from lockgate.kube.crds import GROUP, VERSION
+from lockgate.kube.manifests.build import TESTS_MARKER
 from lockgate.kube.settings import OperatorSettings
 from lockgate.models.build import BuildStatus
-from lockgate.store import key_digest
+from lockgate.store import JobStore, key_digest
 from lockgate.store.builds import BuildStore
 from tests.conftest import wait_until
 
@@ -366,14 +370,15 @@ def test_a_job_the_api_server_refuses_fails_its_build_saying_why(
 # -- a completed build is a release and what the workers run (issue 48, items 3-4) ----------
 
 
-def _complete(builds: Builds, build_id: str, digest: str) -> None:
-    """Play the kubelet and the Job controller: the build's pod pushed `digest`."""
+def _complete(builds: Builds, build_id: str, digest: str, clone: dict | None = None) -> None:
+    """Play the kubelet and the Job controller: the build's pod pushed `digest` (its clone
+    ended as `clone` says, by default `_cloned()`)."""
     job = wait_until(lambda: builds.job(build_id), "the build Job created", 30)
     pod = builds.pod(build_id, job)
     pushed = {
         "terminated": {"exitCode": 0, "message": digest, "startedAt": _now(), "finishedAt": _now()}
     }
-    builds.pod_status(pod, _cloned(), pushed)
+    builds.pod_status(pod, clone or _cloned(), pushed)
     done = {"active": 0, "succeeded": 1, "completionTime": _now()}
     builds.job_status(job, {**done, "conditions": [_condition("Complete")]})
 
@@ -493,4 +498,136 @@ def test_a_completed_build_is_a_git_build_release_the_workers_run_and_roll_back_
     wait_until(lambda: _worker_image(builds) == "example.test/base:1", "the template again", 30)
     builds.custom.delete_namespaced_custom_object(
         GROUP, VERSION, ENDPOINTS_NS, "endpoints", "ep-rolled"
+    )
+
+
+# -- tested before it takes traffic: the canary (issue 48, item 3) -----------------------------
+
+TESTS_JSON = {
+    "tests": [{"name": "basic", "input": {"prompt": "hi"}, "timeout": 60000}],
+    "config": {"env": [{"key": "MODEL", "value": "tiny"}]},
+}
+
+
+def _cloned_with_tests(tests: dict) -> dict:
+    """The clone's end as `kube/manifests/build.py`'s CLONE_SCRIPT writes it when the
+    repository has a tests.json: the commit lines, the marker, the file gzip+base64."""
+    packed = base64.b64encode(gzip.compress(json.dumps(tests).encode())).decode()
+    message = f"{CLONE_MESSAGE.rstrip()}\n{TESTS_MARKER}\n{packed}\n"
+    ended = _cloned()
+    ended["terminated"]["message"] = message
+    return ended
+
+
+def _endpoint(builds: Builds, name: str) -> dict | None:
+    try:
+        return builds.custom.get_namespaced_custom_object(
+            GROUP, VERSION, ENDPOINTS_NS, "endpoints", name
+        )
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+
+
+def _deployment_image(builds: Builds, endpoint_id: str) -> str:
+    apps = k8s.AppsV1Api(builds.core.api_client)
+    try:
+        deployment = apps.read_namespaced_deployment(f"{endpoint_id}-workers", ENDPOINTS_NS)
+    except ApiException:
+        return ""
+    return deployment.spec.template.spec.containers[0].image
+
+
+def _play_the_canary_worker(redis_url: str, canary: str, error: str | None) -> dict:
+    """Take the test's job from the canary's queue and finish it, with the store's own
+    worker-side functions (what the gateway's worker API calls); the job's input."""
+
+    async def work() -> dict:
+        redis = Redis.from_url(redis_url)
+        jobs = JobStore(redis)
+        try:
+            async with asyncio.timeout(30):
+                while True:
+                    taken, _ = await jobs.take(canary, "canary-worker-1", 1, 60_000)
+                    if taken:
+                        break
+                    await asyncio.sleep(0.2)
+            [job] = taken
+            output = None if error else b'{"text": "hello"}'
+            await jobs.finish(canary, "canary-worker-1", job.id, output=output, error=error)
+            return json.loads(job.input)
+        finally:
+            await redis.aclose()
+
+    return asyncio.run(work())
+
+
+def test_a_build_with_tests_is_tested_on_a_canary_before_it_takes_traffic(
+    kube: k8s.ApiClient, builds_operator: str, redis_server: EmbeddedRedis
+) -> None:
+    """A completed build whose clone handed over a tests.json is TESTING on a canary: a
+    hidden Endpoint of its own (owned by the endpoint, one worker, the build's digest,
+    its settings), never listed; its test's job passed → COMPLETED and the endpoint's
+    workers roll to the digest; failed → TEST_FAILED naming the test, the endpoint still
+    on the first build. The canary is deleted either way."""
+    builds = Builds(kube, builds_operator, "ep-tested")
+    builds.create_endpoint()
+    wait_until(lambda: _worker_image(builds) == "example.test/base:1", "the template's image", 30)
+    parent_uid = _endpoint(builds, "ep-tested")["metadata"]["uid"]
+    repository = "registry.example.test:5000/builds/ep-tested"
+
+    one = builds.call("POST").json()
+    _complete(builds, one["id"], DIGEST, _cloned_with_tests(TESTS_JSON))
+    wait_until(lambda: builds.get(one["id"])["status"] == "TESTING", "TESTING", 30)
+    image_one = f"{repository}:{one['id'][6:]}@{DIGEST}"
+    assert builds.get(one["id"])["imageDigest"] == DIGEST
+    canary = "canary-" + one["id"].removeprefix("build_")
+    body = wait_until(lambda: _endpoint(builds, canary), "the canary Endpoint", 30)
+    meta, spec = body["metadata"], body["spec"]
+    assert meta["labels"] == {"lockgate.dev/canary-of": "ep-tested"}
+    [owner] = meta["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("Endpoint", "ep-tested", parent_uid)
+    running = json.loads(meta["annotations"]["lockgate.dev/build"])
+    assert (running["buildId"], running["image"]) == (one["id"], image_one)
+    assert (spec["workersMin"], spec["workersMax"], spec["crashLoopThreshold"]) == (1, 1, 1)
+    assert spec["templateId"] == "built-tpl" and "warmup" not in spec
+    assert spec["source"]["git"]["trigger"] == "MANUAL"
+    # the operator reconciles it as any endpoint: its workers run the build's digest
+    wait_until(lambda: _deployment_image(builds, canary) == image_one, "the canary's digest", 30)
+    assert _worker_image(builds) == "example.test/base:1"  # the endpoint: not yet
+    # hidden from the management list
+    listed = requests.get(f"{builds.url}/v2/serverless", headers=builds.headers, timeout=30)
+    assert listed.status_code == 200, listed.text
+    ids = {e["id"] for e in listed.json()["endpoints"]}
+    assert "ep-tested" in ids and canary not in ids
+
+    # the canary worker takes the test's job and completes it: COMPLETED, rolled
+    assert _play_the_canary_worker(redis_server.url, canary, None) == {"prompt": "hi"}
+    wait_until(lambda: builds.get(one["id"])["status"] == "COMPLETED", "COMPLETED", 30)
+    wait_until(lambda: _worker_image(builds) == image_one, "the tested build's digest", 30)
+    wait_until(lambda: _endpoint(builds, canary) is None, "the canary deleted", 30)
+    log = builds.call("GET", f"/{one['id']}/logs", params={"source": "system", "tail": 100})
+    assert "test 'basic' passed (COMPLETED" in log.text, log.text
+    assert f"testing on a canary worker ({canary}" in log.text
+
+    # a second build whose test's job fails: TEST_FAILED naming it, nothing rolls
+    two = builds.call("POST").json()
+    digest_two = "sha256:" + "ab" * 32
+    _complete(builds, two["id"], digest_two, _cloned_with_tests(TESTS_JSON))
+    wait_until(lambda: builds.get(two["id"])["status"] == "TESTING", "the second TESTING", 30)
+    canary_two = "canary-" + two["id"].removeprefix("build_")
+    wait_until(lambda: _endpoint(builds, canary_two), "the second canary", 30)
+    error = json.dumps(
+        {"error_type": "<class 'ValueError'>", "error_message": "revision 2 is broken"}
+    )
+    _play_the_canary_worker(redis_server.url, canary_two, error)
+    wait_until(lambda: builds.get(two["id"])["status"] == "TEST_FAILED", "TEST_FAILED", 30)
+    failed = builds.get(two["id"])
+    assert failed["error"] == "test 'basic' failed: job FAILED: ValueError: revision 2 is broken"
+    wait_until(lambda: _endpoint(builds, canary_two) is None, "the second canary deleted", 30)
+    _reconciled_after_now(builds, 63)
+    assert _worker_image(builds) == image_one
+    builds.custom.delete_namespaced_custom_object(
+        GROUP, VERSION, ENDPOINTS_NS, "endpoints", "ep-tested"
     )
