@@ -81,7 +81,14 @@ def builds_operator(start_builds_operator: Callable[[str], str]) -> str:
 
 
 @pytest.fixture
+def operators() -> dict[str, OperatorThread]:
+    """The operators `start_builds_operator` started, by their management API's URL."""
+    return {}
+
+
+@pytest.fixture
 def start_builds_operator(
+    operators: dict[str, OperatorThread],
     kube: k8s.ApiClient,
     redis_server: EmbeddedRedis,
     start_operator: Callable[[OperatorSettings], OperatorThread],
@@ -122,8 +129,9 @@ def start_builds_operator(
             builds_push_secret="push-creds",
             builder_image="registry.example.test/builder:1",
         )
-        start_operator(settings)
-        return f"http://127.0.0.1:{port}"
+        url = f"http://127.0.0.1:{port}"
+        operators[url] = start_operator(settings)
+        return url
 
     return start
 
@@ -539,6 +547,18 @@ def _deployment_image(builds: Builds, endpoint_id: str) -> str:
     return deployment.spec.template.spec.containers[0].image
 
 
+def _log_says(builds: Builds, build_id: str, text: str) -> None:
+    """Wait until the build's live log (an SSE stream, open while the build runs) has a
+    line holding `text`."""
+    url = f"{builds.url}/v2/serverless/{builds.id}/builds/{build_id}/logs"
+    with requests.get(url, headers=builds.headers, stream=True, timeout=(5, 30)) as answer:
+        assert answer.status_code == 200, answer.text
+        for line in answer.iter_lines(decode_unicode=True):
+            if text in line:
+                return
+    raise AssertionError(f"the build's log ended without {text!r}")
+
+
 def _play_the_canary_worker(redis_url: str, canary: str, error: str | None) -> dict:
     """Take the test's job from the canary's queue and finish it, with the store's own
     worker-side functions (what the gateway's worker API calls); the job's input."""
@@ -630,4 +650,49 @@ def test_a_build_with_tests_is_tested_on_a_canary_before_it_takes_traffic(
     assert _worker_image(builds) == image_one
     builds.custom.delete_namespaced_custom_object(
         GROUP, VERSION, ENDPOINTS_NS, "endpoints", "ep-tested"
+    )
+
+
+def test_an_operator_restarted_mid_test_tests_again_and_a_cancel_removes_the_canary(
+    kube: k8s.ApiClient,
+    start_builds_operator: Callable[[str], str],
+    operators: dict[str, OperatorThread],
+    redis_server: EmbeddedRedis,
+) -> None:
+    """The operator stopped while a build is TESTING leaves its canary (which holds the
+    build and its tests); the next operator runs the tests again on it, and the build
+    ends COMPLETED. A build cancelled while TESTING is CANCELLED, its canary deleted."""
+    first = start_builds_operator(BUILDS_NS)
+    builds = Builds(kube, first, "ep-resumed")
+    builds.create_endpoint()
+    one = builds.call("POST").json()
+    _complete(builds, one["id"], DIGEST, _cloned_with_tests(TESTS_JSON))
+    canary = "canary-" + one["id"].removeprefix("build_")
+    wait_until(lambda: _endpoint(builds, canary), "the canary Endpoint", 30)
+    wait_until(lambda: builds.get(one["id"])["status"] == "TESTING", "TESTING", 30)
+
+    operators[first].stop()  # as a restart: its tests stop, its canary stays
+    assert _endpoint(builds, canary) is not None
+    builds.url = start_builds_operator(BUILDS_NS)
+    assert builds.get(one["id"])["status"] == "TESTING"
+
+    # (the earlier run's job purged first: only the new one is taken)
+    _log_says(builds, one["id"], "the operator restarted while testing: the tests run again on")
+    assert _play_the_canary_worker(redis_server.url, canary, None) == {"prompt": "hi"}
+    wait_until(lambda: builds.get(one["id"])["status"] == "COMPLETED", "COMPLETED", 30)
+    wait_until(lambda: _endpoint(builds, canary) is None, "the canary deleted", 30)
+
+    # cancelled while TESTING: CANCELLED, the canary deleted, nothing rolls
+    two = builds.call("POST").json()
+    _complete(builds, two["id"], "sha256:" + "ab" * 32, _cloned_with_tests(TESTS_JSON))
+    canary_two = "canary-" + two["id"].removeprefix("build_")
+    wait_until(lambda: _endpoint(builds, canary_two), "the second canary", 30)
+    answer = builds.call("POST", f"/{two['id']}/cancel")
+    assert answer.status_code == 200 and answer.json()["status"] == "CANCELLED", answer.text
+    wait_until(lambda: _endpoint(builds, canary_two) is None, "the second canary deleted", 30)
+    image_one = f"registry.example.test:5000/builds/ep-resumed:{one['id'][6:]}@{DIGEST}"
+    wait_until(lambda: _worker_image(builds) == image_one, "the first build's digest", 30)
+    assert builds.get(two["id"])["status"] == "CANCELLED"
+    builds.custom.delete_namespaced_custom_object(
+        GROUP, VERSION, ENDPOINTS_NS, "endpoints", "ep-resumed"
     )

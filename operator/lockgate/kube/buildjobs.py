@@ -88,8 +88,7 @@ def untested_line(text: str) -> str:
     except HubFileError as err:
         what = f"unusable ({err})"
     return (
-        f"{TESTS_FILE}: {what}, not run (no canary tests builds here): "
-        "the build is taken untested"
+        f"{TESTS_FILE}: {what}, not run (no canary tests builds here): the build is taken untested"
     )
 
 

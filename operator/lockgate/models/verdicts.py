@@ -8,6 +8,7 @@ import contextlib
 import json
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from lockgate.models.build import FailedTest
 from lockgate.models.hub import HubTest
@@ -28,7 +29,7 @@ class CaseResult:
     out_of_time: bool = False  # the test's own timeout passed (its job was cancelled)
 
 
-def failure_detail(body: dict) -> str:
+def failure_detail(body: dict[str, Any]) -> str:
     """What a final job's status body says went wrong ("" for a completed job). The runpod
     SDK's error (a JSON text with the exception's type, message and traceback) is shown as
     `ValueError: message`."""
