@@ -13,6 +13,7 @@ import base64
 import contextlib
 import gzip
 import json
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -28,7 +29,8 @@ from lockgate.kube.crds import GROUP, VERSION
 from lockgate.kube.manifests.build import TESTS_MARKER
 from lockgate.kube.settings import OperatorSettings
 from lockgate.models.build import BuildStatus
-from lockgate.store import JobStore, key_digest
+from lockgate.models.crashloop import CrashLoop
+from lockgate.store import JobStore, Registry, key_digest
 from lockgate.store.builds import BuildStore
 from tests.conftest import wait_until
 
@@ -648,9 +650,48 @@ def test_a_build_with_tests_is_tested_on_a_canary_before_it_takes_traffic(
     wait_until(lambda: _endpoint(builds, canary_two) is None, "the second canary deleted", 30)
     _reconciled_after_now(builds, 63)
     assert _worker_image(builds) == image_one
+
+    # a third build whose canary worker crashes at start: TEST_FAILED at once, saying so
+    three = builds.call("POST").json()
+    _complete(builds, three["id"], "sha256:" + "ef" * 32, _cloned_with_tests(TESTS_JSON))
+    canary_three = "canary-" + three["id"].removeprefix("build_")
+    wait_until(lambda: _endpoint(builds, canary_three), "the third canary", 30)
+    line = "ModuleNotFoundError: No module named 'torch'"
+
+    def crashed() -> bool:  # written again should a registration of the operator race it
+        _crash_loop(redis_server.url, canary_three, line)
+        return builds.get(three["id"])["status"] == "TEST_FAILED"
+
+    wait_until(crashed, "TEST_FAILED", 30)
+    assert builds.get(three["id"])["error"] == (
+        "test 'basic' failed: the canary worker did not start: workers crash at start "
+        "(exit code 1: ModuleNotFoundError: No module named 'torch')"
+    )
+    wait_until(lambda: _endpoint(builds, canary_three) is None, "the third canary deleted", 30)
+    assert _worker_image(builds) == image_one
     builds.custom.delete_namespaced_custom_object(
         GROUP, VERSION, ENDPOINTS_NS, "endpoints", "ep-tested"
     )
+
+
+def _crash_loop(redis_url: str, canary: str, line: str) -> None:
+    """Play the scaler's crash-loop detection (`scaling.crashloop`, which the envtest
+    operator runs without: no kubelet starts a worker): the canary's registry entry, once
+    there, records its first failed start, as the scaler writes it."""
+
+    async def record() -> None:
+        redis = Redis.from_url(redis_url)
+        registry = Registry(redis)
+        try:
+            entry = await registry.get_endpoint(canary)
+            if entry is not None and entry.crashLoop is None:
+                since = int(time.time() * 1000)
+                loop = CrashLoop(failedStarts=1, exitCode=1, lastLine=line, since=since)
+                await registry.put_endpoint(canary, entry.model_copy(update={"crashLoop": loop}))
+        finally:
+            await redis.aclose()
+
+    asyncio.run(record())
 
 
 def test_an_operator_restarted_mid_test_tests_again_and_a_cancel_removes_the_canary(

@@ -73,11 +73,6 @@ Obj = dict[str, Any]
 Say = Callable[[str], Awaitable[None]]
 
 
-def is_canary(obj: Obj) -> bool:
-    """Whether an Endpoint object is a build's canary (never listed to users)."""
-    return CANARY_OF_LABEL in ((obj.get("metadata") or {}).get("labels") or {})
-
-
 def running_of_testing(build: Build, url: str) -> RunningBuild | None:
     """What the canary runs: the build's `imageName@imageDigest` (None without both)."""
     if not build.imageName or not build.imageDigest:
