@@ -7,7 +7,9 @@ build's record following what the Job and its pod show.
   a build that has ended (CANCELLED) is deleted with its pod.
 - `on_job` runs at each event of a build Job: the Job's conditions and its pod's
   container statuses (`kube.buildjobs.progress`) move the build on; when it ends, the
-  builder's log is copied into the build's log (the pod goes with the Job's TTL).
+  builder's log is copied into the build's log (the pod goes with the Job's TTL). A
+  completed build whose clone handed over a tests.json is TESTING instead, tested on a
+  canary (`kube.canary`), which ends it COMPLETED or TEST_FAILED.
 - `delete_endpoint_jobs`: an Endpoint's deletion deletes its build Jobs (a Job in another
   namespace cannot name the Endpoint as owner).
 - `take_completed` runs at each reconcile of an Endpoint with a source: a build completed
