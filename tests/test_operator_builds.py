@@ -13,6 +13,10 @@ import base64
 import contextlib
 import gzip
 import json
+import os
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -27,12 +31,15 @@ from redis.asyncio import Redis
 from lockgate.dev.redis_server import EmbeddedRedis, free_port
 from lockgate.kube.crds import GROUP, VERSION
 from lockgate.kube.manifests.build import TESTS_MARKER
+from lockgate.kube.manifests.keys import SECRET_KEY
+from lockgate.kube.manifests.names import secret_name
 from lockgate.kube.settings import OperatorSettings
 from lockgate.models.build import BuildStatus
 from lockgate.models.crashloop import CrashLoop
 from lockgate.store import JobStore, Registry, key_digest
 from lockgate.store.builds import BuildStore
-from tests.conftest import wait_until
+from lockgate.workerenv import WORKER_DEFAULTS, worker_env, worker_id_env
+from tests.conftest import make_settings, start_gateway, wait_until
 
 if TYPE_CHECKING:
     from kube_fixtures import OperatorThread
@@ -585,14 +592,101 @@ def _play_the_canary_worker(redis_url: str, canary: str, error: str | None) -> d
     return asyncio.run(work())
 
 
+HANDLER = """
+import os
+
+import runpod
+
+
+def handler(job):
+    if os.environ.get("BROKEN"):
+        raise ValueError("revision 2 is broken")
+    return {"text": "hello " + job["input"]["prompt"]}
+
+
+runpod.serverless.start({"handler": handler})
+"""
+
+
+class ThreadGateway:
+    """A real gateway (`lockgate gateway`'s app) on the operator's Redis, in a thread of
+    its own: the canary's worker API."""
+
+    def __init__(self, redis_url: str) -> None:
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        started = start_gateway(make_settings(redis_url, port))
+        self.runner = asyncio.run_coroutine_threadsafe(started, self.loop).result(30)
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+
+@pytest.fixture
+def gateway(redis_server: EmbeddedRedis) -> Iterator[ThreadGateway]:
+    running = ThreadGateway(redis_server.url)
+    yield running
+    running.stop()
+
+
+@contextlib.contextmanager
+def sdk_worker(
+    builds: Builds, gateway: ThreadGateway, canary: str, tmp_path, *, broken: bool = False
+) -> Iterator[None]:
+    """The canary's worker: the runpod SDK running `HANDLER` in a process of its own, with
+    the environment the operator gives the canary's pods (`workerenv`), its worker key
+    read from the canary's worker-key Secret, and the real gateway's URL (no kubelet runs
+    the canary's pod)."""
+
+    def key() -> str | None:
+        try:
+            secret = builds.core.read_namespaced_secret(secret_name(canary), ENDPOINTS_NS)
+        except ApiException:
+            return None
+        return base64.b64decode(secret.data[SECRET_KEY]).decode()
+
+    worker_key = wait_until(key, "the canary's worker key", 30)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNPOD_")}
+    env |= WORKER_DEFAULTS | worker_env(gateway.url, canary, worker_key)
+    env |= worker_id_env(f"{canary}-worker-1")
+    if broken:
+        env["BROKEN"] = "1"
+    script = tmp_path / "handler.py"
+    script.write_text(HANDLER)
+    out = (tmp_path / f"{canary}.log").open("w")
+    process = subprocess.Popen([sys.executable, str(script)], env=env, stdout=out, stderr=out)
+    try:
+        yield
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+        out.close()
+
+
 def test_a_build_with_tests_is_tested_on_a_canary_before_it_takes_traffic(
-    kube: k8s.ApiClient, builds_operator: str, redis_server: EmbeddedRedis
+    kube: k8s.ApiClient,
+    builds_operator: str,
+    redis_server: EmbeddedRedis,
+    gateway: ThreadGateway,
+    tmp_path,
 ) -> None:
     """A completed build whose clone handed over a tests.json is TESTING on a canary: a
     hidden Endpoint of its own (owned by the endpoint, one worker, the build's digest,
-    its settings), never listed; its test's job passed → COMPLETED and the endpoint's
-    workers roll to the digest; failed → TEST_FAILED naming the test, the endpoint still
-    on the first build. The canary is deleted either way."""
+    its settings), never listed. Its worker (the runpod SDK against a real gateway)
+    completes the test's job → COMPLETED and the endpoint's workers roll to the digest;
+    its handler raises → TEST_FAILED naming the test and the exception; a canary that
+    crash-loops → TEST_FAILED at once. The endpoint stays on the first build; the canary
+    is deleted each time."""
     builds = Builds(kube, builds_operator, "ep-tested")
     builds.create_endpoint()
     wait_until(lambda: _worker_image(builds) == "example.test/base:1", "the template's image", 30)
@@ -624,9 +718,9 @@ def test_a_build_with_tests_is_tested_on_a_canary_before_it_takes_traffic(
     ids = {e["id"] for e in listed.json()["endpoints"]}
     assert "ep-tested" in ids and canary not in ids
 
-    # the canary worker takes the test's job and completes it: COMPLETED, rolled
-    assert _play_the_canary_worker(redis_server.url, canary, None) == {"prompt": "hi"}
-    wait_until(lambda: builds.get(one["id"])["status"] == "COMPLETED", "COMPLETED", 30)
+    # the canary's worker (the runpod SDK) takes the test's job and completes it
+    with sdk_worker(builds, gateway, canary, tmp_path):
+        wait_until(lambda: builds.get(one["id"])["status"] == "COMPLETED", "COMPLETED", 60)
     wait_until(lambda: _worker_image(builds) == image_one, "the tested build's digest", 30)
     wait_until(lambda: _endpoint(builds, canary) is None, "the canary deleted", 30)
     log = builds.call("GET", f"/{one['id']}/logs", params={"source": "system", "tail": 100})
@@ -640,11 +734,8 @@ def test_a_build_with_tests_is_tested_on_a_canary_before_it_takes_traffic(
     wait_until(lambda: builds.get(two["id"])["status"] == "TESTING", "the second TESTING", 30)
     canary_two = "canary-" + two["id"].removeprefix("build_")
     wait_until(lambda: _endpoint(builds, canary_two), "the second canary", 30)
-    error = json.dumps(
-        {"error_type": "<class 'ValueError'>", "error_message": "revision 2 is broken"}
-    )
-    _play_the_canary_worker(redis_server.url, canary_two, error)
-    wait_until(lambda: builds.get(two["id"])["status"] == "TEST_FAILED", "TEST_FAILED", 30)
+    with sdk_worker(builds, gateway, canary_two, tmp_path, broken=True):
+        wait_until(lambda: builds.get(two["id"])["status"] == "TEST_FAILED", "TEST_FAILED", 60)
     failed = builds.get(two["id"])
     assert failed["error"] == "test 'basic' failed: job FAILED: ValueError: revision 2 is broken"
     wait_until(lambda: _endpoint(builds, canary_two) is None, "the second canary deleted", 30)
