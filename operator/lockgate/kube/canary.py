@@ -40,6 +40,7 @@ from lockgate.kube.controlplane import (
     BUILD_ANNOTATION,
     BUILDS_ANNOTATION,
     CANARY_OF_LABEL,
+    running_build_of,
     spec_from_resource,
 )
 from lockgate.kube.crds import ENDPOINT, GROUP, VERSION, omit_empty_strings
@@ -71,6 +72,15 @@ POLL_S = 0.5  # how often a test's job, the canary's crash loop and the build ar
 
 Obj = dict[str, Any]
 Say = Callable[[str], Awaitable[None]]
+
+
+def is_canary_of(obj: Obj, endpoint_id: str, build_id: str) -> bool:
+    """Whether an Endpoint object is the canary of this endpoint's build."""
+    meta = obj.get("metadata") or {}
+    running = running_build_of(obj)
+    return (meta.get("labels") or {}).get(CANARY_OF_LABEL) == endpoint_id and (
+        running is not None and running.buildId == build_id
+    )
 
 
 def running_of_testing(build: Build, url: str) -> RunningBuild | None:
@@ -199,7 +209,7 @@ class Canaries:
         finally:
             self.tasks.pop(build.id, None)
             if not stopping:
-                await self._delete(namespace, name, say)
+                await self._delete(namespace, name, endpoint_id, build.id, say)
 
     async def _canary(
         self, namespace: str, endpoint_id: str, build: Build, tests_text: str | None, say: Say
@@ -209,7 +219,7 @@ class Canaries:
         name = canary_id(build.id)
         if tests_text is None:  # resumed
             found = await self.cluster.get_endpoint(namespace, name)
-            if found is None:
+            if found is None or not is_canary_of(found, endpoint_id, build.id):
                 why = (
                     "the operator restarted while testing and its canary is gone; "
                     "start the build again"
@@ -225,10 +235,16 @@ class Canaries:
         if parent is None or running is None:
             await self._fail(endpoint_id, build.id, BuildStatus.FAILED, "the endpoint is gone")
             return None
-        with contextlib.suppress(Conflict):  # made by an earlier run
+        try:
             await self.cluster.create_endpoint(
                 namespace, canary_endpoint(parent, running, tests_text)
             )
+        except Conflict:  # made by an earlier run, or a user's endpoint of that name
+            found = await self.cluster.get_endpoint(namespace, name)
+            if found is not None and not is_canary_of(found, endpoint_id, build.id):
+                why = f"an endpoint named {name} exists, not this build's canary"
+                await self._fail(endpoint_id, build.id, BuildStatus.FAILED, why)
+                return None
         tests = parse_tests(tests_text)
         await say(
             f"testing on a canary worker ({name}, {running.image}): {len(tests.tests)} test(s)"
@@ -319,8 +335,14 @@ class Canaries:
             return
         await self._say(endpoint_id, build_id, f"build {status.value}: {why}")
 
-    async def _delete(self, namespace: str, name: str, say: Say) -> None:
+    async def _delete(
+        self, namespace: str, name: str, endpoint_id: str, build_id: str, say: Say
+    ) -> None:
+        """Delete the build's canary (only it: never an endpoint of that name that is not)."""
         try:
+            found = await self.cluster.get_endpoint(namespace, name)
+            if found is None or not is_canary_of(found, endpoint_id, build_id):
+                return
             await self.cluster.delete_endpoint(namespace, name)
         except NotFound:
             return
