@@ -69,6 +69,8 @@ BUILD_JOBS = ("batch", "v1", "jobs")
 BUILD_JOB_SELECTOR = (
     f"{COMPONENT_LABEL}={BUILD_COMPONENT},app.kubernetes.io/managed-by=lockgate-operator"
 )
+# The steps at which the builder has ended: its log is copied into the build's then.
+BUILDER_DONE = (BuildStatus.TESTING, BuildStatus.COMPLETED, BuildStatus.FAILED)
 LOG_TAIL_LINES = 2000  # of the builder's log copied into the build's when it ends
 # Foreground would leave the Job until its pod is gone; Background deletes both, at once.
 DELETE_WITH_POD = {"propagation_policy": "Background"}
@@ -247,7 +249,7 @@ async def _follow(
     untested = None
     if tests is not None:
         step, untested = await _tested_step(cluster, job, endpoint_id, step, tests, canaries)
-    if step.status != BuildStatus.BUILDING and pod is not None:
+    if step.status in BUILDER_DONE and pod is not None:
         await store.log(endpoint_id, build_id, CONTAINER, await _builder_log(cluster, pod))
     changed = await _record(store, endpoint_id, build_id, step)
     if changed is None:

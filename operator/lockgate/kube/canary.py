@@ -125,7 +125,7 @@ def canary_endpoint(parent: Obj, running: RunningBuild, tests_text: str) -> Obj:
     }
 
 
-def test_job(test: HubTest) -> NewJob:
+def job_of_test(test: HubTest) -> NewJob:
     """A test's input as a job of the canary endpoint."""
     return NewJob(id=new_job_id(), input=json.dumps(test.input).encode(), ttl_ms=TTL_DEFAULT_MS)
 
@@ -274,7 +274,7 @@ class Canaries:
         loop = asyncio.get_running_loop()
         started = loop.time()
         deadline = started + test.timeout_s
-        job_id, _ = await self.jobs.submit(canary, test_job(test))
+        job_id, _ = await self.jobs.submit(canary, job_of_test(test))
 
         def result(status: str, detail: str = "", out_of_time: bool = False) -> CaseResult:
             took = loop.time() - started
