@@ -21,6 +21,15 @@ export const ROUTES = [
   ["POST", "/openai/v1/chat/completions", "the OpenAI API (also /completions, /embeddings, GET /models), as the worker answers it"],
 ];
 
+/** The first lines of a Python (requests) snippet: the URL and the key's header. */
+const requestsHead = (base) => [
+  "import requests", "", `url = "${base}"`, `headers = {"authorization": "Bearer ${KEY_PLACEHOLDER}"}`, ""];
+
+/** The first lines of a JavaScript (fetch) snippet: the URL and the headers. */
+const fetchHead = (base) => [
+  `const url = "${base}";`,
+  `const headers = {"content-type": "application/json", authorization: "Bearer ${KEY_PLACEHOLDER}"};`, ""];
+
 /**
  * {curl, python, requests, javascript} for run / runsync / status of the job API at `url`
  * (no trailing /), and `openai`: a chat completion through its OpenAI route.
@@ -49,20 +58,14 @@ export function snippets(url) {
     "print(job.output(timeout=60))",
   ].join("\n");
   const requests = [
-    "import requests",
-    "",
-    `url = "${base}"`,
-    `headers = {"authorization": "Bearer ${KEY_PLACEHOLDER}"}`,
-    "",
+    ...requestsHead(base),
     'done = requests.post(f"{url}/runsync", json={"input": {"prompt": "Hello"}}, headers=headers, timeout=120)',
     "print(done.json())",
     'queued = requests.post(f"{url}/run", json={"input": {"prompt": "Hello"}}, headers=headers, timeout=30).json()',
     'print(requests.get(f"{url}/status/{queued[\'id\']}", headers=headers, timeout=30).json())',
   ].join("\n");
   const javascript = [
-    `const url = "${base}";`,
-    `const headers = {"content-type": "application/json", authorization: "Bearer ${KEY_PLACEHOLDER}"};`,
-    "",
+    ...fetchHead(base),
     `const done = await fetch(\`\${url}/runsync\`, {method: "POST", headers, body: JSON.stringify({input: {prompt: "Hello"}})});`,
     "console.log(await done.json());",
     `const queued = await (await fetch(\`\${url}/run\`, {method: "POST", headers, body: JSON.stringify({input: {prompt: "Hello"}})})).json();`,
@@ -95,20 +98,14 @@ export function lbSnippets(url) {
     `  -d '{"model": "any", "messages": [{"role": "user", "content": "Hello"}]}'`,
   ].join("\n");
   const requests = [
-    "import requests",
-    "",
-    `url = "${base}"`,
-    `headers = {"authorization": "Bearer ${KEY_PLACEHOLDER}"}`,
-    "",
+    ...requestsHead(base),
     'print(requests.get(f"{url}ping", headers=headers, timeout=330).status_code)',
     'answer = requests.post(f"{url}v1/chat/completions", headers=headers, timeout=330,',
     '                       json={"model": "any", "messages": [{"role": "user", "content": "Hello"}]})',
     "print(answer.json())",
   ].join("\n");
   const javascript = [
-    `const url = "${base}";`,
-    `const headers = {"content-type": "application/json", authorization: "Bearer ${KEY_PLACEHOLDER}"};`,
-    "",
+    ...fetchHead(base),
     "console.log((await fetch(`${url}ping`, {headers})).status);",
     'const answer = await fetch(`${url}v1/chat/completions`, {method: "POST", headers,',
     '  body: JSON.stringify({model: "any", messages: [{role: "user", content: "Hello"}]})});',
