@@ -1,0 +1,3 @@
+export async function render(view) {
+  view.append("Usage");
+}
