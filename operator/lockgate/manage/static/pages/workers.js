@@ -99,7 +99,7 @@ export async function render(view, ctx) {
     const state = h("span", {class: "logs-state", role: "status"}, "Connecting…");
     replace(logPanel,
       h("div", {class: "row"}, h("h2", {id: "worker-log-title", class: "grow"}, `Log of ${worker.id}`), state,
-        h("a", {class: "button small", href: `#/endpoints/${encodeURIComponent(id)}/logs`}, "All logs"),
+        h("a", {href: `#/endpoints/${encodeURIComponent(id)}/logs`}, "All logs"),
         h("button", {type: "button", class: "small", onclick: () => {
           controller.abort();
           following = null;
