@@ -100,9 +100,12 @@ export async function render(view, ctx) {
   const now = new Date();
   from.value = localInput(new Date(now.getTime() - DEFAULT_RANGE_MS));
   to.value = localInput(now);
+  let toChosen = false; // untouched, "to" is the moment of the click
+  to.addEventListener("input", () => { toChosen = true; });
   download.addEventListener("click", async () => {
     download.disabled = true;
     try {
+      if (!toChosen) to.value = localInput(new Date());
       const start = new Date(from.value), end = new Date(to.value);
       if (Number.isNaN(start.getTime()) || Number.isNaN(end.getTime()) || start >= end) {
         throw new Error("Choose a range whose start is before its end.");
