@@ -79,11 +79,9 @@ def test_logs_read_as_levels_searched_and_downloaded(page, console_dev, levels) 
     page.get_by_label("Search", exact=True).fill("")
 
     # download: from just after alpha's last line to now, only beta's lines are in the file
-    start = page.evaluate(
-        """(ts) => { const d = new Date(ts);
-          return new Date(d.getTime() - d.getTimezoneOffset() * 60000).toISOString().slice(0, 23); }""",
-        printed["ts"],
-    )
+    local = """(ts) => { const d = new Date(ts);
+      return new Date(d.getTime() - d.getTimezoneOffset() * 60000).toISOString().slice(0, 23); }"""
+    start = page.evaluate(local, printed["ts"])
     page.get_by_label("From", exact=True).fill(start)
     with page.expect_download() as done:
         page.get_by_role("button", name="Download").click()
@@ -94,12 +92,13 @@ def test_logs_read_as_levels_searched_and_downloaded(page, console_dev, levels) 
     assert lines, "an empty file"
     assert any(beta["id"] in x and "error says beta" in x for x in lines), lines
     assert not any("says alpha" in x for x in lines), lines  # (the SDK logs more of alpha after)
-    ts, worker, stream, job, rest = lines[0].split(" ", 4)
+    ts, worker, stream, _job, _rest = lines[0].split(" ", 4)
     assert ts.endswith("Z") and worker.startswith(f"{ENDPOINT}-") and stream in ("stdout", "stderr")
     # the file's lines are the API's for the range (the SDK's debug lines go on after it)
     fetched = api_lines(console_dev, since=printed["ts"])[: len(lines)]
-    assert lines == [" ".join([x["ts"], x["worker"], x["stream"], x["job"] or "-", x["line"]])
-                     for x in fetched]
+    assert lines == [
+        " ".join([x["ts"], x["worker"], x["stream"], x["job"] or "-", x["line"]]) for x in fetched
+    ]
     # the filters apply to the file too
     page.get_by_label("Search", exact=True).fill("print says")
     with page.expect_download() as done:

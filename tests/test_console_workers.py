@@ -56,7 +56,9 @@ def test_workers_tab_row_log_and_restart(page, console_dev, one_worker) -> None:
     assert row.locator("td").nth(6).inner_text() not in ("", "—")  # the node: this machine
 
     # a job in hand shows in the row, with its id (a link to its log lines)
-    holder = threading.Thread(target=run, args=(console_dev, {"lines": 1, "tag": "held", "sleep": 4}))
+    holder = threading.Thread(
+        target=run, args=(console_dev, {"lines": 1, "tag": "held", "sleep": 4})
+    )
     holder.start()
     try:
         expect(row.locator("td").nth(1)).to_have_text("RUNNING", timeout=20_000)
@@ -84,7 +86,9 @@ def test_workers_tab_row_log_and_restart(page, console_dev, one_worker) -> None:
     assert row.get_attribute("data-worker") == worker
     page.get_by_role("button", name=f"Restart {worker}").click()
     dialog.get_by_role("button", name="Restart worker").click()
-    expect(table.locator(f'tbody tr:not([data-worker="{worker}"])')).to_have_count(1, timeout=30_000)
+    expect(table.locator(f'tbody tr:not([data-worker="{worker}"])')).to_have_count(
+        1, timeout=30_000
+    )
     expect(table.locator(f'tbody tr[data-worker="{worker}"]')).to_have_count(0, timeout=30_000)
     # the old worker's log ends with its exit
     log.get_by_text("stopping (restarted by request)", exact=False).wait_for()

@@ -226,7 +226,11 @@ async def test_search_level_and_until_over_http(dev: Dev) -> None:
     await dev.create("lg-levels", LEVELS)
     alpha = await dev.run("lg-levels", {"say": "alpha"})
     [error] = await lines_saying(dev, "lg-levels", "error says alpha")
-    assert (error["level"], error["message"], error["job"]) == ("ERROR", "error says alpha", alpha["id"])
+    assert (error["level"], error["message"], error["job"]) == (
+        "ERROR",
+        "error says alpha",
+        alpha["id"],
+    )
     assert error["line"].startswith("{")  # the line as written stays
     [printed] = await lines_saying(dev, "lg-levels", "print says alpha")
     assert (printed["level"], printed["message"]) == (None, "print says alpha")

@@ -34,13 +34,13 @@ LOCKGATE_RE = re.compile(r"lockgate\.worker \| job (\S+) ")
 LOCKGATE_END_RE = re.compile(r"lockgate\.worker \| job \S+ (completed|failed|stopped)\b")
 RUNPOD_PLAIN_RE = re.compile(r"^[A-Z]+ *\| ([0-9A-Za-z][\w-]{2,}) \| ")
 RUNPOD_END_MESSAGES = {"Finished Job", "Job stopped."}
-FRACTION_RE = re.compile(r"\.\d+")
+FRACTION_RE = re.compile(r"\.\d+")  # seconds' fraction in an ISO time
 # Levels, lowest first: the runpod SDK's (TRACE below DEBUG), Python logging's named as these.
 LEVELS = ("TRACE", "DEBUG", "INFO", "WARN", "ERROR")
 LEVEL_NAMES = {"WARNING": "WARN", "CRITICAL": "ERROR", "FATAL": "ERROR", "TIP": "INFO"}
 RUNPOD_LEVEL_RE = re.compile(r"^([A-Z]+) *\| (?:([0-9A-Za-z][\w-]{2,}) \| )?")
 WORD_LEVEL_RE = re.compile(r"\b(TRACE|DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\b")
-WORD_LEVEL_CHARS = 48  # a level word counts only this early in a line (a logging prefix)  # seconds' fraction in an ISO time
+WORD_LEVEL_CHARS = 48  # a level word counts only this early in a line (a logging prefix)
 RECENTLY_ENDED = 64  # ended jobs remembered per worker, so late lines do not reopen them
 # A worker's stdout and stderr are two pipes, read apart: a line written on one before a
 # job's end line on the other may be read just after it. Such a line, read this soon after
