@@ -12,6 +12,7 @@ import requests
 from playwright.sync_api import expect
 
 from console_browser import assert_clean, screenshot, sign_in
+from tests.conftest import wait_until
 
 pytest_plugins = ["console_fixtures"]
 
@@ -92,4 +93,56 @@ def test_workers_tab_row_log_and_restart(page, console_dev, one_worker) -> None:
     expect(table.locator(f'tbody tr[data-worker="{worker}"]')).to_have_count(0, timeout=30_000)
     # the old worker's log ends with its exit
     log.get_by_text("stopping (restarted by request)", exact=False).wait_for()
+    assert_clean(page)
+
+
+def test_template_fields_edited_from_the_endpoint_say_which_workers_restart(
+    page, console_dev
+) -> None:
+    """Issue 50, item 10: the endpoint's Edit edits its template's image, command and env;
+    the review names the workers that restart, and after Save a new worker runs the change."""
+    headers = console_dev.headers()
+    template = {
+        "name": "tpl-edit", "imageName": "example.test/echo:1",
+        "dockerStartCmd": ["python", "-u", "examples/echo/handler.py"], "env": {"GREETING": "one"},
+    }  # fmt: skip
+    resp = requests.post(f"{console_dev.url}/v1/templates", json=template, headers=headers, timeout=10)
+    assert resp.status_code == 200, resp.text
+    template_id = resp.json()["id"]
+    body = {"id": "tpl-edit", "templateId": template_id, "workersMin": 1, "workersMax": 1}
+    resp = requests.post(f"{console_dev.url}/v1/endpoints", json=body, headers=headers, timeout=10)
+    assert resp.status_code == 200, resp.text
+
+    def workers() -> list[dict]:
+        url = f"{console_dev.url}/v2/serverless/tpl-edit/workers"
+        return requests.get(url, headers=headers, timeout=10).json()["workers"]
+
+    old = wait_until(lambda: [w["id"] for w in workers() if w["status"] == "IDLE"], "a worker")
+    sign_in(page, console_dev)
+    page.wait_for_url(re.compile(r"#/endpoints$"))
+    page.goto(f"{console_dev.url}/console/#/endpoints/tpl-edit/edit")
+    card = page.get_by_role("region", name="Template: tpl-edit")
+    expect(card.get_by_label("Container image")).to_have_value("example.test/echo:1")
+    card.get_by_label("Variable 1 value").fill("two")
+    card.get_by_label("Container image").fill("example.test/echo:2")
+    card.get_by_role("button", name="Review template changes").click()
+    rows = card.locator("table.diff tbody tr")
+    expect(rows).to_have_count(2)
+    expect(rows.nth(0)).to_contain_text("imageName")
+    expect(rows.nth(1)).to_contain_text("env")
+    expect(rows.nth(1).locator("td.new")).to_have_text("GREETING=two")
+    warning = card.locator(".workers-restart")
+    expect(warning).to_contain_text(f"tpl-edit's worker {old[0]} restart")
+    screenshot(page, "edit-template-review")
+    card.get_by_role("button", name="Save template").click()
+    expect(card.locator("p.ok")).to_contain_text("Saved template tpl-edit: imageName, env")
+    saved = requests.get(f"{console_dev.url}/v1/templates/{template_id}", headers=headers, timeout=10)
+    assert saved.json()["env"] == {"GREETING": "two"}
+    assert saved.json()["imageName"] == "example.test/echo:2"
+
+    def replaced() -> bool:
+        now = workers()
+        return bool(now) and all(w["id"] not in old and w["version"] == 2 for w in now)
+
+    wait_until(replaced, "the worker replaced by one of version 2", timeout=60)
     assert_clean(page)
