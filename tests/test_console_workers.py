@@ -106,7 +106,9 @@ def test_template_fields_edited_from_the_endpoint_say_which_workers_restart(
         "name": "tpl-edit", "imageName": "example.test/echo:1",
         "dockerStartCmd": ["python", "-u", "examples/echo/handler.py"], "env": {"GREETING": "one"},
     }  # fmt: skip
-    resp = requests.post(f"{console_dev.url}/v1/templates", json=template, headers=headers, timeout=10)
+    resp = requests.post(
+        f"{console_dev.url}/v1/templates", json=template, headers=headers, timeout=10
+    )
     assert resp.status_code == 200, resp.text
     template_id = resp.json()["id"]
     body = {"id": "tpl-edit", "templateId": template_id, "workersMin": 1, "workersMax": 1}
@@ -136,7 +138,9 @@ def test_template_fields_edited_from_the_endpoint_say_which_workers_restart(
     screenshot(page, "edit-template-review")
     card.get_by_role("button", name="Save template").click()
     expect(card.locator("p.ok")).to_contain_text("Saved template tpl-edit: imageName, env")
-    saved = requests.get(f"{console_dev.url}/v1/templates/{template_id}", headers=headers, timeout=10)
+    saved = requests.get(
+        f"{console_dev.url}/v1/templates/{template_id}", headers=headers, timeout=10
+    )
     assert saved.json()["env"] == {"GREETING": "two"}
     assert saved.json()["imageName"] == "example.test/echo:2"
 
