@@ -95,4 +95,20 @@ def test_usage_page_shows_what_the_endpoint_ran(page, priced_dev) -> None:
     assert [(r["serverlessId"], int(r["workerSeconds"]), int(r["gpuSeconds"])) for r in rows] == [
         (r["serverlessId"], r["workerSeconds"], r["gpuSeconds"]) for r in read["records"]
     ]
+
+    # a custom range: today (UTC) by hour, the same figures for the endpoint
+    page.get_by_label("Range").select_option("custom")
+    today = page.evaluate("new Date().toISOString().slice(0, 10)")
+    page.get_by_label("From", exact=True).fill(today)
+    page.get_by_label("to", exact=True).fill(today)
+    page.get_by_label("Buckets").select_option("hour")
+    with page.expect_response(lambda r: "/v2/billing/serverless" in r.url) as answered:
+        page.get_by_role("button", name="Show").click()
+    custom = answered.value.json()
+    query = custom["metadata"]["query"]
+    assert query["startTime"] == f"{today}T00:00:00Z" and query["bucketSize"] == "hour"
+    assert query["lastN"] is None
+    totals = custom["metadata"]["totals"]
+    expect(table.locator("tfoot td").first).to_have_text(str(totals["workerSeconds"]))
+    assert totals["workerSeconds"] >= 20
     assert_clean(page)

@@ -1,5 +1,5 @@
-// The Usage page (#/usage?range=24h|7d|30d|12m): worker-, GPU- and vCPU-seconds per endpoint
-// over the chosen range, and their cost where prices per GPU type are set, as a chart (one bar
+// The Usage page (#/usage?range=24h|7d|30d|12m, or range=custom&from=&to=&bucket=: UTC days):
+// worker-, GPU- and vCPU-seconds per endpoint over the chosen range, and their cost where prices per GPU type are set, as a chart (one bar
 // per bucket, a part per endpoint) and a table, exportable as CSV. It reads
 // GET /v2/billing/serverless (the same figures; docs/usage.md says how they are measured).
 import {api} from "../api.js";
@@ -67,12 +67,21 @@ function money(value) {
   return value.toFixed(value && value < 0.01 ? 6 : 2);
 }
 
+const SIZE_MS = {hour: 3_600_000, day: 86_400_000, week: 7 * 86_400_000};
+
+/** How many buckets of `size` lie in the window [t0, t1) (epoch ms, on bucket boundaries). */
+export function bucketCount(t0, t1, size) {
+  if (SIZE_MS[size]) return Math.round((t1 - t0) / SIZE_MS[size]);
+  const a = new Date(t0), b = new Date(t1);
+  const months = (b.getUTCFullYear() - a.getUTCFullYear()) * 12 + b.getUTCMonth() - a.getUTCMonth();
+  return size === "year" ? Math.round(months / 12) : months;
+}
+
 /** The chart: one bar per bucket of the window, split by endpoint, of `measure`. */
 function chart(body, order, measure, width) {
   const {startTime, endTime} = body.metadata.query;
-  const buckets = [...new Set(body.records.map((r) => r.startTime))];
   const t0 = Date.parse(startTime), t1 = Date.parse(endTime);
-  const count = Math.max(1, body.metadata.query.lastN || buckets.length || 1);
+  const count = Math.max(1, bucketCount(t0, t1, body.metadata.query.bucketSize));
   const totals = {};
   for (const r of body.records) totals[r.startTime] = (totals[r.startTime] || 0) + r[measure];
   const top = niceMax(Math.max(0, ...Object.values(totals)));
@@ -123,13 +132,45 @@ function table(rows, totals, priced) {
     h("tfoot", {}, h("tr", {dataset: {endpoint: ""}}, h("th", {scope: "row"}, "Total"), cells(totals)))));
 }
 
+const BUCKETS = ["hour", "day", "week", "month"];
+const DAY_MS = 86_400_000;
+
+/** The billing query of the page's hash query: a preset's lastN, or a custom range of UTC
+ * days [from, to] (both included); null when a custom range is not valid yet. */
+export function billingQuery(query) {
+  const chosen = query.get("range");
+  if (chosen !== "custom") {
+    const range = RANGES[chosen] || RANGES["24h"];
+    return new URLSearchParams({bucketSize: range.bucketSize, lastN: String(range.lastN)});
+  }
+  const from = Date.parse(`${query.get("from")}T00:00:00Z`), to = Date.parse(`${query.get("to")}T00:00:00Z`);
+  const bucket = BUCKETS.includes(query.get("bucket")) ? query.get("bucket") : "day";
+  if (Number.isNaN(from) || Number.isNaN(to) || from > to) return null;
+  return new URLSearchParams({bucketSize: bucket, startTime: new Date(from).toISOString().replace(".000", ""),
+    endTime: new Date(to + DAY_MS).toISOString().replace(".000", "")});
+}
+
 export async function render(view, ctx) {
   useStyles();
-  const chosen = RANGES[ctx.query.get("range")] ? ctx.query.get("range") : "24h";
-  const range = RANGES[chosen];
+  const chosen = RANGES[ctx.query.get("range")] || ctx.query.get("range") === "custom" ? ctx.query.get("range") : "24h";
   const picker = h("select", {id: "usage-range"}, Object.entries(RANGES).map(([k, r]) =>
-    h("option", {value: k, selected: k === chosen}, r.label)));
-  picker.addEventListener("change", () => ctx.go(`#/usage?range=${picker.value}`));
+    h("option", {value: k, selected: k === chosen}, r.label)),
+    h("option", {value: "custom", selected: chosen === "custom"}, "Custom range (UTC days)"));
+  const today = new Date().toISOString().slice(0, 10);
+  const from = h("input", {id: "usage-from", type: "date", value: ctx.query.get("from") || new Date(Date.now() - 6 * DAY_MS).toISOString().slice(0, 10)});
+  const to = h("input", {id: "usage-to", type: "date", value: ctx.query.get("to") || today});
+  const bucket = h("select", {id: "usage-bucket"}, BUCKETS.map((b) =>
+    h("option", {value: b, selected: b === (ctx.query.get("bucket") || "day")}, `by ${b}`)));
+  const customHash = () => `#/usage?${new URLSearchParams({range: "custom", from: from.value, to: to.value, bucket: bucket.value})}`;
+  const custom = h("form", {class: "row usage-bar", hidden: chosen !== "custom", onsubmit: (event) => {
+    event.preventDefault();
+    ctx.go(customHash());
+  }}, h("label", {for: "usage-from"}, "From"), from, h("label", {for: "usage-to"}, "to"), to,
+  h("label", {for: "usage-bucket"}, "Buckets"), bucket, h("button", {type: "submit"}, "Show"));
+  picker.addEventListener("change", () => {
+    if (picker.value === "custom") custom.hidden = false;
+    else ctx.go(`#/usage?range=${picker.value}`);
+  });
   const measure = h("select", {id: "usage-measure"}, Object.entries(MEASURES).map(([k, label]) =>
     h("option", {value: k}, label)));
   const exportButton = h("button", {type: "button"}, "Export CSV");
@@ -140,9 +181,10 @@ export async function render(view, ctx) {
       "Cost shows where prices per GPU type are set (LOCKGATE_GPU_PRICES)."),
     h("div", {class: "row usage-bar"}, h("label", {for: "usage-range"}, "Range"), picker,
       h("label", {for: "usage-measure"}, "Chart"), measure, exportButton),
-    out);
+    custom, out);
 
-  const params = new URLSearchParams({bucketSize: range.bucketSize, lastN: String(range.lastN)});
+  const params = billingQuery(ctx.query);
+  if (!params) return replace(out, h("p", {class: "hint"}, "Choose a From day on or before the To day."));
   const body = await api(`/v2/billing/serverless?${params}`, {signal: ctx.signal});
   const rows = byEndpoint(body.records);
   const order = rows.map((e) => e.id);
