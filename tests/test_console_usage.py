@@ -16,7 +16,7 @@ import pytest
 import requests
 from playwright.sync_api import expect
 
-from console_browser import assert_clean, create_endpoint, screenshot, sign_in
+from console_browser import PHONE, assert_clean, create_endpoint, screenshot, sign_in
 from devproc import DevProcess
 from tests.conftest import wait_until
 
@@ -111,4 +111,7 @@ def test_usage_page_shows_what_the_endpoint_ran(page, priced_dev) -> None:
     totals = custom["metadata"]["totals"]
     expect(table.locator("tfoot td").first).to_have_text(str(totals["workerSeconds"]))
     assert totals["workerSeconds"] >= 20
+    page.set_viewport_size(PHONE)
+    assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0
+    screenshot(page, "usage-phone")
     assert_clean(page)

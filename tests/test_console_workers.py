@@ -11,7 +11,7 @@ import pytest
 import requests
 from playwright.sync_api import expect
 
-from console_browser import assert_clean, screenshot, sign_in
+from console_browser import PHONE, assert_clean, screenshot, sign_in
 from tests.conftest import wait_until
 
 pytest_plugins = ["console_fixtures"]
@@ -93,6 +93,10 @@ def test_workers_tab_row_log_and_restart(page, console_dev, one_worker) -> None:
     expect(table.locator(f'tbody tr[data-worker="{worker}"]')).to_have_count(0, timeout=30_000)
     # the old worker's log ends with its exit
     log.get_by_text("stopping (restarted by request)", exact=False).wait_for()
+    # at phone width the table scrolls in its box: the page itself does not overflow
+    page.set_viewport_size(PHONE)
+    assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0
+    screenshot(page, "workers-phone")
     assert_clean(page)
 
 
