@@ -29,6 +29,7 @@ from lockgate.manage.loglines import (
     LogQuery,
     job_named,
     level_of,
+    unglued,
 )
 from lockgate.store import Registry
 from tests.conftest import eventually
@@ -436,3 +437,26 @@ def test_kubelet_timestamps_keep_their_nanoseconds() -> None:
     for bad in ("", "x", "2026-11-23T00:50:00.12a4Z"):
         with pytest.raises(ValueError):
             stamp_ns(bad)
+
+
+@pytest.mark.parametrize(
+    ("raw", "lines"),
+    [
+        ('{"level": "DEBUG", "message": "a"}{"level": "INFO", "message": "b"}',
+         ['{"level": "DEBUG", "message": "a"}', '{"level": "INFO", "message": "b"}']),
+        ('{"message": "}{"}{"n": 2}\n', ['{"message": "}{"}', '{"n": 2}']),
+        ('{"a": 1} {"b": 2}', ['{"a": 1} {"b": 2}']),  # not back to back: one line
+        ("{not}{json}", ["{not}{json}"]),
+        ("plain }{ text", ["plain }{ text"]),
+        ('{"a": 1}', ['{"a": 1}']),
+    ],
+)  # fmt: skip
+def test_json_lines_two_threads_printed_into_one_are_told_apart(raw: str, lines: list[str]):
+    """The runpod SDK's heartbeat thread and job loop both `print` JSON; print writes the
+    text and the line break apart, so two can land as `{…}{…}`: each is its own line, with
+    its level (seen in a loaded test run)."""
+    assert unglued(raw) == lines
+    book = logbook.EndpointLogs()
+    book.add("w1", STDOUT, raw)
+    kept = [line.line for line in book.select(LogQuery(tail=10))]
+    assert kept == lines

@@ -51,7 +51,7 @@ def parse_pod_log(maker: LineMaker, text: str) -> list[LogLine]:
             ms = parse_time(stamp, "ts")
         except ValueError:
             continue  # not a timestamped line (cannot happen with timestamps=true)
-        lines.append(maker.make(rest, STDOUT, ms))
+        lines.extend(maker.make_all(rest, STDOUT, ms))
     return lines
 
 
@@ -196,10 +196,11 @@ class _Watch:
                     except ValueError:
                         continue  # not a timestamped line (cannot happen with timestamps)
                     count, last_ns = (count + 1 if ns == last_ns else 1), ns
-                    line = maker.make(text, STDOUT, ns // 1_000_000)  # (tracks its jobs)
+                    made = maker.make_all(text, STDOUT, ns // 1_000_000)  # (tracks jobs)
                     if (ns, count) > mark:
                         mark = (ns, count)
-                        self.loop.call_soon_threadsafe(self.follower.offer, line)
+                        for line in made:
+                            self.loop.call_soon_threadsafe(self.follower.offer, line)
         with contextlib.suppress(Exception):
             resp.release_conn()
         # The container ended (a restart follows, in a crash loop), or the stream was quiet

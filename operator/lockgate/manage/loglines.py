@@ -252,6 +252,28 @@ class JobTracker:
         return job if 0 <= ms - end_ms <= CROSS_STREAM_MS else None
 
 
+_DECODER = json.JSONDecoder()
+
+
+def unglued(text: str) -> list[str]:
+    """A line as the lines it holds: two threads' `print`s of JSON can interleave as
+    `{…}{…}` followed by two line breaks (`print` writes the text and the break apart; the
+    runpod SDK's heartbeat thread and its job loop both log), so a line that is nothing but
+    JSON objects back to back is one line each; any other line is itself."""
+    if not text.startswith("{") or "}{" not in text:
+        return [text]
+    pieces, at = [], 0
+    body = text.rstrip("\r\n")
+    try:
+        while at < len(body):
+            _, end = _DECODER.raw_decode(body, at)
+            pieces.append(body[at:end])
+            at = end
+    except ValueError:
+        return [text]
+    return pieces
+
+
 class LineMaker:
     """Turns one worker's raw output into `LogLine`s (clipped, with their job)."""
 
@@ -270,3 +292,7 @@ class LineMaker:
         pos = self.numbering[CONTAINER].place(ms)
         job = self.jobs.job_of(text, stream, pos.ms)
         return LogLine(pos.ms, self.worker, stream, text, job, pos.seq)
+
+    def make_all(self, text: str, stream: str = STDOUT, ms: int | None = None) -> list[LogLine]:
+        """`make` of each line a raw line holds (`unglued`)."""
+        return [self.make(piece, stream, ms) for piece in unglued(text)]
