@@ -229,9 +229,15 @@ export function messageParts(message) {
  * fields ("body: workersMin (3) must not exceed workersMax (1)"), the first of the form's
  * fields its text names. `names`: the form's field names. */
 export function problemField(part, names) {
-  const found = /^([\w-]+)(?:\.[\w.-]*)?: ([\s\S]*)$/.exec(part);
-  if (found && names.includes(found[1])) return {name: found[1], text: found[2]};
-  const text = found && (found[1] === "body" || found[1] === "spec") ? found[2] : part;
+  const found = /^([\w-]+)(?:\.([\w.-]*))?: ([\s\S]*)$/.exec(part);
+  if (found && names.includes(found[1])) {
+    // "ports.1: …": the field's second item (a list field's items counted from 1)
+    const item = /^(\d+)(.*)$/.exec(found[2] || "");
+    const where = item ? `item ${Number(item[1]) + 1}${item[2] ? ` (${item[2].replace(/^\./, "")})` : ""}: `
+      : found[2] ? `${found[2]}: ` : ""; // "secretEnv.HF_TOKEN.key: …" keeps "HF_TOKEN.key"
+    return {name: found[1], text: `${where}${found[3]}`, leading: true};
+  }
+  const text = found && (found[1] === "body" || found[1] === "spec") ? found[3] : part;
   const named = names.filter((n) => new RegExp(`\\b${n}\\b`).test(text))
     .sort((a, b) => text.search(new RegExp(`\\b${a}\\b`)) - text.search(new RegExp(`\\b${b}\\b`)));
   return {name: named[0] || null, text};
@@ -260,18 +266,20 @@ export function markInvalid(form, message) {
   const names = [...form.querySelectorAll("[data-field]")].map((el) => el.dataset.field);
   const shown = [];
   for (const part of messageParts(message)) {
-    const {name, text} = problemField(part, names);
+    const {name, text, leading} = problemField(part, names);
     const place = name && form.querySelector(`[data-field="${CSS.escape(name)}"]`);
     const said = inLabels(form, names, text);
     if (!place || place.hidden || place.closest("[hidden]")) {
-      shown.push({label: null, text: inLabels(form, names, part)});
+      shown.push({label: null, text: said});
       continue;
     }
     form.querySelector(`[name="${CSS.escape(name)}"]`)?.setAttribute("aria-invalid", "true");
     place.append(h("p", {class: "field-error"}, said));
-    shown.push({label: labelOf(form, name), text: said});
+    // a check across fields names them in its text: said as it is, not after a label
+    shown.push({label: leading ? labelOf(form, name) : null, text: said, at: names.indexOf(name), placed: true});
   }
-  return shown;
+  const at = (p) => (p.placed ? p.at : names.length); // in the form's order, the others last
+  return shown.sort((a, b) => at(a) - at(b));
 }
 
 /** What a refused form shows above its buttons: every problem of the API's error in the
@@ -279,7 +287,8 @@ export function markInvalid(form, message) {
  * that names no problem (a 404, a network failure) as it is. */
 export function formErrors(form, err) {
   const problems = markInvalid(form, err?.message || String(err));
-  if (problems.length <= 1 && !problems[0]?.label) return errorBox(err);
+  if (!problems.length) return errorBox(err);
+  if (problems.length === 1 && !problems[0].placed) return errorBox(new Error(problems[0].text));
   return h("div", {class: "error form-errors", role: "alert"},
     h("p", {}, problems.length === 1 ? "1 problem:" : `${problems.length} problems:`),
     h("ul", {}, problems.map((p) => h("li", {}, p.label ? `${p.label}: ${p.text}` : p.text))));
