@@ -114,16 +114,12 @@ def test_progress_update_shows_while_the_job_runs(page, console_dev, endpoints, 
     assert page.locator(".live-job .badge").first.inner_text() == "IN_PROGRESS"
     job_id = page.locator(".live-job .mono").first.inner_text()
     # the list and the runner agree: the list shows the job running, by itself
-    page.locator(f'tr[data-job="{job_id}"] .badge', has_text="IN_PROGRESS").wait_for(
-        timeout=30_000
-    )
+    page.locator(f'tr[data-job="{job_id}"] .badge', has_text="IN_PROGRESS").wait_for(timeout=30_000)
     screenshot(page, "requests-progress")
     release.touch()
     wait_status(page, "COMPLETED")
     assert '"done"' in page.get_by_label("Output", exact=True).inner_text()
-    page.locator(f'tr[data-job="{job_id}"] .badge', has_text="COMPLETED").wait_for(
-        timeout=30_000
-    )
+    page.locator(f'tr[data-job="{job_id}"] .badge', has_text="COMPLETED").wait_for(timeout=30_000)
     assert_clean(page, allow=EXPECTED)
 
 

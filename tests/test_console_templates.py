@@ -93,9 +93,7 @@ def test_create_from_an_image_makes_the_template_then_a_ready_endpoint(page, con
     page.get_by_label("Model", exact=True).fill("org/model:main\nnot a model")
     page.get_by_label("Endpoint id").fill("from-image")
     page.get_by_role("button", name="Create endpoint").click()
-    expect(page.locator('[data-field="modelReferences"] .field-error')).to_contain_text(
-        "item 2: "
-    )
+    expect(page.locator('[data-field="modelReferences"] .field-error')).to_contain_text("item 2: ")
     expect(page.get_by_label("Model", exact=True)).to_have_attribute("aria-invalid", "true")
     assert get(console_dev, "/v1/templates").json() == []
     screenshot(page, "create-model-error")
