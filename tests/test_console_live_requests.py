@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 import pytest
+import requests
 import runpod
 
 from console_browser import assert_clean, create_endpoint, screenshot, sign_in
@@ -86,8 +87,18 @@ def test_the_runner_says_why_a_job_waits_with_max_workers_0(page, console_dev, e
     note.wait_for(timeout=30_000)
     assert "cold start" not in page.locator(".live-job").inner_text()
     screenshot(page, "requests-waiting-max-0")
-    page.locator(".live-job").get_by_role("button", name="Cancel").click()
-    wait_status(page, "CANCELLED")
+    job_id = page.locator(".live-job .mono").first.inner_text()
+    # the Endpoints list and the Overview say it too, not only a Ready badge and a count
+    page.goto(f"{console_dev.url}/console/#/endpoints")
+    row = page.locator('tr[data-endpoint="parked"]')
+    row.locator(".waiting", has_text="max workers is 0: no worker will start").wait_for()
+    page.goto(f"{console_dev.url}/console/#/endpoints/parked")
+    page.get_by_role("status").filter(has_text="Queued jobs wait: max workers is 0").wait_for()
+    screenshot(page, "overview-waiting-max-0")
+    cancelled = requests.post(
+        f"{console_dev.url}/v2/parked/cancel/{job_id}", headers=console_dev.headers(), timeout=10
+    )
+    assert cancelled.status_code == 200, cancelled.text
     assert_clean(page, allow=EXPECTED)
 
 
