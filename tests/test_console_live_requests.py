@@ -170,3 +170,28 @@ def test_the_create_form_reports_every_problem_at_once_in_its_labels(page, conso
     assert error.inner_text() == "Workers min (3) must not exceed Workers max (1)"
     assert page.locator(".field-error").count() == 1
     assert_clean(page, allow=EXPECTED)
+
+
+def test_the_runner_says_a_job_waits_behind_a_busy_worker_at_the_max(
+    page, console_dev, endpoints, tmp_path
+):
+    release = tmp_path / "release"
+    ep = endpoints["progress"]  # workersMax 1; a job holds its worker until `release` exists
+    first = requests.post(
+        f"{console_dev.url}/v2/{ep}/run",
+        json={"input": {"release": str(release)}},
+        headers=console_dev.headers(),
+        timeout=10,
+    ).json()
+    open_tab(page, console_dev, ep)
+    page.locator(f'tr[data-job="{first["id"]}"] .badge', has_text="IN_PROGRESS").wait_for(
+        timeout=90_000
+    )
+    run_async(page, f'{{"input": {{"release": "{release}"}}}}')
+    note = page.get_by_role("status").filter(has_text="1 worker busy, max reached (1)")
+    note.wait_for(timeout=30_000)
+    assert "1 job in the queue" in note.inner_text()
+    screenshot(page, "requests-waiting-busy")
+    release.touch()
+    wait_status(page, "COMPLETED", timeout_ms=90_000)
+    assert_clean(page, allow=EXPECTED)
