@@ -88,7 +88,8 @@ def test_create_an_lb_endpoint_locks_the_scaler_and_shows_its_lb_url(page, conso
     page.get_by_label("Request timeout (s)").fill("90")
     screenshot(page, "create-lb")
     page.get_by_role("button", name="Create endpoint").click()
-    expect(page.get_by_role("alert")).to_contain_text("lbHoldS")  # the API's own message
+    # the API's message in the form's words
+    expect(page.get_by_role("alert")).to_contain_text("Hold for a worker (s): ")
     expect(page.get_by_label("Hold for a worker (s)")).to_have_attribute("aria-invalid", "true")
 
     page.get_by_label("Hold for a worker (s)").fill("45")

@@ -4,7 +4,7 @@
 // (type the endpoint's name to confirm) is at the bottom.
 import {about, api, commandLineNote} from "../api.js";
 import {errorBox, h, replace, toast} from "../dom.js";
-import {diff, endpointForm, markInvalid, restarts, shown} from "./form.js";
+import {diff, endpointForm, formErrors, restarts, shown} from "./form.js";
 import {templateEditor} from "./templateedit.js";
 
 const path = (id) => `/v1/endpoints/${encodeURIComponent(id)}`;
@@ -37,8 +37,7 @@ function edit(editor, record, ctx, {devMode, saved = null}) {
       failed: (err) => {
         replace(review);
         actions.hidden = false;
-        replace(status, errorBox(err));
-        markInvalid(form, err.message);
+        replace(status, formErrors(form, err));
       },
       back: () => { replace(review); actions.hidden = false; actions.querySelector("button").focus(); },
     }));

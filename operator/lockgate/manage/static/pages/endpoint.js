@@ -65,7 +65,9 @@ function queue(health) {
       stat(h, "in progress", j.inProgress),
       stat(h, "completed", j.completed),
       stat(h, "failed", j.failed, j.failed > 0 ? "warn" : ""),
-      stat(h, "retried", j.retried)));
+      stat(h, "retried", j.retried)),
+    // why the queued jobs wait, when they do (/health's `waiting`, docs/job-api.md)
+    health?.waiting ? h("p", {class: "warning waiting", role: "status"}, `Queued jobs wait: ${health.waiting}.`) : null);
 }
 
 function compute(r) {
