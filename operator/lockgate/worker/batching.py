@@ -1,0 +1,199 @@
+"""Dynamic batching: jobs taken one by one handed to the handler as one list.
+
+`start({"handler": fn, "batch": {"max_size": 32, "wait_ms": 10}})` calls `fn(jobs)` with
+up to `max_size` jobs, once `max_size` are waiting or `wait_ms` after the first, whichever
+comes first. `fn` returns one output per job, in the same order; an item that is an
+exception or a dict with an `error` fails that job alone (RunPod's error dict). Each job
+keeps its own life: stopped (cancel, its executionTimeout) it is let go at once, and its
+output is dropped when the call returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any
+
+from . import handlers
+from .handlers import Handler, HandlerKind, Job, Outcome
+from .logs import log
+
+MAX_SIZE_LIMIT = 1024  # jobs in one call: also the most a worker takes in one job-take-batch
+WAIT_MS_LIMIT = 60_000  # a job's longest wait for its batch to fill
+
+
+class BatchOptionsError(ValueError):
+    """The `batch` setting given to `start()` is not usable."""
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    """How batches are formed: up to `max_size` jobs, waiting at most `wait_ms` for them."""
+
+    max_size: int
+    wait_ms: float
+
+    @classmethod
+    def from_value(cls, value: Any) -> BatchOptions:
+        """Validate `start()`'s `batch` value; raise BatchOptionsError saying what is wrong."""
+        if not isinstance(value, dict):
+            raise BatchOptionsError(
+                'batch must be a dict like {"max_size": 32, "wait_ms": 10}, '
+                f"got {type(value).__name__}"
+            )
+        unknown = sorted(set(value) - {"max_size", "wait_ms"})
+        if unknown:
+            raise BatchOptionsError(f"batch has unknown keys {unknown}: use max_size, wait_ms")
+        max_size, wait_ms = value.get("max_size"), value.get("wait_ms", 10)
+        if not _is_int(max_size) or not 1 <= max_size <= MAX_SIZE_LIMIT:
+            raise BatchOptionsError(
+                f"batch max_size must be an integer from 1 to {MAX_SIZE_LIMIT}, got {max_size!r}"
+            )
+        if not _is_number(wait_ms) or not 0 <= wait_ms <= WAIT_MS_LIMIT:
+            raise BatchOptionsError(
+                f"batch wait_ms must be a number of milliseconds from 0 to {WAIT_MS_LIMIT}, "
+                f"got {wait_ms!r}"
+            )
+        return cls(max_size=max_size, wait_ms=float(wait_ms))
+
+
+def check_handler(kind: HandlerKind) -> None:
+    """Refuse a handler that cannot take a batch: a generator streams one job's chunks."""
+    if kind.streams:
+        raise BatchOptionsError(
+            f"a {kind.value} handler streams and cannot take a batch: "
+            "drop `batch`, or return a list instead of yielding"
+        )
+
+
+def outcomes(value: Any, count: int) -> list[Outcome]:
+    """Each job's outcome from a batch handler's return value for `count` jobs.
+
+    A list of `count` items: an exception or a dict with `error` fails its job alone, any
+    other item is the job's output (as a single job's return value). Anything else fails
+    every job of the call with the same error.
+    """
+    if not isinstance(value, list | tuple):
+        error = f"batch handler must return a list of outputs, got {type(value).__name__}"
+        return [Outcome({"error": error})] * count
+    if len(value) != count:
+        error = f"batch handler returned {len(value)} outputs for {count} jobs"
+        return [Outcome({"error": error})] * count
+    return [_outcome(item) for item in value]
+
+
+def _outcome(item: Any) -> Outcome:
+    if isinstance(item, BaseException):
+        return Outcome({"error": handlers.error_message(item)})
+    body, refresh = handlers.normalise(item)
+    return Outcome(body, refresh_worker=refresh)
+
+
+async def call(
+    handler: Handler, jobs: Sequence[Job], kind: HandlerKind, executor: Executor | None
+) -> list[Outcome]:
+    """Call the handler once on `jobs`; a raised exception fails each of them."""
+    try:
+        if kind is HandlerKind.SYNC:
+            loop = asyncio.get_running_loop()
+            value = await loop.run_in_executor(executor, handler, list(jobs))
+        else:
+            value = handler(list(jobs))
+        if inspect.isawaitable(value):
+            value = await value
+    except Exception as exc:
+        log.error("batch of %d job(s) handler raised", len(jobs), exc_info=exc)
+        return [Outcome({"error": handlers.error_message(exc)})] * len(jobs)
+    return outcomes(value, len(jobs))
+
+
+Observer = Callable[[int, float], None]  # (batch size, seconds its first job waited)
+
+
+@dataclass
+class _Waiting:
+    job: Job
+    result: asyncio.Future[Outcome]
+
+
+class Batcher:
+    """Forms batches of the jobs given to `run` and calls the handler once per batch."""
+
+    def __init__(
+        self,
+        handler: Handler,
+        options: BatchOptions,
+        *,
+        kind: HandlerKind,
+        executor: Executor | None,
+        observe: Observer | None = None,
+    ) -> None:
+        self._handler = handler
+        self._options = options
+        self._kind = kind
+        self._executor = executor
+        self._observe = observe
+        self._waiting: list[_Waiting] = []
+        self._first_at = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        self._calls: set[asyncio.Task[None]] = set()
+
+    async def run(self, job: Job) -> Outcome:
+        """The outcome of `job`, run in the next batch. Cancelled, the job leaves its batch
+        (if it was not handed over yet) or its output is dropped."""
+        loop = asyncio.get_running_loop()
+        waiting = _Waiting(job, loop.create_future())
+        self._waiting.append(waiting)
+        if len(self._waiting) == 1:
+            self._first_at = time.monotonic()
+            self._timer = loop.call_later(self._options.wait_ms / 1000, self._flush)
+        if len(self._waiting) >= self._options.max_size:
+            self._flush()
+        return await waiting.result
+
+    def _flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        batch = [w for w in self._waiting if not w.result.done()]
+        self._waiting = []
+        if not batch:
+            return
+        waited_s = time.monotonic() - self._first_at
+        if self._observe is not None:
+            self._observe(len(batch), waited_s)
+        log.debug(
+            "batch of %d job(s) after %.1f ms: %s",
+            len(batch),
+            waited_s * 1000,
+            " ".join(str(w.job.get("id")) for w in batch),
+        )
+        task = asyncio.create_task(self._call(batch), name=f"batch of {len(batch)}")
+        self._calls.add(task)
+        task.add_done_callback(self._calls.discard)
+        if not self._kind.in_thread:  # an async call no job waits for any more is cancelled
+            for waiting in batch:
+                waiting.result.add_done_callback(lambda _, b=batch, t=task: _abandon(b, t))
+
+    async def _call(self, batch: list[_Waiting]) -> None:
+        results = await call(self._handler, [w.job for w in batch], self._kind, self._executor)
+        for waiting, outcome in zip(batch, results, strict=True):
+            if not waiting.result.done():
+                waiting.result.set_result(outcome)
+
+
+def _abandon(batch: list[_Waiting], task: asyncio.Task[None]) -> None:
+    if not task.done() and all(w.result.cancelled() for w in batch):
+        task.cancel()
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == value
