@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
+from lockgate import workerenv
 from lockgate.dev.redis_server import free_port
 from lockgate.models.registry_entry import RegistryEntry
 from lockgate.store import Registry
@@ -23,7 +24,7 @@ from lockgate.worker.handlers import Outcome
 from tests.conftest import LiveGateway
 from tests.test_job_api import get, submit
 from tests.test_lifecycle import eventually, status_of
-from tests.test_worker_local import HANDLERS, exit_status, run_local, until, worker_env
+from tests.test_worker_local import HANDLERS, REPO, exit_status, run_local, until, worker_env
 
 SCRIPT = HANDLERS / "batcher.py"
 NEVER_MS = 30_000  # a wait that never comes first: batches form by size alone
@@ -143,6 +144,26 @@ async def test_a_job_past_its_execution_timeout_times_out_alone_in_its_batch(
     await until(lambda: worker.logged(f"job {slow} stopping: it leaves its batch"))
     assert worker.process.returncode is None  # not restarted, not ended: a sync one too
     assert not worker.logged("restarting")
+
+
+async def test_a_runpod_sdk_worker_batches_with_lockgate_worker_batched(http, gateway, tmp_path):
+    inputs = [{"i": 0}, {"i": 1, "fail": "no embedding"}, {"i": 2}, {"i": 3}]
+    ids = await submit_all(http, gateway, inputs)
+    env = worker_env(**workerenv.worker_env(gateway.url, gateway.endpoint, gateway.worker_key))
+    env |= {"RUNPOD_POD_ID": "sdk1", "RUNPOD_PING_INTERVAL": "200"}
+    script = str(REPO / "tests" / "workers" / "runpod_batched.py")
+    with (tmp_path / "worker.log").open("ab") as log:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, script, "4", str(NEVER_MS), env=env, stdout=log, stderr=log
+        )
+    try:
+        ok, failed, *rest = [await finished(http, gateway, job_id) for job_id in ids]
+    finally:
+        process.kill()
+        await process.wait()
+    assert (ok["status"], ok["output"]) == ("COMPLETED", {"batch": 4, "i": 0})
+    assert (failed["status"], failed["error"]) == ("FAILED", "no embedding")
+    assert [r["output"] for r in rest] == [{"batch": 4, "i": 2}, {"batch": 4, "i": 3}]
 
 
 # -- refused at start: one line on stderr, exit status 2

@@ -6,6 +6,10 @@ comes first. `fn` returns one output per job, in the same order; an item that is
 exception or a dict with an `error` fails that job alone (RunPod's error dict). Each job
 keeps its own life: stopped (cancel, its executionTimeout) it is let go at once, and its
 output is dropped when the call returns.
+
+The runpod SDK calls its handler once per job, each an asyncio task of one event loop:
+`batched(fn, max_size=32)` is a per-job async handler that forms the batches itself, for
+`runpod.serverless.start({"handler": batched(fn, ...), "concurrency_modifier": ...})`.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
@@ -109,6 +113,34 @@ async def call(
         log.error("batch of %d job(s) handler raised", len(jobs), exc_info=exc)
         return [Outcome({"error": handlers.error_message(exc)})] * len(jobs)
     return outcomes(value, len(jobs))
+
+
+def batched(fn: Handler, *, max_size: int, wait_ms: float = 10) -> Callable[[Job], Awaitable[Any]]:
+    """A one-job async handler that hands `fn` batches, for a runtime that calls its handler
+    once per job and runs several at once on one event loop (the runpod SDK's with a
+    `concurrency_modifier` of at least `max_size`). A failed job's value is RunPod's
+    `{"error": ...}` dict. Raises BatchOptionsError for bad options or a generator `fn`."""
+    options = BatchOptions.from_value({"max_size": max_size, "wait_ms": wait_ms})
+    kind = handlers.kind_of(fn)
+    check_handler(kind)
+    made: list[Batcher] = []  # made in the first job's event loop
+
+    async def one_job(job: Job) -> Any:
+        if not made:
+            from .metrics import batch_metrics
+
+            metrics = batch_metrics()
+            observe = metrics.observe if metrics is not None else None
+            made.append(Batcher(fn, options, kind=kind, executor=None, observe=observe))
+        outcome = await made[0].run(job)
+        if outcome.failed:
+            return {"error": outcome.body["error"]}
+        output = outcome.body.get("output")
+        if outcome.refresh_worker:
+            return {**output, "refresh_worker": True} if isinstance(output, dict) else output
+        return output
+
+    return one_job
 
 
 Observer = Callable[[int, float], None]  # (batch size, seconds its first job waited)
