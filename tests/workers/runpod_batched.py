@@ -19,4 +19,4 @@ def embed(jobs):
 
 max_size, wait_ms = int(sys.argv[1]), int(sys.argv[2])
 handler = lockgate.worker.batched(embed, max_size=max_size, wait_ms=wait_ms)
-runpod.serverless.start({"handler": handler, "concurrency_modifier": lambda _: max_size})
+runpod.serverless.start({"handler": handler, "concurrency_modifier": lambda _: 2 * max_size})

@@ -2,10 +2,11 @@
 
 `start({"handler": fn, "batch": {"max_size": 32, "wait_ms": 10}})` calls `fn(jobs)` with
 up to `max_size` jobs, once `max_size` are waiting or `wait_ms` after the first, whichever
-comes first. `fn` returns one output per job, in the same order; an item that is an
-exception or a dict with an `error` fails that job alone (RunPod's error dict). Each job
-keeps its own life: stopped (cancel, its executionTimeout) it is let go at once, and its
-output is dropped when the call returns.
+comes first; one call at a time, the next batch forming while a call runs. `fn` returns
+one output per job, in the same order; an item that is an exception or a dict with an
+`error` fails that job alone (RunPod's error dict). Each job keeps its own life: stopped
+(cancel, its executionTimeout) it is let go at once, and its output is dropped when the
+call returns.
 
 The runpod SDK calls its handler once per job, each an asyncio task of one event loop:
 `batched(fn, max_size=32)` is a per-job async handler that forms the batches itself, for
@@ -118,8 +119,9 @@ async def call(
 def batched(fn: Handler, *, max_size: int, wait_ms: float = 10) -> Callable[[Job], Awaitable[Any]]:
     """A one-job async handler that hands `fn` batches, for a runtime that calls its handler
     once per job and runs several at once on one event loop (the runpod SDK's with a
-    `concurrency_modifier` of at least `max_size`). A failed job's value is RunPod's
-    `{"error": ...}` dict. Raises BatchOptionsError for bad options or a generator `fn`."""
+    `concurrency_modifier` of 2 x `max_size`: one batch in the call, the next forming). A
+    failed job's value is RunPod's `{"error": ...}` dict. Raises BatchOptionsError for bad
+    options or a generator `fn`."""
     options = BatchOptions.from_value({"max_size": max_size, "wait_ms": wait_ms})
     kind = handlers.kind_of(fn)
     check_handler(kind)
@@ -150,10 +152,12 @@ Observer = Callable[[int, float], None]  # (batch size, seconds its first job wa
 class _Waiting:
     job: Job
     result: asyncio.Future[Outcome]
+    since: float  # time.monotonic() when it was given
 
 
 class Batcher:
-    """Forms batches of the jobs given to `run` and calls the handler once per batch."""
+    """Forms batches of the jobs given to `run` and calls the handler once per batch, one
+    call at a time: the next batch forms while a call runs, and goes when it ends."""
 
     def __init__(
         self,
@@ -170,32 +174,49 @@ class Batcher:
         self._executor = executor
         self._observe = observe
         self._waiting: list[_Waiting] = []
-        self._first_at = 0.0
         self._timer: asyncio.TimerHandle | None = None
-        self._calls: set[asyncio.Task[None]] = set()
+        self._due = False  # the first waiting job's wait_ms has passed
+        self._current: asyncio.Task[None] | None = None  # the call running, if any
 
     async def run(self, job: Job) -> Outcome:
         """The outcome of `job`, run in the next batch. Cancelled, the job leaves its batch
         (if it was not handed over yet) or its output is dropped."""
         loop = asyncio.get_running_loop()
-        waiting = _Waiting(job, loop.create_future())
+        waiting = _Waiting(job, loop.create_future(), time.monotonic())
         self._waiting.append(waiting)
         if len(self._waiting) == 1:
-            self._first_at = time.monotonic()
-            self._timer = loop.call_later(self._options.wait_ms / 1000, self._flush)
+            self._arm()
         if len(self._waiting) >= self._options.max_size:
             self._flush()
         return await waiting.result
 
+    def _arm(self) -> None:
+        """Start the wait of the first waiting job."""
+        if self._timer is not None:
+            self._timer.cancel()
+        left_s = self._waiting[0].since + self._options.wait_ms / 1000 - time.monotonic()
+        self._timer = asyncio.get_running_loop().call_later(max(0.0, left_s), self._waited)
+        self._due = False
+
+    def _waited(self) -> None:
+        self._timer, self._due = None, True
+        self._flush()
+
     def _flush(self) -> None:
+        """Hand the waiting jobs over, up to max_size, if they are due and no call runs."""
+        self._waiting = [w for w in self._waiting if not w.result.done()]
+        full = len(self._waiting) >= self._options.max_size
+        if self._current is not None or not self._waiting or not (full or self._due):
+            return
+        batch = self._waiting[: self._options.max_size]
+        self._waiting = self._waiting[self._options.max_size :]
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        batch = [w for w in self._waiting if not w.result.done()]
-        self._waiting = []
-        if not batch:
-            return
-        waited_s = time.monotonic() - self._first_at
+        self._due = False
+        if self._waiting:
+            self._arm()  # the jobs left over wait from when they came
+        waited_s = time.monotonic() - batch[0].since
         if self._observe is not None:
             self._observe(len(batch), waited_s)
         log.debug(
@@ -205,22 +226,36 @@ class Batcher:
             " ".join(str(w.job.get("id")) for w in batch),
         )
         task = asyncio.create_task(self._call(batch), name=f"batch of {len(batch)}")
-        self._calls.add(task)
-        task.add_done_callback(self._calls.discard)
-        if not self._kind.in_thread:  # an async call no job waits for any more is cancelled
-            for waiting in batch:
-                waiting.result.add_done_callback(lambda _, b=batch, t=task: _abandon(b, t))
+        self._current = task
+        for waiting in batch:
+            waiting.result.add_done_callback(lambda _, b=batch, t=task: self._left(b, t))
 
     async def _call(self, batch: list[_Waiting]) -> None:
-        results = await call(self._handler, [w.job for w in batch], self._kind, self._executor)
-        for waiting, outcome in zip(batch, results, strict=True):
-            if not waiting.result.done():
-                waiting.result.set_result(outcome)
+        try:
+            jobs = [w.job for w in batch]
+            results = await call(self._handler, jobs, self._kind, self._executor)
+            for waiting, outcome in zip(batch, results, strict=True):
+                if not waiting.result.done():
+                    waiting.result.set_result(outcome)
+        finally:
+            self._ended(asyncio.current_task())
 
+    def _left(self, batch: list[_Waiting], task: asyncio.Task[None]) -> None:
+        """A job of a running call ended or was stopped: when none is left waiting for the
+        call, an async one is cancelled, a sync one left to end in its thread (its outputs
+        dropped), and the next batch goes."""
+        if task.done() or not all(w.result.cancelled() for w in batch):
+            return
+        if self._kind.in_thread:
+            log.warning("every job of a batch call was stopped; its thread runs on, ignored")
+        else:
+            task.cancel()
+        self._ended(task)
 
-def _abandon(batch: list[_Waiting], task: asyncio.Task[None]) -> None:
-    if not task.done() and all(w.result.cancelled() for w in batch):
-        task.cancel()
+    def _ended(self, task: asyncio.Task[None] | None) -> None:
+        if self._current is task:
+            self._current = None
+            self._flush()
 
 
 def _is_int(value: Any) -> bool:

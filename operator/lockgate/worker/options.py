@@ -25,7 +25,8 @@ class StartOptions:
 
     `refresh_worker` makes the worker exit after each job, for a fresh process. With
     `batch` the handler takes a list of jobs (`batching`); the worker then holds
-    `max_size` jobs at a time unless `concurrency_modifier` says otherwise.
+    2 x `max_size` jobs (one batch in the call, the next forming) unless
+    `concurrency_modifier` says otherwise.
     """
 
     handler: Handler
@@ -48,8 +49,8 @@ class StartOptions:
         if config.get("batch") is not None:
             batch = BatchOptions.from_value(config["batch"])
             batching.check_handler(handlers.kind_of(handler))
-            if modifier is keep_concurrency:  # enough jobs in hand to fill a batch
-                modifier = functools.partial(_constant, batch.max_size)
+            if modifier is keep_concurrency:  # a batch in the call, the next one forming
+                modifier = functools.partial(_constant, 2 * batch.max_size)
         return cls(
             handler=handler,
             return_aggregate_stream=bool(config.get("return_aggregate_stream", False)),
