@@ -104,6 +104,15 @@ async def test_a_lone_job_is_handed_over_after_wait_ms_as_a_batch_of_one(http, g
     assert "lockgate_worker_batch_wait_seconds_count 1.0" in metrics
 
 
+async def test_a_worker_holding_more_jobs_than_one_take_gives_takes_them(http, gateway, worker):
+    # max_size 64: 128 jobs in hand, more than the gateway hands out per job-take-batch (100)
+    ids = await submit_all(http, gateway, [{"i": i} for i in range(3)])
+    await worker.start("async", max_size=64, wait_ms=50)
+    results = [await finished(http, gateway, job_id) for job_id in ids]
+    assert [r["output"] for r in results] == [{"batch": 3, "i": i} for i in range(3)]
+    assert not worker.logged("job-take failed")
+
+
 async def scrape(http, port: int) -> str:
     async with http.get(f"http://127.0.0.1:{port}/metrics") as answer:
         assert answer.status == 200
