@@ -7,6 +7,7 @@ tests/handlers/batcher.py."""
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -173,6 +174,16 @@ async def test_a_runpod_sdk_worker_batches_with_lockgate_worker_batched(http, ga
     assert (ok["status"], ok["output"]) == ("COMPLETED", {"batch": 4, "i": 0})
     assert (failed["status"], failed["error"]) == ("FAILED", "no embedding")
     assert [r["output"] for r in rest] == [{"batch": 4, "i": 2}, {"batch": 4, "i": 3}]
+
+
+def test_a_local_test_input_runs_as_a_batch_of_one() -> None:
+    result = run_local(SCRIPT, "sync", "4", "10", "--test_input", '{"input": {"i": 7}}')
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {
+        "id": "local_test",
+        "status": "COMPLETED",
+        "output": {"batch": 1, "i": 7},
+    }
 
 
 # -- refused at start: one line on stderr, exit status 2
