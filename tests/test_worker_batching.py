@@ -93,6 +93,14 @@ async def test_queued_jobs_are_handed_over_in_batches_of_max_size(http, gateway,
     assert [r["output"] for r in results] == [{"batch": 4, "i": i} for i in range(8)]
 
 
+async def test_one_call_at_a_time_the_next_batch_waiting_for_it(http, gateway, worker):
+    # 4 jobs in hand (2 x max_size): the second batch is full while the first call sleeps
+    ids = await submit_all(http, gateway, [{"i": i, "sleep": 0.3, "watch": True} for i in range(4)])
+    await worker.start("async", max_size=2, wait_ms=NEVER_MS)
+    results = [await finished(http, gateway, job_id) for job_id in ids]
+    assert [r["output"] for r in results] == [{"batch": 2, "i": i, "others": 0} for i in range(4)]
+
+
 async def test_a_lone_job_is_handed_over_after_wait_ms_as_a_batch_of_one(http, gateway, worker):
     await worker.start("async", max_size=4, wait_ms=50)
     [job_id] = await submit_all(http, gateway, [{"i": 0}])

@@ -4,7 +4,9 @@ last two as JSON (a test of bad options passes bad ones).
 Each output is `{"batch": <jobs in the call>, "i": input.i}`: tests read the batch sizes
 the handler saw from the outputs. The call sleeps the largest `input.sleep` of its jobs.
 Per job: `input.fail` (a message) returns RunPod's error dict for it, `input.bang` an
-exception instance; `input.short` makes the call return one output too few.
+exception instance; `input.short` makes the call return one output too few. With
+`input.watch` each output also says how many other calls were running when its call began
+(`"others"`).
 """
 
 import asyncio
@@ -14,8 +16,11 @@ import time
 
 import lockgate.worker
 
+RUNNING = [0]  # calls in progress
 
-def outputs(jobs):
+
+def outputs(jobs, others=0):
+    watch = any(job["input"].get("watch") for job in jobs)
     result = []
     for job in jobs:
         given = job["input"]
@@ -25,6 +30,8 @@ def outputs(jobs):
             result.append(ValueError(given["bang"]))
         else:
             result.append({"batch": len(jobs), "i": given.get("i")})
+            if watch:
+                result[-1]["others"] = others
     if any(job["input"].get("short") for job in jobs):
         result.pop()
     return result
@@ -40,8 +47,13 @@ def sync_handler(jobs):
 
 
 async def async_handler(jobs):
-    await asyncio.sleep(longest_sleep(jobs))
-    return outputs(jobs)
+    others = RUNNING[0]
+    RUNNING[0] += 1
+    try:
+        await asyncio.sleep(longest_sleep(jobs))
+    finally:
+        RUNNING[0] -= 1
+    return outputs(jobs, others)
 
 
 def generator_handler(jobs):
