@@ -194,6 +194,21 @@ def test_a_local_test_input_runs_as_a_batch_of_one() -> None:
     }
 
 
+async def test_a_sync_call_whose_jobs_all_stopped_is_abandoned_and_the_worker_restarts(
+    http, gateway, worker, redis: Redis
+):
+    entry = RegistryEntry(id=gateway.endpoint, executionTimeoutMs=1500)
+    await Registry(redis).put_endpoint(gateway.endpoint, entry)
+    [stuck] = await submit_all(http, gateway, [{"i": 0, "sleep": 60}])
+    await worker.start("sync", max_size=1, wait_ms=0)
+    assert (await finished(http, gateway, stuck))["status"] == "TIMED_OUT"
+    [following] = await submit_all(http, gateway, [{"i": 1}])
+    result = await finished(http, gateway, following)
+    assert (result["status"], result["output"]) == ("COMPLETED", {"batch": 1, "i": 1})
+    assert worker.logged("restarting")
+    assert worker.process.returncode is None  # the same process, its command run again
+
+
 # -- refused at start: one line on stderr, exit status 2
 
 

@@ -146,6 +146,7 @@ def batched(fn: Handler, *, max_size: int, wait_ms: float = 10) -> Callable[[Job
 
 
 Observer = Callable[[int, float], None]  # (batch size, seconds its first job waited)
+Abandoned = Callable[[list[str]], None]  # the job ids of a sync call left in its thread
 
 
 @dataclass
@@ -167,8 +168,10 @@ class Batcher:
         kind: HandlerKind,
         executor: Executor | None,
         observe: Observer | None = None,
+        abandoned: Abandoned | None = None,
     ) -> None:
         self._handler = handler
+        self._abandoned = abandoned
         self._options = options
         self._kind = kind
         self._executor = executor
@@ -243,11 +246,13 @@ class Batcher:
     def _left(self, batch: list[_Waiting], task: asyncio.Task[None]) -> None:
         """A job of a running call ended or was stopped: when none is left waiting for the
         call, an async one is cancelled, a sync one left to end in its thread (its outputs
-        dropped), and the next batch goes."""
+        dropped; `abandoned` told), and the next batch goes."""
         if task.done() or not all(w.result.cancelled() for w in batch):
             return
         if self._kind.in_thread:
             log.warning("every job of a batch call was stopped; its thread runs on, ignored")
+            if self._abandoned is not None:
+                self._abandoned([str(w.job.get("id")) for w in batch])
         else:
             task.cancel()
         self._ended(task)

@@ -58,6 +58,7 @@ class Runtime:
                 kind=self._kind,
                 executor=self._executor,
                 observe=metrics.observe if metrics is not None else None,
+                abandoned=self._call_abandoned,
             )
 
     async def run(self) -> int:
@@ -216,6 +217,12 @@ class Runtime:
             "it is abandoned, and this worker restarts itself once no other job is in hand",
             job_id,
         )
+        self.shutdown("restart for a fresh worker", EXIT_RESTART)
+
+    def _call_abandoned(self, job_ids: list[str]) -> None:
+        """Every job of a sync batch call was stopped: as for one stopped sync job, its
+        thread is abandoned and the worker restarts once no other job is in hand."""
+        self._abandoned.update(job_ids)
         self.shutdown("restart for a fresh worker", EXIT_RESTART)
 
     async def _ping_loop(self) -> None:
