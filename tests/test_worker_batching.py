@@ -23,7 +23,7 @@ from lockgate.worker import batching
 from lockgate.worker.batching import BatchOptions, BatchOptionsError
 from lockgate.worker.handlers import Outcome
 from tests.conftest import LiveGateway
-from tests.test_job_api import get, submit
+from tests.test_job_api import get, post, submit
 from tests.test_lifecycle import eventually, status_of
 from tests.test_worker_local import HANDLERS, REPO, exit_status, run_local, until, worker_env
 
@@ -162,6 +162,17 @@ async def test_a_job_past_its_execution_timeout_times_out_alone_in_its_batch(
     await until(lambda: worker.logged(f"job {slow} stopping: it leaves its batch"))
     assert worker.process.returncode is None  # not restarted, not ended: a sync one too
     assert not worker.logged("restarting")
+
+
+async def test_a_cancelled_job_leaves_its_batch_and_the_others_complete(http, gateway, worker):
+    slow, other = await submit_all(http, gateway, [{"i": 0, "sleep": 3}, {"i": 1}])
+    await worker.start("async", max_size=2, wait_ms=NEVER_MS)
+    await until(lambda: worker.logged("batch of 2 job(s)"))
+    assert (await post(http, gateway, f"cancel/{slow}"))[1]["status"] == "CANCELLED"
+    await until(lambda: worker.logged(f"job {slow} stopping: it leaves its batch"))
+    result = await finished(http, gateway, other)
+    assert (result["status"], result["output"]) == ("COMPLETED", {"batch": 2, "i": 1})
+    assert await status_of(http, gateway, slow) == "CANCELLED"
 
 
 async def test_a_runpod_sdk_worker_batches_with_lockgate_worker_batched(http, gateway, tmp_path):
