@@ -72,6 +72,9 @@ bench-openai: setup ## Benchmark alone: OpenAI route stream overhead per chunk, 
 bench-lb: setup ## Benchmark alone: the load-balancing proxy beside the worker it proxies to (GET p50/p95, GETs/s of 32 clients, CPU per GET, SSE first byte)
 	$(PY) -m bench.lb_proxy
 
+bench-batching: setup ## Benchmark alone: dynamic batching, an embedding-shaped handler's jobs/s and /runsync p50/p95 from 64 clients, unbatched vs max_size 8/32/64
+	$(PY) -m bench.core --only batching
+
 bench-sizing: setup ## The sizing figures: Redis commands, Redis CPU and gateway CPU per job transition, memory per queued job, the per-master split on a 3-master cluster
 	$(PY) -m bench.sizing
 
@@ -134,4 +137,4 @@ images: ## Build the control-plane and worker images (needs Docker; IMAGE_REGIST
 	  -t $(IMAGE_REGISTRY)/worker:$(IMAGE_TAG) .
 	@echo "images: built $(IMAGE_REGISTRY)/control-plane:$(IMAGE_TAG) and $(IMAGE_REGISTRY)/worker:$(IMAGE_TAG)"
 
-.PHONY: help setup run test fuzz lint typecheck format bench bench-status bench-openai bench-lb bench-sizing bench-scale bench-cluster crds verify-crds envtest cluster-images e2e tools mcp browser redis chart-lint chart-scan chart-template images
+.PHONY: help setup run test fuzz lint typecheck format bench bench-status bench-openai bench-lb bench-batching bench-sizing bench-scale bench-cluster crds verify-crds envtest cluster-images e2e tools mcp browser redis chart-lint chart-scan chart-template images

@@ -17,9 +17,11 @@
    by aiohttp (bench/gateway_cpu.py);
 11. load-balancing endpoints: a small GET's p50/p95, GETs/s of 32 clients, CPU per proxied
    GET and SSE time to first byte through `/lb/` beside the same requests sent straight to
-   the worker (bench/lb_proxy.py).
+   the worker (bench/lb_proxy.py);
+12. dynamic batching: an embedding-shaped handler's jobs/s and /runsync p50/p95 from 64
+   clients, unbatched and at max_size 8, 32 and 64 (bench/batching.py).
 `--only NAME` runs one scenario (runsync, run, e2e, status, openai, shards, ack, procs,
-celery, gateway, lb).
+celery, gateway, lb, batching).
 Progress goes to stderr; the table to stdout.
 """
 
@@ -41,6 +43,7 @@ import orjson
 
 from bench import load, redis_modes
 from bench.access import status_overhead
+from bench.batching import batching
 from bench.celery_peer import beside_celery
 from bench.gateway_cpu import gateway_cpu
 from bench.lb_proxy import lb_proxy
@@ -262,6 +265,7 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
     "celery": ("beside Celery + Redis: latency, sync clients, polling batch", beside_celery),
     "gateway": ("gateway CPU per job and per /runsync, /runsync p50", gateway_cpu),
     "lb": ("LB proxy: GET p50 and GETs/s vs direct to the worker, CPU, SSE first byte", lb_proxy),
+    "batching": ("dynamic batching: jobs/s and p50/p95 unbatched vs max_size 8/32/64", batching),
 }
 
 

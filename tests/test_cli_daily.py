@@ -382,6 +382,29 @@ def test_a_job_on_an_endpoint_with_max_workers_0_says_none_will_start(dev, env) 
     requests.delete(f"{dev.url}/v1/endpoints/cli-max0", headers=dev.headers(), timeout=30)
 
 
+def test_a_runpod_workers_failure_reads_as_a_line_and_its_traceback_as_lines(dev, env) -> None:
+    """Issue 50, item 3: the runpod SDK's error (a JSON string) is `ValueError: …` in the
+    table, and its traceback real lines on stderr, not one string with `\\n` in it."""
+    v1_endpoint(dev, "cli-fails", templateId=RUNPOD_ECHO, workersMax=1)
+    try:
+        ran = lockgate("jobs", "run", "cli-fails", '{"fail": "no such prompt"}', "--wait",
+                       env=env, timeout_s=120)  # fmt: skip
+        assert ran.returncode == 1, ran.stderr
+        row = ran.stdout.splitlines()[1]
+        assert "FAILED" in row and row.rstrip().endswith("ValueError: no such prompt"), row
+        assert "error_type" not in ran.stdout and "\\n" not in ran.stdout
+        said = ran.stderr.splitlines()  # after any note of why the job waited (a cold start)
+        said = said[said.index("the worker's traceback:") :]
+        assert said[1] == "  Traceback (most recent call last):", ran.stderr
+        assert said[-1] == "  ValueError: no such prompt", ran.stderr
+        listed = ok(lockgate("jobs", "list", "cli-fails", env=env))
+        assert "ValueError: no such prompt" in listed and "error_type" not in listed
+        as_json = json.loads(ok(lockgate("jobs", "list", "cli-fails", "-o", "json", env=env)))
+        assert "error_traceback" in as_json["items"][0]["error"]  # -o json: the API's as is
+    finally:
+        requests.delete(f"{dev.url}/v1/endpoints/cli-fails", headers=dev.headers(), timeout=30)
+
+
 # `lockgate keys` over HTTP (issue 50, item 7): the saved URL and key, as the other commands.
 
 

@@ -111,7 +111,7 @@ def test_a_streaming_job_shows_its_chunks_while_it_runs(page, console_dev, endpo
     )
     page.get_by_role("button", name="Run async").click()
     # The endpoint's first job: no worker runs yet (workersMin 0), so one starts for it.
-    page.get_by_role("status").filter(has_text="Workers are starting").wait_for()
+    page.get_by_role("status").filter(has_text="a cold start").wait_for()
     stream = page.get_by_label("Stream", exact=True)
     stream.wait_for(timeout=60_000)
     first_status, first_text = live_status(page), stream.inner_text()

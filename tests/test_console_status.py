@@ -111,7 +111,7 @@ def test_the_phase_filter_goes_by_the_badge_a_crash_loop_is_not_ready(page, cons
     assert_clean(page, allow=EXPECTED)
 
 
-def test_a_healthy_endpoint_reads_ready_and_its_runner_says_cold_start_not_crash(page, console_dev):
+def test_a_healthy_endpoint_reads_ready_and_its_runner_says_why_not_crash(page, console_dev):
     create_endpoint(console_dev, "parked-ok", templateId="examples/echo/handler.py", workersMax=0)
     signed_in(page, console_dev)
     page.goto(f"{console_dev.url}/console/#/endpoints/parked-ok")
@@ -121,7 +121,7 @@ def test_a_healthy_endpoint_reads_ready_and_its_runner_says_cold_start_not_crash
     page.goto(f"{console_dev.url}/console/#/endpoints/parked-ok/requests")
     page.get_by_label("Request body (JSON)").wait_for()
     page.get_by_role("button", name="Run async").click()
-    page.get_by_role("status").filter(has_text="Workers are starting").wait_for()
+    page.get_by_role("status").filter(has_text="max workers is 0: no worker will start").wait_for()
     assert page.locator(".live-job .crashing").count() == 0
     assert_clean(page, allow=EXPECTED)
 

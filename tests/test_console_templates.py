@@ -75,7 +75,7 @@ def test_create_from_an_image_makes_the_template_then_a_ready_endpoint(page, con
     # the template API's field error shows under the field it names; nothing is made
     page.get_by_role("button", name="Create endpoint").click()
     ports_error = page.locator('[data-field="ports"] .field-error')
-    expect(ports_error).to_contain_text("ports.1")
+    expect(ports_error).to_contain_text("item 2: ")  # ports.1
     expect(page.get_by_label("HTTP ports")).to_have_attribute("aria-invalid", "true")
     assert get(console_dev, "/v1/templates").json() == []
 
@@ -83,7 +83,7 @@ def test_create_from_an_image_makes_the_template_then_a_ready_endpoint(page, con
     page.get_by_label("HTTP ports").fill("8000/http")
     page.get_by_label("Endpoint id").fill("Not_A_Label")
     page.get_by_role("button", name="Create endpoint").click()
-    expect(page.locator('[data-field="id"] .field-error')).to_contain_text("id")
+    expect(page.locator('[data-field="id"] .field-error')).to_contain_text("lowercase letters")
     expect(ports_error).to_have_count(0)
     assert get(console_dev, "/v1/templates").json() == []
     assert [e["id"] for e in get(console_dev, "/v1/endpoints").json()] == ["echo"]
@@ -93,9 +93,7 @@ def test_create_from_an_image_makes_the_template_then_a_ready_endpoint(page, con
     page.get_by_label("Model", exact=True).fill("org/model:main\nnot a model")
     page.get_by_label("Endpoint id").fill("from-image")
     page.get_by_role("button", name="Create endpoint").click()
-    expect(page.locator('[data-field="modelReferences"] .field-error')).to_contain_text(
-        "modelReferences"
-    )
+    expect(page.locator('[data-field="modelReferences"] .field-error')).to_contain_text("item 2: ")
     expect(page.get_by_label("Model", exact=True)).to_have_attribute("aria-invalid", "true")
     assert get(console_dev, "/v1/templates").json() == []
     screenshot(page, "create-model-error")
@@ -118,10 +116,10 @@ def test_create_from_an_image_makes_the_template_then_a_ready_endpoint(page, con
     # the Edit page shows the template's fields and links to it
     page.goto(f"{console_dev.url}/console/#/endpoints/from-image/edit")
     summary = page.get_by_role("region", name="Template: Echo from an image")
-    expect(summary).to_contain_text("registry.example.com/echo:1")
-    expect(summary).to_contain_text(f"python -u {ECHO}")
-    expect(summary).to_contain_text("GREETING")
-    link = summary.get_by_role("link", name="Edit the template")
+    expect(summary.get_by_label("Container image")).to_have_value("registry.example.com/echo:1")
+    expect(summary.get_by_label("Start command")).to_have_value(f"python -u {ECHO}")
+    expect(summary.get_by_label("Variable 1 name")).to_have_value("GREETING")
+    link = summary.get_by_role("link", name="Every field of the template")
     assert link.get_attribute("href") == f"#/templates/{template['id']}"
     screenshot(page, "edit-template-summary")
     # Edit: the Model field, one per line or comma separated, in the review's diff
@@ -181,7 +179,7 @@ def test_templates_page_lists_edits_and_deletes_a_template(page, console_dev):
     # a field error from PATCH shows under its field; nothing changes
     page.get_by_label("HTTP ports").fill("nonsense")
     page.get_by_role("button", name="Save").click()
-    expect(page.locator('[data-field="ports"] .field-error')).to_contain_text("ports.0")
+    expect(page.locator('[data-field="ports"] .field-error')).to_contain_text("item 1: ")
     page.get_by_label("HTTP ports").fill("8000/http")
     page.get_by_label("Name", exact=True).fill("Page echo 2")
     page.get_by_label("Variable 1 value").fill("two")
@@ -286,7 +284,7 @@ def test_registry_credentials_page_creates_lists_and_deletes_never_showing_the_p
     page.get_by_role("navigation", name="Main").get_by_role("link", name="Credentials").click()
     expect(page.get_by_role("heading", level=1)).to_have_text("Registry credentials")
     page.get_by_role("button", name="Create registry credential").click()  # empty: the API says
-    expect(page.locator(".field-error")).to_have_count(1)
+    expect(page.locator(".field-error")).to_have_count(3)  # every problem at once
     page.get_by_label("Name", exact=True).fill("quay-bot")
     page.get_by_label("User name").fill("robot")
     page.get_by_label("Password or token").fill("pa55-never-shown")
@@ -319,7 +317,7 @@ def test_network_volumes_page_creates_lists_and_refuses_deleting_one_in_use(page
     page.get_by_label("Name", exact=True).fill("weights")
     page.get_by_label("Size (GiB)").fill("0")
     page.get_by_role("button", name="Create network volume").click()
-    expect(page.locator('[data-field="size"] .field-error')).to_contain_text("size")
+    expect(page.locator('[data-field="size"] .field-error')).to_contain_text("greater than")
     page.get_by_label("Size (GiB)").fill("7")
     page.get_by_role("button", name="Create network volume").click()
     expect(page.locator("tr", has_text="weights")).to_have_count(1)
@@ -440,7 +438,7 @@ def test_a_templates_secret_references_are_rows_of_their_own_and_round_trip(page
     page.get_by_label("Variable 2 from").select_option("secret")
     page.get_by_label("Variable 2 Secret/key").fill("no-key")
     page.get_by_role("button", name="Save").click()
-    expect(page.locator('[data-field="secretEnv"] .field-error')).to_contain_text("secretEnv")
+    expect(page.locator('[data-field="secretEnv"] .field-error')).to_contain_text(".key: ")
     # Create in dev mode: plain values only, and it says why
     page.goto(f"{console_dev.url}/console/#/new")
     page.get_by_label("A container image").check()

@@ -351,8 +351,8 @@ def test_dev_a_name_is_taken_once_and_the_list_filters_by_name_in_any_case(
         ({"name": "1abc", "value": "v"}, "name: String should match pattern"),
         ({"name": "has space", "value": "v"}, "name: String should match pattern"),
         ({"name": "x" * 192, "value": "v"}, "name: String should have at most 191"),
-        ({"name": "RUNPOD_X", "value": "v"}, "name: Value error, names starting with RUNPOD"),
-        ({"name": "runPodKey", "value": "v"}, "name: Value error, names starting with RUNPOD"),
+        ({"name": "RUNPOD_X", "value": "v"}, "name: names starting with RUNPOD"),
+        ({"name": "runPodKey", "value": "v"}, "name: names starting with RUNPOD"),
         ({"name": "ok_name", "value": 5}, "value: Input should be a valid string"),
         ({"name": "ok_name", "value": "v", "description": "é" * 32768}, "at most 65535 bytes"),
         (
@@ -378,7 +378,7 @@ def test_dev_a_create_body_is_closed_and_checked_422_naming_the_field(
         ({}, "give value, description or both"),
         ({"name": "renamed"}, "name: not a field"),
         ({"value": ""}, "value: String should have at least 1 character"),
-        ({"value": None}, "value: Value error, may not be null"),
+        ({"value": None}, "value: may not be null"),
         ({"description": "é" * 32768}, "at most 65535 bytes"),
     ],
 )

@@ -422,5 +422,5 @@ def test_an_endpoint_resource_with_a_bad_warmup_is_not_spec_valid() -> None:
                                       "warmup": {"inputs": [{}]}})  # fmt: skip
     assert spec is None and (check.status, check.reason) == ("False", "InvalidSpec")
     assert check.message == (
-        "spec.warmup: Value error, inputs are for queue endpoints, an LB endpoint's is a request"
+        "spec.warmup: inputs are for queue endpoints, an LB endpoint's is a request"
     )

@@ -455,15 +455,19 @@ async def serve(opts: DevOptions, redis: RedisSettings, stop: Stop) -> bool | No
         await start_endpoints(plane, opts)
         base = settings.public_base_url()
         write_cli_config(base, opts.api_key)
-        say(f"endpoint {opts.endpoint_id!r} ready: job API {base}/v2/{opts.endpoint_id}")
-        if opts.spec.type == EndpointType.LB:
-            say(f"load balancer: {base}/lb/{opts.endpoint_id}/<path> (any method)")
-        say(f"OpenAI base_url: {base}/v2/{opts.endpoint_id}/openai/v1 (api_key: the API key)")
+        lb = opts.spec.type == EndpointType.LB
+        if lb:
+            say(f"endpoint {opts.endpoint_id!r} ready: load balancer {base}/lb/{opts.endpoint_id}/"
+                "<path> (any method, sent to a worker as /<path>)")  # fmt: skip
+            say(f"OpenAI base_url: {base}/lb/{opts.endpoint_id}/v1 (if the worker serves it)")
+        else:
+            say(f"endpoint {opts.endpoint_id!r} ready: job API {base}/v2/{opts.endpoint_id}")
+            say(f"OpenAI base_url: {base}/v2/{opts.endpoint_id}/openai/v1 (api_key: the API key)")
         say(f"management API: {base}/v1/endpoints, {base}/v1/templates (Bearer <API key>)")
         say(f"runpod SDK management calls: RUNPOD_API_BASE_URL={base} (/graphql)")
         say(f"console: {base}/console/ (sign in with the API key)")
         say(f"API key: {opts.api_key}")
-        say(f"try: {curl_line(base, opts.endpoint_id, opts.api_key)}")
+        say(f"try: {curl_line(base, opts.endpoint_id, opts.api_key, lb=lb)}")
         passed = await tested(opts, local_url, stop) if opts.tests is not None else None
         await stop.wait()
         say(stopping_line(await plane.jobs_in_hand(), plane.stop_grace_s))

@@ -11,6 +11,7 @@ from urllib.parse import quote
 
 from lockgate.client import ApiClient, ClientError
 from lockgate.commands.session import emit
+from lockgate.models.joberror import read_error
 
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT"}
 JOB_COLUMNS = ("id", "status", "delay ms", "execution ms", "output", "error")
@@ -21,6 +22,12 @@ FIRST_LOOK_MS = 1_000  # a job that ends this soon is shown with no note
 LOOK_EVERY_MS = 5_000  # then each /status call holds this long, and /health is read between
 
 
+def error_line(error: Any) -> str | None:
+    """A job's error as one line (`ValueError: bad input`, not the SDK's JSON string)."""
+    read = read_error(error)
+    return read.line() if read else None
+
+
 def job_row(job: dict[str, Any]) -> list[Any]:
     """A job (`/status`, `/run`, `/runsync`, `/cancel` answer) as a table row."""
     return [
@@ -29,8 +36,17 @@ def job_row(job: dict[str, Any]) -> list[Any]:
         job.get("delayTime"),
         job.get("executionTime"),
         job.get("output"),
-        job.get("error"),
+        error_line(job.get("error")),
     ]
+
+
+def show_job(args: argparse.Namespace, job: dict[str, Any]) -> None:
+    """The job as `-o` asks; in a table, its error's traceback follows on stderr, as lines."""
+    emit(args, job, JOB_COLUMNS, [job_row(job)])
+    read = read_error(job.get("error"))
+    if read and read.traceback and (getattr(args, "output", None) or "table") == "table":
+        lines = "\n".join(f"  {line}" for line in read.traceback.splitlines())
+        print(f"the worker's traceback:\n{lines}", file=sys.stderr, flush=True)
 
 
 def job_input(text: str) -> Any:
@@ -64,7 +80,7 @@ async def run_job(args: argparse.Namespace, api: ApiClient) -> int:
     job = await api.call("POST", f"{base(args.endpoint)}/run", body=body)
     if args.wait and job.get("status") not in FINAL:
         job = await wait_for_end(api, args.endpoint, job)
-    emit(args, job, JOB_COLUMNS, [job_row(job)])
+    show_job(args, job)
     return exit_code(job)
 
 
@@ -101,7 +117,7 @@ async def waiting_note(api: ApiClient, endpoint: str) -> str | None:
 async def job_status(args: argparse.Namespace, api: ApiClient) -> int:
     params = {"wait": args.wait_ms} if args.wait_ms else None
     job = await api.call("GET", f"{base(args.endpoint)}/status/{quote(args.job)}", params=params)
-    emit(args, job, JOB_COLUMNS, [job_row(job)])
+    show_job(args, job)
     return exit_code(job)
 
 
@@ -130,7 +146,7 @@ async def list_jobs(args: argparse.Namespace, api: ApiClient) -> None:
     items = page.get("items") or []
     rows = [
         [j.get("id"), j.get("status"), j.get("createdAt"), j.get("delayTime"),
-         j.get("executionTime"), j.get("workerId"), j.get("error")]
+         j.get("executionTime"), j.get("workerId"), error_line(j.get("error"))]
         for j in items
     ]  # fmt: skip
     emit(args, page, LIST_COLUMNS, rows)

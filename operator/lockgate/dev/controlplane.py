@@ -532,6 +532,24 @@ class LocalControlPlane:
             if ep.workers is not None:
                 await ep.workers.restart()
 
+    async def stop_worker(self, endpoint_id: str, worker_id: str, *, restart: bool) -> bool:
+        """Stop one worker process as a scale-down does (no new job; SIGTERM: the job in
+        hand finishes, then it exits; it counts as no failed start). `restart`: a fresh
+        worker starts in its place at once (the current pool's, unless a crash loop holds
+        starts); without it the scaler starts another only if workersMin or the queue want
+        one. False: no such running worker (or one stopping already)."""
+        async with self._lock:
+            ep = self._find(endpoint_id)
+            for pool in _all_workers(ep):
+                if worker_id not in pool.pool.active:
+                    continue
+                why = "restarted by request" if restart else "stopped by request"
+                await pool.pool.stop_worker(worker_id, why)
+                if restart and pool is ep.workers and pool.loop is None:
+                    await pool.pool.start_worker()
+                return True
+            return False
+
     async def delete(self, endpoint_id: str) -> None:
         """Unregister (the gateway answers 404 at once), stop the workers, then remove the
         worker key, queued jobs and job history, as the operator's finalizer does."""

@@ -51,7 +51,7 @@ def parse_pod_log(maker: LineMaker, text: str) -> list[LogLine]:
             ms = parse_time(stamp, "ts")
         except ValueError:
             continue  # not a timestamped line (cannot happen with timestamps=true)
-        lines.append(maker.make(rest, STDOUT, ms))
+        lines.extend(maker.make_all(rest, STDOUT, ms))
     return lines
 
 
@@ -75,7 +75,7 @@ def log_options(query: LogQuery, now_ms: int) -> dict[str, Any]:
     """`read_namespaced_pod_log` options for a query (the API has no sinceTime here)."""
     options: dict[str, Any] = {"container": WORKER_CONTAINER, "timestamps": True}
     # A job filter looks through more lines than it returns.
-    options["tail_lines"] = TAIL_MAX if query.job else query.tail
+    options["tail_lines"] = TAIL_MAX if query.narrowed else query.tail
     if query.since is not None:
         options["since_seconds"] = max(1, (now_ms - query.since) // 1000 + 1)
     return options
@@ -196,10 +196,11 @@ class _Watch:
                     except ValueError:
                         continue  # not a timestamped line (cannot happen with timestamps)
                     count, last_ns = (count + 1 if ns == last_ns else 1), ns
-                    line = maker.make(text, STDOUT, ns // 1_000_000)  # (tracks its jobs)
+                    made = maker.make_all(text, STDOUT, ns // 1_000_000)  # (tracks jobs)
                     if (ns, count) > mark:
                         mark = (ns, count)
-                        self.loop.call_soon_threadsafe(self.follower.offer, line)
+                        for line in made:
+                            self.loop.call_soon_threadsafe(self.follower.offer, line)
         with contextlib.suppress(Exception):
             resp.release_conn()
         # The container ended (a restart follows, in a crash loop), or the stream was quiet

@@ -88,9 +88,23 @@ async def endpoint_json(
 
 
 def payload_parts(payload: dict[str, Any]) -> tuple[str | None, EndpointSpec]:
-    """A v1 creation payload's `id` (None: a new one) and settings."""
+    """A v1 creation payload's `id` (None: a new one) and settings; `Invalid` naming every
+    bad field at once, the id's among the settings' (a form shows each beside its field)."""
     fields = dict(payload)
-    return fields.pop("id", None), ops.endpoint_spec(fields)
+    endpoint_id = fields.pop("id", None)
+    problems = []
+    if endpoint_id is not None:
+        try:
+            ops.checked_id(endpoint_id, endpoint=True)
+        except ops.Invalid as err:
+            problems.append(str(err))
+    try:
+        spec = ops.endpoint_spec(fields)
+    except ops.Invalid as err:
+        problems.append(str(err))
+    if problems:
+        raise ops.Invalid("; ".join(problems))
+    return endpoint_id, spec
 
 
 async def create_endpoint(request: web.Request) -> web.Response:

@@ -82,10 +82,10 @@ class EndpointLogs:
             if buf.closed >= {STDOUT, STDERR}:
                 buf.exited_at = time.monotonic()
             return
-        line = buf.maker.make(text, stream)
-        buf.keep(line)
-        for follower in self.followers:
-            follower.offer(line)
+        for line in buf.maker.make_all(text, stream):
+            buf.keep(line)
+            for follower in self.followers:
+                follower.offer(line)
 
     def select(self, query: LogQuery) -> list[LogLine]:
         self._forget_old()

@@ -19,6 +19,10 @@ job; one that raises reports the worker unhealthy and exits it with code 1::
         if not os.path.exists("/models/model.safetensors"):
             raise RuntimeError("model file not found")
 
+Dynamic batching: `start({"handler": embed, "batch": {"max_size": 32, "wait_ms": 10}})`
+calls `embed(jobs)` with a list of jobs and takes a list of outputs back; `batched(embed,
+max_size=32)` does the same under the runpod SDK (`batching`).
+
 `python handler.py --test_input '{"input": {"x": 1}}'` runs one job locally and prints
 the result. Deployed, the worker reads `LOCKGATE_GATEWAY_URL`, `LOCKGATE_ENDPOINT_ID`,
 `LOCKGATE_WORKER_ID` and `LOCKGATE_WORKER_KEY` (or the `RUNPOD_*` variables RunPod sets).
@@ -30,10 +34,17 @@ from collections.abc import Mapping
 
 from lockgate.signing import WebhookVerificationError, verify
 
+from .batching import batched
 from .entry import start
 from .fitness import register_fitness_check
 
-__all__ = ["WebhookVerificationError", "register_fitness_check", "start", "verify_webhook"]
+__all__ = [
+    "WebhookVerificationError",
+    "batched",
+    "register_fitness_check",
+    "start",
+    "verify_webhook",
+]
 
 
 def verify_webhook(

@@ -20,6 +20,7 @@ CALL_TIMEOUT_S = 30.0
 # jobs. Short: a worker told to stop (SIGTERM) waits for this answer before it exits.
 DONE_HOLD_MS = 500
 TAKE = ("take", "wait")  # a job-done's parameters asking for the next job
+TAKE_BATCH_MAX = 100  # the most jobs the gateway hands out per job-take-batch
 DELIVERY_DEADLINE_S = 60.0  # how long a result or chunk is retried before it is dropped
 JSON_HEADERS = {"Content-Type": "application/json"}
 
@@ -56,13 +57,15 @@ class GatewayClient:
             await self._http.close()
 
     async def take(self, count: int, *, in_progress: bool) -> list[Job]:
-        """Long-poll for up to `count` jobs; return [] when none arrived."""
+        """Long-poll for up to `count` jobs (at most TAKE_BATCH_MAX per call); return []
+        when none arrived."""
         params = {"job_in_progress": "1" if in_progress else "0"}
         if self._idle is not None:
             params["idle"], self._idle = self._idle, None
         url = self._config.take_url
         if count > 1:
-            url, params["batch_size"] = self._config.take_batch_url, str(count)
+            url = self._config.take_batch_url
+            params["batch_size"] = str(min(count, TAKE_BATCH_MAX))
         status, data = await self._call("GET", url, params=params, timeout_s=LONG_POLL_TIMEOUT_S)
         jobs = _decode(data) if status == 200 and data else []
         return [jobs] if isinstance(jobs, dict) else _jobs_list(jobs)

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
 from . import config, local, logs
+from .batching import BatchOptionsError
 from .fitness import run_fitness_checks
 from .logs import log
 from .options import StartOptions
@@ -19,14 +20,19 @@ def start(settings: Mapping[str, Any]) -> NoReturn:
     """Run a worker with `settings` as `runpod.serverless.start` takes them; never returns.
 
     Keys: `handler` (required), `return_aggregate_stream`, `concurrency_modifier`,
-    `refresh_worker`. Serving a gateway, the fitness checks run first (`fitness`): a
+    `refresh_worker`, and lockgate's own `batch` (`batching`). A bad setting exits 2
+    with one line on stderr. Serving a gateway, the fitness checks run first (`fitness`): a
     failing one reports the worker unhealthy and exits 1; a local test run runs none.
     Exits 0 after SIGTERM/SIGINT once the jobs in hand are reported, 1 on a failed local
     test. A stopped sync handler cannot be interrupted in its thread:
     once no other job is in hand the worker re-executes its own command line (same pid
     and worker id), or exits 3 for its supervisor when that fails.
     """
-    options = StartOptions.from_mapping(settings)
+    try:
+        options = StartOptions.from_mapping(settings)
+    except (TypeError, BatchOptionsError) as err:
+        print(f"lockgate.worker: cannot start: {err}", file=sys.stderr, flush=True)
+        sys.exit(2)
     args = _parse_args()
     logs.setup(args.rp_log_level or config.log_level())
     if args.test_input is not None or not config.gateway_configured():

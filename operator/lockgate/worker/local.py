@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import codec, handlers
+from . import batching, codec, handlers
 from .handlers import Job
 from .logs import log
 from .options import StartOptions
@@ -54,11 +54,15 @@ def run_test_job(options: StartOptions, job: Job) -> int:
         chunks.append(chunk)
 
     log.info("job %s started locally", job["id"])
-    outcome = asyncio.run(
-        handlers.run(
-            options.handler, job, send_chunk=collect, aggregate=options.return_aggregate_stream
+    if options.batch is not None:  # a batch of one
+        kind = handlers.kind_of(options.handler)
+        outcome = asyncio.run(batching.call(options.handler, [job], kind, None))[0]
+    else:
+        outcome = asyncio.run(
+            handlers.run(
+                options.handler, job, send_chunk=collect, aggregate=options.return_aggregate_stream
+            )
         )
-    )
     report = {"id": job["id"], "status": "FAILED" if outcome.failed else "COMPLETED"}
     report |= outcome.body
     if outcome.is_stream:

@@ -15,11 +15,13 @@ from typing import Any
 
 from . import handlers
 from .backoff import Backoff
+from .batching import Batcher
 from .client import AuthError, GatewayClient, GatewayError
 from .config import WorkerConfig
 from .handlers import Job
 from .jobs import JobsInHand
 from .logs import log
+from .metrics import batch_metrics
 from .options import StartOptions
 
 EXIT_OK = 0
@@ -47,14 +49,27 @@ class Runtime:
         self._concurrency = 1
         self._executor = ThreadPoolExecutor(MAX_HANDLER_THREADS, "lockgate-handler")
         self._client = GatewayClient(config)
+        self._batcher: Batcher | None = None
+        if options.batch is not None:
+            metrics = batch_metrics()
+            self._batcher = Batcher(
+                options.handler,
+                options.batch,
+                kind=self._kind,
+                executor=self._executor,
+                observe=metrics.observe if metrics is not None else None,
+                abandoned=self._call_abandoned,
+            )
 
     async def run(self) -> int:
         """Work until a signal or a restart request; return the process exit status."""
+        batch = self._options.batch
         log.info(
-            "worker %s started: endpoint %s, %s handler",
+            "worker %s started: endpoint %s, %s handler%s",
             self._config.worker_id,
             self._config.endpoint_id or "?",
             self._kind.value,
+            f", batches of up to {batch.max_size} within {batch.wait_ms:g} ms" if batch else "",
         )
         self._install_signal_handlers()
         async with self._client:
@@ -129,14 +144,7 @@ class Runtime:
         # the lines in between (the handler's prints, a traceback) to this job.
         log.info("job %s started", job_id)
         try:
-            outcome = await handlers.run(
-                self._options.handler,
-                job,
-                send_chunk=functools.partial(self._client.stream, job_id),
-                aggregate=self._options.return_aggregate_stream,
-                kind=self._kind,
-                executor=self._executor,
-            )
+            outcome = await self._outcome(job_id, job)
             # Said before the result is sent: its job-done may hold its answer for the next
             # job (take=1); a result not delivered is logged by the client as an error.
             _report_outcome(job_id, outcome, time.monotonic() - started)
@@ -157,6 +165,18 @@ class Runtime:
             self._start_job(next_job)
         if refresh:
             self.shutdown(f"job {job_id} asked for a fresh worker (refresh_worker)")
+
+    async def _outcome(self, job_id: str, job: Job) -> handlers.Outcome:
+        if self._batcher is not None:
+            return await self._batcher.run(job)
+        return await handlers.run(
+            self._options.handler,
+            job,
+            send_chunk=functools.partial(self._client.stream, job_id),
+            aggregate=self._options.return_aggregate_stream,
+            kind=self._kind,
+            executor=self._executor,
+        )
 
     def _slot_stays(self) -> bool:
         """Whether a finished job's slot is wanted for another job at once: the result's
@@ -185,6 +205,9 @@ class Runtime:
             log.debug("stop signal for job %s, which is not running here", job_id)
             return
         held.task.cancel()
+        if self._batcher is not None:  # the batch's other jobs go on; its output is dropped
+            log.info("job %s stopping: it leaves its batch", job_id)
+            return
         if not self._kind.in_thread:
             log.info("job %s stopping: its handler is cancelled", job_id)
             return
@@ -194,6 +217,12 @@ class Runtime:
             "it is abandoned, and this worker restarts itself once no other job is in hand",
             job_id,
         )
+        self.shutdown("restart for a fresh worker", EXIT_RESTART)
+
+    def _call_abandoned(self, job_ids: list[str]) -> None:
+        """Every job of a sync batch call was stopped: as for one stopped sync job, its
+        thread is abandoned and the worker restarts once no other job is in hand."""
+        self._abandoned.update(job_ids)
         self.shutdown("restart for a fresh worker", EXIT_RESTART)
 
     async def _ping_loop(self) -> None:

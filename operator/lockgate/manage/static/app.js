@@ -15,6 +15,8 @@ import * as releases from "./pages/releases.js";
 import * as requests from "./pages/requests.js";
 import * as resources from "./pages/resources.js";
 import * as templates from "./pages/templates.js";
+import * as usage from "./pages/usage.js";
+import * as workers from "./pages/workers.js";
 
 // [hash pattern, page module, title]; `:id` is an endpoint id (a template's under templates/).
 const ROUTES = [
@@ -25,8 +27,10 @@ const ROUTES = [
   ["templates/:id", {render: templates.renderOne}, "Template"],
   ["credentials", {render: resources.credentials}, "Registry credentials"],
   ["volumes", {render: resources.volumes}, "Network volumes"],
+  ["usage", usage, "Usage"],
   ["endpoints/:id", endpoint, "Overview"],
   ["endpoints/:id/requests", requests, "Requests"],
+  ["endpoints/:id/workers", workers, "Workers"],
   ["endpoints/:id/metrics", metrics, "Metrics"],
   ["endpoints/:id/logs", logs, "Logs"],
   ["endpoints/:id/releases", releases, "Releases"],
@@ -37,6 +41,7 @@ const ROUTES = [
 const TABS = [
   ["", "Overview"],
   ["/requests", "Requests"],
+  ["/workers", "Workers"],
   ["/metrics", "Metrics"],
   ["/logs", "Logs"],
   ["/releases", "Releases"],

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from lockgate.gateway.errors import Unprocessable
 from lockgate.gateway.http import json_object
+from lockgate.models.errors import error_message
 
 PROBLEM_JSON = "application/problem+json"
 M = TypeVar("M", bound=BaseModel)
@@ -60,7 +61,7 @@ def violations(err: ValidationError) -> list[str]:
     out = []
     for e in err.errors(include_url=False):
         where = ".".join(str(p) for p in e["loc"]) or "body"
-        what = "not a field of this request" if e["type"] == "extra_forbidden" else e["msg"]
+        what = "not a field of this request" if e["type"] == "extra_forbidden" else error_message(e)
         out.append(f"{where}: {what}")
     return out
 

@@ -2,8 +2,8 @@
 // live view of the new endpoint until its job API URL shows. #/new?from=repository creates
 // from a ready-to-deploy repository instead (pages/hub.js).
 import {about, api} from "../api.js";
-import {copyButton, errorBox, h, replace} from "../dom.js";
-import {endpointForm, markInvalid} from "./form.js";
+import {copyButton, h, replace} from "../dom.js";
+import {endpointForm, formErrors} from "./form.js";
 import * as hub from "./hub.js";
 import {isLb, lbUrl} from "./lb.js";
 import {conditionWrong} from "./state.js";
@@ -22,8 +22,7 @@ export async function render(view, ctx) {
       watch(view, ctx, record.id);
     } catch (err) {
       if (err.name === "AbortError") return;
-      replace(status, errorBox(err));
-      markInvalid(form, err.message);
+      replace(status, formErrors(form, err));
       submit.disabled = false;
     }
   }}, element, status, h("div", {class: "row"}, submit, h("a", {href: "#/endpoints"}, "Cancel")));

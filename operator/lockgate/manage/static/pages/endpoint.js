@@ -4,7 +4,7 @@
 import {about, api, commandLineNote, DEV_MODE_NOTE, jobApi} from "../api.js";
 import {copyButton, duration, errorBox, h, replace} from "../dom.js";
 import {failing} from "./endpoints.js";
-import {isLb, lbRequests, lbSettings, lbUrlRow} from "./lb.js";
+import {isLb, lbRequests, lbSettings, lbUrl, lbUrlRow} from "./lb.js";
 import {stat, useStyles} from "./health.js";
 import {callCard} from "./snippets.js";
 import {conditionWrong, endpointState} from "./state.js";
@@ -65,7 +65,9 @@ function queue(health) {
       stat(h, "in progress", j.inProgress),
       stat(h, "completed", j.completed),
       stat(h, "failed", j.failed, j.failed > 0 ? "warn" : ""),
-      stat(h, "retried", j.retried)));
+      stat(h, "retried", j.retried)),
+    // why the queued jobs wait, when they do (/health's `waiting`, docs/job-api.md)
+    health?.waiting ? h("p", {class: "warning waiting", role: "status"}, `Queued jobs wait: ${health.waiting}.`) : null);
 }
 
 function compute(r) {
@@ -164,7 +166,9 @@ async function refresh(id, ctx, failure, {head, call, body}) {
   const state = endpointState(record, health);
   replace(head, summary(record, health), restartCard(record, health, state, failure),
     problems(record, state.stopped));
-  if (!isLb(record) && !call.firstChild) replace(call, callCard(jobApi(record))); // built once: keeps the chosen tab
+  if (!call.firstChild) { // built once: keeps the chosen tab
+    replace(call, isLb(record) ? callCard(lbUrl(record), {lb: true}) : callCard(jobApi(record)));
+  }
   replace(body, workers(health, record), isLb(record) ? lbRequests(health) : queue(health),
     settings(record, info), conditionsTable(conditions));
 }

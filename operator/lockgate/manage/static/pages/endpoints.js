@@ -186,7 +186,8 @@ function rows(record, {health, metrics, state}) {
       h("div", {class: "hint"}, `min ${record.workersMin} · max ${record.workersMax}`), trouble),
     ...(isLb(record) ? lbCells(health) : [
       cell("Queue", `${queued ?? "—"}`,
-        health?.jobs?.inProgress ? h("div", {class: "hint"}, `${health.jobs.inProgress} in progress`) : null),
+        health?.jobs?.inProgress ? h("div", {class: "hint"}, `${health.jobs.inProgress} in progress`) : null,
+        health?.waiting ? h("div", {class: "hint waiting"}, `waiting: ${health.waiting}`) : null),
       cell("Jobs/min", stats ? String(stats.perMin) : "—"),
       cell("Failures", stats
         ? h("span", {class: stats.failed ? "bad-text" : null}, `${stats.failed} in 1 h`)

@@ -1,7 +1,7 @@
 // The endpoint settings form shared by Create and Edit: every field of the creation payload
 // (models/endpoint.py EndpointSpec), the payload it makes, and the diff of an edit.
 import {DEV_MODE_NOTE} from "../api.js";
-import {h, replace} from "../dom.js";
+import {errorBox, h, replace} from "../dom.js";
 import {typeChoice} from "./lb.js";
 import {shownSource, sourceFields} from "./source.js";
 import {workerSource} from "./template.js";
@@ -218,14 +218,78 @@ function placement(devMode, ...fields) {
     h("p", {class: "hint dev-mode-note"}, DEV_MODE_NOTE), fields);
 }
 
-/** Mark the input an API error names ("workersMax: ..." names workersMax, "ports.0: ..."
- * names ports) and show the message under that field. */
+/** The parts of an API error message, one a problem: "a: x; b.0: y" -> ["a: x", "b.0: y"]
+ * (a "; " followed by the next "name: " starts a part; other "; " stay in their part). */
+export function messageParts(message) {
+  return String(message || "").split(/; (?=[\w.-]+: )/).filter((part) => part.trim());
+}
+
+/** The field a problem is about, and its text without the field's name: its leading name
+ * ("workersMax: …", "modelReferences.0: …" names modelReferences), else, for a check across
+ * fields ("body: workersMin (3) must not exceed workersMax (1)"), the first of the form's
+ * fields its text names. `names`: the form's field names. */
+export function problemField(part, names) {
+  const found = /^([\w-]+)(?:\.([\w.-]*))?: ([\s\S]*)$/.exec(part);
+  if (found && names.includes(found[1])) {
+    // "ports.1: …": the field's second item (a list field's items counted from 1)
+    const item = /^(\d+)(.*)$/.exec(found[2] || "");
+    const where = item ? `item ${Number(item[1]) + 1}${item[2] ? ` (${item[2].replace(/^\./, "")})` : ""}: `
+      : found[2] ? `${found[2]}: ` : ""; // "secretEnv.HF_TOKEN.key: …" keeps "HF_TOKEN.key"
+    return {name: found[1], text: `${where}${found[3]}`, leading: true};
+  }
+  const text = found && (found[1] === "body" || found[1] === "spec") ? found[3] : part;
+  const named = names.filter((n) => new RegExp(`\\b${n}\\b`).test(text))
+    .sort((a, b) => text.search(new RegExp(`\\b${a}\\b`)) - text.search(new RegExp(`\\b${b}\\b`)));
+  return {name: named[0] || null, text};
+}
+
+/** A field's name as the form labels it ("Workers max"), or the name itself. */
+function labelOf(form, name) {
+  const place = form.querySelector(`[data-field="${CSS.escape(name)}"]`);
+  const label = place?.querySelector("label, legend");
+  return label ? label.textContent.trim() : name;
+}
+
+/** `text` with each API field name of the form ("workersMax": a name with a capital, so
+ * not the word "name") put in the form's own words ("Workers max"). */
+function inLabels(form, names, text) {
+  return names.filter((n) => /[A-Z]/.test(n))
+    .reduce((out, n) => out.replace(new RegExp(`\\b${n}\\b`, "g"), labelOf(form, n)), text);
+}
+
+/** Mark every input an API error names and show each problem under its field, in the form's
+ * labels (not the API's field names); the problems no shown field takes are returned, in
+ * the form's labels too. An empty message clears the marks. */
 export function markInvalid(form, message) {
   form.querySelectorAll("[aria-invalid]").forEach((el) => el.removeAttribute("aria-invalid"));
   form.querySelectorAll(".field-error").forEach((el) => el.remove());
-  const name = String(message).split(/[:. (]/)[0];
-  const input = form.querySelector(`[name="${CSS.escape(name)}"]`);
-  if (input) input.setAttribute("aria-invalid", "true");
-  const place = form.querySelector(`[data-field="${CSS.escape(name)}"]`);
-  if (place && !place.hidden) place.append(h("p", {class: "field-error"}, message));
+  const names = [...form.querySelectorAll("[data-field]")].map((el) => el.dataset.field);
+  const shown = [];
+  for (const part of messageParts(message)) {
+    const {name, text, leading} = problemField(part, names);
+    const place = name && form.querySelector(`[data-field="${CSS.escape(name)}"]`);
+    const said = inLabels(form, names, text);
+    if (!place || place.hidden || place.closest("[hidden]")) {
+      shown.push({label: null, text: said});
+      continue;
+    }
+    form.querySelector(`[name="${CSS.escape(name)}"]`)?.setAttribute("aria-invalid", "true");
+    place.append(h("p", {class: "field-error"}, said));
+    // a check across fields names them in its text: said as it is, not after a label
+    shown.push({label: leading ? labelOf(form, name) : null, text: said, at: names.indexOf(name), placed: true});
+  }
+  const at = (p) => (p.placed ? p.at : names.length); // in the form's order, the others last
+  return shown.sort((a, b) => at(a) - at(b));
+}
+
+/** What a refused form shows above its buttons: every problem of the API's error in the
+ * form's labels ("Workers max: …"), each also beside its field (markInvalid); an error
+ * that names no problem (a 404, a network failure) as it is. */
+export function formErrors(form, err) {
+  const problems = markInvalid(form, err?.message || String(err));
+  if (!problems.length) return errorBox(err);
+  if (problems.length === 1 && !problems[0].placed) return errorBox(new Error(problems[0].text));
+  return h("div", {class: "error form-errors", role: "alert"},
+    h("p", {}, problems.length === 1 ? "1 problem:" : `${problems.length} problems:`),
+    h("ul", {}, problems.map((p) => h("li", {}, p.label ? `${p.label}: ${p.text}` : p.text))));
 }

@@ -1,10 +1,13 @@
 // The Requests tab: send a test request (Run = /runsync, Run async = /run then poll), watch it
-// live (status, "workers are starting", stream, output, times, error and the worker's log
-// lines), and browse the endpoint's jobs (GET /requests: filters, pages, cancel, retry, log
-// lines, purge). Every call goes through api() to the endpoint's job API (jobApi(record)).
+// live (status, why it waits (/health's `waiting`), progress, stream, output, times, error
+// read as lines (joberror.js) and the worker's log lines), and browse the endpoint's jobs
+// (GET /requests, read again every LIST_REFRESH_MS while the tab is shown: filters, pages,
+// cancel, retry, log lines, purge). Every call goes through api() to the endpoint's job API
+// (jobApi(record)).
 import {api, jobApi} from "../api.js";
 import {duration, errorBox, h, replace, toast} from "../dom.js";
 import {useStyles} from "./health.js";
+import {errorView} from "./joberror.js";
 import {jobLogs} from "./joblogs.js";
 import {isLb, renderLbRequests} from "./lb.js";
 import {workersFailing, workersTrouble} from "./state.js";
@@ -14,6 +17,9 @@ const FINAL = new Set(["COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT"]);
 const DEFAULT_REQUEST = {input: {prompt: "Hello from the lockgate console"}};
 const POLL_MS = 500;
 const PAGE = 10;
+// The list is read again this often while the tab is open (jobs sent from the runpod SDK or
+// curl show by themselves), within GET /requests's limit of 10 calls per 10 s.
+const LIST_REFRESH_MS = 3000;
 
 const storageKey = (id) => `lockgate.request.${id}`;
 const pause = (ms, signal) => new Promise((resolve, reject) => {
@@ -125,8 +131,9 @@ function testRequest(id, job, ctx, onDone) {
 }
 
 /** The live view of one job: status, cold-start note, stream, output, times, error, logs.
- * `onQueued` runs once a Run async job is queued (the list shows it at once). */
-function liveJob(endpointId, job, signal, onQueued) {
+ * `onChange` runs once a Run async job is queued and when its status changes (the list
+ * shows it at once, as the runner does). */
+function liveJob(endpointId, job, signal, onChange) {
   const status = h("span", {}, badge("SENDING"));
   const note = h("div");
   const times = h("span", {class: "hint"});
@@ -150,7 +157,15 @@ function liveJob(endpointId, job, signal, onQueued) {
   let lastHealthCheck = 0;
   let current = "SENDING";
 
+  // While the job runs, /status's `output` is its handler's latest progress_update report.
+  function progress(body) {
+    if (body.status !== "IN_PROGRESS" || body.output === undefined) return;
+    const shown = typeof body.output === "string" ? body.output : JSON.stringify(body.output);
+    replace(output, h("h3", {}, "Progress"), h("pre", {class: "output", "aria-label": "Progress"}, shown));
+  }
+
   function show(state, body = {}) {
+    if (state !== current && body.id && current !== "SENDING") onChange(); // the list agrees
     current = state;
     replace(status, badge(state));
     if (body.id) {
@@ -174,11 +189,7 @@ function liveJob(endpointId, job, signal, onQueued) {
     if (current !== "IN_QUEUE") return; // it moved on meanwhile
     const trouble = workersTrouble(record, health);
     if (trouble) return replace(note, troubleNote(trouble, endpointId, record, health));
-    const w = health?.workers || {};
-    const starting = (w.idle || 0) + (w.running || 0) === 0 || (w.initializing || 0) > 0;
-    replace(note, starting
-      ? h("div", {class: "warning", role: "status"}, "Workers are starting: the job waits in the queue until one is ready (a cold start).")
-      : null);
+    replace(note, waitingNote(health));
   }
 
   async function finish(body) {
@@ -187,7 +198,7 @@ function liveJob(endpointId, job, signal, onQueued) {
     if (body.status === "COMPLETED") {
       replace(output, h("h3", {}, "Output"), h("pre", {class: "output", "aria-label": "Output"}, JSON.stringify(body.output, null, 2)));
     } else if (body.status === "FAILED" || body.status === "TIMED_OUT") {
-      replace(output, errorBox(new Error(body.error || body.status)));
+      replace(output, errorView(body.error) || errorBox(new Error(body.status)));
       output.append(await jobLogs(endpointId, body.id, {signal}));
     }
   }
@@ -205,6 +216,7 @@ function liveJob(endpointId, job, signal, onQueued) {
       const body = await job(`status/${encodeURIComponent(jobIdValue)}?wait=${POLL_MS}`, {signal});
       if (FINAL.has(body.status) && FINAL.has(read.status) && !read.stream.length) return finish(body);
       show(body.status, body);
+      progress(body);
     }
   }
 
@@ -212,7 +224,7 @@ function liveJob(endpointId, job, signal, onQueued) {
     if (mode === "async") {
       const queued = await job("run", {method: "POST", body: request});
       show(queued.status, queued);
-      onQueued();
+      onChange();
       return follow(queued.id);
     }
     // /runsync answers once the job is final (or its wait elapsed): meanwhile, tell whether
@@ -238,6 +250,15 @@ function liveJob(endpointId, job, signal, onQueued) {
   }
 
   return {element, run, fail: (err) => replace(note, errorBox(err))};
+}
+
+/** Why the job waits, as /health's `waiting` says it ("max workers is 0: no worker will
+ * start", "2 workers busy, max reached (2); 3 jobs in the queue", a cold start), or null
+ * when nothing holds it back. */
+function waitingNote(health) {
+  if (!health?.waiting) return null;
+  return h("div", {class: "warning waiting", role: "status"},
+    h("strong", {}, "The job waits: "), `${health.waiting}.`);
 }
 
 /** "Workers are crashing: <why>" (or "cannot start"), with a link to the Logs tab: not a
@@ -267,11 +288,14 @@ function requestsList(endpointId, job, ctx) {
   const older = h("button", {type: "button", onclick: () => { cursors.push(next); refresh(); }}, "Older");
   const pageInfo = h("span", {class: "hint"});
 
+  let applied = {status: "", from: "", to: ""}; // the filters as last applied
+  let shownPage = null; // the answer shown, as JSON: an unchanged one is not drawn again
+
   function query() {
     const q = new URLSearchParams({limit: String(PAGE)});
-    if (status.value) q.set("status", status.value);
-    if (from.value) q.set("from", new Date(from.value).toISOString());
-    if (to.value) q.set("to", new Date(to.value).toISOString());
+    if (applied.status) q.set("status", applied.status);
+    if (applied.from) q.set("from", new Date(applied.from).toISOString());
+    if (applied.to) q.set("to", new Date(applied.to).toISOString());
     const cursor = cursors[cursors.length - 1];
     if (cursor) q.set("cursor", cursor);
     return q;
@@ -318,7 +342,7 @@ function requestsList(endpointId, job, ctx) {
       h("tr", {dataset: {job: item.id}},
         h("td", {}, new Date(item.createdAt).toLocaleString()),
         h("td", {class: "mono"}, h("button", {type: "button", class: "link mono", onclick: () => open.click()}, item.id)),
-        h("td", {}, badge(item.status), item.error ? h("div", {class: "hint"}, item.error) : null),
+        h("td", {}, badge(item.status), errorView(item.error, {compact: true})),
         h("td", {}, duration(item.delayTime)),
         h("td", {}, duration(item.executionTime)),
         h("td", {class: "mono"}, item.workerId || "—"),
@@ -328,11 +352,16 @@ function requestsList(endpointId, job, ctx) {
     ];
   }
 
-  async function refresh() {
+  async function refresh({live = false} = {}) {
     try {
-      const page = await job(`requests?${query()}`);
+      const asked = query().toString();
+      const page = await job(`requests?${asked}`);
+      if (live && asked !== query().toString()) return; // the person paged or filtered meanwhile
       next = page.nextCursor;
       replace(message);
+      const seen = JSON.stringify([asked, page]);
+      if (live && seen === shownPage) return;
+      shownPage = seen;
       replace(body, page.items.length
         ? page.items.map(row)
         : h("tr", {}, h("td", {colspan: 7, class: "hint"}, "No requests match.")));
@@ -352,16 +381,32 @@ function requestsList(endpointId, job, ctx) {
 
   const apply = (event) => {
     event.preventDefault();
+    applied = {status: status.value, from: from.value, to: to.value};
     cursors.splice(1);
     refresh();
   };
+
+  // Live: the first page is read again every LIST_REFRESH_MS while the tab is shown, unless
+  // the person reads an older page or has a job's details or log lines open (a new drawing
+  // would close them), or the tab is in the background.
+  const liveNote = h("span", {class: "hint live-note"}, "Updated every few seconds");
+  (async () => {
+    for (;;) {
+      await pause(LIST_REFRESH_MS, ctx.signal);
+      const reading = cursors.length > 1
+        || body.querySelector("tr.job-detail-row:not([hidden]), tr.job-logs-row:not([hidden])");
+      liveNote.textContent = reading ? "Live updates paused while a job is open or an older page is shown" : "Updated every few seconds";
+      if (reading || document.hidden || retrying) continue;
+      await refresh({live: true});
+    }
+  })().catch(() => {}); // ends when the tab closes (ctx.signal)
   const filters = h("form", {class: "row filters", onsubmit: apply},
     h("div", {}, h("label", {for: "filter-status"}, "Status"), status),
     h("div", {}, h("label", {for: "filter-from"}, "Created from"), from),
     h("div", {}, h("label", {for: "filter-to"}, "Created before"), to),
     h("button", {type: "submit", class: "apply"}, "Apply filters"));
   const element = h("div", {class: "card"},
-    h("div", {class: "row"}, h("h2", {class: "grow"}, "Requests"),
+    h("div", {class: "row"}, h("h2", {class: "grow"}, "Requests"), liveNote,
       h("button", {type: "button", onclick: () => refresh()}, "Refresh"),
       purgeButton(job, refresh)),
     filters,
@@ -451,7 +496,7 @@ async function jobDetail(endpointId, job, item, signal) {
       ? h("p", {class: "hint"}, "Not kept.")
       : h("pre", {class: "output", "aria-label": `Input of ${item.id}`}, json(body.input)),
     body.error
-      ? [h("h3", {}, "Error"), errorBox(new Error(body.error))]
+      ? [h("h3", {}, "Error"), errorView(body.error)]
       : [h("h3", {}, "Output"), body.output === undefined
         ? h("p", {class: "hint"}, FINAL.has(body.status) ? "No output." : "Not finished yet.")
         : h("pre", {class: "output", "aria-label": `Output of ${item.id}`}, json(body.output))],

@@ -4,7 +4,7 @@
 // returns it).
 import {api} from "../api.js";
 import {errorBox, h, replace, toast} from "../dom.js";
-import {markInvalid} from "./form.js";
+import {formErrors, markInvalid} from "./form.js";
 
 /**
  * A list-create-delete page for the REST collection `path`. `columns`: [[label, record ->
@@ -64,8 +64,7 @@ function resourcePage({title, path, noun, intro, columns, fields}) {
         await refresh();
       } catch (err) {
         if (err.name === "AbortError") return;
-        replace(status, errorBox(err));
-        markInvalid(form, err.message);
+        replace(status, formErrors(form, err));
       }
     }},
     h("h2", {}, `Create a ${noun}`),

@@ -3,7 +3,7 @@
 // that use it, shown as the API says it).
 import {about, api} from "../api.js";
 import {errorBox, h, replace, toast} from "../dom.js";
-import {markInvalid} from "./form.js";
+import {formErrors, markInvalid} from "./form.js";
 import {useStyles} from "./health.js";
 import {credentialSelect, DEV_SECRETS_NOTE, envRows, words} from "./template.js";
 
@@ -91,8 +91,7 @@ export async function renderOne(view, ctx) {
       toast(`Saved ${id}`);
     } catch (err) {
       if (err.name === "AbortError") return;
-      replace(status, errorBox(err));
-      markInvalid(form, err.message);
+      replace(status, formErrors(form, err));
     }
   }},
   h("div", {class: "grid"}, FIELDS.map(([name, label, , hint]) => h("div", {class: "field", dataset: {field: name}},

@@ -1,0 +1,61 @@
+"""What a form gets back from the API (issue 50, item 8): every problem of a creation at
+once, the id's among the settings', each naming its field; never pydantic's prefixes
+("Value error, …") in a message a person reads, under /v1 or in a v2 problem."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import requests
+from pydantic import BaseModel, ValidationError, model_validator
+
+from devproc import DevProcess
+from lockgate.manage.v2.problems import violations
+from lockgate.models import EndpointSpec, describe_validation_error
+
+
+@pytest.fixture(scope="module")
+def dev(tmp_path_factory) -> Iterator[DevProcess]:
+    with DevProcess("examples/echo/handler.py", data_dir=tmp_path_factory.mktemp("dev")) as running:
+        yield running
+
+
+def create(dev: DevProcess, body: dict) -> requests.Response:
+    return requests.post(f"{dev.url}/v1/endpoints", json=body, headers=dev.headers(), timeout=10)
+
+
+def test_a_creation_names_every_bad_field_at_once_with_the_id(dev):
+    r = create(dev, {"id": "Not An Id", "templateId": "examples/echo/handler.py",
+                     "workersMax": -1, "idleTimeout": -5, "scalerValue": 0})  # fmt: skip
+    assert r.status_code == 400, r.text
+    parts = r.json()["error"].split("; ")
+    assert [p.split(":")[0] for p in parts] == ["id", "idleTimeout", "scalerValue", "workersMax"]
+
+
+def test_a_check_across_fields_reads_without_pydantics_prefix(dev):
+    r = create(dev, {"templateId": "examples/echo/handler.py", "workersMin": 5, "workersMax": 2})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"] == "body: workersMin (5) must not exceed workersMax (2)"
+
+
+class Checked(BaseModel):
+    low: int
+    high: int
+
+    @model_validator(mode="after")
+    def ordered(self) -> Checked:
+        if self.low > self.high:
+            raise ValueError("low must not exceed high")
+        return self
+
+
+def test_validator_messages_reach_people_as_written():
+    said = "body: low must not exceed high"
+    with pytest.raises(ValidationError) as err:
+        Checked.model_validate({"low": 3, "high": 1})
+    assert describe_validation_error(err.value) == said
+    assert violations(err.value) == [said]
+    with pytest.raises(ValidationError) as spec_err:
+        EndpointSpec.model_validate({"templateId": "x", "workersMin": 3, "workersMax": 1})
+    assert "Value error" not in describe_validation_error(spec_err.value)
