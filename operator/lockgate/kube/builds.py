@@ -89,8 +89,8 @@ def _finished(job: Obj) -> bool:
 
 async def sync_endpoint(
     cluster: Cluster, store: BuildStore, settings: OperatorSettings, owner: Owner,
-    spec: EndpointSpec, locks: dict[str, asyncio.Lock] | None = None,
-    canaries: Canaries | None = None,
+    spec: EndpointSpec, locks: dict[str, asyncio.Lock] | None,
+    canaries: Canaries | None,
 ) -> None:  # fmt: skip
     """Create the Job of each PENDING build that has none; follow each unfinished Job
     (`on_job`: its build moved on, or the Job deleted when the build was cancelled); test
@@ -198,12 +198,13 @@ async def on_job(
     store: BuildStore,
     settings: OperatorSettings,
     job: Obj,
-    locks: dict[str, asyncio.Lock] | None = None,
-    canaries: Canaries | None = None,
+    locks: dict[str, asyncio.Lock] | None,
+    canaries: Canaries | None,
 ) -> Build | None:
     """Follow one build Job event: the build's record moved on as the Job and its pod
     show (`kube.buildjobs.progress`); the builder's log kept when it ends; a completed
-    build with tests TESTING on a canary (`canaries`, `kube.canary`). Returns the
+    build with tests TESTING on a canary (`canaries`, `kube.canary`; None, and required
+    so that no caller forgets it: taken untested, its log saying so). Returns the
     record as written (None when nothing changed). `locks` (by build id) keeps the Job
     watch and a reconcile of the same build apart, so the builder's log is copied once."""
     labels = job["metadata"].get("labels") or {}
@@ -222,7 +223,7 @@ async def on_job(
 
 async def _follow(
     cluster: Cluster, store: BuildStore, settings: OperatorSettings, job: Obj,
-    endpoint_id: str, build_id: str, canaries: Canaries | None = None,
+    endpoint_id: str, build_id: str, canaries: Canaries | None,
 ) -> tuple[Build | None, bool]:  # fmt: skip
     """`on_job` for one build: the record written (or None), and whether the build has
     ended (or is gone)."""
