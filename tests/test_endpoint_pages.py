@@ -165,7 +165,7 @@ class PagingCluster:
         self.reads = 0
 
     async def list_endpoints_page(
-        self, namespace: str, *, limit: int, resume: str = ""
+        self, namespace: str, *, limit: int, resume: str = "", selector: str = ""
     ) -> tuple[list[dict], str]:
         self.reads += 1
         start = 0

@@ -9,7 +9,15 @@ the Endpoint deletes its build Jobs; a Job the API server refuses fails its buil
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import gzip
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -22,11 +30,16 @@ from redis.asyncio import Redis
 
 from lockgate.dev.redis_server import EmbeddedRedis, free_port
 from lockgate.kube.crds import GROUP, VERSION
+from lockgate.kube.manifests.build import TESTS_MARKER
+from lockgate.kube.manifests.keys import SECRET_KEY
+from lockgate.kube.manifests.names import secret_name
 from lockgate.kube.settings import OperatorSettings
 from lockgate.models.build import BuildStatus
-from lockgate.store import key_digest
+from lockgate.models.crashloop import CrashLoop
+from lockgate.store import JobStore, Registry, key_digest
 from lockgate.store.builds import BuildStore
-from tests.conftest import wait_until
+from lockgate.workerenv import WORKER_DEFAULTS, worker_env, worker_id_env
+from tests.conftest import make_settings, start_gateway, wait_until
 
 if TYPE_CHECKING:
     from kube_fixtures import OperatorThread
@@ -77,7 +90,14 @@ def builds_operator(start_builds_operator: Callable[[str], str]) -> str:
 
 
 @pytest.fixture
+def operators() -> dict[str, OperatorThread]:
+    """The operators `start_builds_operator` started, by their management API's URL."""
+    return {}
+
+
+@pytest.fixture
 def start_builds_operator(
+    operators: dict[str, OperatorThread],
     kube: k8s.ApiClient,
     redis_server: EmbeddedRedis,
     start_operator: Callable[[OperatorSettings], OperatorThread],
@@ -118,8 +138,9 @@ def start_builds_operator(
             builds_push_secret="push-creds",
             builder_image="registry.example.test/builder:1",
         )
-        start_operator(settings)
-        return f"http://127.0.0.1:{port}"
+        url = f"http://127.0.0.1:{port}"
+        operators[url] = start_operator(settings)
+        return url
 
     return start
 
@@ -366,14 +387,15 @@ def test_a_job_the_api_server_refuses_fails_its_build_saying_why(
 # -- a completed build is a release and what the workers run (issue 48, items 3-4) ----------
 
 
-def _complete(builds: Builds, build_id: str, digest: str) -> None:
-    """Play the kubelet and the Job controller: the build's pod pushed `digest`."""
+def _complete(builds: Builds, build_id: str, digest: str, clone: dict | None = None) -> None:
+    """Play the kubelet and the Job controller: the build's pod pushed `digest` (its clone
+    ended as `clone` says, by default `_cloned()`)."""
     job = wait_until(lambda: builds.job(build_id), "the build Job created", 30)
     pod = builds.pod(build_id, job)
     pushed = {
         "terminated": {"exitCode": 0, "message": digest, "startedAt": _now(), "finishedAt": _now()}
     }
-    builds.pod_status(pod, _cloned(), pushed)
+    builds.pod_status(pod, clone or _cloned(), pushed)
     done = {"active": 0, "succeeded": 1, "completionTime": _now()}
     builds.job_status(job, {**done, "conditions": [_condition("Complete")]})
 
@@ -493,4 +515,316 @@ def test_a_completed_build_is_a_git_build_release_the_workers_run_and_roll_back_
     wait_until(lambda: _worker_image(builds) == "example.test/base:1", "the template again", 30)
     builds.custom.delete_namespaced_custom_object(
         GROUP, VERSION, ENDPOINTS_NS, "endpoints", "ep-rolled"
+    )
+
+
+# -- tested before it takes traffic: the canary (issue 48, item 3) -----------------------------
+
+TESTS_JSON = {
+    "tests": [{"name": "basic", "input": {"prompt": "hi"}, "timeout": 60000}],
+    "config": {"env": [{"key": "MODEL", "value": "tiny"}]},
+}
+
+
+def _cloned_with_tests(tests: dict) -> dict:
+    """The clone's end as `kube/manifests/build.py`'s CLONE_SCRIPT writes it when the
+    repository has a tests.json: the commit lines, the marker, the file gzip+base64."""
+    packed = base64.b64encode(gzip.compress(json.dumps(tests).encode())).decode()
+    message = f"{CLONE_MESSAGE.rstrip()}\n{TESTS_MARKER}\n{packed}\n"
+    ended = _cloned()
+    ended["terminated"]["message"] = message
+    return ended
+
+
+def _endpoint(builds: Builds, name: str) -> dict | None:
+    try:
+        return builds.custom.get_namespaced_custom_object(
+            GROUP, VERSION, ENDPOINTS_NS, "endpoints", name
+        )
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+
+
+def _deployment_image(builds: Builds, endpoint_id: str) -> str:
+    apps = k8s.AppsV1Api(builds.core.api_client)
+    try:
+        deployment = apps.read_namespaced_deployment(f"{endpoint_id}-workers", ENDPOINTS_NS)
+    except ApiException:
+        return ""
+    return deployment.spec.template.spec.containers[0].image
+
+
+def _log_says(builds: Builds, build_id: str, text: str) -> None:
+    """Wait until the build's live log (an SSE stream, open while the build runs) has a
+    line holding `text`."""
+    url = f"{builds.url}/v2/serverless/{builds.id}/builds/{build_id}/logs"
+    with requests.get(url, headers=builds.headers, stream=True, timeout=(5, 30)) as answer:
+        assert answer.status_code == 200, answer.text
+        for line in answer.iter_lines(decode_unicode=True):
+            if text in line:
+                return
+    raise AssertionError(f"the build's log ended without {text!r}")
+
+
+def _play_the_canary_worker(redis_url: str, canary: str, error: str | None) -> dict:
+    """Take the test's job from the canary's queue and finish it, with the store's own
+    worker-side functions (what the gateway's worker API calls); the job's input."""
+
+    async def work() -> dict:
+        redis = Redis.from_url(redis_url)
+        jobs = JobStore(redis)
+        try:
+            async with asyncio.timeout(30):
+                while True:
+                    taken, _ = await jobs.take(canary, "canary-worker-1", 1, 60_000)
+                    if taken:
+                        break
+                    await asyncio.sleep(0.2)
+            [job] = taken
+            output = None if error else b'{"text": "hello"}'
+            await jobs.finish(canary, "canary-worker-1", job.id, output=output, error=error)
+            return json.loads(job.input)
+        finally:
+            await redis.aclose()
+
+    return asyncio.run(work())
+
+
+HANDLER = """
+import os
+
+import runpod
+
+
+def handler(job):
+    if os.environ.get("BROKEN"):
+        raise ValueError("revision 2 is broken")
+    return {"text": "hello " + job["input"]["prompt"]}
+
+
+runpod.serverless.start({"handler": handler})
+"""
+
+
+class ThreadGateway:
+    """A real gateway (`lockgate gateway`'s app) on the operator's Redis, in a thread of
+    its own: the canary's worker API."""
+
+    def __init__(self, redis_url: str) -> None:
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        started = start_gateway(make_settings(redis_url, port))
+        self.runner = asyncio.run_coroutine_threadsafe(started, self.loop).result(30)
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+
+@pytest.fixture
+def gateway(redis_server: EmbeddedRedis) -> Iterator[ThreadGateway]:
+    running = ThreadGateway(redis_server.url)
+    yield running
+    running.stop()
+
+
+@contextlib.contextmanager
+def sdk_worker(
+    builds: Builds, gateway: ThreadGateway, canary: str, tmp_path, *, broken: bool = False
+) -> Iterator[None]:
+    """The canary's worker: the runpod SDK running `HANDLER` in a process of its own, with
+    the environment the operator gives the canary's pods (`workerenv`), its worker key
+    read from the canary's worker-key Secret, and the real gateway's URL (no kubelet runs
+    the canary's pod)."""
+
+    def key() -> str | None:
+        try:
+            secret = builds.core.read_namespaced_secret(secret_name(canary), ENDPOINTS_NS)
+        except ApiException:
+            return None
+        return base64.b64decode(secret.data[SECRET_KEY]).decode()
+
+    worker_key = wait_until(key, "the canary's worker key", 30)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNPOD_")}
+    env |= WORKER_DEFAULTS | worker_env(gateway.url, canary, worker_key)
+    env |= worker_id_env(f"{canary}-worker-1")
+    if broken:
+        env["BROKEN"] = "1"
+    script = tmp_path / "handler.py"
+    script.write_text(HANDLER)
+    out = (tmp_path / f"{canary}.log").open("w")
+    process = subprocess.Popen([sys.executable, str(script)], env=env, stdout=out, stderr=out)
+    try:
+        yield
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+        out.close()
+
+
+def test_a_build_with_tests_is_tested_on_a_canary_before_it_takes_traffic(
+    kube: k8s.ApiClient,
+    builds_operator: str,
+    redis_server: EmbeddedRedis,
+    gateway: ThreadGateway,
+    tmp_path,
+) -> None:
+    """A completed build whose clone handed over a tests.json is TESTING on a canary: a
+    hidden Endpoint of its own (owned by the endpoint, one worker, the build's digest,
+    its settings), never listed. Its worker (the runpod SDK against a real gateway)
+    completes the test's job → COMPLETED and the endpoint's workers roll to the digest;
+    its handler raises → TEST_FAILED naming the test and the exception; a canary that
+    crash-loops → TEST_FAILED at once. The endpoint stays on the first build; the canary
+    is deleted each time."""
+    builds = Builds(kube, builds_operator, "ep-tested")
+    builds.create_endpoint()
+    wait_until(lambda: _worker_image(builds) == "example.test/base:1", "the template's image", 30)
+    parent_uid = _endpoint(builds, "ep-tested")["metadata"]["uid"]
+    repository = "registry.example.test:5000/builds/ep-tested"
+
+    one = builds.call("POST").json()
+    _complete(builds, one["id"], DIGEST, _cloned_with_tests(TESTS_JSON))
+    wait_until(lambda: builds.get(one["id"])["status"] == "TESTING", "TESTING", 30)
+    image_one = f"{repository}:{one['id'][6:]}@{DIGEST}"
+    assert builds.get(one["id"])["imageDigest"] == DIGEST
+    canary = "canary-" + one["id"].removeprefix("build_")
+    body = wait_until(lambda: _endpoint(builds, canary), "the canary Endpoint", 30)
+    meta, spec = body["metadata"], body["spec"]
+    assert meta["labels"] == {"lockgate.dev/canary-of": "ep-tested"}
+    [owner] = meta["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("Endpoint", "ep-tested", parent_uid)
+    running = json.loads(meta["annotations"]["lockgate.dev/build"])
+    assert (running["buildId"], running["image"]) == (one["id"], image_one)
+    assert (spec["workersMin"], spec["workersMax"], spec["crashLoopThreshold"]) == (1, 1, 1)
+    assert spec["templateId"] == "built-tpl" and "warmup" not in spec
+    assert spec["source"]["git"]["trigger"] == "MANUAL"
+    # the operator reconciles it as any endpoint: its workers run the build's digest
+    wait_until(lambda: _deployment_image(builds, canary) == image_one, "the canary's digest", 30)
+    assert _worker_image(builds) == "example.test/base:1"  # the endpoint: not yet
+    # hidden from the management list
+    listed = requests.get(f"{builds.url}/v2/serverless", headers=builds.headers, timeout=30)
+    assert listed.status_code == 200, listed.text
+    ids = {e["id"] for e in listed.json()["endpoints"]}
+    assert "ep-tested" in ids and canary not in ids
+
+    # the canary's worker (the runpod SDK) takes the test's job and completes it
+    with sdk_worker(builds, gateway, canary, tmp_path):
+        wait_until(lambda: builds.get(one["id"])["status"] == "COMPLETED", "COMPLETED", 60)
+    wait_until(lambda: _worker_image(builds) == image_one, "the tested build's digest", 30)
+    wait_until(lambda: _endpoint(builds, canary) is None, "the canary deleted", 30)
+    log = builds.call("GET", f"/{one['id']}/logs", params={"source": "system", "tail": 100})
+    assert "test 'basic' passed (COMPLETED" in log.text, log.text
+    assert f"testing on a canary worker ({canary}" in log.text
+
+    # a second build whose test's job fails: TEST_FAILED naming it, nothing rolls
+    two = builds.call("POST").json()
+    digest_two = "sha256:" + "ab" * 32
+    _complete(builds, two["id"], digest_two, _cloned_with_tests(TESTS_JSON))
+    wait_until(lambda: builds.get(two["id"])["status"] == "TESTING", "the second TESTING", 30)
+    canary_two = "canary-" + two["id"].removeprefix("build_")
+    wait_until(lambda: _endpoint(builds, canary_two), "the second canary", 30)
+    with sdk_worker(builds, gateway, canary_two, tmp_path, broken=True):
+        wait_until(lambda: builds.get(two["id"])["status"] == "TEST_FAILED", "TEST_FAILED", 60)
+    failed = builds.get(two["id"])
+    assert failed["error"] == "test 'basic' failed: job FAILED: ValueError: revision 2 is broken"
+    wait_until(lambda: _endpoint(builds, canary_two) is None, "the second canary deleted", 30)
+    _reconciled_after_now(builds, 63)
+    assert _worker_image(builds) == image_one
+
+    # a third build whose canary worker crashes at start: TEST_FAILED at once, saying so
+    three = builds.call("POST").json()
+    _complete(builds, three["id"], "sha256:" + "ef" * 32, _cloned_with_tests(TESTS_JSON))
+    canary_three = "canary-" + three["id"].removeprefix("build_")
+    wait_until(lambda: _endpoint(builds, canary_three), "the third canary", 30)
+    line = "ModuleNotFoundError: No module named 'torch'"
+
+    def crashed() -> bool:  # written again should a registration of the operator race it
+        _crash_loop(redis_server.url, canary_three, line)
+        return builds.get(three["id"])["status"] == "TEST_FAILED"
+
+    wait_until(crashed, "TEST_FAILED", 30)
+    assert builds.get(three["id"])["error"] == (
+        "test 'basic' failed: the canary worker did not start: workers crash at start "
+        "(exit code 1: ModuleNotFoundError: No module named 'torch')"
+    )
+    wait_until(lambda: _endpoint(builds, canary_three) is None, "the third canary deleted", 30)
+    assert _worker_image(builds) == image_one
+    builds.custom.delete_namespaced_custom_object(
+        GROUP, VERSION, ENDPOINTS_NS, "endpoints", "ep-tested"
+    )
+
+
+def _crash_loop(redis_url: str, canary: str, line: str) -> None:
+    """Play the scaler's crash-loop detection (`scaling.crashloop`, which the envtest
+    operator runs without: no kubelet starts a worker): the canary's registry entry, once
+    there, records its first failed start, as the scaler writes it."""
+
+    async def record() -> None:
+        redis = Redis.from_url(redis_url)
+        registry = Registry(redis)
+        try:
+            entry = await registry.get_endpoint(canary)
+            if entry is not None and entry.crashLoop is None:
+                since = int(time.time() * 1000)
+                loop = CrashLoop(failedStarts=1, exitCode=1, lastLine=line, since=since)
+                await registry.put_endpoint(canary, entry.model_copy(update={"crashLoop": loop}))
+        finally:
+            await redis.aclose()
+
+    asyncio.run(record())
+
+
+def test_an_operator_restarted_mid_test_tests_again_and_a_cancel_removes_the_canary(
+    kube: k8s.ApiClient,
+    start_builds_operator: Callable[[str], str],
+    operators: dict[str, OperatorThread],
+    redis_server: EmbeddedRedis,
+) -> None:
+    """The operator stopped while a build is TESTING leaves its canary (which holds the
+    build and its tests); the next operator runs the tests again on it, and the build
+    ends COMPLETED. A build cancelled while TESTING is CANCELLED, its canary deleted."""
+    first = start_builds_operator(BUILDS_NS)
+    builds = Builds(kube, first, "ep-resumed")
+    builds.create_endpoint()
+    one = builds.call("POST").json()
+    _complete(builds, one["id"], DIGEST, _cloned_with_tests(TESTS_JSON))
+    canary = "canary-" + one["id"].removeprefix("build_")
+    wait_until(lambda: _endpoint(builds, canary), "the canary Endpoint", 30)
+    wait_until(lambda: builds.get(one["id"])["status"] == "TESTING", "TESTING", 30)
+
+    operators[first].stop()  # as a restart: its tests stop, its canary stays
+    assert _endpoint(builds, canary) is not None
+    builds.url = start_builds_operator(BUILDS_NS)
+    assert builds.get(one["id"])["status"] == "TESTING"
+
+    # (the earlier run's job purged first: only the new one is taken)
+    _log_says(builds, one["id"], "the operator restarted while testing: the tests run again on")
+    assert _play_the_canary_worker(redis_server.url, canary, None) == {"prompt": "hi"}
+    wait_until(lambda: builds.get(one["id"])["status"] == "COMPLETED", "COMPLETED", 30)
+    wait_until(lambda: _endpoint(builds, canary) is None, "the canary deleted", 30)
+
+    # cancelled while TESTING: CANCELLED, the canary deleted, nothing rolls
+    two = builds.call("POST").json()
+    _complete(builds, two["id"], "sha256:" + "ab" * 32, _cloned_with_tests(TESTS_JSON))
+    canary_two = "canary-" + two["id"].removeprefix("build_")
+    wait_until(lambda: _endpoint(builds, canary_two), "the second canary", 30)
+    answer = builds.call("POST", f"/{two['id']}/cancel")
+    assert answer.status_code == 200 and answer.json()["status"] == "CANCELLED", answer.text
+    wait_until(lambda: _endpoint(builds, canary_two) is None, "the second canary deleted", 30)
+    image_one = f"registry.example.test:5000/builds/ep-resumed:{one['id'][6:]}@{DIGEST}"
+    wait_until(lambda: _worker_image(builds) == image_one, "the first build's digest", 30)
+    assert builds.get(two["id"])["status"] == "CANCELLED"
+    builds.custom.delete_namespaced_custom_object(
+        GROUP, VERSION, ENDPOINTS_NS, "endpoints", "ep-resumed"
     )

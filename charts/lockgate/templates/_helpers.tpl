@@ -322,7 +322,7 @@ another lockgate release's operator watches: both would reconcile the same Endpo
 
 {{/* The operator's rules in each namespace it manages (a Role, or the ClusterRole). It
 reads no Secret's data (only the labels of those Templates hand workers) and writes no
-Endpoint: the management API does (its own Role). */}}
+Endpoint (the management API does, with its own Role) but a build's canary. */}}
 {{- define "lockgate.operator.rules" -}}
 # kopf lists and watches Endpoints and Templates and patches them (its annotations and the
 # lockgate.dev/cleanup finalizer: kube/handlers.py); kube/cluster.py get_endpoint,
@@ -390,6 +390,11 @@ Endpoint: the management API does (its own Role). */}}
 - apiGroups: [batch]
   resources: [jobs]
   verbs: [get, list, watch, create, delete]
+# A build with tests.json is tested on a canary: an Endpoint the operator creates beside
+# the endpoint and deletes once its tests ended (kube/canary.py).
+- apiGroups: [lockgate.dev]
+  resources: [endpoints]
+  verbs: [create, delete]
 {{- end }}
 # kopf and the scaler post Events on Endpoints.
 - apiGroups: [""]

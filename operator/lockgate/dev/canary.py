@@ -26,17 +26,19 @@ import aiohttp
 from lockgate.dev.hub_tests import WAIT_STEP_MS, CaseResult, failed_test, result_line, run_test
 from lockgate.manage.logbook import LineSink
 from lockgate.manage.workerlogs import CONTAINER, SYSTEM
-from lockgate.models.build import BUILD_ID_PREFIX, FailedTest
+from lockgate.models.build import FailedTest
+from lockgate.models.canary import canary_id, canary_spec, tested_here
 from lockgate.models.crashloop import CrashLoop
-from lockgate.models.endpoint import EndpointSpec, EndpointType
+from lockgate.models.endpoint import EndpointSpec
 from lockgate.models.hub import HubTests
 from lockgate.models.registry_entry import RegistryEntry
 from lockgate.store import JobStore, Registry, key_digest
 
 log = logging.getLogger("lockgate.dev.canary")
 
+__all__ = ["canary_entry", "canary_id", "canary_spec", "is_canary", "run_canary", "tested_here"]
+
 CANARY_ORIGIN = "canary"  # a registry entry's origin: a build's canary, never resumed
-CANARY_PREFIX = "canary-"
 STOP_GRACE_S = 5.0  # the canary holds no job once its tests ended (a late one is cancelled)
 LOOP_POLL_S = 0.5  # how often a test's wait looks whether the canary failed to start
 LOG_BACKLOG = 1000  # canary lines waiting for the build's log; past it they are dropped
@@ -54,22 +56,6 @@ class Workers(Protocol):
 
 # Starts the canary's worker pool: (canary endpoint id, its spec, where its lines go).
 StartWorkers = Callable[[str, EndpointSpec, LineSink], Workers]
-
-
-def canary_id(build_id: str) -> str:
-    """The hidden endpoint id of a build's canary: `canary-<the build id's random part>`
-    (an endpoint id as any: lowercase letters, digits and dashes)."""
-    return CANARY_PREFIX + build_id.removeprefix(BUILD_ID_PREFIX)
-
-
-def canary_spec(spec: EndpointSpec) -> EndpointSpec:
-    """The endpoint's settings for its canary: one worker exactly, no warm-up job, and
-    its first failed start a crash loop (the build is broken: no test waits its time)."""
-    update = {
-        "workersMin": 1, "workersMax": 1, "replicas": None, "warmup": None,
-        "crashLoopThreshold": 1,
-    }  # fmt: skip
-    return spec.model_copy(update=update)
 
 
 def canary_entry(canary: str, spec: EndpointSpec, job_api_url: str) -> RegistryEntry:
@@ -189,14 +175,3 @@ async def remove_canary(
 def is_canary(entry: RegistryEntry) -> bool:
     """Whether a registry entry is a build's canary (not an endpoint of anyone's)."""
     return entry.origin == CANARY_ORIGIN
-
-
-def tested_here(spec: EndpointSpec) -> str | None:
-    """Why the endpoint's builds are not tested on a canary (None: they are): a
-    load-balancing endpoint's tests would go to its HTTP routes, not yet done."""
-    if spec.type == EndpointType.LB:
-        return (
-            "tests.json is not run for a load-balancing endpoint yet (lockgate tests "
-            "queue endpoints only): the build is taken untested"
-        )
-    return None

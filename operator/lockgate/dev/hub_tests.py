@@ -8,33 +8,28 @@ response"); a test out of time is cancelled and fails."""
 
 from __future__ import annotations
 
-import contextlib
-import json
-import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import aiohttp
 
-from lockgate.models.build import FailedTest
 from lockgate.models.hub import HubTest
 from lockgate.models.jobs import FINAL_STATES, JobStatus
+from lockgate.models.verdicts import (
+    CaseResult,
+    clipped,
+    failed_test,
+    failed_test_error,
+    failure_detail,
+    result_line,
+)
 
 WAIT_STEP_MS = 300_000  # the longest hold `GET /status?wait=` grants; a longer test asks again
-DETAIL_CHARS = 300  # of a failed job's error or an HTTP error's body, on the test's line
 
-
-@dataclass(frozen=True, slots=True)
-class CaseResult:
-    """How one test went: its job's final status (or why there is none) and the time."""
-
-    name: str
-    passed: bool
-    status: str  # the job's status, TIMED_OUT, or HTTP <code> when the job API refused it
-    detail: str  # why it failed: the job's error, the refusal's body; "" when it passed
-    seconds: float
-    out_of_time: bool = False  # the test's own timeout passed (its job was cancelled)
+__all__ = [
+    "CaseResult", "clipped", "failed_test", "failed_test_error", "failure_detail",
+    "result_line", "run_test", "run_tests", "summary_line",
+]  # fmt: skip
 
 
 async def run_tests(
@@ -86,58 +81,8 @@ async def run_test(
             return result(body["status"], failure_detail(body))
 
 
-def failure_detail(body: dict) -> str:
-    """What a final job's status body says went wrong ("" for a completed job). The runpod
-    SDK's error (a JSON text with the exception's type, message and traceback) is shown as
-    `ValueError: message`."""
-    if body.get("status") == JobStatus.COMPLETED:
-        return ""
-    error = body.get("error") or body.get("output") or ""
-    if isinstance(error, str):
-        with contextlib.suppress(ValueError):
-            error = json.loads(error)
-    if isinstance(error, dict) and "error_message" in error:
-        kind = re.sub(r"^<class '(?:builtins\.)?(.*)'>$", r"\1", str(error.get("error_type", "")))
-        return clipped(f"{kind}: {error['error_message']}" if kind else str(error["error_message"]))
-    return clipped(error if isinstance(error, str) else json.dumps(error))
-
-
-def clipped(text: str) -> str:
-    """`text` on one line, at most DETAIL_CHARS long."""
-    line = " ".join(text.split())
-    return line if len(line) <= DETAIL_CHARS else line[: DETAIL_CHARS - 1] + "…"
-
-
-def result_line(r: CaseResult) -> str:
-    """One readable line per test: `test 'x' passed (COMPLETED, 1.2 s)`."""
-    verdict = "passed" if r.passed else "FAILED"
-    why = f": {r.detail}" if r.detail else ""
-    return f"test {r.name!r} {verdict} ({r.status}, {r.seconds:.1f} s){why}"
-
-
 def summary_line(results: Sequence[CaseResult]) -> str:
     """`tests: 2 passed, 1 failed (of 3)`, naming the failed ones."""
     failed = [r.name for r in results if not r.passed]
     line = f"tests: {len(results) - len(failed)} passed, {len(failed)} failed (of {len(results)})"
     return line + (f": {', '.join(map(repr, failed))}" if failed else "")
-
-
-def failed_test(test: HubTest, result: CaseResult) -> FailedTest | None:
-    """Why `test` failed, as a TEST_FAILED build names it (None: it passed): `job FAILED:
-    ValueError: …`, `timed out after 30 s`, `the job API answered HTTP 400: …`."""
-    if result.passed:
-        return None
-    if result.out_of_time:
-        return FailedTest(name=test.name, reason=f"timed out after {test.timeout_s:g} s")
-    if result.status.startswith("HTTP "):
-        reason = f"the job API answered {result.status}"
-    else:
-        reason = f"job {result.status}"
-    if result.detail:
-        reason = f"{reason}: {result.detail}"
-    return FailedTest(name=test.name, reason=reason)
-
-
-def failed_test_error(failed: FailedTest) -> str:
-    """A TEST_FAILED build's `error`: `test 'basic' failed: job FAILED: …`."""
-    return f"test {failed.name!r} failed: {failed.reason}"

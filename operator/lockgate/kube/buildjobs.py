@@ -81,15 +81,14 @@ def clone_tests(pod: Obj | None) -> str | None:
 
 
 def untested_line(text: str) -> str:
-    """What a completed build's log says of its tests.json on a cluster, where tests are
-    not run yet (docs/builds.md, "Tested before it takes traffic")."""
+    """What a completed build's log says of its tests.json when no canary tests it (a
+    caller of `kube.builds.on_job` without `canaries`; the operator always has them)."""
     try:
         what = f"{len(parse_tests(text).tests)} test(s)"
     except HubFileError as err:
         what = f"unusable ({err})"
     return (
-        f"{TESTS_FILE}: {what}, not run: a cluster does not test builds on a canary yet "
-        "(lockgate dev does); the build is taken untested"
+        f"{TESTS_FILE}: {what}, not run (no canary tests builds here): the build is taken untested"
     )
 
 

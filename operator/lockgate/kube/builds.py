@@ -7,7 +7,9 @@ build's record following what the Job and its pod show.
   a build that has ended (CANCELLED) is deleted with its pod.
 - `on_job` runs at each event of a build Job: the Job's conditions and its pod's
   container statuses (`kube.buildjobs.progress`) move the build on; when it ends, the
-  builder's log is copied into the build's log (the pod goes with the Job's TTL).
+  builder's log is copied into the build's log (the pod goes with the Job's TTL). A
+  completed build whose clone handed over a tests.json is TESTING instead, tested on a
+  canary (`kube.canary`), which ends it COMPLETED or TEST_FAILED.
 - `delete_endpoint_jobs`: an Endpoint's deletion deletes its build Jobs (a Job in another
   namespace cannot name the Endpoint as owner).
 - `take_completed` runs at each reconcile of an Endpoint with a source: a build completed
@@ -20,11 +22,13 @@ build's record following what the Job and its pod show.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from lockgate.kube.buildjobs import Progress, clone_tests, progress, untested_line
+from lockgate.kube.canary import Canaries, unusable_tests
 from lockgate.kube.cluster import ClusterError, Conflict, NotFound
 from lockgate.kube.controlplane import (
     BUILD_ANNOTATION,
@@ -32,6 +36,7 @@ from lockgate.kube.controlplane import (
     BUILDS_TAKEN_ANNOTATION,
     builds_taken_of,
     running_build_of,
+    spec_from_resource,
 )
 from lockgate.kube.manifests.build import (
     BUILD_COMPONENT,
@@ -46,6 +51,7 @@ from lockgate.kube.manifests.build import (
 from lockgate.kube.manifests.names import COMPONENT_LABEL, ENDPOINT_LABEL, Obj, Owner
 from lockgate.manage.workerlogs import CONTAINER, SYSTEM
 from lockgate.models.build import Build, BuildStatus, IllegalTransition, rfc3339
+from lockgate.models.canary import tested_here
 from lockgate.models.running_build import RunningBuild, running_of_completed, to_take
 from lockgate.models.source import GitSource, source_of
 from lockgate.store.builds import BuildNotFound, BuildStore
@@ -63,6 +69,8 @@ BUILD_JOBS = ("batch", "v1", "jobs")
 BUILD_JOB_SELECTOR = (
     f"{COMPONENT_LABEL}={BUILD_COMPONENT},app.kubernetes.io/managed-by=lockgate-operator"
 )
+# The steps at which the builder has ended: its log is copied into the build's then.
+BUILDER_DONE = (BuildStatus.TESTING, BuildStatus.COMPLETED, BuildStatus.FAILED)
 LOG_TAIL_LINES = 2000  # of the builder's log copied into the build's when it ends
 # Foreground would leave the Job until its pod is gone; Background deletes both, at once.
 DELETE_WITH_POD = {"propagation_policy": "Background"}
@@ -81,24 +89,26 @@ def _finished(job: Obj) -> bool:
 
 async def sync_endpoint(
     cluster: Cluster, store: BuildStore, settings: OperatorSettings, owner: Owner,
-    spec: EndpointSpec, locks: dict[str, asyncio.Lock] | None = None,
+    spec: EndpointSpec, locks: dict[str, asyncio.Lock] | None,
+    canaries: Canaries | None,
 ) -> None:  # fmt: skip
     """Create the Job of each PENDING build that has none; follow each unfinished Job
-    (`on_job`: its build moved on, or the Job deleted when the build was cancelled). A
+    (`on_job`: its build moved on, or the Job deleted when the build was cancelled); test
+    each TESTING build no task tests (`Canaries.ensure`: the operator restarted). A
     refusal of the API server (the builds namespace not watched, RBAC) is logged, not
     raised: builds must not stop the endpoint's own reconcile; the next one tries again."""
     source = source_of(spec.source)
     if not settings.builds_registry or source is None:
         return
     try:
-        await _sync(cluster, store, settings, owner, source.git, locks)
+        await _sync(cluster, store, settings, owner, source.git, locks, canaries)
     except ClusterError as err:
         log.warning("builds of endpoint %s not synced: %s", owner.name, err)
 
 
 async def _sync(
     cluster: Cluster, store: BuildStore, settings: OperatorSettings, owner: Owner,
-    git: GitSource, locks: dict[str, asyncio.Lock] | None,
+    git: GitSource, locks: dict[str, asyncio.Lock] | None, canaries: Canaries | None,
 ) -> None:  # fmt: skip
     namespace = builds_namespace(settings, owner.namespace)
     jobs = await cluster.list_objects(JOB, namespace, _endpoint_jobs(owner.name))
@@ -125,7 +135,26 @@ async def _sync(
     for build_id, job in by_build.items():
         if build_id in live_ids or (build_id and not _finished(job)):
             # level-based, beside the Job watch: a missed event (a restart) is caught up
-            await on_job(cluster, store, settings, job, locks)
+            await on_job(cluster, store, settings, job, locks, canaries)
+    if canaries is not None:
+        await _resume_testing(store, owner, live, locks, canaries)
+
+
+async def _resume_testing(
+    store: BuildStore, owner: Owner, live: list[Build], locks: dict[str, asyncio.Lock] | None,
+    canaries: Canaries,
+) -> None:  # fmt: skip
+    """Test each TESTING build that no task of this process tests (the operator
+    restarted), under the build's lock: the Job's event that made it TESTING has started
+    its task before it lets go."""
+    held = locks if locks is not None else {}
+    for build in live:
+        if build.status != BuildStatus.TESTING:
+            continue
+        async with held.setdefault(build.id, asyncio.Lock()):
+            with contextlib.suppress(BuildNotFound):
+                if (await store.get(owner.name, build.id)).status == BuildStatus.TESTING:
+                    await canaries.ensure(owner.namespace, owner.name, build)
 
 
 async def _drop_if_ended(
@@ -169,10 +198,13 @@ async def on_job(
     store: BuildStore,
     settings: OperatorSettings,
     job: Obj,
-    locks: dict[str, asyncio.Lock] | None = None,
+    locks: dict[str, asyncio.Lock] | None,
+    canaries: Canaries | None,
 ) -> Build | None:
     """Follow one build Job event: the build's record moved on as the Job and its pod
-    show (`kube.buildjobs.progress`); the builder's log kept when it ends. Returns the
+    show (`kube.buildjobs.progress`); the builder's log kept when it ends; a completed
+    build with tests TESTING on a canary (`canaries`, `kube.canary`; None, and required
+    so that no caller forgets it: taken untested, its log saying so). Returns the
     record as written (None when nothing changed). `locks` (by build id) keeps the Job
     watch and a reconcile of the same build apart, so the builder's log is copied once."""
     labels = job["metadata"].get("labels") or {}
@@ -181,7 +213,9 @@ async def on_job(
         return None
     held = locks if locks is not None else {}
     async with held.setdefault(build_id, asyncio.Lock()):
-        changed, ended = await _follow(cluster, store, settings, job, endpoint_id, build_id)
+        changed, ended = await _follow(
+            cluster, store, settings, job, endpoint_id, build_id, canaries
+        )
     if ended:
         held.pop(build_id, None)
     return changed
@@ -189,7 +223,7 @@ async def on_job(
 
 async def _follow(
     cluster: Cluster, store: BuildStore, settings: OperatorSettings, job: Obj,
-    endpoint_id: str, build_id: str,
+    endpoint_id: str, build_id: str, canaries: Canaries | None,
 ) -> tuple[Build | None, bool]:  # fmt: skip
     """`on_job` for one build: the record written (or None), and whether the build has
     ended (or is gone)."""
@@ -201,6 +235,8 @@ async def _follow(
         return None, True
     if build.terminal:
         return None, True
+    if build.status == BuildStatus.TESTING:
+        return None, False  # the Job's part is done: its canary's task has the build
     namespace = job["metadata"]["namespace"]
     pod = _newest(await cluster.list_objects("Pod", namespace, f"{BUILD_LABEL}={build_id}"))
     deadline_s = (job.get("spec") or {}).get("activeDeadlineSeconds") or 0
@@ -210,24 +246,63 @@ async def _follow(
     )  # fmt: skip
     if step is None or not _changes(build, step):
         return None, False
-    if step.status in (BuildStatus.COMPLETED, BuildStatus.FAILED) and pod is not None:
+    tests = clone_tests(pod) if step.status == BuildStatus.COMPLETED else None
+    untested = None
+    if tests is not None:
+        step, untested = await _tested_step(cluster, job, endpoint_id, step, tests, canaries)
+    if step.status in BUILDER_DONE and pod is not None:
         await store.log(endpoint_id, build_id, CONTAINER, await _builder_log(cluster, pod))
     changed = await _record(store, endpoint_id, build_id, step)
-    if changed is not None and changed.status == BuildStatus.COMPLETED:
-        if (tests := clone_tests(pod)) is not None:  # said, never silently skipped
-            await store.log(endpoint_id, build_id, SYSTEM, [untested_line(tests)])
+    if changed is None:
+        return None, True
+    await _after(cluster, store, job, changed, tests, untested, canaries)
+    return changed, changed.terminal
+
+
+async def _after(
+    cluster: Cluster, store: BuildStore, job: Obj, changed: Build, tests: str | None,
+    untested: str | None, canaries: Canaries | None,
+) -> None:  # fmt: skip
+    """What follows a build's step once recorded: TESTING starts its canary's tests (before
+    the build's lock is let go); COMPLETED touches the endpoint, which takes it."""
+    endpoint_id = job["metadata"]["labels"][ENDPOINT_LABEL]
+    if changed.status == BuildStatus.TESTING and canaries is not None and tests is not None:
+        canaries.start(_endpoint_namespace(job), endpoint_id, changed, tests)
+    elif changed.status == BuildStatus.COMPLETED:
+        if untested is not None:  # said, never silently skipped
+            await store.log(endpoint_id, changed.id, SYSTEM, [untested])
         await _touch_endpoint(cluster, job, endpoint_id)
-    return changed, changed is None or changed.terminal
+
+
+async def _tested_step(
+    cluster: Cluster, job: Obj, endpoint_id: str, step: Progress, tests: str,
+    canaries: Canaries | None,
+) -> tuple[Progress, str | None]:  # fmt: skip
+    """A completed build's step when its clone handed over `tests`: TESTING (its canary
+    tests it: `kube.canary`), FAILED when they cannot be used, or COMPLETED with the line
+    saying why they are not run."""
+    if (why := unusable_tests(tests)) is not None:
+        return Progress(BuildStatus.FAILED, {**step.fields, "error": why}), None
+    if canaries is None:
+        return step, untested_line(tests)
+    parent = await cluster.get_endpoint(_endpoint_namespace(job), endpoint_id)
+    if parent is not None and (why := tested_here(spec_from_resource(parent))) is not None:
+        return step, why
+    return Progress(BuildStatus.TESTING, step.fields), None
+
+
+def _endpoint_namespace(job: Obj) -> str:
+    """The namespace of the build Job's Endpoint."""
+    meta = job["metadata"]
+    return (meta.get("annotations") or {}).get(ENDPOINT_NAMESPACE_ANNOTATION) or meta["namespace"]
 
 
 async def _touch_endpoint(cluster: Cluster, job: Obj, endpoint_id: str) -> None:
     """Start a reconcile of the build's Endpoint (which takes the completed build); the
     resync takes it anyway should this fail."""
-    meta = job["metadata"]
-    namespace = (meta.get("annotations") or {}).get(ENDPOINT_NAMESPACE_ANNOTATION)
     patch = {"metadata": {"annotations": {BUILDS_ANNOTATION: rfc3339()}}}
     try:
-        await cluster.patch_endpoint(namespace or meta["namespace"], endpoint_id, patch)
+        await cluster.patch_endpoint(_endpoint_namespace(job), endpoint_id, patch)
     except ClusterError as err:  # NotFound: deleted meanwhile
         if not isinstance(err, NotFound):
             log.warning("endpoint %s not told of its completed build: %s", endpoint_id, err)

@@ -478,12 +478,15 @@ class Cluster:
         return list(got.get("items") or [])
 
     async def list_endpoints_page(
-        self, namespace: str, *, limit: int, resume: str = ""
+        self, namespace: str, *, limit: int, resume: str = "", selector: str = ""
     ) -> tuple[list[Obj], str]:
-        """At most `limit` Endpoints (0: all), in name order, from where the apiserver's
-        continue token `resume` points ("": the start of a new list); and the token for
-        the rest ("" when none follow). An expired `resume` raises `Gone`."""
+        """At most `limit` Endpoints (0: all) matching the label `selector`, in name
+        order, from where the apiserver's continue token `resume` points ("": the start
+        of a new list); and the token for the rest ("" when none follow). An expired
+        `resume` raises `Gone`."""
         options: dict[str, Any] = {"limit": limit} if limit else {}
+        if selector:
+            options["label_selector"] = selector
         if resume:
             options["_continue"] = resume
         got = await self._call(

@@ -70,6 +70,10 @@ BUILDS_ANNOTATION = "lockgate.dev/builds-changed-at"
 # (docs/builds.md, "What the workers run").
 BUILD_ANNOTATION = "lockgate.dev/build"
 BUILDS_TAKEN_ANNOTATION = "lockgate.dev/builds-taken"
+# On a build's canary Endpoint (`kube.canary`): the endpoint it tests a build of. The
+# management lists select Endpoints without it (`LISTED`): a canary is never a user's.
+CANARY_OF_LABEL = "lockgate.dev/canary-of"
+LISTED = f"!{CANARY_OF_LABEL}"
 
 
 def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -273,7 +277,7 @@ class KubernetesControlPlane:
     async def _list(self, chunk: int, resume: str) -> tuple[list[dict[str, Any]], str]:
         try:
             return await self.cluster.list_endpoints_page(
-                self.namespace, limit=chunk, resume=resume
+                self.namespace, limit=chunk, resume=resume, selector=LISTED
             )
         except Gone as err:
             raise ContinueExpired(resume) from err

@@ -23,6 +23,7 @@ from redis.exceptions import RedisError
 
 from lockgate.kube import builds as build_jobs
 from lockgate.kube import placement
+from lockgate.kube.canary import Canaries
 from lockgate.kube.cluster import Cluster, ClusterError, WorkerKey
 from lockgate.kube.controlplane import (
     RESTART_ANNOTATION,
@@ -164,6 +165,7 @@ class Context:
     # Endpoint uid -> its optional objects (rows of `OWNED_OBJECTS`) known absent.
     absent: dict[str, set[OwnedObject]] = field(default_factory=dict)
     builds: BuildStore | None = None  # `build_store()`
+    canaries: Canaries | None = None  # `canary_tests()`
     # Build id -> the lock that keeps the build Job watch and a reconcile of the same
     # build apart (`kube.builds.on_job`); a build's goes when it ends.
     build_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
@@ -203,6 +205,14 @@ class Context:
         if self.builds is None:
             self.builds = BuildStore(self.redis)
         return self.builds
+
+    def canary_tests(self) -> Canaries:
+        """The builds tested on a canary in this process (kube/canary.py), made at first
+        use; stopped with what runs beside kopf."""
+        if self.canaries is None:
+            self.canaries = Canaries(self.cluster, self.build_store(), self.registry, self.jobs)
+            self.beside.append(self.canaries.stop)
+        return self.canaries
 
     async def close(self) -> None:
         await self.redis.aclose()
@@ -590,8 +600,9 @@ async def _converge(
         return checks, False, None
     # builds asked for or cancelled (kube/builds.py): their Jobs, whatever the template
     await build_jobs.sync_endpoint(
-        ctx.cluster, ctx.build_store(), ctx.settings, owner, spec, ctx.build_locks
-    )
+        ctx.cluster, ctx.build_store(), ctx.settings, owner, spec, ctx.build_locks,
+        ctx.canary_tests(),
+    )  # fmt: skip
     template, check = await find_template(ctx, owner.namespace, spec.templateId)
     checks.append(check)
     if template is None:

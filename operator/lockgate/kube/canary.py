@@ -1,0 +1,362 @@
+"""A cluster's canary: a completed build tested before it takes traffic (issue 48, item 3;
+docs/builds.md, "Tested before it takes traffic").
+
+When a build Job completes and its clone handed over a `tests.json` (`kube.buildjobs`),
+the build is TESTING (`kube.builds`) and `Canaries.start` runs its tests in a task of
+this process:
+
+1. the canary: an `Endpoint` object of its own, `canary-<the build id's random part>`, in
+   the endpoint's namespace (`canary_endpoint`): the endpoint's settings with one worker
+   exactly (`models.canary.canary_spec`; tests.json's `config.env` is not applied: an
+   Endpoint has no env of its own, its Template has), the build to run in its
+   `BUILD_ANNOTATION` (so its worker Deployment runs `imageName@imageDigest`), the tests
+   in `TESTS_ANNOTATION`, labelled `CANARY_OF_LABEL` (the management lists leave it out)
+   and owned by the endpoint (garbage-collected with it). The operator reconciles it as
+   any Endpoint: Deployment, worker key, registry entry; the scaler keeps its one worker;
+2. each test's input is a job of the canary endpoint, submitted and followed with the
+   store's own functions (`JobStore.submit`, `get`, `cancel`: the gateway's job path)
+   within the test's timeout; it passes when the job is COMPLETED (`models.verdicts`, the
+   rule of `lockgate dev --test`). The first failure ends the tests; a canary in a crash
+   loop (its registry entry's `crashLoop`) fails the test at once;
+3. all passed: COMPLETED, and the endpoint is touched so that its reconcile takes the
+   build; else TEST_FAILED naming the test. The canary Endpoint is deleted either way.
+
+An operator restarted while a build is TESTING runs its tests again from the start
+(`Canaries.ensure`, at each reconcile of the endpoint): the canary Endpoint, which holds
+the tests and the build, is still there; its jobs queued by the earlier run are purged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from lockgate.kube.cluster import ClusterError, Conflict, NotFound
+from lockgate.kube.controlplane import (
+    BUILD_ANNOTATION,
+    BUILDS_ANNOTATION,
+    CANARY_OF_LABEL,
+    running_build_of,
+    spec_from_resource,
+)
+from lockgate.kube.crds import ENDPOINT, GROUP, VERSION, omit_empty_strings
+from lockgate.manage.workerlogs import SYSTEM
+from lockgate.models.build import Build, BuildStatus, FailedTest, IllegalTransition, rfc3339
+from lockgate.models.canary import canary_id, canary_spec
+from lockgate.models.hub import HubFileError, HubTest, HubTests, parse_tests
+from lockgate.models.jobs import FINAL_STATES, TTL_DEFAULT_MS, JobStatus
+from lockgate.models.running_build import RunningBuild
+from lockgate.models.source import BuildTrigger, source_of
+from lockgate.models.verdicts import (
+    CaseResult,
+    failed_test,
+    failed_test_error,
+    failure_detail,
+    result_line,
+)
+from lockgate.store import JobStore, NewJob, Registry
+from lockgate.store.builds import BuildNotFound, BuildStore
+from lockgate.store.keys import new_job_id
+
+if TYPE_CHECKING:
+    from lockgate.kube.cluster import Cluster
+
+log = logging.getLogger(__name__)
+
+TESTS_ANNOTATION = f"{GROUP}/tests"  # on a canary Endpoint: the tests.json text it runs
+POLL_S = 0.5  # how often a test's job, the canary's crash loop and the build are read
+
+Obj = dict[str, Any]
+Say = Callable[[str], Awaitable[None]]
+
+
+def is_canary_of(obj: Obj, endpoint_id: str, build_id: str) -> bool:
+    """Whether an Endpoint object is the canary of this endpoint's build."""
+    meta = obj.get("metadata") or {}
+    running = running_build_of(obj)
+    return (meta.get("labels") or {}).get(CANARY_OF_LABEL) == endpoint_id and (
+        running is not None and running.buildId == build_id
+    )
+
+
+def running_of_testing(build: Build, url: str) -> RunningBuild | None:
+    """What the canary runs: the build's `imageName@imageDigest` (None without both)."""
+    if not build.imageName or not build.imageDigest:
+        return None
+    name = build.imageName.rsplit("@", 1)[0]
+    return RunningBuild(buildId=build.id, url=url, image=f"{name}@{build.imageDigest}")
+
+
+def canary_endpoint(parent: Obj, running: RunningBuild, tests_text: str) -> Obj:
+    """The canary `Endpoint` of the build `running` names, for the endpoint `parent` (its
+    object as the API server has it)."""
+    meta = parent["metadata"]
+    spec = canary_spec(spec_from_resource(parent))
+    update: dict[str, Any] = {}
+    if spec.source is not None:  # kept (the running build applies to its URL), built never
+        update["source"] = spec.source.model_copy(
+            update={"git": spec.source.git.model_copy(update={"trigger": BuildTrigger.MANUAL})}
+        )
+    spec = spec.model_copy(update=update)
+    body = {k: v for k, v in spec.model_dump(mode="json").items() if v is not None}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": ENDPOINT.kind,
+        "metadata": {
+            "name": canary_id(running.buildId),
+            "namespace": meta["namespace"],
+            "labels": {CANARY_OF_LABEL: meta["name"]},
+            "annotations": {BUILD_ANNOTATION: running.encoded(), TESTS_ANNOTATION: tests_text},
+            "ownerReferences": [
+                {
+                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "kind": ENDPOINT.kind,
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "blockOwnerDeletion": False,
+                }
+            ],
+        },
+        "spec": omit_empty_strings(body),
+    }
+
+
+def job_of_test(test: HubTest) -> NewJob:
+    """A test's input as a job of the canary endpoint."""
+    return NewJob(id=new_job_id(), input=json.dumps(test.input).encode(), ttl_ms=TTL_DEFAULT_MS)
+
+
+def record_body(status: str, output: bytes | None, error: str | None) -> dict[str, Any]:
+    """A final job's record as the status body `models.verdicts.failure_detail` reads."""
+    body: dict[str, Any] = {"status": status, "error": error}
+    if output is not None:
+        with contextlib.suppress(ValueError):
+            body["output"] = json.loads(output)
+    return body
+
+
+class BuildEnded(Exception):
+    """The build under test ended meanwhile (cancelled, or deleted): no verdict."""
+
+
+class Canaries:
+    """The canaries of this process's builds under test, one task per TESTING build."""
+
+    def __init__(
+        self, cluster: Cluster, store: BuildStore, registry: Registry, jobs: JobStore
+    ) -> None:
+        self.cluster, self.store, self.registry, self.jobs = cluster, store, registry, jobs
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+
+    def testing(self, build_id: str) -> bool:
+        """Whether this process runs the build's tests now."""
+        task = self.tasks.get(build_id)
+        return task is not None and not task.done()
+
+    def start(self, namespace: str, endpoint_id: str, build: Build, tests_text: str | None) -> None:
+        """Test the TESTING `build` of the endpoint on a canary, in a task (its end
+        written on the build). `tests_text` None: resumed, the canary already made."""
+        if self.testing(build.id):
+            return
+        run = self._run(namespace, endpoint_id, build, tests_text)
+        self.tasks[build.id] = asyncio.create_task(run, name=f"lockgate-canary-{build.id}")
+
+    async def ensure(self, namespace: str, endpoint_id: str, build: Build) -> None:
+        """A TESTING build no task of this process tests (the operator restarted): its
+        tests run again on its canary. Called under the build's lock (`kube.builds`)."""
+        if not self.testing(build.id):
+            log.info("build %s of %s: TESTING with no test running; again", build.id, endpoint_id)
+            self.start(namespace, endpoint_id, build, None)
+
+    async def stop(self) -> None:
+        """Cancel the tests running (the operator stopping): resumed at its next start."""
+        tasks = list(self.tasks.values())
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+
+    async def _say(self, endpoint_id: str, build_id: str, line: str) -> None:
+        with contextlib.suppress(BuildNotFound):  # deleted with its endpoint meanwhile
+            await self.store.log(endpoint_id, build_id, SYSTEM, [line])
+
+    async def _run(
+        self, namespace: str, endpoint_id: str, build: Build, tests_text: str | None
+    ) -> None:
+        name = canary_id(build.id)
+
+        async def say(line: str) -> None:
+            await self._say(endpoint_id, build.id, line)
+
+        stopping = False
+        try:
+            tests = await self._canary(namespace, endpoint_id, build, tests_text, say)
+            if tests is not None:
+                failed = await self._tests(endpoint_id, build.id, name, tests, say)
+                await self._end(namespace, endpoint_id, build.id, failed, say)
+        except BuildEnded:
+            await say("tests stopped: the build ended meanwhile")
+        except asyncio.CancelledError:
+            stopping = True  # the operator stopping: the canary stays, its next start resumes
+            raise
+        except Exception as err:  # a bug or an API server's refusal must not vanish in a task
+            log.exception("tests of build %s of %s", build.id, endpoint_id)
+            await self._fail(endpoint_id, build.id, BuildStatus.FAILED, f"testing failed: {err}")
+        finally:
+            self.tasks.pop(build.id, None)
+            if not stopping:
+                await self._delete(namespace, name, endpoint_id, build.id, say)
+
+    async def _canary(
+        self, namespace: str, endpoint_id: str, build: Build, tests_text: str | None, say: Say
+    ) -> HubTests | None:
+        """Make the canary Endpoint (or find it, resumed); the tests it runs (None: the
+        build ended, the endpoint or the canary gone)."""
+        name = canary_id(build.id)
+        if tests_text is None:  # resumed
+            found = await self.cluster.get_endpoint(namespace, name)
+            if found is None or not is_canary_of(found, endpoint_id, build.id):
+                why = (
+                    "the operator restarted while testing and its canary is gone; "
+                    "start the build again"
+                )
+                await self._fail(endpoint_id, build.id, BuildStatus.TEST_FAILED, why)
+                return None
+            await self.jobs.purge(name)  # the earlier run's test jobs
+            await say(f"the operator restarted while testing: the tests run again on {name}")
+            return parse_tests(found["metadata"]["annotations"][TESTS_ANNOTATION])
+        parent = await self.cluster.get_endpoint(namespace, endpoint_id)
+        source = source_of((parent or {}).get("spec", {}).get("source"))
+        running = running_of_testing(build, source.git.url) if source else None
+        if parent is None or running is None:
+            await self._fail(endpoint_id, build.id, BuildStatus.FAILED, "the endpoint is gone")
+            return None
+        try:
+            await self.cluster.create_endpoint(
+                namespace, canary_endpoint(parent, running, tests_text)
+            )
+        except Conflict:  # made by an earlier run, or a user's endpoint of that name
+            found = await self.cluster.get_endpoint(namespace, name)
+            if found is not None and not is_canary_of(found, endpoint_id, build.id):
+                why = f"an endpoint named {name} exists, not this build's canary"
+                await self._fail(endpoint_id, build.id, BuildStatus.FAILED, why)
+                return None
+        tests = parse_tests(tests_text)
+        await say(
+            f"testing on a canary worker ({name}, {running.image}): {len(tests.tests)} test(s)"
+        )
+        return tests
+
+    async def _tests(
+        self, endpoint_id: str, build_id: str, canary: str, tests: HubTests, say: Say
+    ) -> FailedTest | None:
+        """Run the tests in order; the first that failed and why (None: all passed)."""
+        for test in tests.tests:
+            result = await self._test(endpoint_id, build_id, canary, test)
+            if isinstance(result, FailedTest):
+                await say(f"test {test.name!r} FAILED: {result.reason}")
+                return result
+            await say(result_line(result))
+            if (failed := failed_test(test, result)) is not None:
+                return failed
+        await say(f"tests: all {len(tests.tests)} passed")
+        return None
+
+    async def _test(
+        self, endpoint_id: str, build_id: str, canary: str, test: HubTest
+    ) -> CaseResult | FailedTest:
+        """One test's job, followed until final or out of time; a FailedTest when the
+        canary crash-loops; BuildEnded when the build ended meanwhile (cancelled)."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        deadline = started + test.timeout_s
+        job_id, _ = await self.jobs.submit(canary, job_of_test(test))
+
+        def result(status: str, detail: str = "", out_of_time: bool = False) -> CaseResult:
+            took = loop.time() - started
+            passed = status == JobStatus.COMPLETED
+            return CaseResult(test.name, passed, status, detail, took, out_of_time)
+
+        while True:
+            record = await self.jobs.get(canary, job_id)
+            if record.status in FINAL_STATES:
+                body = record_body(record.status, record.output, record.error)
+                return result(record.status, failure_detail(body))
+            entry = await self.registry.get_endpoint(canary)
+            if entry is not None and entry.crashLoop is not None:
+                why = f"the canary worker did not start: {entry.crashLoop.text()}"
+                return FailedTest(name=test.name, reason=why)
+            try:
+                ended = (await self.store.get(endpoint_id, build_id)).terminal
+            except BuildNotFound:
+                ended = True
+            if ended:
+                with contextlib.suppress(Exception):
+                    await self.jobs.cancel(canary, job_id)
+                raise BuildEnded(build_id)
+            if loop.time() >= deadline:
+                with contextlib.suppress(Exception):
+                    await self.jobs.cancel(canary, job_id)
+                why = f"not final within {test.timeout_s:g} s; cancelled"
+                return result("TIMED_OUT", why, out_of_time=True)
+            await asyncio.sleep(min(POLL_S, max(0.0, deadline - loop.time())))
+
+    async def _end(
+        self, namespace: str, endpoint_id: str, build_id: str, failed: FailedTest | None, say: Say
+    ) -> None:
+        """The verdict on the build: COMPLETED (the endpoint touched: its reconcile takes
+        the build) or TEST_FAILED naming the test."""
+        if failed is not None:
+            why = failed_test_error(failed)
+            await self._fail(endpoint_id, build_id, BuildStatus.TEST_FAILED, why, failedTest=failed)
+            return
+        try:
+            await self.store.change(endpoint_id, build_id, BuildStatus.COMPLETED)
+        except (IllegalTransition, BuildNotFound):
+            return  # cancelled meanwhile
+        await say("build COMPLETED: its tests passed")
+        patch = {"metadata": {"annotations": {BUILDS_ANNOTATION: rfc3339()}}}
+        try:
+            await self.cluster.patch_endpoint(namespace, endpoint_id, patch)
+        except ClusterError as err:  # the resync takes it anyway
+            if not isinstance(err, NotFound):
+                log.warning("endpoint %s not told of its tested build: %s", endpoint_id, err)
+
+    async def _fail(
+        self, endpoint_id: str, build_id: str, status: BuildStatus, why: str, **fields: Any
+    ) -> None:
+        try:
+            await self.store.change(endpoint_id, build_id, status, error=why, **fields)
+        except (IllegalTransition, BuildNotFound):
+            return
+        await self._say(endpoint_id, build_id, f"build {status.value}: {why}")
+
+    async def _delete(
+        self, namespace: str, name: str, endpoint_id: str, build_id: str, say: Say
+    ) -> None:
+        """Delete the build's canary (only it: never an endpoint of that name that is not)."""
+        try:
+            found = await self.cluster.get_endpoint(namespace, name)
+            if found is None or not is_canary_of(found, endpoint_id, build_id):
+                return
+            await self.cluster.delete_endpoint(namespace, name)
+        except NotFound:
+            return
+        except ClusterError as err:
+            log.warning("canary %s not deleted: %s", name, err)
+            return
+        with contextlib.suppress(Exception):
+            await say(f"canary {name} deleted")
+
+
+def unusable_tests(text: str) -> str | None:
+    """Why a handed-over tests.json cannot be run (None: it can): the build FAILS."""
+    try:
+        parse_tests(text)
+    except HubFileError as err:
+        return str(err)
+    return None

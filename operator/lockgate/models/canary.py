@@ -1,0 +1,37 @@
+"""A build's canary: the hidden endpoint its tests run on before it takes traffic (pure;
+dev mode's `dev.canary` and the operator's `kube.canary`: docs/builds.md, "Tested before
+it takes traffic")."""
+
+from __future__ import annotations
+
+from lockgate.models.build import BUILD_ID_PREFIX
+from lockgate.models.endpoint import EndpointSpec, EndpointType
+
+CANARY_PREFIX = "canary-"
+
+
+def canary_id(build_id: str) -> str:
+    """The hidden endpoint id of a build's canary: `canary-<the build id's random part>`
+    (an endpoint id as any: lowercase letters, digits and dashes)."""
+    return CANARY_PREFIX + build_id.removeprefix(BUILD_ID_PREFIX)
+
+
+def canary_spec(spec: EndpointSpec) -> EndpointSpec:
+    """The endpoint's settings for its canary: one worker exactly, no warm-up job, and
+    its first failed start a crash loop (the build is broken: no test waits its time)."""
+    update = {
+        "workersMin": 1, "workersMax": 1, "replicas": None, "warmup": None,
+        "crashLoopThreshold": 1,
+    }  # fmt: skip
+    return spec.model_copy(update=update)
+
+
+def tested_here(spec: EndpointSpec) -> str | None:
+    """Why the endpoint's builds are not tested on a canary (None: they are): a
+    load-balancing endpoint's tests would go to its HTTP routes, not yet done."""
+    if spec.type == EndpointType.LB:
+        return (
+            "tests.json is not run for a load-balancing endpoint yet (lockgate tests "
+            "queue endpoints only): the build is taken untested"
+        )
+    return None

@@ -1,0 +1,81 @@
+"""The pure parts of a cluster's canary (kube/canary.py): the canary Endpoint made from
+the endpoint's object, which objects are a build's canary (never a user's endpoint of the
+same name), what the canary runs, and a tests.json that cannot be used."""
+
+from __future__ import annotations
+
+import json
+
+from lockgate.kube.canary import (
+    TESTS_ANNOTATION,
+    canary_endpoint,
+    is_canary_of,
+    running_of_testing,
+    unusable_tests,
+)
+from lockgate.models.build import Build, BuildStatus
+
+URL = "https://git.example.test/org/worker.git"
+DIGEST = "sha256:" + "cd" * 32
+TESTS = json.dumps({"tests": [{"name": "basic", "input": {"prompt": "hi"}, "timeout": 1000}]})
+
+
+def _parent() -> dict:
+    return {
+        "apiVersion": "lockgate.dev/v1alpha1",
+        "kind": "Endpoint",
+        "metadata": {"name": "ep", "namespace": "team-a", "uid": "u-1"},
+        "spec": {
+            "templateId": "tpl",
+            "computeType": "CPU",
+            "workersMin": 0,
+            "workersMax": 5,
+            "warmup": {"inputs": [{"prompt": "warm"}]},
+            "source": {"git": {"url": URL, "ref": "main", "trigger": "PUSH"}},
+        },
+    }
+
+
+def _testing() -> Build:
+    return Build(
+        id="build_abc123def456",
+        status=BuildStatus.TESTING,
+        imageName="registry.example.test/builds/ep:abc123def456",
+        imageDigest=DIGEST,
+        createdAt="2026-12-06T10:00:00Z",
+    )
+
+
+def test_the_canary_endpoint_is_one_worker_of_the_build_owned_by_the_endpoint() -> None:
+    running = running_of_testing(_testing(), URL)
+    assert running is not None
+    assert running.image == f"registry.example.test/builds/ep:abc123def456@{DIGEST}"
+    body = canary_endpoint(_parent(), running, TESTS)
+    meta, spec = body["metadata"], body["spec"]
+    assert (meta["name"], meta["namespace"]) == ("canary-abc123def456", "team-a")
+    assert meta["labels"] == {"lockgate.dev/canary-of": "ep"}
+    assert meta["ownerReferences"][0]["uid"] == "u-1"
+    assert meta["annotations"][TESTS_ANNOTATION] == TESTS
+    assert json.loads(meta["annotations"]["lockgate.dev/build"])["buildId"] == _testing().id
+    assert (spec["workersMin"], spec["workersMax"], spec["crashLoopThreshold"]) == (1, 1, 1)
+    assert "warmup" not in spec
+    # the source kept (the build applies to its URL) but never built from
+    assert (spec["source"]["git"]["url"], spec["source"]["git"]["trigger"]) == (URL, "MANUAL")
+    assert is_canary_of(body, "ep", _testing().id)
+
+
+def test_only_the_builds_own_canary_counts_as_it() -> None:
+    running = running_of_testing(_testing(), URL)
+    assert running is not None
+    body = canary_endpoint(_parent(), running, TESTS)
+    assert not is_canary_of(body, "other-endpoint", _testing().id)
+    assert not is_canary_of(body, "ep", "build_zzzzzzzzzzzz")
+    users = {"metadata": {"name": "canary-abc123def456"}, "spec": {"templateId": "tpl"}}
+    assert not is_canary_of(users, "ep", _testing().id)
+
+
+def test_a_build_without_its_digest_runs_nothing_and_bad_tests_say_why() -> None:
+    assert running_of_testing(_testing().model_copy(update={"imageDigest": None}), URL) is None
+    assert unusable_tests(TESTS) is None
+    assert unusable_tests("{") is not None
+    assert unusable_tests('{"tests": []}') is not None
