@@ -106,8 +106,7 @@ async def run(
 ) -> None:
     """Run until `stop_flag` is set (or a signal, in the main thread)."""
     ctx = Context.open(settings, cluster_for(settings, api_client))
-    if settings.builds_registry:
-        handlers.enable_builds()  # build Jobs (kube/builds.py)
+    chosen = handlers.registry(builds=bool(settings.builds_registry))  # + build Jobs
     if settings.manage_port:
         ctx.beside.append((await start_manage_api(ctx)).cleanup)
     port = settings.liveness_port
@@ -115,6 +114,7 @@ async def run(
     try:
         async with scaling(ctx):
             await kopf.operator(
+                registry=chosen,
                 clusterwide=not settings.namespaces,
                 namespaces=settings.namespaces,
                 liveness_endpoint=liveness,

@@ -10,6 +10,7 @@ Handlers return nothing for the same reason (kopf would store results under stat
 from __future__ import annotations
 
 import asyncio
+import copy
 import random
 import time
 from typing import Any
@@ -247,12 +248,13 @@ async def follow_build_job(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         raise kopf.TemporaryError(f"build Job: {err}", delay=rc.RETRY_DELAY_S) from err
 
 
-_BUILDS_WATCHED: list[bool] = []
-
-
-def enable_builds() -> None:
-    """Watch build Jobs (once per process): only with `builds_registry` set, since the
-    operator's RBAC grants Jobs only then (a watch refused would retry for ever)."""
-    if not _BUILDS_WATCHED:
-        kopf.on.event(*build_jobs.BUILD_JOBS)(follow_build_job)
-        _BUILDS_WATCHED.append(True)
+def registry(*, builds: bool) -> kopf.OperatorRegistry:
+    """The handlers of one operator run: this module's (kopf's default registry), copied,
+    and with `builds` the build Jobs' watch, which only operators with `builds_registry`
+    set may have (the operator's RBAC grants Jobs only then; a watch refused would retry
+    for ever). A copy, so a run with builds leaves no Jobs watch to a later run in the
+    same process (tests run several operators in one)."""
+    chosen = copy.deepcopy(kopf.get_default_registry())
+    if builds:
+        kopf.on.event(*build_jobs.BUILD_JOBS, registry=chosen)(follow_build_job)
+    return chosen
