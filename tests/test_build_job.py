@@ -3,11 +3,12 @@ pure, no cluster. The operator's use of both runs on envtest in test_operator_bu
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from lockgate.kube.buildjobs import commit_fields, last_line, progress
+from lockgate.kube.buildjobs import commit_fields, deadline, last_line, past_deadline, progress
 from lockgate.kube.manifests.build import (
     BUILD_CAPABILITIES,
     BUILD_LABEL,
@@ -221,6 +222,29 @@ def test_failed_with_the_builders_last_line_or_the_time_limit(
 ) -> None:
     status, fields = _progress(job, pod)
     assert status == BuildStatus.FAILED and fields["error"] == error
+
+
+def test_a_job_running_past_its_deadline_is_a_build_past_its_time_limit() -> None:
+    """The Job controller of some Kubernetes versions lets a Job run on past
+    `activeDeadlineSeconds` (a 1.20 node did, for minutes): the operator judges it too."""
+    started = {"startTime": "2026-12-06T10:00:00Z"}
+    job = {"spec": {"activeDeadlineSeconds": 60}, "status": started}
+    end = datetime(2026, 12, 6, 10, 1, tzinfo=UTC)
+    assert deadline(job) == end
+    assert deadline({"spec": {"activeDeadlineSeconds": 60}, "status": {}}) is None  # not started
+    assert not past_deadline(job, end - timedelta(seconds=1)) and past_deadline(job, end)
+    pod = _pod(CLONED, RUNNING)
+    step = progress(job, pod, image_name="r/ep:x", timeout_min=1, now=end)
+    assert step is not None and step.status == BuildStatus.FAILED
+    assert step.fields["error"] == "build time limit: 1 min" and step.fields["commitHash"]
+    early = progress(job, pod, image_name="r/ep:x", timeout_min=1, now=end - timedelta(seconds=1))
+    assert early is not None and early.status == BuildStatus.BUILDING
+    # a build that pushed just at its deadline completed; a Job that ended is not past it
+    pushed = _pod(CLONED, {"terminated": {"exitCode": 0, "message": DIGEST}})
+    done = progress(job, pushed, image_name="r/ep:x", timeout_min=1, now=end)
+    assert done is not None and done.status == BuildStatus.COMPLETED
+    ended = {**job, "status": {**started, "conditions": [{"type": "Complete", "status": "True"}]}}
+    assert not past_deadline(ended, end + timedelta(hours=1))
 
 
 def test_commit_fields_and_last_line() -> None:

@@ -9,6 +9,7 @@ and the fields to record, or None while nothing is known yet.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 from lockgate.kube.manifests.build import BUILD_CONTAINER, CLONE_CONTAINER
@@ -79,8 +80,33 @@ def failure(status: Obj, what: str) -> str:
     return f"{what} failed: exit code {ended.get('exitCode')} ({ended.get('reason') or 'Error'})"
 
 
-def progress(job: Obj, pod: Obj | None, *, image_name: str, timeout_min: int) -> Progress | None:
-    """The build's state from its Job and (when it has one) its pod; None while pending."""
+def deadline(job: Obj) -> datetime | None:
+    """When the Job's `activeDeadlineSeconds` runs out (None: no deadline, or not started)."""
+    seconds = (job.get("spec") or {}).get("activeDeadlineSeconds")
+    started = (job.get("status") or {}).get("startTime")
+    if not seconds or not started:
+        return None
+    return datetime.fromisoformat(started.replace("Z", "+00:00")) + timedelta(seconds=seconds)
+
+
+def finished(job: Obj) -> bool:
+    """The Job has ended (its Complete or Failed condition)."""
+    return _condition(job, "Complete") is not None or _condition(job, "Failed") is not None
+
+
+def past_deadline(job: Obj, now: datetime) -> bool:
+    """The Job still runs at `now`, past its deadline."""
+    end = deadline(job)
+    return end is not None and now >= end and not finished(job)
+
+
+def progress(
+    job: Obj, pod: Obj | None, *, image_name: str, timeout_min: int, now: datetime | None = None
+) -> Progress | None:
+    """The build's state from its Job and (when it has one) its pod; None while pending.
+    A Job still running past its deadline at `now` is a build past its time limit too: the
+    Job controller enforces `activeDeadlineSeconds` late or not at all on some Kubernetes
+    versions (a 1.20 node ran a build for minutes past it: tests/test_node_builds.py)."""
     clone = _container(pod, CLONE_CONTAINER, init=True)
     build = _container(pod, BUILD_CONTAINER, init=False)
     fields: dict[str, Any] = {}
@@ -102,6 +128,10 @@ def progress(job: Obj, pod: Obj | None, *, image_name: str, timeout_min: int) ->
         if ended.get("exitCode") == 0:
             return Progress(BuildStatus.FAILED, {**fields, "error": "the builder pushed no digest"})
         return Progress(BuildStatus.FAILED, {**fields, "error": failure(build, "build")})
+    if now is not None and past_deadline(job, now):
+        return Progress(
+            BuildStatus.FAILED, {**fields, "error": f"build time limit: {timeout_min} min"}
+        )
     if failed is not None:
         why = failed.get("message") or failed.get("reason") or "the build Job failed"
         return Progress(BuildStatus.FAILED, {**fields, "error": why})

@@ -22,9 +22,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from lockgate.kube.buildjobs import Progress, progress
+from lockgate.kube.buildjobs import Progress, deadline, finished, progress
 from lockgate.kube.cluster import ClusterError, Conflict, NotFound
 from lockgate.kube.controlplane import (
     BUILD_ANNOTATION,
@@ -66,17 +67,14 @@ BUILD_JOB_SELECTOR = (
 LOG_TAIL_LINES = 2000  # of the builder's log copied into the build's when it ends
 # Foreground would leave the Job until its pod is gone; Background deletes both, at once.
 DELETE_WITH_POD = {"propagation_policy": "Background"}
+# A Job is looked at again this long after its deadline (`_watch_deadline`): the Job
+# controller's own DeadlineExceeded, when it comes, is seen first.
+DEADLINE_GRACE_S = 5.0
+_DEADLINE_WATCHES: dict[str, asyncio.Task[None]] = {}  # by build id
 
 
 def _endpoint_jobs(endpoint_id: str) -> str:
     return f"{ENDPOINT_LABEL}={endpoint_id},{COMPONENT_LABEL}={BUILD_COMPONENT}"
-
-
-def _finished(job: Obj) -> bool:
-    conditions = (job.get("status") or {}).get("conditions") or []
-    return any(
-        c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in conditions
-    )
 
 
 async def sync_endpoint(
@@ -123,7 +121,7 @@ async def _sync(
             )  # fmt: skip
     live_ids = {b.id for b in live}
     for build_id, job in by_build.items():
-        if build_id in live_ids or (build_id and not _finished(job)):
+        if build_id in live_ids or (build_id and not finished(job)):
             # level-based, beside the Job watch: a missed event (a restart) is caught up
             await on_job(cluster, store, settings, job, locks)
 
@@ -184,7 +182,36 @@ async def on_job(
         changed, ended = await _follow(cluster, store, settings, job, endpoint_id, build_id)
     if ended:
         held.pop(build_id, None)
+    else:
+        _watch_deadline(cluster, store, settings, job, locks)
     return changed
+
+
+def _watch_deadline(
+    cluster: Cluster, store: BuildStore, settings: OperatorSettings, job: Obj,
+    locks: dict[str, asyncio.Lock] | None,
+) -> None:  # fmt: skip
+    """Follow an unfinished Job once more just after its deadline, whatever else happens
+    (one timer per build): its build is FAILED on time even when the Job controller lets
+    the Job run on (`kube.buildjobs.progress`), and the Job is then deleted (`_follow`)."""
+    build_id = (job["metadata"].get("labels") or {}).get(BUILD_LABEL)
+    end = deadline(job)
+    if not build_id or end is None or finished(job) or build_id in _DEADLINE_WATCHES:
+        return
+    delay = max(0.0, (end - datetime.now(UTC)).total_seconds()) + DEADLINE_GRACE_S
+    meta = job["metadata"]
+
+    async def look_again() -> None:
+        await asyncio.sleep(delay)
+        _DEADLINE_WATCHES.pop(build_id, None)
+        try:
+            fresh = await cluster.read(JOB, meta["namespace"], meta["name"])
+            if fresh is not None:
+                await on_job(cluster, store, settings, fresh, locks)
+        except Exception as err:  # a background task: say it, the resync tries again
+            log.warning("build %s past its deadline not followed: %s", build_id, err)
+
+    _DEADLINE_WATCHES[build_id] = asyncio.get_running_loop().create_task(look_again())
 
 
 async def _follow(
@@ -193,7 +220,7 @@ async def _follow(
 ) -> tuple[Build | None, bool]:  # fmt: skip
     """`on_job` for one build: the record written (or None), and whether the build has
     ended (or is gone)."""
-    if not _finished(job) and await _drop_if_ended(cluster, store, endpoint_id, build_id, job):
+    if not finished(job) and await _drop_if_ended(cluster, store, endpoint_id, build_id, job):
         return None, True
     try:
         build = await store.get(endpoint_id, build_id)
@@ -206,13 +233,15 @@ async def _follow(
     deadline_s = (job.get("spec") or {}).get("activeDeadlineSeconds") or 0
     step = progress(
         job, pod, image_name=image_name(settings, endpoint_id, build_id),
-        timeout_min=int(deadline_s) // 60,
+        timeout_min=int(deadline_s) // 60, now=datetime.now(UTC),
     )  # fmt: skip
     if step is None or not _changes(build, step):
         return None, False
     if step.status in (BuildStatus.COMPLETED, BuildStatus.FAILED) and pod is not None:
         await store.log(endpoint_id, build_id, CONTAINER, await _builder_log(cluster, pod))
     changed = await _record(store, endpoint_id, build_id, step)
+    if changed is not None and changed.terminal and not finished(job):
+        await _drop_if_ended(cluster, store, endpoint_id, build_id, job)  # past its deadline
     if changed is not None and changed.status == BuildStatus.COMPLETED:
         await _touch_endpoint(cluster, job, endpoint_id)
     return changed, changed is None or changed.terminal
