@@ -8,7 +8,14 @@ from typing import Any
 
 import pytest
 
-from lockgate.kube.buildjobs import commit_fields, deadline, last_line, past_deadline, progress
+from lockgate.kube.buildjobs import (
+    commit_fields,
+    deadline,
+    last_line,
+    past_deadline,
+    progress,
+    pull_failure,
+)
 from lockgate.kube.manifests.build import (
     BUILD_CAPABILITIES,
     BUILD_LABEL,
@@ -245,6 +252,23 @@ def test_a_job_running_past_its_deadline_is_a_build_past_its_time_limit() -> Non
     assert done is not None and done.status == BuildStatus.COMPLETED
     ended = {**job, "status": {**started, "conditions": [{"type": "Complete", "status": "True"}]}}
     assert not past_deadline(ended, end + timedelta(hours=1))
+
+
+def test_a_builder_image_that_cannot_be_pulled_fails_the_build_at_once() -> None:
+    """Not at the deadline: the kubelet's ErrImagePull or ImagePullBackOff is the error."""
+    job = {"spec": {"activeDeadlineSeconds": 3600}, "status": {"startTime": "2026-12-06T10:00Z"}}
+    waiting = {"waiting": {"reason": "ImagePullBackOff", "message": 'Back-off pulling "b:x"'}}
+    pod = {"status": {"initContainerStatuses": [{"name": "clone", "image": "b:x",
+                                                 "state": waiting}]}}  # fmt: skip
+    assert pull_failure(pod) == (
+        'the builder image b:x could not be pulled (ImagePullBackOff: Back-off pulling "b:x")'
+    )
+    now = datetime(2026, 12, 6, 10, 1, tzinfo=UTC)
+    step = progress(job, pod, image_name="r/ep:x", timeout_min=60, now=now)
+    assert step is not None and step.status == BuildStatus.FAILED
+    assert step.fields["error"].startswith("the builder image b:x could not be pulled")
+    creating = {"waiting": {"reason": "ContainerCreating"}}
+    assert pull_failure(_pod(clone=creating)) is None and pull_failure(None) is None
 
 
 def test_commit_fields_and_last_line() -> None:

@@ -7,14 +7,16 @@
   credential a Secret in the builds namespace, the builder image of `make cluster-images`;
 - an endpoint with a git `source` builds (the clone, `buildah bud` of a Dockerfile FROM
   the echo example's image, pushed), and its workers run the pushed digest: the
-  Deployment's image is `<registry>/<endpoint>:<tag>@sha256:…` and a job answers from the
-  handler of the commit;
-- a Dockerfile that fails to build is FAILED with buildah's error line; a build past its
-  time limit (`buildTimeoutMin: 1`, the smallest there is) is FAILED saying so;
-- a second commit, its build started by the push webhook (a GitHub push, signed), rolls
-  the workers while a job runs on the old one: the job completes there (no job cut); a
-  rollback to the first `GIT_BUILD` release runs its digest again with no new build Job;
-- the push webhook with a wrong signature is a 401;
+  Deployment's image is `<registry>/builds/<endpoint>:<tag>@sha256:…` and a job answers
+  from the handler of the commit;
+- a Dockerfile that fails to build is FAILED with buildah's error line;
+- a second commit, its build started by the push webhook (a GitHub push, signed; the same
+  payload with a wrong signature is a 401), rolls the workers while a job runs on the old
+  one: the job completes there (no job cut); a rollback to the first `GIT_BUILD` release
+  runs its digest again with no new build Job;
+- a build past its time limit (`buildTimeoutMin: 1`, the smallest there is; started with
+  the module, so its minute passes while the other tests run) is FAILED saying so;
+- a builder image that cannot be pulled fails its build at once, not at its time limit;
 - `helm uninstall` (its hook runs `uninstall-cleanup --builds`) stops a running build:
   no build Job or pod is left, and the pod's storage (the builder's layer store, an
   emptyDir) is gone from the node.
@@ -294,6 +296,16 @@ def worker_image(release: Release, endpoint: str) -> str:
     return json.loads(out)["spec"]["template"]["spec"]["containers"][0]["image"]
 
 
+def running_on(release: Release, endpoint: str, image: str) -> bool:
+    """A worker pod of the endpoint on `image` still has a running container."""
+    return any(
+        pod["spec"]["containers"][0]["image"] == image
+        and any("running" in (c.get("state") or {})
+                for c in pod.get("status", {}).get("containerStatuses") or [])
+        for pod in worker_pods(release, endpoint, live=False)
+    )  # fmt: skip
+
+
 def push_seconds(release: Release, build_id: str) -> float | None:
     """Seconds from the builder's `pushing …` line to its last (kubectl logs --timestamps)."""
     [pod] = build_pods(release, build_id)
@@ -436,6 +448,11 @@ def test_a_pushed_commit_builds_and_rolls_with_no_job_cut_and_rollback_runs_the_
     wait_until(lambda: worker_image(release, endpoint) == made["first_image"],
                "the Deployment back on the first digest", 120, every=1)  # fmt: skip
     timed("rollback: POST -> Deployment on the first digest", t2)
+    # the second build's idle worker is replaced at once: gone before a job is sent (until
+    # its container stops it still takes jobs)
+    wait_until(lambda: not running_on(release, endpoint, second), "the second's worker gone",
+               120, every=1)  # fmt: skip
+    timed("rollback: POST -> no worker left on the second digest", t2)
     job = jobs.runsync({"input": {"after": "rollback"}}, wait_ms=60000)
     if job["status"] not in ("COMPLETED", "FAILED"):
         job = jobs.final(job["id"], timeout=240)
@@ -458,6 +475,25 @@ def test_a_build_past_its_time_limit_is_failed(
     wait_until(lambda: not any(p["status"].get("phase") == "Running"
                                for p in build_pods(release, made["slow"])),
                "the slow build's pod stopped", 60, every=1)  # fmt: skip
+
+
+def test_a_builder_image_that_cannot_be_pulled_fails_the_build_at_once(
+    release: Release, manage: Manage, made: dict[str, Any]
+) -> None:
+    """Not after the build's time limit: the pod's ErrImagePull or ImagePullBackOff."""
+    t0 = time.monotonic()
+    release.upgrade("--reuse-values", "--set", "builds.image.tag=absent")
+    timed("helm upgrade (the builder image changed)", t0)
+    t1 = time.monotonic()
+    build = manage.start_build(made["worker"])
+    failed = manage.ended(made["worker"], build["id"], timeout=120)
+    timed("unpullable builder image: asked -> FAILED", t1)
+    assert failed["status"] == "FAILED", failed
+    assert "builder image registry.example.com/lockgate/builder:absent" in failed["error"]
+    assert "could not be pulled" in failed["error"], failed
+    wait_until(lambda: not build_pods(release, build["id"]), "its Job and pod deleted", 60, 1)
+    assert worker_image(release, made["worker"]) == made["first_image"]  # nothing changed
+    release.upgrade("--reuse-values", "--set", "builds.image.tag=")
 
 
 def test_uninstall_leaves_no_build_job_or_cache(

@@ -100,13 +100,41 @@ def past_deadline(job: Obj, now: datetime) -> bool:
     return end is not None and now >= end and not finished(job)
 
 
+# The kubelet's reasons for a container waiting on an image it cannot have: the builder
+# image (a Dockerfile's FROM is pulled by buildah, inside the build container).
+PULL_FAILURES = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
+
+
+def pull_failure(pod: Obj | None) -> str | None:
+    """Why the build pod's builder image cannot be pulled (None: it can, or not yet known)."""
+    status = (pod or {}).get("status") or {}
+    for container in (status.get("initContainerStatuses") or []) + (
+        status.get("containerStatuses") or []
+    ):
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in PULL_FAILURES:
+            why = f"{waiting['reason']}: {waiting.get('message') or 'no message'}"
+            return f"the builder image {container.get('image')} could not be pulled ({why})"
+    return None
+
+
+def stopped(job: Obj, pod: Obj | None, now: datetime, timeout_min: int) -> str | None:
+    """Why a build whose Job still runs cannot end well: its builder image cannot be pulled,
+    or it is past its time limit (None: neither)."""
+    if past_deadline(job, now):
+        return f"build time limit: {timeout_min} min"
+    return None if finished(job) else pull_failure(pod)
+
+
 def progress(
     job: Obj, pod: Obj | None, *, image_name: str, timeout_min: int, now: datetime | None = None
 ) -> Progress | None:
     """The build's state from its Job and (when it has one) its pod; None while pending.
-    A Job still running past its deadline at `now` is a build past its time limit too: the
-    Job controller enforces `activeDeadlineSeconds` late or not at all on some Kubernetes
-    versions (a 1.20 node ran a build for minutes past it: tests/test_node_builds.py)."""
+    Given `now`, a Job still running is FAILED when it cannot end well (`stopped`): past
+    its deadline (the Job controller enforces `activeDeadlineSeconds` late or not at all on
+    some Kubernetes versions: a 1.20 node ran a build for minutes past it,
+    tests/test_node_builds.py), or its builder image cannot be pulled (the Job would wait
+    for its deadline)."""
     clone = _container(pod, CLONE_CONTAINER, init=True)
     build = _container(pod, BUILD_CONTAINER, init=False)
     fields: dict[str, Any] = {}
@@ -128,10 +156,8 @@ def progress(
         if ended.get("exitCode") == 0:
             return Progress(BuildStatus.FAILED, {**fields, "error": "the builder pushed no digest"})
         return Progress(BuildStatus.FAILED, {**fields, "error": failure(build, "build")})
-    if now is not None and past_deadline(job, now):
-        return Progress(
-            BuildStatus.FAILED, {**fields, "error": f"build time limit: {timeout_min} min"}
-        )
+    if now is not None and (why := stopped(job, pod, now, timeout_min)):
+        return Progress(BuildStatus.FAILED, {**fields, "error": why})
     if failed is not None:
         why = failed.get("message") or failed.get("reason") or "the build Job failed"
         return Progress(BuildStatus.FAILED, {**fields, "error": why})

@@ -67,10 +67,12 @@ BUILD_JOB_SELECTOR = (
 LOG_TAIL_LINES = 2000  # of the builder's log copied into the build's when it ends
 # Foreground would leave the Job until its pod is gone; Background deletes both, at once.
 DELETE_WITH_POD = {"propagation_policy": "Background"}
-# A Job is looked at again this long after its deadline (`_watch_deadline`): the Job
-# controller's own DeadlineExceeded, when it comes, is seen first.
+# An unfinished Job is looked at again every LOOK_S (its pod's status, which changes no
+# Job, may say its builder image cannot be pulled), and DEADLINE_GRACE_S after its
+# deadline (the Job controller's own DeadlineExceeded, when it comes, is seen first).
+LOOK_S = 15.0
 DEADLINE_GRACE_S = 5.0
-_DEADLINE_WATCHES: dict[str, asyncio.Task[None]] = {}  # by build id
+_LOOKS: dict[str, asyncio.Task[None]] = {}  # by build id
 
 
 def _endpoint_jobs(endpoint_id: str) -> str:
@@ -183,35 +185,38 @@ async def on_job(
     if ended:
         held.pop(build_id, None)
     else:
-        _watch_deadline(cluster, store, settings, job, locks)
+        _look_again(cluster, store, settings, job, locks)
     return changed
 
 
-def _watch_deadline(
+def _look_again(
     cluster: Cluster, store: BuildStore, settings: OperatorSettings, job: Obj,
     locks: dict[str, asyncio.Lock] | None,
 ) -> None:  # fmt: skip
-    """Follow an unfinished Job once more just after its deadline, whatever else happens
-    (one timer per build): its build is FAILED on time even when the Job controller lets
-    the Job run on (`kube.buildjobs.progress`), and the Job is then deleted (`_follow`)."""
+    """Follow an unfinished Job again soon (one timer per build, until the Job or its build
+    ends), whatever else happens: a build whose builder image cannot be pulled, or past its
+    deadline while the Job controller lets the Job run on, is FAILED then
+    (`kube.buildjobs.stopped`), and its Job deleted (`_follow`)."""
     build_id = (job["metadata"].get("labels") or {}).get(BUILD_LABEL)
-    end = deadline(job)
-    if not build_id or end is None or finished(job) or build_id in _DEADLINE_WATCHES:
+    if not build_id or finished(job) or build_id in _LOOKS:
         return
-    delay = max(0.0, (end - datetime.now(UTC)).total_seconds()) + DEADLINE_GRACE_S
+    delay = LOOK_S
+    if (end := deadline(job)) is not None:
+        left = (end - datetime.now(UTC)).total_seconds() + DEADLINE_GRACE_S
+        delay = min(delay, max(0.0, left))
     meta = job["metadata"]
 
     async def look_again() -> None:
         await asyncio.sleep(delay)
-        _DEADLINE_WATCHES.pop(build_id, None)
+        _LOOKS.pop(build_id, None)
         try:
             fresh = await cluster.read(JOB, meta["namespace"], meta["name"])
             if fresh is not None:
                 await on_job(cluster, store, settings, fresh, locks)
         except Exception as err:  # a background task: say it, the resync tries again
-            log.warning("build %s past its deadline not followed: %s", build_id, err)
+            log.warning("build %s not followed: %s", build_id, err)
 
-    _DEADLINE_WATCHES[build_id] = asyncio.get_running_loop().create_task(look_again())
+    _LOOKS[build_id] = asyncio.get_running_loop().create_task(look_again())
 
 
 async def _follow(
@@ -241,7 +246,7 @@ async def _follow(
         await store.log(endpoint_id, build_id, CONTAINER, await _builder_log(cluster, pod))
     changed = await _record(store, endpoint_id, build_id, step)
     if changed is not None and changed.terminal and not finished(job):
-        await _drop_if_ended(cluster, store, endpoint_id, build_id, job)  # past its deadline
+        await _drop_if_ended(cluster, store, endpoint_id, build_id, job)  # stopped: no pull, …
     if changed is not None and changed.status == BuildStatus.COMPLETED:
         await _touch_endpoint(cluster, job, endpoint_id)
     return changed, changed is None or changed.terminal
