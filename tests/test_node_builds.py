@@ -14,9 +14,9 @@
   payload with a wrong signature is a 401), rolls the workers while a job runs on the old
   one: the job completes there (no job cut); a rollback to the first `GIT_BUILD` release
   runs its digest again with no new build Job;
+- a builder image that cannot be pulled fails its build at once, not at its time limit;
 - a build past its time limit (`buildTimeoutMin: 1`, the smallest there is; started with
   the module, so its minute passes while the other tests run) is FAILED saying so;
-- a builder image that cannot be pulled fails its build at once, not at its time limit;
 - `helm uninstall` (its hook runs `uninstall-cleanup --builds`) stops a running build:
   no build Job or pod is left, and the pod's storage (the builder's layer store, an
   emptyDir) is gone from the node.
@@ -469,6 +469,28 @@ def test_a_pushed_commit_builds_and_rolls_with_no_job_cut_and_rollback_runs_the_
     assert {j["metadata"]["name"] for j in build_jobs(release)} == jobs_before  # no rebuild
 
 
+def test_a_builder_image_that_cannot_be_pulled_fails_the_build_at_once(
+    release: Release, manage: Manage, made: dict[str, Any]
+) -> None:
+    """Not after the build's time limit: the pod's ErrImagePull or ImagePullBackOff. The
+    builder image is removed from the node's containerd (no other module uses it), so the
+    kubelet must pull it, which fails. A build that never ends is started first, with the
+    image still there, for the uninstall test."""
+    running = manage.start_build(made["worker"], ref="slow")  # its time limit: 60 min
+    wait_until(lambda: manage.build(made["worker"], running["id"])["status"] == "BUILDING",
+               "the never-ending build under way", 120, every=1)  # fmt: skip
+    made["running"] = running["id"]
+    release.node.remove_image(BUILDER_IMAGE)
+    t0 = time.monotonic()
+    build = manage.start_build(made["worker"])
+    failed = manage.ended(made["worker"], build["id"], timeout=120)
+    timed("unpullable builder image: asked -> FAILED", t0)
+    assert failed["status"] == "FAILED", failed
+    assert f"the builder image {BUILDER_IMAGE} could not be pulled (" in failed["error"], failed
+    wait_until(lambda: not build_pods(release, build["id"]), "its Job and pod deleted", 60, 1)
+    assert worker_image(release, made["worker"]) == made["first_image"]  # nothing changed
+
+
 def test_a_build_past_its_time_limit_is_failed(
     release: Release, manage: Manage, made: dict[str, Any]
 ) -> None:
@@ -483,31 +505,6 @@ def test_a_build_past_its_time_limit_is_failed(
     wait_until(lambda: not any(p["status"].get("phase") == "Running"
                                for p in build_pods(release, made["slow"])),
                "the slow build's pod stopped", 60, every=1)  # fmt: skip
-
-
-def test_a_builder_image_that_cannot_be_pulled_fails_the_build_at_once(
-    release: Release, manage: Manage, made: dict[str, Any]
-) -> None:
-    """Not after the build's time limit: the pod's ErrImagePull or ImagePullBackOff. (A
-    build that never ends is started first, with the builder image that is there, for the
-    uninstall test: the chart's builder image is not put back, which would cost a second
-    `helm upgrade`.)"""
-    running = manage.start_build(made["worker"], ref="slow")  # its time limit: 60 min
-    wait_until(lambda: manage.build(made["worker"], running["id"])["status"] == "BUILDING",
-               "the never-ending build under way", 120, every=1)  # fmt: skip
-    made["running"] = running["id"]
-    t0 = time.monotonic()
-    release.upgrade("--reuse-values", "--set", "builds.image.tag=absent")
-    timed("helm upgrade (the builder image changed)", t0)
-    t1 = time.monotonic()
-    build = manage.start_build(made["worker"])
-    failed = manage.ended(made["worker"], build["id"], timeout=120)
-    timed("unpullable builder image: asked -> FAILED", t1)
-    assert failed["status"] == "FAILED", failed
-    assert "builder image registry.example.com/lockgate/builder:absent" in failed["error"]
-    assert "could not be pulled" in failed["error"], failed
-    wait_until(lambda: not build_pods(release, build["id"]), "its Job and pod deleted", 60, 1)
-    assert worker_image(release, made["worker"]) == made["first_image"]  # nothing changed
 
 
 def test_uninstall_leaves_no_build_job_or_cache(
