@@ -272,7 +272,6 @@ def made(manage: Manage, registry: Registry, repo: Repository) -> Iterator[dict[
         "worker": worker["id"],
         "limits": limits["id"],
         "slow": slow["id"],
-        "t_slow": t0,
         "registry": registry.host,
     }
     yield ids
