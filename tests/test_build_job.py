@@ -64,6 +64,7 @@ def test_the_job_clones_builds_and_pushes_within_the_time_limit() -> None:
     assert spec["ttlSecondsAfterFinished"] == SETTINGS.builds_ttl_s
     pod = spec["template"]["spec"]
     assert pod["restartPolicy"] == "Never" and pod["automountServiceAccountToken"] is False
+    assert pod["terminationGracePeriodSeconds"] == 5  # a stopped build is killed soon
     [clone], [builder] = pod["initContainers"], pod["containers"]
     assert _env(clone)["GIT_REF"] == "v2"  # the build's ref over the source's
     assert _env(clone)["GIT_URL"] == SOURCE.url

@@ -70,6 +70,8 @@ fi
 echo "HEAD is now at $(git log -1 --format='%h %s')"
 """
 
+STOP_GRACE_S = 5  # seconds a stopped build pod gets before it is killed
+
 BUILD_SCRIPT = r"""set -eu
 cd "$SRC"
 set -- --storage-driver vfs
@@ -226,6 +228,9 @@ def build_job(owner: Owner, build: Build, source: GitSource, settings: OperatorS
                 "metadata": {"labels": meta_labels, "annotations": {APPARMOR: "unconfined"}},
                 "spec": {
                     "restartPolicy": "Never",
+                    # nothing to save when a build is stopped (cancel, uninstall); the
+                    # build script's shell, PID 1, ignores SIGTERM: killed after this
+                    "terminationGracePeriodSeconds": STOP_GRACE_S,
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
                     "initContainers": [clone],
