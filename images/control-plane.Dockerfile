@@ -31,6 +31,11 @@ LABEL org.opencontainers.image.title="lockgate control plane" \
       org.opencontainers.image.description="lockgate gateway and operator" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /opt/lockgate /opt/lockgate
+# git: the management API reads a ready-to-deploy repository's hub.json for the console
+# (POST /v1/hub/inspect, a bounded shallow fetch; docs/console.md).
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends git ca-certificates \
+ && rm -rf /var/lib/apt/lists/*
 # The user has a name too: kopf (getpass.getuser) fails for a uid /etc/passwd does not list.
 # Written directly: minimal bases have no useradd.
 RUN echo 'lockgate:x:10001:10001:lockgate:/nonexistent:/usr/sbin/nologin' >> /etc/passwd \

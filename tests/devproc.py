@@ -49,7 +49,8 @@ class DevProcess:
         threading.Thread(target=self._read, daemon=True).start()
         line = self.wait_for(r"lockgate dev \| try: curl", timeout_s)
         self.key = re.search(r"authorization: (\S+?)'", line).group(1)
-        self.endpoint = re.search(r"/v2/([a-z0-9-]+)/runsync", line).group(1)
+        # a queue endpoint's line runs a job, a load-balancing one's pings through /lb/
+        self.endpoint = re.search(r"/(?:v2|lb)/([a-z0-9-]+)/(?:runsync|ping)", line).group(1)
         return self
 
     def _read(self) -> None:

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
 import stat
 import subprocess
 import sys
+import threading
 import time
 from datetime import datetime
 from pathlib import Path
@@ -45,7 +47,11 @@ def own_config(monkeypatch: pytest.MonkeyPatch, path: Path, env: dict[str, str])
 
 def clean_env(config_home: Path, **extra: str) -> dict[str, str]:
     """The user's environment without LOCKGATE_URL & co., the config under `config_home`."""
-    env = {k: v for k, v in os.environ.items() if k not in SCRUBBED and k != "LOCKGATE_DEBUG"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in SCRUBBED and k != "LOCKGATE_DEBUG" and not k.startswith("LOCKGATE_REDIS_")
+    }
     return {**env, "XDG_CONFIG_HOME": str(config_home), **extra}
 
 
@@ -97,7 +103,7 @@ def test_dev_writes_a_private_config_file_with_its_url_and_key(dev) -> None:
 
 def test_endpoints_list_reads_the_config_file_and_prints_a_table(env) -> None:
     lines = ok(lockgate("endpoints", "list", env=env)).splitlines()
-    assert lines[0].split()[:4] == ["ID", "NAME", "TYPE", "PHASE"]
+    assert lines[0].split()[:4] == ["ID", "NAME", "TYPE", "STATE"]
     assert any(line.split()[:3] == ["echo", "echo", "QUEUE"] for line in lines[1:])
 
 
@@ -126,11 +132,11 @@ def test_endpoint_create_get_edit_list_delete_round_trip(env) -> None:
     assert created["type"] == "QUEUE" and created["args"] == ECHO_ARGS
     assert "phase" in created["status"]  # lockgate's, from /v1
     got = ok(lockgate("endpoints", "get", endpoint_id, env=env))
-    assert got.splitlines()[0].split() == ["ID", "NAME", "TYPE", "PHASE", "WORKERS", "READY",
-                                           "QUEUED", "JOB", "API"]  # fmt: skip
+    assert got.splitlines()[0].split() == ["ID", "NAME", "TYPE", "STATE", "WORKERS", "READY",
+                                           "QUEUED", "JOB", "API", "WHY"]  # fmt: skip
     row = got.splitlines()[1].split()
     assert row[:3] == [endpoint_id, "cli-rt", "QUEUE"] and row[4] == "0-1"
-    assert row[-1].endswith(f"/v2/{endpoint_id}/")
+    assert row[-2].endswith(f"/v2/{endpoint_id}/") and row[-1] == "-"
     edited = json.loads(
         ok(lockgate("endpoints", "edit", endpoint_id, "--workers-max", "2", "--name", "rt",
                     "-o", "json", env=env))
@@ -154,6 +160,9 @@ def test_an_lb_endpoint_is_created_and_edited_with_its_own_flags(dev, env) -> No
     assert created["type"] == "LOAD_BALANCER" and created["timeout"] == 90_000
     assert created["scaling"] == {"type": "REQUEST_COUNT", "requestCount": 2}
     assert v1_record(dev, endpoint_id)["lbHoldS"] == 30  # lockgate's own, through /v1
+    row = next(x for x in ok(lockgate("endpoints", "list", env=env)).splitlines()
+               if x.startswith(f"{endpoint_id} "))  # fmt: skip
+    assert f"/lb/{endpoint_id}" in row and "/v2/" not in row, row  # its LB URL, not a job API
     edited = json.loads(ok(lockgate("endpoints", "edit", endpoint_id, "--lb-hold-s", "5",
                                     "--scaler-value", "3", "-o", "json", env=env)))  # fmt: skip
     assert edited["scaling"] == {"type": "REQUEST_COUNT", "requestCount": 3}
@@ -309,6 +318,138 @@ def test_keys_create_with_an_expiry_lists_it_and_the_key_is_refused_once_it_pass
             lockgate("keys", "revoke", name, "--redis-url", redis, env=bare_env)
 
 
+# The CLI tells the truth (issue 50, items 1 and 4): the console's states, why a job waits.
+
+
+def stderr_line_with(proc: subprocess.Popen, text: str, timeout_s: float) -> str:
+    """The first line of `proc`'s stderr holding `text` (read in a thread: bounded)."""
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in proc.stderr], daemon=True).start()
+    deadline, seen = time.monotonic() + timeout_s, []
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=0.5)
+        except queue.Empty:
+            continue
+        seen.append(line)
+        if text in line:
+            return line
+    raise AssertionError(f"no stderr line with {text!r} in {timeout_s} s: {seen}")
+
+
+def waiting_run(endpoint_id: str, env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "lockgate.cli", "jobs", "run", endpoint_id, "{}", "--wait"],
+        env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def v1_endpoint(dev: DevProcess, endpoint_id: str, **fields: object) -> None:
+    body = {"id": endpoint_id, "templateId": "tests/handlers/import_error.py", **fields}
+    made = requests.post(f"{dev.url}/v1/endpoints", json=body, headers=dev.headers(), timeout=30)
+    assert made.status_code == 200, made.text
+
+
+def test_a_crash_loop_reads_as_the_console_says_and_a_waiting_job_says_why(dev, env) -> None:
+    v1_endpoint(dev, "cli-crash", workersMax=1, crashLoopThreshold=1)
+    run = waiting_run("cli-crash", env)
+    try:
+        line = stderr_line_with(run, "workers crash at start (exit code 1", timeout_s=120)
+        assert line.startswith("lockgate: job ") and "no worker starts until" in line, line
+        assert run.poll() is None  # still waiting: the job is not lost, only explained
+    finally:
+        run.kill()
+        run.wait(10)
+    row = next(x for x in ok(lockgate("endpoints", "list", env=env)).splitlines()
+               if x.startswith("cli-crash "))  # fmt: skip
+    assert "Crash loop" in row and "Ready" not in row, row
+    got = ok(lockgate("endpoints", "get", "cli-crash", env=env)).splitlines()[1]
+    assert "Crash loop" in got and "exit code 1" in got, got
+    requests.delete(f"{dev.url}/v1/endpoints/cli-crash", headers=dev.headers(), timeout=30)
+
+
+def test_a_job_on_an_endpoint_with_max_workers_0_says_none_will_start(dev, env) -> None:
+    v1_endpoint(dev, "cli-max0", workersMin=0, workersMax=0)
+    run = waiting_run("cli-max0", env)
+    try:
+        line = stderr_line_with(run, "waits: max workers is 0: no worker will start", 60)
+        assert "cold start" not in line
+    finally:
+        run.kill()
+        run.wait(10)
+    got = ok(lockgate("endpoints", "get", "cli-max0", env=env)).splitlines()[1]
+    assert got.rstrip().endswith("max workers is 0: no worker will start"), got
+    requests.delete(f"{dev.url}/v1/endpoints/cli-max0", headers=dev.headers(), timeout=30)
+
+
+def test_a_runpod_workers_failure_reads_as_a_line_and_its_traceback_as_lines(dev, env) -> None:
+    """Issue 50, item 3: the runpod SDK's error (a JSON string) is `ValueError: …` in the
+    table, and its traceback real lines on stderr, not one string with `\\n` in it."""
+    v1_endpoint(dev, "cli-fails", templateId=RUNPOD_ECHO, workersMax=1)
+    try:
+        ran = lockgate("jobs", "run", "cli-fails", '{"fail": "no such prompt"}', "--wait",
+                       env=env, timeout_s=120)  # fmt: skip
+        assert ran.returncode == 1, ran.stderr
+        row = ran.stdout.splitlines()[1]
+        assert "FAILED" in row and row.rstrip().endswith("ValueError: no such prompt"), row
+        assert "error_type" not in ran.stdout and "\\n" not in ran.stdout
+        said = ran.stderr.splitlines()  # after any note of why the job waited (a cold start)
+        said = said[said.index("the worker's traceback:") :]
+        assert said[1] == "  Traceback (most recent call last):", ran.stderr
+        assert said[-1] == "  ValueError: no such prompt", ran.stderr
+        listed = ok(lockgate("jobs", "list", "cli-fails", env=env))
+        assert "ValueError: no such prompt" in listed and "error_type" not in listed
+        as_json = json.loads(ok(lockgate("jobs", "list", "cli-fails", "-o", "json", env=env)))
+        assert "error_traceback" in as_json["items"][0]["error"]  # -o json: the API's as is
+    finally:
+        requests.delete(f"{dev.url}/v1/endpoints/cli-fails", headers=dev.headers(), timeout=30)
+
+
+# `lockgate keys` over HTTP (issue 50, item 7): the saved URL and key, as the other commands.
+
+
+def test_keys_over_http_create_list_and_revoke_with_the_saved_url_and_key(dev, env) -> None:
+    key = ok(lockgate("keys", "create", "http-bot", "--scope", "jobs", "--endpoint", "echo",
+                      env=env)).strip()  # fmt: skip
+    assert key.startswith("lg_")
+    try:
+        lines = ok(lockgate("keys", "list", env=env)).splitlines()
+        assert lines[0].split() == ["ID", "NAME", "SCOPES", "ENDPOINTS", "EXPIRES"]
+        row = next(line for line in lines if " http-bot " in line).split()
+        assert row[2:] == ["jobs", "echo", "never"], row
+        listed = json.loads(ok(lockgate("keys", "list", "-o", "json", env=env)))
+        assert {"dev", "http-bot"} <= {k["name"] for k in listed}
+        job = lockgate("jobs", "run", "echo", "{}", "--wait", "--key", key, env=env)
+        assert ok(job)
+        lost = ("keys", "create", "http-lost", "--scope", "jobs", "--endpoint", "nosuch")
+        line = one_line_error(lockgate(*lost, env=env))
+        assert "no endpoint 'nosuch'" in line and "(HTTP 400)" in line, line
+        out = ok(lockgate("keys", "revoke", "http-bot", env=env))
+        assert re.fullmatch(r"revoked [0-9a-f]{12}\n", out), out
+        assert "401" in one_line_error(lockgate("jobs", "run", "echo", "{}", "--key", key, env=env))
+    finally:
+        lockgate("keys", "revoke", "http-bot", "--force", env=env)
+    assert "http-bot" not in ok(lockgate("keys", "list", env=env))
+
+
+def test_keys_over_http_will_not_sign_the_cli_out_without_force(dev, env) -> None:
+    other = ok(lockgate("keys", "create", "http-admin", "--scope", "admin", env=env)).strip()
+    try:  # 'dev' is not the last admin key now, but it is the one the config file holds
+        line = one_line_error(lockgate("keys", "revoke", "dev", env=env))
+        config = dev.config_home / "lockgate" / "config.json"
+        assert f"'dev' is the key this CLI signs in with ({config})" in line, line
+        assert "dev" in ok(lockgate("keys", "list", env=env))
+    finally:
+        lockgate("keys", "revoke", "http-admin", "--key", other, "--force", env=env)
+    assert "http-admin" not in ok(lockgate("keys", "list", env=env))
+
+
+def test_keys_without_a_reachable_server_say_so_in_one_line(bare_env) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    line = one_line_error(lockgate("keys", "list", "--url", url, env=bare_env))
+    assert line.startswith(f"lockgate: cannot reach {url}"), line
+
+
 @pytest.mark.parametrize(
     ("flags", "said"),
     [
@@ -343,11 +484,54 @@ def test_logs_show_the_lines_of_a_job_and_follow_prints_new_ones(dev, env) -> No
         time.sleep(1)  # the tail is open before the job runs (a later line is what it shows)
         later = json.loads(ok(lockgate("jobs", "run", "echo", "{}", "--wait", "-o", "json",
                                        env=env)))  # fmt: skip
+        shown = []
         for line in follow.stdout:
+            shown.append(line)
             if later["id"] in line:
                 break
+        assert shown and later["id"] in shown[-1], (shown, follow.stderr and follow.poll())
+        assert not any(job["id"] in line for line in shown)  # --tail 0: no backlog
     finally:
         follow.terminate()
+        follow.wait(10)
+
+
+# Rough edges (issue 50, item 6): each the expected behaviour or one line naming the fix.
+
+
+def test_a_url_without_a_scheme_is_read_as_curl_reads_it(dev, bare_env) -> None:
+    bare = dev.url.removeprefix("http://")
+    out = ok(lockgate("endpoints", "list", "--url", bare, "--key", dev.key, env=bare_env))
+    assert "echo" in out
+
+
+def test_a_url_ending_in_the_api_path_is_understood_and_an_endpoints_url_names_the_fix(
+    dev, bare_env
+) -> None:
+    for url in (f"{dev.url}/v2", f"{dev.url}/v2/", f"{dev.url}/v1"):
+        out = ok(lockgate("endpoints", "list", "--url", url, "--key", dev.key, env=bare_env))
+        assert "echo" in out, url
+    result = lockgate("jobs", "list", "echo", "--url", f"{dev.url}/v2/echo", "--key", dev.key,
+                      env=bare_env)  # fmt: skip
+    line = one_line_error(result)
+    assert result.returncode == 2
+    assert f"use --url {dev.url} and name the endpoint (echo)" in line, line
+
+
+def test_logs_into_a_reader_that_stops_exit_quietly(dev, env) -> None:
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "lockgate.cli", "logs", "echo", "-f", "--tail", "1"],
+        env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        ok(lockgate("jobs", "run", "echo", "{}", "--wait", env=env))  # a line to tail, at least
+        assert follow.stdout.readline()  # `head -1` has its line, and goes
+        follow.stdout.close()
+        ok(lockgate("jobs", "run", "echo", "{}", "--wait", env=env))  # the next write: EPIPE
+        assert follow.wait(30) == 0
+        assert follow.stderr.read() == ""  # no BrokenPipe, no "please report it"
+    finally:
+        follow.kill()
         follow.wait(10)
 
 
@@ -507,3 +691,24 @@ def test_a_table_aligns_its_columns_and_shows_nothing_as_a_dash() -> None:
         "echo       -",
         "a-long-id  1,2",
     ]
+
+
+@pytest.mark.parametrize(
+    ("given", "meant"),
+    [
+        ("127.0.0.1:20080", "http://127.0.0.1:20080"),
+        ("localhost:8080/", "http://localhost:8080/"),
+        ("https://lg.example.com/v2", "https://lg.example.com"),
+        ("https://lg.example.com/v1/", "https://lg.example.com"),
+        ("https://proxy.example.com/lockgate/v2", "https://proxy.example.com/lockgate"),
+        ("https://proxy.example.com/lockgate", "https://proxy.example.com/lockgate"),
+        (" http://127.0.0.1:8080 ", "http://127.0.0.1:8080"),
+    ],
+)
+def test_a_url_is_read_as_the_user_meant_it(given: str, meant: str) -> None:
+    assert clientconfig.normalised(given) == meant
+
+
+def test_an_endpoints_url_is_refused_naming_lockgates_url() -> None:
+    with pytest.raises(clientconfig.BadUrl, match=r"use --url https://api\.x\.io and name the"):
+        clientconfig.normalised("https://api.x.io/v2/abc123")

@@ -80,6 +80,13 @@ def test_a_row_shows_v2_fields_in_the_columns_users_know() -> None:
         "requestUrls": {"base": "http://h/lb/e1", "health": "http://h/lb/e1/ping"},
     }  # fmt: skip
     status = {"phase": "Ready", "workers": {"ready": 1}, "jobs": {"inQueue": 0}}
-    assert endpoint_row(endpoint, status) == [
-        "e1", "n", "LOAD_BALANCER", "Ready", "0-3", 1, 0, "http://h/lb/e1",
+    assert endpoint_row({**endpoint, "status": status}) == [
+        "e1", "n", "LOAD_BALANCER", "Ready", "0-3", 1, 0, "http://h/lb/e1", "",
     ]  # fmt: skip
+    looping = {**status, "conditions": [
+        {"type": "CrashLoop", "status": "True", "message": "workers crash at start (exit code 1)"},
+    ]}  # fmt: skip
+    row = endpoint_row({**endpoint, "status": looping})
+    assert (row[3], row[-1]) == ("Crash loop", "workers crash at start (exit code 1)")
+    health = {"workers": {"idle": 0, "running": 0}, "waiting": "max workers is 0: no worker"}
+    assert endpoint_row({**endpoint, "status": status}, health)[-1] == health["waiting"]

@@ -212,6 +212,62 @@ def test_the_overview_shows_the_lb_url_requests_and_lb_settings_not_jobs(page, c
     assert_clean(page)
 
 
+def test_the_overview_of_an_lb_endpoint_shows_call_it_snippets_for_its_lb_url(page, console_dev):
+    """Issue 50, item 9: curl, requests, fetch and the OpenAI SDK, all on `/lb/{id}/`."""
+    signed_in(page, console_dev, f"#/endpoints/{LB}")
+    card = page.get_by_role("region", name="Call it")
+    base = f"{console_dev.url}/lb/{LB}/"
+    expect(card).to_contain_text(f"Any method and path after {base}")
+    for tab, shown in [
+        ("cURL", f"curl {base}ping"),
+        ("Python (requests)", f'url = "{base}"'),
+        ("JavaScript (fetch)", f'const url = "{base}";'),
+        ("Python (OpenAI SDK)", f'OpenAI(base_url="{base}v1"'),
+    ]:
+        card.get_by_role("tab", name=tab).click()
+        expect(card.locator("pre.snippet")).to_contain_text(shown)
+        assert "/v2/" not in card.locator("pre.snippet").inner_text()
+    expect(card.get_by_role("tab", name="Python (runpod SDK)")).to_have_count(0)
+    card.get_by_role("tab", name="cURL").click()
+    curl = card.locator("pre.snippet").inner_text().splitlines()[0]
+    url = curl.split()[1]
+    pinged = requests.get(url, headers=auth(console_dev), timeout=120)  # the snippet works
+    assert pinged.status_code == 200, pinged.text
+    screenshot(page, "lb-call-it")
+    assert_clean(page)
+
+
+def test_a_request_held_by_a_cold_start_says_so_and_counts_its_time(page, console_dev):
+    """Issue 50, item 9: while no worker is ready the form says 'held: waiting for a
+    worker (1 held)' and the seconds since it was sent, then the answer."""
+    template = {"name": "lb-slow", "imageName": "local/lb-slow:1",
+                "dockerStartCmd": WORKER.split(), "env": {"LOAD_SECONDS": "20"}}  # fmt: skip
+    made = requests.post(f"{console_dev.url}/v1/templates", json=template,
+                         headers=auth(console_dev), timeout=30)  # fmt: skip
+    assert made.status_code == 200, made.text
+    spec = {
+        "id": "lb-slow", "type": "LB", "scalerType": "REQUEST_COUNT", "scalerValue": 1,
+        "templateId": made.json()["id"], "workersMax": 1, "lbHoldS": 90,
+    }  # fmt: skip
+    made = requests.post(f"{console_dev.url}/v1/endpoints", json=spec,
+                         headers=auth(console_dev), timeout=30)  # fmt: skip
+    assert made.status_code == 200, made.text
+    try:
+        signed_in(page, console_dev, "#/endpoints/lb-slow/requests")
+        send(page, "GET", "/echo/held")
+        expect(answer_status(page)).to_have_text("held: waiting for a worker (1 held)",
+                                                 timeout=15_000)  # fmt: skip
+        took = page.locator(".lb-answer .hint").first
+        expect(took).to_have_text(re.compile(r"^\d+\.\d s$"))
+        screenshot(page, "lb-held")
+        expect(answer_status(page)).to_have_text("200 OK", timeout=90_000)
+        expect(took).to_have_text(re.compile(r"^\d+ ms$"))
+        assert_clean(page)
+    finally:
+        requests.delete(f"{console_dev.url}/v1/endpoints/lb-slow", headers=auth(console_dev),
+                        timeout=30)  # fmt: skip
+
+
 def test_editing_an_lb_endpoint_keeps_its_type_and_clears_its_hold(page, console_dev):
     signed_in(page, console_dev, f"#/endpoints/{LB}/edit")
     expect(page.get_by_role("radio", name=re.compile("^Load balancer"))).to_be_checked()

@@ -219,6 +219,7 @@ def test_dev_mode_is_known_and_its_meaningless_fields_are_folded_away(page, cons
         "mode": "dev",
         "commandLineEndpoint": console_dev.endpoint,
         "commandLineFields": ["templateId"],  # the fixture names no flag
+        "catalogue": [],  # LOCKGATE_CONSOLE_CATALOGUE unset
     }
     assert requests.get(f"{console_dev.url}/v1/about", timeout=10).status_code == 401
 

@@ -118,10 +118,10 @@ def test_create_from_an_image_makes_the_template_then_a_ready_endpoint(page, con
     # the Edit page shows the template's fields and links to it
     page.goto(f"{console_dev.url}/console/#/endpoints/from-image/edit")
     summary = page.get_by_role("region", name="Template: Echo from an image")
-    expect(summary).to_contain_text("registry.example.com/echo:1")
-    expect(summary).to_contain_text(f"python -u {ECHO}")
-    expect(summary).to_contain_text("GREETING")
-    link = summary.get_by_role("link", name="Edit the template")
+    expect(summary.get_by_label("Container image")).to_have_value("registry.example.com/echo:1")
+    expect(summary.get_by_label("Start command")).to_have_value(f"python -u {ECHO}")
+    expect(summary.get_by_label("Variable 1 name")).to_have_value("GREETING")
+    link = summary.get_by_role("link", name="Every field of the template")
     assert link.get_attribute("href") == f"#/templates/{template['id']}"
     screenshot(page, "edit-template-summary")
     # Edit: the Model field, one per line or comma separated, in the review's diff

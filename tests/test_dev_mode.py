@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import signal
 import subprocess
 import sys
@@ -34,6 +35,23 @@ def test_dev_prints_the_api_url_key_and_a_curl_line_and_runsync_completes(tmp_pa
         body = r.json()
         assert body["status"] == "COMPLETED" and body["output"] == {"echo": {"x": 1}}
         assert requests.get(dev.job_url("health"), headers=dev.headers()).status_code == 200
+
+
+def test_an_lb_example_gets_its_folders_name_and_a_curl_line_that_answers(tmp_path):
+    """Issue 50, item 9: `--worker-command "python examples/loadbalancer/worker.py"` is
+    endpoint `loadbalancer` (not `python`), and the banner's curl line is an LB request."""
+    command = "python examples/loadbalancer/worker.py"
+    args = ("--worker-command", command, "--endpoint-type", "LB", "--api-key", "k-lb")
+    with DevProcess(*args, data_dir=tmp_path) as dev:
+        assert dev.endpoint == "loadbalancer"
+        banner = "\n".join(dev.lines)
+        assert f"load balancer http://127.0.0.1:{dev.port}/lb/loadbalancer/" in banner
+        assert "job API" not in banner and "/runsync" not in banner
+        line = dev.wait_for(r"lockgate dev \| try: curl")
+        argv = shlex.split(line.split("try: ", 1)[1])
+        assert argv[:3] == ["curl", "-H", "authorization: k-lb"]
+        answer = requests.get(argv[3], headers={"authorization": "k-lb"}, timeout=120)
+        assert answer.status_code == 200, answer.text  # the worker's /ping, cold start and all
 
 
 def test_ctrl_c_stops_gateway_workers_and_redis(tmp_path):

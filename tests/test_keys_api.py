@@ -97,8 +97,15 @@ async def test_a_created_key_is_shown_once_and_works_until_revoked(
     assert (await keys.call("DELETE", f"/{created['id']}"))[0] == 404
 
 
-async def test_a_key_limited_to_endpoints_keeps_them(keys: Keys) -> None:
+async def test_a_key_limited_to_endpoints_keeps_them_and_an_unknown_one_is_refused(
+    keys: Keys, redis: Redis
+) -> None:
     body = {"name": "team-a", "scopes": ["jobs:read", "jobs"], "endpoints": ["sd", "llm"]}
+    await Registry(redis).put_endpoint("sd", RegistryEntry(id="sd"))
+    status, refused = await keys.call("POST", body=body)
+    assert status == 400 and refused["error"].startswith("endpoints: no endpoint 'llm'")
+    assert "team-a" not in {k["name"] for k in (await keys.call("GET"))[1]}
+    await Registry(redis).put_endpoint("llm", RegistryEntry(id="llm"))
     status, created = await keys.call("POST", body=body)
     assert status == 200, created
     assert created["endpoints"] == ["sd", "llm"]

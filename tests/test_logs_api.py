@@ -25,7 +25,10 @@ from lockgate.manage.loglines import (
     STDOUT,
     JobTracker,
     LineMaker,
+    LogLine,
+    LogQuery,
     job_named,
+    level_of,
 )
 from lockgate.store import Registry
 from tests.conftest import eventually
@@ -33,6 +36,7 @@ from tests.test_manage_api import dev_app
 
 PRINTING = "tests/handlers/printing.py"
 RUNPOD = "python tests/workers/runpod_echo.py"
+LEVELS = "python tests/workers/runpod_levels.py"
 
 
 @dataclass
@@ -201,17 +205,84 @@ async def test_a_worker_that_exits_at_once_can_still_be_read(dev: Dev) -> None:
 async def test_bad_parameters_unknown_endpoints_and_wrong_keys_are_refused(dev: Dev) -> None:
     await dev.create("lg-refuse", PRINTING, workersMin=0)
     for params, name in [
-        ({"tail": "0"}, "tail"),
+        ({"tail": "-1"}, "tail"),
         ({"tail": "5001"}, "tail"),
         ({"tail": "many"}, "tail"),
         ({"since": "yesterday"}, "since"),
         ({"follow": "maybe"}, "follow"),
+        ({"until": "soon"}, "until"),
+        ({"level": "LOUD"}, "level"),
     ]:
         status, body = await dev.logs("lg-refuse", **params)
         assert status == 400 and body["error"].startswith(f"{name}:"), (params, body)
     status, body = await dev.logs("lg-nobody")
     assert status == 404 and "lg-nobody" in body["error"]
     assert (await dev.logs("lg-refuse", key="lg_wrong"))[0] == 401
+
+
+async def test_search_level_and_until_over_http(dev: Dev) -> None:
+    """`q`, `level` and `until` (issue 50, item 10), and the runpod SDK's JSON lines read
+    as `level` and `message`."""
+    await dev.create("lg-levels", LEVELS)
+    alpha = await dev.run("lg-levels", {"say": "alpha"})
+    [error] = await lines_saying(dev, "lg-levels", "error says alpha")
+    assert (error["level"], error["message"], error["job"]) == (
+        "ERROR",
+        "error says alpha",
+        alpha["id"],
+    )
+    assert error["line"].startswith("{")  # the line as written stays
+    [printed] = await lines_saying(dev, "lg-levels", "print says alpha")
+    assert (printed["level"], printed["message"]) == (None, "print says alpha")
+    until = printed["ts"]
+    await asyncio.sleep(0.01)  # the next lines are written strictly later (ms resolution)
+    beta = await dev.run("lg-levels", {"say": "beta"})
+    await lines_saying(dev, "lg-levels", "print says beta")
+
+    found = await dev.lines("lg-levels", q="SAYS BETA")  # any case
+    assert {x["message"] for x in found} >= {"info says beta", "error says beta"}
+    assert all("says beta" in x["line"] for x in found)
+    warned = await dev.lines("lg-levels", level="warning", q="says")  # WARNING reads as WARN
+    assert sorted(x["message"] for x in warned) == [
+        "error says alpha", "error says beta", "warn says alpha", "warn says beta",
+    ]  # fmt: skip
+    before = await dev.lines("lg-levels", until=until)
+    assert any("print says alpha" in x["line"] for x in before)
+    assert not any(x["job"] == beta["id"] for x in before)
+
+
+@pytest.mark.parametrize(
+    ("line", "level", "message"),
+    [
+        ('{"requestId": "j-1", "message": "boom", "level": "ERROR"}', "ERROR", "boom"),
+        ('{"requestId": null, "message": "hi", "level": "WARN"}', "WARN", "hi"),
+        ('{"requestId": "j", "message": "tip", "level": "TIP"}', "INFO", "tip"),
+        ("INFO   | job-123 | Started.", "INFO", "Started."),
+        ("DEBUG  | rp_debugger | x", "DEBUG", "x"),
+        ("WARN   | no job here", "WARN", "no job here"),
+        ("2026-12-06 20:36:17,874 WARNING  lockgate.worker | slow", "WARN", None),
+        ("RuntimeError: failing on purpose", None, None),
+        ('{"level": 3, "message": "m"}', None, None),
+        ("{not json", None, None),
+        ("a line that goes on and on, long past any logging prefix, then says ERROR", None, None),
+    ],
+)
+def test_a_lines_level_and_message(line: str, level: str | None, message: str | None) -> None:
+    assert level_of(line) == (level, line if message is None else message)
+
+
+def test_a_query_keeps_lines_by_text_level_and_time() -> None:
+    lines = [
+        LogLine(1, "w", STDOUT, '{"requestId": "j", "message": "Loaded", "level": "INFO"}'),
+        LogLine(2, "w", STDERR, "Traceback (most recent call last):"),  # no level: ERROR
+        LogLine(3, "w", STDOUT, "plain print"),  # no level: INFO
+        LogLine(4, "w", STDOUT, "WARN   | j | disk is slow"),
+    ]
+    texts = lambda q: [x.line for x in q.select(lines)]  # noqa: E731
+    assert texts(LogQuery(level="WARN")) == [lines[1].line, lines[3].line]
+    assert texts(LogQuery(text="loaded")) == [lines[0].line]
+    assert texts(LogQuery(since=1, until=3)) == [lines[1].line, lines[2].line]
+    assert LogQuery(level="ERROR").narrowed and not LogQuery(worker="w").narrowed
 
 
 # -- the buffer and the job attribution, without processes -----------------------------------

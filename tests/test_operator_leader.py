@@ -25,7 +25,7 @@ from lockgate.kube.leader import LeaderElector, holder_of
 from lockgate.kube.reconcile import Context
 from lockgate.kube.scaler import ScalingLoop
 from lockgate.kube.settings import OperatorSettings
-from lockgate.kube.status import METRICS_AVAILABLE, Check
+from lockgate.kube.status import METRICS_AVAILABLE, WORKERS_HEALTHY, Check
 from tests.conftest import eventually, wait_until
 
 if TYPE_CHECKING:
@@ -184,8 +184,10 @@ async def test_the_scaling_loop_runs_only_in_the_replica_holding_the_lease(
             await asyncio.sleep(1.5)  # three renewals: the second replica stands by
             assert 1 not in ticks
             first.scaling["ep"] = Check(METRICS_AVAILABLE, True, "Scraped")  # a term's state
-        # The first replica shut down: its loop stopped and its state went with it.
-        assert first.scaling == {}
+            first.pods["ep"] = Check(WORKERS_HEALTHY, True, "PodsRunning")
+        # The first replica shut down: its loop stopped and its state went with it (a
+        # reconcile there must not write its stale conditions over the new leader's).
+        assert first.scaling == {} and first.pods == {}
         ticks.clear()
         await until(lambda: 1 in ticks, "the second replica scaling")
         await asyncio.sleep(0.5)

@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 
 from lockgate.dev.workers import limits_of
+from lockgate.models.crashloop import CrashLoop
 from lockgate.models.endpoint import EndpointSpec, ScalerType
+from lockgate.models.waiting import why_waiting
+from lockgate.scaling.autoscaler import change_to_say
 from lockgate.scaling.decision import (
     STABILISATION_S,
     UP_STEP_MIN,
@@ -252,3 +255,44 @@ def test_workers_asked_for_that_never_appear_become_removable_after_the_idle_tim
     view = memory.observe(3, [], {}, 6.0)
     assert decide(m(), limits(idle=5), view, now=6.0).desired == 0
     assert memory.observe(1, ["w1"], {}, 7.0) == Workers(1, (0.0,))
+
+
+def test_a_resize_asked_again_every_tick_is_said_once_until_it_changes() -> None:
+    """Dev mode's crash loop: the scaler wants 1 worker every tick and the pool stays at 0;
+    its log says so once (not four times a second), and again only when something moves."""
+    said = None
+    spoken = []
+    for size, desired in [(0, 1), (0, 1), (0, 1), (1, 1), (1, 0), (1, 0), (0, 1), (0, 2)]:
+        say, said = change_to_say(size, desired, said)
+        spoken.append(say)
+    assert spoken == [True, False, False, False, True, False, True, True]
+
+
+@pytest.mark.parametrize(
+    ("counts", "said"),
+    [
+        ({"queued": 0, "idle": 0, "running": 0, "starting": 0, "workers_max": 0}, None),
+        ({"queued": 1, "idle": 0, "running": 0, "starting": 0, "workers_max": 0},
+         "max workers is 0: no worker will start"),
+        ({"queued": 2, "idle": 1, "running": 0, "starting": 0, "workers_max": 3}, None),
+        ({"queued": 3, "idle": 0, "running": 2, "starting": 0, "workers_max": 2},
+         "2 workers busy, max reached (2); 3 jobs in the queue"),
+        ({"queued": 1, "idle": 0, "running": 0, "starting": 1, "workers_max": 2},
+         "1 worker starting (a cold start); 1 job in the queue"),
+        ({"queued": 4, "idle": 0, "running": 1, "starting": 0, "workers_max": 3},
+         "1 worker busy, another is being started; 4 jobs in the queue"),
+        ({"queued": 1, "idle": 0, "running": 0, "starting": 0, "workers_max": 1},
+         "no worker yet: one is being started (a cold start); 1 job in the queue"),
+    ],
+)  # fmt: skip
+def test_why_jobs_wait_is_the_first_cause_that_holds(counts: dict, said: str | None) -> None:
+    assert why_waiting(**counts) == said
+
+
+def test_a_crash_loop_is_why_jobs_wait_before_any_count() -> None:
+    loop = CrashLoop(failedStarts=5, exitCode=1, lastLine="no model", since=0)
+    said = why_waiting(queued=1, idle=1, running=0, starting=0, workers_max=0, crash_loop=loop)
+    assert said == (
+        "workers crash at start (exit code 1: no model); no worker starts until a new release "
+        "or a restart"
+    )

@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import secrets
 import sys
+from typing import Any
 
 import orjson
 from pydantic import ValidationError
@@ -35,6 +36,7 @@ from lockgate.models.keys import (
     timestamp_ms,
     whole_second,
 )
+from lockgate.output import table
 from lockgate.store import Registry, connect, key_digest, now_ms
 from lockgate.store.connection import RedisSettings, standalone
 
@@ -99,13 +101,18 @@ def expiry_text(record: dict, now_ms: int) -> str:
     return f"expired {rfc3339(expires)}" if is_expired(expires, now_ms) else rfc3339(expires)
 
 
-def describe(digest: str, record: dict, now_ms: int) -> str:
-    """One line of `keys list`: id, name, scopes, endpoints, expiry."""
-    endpoints = ",".join(record.get("endpoints") or []) or "*"
-    scopes = ",".join(record.get("scopes", []))
-    name = record.get("name", "?")
-    expiry = expiry_text(record, now_ms)
-    return f"{digest[:ID_CHARS]}  {name:<32} {scopes:<24} {endpoints:<24} {expiry}"
+LIST_HEADERS = ("id", "name", "scopes", "endpoints", "expires")
+
+
+def list_row(digest: str, record: dict, now_ms: int) -> list[Any]:
+    """One row of `keys list`: id, name, scopes, endpoints (`*`: all), expiry."""
+    return [
+        digest[:ID_CHARS],
+        record.get("name", "?"),
+        list(record.get("scopes", [])),
+        record.get("endpoints") or "*",
+        expiry_text(record, now_ms),
+    ]
 
 
 def matches(digest: str, record: dict, name_or_id: str) -> bool:
@@ -114,13 +121,25 @@ def matches(digest: str, record: dict, name_or_id: str) -> bool:
     return by_id or record.get("name") == name_or_id
 
 
+class UnknownEndpoint(KeyCommandError):
+    """A key limited to an endpoint that does not exist."""
+
+
 async def create(registry: Registry, record: KeyRecord) -> str:
-    """Store a new key under a name no other key has; returns the key."""
+    """Store a new key under a name no other key has, limited (if at all) to endpoints
+    that exist; returns the key."""
     taken = await registry.list_keys()
     if any(r.get("name") == record.name for r in taken.values()):
         raise KeyCommandError(
             f"a key named {record.name!r} exists: revoke it or choose another name"
         )
+    if record.endpoints:
+        known = await registry.list_endpoints()
+        if missing := [e for e in record.endpoints if e not in known]:
+            raise UnknownEndpoint(
+                f"endpoints: no endpoint {missing[0]!r}: a key may be limited only to "
+                "endpoints that exist (lockgate endpoints list)"
+            )
     key = new_key()
     await registry.put_key(key, record.model_dump(mode="json", exclude_none=True))
     return key
@@ -133,21 +152,20 @@ def leaves_no_admin(digests: list[str], stored: dict[str, dict]) -> bool:
     return bool(admins) and admins <= set(digests)
 
 
-def revoke_problem(
-    digests: list[str], stored: dict[str, dict], signed_in: tuple[str, str] | None
-) -> str | None:
-    """Why revoking the keys `digests` needs `--force`, or None: it would leave no admin
-    key in Redis, or it would sign the CLI out (`signed_in`: its key and where it is set)."""
-    names = ", ".join(repr(stored[d].get("name", "?")) for d in digests)
-    if leaves_no_admin(digests, stored):
+def revoke_problem(names: list[str], *, last_admin: bool, signed_in_from: str | None) -> str | None:
+    """Why revoking the keys `names` needs `--force`, or None: it would leave no admin key
+    in Redis (`last_admin`), or it would sign the CLI out (`signed_in_from`: where the
+    key it signs in with is set)."""
+    shown = ", ".join(repr(name) for name in names)
+    if last_admin:
         return (
-            f"{names} is the last admin key stored in Redis: revoking it locks everyone out "
+            f"{shown} is the last admin key stored in Redis: revoking it locks everyone out "
             "of the console and the management API. Create another admin key first "
             "(lockgate keys create NAME --scope admin), or add --force"
         )
-    if signed_in is not None and key_digest(signed_in[0]) in digests:
+    if signed_in_from is not None:
         return (
-            f"{names} is the key this CLI signs in with ({signed_in[1]}): revoking it makes "
+            f"{shown} is the key this CLI signs in with ({signed_in_from}): revoking it makes "
             "lockgate endpoints, jobs and logs answer 401 until you run lockgate login with "
             "another key (or set LOCKGATE_API_KEY). Add --force to revoke it anyway"
         )
@@ -167,7 +185,16 @@ async def revoke(
     found = [d for d, r in stored.items() if matches(d, r, name_or_id)]
     if not found:
         raise KeyCommandError(f"no key named {name_or_id!r} or with an id starting so")
-    problem = None if force else revoke_problem(found, stored, signed_in)
+    signs_out = signed_in is not None and key_digest(signed_in[0]) in found
+    problem = (
+        None
+        if force
+        else revoke_problem(
+            [stored[d].get("name", "?") for d in found],
+            last_admin=leaves_no_admin(found, stored),
+            signed_in_from=signed_in[1] if signed_in and signs_out else None,
+        )
+    )
     if problem:
         raise KeyCommandError(problem)
     for digest in found:
@@ -197,8 +224,8 @@ async def _run(args: argparse.Namespace) -> None:
             print("the key is shown once and kept nowhere: store it now", file=sys.stderr)
         elif args.keys_command == "list":
             now = now_ms()
-            for digest, record in sorted((await registry.list_keys()).items(), key=_by_name):
-                print(describe(digest, record, now))
+            listed = sorted((await registry.list_keys()).items(), key=_by_name)
+            print(table(LIST_HEADERS, [list_row(d, r, now) for d, r in listed]))
         else:
             signed_in = clientconfig.signed_in_key()
             revoked = await revoke(registry, args.name_or_id, force=args.force, signed_in=signed_in)

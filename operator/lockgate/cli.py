@@ -153,21 +153,26 @@ def _manage(sub: argparse._SubParsersAction) -> None:
 
 
 def _keys(sub: argparse._SubParsersAction) -> None:
-    # --redis-url before or after the action: a parent of both parsers, SUPPRESS by default
-    # so that the action's parser does not reset what the group's parsed
-    redis = argparse.ArgumentParser(add_help=False)
+    from lockgate.commands.args import connection
+
+    # --redis-url and the connection options before or after the action: parents of both
+    # parsers, SUPPRESS by default so that the action's parser does not reset the group's
+    redis = argparse.ArgumentParser(add_help=False, parents=[connection()])
     redis.add_argument(
         "--redis-url",
         default=argparse.SUPPRESS,
-        help="this standalone Redis; default: the LOCKGATE_REDIS_* settings (URL, cluster or "
-        "Sentinel), else redis://127.0.0.1:6379/0",
+        help="bootstrap: write to this standalone Redis itself instead of the management API "
+        "(also when LOCKGATE_REDIS_* settings are set, as in lockgate's pods)",
     )
     p = sub.add_parser(
         "keys",
         help="create, list and revoke API keys",
         parents=[redis],
         description="API keys, stored in Redis as their SHA-256. Scopes: jobs (client job "
-        "API), jobs:read (status, stream, health), workers (worker API), admin (management).",
+        "API), jobs:read (status, stream, health), workers (worker API), admin (management). "
+        "Over the management API (/v1/keys) with the URL and admin key of the other commands "
+        "(--url, --key, lockgate login); to Redis itself only to bootstrap the first admin "
+        "key (--redis-url, or LOCKGATE_REDIS_* set).",
     )
     keys = p.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
     create = keys.add_parser("create", help="create a key and print it (once)", parents=[redis])
@@ -199,7 +204,7 @@ def _keys(sub: argparse._SubParsersAction) -> None:
         "--force", action="store_true",
         help="revoke even the last admin key stored in Redis, or the key this CLI signs in with",
     )  # fmt: skip
-    p.set_defaults(run=_lazy("lockgate.apikeys", "main"))
+    p.set_defaults(run=_lazy("lockgate.commands.keys", "main"))
 
 
 def _crds(sub: argparse._SubParsersAction) -> None:
@@ -376,6 +381,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(args)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `lockgate logs … | head -1`: the reader has what it wanted
+        # Python's own advice: point stdout at /dev/null so its flush at exit is quiet
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as err:  # unexpected: still one line, the traceback on request
         if os.environ.get("LOCKGATE_DEBUG"):
             raise

@@ -31,7 +31,8 @@ class ClientError(Exception):
 
 
 class NotSent(ClientError):
-    """A request not made, so as not to send the API key where it should not go (exit 2)."""
+    """A request not made, so as not to send the API key where it should not go, or to a
+    URL that cannot be lockgate's (exit 2)."""
 
 
 def in_clear(url: str) -> bool:

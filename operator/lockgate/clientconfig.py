@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 from yarl import URL
 
 DEFAULT_URL = "http://127.0.0.1:8080"  # `lockgate dev`'s default
+API_ROOTS = ("v1", "v2")  # lockgate's API paths, which a user may add (RunPod's base URL ends /v2)
 BY_LOGIN, BY_DEV = "login", "dev"  # `writtenBy`: dev mode never replaces a login's file
 
 
@@ -67,6 +68,34 @@ def signed_in_key() -> tuple[str, str] | None:
     return (key, str(config_path())) if isinstance(key, str) and key else None
 
 
+class BadUrl(ValueError):
+    """A URL given that is an API path, not lockgate's URL; the message names the fix."""
+
+
+def normalised(url: str) -> str:
+    """`url` as the user meant it: `http://` before one given without a scheme (as curl
+    reads `127.0.0.1:8080`), and a last `/v1` or `/v2` taken off (the RunPod habit:
+    lockgate adds its API paths to the URL). An endpoint's URL (`…/v2/ID`) raises `BadUrl`;
+    a URL yarl cannot parse is left for the request to refuse."""
+    text = url.strip()
+    if text and "://" not in text:
+        text = f"http://{text}"
+    try:
+        parsed = URL(text)
+    except (TypeError, ValueError):
+        return text
+    parts = [part for part in parsed.path.split("/") if part]
+    if len(parts) >= 2 and parts[-2] in API_ROOTS:
+        root = str(parsed.with_path("/".join(parts[:-2])).with_query(None)).rstrip("/")
+        raise BadUrl(
+            f"{url} is an endpoint's URL, not lockgate's: use --url {root} and name the "
+            f"endpoint ({parts[-1]}) in the command"
+        )
+    if parts and parts[-1] in API_ROOTS:
+        return str(parsed.with_path("/".join(parts[:-1])).with_query(None)).rstrip("/")
+    return text
+
+
 class Target(NamedTuple):
     """Where one command connects, and the key it sends there."""
 
@@ -98,7 +127,7 @@ def target(
 ) -> Target:
     """Where a command connects (`jobs`: the job API) and with which key. URLs: flags,
     else LOCKGATE_URL / LOCKGATE_JOB_URL, else the config file, else dev mode's default
-    URL (the saved job API URL goes with the saved URL only). Key: `--key`, else
+    URL (the saved job API URL goes with the saved URL only), `normalised`. Key: `--key`, else
     LOCKGATE_API_KEY (both sent wherever the URL says), else the config file's key when the
     URL has one of its origins (`saved_origins`); for another origin it is withheld."""
     saved = load()
@@ -107,6 +136,7 @@ def target(
     if jobs:
         saved_job_url = None if given else saved.get("jobUrl")
         where = job_url or os.environ.get("LOCKGATE_JOB_URL") or saved_job_url or where
+    where = normalised(where)
     if explicit := key or os.environ.get("LOCKGATE_API_KEY"):
         return Target(where, explicit)
     saved_key = saved.get("key")

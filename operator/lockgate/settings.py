@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field, NonNegativeFloat, model_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lockgate.models.limits import LimitOverride, Operation
@@ -246,3 +246,30 @@ class Prices(BaseSettings):
     vcpu_price: NonNegativeFloat = Field(
         0.0, description="price of one vCPU for an hour (CPU endpoints)"
     )
+
+
+class CatalogueEntry(BaseModel):
+    """A ready-to-deploy repository the console offers on its Create page."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(..., min_length=1, max_length=2048, description="the repository's URL")
+    ref: str = Field("", max_length=255, description="branch, tag or commit; empty: its HEAD")
+    title: str = Field("", max_length=200, description="what the list shows; empty: the URL")
+
+
+class ConsoleSettings(BaseSettings):
+    """What the console offers besides the API: `LOCKGATE_CONSOLE_CATALOGUE`, a JSON list
+    of `{url, ref, title}` (the chart's `operator.manage.console.catalogue`; `lockgate dev`
+    reads the same variable). Empty by default."""
+
+    model_config = SettingsConfigDict(env_prefix="LOCKGATE_CONSOLE_", extra="ignore")
+
+    catalogue: list[CatalogueEntry] = Field(
+        default_factory=list, max_length=500, description="ready-to-deploy repositories"
+    )
+
+
+def catalogue_of(settings: ConsoleSettings) -> tuple[dict[str, str], ...]:
+    """The catalogue as `/v1/about` shows it."""
+    return tuple(entry.model_dump() for entry in settings.catalogue)

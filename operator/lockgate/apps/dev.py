@@ -69,7 +69,7 @@ from lockgate.manage.v2 import Backends, add_v2_routes
 from lockgate.manage.v2.billing import Billing
 from lockgate.models import EndpointSpec, EndpointType, describe_validation_error
 from lockgate.models.hub import HubFileError, HubTests
-from lockgate.settings import Prices, Settings
+from lockgate.settings import ConsoleSettings, Prices, Settings, catalogue_of
 from lockgate.store.builds import HookSecrets
 from lockgate.store.connection import RedisSettings, standalone
 from lockgate.store.keys import ENDPOINT_ID_RE
@@ -314,7 +314,8 @@ def build_app(
         launches=launches,
     )
     storage = LocalStorage(gw.registry, volumes_dir)
-    about = About(DEV, command_line_endpoint, tuple(sorted(command_line_fields)))
+    catalogue = catalogue_of(ConsoleSettings())  # LOCKGATE_CONSOLE_CATALOGUE, as on a cluster
+    about = About(DEV, command_line_endpoint, tuple(sorted(command_line_fields)), catalogue)
     manage = create_manage_app(plane, storage, gw.auth, prefix="", about=about)
     sampler = HistorySampler(gw.store, gw.registry)
     add_history_routes(manage, sampler)
@@ -454,15 +455,19 @@ async def serve(opts: DevOptions, redis: RedisSettings, stop: Stop) -> bool | No
         await start_endpoints(plane, opts)
         base = settings.public_base_url()
         write_cli_config(base, opts.api_key)
-        say(f"endpoint {opts.endpoint_id!r} ready: job API {base}/v2/{opts.endpoint_id}")
-        if opts.spec.type == EndpointType.LB:
-            say(f"load balancer: {base}/lb/{opts.endpoint_id}/<path> (any method)")
-        say(f"OpenAI base_url: {base}/v2/{opts.endpoint_id}/openai/v1 (api_key: the API key)")
+        lb = opts.spec.type == EndpointType.LB
+        if lb:
+            say(f"endpoint {opts.endpoint_id!r} ready: load balancer {base}/lb/{opts.endpoint_id}/"
+                "<path> (any method, sent to a worker as /<path>)")  # fmt: skip
+            say(f"OpenAI base_url: {base}/lb/{opts.endpoint_id}/v1 (if the worker serves it)")
+        else:
+            say(f"endpoint {opts.endpoint_id!r} ready: job API {base}/v2/{opts.endpoint_id}")
+            say(f"OpenAI base_url: {base}/v2/{opts.endpoint_id}/openai/v1 (api_key: the API key)")
         say(f"management API: {base}/v1/endpoints, {base}/v1/templates (Bearer <API key>)")
         say(f"runpod SDK management calls: RUNPOD_API_BASE_URL={base} (/graphql)")
         say(f"console: {base}/console/ (sign in with the API key)")
         say(f"API key: {opts.api_key}")
-        say(f"try: {curl_line(base, opts.endpoint_id, opts.api_key)}")
+        say(f"try: {curl_line(base, opts.endpoint_id, opts.api_key, lb=lb)}")
         passed = await tested(opts, local_url, stop) if opts.tests is not None else None
         await stop.wait()
         say(stopping_line(await plane.jobs_in_hand(), plane.stop_grace_s))

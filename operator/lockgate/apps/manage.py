@@ -28,6 +28,7 @@ from lockgate.kube.podworkers import KubernetesWorkers
 from lockgate.kube.secret_values import KubernetesSecretValues
 from lockgate.kube.settings import OperatorSettings
 from lockgate.kube.storage import KubernetesStorage
+from lockgate.manage.about import About
 from lockgate.manage.api import create_manage_app
 from lockgate.manage.catalog import Catalog
 from lockgate.manage.console import add_console, origin_of
@@ -41,7 +42,7 @@ from lockgate.manage.storage import Storage
 from lockgate.manage.v2 import Backends, add_v2_routes
 from lockgate.manage.v2.billing import Billing
 from lockgate.manage.workersource import WorkerSource
-from lockgate.settings import Prices
+from lockgate.settings import ConsoleSettings, Prices, catalogue_of
 from lockgate.store import JobStore, Registry, connect
 from lockgate.store.builds import BuildStore, HookSecrets
 from lockgate.store.releases import ReleaseStore
@@ -137,7 +138,8 @@ def create_app(
     if settings.keys_file:
         key_file = KeyFile(settings.keys_file, reload_s=settings.keys_file_reload_s)
     authenticator = Authenticator(registry, cache_s=5.0, key_file=key_file)
-    manage = create_manage_app(control_plane, storage, authenticator, prefix="")
+    about = About(catalogue=catalogue_of(ConsoleSettings()))  # LOCKGATE_CONSOLE_CATALOGUE
+    manage = create_manage_app(control_plane, storage, authenticator, prefix="", about=about)
     manage.middlewares.append(cluster_refusals)  # inside its error middleware
     sampler = HistorySampler(JobStore(registry.redis), registry)
     add_history_routes(manage, sampler)

@@ -69,7 +69,8 @@ async def scale(ctx: Context, session: aiohttp.ClientSession) -> None:
     finally:
         ctx.on_worker_pod = None
         await notifier.close()
-        ctx.scaling.clear()
+        ctx.scaling.clear()  # a former leader's reconciles carry the new leader's
+        ctx.pods.clear()
 
 
 @contextlib.asynccontextmanager

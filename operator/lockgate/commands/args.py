@@ -119,10 +119,13 @@ def add_templates(sub: argparse._SubParsersAction, lazy: Lazy) -> None:
 def add_jobs(sub: argparse._SubParsersAction, lazy: Lazy) -> None:
     actions = group(sub, "jobs", "submit, read, stream, cancel and list jobs")
     run = "lockgate.commands.jobs"
-    submit = action(actions, "run", "submit a job (/run; with --wait, /runsync)")
+    submit = action(actions, "run", "submit a job (/run; with --wait, until it ends)")
     submit.add_argument("endpoint", help="endpoint id")
     submit.add_argument("input", nargs="?", default="{}", help="JSON input, - (stdin) or @FILE")
-    submit.add_argument("--wait", action="store_true", help="wait for the result (/runsync)")
+    submit.add_argument(
+        "--wait", action="store_true",
+        help="wait up to 5 min for the result; why the job waits, if it does, goes to stderr",
+    )  # fmt: skip
     submit.set_defaults(run=lazy(run, "run_job"), client="jobs")
     status = action(actions, "status", "a job's status and output")
     status.add_argument("endpoint", help="endpoint id")

@@ -1,8 +1,9 @@
 """`lockgate endpoints list|get|create|edit|delete` over RunPod's REST v2 (`/v2/serverless`),
 and `lockgate templates list|get` (`/v1/templates`); admin keys.
 
-The table's phase, ready and queued columns are lockgate's own (no v2 field has them):
-they come from the endpoint's `status` in `/v1/endpoints`, read beside the v2 object, as
+The table's state, ready, queued and why columns are lockgate's own (no v2 field has them):
+they come from the endpoint's `status` in `/v1/endpoints` (the state as the console's badge
+says it: `commands.state`; `get` reads `/health` too), read beside the v2 object, as
 does `--lb-hold-s` (lockgate's setting, which v2 has no field for).
 """
 
@@ -16,8 +17,9 @@ from urllib.parse import quote
 
 from lockgate.client import ApiClient, ClientError
 from lockgate.commands.session import emit
+from lockgate.commands.state import endpoint_state
 
-ENDPOINT_COLUMNS = ("id", "name", "type", "phase", "workers", "ready", "queued", "job api")
+ENDPOINT_COLUMNS = ("id", "name", "type", "state", "workers", "ready", "queued", "job api", "why")
 TEMPLATE_COLUMNS = ("id", "name", "image", "category", "serverless")
 V2 = "/v2/serverless"
 V2_TYPE = {"QUEUE": "QUEUE", "LB": "LOAD_BALANCER", "LOAD_BALANCER": "LOAD_BALANCER"}
@@ -38,19 +40,22 @@ def job_api_url(endpoint: dict[str, Any]) -> str | None:
     return str(run).removesuffix("run") if run else None
 
 
-def endpoint_row(endpoint: dict[str, Any], status: dict[str, Any] | None = None) -> list[Any]:
-    """One v2 endpoint (and lockgate's `status` of it, if read) as a table row."""
-    status = status or endpoint.get("status") or {}
+def endpoint_row(endpoint: dict[str, Any], health: dict[str, Any] | None = None) -> list[Any]:
+    """One v2 endpoint (with lockgate's `status` of it) as a table row: its state as the
+    console's badge says it (`commands.state`), and why when something is wrong."""
+    status = endpoint.get("status") or {}
     workers = endpoint.get("workers") or {}
+    state = endpoint_state(status, health)
     return [
         endpoint.get("id"),
         endpoint.get("name"),
         endpoint.get("type"),
-        status.get("phase"),
+        state.label,
         f"{workers.get('min', 0)}-{workers.get('max', 0)}",
         (status.get("workers") or {}).get("ready", 0),
         (status.get("jobs") or {}).get("inQueue", 0),
         job_api_url(endpoint),
+        state.why or (health or {}).get("waiting") or "",
     ]
 
 
@@ -188,7 +193,11 @@ async def status_of(api: ApiClient, endpoint_id: str) -> dict[str, Any]:
 async def show(args: argparse.Namespace, api: ApiClient, endpoint: dict[str, Any]) -> None:
     """Print one v2 endpoint with lockgate's `status` beside it."""
     shown = {**endpoint, "status": await status_of(api, endpoint["id"])}
-    emit(args, shown, ENDPOINT_COLUMNS, [endpoint_row(shown)])
+    try:  # the job API's counts, where this URL serves it (dev mode; a cluster: --url's)
+        health = await api.call("GET", f"/v2/{quote(endpoint['id'], safe='')}/health")
+    except ClientError:
+        health = None
+    emit(args, shown, ENDPOINT_COLUMNS, [endpoint_row(shown, health)])
 
 
 async def hold_for(args: argparse.Namespace, api: ApiClient, endpoint_id: str) -> None:

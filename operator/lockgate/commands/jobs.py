@@ -11,12 +11,21 @@ from urllib.parse import quote
 
 from lockgate.client import ApiClient, ClientError
 from lockgate.commands.session import emit
+from lockgate.models.joberror import read_error
 
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT"}
 JOB_COLUMNS = ("id", "status", "delay ms", "execution ms", "output", "error")
 LIST_COLUMNS = ("id", "status", "created", "delay ms", "execution ms", "worker", "error")
 STREAM_POLL_S = 0.5  # how often `jobs stream` asks for new chunks
-RUNSYNC_WAIT_MS = 300_000  # `jobs run --wait`: the longest /runsync holds (the API's maximum)
+RUN_WAIT_S = 300.0  # `jobs run --wait`: how long it waits for the end (as /runsync's maximum)
+FIRST_LOOK_MS = 1_000  # a job that ends this soon is shown with no note
+LOOK_EVERY_MS = 5_000  # then each /status call holds this long, and /health is read between
+
+
+def error_line(error: Any) -> str | None:
+    """A job's error as one line (`ValueError: bad input`, not the SDK's JSON string)."""
+    read = read_error(error)
+    return read.line() if read else None
 
 
 def job_row(job: dict[str, Any]) -> list[Any]:
@@ -27,8 +36,17 @@ def job_row(job: dict[str, Any]) -> list[Any]:
         job.get("delayTime"),
         job.get("executionTime"),
         job.get("output"),
-        job.get("error"),
+        error_line(job.get("error")),
     ]
+
+
+def show_job(args: argparse.Namespace, job: dict[str, Any]) -> None:
+    """The job as `-o` asks; in a table, its error's traceback follows on stderr, as lines."""
+    emit(args, job, JOB_COLUMNS, [job_row(job)])
+    read = read_error(job.get("error"))
+    if read and read.traceback and (getattr(args, "output", None) or "table") == "table":
+        lines = "\n".join(f"  {line}" for line in read.traceback.splitlines())
+        print(f"the worker's traceback:\n{lines}", file=sys.stderr, flush=True)
 
 
 def job_input(text: str) -> Any:
@@ -59,20 +77,47 @@ def exit_code(job: dict[str, Any]) -> int:
 
 async def run_job(args: argparse.Namespace, api: ApiClient) -> int:
     body: dict[str, Any] = {"input": job_input(args.input)}
-    if args.wait:
-        job = await api.call(
-            "POST", f"{base(args.endpoint)}/runsync", body=body, params={"wait": RUNSYNC_WAIT_MS}
-        )
-    else:
-        job = await api.call("POST", f"{base(args.endpoint)}/run", body=body)
-    emit(args, job, JOB_COLUMNS, [job_row(job)])
+    job = await api.call("POST", f"{base(args.endpoint)}/run", body=body)
+    if args.wait and job.get("status") not in FINAL:
+        job = await wait_for_end(api, args.endpoint, job)
+    show_job(args, job)
     return exit_code(job)
+
+
+async def wait_for_end(api: ApiClient, endpoint: str, job: dict[str, Any]) -> dict[str, Any]:
+    """The job once it ended, or as it is after `RUN_WAIT_S`; meanwhile each new reason
+    the endpoint's `/health` gives for its jobs waiting (`waiting`: a crash loop, a
+    maximum of 0, every worker busy) is one line on stderr, so a stuck job is not silent."""
+    deadline = asyncio.get_running_loop().time() + RUN_WAIT_S
+    status = f"{base(endpoint)}/status/{quote(job['id'])}"
+    said = None
+    wait_ms = FIRST_LOOK_MS
+    while True:
+        job = await api.call("GET", status, params={"wait": wait_ms})
+        left_s = deadline - asyncio.get_running_loop().time()
+        if job.get("status") in FINAL or left_s <= 0:
+            return job
+        note = await waiting_note(api, endpoint) if job.get("status") == "IN_QUEUE" else None
+        if note and note != said:
+            print(f"lockgate: job {job['id']} waits: {note}", file=sys.stderr, flush=True)
+        said = note or said
+        wait_ms = int(min(LOOK_EVERY_MS, left_s * 1000))
+
+
+async def waiting_note(api: ApiClient, endpoint: str) -> str | None:
+    """`/health`'s `waiting` (None without one, or when the key may not read it)."""
+    try:
+        health = await api.call("GET", f"{base(endpoint)}/health")
+    except ClientError:
+        return None
+    note = health.get("waiting") if isinstance(health, dict) else None
+    return note if isinstance(note, str) and note else None
 
 
 async def job_status(args: argparse.Namespace, api: ApiClient) -> int:
     params = {"wait": args.wait_ms} if args.wait_ms else None
     job = await api.call("GET", f"{base(args.endpoint)}/status/{quote(args.job)}", params=params)
-    emit(args, job, JOB_COLUMNS, [job_row(job)])
+    show_job(args, job)
     return exit_code(job)
 
 
@@ -101,7 +146,7 @@ async def list_jobs(args: argparse.Namespace, api: ApiClient) -> None:
     items = page.get("items") or []
     rows = [
         [j.get("id"), j.get("status"), j.get("createdAt"), j.get("delayTime"),
-         j.get("executionTime"), j.get("workerId"), j.get("error")]
+         j.get("executionTime"), j.get("workerId"), error_line(j.get("error"))]
         for j in items
     ]  # fmt: skip
     emit(args, page, LIST_COLUMNS, rows)

@@ -24,7 +24,10 @@ async def login(args: argparse.Namespace, api: ApiClient) -> None:
         note = " (not an admin key: jobs commands only)"
     fields = {"url": api.url, "key": api.key, "writtenBy": clientconfig.BY_LOGIN}
     if job_url := getattr(args, "job_url", None):
-        fields["jobUrl"] = job_url
+        try:
+            job_url = fields["jobUrl"] = clientconfig.normalised(job_url)
+        except clientconfig.BadUrl as err:
+            raise ClientError(str(err)) from err
     if insecure(args) and any(in_clear(u) for u in (api.url, job_url) if u):
         # accepted once for the saved origins: later commands do not ask
         fields["insecure"] = True

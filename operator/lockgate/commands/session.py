@@ -38,13 +38,17 @@ def sending(target: clientconfig.Target, *, allowed: bool) -> tuple[str | None, 
 
 def client_for(args: argparse.Namespace, *, jobs: bool = False) -> ApiClient:
     """A client of the management API (`--url`), or with `jobs` of the job API
-    (`--job-url`, else `--url`); raises `NotSent` where the key must not go."""
-    target = clientconfig.target(
-        getattr(args, "url", None),
-        getattr(args, "key", None),
-        getattr(args, "job_url", None),
-        jobs=jobs,
-    )
+    (`--job-url`, else `--url`); raises `NotSent` where the key must not go, or for an
+    endpoint's URL given as lockgate's."""
+    try:
+        target = clientconfig.target(
+            getattr(args, "url", None),
+            getattr(args, "key", None),
+            getattr(args, "job_url", None),
+            jobs=jobs,
+        )
+    except clientconfig.BadUrl as err:
+        raise NotSent(str(err)) from err
     refusal, warning = sending(target, allowed=insecure(args))
     if refusal:
         raise NotSent(refusal)

@@ -8,7 +8,10 @@ pip say `container` lines) → COMPLETED with the commit's fields, or FAILED wit
 past the source's `buildTimeoutMin` it is FAILED too. A completed build is a copy of its
 checkout (`runs/<endpoint>/<build>`: the cached clone's work tree moves with the next
 build, a running worker's files must not) and the command to run there, handed to
-`on_built` (the control plane runs it; docs/builds.md). A cancel
+`on_built` (the control plane runs it; docs/builds.md). A checkout with `tests.json`
+(`.runpod/` first) is TESTING first: `tester` runs its tests on a canary worker
+(`dev.canary`); a failed test ends the build TEST_FAILED, naming it, and nothing is run
+(an unusable tests.json: FAILED). A cancel
 (`manage.builds.cancel`) marks the record first, then stops the task here: a step already
 in its (daemon) thread runs to its end, unwaited, and its result is dropped; it holds
 neither the cancel nor the exit of `lockgate dev`, which ends a live build FAILED.
@@ -29,8 +32,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from lockgate.dev import gitsource
+from lockgate.dev.hub_tests import failed_test_error
 from lockgate.manage.workerlogs import CONTAINER, SYSTEM
-from lockgate.models.build import Build, BuildStatus, IllegalTransition, rfc3339
+from lockgate.models.build import Build, BuildStatus, FailedTest, IllegalTransition, rfc3339
+from lockgate.models.hub import TESTS_FILE, HubTests, parse_tests, runpod_path
 from lockgate.models.source import GitSource
 from lockgate.store.builds import BuildNotFound, BuildStore
 
@@ -54,6 +59,17 @@ class Built:
 # Called with the endpoint id, the COMPLETED build and what it built: the control plane
 # runs it.
 OnBuilt = Callable[[str, Build, Built], Awaitable[None]]
+Say = Callable[[str, str], Awaitable[None]]  # (log source, line) into the build's log
+# Called with the endpoint id, the TESTING build, what it built, its tests and its log:
+# the first test that failed, None when all passed (the control plane's canary).
+Tester = Callable[[str, Build, Built, HubTests, Say], Awaitable[FailedTest | None]]
+
+
+def tests_of(folder: Path) -> HubTests | None:
+    """The checkout's tests.json (`.runpod/tests.json` over the root's), None when it has
+    none; HubFileError when it cannot be used."""
+    path = runpod_path(folder, TESTS_FILE)
+    return parse_tests(path.read_text(errors="replace")) if path is not None else None
 
 
 def snapshot(checkout: gitsource.Checkout, runs: Path, build_id: str) -> gitsource.Checkout:
@@ -116,11 +132,13 @@ class LocalBuilder:
         cache_root: Path,
         on_built: OnBuilt | None = None,
         *,
+        tester: Tester | None = None,
         minute_s: float = 60.0,
     ) -> None:
         self.store = store
         self.cache_root = cache_root  # clones and environments (dev.gitsource)
         self.on_built = on_built
+        self.tester = tester  # None: tests.json is not run (said in the build's log)
         self.minute_s = minute_s  # seconds in a minute of `buildTimeoutMin` (tests: fewer)
         self._tasks: dict[tuple[str, str], asyncio.Task] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -190,6 +208,7 @@ class LocalBuilder:
                 command = (str(python), *gitsource.entrypoint(copy))
                 built = Built(copy.path, command, git.url)
                 await say(SYSTEM, f"the workers run {shlex.join(built.command)} in {copy.path}")
+                tests = tests_of(copy.path)
         except TimeoutError:
             why = f"the build took over its buildTimeoutMin ({git.buildTimeoutMin} min)"
             await self._end(endpoint_id, build.id, BuildStatus.FAILED, why)
@@ -198,10 +217,27 @@ class LocalBuilder:
             await say(CONTAINER, str(err))
             await self._end(endpoint_id, build.id, BuildStatus.FAILED, str(err))
             return
+        if tests is not None and not await self._tested(endpoint_id, build, built, tests, say):
+            return
         done = await self.store.change(endpoint_id, build.id, BuildStatus.COMPLETED)
         await say(SYSTEM, f"build completed at {checkout.short}")
         if self.on_built is not None:
             await self.on_built(endpoint_id, done, built)
+
+    async def _tested(
+        self, endpoint_id: str, build: Build, built: Built, tests: HubTests, say: Say
+    ) -> bool:
+        """TESTING: whether the build passed its tests (a failure ends it TEST_FAILED)."""
+        if self.tester is None:
+            await say(SYSTEM, f"{TESTS_FILE}: not run here (no canary): the build is untested")
+            return True
+        testing = await self.store.change(endpoint_id, build.id, BuildStatus.TESTING)
+        failed = await self.tester(endpoint_id, testing, built, tests, say)
+        if failed is None:  # passed (or, as its log says, not run: a load-balancing one)
+            return True
+        why = failed_test_error(failed)
+        await self._end(endpoint_id, build.id, BuildStatus.TEST_FAILED, why, failedTest=failed)
+        return False
 
     def _say(self, endpoint_id: str, build_id: str) -> Callable[[str, str], Awaitable[None]]:
         async def say(source: str, line: str) -> None:
@@ -209,10 +245,12 @@ class LocalBuilder:
 
         return say
 
-    async def _end(self, endpoint_id: str, build_id: str, status: BuildStatus, why: str) -> None:
+    async def _end(
+        self, endpoint_id: str, build_id: str, status: BuildStatus, why: str, **fields: Any
+    ) -> None:
         """End a live build (a cancelled or deleted one stays as it is)."""
         try:
-            await self.store.change(endpoint_id, build_id, status, error=why)
+            await self.store.change(endpoint_id, build_id, status, error=why, **fields)
             await self.store.log(
                 endpoint_id, build_id, SYSTEM, [f"build {status.value.lower()}: {why}"]
             )

@@ -33,7 +33,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from lockgate.dev.builder import RUNS_KEPT, Built, LocalBuilder
+from lockgate.dev.builder import RUNS_KEPT, Built, LocalBuilder, Say
+from lockgate.dev.canary import is_canary, remove_canary, run_canary, tested_here
 from lockgate.dev.datadir import SECRETS
 from lockgate.dev.launch import Launch, launch_for, template_launch
 from lockgate.dev.model_cache import ModelDownloads
@@ -54,7 +55,8 @@ from lockgate.manage.controlplane import (
     UnusableSettings,
 )
 from lockgate.manage.listing import Cursor, EndpointPage, EndpointQuery, EndpointSummary, take
-from lockgate.manage.logbook import LocalLogs
+from lockgate.manage.logbook import LineSink, LocalLogs
+from lockgate.manage.workerlogs import SYSTEM
 from lockgate.manage.workersource import LogBatch, LogRead
 from lockgate.models import (
     Condition,
@@ -68,8 +70,9 @@ from lockgate.models import (
     TemplateSpec,
     WorkerCounts,
 )
-from lockgate.models.build import Build, BuildReason
+from lockgate.models.build import Build, BuildReason, FailedTest
 from lockgate.models.crashloop import CrashLoop
+from lockgate.models.hub import HubTests, env_for_tests
 from lockgate.models.registry_entry import RegistryEntry
 from lockgate.models.releases import ReleaseConfig, config_of, release_diff
 from lockgate.models.running_build import RunningBuild, applies
@@ -77,7 +80,7 @@ from lockgate.models.secrets import missing_problem
 from lockgate.models.source import source_of
 from lockgate.scaling.crashloop import CRASH_LOOP, loop_condition
 from lockgate.store import Snapshot, key_digest
-from lockgate.store.builds import BuildStore
+from lockgate.store.builds import BuildNotFound, BuildStore
 from lockgate.store.lb_workers import LbWorkers
 from lockgate.store.releases import ReleaseStore
 from lockgate.workerenv import WORKER_DEFAULTS, resource_env, worker_env
@@ -339,8 +342,10 @@ class LocalControlPlane:
         self.builds = BuildStore(gw.registry.redis)
         # builds of sources: checkouts and environments under the data folder
         self.builder = LocalBuilder(
-            self.builds, self.volumes_dir.parent / BUILDS, on_built=self._run_build
-        )
+            self.builds, self.volumes_dir.parent / BUILDS, on_built=self._run_build,
+            tester=self._test_build,
+        )  # fmt: skip
+        self._canaries: list[LocalWorkers] = []  # builds' canary workers (`dev.canary`)
         # What an endpoint with a source runs once a build of it completed (`_run_build`)
         # or a rollback chose one (`run_build`), in place of its template's command, and
         # that build (part of its releases' configuration); by endpoint id
@@ -458,6 +463,39 @@ class LocalControlPlane:
             log.info("endpoint %s runs build %s (%s)", endpoint_id, build.id, build.commitHash)
             await self._apply(ep, ep.spec, launch, template)
 
+    async def _test_build(
+        self, endpoint_id: str, build: Build, built: Built, tests: HubTests, say: Say
+    ) -> FailedTest | None:
+        """Run a build's tests on a canary worker of its checkout (`dev.canary`): the
+        endpoint's settings and template env, tests.json's `config.env` over it."""
+        async with self._lock:
+            ep = self._endpoints.get(endpoint_id)
+            if ep is None or ep.launch is None or self._closing:
+                raise BuildNotFound(build.id)  # deleted meanwhile: nothing to test for
+            spec, env = ep.spec, dict(ep.launch.env) | env_for_tests(tests)
+        if why := tested_here(spec):
+            await say(SYSTEM, why)
+            return None
+        folder, pairs = str(built.folder), tuple(sorted(env.items()))
+        launch = Launch(spec.templateId, built.command, folder, pairs)
+
+        started: list[LocalWorkers] = []
+
+        def start(canary: str, canary_spec: EndpointSpec, sink: LineSink) -> LocalWorkers:
+            unregistered = f"lgw_{secrets.token_urlsafe(24)}"  # each worker gets its own
+            workers = self._workers(canary, launch, unregistered, canary_spec, 1, sink=sink)
+            started.append(workers)
+            self._canaries.append(workers)  # `kill` kills it too
+            return workers
+
+        try:
+            return await run_canary(
+                self.gw.registry, self.gw.store, self.gateway_url, build.id, spec, tests,
+                start, say,
+            )  # fmt: skip
+        finally:
+            self._canaries = [w for w in self._canaries if not any(w is s for s in started)]
+
     async def _apply(
         self, ep: LocalEndpoint, spec: EndpointSpec, launch: Launch, template: TemplateSpec | None
     ) -> None:
@@ -493,6 +531,24 @@ class LocalControlPlane:
             ep = self._find(endpoint_id)
             if ep.workers is not None:
                 await ep.workers.restart()
+
+    async def stop_worker(self, endpoint_id: str, worker_id: str, *, restart: bool) -> bool:
+        """Stop one worker process as a scale-down does (no new job; SIGTERM: the job in
+        hand finishes, then it exits; it counts as no failed start). `restart`: a fresh
+        worker starts in its place at once (the current pool's, unless a crash loop holds
+        starts); without it the scaler starts another only if workersMin or the queue want
+        one. False: no such running worker (or one stopping already)."""
+        async with self._lock:
+            ep = self._find(endpoint_id)
+            for pool in _all_workers(ep):
+                if worker_id not in pool.pool.active:
+                    continue
+                why = "restarted by request" if restart else "stopped by request"
+                await pool.pool.stop_worker(worker_id, why)
+                if restart and pool is ep.workers and pool.loop is None:
+                    await pool.pool.start_worker()
+                return True
+            return False
 
     async def delete(self, endpoint_id: str) -> None:
         """Unregister (the gateway answers 404 at once), stop the workers, then remove the
@@ -634,6 +690,9 @@ class LocalControlPlane:
         stored = await self.gw.registry.list_endpoints()
         async with self._lock:
             for endpoint_id, entry in sorted(stored.items()):
+                if is_canary(entry):  # an earlier run stopped mid-test: its leftovers go
+                    await remove_canary(self.gw.registry, self.gw.store, endpoint_id)
+                    continue
                 if entry.origin != ORIGIN_API or endpoint_id in skip:
                     continue
                 try:
@@ -703,6 +762,8 @@ class LocalControlPlane:
         for ep in self._endpoints.values():
             for workers in _all_workers(ep):
                 workers.kill()
+        for canary in self._canaries:
+            canary.kill()
 
     # -- internals ------------------------------------------------------------------------
 
@@ -821,7 +882,13 @@ class LocalControlPlane:
         return missing_problem(missing[0]) if missing else ""
 
     def _workers(
-        self, endpoint_id: str, launch: Launch, worker_key: str, spec: EndpointSpec, version: int
+        self,
+        endpoint_id: str,
+        launch: Launch,
+        worker_key: str,
+        spec: EndpointSpec,
+        version: int,
+        sink: LineSink | None = None,
     ) -> LocalWorkers:
         defaults = {k: v for k, v in WORKER_DEFAULTS.items() if k not in os.environ}
         given = resource_env(spec, cpus_here=os.cpu_count() or 1, gpus_here=gpus_here())
@@ -832,7 +899,7 @@ class LocalControlPlane:
             own.update(cache_env(self._model_root(spec)))
         env = {**defaults, **dict(launch.env), **given, **own}  # a template's env first
         keys = WorkerKeys(self.gw.registry, endpoint_id)  # no process gets the shared key
-        sink = self.logs.sink(endpoint_id)
+        sink = sink or self.logs.sink(endpoint_id)  # a canary's: its build's log
         lb = LbWorkers(self.gw.store.redis) if spec.type == EndpointType.LB else None
         version = self._endpoints[endpoint_id].version if endpoint_id in self._endpoints else 1
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from lockgate.models.build import FailedTest
 from lockgate.models.hub import HubTest
 from lockgate.models.jobs import FINAL_STATES, JobStatus
 
@@ -33,6 +34,7 @@ class CaseResult:
     status: str  # the job's status, TIMED_OUT, or HTTP <code> when the job API refused it
     detail: str  # why it failed: the job's error, the refusal's body; "" when it passed
     seconds: float
+    out_of_time: bool = False  # the test's own timeout passed (its job was cancelled)
 
 
 async def run_tests(
@@ -59,9 +61,10 @@ async def run_test(
     started = time.monotonic()
     deadline = started + test.timeout_s
 
-    def result(status: str, detail: str = "") -> CaseResult:
+    def result(status: str, detail: str = "", out_of_time: bool = False) -> CaseResult:
         passed = status == JobStatus.COMPLETED
-        return CaseResult(test.name, passed, status, detail, time.monotonic() - started)
+        took = time.monotonic() - started
+        return CaseResult(test.name, passed, status, detail, took, out_of_time)
 
     async with session.post(f"{job_api}/run", json={"input": test.input}, headers=headers) as r:
         if r.status != 200:
@@ -71,7 +74,8 @@ async def run_test(
         left_ms = int((deadline - time.monotonic()) * 1000)
         if left_ms <= 0:
             await session.post(f"{job_api}/cancel/{job_id}", headers=headers)
-            return result("TIMED_OUT", f"not final within {test.timeout_s:g} s; cancelled")
+            why = f"not final within {test.timeout_s:g} s; cancelled"
+            return result("TIMED_OUT", why, out_of_time=True)
         wait = max(1, min(left_ms, WAIT_STEP_MS))
         url = f"{job_api}/status/{job_id}?wait={wait}"
         async with session.get(url, headers=headers) as r:
@@ -116,3 +120,24 @@ def summary_line(results: Sequence[CaseResult]) -> str:
     failed = [r.name for r in results if not r.passed]
     line = f"tests: {len(results) - len(failed)} passed, {len(failed)} failed (of {len(results)})"
     return line + (f": {', '.join(map(repr, failed))}" if failed else "")
+
+
+def failed_test(test: HubTest, result: CaseResult) -> FailedTest | None:
+    """Why `test` failed, as a TEST_FAILED build names it (None: it passed): `job FAILED:
+    ValueError: …`, `timed out after 30 s`, `the job API answered HTTP 400: …`."""
+    if result.passed:
+        return None
+    if result.out_of_time:
+        return FailedTest(name=test.name, reason=f"timed out after {test.timeout_s:g} s")
+    if result.status.startswith("HTTP "):
+        reason = f"the job API answered {result.status}"
+    else:
+        reason = f"job {result.status}"
+    if result.detail:
+        reason = f"{reason}: {result.detail}"
+    return FailedTest(name=test.name, reason=reason)
+
+
+def failed_test_error(failed: FailedTest) -> str:
+    """A TEST_FAILED build's `error`: `test 'basic' failed: job FAILED: …`."""
+    return f"test {failed.name!r} failed: {failed.reason}"

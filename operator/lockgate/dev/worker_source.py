@@ -11,6 +11,7 @@ it wrote on stdout and stderr; its `system` log is the pool's lines about the pr
 from __future__ import annotations
 
 import os
+import socket
 import time
 
 from lockgate.dev.controlplane import LocalControlPlane, gpus_here
@@ -31,6 +32,7 @@ from lockgate.workerenv import resource_env
 
 
 def _facts(workers: LocalWorkers, gpus: int, now_s: float, now_mono: float) -> list[WorkerFacts]:
+    host = socket.gethostname()
     crash_loop = workers.states.unhealthy > 0
     out = []
     parked = workers.parked
@@ -45,6 +47,7 @@ def _facts(workers: LocalWorkers, gpus: int, now_s: float, now_mono: float) -> l
                 version=workers.version,
                 gpu_count=gpus,
                 started_ms=int(started_s * 1000),
+                node=host,
             )
         )
     return out
@@ -65,6 +68,15 @@ class DevWorkers:
             for pool in self.plane.pools(endpoint.id)
             for facts in _facts(pool, gpus, now_s, now_mono)
         ]
+
+    async def stop(self, endpoint_id: str, worker_id: str, *, restart: bool) -> None:
+        """Stop one worker process (`LocalControlPlane.stop_worker`)."""
+        try:
+            stopped = await self.plane.stop_worker(endpoint_id, worker_id, restart=restart)
+        except EndpointNotFound as err:
+            raise WorkerNotFound(worker_id) from err
+        if not stopped:
+            raise WorkerNotFound(worker_id)
 
     def _running(self, endpoint_id: str, worker_id: str) -> bool:
         try:

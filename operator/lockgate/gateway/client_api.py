@@ -32,6 +32,7 @@ from lockgate.models.endpoint import EndpointType
 from lockgate.models.jobs import MAX_DURATION_MS, TTL_MIN_MS
 from lockgate.models.limits import Operation
 from lockgate.models.registry_entry import RegistryEntry
+from lockgate.models.waiting import why_waiting
 from lockgate.store import UNAVAILABLE, IneligibleState, JobNotFound, JobRecord, NewJob
 from lockgate.store.keys import new_job_id
 
@@ -362,6 +363,17 @@ async def health(request: web.Request, call: Call) -> web.Response:
         extra |= await lb_health(gw, endpoint_id, snap.requests_held, snap.requests_in_flight)
     if call.entry.crashLoop is not None:  # beyond the spec: why no worker starts
         extra["crashLoop"] = call.entry.crashLoop.model_dump(mode="json")
+    if call.entry.type != EndpointType.LB:  # beyond the spec: why queued jobs wait
+        waiting = why_waiting(
+            queued=snap.in_queue + snap.in_queue_low,
+            idle=snap.workers_idle,
+            running=snap.workers_running,
+            starting=snap.workers_initializing,
+            workers_max=call.entry.workersMax,
+            crash_loop=call.entry.crashLoop,
+        )
+        if waiting is not None:
+            extra["waiting"] = waiting
     return json_response(
         {
             **extra,

@@ -8,12 +8,15 @@ and the fields to record, or None while nothing is known yet.
 
 from __future__ import annotations
 
+import base64
+import gzip
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from lockgate.kube.manifests.build import BUILD_CONTAINER, CLONE_CONTAINER
+from lockgate.kube.manifests.build import BUILD_CONTAINER, CLONE_CONTAINER, TESTS_MARKER
 from lockgate.models.build import BuildStatus
+from lockgate.models.hub import TESTS_FILE, HubFileError, parse_tests
 
 Obj = dict[str, Any]
 SHORT_HASH = 7
@@ -53,10 +56,48 @@ def last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
+def _split(message: str) -> tuple[str, str | None]:
+    """The clone's termination message as its commit lines and its packed tests.json
+    (None when the repository has none: `kube.manifests.build.CLONE_SCRIPT`)."""
+    head, marker, packed = message.partition(f"\n{TESTS_MARKER}\n")
+    return head, packed.strip() if marker else None
+
+
+def handed_tests(message: str) -> str | None:
+    """The repository's tests.json as the clone handed it over (None: none, or a message
+    cut short or changed: never a guess)."""
+    packed = _split(message)[1]
+    if not packed:
+        return None
+    try:
+        return gzip.decompress(base64.b64decode(packed, validate=True)).decode()
+    except (ValueError, OSError, EOFError):
+        return None
+
+
+def clone_tests(pod: Obj | None) -> str | None:
+    """The tests.json the build's clone found (None: none, or no clone ended yet)."""
+    ended = _terminated(_container(pod, CLONE_CONTAINER, init=True)) or {}
+    return handed_tests(ended.get("message") or "") if ended.get("exitCode") == 0 else None
+
+
+def untested_line(text: str) -> str:
+    """What a completed build's log says of its tests.json on a cluster, where tests are
+    not run yet (docs/builds.md, "Tested before it takes traffic")."""
+    try:
+        what = f"{len(parse_tests(text).tests)} test(s)"
+    except HubFileError as err:
+        what = f"unusable ({err})"
+    return (
+        f"{TESTS_FILE}: {what}, not run: a cluster does not test builds on a canary yet "
+        "(lockgate dev does); the build is taken untested"
+    )
+
+
 def commit_fields(message: str) -> dict[str, Any]:
-    """The clone's termination message (hash, date, branch, subject: one a line) as the
-    build's commit fields; {} when it holds no hash."""
-    lines = message.splitlines()
+    """The clone's termination message (hash, date, branch, subject: one a line, then
+    perhaps the tests) as the build's commit fields; {} when it holds no hash."""
+    lines = _split(message)[0].splitlines()
     full = lines[0].strip() if lines else ""
     if len(full) < SHORT_HASH or not all(c in "0123456789abcdef" for c in full):
         return {}

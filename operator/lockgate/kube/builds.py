@@ -25,7 +25,14 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from lockgate.kube.buildjobs import Progress, deadline, finished, progress
+from lockgate.kube.buildjobs import (
+    Progress,
+    clone_tests,
+    deadline,
+    finished,
+    progress,
+    untested_line,
+)
 from lockgate.kube.cluster import ClusterError, Conflict, NotFound
 from lockgate.kube.controlplane import (
     BUILD_ANNOTATION,
@@ -248,6 +255,8 @@ async def _follow(
     if changed is not None and changed.terminal and not finished(job):
         await _drop_if_ended(cluster, store, endpoint_id, build_id, job)  # stopped: no pull, …
     if changed is not None and changed.status == BuildStatus.COMPLETED:
+        if (tests := clone_tests(pod)) is not None:  # said, never silently skipped
+            await store.log(endpoint_id, build_id, SYSTEM, [untested_line(tests)])
         await _touch_endpoint(cluster, job, endpoint_id)
     return changed, changed is None or changed.terminal
 

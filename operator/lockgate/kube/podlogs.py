@@ -75,7 +75,7 @@ def log_options(query: LogQuery, now_ms: int) -> dict[str, Any]:
     """`read_namespaced_pod_log` options for a query (the API has no sinceTime here)."""
     options: dict[str, Any] = {"container": WORKER_CONTAINER, "timestamps": True}
     # A job filter looks through more lines than it returns.
-    options["tail_lines"] = TAIL_MAX if query.job else query.tail
+    options["tail_lines"] = TAIL_MAX if query.narrowed else query.tail
     if query.since is not None:
         options["since_seconds"] = max(1, (now_ms - query.since) // 1000 + 1)
     return options

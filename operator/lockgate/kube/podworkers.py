@@ -125,6 +125,7 @@ def pod_facts(
         gpu_type=gpu_type,
         datacenter=node_labels.get(zone_label) or None,
         started_ms=epoch_ms(started),
+        node=(pod.get("spec") or {}).get("nodeName") or None,
     )
 
 

@@ -23,6 +23,7 @@ from lockgate.manage import operations as ops
 from lockgate.manage.about import About, add_about_route
 from lockgate.manage.admin import AUTHENTICATOR, admin_only
 from lockgate.manage.controlplane import CONTROL_PLANE, ControlPlane, TemplateNotFound
+from lockgate.manage.hubrepo import add_hub_route
 from lockgate.manage.keys_api import add_keys_routes
 from lockgate.manage.listing import ContinueExpired, ContinueInvalid, parse_query
 from lockgate.manage.logs import add_logs_routes
@@ -192,4 +193,5 @@ def create_manage_app(
     add_keys_routes(app, authenticator.registry, prefix=prefix)
     add_logs_routes(app, prefix=prefix)
     add_about_route(app, about or About(), prefix=prefix)
+    add_hub_route(app, prefix=prefix)
     return app

@@ -52,7 +52,7 @@ async def _body(request: web.Request) -> bytes:
 async def _verified(request: web.Request, endpoint_id: str) -> tuple[githooks.Server, bytes]:
     """The sending server and the payload, once its signature is the endpoint's secret's
     (401 otherwise, an unknown endpoint included: it has no secret)."""
-    if not ENDPOINT_ID_RE.match(endpoint_id):
+    if not ENDPOINT_ID_RE.fullmatch(endpoint_id):
         raise Refusal(404, f"endpoint {endpoint_id!r} not found")
     try:
         server = githooks.server_of(request.headers)

@@ -134,6 +134,8 @@ async def create_key(request: web.Request) -> web.Response:
         raise BadRequest(str(err)) from err
     try:
         key = await apikeys.create(registry, record)
+    except apikeys.UnknownEndpoint as err:
+        raise BadRequest(str(err)) from err
     except apikeys.KeyCommandError as err:
         raise KeyExists(str(err)) from err
     stored = record.model_dump(mode="json", exclude_none=True)

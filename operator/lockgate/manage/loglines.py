@@ -35,6 +35,12 @@ LOCKGATE_END_RE = re.compile(r"lockgate\.worker \| job \S+ (completed|failed|sto
 RUNPOD_PLAIN_RE = re.compile(r"^[A-Z]+ *\| ([0-9A-Za-z][\w-]{2,}) \| ")
 RUNPOD_END_MESSAGES = {"Finished Job", "Job stopped."}
 FRACTION_RE = re.compile(r"\.\d+")  # seconds' fraction in an ISO time
+# Levels, lowest first: the runpod SDK's (TRACE below DEBUG), Python logging's named as these.
+LEVELS = ("TRACE", "DEBUG", "INFO", "WARN", "ERROR")
+LEVEL_NAMES = {"WARNING": "WARN", "CRITICAL": "ERROR", "FATAL": "ERROR", "TIP": "INFO"}
+RUNPOD_LEVEL_RE = re.compile(r"^([A-Z]+) *\| (?:([0-9A-Za-z][\w-]{2,}) \| )?")
+WORD_LEVEL_RE = re.compile(r"\b(TRACE|DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\b")
+WORD_LEVEL_CHARS = 48  # a level word counts only this early in a line (a logging prefix)
 RECENTLY_ENDED = 64  # ended jobs remembered per worker, so late lines do not reopen them
 # A worker's stdout and stderr are two pipes, read apart: a line written on one before a
 # job's end line on the other may be read just after it. Such a line, read this soon after
@@ -54,36 +60,89 @@ class LogLine:
     seq: int = 0  # lines of the same worker, source and millisecond before it (v2's ids)
 
     def to_json(self) -> dict[str, Any]:
+        level, message = level_of(self.line)
         return {
             "ts": iso_ms(self.ms),
             "worker": self.worker,
             "job": self.job,
             "stream": self.stream,
             "line": self.line,
+            "level": level,
+            "message": message,
         }
+
+
+def _level(name: str) -> str | None:
+    name = LEVEL_NAMES.get(name.upper(), name.upper())
+    return name if name in LEVELS else None
+
+
+def level_of(text: str) -> tuple[str | None, str]:
+    """A line's level (one of `LEVELS`, None when it names none) and its message: the
+    runpod SDK's JSON line `{"requestId", "message", "level"}` and its plain
+    `LEVEL  | [job |] message` give both; a Python logging line (a level word early on)
+    gives its level, the whole line as message."""
+    if text.startswith("{") and '"level"' in text:
+        try:
+            entry = json.loads(text)
+        except ValueError:
+            entry = None
+        if isinstance(entry, dict) and isinstance(entry.get("level"), str):
+            message = entry.get("message")
+            return _level(entry["level"]), message if isinstance(message, str) else text
+    if (found := RUNPOD_LEVEL_RE.match(text)) and (level := _level(found.group(1))):
+        return level, text[found.end() :]
+    if found := WORD_LEVEL_RE.search(text[:WORD_LEVEL_CHARS]):
+        return _level(found.group(1)), text
+    return None, text
+
+
+def effective_level(line: LogLine) -> str:
+    """The level a filter reads: the line's own, else INFO on stdout and ERROR on stderr
+    (a traceback, a crash's last words)."""
+    level, _ = level_of(line.line)
+    return level or ("ERROR" if line.stream == STDERR else "INFO")
 
 
 @dataclass(frozen=True, slots=True)
 class LogQuery:
-    """What a client asked for: lines after `since` (epoch ms), of one worker or job, the
-    last `tail` of them (after filtering); `follow` streams new ones too."""
+    """What a client asked for: lines after `since` and up to `until` (epoch ms), of one
+    worker or job, containing `text` (any case), at `level` or above, the last `tail` of
+    them (after filtering); `follow` streams new ones too."""
 
     since: int | None = None
     worker: str | None = None
     job: str | None = None
     tail: int = TAIL_DEFAULT
     follow: bool = False
+    until: int | None = None
+    text: str | None = None  # lower case
+    level: str | None = None  # one of LEVELS
+
+    @property
+    def narrowed(self) -> bool:
+        """Whether it keeps only some lines of a worker (a source then reads more of each)."""
+        return any(x is not None for x in (self.job, self.text, self.level))
 
     def matches(self, line: LogLine) -> bool:
         return (
             line.stream != LIFECYCLE
             and (self.since is None or line.ms > self.since)
+            and (self.until is None or line.ms <= self.until)
             and (self.worker is None or line.worker == self.worker)
             and (self.job is None or line.job == self.job)
+            and (self.text is None or self.text in line.line.lower())
+            and (
+                self.level is None
+                or LEVELS.index(effective_level(line)) >= LEVELS.index(self.level)
+            )
         )
 
     def select(self, lines: list[LogLine]) -> list[LogLine]:
-        """The last `tail` matching lines, oldest first (`lines` in any order)."""
+        """The last `tail` matching lines, oldest first (`lines` in any order); none for a
+        tail of 0 (`follow` with no backlog, as `kubectl logs -f --tail 0`)."""
+        if not self.tail:
+            return []
         chosen = sorted((line for line in lines if self.matches(line)), key=lambda x: x.ms)
         return chosen[-self.tail :]
 
@@ -113,17 +172,24 @@ def parse_query(params: Any) -> LogQuery:
     """The query string of `GET …/logs`; raises `BadRequest` naming the bad parameter."""
     since = parse_time(params["since"], "since") if params.get("since") else None
     tail_text = params.get("tail", str(TAIL_DEFAULT))
-    if not tail_text.isdigit() or not 1 <= int(tail_text) <= TAIL_MAX:
-        raise BadRequest(f"tail: expected a whole number from 1 to {TAIL_MAX}")
+    if not tail_text.isdigit() or not 0 <= int(tail_text) <= TAIL_MAX:
+        raise BadRequest(f"tail: expected a whole number from 0 to {TAIL_MAX}")
     follow = params.get("follow", "false").lower()
     if follow not in ("true", "false", "1", "0"):
         raise BadRequest("follow: expected true or false")
+    until = parse_time(params["until"], "until") if params.get("until") else None
+    level = params.get("level") or None
+    if level is not None and _level(level) is None:
+        raise BadRequest(f"level: expected one of {', '.join(LEVELS)}")
     return LogQuery(
         since=since,
         worker=params.get("worker") or None,
         job=params.get("job") or None,
         tail=int(tail_text),
         follow=follow in ("true", "1"),
+        until=until,
+        text=(params.get("q") or "").lower() or None,
+        level=_level(level) if level else None,
     )
 
 

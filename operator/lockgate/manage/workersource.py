@@ -27,6 +27,16 @@ class WorkerNotFound(LookupError):
     """The endpoint has no such worker (or none whose log can still be read)."""
 
 
+class WorkerStopper(Protocol):
+    """A `WorkerSource` that can stop one worker (dev mode's; a cluster's cannot yet)."""
+
+    async def stop(self, endpoint_id: str, worker_id: str, *, restart: bool) -> None:
+        """Stop one worker as a scale-down does (no new job; the job in hand finishes, then
+        it exits); `restart`: start a fresh one in its place at once. Raises
+        `WorkerNotFound` for a worker that is not running (or already stopping)."""
+        ...
+
+
 @dataclass(frozen=True)
 class WorkerFacts:
     """One worker as its control plane sees it; None where it cannot tell."""
@@ -39,6 +49,7 @@ class WorkerFacts:
     gpu_type: str | None = None  # RunPod's GPU type id
     datacenter: str | None = None
     started_ms: int | None = None  # epoch ms
+    node: str | None = None  # the node it runs on (a pod's nodeName; dev mode: this host)
 
 
 @dataclass(frozen=True)

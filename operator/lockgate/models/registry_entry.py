@@ -51,6 +51,7 @@ class RegistryEntry(BaseModel):
     lbHoldS: int | None = _SPEC.lbHoldS  # None: the gateway's LOCKGATE_LB_HOLD_S
     lbWebSocketMaxS: int = _SPEC.lbWebSocketMaxS
     workersMin: int = _SPEC.workersMin
+    workersMax: int = _SPEC.workersMax  # the gateway's `/health` says when it holds jobs back
     replicas: int | None = _SPEC.replicas
     onWorkerLost: WorkerLostPolicy = _SPEC.onWorkerLost  # written on to `lost` (store.registry)
     requeueMaxRunS: int = _SPEC.requeueMaxRunS

@@ -53,6 +53,18 @@ class Autoscaler:
         return decision
 
 
+Change = tuple[int, int]  # a pool's size, and the size a decision wants
+
+
+def change_to_say(size: int, desired: int, said: Change | None) -> tuple[bool, Change | None]:
+    """Whether a resize is worth a log line (a change not said since it was first wanted:
+    a pool that cannot grow, in a crash loop, is asked again every tick), and what is said
+    from now on."""
+    if desired == size:
+        return False, None
+    return (size, desired) != said, (size, desired)
+
+
 class LocalAutoscaler:
     """Dev mode: reads the store, decides, starts or stops local worker processes.
 
@@ -66,6 +78,7 @@ class LocalAutoscaler:
         self.endpoint_id = endpoint_id
         self.limits = limits
         self.scaler = Autoscaler(pool)
+        self.said: Change | None = None  # the last resize logged, while it is still wanted
         # What the limits are at each tick (dev mode's crash loop: `scaling.crashloop.held`).
         self.hold: Callable[[Limits], Limits] | None = None
 
@@ -88,7 +101,8 @@ class LocalAutoscaler:
         before = len(self.pool.active)
         limits = self.hold(self.limits) if self.hold is not None else self.limits
         decision = await self.scaler.step(metrics, limits)
-        if decision.desired != before:
+        say, self.said = change_to_say(before, decision.desired, self.said)
+        if say:
             log.info("endpoint %s: %s", self.endpoint_id, decision.reason)
         return decision
 

@@ -42,6 +42,13 @@ BUILD_CAPABILITIES = (
     "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "SETFCAP", "SETGID", "SETUID", "SYS_CHROOT",
 )  # fmt: skip
 
+# The clone's termination message: the commit (hash, date, branch, subject cut to 300
+# characters), then, when the repository has one (`.runpod/tests.json` over `tests.json`),
+# TESTS_MARKER and the file gzip+base64 on one line, at most TESTS_MAX characters: the
+# kubelet keeps 4096 bytes of a container's message, the commit takes at most ~620.
+TESTS_MARKER = "tests.json gzip+base64:"
+TESTS_MAX = 3400
+
 CLONE_SCRIPT = r"""set -eu
 if [ -f "$CREDS/ssh-privatekey" ]; then
   export GIT_SSH_COMMAND="ssh -i $CREDS/ssh-privatekey -o StrictHostKeyChecking=accept-new"
@@ -66,8 +73,21 @@ if [ "$ref" = HEAD ]; then
   branch=$(git symbolic-ref --quiet --short refs/remotes/origin/HEAD || true)
   branch=${branch#origin/}
 fi
-{ git log -1 --format='%H%n%cI'; echo "$branch"; git log -1 --format=%s; } > /dev/termination-log
+out="${TERMINATION_LOG:-/dev/termination-log}"
+{ git log -1 --format='%H%n%cI'; echo "$branch"; git log -1 --format=%s | cut -c1-300; } > "$out"
 echo "HEAD is now at $(git log -1 --format='%h %s')"
+for tests in .runpod/tests.json tests.json; do
+  [ -f "$tests" ] || continue
+  packed=$(gzip -9nc "$tests" | base64 | tr -d '\n')
+  if [ "${#packed}" -gt "$TESTS_MAX" ]; then
+    echo "$tests is too large to reach the operator: ${#packed} bytes gzip+base64, at most" \
+      "$TESTS_MAX (a pod's termination message holds 4096 bytes)" | tee -a "$out" >&2
+    exit 1  # the message's last line is why (`kube.buildjobs.failure`)
+  fi
+  printf '%s\n%s\n' "$TESTS_MARKER" "$packed" >> "$out"
+  echo "$tests: handed to the operator (${#packed} bytes gzip+base64)"
+  break
+done
 """
 
 STOP_GRACE_S = 5  # seconds a stopped build pod gets before it is killed
@@ -184,6 +204,8 @@ def build_job(owner: Owner, build: Build, source: GitSource, settings: OperatorS
                 "CREDS": GIT_CREDENTIALS,
                 "HOME": WORKSPACE,
                 "GIT_TERMINAL_PROMPT": "0",
+                "TESTS_MARKER": TESTS_MARKER,
+                "TESTS_MAX": str(TESTS_MAX),
             }
         ),
         "volumeMounts": clone_mounts,

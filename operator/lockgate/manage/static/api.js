@@ -112,11 +112,14 @@ export function jobApi(record) {
 
 /**
  * Read Server-Sent Events from `path` (fetch, so the key goes in a header: EventSource
- * cannot send one). Calls onEvent({event, data}) per event; `data` is parsed JSON when it
- * is JSON. Resolves when the stream ends; abort with `signal`.
+ * cannot send one). Calls onEvent({event, data, id}) per event; `data` is parsed JSON when
+ * it is JSON, `id` the event's id (null without one). Resolves when the stream ends; abort
+ * with `signal`; `lastEventId` resumes a stream after that event (the Last-Event-ID header).
  */
-export async function events(path, onEvent, {signal} = {}) {
-  const response = await fetch(path, {headers: headers({accept: "text/event-stream"}), signal});
+export async function events(path, onEvent, {signal, lastEventId = null} = {}) {
+  const extra = {accept: "text/event-stream"};
+  if (lastEventId) extra["last-event-id"] = lastEventId;
+  const response = await fetch(path, {headers: headers(extra), signal});
   if (!response.ok) throw await failure(response);
   const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = "";
@@ -129,9 +132,11 @@ export async function events(path, onEvent, {signal} = {}) {
       const block = buffer.slice(0, end);
       buffer = buffer.slice(end + 2);
       let event = "message";
+      let id = null;
       const data = [];
       for (const line of block.split("\n")) {
         if (line.startsWith("event:")) event = line.slice(6).trim();
+        else if (line.startsWith("id:")) id = line.slice(3).trim();
         else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
       }
       if (!data.length) continue;
@@ -142,7 +147,7 @@ export async function events(path, onEvent, {signal} = {}) {
       } catch {
         // plain text data
       }
-      onEvent({event, data: parsed});
+      onEvent({event, data: parsed, id});
     }
   }
 }

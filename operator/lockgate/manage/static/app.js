@@ -3,6 +3,7 @@
 
 import {api, apiKey, setApiKey, signOut} from "./api.js";
 import {errorBox, h, replace} from "./dom.js";
+import * as builds from "./pages/builds.js";
 import * as create from "./pages/create.js";
 import * as edit from "./pages/edit.js";
 import * as endpoint from "./pages/endpoint.js";
@@ -14,6 +15,8 @@ import * as releases from "./pages/releases.js";
 import * as requests from "./pages/requests.js";
 import * as resources from "./pages/resources.js";
 import * as templates from "./pages/templates.js";
+import * as usage from "./pages/usage.js";
+import * as workers from "./pages/workers.js";
 
 // [hash pattern, page module, title]; `:id` is an endpoint id (a template's under templates/).
 const ROUTES = [
@@ -24,20 +27,25 @@ const ROUTES = [
   ["templates/:id", {render: templates.renderOne}, "Template"],
   ["credentials", {render: resources.credentials}, "Registry credentials"],
   ["volumes", {render: resources.volumes}, "Network volumes"],
+  ["usage", usage, "Usage"],
   ["endpoints/:id", endpoint, "Overview"],
   ["endpoints/:id/requests", requests, "Requests"],
+  ["endpoints/:id/workers", workers, "Workers"],
   ["endpoints/:id/metrics", metrics, "Metrics"],
   ["endpoints/:id/logs", logs, "Logs"],
   ["endpoints/:id/releases", releases, "Releases"],
+  ["endpoints/:id/builds", builds, "Builds"],
   ["endpoints/:id/edit", edit, "Edit"],
 ];
 // The tabs of one endpoint, in order.
 const TABS = [
   ["", "Overview"],
   ["/requests", "Requests"],
+  ["/workers", "Workers"],
   ["/metrics", "Metrics"],
   ["/logs", "Logs"],
   ["/releases", "Releases"],
+  ["/builds", "Builds"], // shown for an endpoint with a git source only (`showBuildsTab`)
   ["/edit", "Edit"],
 ];
 
@@ -56,12 +64,25 @@ function match(path) {
   return null;
 }
 
-function tabs(id, current) {
+function tabs(id, current, signal) {
   const base = `#/endpoints/${encodeURIComponent(id)}`;
-  return h("nav", {class: "tabs", "aria-label": `Endpoint ${id}`},
+  const nav = h("nav", {class: "tabs", "aria-label": `Endpoint ${id}`},
     TABS.map(([suffix, label]) => h("a", {
       href: base + suffix, "aria-current": label === current ? "page" : null,
+      hidden: label === "Builds" && current !== "Builds",
     }, label)));
+  if (current !== "Builds") showBuildsTab(nav, id, signal);
+  return nav;
+}
+
+/** Show the Builds tab once the endpoint's record says it has a git source. */
+async function showBuildsTab(nav, id, signal) {
+  try {
+    const record = await api(`/v1/endpoints/${encodeURIComponent(id)}`, {signal});
+    if (record.source?.git) nav.querySelector('a[href$="/builds"]').hidden = false;
+  } catch {
+    // the page itself says what is wrong
+  }
 }
 
 /**
@@ -110,7 +131,7 @@ async function show() {
   const view = h("section", {class: "page"});
   const header = route.params.id && path.startsWith("endpoints/")
     ? [h("p", {class: "crumbs"}, h("a", {href: "#/endpoints"}, "Endpoints"), " / "),
-       h("h1", {}, route.params.id), tabs(route.params.id, route.title)]
+       h("h1", {}, route.params.id), tabs(route.params.id, route.title, controller.signal)]
     : [];
   replace(main, ...header, view);
   document.title = `${route.params.id ? `${route.params.id} · ` : ""}${route.title} · lockgate`;

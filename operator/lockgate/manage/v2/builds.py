@@ -9,15 +9,13 @@ stream made exactly as a worker's (`manage.v2.workers.LogStream`).
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from lockgate.gateway.errors import ApiError, BadRequest, NotFound, Unprocessable
+from lockgate.gateway.errors import ApiError, BadRequest, NotFound
 from lockgate.gateway.http import json_response
 from lockgate.gateway.openapi import param
 from lockgate.manage import builds as ops
@@ -28,18 +26,11 @@ from lockgate.manage.controlplane import (
     EndpointNotFound,
     NoSource,
 )
-from lockgate.manage.releases import BadCursor
 from lockgate.manage.v2 import BACKENDS, Backends
 from lockgate.manage.v2.documented import Operation, documented
+from lockgate.manage.v2.paging import PageQuery, Pagination, below, pagination
 from lockgate.manage.v2.problems import validated
-from lockgate.manage.v2.workers import (
-    BATCH,
-    LOG_QUERY,
-    LogStream,
-    open_event_stream,
-    parse_log_params,
-)
-from lockgate.manage.workerlogs import before
+from lockgate.manage.v2.workers import LOG_QUERY, serve_log_stream
 from lockgate.manage.workersource import LogBatch, LogRead
 from lockgate.models import EndpointRecord
 from lockgate.models.build import Build, BuildReason
@@ -67,12 +58,9 @@ LIST_QUERY = (
 )  # fmt: skip
 
 
-class BuildsQuery(BaseModel):
-    """The list's query: `cursor` (opaque, from `pagination.nextCursor`) and `limit`."""
+class BuildsQuery(PageQuery):
+    """The list's query: `cursor` and `limit`."""
 
-    model_config = ConfigDict(extra="ignore")
-
-    cursor: str | None = Field(None, min_length=1)
     limit: int = Field(ops.LIMIT_DEFAULT, ge=1, le=ops.LIMIT_MAX)
 
 
@@ -90,11 +78,6 @@ class StartBuild(BaseModel):
         if ref is not None and (problem := ref_problem(ref)):
             raise ValueError(problem)
         return ref
-
-
-class Pagination(BaseModel):
-    nextCursor: str | None
-    hasNextPage: bool
 
 
 class EndpointBuilds(BaseModel):
@@ -139,17 +122,12 @@ async def list_builds(request: web.Request) -> web.Response:
     query = validated(BuildsQuery, dict(request.query))
     store = _store(backends)
     await _endpoint(backends.plane, endpoint_id)
-    try:
-        below = ops.below_of(query.cursor, endpoint_id) if query.cursor else None
-    except BadCursor as err:
-        raise Unprocessable(str(err), errors=[str(err)]) from err
-    page, more = await store.page(endpoint_id, below=below, limit=query.limit)
+    start = below(query, lambda cursor: ops.below_of(cursor, endpoint_id))
+    page, more = await store.page(endpoint_id, below=start, limit=query.limit)
     following = ops.page_cursor(endpoint_id, page[-1][0]) if more and page else None
-    body: dict[str, Any] = {
-        "builds": [b.view() for _, b in page],
-        "pagination": {"nextCursor": following, "hasNextPage": following is not None},
-    }
-    return json_response(body)
+    return json_response(
+        {"builds": [b.view() for _, b in page], "pagination": pagination(following)}
+    )
 
 
 @documented(
@@ -256,18 +234,13 @@ async def stream_build_logs(request: web.Request) -> web.StreamResponse:
     plane = request.app[BACKENDS].plane
     endpoint = await _endpoint(plane, request.match_info["id"])
     build_id = request.match_info["buildId"]
-    params = parse_log_params(request.query, request.headers.get("Last-Event-ID"))
-    source = PlaneBuildLogs(plane)
-    first = LogRead(params.sources, params.cursor, params.tail, BATCH)
-    try:
-        batch = await source.read(endpoint.id, build_id, first)
-    except BuildNotFound as err:
-        raise _missing(endpoint.id, build_id) from err
-    response = await open_event_stream(request)
-    stream = LogStream(request, response, source, params, (endpoint.id, build_id), (BuildNotFound,))
-    with contextlib.suppress(ConnectionResetError):  # the client left
-        await stream.run(batch, params.cursor or before(batch.events, batch.start))
-    return response
+    return await serve_log_stream(
+        request,
+        PlaneBuildLogs(plane),
+        (endpoint.id, build_id),
+        (BuildNotFound,),
+        _missing(endpoint.id, build_id),
+    )
 
 
 class WebhookSecret(BaseModel):

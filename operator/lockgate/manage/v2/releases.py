@@ -9,15 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
-from lockgate.gateway.errors import ApiError, NotFound, Unprocessable
+from lockgate.gateway.errors import ApiError, NotFound
 from lockgate.gateway.http import json_response
 from lockgate.manage.controlplane import EndpointNotFound, UnusableSettings
 from lockgate.manage.releases import (
     LIMIT_DEFAULT,
     LIMIT_MAX,
-    BadCursor,
     Releases,
     SharedTemplate,
     decode_cursor,
@@ -26,6 +25,7 @@ from lockgate.manage.releases import (
 )
 from lockgate.manage.v2 import BACKENDS, Backends
 from lockgate.manage.v2.documented import Operation, documented
+from lockgate.manage.v2.paging import PageQuery, Pagination, below, pagination
 from lockgate.manage.v2.problems import validated
 from lockgate.models import describe_validation_error
 from lockgate.models.releases import (
@@ -43,12 +43,9 @@ class Conflict(ApiError):
     status = 409
 
 
-class ReleasesQuery(BaseModel):
-    """The list's query: `cursor` (opaque, from `pagination.nextCursor`) and `limit`."""
+class ReleasesQuery(PageQuery):
+    """The list's query: `cursor` and `limit`."""
 
-    model_config = ConfigDict(extra="ignore")
-
-    cursor: str | None = Field(None, min_length=1)
     limit: int = Field(LIMIT_DEFAULT, ge=1, le=LIMIT_MAX)
 
 
@@ -79,11 +76,6 @@ class ReleaseView(BaseModel):
     diff: list[DiffEntry]
 
 
-class Pagination(BaseModel):
-    nextCursor: str | None
-    hasNextPage: bool
-
-
 class EndpointReleases(BaseModel):
     """RunPod's `ListEndpointReleasesResponse`, with its cursor pagination."""
 
@@ -107,22 +99,19 @@ async def list_releases(request: web.Request) -> web.Response:
     query = validated(ReleasesQuery, dict(request.query))
     releases = _releases(backends)
     version = await _version(backends, endpoint_id)
-    try:
-        below = decode_cursor(query.cursor, endpoint_id) if query.cursor else None
-    except BadCursor as err:
-        raise Unprocessable(str(err), errors=[str(err)]) from err
+    start = below(query, lambda cursor: decode_cursor(cursor, endpoint_id))
     kept = await releases.store.all(endpoint_id)
     # The newest release is the endpoint's version: on a cluster the resource's annotation
     # is written after the release (a template edit rolls its endpoints), so a read in
     # between sees it one behind.
     version = max([version, *(r.version for r in kept[:1])])
-    page, following = page_of(kept, endpoint_id, below=below, limit=query.limit)
+    page, following = page_of(kept, endpoint_id, below=start, limit=query.limit)
     versions = await releases.worker_versions(endpoint_id)
     body: dict[str, Any] = {
         "endpointVersion": version,
         "rollout": rollout_of(versions, version).model_dump(),
         "releases": [r.view(versions.get(r.version, 0)) for r in page],
-        "pagination": {"nextCursor": following, "hasNextPage": following is not None},
+        "pagination": pagination(following),
     }
     return json_response(body)
 

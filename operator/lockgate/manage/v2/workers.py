@@ -1,6 +1,8 @@
 """`GET /v2/serverless/{id}/workers` and `GET /v2/serverless/{id}/workers/{workerId}/logs`:
 an endpoint's workers with their status, and one worker's log as Server-Sent Events;
-`POST /v2/serverless/{id}/workers/restart` clears a crash loop (docs/crash-loops.md).
+`POST /v2/serverless/{id}/workers/restart` clears a crash loop (docs/crash-loops.md);
+`POST /v2/serverless/{id}/workers/{workerId}/stop` and `…/restart` stop one worker (dev mode;
+501 on a cluster for now).
 
 The workers and their logs come from the process's `WorkerSource` (`Backends.workers`:
 pods on a cluster, local processes in dev mode); the status rules are
@@ -46,6 +48,7 @@ from lockgate.manage.workersource import (
     WorkerFacts,
     WorkerNotFound,
     WorkerSource,
+    WorkerStopper,
 )
 from lockgate.manage.workerstates import is_stale, summary, worker_status
 from lockgate.models import EndpointRecord
@@ -76,6 +79,11 @@ class Worker(BaseModel):
         None,
         description="beyond RunPod's Worker: why it was marked unhealthy (a failed fitness "
         "check, no readiness within startupTimeout, a failed warm-up); null otherwise",
+    )
+    nodeName: str | None = Field(
+        None,
+        description="beyond RunPod's Worker: the node it runs on (its pod's node; in dev mode "
+        "this machine's host name); null when not known yet",
     )
 
 
@@ -179,6 +187,7 @@ def worker_view(
         dataCenterId=facts.datacenter,
         startedAt=None if started is None else iso_ms(started),
         unhealthyReason=None if why is None else why.text(),
+        nodeName=facts.node,
     )
 
 
@@ -277,6 +286,84 @@ async def restart_workers(request: web.Request) -> web.Response:
     return json_response(answer.model_dump(mode="json"), status=202)
 
 
+class WorkerStopped(BaseModel):
+    """One worker asked to stop (or to restart)."""
+
+    id: str = Field(description="the worker's id")
+    endpointId: str
+    action: str = Field(description="stop or restart")
+    requestedAt: str = Field(description="RFC 3339")
+
+
+def _stopper(request: web.Request) -> WorkerStopper:
+    source = _source(request)
+    if not hasattr(source, "stop"):
+        raise NoWorkerSource(
+            "stopping one worker is not available on a cluster yet: delete its pod "
+            "(kubectl delete pod WORKER_ID); its Deployment starts another"
+        )
+    return source  # type: ignore[return-value]
+
+
+async def _stop_worker(request: web.Request, *, restart: bool) -> web.Response:
+    plane = request.app[BACKENDS].plane
+    endpoint = await _endpoint(plane, request.match_info["id"])
+    worker_id = request.match_info["workerId"]
+    stopper = _stopper(request)
+    try:
+        await stopper.stop(endpoint.id, worker_id, restart=restart)
+    except WorkerNotFound as err:
+        raise NotFound(
+            f"worker {worker_id!r} of endpoint {endpoint.id!r} not found "
+            "(or it is stopping already)"
+        ) from err
+    answer = WorkerStopped(
+        id=worker_id,
+        endpointId=endpoint.id,
+        action="restart" if restart else "stop",
+        requestedAt=iso_ms(time.time_ns() // 1_000_000),
+    )
+    return json_response(answer.model_dump(mode="json"), status=202)
+
+
+STOP_NOTE = (
+    "lockgate's (RunPod's console has it; its API has none). The worker takes no new job; "
+    "the job in hand finishes, then it exits (SIGTERM), as in a scale-down; it is not "
+    "counted as a failed start. 501 on a cluster for now: delete the pod "
+    "(docs/workers.md)."
+)
+
+
+@documented(
+    Operation(
+        "stopEndpointWorker",
+        "Stop one worker",
+        answer=WorkerStopped,
+        status=202,
+        errors=(404, 501),
+        description=STOP_NOTE + " The scaler starts another only if workers.min or the "
+        "queue want one.",
+    )
+)
+async def stop_worker(request: web.Request) -> web.Response:
+    return await _stop_worker(request, restart=False)
+
+
+@documented(
+    Operation(
+        "restartEndpointWorker",
+        "Restart one worker: a fresh one starts in its place",
+        answer=WorkerStopped,
+        status=202,
+        errors=(404, 501),
+        description=STOP_NOTE + " A fresh worker of the endpoint's current version starts "
+        "at once (none during a crash loop: clear it with …/workers/restart).",
+    )
+)
+async def restart_worker(request: web.Request) -> web.Response:
+    return await _stop_worker(request, restart=True)
+
+
 def frame(event: LogEvent, cursor: Cursor, sources: tuple[str, ...]) -> bytes:
     """One event: its id (the cursor after it) and its JSON line."""
     data = orjson.dumps(event.data()).decode()
@@ -298,15 +385,30 @@ async def stream_logs(request: web.Request) -> web.StreamResponse:
     plane = request.app[BACKENDS].plane
     endpoint = await _endpoint(plane, request.match_info["id"])
     worker_id = request.match_info["workerId"]
+    missing = NotFound(f"worker {worker_id!r} of endpoint {endpoint.id!r} not found")
+    return await serve_log_stream(
+        request, _source(request), (endpoint.id, worker_id), (WorkerNotFound,), missing
+    )
+
+
+async def serve_log_stream(
+    request: web.Request,
+    source: LogReader,
+    owner: tuple[str, str],
+    gone: tuple[type[Exception], ...],
+    missing: ApiError,
+) -> web.StreamResponse:
+    """The whole answer of a log route (a worker's, a build's): the query and Last-Event-ID
+    read, `missing` raised when `source` raises one of `gone` at the first read, else the
+    stream from the cursor until the log's owner is gone and drained or the client leaves."""
     params = parse_log_params(request.query, request.headers.get("Last-Event-ID"))
-    source = _source(request)
     first = LogRead(params.sources, params.cursor, params.tail, BATCH)
     try:
-        batch = await source.read(endpoint.id, worker_id, first)
-    except WorkerNotFound as err:
-        raise NotFound(f"worker {worker_id!r} of endpoint {endpoint.id!r} not found") from err
+        batch = await source.read(*owner, first)
+    except gone as err:
+        raise missing from err
     response = await open_event_stream(request)
-    stream = LogStream(request, response, source, params, (endpoint.id, worker_id))
+    stream = LogStream(request, response, source, params, owner, gone)
     with contextlib.suppress(ConnectionResetError):  # the client left
         await stream.run(batch, params.cursor or before(batch.events, batch.start))
     return response
@@ -382,3 +484,5 @@ def add_worker_routes(app: web.Application) -> None:
     app.router.add_get("/{id}/workers", list_workers)
     app.router.add_get("/{id}/workers/{workerId}/logs", stream_logs)
     app.router.add_post("/{id}/workers/restart", restart_workers)
+    app.router.add_post("/{id}/workers/{workerId}/stop", stop_worker)
+    app.router.add_post("/{id}/workers/{workerId}/restart", restart_worker)

@@ -1,12 +1,15 @@
 // The Create page (#/new): every setting of the creation payload, POST /v1/endpoints, then a
-// live view of the new endpoint until its job API URL shows.
+// live view of the new endpoint until its job API URL shows. #/new?from=repository creates
+// from a ready-to-deploy repository instead (pages/hub.js).
 import {about, api} from "../api.js";
 import {copyButton, errorBox, h, replace} from "../dom.js";
 import {endpointForm, markInvalid} from "./form.js";
+import * as hub from "./hub.js";
 import {isLb, lbUrl} from "./lb.js";
 import {conditionWrong} from "./state.js";
 
 export async function render(view, ctx) {
+  if (ctx.query.get("from") === "repository") return hub.render(view, ctx);
   const info = await about();
   const {element, payload, image} = endpointForm({}, {devMode: info.mode === "dev"});
   const status = h("div", {"aria-live": "assertive"});
@@ -24,7 +27,10 @@ export async function render(view, ctx) {
       submit.disabled = false;
     }
   }}, element, status, h("div", {class: "row"}, submit, h("a", {href: "#/endpoints"}, "Cancel")));
-  replace(view, h("h1", {}, "New endpoint"), form);
+  replace(view, h("h1", {}, "New endpoint"),
+    h("p", {class: "from-repository"}, "Or ", h("a", {href: "#/new?from=repository"}, "deploy a ready-to-deploy repository"),
+      " (one with ", h("code", {}, ".runpod/hub.json"), ")", info.catalogue?.length ? `: ${info.catalogue.length} offered` : "", "."),
+    form);
   form.querySelector("input")?.focus();
 }
 

@@ -1,10 +1,11 @@
 // The Edit page (#/endpoints/{id}/edit): the settings form filled in; Save shows the diff
-// (old -> new) and which changes restart workers before PATCH /v1/endpoints/{id}. Delete
+// (old -> new) and which changes restart workers before PATCH /v1/endpoints/{id}; its template's
+// image, command and env are edited below it (pages/templateedit.js). Delete
 // (type the endpoint's name to confirm) is at the bottom.
 import {about, api, commandLineNote} from "../api.js";
 import {errorBox, h, replace, toast} from "../dom.js";
 import {diff, endpointForm, markInvalid, restarts, shown} from "./form.js";
-import {templateSummary} from "./templates.js";
+import {templateEditor} from "./templateedit.js";
 
 const path = (id) => `/v1/endpoints/${encodeURIComponent(id)}`;
 
@@ -15,7 +16,7 @@ export async function render(view, ctx) {
   const template = h("div"); // filled when /v1/templates answers: the form does not wait for it
   replace(view, note ? h("div", {class: "warning command-line-note", role: "note"}, note) : null,
     editor, template, deletion(record, ctx));
-  templateSummary(record.templateId, ctx.signal).then((card) => replace(template, card))
+  templateEditor(record, ctx).then((card) => replace(template, card))
     .catch((err) => { if (err.name !== "AbortError") replace(template, errorBox(err)); });
   edit(editor, record, ctx, {devMode: info.mode === "dev"});
 }

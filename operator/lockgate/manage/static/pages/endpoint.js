@@ -4,7 +4,7 @@
 import {about, api, commandLineNote, DEV_MODE_NOTE, jobApi} from "../api.js";
 import {copyButton, duration, errorBox, h, replace} from "../dom.js";
 import {failing} from "./endpoints.js";
-import {isLb, lbRequests, lbSettings, lbUrlRow} from "./lb.js";
+import {isLb, lbRequests, lbSettings, lbUrl, lbUrlRow} from "./lb.js";
 import {stat, useStyles} from "./health.js";
 import {callCard} from "./snippets.js";
 import {conditionWrong, endpointState} from "./state.js";
@@ -164,7 +164,9 @@ async function refresh(id, ctx, failure, {head, call, body}) {
   const state = endpointState(record, health);
   replace(head, summary(record, health), restartCard(record, health, state, failure),
     problems(record, state.stopped));
-  if (!isLb(record) && !call.firstChild) replace(call, callCard(jobApi(record))); // built once: keeps the chosen tab
+  if (!call.firstChild) { // built once: keeps the chosen tab
+    replace(call, isLb(record) ? callCard(lbUrl(record), {lb: true}) : callCard(jobApi(record)));
+  }
   replace(body, workers(health, record), isLb(record) ? lbRequests(health) : queue(health),
     settings(record, info), conditionsTable(conditions));
 }

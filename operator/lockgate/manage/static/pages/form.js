@@ -3,6 +3,7 @@
 import {DEV_MODE_NOTE} from "../api.js";
 import {h, replace} from "../dom.js";
 import {typeChoice} from "./lb.js";
+import {shownSource, sourceFields} from "./source.js";
 import {workerSource} from "./template.js";
 
 // Fields whose change restarts workers. Dev mode: a new templateId replaces the worker
@@ -22,13 +23,13 @@ const LISTS = ["cpuFlavorIds", "allowedCudaVersions", "dataCenterIds"];
 export const FIELDS = ["name", "computeType", "gpuTypeIds", "gpuCount", "cpuFlavorIds",
   "vcpuCount", "allowedCudaVersions", "dataCenterIds", "templateId", "executionTimeoutMs",
   "flashboot", "idleTimeout", "scalerType", "scalerValue", "workersMin", "workersMax",
-  "type", "requestTimeoutS", "lbHoldS", "modelReferences"];
+  "type", "requestTimeoutS", "lbHoldS", "modelReferences", "source"];
 
 const DEFAULTS = {
   name: "", computeType: "GPU", gpuTypeIds: [], gpuCount: 1, cpuFlavorIds: [], vcpuCount: 2,
   allowedCudaVersions: [], dataCenterIds: [], templateId: "", executionTimeoutMs: 600000,
   flashboot: false, idleTimeout: 5, scalerType: "QUEUE_DELAY", scalerValue: 4, workersMin: 0,
-  workersMax: 3, modelReferences: [],
+  workersMax: 3, modelReferences: [], source: null,
 };
 
 /** Old -> new of every field that differs: [{field, from, to}]. */
@@ -54,6 +55,7 @@ export function modelList(text) {
 /** A value as the diff shows it. */
 export function shown(value) {
   if (Array.isArray(value)) return value.length ? value.join(", ") : "(none)";
+  if (value?.git) return shownSource(value);
   if (value === "" || value === undefined || value === null) return "(empty)";
   return String(value);
 }
@@ -146,6 +148,7 @@ export function endpointForm(initial = {}, {withId = true, devMode = false} = {}
     "A template's id (Templates page, /v1/templates). With lockgate dev also a handler file (*.py) or a worker command.");
   // Create offers an image instead of a template; Edit changes the templateId only
   const source = withId ? workerSource(templateField, {devMode}) : {element: templateField, image: () => null};
+  const git = sourceFields(v.source, {devMode});
   const gpus = gpuList(v.gpuTypeIds);
   const gpuOnly = h("div", {class: "grid"}, gpus.element,
     field("gpuCount", "GPUs per worker", inputs.gpuCount),
@@ -166,6 +169,7 @@ export function endpointForm(initial = {}, {withId = true, devMode = false} = {}
         field("name", "Name", inputs.name)),
       kind.element),
     h("fieldset", {}, h("legend", {}, "Worker"),
+      git.element,
       source.element,
       field("modelReferences", "Model", inputs.modelReferences,
         "Hugging Face models, one per line (or comma separated): org/name or org/name:revision. Downloaded once before workers start."),
@@ -198,6 +202,7 @@ export function endpointForm(initial = {}, {withId = true, devMode = false} = {}
       else out[name] = input.value.trim();
     }
     out.gpuTypeIds = gpus.value();
+    out.source = git.value();
     if (withId && id.value.trim()) out.id = id.value.trim();
     return {...out, ...kind.payload()};
   };

@@ -15,14 +15,25 @@ function clock(ts) {
   return (ts || "").slice(11, 23);
 }
 
-/** One log line: time, worker, job (its first characters), text; stderr lines are marked.
+/** One log line: time, worker, job (its first characters), text (a leveled line's level and
+ * message: the runpod SDK's JSON lines read as such, the raw line in its title); stderr
+ * lines are marked.
  * `tag` "span" puts it inside a <pre>. */
 export function lineElement(line, tag = "div") {
+  const read = line.level && line.message !== line.line; // a logging line shows its level itself
   return h(tag, {class: `log-line ${line.stream}`},
     h("span", {class: "ts", title: `${line.ts} (${line.stream})`}, clock(line.ts)),
     h("span", {class: "who", title: line.worker}, line.worker),
     h("span", {class: "job", title: line.job ? `job ${line.job}` : "no job"}, line.job ? line.job.slice(0, 13) : ""),
-    h("span", {class: "text"}, line.line));
+    h("span", {class: "text", title: read ? line.line : null},
+      read ? [h("span", {class: `level ${line.level}`}, line.level), line.message] : line.line));
+}
+
+/** The level a filter reads (the server's rule, manage/loglines.py `effective_level`): the
+ * line's own, else ERROR on stderr and INFO on stdout. */
+export const LEVELS = ["TRACE", "DEBUG", "INFO", "WARN", "ERROR"];
+export function effectiveLevel(line) {
+  return line.level || (line.stream === "stderr" ? "ERROR" : "INFO");
 }
 
 /** An element showing the log lines of `jobId` (loaded once). */

@@ -167,8 +167,12 @@ function requestForm(record, ctx) {
     const signal = AbortSignal.any([ctx.signal, running.signal]);
     const url = lbUrl(record) + path.value.trim().replace(/^\/+/, "");
     submit.disabled = true;
+    const held = async () => {
+      const health = await api(`${jobApi(record)}/health`, {signal, redirect: false}).catch(() => null);
+      return health?.requests?.held || 0;
+    };
     try {
-      await exchange(answer, url, {method: method.value, headers: extra, body: body.value || undefined, signal});
+      await exchange(answer, url, {method: method.value, headers: extra, body: body.value || undefined, signal}, held);
     } catch (err) {
       if (err.name !== "AbortError") replace(answer, errorBox(new Error(`Not sent: ${err.message}`)));
     } finally {
@@ -189,8 +193,33 @@ function requestForm(record, ctx) {
   return form;
 }
 
+/**
+ * Until the answer's headers come: the time since sending, and "held: waiting for a worker
+ * (n held)" while the endpoint's /health counts requests held (a cold start), read each
+ * second through `held()`. Returns the function that stops it.
+ */
+function waiting(status, took, held) {
+  const started = performance.now();
+  let stopped = false;
+  const tick = () => replace(took, `${((performance.now() - started) / 1000).toFixed(1)} s`);
+  const timer = setInterval(tick, 200);
+  (async () => {
+    while (!stopped) {
+      const n = await held();
+      if (stopped) break;
+      replace(status, n > 0 ? `held: waiting for a worker (${n} held)` : "SENDING");
+      status.className = `badge ${n > 0 ? "warn" : "muted"}`;
+      await new Promise((done) => setTimeout(done, 1000));
+    }
+  })();
+  return () => {
+    stopped = true;
+    clearInterval(timer);
+  };
+}
+
 /** Send one request and show its answer as it arrives: status, worker, time, headers, body. */
-async function exchange(where, url, options) {
+async function exchange(where, url, options, held) {
   const status = h("span", {class: "badge muted"}, "SENDING");
   const worker = h("span", {class: "mono lb-worker"});
   const took = h("span", {class: "hint"});
@@ -201,7 +230,13 @@ async function exchange(where, url, options) {
     h("details", {}, h("summary", {}, "Answer headers"), shownHeaders),
     h("h3", {}, "Body"), shownBody));
   const started = performance.now();
-  const response = await send(url, options);
+  const stopWaiting = waiting(status, took, held);
+  let response;
+  try {
+    response = await send(url, options);
+  } finally {
+    stopWaiting();
+  }
   const tone = response.ok ? "ok" : response.status >= 500 ? "bad" : "warn";
   replace(status, `${response.status} ${response.statusText}`.trim());
   status.className = `badge ${tone}`;

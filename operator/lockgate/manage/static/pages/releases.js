@@ -1,6 +1,7 @@
 // The Releases tab: GET /v2/serverless/{id}/releases (newest first, refreshed every 2 s):
 // how far the rollout is, and each release's workers and changes; "Roll back" on an older
-// release (POST …/releases/{releaseId}/rollback) makes its configuration the newest version.
+// release (POST …/releases/{releaseId}/rollback) makes its configuration the newest version;
+// a GIT_BUILD release's build runs again at once, with no rebuild (the Builds tab offers the same).
 import {api} from "../api.js";
 import {errorBox, h, replace, toast} from "../dom.js";
 
@@ -57,8 +58,10 @@ export async function render(view, ctx) {
   });
   function ask(release) {
     chosen = release;
+    const build = release.source === "GIT_BUILD" && release.buildId
+      ? ` The workers switch back to build ${release.buildId} at once, with no rebuild.` : "";
     replace(question, `The configuration of version ${release.version} becomes a new version; `
-      + "the workers are replaced as for any release (a busy one finishes its job first).");
+      + `the workers are replaced as for any release (a busy one finishes its job first).${build}`);
     dialog.returnValue = "";
     dialog.showModal();
   }
@@ -73,11 +76,14 @@ export async function render(view, ctx) {
     const body = await api(path, {signal: ctx.signal});
     replace(summary, rolloutText(body));
     replace(table, h("table", {class: "keys", "aria-label": "Releases"},
-      h("thead", {}, h("tr", {}, ["Version", "Created", "Workers", "Changes", ""].map(
+      h("thead", {}, h("tr", {}, ["Version", "Source", "Created", "Workers", "Changes", ""].map(
         (c) => h("th", {scope: "col"}, c)))),
       h("tbody", {}, body.releases.map((r) => h("tr", {dataset: {release: r.id}},
         h("td", {"data-label": "Version"}, String(r.version),
           r.version === body.endpointVersion ? [" ", h("span", {class: "badge"}, "latest")] : null),
+        h("td", {"data-label": "Source"}, r.source === "GIT_BUILD"
+          ? [h("span", {class: "badge"}, "GIT_BUILD"), " ", h("code", {}, r.buildId)]
+          : h("span", {class: "hint"}, r.source || "MANUAL")),
         h("td", {"data-label": "Created"}, r.createdAt),
         h("td", {"data-label": "Workers"}, String(r.workerCount)),
         h("td", {"data-label": "Changes"}, changes(r.diff)),

@@ -1,0 +1,117 @@
+"""The console's Usage page (issue 50, item 10) against a real `lockgate dev` with a GPU price:
+the figures of an endpoint that ran a worker, in the table, the chart and the CSV export,
+against `GET /v2/billing/serverless` and the price the test set; an endpoint that ran no
+worker has no row."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+from playwright.sync_api import expect
+
+from console_browser import PHONE, assert_clean, create_endpoint, screenshot, sign_in
+from devproc import DevProcess
+from tests.conftest import wait_until
+
+pytest_plugins = ["console_fixtures"]
+
+PRICE = 0.36  # per GPU-hour of an NVIDIA L4
+RAN, IDLE = "usage-ran", "usage-idle"
+
+
+@pytest.fixture(scope="module")
+def priced_dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevProcess]:
+    """`lockgate dev` with a price per L4 hour, and an endpoint that keeps one worker up."""
+    env = {"LOCKGATE_GPU_PRICES": json.dumps({"NVIDIA L4": PRICE})}
+    dev = DevProcess(
+        "examples/echo/handler.py", data_dir=tmp_path_factory.mktemp("usage"), env=env
+    ).start()
+    try:
+        create_endpoint(
+            dev, RAN, templateId="examples/echo/handler.py", workersMin=1, workersMax=1,
+            gpuTypeIds=["NVIDIA L4"], gpuCount=1,
+        )  # fmt: skip
+        create_endpoint(dev, IDLE, templateId="examples/echo/handler.py", workersMin=0)
+        yield dev
+    finally:
+        dev.stop()
+
+
+def billing(dev: DevProcess, **params) -> dict:
+    resp = requests.get(
+        f"{dev.url}/v2/billing/serverless", params=params, headers=dev.headers(), timeout=10
+    )
+    assert resp.status_code == 200, resp.text
+    return resp.json()
+
+
+def test_usage_page_shows_what_the_endpoint_ran(page, priced_dev) -> None:
+    def counted() -> bool:
+        totals = billing(priced_dev, bucketSize="hour", lastN=24, serverlessId=RAN)
+        return totals["metadata"]["totals"]["workerSeconds"] >= 20
+
+    wait_until(counted, "two 10 s intervals of the worker counted", timeout=90)
+    sign_in(page, priced_dev)
+    page.wait_for_url(re.compile(r"#/endpoints$"))
+    with page.expect_response(lambda r: "/v2/billing/serverless" in r.url) as answered:
+        page.goto(f"{priced_dev.url}/console/#/usage")
+    read = answered.value.json()  # the figures the page read
+    assert read["metadata"]["query"]["bucketSize"] == "hour"
+    mine = [r for r in read["records"] if r["serverlessId"] == RAN]
+    seconds = sum(r["workerSeconds"] for r in mine)
+    assert seconds >= 20 and seconds % 10 == 0  # whole 10 s intervals of one worker
+    gpu = sum(r["gpuSeconds"] for r in mine)
+    assert gpu == seconds  # one GPU per worker
+    cost = round(gpu / 3600 * PRICE, 6)
+    assert abs(sum(r["totalAmount"] for r in mine) - cost) < 1e-5
+
+    table = page.get_by_role("table", name="Usage by endpoint")
+    row = table.locator(f'tbody tr[data-endpoint="{RAN}"]')
+    cells = row.locator("td")
+    expect(cells.nth(1)).to_have_text(str(seconds))
+    expect(cells.nth(3)).to_have_text(str(gpu))
+    expect(cells.nth(4)).to_have_text(f"NVIDIA L4: {gpu} s")
+    expect(cells.nth(6)).to_have_text(f"{cost:.2f}" if cost >= 0.01 else f"{cost:.6f}")
+    expect(table.locator(f'tbody tr[data-endpoint="{IDLE}"]')).to_have_count(0)
+    total = read["metadata"]["totals"]["workerSeconds"]
+    expect(table.locator("tfoot td").first).to_have_text(str(total))
+    chart = page.get_by_role("img", name="Worker-seconds per hour, by endpoint")
+    assert chart.locator("rect.bar").count() == len(read["records"])
+    screenshot(page, "usage")
+
+    page.get_by_label("Chart").select_option("gpuSeconds")
+    expect(page.get_by_role("img", name="GPU-seconds per hour, by endpoint")).to_have_count(1)
+    with page.expect_download() as done:
+        page.get_by_role("button", name="Export CSV").click()
+    assert done.value.suggested_filename.endswith(".csv")
+    rows = list(csv.DictReader(io.StringIO(Path(done.value.path()).read_text())))
+    assert [(r["serverlessId"], int(r["workerSeconds"]), int(r["gpuSeconds"])) for r in rows] == [
+        (r["serverlessId"], r["workerSeconds"], r["gpuSeconds"]) for r in read["records"]
+    ]
+
+    # a custom range: today (UTC) by hour, the same figures for the endpoint
+    page.get_by_label("Range").select_option("custom")
+    today = page.evaluate("new Date().toISOString().slice(0, 10)")
+    page.get_by_label("From", exact=True).fill(today)
+    page.get_by_label("to", exact=True).fill(today)
+    page.get_by_label("Buckets").select_option("hour")
+    with page.expect_response(lambda r: "/v2/billing/serverless" in r.url) as answered:
+        page.get_by_role("button", name="Show").click()
+    custom = answered.value.json()
+    query = custom["metadata"]["query"]
+    assert query["startTime"] == f"{today}T00:00:00Z" and query["bucketSize"] == "hour"
+    assert query["lastN"] is None
+    totals = custom["metadata"]["totals"]
+    expect(table.locator("tfoot td").first).to_have_text(str(totals["workerSeconds"]))
+    assert totals["workerSeconds"] >= 20
+    page.set_viewport_size(PHONE)
+    assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0
+    screenshot(page, "usage-phone")
+    assert_clean(page)
