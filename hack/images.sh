@@ -355,6 +355,8 @@ build_all() {
     "$REPO/examples/streaming/Dockerfile" "$REPO/examples/streaming" "$cpu" "WORKER_IMAGE=$cpu"
   build lb-example "registry.example.com/lockgate-lb-example:$VERSION" \
     "$REPO/examples/loadbalancer/Dockerfile" "$REPO/examples/loadbalancer" "$BASE" "PYTHON_IMAGE=$BASE"
+  build builder "registry.example.com/lockgate/builder:$VERSION" \
+    "$REPO/images/builder.Dockerfile" "$REPO" "$BASE" "BASE_IMAGE=$BASE"
   build runpod-worker localhost/lockgate-test/runpod-worker:dev \
     "$REPO/tests/images/runpod-worker.Dockerfile" "$REPO/tests/workers" "$BASE" \
     "PYTHON_IMAGE=$BASE" "RUNPOD_REQUIREMENT=$(runpod_requirement)"

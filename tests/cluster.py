@@ -375,6 +375,11 @@ class Cluster:
         """Give an imported image a second name (a new tag a `helm upgrade` can roll to)."""
         self._ctr("images", "tag", "--force", source, target)
 
+    def remove_image(self, name: str) -> None:
+        """Forget an imported image: a pod naming it then has the kubelet pull it, which
+        fails (nothing can be pulled here). Running containers of it go on."""
+        self._ctr("images", "rm", name)
+
     def trust_plain_http(self, host: str) -> None:
         """Let the node pull from the registry at `host` (`address:port`) over plain HTTP
         (a test registry on the node's bridge): containerd reads `<host>/hosts.toml` in its

@@ -3,11 +3,19 @@ pure, no cluster. The operator's use of both runs on envtest in test_operator_bu
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from lockgate.kube.buildjobs import commit_fields, last_line, progress
+from lockgate.kube.buildjobs import (
+    commit_fields,
+    deadline,
+    last_line,
+    past_deadline,
+    progress,
+    pull_failure,
+)
 from lockgate.kube.manifests.build import (
     BUILD_CAPABILITIES,
     BUILD_LABEL,
@@ -56,6 +64,7 @@ def test_the_job_clones_builds_and_pushes_within_the_time_limit() -> None:
     assert spec["ttlSecondsAfterFinished"] == SETTINGS.builds_ttl_s
     pod = spec["template"]["spec"]
     assert pod["restartPolicy"] == "Never" and pod["automountServiceAccountToken"] is False
+    assert pod["terminationGracePeriodSeconds"] == 5  # a stopped build is killed soon
     [clone], [builder] = pod["initContainers"], pod["containers"]
     assert _env(clone)["GIT_REF"] == "v2"  # the build's ref over the source's
     assert _env(clone)["GIT_URL"] == SOURCE.url
@@ -221,6 +230,46 @@ def test_failed_with_the_builders_last_line_or_the_time_limit(
 ) -> None:
     status, fields = _progress(job, pod)
     assert status == BuildStatus.FAILED and fields["error"] == error
+
+
+def test_a_job_running_past_its_deadline_is_a_build_past_its_time_limit() -> None:
+    """The Job controller of some Kubernetes versions lets a Job run on past
+    `activeDeadlineSeconds` (a 1.20 node did, for minutes): the operator judges it too."""
+    started = {"startTime": "2026-12-06T10:00:00Z"}
+    job = {"spec": {"activeDeadlineSeconds": 60}, "status": started}
+    end = datetime(2026, 12, 6, 10, 1, tzinfo=UTC)
+    assert deadline(job) == end
+    assert deadline({"spec": {"activeDeadlineSeconds": 60}, "status": {}}) is None  # not started
+    assert not past_deadline(job, end - timedelta(seconds=1)) and past_deadline(job, end)
+    pod = _pod(CLONED, RUNNING)
+    step = progress(job, pod, image_name="r/ep:x", timeout_min=1, now=end)
+    assert step is not None and step.status == BuildStatus.FAILED
+    assert step.fields["error"] == "build time limit: 1 min" and step.fields["commitHash"]
+    early = progress(job, pod, image_name="r/ep:x", timeout_min=1, now=end - timedelta(seconds=1))
+    assert early is not None and early.status == BuildStatus.BUILDING
+    # a build that pushed just at its deadline completed; a Job that ended is not past it
+    pushed = _pod(CLONED, {"terminated": {"exitCode": 0, "message": DIGEST}})
+    done = progress(job, pushed, image_name="r/ep:x", timeout_min=1, now=end)
+    assert done is not None and done.status == BuildStatus.COMPLETED
+    ended = {**job, "status": {**started, "conditions": [{"type": "Complete", "status": "True"}]}}
+    assert not past_deadline(ended, end + timedelta(hours=1))
+
+
+def test_a_builder_image_that_cannot_be_pulled_fails_the_build_at_once() -> None:
+    """Not at the deadline: the kubelet's ErrImagePull or ImagePullBackOff is the error."""
+    job = {"spec": {"activeDeadlineSeconds": 3600}, "status": {"startTime": "2026-12-06T10:00Z"}}
+    waiting = {"waiting": {"reason": "ImagePullBackOff", "message": 'Back-off pulling "b:x"'}}
+    pod = {"status": {"initContainerStatuses": [{"name": "clone", "image": "b:x",
+                                                 "state": waiting}]}}  # fmt: skip
+    assert pull_failure(pod) == (
+        'the builder image b:x could not be pulled (ImagePullBackOff: Back-off pulling "b:x")'
+    )
+    now = datetime(2026, 12, 6, 10, 1, tzinfo=UTC)
+    step = progress(job, pod, image_name="r/ep:x", timeout_min=60, now=now)
+    assert step is not None and step.status == BuildStatus.FAILED
+    assert step.fields["error"].startswith("the builder image b:x could not be pulled")
+    creating = {"waiting": {"reason": "ContainerCreating"}}
+    assert pull_failure(_pod(clone=creating)) is None and pull_failure(None) is None
 
 
 def test_commit_fields_and_last_line() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import gzip
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 from lockgate.kube.manifests.build import BUILD_CONTAINER, CLONE_CONTAINER, TESTS_MARKER
@@ -119,8 +120,61 @@ def failure(status: Obj, what: str) -> str:
     return f"{what} failed: exit code {ended.get('exitCode')} ({ended.get('reason') or 'Error'})"
 
 
-def progress(job: Obj, pod: Obj | None, *, image_name: str, timeout_min: int) -> Progress | None:
-    """The build's state from its Job and (when it has one) its pod; None while pending."""
+def deadline(job: Obj) -> datetime | None:
+    """When the Job's `activeDeadlineSeconds` runs out (None: no deadline, or not started)."""
+    seconds = (job.get("spec") or {}).get("activeDeadlineSeconds")
+    started = (job.get("status") or {}).get("startTime")
+    if not seconds or not started:
+        return None
+    return datetime.fromisoformat(started.replace("Z", "+00:00")) + timedelta(seconds=seconds)
+
+
+def finished(job: Obj) -> bool:
+    """The Job has ended (its Complete or Failed condition)."""
+    return _condition(job, "Complete") is not None or _condition(job, "Failed") is not None
+
+
+def past_deadline(job: Obj, now: datetime) -> bool:
+    """The Job still runs at `now`, past its deadline."""
+    end = deadline(job)
+    return end is not None and now >= end and not finished(job)
+
+
+# The kubelet's reasons for a container waiting on an image it cannot have: the builder
+# image (a Dockerfile's FROM is pulled by buildah, inside the build container).
+PULL_FAILURES = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
+
+
+def pull_failure(pod: Obj | None) -> str | None:
+    """Why the build pod's builder image cannot be pulled (None: it can, or not yet known)."""
+    status = (pod or {}).get("status") or {}
+    for container in (status.get("initContainerStatuses") or []) + (
+        status.get("containerStatuses") or []
+    ):
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in PULL_FAILURES:
+            why = f"{waiting['reason']}: {waiting.get('message') or 'no message'}"
+            return f"the builder image {container.get('image')} could not be pulled ({why})"
+    return None
+
+
+def stopped(job: Obj, pod: Obj | None, now: datetime, timeout_min: int) -> str | None:
+    """Why a build whose Job still runs cannot end well: its builder image cannot be pulled,
+    or it is past its time limit (None: neither)."""
+    if past_deadline(job, now):
+        return f"build time limit: {timeout_min} min"
+    return None if finished(job) else pull_failure(pod)
+
+
+def progress(
+    job: Obj, pod: Obj | None, *, image_name: str, timeout_min: int, now: datetime | None = None
+) -> Progress | None:
+    """The build's state from its Job and (when it has one) its pod; None while pending.
+    Given `now`, a Job still running is FAILED when it cannot end well (`stopped`): past
+    its deadline (the Job controller enforces `activeDeadlineSeconds` late or not at all on
+    some Kubernetes versions: a 1.20 node ran a build for minutes past it,
+    tests/test_node_builds.py), or its builder image cannot be pulled (the Job would wait
+    for its deadline)."""
     clone = _container(pod, CLONE_CONTAINER, init=True)
     build = _container(pod, BUILD_CONTAINER, init=False)
     fields: dict[str, Any] = {}
@@ -142,6 +196,8 @@ def progress(job: Obj, pod: Obj | None, *, image_name: str, timeout_min: int) ->
         if ended.get("exitCode") == 0:
             return Progress(BuildStatus.FAILED, {**fields, "error": "the builder pushed no digest"})
         return Progress(BuildStatus.FAILED, {**fields, "error": failure(build, "build")})
+    if now is not None and (why := stopped(job, pod, now, timeout_min)):
+        return Progress(BuildStatus.FAILED, {**fields, "error": why})
     if failed is not None:
         why = failed.get("message") or failed.get("reason") or "the build Job failed"
         return Progress(BuildStatus.FAILED, {**fields, "error": why})

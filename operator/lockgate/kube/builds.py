@@ -25,9 +25,18 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from lockgate.kube.buildjobs import Progress, clone_tests, progress, untested_line
+from lockgate.kube.buildjobs import (
+    Progress,
+    clone_tests,
+    deadline,
+    finished,
+    progress,
+    untested_line,
+)
 from lockgate.kube.canary import Canaries, unusable_tests
 from lockgate.kube.cluster import ClusterError, Conflict, NotFound
 from lockgate.kube.controlplane import (
@@ -74,23 +83,40 @@ BUILDER_DONE = (BuildStatus.TESTING, BuildStatus.COMPLETED, BuildStatus.FAILED)
 LOG_TAIL_LINES = 2000  # of the builder's log copied into the build's when it ends
 # Foreground would leave the Job until its pod is gone; Background deletes both, at once.
 DELETE_WITH_POD = {"propagation_policy": "Background"}
+# An unfinished Job is looked at again every LOOK_S (its pod's status, which changes no
+# Job, may say its builder image cannot be pulled), and DEADLINE_GRACE_S after its
+# deadline (the Job controller's own DeadlineExceeded, when it comes, is seen first).
+LOOK_S = 15.0
+DEADLINE_GRACE_S = 5.0
+
+
+@dataclass
+class Following:
+    """What one operator process keeps of the build Jobs it follows (in its `Context`,
+    never in module globals): a lock per build, which keeps the Job watch and a reconcile
+    of the same build apart (the builder's log is copied once); and the timer of each
+    unfinished Job (`_look_again`), cancelled when the operator stops."""
+
+    locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    looks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+
+    async def stop(self) -> None:
+        """Cancel the timers (the operator stopping; the next one's resync follows on)."""
+        tasks = list(self.looks.values())
+        self.looks.clear()
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
 
 
 def _endpoint_jobs(endpoint_id: str) -> str:
     return f"{ENDPOINT_LABEL}={endpoint_id},{COMPONENT_LABEL}={BUILD_COMPONENT}"
 
 
-def _finished(job: Obj) -> bool:
-    conditions = (job.get("status") or {}).get("conditions") or []
-    return any(
-        c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in conditions
-    )
-
-
 async def sync_endpoint(
     cluster: Cluster, store: BuildStore, settings: OperatorSettings, owner: Owner,
-    spec: EndpointSpec, locks: dict[str, asyncio.Lock] | None,
-    canaries: Canaries | None,
+    spec: EndpointSpec, following: Following, canaries: Canaries | None,
 ) -> None:  # fmt: skip
     """Create the Job of each PENDING build that has none; follow each unfinished Job
     (`on_job`: its build moved on, or the Job deleted when the build was cancelled); test
@@ -101,14 +127,14 @@ async def sync_endpoint(
     if not settings.builds_registry or source is None:
         return
     try:
-        await _sync(cluster, store, settings, owner, source.git, locks, canaries)
+        await _sync(cluster, store, settings, owner, source.git, following, canaries)
     except ClusterError as err:
         log.warning("builds of endpoint %s not synced: %s", owner.name, err)
 
 
 async def _sync(
     cluster: Cluster, store: BuildStore, settings: OperatorSettings, owner: Owner,
-    git: GitSource, locks: dict[str, asyncio.Lock] | None, canaries: Canaries | None,
+    git: GitSource, following: Following, canaries: Canaries | None,
 ) -> None:  # fmt: skip
     namespace = builds_namespace(settings, owner.namespace)
     jobs = await cluster.list_objects(JOB, namespace, _endpoint_jobs(owner.name))
@@ -133,21 +159,21 @@ async def _sync(
             )  # fmt: skip
     live_ids = {b.id for b in live}
     for build_id, job in by_build.items():
-        if build_id in live_ids or (build_id and not _finished(job)):
+        if build_id in live_ids or (build_id and not finished(job)):
             # level-based, beside the Job watch: a missed event (a restart) is caught up
-            await on_job(cluster, store, settings, job, locks, canaries)
+            await on_job(cluster, store, settings, job, following, canaries)
     if canaries is not None:
-        await _resume_testing(store, owner, live, locks, canaries)
+        await _resume_testing(store, owner, live, following, canaries)
 
 
 async def _resume_testing(
-    store: BuildStore, owner: Owner, live: list[Build], locks: dict[str, asyncio.Lock] | None,
+    store: BuildStore, owner: Owner, live: list[Build], following: Following,
     canaries: Canaries,
 ) -> None:  # fmt: skip
     """Test each TESTING build that no task of this process tests (the operator
     restarted), under the build's lock: the Job's event that made it TESTING has started
     its task before it lets go."""
-    held = locks if locks is not None else {}
+    held = following.locks
     for build in live:
         if build.status != BuildStatus.TESTING:
             continue
@@ -198,27 +224,59 @@ async def on_job(
     store: BuildStore,
     settings: OperatorSettings,
     job: Obj,
-    locks: dict[str, asyncio.Lock] | None,
+    following: Following,
     canaries: Canaries | None,
 ) -> Build | None:
     """Follow one build Job event: the build's record moved on as the Job and its pod
     show (`kube.buildjobs.progress`); the builder's log kept when it ends; a completed
     build with tests TESTING on a canary (`canaries`, `kube.canary`; None, and required
     so that no caller forgets it: taken untested, its log saying so). Returns the
-    record as written (None when nothing changed). `locks` (by build id) keeps the Job
-    watch and a reconcile of the same build apart, so the builder's log is copied once."""
+    record as written (None when nothing changed). `following`'s lock of the build keeps the
+    Job watch and a reconcile of the same build apart, so the builder's log is copied once."""
     labels = job["metadata"].get("labels") or {}
     endpoint_id, build_id = labels.get(ENDPOINT_LABEL), labels.get(BUILD_LABEL)
     if not endpoint_id or not build_id:
         return None
-    held = locks if locks is not None else {}
+    held = following.locks
     async with held.setdefault(build_id, asyncio.Lock()):
         changed, ended = await _follow(
             cluster, store, settings, job, endpoint_id, build_id, canaries
         )
     if ended:
         held.pop(build_id, None)
+    else:
+        _look_again(cluster, store, settings, job, following, canaries)
     return changed
+
+
+def _look_again(
+    cluster: Cluster, store: BuildStore, settings: OperatorSettings, job: Obj,
+    following: Following, canaries: Canaries | None,
+) -> None:  # fmt: skip
+    """Follow an unfinished Job again soon (one timer per build, until the Job or its build
+    ends), whatever else happens: a build whose builder image cannot be pulled, or past its
+    deadline while the Job controller lets the Job run on, is FAILED then
+    (`kube.buildjobs.stopped`), and its Job deleted (`_follow`)."""
+    build_id = (job["metadata"].get("labels") or {}).get(BUILD_LABEL)
+    if not build_id or finished(job) or build_id in following.looks:
+        return
+    delay = LOOK_S
+    if (end := deadline(job)) is not None:
+        left = (end - datetime.now(UTC)).total_seconds() + DEADLINE_GRACE_S
+        delay = min(delay, max(0.0, left))
+    meta = job["metadata"]
+
+    async def look_again() -> None:
+        await asyncio.sleep(delay)
+        following.looks.pop(build_id, None)
+        try:
+            fresh = await cluster.read(JOB, meta["namespace"], meta["name"])
+            if fresh is not None:
+                await on_job(cluster, store, settings, fresh, following, canaries)
+        except Exception as err:  # a background task: say it, the resync tries again
+            log.warning("build %s not followed: %s", build_id, err)
+
+    following.looks[build_id] = asyncio.get_running_loop().create_task(look_again())
 
 
 async def _follow(
@@ -227,7 +285,7 @@ async def _follow(
 ) -> tuple[Build | None, bool]:  # fmt: skip
     """`on_job` for one build: the record written (or None), and whether the build has
     ended (or is gone)."""
-    if not _finished(job) and await _drop_if_ended(cluster, store, endpoint_id, build_id, job):
+    if not finished(job) and await _drop_if_ended(cluster, store, endpoint_id, build_id, job):
         return None, True
     try:
         build = await store.get(endpoint_id, build_id)
@@ -242,7 +300,7 @@ async def _follow(
     deadline_s = (job.get("spec") or {}).get("activeDeadlineSeconds") or 0
     step = progress(
         job, pod, image_name=image_name(settings, endpoint_id, build_id),
-        timeout_min=int(deadline_s) // 60,
+        timeout_min=int(deadline_s) // 60, now=datetime.now(UTC),
     )  # fmt: skip
     if step is None or not _changes(build, step):
         return None, False
@@ -255,6 +313,8 @@ async def _follow(
     changed = await _record(store, endpoint_id, build_id, step)
     if changed is None:
         return None, True
+    if changed.terminal and not finished(job):
+        await _drop_if_ended(cluster, store, endpoint_id, build_id, job)  # stopped: no pull, …
     await _after(cluster, store, job, changed, tests, untested, canaries)
     return changed, changed.terminal
 

@@ -241,7 +241,7 @@ async def follow_build_job(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     ctx = _ctx(memo)
     try:
         await build_jobs.on_job(
-            ctx.cluster, ctx.build_store(), ctx.settings, dict(body), ctx.build_locks,
+            ctx.cluster, ctx.build_store(), ctx.settings, dict(body), ctx.build_following(),
             ctx.canary_tests(),
         )  # fmt: skip
     except (rc.ClusterError, rc.RedisError) as err:

@@ -166,9 +166,7 @@ class Context:
     absent: dict[str, set[OwnedObject]] = field(default_factory=dict)
     builds: BuildStore | None = None  # `build_store()`
     canaries: Canaries | None = None  # `canary_tests()`
-    # Build id -> the lock that keeps the build Job watch and a reconcile of the same
-    # build apart (`kube.builds.on_job`); a build's goes when it ends.
-    build_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    following: build_jobs.Following | None = None  # `build_following()`
     # Worker Deployments and pods as kopf's watches deliver them (`kube.watched`); None
     # outside kopf (tests that run the scaler alone), and not `ready` until kopf filled it.
     workers: WatchedWorkers | None = None
@@ -205,6 +203,15 @@ class Context:
         if self.builds is None:
             self.builds = BuildStore(self.redis)
         return self.builds
+
+    def build_following(self) -> build_jobs.Following:
+        """What this process keeps of the build Jobs it follows (kube/builds.py: a lock per
+        build, the timer per unfinished Job), made at first use; stopped with what runs
+        beside kopf."""
+        if self.following is None:
+            self.following = build_jobs.Following()
+            self.beside.append(self.following.stop)
+        return self.following
 
     def canary_tests(self) -> Canaries:
         """The builds tested on a canary in this process (kube/canary.py), made at first
@@ -600,7 +607,7 @@ async def _converge(
         return checks, False, None
     # builds asked for or cancelled (kube/builds.py): their Jobs, whatever the template
     await build_jobs.sync_endpoint(
-        ctx.cluster, ctx.build_store(), ctx.settings, owner, spec, ctx.build_locks,
+        ctx.cluster, ctx.build_store(), ctx.settings, owner, spec, ctx.build_following(),
         ctx.canary_tests(),
     )  # fmt: skip
     template, check = await find_template(ctx, owner.namespace, spec.templateId)

@@ -90,6 +90,8 @@ for tests in .runpod/tests.json tests.json; do
 done
 """
 
+STOP_GRACE_S = 5  # seconds a stopped build pod gets before it is killed
+
 BUILD_SCRIPT = r"""set -eu
 cd "$SRC"
 set -- --storage-driver vfs
@@ -248,6 +250,9 @@ def build_job(owner: Owner, build: Build, source: GitSource, settings: OperatorS
                 "metadata": {"labels": meta_labels, "annotations": {APPARMOR: "unconfined"}},
                 "spec": {
                     "restartPolicy": "Never",
+                    # nothing to save when a build is stopped (cancel, uninstall); the
+                    # build script's shell, PID 1, ignores SIGTERM: killed after this
+                    "terminationGracePeriodSeconds": STOP_GRACE_S,
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
                     "initContainers": [clone],
