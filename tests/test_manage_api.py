@@ -104,7 +104,11 @@ async def dev_app(redis_server: EmbeddedRedis) -> AsyncIterator[tuple[str, Local
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     settings = make_settings(redis_server.url, port, sweep_interval_s=0.2)
-    with tempfile.TemporaryDirectory(prefix="lockgate-dev-") as data_dir:
+    # A dev build's git step runs on in its daemon thread after a cancel or the close (by
+    # design: dev/builder.py), and may still write its checkout while this folder goes.
+    with tempfile.TemporaryDirectory(
+        prefix="lockgate-dev-", ignore_cleanup_errors=True
+    ) as data_dir:
         app, plane = build_app(
             settings, gateway_url=url, base_dir=REPO, data_dir=Path(data_dir), stop_grace_s=5
         )
