@@ -717,6 +717,12 @@ def test_a_build_with_tests_is_tested_on_a_canary_before_it_takes_traffic(
     assert listed.status_code == 200, listed.text
     ids = {e["id"] for e in listed.json()["endpoints"]}
     assert "ep-tested" in ids and canary not in ids
+    # nor read, changed or deleted by its id: it is the operator's
+    for method, body in (("GET", None), ("PATCH", {"name": "mine"}), ("DELETE", None)):
+        answer = requests.request(method, f"{builds.url}/v2/serverless/{canary}", json=body,
+                                  headers=builds.headers, timeout=30)  # fmt: skip
+        assert answer.status_code == 404, (method, answer.text)
+    assert _endpoint(builds, canary) is not None
 
     # the canary's worker (the runpod SDK) takes the test's job and completes it
     with sdk_worker(builds, gateway, canary, tmp_path):

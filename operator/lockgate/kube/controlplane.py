@@ -236,7 +236,22 @@ class KubernetesControlPlane:
         return counts
 
     async def get_endpoint_or_none(self, endpoint_id: str) -> Mapping[str, Any] | None:
-        return await self.cluster.get_endpoint(self.namespace, endpoint_id)
+        return await self._endpoint(endpoint_id)
+
+    async def _endpoint(self, endpoint_id: str) -> Mapping[str, Any] | None:
+        """The user's Endpoint of that id, None when there is none: a build's canary
+        (`CANARY_OF_LABEL`) is the operator's, so the management API neither lists, reads,
+        changes nor deletes it (kube/canary.py)."""
+        obj = await self.cluster.get_endpoint(self.namespace, endpoint_id)
+        labels = ((obj or {}).get("metadata") or {}).get("labels") or {}
+        return None if obj is None or CANARY_OF_LABEL in labels else obj
+
+    async def _existing(self, endpoint_id: str) -> Mapping[str, Any]:
+        """`_endpoint`, or `EndpointNotFound`."""
+        obj = await self._endpoint(endpoint_id)
+        if obj is None:
+            raise EndpointNotFound(endpoint_id)
+        return obj
 
     async def _require_template(self, template_id: str) -> None:
         """A templateId is required; the Template itself may come later (the endpoint is
@@ -245,10 +260,7 @@ class KubernetesControlPlane:
             raise UnusableSettings("templateId: required (the id of a template)")
 
     async def get(self, endpoint_id: str) -> EndpointRecord:
-        obj = await self.cluster.get_endpoint(self.namespace, endpoint_id)
-        if obj is None:
-            raise EndpointNotFound(endpoint_id)
-        return self._record(obj)
+        return self._record(await self._existing(endpoint_id))
 
     async def page(self, query: EndpointQuery) -> EndpointPage:
         """Pages are the apiserver's own (`limit`, `continue`): a page of 50 reads 50
@@ -296,9 +308,7 @@ class KubernetesControlPlane:
         return EndpointPage([self._record(obj) for obj in found], following)
 
     async def patch(self, endpoint_id: str, spec: EndpointSpec) -> EndpointRecord:
-        current = await self.cluster.get_endpoint(self.namespace, endpoint_id)
-        if current is None:
-            raise EndpointNotFound(endpoint_id)
+        current = await self._existing(endpoint_id)
         _refuse_local_source(spec)
         patch: dict[str, Any] = {"spec": merge_patch(spec.model_dump(mode="json"))}
         if spec.templateId != (current.get("spec") or {}).get("templateId", ""):
@@ -339,9 +349,7 @@ class KubernetesControlPlane:
         (`UnusableSettings`) for a build with no image (one dev mode built)."""
         if build is not None and (why := self.build_problem(build)):
             raise UnusableSettings(why)
-        current = await self.cluster.get_endpoint(self.namespace, endpoint_id)
-        if current is None:
-            raise EndpointNotFound(endpoint_id)
+        current = await self._existing(endpoint_id)
         running = running_build_of(current)
         if running == build:
             return
@@ -402,6 +410,7 @@ class KubernetesControlPlane:
         return await build_ops.read_log(self._build_store(), endpoint_id, build_id, read)
 
     async def delete(self, endpoint_id: str) -> None:
+        await self._existing(endpoint_id)  # a canary is the operator's to delete
         try:
             await self.cluster.delete_endpoint(self.namespace, endpoint_id)
         except NotFound as err:
