@@ -4,15 +4,11 @@ and must agree on every label and reason."""
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
 from typing import Any
-
-import pytest
 
 from lockgate.commands.state import endpoint_state
 from tests.conftest import REPO
+from tests.console_js import run_js
 
 STATE_JS = REPO / "operator/lockgate/manage/static/pages/state.js"
 
@@ -45,22 +41,12 @@ CASES: list[tuple[dict[str, Any] | None, dict[str, Any] | None]] = [
 
 
 def console_states(cases: list[tuple[Any, Any]]) -> list[list[str]]:
-    node = shutil.which("node")
-    if node is None:
-        pytest.fail("needs Node.js (as make mcp does): install nodejs 20+")
-    script = (
-        f"import {{endpointState}} from {json.dumps(STATE_JS.as_uri())};"
-        "const cases = JSON.parse(process.argv[1]);"
-        "console.log(JSON.stringify(cases.map(([status, health]) => {"
-        "  const s = endpointState(status === null ? null : {status}, health);"
-        "  return [s.label, s.why || ''];"
-        "})));"
-    )
-    ran = subprocess.run(
-        [node, "--input-type=module", "-e", script, json.dumps(cases)],
-        capture_output=True, text=True, timeout=30, check=True,
+    return run_js(
+        STATE_JS, "{endpointState}",
+        "([status, health]) => { const s = endpointState(status === null ? null : {status},"
+        " health); return [s.label, s.why || '']; }",
+        cases,
     )  # fmt: skip
-    return json.loads(ran.stdout)
 
 
 def test_the_cli_and_the_console_name_every_state_alike() -> None:

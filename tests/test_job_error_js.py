@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
-import subprocess
 from typing import Any
-
-import pytest
 
 from lockgate.models.joberror import read_error
 from tests.conftest import REPO
+from tests.console_js import run_js
 
 JOBERROR_JS = REPO / "operator/lockgate/manage/static/pages/joberror.js"
 TRACE = 'Traceback (most recent call last):\n  File "h.py", line 3\nValueError: bad'
@@ -61,22 +58,12 @@ def mixed(seed: int, n: int) -> list[Any]:
 
 
 def console_reads(cases: list[Any]) -> list[Any]:
-    node = shutil.which("node")
-    if node is None:
-        pytest.fail("needs Node.js (as make mcp does): install nodejs 20+")
-    script = (
-        f"import {{readError, errorLine}} from {json.dumps(JOBERROR_JS.as_uri())};"
-        "const cases = JSON.parse(process.argv[1]);"
-        "console.log(JSON.stringify(cases.map((error) => {"
-        "  const read = readError(error);"
-        "  return read && [read.kind, read.message, read.traceback, errorLine(read)];"
-        "})));"
-    )
-    ran = subprocess.run(
-        [node, "--input-type=module", "-e", script, json.dumps(cases)],
-        capture_output=True, text=True, timeout=30, check=True,
+    return run_js(
+        JOBERROR_JS, "{readError, errorLine}",
+        "(error) => { const read = readError(error);"
+        " return read && [read.kind, read.message, read.traceback, errorLine(read)]; }",
+        cases,
     )  # fmt: skip
-    return json.loads(ran.stdout)
 
 
 def cli_reads(cases: list[Any]) -> list[Any]:
