@@ -67,6 +67,7 @@ from lockgate.models.verdicts import (
     failed_test_error,
     failure_detail,
     result_line,
+    unanswered,
 )
 from lockgate.store import JobStore, NewJob, Registry, key_digest
 from lockgate.store.builds import BuildNotFound, BuildStore
@@ -310,7 +311,9 @@ class Canaries:
         try:
             async with aiohttp.ClientSession() as session:
                 url, headers = f"{self.gateway_url}/lb/{canary}", {"authorization": key}
-                yield functools.partial(run_lb_test, session, url, headers)
+                yield functools.partial(
+                    self._lb_test, functools.partial(run_lb_test, session, url, headers), canary
+                )
         finally:
             with contextlib.suppress(Exception):
                 await self.registry.delete_key(key_digest(key))
@@ -341,6 +344,19 @@ class Canaries:
                 ran.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await ran
+
+    async def _lb_test(self, send: RunTest, canary: str, test: HubTest) -> CaseResult:
+        """A test `send`s through the load-balancing route once the canary is registered
+        (its reconcile writes its registry entry: the route knows no endpoint before),
+        all within the test's time."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        while await self.registry.get_endpoint(canary) is None:
+            if loop.time() - started >= test.timeout_s:
+                return unanswered(test, loop.time() - started)
+            await asyncio.sleep(POLL_S)
+        left_ms = max(1, int((test.timeout_s - (loop.time() - started)) * 1000))
+        return await send(test.model_copy(update={"timeout": left_ms}))
 
     async def _job_test(self, canary: str, test: HubTest) -> CaseResult:
         """A test as a job of the canary, followed until final or out of its time (then
