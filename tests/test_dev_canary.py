@@ -22,7 +22,8 @@ from lockgate.dev.hub_tests import CaseResult, failed_test, failed_test_error
 from lockgate.manage.listing import EndpointQuery
 from lockgate.models.build import FailedTest
 from lockgate.models.endpoint import EndpointSpec
-from lockgate.models.hub import HubTest
+from lockgate.models.hub import HubFileError, HubTest, parse_tests
+from lockgate.models.verdicts import http_result, unanswered
 from lockgate.store import NewJob, Registry
 from lockgate.store.keys import ENDPOINT_ID_RE
 from tests.conftest import eventually
@@ -195,6 +196,30 @@ def test_a_failed_test_says_why_as_the_build_names_it() -> None:
     assert timed == FailedTest(name="basic", reason="job TIMED_OUT")
     refused = failed_test(test, CaseResult("basic", False, "HTTP 400", "bad input", 0.1))
     assert refused == FailedTest(name="basic", reason="the job API answered HTTP 400: bad input")
+
+
+def test_a_load_balancing_test_passes_on_200_alone_and_says_what_else_came() -> None:
+    test = HubTest(name="chat", input={"q": 1}, timeout=30_000)
+    assert (test.method, test.path) == ("POST", "/")  # lockgate's defaults
+    assert http_result(test, 200, b"", 0.2).passed
+    for status in (201, 204, 404, 500, 503):  # RunPod says 200: no other 2xx
+        assert not http_result(test, status, b"", 0.2).passed
+    long_body = b'{"error": "broken"}\n' + b"x" * 1000
+    failed = failed_test(test, http_result(test, 500, long_body, 0.2))
+    assert failed is not None and failed.reason.startswith(
+        'the load-balancing route answered HTTP 500: {"error": "broken"} xxx'
+    )
+    assert len(failed.reason) < 400  # the body's start, on one line
+    late = failed_test(test, unanswered(test, 30.0))
+    assert late == FailedTest(name="chat", reason="timed out after 30 s")
+    refused = failed_test(test, unanswered(test, 0.1, "ClientConnectorError: refused"))
+    assert refused == FailedTest(
+        name="chat", reason="the load-balancing route did not answer: ClientConnectorError: refused"
+    )
+    with pytest.raises(HubFileError, match=r"tests\.json: tests\[0\]\.path"):
+        parse_tests('{"tests": [{"name": "x", "input": {}, "path": "no-slash"}]}')
+    with pytest.raises(HubFileError, match=r"tests\.json: tests\[0\]\.method"):
+        parse_tests('{"tests": [{"name": "x", "input": {}, "method": "TRACE"}]}')
 
 
 def test_a_canary_is_a_hidden_endpoint_of_one_worker() -> None:

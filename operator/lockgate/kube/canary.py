@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
@@ -356,7 +357,8 @@ class Canaries:
                 return unanswered(test, loop.time() - started)
             await asyncio.sleep(POLL_S)
         left_ms = max(1, int((test.timeout_s - (loop.time() - started)) * 1000))
-        return await send(test.model_copy(update={"timeout": left_ms}))
+        result = await send(test.model_copy(update={"timeout": left_ms}))
+        return dataclasses.replace(result, seconds=loop.time() - started)
 
     async def _job_test(self, canary: str, test: HubTest) -> CaseResult:
         """A test as a job of the canary, followed until final or out of its time (then
