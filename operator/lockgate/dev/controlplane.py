@@ -34,7 +34,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from lockgate.dev.builder import RUNS_KEPT, Built, LocalBuilder, Say
-from lockgate.dev.canary import is_canary, remove_canary, run_canary, tested_here
+from lockgate.dev.canary import is_canary, remove_canary, run_canary
 from lockgate.dev.datadir import SECRETS
 from lockgate.dev.launch import Launch, launch_for, template_launch
 from lockgate.dev.model_cache import ModelDownloads
@@ -56,7 +56,6 @@ from lockgate.manage.controlplane import (
 )
 from lockgate.manage.listing import Cursor, EndpointPage, EndpointQuery, EndpointSummary, take
 from lockgate.manage.logbook import LineSink, LocalLogs
-from lockgate.manage.workerlogs import SYSTEM
 from lockgate.manage.workersource import LogBatch, LogRead
 from lockgate.models import (
     Condition,
@@ -473,9 +472,6 @@ class LocalControlPlane:
             if ep is None or ep.launch is None or self._closing:
                 raise BuildNotFound(build.id)  # deleted meanwhile: nothing to test for
             spec, env = ep.spec, dict(ep.launch.env) | env_for_tests(tests)
-        if why := tested_here(spec):
-            await say(SYSTEM, why)
-            return None
         folder, pairs = str(built.folder), tuple(sorted(env.items()))
         launch = Launch(spec.templateId, built.command, folder, pairs)
 

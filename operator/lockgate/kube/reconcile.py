@@ -217,7 +217,10 @@ class Context:
         """The builds tested on a canary in this process (kube/canary.py), made at first
         use; stopped with what runs beside kopf."""
         if self.canaries is None:
-            self.canaries = Canaries(self.cluster, self.build_store(), self.registry, self.jobs)
+            self.canaries = Canaries(
+                self.cluster, self.build_store(), self.registry, self.jobs,
+                self.settings.gateway_url,
+            )  # fmt: skip
             self.beside.append(self.canaries.stop)
         return self.canaries
 
