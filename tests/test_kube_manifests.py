@@ -552,6 +552,8 @@ TEMPLATE_SHOWN_ONLY: dict[str, Any] = {
 ENDPOINT_NOT_ON_A_CLUSTER_YET: dict[str, object] = {
     # the in-cluster build Job of a later session gives it one (docs/builds.md)
     "source": {"git": {"url": "https://git.example.test/org/repo.git"}},
+    # the batch pool's own Deployment (docs/batch-jobs.md) is dev mode's only, so far
+    "batchWorkersMax": 4,
 }
 
 
