@@ -12,7 +12,7 @@ replicas that feed, track or cancel the same batch at once never count a request
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from redis.asyncio import Redis
 
@@ -196,6 +196,11 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+def _names(values: Any) -> list[str]:
+    """Members read from Redis, as text."""
+    return [_text(v) for v in values]
+
+
 def _answer(reply: Sequence[Any]) -> str:
     """A script's (word, detail) answer: the detail when the word is ok, else `Refused`."""
     word, detail = _text(reply[0]), _text(reply[1]) if len(reply) > 1 else ""
@@ -304,7 +309,7 @@ class BatchStore:
         """Batches newest first from `offset`, at most `limit`, each with its record; and
         how many there are. Index entries whose batch expired are dropped."""
         index = keys.batches(endpoint_id)
-        ids = [_text(b) for b in await self.redis.zrevrange(index, offset, offset + limit - 1)]
+        ids = _names(await self.redis.zrevrange(index, offset, offset + limit - 1))
         rows = []
         for batch_id in ids:
             fields = await self.get(endpoint_id, batch_id)
@@ -319,8 +324,8 @@ class BatchStore:
     ) -> tuple[list[str], int]:
         """Request ids in upload order from `offset` (at most `limit`), and the total."""
         key = keys.batch(endpoint_id, batch_id, "q")
-        ids = await self.redis.zrange(key, offset, offset + limit - 1)
-        return [_text(i) for i in ids], int(await self.redis.zcard(key))
+        ids = _names(await self.redis.zrange(key, offset, offset + limit - 1))
+        return ids, int(await self.redis.zcard(key))
 
     async def results(
         self, endpoint_id: str, batch_id: str, request_ids: Sequence[str]
@@ -339,7 +344,8 @@ class BatchStore:
         """Up to about `count` requests waiting to be queued (any order), with their JSON."""
         key = keys.batch(endpoint_id, batch_id, "n")
         _, found = await self.redis.hscan(key, 0, count=count)
-        return [(_text(k), v) for k, v in list(found.items())[:count]]
+        pairs = cast(dict[bytes, bytes], found)
+        return [(_text(k), v) for k, v in list(pairs.items())[:count]]
 
     async def queued(
         self, endpoint_id: str, batch_id: str, request_ids: Sequence[str]
@@ -421,7 +427,7 @@ class BatchStore:
     async def delete_endpoint_data(self, endpoint_id: str) -> int:
         """Remove every batch of a deleted endpoint; how many there were."""
         index = keys.batches(endpoint_id)
-        ids = [_text(b) for b in await self.redis.zrange(index, 0, -1)]
+        ids = _names(await self.redis.zrange(index, 0, -1))
         for batch_id in ids:
             await self.redis.delete(*(keys.batch(endpoint_id, batch_id, p) for p in PARTS))
             await self.untrack(endpoint_id, batch_id)
