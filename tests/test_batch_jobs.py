@@ -108,12 +108,6 @@ async def dev_mode(
             await runner.cleanup()
 
 
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
-
-
 class Receiver:
     """A webhook receiver on loopback: every call's headers and body."""
 
