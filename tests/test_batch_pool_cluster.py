@@ -1,11 +1,13 @@
 """A cluster's batch pool (issue 49, item 2): each queue Endpoint gets a hidden child
 Endpoint `batch-<id>` (kube/batch_pool.py) that the real operator reconciles as any
-Endpoint, against a real kube-apiserver (envtest): its own worker Deployment from zero
-workers up to `batchWorkersMax`, its registry entry; the management API never shows it.
+Endpoint, against a real kube-apiserver (envtest), once the endpoint has a batch: its own
+worker Deployment from zero workers up to `batchWorkersMax`, its registry entry; the
+management API never shows it.
 The pure part: which Endpoints get one, and what it carries."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -13,7 +15,9 @@ from redis.asyncio import Redis
 
 from lockgate.kube.batch_pool import batch_pool_endpoint
 from lockgate.kube.controlplane import BATCH_OF_LABEL, BUILD_ANNOTATION, CANARY_OF_LABEL
+from lockgate.models.batch import BatchLimits
 from lockgate.store import Registry
+from lockgate.store.batches import BatchStore
 from tests.test_manage_api import Api, kubernetes_api  # noqa: F401 - a fixture
 
 if TYPE_CHECKING:
@@ -72,7 +76,13 @@ async def test_the_operator_makes_the_hidden_batch_pool_and_follows_edits(
     resources.template("bp-tpl")
     resources.endpoint("bp-ep", templateId="bp-tpl", workersMin=1, workersMax=3, batchWorkersMax=2)
     resources.created.append(("endpoints", "batch-bp-ep"))  # envtest runs no garbage collector
+    registry = Registry(redis)
+    await resources.eventually(lambda: registry.get_endpoint("bp-ep"), "the endpoint registered")
+    await asyncio.sleep(2)  # resyncs (<= 1 s apart): an endpoint with no batch has no pool
+    assert resources.get("endpoints", "batch-bp-ep") is None
 
+    # its first batch: the pool is made at the next resync
+    await BatchStore(redis).create("bp-ep", "batch_x", 1, [], None, BatchLimits())
     pool = resources.wait_until(lambda: resources.get("endpoints", "batch-bp-ep"), "the pool")
     assert pool["metadata"]["labels"] == {BATCH_OF_LABEL: "bp-ep"}
     assert (pool["spec"]["workersMin"], pool["spec"]["workersMax"]) == (0, 2)
@@ -80,7 +90,6 @@ async def test_the_operator_makes_the_hidden_batch_pool_and_follows_edits(
         lambda: resources.deployment("batch-bp-ep-workers"), "the pool's Deployment"
     )
     assert deployment.spec.replicas == 0
-    registry = Registry(redis)
     entry = await resources.eventually(
         lambda: registry.get_endpoint("batch-bp-ep"), "the pool's registry entry"
     )

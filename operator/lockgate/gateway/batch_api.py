@@ -318,7 +318,7 @@ async def results(request: web.Request, gw: Gateway, endpoint_id: str) -> web.Re
     )
     return json_response(
         {"requests": rows, "total": total, "offset": offset, "limit": limit,
-         "hasMore": offset + len(rows) < total}
+         "hasMore": offset + len(rows) < total, "poolEndpointId": pool}
     )  # fmt: skip
 
 

@@ -7,7 +7,11 @@ the parent's `batchWorkersMax`, back to zero when its queue is empty).
 The child is labelled `BATCH_OF_LABEL` (the management API neither lists, reads, changes
 nor deletes it: kube/controlplane.py), owned by the parent (garbage-collected with it),
 and carries the parent's running build (`BUILD_ANNOTATION`), so it runs what the parent
-runs. `ensure_batch_pool` makes or updates it at the parent's reconcile.
+runs. `ensure_batch_pool` makes it at the parent's first reconcile (a change or a resync)
+that finds a batch of the endpoint in Redis (an endpoint that never had a batch has no
+pool: no second Deployment, worker key Secret nor registry entry, and no call for it), and
+updates it at each change of the parent while the endpoint has batches (a done batch is
+kept `LOCKGATE_BATCH_RETENTION_S`; after the last is gone the pool stays as it was).
 """
 
 from __future__ import annotations
@@ -89,8 +93,8 @@ def differs(found: Obj, wanted: Obj) -> bool:
 
 
 async def ensure_batch_pool(cluster: Cluster, parent: Obj) -> None:
-    """Make or update the parent's batch pool Endpoint (nothing for one that has none;
-    an Endpoint of that name that is not the parent's pool is left alone)."""
+    """Make or update the parent's batch pool Endpoint (nothing for an endpoint that takes
+    no batch). An Endpoint of that name that is not the parent's pool is left alone."""
     wanted = batch_pool_endpoint(parent)
     if wanted is None:
         return

@@ -77,6 +77,7 @@ from lockgate.store import JobStore, Liveness, Registry, connect
 from lockgate.store.batches import BatchStore
 from lockgate.store.builds import BuildStore
 from lockgate.store.keys import ENDPOINT_ID_RE
+from lockgate.store.keys import batches as batches_key
 from lockgate.store.registry import RegisteredIds
 from lockgate.store.releases import ReleaseStore
 
@@ -653,7 +654,9 @@ async def _converge(
         return checks, True, None
     checks.append(Check(WORKLOADS_APPLIED, True, "Applied", ""))
     seen = (int(meta.get("generation") or 0), (meta.get("annotations") or {}).get(BUILD_ANNOTATION))
-    if ctx.batch_pools.get(owner.uid) != seen:  # its batch pool, once per change
+    # its batch pool (kube/batch_pool.py) once it has batches (none: no pool, no API call);
+    # made or updated once per change
+    if ctx.batch_pools.get(owner.uid) != seen and await ctx.redis.exists(batches_key(owner.name)):
         await ensure_batch_pool(ctx.cluster, dict(body))
         ctx.batch_pools[owner.uid] = seen
     return [*checks, *([gpu] if gpu else [])], True, deployment
