@@ -21,10 +21,11 @@ from redis.asyncio import Redis
 
 from lockgate.apps.dev import build_app
 from lockgate.dev.controlplane import LocalControlPlane
-from lockgate.dev.redis_server import EmbeddedRedis, free_port
+from lockgate.dev.redis_server import free_port
 from lockgate.models.batch import batch_pool_id
 from lockgate.signing import verify
 from lockgate.store import Registry
+from lockgate.store.connection import RedisSettings
 from tests.conftest import REPO, eventually, make_settings
 
 SLEEPER = "python tests/handlers/sleeper.py async"
@@ -85,7 +86,7 @@ class Dev:
 
 @contextlib.asynccontextmanager
 async def dev_mode(
-    redis_server: EmbeddedRedis, http: aiohttp.ClientSession, **settings: Any
+    redis_target: RedisSettings, http: aiohttp.ClientSession, **settings: Any
 ) -> AsyncIterator[Dev]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -95,7 +96,7 @@ async def dev_mode(
     }  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="lockgate-dev-", ignore_cleanup_errors=True) as data:
         app, plane = build_app(
-            make_settings(redis_server.url, port, **values), gateway_url=url, base_dir=REPO,
+            make_settings(redis_target, port, **values), gateway_url=url, base_dir=REPO,
             data_dir=Path(data), stop_grace_s=5,
         )  # fmt: skip
         runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1)
@@ -138,11 +139,11 @@ async def receiver() -> AsyncIterator[tuple[Receiver, str]]:
 
 
 async def test_a_batch_from_draft_to_its_results_on_its_own_pool(
-    redis: Redis, redis_server: EmbeddedRedis, http: aiohttp.ClientSession, receiver: Any
+    redis: Redis, redis_target: RedisSettings, http: aiohttp.ClientSession, receiver: Any
 ) -> None:
     hook, hook_url = receiver
     hook.fail_first = 1  # the first attempt fails: delivered by the retry, once
-    async with dev_mode(redis_server, http) as dev:
+    async with dev_mode(redis_target, http) as dev:
         await dev.keys(redis)
         await dev.endpoint("bj-life", workersMax=1, batchWorkersMax=2)
         ep = "bj-life"
@@ -231,9 +232,9 @@ async def test_a_batch_from_draft_to_its_results_on_its_own_pool(
 
 
 async def test_cancel_mid_way_lets_the_running_request_finish(
-    redis: Redis, redis_server: EmbeddedRedis, http: aiohttp.ClientSession, tmp_path: Path
+    redis: Redis, redis_target: RedisSettings, http: aiohttp.ClientSession, tmp_path: Path
 ) -> None:
-    async with dev_mode(redis_server, http) as dev:
+    async with dev_mode(redis_target, http) as dev:
         await dev.keys(redis)
         await dev.endpoint("bj-cancel", workersMax=1, batchWorkersMax=1)
         ep = "bj-cancel"
@@ -267,9 +268,9 @@ async def test_cancel_mid_way_lets_the_running_request_finish(
 
 
 async def test_every_limit_and_bad_input_get_a_clear_4xx(
-    redis: Redis, redis_server: EmbeddedRedis, http: aiohttp.ClientSession
+    redis: Redis, redis_target: RedisSettings, http: aiohttp.ClientSession
 ) -> None:
-    async with dev_mode(redis_server, http, **LIMITS) as dev:
+    async with dev_mode(redis_target, http, **LIMITS) as dev:
         await dev.keys(redis)
         await dev.endpoint("bj-limits", workersMax=1, batchWorkersMax=0)  # nothing runs
         ep = "bj-limits"
@@ -331,10 +332,10 @@ async def test_every_limit_and_bad_input_get_a_clear_4xx(
 
 
 async def test_a_restart_mid_batch_loses_nothing(
-    redis: Redis, redis_server: EmbeddedRedis, http: aiohttp.ClientSession
+    redis: Redis, redis_target: RedisSettings, http: aiohttp.ClientSession
 ) -> None:
     ep = "bj-restart"
-    async with dev_mode(redis_server, http) as dev:
+    async with dev_mode(redis_target, http) as dev:
         await dev.keys(redis)
         await dev.endpoint(ep, workersMax=1, batchWorkersMax=1)
         slow = [{"input": {"n": n, "sleep": 0.5}} for n in range(5)]
@@ -349,7 +350,7 @@ async def test_a_restart_mid_batch_loses_nothing(
         await eventually(some_done, "a request done", timeout=60)
         keys = (dev.jobs,)
 
-    async with dev_mode(redis_server, http) as dev:  # gateway and workers start again
+    async with dev_mode(redis_target, http) as dev:  # gateway and workers start again
         dev.jobs = keys[0]
         await dev.plane.resume()  # as `lockgate dev` does at its start
         done = await dev.done(ep, bid)
