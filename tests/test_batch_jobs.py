@@ -16,6 +16,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import requests
 from aiohttp import web
 from redis.asyncio import Redis
 
@@ -26,7 +27,8 @@ from lockgate.models.batch import batch_pool_id
 from lockgate.signing import verify
 from lockgate.store import Registry
 from lockgate.store.connection import RedisSettings
-from tests.conftest import REPO, eventually, make_settings
+from tests.conftest import REPO, eventually, make_settings, wait_until
+from tests.devproc import DevProcess
 
 SLEEPER = "python tests/handlers/sleeper.py async"
 SECRET = "batch-webhook-secret"
@@ -358,4 +360,33 @@ async def test_a_restart_mid_batch_loses_nothing(
         assert (done["requestCompleted"], done["requestTotal"]) == (5, 5)
         assert (done["name"], done["createdAt"]) == ("kept", before["createdAt"])
         rows = await dev.results(ep, bid)
+        assert sorted(r["output"]["echo"]["n"] for r in rows) == list(range(5))
+
+
+def test_a_batch_survives_a_restart_of_lockgate_dev(tmp_path: Path) -> None:
+    """The real `lockgate dev` command: a batch finalized while no worker may run (its
+    pool's most is the endpoint's `--workers-max 0`), the process stopped and started
+    again with workers: the batch, its name and its requests are there, and it ends."""
+    echo = str(REPO / "examples/echo/handler.py")
+
+    def call(dev: DevProcess, method: str, path: str, body: Any = None) -> Any:
+        resp = requests.request(
+            method, dev.job_url(path), json=body, headers=dev.headers(), timeout=30
+        )
+        assert resp.status_code == 200, resp.text
+        return resp.json()
+
+    with DevProcess(echo, "--workers-max", "0", "--api-key", "k", data_dir=tmp_path) as dev:
+        bid = call(dev, "POST", "batch", [{"input": {"n": n}} for n in range(5)])["id"]
+        call(dev, "PUT", f"batch/{bid}", {"name": "kept"})
+        assert call(dev, "POST", f"batch/{bid}/finalize")["status"] == "FINALIZED"
+        created = call(dev, "GET", f"batch/{bid}")["createdAt"]
+    with DevProcess(echo, "--workers-max", "1", "--api-key", "k", data_dir=tmp_path) as dev:
+        done = wait_until(
+            lambda: (got := call(dev, "GET", f"batch/{bid}"))["doneAt"] and got,
+            "the batch done after the restart", timeout=60,
+        )  # fmt: skip
+        assert (done["status"], done["name"], done["createdAt"]) == ("FINALIZED", "kept", created)
+        assert (done["requestCompleted"], done["requestTotal"]) == (5, 5)
+        rows = call(dev, "GET", f"batch/{bid}/requests")["requests"]
         assert sorted(r["output"]["echo"]["n"] for r in rows) == list(range(5))
