@@ -732,6 +732,8 @@ class LocalControlPlane:
         for ep in self._endpoints.values():
             if ep.workers is not None:
                 await ep.workers.halt()
+            if ep.batch is not None:
+                await ep.batch.halt()
         self.gw.drain()  # answer long-polls at once, so workers notice SIGTERM
         every = [w for ep in self._endpoints.values() for w in _all_workers(ep)]
         every += [ep.batch for ep in self._endpoints.values() if ep.batch is not None]

@@ -114,6 +114,9 @@ class BatchRunner:
                 await batches.untrack(endpoint_id, batch_id)
                 self.cursors.pop((endpoint_id, batch_id), None)
             return
+        turn_ms = max(100, int(self.gw.settings.batch_interval_s * 900))
+        if not await batches.turn(endpoint_id, batch_id, turn_ms):
+            return  # another replica's round
         status = fields.get("status")
         if status == BatchStatus.CANCELLED:  # a DRAFT cancelled whose end was not recorded
             await self.conclude(endpoint_id, batch_id, BatchStatus.CANCELLED)

@@ -19,7 +19,7 @@ from redis.asyncio import Redis
 from lockgate.models.batch import BatchLimits, BatchStatus
 from lockgate.store import keys
 
-PARTS = ("", "q", "n", "o", "r")  # the record, request ids, inputs, open, results
+PARTS = ("", "q", "n", "o", "r", "l")  # record, request ids, inputs, open, results, turn
 
 # KEYS: index, active set, record, ids, inputs. ARGV: batch id, createdAt, most active,
 # most requests, most bytes, webhook ("" none), then id/JSON pairs.
@@ -414,6 +414,12 @@ class BatchStore:
             pipe.hset(key, mapping={"whState": state, "whDue": due_ms})
             pipe.hdel(key, "whLease")
             await pipe.execute()
+
+    async def turn(self, endpoint_id: str, batch_id: str, ms: int) -> bool:
+        """Take the batch's turn for `ms` (one replica looks after it per round: the others
+        skip it); False when another replica has it."""
+        key = keys.batch(endpoint_id, batch_id, "l")
+        return bool(await self.redis.set(key, "1", nx=True, px=ms))
 
     async def tracked(self) -> list[tuple[str, str]]:
         """(endpoint, batch) of every batch the gateways look after."""

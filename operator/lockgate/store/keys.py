@@ -152,6 +152,7 @@ the single description of what they build.
     lg:{ep}:bjo:{batch}  SET   request ids queued as jobs and not yet final
     lg:{ep}:bjr:{batch}  HASH  request id -> its final result (JSON: status, output, error,
                                startedAt, completedAt; ms), kept for as long as the batch
+    lg:{ep}:bjl:{batch}  STR   the replica whose round it is (a lock for most of a round)
     lg:batches           SET   "<ep> <batch>" of every batch FINALIZED and not done: what the
                                gateways' batch feeder and tracker look after
 """
@@ -346,5 +347,5 @@ def batches(endpoint_id: str) -> str:
 
 def batch(endpoint_id: str, batch_id: str, part: str = "") -> str:
     """A batch's record (`part` ""), or one of its parts: q (request ids), n (inputs not yet
-    queued), o (queued, not final), r (results)."""
+    queued), o (queued, not final), r (results), l (the round's lock)."""
     return f"{prefix(endpoint_id)}bj{part}:{batch_id}"
