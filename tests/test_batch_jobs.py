@@ -265,8 +265,11 @@ async def test_cancel_mid_way_lets_the_running_request_finish(
         assert status == 400 and "CANCELLED" in refused["error"]
 
         # a DRAFT is cancelled at once
-        draft = (await dev.ok("POST", f"{ep}/batch", [{"input": {}}]))["id"]
-        assert (await dev.ok("POST", f"{ep}/batch/{draft}/cancel"))["status"] == "CANCELLED"
+        draft = (await dev.ok("POST", f"{ep}/batch", [{"input": {}}, {"input": {}}]))["id"]
+        gone = await dev.ok("POST", f"{ep}/batch/{draft}/cancel")
+        assert (gone["status"], gone["requestFailed"], gone["requestTotal"]) == ("CANCELLED", 2, 2)
+        assert gone["doneAt"] is not None
+        assert [r["status"] for r in await dev.results(ep, draft)] == ["CANCELLED"] * 2
 
 
 async def test_every_limit_and_bad_input_get_a_clear_4xx(

@@ -98,17 +98,14 @@ redis.call('HSET', KEYS[1], 'status', 'FINALIZED', 'finalizedAt', ARGV[2])
 return {'ok', tostring(total)}
 """
 # KEYS: record, inputs, open, results, active set. ARGV: batch id, the result JSON of a
-# request cancelled before it was queued. A DRAFT is CANCELLED at once; a running batch is
-# marked cancelling, and its requests not yet queued are ended CANCELLED (counted failed).
+# request cancelled before it was queued. Its requests not yet queued are ended CANCELLED
+# (counted failed); a DRAFT is then CANCELLED at once, a running batch marked cancelling.
 # Returns 'draft' or 'cancelling' (or 'gone', 'state' with the status).
 CANCEL = """
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return {'gone', ''} end
-if st == 'DRAFT' then
-  redis.call('HSET', KEYS[1], 'status', 'CANCELLED', 'cancelling', 1)
-  return {'draft', ''}
-end
-if st ~= 'FINALIZED' or redis.call('HEXISTS', KEYS[1], 'doneAt') == 1 then
+local draft = st == 'DRAFT'
+if not draft and (st ~= 'FINALIZED' or redis.call('HEXISTS', KEYS[1], 'doneAt') == 1) then
   return {'state', st}
 end
 redis.call('HSET', KEYS[1], 'cancelling', 1)
@@ -119,6 +116,10 @@ end
 if #left > 0 then
   redis.call('DEL', KEYS[2])
   redis.call('HINCRBY', KEYS[1], 'failed', #left)
+end
+if draft then
+  redis.call('HSET', KEYS[1], 'status', 'CANCELLED')
+  return {'draft', ''}
 end
 return {'cancelling', ''}
 """
