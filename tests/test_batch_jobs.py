@@ -193,6 +193,7 @@ async def test_a_batch_from_draft_to_its_results_on_its_own_pool(
         assert done["status"] == "FAILED"  # one request failed
         assert (done["requestCompleted"], done["requestFailed"], done["requestTotal"]) == (2, 1, 3)
         assert done["requestInProgress"] == 0 and isinstance(done["createdAt"], int)
+        assert done["webhook"] in ("PENDING", "DELIVERED")
         rows = {
             r["output"]["echo"]["n"] if "output" in r else 3: r for r in await dev.results(ep, bid)
         }
@@ -215,6 +216,7 @@ async def test_a_batch_from_draft_to_its_results_on_its_own_pool(
             return fields if fields and fields.get("whState") == "delivered" else None
 
         await eventually(delivered, "the webhook delivered", timeout=30)
+        assert (await dev.ok("GET", f"{ep}/batch/{bid}"))["webhook"] == "DELIVERED"
         assert len(hook.calls) == 2
         headers, body = hook.calls[-1]
         verify(SECRET, headers, body)

@@ -119,7 +119,8 @@ def summary(
     fields: dict[str, str],
 ) -> dict[str, Any]:
     """`GET …/batch/{id}`'s body from the stored record: RunPod's summary (`createdAt` in
-    epoch ms), plus `name` and `doneAt` (epoch ms once done, else null)."""
+    epoch ms), plus `name`, `doneAt` (epoch ms once done, else null) and `webhook`: how its
+    webhook's delivery stands (`webhook_state`)."""
     done_at = fields.get("doneAt")
     return {
         "id": batch_id,
@@ -132,4 +133,13 @@ def summary(
         "requestFailed": int(fields.get("failed", 0)),
         "createdAt": int(fields.get("createdAt", 0)),
         "doneAt": int(done_at) if done_at else None,
+        "webhook": webhook_state(fields),
     }
+
+
+def webhook_state(fields: dict[str, str]) -> str | None:
+    """None without a webhook; else WAITING (the batch is not done), PENDING (being
+    delivered), DELIVERED or GAVE_UP (every attempt failed)."""
+    if not fields.get("webhook"):
+        return None
+    return (fields.get("whState") or "waiting").upper()

@@ -97,7 +97,8 @@ export async function render(view, ctx) {
     const status = shownStatus(batch);
     return h("tr", {dataset: {batch: batch.id}},
       h("td", {}, batch.name ? [h("div", {}, batch.name), h("div", {class: "mono hint"}, batch.id)] : h("span", {class: "mono"}, batch.id)),
-      h("td", {}, h("span", {class: `badge ${TONE[status] || "muted"}`}, status)),
+      h("td", {}, h("span", {class: `badge ${TONE[status] || "muted"}`}, status),
+        batch.webhook && h("div", {class: "hint"}, `webhook: ${batch.webhook.toLowerCase().replace("_", " ")}`)),
       h("td", {}, progress(batch)),
       h("td", {}, new Date(batch.createdAt).toLocaleString()),
       h("td", {class: "batch-actions"},
