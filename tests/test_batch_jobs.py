@@ -7,6 +7,7 @@ workers never see it."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import secrets
 import tempfile
@@ -25,10 +26,12 @@ from lockgate.dev.controlplane import LocalControlPlane
 from lockgate.dev.redis_server import free_port
 from lockgate.models.batch import batch_pool_id
 from lockgate.signing import verify
-from lockgate.store import Registry
+from lockgate.store import Registry, connect
 from lockgate.store.connection import RedisSettings
-from tests.conftest import REPO, eventually, make_settings, wait_until
+from tests.conftest import REPO, eventually, make_settings, redis_settings, wait_until
 from tests.devproc import DevProcess
+from tests.redis_topologies import SentinelProcs
+from tests.redis_topologies import redis_sentinels as redis_sentinels  # a fixture
 
 SLEEPER = "python tests/handlers/sleeper.py async"
 SECRET = "batch-webhook-secret"
@@ -395,3 +398,47 @@ def test_a_batch_survives_a_restart_of_lockgate_dev(tmp_path: Path) -> None:
         assert (done["requestCompleted"], done["requestTotal"]) == (5, 5)
         rows = call(dev, "GET", f"batch/{bid}/requests")["requests"]
         assert sorted(r["output"]["echo"]["n"] for r in rows) == list(range(5))
+
+
+async def test_a_redis_failover_mid_batch_loses_nothing(
+    redis_sentinels: SentinelProcs, http: aiohttp.ClientSession
+) -> None:
+    """A Sentinel set (a master, 2 replicas), each accepted change waiting for a replica:
+    the master SIGKILLed while a batch runs; once a replica is promoted the batch goes on
+    and ends with every request's result, none lost nor counted twice."""
+    procs = redis_sentinels
+    target = redis_settings(
+        redis_sentinels=procs.sentinel_nodes, redis_sentinel_master=procs.master_name,
+        redis_min_replicas_ack=1,
+    )  # fmt: skip
+    client = connect(target)
+    ep = "bj-failover"
+    try:
+        await client.flushall()
+        async with dev_mode(target, http) as dev:
+            await dev.keys(client)
+            await dev.endpoint(ep, workersMax=1, batchWorkersMax=1)
+            slow = [{"input": {"n": n, "sleep": 0.3}} for n in range(6)]
+            bid = (await dev.ok("POST", f"{ep}/batch", slow))["id"]
+            await dev.ok("POST", f"{ep}/batch/{bid}/finalize")
+
+            async def some_done() -> bool | None:
+                got = await dev.ok("GET", f"{ep}/batch/{bid}")
+                return got["requestCompleted"] >= 1 or None
+
+            await eventually(some_done, "a request done", timeout=60)
+            procs.master().kill()
+
+            async def ended() -> dict[str, Any] | None:
+                status, got = await dev.call("GET", f"{ep}/batch/{bid}")
+                return got if status == 200 and got["doneAt"] else None  # 503: failing over
+
+            done = await eventually(ended, "the batch done after the failover", timeout=120)
+            assert (done["status"], done["requestCompleted"], done["requestTotal"]) == (
+                "FINALIZED", 6, 6,
+            )  # fmt: skip
+            rows = await dev.results(ep, bid)
+            assert sorted(r["output"]["echo"]["n"] for r in rows) == list(range(6))
+    finally:
+        await client.aclose()
+        await asyncio.to_thread(procs.heal)

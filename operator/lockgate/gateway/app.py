@@ -96,7 +96,7 @@ def build_gateway(settings: Settings, redis: Redis) -> Gateway:
             on_refusal=lambda ep, op: meters.rate_limited.labels(ep, op).inc(),
         ),
         metrics=meters,
-        batches=BatchStore(redis),
+        batches=BatchStore(redis, store.scripts, store.replication),
         notifier=Notifier(redis),
         binding=WorkerBinding(
             WorkerAddresses(redis, ttl_ms=int(settings.worker_binding_ttl_s * 1000)),

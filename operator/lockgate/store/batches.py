@@ -18,6 +18,7 @@ from redis.asyncio import Redis
 
 from lockgate.models.batch import BatchLimits, BatchStatus
 from lockgate.store import keys
+from lockgate.store.scripts import NO_REPLICATION, Replication, Scripts
 
 PARTS = ("", "q", "n", "o", "r", "l")  # record, request ids, inputs, open, results, turn
 
@@ -181,6 +182,13 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('HSET', KEYS[1], 'name', ARGV[1])
 return 1
 """
+# KEYS: record. ARGV: the delivery's state, when it is due again (ms).
+SETTLE_WEBHOOK = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'whState', ARGV[1], 'whDue', ARGV[2])
+redis.call('HDEL', KEYS[1], 'whLease')
+return 1
+"""
 
 
 class Refused(Exception):
@@ -213,8 +221,17 @@ def _answer(reply: Sequence[Any]) -> str:
 class BatchStore:
     """An endpoint's batches, in Redis."""
 
-    def __init__(self, redis: Redis) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        scripts: Scripts | None = None,
+        replication: Replication = NO_REPLICATION,
+    ) -> None:
         self.redis = redis
+        # the job store's scripts: a change the client is told was made waits for
+        # `replication.replicas` replicas, as a submit does (a failover cannot lose it)
+        self.scripts = scripts or Scripts.register(redis)
+        self.replication = replication
         self._create = redis.register_script(CREATE)
         self._add = redis.register_script(ADD)
         self._delete_request = redis.register_script(DELETE_REQUEST)
@@ -225,6 +242,12 @@ class BatchStore:
         self._conclude = redis.register_script(CONCLUDE)
         self._claim = redis.register_script(CLAIM_WEBHOOK)
         self._rename = redis.register_script(RENAME)
+        self._settle = redis.register_script(SETTLE_WEBHOOK)
+
+    async def _accepting(self, script: Any, keys_: list[str], args: list[Any]) -> Any:
+        """Run a change the caller is told was made (`JobStore._accepting`'s rule): once it
+        returns, the configured replicas have it; NotReplicated (503) when they do not."""
+        return await self.scripts.call(script, keys_, args, replication=self.replication)
 
     @staticmethod
     def _active(endpoint_id: str) -> str:
@@ -248,7 +271,7 @@ class BatchStore:
         ]  # fmt: skip
         for rid, raw in requests:
             args += [rid, raw]
-        _answer(await self._create(keys=ks, args=args))
+        _answer(await self._accepting(self._create, ks, args))
 
     async def add(
         self,
@@ -262,12 +285,12 @@ class BatchStore:
         args: list[Any] = [limits.requests, limits.bytes]
         for rid, raw in requests:
             args += [rid, raw]
-        return int(_answer(await self._add(keys=ks, args=args)))
+        return int(_answer(await self._accepting(self._add, ks, args)))
 
     async def delete_request(self, endpoint_id: str, batch_id: str, request_id: str) -> None:
         """Remove one request of a DRAFT. `Refused` (gone, state, missing)."""
         ks = [keys.batch(endpoint_id, batch_id, p) for p in ("", "q", "n")]
-        _answer(await self._delete_request(keys=ks, args=[request_id]))
+        _answer(await self._accepting(self._delete_request, ks, [request_id]))
 
     async def finalize(self, endpoint_id: str, batch_id: str, now_ms: int, queued: int) -> int:
         """DRAFT → FINALIZED (its requests may now be queued); its total. `Refused`
@@ -283,12 +306,12 @@ class BatchStore:
         args: list[Any] = [batch_id, now_ms, queued]
         for b in others:
             args += [keys.batch(endpoint_id, b, "n"), keys.batch(endpoint_id, b, "o")]
-        return int(_answer(await self._finalize(keys=ks, args=args)))
+        return int(_answer(await self._accepting(self._finalize, ks, args)))
 
     async def rename(self, endpoint_id: str, batch_id: str, name: str) -> bool:
         """Set the display name; False when there is no such batch."""
         key = keys.batch(endpoint_id, batch_id)
-        return bool(await self._rename(keys=[key], args=[name]))
+        return bool(await self._accepting(self._rename, [key], [name]))
 
     async def cancel(self, endpoint_id: str, batch_id: str, cancelled_result: bytes) -> str:
         """Cancel: 'draft' (ended CANCELLED at once: `conclude` it) or 'cancelling' (the
@@ -297,7 +320,7 @@ class BatchStore:
         ks = [keys.batch(endpoint_id, batch_id, p) for p in ("", "n", "o", "r")]
         ks.append(self._active(endpoint_id))
         await self.redis.sadd(keys.ACTIVE_BATCHES, f"{endpoint_id} {batch_id}")
-        return _answer(await self._cancel(keys=ks, args=[batch_id, cancelled_result]))
+        return _answer(await self._accepting(self._cancel, ks, [batch_id, cancelled_result]))
 
     async def get(self, endpoint_id: str, batch_id: str) -> dict[str, str] | None:
         """The batch's record fields; None when there is none."""
@@ -397,7 +420,7 @@ class BatchStore:
         ks = [keys.batch(endpoint_id, batch_id), self._active(endpoint_id)]
         ks += [keys.batch(endpoint_id, batch_id, p) for p in PARTS[1:]]
         args = [batch_id, status.value, now_ms, retention_ms, now_ms]
-        return bool(await self._conclude(keys=ks, args=args))
+        return bool(await self._accepting(self._conclude, ks, args))
 
     async def claim_webhook(
         self, endpoint_id: str, batch_id: str, now_ms: int, lease_ms: int
@@ -411,10 +434,7 @@ class BatchStore:
     ) -> None:
         """After an attempt: `state` delivered or gave_up, or pending again at `due_ms`."""
         key = keys.batch(endpoint_id, batch_id)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(key, mapping={"whState": state, "whDue": due_ms})
-            pipe.hdel(key, "whLease")
-            await pipe.execute()
+        await self._accepting(self._settle, [key], [state, due_ms])  # "delivered" kept
 
     async def turn(self, endpoint_id: str, batch_id: str, ms: int) -> bool:
         """Take the batch's turn for `ms` (one replica looks after it per round: the others
