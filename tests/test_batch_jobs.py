@@ -339,6 +339,18 @@ async def test_every_limit_and_bad_input_get_a_clear_4xx(
             assert status == 404, path
         status, _ = await dev.call("GET", f"{ep}/batch", key="lg_unknown")
         assert status == 401
+        # the scopes: an admin key is not a job API key; a reader reads, never writes
+        for method, path in (("GET", f"{ep}/batch"), ("POST", f"{ep}/batch/{b}/cancel")):
+            assert (await dev.call(method, path, key=dev.admin))[0] == 401, path
+        assert (await dev.call("GET", f"{ep}/batch/{b}/requests", key=dev.reader))[0] == 200
+        for method, path, body in (
+            ("POST", f"{ep}/batch", []),
+            ("POST", f"{ep}/batch/{b}/requests", {"requests": []}),
+            ("PUT", f"{ep}/batch/{b}", {"name": "x"}),
+            ("DELETE", f"{ep}/batch/{b}/requests/nope", None),
+            ("POST", f"{ep}/batch/{b}/cancel", None),
+        ):
+            assert (await dev.call(method, path, body, key=dev.reader))[0] == 401, path
 
 
 async def test_a_restart_mid_batch_loses_nothing(
