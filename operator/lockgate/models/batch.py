@@ -97,10 +97,6 @@ def batch_pool_id(endpoint_id: str) -> str:
     return f"{BATCH_POOL_PREFIX}{endpoint_id[:48].rstrip('-')}-{digest}"
 
 
-def is_batch_pool(endpoint_id: str) -> bool:
-    return endpoint_id.startswith(BATCH_POOL_PREFIX)
-
-
 def batch_pool_spec(spec: EndpointSpec) -> EndpointSpec:
     """The batch pool's settings: the endpoint's template, GPUs and policies, from zero
     workers up to its `batchWorkersMax` (default its `workersMax`); no warm-up, no
