@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import threading
 from collections.abc import AsyncIterator
 from typing import Any
@@ -24,6 +25,8 @@ from lockgate.kube.scaler import ScalingLoop
 from lockgate.kube.settings import OperatorSettings
 
 Flag = asyncio.Event | threading.Event | None
+log = logging.getLogger("lockgate.operator")
+KOPF_OBJECTS = "kopf.objects"  # kopf's per-object log lines
 
 
 def settings_from_args(args: argparse.Namespace) -> OperatorSettings:
@@ -111,6 +114,8 @@ async def run(
         ctx.beside.append((await start_manage_api(ctx)).cleanup)
     port = settings.liveness_port
     liveness = f"http://0.0.0.0:{port}/healthz" if port else None
+    ends = handlers.DaemonEnds()  # a stop: one line, not one per Endpoint
+    logging.getLogger(KOPF_OBJECTS).addFilter(ends)
     try:
         async with scaling(ctx):
             await kopf.operator(
@@ -123,8 +128,10 @@ async def run(
                 ready_flag=ready_flag,
             )
     finally:
+        logging.getLogger(KOPF_OBJECTS).removeFilter(ends)
         await ctx.stop_beside()  # unless kopf's cleanup did already
         await ctx.close()
+        log.info("operator stopped: %d Endpoint resync(s) ended", ends.ended)
 
 
 def main(args: argparse.Namespace) -> int:
