@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 from collections import Counter
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -23,15 +25,25 @@ from kubernetes import client as k8s
 from kubernetes import watch as k8s_watch
 from redis.asyncio import Redis
 
+from lockgate.dev.redis_server import EmbeddedRedis, free_port
 from lockgate.kube import reconcile as rc
 from lockgate.kube.cluster import Cluster
 from lockgate.kube.crds import GROUP, VERSION
 from lockgate.kube.scale_first import ScaleFirst
-from lockgate.store import JobStore, NewJob
+from lockgate.kube.settings import OperatorSettings
+from lockgate.store import JobStore, NewJob, Registry
+from tests.conftest import eventually, make_settings, start_gateway
+from tests.test_operator_leader import (  # noqa: F401 - fixtures
+    LEASE_TIMING,
+    NAMESPACE,
+    QUIET_ENDPOINTS,
+    lease_name,
+    quiet_namespace,
+)
 from tests.test_operator_steady import endpoints_at_rest
 
 if TYPE_CHECKING:
-    from kube_fixtures import Resources, RunningOperator
+    from kube_fixtures import OperatorThread, Resources, RunningOperator
 
 pytest_plugins = ["kube_fixtures"]
 pytestmark = [pytest.mark.envtest]
@@ -155,9 +167,12 @@ def first_writes(seen: list[tuple[str, str, bool]], endpoint: str) -> list[str]:
     return [w for w, n, _ in seen if n in ours and w not in NOTES and not w.startswith(READS)]
 
 
-def template_handled(resources: Resources, name: str) -> bool | None:
-    """kopf ran the Template's create handler (it refreshes every Endpoint using it)."""
-    annotations = (resources.get("templates", name) or {})["metadata"].get("annotations")
+def template_handled(kube: k8s.ApiClient, namespace: str, name: str) -> bool | None:
+    """kopf ran the Template's create handler (it refreshes every Endpoint using it; one
+    still running at a stop is cut, logged, and retried at the next start)."""
+    custom = k8s.CustomObjectsApi(kube)
+    template = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "templates", name)
+    annotations = template["metadata"].get("annotations")
     return any(k.startswith("operator.lockgate.dev/") for k in annotations or {}) or None
 
 
@@ -176,7 +191,7 @@ async def test_a_wake_up_scales_first_and_writes_no_secret(
     Secrets keep their resourceVersions)."""
     assert operator.settings.resync_s <= 1.0  # several resyncs of each woken Endpoint below
     await endpoints_at_rest(resources, redis, NAMES)
-    template = lambda: asyncio.to_thread(template_handled, resources, NAMES[-1])  # noqa: E731
+    template = lambda: asyncio.to_thread(template_handled, kube, resources.namespace, NAMES[-1])  # noqa: E731
     await resources.eventually(template, "the Template's handler done")
     keys = tuple(f"{n}-worker-key" for n in WOKEN)
     core, custom, ns = k8s.CoreV1Api(kube), k8s.CustomObjectsApi(kube), resources.namespace
@@ -228,3 +243,75 @@ async def test_a_wake_up_scales_first_and_writes_no_secret(
     # handler ran again for a status patch.
     patched = Counter(n for w, n, _ in seen if w == "patch_namespaced_custom_object_status")
     assert Counter(n for n in endpoint_writes if n in WOKEN) <= patched, (endpoint_writes, seen)
+
+
+async def test_stopping_the_operator_after_a_wake_up_logs_one_line(
+    start_operator: Callable[[OperatorSettings], OperatorThread],
+    redis_server: EmbeddedRedis,
+    quiet_namespace: str,  # noqa: F811 - the fixture
+    lease_name: str,  # noqa: F811 - the fixture
+    kube: k8s.ApiClient,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An operator of its own, whose Endpoints were all just woken (their resyncs running,
+    not resting), stops with one INFO line of its own: no line per Endpoint's daemon (kopf's
+    "Daemon 'resync_endpoint' succeeded." at each, 998 of them at a thousand Endpoints) and
+    no WARNING."""
+    caplog.set_level(logging.DEBUG, logger="kopf")
+    caplog.set_level(logging.INFO, logger="lockgate")
+    metrics_port = free_port()
+    settings = OperatorSettings(
+        redis_url=redis_server.url, namespaces=[quiet_namespace], manage_host="127.0.0.1",
+        manage_port=free_port(), liveness_port=0, resync_s=0.5, resync_rest_s=0.5,
+        metrics_url=f"http://127.0.0.1:{metrics_port}/metrics",
+        scale_interval_s=0.2, lease_name=lease_name, lease_namespace=NAMESPACE, **LEASE_TIMING,
+    )  # fmt: skip
+    names = [f"quiet-{n}" for n in range(QUIET_ENDPOINTS)]
+    api = k8s.AppsV1Api(kube)
+    gateway = await start_gateway(make_settings(redis_server.url, metrics_port))  # its /metrics
+    running = start_operator(settings)
+    redis = Redis.from_url(redis_server.url)
+    try:
+        registry, store = Registry(redis), JobStore(redis)
+
+        async def registered() -> bool:
+            return all([await registry.get_endpoint(n) is not None for n in names])
+
+        await eventually(registered, "every Endpoint registered", 60)
+
+        def deployed() -> bool:
+            return len(api.list_namespaced_deployment(quiet_namespace).items) == len(names)
+
+        await eventually(lambda: asyncio.to_thread(deployed), "every Deployment created", 60)
+        template = lambda: asyncio.to_thread(template_handled, kube, quiet_namespace, "quiet")  # noqa: E731
+        await eventually(template, "the Template's handler done", 60)
+        await asyncio.gather(
+            *(store.submit(n, NewJob(id=f"wake-{n}", input=b"{}", ttl_ms=60_000)) for n in names)
+        )
+
+        def scaled() -> bool:
+            found = api.list_namespaced_deployment(quiet_namespace).items
+            return sum((d.spec.replicas or 0) >= 1 for d in found) == len(names)
+
+        await eventually(lambda: asyncio.to_thread(scaled), "every Deployment scaled", 60)
+    finally:
+        await redis.aclose()
+        await gateway.cleanup()
+    before = len(caplog.records)
+    running.stop()
+    assert not running.thread.is_alive() and not running.errors, running.errors
+    at_stop = caplog.records[before:]
+    ours = [r for r in at_stop if r.name.startswith(("kopf", "lockgate"))]
+    warned = [
+        f"{r.name} {r.levelname} {r.getMessage()}" for r in ours if r.levelno >= logging.WARNING
+    ]
+    assert warned == []
+    ns = quiet_namespace
+    per_endpoint = [
+        r.getMessage() for r in ours
+        if r.levelno >= logging.INFO and getattr(r, "k8s_ref", {}).get("namespace") == ns
+        and "resync_endpoint" in r.getMessage()
+    ]  # fmt: skip
+    assert per_endpoint == []
+    stopped = [r.getMessage() for r in ours if r.getMessage().startswith("operator stopped")]
+    assert stopped == [f"operator stopped: {QUIET_ENDPOINTS} Endpoint resync(s) ended"]

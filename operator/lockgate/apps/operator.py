@@ -26,7 +26,6 @@ from lockgate.kube.settings import OperatorSettings
 
 Flag = asyncio.Event | threading.Event | None
 log = logging.getLogger("lockgate.operator")
-KOPF_OBJECTS = "kopf.objects"  # kopf's per-object log lines
 
 
 def settings_from_args(args: argparse.Namespace) -> OperatorSettings:
@@ -114,8 +113,7 @@ async def run(
         ctx.beside.append((await start_manage_api(ctx)).cleanup)
     port = settings.liveness_port
     liveness = f"http://0.0.0.0:{port}/healthz" if port else None
-    ends = handlers.DaemonEnds()  # a stop: one line, not one per Endpoint
-    logging.getLogger(KOPF_OBJECTS).addFilter(ends)
+    handlers.quiet_daemon_ends()  # a stop: one line, not one per Endpoint
     try:
         async with scaling(ctx):
             await kopf.operator(
@@ -128,10 +126,9 @@ async def run(
                 ready_flag=ready_flag,
             )
     finally:
-        logging.getLogger(KOPF_OBJECTS).removeFilter(ends)
         await ctx.stop_beside()  # unless kopf's cleanup did already
         await ctx.close()
-        log.info("operator stopped: %d Endpoint resync(s) ended", ends.ended)
+        log.info("operator stopped: %d Endpoint resync(s) ended", ctx.resyncs_ended)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -39,21 +39,22 @@ class DaemonEnds(logging.Filter):
     """Drops kopf's line for each resync daemon's end ("Daemon 'resync_endpoint'
     succeeded.", INFO, and posted as an Event on the Endpoint): the daemon only returns when
     kopf stops it (the Endpoint deleted, or the operator stopping, where a thousand
-    Endpoints made a thousand lines), so its end is no news; `ended` counts them, for one
-    line of the operator's own (`apps.operator.run`). Failures are not touched: a daemon
-    that fails, or lets a cancel through, is still logged by kopf as such."""
+    Endpoints made a thousand lines), so its end is no news; the daemons count their ends
+    (`Context.resyncs_ended`) for one line of the operator's own (`apps.operator.run`).
+    Failures are not touched: a daemon that fails, or lets a cancel through, is still
+    logged by kopf as such. For `logging.getLogger("kopf.objects")` (`quiet_daemon_ends`)."""
 
     LINE = "Daemon 'resync_endpoint' succeeded."
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.ended = 0
-
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno == logging.INFO and record.getMessage() == self.LINE:
-            self.ended += 1
-            return False
-        return True
+        return not (record.levelno == logging.INFO and record.getMessage() == self.LINE)
+
+
+def quiet_daemon_ends() -> None:
+    """Put `DaemonEnds` on kopf's per-object logger, once per process."""
+    objects = logging.getLogger("kopf.objects")
+    if not any(isinstance(f, DaemonEnds) for f in objects.filters):
+        objects.addFilter(DaemonEnds())
 
 
 def progress_storage() -> kopf.AnnotationsProgressStorage:
@@ -173,14 +174,16 @@ async def resync_endpoint(
     kopf stops the daemon (the operator stopping, the Endpoint deleted) by setting
     `stopped`, then, as it sleeps, by cancelling it (`cancellation_timeout`): that cancel is
     its end, returned from quietly (kopf logs a WARNING for each cancel that escapes)."""
+    ctx = _indexed(memo)
     try:
-        await _resync(_indexed(memo), body, stopped, logger)
+        await _resync(ctx, body, stopped, logger)
     except asyncio.CancelledError:
         if not stopped:
             raise  # not kopf stopping the daemon: let it through
         task = asyncio.current_task()
         if task is not None:
             task.uncancel()  # the cancel asked the daemon to end: it has
+    ctx.resyncs_ended += 1  # told in one line at the operator's stop (`DaemonEnds`)
 
 
 async def _resync(

@@ -180,6 +180,7 @@ class Context:
     # Endpoints woken by a job whose scale decision is not yet applied: the scaler's
     # reports and the resyncs wait for them (`kube.scale_first`).
     scale_first: ScaleFirst = field(default_factory=ScaleFirst)
+    resyncs_ended: int = 0  # Endpoints' resync daemons stopped (`handlers.DaemonEnds`)
     # The registered ids, read once per half resync period for every Endpoint's resync.
     registered: RegisteredIds = field(init=False)
     releases: ReleaseStore = field(init=False)
