@@ -78,25 +78,24 @@ class Report:
 
 class ScaleFirst:
     """The endpoints woken (a job queued onto empty queues) whose decision has not yet
-    been made and applied; `clear` waits until there is none. Shared by the scaler (its
-    report lane) and the Endpoints' resyncs, on the operator's event loop."""
+    been made and applied; `clear` waits for those pending when it is called. Shared by
+    the scaler (its report lane) and the Endpoints' resyncs, on the operator's event loop."""
 
     def __init__(self, longest_wait_s: float = 30.0) -> None:
         self.pending: set[str] = set()
         self.longest_wait_s = longest_wait_s  # a wake-up never decided holds nothing longer
-        self._none = asyncio.Event()
-        self._none.set()
+        self._moved = asyncio.Event()  # set (and replaced) each time one is decided
 
     def waking(self, endpoint_id: str) -> None:
         """A job was queued onto the endpoint's empty queues: its decision comes first."""
         self.pending.add(endpoint_id)
-        self._none.clear()
 
     def decided(self, endpoint_id: str) -> None:
         """The endpoint's decision was applied (or it was not one to decide)."""
-        self.pending.discard(endpoint_id)
-        if not self.pending:
-            self._none.set()
+        if endpoint_id in self.pending:
+            self.pending.discard(endpoint_id)
+            self._moved.set()
+            self._moved = asyncio.Event()
 
     def keep(self, deciding: Collection[str]) -> None:
         """Forget the pending endpoints not in `deciding` (a full tick found no decision
@@ -105,8 +104,15 @@ class ScaleFirst:
             self.decided(endpoint_id)
 
     async def clear(self) -> None:
-        """Wait until no wake-up waits for its decision (at most `longest_wait_s`)."""
-        if self._none.is_set():
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._none.wait(), self.longest_wait_s)
+        """Wait until the wake-ups pending now are decided (those woken later do not hold
+        this caller: a steady stream of wake-ups never starves it), at most
+        `longest_wait_s`."""
+        ahead = set(self.pending)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.longest_wait_s
+        while ahead & self.pending:
+            left = deadline - loop.time()
+            if left <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._moved.wait(), left)
