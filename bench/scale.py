@@ -12,7 +12,9 @@ shared Template, default settings (resync 10 s, scaler tick 1 s). It measures
    which records the requests of the operator's own user and no one else's);
 3. one job to one idle endpoint at zero -> its Deployment's `spec.replicas` >= 1: p50/p95
    over `--trials` endpoints, one at a time (each queue purged after its trial);
-4. one job to every endpoint at zero at once -> first / all Deployments >= 1;
+4. one job to every endpoint at zero at once -> first / all Deployments >= 1, and the
+   operator's API calls (audit log) until the last is scaled and in `--tail` s after, by verb
+   and kind, per scaled endpoint;
 5. `GET /v1/endpoints?limit=50` and unpaged, and the gateway's `/metrics`: p50 and size;
 
 and prints one markdown table on stdout (progress goes to stderr). Every wait is bounded:
@@ -598,6 +600,7 @@ API_FAILING = "steady: operator → apiserver failing requests/min"
 OTHER_CPU = "steady: gateway / Redis CPU (s/min)"
 ONE_JOB = "one job to an idle endpoint at zero → Deployment ≥ 1: p50 / p95 (s)"
 EVERY_JOB = "one job to each endpoint: first / all Deployments ≥ 1 (s)"
+BURST_CALLS = "one job to each endpoint: API calls per scaled endpoint, to the last / +tail"
 METRICS = "gateway `/metrics` size / scrape p50"
 PAGE = "`GET /v1/endpoints?limit=50` p50 / size"
 UNPAGED = "`GET /v1/endpoints` (unpaged) p50 / size"
@@ -610,6 +613,7 @@ ROWS = (
     OTHER_CPU,
     ONE_JOB,
     EVERY_JOB,
+    BURST_CALLS,
     METRICS,
     PAGE,
     UNPAGED,
@@ -694,6 +698,12 @@ def steady(s: Stack, result: Result, settle_s: float, window_s: float) -> None:
     result.notes.append(f"operator calls in {elapsed:.0f} s: {kinds(calls)}")
     if failing:
         result.notes.append(f"failing calls: {kinds(failing, with_code=True)}")
+
+
+def by_verb(calls: Sequence[ApiCall]) -> str:
+    """'1000 patch, 12 list, ...': the calls by verb alone, the most frequent first."""
+    counts = Counter(c.verb for c in calls)
+    return ", ".join(f"{count} {verb}" for verb, count in counts.most_common()) or "none"
 
 
 def kinds(calls: Sequence[ApiCall], *, with_code: bool = False, top: int = 8) -> str:
@@ -791,8 +801,10 @@ def one_job(s: Stack, result: Result, trials: int, trial_timeout_s: float) -> No
         result.notes.append(f"one job: {missed} of {tried} trials saw no scale-up in time")
 
 
-def every_job(s: Stack, result: Result) -> None:
-    """Step 4: once the Deployments are back at zero, a job to every endpoint at once."""
+def every_job(s: Stack, result: Result, tail_s: float) -> None:
+    """Step 4: once the Deployments are back at zero, a job to every endpoint at once; the
+    operator's API calls (the audit log) until the last Deployment is scaled, and in the
+    `tail_s` after it, by verb and by kind."""
     names = s.names()
     back = s.deployments.wait(
         lambda v: all(v.get(f"{n}-workers") is False for n in names), s.timeout_s
@@ -805,18 +817,34 @@ def every_job(s: Stack, result: Result) -> None:
         )
     log(f"a job to each of {len(targets)} endpoints at zero, at once")
     deployments = [f"{name}-workers" for name in targets]
-    t0 = time.monotonic()
+    audit0, t0 = file_size(s.env.audit_log), time.monotonic()
     with ThreadPoolExecutor(SUBMIT_THREADS) as pool:
         list(pool.map(lambda name: submit(s, name), targets))
     result.notes.append(
         f"each endpoint: {len(targets)} jobs submitted in {ms(time.monotonic() - t0)}"
     )
     done = s.deployments.wait(lambda v: all(v.get(d) is True for d in deployments), s.timeout_s)
+    audit1 = file_size(s.env.audit_log)
     values, changed = s.deployments.snapshot()
     up = [changed[d] - t0 for d in deployments if values.get(d) is True and changed[d] >= t0]
     first = secs(min(up)) if up else "none"
     every = secs(max(up)) if done else none_within(s.timeout_s, f"{len(up)} of {len(targets)}")
     result.cells[EVERY_JOB] = f"{first} / {every}"
+    time.sleep(tail_s)  # what the wake-up still writes after its last scale (reports, resyncs)
+    burst = audited_calls(s.env.audit_log, audit0, audit1)
+    after = audited_calls(s.env.audit_log, audit1, file_size(s.env.audit_log))
+    scaled = max(len(up), 1)
+    result.cells[BURST_CALLS] = (
+        f"{len(burst) / scaled:.2f} / {(len(burst) + len(after)) / scaled:.2f}"
+    )
+    result.notes.append(
+        f"each endpoint: {len(up)} scaled; operator calls to the last scale: {len(burst)} "
+        f"({by_verb(burst)}): {kinds(burst, top=12)}"
+    )
+    result.notes.append(
+        f"each endpoint: operator calls in the {tail_s:g} s after: {len(after)} "
+        f"({by_verb(after)}): {kinds(after, top=12)}"
+    )
 
 
 def measure(code: Code, n: int, opts: argparse.Namespace, result: Result) -> None:
@@ -829,7 +857,7 @@ def measure(code: Code, n: int, opts: argparse.Namespace, result: Result) -> Non
             ("steady window", lambda: steady(s, result, opts.settle, opts.window)),
             ("reads", lambda: reads(s, result, opts.rounds)),
             ("one job", lambda: one_job(s, result, opts.trials, opts.trial_timeout)),
-            ("a job to each", lambda: every_job(s, result)),
+            ("a job to each", lambda: every_job(s, result, opts.tail)),
         ]
         for what, step in steps:
             log(f"N={n} {code.label}: {what}")
@@ -876,6 +904,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--trial-timeout", type=float, default=30.0, help="s per trial")
     parser.add_argument("--timeout", type=float, default=300.0, help="s per other step")
     parser.add_argument("--rounds", type=int, default=10, help="GETs per p50 (step 5)")
+    parser.add_argument(
+        "--tail", type=float, default=10.0,
+        help="s after step 4's last scale whose operator calls are counted too (a resync period)",
+    )  # fmt: skip
     parser.add_argument(
         "--code",
         type=Path,

@@ -20,6 +20,7 @@ from lockgate.gateway import limits
 from lockgate.gateway.background import _every
 from lockgate.gateway.limits import Limiter
 from lockgate.kube.leader import LeaderElector
+from lockgate.kube.scale_first import ScaleFirst
 from lockgate.kube.scaler import ScalingLoop
 from lockgate.manage.history import HistorySampler
 from lockgate.scaling.autoscaler import LocalAutoscaler
@@ -55,7 +56,7 @@ async def _operator_scaler(work: Work) -> None:
     settings = SimpleNamespace(scale_interval_s=0.01)
     await _with(
         ScalingLoop, tick=work, wakeup=asyncio.Event(), ctx=SimpleNamespace(settings=settings),
-        busy={}, reporting={}, routing=set(),  # in progress, cancelled when it ends
+        busy={}, reporting={}, routing=set(), unsent={}, first=ScaleFirst(),  # cancelled at its end
         resting=False, queued=set(), stirred=False, full_due=0.0, clock=time.monotonic,
     ).run()  # fmt: skip
 

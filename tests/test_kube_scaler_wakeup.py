@@ -13,6 +13,7 @@ from redis.asyncio import Redis
 
 from lockgate.apps.operator import wake_on_events
 from lockgate.gateway.notify import Notifier
+from lockgate.kube.scale_first import ScaleFirst
 from lockgate.kube.scaler import ScalingLoop
 from lockgate.kube.settings import OperatorSettings
 from lockgate.store import JobStore, NewJob
@@ -24,7 +25,8 @@ class CountingLoop(ScalingLoop):
 
     def __init__(self, interval_s: float, rest_s: float = 10.0, resting: bool = False) -> None:
         settings = OperatorSettings(scale_interval_s=interval_s, scale_rest_interval_s=rest_s)
-        super().__init__(SimpleNamespace(settings=settings), session=None)  # type: ignore[arg-type]
+        ctx = SimpleNamespace(settings=settings, scale_first=ScaleFirst())
+        super().__init__(ctx, session=None)  # type: ignore[arg-type]
         self.ticks: list[float] = []
         self.rests = resting
 

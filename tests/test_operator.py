@@ -374,12 +374,37 @@ async def test_deleted_worker_key_secret_gets_a_new_key_that_rolls_the_workers(
     old_pods = deployment.spec.template.metadata.annotations
 
     resources.core.delete_namespaced_secret("ep-key-worker-key", resources.namespace)
+    # Nothing checks the Secret until a worker needs it (no Secret call when a worker count
+    # changes, issue 51): a worker pod the kubelet cannot configure, as it reports one.
+    labels = {
+        "lockgate.dev/endpoint": "ep-key",
+        "app.kubernetes.io/component": "worker",
+        "app.kubernetes.io/managed-by": "lockgate-operator",
+    }
+    pod = {
+        "metadata": {"name": "ep-key-unconfigured", "labels": labels},
+        "spec": {"containers": [{"name": "worker", "image": "example.test/echo:1"}]},
+    }
+    resources.core.create_namespaced_pod(resources.namespace, pod)
+    waiting = {
+        "reason": "CreateContainerConfigError",
+        "message": 'secret "ep-key-worker-key" not found',
+    }
+    container = {"name": "worker", "image": "example.test/echo:1", "imageID": "", "ready": False,
+                 "restartCount": 0, "state": {"waiting": waiting}}  # fmt: skip
+    status = {"status": {"phase": "Pending", "containerStatuses": [container]}}
+    resources.core.patch_namespaced_pod_status("ep-key-unconfigured", resources.namespace, status)
 
     async def rotated() -> RegistryEntry | None:
         entry = await registry.get_endpoint("ep-key")
         return entry if entry and entry.workerKeyDigest != old.workerKeyDigest else None
 
-    new = await resources.eventually(rotated, "a new worker key")
+    try:
+        new = await resources.eventually(rotated, "a new worker key")
+    finally:
+        resources.core.delete_namespaced_pod(
+            "ep-key-unconfigured", resources.namespace, grace_period_seconds=0
+        )
     assert await registry.get_key(old.workerKeyDigest) is None
     assert await registry.get_key(new.workerKeyDigest) is not None
 

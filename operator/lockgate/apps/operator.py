@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import threading
 from collections.abc import AsyncIterator
 from typing import Any
@@ -24,6 +25,7 @@ from lockgate.kube.scaler import ScalingLoop
 from lockgate.kube.settings import OperatorSettings
 
 Flag = asyncio.Event | threading.Event | None
+log = logging.getLogger("lockgate.operator")
 
 
 def settings_from_args(args: argparse.Namespace) -> OperatorSettings:
@@ -111,6 +113,7 @@ async def run(
         ctx.beside.append((await start_manage_api(ctx)).cleanup)
     port = settings.liveness_port
     liveness = f"http://0.0.0.0:{port}/healthz" if port else None
+    handlers.quiet_daemon_ends()  # a stop: one line, not one per Endpoint
     try:
         async with scaling(ctx):
             await kopf.operator(
@@ -125,6 +128,7 @@ async def run(
     finally:
         await ctx.stop_beside()  # unless kopf's cleanup did already
         await ctx.close()
+        log.info("operator stopped: %d Endpoint resync(s) ended", ctx.resyncs_ended)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import logging
 import random
 import time
 from typing import Any
@@ -22,7 +23,8 @@ from lockgate.kube import reconcile as rc
 from lockgate.kube import watched
 from lockgate.kube.crds import ENDPOINT, GROUP, TEMPLATE, VERSION
 from lockgate.kube.placement import on_fallback
-from lockgate.kube.status import at_rest, rest_confirmed, resync_may_wait, shows
+from lockgate.kube.scale_first import key_check_due
+from lockgate.kube.status import rest_confirmed, resync_may_wait, shows
 
 # Its own generator: the global `random` is shared with every thread of the process.
 _RANDOM = random.Random()
@@ -31,6 +33,28 @@ ENDPOINTS = (GROUP, VERSION, ENDPOINT.plural)
 TEMPLATES = (GROUP, VERSION, TEMPLATE.plural)
 FINALIZER = f"{GROUP}/cleanup"  # held only for the Redis cleanup of a deleted Endpoint
 KOPF_PREFIX = f"operator.{GROUP}"  # kopf's own annotations, marked as such by kopf
+
+
+class DaemonEnds(logging.Filter):
+    """Drops kopf's line for each resync daemon's end ("Daemon 'resync_endpoint'
+    succeeded.", INFO, and posted as an Event on the Endpoint): the daemon only returns when
+    kopf stops it (the Endpoint deleted, or the operator stopping, where a thousand
+    Endpoints made a thousand lines), so its end is no news; the daemons count their ends
+    (`Context.resyncs_ended`) for one line of the operator's own (`apps.operator.run`).
+    Failures are not touched: a daemon that fails, or lets a cancel through, is still
+    logged by kopf as such. For `logging.getLogger("kopf.objects")` (`quiet_daemon_ends`)."""
+
+    LINE = "Daemon 'resync_endpoint' succeeded."
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.levelno == logging.INFO and record.getMessage() == self.LINE)
+
+
+def quiet_daemon_ends() -> None:
+    """Put `DaemonEnds` on kopf's per-object logger, once per process."""
+    objects = logging.getLogger("kopf.objects")
+    if not any(isinstance(f, DaemonEnds) for f in objects.filters):
+        objects.addFilter(DaemonEnds())
 
 
 def progress_storage() -> kopf.AnnotationsProgressStorage:
@@ -142,19 +166,24 @@ async def resync_endpoint(
     scale-up) ends the rest at the next period, and so does a Deployment deleted, scaled or
     newly observed; workers on a fallback GPU type do not rest (the first type is retried
     at a reconcile). An Endpoint with no status yet is its create handler's (kopf retries
-    it): no resync doubles that work while a thousand are being created.
+    it): no resync doubles that work while a thousand are being created. A resync waits
+    while woken endpoints wait for their scale patch (`kube.scale_first`), and checks the
+    worker-key Secret only when a worker pod cannot create its container (`key_check_due`):
+    a wake-up makes no Secret call.
 
     kopf stops the daemon (the operator stopping, the Endpoint deleted) by setting
     `stopped`, then, as it sleeps, by cancelling it (`cancellation_timeout`): that cancel is
     its end, returned from quietly (kopf logs a WARNING for each cancel that escapes)."""
+    ctx = _indexed(memo)
     try:
-        await _resync(_indexed(memo), body, stopped, logger)
+        await _resync(ctx, body, stopped, logger)
     except asyncio.CancelledError:
         if not stopped:
             raise  # not kopf stopping the daemon: let it through
         task = asyncio.current_task()
         if task is not None:
             task.uncancel()  # the cancel asked the daemon to end: it has
+    ctx.resyncs_ended += 1  # told in one line at the operator's stop (`DaemonEnds`)
 
 
 async def _resync(
@@ -180,9 +209,21 @@ async def _resync(
             if waits and _rest_holds(ctx, body, status) and await rc.still_registered(ctx, body):
                 continue
             last = time.monotonic()
-            await rc.refresh(ctx, body, steady=True, rest=at_rest(body.get("status")))
+            await ctx.scale_first.clear()  # a wake-up's scale patch before this resync's writes
+            if stopped:
+                return
+            check_key = key_check_due(body.get("status"), _watched_pods(ctx, body))
+            await rc.refresh(ctx, body, steady=True, rest=not check_key)
         except kopf.TemporaryError as err:
             logger.warning(f"resync failed, will retry: {err}")
+
+
+def _watched_pods(ctx: rc.Context, body: kopf.Body) -> list[Any] | None:
+    """The Endpoint's worker pods as kopf's index has them; None before it is filled."""
+    if ctx.workers is None or not ctx.workers.ready:
+        return None
+    meta = body["metadata"]
+    return ctx.workers.pods_of(meta.get("namespace", ""), meta["name"])
 
 
 def _rest_holds(ctx: rc.Context, body: kopf.Body, status: Any) -> bool:

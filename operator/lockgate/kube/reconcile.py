@@ -46,6 +46,7 @@ from lockgate.kube.manifests.names import (
 from lockgate.kube.manifests.rollout import rollout_strategy
 from lockgate.kube.manifests.workloads import flashboot_daemonset, worker_deployment
 from lockgate.kube.registry_record import registry_entry, scaled_externally
+from lockgate.kube.scale_first import ScaleFirst
 from lockgate.kube.settings import OperatorSettings
 from lockgate.kube.status import (
     REGISTERED,
@@ -183,6 +184,10 @@ class Context:
     # What runs beside kopf (the scaler, an in-process management API), each stopped by
     # `stop_beside` (apps/operator.py registers them).
     beside: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    # Endpoints woken by a job whose scale decision is not yet applied: the scaler's
+    # reports and the resyncs wait for them (`kube.scale_first`).
+    scale_first: ScaleFirst = field(default_factory=ScaleFirst)
+    resyncs_ended: int = 0  # Endpoints' resync daemons stopped (`handlers.DaemonEnds`)
     # The registered ids, read once per half resync period for every Endpoint's resync.
     registered: RegisteredIds = field(init=False)
     releases: ReleaseStore = field(init=False)

@@ -61,7 +61,8 @@ from lockgate.kube.manifests.names import Owner
 from lockgate.kube.manifests.rollout import pod_version
 from lockgate.kube.podstates import pod_ready, pod_starts, pod_states, pull_errors, worker_starts
 from lockgate.kube.registry_record import EXTERNAL_SCALER
-from lockgate.kube.status import METRICS_AVAILABLE, Check, shows
+from lockgate.kube.scale_first import Report
+from lockgate.kube.status import METRICS_AVAILABLE, Check, same_status, shows
 from lockgate.kube.watched import ENDPOINT_LABEL, WORKERS
 from lockgate.kube.worker_health import WorkerHealth, worst
 from lockgate.models import EndpointType
@@ -248,6 +249,10 @@ class ScalingLoop:
         # endpoint's in order: a burst's scale writes are not queued behind them.
         self.reports = asyncio.Semaphore(REPORTS_AT_ONCE)
         self.reporting: dict[str, asyncio.Task] = {}  # endpoint -> its last report
+        # endpoint -> its report not yet begun: a later one is merged into it
+        self.unsent: dict[str, Report] = {}
+        # Wake-ups waiting for their decision: reports wait for them (`kube.scale_first`).
+        self.first = ctx.scale_first
         # When this term began, for the crash-loop rule (`EndpointState.crashes`): unhealthy
         # marks older than it were counted, or not, by an earlier term.
         self.began_ms = time.time_ns() // 1_000_000  # epoch ms, as the store's clock
@@ -336,8 +341,10 @@ class ScalingLoop:
             self.wakeup.set()
 
     def job_queued(self, endpoint_id: str) -> None:
-        """A job queued onto the endpoint's empty queues (`q:`): tick now."""
+        """A job queued onto the endpoint's empty queues (`q:`): tick now; until its
+        decision is applied, reports wait (`ScaleFirst`)."""
         self.queued.add(endpoint_id)
+        self.first.waking(endpoint_id)
         self.wakeup.set()
 
     def worker_pod(self, pod: Obj) -> None:
@@ -390,6 +397,7 @@ class ScalingLoop:
             return
         self.resting = not await self._decide_each(ours, readings, error) and not self.busy
         self._forget(set(ours))
+        self.first.keep(set(self.busy) | self.queued)  # the others: nothing to decide
 
     async def tick_queued(self) -> None:
         """Decide only the endpoints whose jobs were just queued (`q:` events), each read
@@ -404,6 +412,8 @@ class ScalingLoop:
             for ep, entry in zip(queued, entries, strict=True)
             if entry is not None and self._ours(entry)
         }
+        for ep in set(queued) - set(ours) - self.queued:
+            self.first.decided(ep)  # not ours to scale
         snaps = await asyncio.gather(*(self.ctx.jobs.snapshot(ep) for ep in ours))
         now_ms = self.ctx.jobs.clock()
         readings = {ep: from_snapshot(snap, now_ms) for ep, snap in zip(ours, snaps, strict=True)}
@@ -530,10 +540,18 @@ class ScalingLoop:
         listed_at: float | None = None,
     ) -> asyncio.Task:
         """`scale` one endpoint in a task of its own, marked busy until it ends."""
-        decide = partial(
+        scale = partial(
             self.scale, owner, entry, deployment, pods, readings, error, targeted=targeted,
             listed_at=listed_at,
         )  # fmt: skip
+
+        async def decide() -> None:
+            try:
+                await scale()
+            finally:
+                if owner.name not in self.queued:  # else a new job: decided again
+                    self.first.decided(owner.name)
+
         return self._spawn(self.busy, owner, "scaling", decide, self.slots)
 
     def _spawn(
@@ -578,10 +596,35 @@ class ScalingLoop:
         await asyncio.gather(*tasks, return_exceptions=True)
         self.busy.clear()
         self.reporting.clear()
+        self.unsent.clear()
+        for endpoint_id in list(self.first.pending):  # this term decides nothing more
+            self.first.decided(endpoint_id)
 
-    def _report(self, owner: Owner, write: Callable[[], Awaitable[None]]) -> None:
-        """Run `write` (an Event, a status write) in the report lane: after the endpoint's
-        earlier reports, `REPORTS_AT_ONCE` across endpoints."""
+    def _report(self, owner: Owner, report: Report) -> None:
+        """Write `report` (Events, a status refresh) in the report lane: once no wake-up
+        waits for its decision (`ScaleFirst`), after the endpoint's earlier reports,
+        `REPORTS_AT_ONCE` across endpoints. A report of the endpoint not yet begun takes
+        this one in (one status write for both)."""
+        if report.empty():
+            return
+        waiting = self.unsent.get(owner.name)
+        if waiting is not None:
+            self.unsent[owner.name] = waiting.merged(report)
+            return
+        self.unsent[owner.name] = report
+
+        async def write() -> None:
+            await self.first.clear()
+            whole = self.unsent.pop(owner.name, report)
+            for event in whole.events:
+                await self.ctx.cluster.create_event(event)
+            refreshed = whole.refresh and await self._refresh_status(
+                owner, force=whole.force, workers=whole.workers
+            )
+            if whole.workers and not refreshed:  # a count alone: no GET, no reconcile
+                status = {"workers": whole.workers}
+                await self.ctx.cluster.patch_endpoint_status(owner.namespace, owner.name, status)
+
         self._spawn(self.reporting, owner, "reporting on", write, self.reports)
 
     async def scale(
@@ -616,11 +659,10 @@ class ScalingLoop:
             entry = await self._count_starts(owner, entry, deployment, pods, metrics)
             return await self._decide(owner, entry, deployment, pods, metrics)
         finally:
-            changed = await self._report_pods(owner, entry, pods, replaced)
+            report = await self._report_pods(owner, entry, pods, replaced)
             if not targeted:  # a snapshot says nothing of whether /metrics can be read
-                changed = await self._report_metrics(owner, check) or changed
-            if changed:
-                self._report(owner, lambda: self._refresh_status(owner))
+                report = report.merged(self._report_metrics(owner, check))
+            self._report(owner, report)
 
     async def _decide(
         self,
@@ -681,7 +723,7 @@ class ScalingLoop:
             state.looping = False
             count = restarted(count)
             log.info("%s/%s: crash loop cleared; workers start again", owner.namespace, ep)
-            self._report(owner, lambda: self._refresh_status(owner, force=True))
+            self._report(owner, Report(refresh=True, force=True))
         if entry.crashLoop is not None:
             state.looping = True
         if metrics is not None and pods:  # without a reading no start is known to be good
@@ -714,12 +756,7 @@ class ScalingLoop:
         )
         log.warning("%s/%s CrashLoop: %s", owner.namespace, ep, message)
         event = endpoint_event(owner, "CrashLoop", message, now=rc.now(), warning=True)
-
-        async def report() -> None:
-            await self.ctx.cluster.create_event(event)
-            await self._refresh_status(owner, force=True)
-
-        self._report(owner, report)
+        self._report(owner, Report([event], refresh=True, force=True))
         return entry
 
     async def _forget_gone_pods(self, endpoint_id: str, pods: list[Obj]) -> None:
@@ -738,24 +775,18 @@ class ScalingLoop:
 
     def _scaled(self, owner: Owner, deployment: Obj, before: int, decision: Decision) -> None:
         """Tell people, in the report lane: an Event on the Endpoint, and the new desired
-        count in its status."""
+        count in its status (with the rest of what changed meanwhile: one write)."""
         reason = "ScaledUp" if decision.desired > before else "ScaledDown"
         log.info("%s/%s %s: %s", owner.namespace, owner.name, reason, decision.reason)
         event = endpoint_event(owner, reason, decision.reason, now=rc.now())
         ready = int((deployment.get("status") or {}).get("readyReplicas") or 0)
-        workers = {"workers": {"desired": decision.desired, "ready": ready}}
-
-        async def write() -> None:
-            await self.ctx.cluster.create_event(event)
-            await self.ctx.cluster.patch_endpoint_status(owner.namespace, owner.name, workers)
-
-        self._report(owner, write)
+        self._report(owner, Report([event], workers={"desired": decision.desired, "ready": ready}))
 
     async def _report_pods(
         self, owner: Owner, entry: RegistryEntry, pods: list[Obj], replaced: Check | None = None
-    ) -> bool:
+    ) -> Report:
         """Worker states from the pods to Redis (for `/health`), and `WorkersHealthy` on
-        the Endpoint: on a change, an Event; True when the status needs a refresh. A
+        the Endpoint: on a change, an Event and a status refresh (the report). A
         load-balancing endpoint's routed pods are counted by the gateways' health polls;
         its parked pods count nowhere (scaled down, only resumable). `replaced`: the
         condition a worker replaced recently gives (`kube.worker_health`, which posted its
@@ -774,33 +805,43 @@ class ScalingLoop:
         check, previous = worst(states.check, replaced), self.ctx.pods.get(owner.name)
         self.ctx.pods[owner.name] = check
         if check is None or check == previous:
-            return False
+            return Report()
         if check.ok is False and check is not replaced:
             event = endpoint_event(owner, check.reason, check.message, now=rc.now(), warning=True)
-            await self.ctx.cluster.create_event(event)
-        return True
+            return Report([event], refresh=True)
+        return Report(refresh=True)
 
-    async def _report_metrics(self, owner: Owner, check: Check) -> bool:
-        """Keep `MetricsAvailable` current: on a change, an Event; True when the status
-        needs a refresh."""
+    def _report_metrics(self, owner: Owner, check: Check) -> Report:
+        """Keep `MetricsAvailable` current: on a change, an Event and a status refresh."""
         previous = self.ctx.scaling.get(owner.name)
         self.ctx.scaling[owner.name] = check
         if previous is not None and (previous.ok, previous.reason) == (check.ok, check.reason):
-            return False
+            return Report()
         if not check.ok or previous is not None:
             reason = "MetricsAvailable" if check.ok else "MetricsUnavailable"
             event = endpoint_event(owner, reason, check.message, now=rc.now(), warning=not check.ok)
-            await self.ctx.cluster.create_event(event)
-        return True
+            return Report([event], refresh=True)
+        return Report(refresh=True)
 
-    async def _refresh_status(self, owner: Owner, *, force: bool = False) -> None:
+    async def _refresh_status(
+        self, owner: Owner, *, force: bool = False, workers: Mapping[str, int] | None = None
+    ) -> bool:
         """One status refresh for whatever this tick changed, unless the Endpoint's status
         already says it (the first sighting after an operator restart: a GET, no
-        reconcile). An Endpoint with no status yet is being created: its create handler
-        writes the conditions kept in the context, and the resync those it missed."""
+        reconcile); True when it was reconciled. `workers`: the counts of the scaler's last
+        decision, written with it (the Deployment as watched may not show it yet). An
+        Endpoint with no status yet is being created: its create handler writes the
+        conditions kept in the context, and the resync those it missed. The worker-key
+        Secret is not checked (a resync checks it when a pod cannot start without it)."""
         body = await self.ctx.cluster.get_endpoint(owner.namespace, owner.name)
         if body is None or body["metadata"].get("deletionTimestamp") or not body.get("status"):
-            return
+            return False
         checks = [c for c in (self.ctx.scaling.get(owner.name), self.ctx.pods.get(owner.name)) if c]
-        if force or not shows(body.get("status"), checks):  # the key Secret: the resync's
-            await rc.refresh(self.ctx, body, steady=True, rest=True)
+        if not force and shows(body.get("status"), checks):
+            return False
+        status = await rc.reconcile(body, self.ctx, steady=True, rest=True)
+        if workers:
+            status["workers"] = {**(status.get("workers") or {}), **workers}
+        if not same_status(body.get("status"), status):
+            await self.ctx.cluster.patch_endpoint_status(owner.namespace, owner.name, status)
+        return True
