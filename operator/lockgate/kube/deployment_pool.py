@@ -252,6 +252,34 @@ class DeploymentPool:
             self.pods.remove(pod)
             self.leaving.append(name)
 
+    async def remove_stopped(self, *, scaled_here: bool = True) -> None:
+        """Delete the live pods a person asked to stop (`JobStore.ask_stop`: the Workers
+        tab's Stop) and, when this scaler sets the count (`scaled_here`), lower the replica
+        count by as many, so the ReplicaSet starts none in their place (the scaler starts
+        another only if workersMin or the queue want one). Each first gets the lowest
+        deletion cost, so the smaller count removes it and no other pod. Their workers have
+        had no new job since the ask; SIGTERM lets the job in hand finish."""
+        if self.store is None or not self.pods:
+            return  # no pod to stop: no Redis call (an endpoint at zero costs none)
+        wanted = set(await self.store.stops_asked(self.endpoint_id))
+        victims = [p for p in self.pods if p["metadata"]["name"] in wanted]
+        if not victims:
+            return
+        names = [p["metadata"]["name"] for p in victims]
+        cheapest = {DELETION_COST: PARKED_COST}  # the one a smaller count removes
+        for name in names:
+            with contextlib.suppress(NotFound):  # deleted since the tick began
+                await self.cluster.annotate("Pod", self.namespace, name, cheapest)
+        if scaled_here:
+            self.replicas = max(0, self.replicas - len(names))
+            await self.cluster.scale_deployment(self.namespace, self.name, self.replicas)
+        for pod, name in zip(victims, names, strict=True):
+            log.info("pod %s/%s: a stop was asked: deleting it", self.namespace, name)
+            with contextlib.suppress(NotFound):
+                await self.cluster.delete("Pod", self.namespace, name)
+            self.pods.remove(pod)
+            self.leaving.append(name)
+
     async def resize(self, desired: int, *, idle_first: Sequence[str]) -> None:
         """Patch the scale subresource. Shrinking, the idle pods to remove (`idle_first`
         first) are taken out of service before, so the ReplicaSet deletes them; a

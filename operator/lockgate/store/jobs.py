@@ -15,6 +15,7 @@ from redis.exceptions import OutOfMemoryError
 from lockgate.models import JobStatus
 from lockgate.models.endpoint import WORKER_LOST
 from lockgate.models.unhealthy import UnhealthyWorker
+from lockgate.models.waiting import queue_position
 from lockgate.store import keys, pipe
 from lockgate.store.keys import F
 from lockgate.store.records import Attempt, Finished, JobExtras, JobRecord, Snapshot, TakenJob
@@ -346,6 +347,23 @@ class JobStore:
         raw: bytes | None = await pipe.read(self.redis, "HGET", key, F.INPUT)
         return raw
 
+    async def queue_position(self, endpoint_id: str, job_id: str) -> int | None:
+        """The queued job's place in its endpoint's queues (1: taken next; a lowPriority
+        job waits behind every normal one), None once it left them. Three reads in one
+        write, not atomic: a take meanwhile shifts the answer by what it took. Only where
+        a person asks (`/status?position=1`): never on the job path."""
+        p = keys.prefix(endpoint_id)
+        normal, low, normal_queued = await asyncio.gather(
+            pipe.read(self.redis, "ZRANK", p + "q", job_id),
+            pipe.read(self.redis, "ZRANK", p + "ql", job_id),
+            pipe.read(self.redis, "ZCARD", p + "q"),
+        )
+        return queue_position(
+            normal_rank=None if normal is None else int(normal),
+            low_rank=None if low is None else int(low),
+            normal_queued=int(normal_queued or 0),
+        )
+
     async def job_extras(self, endpoint_id: str, job_id: str) -> JobExtras:
         """How many times a worker took the job (since its last /retry), its last takes,
         and its stream chunks not yet read by /stream (read without removing them; those
@@ -566,6 +584,25 @@ class JobStore:
         pipe.zadd(key, {worker_id: now + keys.STOPPING_MS})
         pipe.pexpire(key, keys.STOPPING_MS)
         await pipe.execute()
+
+    async def ask_stop(self, endpoint_id: str, worker_id: str) -> None:
+        """One worker asked to stop for good (the Workers tab's Stop on a cluster): it gets
+        no new job, and `stops_asked` lists it for the operator's scaler, which deletes its
+        pod with one replica fewer (kube/deployment_pool.py `remove_stopped`)."""
+        await self.stop_taking(endpoint_id, [worker_id])
+        key = keys.prefix(endpoint_id) + "stopask"
+        now = self.clock()
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zremrangebyscore(key, "-inf", now)
+        pipe.zadd(key, {worker_id: now + keys.STOPPING_MS})
+        pipe.pexpire(key, keys.STOPPING_MS)
+        await pipe.execute()
+
+    async def stops_asked(self, endpoint_id: str) -> list[str]:
+        """Workers asked to stop for good (see `ask_stop`)."""
+        key = keys.prefix(endpoint_id) + "stopask"
+        members = await self.redis.zrangebyscore(key, self.clock(), "+inf")
+        return [w.decode() for w in cast(list[bytes], members)]  # no scores asked: members
 
     async def refreshing(self, endpoint_id: str) -> list[str]:
         """Workers that asked to be replaced (see `refresh_worker`)."""

@@ -24,6 +24,8 @@ the single description of what they build.
                                registered again by a late ping; score = until when (ms)
     lg:{ep}:refresh      ZSET  workers that asked to be replaced after their job
                                (`refresh_worker`, the runpod SDK's `stopPod`); score = until
+    lg:{ep}:stopask      ZSET  workers a person asked to stop for good (a cluster's per-worker
+                               stop, `ask_stop`); score = until
     lg:{ep}:stats        HASH  completed, failed, retried counters
     lg:{ep}:ix:{state}   ZSET  listing index of GET /requests: the job ids now in {state},
                                score = createdAt (ms) * ORDER_SLOTS + submission sequence
