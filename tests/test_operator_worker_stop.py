@@ -94,6 +94,8 @@ async def test_one_worker_pod_restarted_then_stopped_and_a_strangers_pod_is_404(
         lambda: second not in {p.metadata.name for p in worker_pods(resources, name)},
         "the stopped pod deleted",
     )
+    status, _, body = await _post(f"{base}/{second}/stop", key)
+    assert status == 404, body  # stopping already, or gone: a second click does nothing
     await until(
         lambda: [e for e in events(resources, name, "ScaledUp") if "1 -> 2" in e.message],
         "the replica count lowered by the stop, then raised by workersMin",

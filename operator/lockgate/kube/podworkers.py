@@ -242,11 +242,15 @@ class KubernetesWorkers:
         (`restart`). It gets no new job at once; the operator's scaler deletes the pod at
         its next tick (`DeploymentPool.replace_refreshing`, `remove_stopped`): this account
         needs no right on pods beyond reading them. WorkerNotFound unless it is a live,
-        unparked worker pod of this endpoint."""
+        unparked worker pod of this endpoint (one being deleted is stopping already)."""
         if self.store is None:
             raise WorkerNotFound(worker_id)
-        pods = await self._pods(endpoint_id)
-        if not any(p["metadata"]["name"] == worker_id and parked_until(p) is None for p in pods):
+        if not any(
+            p["metadata"]["name"] == worker_id
+            and not p["metadata"].get("deletionTimestamp")
+            and parked_until(p) is None
+            for p in await self._pods(endpoint_id)
+        ):
             raise WorkerNotFound(worker_id)
         if restart:
             await self.store.refresh_worker(endpoint_id, worker_id)
