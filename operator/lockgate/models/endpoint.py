@@ -6,7 +6,7 @@ import functools
 import re
 from collections.abc import Mapping, Sequence, Set
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from pydantic import (
     AfterValidator,
@@ -352,7 +352,8 @@ def cross_field_problems(values: Mapping[str, Any]) -> list[str]:
 def _field_adapter(name: str) -> TypeAdapter[Any]:
     """One `EndpointSpec` field's type with its constraints, to validate it alone."""
     field = EndpointSpec.model_fields[name]
-    return TypeAdapter(Annotated[field.annotation, field])
+    hinted: Any = cast(Any, Annotated)[field.annotation, field]  # built at run time
+    return TypeAdapter(hinted)
 
 
 def _valid_values(data: Mapping[str, Any], names: Sequence[str], bad: Set[str]) -> dict[str, Any]:
