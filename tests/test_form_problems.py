@@ -94,3 +94,12 @@ def test_every_check_across_fields_is_one_problem_beside_any_field_error(fields,
     problems = err.value.errors(include_url=False)
     assert [".".join(map(str, e["loc"])) for e in problems if e["loc"]][:1] == ["idleTimeout"]
     assert [e["msg"] for e in problems if not e["loc"]] == across
+
+
+def test_a_templates_problem_reads_without_pydantics_prefix(dev):
+    """The /v1/templates path names fields as RunPod does (`models/templates.describe`); it
+    kept pydantic's "Value error, " until the console's template edit showed it."""
+    body = {"name": "bad-env", "imageName": "example.test/x:1", "env": {"BAD NAME": "1"}}
+    r = requests.post(f"{dev.url}/v1/templates", json=body, headers=dev.headers(), timeout=10)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"] == "env: 'BAD NAME' is not a valid environment variable name"
