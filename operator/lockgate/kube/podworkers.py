@@ -240,7 +240,7 @@ class KubernetesWorkers:
     async def stop(self, endpoint_id: str, worker_id: str, *, restart: bool) -> None:
         """Ask the operator to stop one worker pod of the endpoint, or to replace it
         (`restart`). It gets no new job at once; the operator's scaler deletes the pod at
-        its next tick (`DeploymentPool.replace_refreshing`, `remove_stopped`): this account
+        its next tick (`DeploymentPool.act_on_asks`): this account
         needs no right on pods beyond reading them. WorkerNotFound unless it is a live,
         unparked worker pod of this endpoint (one being deleted is stopping already)."""
         if self.store is None:

@@ -574,41 +574,45 @@ class JobStore:
         await asyncio.gather(*wakes)
 
     async def refresh_worker(self, endpoint_id: str, worker_id: str) -> None:
-        """The worker asked to be replaced after its job (`refresh_worker`): it gets no new
-        job, and `refreshing` lists it for its pool to stop and replace."""
+        """The worker asked to be replaced after its job (`refresh_worker`), or a person
+        asked it restarted: it gets no new job, and `refreshing` lists it for its pool to
+        stop and replace."""
         await self.stop_taking(endpoint_id, [worker_id])
-        key = keys.prefix(endpoint_id) + "refresh"
-        now = self.clock()
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.zremrangebyscore(key, "-inf", now)
-        pipe.zadd(key, {worker_id: now + keys.STOPPING_MS})
-        pipe.pexpire(key, keys.STOPPING_MS)
-        await pipe.execute()
+        await self._ask(endpoint_id, worker_id, 0)
 
     async def ask_stop(self, endpoint_id: str, worker_id: str) -> None:
         """One worker asked to stop for good (the Workers tab's Stop on a cluster): it gets
-        no new job, and `stops_asked` lists it for the operator's scaler, which deletes its
-        pod with one replica fewer (kube/deployment_pool.py `remove_stopped`)."""
+        no new job, and `worker_asks` lists it for the operator's scaler, which deletes its
+        pod with one replica fewer (kube/deployment_pool.py `act_on_asks`)."""
         await self.stop_taking(endpoint_id, [worker_id])
-        key = keys.prefix(endpoint_id) + "stopask"
+        await self._ask(endpoint_id, worker_id, keys.STOP_ASK)
+
+    async def _ask(self, endpoint_id: str, worker_id: str, mark: int) -> None:
+        """Note a restart (`mark` 0) or a stop (`keys.STOP_ASK`) of the worker in `refresh`,
+        until `STOPPING_MS` from now; the latest ask of a worker wins."""
+        key = keys.prefix(endpoint_id) + "refresh"
         now = self.clock()
         pipe = self.redis.pipeline(transaction=False)
         pipe.zremrangebyscore(key, "-inf", now)
-        pipe.zadd(key, {worker_id: now + keys.STOPPING_MS})
+        pipe.zremrangebyscore(key, keys.STOP_ASK, keys.STOP_ASK + now)
+        pipe.zadd(key, {worker_id: mark + now + keys.STOPPING_MS})
         pipe.pexpire(key, keys.STOPPING_MS)
         await pipe.execute()
 
-    async def stops_asked(self, endpoint_id: str) -> list[str]:
-        """Workers asked to stop for good (see `ask_stop`)."""
-        key = keys.prefix(endpoint_id) + "stopask"
-        members = await self.redis.zrangebyscore(key, self.clock(), "+inf")
-        return [w.decode() for w in cast(list[bytes], members)]  # no scores asked: members
+    async def worker_asks(self, endpoint_id: str) -> tuple[list[str], list[str]]:
+        """The workers to replace (`refresh_worker`) and those to stop for good
+        (`ask_stop`), in one read of `refresh`."""
+        now = self.clock()
+        key = keys.prefix(endpoint_id) + "refresh"
+        scored = await self.redis.zrangebyscore(key, now, "+inf", withscores=True)
+        pairs = cast(list[tuple[bytes, float]], scored)  # (member, score) pairs
+        restart = [w.decode() for w, at in pairs if at < keys.STOP_ASK]
+        stop = [w.decode() for w, at in pairs if at > keys.STOP_ASK + now]
+        return restart, stop
 
     async def refreshing(self, endpoint_id: str) -> list[str]:
-        """Workers that asked to be replaced (see `refresh_worker`)."""
-        key = keys.prefix(endpoint_id) + "refresh"
-        members = await self.redis.zrangebyscore(key, self.clock(), "+inf")
-        return [w.decode() for w in cast(list[bytes], members)]  # no scores asked: members
+        """Workers to replace (see `refresh_worker`)."""
+        return (await self.worker_asks(endpoint_id))[0]
 
     async def heartbeat(self, endpoint_id: str, worker_id: str) -> None:
         """Mark a worker alive now, running no job (a ping without a job list); a worker

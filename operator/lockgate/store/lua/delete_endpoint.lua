@@ -15,7 +15,7 @@ for _, w in ipairs(redis.call('ZRANGE', P .. 'w', 0, -1)) do
 end
 redis.call('UNLINK', P .. 'q', P .. 'ql', P .. 'run', P .. 'exp', P .. 'w', P .. 'seq',
   P .. 'stats', P .. 'wh', P .. 'wha', P .. 'sweep', P .. 'qb', P .. 'stopping', P .. 'gone',
-  P .. 'refresh', P .. 'stopask', P .. 'hist', P .. 'hist1m', P .. 'ws', P .. 'wst', P .. 'wfc', P .. 'un',
+  P .. 'refresh', P .. 'hist', P .. 'hist1m', P .. 'ws', P .. 'wst', P .. 'wfc', P .. 'un',
   P .. 'unp', P .. 'rel', P .. 'relv', P .. 'lost', P .. 'wu', P .. 'wun', P .. 'lbw', P .. 'lbh',
   P .. 'lbr', P .. 'lbp', P .. 'lbpw', P .. 'lbu')
 for _, b in ipairs(redis.call('ZRANGE', P .. 'bld', 0, -1)) do
