@@ -1,6 +1,8 @@
 """Why a queue endpoint's jobs wait, in a person's words: one line for `/health`'s
-`waiting` field (beyond the spec), which the CLI's `jobs run --wait` prints on stderr and
-the console can show. Pure: the gateway gives it the counts of its `/health` answer."""
+`waiting` field (beyond the spec), and for one queued job `/status?position=1`'s `waiting`,
+with its place (`queue_position`), which the CLI's `jobs run --wait` prints on stderr and
+the console's runner shows. Pure: the gateway gives it the counts of its `/health` answer
+and the job's ranks in the queues."""
 
 from __future__ import annotations
 
