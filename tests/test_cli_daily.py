@@ -383,6 +383,52 @@ def test_a_job_on_an_endpoint_with_max_workers_0_says_none_will_start(dev, env) 
     requests.delete(f"{dev.url}/v1/endpoints/cli-max0", headers=dev.headers(), timeout=30)
 
 
+def test_a_job_behind_a_busy_worker_at_the_max_says_its_place_in_the_queue(
+    dev, env, tmp_path
+) -> None:
+    """Issue 50, item 4: `jobs run --wait` names the job's place, counting the normal
+    queue before the lowPriority one (workers take it first)."""
+    release = tmp_path / "release"
+    v1_endpoint(dev, "cli-busy", templateId="tests/workers/runpod_progress.py", workersMax=1)
+    url, headers = f"{dev.url}/v2/cli-busy", dev.headers()
+
+    def submit(**policy: object) -> str:
+        body = {"input": {"release": str(release)}, "policy": policy}
+        return requests.post(f"{url}/run", json=body, headers=headers, timeout=10).json()["id"]
+
+    run = None
+    try:
+        first = submit()
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            status = requests.get(f"{url}/status/{first}", headers=headers, timeout=10).json()
+            if status["status"] == "IN_PROGRESS":
+                break
+            time.sleep(0.2)
+        assert status["status"] == "IN_PROGRESS", status
+        submit(lowPriority=True)  # queued first, yet taken after every normal job
+        submit()
+        run = subprocess.Popen(
+            [sys.executable, "-m", "lockgate.cli", "jobs", "run", "cli-busy",
+             json.dumps({"release": str(release)}), "--wait"],
+            env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        line = stderr_line_with(run, "position", timeout_s=60)
+        assert line.rstrip().endswith(
+            "waits: 1 worker busy, max reached (1); position 2 of 3 in the queue"
+        ), line
+        release.touch()
+        assert run.wait(timeout=120) == 0  # its stderr is read by stderr_line_with's thread
+        out = run.stdout.read()
+        assert "COMPLETED" in out.splitlines()[1], out
+    finally:
+        release.touch()
+        if run is not None and run.poll() is None:
+            run.kill()
+            run.wait(10)
+        requests.delete(f"{dev.url}/v1/endpoints/cli-busy", headers=headers, timeout=30)
+
+
 def test_a_runpod_workers_failure_reads_as_a_line_and_its_traceback_as_lines(dev, env) -> None:
     """Issue 50, item 3: the runpod SDK's error (a JSON string) is `ValueError: …` in the
     table, and its traceback real lines on stderr, not one string with `\\n` in it."""

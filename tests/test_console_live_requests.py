@@ -158,15 +158,27 @@ def test_the_create_form_reports_every_problem_at_once_in_its_labels(page, conso
         assert place.locator(f'[name="{field}"]').get_attribute("aria-invalid") == "true"
     screenshot(page, "create-every-problem")
 
-    # a check across fields names both in the form's words, beside the first
-    page.get_by_label("Endpoint id").fill("fine-id")
+    # a check across fields comes in the same answer as the fields' own problems, in the
+    # form's words, beside the first field it names
     page.get_by_label("Workers max").fill("1")
     page.get_by_label("Workers min").fill("3")
+    page.get_by_role("button", name="Create endpoint").click()
+    summary.filter(has_text="must not exceed").wait_for()
+    text = summary.inner_text()
+    assert "4 problems" in text, text
+    assert "Workers min (3) must not exceed Workers max (1)" in text, text
+    assert "Endpoint id: " in text and "Idle timeout (s): " in text, text
+    error = page.locator('[data-field="workersMin"] .field-error')
+    assert error.inner_text() == "Workers min (3) must not exceed Workers max (1)"
+    assert page.locator(".field-error").count() == 4
+    screenshot(page, "create-every-problem-across-fields")
+
+    # with the fields fixed, the check across fields is the one problem left
+    page.get_by_label("Endpoint id").fill("fine-id")
     page.get_by_label("Idle timeout (s)").fill("5")
     page.get_by_label("Scaler value").fill("4")
     page.get_by_role("button", name="Create endpoint").click()
-    error = page.locator('[data-field="workersMin"] .field-error')
-    error.wait_for()
+    summary.filter(has_text="1 problem:").wait_for()
     assert error.inner_text() == "Workers min (3) must not exceed Workers max (1)"
     assert page.locator(".field-error").count() == 1
     assert_clean(page, allow=EXPECTED)
@@ -187,10 +199,18 @@ def test_the_runner_says_a_job_waits_behind_a_busy_worker_at_the_max(
     page.locator(f'tr[data-job="{first["id"]}"] .badge', has_text="IN_PROGRESS").wait_for(
         timeout=90_000
     )
+    queued = requests.post(  # one job ahead of the runner's in the queue
+        f"{console_dev.url}/v2/{ep}/run",
+        json={"input": {"release": str(release)}},
+        headers=console_dev.headers(),
+        timeout=10,
+    )
+    assert queued.json()["status"] == "IN_QUEUE", queued.text
     run_async(page, f'{{"input": {{"release": "{release}"}}}}')
-    note = page.get_by_role("status").filter(has_text="1 worker busy, max reached (1)")
+    # its place, from /status?position=1 (the queue's count alone comes from /health)
+    note = page.get_by_role("status").filter(has_text="position 2 of 2 in the queue")
     note.wait_for(timeout=30_000)
-    assert "1 job in the queue" in note.inner_text()
+    assert "1 worker busy, max reached (1)" in note.inner_text()
     screenshot(page, "requests-waiting-busy")
     release.touch()
     wait_status(page, "COMPLETED", timeout_ms=90_000)

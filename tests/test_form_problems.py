@@ -59,3 +59,47 @@ def test_validator_messages_reach_people_as_written():
     with pytest.raises(ValidationError) as spec_err:
         EndpointSpec.model_validate({"templateId": "x", "workersMin": 3, "workersMax": 1})
     assert "Value error" not in describe_validation_error(spec_err.value)
+
+
+def test_a_check_across_fields_comes_with_the_fields_own_problems(dev):
+    """Issue 50, item 8: pydantic runs a check across fields only once every field is
+    valid; EndpointSpec runs it over the valid fields too, so one answer has them all."""
+    r = create(dev, {"id": "Not An Id", "templateId": "examples/echo/handler.py",
+                     "workersMin": 3, "workersMax": 1, "idleTimeout": -5})  # fmt: skip
+    assert r.status_code == 400, r.text
+    parts = r.json()["error"].split("; ")
+    assert parts[0].startswith("id: ") and parts[1].startswith("idleTimeout: "), parts
+    assert parts[2:] == ["body: workersMin (3) must not exceed workersMax (1)"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "across"),
+    [
+        # a field in a check that is itself invalid: that check is not made
+        ({"workersMin": 3, "workersMax": -1}, []),
+        ({"workersMin": 3, "workersMax": 1}, ["workersMin (3) must not exceed workersMax (1)"]),
+        # an absent field counts with its default (workersMax 3)
+        ({"workersMin": 4}, ["workersMin (4) must not exceed workersMax (3)"]),
+        ({"type": "LB", "gpuCount": 0}, [
+            "scalerType must be REQUEST_COUNT for a load-balancing endpoint (type LB), "
+            "not QUEUE_DELAY",
+            "gpuCount must be at least 1 for a GPU endpoint (computeType GPU)",
+        ]),
+        ({"type": "LB", "scalerType": "REQUEST_COUNT", "computeType": "CPU", "gpuCount": 0}, []),
+    ],
+)  # fmt: skip
+def test_every_check_across_fields_is_one_problem_beside_any_field_error(fields, across):
+    with pytest.raises(ValidationError) as err:
+        EndpointSpec.model_validate({"templateId": "x", "idleTimeout": -1, **fields})
+    problems = err.value.errors(include_url=False)
+    assert [".".join(map(str, e["loc"])) for e in problems if e["loc"]][:1] == ["idleTimeout"]
+    assert [e["msg"] for e in problems if not e["loc"]] == across
+
+
+def test_a_templates_problem_reads_without_pydantics_prefix(dev):
+    """The /v1/templates path names fields as RunPod does (`models/templates.describe`); it
+    kept pydantic's "Value error, " until the console's template edit showed it."""
+    body = {"name": "bad-env", "imageName": "example.test/x:1", "env": {"BAD NAME": "1"}}
+    r = requests.post(f"{dev.url}/v1/templates", json=body, headers=dev.headers(), timeout=10)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"] == "env: 'BAD NAME' is not a valid environment variable name"

@@ -325,3 +325,35 @@ def test_an_image_that_cannot_be_pulled_is_unhealthy_with_the_cause(
     )
     assert "ImagePullError" in described and MISSING in described
     release.node.kubectl("-n", USER_NAMESPACE, "delete", "endpoints.lockgate.dev", "missing")
+
+
+def test_the_workers_tab_shows_the_pod_its_log_and_restarts_it(
+    page, release: Release, manage: Manage, pod: str
+) -> None:
+    """Issue 50, item 10 on a real node: the Workers tab's row of the echo pod (its state
+    and node), its live log, and a restart: the management API, with the chart's RBAC (it
+    may not change pods), asks it in the job store; the operator deletes the pod and the
+    ReplicaSet starts a fresh one. Last in the module: the `pod` fixture's pod is gone."""
+    sign_in(page, manage, ADMIN_KEY)
+    page.wait_for_url(re.compile(r"#/endpoints$"))
+    page.goto(f"{manage.url}/console/#/endpoints/echo/workers")
+    table = page.get_by_role("table", name="Workers")
+    row = table.locator(f'tbody tr[data-worker="{pod}"]')
+    row.wait_for(timeout=60_000)
+    expect(row.locator("td").nth(1)).to_have_text(re.compile(r"^(IDLE|RUNNING)$"), timeout=60_000)
+    assert row.locator("td").nth(6).inner_text() not in ("", "—")  # the pod's node
+
+    page.get_by_role("button", name=f"Log of {pod}").click()
+    log = page.get_by_role("log", name=f"Log of worker {pod}")
+    log.get_by_text(f"worker {pod} started", exact=False).first.wait_for(timeout=60_000)
+    screenshot(page, "workers-node")
+
+    page.get_by_role("button", name=f"Restart {pod}").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text(f"Restart worker {pod}?")
+    dialog.get_by_role("button", name="Restart worker").click()
+    expect(table.locator(f'tbody tr[data-worker="{pod}"]')).to_have_count(0, timeout=120_000)
+    fresh = table.locator(f'tbody tr:not([data-worker="{pod}"])')
+    expect(fresh).to_have_count(1, timeout=120_000)
+    screenshot(page, "workers-node-restarted")
+    assert_clean(page, allow=("ERR_NAME_NOT_RESOLVED",))

@@ -7,7 +7,7 @@ import pytest
 from lockgate.dev.workers import limits_of
 from lockgate.models.crashloop import CrashLoop
 from lockgate.models.endpoint import EndpointSpec, ScalerType
-from lockgate.models.waiting import why_waiting
+from lockgate.models.waiting import queue_position, why_waiting
 from lockgate.scaling.autoscaler import change_to_say
 from lockgate.scaling.decision import (
     STABILISATION_S,
@@ -296,3 +296,39 @@ def test_a_crash_loop_is_why_jobs_wait_before_any_count() -> None:
         "workers crash at start (exit code 1: no model); no worker starts until a new release "
         "or a restart"
     )
+
+
+@pytest.mark.parametrize(
+    ("counts", "said"),
+    [
+        (dict(queued=5, idle=0, running=2, starting=0, workers_max=2, position=3),
+         "2 workers busy, max reached (2); position 3 of 5 in the queue"),
+        (dict(queued=1, idle=0, running=0, starting=1, workers_max=2, position=1),
+         "1 worker starting (a cold start); position 1 of 1 in the queue"),
+        # the queue's count read a moment apart from the rank: never "position 4 of 3"
+        (dict(queued=3, idle=0, running=1, starting=0, workers_max=1, position=4),
+         "1 worker busy, max reached (1); position 4 of 4 in the queue"),
+        (dict(queued=2, idle=0, running=0, starting=0, workers_max=0, position=2),
+         "max workers is 0: no worker will start"),
+        (dict(queued=2, idle=1, running=0, starting=0, workers_max=2, position=1), None),
+    ],
+)  # fmt: skip
+def test_one_jobs_wait_names_its_place_in_the_queue(counts: dict, said: str | None) -> None:
+    assert why_waiting(**counts) == said
+
+
+@pytest.mark.parametrize(
+    ("normal_rank", "low_rank", "normal_queued", "place"),
+    [
+        (0, None, 4, 1),  # first of the normal queue: taken next
+        (2, None, 4, 3),
+        (None, 0, 4, 5),  # a lowPriority job waits behind every normal one
+        (None, 1, 0, 2),
+        (None, None, 4, None),  # in neither queue: taken, cancelled or gone
+    ],
+)
+def test_a_queued_jobs_place_puts_low_priority_jobs_after_every_normal_one(
+    normal_rank, low_rank, normal_queued, place
+) -> None:
+    got = queue_position(normal_rank=normal_rank, low_rank=low_rank, normal_queued=normal_queued)
+    assert got == place

@@ -371,7 +371,8 @@ Endpoint (the management API does, with its own Role) but a build's canary. */}}
 # with controller.kubernetes.io/pod-deletion-cost; it holds their readiness gate, the
 # lockgate.dev/Serving condition (kube/deployment_pool.py); it deletes a pod whose worker
 # asked to be replaced after its job (refresh_worker), or was marked unhealthy (a failed
-# fitness check or warm-up, its startupTimeout missed: kube/worker_health.py).
+# fitness check or warm-up, its startupTimeout missed: kube/worker_health.py), and one a
+# person restarted or stopped from the Workers tab (asked through Redis: docs/workers.md).
 - apiGroups: [""]
   resources: [pods]
   verbs: [list, watch, patch, delete]

@@ -105,13 +105,17 @@ def storage_for(settings: OperatorSettings, cluster: Cluster, registry: Registry
     return KubernetesStorage(cluster, registry, namespace=namespace, settings=settings)
 
 
-def workers_for(settings: OperatorSettings, cluster: Cluster) -> KubernetesWorkers:
+def workers_for(
+    settings: OperatorSettings, cluster: Cluster, registry: Registry
+) -> KubernetesWorkers:
     """The worker pods of the management API's namespace, with their nodes' GPU type and
-    zone labels as this cluster names them."""
+    zone labels as this cluster names them; one worker's stop or restart is asked in the
+    job store, for the operator to carry out."""
     namespace = settings.manage_namespace()
     return KubernetesWorkers(
-        cluster, namespace, settings.gpu_labelling(), settings.datacenter_label
-    )
+        cluster, namespace, settings.gpu_labelling(), settings.datacenter_label,
+        JobStore(registry.redis),
+    )  # fmt: skip
 
 
 def secret_values_for(settings: OperatorSettings, cluster: Cluster) -> SecretValues:
@@ -180,7 +184,7 @@ async def start(settings: OperatorSettings, cluster: Cluster, registry: Registry
     storage = storage_for(settings, cluster, registry)
     values = secret_values_for(settings, cluster)
     catalog = KubernetesCatalog(cluster, settings)  # the nodes (a ClusterRole's list)
-    workers = workers_for(settings, cluster)
+    workers = workers_for(settings, cluster, registry)
     app = create_app(settings, plane, storage, registry, values, catalog, releases, workers)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()

@@ -19,7 +19,7 @@ LIST_COLUMNS = ("id", "status", "created", "delay ms", "execution ms", "worker",
 STREAM_POLL_S = 0.5  # how often `jobs stream` asks for new chunks
 RUN_WAIT_S = 300.0  # `jobs run --wait`: how long it waits for the end (as /runsync's maximum)
 FIRST_LOOK_MS = 1_000  # a job that ends this soon is shown with no note
-LOOK_EVERY_MS = 5_000  # then each /status call holds this long, and /health is read between
+LOOK_EVERY_MS = 5_000  # then each /status call holds this long
 
 
 def error_line(error: Any) -> str | None:
@@ -86,31 +86,28 @@ async def run_job(args: argparse.Namespace, api: ApiClient) -> int:
 
 async def wait_for_end(api: ApiClient, endpoint: str, job: dict[str, Any]) -> dict[str, Any]:
     """The job once it ended, or as it is after `RUN_WAIT_S`; meanwhile each new reason
-    the endpoint's `/health` gives for its jobs waiting (`waiting`: a crash loop, a
-    maximum of 0, every worker busy) is one line on stderr, so a stuck job is not silent."""
+    it waits (`/status?position=1`'s `waiting`: a crash loop, a maximum of 0, every worker
+    busy, with its place in the queue) is one line on stderr, so a stuck job is not silent.
+    The reason comes with each held `/status` answer: no request of its own."""
     deadline = asyncio.get_running_loop().time() + RUN_WAIT_S
     status = f"{base(endpoint)}/status/{quote(job['id'])}"
     said = None
     wait_ms = FIRST_LOOK_MS
     while True:
-        job = await api.call("GET", status, params={"wait": wait_ms})
+        job = await api.call("GET", status, params={"wait": wait_ms, "position": 1})
         left_s = deadline - asyncio.get_running_loop().time()
         if job.get("status") in FINAL or left_s <= 0:
             return job
-        note = await waiting_note(api, endpoint) if job.get("status") == "IN_QUEUE" else None
+        note = waiting_note(job)
         if note and note != said:
             print(f"lockgate: job {job['id']} waits: {note}", file=sys.stderr, flush=True)
         said = note or said
         wait_ms = int(min(LOOK_EVERY_MS, left_s * 1000))
 
 
-async def waiting_note(api: ApiClient, endpoint: str) -> str | None:
-    """`/health`'s `waiting` (None without one, or when the key may not read it)."""
-    try:
-        health = await api.call("GET", f"{base(endpoint)}/health")
-    except ClientError:
-        return None
-    note = health.get("waiting") if isinstance(health, dict) else None
+def waiting_note(job: dict[str, Any]) -> str | None:
+    """Why a queued job waits (`/status?position=1`'s `waiting`), else None."""
+    note = job.get("waiting") if job.get("status") == "IN_QUEUE" else None
     return note if isinstance(note, str) and note else None
 
 

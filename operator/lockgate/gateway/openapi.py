@@ -215,6 +215,13 @@ def _client_paths(ref: dict[str, dict[str, Any]]) -> dict[str, Any]:
         "(its last 10 takes: workerId, takenAt, endedAt, ended) and `stream` (its chunks no "
         "/stream read has taken yet)",
     )
+    position = param(
+        "position",
+        "query",
+        {"type": "string", "enum": ["0", "1", "true", "false"]},
+        "lockgate only: 1 adds, while the job is IN_QUEUE, `position` (its place in the "
+        "queue, 1 next) and `waiting` (why it waits, with that place)",
+    )
     either = {"anyOf": [ref["Job"], ref["JobState"]]}
     idempotency = param(
         HEADER,
@@ -253,7 +260,7 @@ def _client_paths(ref: dict[str, dict[str, Any]]) -> dict[str, Any]:
                 "jobs:read",
                 _ok(ref["Job"]),
                 "400 401 403 404 429",
-                params=[JOB, ttl, status_wait, with_input, details],
+                params=[JOB, ttl, status_wait, with_input, details, position],
             )
         },
         "/v2/{endpoint}/stream/{job}": {

@@ -237,18 +237,44 @@ class DeploymentPool:
         for name in back:
             await self._set_serving(name, True)
 
-    async def replace_refreshing(self) -> None:
-        """Delete the live pods whose worker asked to be replaced after its job
-        (`refresh_worker`; the runpod SDK's `stopPod`): the ReplicaSet starts a fresh pod,
-        where restarting the container in place would reuse the pod (and, exited 0 again
-        and again, back off as a crash loop). The gateway already gives them no new job."""
+    async def act_on_asks(self, *, scaled_here: bool = True) -> None:
+        """Delete the live pods a worker or a person asked gone, in one read of the asks
+        (`JobStore.worker_asks`): replaced (`refresh_worker`: the runpod SDK's `stopPod`, the
+        Workers tab's Restart), so the ReplicaSet starts a fresh pod, where restarting the
+        container in place would reuse the pod (and, exited 0 again and again, back off as
+        a crash loop); or stopped (`ask_stop`: the Workers tab's Stop), with the replica
+        count lowered by as many when this scaler sets it (`scaled_here`), so none starts
+        in their place (the scaler starts another only if workersMin or the queue want
+        one). The gateway already gives them no new job; SIGTERM lets the job in hand end."""
         if self.store is None or not self.pods:
             return  # no pod to replace: no Redis call (an endpoint at zero costs none)
-        wanted = set(await self.store.refreshing(self.endpoint_id))
-        for pod in [p for p in self.pods if p["metadata"]["name"] in wanted]:
+        restart, stop = await self.store.worker_asks(self.endpoint_id)
+        for pod in [p for p in self.pods if p["metadata"]["name"] in set(restart)]:
             name = pod["metadata"]["name"]
             log.info("pod %s/%s asked for a fresh worker: deleting it", self.namespace, name)
             await self.cluster.delete("Pod", self.namespace, name)
+            self.pods.remove(pod)
+            self.leaving.append(name)
+        await self._remove_stopped(set(stop), scaled_here=scaled_here)
+
+    async def _remove_stopped(self, wanted: set[str], *, scaled_here: bool) -> None:
+        """Each pod to stop first gets the lowest deletion cost, so a smaller count removes
+        it and no other pod; then the count drops (`scaled_here`) and the pod is deleted."""
+        victims = [p for p in self.pods if p["metadata"]["name"] in wanted]
+        if not victims:
+            return
+        names = [p["metadata"]["name"] for p in victims]
+        cheapest = {DELETION_COST: PARKED_COST}  # the one a smaller count removes
+        for name in names:
+            with contextlib.suppress(NotFound):  # deleted since the tick began
+                await self.cluster.annotate("Pod", self.namespace, name, cheapest)
+        if scaled_here:
+            self.replicas = max(0, self.replicas - len(names))
+            await self.cluster.scale_deployment(self.namespace, self.name, self.replicas)
+        for pod, name in zip(victims, names, strict=True):
+            log.info("pod %s/%s: a stop was asked: deleting it", self.namespace, name)
+            with contextlib.suppress(NotFound):
+                await self.cluster.delete("Pod", self.namespace, name)
             self.pods.remove(pod)
             self.leaving.append(name)
 

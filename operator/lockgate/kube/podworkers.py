@@ -51,6 +51,7 @@ from lockgate.manage.workersource import (
     WorkerNotFound,
 )
 from lockgate.models import EndpointRecord
+from lockgate.store import JobStore
 
 log = logging.getLogger("lockgate.manage")
 
@@ -199,8 +200,16 @@ def log_options(read: LogRead, now_ms: int) -> dict[str, Any]:
 class KubernetesWorkers:
     """A `WorkerSource` over the worker pods of one namespace."""
 
-    def __init__(self, cluster: Cluster, namespace: str, gpus: GpuLabels, zone_label: str) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        namespace: str,
+        gpus: GpuLabels,
+        zone_label: str,
+        store: JobStore | None = None,
+    ) -> None:
         self.cluster = cluster
+        self.store = store  # where a stop or restart of one worker is asked (None: refused)
         self.namespace = namespace
         self.gpus = gpus
         self.zone_label = zone_label
@@ -227,6 +236,26 @@ class KubernetesWorkers:
             }
             self._nodes_at = time.monotonic()
         return self._nodes.get(name, {})
+
+    async def stop(self, endpoint_id: str, worker_id: str, *, restart: bool) -> None:
+        """Ask the operator to stop one worker pod of the endpoint, or to replace it
+        (`restart`). It gets no new job at once; the operator's scaler deletes the pod at
+        its next tick (`DeploymentPool.act_on_asks`): this account
+        needs no right on pods beyond reading them. WorkerNotFound unless it is a live,
+        unparked worker pod of this endpoint (one being deleted is stopping already)."""
+        if self.store is None:
+            raise WorkerNotFound(worker_id)
+        if not any(
+            p["metadata"]["name"] == worker_id
+            and not p["metadata"].get("deletionTimestamp")
+            and parked_until(p) is None
+            for p in await self._pods(endpoint_id)
+        ):
+            raise WorkerNotFound(worker_id)
+        if restart:
+            await self.store.refresh_worker(endpoint_id, worker_id)
+        else:
+            await self.store.ask_stop(endpoint_id, worker_id)
 
     async def workers(self, endpoint: EndpointRecord) -> list[WorkerFacts]:
         settings = endpoint.model_dump(mode="json")  # what `pod_problem` names

@@ -681,7 +681,7 @@ class ScalingLoop:
             resume_window_s=float(entry.lbResumeWindowS),
         )  # fmt: skip
         await pool.keep_serving(set(metrics.worker_jobs) if metrics is not None else None)
-        await pool.replace_refreshing()
+        await pool.act_on_asks(scaled_here=not externally_scaled(entry))
         if externally_scaled(entry):
             # Another scaler sets the count; busy pods are still marked, so that its
             # scale-downs remove idle pods first.

@@ -46,6 +46,17 @@ class Job(BaseModel):
         description="lockgate only, on `/status?input=1`: the job's input (never s3Config), "
         "for an admin key or a `jobs` key of the endpoint",
     )
+    position: int | None = Field(
+        None,
+        ge=1,
+        description="lockgate only, on `/status?position=1` of an IN_QUEUE job: its place "
+        "in the queue (1: taken next; a lowPriority job waits behind every normal one)",
+    )
+    waiting: str | None = Field(
+        None,
+        description="lockgate only, on `/status?position=1` of an IN_QUEUE job that no "
+        "free worker takes: why it waits, with its position (as /health's `waiting`)",
+    )
 
 
 class StreamSplit(BaseModel):

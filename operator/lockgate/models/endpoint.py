@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Mapping, Sequence, Set
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any, cast
 
 from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
+    ModelWrapValidatorHandler,
+    TypeAdapter,
+    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from lockgate.models import podfields, secrets
 from lockgate.models.gitrefs import revision_problem
@@ -284,13 +290,31 @@ class EndpointSpec(BaseModel):
         """null is no volume, as a record shows it (RunPod's shape)."""
         return "" if value is None else value
 
-    @model_validator(mode="after")
-    def _min_not_above_max(self) -> EndpointSpec:
-        if self.workersMin > self.workersMax:
-            raise ValueError(
-                f"workersMin ({self.workersMin}) must not exceed workersMax ({self.workersMax})"
-            )
-        return self
+    @model_validator(mode="wrap")
+    @classmethod
+    def _checks_across_fields(
+        cls, data: Any, handler: ModelWrapValidatorHandler[EndpointSpec]
+    ) -> EndpointSpec:
+        """`cross_field_problems`, in the same answer as the fields' own errors: an
+        after-validator runs only once every field is valid, so a form would learn that
+        workersMin exceeds workersMax only once the rest was fixed. Each problem is one
+        error of its own (loc: the body), checked over the fields that are valid."""
+        try:
+            spec = handler(data)
+        except ValidationError as err:
+            if not isinstance(data, Mapping):
+                raise
+            bad = {str(e["loc"][0]) for e in err.errors() if e["loc"]}
+            problems = cross_field_problems(_valid_values(data, CROSS_FIELDS, bad))
+            if not problems:
+                raise
+            raise ValidationError.from_exception_data(
+                err.title, [*_as_init_errors(err), *_problem_errors(problems, data)]
+            ) from None
+        problems = cross_field_problems({name: getattr(spec, name) for name in CROSS_FIELDS})
+        if problems:
+            raise ValidationError.from_exception_data(cls.__name__, _problem_errors(problems, data))
+        return spec
 
     @property
     def initial_workers(self) -> int:
@@ -298,15 +322,6 @@ class EndpointSpec(BaseModel):
         bounds), else `workersMin`."""
         wanted = self.workersMin if self.replicas is None else self.replicas
         return max(self.workersMin, min(self.workersMax, wanted))
-
-    @model_validator(mode="after")
-    def _lb_scales_on_requests(self) -> EndpointSpec:
-        if self.type == EndpointType.LB and self.scalerType != ScalerType.REQUEST_COUNT:
-            raise ValueError(
-                f"scalerType must be REQUEST_COUNT for a load-balancing endpoint (type LB), "
-                f"not {self.scalerType}"
-            )
-        return self
 
     @field_validator("warmup")
     @classmethod
@@ -319,11 +334,71 @@ class EndpointSpec(BaseModel):
             raise ValueError("a request is for LB endpoints, a queue endpoint's is inputs")
         return warmup
 
-    @model_validator(mode="after")
-    def _gpu_endpoints_have_gpus(self) -> EndpointSpec:
-        if self.computeType == ComputeType.GPU and self.gpuCount < 1:
-            raise ValueError("gpuCount must be at least 1 for a GPU endpoint (computeType GPU)")
-        return self
+
+CROSS_FIELDS = ("workersMin", "workersMax", "type", "scalerType", "computeType", "gpuCount")
+
+
+def cross_field_problems(values: Mapping[str, Any]) -> list[str]:
+    """The problems across `EndpointSpec`'s fields, each checked when `values` (valid
+    values, by field name) has every field it reads: workersMin above workersMax, an LB
+    endpoint not scaling on requests, a GPU endpoint with no GPU."""
+    problems = []
+    lo, hi = values.get("workersMin"), values.get("workersMax")
+    if lo is not None and hi is not None and lo > hi:
+        problems.append(f"workersMin ({lo}) must not exceed workersMax ({hi})")
+    kind, scaler = values.get("type"), values.get("scalerType")
+    if kind == EndpointType.LB and scaler is not None and scaler != ScalerType.REQUEST_COUNT:
+        problems.append(
+            "scalerType must be REQUEST_COUNT for a load-balancing endpoint (type LB), "
+            f"not {scaler}"
+        )
+    compute, gpus = values.get("computeType"), values.get("gpuCount")
+    if compute == ComputeType.GPU and gpus is not None and gpus < 1:
+        problems.append("gpuCount must be at least 1 for a GPU endpoint (computeType GPU)")
+    return problems
+
+
+@functools.cache
+def _field_adapter(name: str) -> TypeAdapter[Any]:
+    """One `EndpointSpec` field's type with its constraints, to validate it alone."""
+    field = EndpointSpec.model_fields[name]
+    hinted: Any = cast(Any, Annotated)[field.annotation, field]  # built at run time
+    return TypeAdapter(hinted)
+
+
+def _valid_values(data: Mapping[str, Any], names: Sequence[str], bad: Set[str]) -> dict[str, Any]:
+    """The fields `names` of `data` that are valid (not in `bad`), validated alone; an
+    absent one has its default."""
+    values = {}
+    for name in names:
+        if name in bad:
+            continue
+        if name not in data:
+            values[name] = EndpointSpec.model_fields[name].get_default(call_default_factory=True)
+            continue
+        try:
+            values[name] = _field_adapter(name).validate_python(data[name])
+        except ValidationError:
+            continue
+    return values
+
+
+def _as_init_errors(err: ValidationError) -> list[InitErrorDetails]:
+    """`err`'s errors as they are (message, place, input), to be raised again with more."""
+    return [
+        InitErrorDetails(
+            type=PydanticCustomError(e["type"], e["msg"]), loc=e["loc"], input=e["input"]
+        )
+        for e in err.errors(include_url=False)
+    ]
+
+
+def _problem_errors(problems: Sequence[str], data: Any) -> list[InitErrorDetails]:
+    """One error per problem across fields, at the body (as an after-validator's)."""
+    return [
+        InitErrorDetails(type=PydanticCustomError("value_error", p), loc=(), input=data)
+        for p in problems
+    ]
 
 
 class TemplateCategory(StrEnum):

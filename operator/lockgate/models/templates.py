@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from lockgate.models.endpoint import TemplateSpec
+from lockgate.models.errors import error_message
 
 RUNPOD_TO_SPEC = {
     "imageName": "image",
@@ -59,13 +60,14 @@ def runpod_name(field: str) -> str:
 
 
 def describe(err: ValidationError) -> str:
-    """A validation error with each field as the API names it."""
+    """A validation error with each field as the API names it (without pydantic's
+    "Value error, " prefix: `models.errors.error_message`)."""
     parts = []
     for e in err.errors(include_url=False):
         loc = [str(p) for p in e["loc"]]
         if loc:
             loc[0] = runpod_name(loc[0])
-        parts.append(f"{'.'.join(loc) or 'body'}: {e['msg']}")
+        parts.append(f"{'.'.join(loc) or 'body'}: {error_message(e)}")
     return "; ".join(parts)
 
 

@@ -15,6 +15,7 @@ from redis.exceptions import OutOfMemoryError
 from lockgate.models import JobStatus
 from lockgate.models.endpoint import WORKER_LOST
 from lockgate.models.unhealthy import UnhealthyWorker
+from lockgate.models.waiting import queue_position
 from lockgate.store import keys, pipe
 from lockgate.store.keys import F
 from lockgate.store.records import Attempt, Finished, JobExtras, JobRecord, Snapshot, TakenJob
@@ -346,6 +347,23 @@ class JobStore:
         raw: bytes | None = await pipe.read(self.redis, "HGET", key, F.INPUT)
         return raw
 
+    async def queue_position(self, endpoint_id: str, job_id: str) -> int | None:
+        """The queued job's place in its endpoint's queues (1: taken next; a lowPriority
+        job waits behind every normal one), None once it left them. Three reads in one
+        write, not atomic: a take meanwhile shifts the answer by what it took. Only where
+        a person asks (`/status?position=1`): never on the job path."""
+        p = keys.prefix(endpoint_id)
+        normal, low, normal_queued = await asyncio.gather(
+            pipe.read(self.redis, "ZRANK", p + "q", job_id),
+            pipe.read(self.redis, "ZRANK", p + "ql", job_id),
+            pipe.read(self.redis, "ZCARD", p + "q"),
+        )
+        return queue_position(
+            normal_rank=None if normal is None else int(normal),
+            low_rank=None if low is None else int(low),
+            normal_queued=int(normal_queued or 0),
+        )
+
     async def job_extras(self, endpoint_id: str, job_id: str) -> JobExtras:
         """How many times a worker took the job (since its last /retry), its last takes,
         and its stream chunks not yet read by /stream (read without removing them; those
@@ -556,22 +574,45 @@ class JobStore:
         await asyncio.gather(*wakes)
 
     async def refresh_worker(self, endpoint_id: str, worker_id: str) -> None:
-        """The worker asked to be replaced after its job (`refresh_worker`): it gets no new
-        job, and `refreshing` lists it for its pool to stop and replace."""
+        """The worker asked to be replaced after its job (`refresh_worker`), or a person
+        asked it restarted: it gets no new job, and `refreshing` lists it for its pool to
+        stop and replace."""
         await self.stop_taking(endpoint_id, [worker_id])
+        await self._ask(endpoint_id, worker_id, 0)
+
+    async def ask_stop(self, endpoint_id: str, worker_id: str) -> None:
+        """One worker asked to stop for good (the Workers tab's Stop on a cluster): it gets
+        no new job, and `worker_asks` lists it for the operator's scaler, which deletes its
+        pod with one replica fewer (kube/deployment_pool.py `act_on_asks`)."""
+        await self.stop_taking(endpoint_id, [worker_id])
+        await self._ask(endpoint_id, worker_id, keys.STOP_ASK)
+
+    async def _ask(self, endpoint_id: str, worker_id: str, mark: int) -> None:
+        """Note a restart (`mark` 0) or a stop (`keys.STOP_ASK`) of the worker in `refresh`,
+        until `STOPPING_MS` from now; the latest ask of a worker wins."""
         key = keys.prefix(endpoint_id) + "refresh"
         now = self.clock()
         pipe = self.redis.pipeline(transaction=False)
         pipe.zremrangebyscore(key, "-inf", now)
-        pipe.zadd(key, {worker_id: now + keys.STOPPING_MS})
+        pipe.zremrangebyscore(key, keys.STOP_ASK, keys.STOP_ASK + now)
+        pipe.zadd(key, {worker_id: mark + now + keys.STOPPING_MS})
         pipe.pexpire(key, keys.STOPPING_MS)
         await pipe.execute()
 
-    async def refreshing(self, endpoint_id: str) -> list[str]:
-        """Workers that asked to be replaced (see `refresh_worker`)."""
+    async def worker_asks(self, endpoint_id: str) -> tuple[list[str], list[str]]:
+        """The workers to replace (`refresh_worker`) and those to stop for good
+        (`ask_stop`), in one read of `refresh`."""
+        now = self.clock()
         key = keys.prefix(endpoint_id) + "refresh"
-        members = await self.redis.zrangebyscore(key, self.clock(), "+inf")
-        return [w.decode() for w in cast(list[bytes], members)]  # no scores asked: members
+        scored = await self.redis.zrangebyscore(key, now, "+inf", withscores=True)
+        pairs = cast(list[tuple[bytes, float]], scored)  # (member, score) pairs
+        restart = [w.decode() for w, at in pairs if at < keys.STOP_ASK]
+        stop = [w.decode() for w, at in pairs if at > keys.STOP_ASK + now]
+        return restart, stop
+
+    async def refreshing(self, endpoint_id: str) -> list[str]:
+        """Workers to replace (see `refresh_worker`)."""
+        return (await self.worker_asks(endpoint_id))[0]
 
     async def heartbeat(self, endpoint_id: str, worker_id: str) -> None:
         """Mark a worker alive now, running no job (a ping without a job list); a worker

@@ -23,7 +23,10 @@ the single description of what they build.
     lg:{ep}:gone         ZSET  workers released for good (process exited, pod deleted): not
                                registered again by a late ping; score = until when (ms)
     lg:{ep}:refresh      ZSET  workers that asked to be replaced after their job
-                               (`refresh_worker`, the runpod SDK's `stopPod`); score = until
+                               (`refresh_worker`, the runpod SDK's `stopPod`, a person's
+                               restart); score = until; a worker a person asked to stop for
+                               good (a cluster's per-worker stop, `ask_stop`) has STOP_ASK +
+                               until, so one read gives both
     lg:{ep}:stats        HASH  completed, failed, retried counters
     lg:{ep}:ix:{state}   ZSET  listing index of GET /requests: the job ids now in {state},
                                score = createdAt (ms) * ORDER_SLOTS + submission sequence
@@ -192,6 +195,7 @@ RETENTION_RUN_MS = 30 * 60 * 1000
 RETENTION_SYNC_MS = 60 * 1000
 # How long a worker told to stop is refused new jobs (ms): longer than any pod takes to go.
 STOPPING_MS = 2 * 60 * 60 * 1000
+STOP_ASK = 2**50  # added to a stop ask's score in `refresh` (epoch ms are below 2**41)
 # Index entries per ms of createdAt in the listing index's score (common.lua has the same).
 ORDER_SLOTS = 1024
 # How long a released worker id stays refused (ms): longer than an orphan outlives it.

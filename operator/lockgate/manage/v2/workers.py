@@ -1,8 +1,8 @@
 """`GET /v2/serverless/{id}/workers` and `GET /v2/serverless/{id}/workers/{workerId}/logs`:
 an endpoint's workers with their status, and one worker's log as Server-Sent Events;
 `POST /v2/serverless/{id}/workers/restart` clears a crash loop (docs/crash-loops.md);
-`POST /v2/serverless/{id}/workers/{workerId}/stop` and `…/restart` stop one worker (dev mode;
-501 on a cluster for now).
+`POST /v2/serverless/{id}/workers/{workerId}/stop` and `…/restart` stop one worker (dev mode:
+the process; on a cluster the operator deletes the pod, asked through the job store).
 
 The workers and their logs come from the process's `WorkerSource` (`Backends.workers`:
 pods on a cluster, local processes in dev mode); the status rules are
@@ -299,7 +299,7 @@ def _stopper(request: web.Request) -> WorkerStopper:
     source = _source(request)
     if not hasattr(source, "stop"):
         raise NoWorkerSource(
-            "stopping one worker is not available on a cluster yet: delete its pod "
+            "stopping one worker is not available on this server: delete its pod "
             "(kubectl delete pod WORKER_ID); its Deployment starts another"
         )
     return source  # type: ignore[return-value]
@@ -329,8 +329,8 @@ async def _stop_worker(request: web.Request, *, restart: bool) -> web.Response:
 STOP_NOTE = (
     "lockgate's (RunPod's console has it; its API has none). The worker takes no new job; "
     "the job in hand finishes, then it exits (SIGTERM), as in a scale-down; it is not "
-    "counted as a failed start. 501 on a cluster for now: delete the pod "
-    "(docs/workers.md)."
+    "counted as a failed start. On a cluster the operator deletes the worker's pod at its "
+    "next scaler tick (docs/workers.md)."
 )
 
 

@@ -156,6 +156,7 @@ function liveJob(endpointId, job, signal, onChange) {
     note, stream, output);
   let lastHealthCheck = 0;
   let current = "SENDING";
+  let placed = null; // the last /status?position=1's `waiting`: why it waits, with its place
 
   // While the job runs, /status's `output` is its handler's latest progress_update report.
   function progress(body) {
@@ -189,7 +190,7 @@ function liveJob(endpointId, job, signal, onChange) {
     if (current !== "IN_QUEUE") return; // it moved on meanwhile
     const trouble = workersTrouble(record, health);
     if (trouble) return replace(note, troubleNote(trouble, endpointId, record, health));
-    replace(note, waitingNote(health));
+    replace(note, waitingNote(placed || health?.waiting));
   }
 
   async function finish(body) {
@@ -213,7 +214,9 @@ function liveJob(endpointId, job, signal, onChange) {
       await coldStart(read.status);
       // Held by the gateway until the job is final or POLL_MS passed (?wait=): the pause
       // between reads without a busy poll, and an ending shown as soon as it comes.
-      const body = await job(`status/${encodeURIComponent(jobIdValue)}?wait=${POLL_MS}`, {signal});
+      // position=1: while queued, its place and why it waits (lockgate's own, docs/job-api.md)
+      const body = await job(`status/${encodeURIComponent(jobIdValue)}?wait=${POLL_MS}&position=1`, {signal});
+      placed = body.status === "IN_QUEUE" ? body.waiting || null : null;
       if (FINAL.has(body.status) && FINAL.has(read.status) && !read.stream.length) return finish(body);
       show(body.status, body);
       progress(body);
@@ -252,13 +255,13 @@ function liveJob(endpointId, job, signal, onChange) {
   return {element, run, fail: (err) => replace(note, errorBox(err))};
 }
 
-/** Why the job waits, as /health's `waiting` says it ("max workers is 0: no worker will
- * start", "2 workers busy, max reached (2); 3 jobs in the queue", a cold start), or null
- * when nothing holds it back. */
-function waitingNote(health) {
-  if (!health?.waiting) return null;
+/** Why the job waits, as /status?position=1's or /health's `waiting` says it ("max workers
+ * is 0: no worker will start", "2 workers busy, max reached (2); position 3 of 5 in the
+ * queue", a cold start), or null when nothing holds it back. */
+function waitingNote(waiting) {
+  if (!waiting) return null;
   return h("div", {class: "warning waiting", role: "status"},
-    h("strong", {}, "The job waits: "), `${health.waiting}.`);
+    h("strong", {}, "The job waits: "), `${waiting}.`);
 }
 
 /** "Workers are crashing: <why>" (or "cannot start"), with a link to the Logs tab: not a

@@ -3,8 +3,8 @@
 // restart (this endpoint's, GET /v2/serverless/{id}/workers, and the other endpoints using the
 // template) before PATCH /v1/templates/{templateId}. The Templates page edits every field.
 import {about, api, DEV_IMAGE_NOTE} from "../api.js";
-import {errorBox, h, replace, toast} from "../dom.js";
-import {markInvalid, shown} from "./form.js";
+import {h, replace, toast} from "../dom.js";
+import {formErrors, shown} from "./form.js";
 import {usersByTemplate} from "./templates.js";
 import {DEV_SECRETS_NOTE, envRows, words} from "./template.js";
 
@@ -68,8 +68,7 @@ function draw(card, t, record, users, info, ctx, saved = null) {
       failed: (err) => {
         replace(review);
         actions.hidden = false;
-        replace(status, errorBox(err));
-        markInvalid(form, err.message);
+        replace(status, formErrors(form, err)); // every problem, in the form's labels
       },
       back: () => { replace(review); actions.hidden = false; },
     }));
