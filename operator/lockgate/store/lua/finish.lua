@@ -1,10 +1,10 @@
 -- A worker reports a result. Ignored (returns 0) unless the job is IN_PROGRESS on this
 -- worker: a late result after cancel, timeout or a requeue must not overwrite anything.
 -- Returns {queued at, started at} (ms) when recorded, for the delay and execution metrics.
--- ARGV: ep, id, worker, now, status, retention run, retention sync, field/value pairs...
-local ep, id, worker, now, status = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
+-- Arguments: store/args_jobs.py Finish (`fields`: field/value pairs to write).
 redis.call('SREM', P .. 'wx:' .. worker, id)  -- a stopped job's handler has returned
-local f = redis.call('HMGET', jkey(id), 'st', 'wk', 'sy', 'qd', 'sa')
-if f[1] ~= 'IN_PROGRESS' or f[2] ~= worker then return 0 end
-finalize(ep, id, status, now, worker, f[3], ARGV[6], ARGV[7], {unpack(ARGV, 8)})
-return {tonumber(f[4]) or now, tonumber(f[5]) or now}
+local st, wk, sy, queued, started = unpack(redis.call('HMGET', jkey(id), F_STATUS, F_WORKER,
+  F_SYNC, F_QUEUED, F_STARTED))
+if st ~= 'IN_PROGRESS' or wk ~= worker then return 0 end
+finalize(ep, id, status, now, worker, sy, ret_run, ret_sync, {unpack(ARGV, fields_from)})
+return {tonumber(queued) or now, tonumber(started) or now}
