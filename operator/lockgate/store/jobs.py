@@ -631,10 +631,10 @@ class JobStore:
     ) -> Sweep:
         """Time out, expire and reclaim what is due (one replica per `lock_ms`); `quiet`
         when nothing is left to look after, nor any record to expire within `horizon_ms`."""
-        lost = self._lost()
+        hb = self.liveness.heartbeat_timeout_ms
         args = args_workers.Sweep(
-            endpoint_id, self.clock(), self.liveness.heartbeat_timeout_ms, lost["max_attempts"],
-            lost["ret_run"], lost["ret_sync"], lock_ms, batch, lost["reason"], horizon_ms,
+            endpoint_id, self.clock(), hb, lock_ms=lock_ms, batch=batch, horizon=horizon_ms,
+            **self._lost(),
         )  # fmt: skip
         reply = await self.scripts.run(args)
         timed_out, expired, lost, requeued, quiet = (int(v) for v in reply)

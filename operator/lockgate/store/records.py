@@ -93,8 +93,8 @@ class JobRecord:
         )
 
     @classmethod
-    def from_listed(cls, row: Sequence[bytes | None]) -> JobRecord:
-        """A row of list_jobs.lua: the id, then LISTED_FIELDS."""
+    def from_listed(cls, row: Sequence[bytes]) -> JobRecord:
+        """A row of list_jobs.lua: the id, then LISTED_FIELDS (None for a field not set)."""
         record = cls.from_named(row[0].decode(), dict(zip(LISTED_FIELDS, row[1:], strict=True)))
         assert record is not None  # list_jobs.lua lists records with a status only
         return record
