@@ -53,6 +53,9 @@ class Finish(ScriptArgs):
     status: str
     ret_run: int
     ret_sync: int
+    gpu_type: str  # the endpoint's usage rate (store/usage.py UsageRate)
+    gpus: int
+    vcpus: int
     fields: Sequence[Arg] = ()  # output / error field/value pairs
 
 

@@ -124,6 +124,7 @@ class NewJob:
     webhook: str | None = None
     s3_config: bytes | None = None
     idempotency_key: str = ""  # a digest naming the key, its holder and route; "" for none
+    api_key: str | None = None  # the submitting key's id (the keys API's `id`); None: no key
 
     def fields(self) -> list[str | bytes | int]:
         """The optional record fields, as flat field/value pairs."""
@@ -135,6 +136,7 @@ class NewJob:
             (F.EXEC_TIMEOUT, self.execution_timeout_ms),
             (F.WEBHOOK, self.webhook),
             (F.S3, self.s3_config),
+            (F.API_KEY, self.api_key),
         )
         for name, value in optional:
             if value is not None:
@@ -269,8 +271,11 @@ class JobStore:
         *,
         output: bytes | None,
         error: str | None,
+        rate: UsageRate = NO_USAGE,
     ) -> Finished | None:
-        """Record a worker's result; None when the result is late and was ignored."""
+        """Record a worker's result; None when the result is late and was ignored. The
+        job's execution time is added to its API key's usage (`uk:`), its GPU- and
+        vCPU-time at the endpoint's `rate`, in the same script."""
         status = "FAILED" if error is not None else "COMPLETED"
         fields: list[str | bytes] = []
         if output is not None:
@@ -279,8 +284,9 @@ class JobStore:
             fields += [F.ERROR, error]
         now = self.clock()
         args = args_jobs.Finish(
-            endpoint_id, job_id, worker_id, now, status, **self._retention(), fields=fields
-        )
+            endpoint_id, job_id, worker_id, now, status, **self._retention(),
+            gpu_type=rate.gpu_type, gpus=rate.gpus, vcpus=rate.vcpus, fields=fields,
+        )  # fmt: skip
         done = await self._accepting(args)
         return Finished(int(done[0]), int(done[1]), now) if done else None
 

@@ -48,6 +48,12 @@ the single description of what they build.
                                at epoch second <hour>; one hash per USAGE_CHUNK_S starting at
                                epoch second {chunk}; dies USAGE_KEEP_S after its chunk ends;
                                kept when the endpoint is deleted (its usage is still billed)
+    lg:{ep}:uk:{chunk}   HASH  usage per API key (`store/usage.py`), written by finish.lua with
+                               each job a worker finished: "<hour>:<key id>:x" execution ms,
+                               "<hour>:<key id>:g:<gpu type>" GPU-ms, "<hour>:<key id>:c"
+                               vCPU-ms of the jobs that ended in the hour starting at epoch
+                               second <hour> (key id "-": submitted without a key); chunks and
+                               life as `use:{chunk}`
     lg:{ep}:ws           HASH  worker states the gateway cannot see: initializing, throttled,
                                unhealthy (counts) as the operator or dev pool last saw them;
                                dies WORKER_STATES_TTL_MS after the last report
@@ -342,3 +348,4 @@ class F:
     STREAM_BYTES = "sb"  # bytes of stream chunks not yet read by /stream
     PROGRESS = "pg"  # raw JSON: the latest progress_update of a running job
     WATCHED = "wt"  # "1" once a `/status?wait=` held for it: its end publishes `d:`
+    API_KEY = "ak"  # the id of the API key that submitted it (keys API's `id`); none: no key

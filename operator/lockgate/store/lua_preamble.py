@@ -57,6 +57,8 @@ def constant_values() -> dict[str, LuaValue]:
         "DONE_CARRIED": keys.DONE_CARRIED_BYTES,
         "ATTEMPTS_KEPT": keys.ATTEMPTS_KEPT,
         "COLD_START_KEEP": keys.COLD_START_KEEP_MS,
+        "USAGE_CHUNK_S": keys.USAGE_CHUNK_S,
+        "USAGE_KEEP_S": keys.USAGE_KEEP_S,
         "STATES": tuple(JobStatus),
         "ENDED": keys.ENDED_COUNTS,
         "RECORD_FIELDS": records.RECORD_FIELDS,
