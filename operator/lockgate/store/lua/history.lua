@@ -1,7 +1,7 @@
 -- Write the history points of the 10 s intervals starting at epoch seconds `slots`
 -- (ARGV[slots_from..], oldest first), once each: an interval with a point already (another
--- replica sampled it) is left alone. Writing the last interval of a minute also writes that minute's point
--- into `hist1m` (once): the gauges as the minute ends, the counts summed, the percentiles
+-- replica sampled it) is left alone. Writing the last interval of a minute also writes
+-- that minute's point into `hist1m` (once): the gauges as the minute ends, the counts summed, the percentiles
 -- of the minute's buckets. Arguments: store/args_workers.py History; the first `zeros`
 -- intervals were quiet (their gauges are zero: the sampler skipped the endpoint for want
 -- of any sign of activity). The other intervals' gauges (queue depths, jobs in progress, workers
