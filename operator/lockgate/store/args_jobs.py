@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from lockgate.store.script_args import Arg, ScriptArgs
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Submit(ScriptArgs):
     SCRIPT = "submit"
     REST = "fields"
@@ -25,7 +25,7 @@ class Submit(ScriptArgs):
     fields: Sequence[Arg] = ()  # the record's optional field/value pairs
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Take(ScriptArgs):
     SCRIPT = "take"
 
@@ -42,7 +42,7 @@ class Take(ScriptArgs):
     reason: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Finish(ScriptArgs):
     SCRIPT = "finish"
     REST = "fields"
@@ -59,7 +59,7 @@ class Finish(ScriptArgs):
     fields: Sequence[Arg] = ()  # output / error field/value pairs
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Progress(ScriptArgs):
     SCRIPT = "progress"
 
@@ -68,7 +68,7 @@ class Progress(ScriptArgs):
     progress: bytes  # JSON
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Stream(ScriptArgs):
     SCRIPT = "stream"
     REST = "chunks"
@@ -79,7 +79,7 @@ class Stream(ScriptArgs):
     chunks: Sequence[bytes] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ReadStream(ScriptArgs):
     SCRIPT = "read_stream"
 
@@ -87,7 +87,7 @@ class ReadStream(ScriptArgs):
     now: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Cancel(ScriptArgs):
     SCRIPT = "cancel"
 
@@ -97,7 +97,7 @@ class Cancel(ScriptArgs):
     ret_sync: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Retry(ScriptArgs):
     SCRIPT = "retry"
 
@@ -105,12 +105,12 @@ class Retry(ScriptArgs):
     now: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Purge(ScriptArgs):
     SCRIPT = "purge"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SetTtl(ScriptArgs):
     SCRIPT = "set_ttl"
 
@@ -119,14 +119,14 @@ class SetTtl(ScriptArgs):
     now: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Watch(ScriptArgs):
     SCRIPT = "watch"
 
     id: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ListJobs(ScriptArgs):
     SCRIPT = "list_jobs"
     REST = "states"
@@ -138,7 +138,7 @@ class ListJobs(ScriptArgs):
     states: Sequence[str] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ClaimWebhooks(ScriptArgs):
     SCRIPT = "claim_webhooks"
 
@@ -147,7 +147,7 @@ class ClaimWebhooks(ScriptArgs):
     limit: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SettleWebhook(ScriptArgs):
     SCRIPT = "settle_webhook"
 

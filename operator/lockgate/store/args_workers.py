@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from lockgate.store.script_args import Arg, ScriptArgs
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Heartbeat(ScriptArgs):
     SCRIPT = "heartbeat"
 
@@ -17,7 +17,7 @@ class Heartbeat(ScriptArgs):
     now: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Stops(ScriptArgs):
     SCRIPT = "stops"
 
@@ -25,7 +25,7 @@ class Stops(ScriptArgs):
     now: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ReleaseWorker(ScriptArgs):
     SCRIPT = "release_worker"
 
@@ -42,7 +42,7 @@ class ReleaseWorker(ScriptArgs):
     keep_ms: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Reconcile(ScriptArgs):
     SCRIPT = "reconcile"
     REST = "ids"
@@ -57,7 +57,7 @@ class Reconcile(ScriptArgs):
     ids: Sequence[str] = ()  # the jobs the worker says it runs
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class WorkerStates(ScriptArgs):
     SCRIPT = "worker_states"
 
@@ -67,7 +67,7 @@ class WorkerStates(ScriptArgs):
     ttl: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class WorkerStarted(ScriptArgs):
     SCRIPT = "worker_started"
     REST = "starts"
@@ -76,7 +76,7 @@ class WorkerStarted(ScriptArgs):
     starts: Sequence[Arg] = ()  # worker, start (ms) pairs
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class WarmupDone(ScriptArgs):
     SCRIPT = "warmup_done"
 
@@ -86,7 +86,7 @@ class WarmupDone(ScriptArgs):
     failed: str  # "1": the warm-up job failed
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class WarmupOverdue(ScriptArgs):
     SCRIPT = "warmup_overdue"
 
@@ -94,7 +94,7 @@ class WarmupOverdue(ScriptArgs):
     again: int  # ms between two reports of one
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Snapshot(ScriptArgs):
     SCRIPT = "snapshot"
 
@@ -104,7 +104,7 @@ class Snapshot(ScriptArgs):
     unhealthy_keep: int  # a worker marked unhealthy counts this long at most (ms)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Sweep(ScriptArgs):
     SCRIPT = "sweep"
 
@@ -119,14 +119,14 @@ class Sweep(ScriptArgs):
     horizon: int  # ms
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class DeleteEndpoint(ScriptArgs):
     SCRIPT = "delete_endpoint"
 
     now_s: int  # epoch seconds
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class History(ScriptArgs):
     SCRIPT = "history"
     REST = "slots"
@@ -144,7 +144,7 @@ class History(ScriptArgs):
     slots: Sequence[int] = ()  # the intervals' epoch seconds, oldest first
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Limit(ScriptArgs):
     SCRIPT = "limit"
 

@@ -1,4 +1,5 @@
-"""The arguments of a Lua script, named once: one frozen dataclass per script.
+"""The arguments of a Lua script, named once: one dataclass per script (slots, not frozen:
+one is built for every script call, and a frozen one costs several times more to build).
 
 A script's dataclass is the only place its arguments are listed. The Python side builds
 KEYS and ARGV from an instance (`keys()`, `argv()`); the Lua side gets them as named locals
@@ -18,7 +19,10 @@ from a preamble generated from the same class (`lua_locals`, prepended at load t
 from __future__ import annotations
 
 import dataclasses
+import functools
+import operator
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -32,7 +36,7 @@ _LUA_RESERVED = frozenset(
 ) | frozenset(("local", "nil", "not", "or", "repeat", "return", "then", "true", "until", "while"))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ScriptArgs:
     """The arguments of one script call (subclasses name the script in SCRIPT)."""
 
@@ -47,21 +51,26 @@ class ScriptArgs:
 
     def argv(self) -> list[Arg]:
         """ARGV in declaration order, the REST field spread, trailing Nones left out."""
-        out: list[Arg] = []
-        missing: str | None = None
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if f.name == self.REST:
-                if value and missing:
-                    raise ValueError(f"{self.SCRIPT}: {f.name} given without {missing}")
-                out += value
-            elif value is None:
-                missing = missing or f.name
-            elif missing:
-                raise ValueError(f"{self.SCRIPT}: {f.name} given without {missing}")
-            else:
-                out.append(value)
-        return out
+        values, rest_at = _layout(type(self))
+        given = values(self)
+        head, tail = (given, ()) if rest_at is None else (given[:rest_at], given[rest_at])
+        if None in head:  # optional arguments left out: only trailing ones may be
+            first = head.index(None)
+            if tail or any(v is not None for v in head[first:]):
+                raise ValueError(f"{self.SCRIPT}: an argument given after one left out")
+            head = head[:first]
+        return [*head, *tail]
+
+
+@functools.cache
+def _layout(cls: type[ScriptArgs]) -> tuple[Callable[[ScriptArgs], tuple[Any, ...]], int | None]:
+    """How to read a class's arguments, worked out once (every script call builds its
+    ARGV; C-level attribute reads keep that as cheap as building the list by hand): a
+    function returning every field's value in order, and the REST field's index."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    getter = operator.attrgetter(*names)
+    values = getter if len(names) > 1 else (lambda args: (getter(args),))
+    return values, names.index(cls.REST) if cls.REST else None
 
 
 def _is_int(hint: Any) -> bool:
