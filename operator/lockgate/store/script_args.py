@@ -19,7 +19,6 @@ from a preamble generated from the same class (`lua_locals`, prepended at load t
 from __future__ import annotations
 
 import dataclasses
-import functools
 import operator
 import typing
 from collections.abc import Callable
@@ -62,15 +61,22 @@ class ScriptArgs:
         return [*head, *tail]
 
 
-@functools.cache
-def _layout(cls: type[ScriptArgs]) -> tuple[Callable[[ScriptArgs], tuple[Any, ...]], int | None]:
+Layout = tuple[Callable[[ScriptArgs], tuple[Any, ...]], int | None]
+_LAYOUTS: dict[str, Layout] = {}  # by class qualified name
+
+
+def _layout(cls: type[ScriptArgs]) -> Layout:
     """How to read a class's arguments, worked out once (every script call builds its
     ARGV; C-level attribute reads keep that as cheap as building the list by hand): a
     function returning every field's value in order, and the REST field's index."""
+    key = f"{cls.__module__}.{cls.__qualname__}"
+    if (found := _LAYOUTS.get(key)) is not None:
+        return found
     names = [f.name for f in dataclasses.fields(cls)]
     getter = operator.attrgetter(*names)
     values = getter if len(names) > 1 else (lambda args: (getter(args),))
-    return values, names.index(cls.REST) if cls.REST else None
+    layout = _LAYOUTS[key] = (values, names.index(cls.REST) if cls.REST else None)
+    return layout
 
 
 def _is_int(hint: Any) -> bool:
