@@ -1,7 +1,7 @@
 """The console's Usage page (issue 50, item 10) against a real `lockgate dev` with a GPU price:
 the figures of an endpoint that ran a worker, in the table, the chart and the CSV export,
 against `GET /v2/billing/serverless` and the price the test set; an endpoint that ran no
-worker has no row."""
+worker has no row; the execution time of a key's job in the per-key table and the CSV."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 import requests
 from playwright.sync_api import expect
 
-from console_browser import PHONE, assert_clean, create_endpoint, screenshot, sign_in
+from console_browser import PHONE, assert_clean, create_endpoint, create_key, screenshot, sign_in
 from devproc import DevProcess
 from tests.conftest import wait_until
 
@@ -52,7 +52,21 @@ def billing(dev: DevProcess, **params) -> dict:
     return resp.json()
 
 
+def run_with_key(dev: DevProcess, name: str) -> str:
+    """One job on RAN with a new key of that name; the key's id."""
+    key = create_key(dev, name, ["jobs"])
+    r = requests.post(
+        f"{dev.url}/v2/{RAN}/runsync", json={"input": {"sleep": 0.3}},
+        headers={"authorization": f"Bearer {key}"}, timeout=90,
+    )  # fmt: skip
+    assert r.status_code == 200 and r.json()["status"] == "COMPLETED", r.text
+    listed = requests.get(f"{dev.url}/v1/keys", headers=dev.headers(), timeout=10).json()
+    return next(k["id"] for k in listed if k["name"] == name)
+
+
 def test_usage_page_shows_what_the_endpoint_ran(page, priced_dev) -> None:
+    key_id = run_with_key(priced_dev, "usage-key")
+
     def counted() -> bool:
         totals = billing(priced_dev, bucketSize="hour", lastN=24, serverlessId=RAN)
         return totals["metadata"]["totals"]["workerSeconds"] >= 20
@@ -60,9 +74,15 @@ def test_usage_page_shows_what_the_endpoint_ran(page, priced_dev) -> None:
     wait_until(counted, "two 10 s intervals of the worker counted", timeout=90)
     sign_in(page, priced_dev)
     page.wait_for_url(re.compile(r"#/endpoints$"))
-    with page.expect_response(lambda r: "/v2/billing/serverless" in r.url) as answered:
+    with (
+        page.expect_response(
+            lambda r: "/v2/billing/serverless" in r.url and "groupBy" not in r.url
+        ) as answered,
+        page.expect_response(lambda r: "groupBy=apiKey" in r.url) as keyed_answer,
+    ):
         page.goto(f"{priced_dev.url}/console/#/usage")
     read = answered.value.json()  # the figures the page read
+    keyed = keyed_answer.value.json()
     assert read["metadata"]["query"]["bucketSize"] == "hour"
     mine = [r for r in read["records"] if r["serverlessId"] == RAN]
     seconds = sum(r["workerSeconds"] for r in mine)
@@ -86,14 +106,31 @@ def test_usage_page_shows_what_the_endpoint_ran(page, priced_dev) -> None:
     assert chart.locator("rect.bar").count() == len(read["records"])
     screenshot(page, "usage")
 
+    mine_keyed = [r for r in keyed["records"] if r["apiKeyId"] == key_id]
+    ran = sum(r["executionSeconds"] for r in mine_keyed)
+    assert 0.3 <= ran < 5
+    key_row = page.get_by_role("table", name="Usage by API key").locator(
+        f'tbody tr[data-key="{key_id}"]'
+    )
+    key_cells = key_row.locator("td")
+    expect(key_cells.nth(0)).to_have_text(key_id)
+    expect(key_cells.nth(1)).to_have_text("usage-key")
+    expect(key_cells.nth(2)).to_have_text(str(round(ran, 3)).removesuffix(".0"))
+    expect(key_cells.nth(3)).to_have_text(str(round(ran, 3)).removesuffix(".0"))  # one GPU
+
     page.get_by_label("Chart").select_option("gpuSeconds")
     expect(page.get_by_role("img", name="GPU-seconds per hour, by endpoint")).to_have_count(1)
     with page.expect_download() as done:
         page.get_by_role("button", name="Export CSV").click()
     assert done.value.suggested_filename.endswith(".csv")
     rows = list(csv.DictReader(io.StringIO(Path(done.value.path()).read_text())))
-    assert [(r["serverlessId"], int(r["workerSeconds"]), int(r["gpuSeconds"])) for r in rows] == [
-        (r["serverlessId"], r["workerSeconds"], r["gpuSeconds"]) for r in read["records"]
+    by_endpoint = [r for r in rows if r["serverlessId"]]
+    assert [
+        (r["serverlessId"], int(r["workerSeconds"]), int(r["gpuSeconds"])) for r in by_endpoint
+    ] == [(r["serverlessId"], r["workerSeconds"], r["gpuSeconds"]) for r in read["records"]]
+    by_key = [r for r in rows if r["apiKeyId"]]
+    assert [(r["apiKeyId"], float(r["executionSeconds"])) for r in by_key] == [
+        (r["apiKeyId"] or "(no key)", r["executionSeconds"]) for r in keyed["records"]
     ]
 
     # a custom range: today (UTC) by hour, the same figures for the endpoint

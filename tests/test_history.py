@@ -29,6 +29,7 @@ from lockgate.manage.history import (
     interval_to_sample,
 )
 from lockgate.store import Registry
+from lockgate.store.args_workers import WorkerStates
 from lockgate.store.keys import HISTORY_INTERVAL_S, HISTORY_POINTS, INTERVAL_KEEP_MS, prefix
 from tests.conftest import eventually
 from tests.test_manage_api import ECHO, dev_app
@@ -186,8 +187,7 @@ async def test_history_counts_jobs_by_final_state_and_workers_throttled_or_unhea
 
     await eventually(timed_out, "the job past its executionTimeout TIMED_OUT")
     # What the operator reports of pods (dev mode never throttles): as it last saw them.
-    prefixed = [prefix(endpoint_id)]
-    await dev.plane.gw.store.scripts.worker_states(keys=prefixed, args=[0, 2, 1, 60_000])
+    await dev.plane.gw.store.scripts.run(WorkerStates(endpoint_id, 0, 2, 1, 60_000))
     await dev.sample_since(start)
     for interval in (HISTORY_INTERVAL_S, 60):
         _, body = await dev.call("GET", f"/v1/endpoints/{endpoint_id}/metrics?interval={interval}")

@@ -8,7 +8,6 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from lockgate.manage.usage import (
-    UNSPECIFIED_GPU,
     Amounts,
     BadWindow,
     BucketSize,
@@ -16,13 +15,12 @@ from lockgate.manage.usage import (
     amounts,
     bucket_start,
     fold,
-    rate_of,
     shifted,
     snap_up,
     window,
 )
 from lockgate.settings import Prices
-from lockgate.store.usage import HourUsage, UsageRate, chunks, parse_hours
+from lockgate.store.usage import UNSPECIFIED_GPU, HourUsage, UsageRate, chunks, parse_hours, rate_of
 
 H, D, W, M, Y = BucketSize.HOUR, BucketSize.DAY, BucketSize.WEEK, BucketSize.MONTH, BucketSize.YEAR
 NOW = datetime(2026, 12, 6, 10, 17, 25, tzinfo=UTC)  # a Sunday

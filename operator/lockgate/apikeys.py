@@ -39,9 +39,10 @@ from lockgate.models.keys import (
 from lockgate.output import table
 from lockgate.store import Registry, connect, key_digest, now_ms
 from lockgate.store.connection import RedisSettings, standalone
+from lockgate.store.registry import KEY_ID_CHARS
 
 KEY_PREFIX = "lg_"
-ID_CHARS = 12  # `keys list` shows this much of the digest as the key's id
+ID_CHARS = KEY_ID_CHARS  # `keys list` shows this much of the digest as the key's id
 
 
 class KeyCommandError(Exception):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from aiohttp import web
@@ -22,7 +22,7 @@ from aiohttp import web
 from lockgate.gateway.errors import Unauthorized
 from lockgate.gateway.keyfile import KeyFile
 from lockgate.models.keys import Scope, effective_scopes, is_expired, rfc3339
-from lockgate.store import Registry, key_digest, now_ms
+from lockgate.store import Registry, key_digest, key_id, now_ms
 
 log = logging.getLogger("lockgate.gateway")
 
@@ -46,6 +46,7 @@ class Principal:
     endpoints: frozenset[str] | None  # None: every endpoint
     worker: str | None = None  # None: any worker id (an endpoint's shared worker key)
     expires: int | None = None  # epoch ms after which the key is refused; None: never
+    key_id: str | None = None  # the key's id as the keys API lists it; None: no key
 
     def allows(self, scope: str, endpoint_id: str) -> bool:
         in_scope = scope in self.scopes
@@ -112,12 +113,14 @@ class Authenticator:
             return None
         digest = key_digest(token)
         if (found := self._file.get(digest)) is not None:
-            return found
+            return replace(found, key_id=key_id(digest))
         hit = self._cache.get(digest)
         if hit is not None and hit[0] > time.monotonic():
             return hit[1]
         record = await self.registry.get_key(digest)
-        principal = principal_of(record) if record is not None else None
+        principal = None
+        if record is not None:
+            principal = replace(principal_of(record), key_id=key_id(digest))
         if len(self._cache) > 10_000:  # unknown keys must not grow memory without bound
             self._cache.clear()
         self._cache[digest] = (time.monotonic() + self.cache_s, principal)

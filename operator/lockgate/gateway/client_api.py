@@ -104,9 +104,10 @@ def client_route(method: str, op: Operation) -> Callable[[Handler], Handler]:
 
 
 async def _new_job(
-    request: web.Request, limit: int, job_id: str, *, sync: bool, idempotency_key: str
+    request: web.Request, call: Call, limit: int, job_id: str, *, sync: bool, idempotency_key: str
 ) -> NewJob:
-    """Read and validate a job request body into a job ready to queue."""
+    """Read and validate a job request body into a job ready to queue (its usage counts
+    for the caller's key)."""
     body = jsonbody.parse(await read_body(request, limit))
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object with an 'input' object")
@@ -131,6 +132,7 @@ async def _new_job(
         webhook=req.webhook,
         s3_config=orjson.dumps(req.s3Config.model_dump()) if req.s3Config else None,
         idempotency_key=idempotency_key,
+        api_key=call.principal.key_id,
     )
 
 
@@ -147,7 +149,7 @@ async def _submit(call: Call, job: NewJob) -> tuple[str, str, dict[str, str]]:
 @client_route("POST", Operation.RUN)
 async def run(request: web.Request, call: Call) -> web.Response:
     key = key_digest(request, call.principal.name, Operation.RUN)
-    job = await _new_job(request, RUN_LIMIT, new_job_id(), sync=False, idempotency_key=key)
+    job = await _new_job(request, call, RUN_LIMIT, new_job_id(), sync=False, idempotency_key=key)
     job_id, status, headers = await _submit(call, job)
     return json_response(_waiting({"id": job_id, "status": status}, call), headers=headers)
 
@@ -167,7 +169,7 @@ async def runsync(request: web.Request, call: Call) -> web.Response:
     wait_ms = int_param(request, "wait", default=WAIT_DEFAULT_MS, lo=WAIT_MIN_MS, hi=WAIT_MAX_MS)
     key = key_digest(request, call.principal.name, Operation.RUNSYNC)
     job_id = f"sync-{new_job_id()}"
-    job = await _new_job(request, RUNSYNC_LIMIT, job_id, sync=True, idempotency_key=key)
+    job = await _new_job(request, call, RUNSYNC_LIMIT, job_id, sync=True, idempotency_key=key)
     submitted = asyncio.Event()
     # Wait from before the submit: the job may finish before `submit` even returns.
     done = asyncio.ensure_future(_wait_final(gw, endpoint_id, job_id, wait_ms / 1000, submitted))

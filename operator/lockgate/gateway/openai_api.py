@@ -103,6 +103,7 @@ async def _serve(request: web.Request) -> web.StreamResponse:
             ttl_ms=TTL_DEFAULT_MS,
             sync=True,
             live=stream,
+            api_key=principal.key_id,
         )
         with gw.notifier.listen(endpoint_id, job.id) as listener:
             try:

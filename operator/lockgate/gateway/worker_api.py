@@ -30,6 +30,7 @@ from lockgate.models.endpoint import EndpointType
 from lockgate.models.registry_entry import RegistryEntry
 from lockgate.store import STOPPING, WARMING, Finished, StreamFull, TakenJob
 from lockgate.store.keys import JOB_ID_RE, WORKER_ID_RE
+from lockgate.store.usage import rate_of
 from lockgate.store.warmups import Step, is_warmup_job, warmup_done
 
 BATCH_MAX = 100
@@ -246,7 +247,9 @@ async def job_done(request: web.Request) -> web.Response:
     if is_warmup_job(job_id):
         return await _warmup_done(request, gw, entry, error, take_next=take_next)
     refresh = body.get("stopPod") is True  # refresh_worker: replace this worker after its job
-    finish = gw.store.finish(endpoint_id, worker_id, job_id, output=output, error=error)
+    # The endpoint's settings are the entry's extra fields: read as they are, no copy.
+    rate = rate_of(entry.model_extra)
+    finish = gw.store.finish(endpoint_id, worker_id, job_id, output=output, error=error, rate=rate)
     jobs: list[TakenJob] = []
     idle = None
     if take_next and not refresh:

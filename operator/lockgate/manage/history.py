@@ -11,7 +11,7 @@ timed out, cancelled), the p50/p95 execution time of those that ran, cold starts
 new to the endpoint), and the p50/p95 queue delay of jobs taken (from 10 %-wide log
 buckets the store counts as workers take and end jobs). Each point written also adds its
 ready workers times the interval to its hour's usage (`store.usage`, `/v2/billing`), at
-the rate of the endpoint's registry entry (`manage.usage.rate_of`).
+the rate of the endpoint's registry entry (`store.usage.rate_of`).
 
 An endpoint whose newest point is quiet (nothing queued, running, ended or alive) is not
 sampled again until a sign of activity (the store's `q:`, `a:`, `r:` and `l:` events, given
@@ -36,7 +36,6 @@ from aiohttp import web
 from lockgate.gateway.errors import BadRequest, NotFound
 from lockgate.gateway.http import json_response
 from lockgate.gateway.notify import Notifier
-from lockgate.manage.usage import rate_of
 from lockgate.store import JobStore, Registry
 from lockgate.store.connection import raise_if_cancelled
 from lockgate.store.keys import (
@@ -46,7 +45,7 @@ from lockgate.store.keys import (
     HISTORY_MINUTE_S,
     HISTORY_POINTS,
 )
-from lockgate.store.usage import UsageLedger
+from lockgate.store.usage import UsageLedger, rate_of
 
 log = logging.getLogger("lockgate.history")
 

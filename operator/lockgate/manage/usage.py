@@ -1,5 +1,5 @@
 """Pure: usage reports — bucket boundaries, the report's window, hours folded into buckets,
-amounts from prices, and the rate at which an endpoint's workers count.
+amounts from prices, and API keys' usage folded into buckets.
 
 All times are UTC. Buckets start on the hour, at midnight, on Monday at midnight (`week`),
 on the first of the month and on New Year's Day; every boundary is an hour's, so the hourly
@@ -12,13 +12,11 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from lockgate.settings import Prices
-from lockgate.store.usage import HourUsage, UsageRate
+from lockgate.store.usage import HourUsage, KeyUsage
 
 DEFAULT_SPAN = timedelta(days=30)  # the report's start when none is given: 30 days ago
-UNSPECIFIED_GPU = "unspecified"  # the GPU type of an endpoint that lists none (any type)
 
 
 class BucketSize(enum.StrEnum):
@@ -163,13 +161,34 @@ def amounts(usage: Usage, prices: Prices) -> Amounts:
     return Amounts(gpu=gpu, cpu=usage.vcpu_seconds / 3600 * prices.vcpu_price)
 
 
-def rate_of(entry: Mapping[str, Any] | None) -> UsageRate:
-    """How a ready worker of the endpoint `entry` (its registry entry) counts: a CPU
-    endpoint's its vCPUs, a GPU endpoint's its GPUs of the first of its `gpuTypeIds` (the
-    type its workers are placed on first; see docs/usage.md)."""
-    if not entry:
-        return UsageRate()
-    if entry.get("computeType") == "CPU":
-        return UsageRate(vcpus=int(entry.get("vcpuCount") or 0))
-    types = entry.get("gpuTypeIds") or [UNSPECIFIED_GPU]
-    return UsageRate(gpu_type=str(types[0]), gpus=int(entry.get("gpuCount") or 1))
+@dataclass(frozen=True, slots=True)
+class KeyRecord:
+    """One API key's usage (ms) in one bucket; key id `store.usage.NO_KEY`: no key."""
+
+    start: datetime
+    end: datetime
+    key_id: str
+    usage: KeyUsage
+
+
+def fold_keys(
+    hours: Mapping[str, Mapping[int, KeyUsage]], size: BucketSize, first: datetime, last: datetime
+) -> list[KeyRecord]:
+    """Each API key's hourly usage (hour: epoch s) within [first, last) summed per bucket,
+    one record per key and bucket with any, ordered by bucket then key id."""
+    sums: dict[tuple[datetime, str], KeyUsage] = {}
+    for key_id, by_hour in hours.items():
+        for hour, usage in by_hour.items():
+            at = datetime.fromtimestamp(hour, UTC)
+            if first <= at < last and usage.execution_ms:
+                sums.setdefault((bucket_start(at, size), key_id), KeyUsage()).add(usage)
+    return [
+        KeyRecord(start, shifted(start, size, 1), key_id, sums[start, key_id])
+        for start, key_id in sorted(sums)
+    ]
+
+
+def key_amounts(usage: KeyUsage, prices: Prices) -> Amounts:
+    """What an API key's usage costs at `prices` (per hour)."""
+    gpu = sum(ms / 3_600_000 * prices.gpu_prices.get(t, 0.0) for t, ms in usage.gpu_ms.items())
+    return Amounts(gpu=gpu, cpu=usage.vcpu_ms / 3_600_000 * prices.vcpu_price)

@@ -20,7 +20,7 @@ from lockgate.store.jobs import (
     now_ms,
 )
 from lockgate.store.records import Attempt, Finished, JobExtras, JobRecord, Snapshot, TakenJob
-from lockgate.store.registry import Registry, key_digest
+from lockgate.store.registry import Registry, key_digest, key_id
 from lockgate.store.scripts import Replication
 
 __all__ = [
@@ -50,5 +50,6 @@ __all__ = [
     "TakenJob",
     "connect",
     "key_digest",
+    "key_id",
     "now_ms",
 ]

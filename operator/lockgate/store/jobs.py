@@ -16,10 +16,11 @@ from lockgate.models import JobStatus
 from lockgate.models.endpoint import WORKER_LOST
 from lockgate.models.unhealthy import UnhealthyWorker
 from lockgate.models.waiting import queue_position
-from lockgate.store import keys, pipe
+from lockgate.store import args_jobs, args_workers, keys, pipe
 from lockgate.store.keys import F
 from lockgate.store.records import Attempt, Finished, JobExtras, JobRecord, Snapshot, TakenJob
 from lockgate.store.replies import text
+from lockgate.store.script_args import Arg, ScriptArgs
 from lockgate.store.scripts import NO_REPLICATION, Replication, Scripts
 from lockgate.store.usage import NO_USAGE, UsageRate
 
@@ -124,6 +125,7 @@ class NewJob:
     webhook: str | None = None
     s3_config: bytes | None = None
     idempotency_key: str = ""  # a digest naming the key, its holder and route; "" for none
+    api_key: str | None = None  # the submitting key's id (the keys API's `id`); None: no key
 
     def fields(self) -> list[str | bytes | int]:
         """The optional record fields, as flat field/value pairs."""
@@ -135,6 +137,7 @@ class NewJob:
             (F.EXEC_TIMEOUT, self.execution_timeout_ms),
             (F.WEBHOOK, self.webhook),
             (F.S3, self.s3_config),
+            (F.API_KEY, self.api_key),
         )
         for name, value in optional:
             if value is not None:
@@ -167,22 +170,6 @@ def _bounds(query: JobQuery) -> tuple[str, str]:
     return hi, lo
 
 
-def _listed(row: list[bytes]) -> JobRecord:
-    job_id, status, created, ttl, queued, started, finished, worker, error = row
-    return JobRecord(
-        id=job_id.decode(),
-        status=status.decode(),
-        created=int(created),
-        ttl=int(ttl),
-        queued=int(queued or created),
-        started=int(started) if started else None,
-        finished=int(finished) if finished else None,
-        output=None,
-        error=error.decode() if error is not None else None,
-        worker=worker.decode() if worker is not None else None,
-    )
-
-
 class JobStore:
     """Jobs of every endpoint in one Redis. Methods map one to one onto transitions."""
 
@@ -206,7 +193,7 @@ class JobStore:
         # endpoint -> (counts, when) of the last worker-state report (report_worker_states)
         self._reported_states: dict[str, tuple[tuple[int, int, int], int]] = {}
 
-    async def _accepting(self, name: str, keys: list[str], args: list[Any]) -> Any:
+    async def _accepting(self, args: ScriptArgs) -> Any:
         """Run an accepting write (a job submitted, a worker's result recorded): once it
         returns, `replication.replicas` replicas have it, so a failover cannot lose it.
         NotReplicated (an UNAVAILABLE error) when they do not confirm it in time.
@@ -214,19 +201,23 @@ class JobStore:
         Only these two wait: what the client or worker is told was taken in. A cancel,
         retry, ttl change or purge lost by a failover is seen as not done and can be sent
         again; a take lost so is re-run (at least once); stream chunks are not covered."""
-        script = self.scripts.by_name[name]
-        return await self.scripts.call(script, keys, args, replication=self.replication)
+        return await self.scripts.run(args, replication=self.replication)
 
-    def _retention_args(self) -> list[int]:
-        return [self.retention.run_ms, self.retention.sync_ms]
+    def _retention(self) -> dict[str, int]:
+        """The retention arguments of the scripts that end jobs."""
+        return {"ret_run": self.retention.run_ms, "ret_sync": self.retention.sync_ms}
+
+    def _lost(self) -> dict[str, Any]:
+        """The arguments of the scripts that take jobs from lost workers."""
+        reason = self._lost_reason()
+        return {"max_attempts": self.liveness.max_attempts, **self._retention(), "reason": reason}
 
     async def submit(self, endpoint_id: str, job: NewJob) -> tuple[str, str]:
         """Record a job and put it at the back of its endpoint's queue; returns its (id,
         status). With an idempotency key that a living job was submitted with, that job's
         id and status instead, and nothing is queued. QueueFull when the endpoint's quota
         would be exceeded."""
-        args = self.submit_args(endpoint_id, job)
-        reply = await self._accepting("submit", [keys.prefix(endpoint_id)], args)
+        reply = await self._accepting(self._submit(endpoint_id, job))
         if reply == -1:
             raise QueueFull("jobs", self.quota.max_jobs)
         if reply == -2:
@@ -234,12 +225,16 @@ class JobStore:
         job_id, status = reply
         return job_id.decode(), status.decode()
 
-    def submit_args(self, endpoint_id: str, job: NewJob) -> list[str | bytes | int]:
-        """The arguments of the `submit` script for `job`."""
+    def _submit(self, endpoint_id: str, job: NewJob) -> args_jobs.Submit:
         low = "1" if job.low_priority else "0"
-        args: list[str | bytes | int] = [endpoint_id, job.id, self.clock(), job.ttl_ms, low]
-        args += [self.quota.max_jobs, self.quota.max_bytes, len(job.input), job.idempotency_key]
-        return args + job.fields()
+        return args_jobs.Submit(
+            endpoint_id, job.id, self.clock(), job.ttl_ms, low, self.quota.max_jobs,
+            self.quota.max_bytes, len(job.input), job.idempotency_key, job.fields(),
+        )  # fmt: skip
+
+    def submit_args(self, endpoint_id: str, job: NewJob) -> list[Arg]:
+        """The ARGV of the `submit` script for `job`."""
+        return self._submit(endpoint_id, job).argv()
 
     async def take(
         self,
@@ -258,11 +253,11 @@ class JobStore:
         still recorded as its belong to an earlier process with the same worker id (a
         container restarted in its pod): they go back to the queue first, as if that
         process had been released, instead of waiting for their execution timeout."""
-        args = [worker_id, self.clock(), count, default_timeout_ms, max_bytes]
-        if holds_none:
-            args += [endpoint_id, self.liveness.max_attempts, *self._retention_args()]
-            args.append(self._lost_reason())
-        reply = await self.scripts.take(keys=[keys.prefix(endpoint_id)], args=args)
+        lost = self._lost() if holds_none else {}
+        args = args_jobs.Take(
+            endpoint_id, worker_id, self.clock(), count, default_timeout_ms, max_bytes, **lost
+        )
+        reply = await self.scripts.run(args)
         if int(reply[0]) == WARMING:  # its warm-up input to hand now, if any (take.lua)
             warm = [TakenJob(reply[2].decode(), b"", None, int(reply[1]))] if reply[1:] else []
             return warm, WARMING
@@ -277,8 +272,11 @@ class JobStore:
         *,
         output: bytes | None,
         error: str | None,
+        rate: UsageRate = NO_USAGE,
     ) -> Finished | None:
-        """Record a worker's result; None when the result is late and was ignored."""
+        """Record a worker's result; None when the result is late and was ignored. The
+        job's execution time is added to its API key's usage (`uk:`), its GPU- and
+        vCPU-time at the endpoint's `rate`, in the same script."""
         status = "FAILED" if error is not None else "COMPLETED"
         fields: list[str | bytes] = []
         if output is not None:
@@ -286,8 +284,11 @@ class JobStore:
         if error is not None:
             fields += [F.ERROR, error]
         now = self.clock()
-        args = [endpoint_id, job_id, worker_id, now, status, *self._retention_args()]
-        done = await self._accepting("finish", [keys.prefix(endpoint_id)], args + fields)
+        args = args_jobs.Finish(
+            endpoint_id, job_id, worker_id, now, status, **self._retention(),
+            gpu_type=rate.gpu_type, gpus=rate.gpus, vcpus=rate.vcpus, fields=fields,
+        )  # fmt: skip
+        done = await self._accepting(args)
         return Finished(int(done[0]), int(done[1]), now) if done else None
 
     async def progress(
@@ -295,9 +296,7 @@ class JobStore:
     ) -> bool:
         """Keep a running job's latest progress report (JSON); False when the worker no
         longer holds the job. The job's state does not change."""
-        kept = await self.scripts.progress(
-            keys=[keys.prefix(endpoint_id)], args=[job_id, worker_id, progress]
-        )
+        kept = await self.scripts.run(args_jobs.Progress(endpoint_id, job_id, worker_id, progress))
         return bool(kept)
 
     async def push_stream(
@@ -311,9 +310,8 @@ class JobStore:
     ) -> bool:
         """Append stream chunks (all or none) to a job the worker holds; False when it no
         longer does. StreamFull when the chunks not yet read would pass `max_unread_bytes`."""
-        accepted = await self.scripts.stream(
-            keys=[keys.prefix(endpoint_id)],
-            args=[job_id, worker_id, max_unread_bytes, endpoint_id, *chunks],
+        accepted = await self.scripts.run(
+            args_jobs.Stream(endpoint_id, job_id, worker_id, max_unread_bytes, chunks)
         )
         if int(accepted) < 0:
             raise StreamFull(job_id)
@@ -327,9 +325,7 @@ class JobStore:
     async def read_live(self, endpoint_id: str, job_id: str) -> tuple[str, list[bytes], int]:
         """`read_stream`, and the number of the first chunk returned (of a live job; chunks
         count from 0 in the order the worker sent them)."""
-        reply = await self.scripts.read_stream(
-            keys=[keys.prefix(endpoint_id)], args=[job_id, self.clock()]
-        )
+        reply = await self.scripts.run(args_jobs.ReadStream(endpoint_id, job_id, self.clock()))
         if reply is None:
             raise JobNotFound(job_id)
         return reply[0].decode(), list(reply[1]), int(reply[2])
@@ -400,9 +396,7 @@ class JobStore:
         Redis at its maxmemory (the mark is a write) it is `get` alone: a waiter still
         sees the end at its next re-check."""
         try:
-            values = await self.scripts.watch(
-                keys=[keys.prefix(endpoint_id)], args=[job_id, *JobRecord.FIELDS]
-            )
+            values = await self.scripts.run(args_jobs.Watch(endpoint_id, job_id))
         except OutOfMemoryError:
             return await self.get(endpoint_id, job_id)
         return self._living(job_id, values)
@@ -415,31 +409,25 @@ class JobStore:
         hold fewer than `limit` jobs while more follow (records that just died)."""
         hi, lo = _bounds(query)
         states = query.states or tuple(JobStatus)
-        reply = await self.scripts.list_jobs(
-            keys=[keys.prefix(endpoint_id)], args=[self.clock(), hi, lo, query.limit, *states]
-        )
+        args = args_jobs.ListJobs(endpoint_id, self.clock(), hi, lo, query.limit, states)
+        reply = await self.scripts.run(args)
         after = int(float(reply[0])) if reply[0] else None  # a score: an exact integer
-        return [_listed(row) for row in reply[1:]], after
+        return [JobRecord.from_listed(row) for row in reply[1:]], after
 
     async def set_ttl(self, endpoint_id: str, job_id: str, ttl_ms: int) -> None:
         """Give a job a new ttl, counted from its submission."""
-        args = [job_id, ttl_ms, self.clock()]
-        if not await self.scripts.set_ttl(keys=[keys.prefix(endpoint_id)], args=args):
+        if not await self.scripts.run(args_jobs.SetTtl(endpoint_id, job_id, ttl_ms, self.clock())):
             raise JobNotFound(job_id)
 
     async def cancel(self, endpoint_id: str, job_id: str) -> str:
         """Cancel a queued or running job (a running job's worker is told to stop)."""
-        args = [endpoint_id, job_id, self.clock(), *self._retention_args()]
-        return self._outcome(
-            job_id, await self.scripts.cancel(keys=[keys.prefix(endpoint_id)], args=args)
-        )
+        args = args_jobs.Cancel(endpoint_id, job_id, self.clock(), **self._retention())
+        return self._outcome(job_id, await self.scripts.run(args))
 
     async def retry(self, endpoint_id: str, job_id: str) -> str:
         """Queue a FAILED or TIMED_OUT job again, same id and input."""
-        args = [endpoint_id, job_id, self.clock()]
-        return self._outcome(
-            job_id, await self.scripts.retry(keys=[keys.prefix(endpoint_id)], args=args)
-        )
+        args = args_jobs.Retry(endpoint_id, job_id, self.clock())
+        return self._outcome(job_id, await self.scripts.run(args))
 
     @staticmethod
     def _outcome(job_id: str, reply: list[Any] | None) -> str:
@@ -452,7 +440,7 @@ class JobStore:
 
     async def purge(self, endpoint_id: str) -> int:
         """Remove every queued job of the endpoint; returns how many."""
-        return int(await self.scripts.purge(keys=[keys.prefix(endpoint_id)], args=[endpoint_id]))
+        return int(await self.scripts.run(args_jobs.Purge(endpoint_id)))
 
     async def delete_endpoint_data(self, endpoint_id: str) -> int:
         """Remove all jobs, queues, workers and counters of an endpoint; returns jobs removed.
@@ -461,8 +449,9 @@ class JobStore:
         SCAN of the endpoint's prefix: deleting an endpoint is rare and never on a request
         path."""
         prefix = keys.prefix(endpoint_id)
-        now_s = self.clock() // 1000
-        reply = await self.scripts.delete_endpoint(keys=[prefix], args=[now_s])
+        reply = await self.scripts.run(
+            args_workers.DeleteEndpoint(endpoint_id, self.clock() // 1000)
+        )
         for pattern in ("r[lc]:*", "ik:*", "lb[whru]"):
             found = [k async for k in self.redis.scan_iter(match=prefix + pattern, count=1000)]
             if found:
@@ -471,11 +460,11 @@ class JobStore:
 
     async def snapshot(self, endpoint_id: str) -> Snapshot:
         """Queue, progress, worker and outcome counts of one endpoint."""
-        args = [
-            self.clock(), self.liveness.heartbeat_timeout_ms, keys.LB_HEALTH_STALE_MS,
-            keys.UNHEALTHY_KEEP_MS,
-        ]  # fmt: skip
-        r = await self.scripts.snapshot(keys=[keys.prefix(endpoint_id)], args=args)
+        args = args_workers.Snapshot(
+            endpoint_id, self.clock(), self.liveness.heartbeat_timeout_ms,
+            keys.LB_HEALTH_STALE_MS, keys.UNHEALTHY_KEEP_MS,
+        )  # fmt: skip
+        r = await self.scripts.run(args)
         oldest, oldest_low = (int(v) if int(v) >= 0 else None for v in r[8:10])
         listed = {w.decode(): int(n) for w, n in zip(r[15::2], r[16::2], strict=True)}
         held = {w: n for w, n in listed.items() if n >= 0}  # -1: warming up
@@ -502,8 +491,8 @@ class JobStore:
         fresh = last is not None and now - last[1] < keys.WORKER_STATES_TTL_MS // 3
         if last is not None and last[0] == counts and (counts == (0, 0, 0) or fresh):
             return
-        args = [*counts, keys.WORKER_STATES_TTL_MS]
-        await self.scripts.worker_states(keys=[keys.prefix(endpoint_id)], args=args)
+        args = args_workers.WorkerStates(endpoint_id, *counts, keys.WORKER_STATES_TTL_MS)
+        await self.scripts.run(args)
         self._reported_states[endpoint_id] = (counts, now)
 
     async def note_worker_starts(self, endpoint_id: str, starts: Mapping[str, int]) -> int:
@@ -513,10 +502,11 @@ class JobStore:
         counted by this call."""
         if not starts:
             return 0
-        args: list[Any] = [self.clock()]
+        pairs: list[Arg] = []
         for worker, started in starts.items():
-            args += [worker, int(started)]
-        return int(await self.scripts.worker_started(keys=[keys.prefix(endpoint_id)], args=args))
+            pairs += [worker, int(started)]
+        args = args_workers.WorkerStarted(endpoint_id, self.clock(), pairs)
+        return int(await self.scripts.run(args))
 
     async def record_history(
         self,
@@ -532,13 +522,12 @@ class JobStore:
         gauges as of now; each point's ready workers are added to its hour's usage at
         `rate` (`store.usage`). Says how many were written, whether the newest is quiet
         and the newest hour with usage added."""
-        args = [
-            self.clock(), self.liveness.heartbeat_timeout_ms, keys.HISTORY_POINTS,
-            keys.HISTORY_MINUTE_POINTS, quiet, *rate.args(), *slots,
-        ]  # fmt: skip
-        written, newest_quiet, used_hour = await self.scripts.history(
-            keys=[keys.prefix(endpoint_id)], args=args
-        )
+        args = args_workers.History(
+            endpoint_id, self.clock(), self.liveness.heartbeat_timeout_ms, keys.HISTORY_POINTS,
+            keys.HISTORY_MINUTE_POINTS, quiet, rate.gpu_type, rate.gpus, rate.vcpus,
+            keys.USAGE_CHUNK_S, keys.USAGE_KEEP_S, slots,
+        )  # fmt: skip
+        written, newest_quiet, used_hour = await self.scripts.run(args)
         return Sampled(int(written), bool(newest_quiet), int(used_hour))
 
     async def history(
@@ -617,9 +606,7 @@ class JobStore:
     async def heartbeat(self, endpoint_id: str, worker_id: str) -> None:
         """Mark a worker alive now, running no job (a ping without a job list); a worker
         released for good is not registered again."""
-        await self.scripts.heartbeat(
-            keys=[keys.prefix(endpoint_id)], args=[worker_id, self.clock()]
-        )
+        await self.scripts.run(args_workers.Heartbeat(endpoint_id, worker_id, self.clock()))
 
     def _lost_reason(self) -> str:
         """The error of a job failed out of attempts by lost workers: it starts with
@@ -634,11 +621,11 @@ class JobStore:
         registers nothing); requeue its jobs, failing those out of attempts. `clean`: it
         exited cleanly when told to stop, so it never ran them: they go back without using
         an attempt. Returns (requeued, failed)."""
-        args = [endpoint_id, worker_id, self.clock(), self.liveness.max_attempts]
-        args += [*self._retention_args(), self._lost_reason(), "1" if clean else "0"]
-        requeued, failed = await self.scripts.release_worker(
-            keys=[keys.prefix(endpoint_id)], args=[*args, keys.GONE_MS]
-        )
+        args = args_workers.ReleaseWorker(
+            endpoint_id, worker_id, self.clock(), **self._lost(), clean="1" if clean else "0",
+            gone_ms=keys.GONE_MS,
+        )  # fmt: skip
+        requeued, failed = await self.scripts.run(args)
         return int(requeued), int(failed)
 
     async def mark_unhealthy(self, endpoint_id: str, why: UnhealthyWorker) -> tuple[int, int]:
@@ -647,12 +634,11 @@ class JobStore:
         (no job again, its held jobs requeued), the reason kept in `un` for an hour for
         every surface that shows workers, and for its control plane, which replaces it.
         Returns (requeued, failed)."""
-        args = [endpoint_id, why.worker, self.clock(), self.liveness.max_attempts]
-        args += [*self._retention_args(), self._lost_reason(), "0", keys.GONE_MS]
-        requeued, failed = await self.scripts.release_worker(
-            keys=[keys.prefix(endpoint_id)],
-            args=[*args, why.model_dump_json(), keys.UNHEALTHY_KEEP_MS],
-        )
+        args = args_workers.ReleaseWorker(
+            endpoint_id, why.worker, self.clock(), **self._lost(), clean="0",
+            gone_ms=keys.GONE_MS, why=why.model_dump_json(), keep_ms=keys.UNHEALTHY_KEEP_MS,
+        )  # fmt: skip
+        requeued, failed = await self.scripts.run(args)
         return int(requeued), int(failed)
 
     async def unhealthy_workers(self, endpoint_id: str) -> dict[str, UnhealthyWorker]:
@@ -681,22 +667,23 @@ class JobStore:
     ) -> int:
         """Heartbeat with the worker's own list of running jobs; jobs it should hold but does
         not list (their take reply was lost) go back to the queue. Returns how many."""
-        args = [endpoint_id, worker_id, self.clock(), self.liveness.unlisted_grace_ms]
-        args += [self.liveness.max_attempts, *self._retention_args(), self._lost_reason()]
-        return int(
-            await self.scripts.reconcile(keys=[keys.prefix(endpoint_id)], args=[*args, *running])
-        )
+        args = args_workers.Reconcile(
+            endpoint_id, worker_id, self.clock(), self.liveness.unlisted_grace_ms, **self._lost(),
+            ids=running,
+        )  # fmt: skip
+        return int(await self.scripts.run(args))
 
     async def sweep(
         self, endpoint_id: str, *, lock_ms: int, batch: int = 1000, horizon_ms: int = 0
     ) -> Sweep:
         """Time out, expire and reclaim what is due (one replica per `lock_ms`); `quiet`
         when nothing is left to look after, nor any record to expire within `horizon_ms`."""
-        args = [endpoint_id, self.clock(), self.liveness.heartbeat_timeout_ms]
-        args += [self.liveness.max_attempts, *self._retention_args(), lock_ms, batch]
-        reply = await self.scripts.sweep(
-            keys=[keys.prefix(endpoint_id)], args=[*args, self._lost_reason(), horizon_ms]
-        )
+        hb = self.liveness.heartbeat_timeout_ms
+        args = args_workers.Sweep(
+            endpoint_id, self.clock(), hb, lock_ms=lock_ms, batch=batch, horizon=horizon_ms,
+            **self._lost(),
+        )  # fmt: skip
+        reply = await self.scripts.run(args)
         timed_out, expired, lost, requeued, quiet = (int(v) for v in reply)
         return Sweep(timed_out, expired, lost, requeued, quiet=quiet == 1)
 
@@ -704,8 +691,8 @@ class JobStore:
         self, endpoint_id: str, *, lease_ms: int, limit: int = 100
     ) -> list[Delivery]:
         """Due webhook deliveries, leased to the caller."""
-        reply = await self.scripts.claim_webhooks(
-            keys=[keys.prefix(endpoint_id)], args=[self.clock(), lease_ms, limit]
+        reply = await self.scripts.run(
+            args_jobs.ClaimWebhooks(endpoint_id, self.clock(), lease_ms, limit)
         )
         return [Delivery(i.decode(), u.decode(), int(a)) for i, u, a in reply]
 
@@ -720,9 +707,11 @@ class JobStore:
     ) -> None:
         """Record an attempt's outcome: finished with, or due again in `retry_in_ms`;
         `attempted=False` gives back the attempt its claim counted (none was made)."""
-        args = [job_id, "1" if done else "0", self.clock() + retry_in_ms]
-        args.append("0" if attempted else "1")
-        await self.scripts.settle_webhook(keys=[keys.prefix(endpoint_id)], args=args)
+        done_flag, refund = "1" if done else "0", "0" if attempted else "1"
+        args = args_jobs.SettleWebhook(
+            endpoint_id, job_id, done_flag, self.clock() + retry_in_ms, refund
+        )
+        await self.scripts.run(args)
 
     async def worker_loads(self, endpoint_id: str) -> dict[str, tuple[int, int]]:
         """Every known worker: (last heartbeat ms, jobs running: held, or told to stop
@@ -740,7 +729,5 @@ class JobStore:
 
     async def take_stop_signals(self, endpoint_id: str, worker_id: str) -> list[str]:
         """Heartbeat, then the ids of jobs the worker must stop (each handed out once)."""
-        ids = await self.scripts.stops(
-            keys=[keys.prefix(endpoint_id)], args=[worker_id, self.clock()]
-        )
+        ids = await self.scripts.run(args_workers.Stops(endpoint_id, worker_id, self.clock()))
         return [i.decode() for i in ids]

@@ -51,6 +51,12 @@ the single description of what they build.
                                at epoch second <hour>; one hash per USAGE_CHUNK_S starting at
                                epoch second {chunk}; dies USAGE_KEEP_S after its chunk ends;
                                kept when the endpoint is deleted (its usage is still billed)
+    lg:{ep}:uk:{chunk}   HASH  usage per API key (`store/usage.py`), written by finish.lua with
+                               each job a worker finished: "<hour>:<key id>:x" execution ms,
+                               "<hour>:<key id>:g:<gpu type>" GPU-ms, "<hour>:<key id>:c"
+                               vCPU-ms of the jobs that ended in the hour starting at epoch
+                               second <hour> (key id "-": submitted without a key); chunks and
+                               life as `use:{chunk}`
     lg:{ep}:ws           HASH  worker states the gateway cannot see: initializing, throttled,
                                unhealthy (counts) as the operator or dev pool last saw them;
                                dies WORKER_STATES_TTL_MS after the last report
@@ -165,6 +171,8 @@ from __future__ import annotations
 import os
 import re
 
+from lockgate.models.jobs import MAX_DURATION_MS
+
 ENDPOINTS = "lg:endpoints"
 USAGE_ENDPOINTS = "lg:usage"
 TEMPLATES = "lg:templates"
@@ -196,7 +204,7 @@ RETENTION_SYNC_MS = 60 * 1000
 # How long a worker told to stop is refused new jobs (ms): longer than any pod takes to go.
 STOPPING_MS = 2 * 60 * 60 * 1000
 STOP_ASK = 2**50  # added to a stop ask's score in `refresh` (epoch ms are below 2**41)
-# Index entries per ms of createdAt in the listing index's score (common.lua has the same).
+# Index entries per ms of createdAt in the listing index's score.
 ORDER_SLOTS = 1024
 # How long a released worker id stays refused (ms): longer than an orphan outlives it.
 GONE_MS = STOPPING_MS
@@ -313,6 +321,27 @@ def worker_address(endpoint_id: str, worker_id: str) -> str:
     return f"{prefix(endpoint_id)}wa:{worker_id}"
 
 
+# Durations and sizes the Lua scripts use (store/lua_preamble.py hands them over).
+# A running job's record outlives its ttl by this much (ms), so the sweeper can still find
+# its worker to stop it; readers treat the job as gone from the ttl on.
+RUNNING_GRACE_MS = 60_000
+# No record lives longer than this after its submission (ms): the longest ttl (retention
+# never outlasts the ttl) plus the grace.
+INDEX_MAX_AGE_MS = MAX_DURATION_MS + RUNNING_GRACE_MS
+# A job a worker was told to stop counts as running (`wx:<worker>`) this long (ms) after the
+# last ping that listed it.
+STOPPED_RUNNING_MS = 60_000
+# A job's end event carries its final record when its output and error hold at most this
+# many bytes (common.lua `done_event`).
+DONE_CARRIED_BYTES = 8192
+# Takes of a job kept in its attempt history (`ah`).
+ATTEMPTS_KEPT = 10
+# Unmatched worker starts and first calls (`wst`, `wfc`) die this long after the last write.
+COLD_START_KEEP_MS = 60 * 60 * 1000
+# The field of an interval (`iv:<t>`) counting the jobs that ended in each final state.
+ENDED_COUNTS = {"COMPLETED": "c", "FAILED": "f", "TIMED_OUT": "t", "CANCELLED": "k"}
+
+
 # Job record fields. Short names: a queued job's record is most of its memory.
 class F:
     STATUS = "st"
@@ -339,6 +368,7 @@ class F:
     STREAM_BYTES = "sb"  # bytes of stream chunks not yet read by /stream
     PROGRESS = "pg"  # raw JSON: the latest progress_update of a running job
     WATCHED = "wt"  # "1" once a `/status?wait=` held for it: its end publishes `d:`
+    API_KEY = "ak"  # the id of the API key that submitted it (keys API's `id`); none: no key
 
 
 # Batch Jobs (store/batches.py): every key of a batch under its endpoint's hash tag.

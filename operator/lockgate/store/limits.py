@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
-from lockgate.store import keys
+from lockgate.store.args_workers import Limit
 from lockgate.store.scripts import Scripts
 
 
@@ -34,7 +34,7 @@ class RateLimits:
 
     def __init__(self, redis: Redis, scripts: Scripts | None = None) -> None:
         self.redis = redis
-        self.script = (scripts or Scripts.register(redis)).limit
+        self.scripts = scripts or Scripts.register(redis)
         self.replica = secrets.token_hex(6)  # this process, as a holder of slots
 
     async def reserve(
@@ -53,9 +53,11 @@ class RateLimits:
     ) -> Grant:
         """Take up to `units` of the window's rate, and set this replica's slots to `slots`
         (or as many as the other replicas leave); None leaves that part alone."""
-        args = [operation, owner, now, window_ms, _or_none(rate), units, _or_none(concurrency)]
-        args += [self.replica, -1 if slots is None else slots, lease_ms]
-        reply = await self.script(keys=[keys.prefix(endpoint_id)], args=args)
+        args = Limit(
+            endpoint_id, operation, owner, now, window_ms, _or_none(rate), units,
+            _or_none(concurrency), self.replica, -1 if slots is None else slots, lease_ms,
+        )  # fmt: skip
+        reply = await self.scripts.run(args)
         return Grant(*(int(v) for v in reply))
 
 

@@ -2,10 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 from lockgate.store.keys import F
+
+# What of a job record each reader reads, by field (F); the Lua scripts get the same tuples
+# (store/lua_preamble.py), so a field is added in one place.
+RECORD_FIELDS = (
+    F.STATUS, F.CREATED, F.TTL, F.QUEUED, F.STARTED, F.FINISHED, F.OUTPUT, F.ERROR, F.PROGRESS,
+)  # fmt: skip  # `/status`: JobStore.get, watch.lua
+LISTED_FIELDS = (
+    F.STATUS, F.CREATED, F.TTL, F.QUEUED, F.STARTED, F.FINISHED, F.WORKER, F.ERROR,
+)  # fmt: skip  # GET /requests rows (list_jobs.lua), after the id
+DONE_HEAD = (F.STATUS, F.CREATED, F.TTL, F.QUEUED, F.STARTED, F.FINISHED)  # a `d:` event's
+# How a take of a job ended (`ah`'s `o`, common.lua): the console says each in words.
+ATTEMPT_ENDS = ("COMPLETED", "FAILED", "TIMED_OUT", "CANCELLED", "WORKER_LOST", "GIVEN_BACK")
+
+
+def _ms(raw: bytes | None) -> int | None:
+    return int(raw) if raw else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,54 +63,64 @@ class JobRecord:
     progress: bytes | None = None  # raw JSON of the latest progress report, while running
     worker: str | None = None  # the worker running or that ran it, where known (listings)
 
-    FIELDS: ClassVar[tuple[str, ...]] = (
-        F.STATUS,
-        F.CREATED,
-        F.TTL,
-        F.QUEUED,
-        F.STARTED,
-        F.FINISHED,
-    )
-    FIELDS += (F.OUTPUT, F.ERROR, F.PROGRESS)
+    FIELDS: ClassVar[tuple[str, ...]] = RECORD_FIELDS
 
     @classmethod
-    def from_fields(cls, job_id: str, values: list[bytes | None]) -> JobRecord | None:
-        status, created, ttl, queued, started, finished, output, error, progress = values
+    def from_fields(cls, job_id: str, values: Sequence[bytes | None]) -> JobRecord | None:
+        """The record of HMGET's `values` of FIELDS; None without one."""
+        return cls.from_named(job_id, dict(zip(cls.FIELDS, values, strict=True)))
+
+    @classmethod
+    def from_named(cls, job_id: str, f: Mapping[str, bytes | None]) -> JobRecord | None:
+        """The record of its fields by name (F; a field not read is None); None without a
+        status (no record)."""
+        status, error, worker = f.get(F.STATUS), f.get(F.ERROR), f.get(F.WORKER)
         if status is None:
             return None
+        created = int(f.get(F.CREATED) or 0)
         return cls(
             id=job_id,
             status=status.decode(),
-            created=int(created or 0),
-            ttl=int(ttl or 0),
-            queued=int(queued or 0),
-            started=int(started) if started else None,
-            finished=int(finished) if finished else None,
-            output=output,
+            created=created,
+            ttl=int(f.get(F.TTL) or 0),
+            queued=int(f.get(F.QUEUED) or created),
+            started=_ms(f.get(F.STARTED)),
+            finished=_ms(f.get(F.FINISHED)),
+            output=f.get(F.OUTPUT),
             error=error.decode() if error is not None else None,
-            progress=progress,
+            progress=f.get(F.PROGRESS),
+            worker=worker.decode() if worker is not None else None,
         )
+
+    @classmethod
+    def from_listed(cls, row: Sequence[bytes]) -> JobRecord:
+        """A row of list_jobs.lua: the id, then LISTED_FIELDS (None for a field not set)."""
+        record = cls.from_named(row[0].decode(), dict(zip(LISTED_FIELDS, row[1:], strict=True)))
+        assert record is not None  # list_jobs.lua lists records with a status only
+        return record
 
     @classmethod
     def from_event(cls, job_id: str, payload: bytes) -> JobRecord | None:
         """The final record a `d:` event carries after its first line (common.lua
-        `done_event`); None when it is not one."""
+        `done_event`: DONE_HEAD's values, '-' for none, then the error's length (-1: none)
+        and 1 with an output; a line; the error and the output); None when it is not one."""
         head, _, rest = payload.partition(b"\n")
+        parts = head.split(b" ")
+        if len(parts) != len(DONE_HEAD) + 2:
+            return None  # not a record (an older script's event, a damaged one)
+        *values, err_len, has_out = parts
         try:
-            status, created, ttl, queued, started, finished, err_len, has_out = head.split(b" ")
             n = int(err_len)
-            return cls(
-                id=job_id,
-                status=status.decode(),
-                created=int(created),
-                ttl=int(ttl),
-                queued=int(queued),
-                started=None if started == b"-" else int(started),
-                finished=int(finished),
-                output=rest[max(n, 0) :] if has_out == b"1" else None,
-                error=rest[:n].decode() if n >= 0 else None,
-            )
-        except ValueError:  # not a record (an older script's event, a damaged one)
+        except ValueError:
+            return None
+        named: dict[str, bytes | None] = {
+            k: None if v == b"-" else v for k, v in zip(DONE_HEAD, values, strict=True)
+        }
+        named[F.ERROR] = rest[:n] if n >= 0 else None
+        named[F.OUTPUT] = rest[max(n, 0) :] if has_out == b"1" else None
+        try:
+            return cls.from_named(job_id, named)
+        except ValueError:
             return None
 
     def expired(self, now: int) -> bool:

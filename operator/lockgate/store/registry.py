@@ -25,6 +25,14 @@ def key_digest(api_key: str) -> str:
     return hashlib.sha256(api_key.encode()).hexdigest()
 
 
+KEY_ID_CHARS = 12  # a key's id is this much of its digest (the keys API, `keys list`)
+
+
+def key_id(digest: str) -> str:
+    """A key's id, as the keys API lists it: the start of its digest."""
+    return digest[:KEY_ID_CHARS]
+
+
 def lost_policy(entry: RegistryEntry) -> list[str | int]:
     """The endpoint's `lost` hash (keys.py) as field/value pairs, which common.lua's
     `requeue` reads when a worker is lost with a job: the policy and requeueMaxRunS in ms;

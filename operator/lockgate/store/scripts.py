@@ -31,7 +31,6 @@ import asyncio
 import functools
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
 from redis.asyncio import Redis, RedisCluster
@@ -54,37 +53,11 @@ from lockgate.store.connection import (
     route,
     send_together,
 )
+from lockgate.store.lua_preamble import ARGS, source
 from lockgate.store.pipe import is_cluster, pipe_of
+from lockgate.store.script_args import ScriptArgs
 
-NAMES = (
-    "submit",
-    "take",
-    "finish",
-    "progress",
-    "stream",
-    "read_stream",
-    "cancel",
-    "retry",
-    "purge",
-    "snapshot",
-    "stops",
-    "set_ttl",
-    "release_worker",
-    "heartbeat",
-    "delete_endpoint",
-    "sweep",
-    "reconcile",
-    "claim_webhooks",
-    "settle_webhook",
-    "limit",
-    "list_jobs",
-    "history",
-    "worker_states",
-    "worker_started",
-    "watch",
-    "warmup_done",
-    "warmup_overdue",
-)
+NAMES = tuple(ARGS)  # every script, by name (store/lua/<name>.lua)
 
 
 class StoreFull(OutOfMemoryError):
@@ -120,10 +93,6 @@ class Replication:
 NO_REPLICATION = Replication()
 
 
-def _source(name: str) -> str:
-    return (resources.files("lockgate.store") / "lua" / f"{name}.lua").read_text()
-
-
 Call = tuple[AsyncScript, Sequence[Any], Sequence[Any], asyncio.Future[Any]]
 Pending = dict[Replication, list[Call]]
 
@@ -139,8 +108,13 @@ class Scripts:
 
     @classmethod
     def register(cls, redis: Redis) -> Scripts:
-        common = _source("common")
-        return cls(redis, {n: redis.register_script(common + "\n" + _source(n)) for n in NAMES})
+        return cls(redis, {n: redis.register_script(source(n)) for n in NAMES})
+
+    def run(self, args: ScriptArgs, *, replication: Replication = NO_REPLICATION) -> Awaitable[Any]:
+        """Run the script `args` names (its SCRIPT) with them: KEYS and ARGV built from
+        the one dataclass both sides read (store/script_args.py)."""
+        script = self.by_name[args.SCRIPT]
+        return self.call(script, args.keys(), args.argv(), replication=replication)
 
     def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
         try:

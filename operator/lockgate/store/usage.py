@@ -1,10 +1,14 @@
-"""Usage for billing: worker-, GPU- and vCPU-seconds per endpoint and hour, in Redis.
+"""Usage for billing: worker-, GPU- and vCPU-seconds per endpoint and hour, and the
+execution time of each API key's jobs per hour, in Redis.
 
 history.lua adds to them with each history point it writes (once per 10 s interval,
 however many replicas sample: the point's ready workers times the interval), so usage is
 measured by the same samples as the console's charts. This module reads them back, keeps
 the index of endpoints with usage (deleted endpoints stay in it: their usage is still
 billed) and says at which rate an endpoint's workers count (`UsageRate`).
+
+finish.lua adds each job a worker finished to its API key's usage (`uk:`): its execution
+ms, and its GPU-ms or vCPU-ms at the endpoint's rate (`KeyUsage`), in the same script.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from redis.asyncio import Redis
 
@@ -34,6 +39,19 @@ class UsageRate:
 
 
 NO_USAGE = UsageRate()  # workers that count worker-seconds alone
+UNSPECIFIED_GPU = "unspecified"  # the GPU type of an endpoint that lists none (any type)
+
+
+def rate_of(entry: Mapping[str, Any] | None) -> UsageRate:
+    """How a ready worker of the endpoint `entry` (its registry entry) counts: a CPU
+    endpoint's its vCPUs, a GPU endpoint's its GPUs of the first of its `gpuTypeIds` (the
+    type its workers are placed on first; see docs/usage.md)."""
+    if not entry:
+        return UsageRate()
+    if entry.get("computeType") == "CPU":
+        return UsageRate(vcpus=int(entry.get("vcpuCount") or 0))
+    types = entry.get("gpuTypeIds") or [UNSPECIFIED_GPU]
+    return UsageRate(gpu_type=str(types[0]), gpus=int(entry.get("gpuCount") or 1))
 
 
 @dataclass(slots=True)
@@ -60,6 +78,45 @@ def parse_hours(fields: Mapping[bytes | str, bytes | str]) -> dict[int, HourUsag
         elif what.startswith("g:"):
             gpu_type = what[2:]
             usage.gpu_seconds[gpu_type] = usage.gpu_seconds.get(gpu_type, 0) + value
+    return hours
+
+
+NO_KEY = "-"  # the key id of jobs submitted without a key (auth off: dev mode, benchmarks)
+
+
+@dataclass(slots=True)
+class KeyUsage:
+    """An API key's jobs' usage (ms): execution time, and GPU- and vCPU-time at their
+    endpoints' rates."""
+
+    execution_ms: int = 0
+    vcpu_ms: int = 0
+    gpu_ms: dict[str, int] = field(default_factory=dict)  # GPU type id -> ms
+
+    def add(self, other: KeyUsage) -> None:
+        self.execution_ms += other.execution_ms
+        self.vcpu_ms += other.vcpu_ms
+        for gpu_type, ms in other.gpu_ms.items():
+            self.gpu_ms[gpu_type] = self.gpu_ms.get(gpu_type, 0) + ms
+
+
+def parse_key_hours(
+    fields: Mapping[bytes | str, bytes | str],
+) -> dict[int, dict[str, KeyUsage]]:
+    """A per-key usage hash's fields ("<hour>:<key>:x", "<hour>:<key>:c",
+    "<hour>:<key>:g:<type>") by hour and key id."""
+    hours: dict[int, dict[str, KeyUsage]] = {}
+    for raw_name, raw_value in fields.items():
+        name = raw_name.decode() if isinstance(raw_name, bytes) else raw_name
+        hour, key, what = name.split(":", 2)
+        usage = hours.setdefault(int(hour), {}).setdefault(key, KeyUsage())
+        value = int(raw_value)
+        if what == "x":
+            usage.execution_ms += value
+        elif what == "c":
+            usage.vcpu_ms += value
+        elif what.startswith("g:"):
+            usage.gpu_ms[what[2:]] = usage.gpu_ms.get(what[2:], 0) + value
     return hours
 
 
@@ -119,4 +176,27 @@ class UsageLedger:
             for _ in spans:
                 hours.update(parse_hours(next(found)))
             out[endpoint_id] = {h: u for h, u in hours.items() if start_s <= h < end_s}
+        return out
+
+    async def key_hours(
+        self, endpoint_ids: Iterable[str], start_s: int, end_s: int
+    ) -> dict[str, dict[int, KeyUsage]]:
+        """Each API key's usage by hour over these endpoints (summed), for the hours
+        starting in [start_s, end_s), read only within the retention; key id NO_KEY for
+        the jobs submitted without one."""
+        start_s = max(start_s, int(self.clock()) - keys.USAGE_KEEP_S - keys.USAGE_CHUNK_S)
+        end_s = min(end_s, int(self.clock()) + HOUR_S)
+        ids = list(endpoint_ids)
+        out: dict[str, dict[int, KeyUsage]] = {}
+        if start_s >= end_s or not ids:
+            return out
+        pipe = self.redis.pipeline(transaction=False)
+        for endpoint_id in ids:
+            for chunk in chunks(start_s, end_s):
+                pipe.hgetall(f"{keys.prefix(endpoint_id)}uk:{chunk}")
+        for found in await pipe.execute():
+            for hour, by_key in parse_key_hours(found).items():
+                if start_s <= hour < end_s:
+                    for key, usage in by_key.items():
+                        out.setdefault(key, {}).setdefault(hour, KeyUsage()).add(usage)
         return out

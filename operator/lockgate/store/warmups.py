@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import IntEnum
 
 from lockgate.models.unhealthy import REASON_CHARS, UnhealthyWorker
-from lockgate.store import keys
+from lockgate.store import args_workers
 from lockgate.store.jobs import JobStore
 
 # A warm-up job's id: `warmup-<input index>-<times handed>-<handed at ms>` (take.lua).
@@ -37,8 +37,9 @@ async def warmup_done(
 ) -> Step:
     """Record a warm-up job's result; a failure (`error`) marks the worker unhealthy."""
     now = store.clock()
-    args = [worker_id, job_id, now, "1" if error is not None else "0"]
-    step = Step(int(await store.scripts.warmup_done(keys=[keys.prefix(endpoint_id)], args=args)))
+    failed = "1" if error is not None else "0"
+    args = args_workers.WarmupDone(endpoint_id, worker_id, job_id, now, failed)
+    step = Step(int(await store.scripts.run(args)))
     if step == Step.FAILED:
         reason = f"job {job_id} failed: {error}"[:REASON_CHARS]
         await store.mark_unhealthy(
@@ -51,9 +52,7 @@ async def mark_overdue(store: JobStore, endpoint_id: str, timeout_ms: int) -> li
     """Mark unhealthy the workers whose warm-up job outran `timeout_ms` (the endpoint's
     execution timeout, the deadline take.lua set); returns their ids."""
     now = store.clock()
-    reply = await store.scripts.warmup_overdue(
-        keys=[keys.prefix(endpoint_id)], args=[now, OVERDUE_AGAIN_MS]
-    )
+    reply = await store.scripts.run(args_workers.WarmupOverdue(endpoint_id, now, OVERDUE_AGAIN_MS))
     marked = []
     for worker, index in zip(reply[::2], reply[1::2], strict=True):
         reason = f"warm-up input {int(index) + 1} did not finish within {timeout_ms / 1000:g} s"

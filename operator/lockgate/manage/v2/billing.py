@@ -5,10 +5,15 @@ RunPod's record (`startTime`, `endTime`, `serverlessId`, `totalAmount`, `gpuAmou
 `cpuAmount`, `diskAmount`, `feeAmount`) plus lockgate's: `workerSeconds`, `gpuSeconds`,
 `gpuSecondsByType` and `vcpuSeconds`. Amounts come from the prices in the settings
 (`settings.Prices`); without them they are 0. docs/usage.md says how usage is measured.
+
+lockgate's `groupBy=apiKey` (RunPod has no such parameter) answers per API key instead:
+the execution time of each key's jobs, its GPU- and vCPU-seconds at their endpoints' rates
+and their amounts, per bucket (`apiKeyId` null: jobs submitted without a key).
 """
 
 from __future__ import annotations
 
+import enum
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,10 +29,13 @@ from lockgate.manage.usage import (
     Amounts,
     BadWindow,
     BucketSize,
+    KeyRecord,
     Record,
     Usage,
     amounts,
     fold,
+    fold_keys,
+    key_amounts,
     window,
 )
 from lockgate.manage.v2 import Backends, v2_app
@@ -36,7 +44,7 @@ from lockgate.manage.v2.documented import Operation, documented
 from lockgate.manage.v2.problems import validated
 from lockgate.settings import Prices
 from lockgate.store.keys import ENDPOINT_ID_RE
-from lockgate.store.usage import UsageLedger
+from lockgate.store.usage import NO_KEY, KeyUsage, UsageLedger
 
 MONEY_DIGITS = 6  # amounts are rounded to a millionth of the prices' currency unit
 
@@ -53,14 +61,23 @@ class Billing:
 BILLING = web.AppKey("billing", Billing)
 
 
+class GroupBy(enum.StrEnum):
+    """lockgate's `groupBy`: records per endpoint (RunPod's) or per API key."""
+
+    ENDPOINT = "endpoint"
+    API_KEY = "apiKey"
+
+
 class BillingQuery(ClosedBody):
-    """RunPod's query of `GET /v2/billing/serverless` (each parameter at most once)."""
+    """RunPod's query of `GET /v2/billing/serverless` (each parameter at most once), and
+    lockgate's `groupBy`."""
 
     startTime: AwareDatetime | None = None
     endTime: AwareDatetime | None = None
     bucketSize: BucketSize = BucketSize.DAY
     lastN: int | None = Field(None, ge=1)
     serverlessId: str | None = Field(None, pattern=ENDPOINT_ID_RE.pattern)
+    groupBy: GroupBy = GroupBy.ENDPOINT
 
 
 def query_of(request: web.Request) -> BillingQuery:
@@ -122,6 +139,43 @@ def report(
     return {"records": out, "metadata": metadata}
 
 
+def _key_seconds(u: KeyUsage) -> dict[str, Any]:
+    return {
+        "executionSeconds": u.execution_ms / 1000,
+        "gpuSeconds": sum(u.gpu_ms.values()) / 1000,
+        "gpuSecondsByType": {t: ms / 1000 for t, ms in sorted(u.gpu_ms.items())},
+        "vcpuSeconds": u.vcpu_ms / 1000,
+    }
+
+
+def key_report(
+    records: list[KeyRecord], prices: Prices, query: BillingQuery, first: datetime, last: datetime
+) -> dict[str, Any]:
+    """The answer of `groupBy=apiKey`: one record per API key and bucket (`apiKeyId`, null
+    for no key), the metadata as RunPod's with the key count."""
+    out, total_money, total_use = [], Amounts(), KeyUsage()
+    for r in records:
+        money = key_amounts(r.usage, prices)
+        total_money += money
+        total_use.add(r.usage)
+        key = None if r.key_id == NO_KEY else r.key_id
+        out.append(
+            {"startTime": _time(r.start), "endTime": _time(r.end), "apiKeyId": key}
+            | _money(money)
+            | _key_seconds(r.usage)
+        )
+    resolved: dict[str, Any] = {"startTime": _time(first), "endTime": _time(last)}
+    resolved |= {"bucketSize": query.bucketSize, "lastN": query.lastN}
+    resolved |= {"serverlessId": query.serverlessId, "groupBy": query.groupBy}
+    metadata = {
+        "query": resolved,
+        "recordCount": len(out),
+        "uniqueApiKeyCount": len({r.key_id for r in records}),
+        "totals": _money(total_money) | _key_seconds(total_use),
+    }
+    return {"records": out, "metadata": metadata}
+
+
 BILLING_OPERATION = Operation(
     "listServerlessBilling",
     "Worker-, GPU- and vCPU-seconds (and amounts, with prices set) per endpoint and bucket",
@@ -144,6 +198,10 @@ async def serverless_billing(request: web.Request) -> web.Response:
     ids = [query.serverlessId] if query.serverlessId else None
     if ids is None:
         ids = await billing.ledger.endpoint_ids(start_s)
+    if query.groupBy is GroupBy.API_KEY:
+        by_key = await billing.ledger.key_hours(ids, start_s, end_s)
+        keyed = fold_keys(by_key, query.bucketSize, first, last)
+        return json_response(key_report(keyed, billing.prices, query, first, last))
     hours = await billing.ledger.hours(ids, start_s, end_s)
     records = fold(hours, query.bucketSize, first, last)
     return json_response(report(records, billing.prices, query, first, last))

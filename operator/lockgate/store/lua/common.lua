@@ -1,26 +1,20 @@
--- Shared by every script (prepended at load time). KEYS[1] is the endpoint's key prefix
--- `lg:{ep}:`; per-job and per-worker keys are derived from it (see store/keys.py).
+-- Shared by every script (prepended at load time, after the constants store/lua_preamble.py
+-- generates from store/keys.py and store/records.py: EVENTS, RUNNING_GRACE, INDEX_MAX_AGE,
+-- STOPPED_RUNNING_MS, ORDER_SLOTS, STATES, INTERVAL_S, INTERVAL_KEEP, DONE_CARRIED,
+-- ATTEMPTS_KEPT, COLD_START_KEEP, ENDED, the record's field lists and its field names
+-- F_<NAME>; the script's arguments follow as named locals, store/script_args.py).
+-- KEYS[1] is the endpoint's key prefix `lg:{ep}:`; per-job and per-worker keys are
+-- derived from it (see store/keys.py).
 local P = KEYS[1]
-local EVENTS = 'lg:events'
--- A running job's record outlives its ttl by this much (ms), so the sweeper can still
--- find its worker to stop it; readers treat the job as gone from the ttl on.
-local RUNNING_GRACE = 60000
--- No record lives longer than this after its submission (ms): the longest ttl
--- (models/jobs.py MAX_DURATION_MS, 7 days; retention never outlasts the ttl) plus the grace.
-local INDEX_MAX_AGE = 604800000 + RUNNING_GRACE
 -- A job a worker was told to stop stays in `wx:<worker>` (the worker counts as busy: a sync
--- handler cannot be interrupted) until its ping no longer lists it; dies this long (ms)
--- after the last ping that did.
-local STOPPED_RUNNING_MS = 60000
+-- handler cannot be interrupted) until its ping no longer lists it (STOPPED_RUNNING_MS).
 
 local function jkey(id) return P .. 'j:' .. id end
 
 -- The listing index of GET /requests (list_jobs.lua): one zset per state, `ix:<state>`,
 -- holding each job under its current state with a fixed score, its place in time:
 -- createdAt (ms) * ORDER_SLOTS + submission sequence mod ORDER_SLOTS (unique per job
--- unless ORDER_SLOTS jobs are submitted within one ms; store/keys.py has the same number).
-local ORDER_SLOTS = 1024
-local STATES = {'IN_QUEUE', 'IN_PROGRESS', 'COMPLETED', 'FAILED', 'CANCELLED', 'TIMED_OUT'}
+-- unless ORDER_SLOTS jobs are submitted within one ms). STATES: every job state.
 
 -- Move a job's index entry from its old state's zset to its new one's (same score).
 local function reindex(id, from, to)
@@ -41,7 +35,7 @@ end
 -- counted as jobs enter (sign 1) and leave (sign -1) the queues. `size`: the job's input
 -- bytes when the caller has read them already.
 local function count_queued(id, sign, size)
-  redis.call('INCRBY', P .. 'qb', sign * (size or redis.call('HSTRLEN', jkey(id), 'in')))
+  redis.call('INCRBY', P .. 'qb', sign * (size or redis.call('HSTRLEN', jkey(id), F_INPUT)))
 end
 
 -- Set when a job's record dies, and index it there (the `exp` zset lists every record).
@@ -50,11 +44,11 @@ local function expire_at(id, at)
   redis.call('ZADD', P .. 'exp', at, id)
 end
 
--- Count an event in the 10 s history interval holding `now` (ms): `lg:{ep}:iv:<t>`.
-local INTERVAL_KEEP = 900000
--- The first count of each field sets the key's life (the first count of all created it).
+-- Count an event in the history interval (INTERVAL_S) holding `now` (ms): `lg:{ep}:iv:<t>`.
+-- The first count of each field sets the key's life (INTERVAL_KEEP, ms; the first count of
+-- all created it).
 local function count_interval(now, field)
-  local k = P .. 'iv:' .. (math.floor(now / 10000) * 10)
+  local k = P .. 'iv:' .. (math.floor(now / (INTERVAL_S * 1000)) * INTERVAL_S)
   if redis.call('HINCRBY', k, field, 1) == 1 then redis.call('PEXPIRE', k, INTERVAL_KEEP) end
 end
 
@@ -66,16 +60,17 @@ end
 
 -- The `d:` event of a job that ended: `d:<ep>:<id>`, followed, when its output and error
 -- hold at most DONE_CARRIED bytes, by its final record, so a waiter answers without
--- reading it (store/records.py `JobRecord.from_event` reads it):
--- "\n<status> <created> <ttl> <queued> <started or -> <finished> <error bytes or -1>
--- <1 with an output, else 0>\n<error><output>".
-local DONE_CARRIED = 8192
+-- reading it (store/records.py `JobRecord.from_event` reads it): "\n<the DONE_HEAD
+-- fields, - for none> <error bytes or -1> <1 with an output, else 0>\n<error><output>".
 local function done_event(ep, id)
   local event = 'd:' .. ep .. ':' .. id
-  local r = redis.call('HMGET', jkey(id), 'st', 'cr', 'tl', 'qd', 'sa', 'fi', 'err', 'out')
-  local err, out = r[7], r[8]
-  if not r[1] or (err and #err or 0) + (out and #out or 0) > DONE_CARRIED then return event end
-  local head = {r[1], r[2], r[3], r[4], r[5] or '-', r[6], err and #err or -1, out and 1 or 0}
+  local r = redis.call('HMGET', jkey(id), F_ERROR, F_OUTPUT, unpack(DONE_HEAD))
+  local err, out, status = r[1], r[2], r[3]
+  if not status or (err and #err or 0) + (out and #out or 0) > DONE_CARRIED then return event end
+  local head = {}
+  for i = 1, #DONE_HEAD do head[i] = r[i + 2] or '-' end
+  head[#head + 1] = err and #err or -1
+  head[#head + 1] = out and 1 or 0
   return event .. '\n' .. table.concat(head, ' ') .. '\n' .. (err or '') .. (out or '')
 end
 
@@ -85,7 +80,6 @@ end
 -- was lost or did not list it: requeued, or failed out of attempts or by the endpoint's
 -- onWorkerLost policy) or GIVEN_BACK (its worker, told to stop, exited before running it).
 -- Written by the scripts that take and end jobs: no round trip of its own.
-local ATTEMPTS_KEPT = 10
 -- The attempt history `raw` (the record's `ah` as the caller read it) with a take by
 -- `worker` at `now`, for the caller's own write of the record.
 local function with_take(raw, worker, now)
@@ -106,27 +100,26 @@ local function with_end(raw, now, how)
 end
 -- End the job's newest attempt, if it is still open (a requeue: no read of its own).
 local function attempt_ended(id, now, how)
-  local ended = with_end(redis.call('HGET', jkey(id), 'ah'), now, how)
-  if ended then redis.call('HSET', jkey(id), 'ah', ended) end
+  local ended = with_end(redis.call('HGET', jkey(id), F_ATTEMPT_LOG), now, how)
+  if ended then redis.call('HSET', jkey(id), F_ATTEMPT_LOG, ended) end
 end
 
--- The field counting a job that ended in each final state in its history interval.
-local ENDED = {COMPLETED = 'c', FAILED = 'f', TIMED_OUT = 't', CANCELLED = 'k'}
-
+-- ENDED: the field counting a job that ended in each final state in its history interval.
 -- Move a job into a final state: release its worker slot, count it, keep it for the
 -- retention (never beyond its ttl), queue its webhook, and wake its waiters (/runsync,
 -- and `/status?wait=` on a job it marked watched).
 local function finalize(ep, id, status, now, worker, sync, ret_run, ret_sync, extra)
   local jk = jkey(id)
-  local f = redis.call('HMGET', jk, 'st', 'cr', 'tl', 'wh', 'wt', 'sa', 'ah')
-  local ended = f[1] == 'IN_PROGRESS' and with_end(f[7], now, status) or nil
-  reindex(id, f[1], status)
+  local st, created, ttl, webhook, watched, started, log = unpack(redis.call('HMGET', jk,
+    F_STATUS, F_CREATED, F_TTL, F_WEBHOOK, F_WATCHED, F_STARTED, F_ATTEMPT_LOG))
+  local ended = st == 'IN_PROGRESS' and with_end(log, now, status) or nil
+  reindex(id, st, status)
   if ended then  -- the attempt's end rides on the state's write
-    redis.call('HSET', jk, 'st', status, 'fi', now, 'ah', ended, unpack(extra))
+    redis.call('HSET', jk, F_STATUS, status, F_FINISHED, now, F_ATTEMPT_LOG, ended, unpack(extra))
   else
-    redis.call('HSET', jk, 'st', status, 'fi', now, unpack(extra))
+    redis.call('HSET', jk, F_STATUS, status, F_FINISHED, now, unpack(extra))
   end
-  redis.call('HDEL', jk, 'pg')  -- progress is shown while running only
+  redis.call('HDEL', jk, F_PROGRESS)  -- progress is shown while running only
   redis.call('ZREM', P .. 'run', id)
   if worker then redis.call('SREM', P .. 'wj:' .. worker, id) end
   if status == 'COMPLETED' then
@@ -135,15 +128,15 @@ local function finalize(ep, id, status, now, worker, sync, ret_run, ret_sync, ex
     redis.call('HINCRBY', P .. 'stats', 'failed', 1)
   end
   count_interval(now, ENDED[status])
-  if f[6] and status ~= 'CANCELLED' then  -- the execution time of a job that ran and ended
-    count_interval(now, 'x' .. delay_bucket(now - tonumber(f[6])))
+  if started and status ~= 'CANCELLED' then  -- the execution time of a job that ran and ended
+    count_interval(now, 'x' .. delay_bucket(now - tonumber(started)))
   end
   local death = math.min(now + tonumber(sync == '1' and ret_sync or ret_run),
-    tonumber(f[2]) + tonumber(f[3]))
+    tonumber(created) + tonumber(ttl))
   expire_at(id, death)
   redis.call('PEXPIREAT', P .. 's:' .. id, death)
-  if f[4] then redis.call('ZADD', P .. 'wh', now, id) end
-  if sync == '1' or f[5] then redis.call('PUBLISH', EVENTS, done_event(ep, id)) end
+  if webhook then redis.call('ZADD', P .. 'wh', now, id) end
+  if sync == '1' or watched then redis.call('PUBLISH', EVENTS, done_event(ep, id)) end
 end
 
 -- Ask a worker to stop a job it holds, and wake its job-stop long-poll.
@@ -163,7 +156,7 @@ end
 local function lost_policy_error(id, now)
   local pol = redis.call('HMGET', P .. 'lost', 'p', 'n')
   if not pol[1] then return nil end
-  local started = tonumber(redis.call('HGET', jkey(id), 'sa')) or now
+  local started = tonumber(redis.call('HGET', jkey(id), F_STARTED)) or now
   local ran = math.max(now - started, 0)
   local s = string.format('%.0f', math.floor(ran / 1000))
   if pol[1] == 'fail' then
@@ -180,7 +173,7 @@ local function lost_policy_error(id, now)
 end
 
 -- Take a job away from a worker that lost it: back to the front of its queue (counted as
--- retried), or FAILED when its attempts are used up. f = HMGET st wk at sq lp sy.
+-- retried), or FAILED when its attempts are used up. `j`: the job as `held_job` read it.
 -- `clean`: the worker exited cleanly when told to stop, so it never ran the job: the job
 -- goes back without using an attempt and is not counted as retried.
 -- `lost`: the worker itself was lost while holding the job (silent past the heartbeat
@@ -189,27 +182,29 @@ end
 -- whose take never reached its worker (reconcile.lua): that one never ran.
 -- Either way the attempt ends as WORKER_LOST (GIVEN_BACK when clean).
 -- Returns 1 when requeued, 0 when failed.
-local function requeue(ep, id, f, now, max_attempts, ret_run, ret_sync, reason, clean, lost)
+local function requeue(ep, id, j, now, max_attempts, ret_run, ret_sync, reason, clean, lost)
   attempt_ended(id, now, clean and 'GIVEN_BACK' or 'WORKER_LOST')
   local failed = lost and not clean and lost_policy_error(id, now) or nil
-  if not failed and not clean and (tonumber(f[3]) or 0) >= max_attempts then failed = reason end
+  if not failed and not clean and (tonumber(j.attempts) or 0) >= max_attempts then
+    failed = reason
+  end
   if failed then
-    finalize(ep, id, 'FAILED', now, f[2], f[6], ret_run, ret_sync, {'err', failed})
+    finalize(ep, id, 'FAILED', now, j.worker, j.sync, ret_run, ret_sync, {F_ERROR, failed})
     return 0
   end
   local jk = jkey(id)
   redis.call('ZREM', P .. 'run', id)
-  redis.call('SREM', P .. 'wj:' .. f[2], id)
-  redis.call('HDEL', jk, 'wk', 'sa', 'sb', 'pg')
-  reindex(id, f[1], 'IN_QUEUE')
-  redis.call('HSET', jk, 'st', 'IN_QUEUE')
-  local c = redis.call('HMGET', jk, 'cr', 'tl')
-  expire_at(id, tonumber(c[1]) + tonumber(c[2]))
+  redis.call('SREM', P .. 'wj:' .. j.worker, id)
+  redis.call('HDEL', jk, F_WORKER, F_STARTED, F_STREAM_BYTES, F_PROGRESS)
+  reindex(id, j.status, 'IN_QUEUE')
+  redis.call('HSET', jk, F_STATUS, 'IN_QUEUE')
+  local created, ttl = unpack(redis.call('HMGET', jk, F_CREATED, F_TTL))
+  expire_at(id, tonumber(created) + tonumber(ttl))
   redis.call('DEL', P .. 's:' .. id)
-  redis.call('ZADD', P .. (f[5] == '1' and 'ql' or 'q'), tonumber(f[4]), id)
+  redis.call('ZADD', P .. (j.low == '1' and 'ql' or 'q'), tonumber(j.seq), id)
   count_queued(id, 1)
   if clean then
-    redis.call('HINCRBY', jk, 'at', -1)
+    redis.call('HINCRBY', jk, F_ATTEMPTS, -1)
   else
     redis.call('HINCRBY', P .. 'stats', 'retried', 1)
   end
@@ -217,7 +212,12 @@ local function requeue(ep, id, f, now, max_attempts, ret_run, ret_sync, reason, 
   return 1
 end
 
-local HELD = {'st', 'wk', 'at', 'sq', 'lp', 'sy'}
+-- What `requeue` needs of a job a worker holds, by name, in one HMGET.
+local function held_job(id)
+  local st, wk, at, sq, lp, sy = unpack(redis.call('HMGET', jkey(id), F_STATUS, F_WORKER,
+    F_ATTEMPTS, F_SEQ, F_LOW_PRIORITY, F_SYNC))
+  return {status = st, worker = wk, attempts = at, seq = sq, low = lp, sync = sy}
+end
 
 -- Forget a worker; give back every job it held (lost with it unless `clean`: the
 -- endpoint's onWorkerLost policy applies). Returns {requeued, failed}.
@@ -225,9 +225,9 @@ local function release(ep, worker, now, max_attempts, ret_run, ret_sync, reason,
   local wk = P .. 'wj:' .. worker
   local requeued, failed = 0, 0
   for _, id in ipairs(redis.call('SMEMBERS', wk)) do
-    local f = redis.call('HMGET', jkey(id), unpack(HELD))
-    if f[1] == 'IN_PROGRESS' and f[2] == worker then
-      local r = requeue(ep, id, f, now, max_attempts, ret_run, ret_sync, reason, clean, true)
+    local j = held_job(id)
+    if j.status == 'IN_PROGRESS' and j.worker == worker then
+      local r = requeue(ep, id, j, now, max_attempts, ret_run, ret_sync, reason, clean, true)
       requeued, failed = requeued + r, failed + 1 - r
     end
   end
@@ -254,8 +254,7 @@ end
 
 -- Workers' starts not yet matched by a first call (`wst`: worker -> ms) and first calls
 -- not yet matched by a start (`wfc`), see worker_started.lua; an entry leaves when matched
--- or when its worker is released, each hash dies COLD_START_KEEP after its last write.
-local COLD_START_KEEP = 3600000
+-- or when its worker is released, each hash dies COLD_START_KEEP (ms) after its last write.
 
 -- A worker is ready for real work (its first call, or the end of its warm-up): its
 -- cold-start time (from its start, as its control plane reported it, to now) is counted in

@@ -23,9 +23,9 @@ for _, b in ipairs(redis.call('ZRANGE', P .. 'bld', 0, -1)) do
 end
 redis.call('UNLINK', P .. 'bld', P .. 'bldn', P .. 'bhk')
 for _, s in ipairs(STATES) do redis.call('UNLINK', P .. 'ix:' .. s) end
--- History intervals still alive (ARGV[1]: now in epoch seconds): named, never scanned.
-if ARGV[1] then
-  local t = math.floor(tonumber(ARGV[1]) / 10) * 10
-  for s = t - 900, t + 10, 10 do redis.call('UNLINK', P .. 'iv:' .. s) end
-end
+-- History intervals still alive (now_s: now in epoch seconds): named, never scanned.
+-- Arguments: store/args_workers.py DeleteEndpoint.
+local t = math.floor(now_s / INTERVAL_S) * INTERVAL_S
+local keep_s = INTERVAL_KEEP / 1000
+for s = t - keep_s, t + INTERVAL_S, INTERVAL_S do redis.call('UNLINK', P .. 'iv:' .. s) end
 return #ids

@@ -1,10 +1,22 @@
 -- A worker reports a result. Ignored (returns 0) unless the job is IN_PROGRESS on this
 -- worker: a late result after cancel, timeout or a requeue must not overwrite anything.
 -- Returns {queued at, started at} (ms) when recorded, for the delay and execution metrics.
--- ARGV: ep, id, worker, now, status, retention run, retention sync, field/value pairs...
-local ep, id, worker, now, status = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
+-- Arguments: store/args_jobs.py Finish (`fields`: field/value pairs to write).
 redis.call('SREM', P .. 'wx:' .. worker, id)  -- a stopped job's handler has returned
-local f = redis.call('HMGET', jkey(id), 'st', 'wk', 'sy', 'qd', 'sa')
-if f[1] ~= 'IN_PROGRESS' or f[2] ~= worker then return 0 end
-finalize(ep, id, status, now, worker, f[3], ARGV[6], ARGV[7], {unpack(ARGV, 8)})
-return {tonumber(f[4]) or now, tonumber(f[5]) or now}
+local st, wk, sy, queued, started, key = unpack(redis.call('HMGET', jkey(id), F_STATUS,
+  F_WORKER, F_SYNC, F_QUEUED, F_STARTED, F_API_KEY))
+if st ~= 'IN_PROGRESS' or wk ~= worker then return 0 end
+finalize(ep, id, status, now, worker, sy, ret_run, ret_sync, {unpack(ARGV, fields_from)})
+-- Its execution time is its API key's usage (`uk:<chunk>`, store/keys.py) in the hour it
+-- ended: ms, and GPU-ms or vCPU-ms at the endpoint's rate.
+local ran = now - (tonumber(started) or now)
+if ran > 0 then
+  local t = math.floor(now / 1000)
+  local hour, chunk = t - t % 3600, t - t % USAGE_CHUNK_S
+  local use, field = P .. 'uk:' .. chunk, hour .. ':' .. (key or '-') .. ':'
+  redis.call('HINCRBY', use, field .. 'x', ran)
+  if gpus > 0 then redis.call('HINCRBY', use, field .. 'g:' .. gpu_type, ran * gpus) end
+  if vcpus > 0 then redis.call('HINCRBY', use, field .. 'c', ran * vcpus) end
+  redis.call('EXPIREAT', use, chunk + USAGE_CHUNK_S + USAGE_KEEP_S)
+end
+return {tonumber(queued) or now, tonumber(started) or now}

@@ -1,7 +1,6 @@
 -- A worker's ping without a job list: alive now, and running nothing (so no job it was told
 -- to stop is still in its handler). A gone worker (see release_worker) is not registered.
--- ARGV: worker, now. Returns 1 when recorded, 0 for a gone worker.
-local worker, now = ARGV[1], tonumber(ARGV[2])
+-- Arguments: store/args_workers.py Heartbeat. Returns 1 when recorded, 0 for a gone worker.
 if gone(worker, now) then return 0 end
 beat(worker, now)
 redis.call('DEL', P .. 'wx:' .. worker)

@@ -1,28 +1,23 @@
--- Write the history points of the 10 s intervals starting at epoch seconds ARGV[11..]
--- (oldest first), once each: an interval with a point already (another replica sampled
--- it) is left alone. Writing the last interval of a minute also writes that minute's point
--- into `hist1m` (once): the gauges as the minute ends, the counts summed, the percentiles
--- of the minute's buckets. ARGV: now (ms), heartbeat timeout (ms), max points kept, max
--- minute points kept, how many of the first intervals were quiet (their gauges are zero:
--- the sampler skipped the endpoint for want of any sign of activity), five of usage
--- (below), t.... The other intervals' gauges (queue depths, jobs in progress, workers
+-- Write the history points of the 10 s intervals starting at epoch seconds `slots`
+-- (ARGV[slots_from..], oldest first), once each: an interval with a point already (another
+-- replica sampled it) is left alone. Writing the last interval of a minute also writes
+-- that minute's point into `hist1m` (once): the gauges as the minute ends, the counts summed, the percentiles
+-- of the minute's buckets. Arguments: store/args_workers.py History; the first `zeros`
+-- intervals were quiet (their gauges are zero: the sampler skipped the endpoint for want
+-- of any sign of activity). The other intervals' gauges (queue depths, jobs in progress, workers
 -- running / idle / starting / throttled / unhealthy) are read as of now; each interval's
 -- counts of jobs ended (completed, failed, timed out, cancelled), cold starts, queue-delay
 -- and execution-time percentiles come from `iv:<t>` (counted by finalize, beat and take).
 -- Each point written also adds its ready workers (running + idle) times the interval to
 -- the usage of its hour (`use:<chunk>`, see keys.py): worker-seconds, GPU-seconds of the
--- type ARGV[6] (ARGV[7] GPUs per worker; 0 for a CPU endpoint) and vCPU-seconds (ARGV[8]
--- vCPUs per worker; 0 for a GPU endpoint); ARGV[9] seconds of hours per usage hash,
--- ARGV[10] how long (s) a usage hash outlives its last hour. Once per interval, as the point.
+-- type `gpu_type` (`gpus` per worker; 0 for a CPU endpoint) and vCPU-seconds (`vcpus` per
+-- worker; 0 for a GPU endpoint); `chunk_s` seconds of hours per usage hash, `use_keep` how
+-- long (s) a usage hash outlives its last hour. Once per interval, as the point.
 -- Returns {points written, 1 if the newest interval's point is quiet (all zero: nothing
 -- queued, running, ended, started or alive), else 0, the newest hour (epoch s) whose usage
 -- this call added to, else 0}.
-local now, timeout, keep = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local keep_minutes, zeros = tonumber(ARGV[4]), tonumber(ARGV[5])
-local gpu_type, gpus, vcpus = ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
-local chunk_s, use_keep = tonumber(ARGV[9]), tonumber(ARGV[10])
-local FIRST_SLOT = 11  -- ARGV[11..]: the intervals to write
-local INTERVAL, HOUR = 10, 3600  -- s
+local FIRST_SLOT = slots_from  -- ARGV[slots_from..]: the intervals to write
+local INTERVAL, HOUR = INTERVAL_S, 3600  -- s
 local used = 0
 local function add_usage(t, g)
   local seconds = (g.workersRunning + g.workersIdle) * INTERVAL

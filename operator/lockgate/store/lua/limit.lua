@@ -1,17 +1,12 @@
 -- Reserve rate and concurrency for one operation of one key owner (see store/limits.py).
--- ARGV: operation, owner, now (ms), window (ms), rate (-1: none), units wanted,
---       concurrency (-1: none), replica, slots wanted (-1: leave as is), lease (ms).
--- Returns {units granted, ms left in the window, slots this replica now holds}.
+-- Arguments: store/args_workers.py Limit. Returns {units granted, ms left in the window, slots this replica now holds}.
 -- Grants never take the window's count past the rate, nor the replicas' slots past the
 -- concurrency: a request is admitted only out of what was granted.
-local now, window = tonumber(ARGV[3]), tonumber(ARGV[4])
-local rate, want = tonumber(ARGV[5]), tonumber(ARGV[6])
-local conc, replica, slots, lease = tonumber(ARGV[7]), ARGV[8], tonumber(ARGV[9]), tonumber(ARGV[10])
 local start = now - now % window
 local left_ms = start + window - now
 local granted = 0
 if rate >= 0 and want > 0 then
-  local ck = P .. 'rl:' .. ARGV[1] .. ':' .. ARGV[2] .. ':' .. start
+  local ck = P .. 'rl:' .. op .. ':' .. owner .. ':' .. start
   granted = math.max(0, math.min(want, rate - (tonumber(redis.call('GET', ck)) or 0)))
   if granted > 0 and redis.call('INCRBY', ck, granted) == granted then
     -- 1 s past the window's end: replicas whose clocks lag a little still find the count.
@@ -20,7 +15,7 @@ if rate >= 0 and want > 0 then
 end
 local held = 0
 if conc >= 0 and slots >= 0 then
-  local rk = P .. 'rc:' .. ARGV[1] .. ':' .. ARGV[2]
+  local rk = P .. 'rc:' .. op .. ':' .. owner
   local others = 0
   local all = redis.call('HGETALL', rk)
   for i = 1, #all, 2 do

@@ -1,7 +1,7 @@
 -- /purge-queue: remove every queued job (records too); running jobs are untouched.
 -- Returns the number removed. Records are UNLINKed in batches (freed off the main thread).
--- A /runsync waiting for a purged job is woken to answer 404 at once. ARGV: ep.
-local ep = ARGV[1]
+-- A /runsync waiting for a purged job is woken to answer 404 at once.
+-- Arguments: store/args_jobs.py Purge.
 local removed = 0
 for _, q in ipairs({P .. 'q', P .. 'ql'}) do
   local ids = redis.call('ZRANGE', q, 0, -1)

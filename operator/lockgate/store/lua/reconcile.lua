@@ -2,14 +2,13 @@
 -- list, and that it took more than `grace` ms ago never reached it (the take's reply was
 -- lost): give it back (the job never ran: the endpoint's onWorkerLost policy does not
 -- apply). Also a heartbeat.
--- ARGV: ep, worker, now, grace, max attempts, retention run, retention sync, reason, ids...
+-- Arguments: store/args_workers.py Reconcile (`ids`: the jobs the worker lists).
 -- Jobs it was told to stop and no longer lists have left their handler; one it lists again
 -- is in its handler again.
-local ep, worker, now, grace = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 if gone(worker, now) then return 0 end
 beat(worker, now)
 local listed = {}
-for i = 9, #ARGV do listed[ARGV[i]] = true end
+for i = ids_from, #ARGV do listed[ARGV[i]] = true end
 local wx = P .. 'wx:' .. worker
 for _, id in ipairs(redis.call('SMEMBERS', wx)) do
   if not listed[id] then redis.call('SREM', wx, id) end
@@ -21,7 +20,7 @@ local holds = {}
 for _, id in ipairs(redis.call('SMEMBERS', P .. 'wj:' .. worker)) do holds[id] = true end
 for id in pairs(listed) do
   if not holds[id] then
-    local st, wk = unpack(redis.call('HMGET', jkey(id), 'st', 'wk'))
+    local st, wk = unpack(redis.call('HMGET', jkey(id), F_STATUS, F_WORKER))
     if wk == worker and (st == 'CANCELLED' or st == 'TIMED_OUT') then
       redis.call('SADD', wx, id)
     end
@@ -30,10 +29,10 @@ end
 if redis.call('EXISTS', wx) == 1 then redis.call('PEXPIRE', wx, STOPPED_RUNNING_MS) end
 local requeued = 0
 for id in pairs(holds) do
-  local f = redis.call('HMGET', jkey(id), unpack(HELD))
-  local started = tonumber(redis.call('HGET', jkey(id), 'sa')) or now
-  if not listed[id] and f[1] == 'IN_PROGRESS' and f[2] == worker and now - started > grace then
-    requeued = requeued + requeue(ep, id, f, now, tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8])
+  local j = held_job(id)
+  local started = tonumber(redis.call('HGET', jkey(id), F_STARTED)) or now
+  if not listed[id] and j.status == 'IN_PROGRESS' and j.worker == worker and now - started > grace then
+    requeued = requeued + requeue(ep, id, j, now, max_attempts, ret_run, ret_sync, reason)
   end
 end
 return requeued

@@ -1,17 +1,18 @@
 -- /retry: FAILED or TIMED_OUT -> IN_QUEUE with the same id and input; output removed.
--- ARGV: ep, id, now. Returns false for an unknown job, {1, 'IN_QUEUE'} or {0, state}.
-local ep, id, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
+-- Arguments: store/args_jobs.py Retry. Returns false for an unknown job, {1, 'IN_QUEUE'}
+-- or {0, state}.
 local jk = jkey(id)
-local f = redis.call('HMGET', jk, 'st', 'lp', 'cr', 'tl')
-if not f[1] then return false end
-if f[1] ~= 'FAILED' and f[1] ~= 'TIMED_OUT' then return {0, f[1]} end
+local st, low, created, ttl = unpack(redis.call('HMGET', jk, F_STATUS, F_LOW_PRIORITY,
+  F_CREATED, F_TTL))
+if not st then return false end
+if st ~= 'FAILED' and st ~= 'TIMED_OUT' then return {0, st} end
 local seq = redis.call('INCR', P .. 'seq')
-redis.call('HDEL', jk, 'out', 'err', 'sa', 'fi', 'wk', 'at', 'sb')
-reindex(id, f[1], 'IN_QUEUE')
-redis.call('HSET', jk, 'st', 'IN_QUEUE', 'qd', now, 'sq', seq)
-expire_at(id, tonumber(f[3]) + tonumber(f[4]))
+redis.call('HDEL', jk, F_OUTPUT, F_ERROR, F_STARTED, F_FINISHED, F_WORKER, F_ATTEMPTS, F_STREAM_BYTES)
+reindex(id, st, 'IN_QUEUE')
+redis.call('HSET', jk, F_STATUS, 'IN_QUEUE', F_QUEUED, now, F_SEQ, seq)
+expire_at(id, tonumber(created) + tonumber(ttl))
 redis.call('DEL', P .. 's:' .. id)
-redis.call('ZADD', P .. (f[2] == '1' and 'ql' or 'q'), seq, id)
+redis.call('ZADD', P .. (low == '1' and 'ql' or 'q'), seq, id)
 count_queued(id, 1)
 redis.call('HINCRBY', P .. 'stats', 'retried', 1)
 redis.call('PUBLISH', EVENTS, 'q:' .. ep)

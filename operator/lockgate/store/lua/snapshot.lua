@@ -1,5 +1,4 @@
--- Counts for /health and /metrics. ARGV: now, heartbeat timeout (ms), LB health stale (ms),
--- how long a worker marked unhealthy is counted at most (ms).
+-- Counts for /health and /metrics. Arguments: store/args_workers.py Snapshot.
 -- Returns {inQueue, inQueueLow, inProgress, idle, running, completed, failed, retried,
 --          oldest queued ms or -1, oldest lowPriority queued ms or -1,
 --          workers initializing, throttled, unhealthy (as last reported, else 0, plus
@@ -10,11 +9,10 @@
 -- A load-balancing worker (`lbw`) counts by its polled health (`lbh`): healthy is idle or
 -- running (requests in flight), initializing, or unhealthy; gateways report their held
 -- and in-flight requests in `lbr`, an expired report counts for nothing.
-local now, timeout, stale = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local function oldest(q)
   local head = redis.call('ZRANGE', q, 0, 0)
   if #head == 0 then return -1 end
-  return tonumber(redis.call('HGET', jkey(head[1]), 'qd')) or -1
+  return tonumber(redis.call('HGET', jkey(head[1]), F_QUEUED)) or -1
 end
 local alive, busy = live_workers(now, timeout)
 local held, warming = {}, 0
@@ -64,7 +62,7 @@ local out = {redis.call('ZCARD', P .. 'q'), redis.call('ZCARD', P .. 'ql'),
 local ws = redis.call('HMGET', P .. 'ws', 'initializing', 'throttled', 'unhealthy')
 out[#out + 1] = (tonumber(ws[1]) or 0) + lb_init + warming
 out[#out + 1] = tonumber(ws[2]) or 0
-local marked = redis.call('ZCOUNT', P .. 'unp', now - tonumber(ARGV[4]), '+inf')
+local marked = redis.call('ZCOUNT', P .. 'unp', now - unhealthy_keep, '+inf')
 out[#out + 1] = (tonumber(ws[3]) or 0) + lb_bad + marked
 out[#out + 1] = lb_held
 out[#out + 1] = lb_flight

@@ -1,6 +1,5 @@
 -- A worker's job-stop poll: heartbeat, then take every pending stop signal.
--- ARGV: worker, now. Returns the job ids to stop.
-local worker, now = ARGV[1], tonumber(ARGV[2])
+-- Arguments: store/args_workers.py Stops. Returns the job ids to stop.
 if gone(worker, now) then return {} end
 beat(worker, now)
 local sk = P .. 'stop:' .. worker

@@ -3,26 +3,26 @@
 -- A job read live (`lv`, an OpenAI stream) numbers its chunks (`cs`: how many so far) and
 -- publishes `c:<ep>:<id>:<number of the first>`, followed by the chunks, one per line, when
 -- they are small: its reader then needs no read of its own (JSON has no raw newline).
--- ARGV: id, worker, cap (bytes), ep, chunk... Returns 1 when appended, 0 when the worker no
+-- Arguments: store/args_jobs.py Stream. Returns 1 when appended, 0 when the worker no
 -- longer holds the job, -1 when the chunks would take the unread stream past the cap.
 local LIVE_CARRY = 65536  -- bytes of chunks an event carries at most
-local id, worker, cap, ep = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local jk = jkey(id)
-local f = redis.call('HMGET', jk, 'st', 'wk', 'sb', 'lv')
-if f[1] ~= 'IN_PROGRESS' or f[2] ~= worker then return 0 end
+local st, wk, unread_before, live = unpack(redis.call('HMGET', jk, F_STATUS, F_WORKER,
+  F_STREAM_BYTES, F_LIVE))
+if st ~= 'IN_PROGRESS' or wk ~= worker then return 0 end
 local size = 0
-for i = 5, #ARGV do size = size + #ARGV[i] end
-local unread = (tonumber(f[3]) or 0) + size
+for i = chunks_from, #ARGV do size = size + #ARGV[i] end
+local unread = (tonumber(unread_before) or 0) + size
 if unread > cap then return -1 end
-redis.call('HSET', jk, 'sb', unread)
+redis.call('HSET', jk, F_STREAM_BYTES, unread)
 local sk = P .. 's:' .. id
-redis.call('RPUSH', sk, unpack(ARGV, 5))
+redis.call('RPUSH', sk, unpack(ARGV, chunks_from))
 redis.call('PEXPIRE', sk, redis.call('PTTL', jk))
-if f[4] == '1' then
-  local n = #ARGV - 4
-  local first = redis.call('HINCRBY', jk, 'cs', n) - n
+if live == '1' then
+  local n = #ARGV - chunks_from + 1
+  local first = redis.call('HINCRBY', jk, F_CHUNKS_SENT, n) - n
   local event = 'c:' .. ep .. ':' .. id .. ':' .. first
-  if size <= LIVE_CARRY then event = event .. '\n' .. table.concat(ARGV, '\n', 5) end
+  if size <= LIVE_CARRY then event = event .. '\n' .. table.concat(ARGV, '\n', chunks_from) end
   redis.call('PUBLISH', EVENTS, event)
 end
 return 1

@@ -1,8 +1,8 @@
 -- Warm-up jobs past their deadline (handed at + the endpoint's execution timeout): their
 -- workers are to be marked unhealthy. Each is reported once per `again` ms (several
--- gateways sweep; a mark that failed is retried). ARGV: now, again (ms).
+-- gateways sweep; a mark that failed is retried). Arguments: store/args_workers.py
+-- WarmupOverdue.
 -- Returns {worker, warm-up input index, ...}.
-local now, again = tonumber(ARGV[1]), tonumber(ARGV[2])
 local out = {}
 local flat = redis.call('HGETALL', P .. 'wu')
 for i = 1, #flat, 2 do

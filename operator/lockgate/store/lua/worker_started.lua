@@ -1,14 +1,15 @@
 -- When workers started (the operator from their pods' creation, dev mode from spawning
 -- their processes), for their cold-start time: from the start to the worker's first call
--- (common.lua `beat`). ARGV: now (ms), then worker, start (ms) pairs. A worker whose first
+-- (common.lua `beat`). Arguments: store/args_workers.py WorkerStarted (`starts`: worker,
+-- start (ms) pairs). A worker whose first
 -- call came first (in `wfc`) is counted now; one not yet heard from has its start kept
 -- (in `wst`) until its first call or its release; one already heard from without a first
 -- call kept (an operator restart seeing its pods again) is left alone, unless it is still
 -- warming up (its first call is the end of its warm-up, warmup_done.lua).
 -- Returns how many were counted.
-local now, counted = tonumber(ARGV[1]), 0
+local counted = 0
 local starts, firsts = P .. 'wst', P .. 'wfc'
-for i = 2, #ARGV, 2 do
+for i = starts_from, #ARGV, 2 do
   local worker, start = ARGV[i], tonumber(ARGV[i + 1])
   local first = redis.call('HGET', firsts, worker)
   if first then

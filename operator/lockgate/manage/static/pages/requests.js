@@ -8,12 +8,11 @@ import {api, jobApi} from "../api.js";
 import {duration, errorBox, h, replace, toast} from "../dom.js";
 import {useStyles} from "./health.js";
 import {errorView} from "./joberror.js";
+import {ENDED, FINAL, RETENTION, STATES} from "./jobrecord.js";
 import {jobLogs} from "./joblogs.js";
 import {isLb, renderLbRequests} from "./lb.js";
 import {workersFailing, workersTrouble} from "./state.js";
 
-const STATES = ["IN_QUEUE", "IN_PROGRESS", "COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT"];
-const FINAL = new Set(["COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT"]);
 const DEFAULT_REQUEST = {input: {prompt: "Hello from the lockgate console"}};
 const POLL_MS = 500;
 const PAGE = 10;
@@ -422,10 +421,6 @@ function requestsList(endpointId, job, ctx) {
   return {element, refresh};
 }
 
-const RETENTION = "A job is listed while its record lives: a Run (/runsync) job for 1 minute after it "
-  + "finishes, a Run async (/run) job for 30 minutes, never beyond its ttl (default 24 h). "
-  + "Open a job to see its input and output while it is listed.";
-
 const STREAM_GONE = "None kept: the handler streamed none, or a /stream read took them "
   + "(/stream hands each chunk out once; the test runner's Stream reads them).";
 
@@ -437,14 +432,6 @@ function attemptsText(n) {
   return `${n} (its worker was lost ${lost} time${lost === 1 ? "" : "s"}: the job went back to the queue)`;
 }
 
-const ENDED = {
-  COMPLETED: "completed",
-  FAILED: "failed: the handler's error",
-  TIMED_OUT: "timed out: past its execution timeout",
-  CANCELLED: "cancelled",
-  WORKER_LOST: "worker lost: the job went back to the queue",
-  GIVEN_BACK: "given back unrun: its worker was told to stop first",
-};
 
 /** How one take of the job ended, in words; `last`: the newest take, `status` and `error`
  * the job's (its endpoint's onWorkerLost policy says so in the error, docs/lost-workers.md). */

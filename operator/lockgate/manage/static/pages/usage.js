@@ -1,7 +1,9 @@
 // The Usage page (#/usage?range=24h|7d|30d|12m, or range=custom&from=&to=&bucket=: UTC days):
 // worker-, GPU- and vCPU-seconds per endpoint over the chosen range, and their cost where prices per GPU type are set, as a chart (one bar
-// per bucket, a part per endpoint) and a table, exportable as CSV. It reads
-// GET /v2/billing/serverless (the same figures; docs/usage.md says how they are measured).
+// per bucket, a part per endpoint) and a table, and the execution time of each API key's jobs
+// (with their GPU- and vCPU-seconds and cost) in a second table, all exportable as CSV. It reads
+// GET /v2/billing/serverless and its groupBy=apiKey (the same figures; docs/usage.md says how
+// they are measured) and GET /v1/keys for the keys' names.
 import {api} from "../api.js";
 import {h, replace, toast} from "../dom.js";
 import {useStyles} from "./health.js";
@@ -54,13 +56,64 @@ export function byEndpoint(records) {
   return Object.values(out).sort((a, b) => b.workerSeconds - a.workerSeconds || a.id.localeCompare(b.id));
 }
 
-const CSV_FIELDS = ["startTime", "endTime", "serverlessId", "workerSeconds", "gpuSeconds",
-  "vcpuSeconds", "gpuAmount", "cpuAmount", "totalAmount"];
+export const NO_KEY = "(no key)"; // jobs submitted without a key (auth off)
 
-/** The records as CSV (a header row, then one row per endpoint and bucket). */
-export function csvOf(records) {
+/** Per-key sums of the groupBy=apiKey records: [{id, executionSeconds, gpuSeconds,
+ * gpuSecondsByType, vcpuSeconds, totalAmount}], most execution first; id NO_KEY for none. */
+export function byKey(records) {
+  const out = {};
+  for (const r of records) {
+    const id = r.apiKeyId ?? NO_KEY;
+    const k = out[id] ??= {id, executionSeconds: 0, gpuSeconds: 0, gpuSecondsByType: {}, vcpuSeconds: 0, totalAmount: 0};
+    k.executionSeconds += r.executionSeconds;
+    k.gpuSeconds += r.gpuSeconds;
+    k.vcpuSeconds += r.vcpuSeconds;
+    k.totalAmount += r.totalAmount;
+    for (const [t, n] of Object.entries(r.gpuSecondsByType || {})) k.gpuSecondsByType[t] = (k.gpuSecondsByType[t] || 0) + n;
+  }
+  return Object.values(out).sort((a, b) => b.executionSeconds - a.executionSeconds || a.id.localeCompare(b.id));
+}
+
+const CSV_FIELDS = ["startTime", "endTime", "serverlessId", "apiKeyId", "workerSeconds",
+  "executionSeconds", "gpuSeconds", "vcpuSeconds", "gpuAmount", "cpuAmount", "totalAmount"];
+
+/** The records as CSV: a header row, one row per endpoint and bucket, then one per API key
+ * and bucket (`keyRecords`, groupBy=apiKey; apiKeyId NO_KEY for none). */
+export function csvOf(records, keyRecords = []) {
   const cell = (v) => (/[",\n]/.test(String(v)) ? `"${String(v).replace(/"/g, '""')}"` : String(v));
-  return [CSV_FIELDS.join(","), ...records.map((r) => CSV_FIELDS.map((f) => cell(r[f] ?? "")).join(","))].join("\n") + "\n";
+  const keyed = keyRecords.map((r) => ({...r, apiKeyId: r.apiKeyId ?? NO_KEY}));
+  return [CSV_FIELDS.join(","), ...[...records, ...keyed].map((r) => CSV_FIELDS.map((f) => cell(r[f] ?? "")).join(","))].join("\n") + "\n";
+}
+
+/** Seconds as text with at most 3 decimals (execution time is counted in ms). */
+const secs = (v) => String(Math.round(v * 1000) / 1000);
+
+function keyTable(rows, totals, names, priced) {
+  const head = ["API key", "Name", "Execution seconds", "GPU-seconds", "GPU types", "vCPU-seconds",
+    ...(priced ? ["Cost"] : [])];
+  const cells = (k) => [
+    h("td", {class: "num"}, secs(k.executionSeconds)),
+    h("td", {class: "num"}, secs(k.gpuSeconds)),
+    h("td", {}, Object.entries(k.gpuSecondsByType || {}).map(([t, n]) => `${t}: ${secs(n)} s`).join(", ") || "—"),
+    h("td", {class: "num"}, secs(k.vcpuSeconds)),
+    priced ? h("td", {class: "num"}, money(k.totalAmount)) : null,
+  ];
+  return h("div", {class: "table-wrap"}, h("table", {"aria-label": "Usage by API key"},
+    h("thead", {}, h("tr", {}, head.map((t) => h("th", {scope: "col"}, t)))),
+    h("tbody", {}, rows.map((k) => h("tr", {dataset: {key: k.id}},
+      h("td", {}, h("code", {}, k.id)), h("td", {}, names[k.id] || "—"), cells(k)))),
+    h("tfoot", {}, h("tr", {}, h("th", {scope: "row", colspan: 2}, "Total"), cells(totals)))));
+}
+
+/** The keys' names by id (GET /v1/keys); none when the caller may not list keys. */
+async function keyNames(signal) {
+  try {
+    const keys = await api("/v1/keys", {signal});
+    return Object.fromEntries(keys.map((k) => [k.id, k.name]));
+  } catch (err) {
+    if (err.name === "AbortError") throw err;
+    return {};
+  }
 }
 
 function money(value) {
@@ -185,8 +238,15 @@ export async function render(view, ctx) {
 
   const params = billingQuery(ctx.query);
   if (!params) return replace(out, h("p", {class: "hint"}, "Choose a From day on or before the To day."));
-  const body = await api(`/v2/billing/serverless?${params}`, {signal: ctx.signal});
+  const keyParams = new URLSearchParams(params);
+  keyParams.set("groupBy", "apiKey");
+  const [body, keyed, names] = await Promise.all([
+    api(`/v2/billing/serverless?${params}`, {signal: ctx.signal}),
+    api(`/v2/billing/serverless?${keyParams}`, {signal: ctx.signal}),
+    keyNames(ctx.signal),
+  ]);
   const rows = byEndpoint(body.records);
+  const keyRows = byKey(keyed.records);
   const order = rows.map((e) => e.id);
   const priced = body.metadata.totals.totalAmount > 0;
   const {startTime, endTime} = body.metadata.query;
@@ -194,7 +254,7 @@ export async function render(view, ctx) {
   const drawChart = () => replace(chartBox, chart(body, order, measure.value, Math.max(320, view.clientWidth - 40)));
   measure.addEventListener("change", drawChart);
   exportButton.addEventListener("click", () => {
-    const url = URL.createObjectURL(new Blob([csvOf(body.records)], {type: "text/csv"}));
+    const url = URL.createObjectURL(new Blob([csvOf(body.records, keyed.records)], {type: "text/csv"}));
     const a = h("a", {href: url, download: `lockgate-usage-${startTime.slice(0, 13)}-${endTime.slice(0, 13)}.csv`, hidden: true});
     document.body.append(a);
     a.click();
@@ -207,6 +267,12 @@ export async function render(view, ctx) {
       `${rows.length} endpoint${rows.length === 1 ? "" : "s"}, ${body.metadata.totals.workerSeconds} worker-seconds`,
       priced ? `, cost ${money(body.metadata.totals.totalAmount)}` : " (no prices set: no cost)"),
     rows.length ? [chartBox, table(rows, {...body.metadata.totals}, priced)]
-      : h("p", {class: "hint"}, "No endpoint ran a worker in this range."));
+      : h("p", {class: "hint"}, "No endpoint ran a worker in this range."),
+    h("h2", {}, "By API key"),
+    h("p", {class: "hint"}, "The execution time of the jobs each key submitted (ended by their worker in the range), ",
+      "and their GPU- and vCPU-seconds at their endpoints' rates. ", h("code", {}, NO_KEY),
+      ": jobs submitted without a key."),
+    keyRows.length ? keyTable(keyRows, {...keyed.metadata.totals}, names, keyed.metadata.totals.totalAmount > 0)
+      : h("p", {class: "hint"}, "No job ended in this range."));
   if (rows.length) drawChart();
 }
