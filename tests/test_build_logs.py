@@ -10,6 +10,7 @@ from lockgate.kube.buildlogs import (
     SKEW_S,
     Cursor,
     Row,
+    marked_done,
     read_options,
     rows,
     stamp_ns,
@@ -82,3 +83,13 @@ def test_lines_out_of_stamp_order_are_neither_lost_nor_taken_twice() -> None:
     lines, cursor = take(cursor, rows(grown, cut=False))
     assert lines == ["err", "out 3"] and cursor == Cursor(T0 + 1, 4)
     assert take(cursor, rows(grown, cut=False)) == ([], cursor)
+
+
+def test_an_ended_containers_log_is_not_read_again_once_taken_whole() -> None:
+    cursor = Cursor(T0, 3)
+    done = marked_done(cursor, 2, ended=True, cut=False)
+    assert done == Cursor(T0, 3, done=True) and Cursor.decoded(done.encoded()) == done
+    assert done.encoded() == f"{T0}:3:end"
+    assert marked_done(cursor, 2, ended=False, cut=False) == cursor  # it may write more
+    assert marked_done(cursor, 1000, ended=True, cut=False) == cursor  # more may be left
+    assert marked_done(cursor, 2, ended=True, cut=True) == cursor  # a line was cut off

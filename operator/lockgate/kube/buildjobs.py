@@ -195,6 +195,13 @@ def started_containers(pod: Obj | None) -> list[str]:
     return [c["name"] for c in every if c.get("name") and _began(c)]
 
 
+def ended_containers(pod: Obj | None) -> set[str]:
+    """The build pod's containers that have ended (their log is whole)."""
+    status = (pod or {}).get("status") or {}
+    every = (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or [])
+    return {c["name"] for c in every if c.get("name") and _terminated(c)}
+
+
 def progress(
     job: Obj, pod: Obj | None, *, image_name: str, timeout_min: int, now: datetime | None = None
 ) -> Progress | None:

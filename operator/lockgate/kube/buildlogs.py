@@ -38,17 +38,22 @@ class Cursor:
 
     since: int | None = None
     seen: int = 0
+    done: bool = False  # the container had ended and every line of it was taken
 
     def encoded(self) -> str:
-        """`<since>:<seen>` (`:<seen>` when no line was taken), as the store keeps it."""
-        return f"{'' if self.since is None else self.since}:{self.seen}"
+        """`<since>:<seen>` (`:<seen>` when no line was taken; `:end` after it when
+        `done`), as the store keeps it."""
+        return f"{'' if self.since is None else self.since}:{self.seen}" + (
+            ":end" if self.done else ""
+        )
 
     @classmethod
     def decoded(cls, text: str | None) -> Cursor:
         """The cursor `encoded` wrote; the start of the log for None or anything else."""
-        since, _, seen = (text or "").partition(":")
+        since, _, rest = (text or "").partition(":")
+        seen, _, end = rest.partition(":")
         try:
-            return cls(int(since) if since else None, int(seen or 0))
+            return cls(int(since) if since else None, int(seen or 0), end == "end")
         except ValueError:
             return cls()
 
@@ -121,3 +126,12 @@ def take(cursor: Cursor, found: list[Row], most: int = LINES_PER_READ) -> tuple[
     taken = window[: cursor.seen + len(new)]
     seen = sum(1 for ns, _ in taken if ns >= since * NS)
     return [text for _, text in new], Cursor(since, seen)
+
+
+def marked_done(cursor: Cursor, taken: int, *, ended: bool, cut: bool) -> Cursor:
+    """The cursor after a read that took `taken` lines, marked `done` when the container
+    had ended before the read and the read left nothing (fewer lines than a read takes,
+    none cut off): its log is not read again."""
+    if ended and not cut and taken < LINES_PER_READ:
+        return Cursor(cursor.since, cursor.seen, done=True)
+    return cursor

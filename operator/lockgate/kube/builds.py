@@ -37,13 +37,22 @@ from lockgate.kube.buildjobs import (
     Progress,
     clone_tests,
     deadline,
+    ended_containers,
     finished,
     passed,
     progress,
     started_containers,
     untested_line,
 )
-from lockgate.kube.buildlogs import LINES_PER_READ, READ_BYTES, Cursor, read_options, rows, take
+from lockgate.kube.buildlogs import (
+    LINES_PER_READ,
+    READ_BYTES,
+    Cursor,
+    marked_done,
+    read_options,
+    rows,
+    take,
+)
 from lockgate.kube.canary import Canaries, unusable_tests
 from lockgate.kube.cluster import ClusterError, Conflict, NotFound
 from lockgate.kube.controlplane import (
@@ -449,12 +458,15 @@ async def _follow_logs(
     is never taken twice, by a second look nor by a restarted operator. A log that cannot
     be read (the pod or its node gone) is left: the next look tries again."""
     meta = pod["metadata"]
+    ended = ended_containers(pod)
     for container in containers:
         for _ in range(DRAIN_READS if drain else 1):
             if await store.log_room(endpoint_id, build_id) <= 0:
                 return
             was = await store.log_cursor(endpoint_id, build_id, container)
             cursor = Cursor.decoded(was)
+            if cursor.done:
+                break
             try:
                 text = await cluster.pod_log(
                     meta["namespace"], meta["name"], container=container,
@@ -463,9 +475,10 @@ async def _follow_logs(
             except ClusterError as err:
                 log.debug("build %s: the log of %s not read: %s", build_id, container, err)
                 break
-            found = rows(text, cut=len(text.encode()) >= READ_BYTES)
-            lines, moved = take(cursor, found)
-            if not lines or not await store.log_followed(
+            cut = len(text.encode()) >= READ_BYTES
+            lines, moved = take(cursor, rows(text, cut=cut))
+            moved = marked_done(moved, len(lines), ended=container in ended, cut=cut)
+            if moved == cursor or not await store.log_followed(
                 endpoint_id, build_id, container, was, moved.encoded(), lines
             ):
                 break  # nothing new, or another follower took these first
