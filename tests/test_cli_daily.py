@@ -4,6 +4,7 @@ options after the action), and every expected error as one line on stderr."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -354,7 +355,7 @@ def test_a_crash_loop_reads_as_the_console_says_and_a_waiting_job_says_why(dev, 
     v1_endpoint(dev, "cli-crash", workersMax=1, crashLoopThreshold=1)
     run = waiting_run("cli-crash", env)
     try:
-        line = stderr_line_with(run, "workers crash at start (exit code 1", timeout_s=120)
+        line = stderr_line_with(run, "workers crash at start (exit code 1", timeout_s=100)
         assert line.startswith("lockgate: job ") and "no worker starts until" in line, line
         assert run.poll() is None  # still waiting: the job is not lost, only explained
     finally:
@@ -388,7 +389,7 @@ def test_a_runpod_workers_failure_reads_as_a_line_and_its_traceback_as_lines(dev
     v1_endpoint(dev, "cli-fails", templateId=RUNPOD_ECHO, workersMax=1)
     try:
         ran = lockgate("jobs", "run", "cli-fails", '{"fail": "no such prompt"}', "--wait",
-                       env=env, timeout_s=120)  # fmt: skip
+                       env=env, timeout_s=100)  # fmt: skip
         assert ran.returncode == 1, ran.stderr
         row = ran.stdout.splitlines()[1]
         assert "FAILED" in row and row.rstrip().endswith("ValueError: no such prompt"), row
@@ -471,6 +472,16 @@ def test_templates_list_prints_a_table(env) -> None:
     assert ok(lockgate("templates", "list", env=env)).split()[:2] == ["ID", "NAME"]
 
 
+def shows_one_of(lines: queue.Queue[str], ids: list[str], shown: list[str]) -> bool:
+    """Read `lines` into `shown` until one holds one of `ids` (True), or 5 s pass with none."""
+    with contextlib.suppress(queue.Empty):
+        while True:
+            shown.append(lines.get(timeout=5))
+            if any(x in shown[-1] for x in ids):
+                return True
+    return False
+
+
 def test_logs_show_the_lines_of_a_job_and_follow_prints_new_ones(dev, env) -> None:
     job = json.loads(ok(lockgate("jobs", "run", "echo", '{"l": 1}', "--wait", "-o", "json",
                                  env=env)))  # fmt: skip
@@ -480,16 +491,20 @@ def test_logs_show_the_lines_of_a_job_and_follow_prints_new_ones(dev, env) -> No
         [sys.executable, "-m", "lockgate.cli", "logs", "echo", "-f", "--tail", "0"],
         env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in follow.stdout], daemon=True).start()
     try:
-        time.sleep(1)  # the tail is open before the job runs (a later line is what it shows)
-        later = json.loads(ok(lockgate("jobs", "run", "echo", "{}", "--wait", "-o", "json",
-                                       env=env)))  # fmt: skip
-        shown = []
-        for line in follow.stdout:
-            shown.append(line)
-            if later["id"] in line:
+        # The tail opens at some point after the start: a job sent before it is not shown,
+        # so send one job at a time until a job sent after it shows (bounded: 10 jobs).
+        shown: list[str] = []
+        later_ids: list[str] = []
+        for _ in range(10):
+            later = json.loads(ok(lockgate("jobs", "run", "echo", "{}", "--wait", "-o", "json",
+                                           env=env)))  # fmt: skip
+            later_ids.append(later["id"])
+            if shows_one_of(lines, later_ids, shown):
                 break
-        assert shown and later["id"] in shown[-1], (shown, follow.stderr and follow.poll())
+        assert shown and any(x in shown[-1] for x in later_ids), (shown, follow.poll())
         assert not any(job["id"] in line for line in shown)  # --tail 0: no backlog
     finally:
         follow.terminate()

@@ -22,7 +22,8 @@ from lockgate.dev.hub_tests import CaseResult, failed_test, failed_test_error
 from lockgate.manage.listing import EndpointQuery
 from lockgate.models.build import FailedTest
 from lockgate.models.endpoint import EndpointSpec
-from lockgate.models.hub import HubTest
+from lockgate.models.hub import HubFileError, HubTest, parse_tests
+from lockgate.models.verdicts import http_result, unanswered
 from lockgate.store import NewJob, Registry
 from lockgate.store.keys import ENDPOINT_ID_RE
 from tests.conftest import eventually
@@ -197,6 +198,30 @@ def test_a_failed_test_says_why_as_the_build_names_it() -> None:
     assert refused == FailedTest(name="basic", reason="the job API answered HTTP 400: bad input")
 
 
+def test_a_load_balancing_test_passes_on_200_alone_and_says_what_else_came() -> None:
+    test = HubTest(name="chat", input={"q": 1}, timeout=30_000)
+    assert (test.method, test.path) == ("POST", "/")  # lockgate's defaults
+    assert http_result(test, 200, b"", 0.2).passed
+    for status in (201, 204, 404, 500, 503):  # RunPod says 200: no other 2xx
+        assert not http_result(test, status, b"", 0.2).passed
+    long_body = b'{"error": "broken"}\n' + b"x" * 1000
+    failed = failed_test(test, http_result(test, 500, long_body, 0.2))
+    assert failed is not None and failed.reason.startswith(
+        'the load-balancing route answered HTTP 500: {"error": "broken"} xxx'
+    )
+    assert len(failed.reason) < 400  # the body's start, on one line
+    late = failed_test(test, unanswered(test, 30.0))
+    assert late == FailedTest(name="chat", reason="timed out after 30 s")
+    refused = failed_test(test, unanswered(test, 0.1, "ClientConnectorError: refused"))
+    assert refused == FailedTest(
+        name="chat", reason="the load-balancing route did not answer: ClientConnectorError: refused"
+    )
+    with pytest.raises(HubFileError, match=r"tests\.json: tests\[0\]\.path"):
+        parse_tests('{"tests": [{"name": "x", "input": {}, "path": "no-slash"}]}')
+    with pytest.raises(HubFileError, match=r"tests\.json: tests\[0\]\.method"):
+        parse_tests('{"tests": [{"name": "x", "input": {}, "method": "TRACE"}]}')
+
+
 def test_a_canary_is_a_hidden_endpoint_of_one_worker() -> None:
     assert canary_id("build_k3v9x2mqa1b2") == "canary-k3v9x2mqa1b2"
     assert ENDPOINT_ID_RE.fullmatch(canary_id("build_k3v9x2mqa1b2"))
@@ -296,12 +321,52 @@ async def test_a_canary_left_by_a_killed_run_is_removed_at_the_next_start(api: A
     assert all(not r.id.startswith("canary-") for r in (await plane.page(EndpointQuery())).items)
 
 
+# A load-balancing worker of its own HTTP server (the standard library's): /ping is 200;
+# revision 1 answers every POST 200 with what it got, revision 2 answers 500.
+LB_HANDLER = """import json, os
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+REV = {rev}
+
+
+class Worker(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.answer(200 if self.path == "/ping" else 404, {{"rev": REV}})
+
+    def do_POST(self):
+        got = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or "null")
+        if REV == 2:
+            self.answer(500, {{"error": "revision 2 is broken"}})
+        else:
+            self.answer(200, {{"rev": REV, "path": self.path, "got": got}})
+
+    def answer(self, code, body):
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), Worker).serve_forever()
+"""
+LB_TEST = {"name": "check", "input": {"v": "t"}, "path": "/check", "timeout": 60_000}
+
+
 @pytest.mark.asyncio
 @pytest.mark.parametrize("api", ["local"], indirect=True)
-async def test_a_load_balancing_endpoints_build_is_taken_untested_saying_so(
-    api: Api, tmp_path: Path
+async def test_a_load_balancing_endpoints_build_is_tested_through_its_route(
+    api: Api, tmp_path: Path, jobs_key: str
 ) -> None:
-    files = {"handler.py": handler(1), ".runpod/tests.json": runpod_tests(BASIC)}
+    """A load-balancing endpoint's test is an HTTP request (its input the JSON body, to its
+    `path`) through the canary's load-balancing route: an answer 200 passes and the build
+    runs; a 500 is TEST_FAILED naming the test, the status and the body's start, and the
+    endpoint keeps answering from the first build; no canary is left either way."""
+    files = {"handler.py": LB_HANDLER.format(rev=1), ".runpod/tests.json": runpod_tests(LB_TEST)}
     repo = make_repo(tmp_path / "lb", files, "an LB worker's tests")
     fields = {
         "type": "LOAD_BALANCER",
@@ -309,13 +374,47 @@ async def test_a_load_balancing_endpoints_build_is_taken_untested_saying_so(
         "scaling": {"type": "REQUEST_COUNT", "requestCount": 1},
     }
     ep = await with_source(api, f"file://{repo}", fields=fields)
-    status, _, asked = await v2(api, "POST", f"/{ep['id']}/builds")
-    assert status == 201, asked
-    done = await ended(api, ep["id"], asked["id"])
-    assert done["status"] == "COMPLETED", done
-    text = "\n".join(await _lines(api, ep["id"], done["id"]))
-    assert "tests.json is not run for a load-balancing endpoint yet" in text, text
-    assert "taken untested" in text and "passed" not in text, text
+
+    async def build() -> dict[str, Any]:
+        status, _, asked = await v2(api, "POST", f"/{ep['id']}/builds")
+        assert status == 201, asked
+        return await ended(api, ep["id"], asked["id"])
+
+    async def user_request() -> tuple[int, Any]:
+        url = f"{api.url}/lb/{ep['id']}/mine"
+        async with api.http.post(url, json={"v": "u"}, headers={"authorization": jobs_key}) as r:
+            return r.status, await r.json(content_type=None)
+
+    async def no_canary_left() -> None:
+        ids = await api.plane.gw.registry.endpoint_ids()
+        assert [i for i in ids if i.startswith("canary-")] == []
+
+    one = await build()
+    assert one["status"] == "COMPLETED", (one, await _lines(api, ep["id"], one["id"]))
+    text = "\n".join(await _lines(api, ep["id"], one["id"]))
+    assert "testing on a canary worker" in text and "test 'check' passed (HTTP 200" in text, text
+    assert await _answers(user_request, {"rev": 1, "path": "/mine", "got": {"v": "u"}})
+    await no_canary_left()
+
+    commit(repo, {"handler.py": LB_HANDLER.format(rev=2)}, "rev 2 answers 500")
+    two = await build()
+    assert two["status"] == "TEST_FAILED", two
+    reason = 'the load-balancing route answered HTTP 500: {"error": "revision 2 is broken"}'
+    assert two["failedTest"] == {"name": "check", "reason": reason}, two
+    assert two["error"] == f"test 'check' failed: {reason}", two
+    assert await user_request() == (200, {"rev": 1, "path": "/mine", "got": {"v": "u"}})
+    await no_canary_left()
+    status, _, page = await v2(api, "GET", f"/{ep['id']}/releases")
+    assert status == 200 and page["releases"][0]["buildId"] == one["id"], page  # not the 2nd
+
+
+async def _answers(request: Any, body: dict[str, Any]) -> bool:
+    """Whether the endpoint's route answers 200 `body`, within a minute (the rolling rule)."""
+
+    async def same() -> bool:
+        return await request() == (200, body)
+
+    return await eventually(same, timeout=60)
 
 
 @pytest.mark.asyncio

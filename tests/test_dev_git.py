@@ -23,6 +23,7 @@ from lockgate.dev.gitsource import checkout, environment
 from lockgate.models.hub import HubFileError
 from tests.devproc import REPO, DevProcess
 from tests.gitrepo import commit, git, make_repo
+from tests.test_dev_canary import LB_HANDLER
 
 # The first test waits for the session's venv (the runpod SDK and its dependencies from
 # PyPI: a minute or two on a busy machine); the others take seconds.
@@ -171,6 +172,26 @@ def test_dev_test_names_a_failing_test_and_why_and_exits_1(tmp_path, git_cache, 
     proc.wait_for(r"test 'echo' passed")
     proc.wait_for(r"test 'fails' FAILED \(FAILED, [\d.]+ s\): ValueError: asked to fail$")
     proc.wait_for(r"tests: 1 passed, 1 failed \(of 2\): 'fails'$")
+
+
+def test_dev_test_of_a_load_balancing_worker_sends_each_test_through_its_route(
+    tmp_path, git_cache, venv_python
+):
+    """`--endpoint-type LB --test`: each test is an HTTP request through the endpoint's
+    load-balancing route (its input the JSON body, to its `path`); 200 passes, any other
+    status fails naming it and the body's start."""
+    worker = LB_HANDLER.format(rev=1)
+    tests = repo_tests(
+        {"name": "check", "input": {"v": 1}, "path": "/check", "timeout": 60000},
+        {"name": "missing", "input": {}, "method": "GET", "path": "/nope", "timeout": 60000},
+    )
+    files = {"handler.py": worker, "requirements.txt": REQUIREMENTS, ".runpod/tests.json": tests}
+    repo = make_repo(tmp_path / "lb-worker", files)
+    proc = dev(str(repo), git_cache, tmp_path / "data", "--endpoint-type", "LB", "--test")
+    assert finish(proc.start(timeout_s=120)) == 1
+    proc.wait_for(r"test 'check' passed \(HTTP 200, [\d.]+ s\)$")
+    proc.wait_for(r"test 'missing' FAILED \(HTTP 404, [\d.]+ s\): \{\"rev\": 1\}$")
+    proc.wait_for(r"tests: 1 passed, 1 failed \(of 2\): 'missing'$")
 
 
 def test_a_dockerfiles_python_cmd_runs_when_there_is_no_handler_py(

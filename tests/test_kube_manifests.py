@@ -552,6 +552,9 @@ TEMPLATE_SHOWN_ONLY: dict[str, Any] = {
 ENDPOINT_NOT_ON_A_CLUSTER_YET: dict[str, object] = {
     # the in-cluster build Job of a later session gives it one (docs/builds.md)
     "source": {"git": {"url": "https://git.example.test/org/repo.git"}},
+    # its effect is the batch pool's own Endpoint and Deployment (kube/batch_pool.py,
+    # tests/test_batch_pool_cluster.py), not the endpoint's workloads
+    "batchWorkersMax": 4,
 }
 
 

@@ -14,6 +14,9 @@
   payload with a wrong signature is a 401), rolls the workers while a job runs on the old
   one: the job completes there (no job cut); a rollback to the first `GIT_BUILD` release
   runs its digest again with no new build Job;
+- a commit whose `.runpod/tests.json` fails is TEST_FAILED on its canary (an Endpoint of
+  its own running the new digest), naming the test and its job's error: the endpoint's
+  workers stay on the first build's digest and answer jobs, and the canary is deleted;
 - a builder image that cannot be pulled fails its build at once, not at its time limit;
 - a build past its time limit (`buildTimeoutMin: 1`, the smallest there is; started with
   the module, so its minute passes while the other tests run) is FAILED saying so;
@@ -86,6 +89,8 @@ def opened(url):
 
 
 async def handler(job):
+    if "fail" in job["input"]:  # what a failing tests.json test asks
+        raise ValueError(job["input"]["fail"])
     gate = job["input"].get("gate")
     while gate and not await asyncio.to_thread(opened, gate):
         await asyncio.sleep(0.5)
@@ -532,6 +537,64 @@ def test_a_pushed_commit_builds_and_rolls_with_no_job_cut_and_rollback_runs_the_
     timed("rollback: POST -> a job answered by the first build", t2)
     assert job["output"]["version"] == "first", job
     assert {j["metadata"]["name"] for j in build_jobs(release)} == jobs_before  # no rebuild
+
+
+def canaries(release: Release, endpoint: str) -> list[str]:
+    """The canary Endpoints of `endpoint`'s builds (kubectl sees them; the API hides them)."""
+    out = release.node.kubectl(
+        "-n", USER_NAMESPACE, "get", "endpoints.lockgate.dev", "-o", "json",
+        "-l", f"lockgate.dev/canary-of={endpoint}",
+    )  # fmt: skip
+    return [e["metadata"]["name"] for e in json.loads(out)["items"]]
+
+
+def test_a_failing_tests_json_is_test_failed_and_the_first_release_keeps_serving(
+    release: Release, manage: Manage, made: dict[str, Any], repo: Repository
+) -> None:
+    """A branch whose `.runpod/tests.json` test fails (its input makes the handler raise):
+    the build is pushed, TESTING on a canary Endpoint (one worker pod on the new digest),
+    then TEST_FAILED naming the test and the job's error. The endpoint's workers never
+    leave the first build's digest, a job still completes there, and the canary is gone.
+    (A branch of its own: main stays without tests for the tests after this one.)"""
+    endpoint = made["worker"]
+    assert "first_image" in made, "the first build's test failed"
+    tests = {"tests": [{"name": "refuses", "input": {"fail": "tests.json caught this build"},
+                        "timeout": 180_000}]}  # fmt: skip
+    repo.branch("tested", {
+        "handler.py": HANDLER.format(version="tested"),
+        ".runpod/tests.json": json.dumps(tests),
+    }, "a handler its tests.json fails")  # fmt: skip
+    t0 = time.monotonic()
+    build = manage.start_build(endpoint, ref="tested")
+    wait_until(lambda: manage.build(endpoint, build["id"])["status"] == "TESTING", "TESTING",
+               BUILD_TIMEOUT_S, every=1)  # fmt: skip
+    timed("tested build: asked -> TESTING (build, push)", t0)
+    t1 = time.monotonic()
+    wait_until(lambda: canaries(release, endpoint), "the canary Endpoint", 60, every=1)
+    failed = manage.ended(endpoint, build["id"], timeout=300)
+    timed("tested build: TESTING -> TEST_FAILED (canary pod from zero, the test's job)", t1)
+    reason = "job FAILED: ValueError: tests.json caught this build"
+    assert failed["status"] == "TEST_FAILED", (failed, manage.log_lines(endpoint, build["id"]))
+    assert failed["error"] == f"test 'refuses' failed: {reason}", failed
+    assert failed["failedTest"] == {"name": "refuses", "reason": reason}, failed
+    assert failed["imageDigest"], failed  # built and pushed: only its tests failed
+    log = manage.log_lines(endpoint, build["id"])
+    assert any(line.startswith("testing on a canary worker (canary-") for line in log), log
+    wait_until(lambda: not canaries(release, endpoint), "the canary deleted", 120, every=1)
+    # the endpoint stayed on the first build: its Deployment, its release, its answers
+    assert worker_image(release, endpoint) == made["first_image"]
+    newest = manage.releases(endpoint)["releases"][0]
+    assert newest["buildId"] == made["first_build"], newest
+    jobs = Jobs(release, endpoint, ADMIN_KEY)
+    job = jobs.runsync({"input": {"after": "test failed"}}, wait_ms=60000)
+    if job["status"] not in ("COMPLETED", "FAILED"):
+        job = jobs.final(job["id"], timeout=240)
+    assert job["status"] == "COMPLETED", job
+    assert job["output"]["version"] == "first", job
+    assert not any(
+        pod["spec"]["containers"][0]["image"] != made["first_image"]
+        for pod in worker_pods(release, endpoint)
+    )
 
 
 def test_a_builder_image_that_cannot_be_pulled_fails_the_build_at_once(

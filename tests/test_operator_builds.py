@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import requests
@@ -38,6 +38,7 @@ from lockgate.models.build import BuildStatus
 from lockgate.models.crashloop import CrashLoop
 from lockgate.store import JobStore, Registry, key_digest
 from lockgate.store.builds import BuildStore
+from lockgate.store.lb_workers import LbWorker, LbWorkers
 from lockgate.workerenv import WORKER_DEFAULTS, worker_env, worker_id_env
 from tests.conftest import make_settings, start_gateway, wait_until
 
@@ -120,12 +121,12 @@ def start_builds_operator(
         f'[{{"name": "admin", "sha256": "{key_digest(ADMIN_KEY)}", "scopes": ["admin"]}}]'
     )
 
-    def start(builds_namespace: str) -> str:
+    def start(builds_namespace: str, gateway_url: str = "http://gateway.lockgate-test:8080") -> str:
         port = free_port()
         settings = OperatorSettings(
             redis_url=redis_server.url,
             namespaces=[ENDPOINTS_NS, BUILDS_NS],
-            gateway_url="http://gateway.lockgate-test:8080",
+            gateway_url=gateway_url,
             manage_host="127.0.0.1",
             manage_port=port,
             liveness_port=0,
@@ -154,12 +155,12 @@ class Builds:
         self.custom = k8s.CustomObjectsApi(kube)
         self.headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
 
-    def create_endpoint(self) -> None:
+    def create_endpoint(self, **spec: Any) -> None:
         body = {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "Endpoint",
             "metadata": {"name": self.id},
-            "spec": {"templateId": "built-tpl", "computeType": "CPU", "source": SOURCE},
+            "spec": {"templateId": "built-tpl", "computeType": "CPU", "source": SOURCE, **spec},
         }
         self.custom.create_namespaced_custom_object(GROUP, VERSION, ENDPOINTS_NS, "endpoints", body)
 
@@ -781,6 +782,127 @@ def test_a_build_with_tests_is_tested_on_a_canary_before_it_takes_traffic(
     assert _worker_image(builds) == image_one
     builds.custom.delete_namespaced_custom_object(
         GROUP, VERSION, ENDPOINTS_NS, "endpoints", "ep-tested"
+    )
+
+
+# A load-balancing canary's worker: its own HTTP server on `PORT` (/ping 200); every POST
+# answered 200 with what it got, or 500 with BROKEN set.
+LB_WORKER = """import json, os
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class Worker(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.answer(200 if self.path == "/ping" else 404, {})
+
+    def do_POST(self):
+        got = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or "null")
+        if os.environ.get("BROKEN"):
+            self.answer(500, {"error": "revision 2 is broken"})
+        else:
+            self.answer(200, {"path": self.path, "got": got})
+
+    def answer(self, code, body):
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), Worker).serve_forever()
+"""
+LB_TESTS_JSON = {"tests": [{"name": "check", "input": {"prompt": "hi"}, "path": "/check",
+                            "timeout": 60000}]}  # fmt: skip
+
+
+@contextlib.contextmanager
+def lb_worker(redis_url: str, canary: str, tmp_path, *, broken: bool = False) -> Iterator[None]:
+    """The load-balancing canary's worker: `LB_WORKER` in a process of its own on a free
+    loopback port, routed as the scaler routes a running pod (its `lbw` record: the
+    envtest operator runs no scaler and no kubelet); the gateway polls its health and
+    proxies the test's request to it."""
+    port = free_port()
+    script = tmp_path / "lb_worker.py"
+    script.write_text(LB_WORKER)
+    env = {**os.environ, "PORT": str(port)} | ({"BROKEN": "1"} if broken else {})
+    process = subprocess.Popen([sys.executable, str(script)], env=env)
+    address = f"127.0.0.1:{port}"
+
+    async def route() -> None:
+        redis = Redis.from_url(redis_url)
+        try:
+            await LbWorkers(redis).register(
+                canary, f"{canary}-worker-1", LbWorker(address, address)
+            )
+        finally:
+            await redis.aclose()
+
+    try:
+        asyncio.run(route())
+        yield
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def test_a_load_balancing_build_is_tested_through_its_canarys_route(
+    kube: k8s.ApiClient,
+    start_builds_operator: Callable[..., str],
+    redis_server: EmbeddedRedis,
+    gateway: ThreadGateway,
+    tmp_path,
+) -> None:
+    """A load-balancing endpoint's build: its test is an HTTP request from the operator
+    through the gateway's load-balancing route of the canary (`gateway_url`), its input
+    the JSON body, to its `path`. An answer 200 → COMPLETED and the endpoint's workers
+    roll to the digest; a 500 → TEST_FAILED naming the test, the status and the body's
+    start, the endpoint on the first build. The canary and its key are gone each time."""
+    builds = Builds(kube, start_builds_operator(BUILDS_NS, gateway.url), "ep-lb-tested")
+    builds.create_endpoint(type="LB", scalerType="REQUEST_COUNT", workersMin=0)
+    repository = "registry.example.test:5000/builds/ep-lb-tested"
+
+    def canary_keys() -> list[str]:
+        async def names() -> list[str]:
+            redis = Redis.from_url(redis_server.url)
+            try:
+                return [r["name"] for r in (await Registry(redis).list_keys()).values()]
+            finally:
+                await redis.aclose()
+
+        return [n for n in asyncio.run(names()) if n.startswith("canary:")]
+
+    one = builds.call("POST").json()
+    _complete(builds, one["id"], DIGEST, _cloned_with_tests(LB_TESTS_JSON))
+    canary = "canary-" + one["id"].removeprefix("build_")
+    wait_until(lambda: _endpoint(builds, canary), "the canary Endpoint", 30)
+    assert builds.get(one["id"])["status"] == "TESTING"
+    assert _endpoint(builds, canary)["spec"]["type"] == "LB"
+    with lb_worker(redis_server.url, canary, tmp_path):
+        wait_until(lambda: builds.get(one["id"])["status"] == "COMPLETED", "COMPLETED", 60)
+    image_one = f"{repository}:{one['id'][6:]}@{DIGEST}"
+    wait_until(lambda: _worker_image(builds) == image_one, "the tested build's digest", 30)
+    wait_until(lambda: _endpoint(builds, canary) is None, "the canary deleted", 30)
+    log = builds.call("GET", f"/{one['id']}/logs", params={"source": "system", "tail": 100})
+    assert "test 'check' passed (HTTP 200" in log.text, log.text
+    assert canary_keys() == []
+
+    two = builds.call("POST").json()
+    _complete(builds, two["id"], "sha256:" + "ab" * 32, _cloned_with_tests(LB_TESTS_JSON))
+    canary_two = "canary-" + two["id"].removeprefix("build_")
+    wait_until(lambda: _endpoint(builds, canary_two), "the second canary", 30)
+    with lb_worker(redis_server.url, canary_two, tmp_path, broken=True):
+        wait_until(lambda: builds.get(two["id"])["status"] == "TEST_FAILED", "TEST_FAILED", 60)
+    failed = builds.get(two["id"])
+    reason = 'the load-balancing route answered HTTP 500: {"error": "revision 2 is broken"}'
+    assert failed["failedTest"] == {"name": "check", "reason": reason}, failed
+    assert failed["error"] == f"test 'check' failed: {reason}", failed
+    wait_until(lambda: _endpoint(builds, canary_two) is None, "the second canary deleted", 30)
+    assert canary_keys() == []
+    _reconciled_after_now(builds, 63)
+    assert _worker_image(builds) == image_one
+    builds.custom.delete_namespaced_custom_object(
+        GROUP, VERSION, ENDPOINTS_NS, "endpoints", "ep-lb-tested"
     )
 
 

@@ -40,6 +40,11 @@ from lockgate.workerenv import WORKER_DEFAULTS, worker_env, worker_id_env
 from tests.conftest import REPO, LiveGateway, eventually, redis_settings, register, wait_until
 from tests.devproc import DevProcess
 from tests.redis_topologies import Node, RedisClusterProcs, send
+from tests.test_batch_jobs import (  # noqa: F401 (re-run on the cluster: every batch script)
+    receiver,
+    test_a_batch_from_draft_to_its_results_on_its_own_pool,
+    test_every_limit_and_bad_input_get_a_clear_4xx,
+)
 from tests.test_idempotency import (  # noqa: F401
     test_a_second_run_with_the_same_key_returns_the_first_job,
     test_deleting_an_endpoints_data_removes_its_idempotency_keys,

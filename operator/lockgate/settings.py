@@ -170,6 +170,30 @@ class Settings(RedisSettings):
         ge=0,
         description="bytes of input one endpoint may have queued; past it /run gets 429",
     )
+    batch_max_active: int = Field(
+        10, ge=1, description="Batch Jobs: batches not yet done per endpoint; past it 429"
+    )
+    batch_max_requests: int = Field(
+        5_000, ge=1, description="Batch Jobs: requests per batch; past it 400"
+    )
+    batch_max_queued: int = Field(
+        50_000,
+        ge=1,
+        description="Batch Jobs: requests of an endpoint's finalized batches not yet ended; "
+        "a finalize past it gets 429",
+    )
+    batch_max_bytes: int = Field(
+        256 * MIB, ge=1, description="Batch Jobs: bytes of request JSON per batch; past it 413"
+    )
+    batch_retention_s: float = Field(
+        7 * 24 * 3600.0, gt=0, description="Batch Jobs: how long a done batch and its results stay"
+    )
+    batch_interval_s: float = Field(
+        1.0,
+        gt=0,
+        description="Batch Jobs: how often each gateway queues, tracks and ends the running "
+        "batches' requests",
+    )
     lb_hold_s: float = Field(
         120.0, ge=0, description="LB: how long a request waits for a routable worker (else 503)"
     )

@@ -53,6 +53,7 @@ from lockgate.dev.secret_values import FileSecretValues
 from lockgate.dev.storage import LocalStorage
 from lockgate.dev.worker_source import DevWorkers
 from lockgate.gateway.app import create_app
+from lockgate.gateway.lb_tests import run_lb_test
 from lockgate.gateway.serving import app_runner, serve_runner
 from lockgate.gateway.state import GATEWAY
 from lockgate.logs import setup_logging
@@ -484,22 +485,23 @@ async def serve(opts: DevOptions, redis: RedisSettings, stop: Stop) -> bool | No
 async def tested(opts: DevOptions, local_url: str, stop: Stop) -> bool | None:
     """--test: run the tests against the command line's endpoint, then stop dev mode (the
     tests were what this run was for); whether all passed, None when stopped first."""
-    job_api = f"{local_url}/v2/{opts.endpoint_id}"
-    passed = await until_stopped(run_repo_tests(job_api, opts.api_key, opts.tests), stop)
+    lb = opts.spec.type == EndpointType.LB
+    url = f"{local_url}/{'lb' if lb else 'v2'}/{opts.endpoint_id}"
+    passed = await until_stopped(run_repo_tests(url, opts.api_key, opts.tests, lb=lb), stop)
     stop.first.set()
     return passed
 
 
-async def run_repo_tests(job_api: str, api_key: str, tests: HubTests) -> bool:
-    """tests.json's tests through the job API at `job_api`, a line each and a summary;
-    whether all passed."""
-    say(f"testing: {len(tests.tests)} test(s) of tests.json through {job_api}")
+async def run_repo_tests(url: str, api_key: str, tests: HubTests, *, lb: bool = False) -> bool:
+    """tests.json's tests through the job API at `url` (`lb`: requests through the
+    load-balancing route at `url`), a line each and a summary; whether all passed."""
+    say(f"testing: {len(tests.tests)} test(s) of tests.json through {url}")
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
     try:
         async with aiohttp.ClientSession(timeout=timeout) as session:
             results = await run_tests(
-                session, job_api, {"authorization": api_key}, tests.tests,
-                report=lambda r: say(result_line(r)),
+                session, url, {"authorization": api_key}, tests.tests,
+                report=lambda r: say(result_line(r)), run=run_lb_test if lb else None,
             )  # fmt: skip
     except aiohttp.ClientError as err:
         say(f"tests stopped: the job API could not be reached ({err})")

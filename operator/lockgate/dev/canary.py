@@ -4,18 +4,22 @@ A build whose checkout has `tests.json` (`.runpod/tests.json` over the root's) i
 before it may be COMPLETED (`dev.builder`). One worker process runs the new checkout beside
 the serving ones, as the only worker of a hidden endpoint of its own, `canary-<build>`: a
 registry entry (origin `canary`) the control plane never lists, so the gateway's job path
-and worker API serve it as any queue endpoint. Each test's input is a job of that endpoint,
-submitted through the gateway's job API (`POST …/run`, `GET …/status`: `hub_tests.run_test`)
-with a key for that endpoint alone. So the serving workers never get a test job, the canary
-never gets a user's, and the endpoint's jobs, request metrics and history never count a
-test. The first failed test ends the tests. The canary's worker, its entry, keys, jobs and
-history are removed either way; what it printed is in the build's log.
+and worker API serve it as any endpoint of its type. Each test's input is a job of that
+endpoint, submitted through the gateway's job API (`POST …/run`, `GET …/status`:
+`hub_tests.run_test`), or on a load-balancing endpoint an HTTP request through its
+load-balancing route (`/lb/canary-…/<path>`: `gateway.lb_tests.run_lb_test`), with a key
+for that endpoint alone: one loop, two ways to run a test (`test_runner`). So the serving
+workers never get a test, the canary never gets a user's job or request, and the
+endpoint's jobs, request metrics and history never count a test. The first failed test
+ends the tests. The canary's worker, its entry, keys, jobs and history are removed either
+way; what it printed is in the build's log.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
@@ -24,19 +28,20 @@ from typing import Protocol
 import aiohttp
 
 from lockgate.dev.hub_tests import WAIT_STEP_MS, CaseResult, failed_test, result_line, run_test
+from lockgate.gateway.lb_tests import run_lb_test
 from lockgate.manage.logbook import LineSink
 from lockgate.manage.workerlogs import CONTAINER, SYSTEM
 from lockgate.models.build import FailedTest
-from lockgate.models.canary import canary_id, canary_spec, tested_here
+from lockgate.models.canary import canary_id, canary_spec
 from lockgate.models.crashloop import CrashLoop
-from lockgate.models.endpoint import EndpointSpec
-from lockgate.models.hub import HubTests
+from lockgate.models.endpoint import EndpointSpec, EndpointType
+from lockgate.models.hub import HubTest, HubTests
 from lockgate.models.registry_entry import RegistryEntry
 from lockgate.store import JobStore, Registry, key_digest
 
 log = logging.getLogger("lockgate.dev.canary")
 
-__all__ = ["canary_entry", "canary_id", "canary_spec", "is_canary", "run_canary", "tested_here"]
+__all__ = ["canary_entry", "canary_id", "canary_spec", "is_canary", "run_canary", "test_runner"]
 
 CANARY_ORIGIN = "canary"  # a registry entry's origin: a build's canary, never resumed
 STOP_GRACE_S = 5.0  # the canary holds no job once its tests ended (a late one is cancelled)
@@ -44,6 +49,7 @@ LOOP_POLL_S = 0.5  # how often a test's wait looks whether the canary failed to 
 LOG_BACKLOG = 1000  # canary lines waiting for the build's log; past it they are dropped
 
 Say = Callable[[str, str], Awaitable[None]]  # (log source, line) into the build's log
+RunTest = Callable[[HubTest], Awaitable[CaseResult]]  # one test, run against the canary
 
 
 class Workers(Protocol):
@@ -110,7 +116,7 @@ async def run_canary(
     test that failed and why, None when all passed. Everything of the canary is gone when
     this returns (or is cancelled)."""
     canary = canary_id(build_id)
-    job_api = f"{gateway_url.rstrip('/')}/v2/{canary}"
+    job_api = f"{gateway_url.rstrip('/')}/v2/{canary}"  # its entry's (the job API's) URL
     key = f"lg_{secrets.token_urlsafe(24)}"
     spec = canary_spec(spec)
     await registry.put_endpoint(canary, canary_entry(canary, spec, job_api))
@@ -124,9 +130,9 @@ async def run_canary(
         await say(SYSTEM, f"testing on a canary worker ({canary}): {len(tests.tests)} test(s)")
         timeout = aiohttp.ClientTimeout(total=WAIT_STEP_MS / 1000 + 60)
         async with aiohttp.ClientSession(timeout=timeout) as session:
+            run = test_runner(session, gateway_url, canary, spec, {"authorization": key})
             for test in tests.tests:
-                ran = run_test(session, job_api, {"authorization": key}, test)
-                result = await unless_crashed(ran, workers)
+                result = await unless_crashed(run(test), workers)
                 if result is None:  # the canary failed to start: the rest would too
                     assert workers.loop is not None
                     why = f"the canary worker did not start: {workers.loop.text()}"
@@ -139,6 +145,21 @@ async def run_canary(
         return None
     finally:
         await remove_canary(registry, jobs, canary, key, workers, lines)
+
+
+def test_runner(
+    session: aiohttp.ClientSession,
+    gateway_url: str,
+    canary: str,
+    spec: EndpointSpec,
+    headers: dict[str, str],
+) -> RunTest:
+    """How a test runs on the canary: a job through its job API, or on a load-balancing
+    endpoint an HTTP request through its load-balancing route."""
+    base = gateway_url.rstrip("/")
+    if spec.type == EndpointType.LB:
+        return functools.partial(run_lb_test, session, f"{base}/lb/{canary}", headers)
+    return functools.partial(run_test, session, f"{base}/v2/{canary}", headers)
 
 
 async def unless_crashed(ran: Awaitable[CaseResult], workers: Workers) -> CaseResult | None:

@@ -33,8 +33,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from lockgate.dev.batch_pool import batch_entry, has_batch_pool, remove_batch_pool
 from lockgate.dev.builder import RUNS_KEPT, Built, LocalBuilder, Say
-from lockgate.dev.canary import is_canary, remove_canary, run_canary, tested_here
+from lockgate.dev.canary import is_canary, remove_canary, run_canary
 from lockgate.dev.datadir import SECRETS
 from lockgate.dev.launch import Launch, launch_for, template_launch
 from lockgate.dev.model_cache import ModelDownloads
@@ -56,7 +57,6 @@ from lockgate.manage.controlplane import (
 )
 from lockgate.manage.listing import Cursor, EndpointPage, EndpointQuery, EndpointSummary, take
 from lockgate.manage.logbook import LineSink, LocalLogs
-from lockgate.manage.workerlogs import SYSTEM
 from lockgate.manage.workersource import LogBatch, LogRead
 from lockgate.models import (
     Condition,
@@ -70,6 +70,7 @@ from lockgate.models import (
     TemplateSpec,
     WorkerCounts,
 )
+from lockgate.models.batch import batch_pool_id, batch_pool_spec
 from lockgate.models.build import Build, BuildReason, FailedTest
 from lockgate.models.crashloop import CrashLoop
 from lockgate.models.hub import HubTests, env_for_tests
@@ -127,6 +128,7 @@ class LocalEndpoint:
     problem: str = ""
     workers: LocalWorkers | None = None
     retiring: list[LocalWorkers] = field(default_factory=list)  # old workers finishing jobs
+    batch: LocalWorkers | None = None  # its batch pool's workers (`dev.batch_pool`)
     generation: int = 1
     since: str = field(default_factory=now)
     version: int = 1  # goes up with each release: a change of `config`
@@ -473,9 +475,6 @@ class LocalControlPlane:
             if ep is None or ep.launch is None or self._closing:
                 raise BuildNotFound(build.id)  # deleted meanwhile: nothing to test for
             spec, env = ep.spec, dict(ep.launch.env) | env_for_tests(tests)
-        if why := tested_here(spec):
-            await say(SYSTEM, why)
-            return None
         folder, pairs = str(built.folder), tuple(sorted(env.items()))
         launch = Launch(spec.templateId, built.command, folder, pairs)
 
@@ -516,6 +515,9 @@ class LocalControlPlane:
             self._begin(ep, launch, spec)
         elif limits_of(spec) != limits_of(ep.spec):
             await ep.workers.rescale(limits_of(spec))
+        batch_limits = limits_of(batch_pool_spec(spec))
+        if ep.batch is not None and batch_limits != limits_of(batch_pool_spec(ep.spec)):
+            await ep.batch.rescale(batch_limits)
         if ep.workers is not None:
             ep.workers.resume_window(float(spec.lbResumeWindowS))
         if ep.workers is not None and ep.workers.health is not None:
@@ -524,6 +526,7 @@ class LocalControlPlane:
         ep.spec, ep.launch, ep.problem = spec, launch, ""
         ep.work_dir, ep.generation, ep.since = str(self.base_dir), ep.generation + 1, now()
         await self.gw.registry.put_endpoint(ep.id, ep.entry(self.job_api_url(ep.id)))
+        await self._put_batch_entry(ep)
 
     async def restart_workers(self, endpoint_id: str) -> None:
         """Clear the endpoint's crash loop: its workers start again at once."""
@@ -560,8 +563,10 @@ class LocalControlPlane:
             await self.gw.registry.delete_endpoint(endpoint_id)
         self.builder.forget(endpoint_id)
         self._built.pop(endpoint_id, None)
-        await asyncio.gather(*(w.stop(DELETE_GRACE_S) for w in _all_workers(ep)))
+        pools = [*_all_workers(ep), *([ep.batch] if ep.batch is not None else [])]
+        await asyncio.gather(*(w.stop(DELETE_GRACE_S) for w in pools))
         await self.gw.registry.delete_key(key_digest(ep.worker_key))
+        await remove_batch_pool(self.gw, endpoint_id)
         removed = await self.gw.store.delete_endpoint_data(endpoint_id)
         self.logs.forget(endpoint_id)
         log.info("endpoint %s deleted with %d job(s)", endpoint_id, removed)
@@ -723,8 +728,11 @@ class LocalControlPlane:
         for ep in self._endpoints.values():
             if ep.workers is not None:
                 await ep.workers.halt()
+            if ep.batch is not None:
+                await ep.batch.halt()
         self.gw.drain()  # answer long-polls at once, so workers notice SIGTERM
         every = [w for ep in self._endpoints.values() for w in _all_workers(ep)]
+        every += [ep.batch for ep in self._endpoints.values() if ep.batch is not None]
         await asyncio.gather(*(w.stop(self.stop_grace_s) for w in every))
         if self._background:
             await asyncio.wait(self._background)
@@ -762,6 +770,8 @@ class LocalControlPlane:
         for ep in self._endpoints.values():
             for workers in _all_workers(ep):
                 workers.kill()
+            if ep.batch is not None:
+                ep.batch.kill()
         for canary in self._canaries:
             canary.kill()
 
@@ -813,6 +823,7 @@ class LocalControlPlane:
             await registry.delete_key(old_digest)  # an earlier run's key
         await registry.put_endpoint(endpoint_id, ep.entry(self.job_api_url(endpoint_id)))
         self._endpoints[endpoint_id] = ep
+        await self._put_batch_entry(ep)
         if launch is not None:
             self._begin(ep, launch, spec)
         return ep
@@ -830,6 +841,7 @@ class LocalControlPlane:
         if not spec.modelReferences and not ep.secrets:
             ep.models = ""
             ep.workers = self._workers(ep.id, launch, ep.worker_key, spec, ep.version)
+            self._start_batch_pool(ep, launch, spec)
             return
         ep.models = MODELS_DOWNLOADING if spec.modelReferences else ""
 
@@ -844,6 +856,7 @@ class LocalControlPlane:
                 if current():
                     ep.models = MODELS_READY if spec.modelReferences else ""
                     ep.workers = self._workers(ep.id, launch, ep.worker_key, spec, ep.version)
+                    self._start_batch_pool(ep, launch, spec)
 
         task = asyncio.create_task(fetch_then_start(), name=f"lockgate-prepare-{ep.id}")
         self._fetching.add(task)
@@ -919,18 +932,44 @@ class LocalControlPlane:
         )  # fmt: skip
         return workers
 
+    def _start_batch_pool(self, ep: LocalEndpoint, launch: Launch, spec: EndpointSpec) -> None:
+        """Start the endpoint's batch pool beside its workers: the same launch, from zero
+        workers up to its `batchWorkersMax`, on the hidden endpoint `batch-<id>`."""
+        if not has_batch_pool(spec):
+            return
+        unregistered = f"lgw_{secrets.token_urlsafe(24)}"  # each worker gets its own
+        pool = batch_pool_id(ep.id)
+        ep.batch = self._workers(
+            pool, launch, unregistered, batch_pool_spec(spec), ep.version,
+            sink=self.logs.sink(ep.id),
+        )  # fmt: skip
+
+    async def _put_batch_entry(self, ep: LocalEndpoint) -> None:
+        """Register (or remove) the endpoint's batch pool: hidden, never listed."""
+        pool = batch_pool_id(ep.id)
+        if has_batch_pool(ep.spec):
+            await self.gw.registry.put_endpoint(
+                pool, batch_entry(pool, ep.spec, self.job_api_url(pool))
+            )
+        elif await self.gw.registry.get_endpoint(pool) is not None:
+            await self.gw.registry.delete_endpoint(pool)
+
     def _retire(self, ep: LocalEndpoint) -> None:
         """Stop the endpoint's current workers in the background: each finishes what it
         holds (`replacement_grace_s` of its settings), the idle ones exit at once."""
-        old = ep.workers
+        old, old_batch = ep.workers, ep.batch
         if old is None:
             return
-        ep.workers = None
+        ep.workers, ep.batch = None, None
         ep.retiring.append(old)
         grace_s = max(self.stop_grace_s, replacement_grace_s(ep.spec))
 
         async def retire() -> None:
-            await old.stop(grace_s)
+            if old_batch is not None:  # its batch jobs in hand finish, the rest wait
+                await old_batch.withdraw()
+            await asyncio.gather(
+                old.stop(grace_s), *([old_batch.stop(grace_s)] if old_batch else [])
+            )
             ep.retiring.remove(old)
 
         task = asyncio.create_task(retire(), name=f"lockgate-retire-{ep.id}")

@@ -9,7 +9,7 @@ response"); a test out of time is cancelled and fails."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import aiohttp
 
@@ -24,6 +24,8 @@ from lockgate.models.verdicts import (
     result_line,
 )
 
+# One test against a URL with these headers: `run_test` (a job) or `run_lb_test` (a request).
+RunOne = Callable[[aiohttp.ClientSession, str, dict[str, str], HubTest], Awaitable[CaseResult]]
 WAIT_STEP_MS = 300_000  # the longest hold `GET /status?wait=` grants; a longer test asks again
 
 __all__ = [
@@ -38,12 +40,14 @@ async def run_tests(
     headers: dict[str, str],
     tests: Sequence[HubTest],
     report: Callable[[CaseResult], None] = lambda _: None,
+    run: RunOne | None = None,
 ) -> list[CaseResult]:
-    """Run `tests` in order against `job_api` (`…/v2/{endpoint}`), calling `report` after
-    each; every result."""
+    """Run `tests` in order against `job_api` (`…/v2/{endpoint}`; with `run`
+    `gateway.lb_tests.run_lb_test`, a load-balancing endpoint's `…/lb/{endpoint}`),
+    calling `report` after each; every result."""
     results = []
     for test in tests:
-        result = await run_test(session, job_api, headers, test)
+        result = await (run or run_test)(session, job_api, headers, test)
         report(result)
         results.append(result)
     return results

@@ -9,9 +9,10 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 from redis.asyncio import Redis
 
-from lockgate.gateway import client_api, lb_proxy, openai_api, worker_api
+from lockgate.gateway import batch_api, client_api, lb_proxy, openai_api, worker_api
 from lockgate.gateway.auth import Authenticator
 from lockgate.gateway.background import run_background
+from lockgate.gateway.batch_runner import run_batches
 from lockgate.gateway.cors import add_cors_headers, cors_middleware
 from lockgate.gateway.endpoints import EndpointCache
 from lockgate.gateway.http import json_response
@@ -38,6 +39,7 @@ from lockgate.store import (
     connect,
 )
 from lockgate.store.addresses import WorkerAddresses
+from lockgate.store.batches import BatchStore
 from lockgate.store.lb_workers import LbWorkers
 from lockgate.store.limits import RateLimits
 
@@ -94,6 +96,7 @@ def build_gateway(settings: Settings, redis: Redis) -> Gateway:
             on_refusal=lambda ep, op: meters.rate_limited.labels(ep, op).inc(),
         ),
         metrics=meters,
+        batches=BatchStore(redis, store.scripts, store.replication),
         notifier=Notifier(redis),
         binding=WorkerBinding(
             WorkerAddresses(redis, ttl_ms=int(settings.worker_binding_ttl_s * 1000)),
@@ -203,7 +206,7 @@ def create_app(settings: Settings, *, redis: Redis | None = None) -> web.Applica
         client = connect(settings)
     gw = build_gateway(settings, client)
     app = _application(gw, cors=True, lb_host=True)
-    tables = [client_api.routes, openai_api.routes, lb_proxy.routes]
+    tables = [client_api.routes, batch_api.routes, openai_api.routes, lb_proxy.routes]
     if not settings.worker_port:
         tables.append(worker_api.routes)
     app.add_routes(busiest_first(*tables))
@@ -219,6 +222,7 @@ def create_app(settings: Settings, *, redis: Redis | None = None) -> web.Applica
             asyncio.create_task(gw.limiter.run(), name="lockgate-limits"),
             asyncio.create_task(gw.header_timeout.run(), name="lockgate-header-timeout"),
             asyncio.create_task(gw.lb.run(), name="lockgate-lb-requests"),
+            asyncio.create_task(run_batches(gw), name="lockgate-batches"),
         }
         if gw.auth.key_file is not None:
             tasks.add(asyncio.create_task(gw.auth.key_file.watch(), name="lockgate-key-file"))

@@ -18,6 +18,7 @@ from lockgate.gateway.resources import BodyBudget, HeaderTimeout
 from lockgate.gateway.worker_binding import WorkerBinding
 from lockgate.settings import Settings
 from lockgate.store import JobStore, NewJob, Registry
+from lockgate.store.batches import BatchStore
 
 
 @dataclass
@@ -36,6 +37,7 @@ class Gateway:
     header_timeout: HeaderTimeout
     reads: asyncio.Semaphore  # client reads served at once (`read_concurrency`)
     lb: LbRouter  # load-balancing endpoints' workers, health and held requests
+    batches: BatchStore  # Batch Jobs (gateway/batch_api.py, gateway/batch_runner.py)
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     activity: Activity = field(default_factory=Activity)
     draining: bool = False

@@ -61,7 +61,6 @@ from lockgate.kube.controlplane import (
     BUILDS_TAKEN_ANNOTATION,
     builds_taken_of,
     running_build_of,
-    spec_from_resource,
 )
 from lockgate.kube.manifests.build import (
     BUILD_COMPONENT,
@@ -77,7 +76,6 @@ from lockgate.kube.manifests.build import (
 from lockgate.kube.manifests.names import COMPONENT_LABEL, ENDPOINT_LABEL, Obj, Owner
 from lockgate.manage.workerlogs import SYSTEM
 from lockgate.models.build import Build, BuildStatus, IllegalTransition, rfc3339
-from lockgate.models.canary import tested_here
 from lockgate.models.running_build import RunningBuild, running_of_completed, to_take
 from lockgate.models.source import GitSource, source_of
 from lockgate.store.builds import BuildNotFound, BuildStore
@@ -330,7 +328,7 @@ async def _follow(
     if _changes(build, step):
         tests = clone_tests(pod) if step.status == BuildStatus.COMPLETED else None
         if tests is not None:
-            step, untested = await _tested_step(cluster, job, endpoint_id, step, tests, canaries)
+            step, untested = _tested_step(step, tests, canaries)
         final = step
     steps = [*passed(build.status, step, pod, image_name=image), final] if final else []
     said, changed = await _say(
@@ -393,10 +391,9 @@ async def _after(
         await _touch_endpoint(cluster, job, endpoint_id)
 
 
-async def _tested_step(
-    cluster: Cluster, job: Obj, endpoint_id: str, step: Progress, tests: str,
-    canaries: Canaries | None,
-) -> tuple[Progress, str | None]:  # fmt: skip
+def _tested_step(
+    step: Progress, tests: str, canaries: Canaries | None
+) -> tuple[Progress, str | None]:
     """A completed build's step when its clone handed over `tests`: TESTING (its canary
     tests it: `kube.canary`), FAILED when they cannot be used, or COMPLETED with the line
     saying why they are not run."""
@@ -404,9 +401,6 @@ async def _tested_step(
         return Progress(BuildStatus.FAILED, {**step.fields, "error": why}), None
     if canaries is None:
         return step, untested_line(tests)
-    parent = await cluster.get_endpoint(_endpoint_namespace(job), endpoint_id)
-    if parent is not None and (why := tested_here(spec_from_resource(parent))) is not None:
-        return step, why
     return Progress(BuildStatus.TESTING, step.fields), None
 
 

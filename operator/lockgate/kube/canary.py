@@ -16,8 +16,12 @@ this process:
 2. each test's input is a job of the canary endpoint, submitted and followed with the
    store's own functions (`JobStore.submit`, `get`, `cancel`: the gateway's job path)
    within the test's timeout; it passes when the job is COMPLETED (`models.verdicts`, the
-   rule of `lockgate dev --test`). The first failure ends the tests; a canary in a crash
-   loop (its registry entry's `crashLoop`) fails the test at once;
+   rule of `lockgate dev --test`). A load-balancing endpoint's test is an HTTP request
+   through the gateway's load-balancing route instead (`gateway.lb_tests`, to
+   `settings.gateway_url` with a key for the canary alone), passed on HTTP 200. One loop
+   runs the tests (`_tests`), with one of those two ways to run one (`_runner`). The first
+   failure ends the tests; a canary in a crash loop (its registry entry's `crashLoop`)
+   fails the test at once;
 3. all passed: COMPLETED, and the endpoint is touched so that its reconcile takes the
    build; else TEST_FAILED naming the test. The canary Endpoint is deleted either way.
 
@@ -30,11 +34,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import functools
 import json
 import logging
-from collections.abc import Awaitable, Callable
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
+
+from lockgate.gateway.lb_tests import run_lb_test
 from lockgate.kube.cluster import ClusterError, Conflict, NotFound
 from lockgate.kube.controlplane import (
     BUILD_ANNOTATION,
@@ -47,6 +57,7 @@ from lockgate.kube.crds import ENDPOINT, GROUP, VERSION, omit_empty_strings
 from lockgate.manage.workerlogs import SYSTEM
 from lockgate.models.build import Build, BuildStatus, FailedTest, IllegalTransition, rfc3339
 from lockgate.models.canary import canary_id, canary_spec
+from lockgate.models.endpoint import EndpointType
 from lockgate.models.hub import HubFileError, HubTest, HubTests, parse_tests
 from lockgate.models.jobs import FINAL_STATES, TTL_DEFAULT_MS, JobStatus
 from lockgate.models.running_build import RunningBuild
@@ -57,8 +68,9 @@ from lockgate.models.verdicts import (
     failed_test_error,
     failure_detail,
     result_line,
+    unanswered,
 )
-from lockgate.store import JobStore, NewJob, Registry
+from lockgate.store import JobStore, NewJob, Registry, key_digest
 from lockgate.store.builds import BuildNotFound, BuildStore
 from lockgate.store.keys import new_job_id
 
@@ -70,8 +82,12 @@ log = logging.getLogger(__name__)
 TESTS_ANNOTATION = f"{GROUP}/tests"  # on a canary Endpoint: the tests.json text it runs
 POLL_S = 0.5  # how often a test's job, the canary's crash loop and the build are read
 
+CANCEL_S = 5.0  # at most this to cancel a test's job when its test stops
+KEY_NAME = "canary:{build_id}"  # the name of the key a load-balancing canary's tests use
+
 Obj = dict[str, Any]
 Say = Callable[[str], Awaitable[None]]
+RunTest = Callable[[HubTest], Awaitable[CaseResult]]  # one test, run against the canary
 
 
 def is_canary_of(obj: Obj, endpoint_id: str, build_id: str) -> bool:
@@ -147,9 +163,15 @@ class Canaries:
     """The canaries of this process's builds under test, one task per TESTING build."""
 
     def __init__(
-        self, cluster: Cluster, store: BuildStore, registry: Registry, jobs: JobStore
+        self,
+        cluster: Cluster,
+        store: BuildStore,
+        registry: Registry,
+        jobs: JobStore,
+        gateway_url: str,
     ) -> None:
         self.cluster, self.store, self.registry, self.jobs = cluster, store, registry, jobs
+        self.gateway_url = gateway_url.rstrip("/")  # a load-balancing canary's tests go there
         self.tasks: dict[str, asyncio.Task[None]] = {}
 
     def testing(self, build_id: str) -> bool:
@@ -194,9 +216,10 @@ class Canaries:
 
         stopping = False
         try:
-            tests = await self._canary(namespace, endpoint_id, build, tests_text, say)
-            if tests is not None:
-                failed = await self._tests(endpoint_id, build.id, name, tests, say)
+            made = await self._canary(namespace, endpoint_id, build, tests_text, say)
+            if made is not None:
+                tests, kind = made
+                failed = await self._tests(endpoint_id, build.id, name, tests, kind, say)
                 await self._end(namespace, endpoint_id, build.id, failed, say)
         except BuildEnded:
             await say("tests stopped: the build ended meanwhile")
@@ -213,9 +236,9 @@ class Canaries:
 
     async def _canary(
         self, namespace: str, endpoint_id: str, build: Build, tests_text: str | None, say: Say
-    ) -> HubTests | None:
-        """Make the canary Endpoint (or find it, resumed); the tests it runs (None: the
-        build ended, the endpoint or the canary gone)."""
+    ) -> tuple[HubTests, EndpointType] | None:
+        """Make the canary Endpoint (or find it, resumed); the tests it runs and the
+        endpoint's type (None: the build ended, the endpoint or the canary gone)."""
         name = canary_id(build.id)
         if tests_text is None:  # resumed
             found = await self.cluster.get_endpoint(namespace, name)
@@ -228,7 +251,8 @@ class Canaries:
                 return None
             await self.jobs.purge(name)  # the earlier run's test jobs
             await say(f"the operator restarted while testing: the tests run again on {name}")
-            return parse_tests(found["metadata"]["annotations"][TESTS_ANNOTATION])
+            tests = parse_tests(found["metadata"]["annotations"][TESTS_ANNOTATION])
+            return tests, spec_from_resource(found).type
         parent = await self.cluster.get_endpoint(namespace, endpoint_id)
         source = source_of((parent or {}).get("spec", {}).get("source"))
         running = running_of_testing(build, source.git.url) if source else None
@@ -249,28 +273,96 @@ class Canaries:
         await say(
             f"testing on a canary worker ({name}, {running.image}): {len(tests.tests)} test(s)"
         )
-        return tests
+        return tests, spec_from_resource(parent).type
 
     async def _tests(
-        self, endpoint_id: str, build_id: str, canary: str, tests: HubTests, say: Say
-    ) -> FailedTest | None:
+        self, endpoint_id: str, build_id: str, canary: str, tests: HubTests,
+        kind: EndpointType, say: Say,
+    ) -> FailedTest | None:  # fmt: skip
         """Run the tests in order; the first that failed and why (None: all passed)."""
-        for test in tests.tests:
-            result = await self._test(endpoint_id, build_id, canary, test)
-            if isinstance(result, FailedTest):
-                await say(f"test {test.name!r} FAILED: {result.reason}")
-                return result
-            await say(result_line(result))
-            if (failed := failed_test(test, result)) is not None:
-                return failed
+        async with self._runner(build_id, canary, kind) as run:
+            for test in tests.tests:
+                result = await self._test(endpoint_id, build_id, canary, test, run)
+                if isinstance(result, FailedTest):
+                    await say(f"test {test.name!r} FAILED: {result.reason}")
+                    return result
+                await say(result_line(result))
+                if (failed := failed_test(test, result)) is not None:
+                    return failed
         await say(f"tests: all {len(tests.tests)} passed")
         return None
 
+    @contextlib.asynccontextmanager
+    async def _runner(
+        self, build_id: str, canary: str, kind: EndpointType
+    ) -> AsyncIterator[RunTest]:
+        """How a test runs on the canary: a job of it (`_job_test`), or on a
+        load-balancing endpoint an HTTP request through the gateway's load-balancing
+        route, with a key made for the canary alone (deleted after the tests; one left by
+        an operator stopped mid-test is deleted at the next run)."""
+        if kind != EndpointType.LB:
+            yield functools.partial(self._job_test, canary)
+            return
+        name = KEY_NAME.format(build_id=build_id)
+        for digest, record in (await self.registry.list_keys()).items():
+            if record.get("name") == name:
+                await self.registry.delete_key(digest)
+        key = f"lg_{secrets.token_urlsafe(24)}"
+        await self.registry.put_key(key, {"name": name, "scopes": ["jobs"], "endpoints": [canary]})
+        try:
+            async with aiohttp.ClientSession() as session:
+                url, headers = f"{self.gateway_url}/lb/{canary}", {"authorization": key}
+                yield functools.partial(
+                    self._lb_test, functools.partial(run_lb_test, session, url, headers), canary
+                )
+        finally:
+            with contextlib.suppress(Exception):
+                await self.registry.delete_key(key_digest(key))
+
     async def _test(
-        self, endpoint_id: str, build_id: str, canary: str, test: HubTest
+        self, endpoint_id: str, build_id: str, canary: str, test: HubTest, run: RunTest
     ) -> CaseResult | FailedTest:
-        """One test's job, followed until final or out of time; a FailedTest when the
-        canary crash-loops; BuildEnded when the build ended meanwhile (cancelled)."""
+        """One test run by `run`, watched: a FailedTest when the canary crash-loops;
+        BuildEnded when the build ended meanwhile (cancelled). The test stops either way."""
+        ran = asyncio.ensure_future(run(test))
+        try:
+            while True:
+                await asyncio.wait([ran], timeout=POLL_S)
+                if ran.done():
+                    return ran.result()
+                entry = await self.registry.get_endpoint(canary)
+                if entry is not None and entry.crashLoop is not None:
+                    why = f"the canary worker did not start: {entry.crashLoop.text()}"
+                    return FailedTest(name=test.name, reason=why)
+                try:
+                    ended = (await self.store.get(endpoint_id, build_id)).terminal
+                except BuildNotFound:
+                    ended = True
+                if ended:
+                    raise BuildEnded(build_id)
+        finally:
+            if not ran.done():
+                ran.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await ran
+
+    async def _lb_test(self, send: RunTest, canary: str, test: HubTest) -> CaseResult:
+        """A test `send`s through the load-balancing route once the canary is registered
+        (its reconcile writes its registry entry: the route knows no endpoint before),
+        all within the test's time."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        while await self.registry.get_endpoint(canary) is None:
+            if loop.time() - started >= test.timeout_s:
+                return unanswered(test, loop.time() - started)
+            await asyncio.sleep(POLL_S)
+        left_ms = max(1, int((test.timeout_s - (loop.time() - started)) * 1000))
+        result = await send(test.model_copy(update={"timeout": left_ms}))
+        return dataclasses.replace(result, seconds=loop.time() - started)
+
+    async def _job_test(self, canary: str, test: HubTest) -> CaseResult:
+        """A test as a job of the canary, followed until final or out of its time (then
+        cancelled, as it is when the test stops)."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         deadline = started + test.timeout_s
@@ -281,29 +373,25 @@ class Canaries:
             passed = status == JobStatus.COMPLETED
             return CaseResult(test.name, passed, status, detail, took, out_of_time)
 
-        while True:
-            record = await self.jobs.get(canary, job_id)
-            if record.status in FINAL_STATES:
-                body = record_body(record.status, record.output, record.error)
-                return result(record.status, failure_detail(body))
-            entry = await self.registry.get_endpoint(canary)
-            if entry is not None and entry.crashLoop is not None:
-                why = f"the canary worker did not start: {entry.crashLoop.text()}"
-                return FailedTest(name=test.name, reason=why)
-            try:
-                ended = (await self.store.get(endpoint_id, build_id)).terminal
-            except BuildNotFound:
-                ended = True
-            if ended:
-                with contextlib.suppress(Exception):
-                    await self.jobs.cancel(canary, job_id)
-                raise BuildEnded(build_id)
-            if loop.time() >= deadline:
-                with contextlib.suppress(Exception):
-                    await self.jobs.cancel(canary, job_id)
-                why = f"not final within {test.timeout_s:g} s; cancelled"
-                return result("TIMED_OUT", why, out_of_time=True)
-            await asyncio.sleep(min(POLL_S, max(0.0, deadline - loop.time())))
+        try:
+            while True:
+                record = await self.jobs.get(canary, job_id)
+                if record.status in FINAL_STATES:
+                    body = record_body(record.status, record.output, record.error)
+                    return result(record.status, failure_detail(body))
+                if loop.time() >= deadline:
+                    await self._cancel_job(canary, job_id)
+                    why = f"not final within {test.timeout_s:g} s; cancelled"
+                    return result("TIMED_OUT", why, out_of_time=True)
+                await asyncio.sleep(min(POLL_S, max(0.0, deadline - loop.time())))
+        except asyncio.CancelledError:
+            await self._cancel_job(canary, job_id)
+            raise
+
+    async def _cancel_job(self, canary: str, job_id: str) -> None:
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(CANCEL_S):
+                await self.jobs.cancel(canary, job_id)
 
     async def _end(
         self, namespace: str, endpoint_id: str, build_id: str, failed: FailedTest | None, say: Say

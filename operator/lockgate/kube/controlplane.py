@@ -73,7 +73,10 @@ BUILDS_TAKEN_ANNOTATION = "lockgate.dev/builds-taken"
 # On a build's canary Endpoint (`kube.canary`): the endpoint it tests a build of. The
 # management lists select Endpoints without it (`LISTED`): a canary is never a user's.
 CANARY_OF_LABEL = "lockgate.dev/canary-of"
-LISTED = f"!{CANARY_OF_LABEL}"
+# On an endpoint's batch pool Endpoint (`kube.batch_pool`): the endpoint whose Batch Jobs
+# it runs; hidden as a canary is.
+BATCH_OF_LABEL = "lockgate.dev/batch-of"
+LISTED = f"!{CANARY_OF_LABEL},!{BATCH_OF_LABEL}"
 
 
 def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -244,7 +247,8 @@ class KubernetesControlPlane:
         changes nor deletes it (kube/canary.py)."""
         obj = await self.cluster.get_endpoint(self.namespace, endpoint_id)
         labels = ((obj or {}).get("metadata") or {}).get("labels") or {}
-        return None if obj is None or CANARY_OF_LABEL in labels else obj
+        hidden = CANARY_OF_LABEL in labels or BATCH_OF_LABEL in labels  # the operator's own
+        return None if obj is None or hidden else obj
 
     async def _existing(self, endpoint_id: str) -> Mapping[str, Any]:
         """`_endpoint`, or `EndpointNotFound`."""

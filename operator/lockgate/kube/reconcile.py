@@ -23,9 +23,11 @@ from redis.exceptions import RedisError
 
 from lockgate.kube import builds as build_jobs
 from lockgate.kube import placement
+from lockgate.kube.batch_pool import ensure_batch_pool
 from lockgate.kube.canary import Canaries
 from lockgate.kube.cluster import Cluster, ClusterError, WorkerKey
 from lockgate.kube.controlplane import (
+    BUILD_ANNOTATION,
     RESTART_ANNOTATION,
     VERSION_ANNOTATION,
     running_build_of,
@@ -72,8 +74,10 @@ from lockgate.models.releases import ReleaseConfig, config_of
 from lockgate.models.running_build import RunningBuild, worker_image
 from lockgate.scaling.crashloop import still_holds
 from lockgate.store import JobStore, Liveness, Registry, connect
+from lockgate.store.batches import BatchStore
 from lockgate.store.builds import BuildStore
 from lockgate.store.keys import ENDPOINT_ID_RE
+from lockgate.store.keys import batches as batches_key
 from lockgate.store.registry import RegisteredIds
 from lockgate.store.releases import ReleaseStore
 
@@ -164,6 +168,9 @@ class Context:
     released: dict[str, tuple[ReleaseConfig, int]] = field(default_factory=dict)
     # Endpoint uid -> its optional objects (rows of `OWNED_OBJECTS`) known absent.
     absent: dict[str, set[OwnedObject]] = field(default_factory=dict)
+    # Endpoint uid -> (generation, running build) its batch pool was made or updated for
+    # (`kube.batch_pool`): a resync with nothing changed makes no call for it.
+    batch_pools: dict[str, tuple[int, str | None]] = field(default_factory=dict)
     builds: BuildStore | None = None  # `build_store()`
     canaries: Canaries | None = None  # `canary_tests()`
     following: build_jobs.Following | None = None  # `build_following()`
@@ -217,7 +224,10 @@ class Context:
         """The builds tested on a canary in this process (kube/canary.py), made at first
         use; stopped with what runs beside kopf."""
         if self.canaries is None:
-            self.canaries = Canaries(self.cluster, self.build_store(), self.registry, self.jobs)
+            self.canaries = Canaries(
+                self.cluster, self.build_store(), self.registry, self.jobs,
+                self.settings.gateway_url,
+            )  # fmt: skip
             self.beside.append(self.canaries.stop)
         return self.canaries
 
@@ -646,6 +656,12 @@ async def _converge(
         checks.append(Check(WORKLOADS_APPLIED, False, "Rejected", message, fatal=True))
         return checks, True, None
     checks.append(Check(WORKLOADS_APPLIED, True, "Applied", ""))
+    seen = (int(meta.get("generation") or 0), (meta.get("annotations") or {}).get(BUILD_ANNOTATION))
+    # its batch pool (kube/batch_pool.py) once it has batches (none: no pool, no API call);
+    # made or updated once per change
+    if ctx.batch_pools.get(owner.uid) != seen and await ctx.redis.exists(batches_key(owner.name)):
+        await ensure_batch_pool(ctx.cluster, dict(body))
+        ctx.batch_pools[owner.uid] = seen
     return [*checks, *([gpu] if gpu else [])], True, deployment
 
 
@@ -751,4 +767,5 @@ async def clean_up(ctx: Context, name: str, namespace: str, uid: str = "") -> in
         await ctx.registry.delete_endpoint(name)
         ctx.registering.pop(name, None)
         await build_jobs.delete_endpoint_jobs(ctx.cluster, ctx.settings, name, namespace)
+        await BatchStore(ctx.redis).delete_endpoint_data(name)  # its pool goes as its child
         return await ctx.jobs.delete_endpoint_data(name)

@@ -285,6 +285,7 @@ ENDPOINT_FIELDS: dict[str, str] = {
     "requeueMaxRunS": "not in GraphQL: lockgate's setting",
     "warmup": "not in GraphQL: lockgate's warm-up (v1, kubectl; docs/warm-up.md)",
     "lbResumeWindowS": "not in GraphQL: lockgate's load-balancing setting",
+    "batchWorkersMax": "not in GraphQL: lockgate's batch pool (docs/batch-jobs.md)",
     "startupTimeout": "not in GraphQL: lockgate's startup deadline",
     "crashLoopThreshold": "not in GraphQL: lockgate's crash-loop setting",
     "source": "not in GraphQL: RunPod's schema has no git source (v1, v2, kubectl)",

@@ -5,7 +5,7 @@ it takes traffic")."""
 from __future__ import annotations
 
 from lockgate.models.build import BUILD_ID_PREFIX
-from lockgate.models.endpoint import EndpointSpec, EndpointType
+from lockgate.models.endpoint import EndpointSpec
 
 CANARY_PREFIX = "canary-"
 
@@ -24,14 +24,3 @@ def canary_spec(spec: EndpointSpec) -> EndpointSpec:
         "crashLoopThreshold": 1,
     }  # fmt: skip
     return spec.model_copy(update=update)
-
-
-def tested_here(spec: EndpointSpec) -> str | None:
-    """Why the endpoint's builds are not tested on a canary (None: they are): a
-    load-balancing endpoint's tests would go to its HTTP routes, not yet done."""
-    if spec.type == EndpointType.LB:
-        return (
-            "tests.json is not run for a load-balancing endpoint yet (lockgate tests "
-            "queue endpoints only): the build is taken untested"
-        )
-    return None

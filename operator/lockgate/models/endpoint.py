@@ -184,6 +184,16 @@ class EndpointSpec(BaseModel):
     )
     workersMin: int = Field(0, ge=0, le=1000, description="workers kept running (may be 0)")
     workersMax: int = Field(3, ge=0, le=1000, description="most workers at once")
+    batchWorkersMax: int | None = Field(
+        None,
+        ge=0,
+        le=1000,
+        description=(
+            "most workers of the endpoint's batch pool at once (Batch Jobs run there, apart "
+            "from /run traffic: docs/batch-jobs.md); from zero, back to zero when no batch "
+            "runs. Unset: workersMax"
+        ),
+    )
     replicas: int | None = Field(
         None,
         ge=0,

@@ -23,6 +23,8 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from lockgate.models.warmup import WORKER_PATH, HttpMethod
+
 RUNPOD_DIR = ".runpod"  # its files override the repository root's
 HUB_FILE = "hub.json"
 TESTS_FILE = "tests.json"
@@ -165,11 +167,17 @@ class HubFile(_Model):
 
 
 class HubTest(_Model):
-    """One test: a job input that must complete within `timeout` milliseconds."""
+    """One test: a job input that must complete within `timeout` milliseconds. On a
+    load-balancing endpoint, the input is the JSON body of an HTTP request that must be
+    answered 200 within it: `method` (lockgate's, default POST; a GET sends no body) to
+    `path` (lockgate's, default `/`) of the worker, through the load-balancing route.
+    RunPod's tests.json names neither: a queue endpoint's test ignores them."""
 
     name: Annotated[str, Field(min_length=1)]
     input: dict[str, Any]
     timeout: Annotated[int, Field(gt=0)] | None = None  # milliseconds
+    method: HttpMethod = "POST"
+    path: Annotated[str, Field(max_length=2048, pattern=WORKER_PATH)] = "/"
 
     @property
     def timeout_s(self) -> float:

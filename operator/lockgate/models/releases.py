@@ -42,7 +42,7 @@ ENDPOINT_OTHER_FIELDS = frozenset(
         "executionTimeoutMs", "flashboot", "idleTimeout", "scalerType", "scalerValue",
         "requestTimeoutS", "lbHoldS", "lbWebSocketMaxS", "workersMin", "workersMax",
         "replicas", "onWorkerLost", "requeueMaxRunS", "warmup", "lbResumeWindowS",
-        "startupTimeout", "crashLoopThreshold",
+        "startupTimeout", "crashLoopThreshold", "batchWorkersMax",
     }
 )  # fmt: skip
 TEMPLATE_RELEASE_FIELDS = frozenset(

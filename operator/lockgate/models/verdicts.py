@@ -15,6 +15,8 @@ from lockgate.models.hub import HubTest
 from lockgate.models.jobs import JobStatus
 
 DETAIL_CHARS = 300  # of a failed job's error or an HTTP error's body, on the test's line
+JOB_API = "the job API"  # what a queue endpoint's test runs through
+LB_ROUTE = "the load-balancing route"  # … and a load-balancing endpoint's
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,10 +25,11 @@ class CaseResult:
 
     name: str
     passed: bool
-    status: str  # the job's status, TIMED_OUT, or HTTP <code> when the job API refused it
-    detail: str  # why it failed: the job's error, the refusal's body; "" when it passed
+    status: str  # the job's status, TIMED_OUT, or HTTP <code> as `via` answered
+    detail: str  # why it failed: the job's error, the answer's body; "" when it passed
     seconds: float
-    out_of_time: bool = False  # the test's own timeout passed (its job was cancelled)
+    out_of_time: bool = False  # the test's own timeout passed (its job or request cancelled)
+    via: str = JOB_API  # what the test ran through (JOB_API, LB_ROUTE)
 
 
 def failure_detail(body: dict[str, Any]) -> str:
@@ -51,6 +54,24 @@ def clipped(text: str) -> str:
     return line if len(line) <= DETAIL_CHARS else line[: DETAIL_CHARS - 1] + "…"
 
 
+def http_result(test: HubTest, status: int, body: bytes, seconds: float) -> CaseResult:
+    """A load-balancing endpoint's test as the route answered it: passed on HTTP 200
+    (RunPod's rule, said of any endpoint; no other 2xx), else failed with the start of
+    the answer's body."""
+    passed = status == 200
+    detail = "" if passed else clipped(body.decode("utf-8", "replace"))
+    return CaseResult(test.name, passed, f"HTTP {status}", detail, seconds, via=LB_ROUTE)
+
+
+def unanswered(test: HubTest, seconds: float, why: str = "", via: str = LB_ROUTE) -> CaseResult:
+    """A test with no answer: out of its time (`why` empty: its request was cancelled),
+    or the connection failed (`why`)."""
+    if why:
+        return CaseResult(test.name, False, "NO_ANSWER", clipped(why), seconds, via=via)
+    late = f"no answer within {test.timeout_s:g} s; cancelled"
+    return CaseResult(test.name, False, "TIMED_OUT", late, seconds, True, via=via)
+
+
 def result_line(r: CaseResult) -> str:
     """One readable line per test: `test 'x' passed (COMPLETED, 1.2 s)`."""
     verdict = "passed" if r.passed else "FAILED"
@@ -60,13 +81,17 @@ def result_line(r: CaseResult) -> str:
 
 def failed_test(test: HubTest, result: CaseResult) -> FailedTest | None:
     """Why `test` failed, as a TEST_FAILED build names it (None: it passed): `job FAILED:
-    ValueError: …`, `timed out after 30 s`, `the job API answered HTTP 400: …`."""
+    ValueError: …`, `timed out after 30 s`, `the job API answered HTTP 400: …`, `the
+    load-balancing route answered HTTP 500: …`, `the load-balancing route did not answer:
+    …`."""
     if result.passed:
         return None
     if result.out_of_time:
         return FailedTest(name=test.name, reason=f"timed out after {test.timeout_s:g} s")
     if result.status.startswith("HTTP "):
-        reason = f"the job API answered {result.status}"
+        reason = f"{result.via} answered {result.status}"
+    elif result.status == "NO_ANSWER":
+        reason = f"{result.via} did not answer"
     else:
         reason = f"job {result.status}"
     if result.detail:

@@ -21,6 +21,7 @@ WARMUP_HEADERS_MAX = 32  # headers of a warm-up request
 _ANY_JSON: JsonDict = {"x-kubernetes-preserve-unknown-fields": True}
 
 HttpMethod = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
+WORKER_PATH = r"^/[\x21-\x7e]*$"  # a path (and query) on a worker's HTTP server
 
 
 class WarmupRequest(BaseModel):
@@ -32,7 +33,7 @@ class WarmupRequest(BaseModel):
     path: str = Field(
         "/",
         max_length=2048,
-        pattern=r"^/[\x21-\x7e]*$",
+        pattern=WORKER_PATH,
         description="path (and query) on the worker's HTTP server, starting with /",
     )
     headers: dict[str, str] = Field(

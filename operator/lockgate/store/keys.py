@@ -141,6 +141,22 @@ the single description of what they build.
                          STR   management requests of one caller (its key's name) in the
                                fixed `window` (minute, hour, day) starting at epoch second
                                `start`; dies with its window (`store/manage_rates.py`)
+    lg:{ep}:bj           ZSET  the endpoint's batch ids (Batch Jobs, store/batches.py), score =
+                               createdAt (ms): the list is newest first
+    lg:{ep}:bja          SET   its batch ids not yet done (DRAFT, or FINALIZED and running):
+                               the active-batches limit counts them
+    lg:{ep}:bj:{batch}   HASH  a batch: status, name, createdAt, total, completed, failed,
+                               inProgress, bytes, webhook, cancelling, doneAt, wh* (its
+                               webhook's delivery)
+    lg:{ep}:bjq:{batch}  ZSET  its request ids in upload order (score: the upload sequence)
+    lg:{ep}:bjn:{batch}  HASH  request id -> the request's JSON, until it is queued as a job of
+                               the batch pool (`batch-<ep>`, models/batch.py)
+    lg:{ep}:bjo:{batch}  SET   request ids queued as jobs and not yet final
+    lg:{ep}:bjr:{batch}  HASH  request id -> its final result (JSON: status, output, error,
+                               startedAt, completedAt; ms), kept for as long as the batch
+    lg:{ep}:bjl:{batch}  STR   the replica whose round it is (a lock for most of a round)
+    lg:batches           SET   "<ep> <batch>" of every batch FINALIZED and not done: what the
+                               gateways' batch feeder and tracker look after
 """
 
 from __future__ import annotations
@@ -325,3 +341,17 @@ class F:
     STREAM_BYTES = "sb"  # bytes of stream chunks not yet read by /stream
     PROGRESS = "pg"  # raw JSON: the latest progress_update of a running job
     WATCHED = "wt"  # "1" once a `/status?wait=` held for it: its end publishes `d:`
+
+
+# Batch Jobs (store/batches.py): every key of a batch under its endpoint's hash tag.
+ACTIVE_BATCHES = "lg:batches"
+
+
+def batches(endpoint_id: str) -> str:
+    return f"{prefix(endpoint_id)}bj"
+
+
+def batch(endpoint_id: str, batch_id: str, part: str = "") -> str:
+    """A batch's record (`part` ""), or one of its parts: q (request ids), n (inputs not yet
+    queued), o (queued, not final), r (results), l (the round's lock)."""
+    return f"{prefix(endpoint_id)}bj{part}:{batch_id}"

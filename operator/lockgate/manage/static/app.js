@@ -3,6 +3,7 @@
 
 import {api, apiKey, setApiKey, signOut} from "./api.js";
 import {errorBox, h, replace} from "./dom.js";
+import * as batches from "./pages/batches.js";
 import * as builds from "./pages/builds.js";
 import * as create from "./pages/create.js";
 import * as edit from "./pages/edit.js";
@@ -35,6 +36,7 @@ const ROUTES = [
   ["endpoints/:id/logs", logs, "Logs"],
   ["endpoints/:id/releases", releases, "Releases"],
   ["endpoints/:id/builds", builds, "Builds"],
+  ["endpoints/:id/batches", batches, "Batches"],
   ["endpoints/:id/edit", edit, "Edit"],
 ];
 // The tabs of one endpoint, in order.
@@ -46,6 +48,7 @@ const TABS = [
   ["/logs", "Logs"],
   ["/releases", "Releases"],
   ["/builds", "Builds"], // shown for an endpoint with a git source only (`showBuildsTab`)
+  ["/batches", "Batches"], // Batch Jobs (docs/batch-jobs.md)
   ["/edit", "Edit"],
 ];
 

@@ -171,6 +171,7 @@ ENDPOINT_FIELDS: Mapping[str, str] = {
     "requeueMaxRunS": "not in v2: lockgate's (v1, kubectl)",
     "warmup": "not in v2: lockgate's warm-up (v1, kubectl; docs/warm-up.md)",
     "lbResumeWindowS": "not in v2: lockgate's (v1, kubectl, the console)",
+    "batchWorkersMax": "not in v2: lockgate's batch pool (v1, kubectl; docs/batch-jobs.md)",
     "startupTimeout": "not in v2: lockgate's (v1, kubectl); RunPod has no startup deadline",
     "crashLoopThreshold": "not in v2: lockgate's (v1, kubectl); its state is the phase",
     "source": "source (lockgate's: RunPod's v2 has no source field; absent when none)",

@@ -470,7 +470,7 @@ function attemptList(body, id) {
 
 /** One job opened: input (GET /status/{id}?input=1), attempts and unread stream chunks
  * (&details=1), output or error, times, worker, log lines. */
-async function jobDetail(endpointId, job, item, signal) {
+export async function jobDetail(endpointId, job, item, signal) {
   let body;
   try {
     body = await job(`status/${encodeURIComponent(item.id)}?input=1&details=1`);
