@@ -31,7 +31,7 @@ TESTS = {"tests": [{"name": "basic", "input": {"prompt": "hello"}, "timeout": 30
 def clone(repo: Path, tmp_path: Path) -> tuple[int, str, str]:
     """Run the Job's clone container's script with its env (the URL: the local repository);
     its exit code, termination message and stderr."""
-    [container] = build_job(OWNER, new_build(), SOURCE, SETTINGS)["spec"]["template"]["spec"][
+    container, _build = build_job(OWNER, new_build(), SOURCE, SETTINGS)["spec"]["template"]["spec"][
         "initContainers"
     ]
     env = {e["name"]: e["value"] for e in container["env"]}
@@ -65,8 +65,9 @@ def test_the_clone_hands_runpods_tests_json_to_the_operator(tmp_path: Path) -> N
     assert json.loads(handed_tests(message) or "") == TESTS  # .runpod/ over the root's
     # the build completes with its digest as before; the operator reads the tests from it
     cloned = {"name": "clone", "state": {"terminated": {"exitCode": 0, "message": message}}}
-    pushed = {"name": "build", "state": {"terminated": {"exitCode": 0, "message": DIGEST}}}
-    pod = {"status": {"initContainerStatuses": [cloned], "containerStatuses": [pushed]}}
+    built = {"name": "build", "state": {"terminated": {"exitCode": 0, "message": ""}}}
+    pushed = {"name": "push", "state": {"terminated": {"exitCode": 0, "message": DIGEST}}}
+    pod = {"status": {"initContainerStatuses": [cloned, built], "containerStatuses": [pushed]}}
     job = {"status": {"conditions": [{"type": "Complete", "status": "True"}]}}
     step = progress(job, pod, image_name="r/ep:x", timeout_min=25)
     assert step is not None and step.status == BuildStatus.COMPLETED

@@ -12,9 +12,11 @@ from lockgate.kube.buildjobs import (
     commit_fields,
     deadline,
     last_line,
+    passed,
     past_deadline,
     progress,
     pull_failure,
+    started_containers,
 )
 from lockgate.kube.manifests.build import (
     BUILD_CAPABILITIES,
@@ -65,7 +67,8 @@ def test_the_job_clones_builds_and_pushes_within_the_time_limit() -> None:
     pod = spec["template"]["spec"]
     assert pod["restartPolicy"] == "Never" and pod["automountServiceAccountToken"] is False
     assert pod["terminationGracePeriodSeconds"] == 5  # a stopped build is killed soon
-    [clone], [builder] = pod["initContainers"], pod["containers"]
+    [clone, builder], [pusher] = pod["initContainers"], pod["containers"]
+    assert [c["name"] for c in (clone, builder, pusher)] == ["clone", "build", "push"]
     assert _env(clone)["GIT_REF"] == "v2"  # the build's ref over the source's
     assert _env(clone)["GIT_URL"] == SOURCE.url
     env = _env(builder)
@@ -80,8 +83,13 @@ def test_the_job_clones_builds_and_pushes_within_the_time_limit() -> None:
     )
     assert env["AUTHFILE"] == "/run/lockgate/push/auth.json"
     script = builder["command"][-1]
-    assert "--digestfile /dev/termination-log" in script and "--cache-to" in script
+    assert "--cache-to" in script and " push " not in script
     assert builder["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    # the push: a container of its own (UPLOADING), its digest its termination message
+    push = _env(pusher)
+    assert (push["IMAGE"], push["AUTHFILE"]) == (env["IMAGE"], env["AUTHFILE"])
+    assert "--digestfile /dev/termination-log" in pusher["command"][-1]
+    assert pusher["volumeMounts"] == builder["volumeMounts"]  # the image storage it built
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["git-credentials"]["secret"]["secretName"] == "git-creds"
     assert volumes["push-auth"]["secret"]["secretName"] == "push-creds"
@@ -93,7 +101,8 @@ def test_the_job_clones_builds_and_pushes_within_the_time_limit() -> None:
 def test_the_builder_runs_with_the_profile_docs_security_names() -> None:
     job = build_job(OWNER, new_build(), SOURCE, SETTINGS)
     pod = job["spec"]["template"]
-    [clone], [builder] = pod["spec"]["initContainers"], pod["spec"]["containers"]
+    [clone, builder], [pusher] = pod["spec"]["initContainers"], pod["spec"]["containers"]
+    assert pusher["securityContext"] == builder["securityContext"]
     ctx = builder["securityContext"]
     assert ctx["privileged"] is False and ctx["allowPrivilegeEscalation"] is False
     assert ctx["capabilities"] == {"drop": ["ALL"], "add": list(BUILD_CAPABILITIES)}
@@ -116,7 +125,8 @@ def test_the_builder_runs_with_the_profile_docs_security_names() -> None:
     assert ctx["seccompProfile"] == {"type": "Unconfined"}
     assert ctx["appArmorProfile"] == {"type": "Unconfined"}
     assert pod["metadata"]["annotations"] == {
-        "container.apparmor.security.beta.kubernetes.io/build": "unconfined"
+        "container.apparmor.security.beta.kubernetes.io/build": "unconfined",
+        "container.apparmor.security.beta.kubernetes.io/push": "unconfined",
     }
     clone_ctx = clone["securityContext"]  # the clone needs nothing: restricted
     assert clone_ctx["runAsNonRoot"] is True and clone_ctx["capabilities"] == {"drop": ["ALL"]}
@@ -149,17 +159,19 @@ def _job(*conditions: tuple[str, str]) -> dict:
     }
 
 
-def _pod(clone: dict | None = None, build: dict | None = None) -> dict:
+def _pod(clone: dict | None = None, build: dict | None = None, push: dict | None = None) -> dict:
+    """The build pod's status: the init containers `clone` and `build`, the container `push`."""
     status: dict[str, Any] = {}
-    if clone is not None:
-        status["initContainerStatuses"] = [{"name": "clone", "state": clone}]
-    if build is not None:
-        status["containerStatuses"] = [{"name": "build", "state": build}]
+    inits = [("clone", clone), ("build", build)]
+    status["initContainerStatuses"] = [{"name": n, "state": s} for n, s in inits if s is not None]
+    if push is not None:
+        status["containerStatuses"] = [{"name": "push", "state": push}]
     return {"metadata": {"name": "p"}, "status": status}
 
 
 CLONED = {"terminated": {"exitCode": 0, "message": f"{HASH}\n2026-12-06T10:01:00Z\nmain\nfaster\n"}}
 RUNNING = {"running": {"startedAt": "2026-12-06T10:01:02Z"}}
+BUILT = {"terminated": {"exitCode": 0, "message": ""}}
 
 
 def _progress(job: dict, pod: dict | None) -> tuple[BuildStatus, dict] | None:
@@ -184,7 +196,7 @@ def test_pending_until_the_pod_runs_then_building_with_the_commit() -> None:
 
 def test_completed_with_the_pushed_digest() -> None:
     pushed = {"terminated": {"exitCode": 0, "message": DIGEST}}
-    status, fields = _progress(_job(("Complete", "")), _pod(CLONED, pushed))
+    status, fields = _progress(_job(("Complete", "")), _pod(CLONED, BUILT, pushed))
     assert status == BuildStatus.COMPLETED
     assert (fields["imageName"], fields["imageDigest"], fields["commitHash"]) == (
         "r/ep:x",
@@ -192,7 +204,60 @@ def test_completed_with_the_pushed_digest() -> None:
         HASH[:7],
     )
     nothing = {"terminated": {"exitCode": 0, "message": ""}}
-    assert _progress(_job(), _pod(CLONED, nothing))[0] == BuildStatus.FAILED
+    assert _progress(_job(), _pod(CLONED, BUILT, nothing))[0] == BuildStatus.FAILED
+
+
+def test_a_job_made_before_the_push_was_a_container_of_its_own_still_completes() -> None:
+    """An operator upgraded while a build runs: its Job's main container is `build`, which
+    builds and pushes (no UPLOADING then)."""
+    old = {"initContainerStatuses": [{"name": "clone", "state": CLONED}]}
+    running = {**old, "containerStatuses": [{"name": "build", "state": RUNNING}]}
+    assert _progress(_job(), {"status": running})[0] == BuildStatus.BUILDING
+    pushed = {"terminated": {"exitCode": 0, "message": DIGEST}}
+    done = {**old, "containerStatuses": [{"name": "build", "state": pushed}]}
+    assert _progress(_job(("Complete", "")), {"status": done})[0] == BuildStatus.COMPLETED
+    failed = {"terminated": {"exitCode": 1, "message": "Error: pushing: denied"}}
+    broken = {**old, "containerStatuses": [{"name": "build", "state": failed}]}
+    assert _progress(_job(), {"status": broken}) == (
+        BuildStatus.FAILED, {**commit_fields(CLONED["terminated"]["message"]),
+                             "error": "build failed: Error: pushing: denied"},
+    )  # fmt: skip
+
+
+def test_uploading_while_the_push_runs_and_said_even_when_first_seen_ended() -> None:
+    """The push container started (the build ended well): UPLOADING with the image's name.
+    An operator that first looks when the push has ended records the steps the pod shows
+    it went through (`passed`), in order, then the end."""
+    assert _progress(_job(), _pod(CLONED, RUNNING))[0] == BuildStatus.BUILDING
+    assert _progress(_job(), _pod(CLONED, BUILT)) == (
+        BuildStatus.UPLOADING, {**commit_fields(CLONED["terminated"]["message"]),
+                                "imageName": "r/ep:x"},
+    )  # fmt: skip
+    assert _progress(_job(), _pod(CLONED, BUILT, RUNNING))[0] == BuildStatus.UPLOADING
+    pushed = _pod(CLONED, BUILT, {"terminated": {"exitCode": 0, "message": DIGEST}})
+    done = progress(_job(("Complete", "")), pushed, image_name="r/ep:x", timeout_min=25)
+    assert done is not None
+    steps = passed(BuildStatus.PENDING, done, pushed, image_name="r/ep:x")
+    assert [s.status for s in steps] == [BuildStatus.BUILDING, BuildStatus.UPLOADING]
+    assert steps[0].fields["commitHash"] == HASH[:7] and "imageName" not in steps[0].fields
+    assert steps[1].fields["imageName"] == "r/ep:x" and "imageDigest" not in steps[1].fields
+    assert passed(BuildStatus.UPLOADING, done, pushed, image_name="r/ep:x") == []
+    assert passed(BuildStatus.BUILDING, done, pushed, image_name="r/ep:x") == steps[1:]
+    # a build that failed never passed through UPLOADING; a failed push did
+    broke = _pod(CLONED, {"terminated": {"exitCode": 1, "message": "Error: x"}})
+    failed = progress(_job(), broke, image_name="r/ep:x", timeout_min=25)
+    assert failed is not None and failed.status == BuildStatus.FAILED
+    assert [s.status for s in passed(BuildStatus.BUILDING, failed, broke, image_name="i")] == []
+    denied = _pod(CLONED, BUILT, {"terminated": {"exitCode": 1, "message": "Error: denied"}})
+    push_failed = progress(_job(), denied, image_name="r/ep:x", timeout_min=25)
+    assert push_failed is not None and push_failed.fields["error"] == "push failed: Error: denied"
+    assert [
+        s.status for s in passed(BuildStatus.BUILDING, push_failed, denied, image_name="i")
+    ] == [BuildStatus.UPLOADING]
+    # the containers whose log can be read, in the order they ran
+    assert started_containers(pushed) == ["clone", "build", "push"]
+    assert started_containers(_pod(CLONED, {"waiting": {}})) == ["clone"]
+    assert started_containers(None) == []
 
 
 @pytest.mark.parametrize(
@@ -248,7 +313,7 @@ def test_a_job_running_past_its_deadline_is_a_build_past_its_time_limit() -> Non
     early = progress(job, pod, image_name="r/ep:x", timeout_min=1, now=end - timedelta(seconds=1))
     assert early is not None and early.status == BuildStatus.BUILDING
     # a build that pushed just at its deadline completed; a Job that ended is not past it
-    pushed = _pod(CLONED, {"terminated": {"exitCode": 0, "message": DIGEST}})
+    pushed = _pod(CLONED, BUILT, {"terminated": {"exitCode": 0, "message": DIGEST}})
     done = progress(job, pushed, image_name="r/ep:x", timeout_min=1, now=end)
     assert done is not None and done.status == BuildStatus.COMPLETED
     ended = {**job, "status": {**started, "conditions": [{"type": "Complete", "status": "True"}]}}

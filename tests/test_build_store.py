@@ -81,5 +81,29 @@ async def test_deleting_an_endpoints_data_removes_its_builds_and_logs(redis: Red
     build = new_build()
     await store.add(EP, build)
     await store.log(EP, build.id, "system", ["asked"])
+    assert await store.log_followed(EP, build.id, "build", None, "1:1", ["a line"])
     await JobStore(redis).delete_endpoint_data(EP)
     assert [k async for k in redis.scan_iter(match=f"lg:{{{EP}}}:*")] == []
+
+
+async def test_a_followed_containers_lines_and_cursor_are_written_once(redis: Redis) -> None:
+    """The operator's follower of a build pod's log (kube/buildlogs.py): lines and cursor in
+    one step, refused to a second follower that read the same cursor (no line twice), the
+    cursor moving on when the log is full; the cursors go with a build trimmed away."""
+    store = BuildStore(redis, kept=1, log_lines=4)
+    build = new_build()
+    await store.add(EP, build)
+    assert await store.log_cursor(EP, build.id, "build") is None
+    assert await store.log_followed(EP, build.id, "build", None, "100:2", ["one", "two"])
+    assert not await store.log_followed(EP, build.id, "build", None, "100:2", ["one", "two"])
+    assert await store.log_cursor(EP, build.id, "build") == "100:2"
+    assert await store.log_followed(EP, build.id, "push", None, "101:1", ["three"])
+    assert await store.log_room(EP, build.id) == 1
+    assert await store.log_followed(EP, build.id, "build", "100:2", "102:3", ["four", "five"])
+    rows = await store.log_lines_of(EP, build.id)
+    assert [(src, text) for _, src, text in rows] == [
+        ("container", "one"), ("container", "two"), ("container", "three"), ("container", "four")
+    ]  # fmt: skip
+    assert await store.log_cursor(EP, build.id, "build") == "102:3"  # moved on, log full
+    await store.add(EP, new_build())  # kept=1: the first build goes, with its cursors
+    assert await redis.exists(f"lg:{{{EP}}}:blc:{build.id}") == 0

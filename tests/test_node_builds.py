@@ -155,6 +155,24 @@ class Manage:
             if line.startswith("data:")
         ]
 
+    def follow_log(self, endpoint: str, build_id: str) -> tuple[list[tuple[str, str]], str]:
+        """The build's log read live, as a client follows it (the SSE stream, open until the
+        build has ended and its log is drained): its events (source, line), and the build's
+        status asked right after the first builder (`container`) line came."""
+        url = f"{self.url}/v2/serverless/{endpoint}/builds/{build_id}/logs"
+        events: list[tuple[str, str]] = []
+        status_then = ""
+        with self.http.get(url, stream=True, timeout=(30, BUILD_TIMEOUT_S)) as resp:
+            assert resp.status_code == 200, resp.text
+            for raw in resp.iter_lines(decode_unicode=True):
+                if not raw or not raw.startswith("data:"):
+                    continue
+                event = json.loads(raw[5:])
+                events.append((event["source"], event["line"]))
+                if event["source"] == "container" and not status_then:
+                    status_then = self.build(endpoint, build_id)["status"]
+        return events, status_then
+
     def releases(self, endpoint: str) -> dict[str, Any]:
         return self.ok("GET", f"/v2/serverless/{endpoint}/releases")
 
@@ -309,12 +327,22 @@ def worker_image(release: Release, endpoint: str) -> str:
 
 
 def build_running(release: Release, build_id: str) -> bool:
-    """The build pod's `build` container runs (the clone is done)."""
+    """The build pod's `build` container (the second init container) runs: the clone is done."""
     return any(
-        "running" in (c.get("state") or {})
+        c.get("name") == "build" and "running" in (c.get("state") or {})
         for pod in build_pods(release, build_id)
-        for c in pod.get("status", {}).get("containerStatuses") or []
+        for c in pod.get("status", {}).get("initContainerStatuses") or []
     )
+
+
+def container_log(release: Release, build_id: str, container: str) -> str:
+    """What the kubelet has of one container of the build's pod (`kubectl logs`), without
+    its last newline."""
+    [pod] = build_pods(release, build_id)
+    out = release.node.kubectl(
+        "-n", BUILDS_NAMESPACE, "logs", pod["metadata"]["name"], "-c", container
+    )  # fmt: skip
+    return out.removesuffix("\n")
 
 
 def seconds_between(start: str, end: str) -> float:
@@ -334,10 +362,11 @@ def running_on(release: Release, endpoint: str, image: str) -> bool:
 
 
 def push_seconds(release: Release, build_id: str) -> float | None:
-    """Seconds from the builder's `pushing …` line to its last (kubectl logs --timestamps)."""
+    """Seconds from the push container's `pushing …` line to its last (kubectl logs
+    --timestamps)."""
     [pod] = build_pods(release, build_id)
     out = release.node.kubectl(
-        "-n", BUILDS_NAMESPACE, "logs", pod["metadata"]["name"], "-c", "build", "--timestamps",
+        "-n", BUILDS_NAMESPACE, "logs", pod["metadata"]["name"], "-c", "push", "--timestamps",
         check=False,
     )  # fmt: skip
     stamps = [line.split(" ", 1) for line in out.splitlines() if " " in line]
@@ -358,6 +387,8 @@ def test_a_git_source_builds_pushes_and_its_workers_run_the_digest(
     t0 = time.monotonic()
     build = manage.start_build(endpoint)
     assert build["status"] == "PENDING", build
+    # the log followed live, as the console does: the builder's lines come while it runs
+    events, status_then = manage.follow_log(endpoint, build["id"])
     done = manage.ended(endpoint, build["id"])
     timed("first build: asked -> COMPLETED (clone, pull FROM, build, push)", t0)
     assert done["status"] == "COMPLETED", (done, manage.log_lines(endpoint, build["id"]))
@@ -371,6 +402,27 @@ def test_a_git_source_builds_pushes_and_its_workers_run_the_digest(
     log = manage.log_lines(endpoint, build["id"])
     assert any(line.startswith("HEAD is now at") for line in log), log
     assert any(line.startswith("pushed ") and digest in line for line in log), log
+    # live: the first builder line reached the stream before the build ended, and the
+    # builder's lines are before the step that follows them: BUILDING's (clone, buildah
+    # bud), then `build UPLOADING`, the push's, then `build COMPLETED`
+    assert status_then in ("BUILDING", "UPLOADING"), (status_then, events)
+    at = events.index
+    image = done["imageName"]
+    uploading = ("system", f"build UPLOADING: pushing {image}")
+    first_step = next(e for e in events if e[0] == "container" and e[1].startswith("STEP 1/"))
+    head = next(e for e in events if e[0] == "container" and e[1].startswith("HEAD is now at"))
+    assert at(head) < at(first_step) < at(uploading), events
+    assert at(uploading) < at(("container", f"pushing {image}")), events
+    assert at(("container", f"pushed {image}@{digest}")) < at(
+        ("system", f"build COMPLETED: {image}@{digest}")
+    ), events
+    # each of the builder's lines once, none lost: the containers' logs as the kubelet has
+    # them (kubectl's text mode reads a lone CR as a newline: compared as text, so)
+    builder = "\n".join(line for source, line in events if source == "container")
+    logs = [container_log(release, build["id"], c) for c in ("clone", "build", "push")]
+    kubelet = "\n".join(text for text in logs if text)
+    unify = lambda text: text.replace("\r\n", "\n").replace("\r", "\n")  # noqa: E731
+    assert unify(builder) == unify(kubelet), (builder, kubelet)
 
     t1 = time.monotonic()
     wanted = f"{done['imageName']}@{digest}"

@@ -195,31 +195,23 @@ class Builds:
 
         return wait_until(made, f"the Job controller's pod of {job.metadata.name}", 30)
 
-    def pod_status(self, name: str, clone: dict, build: dict | None = None) -> None:
-        status: dict = {
-            "phase": "Running",
-            "initContainerStatuses": [
-                {
-                    "name": "clone",
-                    "state": clone,
-                    "ready": False,
-                    "restartCount": 0,
-                    "image": "b",
-                    "imageID": "",
-                }
-            ],
-        }
+    def pod_status(
+        self, name: str, clone: dict, build: dict | None = None, push: dict | None = None
+    ) -> None:
+        """The pod's status as the kubelet writes it: the init containers `clone` and
+        `build`, then the container `push` (kube/manifests/build.py)."""
+
+        def container(name: str, state: dict) -> dict:
+            ready = name == "push"
+            return {"name": name, "state": state, "ready": ready, "restartCount": 0,
+                    "image": "b", "imageID": ""}  # fmt: skip
+
+        inits = [container("clone", clone)]
         if build is not None:
-            status["containerStatuses"] = [
-                {
-                    "name": "build",
-                    "state": build,
-                    "ready": True,
-                    "restartCount": 0,
-                    "image": "b",
-                    "imageID": "",
-                }
-            ]
+            inits.append(container("build", build))
+        status: dict = {"phase": "Running", "initContainerStatuses": inits}
+        if push is not None:
+            status["containerStatuses"] = [container("push", push)]
         self.core.patch_namespaced_pod_status(name, BUILDS_NS, {"status": status})
 
     def job_status(self, job: k8s.V1Job, status: dict) -> None:
@@ -235,6 +227,11 @@ def _cloned() -> dict:
             "message": CLONE_MESSAGE,
         }
     }
+
+
+def _built() -> dict:
+    """The build container's end when `buildah bud` succeeded (no message)."""
+    return {"terminated": {"exitCode": 0, "startedAt": _now(), "finishedAt": _now()}}
 
 
 def _condition(kind: str, reason: str = "") -> dict:
@@ -261,9 +258,13 @@ def test_a_build_runs_as_a_job_and_its_record_follows(
     assert job.metadata.labels["lockgate.dev/build"] == build["id"]
     assert job.metadata.labels["lockgate.dev/endpoint"] == "ep-built"
     assert (job.spec.backoff_limit, job.spec.active_deadline_seconds) == (0, 20 * 60)
-    [builder] = job.spec.template.spec.containers
-    assert builder.image == "registry.example.test/builder:1"
-    assert builder.security_context.privileged is False
+    [_, builder], [pusher] = (
+        job.spec.template.spec.init_containers,
+        job.spec.template.spec.containers,
+    )
+    assert (builder.name, pusher.name) == ("build", "push")
+    assert builder.image == pusher.image == "registry.example.test/builder:1"
+    assert builder.security_context.privileged is pusher.security_context.privileged is False
 
     # the clone has run, the build runs: BUILDING with the commit
     pod = builds.pod(build["id"], job)
@@ -278,11 +279,17 @@ def test_a_build_runs_as_a_job_and_its_record_follows(
     )
     assert seen["startedAt"] is not None and seen["completedAt"] is None
 
+    # built, the push container running: UPLOADING, with the image's name
+    builds.pod_status(pod, _cloned(), _built(), {"running": {"startedAt": _now()}})
+    wait_until(lambda: builds.get(build["id"])["status"] == "UPLOADING", "UPLOADING", 30)
+    image = f"registry.example.test:5000/builds/ep-built:{build['id'][6:]}"
+    assert builds.get(build["id"])["imageName"] == image
+
     # pushed: COMPLETED with the digest
     pushed = {
         "terminated": {"exitCode": 0, "message": DIGEST, "startedAt": _now(), "finishedAt": _now()}
     }
-    builds.pod_status(pod, _cloned(), pushed)
+    builds.pod_status(pod, _cloned(), _built(), pushed)
     builds.job_status(
         job,
         {
@@ -297,6 +304,12 @@ def test_a_build_runs_as_a_job_and_its_record_follows(
     assert done["imageDigest"] == DIGEST
     assert done["imageName"] == f"registry.example.test:5000/builds/ep-built:{build['id'][6:]}"
     assert done["completedAt"] is not None and done["error"] is None
+    # the record's steps in the build's log, in order, each once
+    log = builds.call("GET", f"/{build['id']}/logs", params={"source": "system", "tail": 100})
+    states = ("BUILDING", "UPLOADING", "COMPLETED")
+    said = [s for line in log.text.splitlines() for s in states if f'"build {s}' in line]
+    assert said == list(states), log.text
+    assert f"build UPLOADING: pushing {image}" in log.text
 
     # another build past its time limit: FAILED, saying so
     late = builds.call("POST").json()
@@ -396,7 +409,7 @@ def _complete(builds: Builds, build_id: str, digest: str, clone: dict | None = N
     pushed = {
         "terminated": {"exitCode": 0, "message": digest, "startedAt": _now(), "finishedAt": _now()}
     }
-    builds.pod_status(pod, clone or _cloned(), pushed)
+    builds.pod_status(pod, clone or _cloned(), _built(), pushed)
     done = {"active": 0, "succeeded": 1, "completionTime": _now()}
     builds.job_status(job, {**done, "conditions": [_condition("Complete")]})
 
@@ -955,4 +968,100 @@ def test_an_operator_restarted_mid_test_tests_again_and_a_cancel_removes_the_can
     assert builds.get(two["id"])["status"] == "CANCELLED"
     builds.custom.delete_namespaced_custom_object(
         GROUP, VERSION, ENDPOINTS_NS, "endpoints", "ep-resumed"
+    )
+
+
+# -- live builder logs (issue 48: the builder's lines while it runs, each once) ---------------
+
+
+def _container_lines(redis_url: str, endpoint_id: str, build_id: str) -> list[str]:
+    """The builder's lines in the build's log as the operator wrote them (Redis)."""
+
+    async def read() -> list[str]:
+        redis = Redis.from_url(redis_url)
+        try:
+            rows = await BuildStore(redis).log_lines_of(endpoint_id, build_id)
+        finally:
+            await redis.aclose()
+        return [text for _, source, text in rows if source == "container"]
+
+    return asyncio.run(read())
+
+
+def test_the_builders_lines_reach_the_build_log_while_it_runs_each_once(
+    kube: k8s.ApiClient,
+    start_builds_operator: Callable[[str], str],
+    operators: dict[str, OperatorThread],
+    redis_server: EmbeddedRedis,
+    tmp_path,
+) -> None:
+    """The build pod bound to a Node whose kubelet log API the test serves
+    (tests/kubelet_logs.py, through the real kube-apiserver's `pods/log`): the clone's and
+    the build's lines are in the build's log while it is BUILDING (its Job not ended);
+    lines written later follow, each once however many looks pass; the operator
+    restarted meanwhile takes up where it was (a line written while it was down, once,
+    none again); the push's lines come after `build UPLOADING`, before `build COMPLETED`."""
+    from kubelet_logs import bind, kubelet_node
+
+    url = start_builds_operator(BUILDS_NS)
+    builds = Builds(kube, url, "ep-live")
+    builds.create_endpoint()
+    build = builds.call("POST").json()
+    job = wait_until(lambda: builds.job(build["id"]), "the build Job created", 30)
+    pod = builds.pod(build["id"], job)
+    lines = lambda: _container_lines(redis_server.url, "ep-live", build["id"])  # noqa: E731
+    with kubelet_node(kube, "build-node", tmp_path) as kubelet:
+        bind(kube, BUILDS_NS, pod, "build-node")
+        kubelet.add(BUILDS_NS, pod, "clone", "HEAD is now at 4f1c2e9 faster handler")
+        kubelet.add(BUILDS_NS, pod, "build", "STEP 1/3: FROM base", "STEP 2/3: COPY . /app")
+        builds.pod_status(pod, _cloned(), {"running": {"startedAt": _now()}})
+        builds.job_status(job, {"active": 1, "startTime": _now()})
+        first = ["HEAD is now at 4f1c2e9 faster handler", "STEP 1/3: FROM base",
+                 "STEP 2/3: COPY . /app"]  # fmt: skip
+        wait_until(lambda: lines() == first, "the builder's first lines in the build's log", 30)
+        assert builds.get(build["id"])["status"] == "BUILDING"  # live: the Job runs on
+
+        # more lines: appended after the others; later looks take none twice
+        kubelet.add(BUILDS_NS, pod, "build", "STEP 3/3: RUN pip install -r requirements.txt")
+        wait_until(lambda: len(lines()) == 4, "the next line", 30)
+        reads = kubelet.reads
+        wait_until(lambda: kubelet.reads >= reads + 3, "three more looks at the log", 30)
+        assert lines() == [*first, "STEP 3/3: RUN pip install -r requirements.txt"]
+
+        # the operator restarted: a line written meanwhile once, nothing again
+        operators[url].stop()
+        kubelet.add(BUILDS_NS, pod, "build", "Successfully installed runpod")
+        builds.url = start_builds_operator(BUILDS_NS)
+        wait_until(lambda: len(lines()) == 5, "the line written while it was down", 30)
+        reads = kubelet.reads
+        wait_until(lambda: kubelet.reads >= reads + 3, "three looks by the new operator", 30)
+        assert lines()[3:] == [
+            "STEP 3/3: RUN pip install -r requirements.txt", "Successfully installed runpod"
+        ]  # fmt: skip
+
+        # the build ends, the push runs and ends: its lines after UPLOADING, once
+        kubelet.add(BUILDS_NS, pod, "build", "COMMIT registry.example.test:5000/builds/ep-live")
+        image = f"registry.example.test:5000/builds/ep-live:{build['id'][6:]}"
+        kubelet.add(BUILDS_NS, pod, "push", f"pushing {image}", f"pushed {image}@{DIGEST}")
+        pushed = {"terminated": {"exitCode": 0, "message": DIGEST, "startedAt": _now(),
+                                 "finishedAt": _now()}}  # fmt: skip
+        builds.pod_status(pod, _cloned(), _built(), pushed)
+        done = {"active": 0, "succeeded": 1, "completionTime": _now()}
+        builds.job_status(job, {**done, "conditions": [_condition("Complete")]})
+        wait_until(lambda: builds.get(build["id"])["status"] == "COMPLETED", "COMPLETED", 30)
+        assert lines()[5:] == [
+            "COMMIT registry.example.test:5000/builds/ep-live",
+            f"pushing {image}",
+            f"pushed {image}@{DIGEST}",
+        ]
+        log = builds.call("GET", f"/{build['id']}/logs", params={"tail": 100})
+        said = [json.loads(x[5:])["line"] for x in log.text.splitlines() if x.startswith("data:")]
+        at = said.index
+        assert at("STEP 1/3: FROM base") < at("Successfully installed runpod")
+        assert at("Successfully installed runpod") < at(f"build UPLOADING: pushing {image}")
+        assert at(f"build UPLOADING: pushing {image}") < at(f"pushing {image}")
+        assert at(f"pushed {image}@{DIGEST}") < at(f"build COMPLETED: {image}@{DIGEST}")
+        assert len(said) == len(set(said)), said  # no line twice
+    builds.custom.delete_namespaced_custom_object(
+        GROUP, VERSION, ENDPOINTS_NS, "endpoints", "ep-live"
     )

@@ -1,9 +1,11 @@
 """What a build Job and its pod say about the build (pure; docs/builds.md).
 
 `progress(job, pod)` reads the Job's conditions and the pod's container statuses (the
-clone's termination message holds the commit, the build container's the pushed digest or,
-on failure, its last log lines: `kube.manifests.build`) and answers the build's state
-and the fields to record, or None while nothing is known yet.
+clone's termination message holds the commit, the build's on failure its last log lines,
+the push container's the pushed digest: `kube.manifests.build`) and answers the build's
+state and the fields to record, or None while nothing is known yet; `passed` the steps the
+pod shows the build went through that the record has not said yet (the push ran: UPLOADING,
+even when the operator first looks once it has ended).
 """
 
 from __future__ import annotations
@@ -14,8 +16,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from lockgate.kube.manifests.build import BUILD_CONTAINER, CLONE_CONTAINER, TESTS_MARKER
-from lockgate.models.build import BuildStatus
+from lockgate.kube.manifests.build import (
+    BUILD_CONTAINER,
+    CLONE_CONTAINER,
+    PUSH_CONTAINER,
+    TESTS_MARKER,
+)
+from lockgate.models.build import ORDER, BuildStatus
 from lockgate.models.hub import TESTS_FILE, HubFileError, parse_tests
 
 Obj = dict[str, Any]
@@ -166,6 +173,35 @@ def stopped(job: Obj, pod: Obj | None, now: datetime, timeout_min: int) -> str |
     return None if finished(job) else pull_failure(pod)
 
 
+def _push(pod: Obj | None) -> tuple[Obj, str]:
+    """The container that pushes and what it is called in an error: `push`; a Job made
+    before the push was a container of its own ran `build` as its main container."""
+    old = _container(pod, BUILD_CONTAINER, init=False)
+    if old:
+        return old, "build"
+    return _container(pod, PUSH_CONTAINER, init=False), "push"
+
+
+def _began(status: Obj) -> bool:
+    state = status.get("state") or {}
+    return "running" in state or "terminated" in state
+
+
+def started_containers(pod: Obj | None) -> list[str]:
+    """The build pod's containers that have started (their log can be read), in the order
+    they run."""
+    status = (pod or {}).get("status") or {}
+    every = (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or [])
+    return [c["name"] for c in every if c.get("name") and _began(c)]
+
+
+def ended_containers(pod: Obj | None) -> set[str]:
+    """The build pod's containers that have ended (their log is whole)."""
+    status = (pod or {}).get("status") or {}
+    every = (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or [])
+    return {c["name"] for c in every if c.get("name") and _terminated(c)}
+
+
 def progress(
     job: Obj, pod: Obj | None, *, image_name: str, timeout_min: int, now: datetime | None = None
 ) -> Progress | None:
@@ -174,12 +210,38 @@ def progress(
     its deadline (the Job controller enforces `activeDeadlineSeconds` late or not at all on
     some Kubernetes versions: a 1.20 node ran a build for minutes past it,
     tests/test_node_builds.py), or its builder image cannot be pulled (the Job would wait
-    for its deadline)."""
+    for its deadline). The push container started (the build ended well): UPLOADING."""
     clone = _container(pod, CLONE_CONTAINER, init=True)
-    build = _container(pod, BUILD_CONTAINER, init=False)
+    build = _container(pod, BUILD_CONTAINER, init=True)
+    push, push_name = _push(pod)
     fields: dict[str, Any] = {}
     if (ended := _terminated(clone)) and ended.get("exitCode") == 0:
         fields = commit_fields(ended.get("message") or "")
+    if (
+        done := _ended(job, pod, fields, image_name=image_name, timeout_min=timeout_min)
+    ) is not None:
+        return done
+    failed = _condition(job, "Failed")
+    if now is not None and (why := stopped(job, pod, now, timeout_min)):
+        return Progress(BuildStatus.FAILED, {**fields, "error": why})
+    if failed is not None:
+        why = failed.get("message") or failed.get("reason") or "the build Job failed"
+        return Progress(BuildStatus.FAILED, {**fields, "error": why})
+    if push_name == "push" and (_began(push) or _terminated(build)):
+        return Progress(BuildStatus.UPLOADING, {**fields, "imageName": image_name})
+    if clone.get("state", {}).get("running") or build or push or fields:
+        return Progress(BuildStatus.BUILDING, fields)
+    return None
+
+
+def _ended(
+    job: Obj, pod: Obj | None, fields: dict[str, Any], *, image_name: str, timeout_min: int
+) -> Progress | None:
+    """The build's end as its Job's deadline and its containers' exits say (None: not
+    ended so)."""
+    clone = _container(pod, CLONE_CONTAINER, init=True)
+    build = _container(pod, BUILD_CONTAINER, init=True)
+    push, push_name = _push(pod)
     failed = _condition(job, "Failed")
     if failed is not None and failed.get("reason") == "DeadlineExceeded":
         return Progress(
@@ -187,20 +249,40 @@ def progress(
         )
     if (ended := _terminated(clone)) and ended.get("exitCode") != 0:
         return Progress(BuildStatus.FAILED, {"error": failure(clone, "clone")})
-    if ended := _terminated(build):
-        digest = (ended.get("message") or "").strip()
-        if ended.get("exitCode") == 0 and digest.startswith(DIGEST_PREFIX):
-            return Progress(
-                BuildStatus.COMPLETED, {**fields, "imageName": image_name, "imageDigest": digest}
-            )
-        if ended.get("exitCode") == 0:
-            return Progress(BuildStatus.FAILED, {**fields, "error": "the builder pushed no digest"})
+    if (ended := _terminated(build)) and ended.get("exitCode") != 0:
         return Progress(BuildStatus.FAILED, {**fields, "error": failure(build, "build")})
-    if now is not None and (why := stopped(job, pod, now, timeout_min)):
-        return Progress(BuildStatus.FAILED, {**fields, "error": why})
-    if failed is not None:
-        why = failed.get("message") or failed.get("reason") or "the build Job failed"
-        return Progress(BuildStatus.FAILED, {**fields, "error": why})
-    if clone.get("state", {}).get("running") or build or fields:
-        return Progress(BuildStatus.BUILDING, fields)
-    return None
+    if not (ended := _terminated(push)):
+        return None
+    digest = (ended.get("message") or "").strip()
+    if ended.get("exitCode") == 0 and digest.startswith(DIGEST_PREFIX):
+        return Progress(
+            BuildStatus.COMPLETED, {**fields, "imageName": image_name, "imageDigest": digest}
+        )
+    if ended.get("exitCode") == 0:
+        return Progress(BuildStatus.FAILED, {**fields, "error": "the builder pushed no digest"})
+    return Progress(BuildStatus.FAILED, {**fields, "error": failure(push, push_name)})
+
+
+def passed(
+    current: BuildStatus, step: Progress, pod: Obj | None, *, image_name: str
+) -> list[Progress]:
+    """The live steps between the record's `current` status and `step` that the pod shows
+    the build went through (BUILDING: a container of it started; UPLOADING: the push
+    container started), so that the record says each once, in order, even when the
+    operator first looks after them (a push takes a second; the operator looks every few)."""
+    push, push_name = _push(pod)
+    shown = {
+        BuildStatus.BUILDING: bool(started_containers(pod)),
+        BuildStatus.UPLOADING: push_name == "push" and _began(push),
+    }
+    top = ORDER.index(step.status) if step.status in ORDER else len(ORDER)
+    commit = {
+        k: v for k, v in step.fields.items() if k not in ("error", "imageName", "imageDigest")
+    }
+    uploading = {**commit, "imageName": image_name}
+    fields = {BuildStatus.BUILDING: commit, BuildStatus.UPLOADING: uploading}
+    return [
+        Progress(status, fields[status])
+        for status, seen in shown.items()
+        if seen and ORDER.index(current) < ORDER.index(status) < top
+    ]

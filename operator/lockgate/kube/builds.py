@@ -5,9 +5,12 @@ build's record following what the Job and its pod show.
   API's `start_build` and `cancel_build` touch the Endpoint's `BUILDS_ANNOTATION`, which
   starts one): a PENDING build without a Job gets one (`kube.manifests.build`), the Job of
   a build that has ended (CANCELLED) is deleted with its pod.
-- `on_job` runs at each event of a build Job: the Job's conditions and its pod's
-  container statuses (`kube.buildjobs.progress`) move the build on; when it ends, the
-  builder's log is copied into the build's log (the pod goes with the Job's TTL). A
+- `on_job` runs at each event of a build Job, and every LOOK_S while it runs: the Job's
+  conditions and its pod's container statuses (`kube.buildjobs.progress`) move the build
+  on (BUILDING, UPLOADING while the push container runs); the builder's new log lines are
+  appended to the build's log each time (`kube.buildlogs`: a cursor per container in
+  Redis, so no line is taken twice), and all that is left when it ends (the pod goes with
+  the Job's TTL). A
   completed build whose clone handed over a tests.json is TESTING instead, tested on a
   canary (`kube.canary`), which ends it COMPLETED or TEST_FAILED.
 - `delete_endpoint_jobs`: an Endpoint's deletion deletes its build Jobs (a Job in another
@@ -24,18 +27,31 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from lockgate.kube.buildjobs import (
     Progress,
     clone_tests,
     deadline,
+    ended_containers,
     finished,
+    passed,
     progress,
+    started_containers,
     untested_line,
+)
+from lockgate.kube.buildlogs import (
+    LINES_PER_READ,
+    READ_BYTES,
+    Cursor,
+    marked_done,
+    read_options,
+    rows,
+    take,
 )
 from lockgate.kube.canary import Canaries, unusable_tests
 from lockgate.kube.cluster import ClusterError, Conflict, NotFound
@@ -52,12 +68,13 @@ from lockgate.kube.manifests.build import (
     BUILD_LABEL,
     CLONE_CONTAINER,
     ENDPOINT_NAMESPACE_ANNOTATION,
+    PUSH_CONTAINER,
     build_job,
     builds_namespace,
     image_name,
 )
 from lockgate.kube.manifests.names import COMPONENT_LABEL, ENDPOINT_LABEL, Obj, Owner
-from lockgate.manage.workerlogs import CONTAINER, SYSTEM
+from lockgate.manage.workerlogs import SYSTEM
 from lockgate.models.build import Build, BuildStatus, IllegalTransition, rfc3339
 from lockgate.models.running_build import RunningBuild, running_of_completed, to_take
 from lockgate.models.source import GitSource, source_of
@@ -76,15 +93,22 @@ BUILD_JOBS = ("batch", "v1", "jobs")
 BUILD_JOB_SELECTOR = (
     f"{COMPONENT_LABEL}={BUILD_COMPONENT},app.kubernetes.io/managed-by=lockgate-operator"
 )
-# The steps at which the builder has ended: its log is copied into the build's then.
+# The steps at which the builder has ended: what is left of its log is taken then.
 BUILDER_DONE = (BuildStatus.TESTING, BuildStatus.COMPLETED, BuildStatus.FAILED)
-LOG_TAIL_LINES = 2000  # of the builder's log copied into the build's when it ends
+# A live step is said (in the record and the log) before the lines of the containers that
+# make it: BUILDING before the clone's and the build's, UPLOADING before the push's.
+PHASES = (
+    (BuildStatus.BUILDING, (CLONE_CONTAINER, BUILD_CONTAINER)),
+    (BuildStatus.UPLOADING, (PUSH_CONTAINER,)),
+)
+DRAIN_READS = 25  # reads of LINES_PER_READ a container when it ends (the log keeps 20 000)
 # Foreground would leave the Job until its pod is gone; Background deletes both, at once.
 DELETE_WITH_POD = {"propagation_policy": "Background"}
 # An unfinished Job is looked at again every LOOK_S (its pod's status, which changes no
-# Job, may say its builder image cannot be pulled), and DEADLINE_GRACE_S after its
-# deadline (the Job controller's own DeadlineExceeded, when it comes, is seen first).
-LOOK_S = 15.0
+# Job, moves the build on or says its builder image cannot be pulled; its log has new
+# lines), and DEADLINE_GRACE_S after its deadline (the Job controller's own
+# DeadlineExceeded, when it comes, is seen first).
+LOOK_S = 2.0
 DEADLINE_GRACE_S = 5.0
 
 
@@ -285,36 +309,71 @@ async def _follow(
     ended (or is gone)."""
     if not finished(job) and await _drop_if_ended(cluster, store, endpoint_id, build_id, job):
         return None, True
-    try:
-        build = await store.get(endpoint_id, build_id)
-    except BuildNotFound:
-        return None, True
-    if build.terminal:
+    build = await _live(store, endpoint_id, build_id)
+    if build is None:
         return None, True
     if build.status == BuildStatus.TESTING:
         return None, False  # the Job's part is done: its canary's task has the build
     namespace = job["metadata"]["namespace"]
     pod = _newest(await cluster.list_objects("Pod", namespace, f"{BUILD_LABEL}={build_id}"))
     deadline_s = (job.get("spec") or {}).get("activeDeadlineSeconds") or 0
-    step = progress(
-        job, pod, image_name=image_name(settings, endpoint_id, build_id),
-        timeout_min=int(deadline_s) // 60, now=datetime.now(UTC),
-    )  # fmt: skip
-    if step is None or not _changes(build, step):
+    image = image_name(settings, endpoint_id, build_id)
+    # judged DEADLINE_GRACE_S late: the Job controller's own DeadlineExceeded comes first
+    # when it comes at all (the looks are more often than that)
+    judged = datetime.now(UTC) - timedelta(seconds=DEADLINE_GRACE_S)
+    step = progress(job, pod, image_name=image, timeout_min=int(deadline_s) // 60, now=judged)
+    if step is None:
         return None, False
-    tests = clone_tests(pod) if step.status == BuildStatus.COMPLETED else None
-    untested = None
-    if tests is not None:
-        step, untested = _tested_step(step, tests, canaries)
-    if step.status in BUILDER_DONE and pod is not None:
-        await store.log(endpoint_id, build_id, CONTAINER, await _builder_log(cluster, pod))
-    changed = await _record(store, endpoint_id, build_id, step)
+    tests = untested = final = None
+    if _changes(build, step):
+        tests = clone_tests(pod) if step.status == BuildStatus.COMPLETED else None
+        if tests is not None:
+            step, untested = _tested_step(step, tests, canaries)
+        final = step
+    steps = [*passed(build.status, step, pod, image_name=image), final] if final else []
+    said, changed = await _say(
+        cluster, store, endpoint_id, build_id, pod, steps, drain=step.status in BUILDER_DONE
+    )
+    if not said:
+        return None, True  # cancelled meanwhile: the next event deletes the Job
     if changed is None:
-        return None, True
+        return None, False
     if changed.terminal and not finished(job):
         await _drop_if_ended(cluster, store, endpoint_id, build_id, job)  # stopped: no pull, …
     await _after(cluster, store, job, changed, tests, untested, canaries)
     return changed, changed.terminal
+
+
+async def _live(store: BuildStore, endpoint_id: str, build_id: str) -> Build | None:
+    """The build while it has not ended (None: ended, or gone)."""
+    try:
+        build = await store.get(endpoint_id, build_id)
+    except BuildNotFound:
+        return None
+    return None if build.terminal else build
+
+
+async def _say(
+    cluster: Cluster, store: BuildStore, endpoint_id: str, build_id: str, pod: Obj | None,
+    steps: list[Progress], *, drain: bool,
+) -> tuple[bool, Build | None]:  # fmt: skip
+    """Record `steps` (the live ones, then the end) with the pod's new log lines between
+    them (PHASES: a step before the lines of its containers; the end after every line).
+    Returns False when a step was refused (the build was cancelled meanwhile), and the
+    record as last written (None: no step)."""
+    changed: Build | None = None
+    for phase, containers in PHASES:
+        for step in (s for s in steps if s.status == phase):
+            if (changed := await _record(store, endpoint_id, build_id, step)) is None:
+                return False, None
+        if pod is not None:
+            mine = [c for c in started_containers(pod) if c in containers]
+            await _follow_logs(cluster, store, endpoint_id, build_id, pod, mine, drain=drain)
+    live = {phase for phase, _ in PHASES}
+    for step in (s for s in steps if s.status not in live):
+        if (changed := await _record(store, endpoint_id, build_id, step)) is None:
+            return False, None
+    return True, changed
 
 
 async def _after(
@@ -371,7 +430,9 @@ async def _record(
     except (IllegalTransition, BuildNotFound):
         return None  # cancelled meanwhile: the next event deletes the Job
     line = f"build {step.status.value}"
-    if changed.error:
+    if step.status == BuildStatus.UPLOADING:
+        line += f": pushing {changed.imageName}"
+    elif changed.error:
         line += f": {changed.error}"
     elif changed.imageDigest:
         line += f": {changed.imageName}@{changed.imageDigest}"
@@ -381,19 +442,43 @@ async def _record(
     return changed
 
 
-async def _builder_log(cluster: Cluster, pod: Obj) -> list[str]:
-    """The clone's and the build's log lines (what of them the kubelet still has)."""
+async def _follow_logs(
+    cluster: Cluster, store: BuildStore, endpoint_id: str, build_id: str, pod: Obj,
+    containers: list[str], *, drain: bool,
+) -> None:  # fmt: skip
+    """Append the new lines of the build pod's `containers` to the build's log
+    (`kube.buildlogs`): at most LINES_PER_READ a container, or all that is left when the
+    builder has ended (`drain`), within the room the log has. Each container's cursor and
+    its lines are written together, only if no other follower moved it meanwhile: a line
+    is never taken twice, by a second look nor by a restarted operator. A log that cannot
+    be read (the pod or its node gone) is left: the next look tries again."""
     meta = pod["metadata"]
-    lines: list[str] = []
-    for container in (CLONE_CONTAINER, BUILD_CONTAINER):
-        try:
-            text = await cluster.pod_log(
-                meta["namespace"], meta["name"], container=container, tail_lines=LOG_TAIL_LINES
-            )
-        except ClusterError:
-            continue  # never started, or the node is gone
-        lines += text.splitlines()
-    return lines
+    ended = ended_containers(pod)
+    for container in containers:
+        for _ in range(DRAIN_READS if drain else 1):
+            if await store.log_room(endpoint_id, build_id) <= 0:
+                return
+            was = await store.log_cursor(endpoint_id, build_id, container)
+            cursor = Cursor.decoded(was)
+            if cursor.done:
+                break
+            try:
+                text = await cluster.pod_log(
+                    meta["namespace"], meta["name"], container=container,
+                    **read_options(cursor, time.time()),
+                )  # fmt: skip
+            except ClusterError as err:
+                log.debug("build %s: the log of %s not read: %s", build_id, container, err)
+                break
+            cut = len(text.encode()) >= READ_BYTES
+            lines, moved = take(cursor, rows(text, cut=cut))
+            moved = marked_done(moved, len(lines), ended=container in ended, cut=cut)
+            if moved == cursor or not await store.log_followed(
+                endpoint_id, build_id, container, was, moved.encoded(), lines
+            ):
+                break  # nothing new, or another follower took these first
+            if len(lines) < LINES_PER_READ:
+                break
 
 
 async def delete_endpoint_jobs(

@@ -1,5 +1,5 @@
-"""An endpoint's builds in Redis (keys `bld`, `bldn`, `b:{id}`, `bl:{id}`; its push-webhook
-secret `bhk`): newest first,
+"""An endpoint's builds in Redis (keys `bld`, `bldn`, `b:{id}`, `bl:{id}`, `blc:{id}`; its
+push-webhook secret `bhk`): newest first,
 each with its log, the newest `BUILDS_KEPT` kept for as long as the endpoint exists
 (deleted with its data: delete_endpoint.lua).
 
@@ -30,7 +30,7 @@ redis.call('SET', KEYS[3], ARGV[2])
 local over = redis.call('ZCARD', KEYS[1]) - tonumber(ARGV[3])
 if over > 0 then
   for _, old in ipairs(redis.call('ZRANGE', KEYS[1], 0, over - 1)) do
-    redis.call('UNLINK', ARGV[4] .. 'b:' .. old, ARGV[4] .. 'bl:' .. old)
+    redis.call('UNLINK', ARGV[4] .. 'b:' .. old, ARGV[4] .. 'bl:' .. old, ARGV[4] .. 'blc:' .. old)
   end
   redis.call('ZREMRANGEBYRANK', KEYS[1], 0, over - 1)
 end
@@ -52,6 +52,17 @@ local n = redis.call('LLEN', KEYS[1])
 local room = tonumber(ARGV[1]) - n
 for i = 2, math.min(#ARGV, room + 1) do redis.call('RPUSH', KEYS[1], ARGV[i]) end
 return n
+"""
+# KEYS: the log, its cursors; ARGV: the container, the cursor it must have ('' for none),
+# the new cursor, the most lines kept, then lines (JSON). Returns 0 when another follower
+# moved the cursor first (nothing written), else 1.
+APPEND_FOLLOWED = """
+local was = redis.call('HGET', KEYS[2], ARGV[1]) or ''
+if was ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+local room = tonumber(ARGV[4]) - redis.call('LLEN', KEYS[1])
+for i = 5, math.min(#ARGV, room + 4) do redis.call('RPUSH', KEYS[1], ARGV[i]) end
+return 1
 """
 
 
@@ -77,6 +88,7 @@ class BuildStore:
         self._add = redis.register_script(ADD)
         self._change = redis.register_script(CHANGE)
         self._append = redis.register_script(APPEND_LOG)
+        self._append_followed = redis.register_script(APPEND_FOLLOWED)
 
     async def add(self, endpoint_id: str, build: Build) -> int:
         """Keep a new build as the newest; its sequence number (its place in the list).
@@ -146,6 +158,30 @@ class BuildStore:
             await self._append(
                 keys=[keys.build_log(endpoint_id, build_id)], args=[self.log_lines, *rows]
             )
+
+    async def log_cursor(self, endpoint_id: str, build_id: str, container: str) -> str | None:
+        """Where the operator is in the build container's log (`kube.buildlogs.Cursor`,
+        encoded); None before it took any of it."""
+        raw = await self.redis.hget(keys.build_log_cursors(endpoint_id, build_id), container)
+        return None if raw is None else _text(raw)
+
+    async def log_followed(
+        self, endpoint_id: str, build_id: str, container: str, was: str | None, now: str,
+        lines: Iterable[str],
+    ) -> bool:  # fmt: skip
+        """Add a build container's lines (source `container`) and move its cursor from
+        `was` to `now`, in one step; False (nothing written) when the cursor is no longer
+        `was`: another follower took those lines first. Past `log_lines` lines are dropped
+        and the cursor still moves."""
+        stamp = self.clock()
+        rows = [orjson.dumps([stamp, "container", line]) for line in lines]
+        ks = [keys.build_log(endpoint_id, build_id), keys.build_log_cursors(endpoint_id, build_id)]
+        args: list[str | bytes | int] = [container, was or "", now, self.log_lines, *rows]
+        return bool(await self._append_followed(keys=ks, args=args))
+
+    async def log_room(self, endpoint_id: str, build_id: str) -> int:
+        """How many more lines the build's log keeps."""
+        return self.log_lines - int(await self.redis.llen(keys.build_log(endpoint_id, build_id)))
 
     async def log_lines_of(self, endpoint_id: str, build_id: str) -> list[tuple[int, str, str]]:
         """Every kept line of the build's log, oldest first: (epoch ms, source, text)."""

@@ -105,6 +105,8 @@ the single description of what they build.
     lg:{ep}:b:{build}    STR   a build record (JSON); goes with its index entry
     lg:{ep}:bl:{build}   LIST  a build's log lines, JSON [epoch ms, source, text], oldest
                                first; the first BUILD_LOG_LINES kept
+    lg:{ep}:blc:{build}  HASH  build container -> where the operator is in its log
+                               (kube/buildlogs.py Cursor); goes with the build
     lg:{ep}:bhk          STR   the endpoint's push-webhook secret (store/builds.py HookSecrets)
     lg:{ep}:j:{id}       HASH  job record (fields in FIELDS below); expires at ttl / retention
     lg:{ep}:s:{id}       LIST  stream chunks not yet read by /stream; dies with the record
@@ -311,6 +313,10 @@ def build(endpoint_id: str, build_id: str) -> str:
 
 def build_log(endpoint_id: str, build_id: str) -> str:
     return f"{prefix(endpoint_id)}bl:{build_id}"
+
+
+def build_log_cursors(endpoint_id: str, build_id: str) -> str:
+    return f"{prefix(endpoint_id)}blc:{build_id}"
 
 
 def hook_secret(endpoint_id: str) -> str:

@@ -5,12 +5,14 @@ build, in the builds namespace (`OperatorSettings.builds_namespace`).
   and checks out the ref, with the `credentialsSecret` as git's credential when named
   (basic-auth: `username`/`password`; ssh-auth: `ssh-privatekey`); it writes the commit
   (hash, date, the branch when a branch was built, subject) to its termination message;
-- the container `build` runs `buildah bud` (chroot isolation, vfs storage, as root with
-  eight capabilities, seccomp and AppArmor unconfined: docs/security.md) with the
-  registry's per-endpoint cache (`--layers --cache-from/--cache-to <registry>/<endpoint>-cache`),
-  then `buildah push --digestfile /dev/termination-log`: the pushed digest is the
-  container's termination message; when it fails, its last log lines are
-  (`FallbackToLogsOnError`).
+- the init container `build` runs `buildah bud` (chroot isolation, vfs storage, as root
+  with eight capabilities, seccomp and AppArmor unconfined: docs/security.md) with the
+  registry's per-endpoint cache (`--layers --cache-from/--cache-to <registry>/<endpoint>-cache`);
+  when it fails, its last log lines are its termination message (`FallbackToLogsOnError`);
+- the container `push` (the same profile, the same image storage) runs `buildah push
+  --digestfile /dev/termination-log`: the pushed digest is its termination message. The
+  push is a container of its own so that the pod's status tells it apart from the build:
+  the build's UPLOADING (`kube.buildjobs.progress`).
 
 Not a row of `kube.reconcile.OWNED_OBJECTS`: a row is one object per endpoint applied
 while a setting wants it, whereas builds are many per endpoint, made once each on demand
@@ -31,12 +33,13 @@ BUILD_COMPONENT = "build"
 BUILD_LABEL = "lockgate.dev/build"  # the build id (build_…) on the Job and its pod
 CLONE_CONTAINER = "clone"
 BUILD_CONTAINER = "build"
+PUSH_CONTAINER = "push"
 WORKSPACE = "/workspace"
 SOURCE_DIR = f"{WORKSPACE}/src"
 GIT_CREDENTIALS = "/run/lockgate/git"
 PUSH_AUTH = "/run/lockgate/push"
 STORAGE = "/var/lib/containers"
-APPARMOR = f"container.apparmor.security.beta.kubernetes.io/{BUILD_CONTAINER}"
+APPARMOR = "container.apparmor.security.beta.kubernetes.io/"  # + the container's name
 # What buildah needs besides root (docs/security.md): all within Pod Security's baseline.
 BUILD_CAPABILITIES = (
     "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "SETFCAP", "SETGID", "SETUID", "SYS_CHROOT",
@@ -98,6 +101,10 @@ set -- --storage-driver vfs
 buildah "$@" bud --isolation chroot --layers --pull=missing --tls-verify="$TLS_VERIFY" \
   --cache-from "$CACHE_REPO" --cache-to "$CACHE_REPO" ${AUTHFILE:+--authfile "$AUTHFILE"} \
   -f "$DOCKERFILE" -t "$IMAGE" "$CONTEXT"
+"""
+
+PUSH_SCRIPT = r"""set -eu
+set -- --storage-driver vfs
 echo "pushing $IMAGE"
 buildah "$@" push --tls-verify="$TLS_VERIFY" ${AUTHFILE:+--authfile "$AUTHFILE"} \
   --digestfile /dev/termination-log "$IMAGE"
@@ -137,6 +144,37 @@ def _env(values: dict[str, str]) -> list[Obj]:
 # The Endpoint's namespace on its build Jobs (which may run in another): a completed
 # build touches the Endpoint there, so its reconcile takes the build (kube/builds.py).
 ENDPOINT_NAMESPACE_ANNOTATION = "lockgate.dev/endpoint-namespace"
+
+
+# What the push container needs of the build's environment (it mounts the same volumes).
+PUSH_ENV = ("IMAGE", "TLS_VERIFY", "BUILDAH_ISOLATION", "STORAGE_DRIVER", "HOME", "AUTHFILE")
+
+
+def _buildah(
+    settings: OperatorSettings, name: str, script: str, env: dict[str, str], mounts: list[Obj]
+) -> Obj:
+    """A container running buildah (the build, the push): root with BUILD_CAPABILITIES,
+    seccomp and AppArmor unconfined (docs/security.md), `builds.resources`."""
+    container: Obj = {
+        "name": name,
+        "image": settings.builder_image,
+        "command": ["sh", "-c", script],
+        "env": _env(env),
+        "volumeMounts": mounts,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": {
+            "runAsUser": 0,
+            "runAsNonRoot": False,
+            "privileged": False,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"], "add": list(BUILD_CAPABILITIES)},
+            "seccompProfile": {"type": "Unconfined"},
+            "appArmorProfile": {"type": "Unconfined"},
+        },
+    }
+    if settings.builds_resources:
+        container["resources"] = settings.builds_resources
+    return container
 
 
 def build_job(owner: Owner, build: Build, source: GitSource, settings: OperatorSettings) -> Obj:
@@ -218,25 +256,9 @@ def build_job(owner: Owner, build: Build, source: GitSource, settings: OperatorS
             **SECCOMP,
         },
     }
-    builder = {
-        "name": BUILD_CONTAINER,
-        "image": settings.builder_image,
-        "command": ["sh", "-c", BUILD_SCRIPT],
-        "env": _env(build_env),
-        "volumeMounts": build_mounts,
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-        "securityContext": {
-            "runAsUser": 0,
-            "runAsNonRoot": False,
-            "privileged": False,
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"], "add": list(BUILD_CAPABILITIES)},
-            "seccompProfile": {"type": "Unconfined"},
-            "appArmorProfile": {"type": "Unconfined"},
-        },
-    }
-    if settings.builds_resources:
-        builder["resources"] = settings.builds_resources
+    builder = _buildah(settings, BUILD_CONTAINER, BUILD_SCRIPT, build_env, build_mounts)
+    push_env = {k: build_env[k] for k in PUSH_ENV if k in build_env}
+    pusher = _buildah(settings, PUSH_CONTAINER, PUSH_SCRIPT, push_env, build_mounts)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -247,7 +269,10 @@ def build_job(owner: Owner, build: Build, source: GitSource, settings: OperatorS
             "ttlSecondsAfterFinished": settings.builds_ttl_s,
             "template": {
                 # the field (appArmorProfile) from Kubernetes 1.30, the annotation before
-                "metadata": {"labels": meta_labels, "annotations": {APPARMOR: "unconfined"}},
+                "metadata": {
+                    "labels": meta_labels,
+                    "annotations": {APPARMOR + c["name"]: "unconfined" for c in (builder, pusher)},
+                },
                 "spec": {
                     "restartPolicy": "Never",
                     # nothing to save when a build is stopped (cancel, uninstall); the
@@ -255,8 +280,8 @@ def build_job(owner: Owner, build: Build, source: GitSource, settings: OperatorS
                     "terminationGracePeriodSeconds": STOP_GRACE_S,
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
-                    "initContainers": [clone],
-                    "containers": [builder],
+                    "initContainers": [clone, builder],
+                    "containers": [pusher],
                     "volumes": volumes,
                 },
             },

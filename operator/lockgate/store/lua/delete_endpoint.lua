@@ -19,7 +19,7 @@ redis.call('UNLINK', P .. 'q', P .. 'ql', P .. 'run', P .. 'exp', P .. 'w', P ..
   P .. 'unp', P .. 'rel', P .. 'relv', P .. 'lost', P .. 'wu', P .. 'wun', P .. 'lbw', P .. 'lbh',
   P .. 'lbr', P .. 'lbp', P .. 'lbpw', P .. 'lbu')
 for _, b in ipairs(redis.call('ZRANGE', P .. 'bld', 0, -1)) do
-  redis.call('UNLINK', P .. 'b:' .. b, P .. 'bl:' .. b)
+  redis.call('UNLINK', P .. 'b:' .. b, P .. 'bl:' .. b, P .. 'blc:' .. b)
 end
 redis.call('UNLINK', P .. 'bld', P .. 'bldn', P .. 'bhk')
 for _, s in ipairs(STATES) do redis.call('UNLINK', P .. 'ix:' .. s) end
