@@ -117,9 +117,13 @@ def test_usage_page_shows_what_the_endpoint_ran(page, priced_dev) -> None:
     expect(key_cells.nth(1)).to_have_text("usage-key")
     expect(key_cells.nth(2)).to_have_text(str(round(ran, 3)).removesuffix(".0"))
     expect(key_cells.nth(3)).to_have_text(str(round(ran, 3)).removesuffix(".0"))  # one GPU
+    key_chart = page.get_by_role("img", name="Execution seconds per hour, by API key")
+    expect(key_chart.locator("rect.bar")).to_have_count(len(keyed["records"]))
+    expect(key_chart.locator("title", has_text=key_id)).to_have_count(len(mine_keyed))
 
     page.get_by_label("Chart").select_option("gpuSeconds")
     expect(page.get_by_role("img", name="GPU-seconds per hour, by endpoint")).to_have_count(1)
+    expect(page.get_by_role("img", name="GPU-seconds per hour, by API key")).to_have_count(1)
     with page.expect_download() as done:
         page.get_by_role("button", name="Export CSV").click()
     assert done.value.suggested_filename.endswith(".csv")

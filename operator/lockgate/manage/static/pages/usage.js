@@ -1,7 +1,7 @@
 // The Usage page (#/usage?range=24h|7d|30d|12m, or range=custom&from=&to=&bucket=: UTC days):
 // worker-, GPU- and vCPU-seconds per endpoint over the chosen range, and their cost where prices per GPU type are set, as a chart (one bar
 // per bucket, a part per endpoint) and a table, and the execution time of each API key's jobs
-// (with their GPU- and vCPU-seconds and cost) in a second table, all exportable as CSV. It reads
+// (with their GPU- and vCPU-seconds and cost) as a second chart and table, all exportable as CSV. It reads
 // GET /v2/billing/serverless and its groupBy=apiKey (the same figures; docs/usage.md says how
 // they are measured) and GET /v1/keys for the keys' names.
 import {api} from "../api.js";
@@ -100,8 +100,9 @@ function keyTable(rows, totals, names, priced) {
   ];
   return h("div", {class: "table-wrap"}, h("table", {"aria-label": "Usage by API key"},
     h("thead", {}, h("tr", {}, head.map((t) => h("th", {scope: "col"}, t)))),
-    h("tbody", {}, rows.map((k) => h("tr", {dataset: {key: k.id}},
-      h("td", {}, h("code", {}, k.id)), h("td", {}, names[k.id] || "—"), cells(k)))),
+    h("tbody", {}, rows.map((k, i) => h("tr", {dataset: {key: k.id}},
+      h("td", {}, h("span", {class: `swatch u${Math.min(i, SERIES - 1)}`}), h("code", {}, k.id)),
+      h("td", {}, names[k.id] || "—"), cells(k)))),
     h("tfoot", {}, h("tr", {}, h("th", {scope: "row", colspan: 2}, "Total"), cells(totals)))));
 }
 
@@ -130,8 +131,18 @@ export function bucketCount(t0, t1, size) {
   return size === "year" ? Math.round(months / 12) : months;
 }
 
-/** The chart: one bar per bucket of the window, split by endpoint, of `measure`. */
-function chart(body, order, measure, width) {
+/** A chart's series: what names a record's part of a bar, and what the chart's name says. */
+const BY_ENDPOINT = {of: (r) => r.serverlessId, label: "endpoint"};
+const BY_KEY = {of: (r) => r.apiKeyId ?? NO_KEY, label: "API key"};
+
+/** The per-key record's field for a chosen measure: its jobs' execution time stands for
+ * worker-seconds (a key has no workers of its own). */
+const keyMeasure = (measure) => (measure === "workerSeconds" ? "executionSeconds" : measure);
+const LABELS = {...MEASURES, executionSeconds: "Execution seconds"};
+
+/** The chart: one bar per bucket of the window, split by `series` (an endpoint or an API
+ * key, in the order of `order`), of `measure`. */
+function chart(body, order, measure, width, series = BY_ENDPOINT) {
   const {startTime, endTime} = body.metadata.query;
   const t0 = Date.parse(startTime), t1 = Date.parse(endTime);
   const count = Math.max(1, bucketCount(t0, t1, body.metadata.query.bucketSize));
@@ -143,21 +154,21 @@ function chart(body, order, measure, width) {
   const x = (t) => M.left + ((t - t0) / (t1 - t0)) * plotW;
   const y = (v) => M.top + plotH - (v / top) * plotH;
   const svg = s("svg", {viewBox: `0 0 ${width} ${HEIGHT}`, class: "usage-chart", role: "img",
-    "aria-label": `${MEASURES[measure]} per ${body.metadata.query.bucketSize}, by endpoint`});
+    "aria-label": `${LABELS[measure]} per ${body.metadata.query.bucketSize}, by ${series.label}`});
   for (const v of [0, top / 2, top]) {
     svg.append(s("line", {x1: M.left, x2: width - M.right, y1: y(v), y2: y(v), class: "grid"}),
       s("text", {x: M.left - 6, y: y(v) + 4, "text-anchor": "end", class: "tick"},
-        measure === "totalAmount" ? money(v) : top < 3600 ? `${Math.round(v)} s` : hours(v)));
+        measure === "totalAmount" ? money(v) : top < 10 ? `${+v.toFixed(2)} s` : top < 3600 ? `${Math.round(v)} s` : hours(v)));
   }
   const stacked = {};
   for (const r of body.records) {
     const below = stacked[r.startTime] || 0;
     stacked[r.startTime] = below + r[measure];
-    const i = Math.min(order.indexOf(r.serverlessId), SERIES - 1);
+    const i = Math.min(order.indexOf(series.of(r)), SERIES - 1);
     const left = x(Date.parse(r.startTime)) + slot * 0.15;
     svg.append(s("rect", {x: left, width: Math.max(1, slot * 0.7), y: y(below + r[measure]),
       height: Math.max(0, y(below) - y(below + r[measure])), class: `bar u${i}`},
-      s("title", {}, `${r.serverlessId}, ${r.startTime}: ${measure === "totalAmount" ? money(r[measure]) : `${r[measure]} s`}`)));
+      s("title", {}, `${series.of(r)}, ${r.startTime}: ${measure === "totalAmount" ? money(r[measure]) : `${r[measure]} s`}`)));
   }
   const fmt = (t) => new Date(t).toISOString().slice(5, body.metadata.query.bucketSize === "hour" ? 16 : 10).replace("T", " ");
   svg.append(s("text", {x: M.left, y: HEIGHT - 6, class: "tick"}, fmt(t0)),
@@ -251,7 +262,13 @@ export async function render(view, ctx) {
   const priced = body.metadata.totals.totalAmount > 0;
   const {startTime, endTime} = body.metadata.query;
   const chartBox = h("div", {class: "card chart"});
-  const drawChart = () => replace(chartBox, chart(body, order, measure.value, Math.max(320, view.clientWidth - 40)));
+  const keyChartBox = h("div", {class: "card chart"});
+  const keyOrder = keyRows.map((k) => k.id);
+  const drawChart = () => {
+    const width = Math.max(320, view.clientWidth - 40);
+    replace(chartBox, chart(body, order, measure.value, width));
+    replace(keyChartBox, chart(keyed, keyOrder, keyMeasure(measure.value), width, BY_KEY));
+  };
   measure.addEventListener("change", drawChart);
   exportButton.addEventListener("click", () => {
     const url = URL.createObjectURL(new Blob([csvOf(body.records, keyed.records)], {type: "text/csv"}));
@@ -272,7 +289,7 @@ export async function render(view, ctx) {
     h("p", {class: "hint"}, "The execution time of the jobs each key submitted (ended by their worker in the range), ",
       "and their GPU- and vCPU-seconds at their endpoints' rates. ", h("code", {}, NO_KEY),
       ": jobs submitted without a key."),
-    keyRows.length ? keyTable(keyRows, {...keyed.metadata.totals}, names, keyed.metadata.totals.totalAmount > 0)
+    keyRows.length ? [keyChartBox, keyTable(keyRows, {...keyed.metadata.totals}, names, keyed.metadata.totals.totalAmount > 0)]
       : h("p", {class: "hint"}, "No job ended in this range."));
-  if (rows.length) drawChart();
+  if (rows.length || keyRows.length) drawChart();
 }
