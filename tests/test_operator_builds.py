@@ -934,8 +934,9 @@ def test_an_operator_restarted_mid_test_tests_again_and_a_cancel_removes_the_can
     redis_server: EmbeddedRedis,
 ) -> None:
     """The operator stopped while a build is TESTING leaves its canary (which holds the
-    build and its tests); the next operator runs the tests again on it, and the build
-    ends COMPLETED. A build cancelled while TESTING is CANCELLED, its canary deleted."""
+    build and its tests); the next operator runs the tests again on it (its Template, gone
+    meanwhile, made again), and the build ends COMPLETED. A build cancelled while TESTING
+    is CANCELLED, its canary deleted."""
     first = start_builds_operator(BUILDS_NS)
     builds = Builds(kube, first, "ep-resumed")
     builds.create_endpoint()
@@ -945,13 +946,17 @@ def test_an_operator_restarted_mid_test_tests_again_and_a_cancel_removes_the_can
     wait_until(lambda: _endpoint(builds, canary), "the canary Endpoint", 30)
     wait_until(lambda: builds.get(one["id"])["status"] == "TESTING", "TESTING", 30)
 
+    wait_until(lambda: _template(builds, canary), "the canary's Template", 30)
     operators[first].stop()  # as a restart: its tests stop, its canary stays
     assert _endpoint(builds, canary) is not None
+    # as an operator stopped between the canary and its Template: made again on resume
+    builds.custom.delete_namespaced_custom_object(GROUP, VERSION, ENDPOINTS_NS, "templates", canary)
     builds.url = start_builds_operator(BUILDS_NS)
     assert builds.get(one["id"])["status"] == "TESTING"
 
     # (the earlier run's job purged first: only the new one is taken)
     _log_says(builds, one["id"], "the operator restarted while testing: the tests run again on")
+    assert _template(builds, canary)["spec"]["env"]["MODEL"] == "tiny"
     assert _play_the_canary_worker(redis_server.url, canary, None) == {"prompt": "hi"}
     wait_until(lambda: builds.get(one["id"])["status"] == "COMPLETED", "COMPLETED", 30)
     wait_until(lambda: _endpoint(builds, canary) is None, "the canary deleted", 30)
