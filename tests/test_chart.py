@@ -600,14 +600,17 @@ BUILDS = {"builds": {"registry": "registry.example.test/builds", "namespace": "l
 
 def test_builds_grant_jobs_and_reach_the_operator_and_the_management_api(render_chart) -> None:
     """builds.registry set: the operator may create, watch and delete Jobs (one per build:
-    kube/builds.py) and create and delete Endpoints (a build's canary: kube/canary.py);
-    both processes read the builds settings. Unset: no Job rights, no Endpoint writes (the
-    default role above) and no builds settings."""
+    kube/builds.py) and create and delete Endpoints and Templates (a build's canary and its
+    Template: kube/canary.py); both processes read the builds settings. Unset: no Job
+    rights, no Endpoint or Template writes (the default role above) and no builds
+    settings."""
     docs = render_chart(BUILDS)
     rules = rules_of(by_kind(docs, "ClusterRole")["lockgate-lockgate-operator"])
     assert rules.pop("jobs") == {"get", "list", "watch", "create", "delete"}
     # a build's canary Endpoint (kube/canary.py), created and deleted by the operator
     assert rules["endpoints"] == {"get", "list", "watch", "patch", "create", "delete"}
+    # with tests.json's config.env, the canary's own Template (kube/canary.py)
+    assert rules["templates"] == {"get", "list", "watch", "patch", "create", "delete"}
     assert "jobs" not in rules_of(
         by_kind(render_chart(), "ClusterRole")["lockgate-lockgate-operator"]
     )

@@ -1,6 +1,7 @@
 """The pure parts of a cluster's canary (kube/canary.py): the canary Endpoint made from
-the endpoint's object, which objects are a build's canary (never a user's endpoint of the
-same name), what the canary runs, and a tests.json that cannot be used."""
+the endpoint's object, the canary's own Template (tests.json's `config.env` over the
+template's env), which objects are a build's canary (never a user's endpoint or template
+of the same name), what the canary runs, and a tests.json that cannot be used."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import json
 from lockgate.kube.canary import (
     TESTS_ANNOTATION,
     canary_endpoint,
+    canary_template_object,
     is_canary_of,
+    is_canary_template,
     running_of_testing,
     unusable_tests,
 )
@@ -79,3 +82,41 @@ def test_a_build_without_its_digest_runs_nothing_and_bad_tests_say_why() -> None
     assert unusable_tests(TESTS) is None
     assert unusable_tests("{") is not None
     assert unusable_tests('{"tests": []}') is not None
+
+
+def test_config_env_gives_the_canary_a_template_of_its_own_owned_by_it() -> None:
+    """With `own_template` the canary names a Template of its own name: the endpoint's,
+    tests.json's env over its env (a variable it sets no longer read from a Secret),
+    labelled as the canary and owned by the canary Endpoint."""
+    running = running_of_testing(_testing(), URL)
+    assert running is not None
+    assert canary_endpoint(_parent(), running, TESTS)["spec"]["templateId"] == "tpl"
+    body = canary_endpoint(_parent(), running, TESTS, own_template=True)
+    assert body["spec"]["templateId"] == "canary-abc123def456"
+    made = {**body, "metadata": {**body["metadata"], "uid": "u-canary"}}
+    template = {
+        "metadata": {"name": "tpl", "namespace": "team-a"},
+        "spec": {
+            "image": "example.test/base:1",
+            "env": {"MODEL": "base", "KEEP": "yes"},
+            "secretEnv": {"TOKEN": {"name": "s", "key": "t"}, "HF": {"name": "s", "key": "h"}},
+        },
+    }
+    own = canary_template_object(template, made, {"MODEL": "tiny", "TOKEN": "test"})
+    meta, spec = own["metadata"], own["spec"]
+    assert (own["kind"], meta["name"], meta["namespace"]) == (
+        "Template", "canary-abc123def456", "team-a",
+    )  # fmt: skip
+    assert meta["labels"] == {"lockgate.dev/canary-of": "ep"}
+    [owner] = meta["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == (
+        "Endpoint", "canary-abc123def456", "u-canary",
+    )  # fmt: skip
+    assert spec["image"] == "example.test/base:1"
+    assert spec["env"] == {"MODEL": "tiny", "KEEP": "yes", "TOKEN": "test"}
+    assert spec["secretEnv"] == {"HF": {"name": "s", "key": "h"}}
+    assert template["spec"]["env"] == {"MODEL": "base", "KEEP": "yes"}  # untouched
+    assert is_canary_template(own, "canary-abc123def456", "ep")
+    assert not is_canary_template(own, "canary-abc123def456", "other-endpoint")
+    users = {"metadata": {"name": "canary-abc123def456"}, "spec": {"image": "x"}}
+    assert not is_canary_template(users, "canary-abc123def456", "ep")

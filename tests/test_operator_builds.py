@@ -721,7 +721,8 @@ def test_a_build_with_tests_is_tested_on_a_canary_before_it_takes_traffic(
     running = json.loads(meta["annotations"]["lockgate.dev/build"])
     assert (running["buildId"], running["image"]) == (one["id"], image_one)
     assert (spec["workersMin"], spec["workersMax"], spec["crashLoopThreshold"]) == (1, 1, 1)
-    assert spec["templateId"] == "built-tpl" and "warmup" not in spec
+    # tests.json's config.env: a Template of its own (test_config_env_… below)
+    assert spec["templateId"] == canary and "warmup" not in spec
     assert spec["source"]["git"]["trigger"] == "MANUAL"
     # the operator reconciles it as any endpoint: its workers run the build's digest
     wait_until(lambda: _deployment_image(builds, canary) == image_one, "the canary's digest", 30)
@@ -933,8 +934,9 @@ def test_an_operator_restarted_mid_test_tests_again_and_a_cancel_removes_the_can
     redis_server: EmbeddedRedis,
 ) -> None:
     """The operator stopped while a build is TESTING leaves its canary (which holds the
-    build and its tests); the next operator runs the tests again on it, and the build
-    ends COMPLETED. A build cancelled while TESTING is CANCELLED, its canary deleted."""
+    build and its tests); the next operator runs the tests again on it (its Template, gone
+    meanwhile, made again), and the build ends COMPLETED. A build cancelled while TESTING
+    is CANCELLED, its canary deleted."""
     first = start_builds_operator(BUILDS_NS)
     builds = Builds(kube, first, "ep-resumed")
     builds.create_endpoint()
@@ -944,13 +946,17 @@ def test_an_operator_restarted_mid_test_tests_again_and_a_cancel_removes_the_can
     wait_until(lambda: _endpoint(builds, canary), "the canary Endpoint", 30)
     wait_until(lambda: builds.get(one["id"])["status"] == "TESTING", "TESTING", 30)
 
+    wait_until(lambda: _template(builds, canary), "the canary's Template", 30)
     operators[first].stop()  # as a restart: its tests stop, its canary stays
     assert _endpoint(builds, canary) is not None
+    # as an operator stopped between the canary and its Template: made again on resume
+    builds.custom.delete_namespaced_custom_object(GROUP, VERSION, ENDPOINTS_NS, "templates", canary)
     builds.url = start_builds_operator(BUILDS_NS)
     assert builds.get(one["id"])["status"] == "TESTING"
 
     # (the earlier run's job purged first: only the new one is taken)
     _log_says(builds, one["id"], "the operator restarted while testing: the tests run again on")
+    assert _template(builds, canary)["spec"]["env"]["MODEL"] == "tiny"
     assert _play_the_canary_worker(redis_server.url, canary, None) == {"prompt": "hi"}
     wait_until(lambda: builds.get(one["id"])["status"] == "COMPLETED", "COMPLETED", 30)
     wait_until(lambda: _endpoint(builds, canary) is None, "the canary deleted", 30)
@@ -963,11 +969,106 @@ def test_an_operator_restarted_mid_test_tests_again_and_a_cancel_removes_the_can
     answer = builds.call("POST", f"/{two['id']}/cancel")
     assert answer.status_code == 200 and answer.json()["status"] == "CANCELLED", answer.text
     wait_until(lambda: _endpoint(builds, canary_two) is None, "the second canary deleted", 30)
+    assert _template(builds, canary) is None and _template(builds, canary_two) is None
     image_one = f"registry.example.test:5000/builds/ep-resumed:{one['id'][6:]}@{DIGEST}"
     wait_until(lambda: _worker_image(builds) == image_one, "the first build's digest", 30)
     assert builds.get(two["id"])["status"] == "CANCELLED"
     builds.custom.delete_namespaced_custom_object(
         GROUP, VERSION, ENDPOINTS_NS, "endpoints", "ep-resumed"
+    )
+
+
+def _template(builds: Builds, name: str) -> dict | None:
+    try:
+        return builds.custom.get_namespaced_custom_object(
+            GROUP, VERSION, ENDPOINTS_NS, "templates", name
+        )
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+
+
+def _worker_env(builds: Builds, endpoint_id: str) -> dict[str, str]:
+    """The worker container's plain variables of an endpoint's Deployment ({}: none yet)."""
+    apps = k8s.AppsV1Api(builds.core.api_client)
+    try:
+        deployment = apps.read_namespaced_deployment(f"{endpoint_id}-workers", ENDPOINTS_NS)
+    except ApiException:
+        return {}
+    env = deployment.spec.template.spec.containers[0].env or []
+    return {e.name: e.value for e in env if e.value is not None}
+
+
+def test_config_env_reaches_the_canarys_workers_through_a_template_of_its_own(
+    kube: k8s.ApiClient, builds_operator: str, redis_server: EmbeddedRedis
+) -> None:
+    """tests.json's `config.env` on a cluster: the canary runs a Template of its own
+    (`canary-…`, the endpoint's with that env over its env, owned by the canary Endpoint),
+    so its Deployment's container has those variables over the template's while the
+    endpoint's workers keep theirs. No management list or by-id route shows that
+    Template; it is deleted with the canary. A tests.json without `config.env` makes no
+    Template: the canary runs the endpoint's."""
+    template = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Template",
+        "metadata": {"name": "env-tpl"},
+        "spec": {"image": "example.test/base:1", "env": {"MODEL": "base", "KEEP": "yes"}},
+    }
+    with contextlib.suppress(ApiException):
+        k8s.CustomObjectsApi(kube).create_namespaced_custom_object(
+            GROUP, VERSION, ENDPOINTS_NS, "templates", template
+        )
+    builds = Builds(kube, builds_operator, "ep-env")
+    builds.create_endpoint(templateId="env-tpl")
+    wait_until(lambda: _worker_env(builds, "ep-env").get("MODEL") == "base", "its workers", 30)
+
+    one = builds.call("POST").json()
+    _complete(builds, one["id"], DIGEST, _cloned_with_tests(TESTS_JSON))
+    canary = "canary-" + one["id"].removeprefix("build_")
+    body = wait_until(lambda: _endpoint(builds, canary), "the canary Endpoint", 30)
+    assert body["spec"]["templateId"] == canary
+    own = wait_until(lambda: _template(builds, canary), "the canary's Template", 30)
+    assert own["metadata"]["labels"] == {"lockgate.dev/canary-of": "ep-env"}
+    [owner] = own["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == (
+        "Endpoint", canary, body["metadata"]["uid"],
+    )  # fmt: skip
+    assert own["spec"]["env"] == {"MODEL": "tiny", "KEEP": "yes"}
+    # the canary's worker container: tests.json's MODEL over the template's, KEEP kept
+    wait_until(lambda: _worker_env(builds, canary).get("MODEL") == "tiny", "the canary's env", 30)
+    assert _worker_env(builds, canary)["KEEP"] == "yes"
+    assert _worker_env(builds, "ep-env")["MODEL"] == "base"  # the endpoint's: its own
+    # hidden from every template list and by-id route of the management API
+    for path in ("/v1/templates", "/v2/templates"):
+        listed = requests.get(f"{builds.url}{path}", headers=builds.headers, timeout=30)
+        assert listed.status_code == 200 and "env-tpl" in listed.text, listed.text
+        assert canary not in listed.text
+        for method, sent in (("GET", None), ("PATCH", {"env": {"X": "1"}}), ("DELETE", None)):
+            answer = requests.request(method, f"{builds.url}{path}/{canary}", json=sent,
+                                      headers=builds.headers, timeout=30)  # fmt: skip
+            assert answer.status_code == 404, (path, method, answer.text)
+    assert _template(builds, canary)["spec"]["env"]["MODEL"] == "tiny"
+
+    assert _play_the_canary_worker(redis_server.url, canary, None) == {"prompt": "hi"}
+    wait_until(lambda: builds.get(one["id"])["status"] == "COMPLETED", "COMPLETED", 30)
+    wait_until(lambda: _endpoint(builds, canary) is None, "the canary deleted", 30)
+    wait_until(lambda: _template(builds, canary) is None, "the canary's Template deleted", 30)
+
+    # no config.env: the endpoint's Template, nothing made; gone after a failed test too
+    two = builds.call("POST").json()
+    plain = {"tests": TESTS_JSON["tests"]}
+    _complete(builds, two["id"], "sha256:" + "ab" * 32, _cloned_with_tests(plain))
+    canary_two = "canary-" + two["id"].removeprefix("build_")
+    body = wait_until(lambda: _endpoint(builds, canary_two), "the second canary", 30)
+    assert body["spec"]["templateId"] == "env-tpl"
+    assert _template(builds, canary_two) is None
+    _play_the_canary_worker(redis_server.url, canary_two, "boom")
+    wait_until(lambda: builds.get(two["id"])["status"] == "TEST_FAILED", "TEST_FAILED", 30)
+    wait_until(lambda: _endpoint(builds, canary_two) is None, "the second canary deleted", 30)
+    assert _template(builds, canary_two) is None
+    builds.custom.delete_namespaced_custom_object(
+        GROUP, VERSION, ENDPOINTS_NS, "endpoints", "ep-env"
     )
 
 

@@ -392,9 +392,10 @@ Endpoint (the management API does, with its own Role) but a build's canary. */}}
   resources: [jobs]
   verbs: [get, list, watch, create, delete]
 # A build with tests.json is tested on a canary: an Endpoint the operator creates beside
-# the endpoint and deletes once its tests ended (kube/canary.py).
+# the endpoint and deletes once its tests ended, and with tests.json's config.env a
+# Template of the canary's own, made and deleted with it (kube/canary.py).
 - apiGroups: [lockgate.dev]
-  resources: [endpoints]
+  resources: [endpoints, templates]
   verbs: [create, delete]
 {{- end }}
 # kopf and the scaler post Events on Endpoints.

@@ -7,12 +7,15 @@ this process:
 
 1. the canary: an `Endpoint` object of its own, `canary-<the build id's random part>`, in
    the endpoint's namespace (`canary_endpoint`): the endpoint's settings with one worker
-   exactly (`models.canary.canary_spec`; tests.json's `config.env` is not applied: an
-   Endpoint has no env of its own, its Template has), the build to run in its
+   exactly (`models.canary.canary_spec`), the build to run in its
    `BUILD_ANNOTATION` (so its worker Deployment runs `imageName@imageDigest`), the tests
    in `TESTS_ANNOTATION`, labelled `CANARY_OF_LABEL` (the management lists leave it out)
    and owned by the endpoint (garbage-collected with it). The operator reconciles it as
-   any Endpoint: Deployment, worker key, registry entry; the scaler keeps its one worker;
+   any Endpoint: Deployment, worker key, registry entry; the scaler keeps its one worker.
+   When tests.json has a `config.env`, the canary gets a Template of its own of the same
+   name (`canary_template`): the endpoint's with that env over its env, labelled as the
+   canary (the management API neither lists nor reads it) and owned by the canary
+   Endpoint; the canary's `templateId` names it. Without one it uses the endpoint's;
 2. each test's input is a job of the canary endpoint, submitted and followed with the
    store's own functions (`JobStore.submit`, `get`, `cancel`: the gateway's job path)
    within the test's timeout; it passes when the job is COMPLETED (`models.verdicts`, the
@@ -23,11 +26,13 @@ this process:
    failure ends the tests; a canary in a crash loop (its registry entry's `crashLoop`)
    fails the test at once;
 3. all passed: COMPLETED, and the endpoint is touched so that its reconcile takes the
-   build; else TEST_FAILED naming the test. The canary Endpoint is deleted either way.
+   build; else TEST_FAILED naming the test. The canary Endpoint and its Template are
+   deleted either way.
 
 An operator restarted while a build is TESTING runs its tests again from the start
 (`Canaries.ensure`, at each reconcile of the endpoint): the canary Endpoint, which holds
-the tests and the build, is still there; its jobs queued by the earlier run are purged.
+the tests and the build, is still there (its Template made again if it is not); its jobs
+queued by the earlier run are purged.
 """
 
 from __future__ import annotations
@@ -52,13 +57,14 @@ from lockgate.kube.controlplane import (
     CANARY_OF_LABEL,
     running_build_of,
     spec_from_resource,
+    template_from_resource,
 )
-from lockgate.kube.crds import ENDPOINT, GROUP, VERSION, omit_empty_strings
+from lockgate.kube.crds import ENDPOINT, GROUP, TEMPLATE, VERSION, omit_empty_strings
 from lockgate.manage.workerlogs import SYSTEM
 from lockgate.models.build import Build, BuildStatus, FailedTest, IllegalTransition, rfc3339
-from lockgate.models.canary import canary_id, canary_spec
+from lockgate.models.canary import canary_id, canary_spec, canary_template
 from lockgate.models.endpoint import EndpointType
-from lockgate.models.hub import HubFileError, HubTest, HubTests, parse_tests
+from lockgate.models.hub import HubFileError, HubTest, HubTests, env_for_tests, parse_tests
 from lockgate.models.jobs import FINAL_STATES, TTL_DEFAULT_MS, JobStatus
 from lockgate.models.running_build import RunningBuild
 from lockgate.models.source import BuildTrigger, source_of
@@ -107,12 +113,27 @@ def running_of_testing(build: Build, url: str) -> RunningBuild | None:
     return RunningBuild(buildId=build.id, url=url, image=f"{name}@{build.imageDigest}")
 
 
-def canary_endpoint(parent: Obj, running: RunningBuild, tests_text: str) -> Obj:
+def owner_reference(owner: Obj) -> Obj:
+    """An owner reference to an Endpoint object (its dependant deleted with it)."""
+    meta = owner["metadata"]
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": ENDPOINT.kind,
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "blockOwnerDeletion": False,
+    }
+
+
+def canary_endpoint(
+    parent: Obj, running: RunningBuild, tests_text: str, *, own_template: bool = False
+) -> Obj:
     """The canary `Endpoint` of the build `running` names, for the endpoint `parent` (its
-    object as the API server has it)."""
+    object as the API server has it); `own_template`: it runs the Template of its own name
+    (`canary_template`), else the endpoint's."""
     meta = parent["metadata"]
     spec = canary_spec(spec_from_resource(parent))
-    update: dict[str, Any] = {}
+    update: dict[str, Any] = {"templateId": canary_id(running.buildId)} if own_template else {}
     if spec.source is not None:  # kept (the running build applies to its URL), built never
         update["source"] = spec.source.model_copy(
             update={"git": spec.source.git.model_copy(update={"trigger": BuildTrigger.MANUAL})}
@@ -127,18 +148,38 @@ def canary_endpoint(parent: Obj, running: RunningBuild, tests_text: str) -> Obj:
             "namespace": meta["namespace"],
             "labels": {CANARY_OF_LABEL: meta["name"]},
             "annotations": {BUILD_ANNOTATION: running.encoded(), TESTS_ANNOTATION: tests_text},
-            "ownerReferences": [
-                {
-                    "apiVersion": f"{GROUP}/{VERSION}",
-                    "kind": ENDPOINT.kind,
-                    "name": meta["name"],
-                    "uid": meta["uid"],
-                    "blockOwnerDeletion": False,
-                }
-            ],
+            "ownerReferences": [owner_reference(parent)],
         },
         "spec": omit_empty_strings(body),
     }
+
+
+def canary_template_object(template: Obj, canary: Obj, env: dict[str, str]) -> Obj:
+    """The canary's own Template (named as the canary): the endpoint's `template` (its
+    object) with tests.json's `env` over its env, labelled as the canary and owned by the
+    canary Endpoint `canary` (its object as created), so deleted with it."""
+    meta = canary["metadata"]
+    spec = canary_template(template_from_resource(template), env)
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": TEMPLATE.kind,
+        "metadata": {
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "labels": {CANARY_OF_LABEL: meta["labels"][CANARY_OF_LABEL]},
+            "ownerReferences": [owner_reference(canary)],
+        },
+        "spec": omit_empty_strings(spec.model_dump(mode="json")),
+    }
+
+
+def is_canary_template(obj: Obj, canary: str, endpoint_id: str) -> bool:
+    """Whether a Template is the one made for the canary Endpoint `canary` of the
+    endpoint (never a user's Template of that name)."""
+    meta = obj.get("metadata") or {}
+    owners = {(o.get("kind"), o.get("name")) for o in meta.get("ownerReferences") or []}
+    of = (meta.get("labels") or {}).get(CANARY_OF_LABEL)
+    return of == endpoint_id and (ENDPOINT.kind, canary) in owners
 
 
 def job_of_test(test: HubTest) -> NewJob:
@@ -249,9 +290,11 @@ class Canaries:
                 )
                 await self._fail(endpoint_id, build.id, BuildStatus.TEST_FAILED, why)
                 return None
+            tests = parse_tests(found["metadata"]["annotations"][TESTS_ANNOTATION])
+            if not await self._template(namespace, endpoint_id, build.id, found, tests):
+                return None
             await self.jobs.purge(name)  # the earlier run's test jobs
             await say(f"the operator restarted while testing: the tests run again on {name}")
-            tests = parse_tests(found["metadata"]["annotations"][TESTS_ANNOTATION])
             return tests, spec_from_resource(found).type
         parent = await self.cluster.get_endpoint(namespace, endpoint_id)
         source = source_of((parent or {}).get("spec", {}).get("source"))
@@ -259,21 +302,54 @@ class Canaries:
         if parent is None or running is None:
             await self._fail(endpoint_id, build.id, BuildStatus.FAILED, "the endpoint is gone")
             return None
+        tests = parse_tests(tests_text)
+        own = bool(env_for_tests(tests))  # tests.json's `config.env`: a Template of its own
+        wanted = canary_endpoint(parent, running, tests_text, own_template=own)
         try:
-            await self.cluster.create_endpoint(
-                namespace, canary_endpoint(parent, running, tests_text)
-            )
+            made: Obj | None = await self.cluster.create_endpoint(namespace, wanted)
         except Conflict:  # made by an earlier run, or a user's endpoint of that name
-            found = await self.cluster.get_endpoint(namespace, name)
-            if found is not None and not is_canary_of(found, endpoint_id, build.id):
+            made = await self.cluster.get_endpoint(namespace, name)
+            if made is not None and not is_canary_of(made, endpoint_id, build.id):
                 why = f"an endpoint named {name} exists, not this build's canary"
                 await self._fail(endpoint_id, build.id, BuildStatus.FAILED, why)
                 return None
-        tests = parse_tests(tests_text)
+        if made is None:  # deleted meanwhile (its endpoint was)
+            await self._fail(endpoint_id, build.id, BuildStatus.FAILED, "the endpoint is gone")
+            return None
+        if not await self._template(namespace, endpoint_id, build.id, made, tests, parent):
+            return None
         await say(
             f"testing on a canary worker ({name}, {running.image}): {len(tests.tests)} test(s)"
         )
         return tests, spec_from_resource(parent).type
+
+    async def _template(
+        self, namespace: str, endpoint_id: str, build_id: str, canary: Obj, tests: HubTests,
+        parent: Obj | None = None,
+    ) -> bool:  # fmt: skip
+        """Make the canary's own Template when it names one (tests.json has a `config.env`):
+        the endpoint's (`parent`, read when not given) with that env over its env; one this
+        canary's already there is kept. False: it cannot be made (the build FAILED)."""
+        name = canary["metadata"]["name"]
+        if (canary.get("spec") or {}).get("templateId") != name:
+            return True  # the endpoint's Template: nothing of its own
+        if parent is None:
+            parent = await self.cluster.get_endpoint(namespace, endpoint_id)
+        template_id = ((parent or {}).get("spec") or {}).get("templateId") or ""
+        base = await self.cluster.get_template(namespace, template_id) if template_id else None
+        why = f"the endpoint's template {template_id!r} is not found"
+        if base is not None:
+            body = canary_template_object(base, canary, env_for_tests(tests))
+            try:
+                await self.cluster.create_template(namespace, body)
+                return True
+            except Conflict:  # made by an earlier run, or a user's Template of that name
+                found = await self.cluster.get_template(namespace, name)
+                if found is not None and is_canary_template(found, name, endpoint_id):
+                    return True
+                why = f"a template named {name} exists, not this build's canary's"
+        await self._fail(endpoint_id, build_id, BuildStatus.FAILED, why)
+        return False
 
     async def _tests(
         self, endpoint_id: str, build_id: str, canary: str, tests: HubTests,
@@ -426,19 +502,30 @@ class Canaries:
     async def _delete(
         self, namespace: str, name: str, endpoint_id: str, build_id: str, say: Say
     ) -> None:
-        """Delete the build's canary (only it: never an endpoint of that name that is not)."""
+        """Delete the build's canary and its Template (only them: never an endpoint or a
+        template of that name that is not). The Template goes by its owner reference too;
+        deleted here as well, so that nothing waits for the garbage collector."""
+        deleted = False
         try:
             found = await self.cluster.get_endpoint(namespace, name)
-            if found is None or not is_canary_of(found, endpoint_id, build_id):
-                return
-            await self.cluster.delete_endpoint(namespace, name)
+            if found is not None and is_canary_of(found, endpoint_id, build_id):
+                await self.cluster.delete_endpoint(namespace, name)
+                deleted = True
         except NotFound:
-            return
+            pass
         except ClusterError as err:
             log.warning("canary %s not deleted: %s", name, err)
-            return
-        with contextlib.suppress(Exception):
-            await say(f"canary {name} deleted")
+        try:
+            template = await self.cluster.get_template(namespace, name)
+            if template is not None and is_canary_template(template, name, endpoint_id):
+                await self.cluster.delete_template(namespace, name)
+        except NotFound:
+            pass
+        except ClusterError as err:
+            log.warning("the template of canary %s not deleted: %s", name, err)
+        if deleted:
+            with contextlib.suppress(Exception):
+                await say(f"canary {name} deleted")
 
 
 def unusable_tests(text: str) -> str | None:

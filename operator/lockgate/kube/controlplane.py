@@ -79,6 +79,14 @@ BATCH_OF_LABEL = "lockgate.dev/batch-of"
 LISTED = f"!{CANARY_OF_LABEL},!{BATCH_OF_LABEL}"
 
 
+def operators_own(obj: Mapping[str, Any] | None) -> bool:
+    """Whether an Endpoint or Template is the operator's own (a build's canary, its
+    Template, a batch pool: `CANARY_OF_LABEL`, `BATCH_OF_LABEL`): the management API
+    neither lists, reads, changes nor deletes it."""
+    labels = ((obj or {}).get("metadata") or {}).get("labels") or {}
+    return CANARY_OF_LABEL in labels or BATCH_OF_LABEL in labels
+
+
 def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return (obj.get("metadata") or {}).get("annotations") or {}
 
@@ -246,9 +254,7 @@ class KubernetesControlPlane:
         (`CANARY_OF_LABEL`) is the operator's, so the management API neither lists, reads,
         changes nor deletes it (kube/canary.py)."""
         obj = await self.cluster.get_endpoint(self.namespace, endpoint_id)
-        labels = ((obj or {}).get("metadata") or {}).get("labels") or {}
-        hidden = CANARY_OF_LABEL in labels or BATCH_OF_LABEL in labels  # the operator's own
-        return None if obj is None or hidden else obj
+        return None if obj is None or operators_own(obj) else obj
 
     async def _existing(self, endpoint_id: str) -> Mapping[str, Any]:
         """`_endpoint`, or `EndpointNotFound`."""
@@ -443,22 +449,31 @@ class KubernetesControlPlane:
             raise TemplateExists(template_id) from err
         return template_from_resource(obj)
 
-    async def get_template(self, template_id: str) -> TemplateSpec:
+    async def _user_template(self, template_id: str) -> Mapping[str, Any]:
+        """The user's Template of that id, else `TemplateNotFound`: a canary's own
+        Template (`kube.canary`, labelled `CANARY_OF_LABEL`) is the operator's."""
         obj = await self.cluster.get_template(self.namespace, template_id)
-        if obj is None:
+        if obj is None or operators_own(obj):
             raise TemplateNotFound(template_id)
-        return template_from_resource(obj)
+        return obj
+
+    async def get_template(self, template_id: str) -> TemplateSpec:
+        return template_from_resource(await self._user_template(template_id))
 
     async def list_templates(self) -> dict[str, TemplateSpec]:
         items = await self.cluster.list_templates(self.namespace)
-        found = {obj["metadata"]["name"]: template_from_resource(obj) for obj in items}
+        found = {
+            obj["metadata"]["name"]: template_from_resource(obj)
+            for obj in items
+            if not operators_own(obj)
+        }
         return dict(sorted(found.items()))
 
     async def replace_template(self, template_id: str, spec: TemplateSpec) -> TemplateSpec:
         """Patch the Template (the operator rolls its Endpoints' workers), then raise the
         version of each Endpoint using it."""
         self._refuse_reserved_secrets(spec)
-        before = await self._template_or_none(template_id)
+        before = template_from_resource(await self._user_template(template_id))
         body = omit_empty_strings(spec.model_dump(mode="json"))
         try:
             obj = await self.cluster.replace_template_spec(self.namespace, template_id, body)
@@ -481,6 +496,7 @@ class KubernetesControlPlane:
         return after
 
     async def delete_template(self, template_id: str) -> None:
+        await self._user_template(template_id)  # a canary's: not the user's to delete
         try:
             await self.cluster.delete_template(self.namespace, template_id)
         except NotFound as err:

@@ -4,8 +4,10 @@ it takes traffic")."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from lockgate.models.build import BUILD_ID_PREFIX
-from lockgate.models.endpoint import EndpointSpec
+from lockgate.models.endpoint import EndpointSpec, TemplateSpec
 
 CANARY_PREFIX = "canary-"
 
@@ -24,3 +26,10 @@ def canary_spec(spec: EndpointSpec) -> EndpointSpec:
         "crashLoopThreshold": 1,
     }  # fmt: skip
     return spec.model_copy(update=update)
+
+
+def canary_template(template: TemplateSpec, env: Mapping[str, str]) -> TemplateSpec:
+    """The endpoint's template for its canary: tests.json's `config.env` over its `env`
+    (a variable it names is no longer read from a Secret through `secretEnv`)."""
+    secret_env = {k: v for k, v in template.secretEnv.items() if k not in env}
+    return template.model_copy(update={"env": {**template.env, **env}, "secretEnv": secret_env})
