@@ -15,9 +15,11 @@ from lockgate.models import EndpointSpec
 from lockgate.models.build import (
     LIVE,
     TERMINAL,
+    BuildReason,
     BuildStatus,
     IllegalTransition,
     advance,
+    first_build_reason,
     new_build,
     new_build_id,
 )
@@ -158,3 +160,26 @@ def test_any_sequence_of_changes_keeps_the_rule(steps: list[BuildStatus]) -> Non
             continue
         assert before.status not in TERMINAL
         assert (build.completedAt is not None) is (build.status in TERMINAL)
+
+
+def _git(trigger: BuildTrigger, ref: str = "") -> EndpointSource:
+    return EndpointSource(
+        git=GitSource(url="https://git.example.test/o/r", ref=ref, trigger=trigger)
+    )
+
+
+@pytest.mark.parametrize("trigger", list(BuildTrigger))
+def test_a_first_build_on_create_or_when_a_source_is_given_unless_manual(
+    trigger: BuildTrigger,
+) -> None:
+    """RunPod builds at once when an endpoint is created from a repository: CREATE; an
+    edit giving a source to an endpoint with none: SOURCE_SET; MANUAL builds only when
+    asked, on create too; a source changed or removed, or none at all: nothing."""
+    src, builds = _git(trigger), trigger != BuildTrigger.MANUAL
+    assert first_build_reason(None, src, created=True) == (BuildReason.CREATE if builds else None)
+    expected = BuildReason.SOURCE_SET if builds else None
+    assert first_build_reason(None, src, created=False) == expected
+    other = _git(BuildTrigger.RELEASE, ref="v2")
+    assert first_build_reason(other, src, created=False) is None  # changed, not given
+    assert first_build_reason(src, None, created=False) is None  # removed
+    assert first_build_reason(None, None, created=True) is None

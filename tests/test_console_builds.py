@@ -123,9 +123,11 @@ def test_create_from_a_repository_then_build_follow_and_roll_back(page, hub_dev,
     assert template["env"] == env
     assert template["containerDiskInGb"] == 30
 
-    # the Builds tab: the first build, started by Create, and its log to the end
+    # the Builds tab: the first build, the one the create started by itself (the console
+    # asks for none: one build, not two), and its log to the end
     table = page.get_by_role("table", name="Builds")
-    first = builds(dev, endpoint_id)[0]
+    [first] = builds(dev, endpoint_id)
+    assert first["reason"] == "CREATE", first
     row = table.locator(f'tr[data-build="{first["id"]}"]')
     row.get_by_role("button", name=f"Log of {first['id']}").click()
     log = page.get_by_role("log", name="Build log lines")
@@ -266,7 +268,8 @@ def test_create_with_a_git_source_and_the_builds_tab_at_phone_width(page, hub_de
     page.get_by_role("heading", name=re.compile("Creat(ing|ed) from-git")).wait_for()
     git = call(hub_dev, "GET", "/v2/serverless/from-git")["source"]["git"]
     assert (git["url"], git["ref"], git["trigger"]) == (f"file://{repo}", "", "PUSH")
-    call(hub_dev, "POST", "/v2/serverless/from-git/builds", {})
+    [build] = builds(hub_dev, "from-git")  # created with a source: built at once
+    assert build["reason"] == "CREATE", build
 
     page.set_viewport_size(PHONE)
     page.goto(f"{hub_dev.url}/console/#/endpoints/from-git/builds")

@@ -35,7 +35,7 @@ from tests.test_manage_api import (  # noqa: F401 - fixtures
     jobs_key,
     local_api,
 )
-from tests.test_v2_builds import BUILT_HANDLER, ECHO, ended, with_source
+from tests.test_v2_builds import BUILT_HANDLER, ECHO, ended, first_build, with_source
 from tests.test_v2_serverless import v2
 from tests.test_v2_workers import read_events
 
@@ -99,8 +99,9 @@ async def test_a_build_is_tested_on_a_canary_before_it_takes_traffic(
         names = [r.get("name", "") for r in (await registry.list_keys()).values()]
         assert [n for n in names if n.startswith("canary")] == []
 
-    # the tests pass: COMPLETED, a GIT_BUILD release, the workers run it
-    one = await build()
+    # the create's own build (CREATE): the tests pass, COMPLETED, a GIT_BUILD release, the
+    # workers run it
+    one = await ended(api, ep["id"], (await first_build(api, ep["id"]))["id"])
     assert one["status"] == "COMPLETED", one
     assert (one["error"], one["failedTest"]) == (None, None)
     assert await _runs(run, {"built": "x", "rev": 1})
@@ -253,8 +254,9 @@ async def test_lockgate_dev_tests_builds_and_a_stop_mid_test_leaves_no_canary(
             assert resp.status < 300, await resp.text()
             return await resp.json(content_type=None)
 
-    async def build(dev: DevProcess, *live: str) -> dict[str, Any]:
-        asked = await call(dev, "POST", "/builds")
+    async def build(dev: DevProcess, *live: str, asked: dict[str, Any] | None = None) -> Any:
+        """`asked` (default: a build asked for now) once it has ended, or is in `live`."""
+        asked = asked or await call(dev, "POST", "/builds")
 
         async def ended() -> dict[str, Any] | None:
             got = await call(dev, "GET", f"/builds/{asked['id']}")
@@ -273,7 +275,8 @@ async def test_lockgate_dev_tests_builds_and_a_stop_mid_test_leaves_no_canary(
     with DevProcess(ECHO, data_dir=data) as dev:
         admin["authorization"] = f"Bearer {dev.key}"
         await call(dev, "PATCH", "", {"source": {"git": {"url": f"file://{repo}"}}})
-        one = await build(dev, "TESTING")
+        [given] = (await call(dev, "GET", "/builds"))["builds"]  # the source given: built
+        one = await build(dev, "TESTING", asked=given)
         assert one["status"] == "COMPLETED", one
 
         async def runs_rev_1() -> bool:
@@ -389,7 +392,7 @@ async def test_a_load_balancing_endpoints_build_is_tested_through_its_route(
         ids = await api.plane.gw.registry.endpoint_ids()
         assert [i for i in ids if i.startswith("canary-")] == []
 
-    one = await build()
+    one = await ended(api, ep["id"], (await first_build(api, ep["id"]))["id"])  # the create's
     assert one["status"] == "COMPLETED", (one, await _lines(api, ep["id"], one["id"]))
     text = "\n".join(await _lines(api, ep["id"], one["id"]))
     assert "testing on a canary worker" in text and "test 'check' passed (HTTP 200" in text, text
@@ -424,8 +427,7 @@ async def test_a_cancel_while_testing_removes_the_canary(api: Api, tmp_path: Pat
     files = {"handler.py": handler(3), ".runpod/tests.json": runpod_tests(slow)}
     repo = make_repo(tmp_path / "slow", files, "a test that takes its time")
     ep = await with_source(api, f"file://{repo}")
-    status, _, asked = await v2(api, "POST", f"/{ep['id']}/builds")
-    assert status == 201, asked
+    asked = await first_build(api, ep["id"])  # the create's
     registry = api.plane.gw.registry
 
     async def canary_busy() -> bool:  # the canary holds the test's job

@@ -338,6 +338,33 @@ def test_a_build_runs_as_a_job_and_its_record_follows(
     )
 
 
+def test_an_endpoint_created_through_the_api_with_a_source_builds_at_once(
+    kube: k8s.ApiClient, builds_operator: str
+) -> None:
+    """RunPod builds at once when an endpoint is created from a repository: the management
+    API's create (of a cluster with `builds.registry`) records the first build (`CREATE`)
+    and the operator creates its Job; with `trigger: MANUAL` nothing builds by itself."""
+    headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    released = {"git": {**SOURCE["git"], "trigger": "RELEASE"}}
+    for endpoint_id, source in (("ep-created", released), ("ep-manual", SOURCE)):
+        body = {"id": endpoint_id, "templateId": "built-tpl", "computeType": "CPU",
+                "source": source}  # fmt: skip
+        answer = requests.post(f"{builds_operator}/v1/endpoints", json=body, headers=headers,
+                               timeout=30)  # fmt: skip
+        assert answer.status_code == 200, answer.text
+    created, manual = (Builds(kube, builds_operator, i) for i in ("ep-created", "ep-manual"))
+    [build] = created.call("GET").json()["builds"]
+    assert (build["reason"], build["ref"]) == ("CREATE", ""), build
+    job = wait_until(lambda: created.job(build["id"]), "the first build's Job created", 30)
+    assert job.metadata.labels["lockgate.dev/endpoint"] == "ep-created"
+    assert manual.call("GET").json()["builds"] == []
+    for endpoint_id in ("ep-created", "ep-manual"):
+        created.custom.delete_namespaced_custom_object(
+            GROUP, VERSION, ENDPOINTS_NS, "endpoints", endpoint_id
+        )
+    wait_until(lambda: created.job(build["id"]) is None, "the Job deleted with the Endpoint", 30)
+
+
 def test_a_failed_build_says_the_builders_last_line(
     kube: k8s.ApiClient, builds_operator: str
 ) -> None:

@@ -72,6 +72,19 @@ async def with_source(
     return body
 
 
+async def builds_of(api: Api, endpoint_id: str) -> list[dict[str, Any]]:
+    """The endpoint's builds, newest first."""
+    status, _, page = await v2(api, "GET", f"/{endpoint_id}/builds")
+    assert status == 200, page
+    return page["builds"]
+
+
+async def first_build(api: Api, endpoint_id: str) -> dict[str, Any]:
+    """The build a create with a source started by itself (the endpoint's only one)."""
+    [build] = await builds_of(api, endpoint_id)
+    return build
+
+
 async def ended(api: Api, endpoint_id: str, build_id: str) -> dict[str, Any]:
     """The build once it has ended (bounded in time)."""
 
@@ -156,7 +169,8 @@ async def test_a_bad_source_is_a_422_naming_the_field(
 async def test_a_build_checks_out_the_repository_and_shows_runpods_fields(
     api: Api, repo: Path
 ) -> None:
-    ep = await with_source(api, f"file://{repo}")
+    ep = await with_source(api, f"file://{repo}", trigger="MANUAL")  # no build by itself
+    assert await builds_of(api, ep["id"]) == []
     status, _, build = await v2(api, "POST", f"/{ep['id']}/builds")
     assert status == 201, build
     assert re.fullmatch(r"build_[a-z0-9]+", build["id"]) and build["status"] == "PENDING"
@@ -172,8 +186,44 @@ async def test_a_build_checks_out_the_repository_and_shows_runpods_fields(
 
 
 @pytest.mark.parametrize("api", ["local"], indirect=True)
-async def test_a_ref_the_repository_lacks_fails_the_build_saying_why(api: Api, repo: Path) -> None:
+async def test_an_endpoint_created_with_a_source_builds_at_once_unless_its_trigger_is_manual(
+    api: Api, repo: Path
+) -> None:
+    """RunPod builds at once when an endpoint is created from a repository: so does a v2 or
+    v1 create (`CREATE`) and an edit giving a source to an endpoint with none
+    (`SOURCE_SET`); `trigger: MANUAL` builds only when asked, on create too."""
     ep = await with_source(api, f"file://{repo}")
+    build = await first_build(api, ep["id"])
+    assert (build["reason"], build["ref"]) == ("CREATE", ""), build
+    done = await ended(api, ep["id"], build["id"])
+    assert done["status"] == "COMPLETED", done
+    assert done["commitHash"] == git(repo, "rev-parse", "--short", "HEAD")
+
+    source = {"git": {"url": f"file://{repo}", "ref": "main"}}
+    status, record = await api.call("POST", body={"templateId": api.template, "source": source})
+    assert status == 200, record
+    by_v1 = await first_build(api, record["id"])
+    assert by_v1["reason"] == "CREATE", by_v1  # v1 as v2
+
+    manual = await with_source(api, f"file://{repo}", trigger="MANUAL")
+    status, _, plain = await v2(api, "POST", body=cpu_body())
+    assert status == 201, plain
+    status, _, edited = await v2(api, "PATCH", f"/{plain['id']}", {"source": source})
+    assert status == 200, edited
+    given = await first_build(api, plain["id"])
+    assert given["reason"] == "SOURCE_SET", given
+    changed = {"source": {"git": {**source["git"], "ref": ""}}}
+    assert (await v2(api, "PATCH", f"/{plain['id']}", changed))[0] == 200
+    # a source changed, not given: no build by itself
+    assert [b["id"] for b in await builds_of(api, plain["id"])] == [given["id"]]
+    assert await builds_of(api, manual["id"]) == []
+    for endpoint_id, one in ((record["id"], by_v1), (plain["id"], given)):
+        assert (await ended(api, endpoint_id, one["id"]))["status"] == "COMPLETED"
+
+
+@pytest.mark.parametrize("api", ["local"], indirect=True)
+async def test_a_ref_the_repository_lacks_fails_the_build_saying_why(api: Api, repo: Path) -> None:
+    ep = await with_source(api, f"file://{repo}", trigger="MANUAL")
     status, _, build = await v2(api, "POST", f"/{ep['id']}/builds", {"ref": "no-such-branch"})
     assert status == 201 and build["ref"] == "no-such-branch", build
     done = await ended(api, ep["id"], build["id"])
@@ -185,8 +235,7 @@ async def test_a_ref_the_repository_lacks_fails_the_build_saying_why(api: Api, r
 async def test_a_repository_with_nothing_to_run_fails_its_build(api: Api, tmp_path: Path) -> None:
     empty = make_repo(tmp_path / "empty", {"README.md": "nothing to run\n"})
     ep = await with_source(api, f"file://{empty}")
-    status, _, build = await v2(api, "POST", f"/{ep['id']}/builds")
-    assert status == 201, build
+    build = await first_build(api, ep["id"])  # created with a source: built at once
     done = await ended(api, ep["id"], build["id"])
     assert done["status"] == "FAILED" and "no handler.py" in done["error"], done
     assert done["commitHash"] == git(empty, "rev-parse", "--short", "HEAD")  # which one failed
@@ -218,8 +267,8 @@ async def test_builds_list_newest_first_in_cursor_pages(api: Api, repo: Path) ->
 async def test_a_live_build_is_cancelled_and_an_ended_one_is_a_409(api: Api) -> None:
     async with silent_git_server() as url:
         ep = await with_source(api, url)
-        status, _, running = await v2(api, "POST", f"/{ep['id']}/builds")
-        assert status == 201, running
+        running = await first_build(api, ep["id"])  # the one the create started
+        assert running["reason"] == "CREATE", running
         status, _, waiting = await v2(api, "POST", f"/{ep['id']}/builds")  # behind the first
         assert status == 201, waiting
 
@@ -247,7 +296,7 @@ async def test_refusals_are_problems(api: Api, repo: Path) -> None:
     assert status == 201
     status, kind, problem = await v2(api, "POST", f"/{plain['id']}/builds")
     assert (status, kind) == (400, PROBLEM) and "no source" in problem["detail"], problem
-    ep = await with_source(api, f"file://{repo}")
+    ep = await with_source(api, f"file://{repo}", trigger="MANUAL")
     cases = [
         ("GET", "/nosuchendpoint/builds", None, 404),
         ("POST", "/nosuchendpoint/builds", None, 404),
@@ -273,8 +322,7 @@ async def test_a_builds_log_streams_and_resumes_after_the_last_event_id(
     api: Api, repo: Path
 ) -> None:
     ep = await with_source(api, f"file://{repo}")
-    status, _, build = await v2(api, "POST", f"/{ep['id']}/builds")
-    assert status == 201
+    build = await first_build(api, ep["id"])
     await ended(api, ep["id"], build["id"])
     logs = f"{api.url}/v2/serverless/{ep['id']}/builds/{build['id']}/logs"
     headers = {"authorization": f"Bearer {api.key}"}
@@ -282,7 +330,7 @@ async def test_a_builds_log_streams_and_resumes_after_the_last_event_id(
         assert resp.status == 200 and resp.headers["Content-Type"] == "text/event-stream"
         events = await asyncio.wait_for(read_events(resp), 30)  # it ends: the build has
     lines = [e["data"]["line"] for e in events]
-    assert lines[0].startswith("build asked (MANUAL)")
+    assert lines[0].startswith("build asked (CREATE)")
     assert any(line.startswith("HEAD is now at") for line in lines), lines
     assert lines[-1].startswith("build completed at")
     assert {e["data"]["source"] for e in events} == {"system", "container"}
@@ -298,8 +346,7 @@ async def test_a_builds_log_streams_and_resumes_after_the_last_event_id(
 @pytest.mark.parametrize("api", ["local"], indirect=True)
 async def test_deleting_the_endpoint_deletes_its_builds(api: Api, repo: Path) -> None:
     ep = await with_source(api, f"file://{repo}")
-    _, _, build = await v2(api, "POST", f"/{ep['id']}/builds")
-    await ended(api, ep["id"], build["id"])
+    await ended(api, ep["id"], (await first_build(api, ep["id"]))["id"])
     assert (await v2(api, "DELETE", f"/{ep['id']}"))[0] == 204
     redis = api.plane.builds.redis
     assert [k async for k in redis.scan_iter(match=f"lg:{{{ep['id']}}}:b*")] == []
@@ -340,16 +387,19 @@ async def test_no_start_or_source_body_gets_a_5xx(api: Api, repo: Path) -> None:
         seen.extend([("start", start), ("edit", edit)])
 
     run()
+    manual = {"source": {"git": {"url": f"file://{repo}", "trigger": "MANUAL"}}}
     for kind, body in seen:  # generated first, then sent: hypothesis runs no coroutine
         if kind == "start":
             status, content, _ = await v2(api, "POST", f"/{plain['id']}/builds", body)
         else:
             status, content, _ = await v2(api, "PATCH", f"/{ep['id']}", body)
+            if status == 200 and body["source"] is None:  # given its source back at once:
+                assert (await v2(api, "PATCH", f"/{ep['id']}", manual))[0] == 200
         assert status == 200 or (status < 500 and content == PROBLEM), (kind, body, status)
-    # no start made a build (that endpoint has no source; starts never go to the fuzzed
-    # source: a generated https URL would make git reach off this machine)
-    page = (await v2(api, "GET", f"/{plain['id']}/builds"))[2]
-    assert page["builds"] == []
+    # nothing built: that endpoint has no source, and the fuzzed sources only ever replaced
+    # one (no `SOURCE_SET` build), so git never clones a generated URL off this machine
+    for endpoint_id in (plain["id"], ep["id"]):
+        assert await builds_of(api, endpoint_id) == []
 
 
 # -- on a cluster ----------------------------------------------------------------------------
@@ -361,7 +411,7 @@ async def test_a_cluster_keeps_the_source_but_answers_a_start_501(kubernetes_api
     status, record = await api.call("POST", body={
         "templateId": api.template, "source": {"git": {"url": "https://git.example.test/o/r"}},
     })  # fmt: skip
-    assert status == 200, record
+    assert status == 200, record  # no build started: this control plane does not build
     api.forget(record["id"])
     assert record["source"]["git"]["url"] == "https://git.example.test/o/r"
     status, kind, problem = await v2(api, "POST", f"/{record['id']}/builds")
@@ -438,8 +488,8 @@ async def test_a_signed_push_to_the_tracked_branch_builds_and_a_bad_signature_is
     assert status == 201 and renewed["secret"] != secret
     status, _ = await hook(api, ep["id"], headers, body)
     assert status == 401  # the old secret stopped working
-    page = (await v2(api, "GET", f"/{ep['id']}/builds"))[2]
-    assert len(page["builds"]) == 1  # only the push to main built
+    reasons = [b["reason"] for b in await builds_of(api, ep["id"])]
+    assert reasons == ["PUSH", "CREATE"]  # only the push to main built, after the create
 
 
 @pytest.mark.parametrize("api", ["local"], indirect=True)
@@ -469,8 +519,8 @@ async def test_dev_builds_survive_a_restart_and_a_stop_mid_build_ends_it_failed(
         admin["authorization"] = f"Bearer {dev.key}"
         status, ep = await call(dev, "PATCH", "", {"source": {"git": {"url": f"file://{repo}"}}})
         assert status == 200 and ep["source"]["git"]["trigger"] == "RELEASE", ep
-        status, built = await call(dev, "POST", "/builds")
-        assert status == 201, built
+        [built] = (await call(dev, "GET", "/builds"))[1]["builds"]  # a source given: built
+        assert built["reason"] == "SOURCE_SET", built
 
         async def completed() -> bool:
             return (await call(dev, "GET", f"/builds/{built['id']}"))[1]["status"] == "COMPLETED"
@@ -500,7 +550,7 @@ async def test_dev_builds_survive_a_restart_and_a_stop_mid_build_ends_it_failed(
 async def test_build_answers_conform_to_the_openapi_document(api: Api, repo: Path) -> None:
     async with api.http.get(f"{api.url}/v2/openapi.json") as resp:
         doc = await resp.json()
-    ep = await with_source(api, f"file://{repo}")
+    ep = await with_source(api, f"file://{repo}", trigger="MANUAL")
     one = "/v2/serverless/{id}/builds/{buildId}"
     status, _, build = await v2(api, "POST", f"/{ep['id']}/builds", {"ref": "main"})
     conforms(doc, answer_schema(doc, "post", "/v2/serverless/{id}/builds", 201), build)
@@ -531,7 +581,9 @@ async def test_a_completed_build_is_what_the_workers_run_then(
     api: Api, tmp_path: Path, jobs_key: str
 ) -> None:
     built = make_repo(tmp_path / "built", {"handler.py": BUILT_HANDLER}, "a built handler")
-    ep = await with_source(api, f"file://{built}", fields={"workers": {"min": 1, "max": 1}})
+    ep = await with_source(
+        api, f"file://{built}", trigger="MANUAL", fields={"workers": {"min": 1, "max": 1}}
+    )  # the template runs until the build asked for below
     url = ep["requestUrls"]["runSync"] + "?wait=60000"
 
     async def run(value: str) -> dict[str, Any]:
@@ -578,7 +630,9 @@ async def test_a_completed_build_is_a_git_build_release_and_rollback_runs_it_aga
     one to the first release the template again; a build whose checkout dev mode no longer
     keeps (the newest 3 are) is a 409 problem, with nothing changed."""
     repo = make_repo(tmp_path / "revs", {"handler.py": _handler_of_revision(1)}, "rev 1")
-    ep = await with_source(api, f"file://{repo}", fields={"workers": {"min": 1, "max": 1}})
+    ep = await with_source(
+        api, f"file://{repo}", trigger="MANUAL", fields={"workers": {"min": 1, "max": 1}}
+    )  # the builds are the ones asked for below
     url = ep["requestUrls"]["runSync"] + "?wait=60000"
 
     async def run() -> dict[str, Any]:

@@ -11,6 +11,7 @@ are v1's); `refusal_statuses` turns them into the HTTP status every REST view an
 
 from __future__ import annotations
 
+import contextlib
 import re
 import secrets
 import string
@@ -23,6 +24,7 @@ from pydantic import ValidationError
 
 from lockgate.gateway.errors import ApiError
 from lockgate.manage.controlplane import (
+    BuildsUnavailable,
     ControlPlane,
     EndpointExists,
     EndpointNotFound,
@@ -39,7 +41,9 @@ from lockgate.models import (
     TemplateSpec,
     describe_validation_error,
 )
+from lockgate.models.build import BuildReason, first_build_reason
 from lockgate.models.registryauth import RegistryAuthSpec
+from lockgate.models.source import source_of
 from lockgate.models.volumes import NetworkVolumeSpec
 
 ID_ALPHABET = string.ascii_lowercase + string.digits
@@ -171,22 +175,36 @@ async def create_endpoint(
     plane: ControlPlane, storage: Storage, endpoint_id: str | None, spec: EndpointSpec
 ) -> EndpointRecord:
     """Create an endpoint (a new RunPod-style id when `endpoint_id` is None); `Invalid`
-    for an id or volume it cannot take, `Taken` when the id is."""
+    for an id or volume it cannot take, `Taken` when the id is. One created with a
+    source whose trigger is not MANUAL starts its first build at once (`CREATE`)."""
     endpoint_id = new_id(ENDPOINT_ID_LENGTH) if endpoint_id is None else endpoint_id
     checked_id(endpoint_id, endpoint=True)
     await require_volume(storage, spec.networkVolumeId)
     try:
-        return await plane.create(endpoint_id, spec)
+        record = await plane.create(endpoint_id, spec)
     except EndpointExists as err:
         raise Taken(f"id: endpoint {endpoint_id!r} exists already") from err
     except UnusableSettings as err:
         raise Invalid(str(err)) from err
+    await _build_at_once(plane, endpoint_id, first_build_reason(None, spec.source, created=True))
+    return record
+
+
+async def _build_at_once(plane: ControlPlane, endpoint_id: str, reason: BuildReason | None) -> None:
+    """Start the build `first_build_reason` asked for (None: none). A control plane that
+    does not build (a cluster with no `builds.registry`) starts none: the endpoint runs
+    its template, as it would with `trigger: MANUAL`."""
+    if reason is None:
+        return
+    with contextlib.suppress(BuildsUnavailable):
+        await plane.start_build(endpoint_id, None, reason)
 
 
 async def edit_endpoint(
     plane: ControlPlane, storage: Storage, endpoint_id: str, changes: Mapping[str, Any]
 ) -> EndpointRecord:
-    """Apply spec-named `changes` (the others keep their values)."""
+    """Apply spec-named `changes` (the others keep their values). An edit that gives a
+    source to an endpoint that had none builds at once (`SOURCE_SET`), as a create does."""
     changes = dict(changes)
     if changes.pop("id", endpoint_id) != endpoint_id:
         raise Invalid("id: an endpoint's id cannot change")
@@ -196,11 +214,14 @@ async def edit_endpoint(
     if spec.networkVolumeId != current.networkVolumeId:
         await require_volume(storage, spec.networkVolumeId)
     try:
-        return await plane.patch(endpoint_id, spec)
+        record = await plane.patch(endpoint_id, spec)
     except EndpointNotFound as err:
         raise Missing(f"endpoint {endpoint_id!r} not found") from err
     except UnusableSettings as err:
         raise Invalid(str(err)) from err
+    before = source_of(current.source)
+    await _build_at_once(plane, endpoint_id, first_build_reason(before, spec.source, created=False))
+    return record
 
 
 async def delete_endpoint(plane: ControlPlane, endpoint_id: str) -> None:

@@ -17,6 +17,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from lockgate.models.source import BuildTrigger, EndpointSource
+
 BUILD_ID_PREFIX = "build_"  # RunPod's look: build_abc123
 BUILD_ID_RANDOM = 12
 BUILD_ID_PATTERN = r"^build_[a-z0-9]{1,64}$"
@@ -53,6 +55,8 @@ class BuildReason(StrEnum):
     PUSH = "PUSH"
     TAG = "TAG"
     RELEASE = "RELEASE"
+    CREATE = "CREATE"  # the endpoint was created with a source (its first build)
+    SOURCE_SET = "SOURCE_SET"  # an edit gave a source to an endpoint that had none
 
 
 class FailedTest(BaseModel):
@@ -93,6 +97,20 @@ class Build(BaseModel):
     def view(self) -> dict[str, Any]:
         """The build as the API shows it (RunPod's fields and lockgate's)."""
         return self.model_dump(mode="json")
+
+
+def first_build_reason(
+    before: EndpointSource | None, after: EndpointSource | None, *, created: bool
+) -> BuildReason | None:
+    """Whether an endpoint builds at once, as RunPod does when an endpoint is created
+    from a repository: `CREATE` when it was `created` with a source, `SOURCE_SET` when an
+    edit gave a source to one that had `before` none; None otherwise (no source, a
+    source only changed, or its trigger MANUAL: a MANUAL source builds only when asked)."""
+    if after is None or after.git.trigger == BuildTrigger.MANUAL:
+        return None
+    if created:
+        return BuildReason.CREATE
+    return BuildReason.SOURCE_SET if before is None else None
 
 
 def rfc3339(at: datetime | None = None) -> str:

@@ -212,16 +212,10 @@ function hubForm(found, ctx, {devMode}) {
     }
     submit.disabled = true;
     try {
+      // The source's trigger is RELEASE: the create starts the first build by itself
+      // (reason CREATE; none on a cluster that does not build), shown in the Builds tab.
       const made = await api("/v2/serverless", {method: "POST", body: body(), signal: ctx.signal});
-      let note = "";
-      try {
-        const build = await api(`/v2/serverless/${encodeURIComponent(made.id)}/builds`, {method: "POST", body: {}, signal: ctx.signal});
-        note = `, build ${build.id} started`;
-      } catch (err) {
-        if (err.name === "AbortError") throw err;
-        note = ` (no build started: ${err.message})`;
-      }
-      toast(`Created ${made.id}${note}`);
+      toast(`Created ${made.id}`);
       ctx.go(`#/endpoints/${encodeURIComponent(made.id)}/builds`);
     } catch (err) {
       if (err.name === "AbortError") return;

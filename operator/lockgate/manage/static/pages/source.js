@@ -14,7 +14,7 @@ const TRIGGERS = [
   ["RELEASE", "A new release (RunPod's)"],
   ["TAG", "A new tag"],
   ["PUSH", "A push to the tracked branch"],
-  ["MANUAL", "Nothing: Start a build only"],
+  ["MANUAL", "Nothing: Start a build only (none on create either)"],
 ];
 const TIMEOUT_MAX_MIN = 24 * 60; // models/source.py BUILD_TIMEOUT_MAX_MIN
 
@@ -63,7 +63,8 @@ export function sourceFields(initial, {devMode = false} = {}) {
       field("trigger", "Builds on"),
       field("buildTimeoutMin", "Build time limit (min)", `1 to ${TIMEOUT_MAX_MIN}; past it the build fails.`)),
     h("p", {class: "hint"}, "The template below runs until the first build completes and keeps the "
-      + "rest of the container (env, disk, ports). Start a build in the Builds tab."));
+      + "rest of the container (env, disk, ports). Creating the endpoint with a source, or adding "
+      + "one, starts its first build (unless it builds on Nothing); start more in the Builds tab."));
   const apply = () => { fields.hidden = !on.checked; };
   on.addEventListener("change", apply);
   apply();
