@@ -9,9 +9,10 @@ usage `store.usage` keeps folds into any bucket size exactly.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol, TypeVar
 
 from lockgate.settings import Prices
 from lockgate.store.usage import HourUsage, KeyUsage
@@ -119,21 +120,39 @@ class Record:
     usage: Usage
 
 
+class _Sum(Protocol):
+    def add(self, other: Any, /) -> None: ...
+
+
+S = TypeVar("S", bound=_Sum)
+
+
+def _summed(
+    hours: Mapping[str, Mapping[int, Any]],
+    size: BucketSize,
+    first: datetime,
+    last: datetime,
+    empty: Callable[[], S],
+    used: Callable[[Any], object],
+) -> list[tuple[datetime, str, S]]:
+    """Each name's hourly usage (hour: epoch s) within [first, last) that was `used`, summed
+    per bucket into `empty()`: (bucket start, name, sum), ordered by bucket then name."""
+    sums: dict[tuple[datetime, str], S] = {}
+    for name, by_hour in hours.items():
+        for hour, usage in by_hour.items():
+            at = datetime.fromtimestamp(hour, UTC)
+            if first <= at < last and used(usage):
+                sums.setdefault((bucket_start(at, size), name), empty()).add(usage)
+    return [(start, name, sums[start, name]) for start, name in sorted(sums)]
+
+
 def fold(
     hours: Mapping[str, Mapping[int, HourUsage]], size: BucketSize, first: datetime, last: datetime
 ) -> list[Record]:
     """Each endpoint's hourly usage (hour: epoch s) within [first, last) summed per bucket,
     one record per endpoint and bucket with any, ordered by bucket then endpoint."""
-    sums: dict[tuple[datetime, str], Usage] = {}
-    for endpoint_id, by_hour in hours.items():
-        for hour, usage in by_hour.items():
-            at = datetime.fromtimestamp(hour, UTC)
-            if first <= at < last and usage.worker_seconds:
-                sums.setdefault((bucket_start(at, size), endpoint_id), Usage()).add(usage)
-    return [
-        Record(start, shifted(start, size, 1), endpoint_id, sums[start, endpoint_id])
-        for start, endpoint_id in sorted(sums)
-    ]
+    summed = _summed(hours, size, first, last, Usage, lambda u: u.worker_seconds)
+    return [Record(start, shifted(start, size, 1), name, u) for start, name, u in summed]
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,16 +195,8 @@ def fold_keys(
 ) -> list[KeyRecord]:
     """Each API key's hourly usage (hour: epoch s) within [first, last) summed per bucket,
     one record per key and bucket with any, ordered by bucket then key id."""
-    sums: dict[tuple[datetime, str], KeyUsage] = {}
-    for key_id, by_hour in hours.items():
-        for hour, usage in by_hour.items():
-            at = datetime.fromtimestamp(hour, UTC)
-            if first <= at < last and usage.execution_ms:
-                sums.setdefault((bucket_start(at, size), key_id), KeyUsage()).add(usage)
-    return [
-        KeyRecord(start, shifted(start, size, 1), key_id, sums[start, key_id])
-        for start, key_id in sorted(sums)
-    ]
+    summed = _summed(hours, size, first, last, KeyUsage, lambda u: u.execution_ms)
+    return [KeyRecord(start, shifted(start, size, 1), name, u) for start, name, u in summed]
 
 
 def key_amounts(usage: KeyUsage, prices: Prices) -> Amounts:
