@@ -147,6 +147,10 @@ class Context:
     # One registration at a time per endpoint in this process: the worker key is never read
     # back, so two concurrent ones (a handler and the resync daemon) must not interleave.
     registering: dict[str, asyncio.Lock] = field(default_factory=dict)
+    # One reconcile at a time per endpoint in this process: a resync (or a Template's
+    # change) that read the Endpoint before a change (a rollback's build annotation) must
+    # not write its Deployment after the change's own reconcile did, undoing it.
+    converging: dict[str, asyncio.Lock] = field(default_factory=dict)
     # Uids of Endpoints cleaned up: a registration that comes after (a resync begun before
     # the delete) must not bring their registry entry and worker key back.
     forgotten: set[str] = field(default_factory=set)
@@ -689,13 +693,14 @@ async def reconcile(
     Endpoint at rest, or a status refresh that needs no check of the worker-key Secret;
     `created`: the Endpoint's first reconcile (no object of its own can exist yet)."""
     owner = owner_of(body)
-    async with _transient_errors():
+    async with ctx.converging.setdefault(owner.name, asyncio.Lock()), _transient_errors():
         checks, registered, deployment = await _converge(
             ctx, owner, body, steady=steady, rest=rest, created=created
         )
         if deployment is None:
             name = deployment_name(owner.name)
             deployment = await ctx.cluster.read("Deployment", owner.namespace, name)
+    async with _transient_errors():
         counts = await activity(ctx, owner.name) if registered else Activity()
     observed = Observed(
         generation=int(body["metadata"].get("generation") or 0),
@@ -771,6 +776,7 @@ async def clean_up(ctx: Context, name: str, namespace: str, uid: str = "") -> in
             await ctx.registry.delete_key(digest)
         await ctx.registry.delete_endpoint(name)
         ctx.registering.pop(name, None)
+        ctx.converging.pop(name, None)
         await build_jobs.delete_endpoint_jobs(ctx.cluster, ctx.settings, name, namespace)
         await BatchStore(ctx.redis).delete_endpoint_data(name)  # its pool goes as its child
         return await ctx.jobs.delete_endpoint_data(name)
