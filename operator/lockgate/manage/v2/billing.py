@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -113,30 +113,17 @@ def _seconds(u: Usage) -> dict[str, Any]:
     }
 
 
-def report(
-    records: list[Record], prices: Prices, query: BillingQuery, first: datetime, last: datetime
-) -> dict[str, Any]:
-    """RunPod's answer: the records and the metadata (resolved query, counts, totals)."""
-    out, total_money, total_use = [], Amounts(), Usage()
-    for r in records:
-        money = amounts(r.usage, prices)
-        total_money += money
-        total_use.add(r.usage)
-        out.append(
-            {"startTime": _time(r.start), "endTime": _time(r.end), "serverlessId": r.endpoint_id}
-            | _money(money)
-            | _seconds(r.usage)
-        )
-    resolved: dict[str, Any] = {"startTime": _time(first), "endTime": _time(last)}
-    resolved |= {"bucketSize": query.bucketSize}
-    resolved |= {"lastN": query.lastN, "serverlessId": query.serverlessId}
-    metadata = {
-        "query": resolved,
-        "recordCount": len(out),
-        "uniqueServerlessCount": len({r.endpoint_id for r in records}),
-        "totals": _money(total_money) | _seconds(total_use),
-    }
-    return {"records": out, "metadata": metadata}
+@dataclass(frozen=True)
+class _Grouping:
+    """How one grouping's records read: the id field of a record and of the count in the
+    metadata, and how a record's usage is priced and shown in seconds."""
+
+    id_field: str
+    count_field: str
+    id_of: Callable[[Any], str | None]
+    priced: Callable[[Any, Prices], Amounts]
+    seconds: Callable[[Any], dict[str, Any]]
+    empty: Callable[[], Any]  # a usage to sum into
 
 
 def _key_seconds(u: KeyUsage) -> dict[str, Any]:
@@ -148,32 +135,61 @@ def _key_seconds(u: KeyUsage) -> dict[str, Any]:
     }
 
 
+BY_ENDPOINT = _Grouping(
+    "serverlessId", "uniqueServerlessCount", lambda r: r.endpoint_id, amounts, _seconds, Usage
+)
+BY_KEY = _Grouping(
+    "apiKeyId", "uniqueApiKeyCount", lambda r: None if r.key_id == NO_KEY else r.key_id,
+    key_amounts, _key_seconds, KeyUsage,
+)  # fmt: skip
+
+
+def _report(
+    grouping: _Grouping, records: Sequence[Record] | Sequence[KeyRecord], prices: Prices,
+    resolved: dict[str, Any],
+) -> dict[str, Any]:  # fmt: skip
+    """The records and the metadata (the resolved query, counts, totals) of one grouping."""
+    out, total_money, total_use = [], Amounts(), grouping.empty()
+    for r in records:
+        money = grouping.priced(r.usage, prices)
+        total_money += money
+        total_use.add(r.usage)
+        out.append(
+            {"startTime": _time(r.start), "endTime": _time(r.end)}
+            | {grouping.id_field: grouping.id_of(r)}
+            | _money(money)
+            | grouping.seconds(r.usage)
+        )
+    metadata = {
+        "query": resolved,
+        "recordCount": len(out),
+        grouping.count_field: len({grouping.id_of(r) for r in records}),
+        "totals": _money(total_money) | grouping.seconds(total_use),
+    }
+    return {"records": out, "metadata": metadata}
+
+
+def _resolved(query: BillingQuery, first: datetime, last: datetime) -> dict[str, Any]:
+    resolved: dict[str, Any] = {"startTime": _time(first), "endTime": _time(last)}
+    return resolved | {
+        "bucketSize": query.bucketSize, "lastN": query.lastN, "serverlessId": query.serverlessId
+    }  # fmt: skip
+
+
+def report(
+    records: list[Record], prices: Prices, query: BillingQuery, first: datetime, last: datetime
+) -> dict[str, Any]:
+    """RunPod's answer: the records and the metadata (resolved query, counts, totals)."""
+    return _report(BY_ENDPOINT, records, prices, _resolved(query, first, last))
+
+
 def key_report(
     records: list[KeyRecord], prices: Prices, query: BillingQuery, first: datetime, last: datetime
 ) -> dict[str, Any]:
     """The answer of `groupBy=apiKey`: one record per API key and bucket (`apiKeyId`, null
-    for no key), the metadata as RunPod's with the key count."""
-    out, total_money, total_use = [], Amounts(), KeyUsage()
-    for r in records:
-        money = key_amounts(r.usage, prices)
-        total_money += money
-        total_use.add(r.usage)
-        key = None if r.key_id == NO_KEY else r.key_id
-        out.append(
-            {"startTime": _time(r.start), "endTime": _time(r.end), "apiKeyId": key}
-            | _money(money)
-            | _key_seconds(r.usage)
-        )
-    resolved: dict[str, Any] = {"startTime": _time(first), "endTime": _time(last)}
-    resolved |= {"bucketSize": query.bucketSize, "lastN": query.lastN}
-    resolved |= {"serverlessId": query.serverlessId, "groupBy": query.groupBy}
-    metadata = {
-        "query": resolved,
-        "recordCount": len(out),
-        "uniqueApiKeyCount": len({r.key_id for r in records}),
-        "totals": _money(total_money) | _key_seconds(total_use),
-    }
-    return {"records": out, "metadata": metadata}
+    for no key), the metadata as RunPod's with the key count and `groupBy`."""
+    resolved = _resolved(query, first, last) | {"groupBy": query.groupBy}
+    return _report(BY_KEY, records, prices, resolved)
 
 
 BILLING_OPERATION = Operation(
