@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,8 +15,9 @@ import pytest
 import requests
 from playwright.sync_api import expect
 
-from console_browser import PHONE, assert_clean, create_endpoint, create_key, screenshot, sign_in
+from console_browser import PHONE, assert_clean, create_key, screenshot, sign_in
 from devproc import DevProcess
+from priced_dev import priced_dev
 from tests.conftest import wait_until
 
 pytest_plugins = ["console_fixtures"]
@@ -26,22 +26,13 @@ PRICE = 0.36  # per GPU-hour of an NVIDIA L4
 RAN, IDLE = "usage-ran", "usage-idle"
 
 
-@pytest.fixture(scope="module")
-def priced_dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevProcess]:
+@pytest.fixture(scope="module", name="priced_dev")
+def priced_dev_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevProcess]:
     """`lockgate dev` with a price per L4 hour, and an endpoint that keeps one worker up."""
-    env = {"LOCKGATE_GPU_PRICES": json.dumps({"NVIDIA L4": PRICE})}
-    dev = DevProcess(
-        "examples/echo/handler.py", data_dir=tmp_path_factory.mktemp("usage"), env=env
-    ).start()
-    try:
-        create_endpoint(
-            dev, RAN, templateId="examples/echo/handler.py", workersMin=1, workersMax=1,
-            gpuTypeIds=["NVIDIA L4"], gpuCount=1,
-        )  # fmt: skip
-        create_endpoint(dev, IDLE, templateId="examples/echo/handler.py", workersMin=0)
+    ran = {"workersMin": 1, "workersMax": 1, "gpuTypeIds": ["NVIDIA L4"], "gpuCount": 1}
+    endpoints = {RAN: ran, IDLE: {"workersMin": 0}}
+    with priced_dev(tmp_path_factory.mktemp("usage"), {"NVIDIA L4": PRICE}, endpoints) as dev:
         yield dev
-    finally:
-        dev.stop()
 
 
 def billing(dev: DevProcess, **params) -> dict:

@@ -5,17 +5,17 @@ key's hourly usage, read back by `GET /v2/billing/serverless?groupBy=apiKey`. Ag
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 
 import pytest
 import requests
 
-from console_browser import create_endpoint, create_key
+from console_browser import create_key
 from devproc import DevProcess
 from lockgate.store import JobStore, NewJob
 from lockgate.store.records import JobRecord
 from lockgate.store.usage import NO_KEY, UsageLedger, UsageRate
+from priced_dev import priced_dev
 
 GPU_EP = "usage-keys"
 SLEEP_S = 0.4
@@ -24,18 +24,11 @@ SLEEP_S = 0.4
 @pytest.fixture(scope="module")
 def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevProcess]:
     """`lockgate dev` with a priced GPU endpoint of two L4s per worker, one worker kept up."""
-    env = {"LOCKGATE_GPU_PRICES": json.dumps({"NVIDIA L4": 3.6})}
-    proc = DevProcess(
-        "examples/echo/handler.py", data_dir=tmp_path_factory.mktemp("usage-keys"), env=env
-    ).start()
-    try:
-        create_endpoint(
-            proc, GPU_EP, templateId="examples/echo/handler.py", workersMin=1, workersMax=1,
-            gpuTypeIds=["NVIDIA L4"], gpuCount=2,
-        )  # fmt: skip
+    spec = {"workersMin": 1, "workersMax": 1, "gpuTypeIds": ["NVIDIA L4"], "gpuCount": 2}
+    with priced_dev(
+        tmp_path_factory.mktemp("usage-keys"), {"NVIDIA L4": 3.6}, {GPU_EP: spec}
+    ) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 def runsync(dev: DevProcess, key: str, n: int) -> None:
