@@ -578,7 +578,19 @@ def test_a_failing_tests_json_is_test_failed_and_the_first_release_keeps_serving
                BUILD_TIMEOUT_S, every=1)  # fmt: skip
     timed("tested build: asked -> TESTING (build, push)", t0)
     t1 = time.monotonic()
-    wait_until(lambda: canaries(release, endpoint), "the canary Endpoint", 60, every=1)
+
+    def canary_made() -> list[str]:
+        """The canary, or a failure naming what the build is and says (it ended unseen)."""
+        if made_now := canaries(release, endpoint):
+            return made_now
+        record = manage.build(endpoint, build["id"])
+        assert record["status"] == "TESTING", (record, manage.log_lines(endpoint, build["id"]))
+        return []
+
+    try:
+        wait_until(canary_made, "the canary Endpoint", 120, every=1)
+    except AssertionError as err:
+        raise AssertionError((str(err), manage.log_lines(endpoint, build["id"]))) from err
     failed = manage.ended(endpoint, build["id"], timeout=300)
     timed("tested build: TESTING -> TEST_FAILED (canary pod from zero, the test's job)", t1)
     reason = "job FAILED: ValueError: tests.json caught this build"

@@ -903,14 +903,14 @@ def test_a_load_balancing_build_is_tested_through_its_canarys_route(
     one = builds.call("POST").json()
     _complete(builds, one["id"], DIGEST, _cloned_with_tests(LB_TESTS_JSON))
     canary = "canary-" + one["id"].removeprefix("build_")
-    wait_until(lambda: _endpoint(builds, canary), "the canary Endpoint", 30)
+    wait_until(lambda: _endpoint(builds, canary), "the canary Endpoint", 60)
     assert builds.get(one["id"])["status"] == "TESTING"
     assert _endpoint(builds, canary)["spec"]["type"] == "LB"
     with lb_worker(redis_server.url, canary, tmp_path):
         wait_until(lambda: builds.get(one["id"])["status"] == "COMPLETED", "COMPLETED", 60)
     image_one = f"{repository}:{one['id'][6:]}@{DIGEST}"
-    wait_until(lambda: _worker_image(builds) == image_one, "the tested build's digest", 30)
-    wait_until(lambda: _endpoint(builds, canary) is None, "the canary deleted", 30)
+    wait_until(lambda: _worker_image(builds) == image_one, "the tested build's digest", 60)
+    wait_until(lambda: _endpoint(builds, canary) is None, "the canary deleted", 60)
     log = builds.call("GET", f"/{one['id']}/logs", params={"source": "system", "tail": 100})
     assert "test 'check' passed (HTTP 200" in log.text, log.text
     assert canary_keys() == []
@@ -918,14 +918,14 @@ def test_a_load_balancing_build_is_tested_through_its_canarys_route(
     two = builds.call("POST").json()
     _complete(builds, two["id"], "sha256:" + "ab" * 32, _cloned_with_tests(LB_TESTS_JSON))
     canary_two = "canary-" + two["id"].removeprefix("build_")
-    wait_until(lambda: _endpoint(builds, canary_two), "the second canary", 30)
+    wait_until(lambda: _endpoint(builds, canary_two), "the second canary", 60)
     with lb_worker(redis_server.url, canary_two, tmp_path, broken=True):
         wait_until(lambda: builds.get(two["id"])["status"] == "TEST_FAILED", "TEST_FAILED", 60)
     failed = builds.get(two["id"])
     reason = 'the load-balancing route answered HTTP 500: {"error": "revision 2 is broken"}'
     assert failed["failedTest"] == {"name": "check", "reason": reason}, failed
     assert failed["error"] == f"test 'check' failed: {reason}", failed
-    wait_until(lambda: _endpoint(builds, canary_two) is None, "the second canary deleted", 30)
+    wait_until(lambda: _endpoint(builds, canary_two) is None, "the second canary deleted", 60)
     assert canary_keys() == []
     _reconciled_after_now(builds, 63)
     assert _worker_image(builds) == image_one
