@@ -57,7 +57,7 @@ from lockgate.models.jobs import JobStatus, webhook_problem
 from lockgate.models.limits import Operation
 from lockgate.store import JobNotFound
 from lockgate.store.batches import Refused
-from lockgate.store.keys import JOB_ID_RE, new_job_id
+from lockgate.store.keys import JOB_ID_RE, B, new_job_id
 
 MB = 1024 * 1024
 # A 429 past the active or queued limit: when to look again (a batch's requests end at the
@@ -319,7 +319,7 @@ async def results(request: web.Request, gw: Gateway, endpoint_id: str) -> web.Re
     fields = await _fields(gw, endpoint_id, batch_id)
     ids, total = await gw.batches.request_ids(endpoint_id, batch_id, offset, limit)
     done, waiting = await gw.batches.results(endpoint_id, batch_id, ids)
-    draft = fields.get("status") == BatchStatus.DRAFT
+    draft = fields.get(B.STATUS) == BatchStatus.DRAFT
     pool = batch_pool_id(endpoint_id)
     rows = await asyncio.gather(
         *(

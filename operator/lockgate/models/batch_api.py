@@ -20,9 +20,7 @@ class BatchItem(JobRequest):
     """One request of a batch: `/run`'s body without a webhook of its own (the batch's is
     given at create, `?webhook=`). Unknown top-level keys are ignored, as on `/run`."""
 
-    webhook: None = Field(
-        None, description="none: a batch's requests have no webhook of their own"
-    )
+    webhook: None = Field(None, description="none: a batch's requests have no webhook of their own")
 
 
 class BatchUpload(BaseModel):
