@@ -124,6 +124,8 @@ class BatchRunner:
             return
         if status != BatchStatus.FINALIZED:
             return  # a DRAFT: nothing runs yet
+        if self.gw.pool_needed is not None:  # dev mode: its pool, made at its first batch
+            await self.gw.pool_needed(endpoint_id)
         cancelling = bool(fields.get(B.CANCELLING))
         if not cancelling:
             await self.feed(endpoint_id, batch_id)

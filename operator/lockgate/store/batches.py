@@ -132,6 +132,10 @@ class BatchStore:
         call = args.CancelBatch(endpoint_id, batch_id, cancelled_result)
         return _answer(await self._accepting(call))
 
+    async def has_batches(self, endpoint_id: str) -> bool:
+        """Whether the endpoint has (had) batches: its batch pool is wanted."""
+        return bool(await self.redis.exists(keys.batches(endpoint_id)))
+
     async def get(self, endpoint_id: str, batch_id: str) -> dict[str, str] | None:
         """The batch's record fields; None when there is none."""
         raw = await self.redis.hgetall(keys.batch(endpoint_id, batch_id))
