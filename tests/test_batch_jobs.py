@@ -88,6 +88,35 @@ class Dev:
         page = await self.ok("GET", f"{ep}/batch/{bid}/requests?limit=500")
         return page["requests"]
 
+    async def admin_get(self, path: str, **params: str) -> Any:
+        headers = {"authorization": self.admin}
+        async with self.http.get(f"{self.url}{path}", params=params, headers=headers) as resp:
+            assert resp.status == 200, await resp.text()
+            return await resp.json()
+
+    async def billed_ids(self) -> list[str]:
+        """The endpoints of the usage report (`/v2/billing/serverless`, by hour)."""
+        report = await self.admin_get("/v2/billing/serverless", bucketSize="hour")
+        return [r["serverlessId"] for r in report["records"]]
+
+
+async def no_pool_shown(dev: Dev, ep: str) -> bool:
+    """Whether the endpoint's batch pool is in none of the user-facing lists: the endpoint
+    lists (v1, v2), the usage report; and whether it exists (registered, with workers).
+    False when it does not exist (an endpoint without batches has none at all)."""
+    lists = [
+        [e["id"] for e in await dev.admin_get("/v1/endpoints")],
+        [e["id"] for e in (await dev.admin_get("/v2/serverless"))["endpoints"]],
+        await dev.billed_ids(),
+    ]
+    assert ep in lists[0] and ep in lists[1]
+    for ids in lists:
+        assert not [i for i in ids if i.startswith("batch-")], ids
+    pool = dev.plane._endpoints[ep].batch
+    registered = await dev.plane.gw.registry.get_endpoint(batch_pool_id(ep))
+    assert (pool is None) == (registered is None), (pool, registered)
+    return pool is not None
+
 
 @contextlib.asynccontextmanager
 async def dev_mode(
@@ -152,11 +181,16 @@ async def test_a_batch_from_draft_to_its_results_on_its_own_pool(
         await dev.keys(redis)
         await dev.endpoint("bj-life", workersMax=1, batchWorkersMax=2)
         ep = "bj-life"
+        assert not await no_pool_shown(dev, ep), "a pool before any batch"
 
         # a draft uploaded across calls; one request deleted
-        created = await dev.ok("POST", f"{ep}/batch?webhook={hook_url}", [{"input": {"n": 1}}])
+        # n=1 runs across a 10 s interval's end with 5 s to spare: its worker is sampled
+        # alive (usage is sampled, keys.HISTORY_INTERVAL_S), billed to the endpoint below
+        first = [{"input": {"n": 1, "sleep": 15}}]
+        created = await dev.ok("POST", f"{ep}/batch?webhook={hook_url}", first)
         bid = created["id"]
         assert created == {"id": bid, "status": "DRAFT"} and bid.startswith("batch_")
+        assert dev.plane._endpoints[ep].batch is None, "a pool for a DRAFT: nothing runs yet"
         two = await dev.ok(
             "POST", f"{ep}/batch/{bid}/requests",
             {"requests": [{"input": {"n": 2}}, {"input": {"n": 3, "fail": "three is bad"}}]},
@@ -212,6 +246,7 @@ async def test_a_batch_from_draft_to_its_results_on_its_own_pool(
         assert health["jobs"]["completed"] == 0 and health["jobs"]["failed"] == 0
         pool = dev.plane._endpoints[ep].batch
         assert pool is not None and pool.endpoint_id == batch_pool_id(ep)
+        assert await no_pool_shown(dev, ep), "no pool once its batch ran"
 
         # the webhook: signed, its second attempt delivered, never again
         async def delivered() -> dict[str, str] | None:
@@ -236,6 +271,15 @@ async def test_a_batch_from_draft_to_its_results_on_its_own_pool(
 
         await eventually(at_zero, "the batch pool at zero", timeout=30)
         assert len(hook.calls) == 2
+
+        # its workers' time is billed to the endpoint (whose own workers never ran), under
+        # the endpoint's id alone
+        async def billed() -> list[str] | None:
+            ids = await dev.billed_ids()
+            return ids if ep in ids else None
+
+        billed_ids = await eventually(billed, "the pool's usage billed to its endpoint", 60)
+        assert not [i for i in billed_ids if i.startswith("batch-")], billed_ids
 
 
 async def test_cancel_mid_way_lets_the_running_request_finish(

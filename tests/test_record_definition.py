@@ -13,8 +13,10 @@ from importlib import resources
 import pytest
 
 from lockgate.models import JobStatus
+from lockgate.models.batch import BatchStatus
 from lockgate.models.jobs import TTL_DEFAULT_MS
 from lockgate.store import keys, records
+from lockgate.store.args_batches import BATCH_SCRIPTS
 from lockgate.store.keys import F
 from lockgate.store.lua_preamble import ARGS, constant_values, lua_literal, source
 from lockgate.store.records import JobRecord
@@ -151,3 +153,85 @@ def test_the_consoles_job_vocabulary_matches_the_python_definition():
     )  # fmt: skip
     assert "for 1 minute after" in js["text"] and "for 30 minutes" in js["text"]
     assert "(default 24 h)" in js["text"]
+
+
+# Batch Jobs (store/args_batches.py, store/lua/batch_*.lua): the record's fields, its keys'
+# parts and the batch states are named once, in store/keys.py and models/batch.py.
+BATCH_FIELDS = {v for k, v in vars(keys.B).items() if k.isupper()}
+BATCH_SCRIPT_NAMES = sorted(n for n in ARGS if n.startswith("batch_"))
+READERS = ("models/batch.py", "gateway/batch_runner.py", "gateway/batch_api.py")
+
+
+def test_the_batch_scripts_are_files_with_named_arguments():
+    assert set(BATCH_SCRIPT_NAMES) == {c.SCRIPT for c in BATCH_SCRIPTS}
+    assert len(BATCH_SCRIPT_NAMES) == 11
+    store = (REPO / "operator/lockgate/store/batches.py").read_text()
+    assert "register_script" not in store and "KEYS[" not in store, "an inline script"
+
+
+@pytest.mark.parametrize("name", BATCH_SCRIPT_NAMES)
+def test_a_batch_script_names_no_field_key_part_nor_state_by_hand(name):
+    """A batch record's field is B_<NAME>, a key part BP_<PART>, a state BS_<STATE>: a
+    quoted copy in a script would drift from store/keys.py and models/batch.py."""
+    body = code(script_text(name))
+    quoted = set(re.findall(r"'([^']*)'", body))
+    on_redis = {q for line in body.splitlines() if "redis.call" in line for q in
+                re.findall(r"'([^']*)'", line)}  # fmt: skip
+    assert not on_redis & BATCH_FIELDS, f"{name}.lua copies a field name"
+    assert not quoted & set(BatchStatus), f"{name}.lua copies a batch state"
+    assert not re.search(r"'bj|\.\. '[qnorla]'", body), f"{name}.lua builds a batch key"
+    assert "KEYS[" not in body, "a batch key is bkey(batch, BP_<PART>), not a KEYS entry"
+
+
+def test_the_preamble_holds_the_batch_definition():
+    values = constant_values()
+    assert {values[f"B_{k}"] for k in vars(keys.B) if k.isupper()} == BATCH_FIELDS
+    assert values["BATCH_PARTS"] == keys.BATCH_PARTS
+    assert {values[f"BS_{s.name}"] for s in BatchStatus} == set(BatchStatus)
+    assert values["BATCH_KEY"] + values["BP_RESULTS"] == keys.batch("e", "b", "r")[7:-2]
+    assert keys.batch("e", "b7", keys.BP.OPEN) == "lg:{e}:bjo:b7"
+    assert keys.active_batches("e") == keys.batches("e") + values["BATCH_ACTIVE"]
+
+
+@pytest.mark.parametrize("path", READERS)
+def test_python_reads_a_batch_record_only_by_its_defined_field_names(path):
+    """The summary (models/batch.py, which may not import store) and the gateway read the
+    record by the names store/keys.py `B` gives it; a renamed field fails here."""
+    text = (REPO / "operator/lockgate" / path).read_text()
+    read = set(re.findall(r"fields(?:\.get\(|\[)\"([A-Za-z]+)\"", text))
+    assert read <= BATCH_FIELDS, read - BATCH_FIELDS
+
+
+async def test_the_batch_scripts_keep_a_batch_in_the_keys_python_reads(redis):
+    """A round trip through the scripts and the Python readers: a drifted key or field
+    name on either side loses what the other wrote."""
+    from lockgate.models.batch import BatchLimits, summary
+    from lockgate.store.batches import BatchStore, Refused
+
+    store = BatchStore(redis)
+    await store.create("e", "batch_1", 1_000, [("r1", b'{"input":{}}')], "http://h/", BatchLimits())
+    assert await store.add("e", "batch_1", [("r2", b'{"input":{"a":1}}')], BatchLimits()) == 2
+    assert await store.request_ids("e", "batch_1", 0, 10) == (["r1", "r2"], 2)
+    assert await store.waiting("e", "batch_1") == 2
+    assert await store.rename("e", "batch_1", "nightly")
+    assert await store.finalize("e", "batch_1", 2_000, 10) == 2
+    with pytest.raises(Refused, match="state: FINALIZED"):
+        await store.delete_request("e", "batch_1", "r1")
+    assert await store.queued("e", "batch_1", ["r1", "r2"]) == []
+    assert await store.record("e", "batch_1", 1, [("r1", True, b'{"status":"COMPLETED"}')]) == (
+        2, 1, 0, 1,
+    )  # fmt: skip
+    fields = await store.get("e", "batch_1")
+    assert fields is not None
+    shown = summary("batch_1", "e", fields)
+    assert (shown["status"], shown["name"], shown["createdAt"]) == ("FINALIZED", "nightly", 1_000)
+    assert (shown["requestTotal"], shown["requestCompleted"], shown["requestInProgress"]) == (
+        2, 1, 1,
+    )  # fmt: skip
+    assert await store.conclude("e", "batch_1", BatchStatus.FAILED, 3_000, 60_000)
+    assert await store.claim_webhook("e", "batch_1", 3_000, 5_000) == 1
+    await store.settle_webhook("e", "batch_1", state="delivered")
+    done = summary("batch_1", "e", await store.get("e", "batch_1") or {})
+    assert (done["status"], done["doneAt"], done["webhook"]) == ("FAILED", 3_000, "DELIVERED")
+    assert await redis.pttl(keys.batch("e", "batch_1", keys.BP.RESULTS)) > 0
+    assert await redis.scard(keys.active_batches("e")) == 0

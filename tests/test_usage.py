@@ -15,10 +15,12 @@ from lockgate.manage.usage import (
     amounts,
     bucket_start,
     fold,
+    pools_folded,
     shifted,
     snap_up,
     window,
 )
+from lockgate.models.batch import batch_pool_id, batch_pool_parent
 from lockgate.settings import Prices
 from lockgate.store.usage import UNSPECIFIED_GPU, HourUsage, UsageRate, chunks, parse_hours, rate_of
 
@@ -168,3 +170,33 @@ def test_the_usage_hashes_read_cover_the_window() -> None:
     week = 7 * 24 * 3600
     assert list(chunks(week + 5, week + 6)) == [week]
     assert list(chunks(week - 1, 2 * week + 1)) == [0, week, 2 * week]
+
+
+LONG = "a" * 63  # its pool's id is cut and a digest added
+
+
+@pytest.mark.parametrize(
+    ("endpoint_id", "known", "parent"),
+    [
+        ("batch-ep", (), "ep"),
+        ("ep", (), None),
+        ("batch-", (), None),
+        (batch_pool_id(LONG), ("ep", LONG), LONG),  # cut: a known endpoint names it back
+        ("batch-" + "b" * 58, (), None),  # too long to be a pool's own id
+    ],
+)
+def test_a_batch_pool_names_its_endpoint_back(
+    endpoint_id: str, known: tuple[str, ...], parent: str | None
+) -> None:
+    assert batch_pool_parent(endpoint_id, known) == parent
+
+
+def test_a_batch_pools_usage_is_its_endpoints_and_no_row_of_its_own() -> None:
+    pool = HourUsage(worker_seconds=30, vcpu_seconds=60, gpu_seconds={"A100": 30})
+    own = HourUsage(worker_seconds=10, vcpu_seconds=0, gpu_seconds={"A100": 10, "L4": 5})
+    hours = {"ep": {0: own}, "batch-ep": {0: pool, 3600: pool}, "batch-gone": {0: pool}}
+    folded = pools_folded(hours, lambda i: batch_pool_parent(i, hours))
+    assert set(folded) == {"ep", "gone"}  # a deleted endpoint's pool: under its id still
+    assert folded["ep"][0] == HourUsage(40, 60, {"A100": 40, "L4": 5})
+    assert folded["ep"][3600] == pool and folded["ep"][3600] is not pool
+    assert own == HourUsage(10, 0, {"A100": 10, "L4": 5})  # the inputs are left as they were

@@ -5,7 +5,12 @@ endpoint of its own, `batch-<id>` (`models.batch.batch_pool_id`): a registry ent
 as any queue endpoint. It runs what the endpoint runs, from zero workers up to the
 endpoint's `batchWorkersMax` (`models.batch.batch_pool_spec`), and its scaler takes it
 back to zero once its queue is empty. `/run` traffic never reaches its queue nor its
-workers; the endpoint's own workers never take a batch's job."""
+workers; the endpoint's own workers never take a batch's job.
+
+The pool is made when the endpoint's first batch is to run (`LocalControlPlane.
+ensure_batch_pool`, which the batch runner calls through `Gateway.pool_needed`), or at
+start when the endpoint has batches in Redis already: an endpoint that never had a batch
+has no pool, so no `batch-<id>` entry, history nor usage."""
 
 from __future__ import annotations
 

@@ -129,6 +129,7 @@ class LocalEndpoint:
     workers: LocalWorkers | None = None
     retiring: list[LocalWorkers] = field(default_factory=list)  # old workers finishing jobs
     batch: LocalWorkers | None = None  # its batch pool's workers (`dev.batch_pool`)
+    batches: bool = False  # it has batches: its batch pool is registered (`dev.batch_pool`)
     generation: int = 1
     since: str = field(default_factory=now)
     version: int = 1  # goes up with each release: a change of `config`
@@ -323,6 +324,7 @@ class LocalControlPlane:
         launches: Mapping[str, Launch] | None = None,
     ) -> None:
         self.gw = gw
+        gw.pool_needed = self.ensure_batch_pool  # the batch runner's, at a batch's run
         # Launches the command line made, by templateId (`lockgate dev --git`: the venv's
         # python in the checkout, with hub.json's variables), taken as they are.
         self.launches = dict(launches or {})
@@ -823,10 +825,28 @@ class LocalControlPlane:
             await registry.delete_key(old_digest)  # an earlier run's key
         await registry.put_endpoint(endpoint_id, ep.entry(self.job_api_url(endpoint_id)))
         self._endpoints[endpoint_id] = ep
+        ep.batches = has_batch_pool(spec) and await self.gw.batches.has_batches(endpoint_id)
         await self._put_batch_entry(ep)
         if launch is not None:
             self._begin(ep, launch, spec)
         return ep
+
+    async def ensure_batch_pool(self, endpoint_id: str) -> None:
+        """Make the endpoint's batch pool if it has none (the batch runner asks before it
+        runs a batch; an endpoint that never had a batch has no pool, no registry entry
+        and no workers for it): register it, and start its workers beside the endpoint's
+        own (or with them, once they start)."""
+        ep = self._endpoints.get(endpoint_id)
+        if ep is None or ep.batches or not has_batch_pool(ep.spec):
+            return  # done already, the common case: no lock taken
+        async with self._lock:
+            if self._closing or self._endpoints.get(endpoint_id) is not ep or ep.batches:
+                return
+            ep.batches = True
+            await self._put_batch_entry(ep)
+            if ep.workers is not None and ep.launch is not None and ep.batch is None:
+                self._start_batch_pool(ep, ep.launch, ep.spec)
+            log.info("endpoint %s: its batch pool %s made", ep.id, batch_pool_id(ep.id))
 
     def _model_root(self, spec: EndpointSpec) -> Path:
         """Where its models are cached: its network volume folder, else the data dir."""
@@ -934,8 +954,9 @@ class LocalControlPlane:
 
     def _start_batch_pool(self, ep: LocalEndpoint, launch: Launch, spec: EndpointSpec) -> None:
         """Start the endpoint's batch pool beside its workers: the same launch, from zero
-        workers up to its `batchWorkersMax`, on the hidden endpoint `batch-<id>`."""
-        if not has_batch_pool(spec):
+        workers up to its `batchWorkersMax`, on the hidden endpoint `batch-<id>`; none
+        until the endpoint has batches (`ensure_batch_pool`)."""
+        if not has_batch_pool(spec) or not ep.batches:
             return
         unregistered = f"lgw_{secrets.token_urlsafe(24)}"  # each worker gets its own
         pool = batch_pool_id(ep.id)
@@ -945,9 +966,10 @@ class LocalControlPlane:
         )  # fmt: skip
 
     async def _put_batch_entry(self, ep: LocalEndpoint) -> None:
-        """Register (or remove) the endpoint's batch pool: hidden, never listed."""
+        """Register (or remove) the endpoint's batch pool, once it has batches: hidden,
+        never listed."""
         pool = batch_pool_id(ep.id)
-        if has_batch_pool(ep.spec):
+        if has_batch_pool(ep.spec) and ep.batches:
             await self.gw.registry.put_endpoint(
                 pool, batch_entry(pool, ep.spec, self.job_api_url(pool))
             )

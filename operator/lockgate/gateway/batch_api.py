@@ -41,7 +41,7 @@ from lockgate.gateway.errors import (
 from lockgate.gateway.http import int_param, iso_ms, json_response, read_body
 from lockgate.gateway.ssrf import private_destination
 from lockgate.gateway.state import Gateway, gateway_of
-from lockgate.models import JobRequest, describe_validation_error
+from lockgate.models import describe_validation_error
 from lockgate.models.batch import (
     BATCH_ID_PREFIX,
     DRAFT_REQUEST,
@@ -51,14 +51,18 @@ from lockgate.models.batch import (
     batch_pool_id,
     summary,
 )
+from lockgate.models.batch_api import BatchItem
 from lockgate.models.endpoint import EndpointType
 from lockgate.models.jobs import JobStatus, webhook_problem
 from lockgate.models.limits import Operation
 from lockgate.store import JobNotFound
 from lockgate.store.batches import Refused
-from lockgate.store.keys import JOB_ID_RE, new_job_id
+from lockgate.store.keys import JOB_ID_RE, B, new_job_id
 
 MB = 1024 * 1024
+# A 429 past the active or queued limit: when to look again (a batch's requests end at the
+# pace of its pool; seconds).
+LIMIT_RETRY_S = "10"
 CALL_LIMIT = 10 * MB  # RunPod's: ≤ 10 MiB of body per call (create or add)
 SMALL_LIMIT = 64 * 1024  # a rename's body
 PAGE_DEFAULT, PAGE_MAX = 50, 500
@@ -126,18 +130,25 @@ def _refusal(err: Refused, batch_id: str, limits: BatchLimits) -> ApiError:
         case "active":
             return TooManyRequests(
                 f"the endpoint has {limits.active} batches not yet done (DRAFT or running), "
-                "its limit: finalize and wait for one, or cancel one"
+                "its limit (LOCKGATE_BATCH_MAX_ACTIVE): finalize and wait for one, or "
+                "cancel one",
+                headers={"Retry-After": LIMIT_RETRY_S},
             )
         case "requests":
-            return BadRequest(f"a batch holds at most {limits.requests} requests")
+            return BadRequest(
+                f"a batch holds at most {limits.requests} requests (LOCKGATE_BATCH_MAX_REQUESTS)"
+            )
         case "bytes":
             return PayloadTooLarge(
-                f"a batch holds at most {limits.bytes // MB} MiB of request JSON"
+                f"a batch holds at most {limits.bytes / MB:g} MiB ({limits.bytes} bytes) of "
+                "request JSON (LOCKGATE_BATCH_MAX_BYTES)"
             )
         case "queued":
             return TooManyRequests(
                 f"the endpoint's finalized batches would hold more than {limits.queued} "
-                "requests not yet ended, its limit: finalize once some have ended"
+                "requests not yet ended, its limit (LOCKGATE_BATCH_MAX_QUEUED): finalize "
+                "once some have ended",
+                headers={"Retry-After": LIMIT_RETRY_S},
             )
     return BadRequest(f"batch {batch_id!r}: {err.why} {err.detail}")
 
@@ -151,15 +162,15 @@ def _requests_of(items: Any, where: str) -> list[tuple[str, bytes]]:
     for n, item in enumerate(items):
         if not isinstance(item, dict):
             raise BadRequest(f"{where}[{n}] must be an object with an 'input' object")
-        try:
-            req = JobRequest.model_validate(item, strict=True)
-        except ValidationError as err:
-            raise BadRequest(f"{where}[{n}]: {describe_validation_error(err)}") from err
-        if req.webhook is not None:
+        if item.get("webhook") is not None:
             raise BadRequest(
                 f"{where}[{n}].webhook: a batch's requests have no webhook of their own; "
                 "the batch's is given at create (POST …/batch?webhook=…)"
             )
+        try:
+            req = BatchItem.model_validate(item, strict=True)
+        except ValidationError as err:
+            raise BadRequest(f"{where}[{n}]: {describe_validation_error(err)}") from err
         kept: dict[str, Any] = {"input": req.input}
         if req.policy.model_fields_set:
             kept["policy"] = req.policy.model_dump(include=req.policy.model_fields_set)
@@ -308,7 +319,7 @@ async def results(request: web.Request, gw: Gateway, endpoint_id: str) -> web.Re
     fields = await _fields(gw, endpoint_id, batch_id)
     ids, total = await gw.batches.request_ids(endpoint_id, batch_id, offset, limit)
     done, waiting = await gw.batches.results(endpoint_id, batch_id, ids)
-    draft = fields.get("status") == BatchStatus.DRAFT
+    draft = fields.get(B.STATUS) == BatchStatus.DRAFT
     pool = batch_pool_id(endpoint_id)
     rows = await asyncio.gather(
         *(

@@ -39,6 +39,7 @@ from lockgate.models.jobs import MAX_DURATION_MS, JobStatus
 from lockgate.signing import signature_headers
 from lockgate.store import IneligibleState, JobNotFound, JobRecord, NewJob, QueueFull
 from lockgate.store.connection import raise_if_cancelled
+from lockgate.store.keys import B
 
 log = logging.getLogger("lockgate.gateway.batches")
 
@@ -107,8 +108,8 @@ class BatchRunner:
         if fields is None:
             await batches.untrack(endpoint_id, batch_id)
             return
-        if fields.get("doneAt"):
-            if fields.get("whState") == "pending":
+        if fields.get(B.DONE):
+            if fields.get(B.WH_STATE) == "pending":
                 await self.deliver(endpoint_id, batch_id, fields)
             else:
                 await batches.untrack(endpoint_id, batch_id)
@@ -117,13 +118,15 @@ class BatchRunner:
         turn_ms = max(100, int(self.gw.settings.batch_interval_s * 900))
         if not await batches.turn(endpoint_id, batch_id, turn_ms):
             return  # another replica's round
-        status = fields.get("status")
+        status = fields.get(B.STATUS)
         if status == BatchStatus.CANCELLED:  # a DRAFT cancelled whose end was not recorded
             await self.conclude(endpoint_id, batch_id, BatchStatus.CANCELLED)
             return
         if status != BatchStatus.FINALIZED:
             return  # a DRAFT: nothing runs yet
-        cancelling = bool(fields.get("cancelling"))
+        if self.gw.pool_needed is not None:  # dev mode: its pool, made at its first batch
+            await self.gw.pool_needed(endpoint_id)
+        cancelling = bool(fields.get(B.CANCELLING))
         if not cancelling:
             await self.feed(endpoint_id, batch_id)
         counts = await self.track(endpoint_id, batch_id, cancelling=cancelling)
@@ -226,7 +229,7 @@ class BatchRunner:
         timeout = aiohttp.ClientTimeout(total=s.webhook_timeout_s)
         try:
             async with self.session.post(
-                fields["webhook"], data=body, headers=headers, timeout=timeout,
+                fields[B.WEBHOOK], data=body, headers=headers, timeout=timeout,
                 allow_redirects=False,
             ) as response:  # fmt: skip
                 ok = 200 <= response.status < 300

@@ -17,6 +17,7 @@ from aiohttp import web
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
+from lockgate.gateway import openapi_batches as batches
 from lockgate.gateway.client_api import (
     RUN_LIMIT,
     RUNSYNC_LIMIT,
@@ -26,6 +27,9 @@ from lockgate.gateway.client_api import (
 )
 from lockgate.gateway.idempotency import HEADER, MAX_KEY_CHARS
 from lockgate.gateway.listing import CURSOR_RE, EPOCH_MS_DIGITS, LIMIT_DEFAULT, LIMIT_MAX
+from lockgate.gateway.openapi_parts import JSON, MB, REF, param
+from lockgate.gateway.openapi_parts import ok as _ok
+from lockgate.gateway.openapi_parts import op as _op
 from lockgate.gateway.worker_api import BATCH_MAX
 from lockgate.models import ENDPOINT_ID_PATTERN, Health, JobRequest, JobStatus, PurgeResult
 from lockgate.models.api import (
@@ -45,17 +49,14 @@ from lockgate.models.api import (
 from lockgate.models.jobs import MAX_DURATION_MS, TTL_MIN_MS
 from lockgate.store.keys import JOB_ID_RE, WORKER_ID_RE
 
-REF = "#/components/schemas/{model}"
-JSON = "application/json"
-MB = 1024 * 1024
-
 # Error responses; each operation lists the ones it can give (all give 500 and 503).
 ERRORS: dict[str, str] = {
-    "400": "malformed request or parameter; or a job in an ineligible state",
+    "400": "malformed request or parameter; or a job or batch in an ineligible state",
     "401": "missing, unknown, revoked or expired API key, or a key without the permission",
     "403": "a worker id other than the key's own or than the one bound to the caller's "
     "address; or `?ttl=` on /status without the `jobs` scope",
-    "404": "unknown endpoint or job (a job is gone once its ttl expires)",
+    "404": "unknown endpoint, job, batch or batch request (a job is gone once its ttl "
+    "expires, a done batch once its retention does)",
     "408": "the request body did not arrive within the body timeout",
     "413": "request body over the operation's size limit",
     "429": "over a rate limit (per 10-second window) or a concurrency limit, or the "
@@ -105,13 +106,10 @@ def _schemas() -> tuple[dict[str, Any], dict[str, Any]]:
         Empty,
         JobPage,
     ]
-    schemas, refs = schemas_of(models, [JobRequest, JobResult, StreamPost])
+    schemas, refs = schemas_of(
+        [*models, *batches.OUTPUTS], [JobRequest, JobResult, StreamPost, *batches.INPUTS]
+    )
     return schemas, {model.__name__: ref for (model, _mode), ref in refs.items()}
-
-
-def _error_responses(codes: str) -> dict[str, Any]:
-    """`{"400": {"$ref": ...}, ...}` for the codes given (space-separated), plus 500 and 503."""
-    return {c: {"$ref": f"#/components/responses/E{c}"} for c in [*codes.split(), "500", "503"]}
 
 
 def _error_components() -> dict[str, Any]:
@@ -125,11 +123,6 @@ def _error_components() -> dict[str, Any]:
             response["headers"] = RETRY_AFTER
         out[f"E{code}"] = response
     return out
-
-
-def param(name: str, where: str, schema: dict[str, Any], text: str, **kw: Any) -> dict[str, Any]:
-    """An OpenAPI parameter object."""
-    return {"name": name, "in": where, "schema": schema, "description": text, **kw}
 
 
 ENDPOINT = param(
@@ -149,31 +142,6 @@ WORKER = param(
     "worker id (the pod name)",
     required=True,
 )
-
-
-def _ok(schema: dict[str, Any], text: str = "success") -> dict[str, Any]:
-    return {"200": {"description": text, "content": {JSON: {"schema": schema}}}}
-
-
-def _op(
-    summary: str,
-    scope: str,
-    ok: dict[str, Any],
-    errors: str,
-    *,
-    params: list[dict[str, Any]] | None = None,
-    body: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    op: dict[str, Any] = {
-        "summary": summary,
-        "description": f"Needs a key with the `{scope}` scope.",
-        "tags": ["workers" if scope == "workers" else "jobs"],
-        "parameters": params or [],
-        "responses": {**ok, **_error_responses(errors)},
-    }
-    if body is not None:
-        op["requestBody"] = {"required": True, "content": {JSON: {"schema": body}}}
-    return op
 
 
 def _client_paths(ref: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -521,7 +489,8 @@ def openapi_document() -> dict[str, Any]:
     """The whole document (built once per process)."""
     schemas, ref = _schemas()
     refs = {name: {"$ref": r["$ref"]} for name, r in ref.items()}
-    paths = {**_client_paths(refs), **_openai_paths(), **_worker_paths(refs)}
+    paths = {**_client_paths(refs), **batches.batch_paths(refs), **_openai_paths()}
+    paths |= _worker_paths(refs)
     for item in paths.values():
         item["parameters"] = [ENDPOINT]
     return {
@@ -530,9 +499,9 @@ def openapi_document() -> dict[str, Any]:
             "title": "lockgate job API",
             "version": version("lockgate"),
             "description": "Queue-based serverless endpoints with the RunPod job API: the "
-            "client job API, the OpenAI-compatible route and the worker API. Every error is "
-            '`{"error": message}` (on the OpenAI route, OpenAI\'s `{"error": {"message", '
-            '"type", ...}}`).',
+            "client job API, Batch Jobs, the OpenAI-compatible route and the worker API. "
+            'Every error is `{"error": message}` (on the OpenAI route, OpenAI\'s '
+            '`{"error": {"message", "type", ...}}`).',
         },
         "paths": paths,
         "components": {

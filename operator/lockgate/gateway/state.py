@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -41,6 +42,10 @@ class Gateway:
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     activity: Activity = field(default_factory=Activity)
     draining: bool = False
+    # Dev mode: make the endpoint's batch pool, if it has none yet (`dev/batch_pool.py`);
+    # the batch runner asks before it runs a batch. None on a cluster: the operator makes
+    # it (`kube/batch_pool.py`).
+    pool_needed: Callable[[str], Awaitable[None]] | None = None
 
     async def submit(self, endpoint_id: str, job: NewJob) -> tuple[str, str]:
         """`store.submit`, the job handed over to a job-take of this process that waits

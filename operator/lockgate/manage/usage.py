@@ -146,6 +146,24 @@ def _summed(
     return [(start, name, sums[start, name]) for start, name in sorted(sums)]
 
 
+def pools_folded(
+    hours: Mapping[str, Mapping[int, HourUsage]], parent_of: Callable[[str], str | None]
+) -> dict[str, dict[int, HourUsage]]:
+    """Each endpoint's hourly usage with that of its hidden batch pool added (`parent_of`
+    names the endpoint a pool is of, None for any other): a pool's workers run the
+    endpoint's Batch Jobs, so their time is the endpoint's, and no report shows a pool."""
+    out: dict[str, dict[int, HourUsage]] = {}
+    for name, by_hour in hours.items():
+        into = out.setdefault(parent_of(name) or name, {})
+        for hour, usage in by_hour.items():
+            total = into.setdefault(hour, HourUsage())
+            total.worker_seconds += usage.worker_seconds
+            total.vcpu_seconds += usage.vcpu_seconds
+            for gpu_type, seconds in usage.gpu_seconds.items():
+                total.gpu_seconds[gpu_type] = total.gpu_seconds.get(gpu_type, 0) + seconds
+    return out
+
+
 def fold(
     hours: Mapping[str, Mapping[int, HourUsage]], size: BucketSize, first: datetime, last: datetime
 ) -> list[Record]:

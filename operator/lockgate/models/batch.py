@@ -5,6 +5,7 @@ batch pool, the endpoint `batch_pool_id(endpoint)` (`batch_pool_spec`)."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -95,6 +96,18 @@ def batch_pool_id(endpoint_id: str) -> str:
         return whole
     digest = hashlib.sha256(endpoint_id.encode()).hexdigest()[:8]
     return f"{BATCH_POOL_PREFIX}{endpoint_id[:48].rstrip('-')}-{digest}"
+
+
+def batch_pool_parent(endpoint_id: str, known: Iterable[str] = ()) -> str | None:
+    """The endpoint whose batch pool `endpoint_id` is (`batch_pool_id` read back): the one
+    of `known` whose pool it is, else the id after `batch-` when that names it back (a cut
+    long id reads back only through `known`); None when it is no batch pool."""
+    if not endpoint_id.startswith(BATCH_POOL_PREFIX):
+        return None
+    if found := next((k for k in known if batch_pool_id(k) == endpoint_id), None):
+        return found
+    short = endpoint_id.removeprefix(BATCH_POOL_PREFIX)
+    return short if short and batch_pool_id(short) == endpoint_id else None
 
 
 def batch_pool_spec(spec: EndpointSpec) -> EndpointSpec:

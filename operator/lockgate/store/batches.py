@@ -7,6 +7,8 @@ gateways' batch feeder queues it as a job of the endpoint's batch pool (`JobStor
 the job path every job takes) and moves it to the open set (`bjo`); the tracker records its
 final result (`bjr`) and counts it. Every change is one script on the batch's keys, so
 replicas that feed, track or cancel the same batch at once never count a request twice.
+The scripts are `store/lua/batch_*.lua`, their arguments named in `store/args_batches.py`,
+the record's fields and key parts in `store/keys.py` (`B`, `BP`).
 """
 
 from __future__ import annotations
@@ -17,178 +19,11 @@ from typing import Any, cast
 from redis.asyncio import Redis
 
 from lockgate.models.batch import BatchLimits, BatchStatus
+from lockgate.store import args_batches as args
 from lockgate.store import keys
+from lockgate.store.keys import BP
+from lockgate.store.script_args import Arg, ScriptArgs
 from lockgate.store.scripts import NO_REPLICATION, Replication, Scripts
-
-PARTS = ("", "q", "n", "o", "r", "l")  # record, request ids, inputs, open, results, turn
-
-# KEYS: index, active set, record, ids, inputs. ARGV: batch id, createdAt, most active,
-# most requests, most bytes, webhook ("" none), then id/JSON pairs.
-# Returns 'ok', or 'active', 'requests', 'bytes' (a limit), with the limit's figure.
-CREATE = """
-if redis.call('SCARD', KEYS[2]) >= tonumber(ARGV[3]) then return {'active', ARGV[3]} end
-local n = (#ARGV - 6) / 2
-if n > tonumber(ARGV[4]) then return {'requests', ARGV[4]} end
-local bytes = 0
-for i = 8, #ARGV, 2 do bytes = bytes + #ARGV[i] end
-if bytes > tonumber(ARGV[5]) then return {'bytes', ARGV[5]} end
-redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
-redis.call('SADD', KEYS[2], ARGV[1])
-redis.call('HSET', KEYS[3], 'status', 'DRAFT', 'createdAt', ARGV[2], 'total', n,
-  'completed', 0, 'failed', 0, 'inProgress', 0, 'bytes', bytes, 'name', '')
-if ARGV[6] ~= '' then redis.call('HSET', KEYS[3], 'webhook', ARGV[6]) end
-for i = 7, #ARGV, 2 do
-  redis.call('ZADD', KEYS[4], (i - 5) / 2, ARGV[i])
-  redis.call('HSET', KEYS[5], ARGV[i], ARGV[i + 1])
-end
-redis.call('HSET', KEYS[3], 'seq', n)
-return {'ok', ''}
-"""
-# KEYS: record, ids, inputs. ARGV: most requests, most bytes, then id/JSON pairs.
-# Returns 'ok' with the new total, 'gone', 'state' with the status, or a limit as CREATE.
-ADD = """
-local st = redis.call('HGET', KEYS[1], 'status')
-if not st then return {'gone', ''} end
-if st ~= 'DRAFT' then return {'state', st} end
-local n = (#ARGV - 2) / 2
-local total = tonumber(redis.call('HGET', KEYS[1], 'total'))
-if total + n > tonumber(ARGV[1]) then return {'requests', ARGV[1]} end
-local bytes = tonumber(redis.call('HGET', KEYS[1], 'bytes'))
-for i = 4, #ARGV, 2 do bytes = bytes + #ARGV[i] end
-if bytes > tonumber(ARGV[2]) then return {'bytes', ARGV[2]} end
-local seq = tonumber(redis.call('HGET', KEYS[1], 'seq'))
-for i = 3, #ARGV, 2 do
-  seq = seq + 1
-  redis.call('ZADD', KEYS[2], seq, ARGV[i])
-  redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
-end
-redis.call('HSET', KEYS[1], 'seq', seq, 'total', total + n, 'bytes', bytes)
-return {'ok', tostring(total + n)}
-"""
-# KEYS: record, ids, inputs. ARGV: the request id. Returns 'ok', 'gone', 'state' (with the
-# status) or 'missing' (no such request).
-DELETE_REQUEST = """
-local st = redis.call('HGET', KEYS[1], 'status')
-if not st then return {'gone', ''} end
-if st ~= 'DRAFT' then return {'state', st} end
-if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then return {'missing', ''} end
-local raw = redis.call('HGET', KEYS[3], ARGV[1]) or ''
-redis.call('HDEL', KEYS[3], ARGV[1])
-redis.call('HINCRBY', KEYS[1], 'total', -1)
-redis.call('HINCRBY', KEYS[1], 'bytes', -#raw)
-return {'ok', ''}
-"""
-# KEYS: record, active set, then the records of the endpoint's active batches (FINALIZED
-# ones count their requests not yet ended against the queued limit). ARGV: batch id, now,
-# most queued, then each active batch's inputs and open keys (pairs, as the records).
-# Returns 'ok' (with the total), 'gone', 'state' or 'queued' (with the limit).
-FINALIZE = """
-local st = redis.call('HGET', KEYS[1], 'status')
-if not st then return {'gone', ''} end
-if st ~= 'DRAFT' then return {'state', st} end
-local total = tonumber(redis.call('HGET', KEYS[1], 'total'))
-local queued = total
-for i = 3, #KEYS do
-  if redis.call('HGET', KEYS[i], 'status') == 'FINALIZED' then
-    local j = 4 + (i - 3) * 2
-    queued = queued + redis.call('HLEN', ARGV[j]) + redis.call('SCARD', ARGV[j + 1])
-  end
-end
-if queued > tonumber(ARGV[3]) then return {'queued', ARGV[3]} end
-redis.call('HSET', KEYS[1], 'status', 'FINALIZED', 'finalizedAt', ARGV[2])
-return {'ok', tostring(total)}
-"""
-# KEYS: record, inputs, open, results, active set. ARGV: batch id, the result JSON of a
-# request cancelled before it was queued. Its requests not yet queued are ended CANCELLED
-# (counted failed); a DRAFT is then CANCELLED at once, a running batch marked cancelling.
-# Returns 'draft' or 'cancelling' (or 'gone', 'state' with the status).
-CANCEL = """
-local st = redis.call('HGET', KEYS[1], 'status')
-if not st then return {'gone', ''} end
-local draft = st == 'DRAFT'
-if not draft and (st ~= 'FINALIZED' or redis.call('HEXISTS', KEYS[1], 'doneAt') == 1) then
-  return {'state', st}
-end
-redis.call('HSET', KEYS[1], 'cancelling', 1)
-local left = redis.call('HKEYS', KEYS[2])
-for _, id in ipairs(left) do
-  redis.call('HSET', KEYS[4], id, ARGV[2])
-end
-if #left > 0 then
-  redis.call('DEL', KEYS[2])
-  redis.call('HINCRBY', KEYS[1], 'failed', #left)
-end
-if draft then
-  redis.call('HSET', KEYS[1], 'status', 'CANCELLED')
-  return {'draft', ''}
-end
-return {'cancelling', ''}
-"""
-# KEYS: record, inputs, open. ARGV: request ids queued as jobs. Moves each still waiting
-# from the inputs to the open set; returns the ids that were no longer waiting (the batch
-# was cancelled meanwhile: their jobs are to be cancelled).
-QUEUED = """
-local gone = {}
-for i = 1, #ARGV do
-  if redis.call('HDEL', KEYS[2], ARGV[i]) == 1 then
-    redis.call('SADD', KEYS[3], ARGV[i])
-  else
-    table.insert(gone, ARGV[i])
-  end
-end
-return gone
-"""
-# KEYS: record, open, results. ARGV: in-progress count seen, then (id, 1|0 completed, JSON)
-# triples. A request still open gets its result and is counted. Returns {total,
-# completed, failed, inputs left + open left}.
-RESULTS = """
-for i = 2, #ARGV, 3 do
-  if redis.call('SREM', KEYS[2], ARGV[i]) == 1 then
-    redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 2])
-    redis.call('HINCRBY', KEYS[1], ARGV[i + 1] == '1' and 'completed' or 'failed', 1)
-  end
-end
-redis.call('HSET', KEYS[1], 'inProgress', ARGV[1])
-local f = redis.call('HMGET', KEYS[1], 'total', 'completed', 'failed')
-return {tonumber(f[1]), tonumber(f[2]), tonumber(f[3]), redis.call('SCARD', KEYS[2])}
-"""
-# KEYS: record, active set, and the batch's other keys. ARGV: batch id, status, doneAt,
-# retention (ms), webhook due ("" none). The first to conclude wins; returns 1 then.
-CONCLUDE = """
-if redis.call('HSETNX', KEYS[1], 'doneAt', ARGV[3]) == 0 then return 0 end
-redis.call('HSET', KEYS[1], 'status', ARGV[2], 'inProgress', 0)
-redis.call('SREM', KEYS[2], ARGV[1])
-if ARGV[5] ~= '' and redis.call('HEXISTS', KEYS[1], 'webhook') == 1 then
-  redis.call('HSET', KEYS[1], 'whState', 'pending', 'whDue', ARGV[5], 'whAttempts', 0)
-end
-for i = 3, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[4]) end
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
-return 1
-"""
-# KEYS: record. ARGV: now, lease (ms). Claims the batch's webhook attempt when it is due
-# and no other replica holds it; returns the attempt's number, 0 when not claimed.
-CLAIM_WEBHOOK = """
-local f = redis.call('HMGET', KEYS[1], 'whState', 'whDue', 'whLease')
-if f[1] ~= 'pending' then return 0 end
-local now = tonumber(ARGV[1])
-if tonumber(f[2] or 0) > now or tonumber(f[3] or 0) > now then return 0 end
-redis.call('HSET', KEYS[1], 'whLease', now + tonumber(ARGV[2]))
-return redis.call('HINCRBY', KEYS[1], 'whAttempts', 1)
-"""
-
-# KEYS: record. ARGV: the name. Returns 1 when set, 0 when there is no such batch.
-RENAME = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('HSET', KEYS[1], 'name', ARGV[1])
-return 1
-"""
-# KEYS: record. ARGV: the delivery's state, when it is due again (ms).
-SETTLE_WEBHOOK = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('HSET', KEYS[1], 'whState', ARGV[1], 'whDue', ARGV[2])
-redis.call('HDEL', KEYS[1], 'whLease')
-return 1
-"""
 
 
 class Refused(Exception):
@@ -208,6 +43,11 @@ def _text(value: bytes | str) -> str:
 def _names(values: Any) -> list[str]:
     """Members read from Redis, as text."""
     return [_text(v) for v in values]
+
+
+def _pairs(requests: Sequence[tuple[str, bytes]]) -> list[Arg]:
+    """(id, JSON) pairs spread as script arguments."""
+    return [part for pair in requests for part in pair]
 
 
 def _answer(reply: Sequence[Any]) -> str:
@@ -232,26 +72,11 @@ class BatchStore:
         # `replication.replicas` replicas, as a submit does (a failover cannot lose it)
         self.scripts = scripts or Scripts.register(redis)
         self.replication = replication
-        self._create = redis.register_script(CREATE)
-        self._add = redis.register_script(ADD)
-        self._delete_request = redis.register_script(DELETE_REQUEST)
-        self._finalize = redis.register_script(FINALIZE)
-        self._cancel = redis.register_script(CANCEL)
-        self._queued = redis.register_script(QUEUED)
-        self._results = redis.register_script(RESULTS)
-        self._conclude = redis.register_script(CONCLUDE)
-        self._claim = redis.register_script(CLAIM_WEBHOOK)
-        self._rename = redis.register_script(RENAME)
-        self._settle = redis.register_script(SETTLE_WEBHOOK)
 
-    async def _accepting(self, script: Any, keys_: list[str], args: list[Any]) -> Any:
+    async def _accepting(self, call: ScriptArgs) -> Any:
         """Run a change the caller is told was made (`JobStore._accepting`'s rule): once it
         returns, the configured replicas have it; NotReplicated (503) when they do not."""
-        return await self.scripts.call(script, keys_, args, replication=self.replication)
-
-    @staticmethod
-    def _active(endpoint_id: str) -> str:
-        return keys.batches(endpoint_id) + "a"
+        return await self.scripts.run(call, replication=self.replication)
 
     async def create(
         self,
@@ -264,14 +89,11 @@ class BatchStore:
     ) -> None:
         """Keep a new DRAFT batch with its first requests (id, JSON); `Refused` past a
         limit."""
-        ks = [keys.batches(endpoint_id), self._active(endpoint_id)]
-        ks += [keys.batch(endpoint_id, batch_id, p) for p in ("", "q", "n")]
-        args: list[Any] = [
-            batch_id, created_ms, limits.active, limits.requests, limits.bytes, webhook or "",
-        ]  # fmt: skip
-        for rid, raw in requests:
-            args += [rid, raw]
-        _answer(await self._accepting(self._create, ks, args))
+        call = args.CreateBatch(
+            endpoint_id, batch_id, created_ms, limits.active, limits.requests, limits.bytes,
+            webhook or "", _pairs(requests),
+        )  # fmt: skip
+        _answer(await self._accepting(call))
 
     async def add(
         self,
@@ -281,46 +103,38 @@ class BatchStore:
         limits: BatchLimits,
     ) -> int:
         """Add requests to a DRAFT; its new total. `Refused` (gone, state, a limit)."""
-        ks = [keys.batch(endpoint_id, batch_id, p) for p in ("", "q", "n")]
-        args: list[Any] = [limits.requests, limits.bytes]
-        for rid, raw in requests:
-            args += [rid, raw]
-        return int(_answer(await self._accepting(self._add, ks, args)))
+        call = args.AddRequests(
+            endpoint_id, batch_id, limits.requests, limits.bytes, _pairs(requests)
+        )
+        return int(_answer(await self._accepting(call)))
 
     async def delete_request(self, endpoint_id: str, batch_id: str, request_id: str) -> None:
         """Remove one request of a DRAFT. `Refused` (gone, state, missing)."""
-        ks = [keys.batch(endpoint_id, batch_id, p) for p in ("", "q", "n")]
-        _answer(await self._accepting(self._delete_request, ks, [request_id]))
+        _answer(await self._accepting(args.DeleteRequest(endpoint_id, batch_id, request_id)))
 
     async def finalize(self, endpoint_id: str, batch_id: str, now_ms: int, queued: int) -> int:
         """DRAFT → FINALIZED (its requests may now be queued); its total. `Refused`
         (gone, state, queued: the endpoint's finalized requests not yet ended would pass
         `queued`). The batch is among those the gateways look after from before."""
         await self.redis.sadd(keys.ACTIVE_BATCHES, f"{endpoint_id} {batch_id}")
-        others = [
-            _text(b) for b in await self.redis.smembers(self._active(endpoint_id))
-            if _text(b) != batch_id
-        ]  # fmt: skip
-        ks = [keys.batch(endpoint_id, batch_id), self._active(endpoint_id)]
-        ks += [keys.batch(endpoint_id, b) for b in others]
-        args: list[Any] = [batch_id, now_ms, queued]
-        for b in others:
-            args += [keys.batch(endpoint_id, b, "n"), keys.batch(endpoint_id, b, "o")]
-        return int(_answer(await self._accepting(self._finalize, ks, args)))
+        call = args.FinalizeBatch(endpoint_id, batch_id, now_ms, queued)
+        return int(_answer(await self._accepting(call)))
 
     async def rename(self, endpoint_id: str, batch_id: str, name: str) -> bool:
         """Set the display name; False when there is no such batch."""
-        key = keys.batch(endpoint_id, batch_id)
-        return bool(await self._accepting(self._rename, [key], [name]))
+        return bool(await self._accepting(args.RenameBatch(endpoint_id, batch_id, name)))
 
     async def cancel(self, endpoint_id: str, batch_id: str, cancelled_result: bytes) -> str:
         """Cancel: 'draft' (ended CANCELLED at once: `conclude` it) or 'cancelling' (the
         requests not yet queued ended with `cancelled_result`; the tracker cancels the
         queued ones, the running ones finish). `Refused` (gone, state)."""
-        ks = [keys.batch(endpoint_id, batch_id, p) for p in ("", "n", "o", "r")]
-        ks.append(self._active(endpoint_id))
         await self.redis.sadd(keys.ACTIVE_BATCHES, f"{endpoint_id} {batch_id}")
-        return _answer(await self._accepting(self._cancel, ks, [batch_id, cancelled_result]))
+        call = args.CancelBatch(endpoint_id, batch_id, cancelled_result)
+        return _answer(await self._accepting(call))
+
+    async def has_batches(self, endpoint_id: str) -> bool:
+        """Whether the endpoint has (had) batches: its batch pool is wanted."""
+        return bool(await self.redis.exists(keys.batches(endpoint_id)))
 
     async def get(self, endpoint_id: str, batch_id: str) -> dict[str, str] | None:
         """The batch's record fields; None when there is none."""
@@ -347,7 +161,7 @@ class BatchStore:
         self, endpoint_id: str, batch_id: str, offset: int, limit: int
     ) -> tuple[list[str], int]:
         """Request ids in upload order from `offset` (at most `limit`), and the total."""
-        key = keys.batch(endpoint_id, batch_id, "q")
+        key = keys.batch(endpoint_id, batch_id, BP.IDS)
         ids = _names(await self.redis.zrange(key, offset, offset + limit - 1))
         return ids, int(await self.redis.zcard(key))
 
@@ -359,14 +173,14 @@ class BatchStore:
         if not request_ids:
             return [], []
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hmget(keys.batch(endpoint_id, batch_id, "r"), list(request_ids))
-            pipe.hmget(keys.batch(endpoint_id, batch_id, "n"), list(request_ids))
+            pipe.hmget(keys.batch(endpoint_id, batch_id, BP.RESULTS), list(request_ids))
+            pipe.hmget(keys.batch(endpoint_id, batch_id, BP.INPUTS), list(request_ids))
             done, waiting = await pipe.execute()
         return list(done), [w is not None for w in waiting]
 
     async def inputs(self, endpoint_id: str, batch_id: str, count: int) -> list[tuple[str, bytes]]:
         """Up to about `count` requests waiting to be queued (any order), with their JSON."""
-        key = keys.batch(endpoint_id, batch_id, "n")
+        key = keys.batch(endpoint_id, batch_id, BP.INPUTS)
         _, found = await self.redis.hscan(key, 0, count=count)
         pairs = cast(dict[bytes, bytes], found)
         return [(_text(k), v) for k, v in list(pairs.items())[:count]]
@@ -375,15 +189,15 @@ class BatchStore:
         self, endpoint_id: str, batch_id: str, request_ids: Sequence[str]
     ) -> list[str]:
         """Mark requests queued as jobs; the ids no longer waiting (cancelled meanwhile)."""
-        ks = [keys.batch(endpoint_id, batch_id, p) for p in ("", "n", "o")]
-        return [_text(i) for i in await self._queued(keys=ks, args=list(request_ids))]
+        call = args.MarkQueued(endpoint_id, batch_id, list(request_ids))
+        return [_text(i) for i in await self.scripts.run(call)]
 
     async def open_ids(
         self, endpoint_id: str, batch_id: str, cursor: int, count: int
     ) -> tuple[int, list[str]]:
         """A slice of the requests queued and not final (SSCAN from `cursor`): the next
         cursor (0: the set was gone through) and the ids."""
-        key = keys.batch(endpoint_id, batch_id, "o")
+        key = keys.batch(endpoint_id, batch_id, BP.OPEN)
         nxt, ids = await self.redis.sscan(key, cursor, count=count)
         return int(nxt), [_text(i) for i in ids]
 
@@ -396,16 +210,16 @@ class BatchStore:
     ) -> tuple[int, int, int, int]:
         """Record final results (id, completed?, JSON) of open requests, counted once, and
         the in-progress count seen; (total, completed, failed, still open)."""
-        ks = [keys.batch(endpoint_id, batch_id, p) for p in ("", "o", "r")]
-        args: list[Any] = [in_progress]
+        triples: list[Arg] = []
         for rid, completed, raw in ended:
-            args += [rid, 1 if completed else 0, raw]
-        total, completed, failed, left = await self._results(keys=ks, args=args)
+            triples += [rid, 1 if completed else 0, raw]
+        call = args.RecordResults(endpoint_id, batch_id, in_progress, triples)
+        total, completed, failed, left = await self.scripts.run(call)
         return int(total), int(completed), int(failed), int(left)
 
     async def waiting(self, endpoint_id: str, batch_id: str) -> int:
         """Requests not yet queued."""
-        return int(await self.redis.hlen(keys.batch(endpoint_id, batch_id, "n")))
+        return int(await self.redis.hlen(keys.batch(endpoint_id, batch_id, BP.INPUTS)))
 
     async def conclude(
         self,
@@ -417,29 +231,27 @@ class BatchStore:
     ) -> bool:
         """End the batch with `status` (the first caller wins: True), its webhook due now,
         its keys kept `retention_ms` from now."""
-        ks = [keys.batch(endpoint_id, batch_id), self._active(endpoint_id)]
-        ks += [keys.batch(endpoint_id, batch_id, p) for p in PARTS[1:]]
-        args = [batch_id, status.value, now_ms, retention_ms, now_ms]
-        return bool(await self._accepting(self._conclude, ks, args))
+        call = args.ConcludeBatch(endpoint_id, batch_id, status.value, now_ms, retention_ms)
+        return bool(await self._accepting(call))
 
     async def claim_webhook(
         self, endpoint_id: str, batch_id: str, now_ms: int, lease_ms: int
     ) -> int:
         """Claim the batch's due webhook attempt: its number (from 1), 0 when not claimed."""
-        key = keys.batch(endpoint_id, batch_id)
-        return int(await self._claim(keys=[key], args=[now_ms, lease_ms]))
+        call = args.ClaimBatchWebhook(endpoint_id, batch_id, now_ms, lease_ms)
+        return int(await self.scripts.run(call))
 
     async def settle_webhook(
         self, endpoint_id: str, batch_id: str, *, state: str, due_ms: int = 0
     ) -> None:
         """After an attempt: `state` delivered or gave_up, or pending again at `due_ms`."""
-        key = keys.batch(endpoint_id, batch_id)
-        await self._accepting(self._settle, [key], [state, due_ms])  # "delivered" kept
+        # "delivered" kept as the others are
+        await self._accepting(args.SettleBatchWebhook(endpoint_id, batch_id, state, due_ms))
 
     async def turn(self, endpoint_id: str, batch_id: str, ms: int) -> bool:
         """Take the batch's turn for `ms` (one replica looks after it per round: the others
         skip it); False when another replica has it."""
-        key = keys.batch(endpoint_id, batch_id, "l")
+        key = keys.batch(endpoint_id, batch_id, BP.TURN)
         return bool(await self.redis.set(key, "1", nx=True, px=ms))
 
     async def tracked(self) -> list[tuple[str, str]]:
@@ -456,7 +268,8 @@ class BatchStore:
         index = keys.batches(endpoint_id)
         ids = _names(await self.redis.zrange(index, 0, -1))
         for batch_id in ids:
-            await self.redis.delete(*(keys.batch(endpoint_id, batch_id, p) for p in PARTS))
+            parts = (keys.batch(endpoint_id, batch_id, p) for p in keys.BATCH_PARTS)
+            await self.redis.delete(*parts)
             await self.untrack(endpoint_id, batch_id)
-        await self.redis.delete(index, self._active(endpoint_id))
+        await self.redis.delete(index, keys.active_batches(endpoint_id))
         return len(ids)

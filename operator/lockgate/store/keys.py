@@ -377,15 +377,59 @@ class F:
     API_KEY = "ak"  # the id of the API key that submitted it (keys API's `id`); none: no key
 
 
-# Batch Jobs (store/batches.py): every key of a batch under its endpoint's hash tag.
+# Batch Jobs (store/batches.py, store/lua/batch_*.lua): every key of a batch under its
+# endpoint's hash tag, `lg:{ep}:bj<part>:<batch>`; the Lua scripts get these names from
+# the preamble (store/lua_preamble.py: BATCH_KEY, BP_<PART>, BATCH_ACTIVE, B_<FIELD>).
 ACTIVE_BATCHES = "lg:batches"
+BATCH_KEY = "bj"  # the index `lg:{ep}:bj`, and the start of each batch's keys
+BATCH_ACTIVE = "a"  # `lg:{ep}:bja`: the batches not yet done
+
+
+class BP:
+    """The parts of a batch's keys (`batch(ep, id, part)`)."""
+
+    RECORD = ""  # HASH: the record (fields: `B`)
+    IDS = "q"  # ZSET: request ids in upload order
+    INPUTS = "n"  # HASH: request id -> JSON, until it is queued
+    OPEN = "o"  # SET: queued, not final
+    RESULTS = "r"  # HASH: request id -> its final result (JSON)
+    TURN = "l"  # STR: the round's lock
+
+
+BATCH_PARTS = (BP.RECORD, BP.IDS, BP.INPUTS, BP.OPEN, BP.RESULTS, BP.TURN)
+
+
+class B:
+    """A batch record's fields (`lg:{ep}:bj:<batch>`), as the API's summary names them where
+    it shows them (models/batch.py `summary`)."""
+
+    STATUS = "status"  # models.batch.BatchStatus
+    NAME = "name"
+    CREATED = "createdAt"  # ms
+    TOTAL = "total"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    IN_PROGRESS = "inProgress"
+    BYTES = "bytes"  # of request JSON, against the per-batch limit
+    SEQ = "seq"  # the last upload sequence (the score in `IDS`)
+    WEBHOOK = "webhook"  # its URL, when given
+    FINALIZED = "finalizedAt"  # ms
+    CANCELLING = "cancelling"  # "1" once cancelled
+    DONE = "doneAt"  # ms, once done
+    WH_STATE = "whState"  # pending, delivered, gave_up
+    WH_DUE = "whDue"  # ms: the next attempt
+    WH_ATTEMPTS = "whAttempts"
+    WH_LEASE = "whLease"  # ms: until when a replica holds the attempt
 
 
 def batches(endpoint_id: str) -> str:
-    return f"{prefix(endpoint_id)}bj"
+    return f"{prefix(endpoint_id)}{BATCH_KEY}"
 
 
-def batch(endpoint_id: str, batch_id: str, part: str = "") -> str:
-    """A batch's record (`part` ""), or one of its parts: q (request ids), n (inputs not yet
-    queued), o (queued, not final), r (results), l (the round's lock)."""
-    return f"{prefix(endpoint_id)}bj{part}:{batch_id}"
+def active_batches(endpoint_id: str) -> str:
+    return f"{prefix(endpoint_id)}{BATCH_KEY}{BATCH_ACTIVE}"
+
+
+def batch(endpoint_id: str, batch_id: str, part: str = BP.RECORD) -> str:
+    """A batch's record (`part` ""), or one of its parts (`BP`)."""
+    return f"{prefix(endpoint_id)}{BATCH_KEY}{part}:{batch_id}"

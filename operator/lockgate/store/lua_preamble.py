@@ -3,7 +3,8 @@ definitions, so the scripts copy no constant, field name nor argument position:
 
 1. the constants (`constants()`): key-layout numbers and names from `store/keys.py`, the
    job record's field names (`F_<NAME>` for each `keys.F.<NAME>`), the states, and the field
-   lists of `store/records.py`;
+   lists of `store/records.py`; a batch record's field names (`B_<NAME>`), its keys' parts
+   (`BP_<PART>`) and the batch states (`BS_<STATE>`);
 2. `common.lua` (the shared functions);
 3. the script's arguments as named locals (`store/script_args.py`);
 4. the script.
@@ -17,13 +18,17 @@ from collections.abc import Mapping, Sequence
 from importlib import resources
 
 from lockgate.models import JobStatus
+from lockgate.models.batch import BatchStatus
 from lockgate.store import keys, records
+from lockgate.store.args_batches import BATCH_SCRIPTS
 from lockgate.store.args_jobs import JOB_SCRIPTS
 from lockgate.store.args_workers import WORKER_SCRIPTS
 from lockgate.store.script_args import ScriptArgs, lua_locals
 
 # Every script, by name (store/lua/<name>.lua), with the dataclass of its arguments.
-ARGS: dict[str, type[ScriptArgs]] = {c.SCRIPT: c for c in (*JOB_SCRIPTS, *WORKER_SCRIPTS)}
+ARGS: dict[str, type[ScriptArgs]] = {
+    c.SCRIPT: c for c in (*JOB_SCRIPTS, *WORKER_SCRIPTS, *BATCH_SCRIPTS)
+}
 
 LuaValue = int | str | Sequence[str] | Mapping[str, str]
 
@@ -46,6 +51,9 @@ def lua_literal(value: LuaValue) -> str:
 def constant_values() -> dict[str, LuaValue]:
     """Every constant the scripts get, by its Lua name."""
     fields = {f"F_{name}": value for name, value in vars(keys.F).items() if name.isupper()}
+    batch = {f"B_{name}": value for name, value in vars(keys.B).items() if name.isupper()}
+    batch |= {f"BP_{name}": value for name, value in vars(keys.BP).items() if name.isupper()}
+    batch |= {f"BS_{status.name}": status.value for status in BatchStatus}
     return {
         "EVENTS": keys.EVENTS_CHANNEL,
         "ORDER_SLOTS": keys.ORDER_SLOTS,
@@ -64,7 +72,11 @@ def constant_values() -> dict[str, LuaValue]:
         "RECORD_FIELDS": records.RECORD_FIELDS,
         "LISTED_FIELDS": records.LISTED_FIELDS,
         "DONE_HEAD": records.DONE_HEAD,
+        "BATCH_KEY": keys.BATCH_KEY,
+        "BATCH_ACTIVE": keys.BATCH_ACTIVE,
+        "BATCH_PARTS": keys.BATCH_PARTS,
         **fields,
+        **batch,
     }
 
 

@@ -36,12 +36,14 @@ from lockgate.manage.usage import (
     fold,
     fold_keys,
     key_amounts,
+    pools_folded,
     window,
 )
 from lockgate.manage.v2 import Backends, v2_app
 from lockgate.manage.v2.bodies import ClosedBody
 from lockgate.manage.v2.documented import Operation, documented
 from lockgate.manage.v2.problems import validated
+from lockgate.models.batch import batch_pool_id, batch_pool_parent
 from lockgate.settings import Prices
 from lockgate.store.keys import ENDPOINT_ID_RE
 from lockgate.store.usage import NO_KEY, KeyUsage, UsageLedger
@@ -211,14 +213,17 @@ async def serverless_billing(request: web.Request) -> web.Response:
     except BadWindow as err:
         raise BadRequest(str(err)) from err
     start_s, end_s = int(first.timestamp()), int(last.timestamp())
-    ids = [query.serverlessId] if query.serverlessId else None
-    if ids is None:
+    if query.serverlessId:  # and its hidden batch pool's, folded into it below
+        ids = [query.serverlessId, batch_pool_id(query.serverlessId)]
+    else:
         ids = await billing.ledger.endpoint_ids(start_s)
     if query.groupBy is GroupBy.API_KEY:
         by_key = await billing.ledger.key_hours(ids, start_s, end_s)
         keyed = fold_keys(by_key, query.bucketSize, first, last)
         return json_response(key_report(keyed, billing.prices, query, first, last))
     hours = await billing.ledger.hours(ids, start_s, end_s)
+    asked = query.serverlessId  # asked for by its own id, a pool is shown as such
+    hours = pools_folded(hours, lambda i: None if i == asked else batch_pool_parent(i, ids))
     records = fold(hours, query.bucketSize, first, last)
     return json_response(report(records, billing.prices, query, first, last))
 

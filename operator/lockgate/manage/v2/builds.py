@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from lockgate.gateway.errors import ApiError, BadRequest, NotFound
 from lockgate.gateway.http import json_response
-from lockgate.gateway.openapi import param
+from lockgate.gateway.openapi_parts import param
 from lockgate.manage import builds as ops
 from lockgate.manage.controlplane import (
     BuildEnded,

@@ -22,7 +22,8 @@ import orjson
 from aiohttp import web
 from pydantic import BaseModel
 
-from lockgate.gateway.openapi import REF, param, schemas_of
+from lockgate.gateway.openapi import schemas_of
+from lockgate.gateway.openapi_parts import REF, param
 from lockgate.manage.v2.documented import Operation, operation_of
 from lockgate.manage.v2.problems import PROBLEM_JSON, ErrorResponse
 

@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field
 
 from lockgate.gateway.errors import ApiError, NotFound, Unprocessable
 from lockgate.gateway.http import iso_ms, json_response
-from lockgate.gateway.openapi import param
+from lockgate.gateway.openapi_parts import param
 from lockgate.manage.controlplane import ControlPlane, EndpointNotFound, TemplateNotFound
 from lockgate.manage.logs import client_gone
 from lockgate.manage.v2 import BACKENDS

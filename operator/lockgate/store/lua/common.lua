@@ -297,3 +297,9 @@ local function live_workers(now, timeout)
   end
   return alive, busy
 end
+
+-- A key of batch `batch` (Batch Jobs, store/batches.py): its record (BP_RECORD) or one of
+-- its parts (BP_<PART>): `lg:{ep}:bj<part>:<batch>`.
+local function bkey(batch, part)
+  return P .. BATCH_KEY .. part .. ':' .. batch
+end
