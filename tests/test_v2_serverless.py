@@ -359,6 +359,19 @@ async def test_an_endpoint_id_that_would_shadow_a_v2_collection_is_refused(
     assert status == 400 and f"/v2/{reserved}" in error["error"], error
 
 
+@pytest.mark.parametrize("api", ["local"], indirect=True)
+@pytest.mark.parametrize(
+    ("taken", "names"), [("batch-mine", "batch pool"), ("canary-x1", "canary")]
+)
+async def test_an_endpoint_id_of_lockgates_own_endpoints_is_refused(
+    api: Api, taken: str, names: str
+) -> None:
+    """`batch-…` and `canary-…` name an endpoint's batch pool and a build's canary: a user's
+    endpoint of such an id would share their queues, registry entry and usage."""
+    status, error = await v1(api, "POST", "/endpoints", {"id": taken, "templateId": api.template})
+    assert status == 400 and "is reserved" in error["error"] and names in error["error"], error
+
+
 # -- a job through the URLs it gives (dev mode's real workers) ---------------------------------
 
 

@@ -41,7 +41,9 @@ from lockgate.models import (
     TemplateSpec,
     describe_validation_error,
 )
+from lockgate.models.batch import BATCH_POOL_PREFIX
 from lockgate.models.build import BuildReason, first_build_reason
+from lockgate.models.canary import CANARY_PREFIX
 from lockgate.models.registryauth import RegistryAuthSpec
 from lockgate.models.source import source_of
 from lockgate.models.volumes import NetworkVolumeSpec
@@ -113,7 +115,24 @@ def checked_id(value: object, *, endpoint: bool = False) -> str:
             f"id: {value!r} is reserved: it names a v2 management collection "
             f"(/v2/{value}), which its job API URL /v2/{value}/… would shadow"
         )
+    if endpoint and (prefix := reserved_prefix(value)):
+        raise Invalid(
+            f"id: {value!r} is reserved: ids starting with {prefix!r} name {OWN_PREFIXES[prefix]}"
+        )
     return value
+
+
+# Endpoint ids lockgate gives endpoints of its own: a user's endpoint of such an id would
+# share its registry entry, queues and usage with one of them.
+OWN_PREFIXES = {
+    BATCH_POOL_PREFIX: "an endpoint's batch pool (docs/batch-jobs.md)",
+    CANARY_PREFIX: "a build's canary (docs/builds.md)",
+}
+
+
+def reserved_prefix(endpoint_id: str) -> str | None:
+    """The prefix of lockgate's own endpoints that `endpoint_id` starts with, if any."""
+    return next((p for p in OWN_PREFIXES if endpoint_id.startswith(p)), None)
 
 
 def endpoint_spec(fields: Mapping[str, Any]) -> EndpointSpec:
