@@ -636,7 +636,12 @@ def test_a_builder_image_that_cannot_be_pulled_fails_the_build_at_once(
     timed("unpullable builder image: asked -> FAILED", t0)
     assert failed["status"] == "FAILED", failed
     assert f"the builder image {BUILDER_IMAGE} could not be pulled (" in failed["error"], failed
-    wait_until(lambda: not build_pods(release, build["id"]), "its Job and pod deleted", 60, 1)
+    wait_until(lambda: not [j for j in build_jobs(release) if j["metadata"]["labels"].get(
+        "lockgate.dev/build") == build["id"]], "its Job deleted", 60, 1)  # fmt: skip
+    try:  # then the garbage collector deletes the pod, and the kubelet lets it go
+        wait_until(lambda: not build_pods(release, build["id"]), "its pod deleted", 180, 1)
+    except AssertionError as err:
+        raise AssertionError((str(err), build_pods(release, build["id"]))) from err
     assert worker_image(release, made["worker"]) == made["first_image"]  # nothing changed
 
 
