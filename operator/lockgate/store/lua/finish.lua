@@ -14,9 +14,10 @@ if ran > 0 then
   local t = math.floor(now / 1000)
   local hour, chunk = t - t % 3600, t - t % USAGE_CHUNK_S
   local use, field = P .. 'uk:' .. chunk, hour .. ':' .. (key or '-') .. ':'
-  redis.call('HINCRBY', use, field .. 'x', ran)
+  local first = redis.call('HINCRBY', use, field .. 'x', ran) == ran
   if gpus > 0 then redis.call('HINCRBY', use, field .. 'g:' .. gpu_type, ran * gpus) end
   if vcpus > 0 then redis.call('HINCRBY', use, field .. 'c', ran * vcpus) end
-  redis.call('EXPIREAT', use, chunk + USAGE_CHUNK_S + USAGE_KEEP_S)
+  -- The key's life is set with each field's first count (every count's time is positive).
+  if first then redis.call('EXPIREAT', use, chunk + USAGE_CHUNK_S + USAGE_KEEP_S) end
 end
 return {tonumber(queued) or now, tonumber(started) or now}
