@@ -108,11 +108,14 @@ end
 -- Move a job into a final state: release its worker slot, count it, keep it for the
 -- retention (never beyond its ttl), queue its webhook, and wake its waiters (/runsync,
 -- and `/status?wait=` on a job it marked watched).
-local function finalize(ep, id, status, now, worker, sync, ret_run, ret_sync, extra)
+-- `read`: the record's FINALIZE_READS fields when the caller read them already (in that
+-- order), else nil: read here.
+local FINALIZE_READS = {F_STATUS, F_CREATED, F_TTL, F_WEBHOOK, F_WATCHED, F_STARTED,
+  F_ATTEMPT_LOG, F_PROGRESS, F_STREAM_BYTES}
+local function finalize(ep, id, status, now, worker, sync, ret_run, ret_sync, extra, read)
   local jk = jkey(id)
   local st, created, ttl, webhook, watched, started, log, progress, streamed = unpack(
-    redis.call('HMGET', jk, F_STATUS, F_CREATED, F_TTL, F_WEBHOOK, F_WATCHED, F_STARTED,
-      F_ATTEMPT_LOG, F_PROGRESS, F_STREAM_BYTES))
+    read or redis.call('HMGET', jk, unpack(FINALIZE_READS)), 1, #FINALIZE_READS)
   local ended = st == 'IN_PROGRESS' and with_end(log, now, status) or nil
   reindex(id, st, status)
   if ended then  -- the attempt's end rides on the state's write

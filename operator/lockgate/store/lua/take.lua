@@ -1,7 +1,8 @@
 -- A worker takes up to n jobs, normal queue first, then lowPriority. Also a heartbeat.
 -- Arguments: store/args_jobs.py Take (with `reason`, the worker holds no job, so jobs
 -- recorded as its are an earlier process's (same worker id): give them back first).
--- Returns {jobs left in the queues, {id, input, s3Config or false}, ...}, or {-1} when
+-- Returns {jobs left (0: none; else at least 1, a lower bound), {id, input, s3Config or
+-- false}, ...}, or {-1} when
 -- the worker was told to stop or is gone (it gets no new job), or while it warms up {-3}
 -- (a warm-up job runs) or {-3, warm-up input index, its job id} (hand that one now).
 local bytes, holds_none = 0, reason ~= nil
@@ -57,5 +58,8 @@ for _, q in ipairs({P .. 'q', P .. 'ql'}) do
     end
   end
 end
-out[1] = redis.call('ZCARD', P .. 'q') + redis.call('ZCARD', P .. 'ql')
+-- Whether jobs still wait (the caller wakes the next taker): the normal queue's count,
+-- else the lowPriority one's; one ZCARD while a backlog lasts.
+out[1] = redis.call('ZCARD', P .. 'q')
+if out[1] == 0 then out[1] = redis.call('ZCARD', P .. 'ql') end
 return out
