@@ -296,11 +296,14 @@ local function beat(worker, now)
   return false
 end
 
--- Workers heard from within `timeout` ms, and how many of them hold a job: {ids}, busy.
+-- Workers heard from within `timeout` ms, and how many of them hold a job: {ids}, busy,
+-- and each one's load_of (in the order of the ids).
 local function live_workers(now, timeout)
   local alive, busy = redis.call('ZRANGEBYSCORE', P .. 'w', now - timeout, '+inf'), 0
-  for _, w in ipairs(alive) do
-    if load_of(w) > 0 then busy = busy + 1 end
+  local loads = {}
+  for i, w in ipairs(alive) do
+    loads[i] = load_of(w)
+    if loads[i] > 0 then busy = busy + 1 end
   end
-  return alive, busy
+  return alive, busy, loads
 end
