@@ -4,6 +4,7 @@ SHELL := /bin/bash
 
 PYTHON ?= python3
 VENV ?= .venv
+BENCH_VENV ?= .venv-bench
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
@@ -30,7 +31,7 @@ setup: $(STAMP) ## Create .venv and install lockgate with every extra
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,bench]'
+	$(PY) -m pip install -q -e '.[test]'
 	rm -f $(VENV)/.installed-* && touch $@
 
 run: setup ## Start dev mode with the echo handler (Redis, gateway, workers in one process)
@@ -60,8 +61,15 @@ format: setup ## Format the code (ruff)
 	$(VENV)/bin/ruff check --fix operator tests examples
 	$(VENV)/bin/ruff format operator tests examples
 
-bench: setup ## Benchmarks: latency, throughput, purge, memory, auth+limits overhead, OpenAI route, one Redis vs a 3-master cluster, the replica-ack cost, beside Celery + Redis, the gateway's CPU per job, the LB proxy beside its worker; then the scaler simulation
-	$(PY) -m bench.core; status=$$?; echo; $(PY) -m bench.scaler_sim && exit $$status
+bench: setup bench-venv ## Benchmarks: latency, throughput, purge, memory, auth+limits overhead, OpenAI route, one Redis vs a 3-master cluster, the replica-ack cost, beside Celery + Redis (with the side-by-side harness's verdict), the gateway's CPU per job, the LB proxy beside its worker; then the scaler simulation
+	BENCH_VENV=$(BENCH_VENV) $(PY) -m bench.core; status=$$?; echo; $(PY) -m bench.scaler_sim && exit $$status
+
+bench-venv: ## The bench's own venv for its Celery peer (BENCH_VENV, default .venv-bench): Celery never enters the project's venv
+	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -c 'import celery, redis' 2>/dev/null || $(BENCH_VENV)/bin/pip install -q 'celery[redis]>=5.4' 'redis[hiredis]'
+
+bench-celery: setup bench-venv ## Benchmark alone: beside Celery + Redis, and the side-by-side harness's verdict line (runsync_p50/celery_p50, completed/s vs celery, runsync_thr/floor)
+	BENCH_VENV=$(BENCH_VENV) $(PY) -m bench.core --only celery
 
 bench-status: setup ## Benchmark alone: /status req/s with auth and rate limits on vs off
 	$(PY) -m bench.core --only status
@@ -137,4 +145,4 @@ images: ## Build the control-plane and worker images (needs Docker; IMAGE_REGIST
 	  -t $(IMAGE_REGISTRY)/worker:$(IMAGE_TAG) .
 	@echo "images: built $(IMAGE_REGISTRY)/control-plane:$(IMAGE_TAG) and $(IMAGE_REGISTRY)/worker:$(IMAGE_TAG)"
 
-.PHONY: help setup run test fuzz lint typecheck format bench bench-status bench-openai bench-lb bench-batching bench-sizing bench-scale bench-cluster crds verify-crds envtest cluster-images e2e tools mcp browser redis chart-lint chart-scan chart-template images
+.PHONY: help setup run test fuzz lint typecheck format bench bench-venv bench-celery bench-status bench-openai bench-lb bench-batching bench-sizing bench-scale bench-cluster crds verify-crds envtest cluster-images e2e tools mcp browser redis chart-lint chart-scan chart-template images

@@ -7,7 +7,9 @@
     report.py        the table and the machine line
     floor.py         the HTTP floor: one POST route that returns its JSON body
     noop_handler.py  the worker: records each job id it runs, returns at once
-    celery_peer.py   Celery + Redis beside lockgate, same loads (needs the `bench` extra)
+    celery_peer.py   Celery + Redis beside lockgate, same loads, and the side-by-side
+                     harness's verdict line (Celery in the bench venv: `make bench-venv`)
+    celery_side.py   Celery's client side, run by the bench venv's interpreter
     celery_app.py    the Celery peer's app and no-op task, which records ids the same way
 
 Under the table, "CPU us per ..." lines split each operation's CPU time between the

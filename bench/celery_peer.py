@@ -1,5 +1,6 @@
-"""Celery + Redis as the peer: the same three load shapes against lockgate and Celery, in
-one run, each with the same number of workers and a no-op job (issue 17, item 1).
+"""Celery + Redis as the peer: the same load shapes against lockgate and Celery, in one
+run, each with the same number of workers and a no-op job (issue 17, item 1; issue 51,
+item 4: the side-by-side harness's shapes and verdict too).
 
 1. sequential latency: lockgate `/runsync` against Celery `apply_async(...).get()`;
 2. 32 concurrent synchronous clients, jobs/s: `/runsync` against `apply_async(...).get()`;
@@ -7,22 +8,30 @@ one run, each with the same number of workers and a no-op job (issue 17, item 1)
    still pending every POLL_INTERVAL_S (lockgate: `/run` + `/status`, as the runpod SDK
    polls; Celery: `delay()` + `AsyncResult.ready()`): completed jobs/s, p50
    submit-to-seen, and jobs lost or run twice (from the ids the workers record; a job
-   still pending at DEADLINE_S counts as unfinished: lost or slow, the bench cannot tell).
-Celery runs a prefork pool on its own Redis (broker and result backend), started here as
-`lockgate dev` starts its own. Its client is the synchronous Celery API, one thread per
-client; lockgate's is the bench's aiohttp session.
+   still pending at DEADLINE_S counts as unfinished: lost or slow, the bench cannot tell);
+4. the side-by-side harness's batch (../shared/bench-peers/vs_lockgate.sh, which issue 51's
+   targets are judged by): lockgate's 5,000 `/run` from 32 submitters while 32 pollers
+   re-poll each pending job at once; Celery's 5,000 `apply_async` then `.get()` on each.
+   Its verdict line (`runsync_p50/celery_p50`, `completed/s vs celery`,
+   `runsync_thr/floor`) is printed as the harness prints it.
+Celery runs in the bench's own venv (`make bench-venv`, `$BENCH_VENV`, `.venv-bench` by
+default), never the project's: a prefork pool on its own Redis (broker and result
+backend), and its client (bench/celery_side.py) as a process of its own, one thread per
+client. lockgate's client is the bench's aiohttp session.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import json
 import os
+import resource
 import signal
-import sys
+import subprocess
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,19 +40,20 @@ import aiohttp
 import orjson
 
 from bench import load
+from bench.celery_side import DEADLINE_S, POLL_INTERVAL_S, shares
 from bench.load import SMALL_BODY
 from bench.measure import CpuMeter, audit, job_url, meter, wait_workers
-from bench.procs import Service, children, lockgate_dev, log, spawn, stop, wait_for
+from bench.procs import REPO, Service, children, lockgate_dev, log, spawn, stop, wait_for
 from bench.report import Row, ms
 from lockgate.dev.redis_server import EmbeddedRedis
 
 if TYPE_CHECKING:
     from bench.core import Config
 
-POLL_INTERVAL_S = 0.1  # between two sweeps of a client's pending jobs
-DEADLINE_S = 50.0  # each load shape of one system gives up here (a scenario stays < 60 s)
 FINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT"})
-GET_TIMEOUT_S = 30.0
+SHAPE_TIMEOUT_S = 120.0  # one Celery load shape's client process, start-up included
+THROUGHPUT_S = 8.0  # the harness's /runsync throughput window
+__all__ = ["bench_python", "beside_celery", "shares", "versus"]
 
 
 @dataclass(frozen=True)
@@ -64,7 +74,7 @@ class Batch:
 
 @dataclass(frozen=True)
 class Figures:
-    """One system's figures for the three load shapes."""
+    """One system's figures for the load shapes."""
 
     p50: float
     p99: float
@@ -72,12 +82,8 @@ class Figures:
     batch: Batch
     lost_twice: tuple[int, int]  # jobs seen final that no worker ran; jobs run twice
     cpu: Row  # CPU time of the batch per job seen final, by process group
-
-
-def shares(total: int, clients: int) -> list[int]:
-    """`total` jobs split between `clients` as evenly as can be (the first get one more)."""
-    base, extra = divmod(total, clients)
-    return [base + (i < extra) for i in range(clients)]
+    drained: float = 0.0  # completed jobs/s of the side-by-side harness's batch
+    drain_lost: int = 0  # jobs of that batch no worker ran, or not completed
 
 
 def versus(
@@ -133,8 +139,54 @@ async def lockgate_batch(
     return Batch(time.perf_counter() - started, seen, ids, polls, failed, sum(unfinished))
 
 
+async def lockgate_drain(
+    http: aiohttp.ClientSession, dev: Service, total: int, clients: int
+) -> tuple[float, list[str]]:
+    """The harness's batch (../shared/bench-peers/loadgen.py `run+status`): `clients`
+    submitters send `total` /run while `clients` pollers take each id as it comes and poll
+    its /status, putting it back at once while it is not final. Completed jobs/s (first
+    submit to the last seen final) and the ids seen completed."""
+    ids: asyncio.Queue[tuple[str, float]] = asyncio.Queue()
+    todo = iter(range(total))
+    done: list[str] = []
+    last, seen = [0.0], [0]
+    finished = asyncio.Event()
+
+    async def submitter() -> None:
+        for _ in todo:
+            job = orjson.loads(await load.post(http, job_url(dev, "run"), SMALL_BODY))
+            ids.put_nowait((job["id"], time.perf_counter()))
+
+    async def poller() -> None:
+        while True:
+            job_id, sent = await ids.get()
+            status = (await load.get_json(http, job_url(dev, f"status/{job_id}")))["status"]
+            if status not in FINAL:
+                ids.put_nowait((job_id, sent))
+                continue
+            last[0] = time.perf_counter()
+            if status == "COMPLETED":
+                done.append(job_id)
+            seen[0] += 1
+            if seen[0] == total:
+                finished.set()
+
+    started = time.perf_counter()
+    tasks = [asyncio.create_task(submitter()) for _ in range(clients)]
+    tasks += [asyncio.create_task(poller()) for _ in range(clients)]
+    try:
+        await asyncio.wait_for(finished.wait(), DEADLINE_S)
+    except TimeoutError:
+        log(f"lockgate: {total - seen[0]} jobs of the harness batch not final in time")
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return len(done) / max(1e-9, (last[0] or time.perf_counter()) - started), done
+
+
 async def lockgate_figures(cfg: Config, work: Path) -> Figures:
-    """The three load shapes against `lockgate dev` with `cfg.peer_workers` no-op workers."""
+    """The load shapes against `lockgate dev` with `cfg.peer_workers` no-op workers."""
     ids_dir = work / "peer-lockgate-ids"
     ids_dir.mkdir()
     with lockgate_dev(work, "peer", cfg.peer_workers, {"BENCH_IDS_DIR": str(ids_dir)}) as dev:
@@ -143,106 +195,51 @@ async def lockgate_figures(cfg: Config, work: Path) -> Figures:
             url = job_url(dev, "runsync")
             log(f"lockgate: sequential /runsync, {cfg.peer_workers} workers")
             await load.sequential(http, url, SMALL_BODY, cfg.n(200))
-            lat = await load.sequential(http, url, SMALL_BODY, cfg.n(1000))
-            log(f"lockgate: {cfg.n(2000)} /runsync from {cfg.clients} clients")
-            sync = await load.burst(http, url, SMALL_BODY, cfg.n(2000), cfg.clients)
+            lat = await load.sequential(http, url, SMALL_BODY, cfg.n(1500))
+            log(f"lockgate: /runsync from {cfg.clients} clients for {THROUGHPUT_S:g} s")
+            sync = await load.for_duration(
+                http, url, SMALL_BODY, cfg.clients, THROUGHPUT_S * min(1.0, cfg.scale)
+            )
             log(f"lockgate: {cfg.n(5000)} jobs, {cfg.clients} clients submit then poll /status")
             cpu = meter(dev)
             batch = await lockgate_batch(http, dev, cfg.n(5000), cfg.clients)
             cpu_use = cpu.row("CPU us per polled job, lockgate", max(1, len(batch.seen)))
+            log(f"lockgate: the harness's batch, {cfg.n(5000)} /run, {cfg.clients} pollers")
+            drained, done = await lockgate_drain(http, dev, cfg.n(5000), cfg.clients)
     p50, p99 = load.percentile(lat, 50), load.percentile(lat, 99)
-    return Figures(p50, p99, sync.rate, batch, audit(ids_dir, batch.ids), cpu_use)
+    lost = cfg.n(5000) - len(done) + audit(ids_dir, done)[0]
+    return Figures(p50, p99, sync.rate, batch, audit(ids_dir, batch.ids), cpu_use, drained, lost)
 
 
-# -- Celery's side: its synchronous client API, one thread per client
+# -- Celery's side: bench/celery_side.py in the bench's own venv
 
 
-def in_threads(clients: int, work: Callable[[int], Any], args: list[int]) -> list[Any]:
-    """`work(arg)` for each of `args`, `clients` threads at once; the results in order."""
-    with ThreadPoolExecutor(clients) as pool:
-        return list(pool.map(work, args))
-
-
-def celery_sequential(count: int) -> list[float]:
-    """Latency (s) of `count` `apply_async(...).get()` one after another."""
-    from bench.celery_app import noop
-
-    latencies: list[float] = []
-    deadline = time.perf_counter() + DEADLINE_S
-    for _ in range(count):
-        started = time.perf_counter()
-        if started > deadline:
-            break
-        noop.apply_async().get(timeout=GET_TIMEOUT_S)
-        latencies.append(time.perf_counter() - started)
-    return latencies
-
-
-def celery_sync_rate(count: int, clients: int) -> float:
-    """Jobs/s of `count` `apply_async(...).get()` from `clients` threads."""
-    from bench.celery_app import noop
-
-    deadline = time.perf_counter() + DEADLINE_S
-
-    def client(n: int) -> int:
-        for done in range(n):
-            if time.perf_counter() > deadline:
-                return done
-            noop.apply_async().get(timeout=GET_TIMEOUT_S)
-        return n
-
-    started = time.perf_counter()
-    done = sum(in_threads(clients, client, shares(count, clients)))
-    return done / (time.perf_counter() - started)
-
-
-def celery_batch(total: int, clients: int) -> Batch:
-    """`total` jobs by `clients` threads that submit with `delay()`, then poll `ready()`."""
-    from bench.celery_app import noop
-
-    deadline = time.perf_counter() + DEADLINE_S
-
-    def client(count: int) -> tuple[list[float], list[str], int, int, int]:
-        pending = []
-        for _ in range(count):
-            sent = time.perf_counter()
-            pending.append((noop.delay(), sent))
-        ids, seen, polls, failed = [], [], 0, 0
-        while pending and time.perf_counter() < deadline:
-            still = []
-            for result, sent in pending:
-                polls += 1
-                if not result.ready():
-                    still.append((result, sent))
-                    continue
-                seen.append(time.perf_counter() - sent)
-                ids.append(result.id)
-                failed += not result.successful()
-            pending = still
-            time.sleep(POLL_INTERVAL_S if pending else 0)
-        return seen, ids, polls, failed, len(pending)
-
-    started = time.perf_counter()
-    done = in_threads(clients, client, shares(total, clients))
-    took = time.perf_counter() - started
-    seen, ids = ([x for d in done for x in d[i]] for i in (0, 1))
-    polls, failed, unfinished = (sum(d[i] for d in done) for i in (2, 3, 4))
-    return Batch(took, seen, ids, polls, failed, unfinished)
+def bench_python() -> Path | None:
+    """The bench venv's interpreter (`$BENCH_VENV`, else `.venv-bench` in the repository),
+    when it can import Celery; None otherwise."""
+    venv = Path(os.environ.get("BENCH_VENV") or REPO / ".venv-bench")
+    python = venv / "bin" / "python"
+    if not python.exists():
+        return None
+    found = subprocess.run(
+        [str(python), "-c", "import celery"], capture_output=True, timeout=60, check=False
+    )
+    return python if found.returncode == 0 else None
 
 
 @contextlib.contextmanager
 def celery_worker(
-    work: Path, workers: int, ids_dir: Path
+    python: Path, work: Path, workers: int, ids_dir: Path
 ) -> Iterator[tuple[str, Callable[[], CpuMeter]]]:
-    """A Redis and a Celery prefork worker of `workers` children on it, for as long as the
-    block runs; yields the Redis URL and a way to meter their CPU. On exit every process of
-    the worker's group goes."""
+    """A Redis and a Celery prefork worker of `workers` children on it (the bench venv's
+    `python`), for as long as the block runs; yields the Redis URL and a way to meter
+    their CPU. On exit every process of the worker's group goes."""
     redis = EmbeddedRedis(work / "celery-redis")  # append-only, everysec: as `lockgate dev`
     redis.start()
     log_path = work / "celery.log"
     env = {**os.environ, "BENCH_CELERY_REDIS": redis.url, "BENCH_IDS_DIR": str(ids_dir)}
     command = [
-        sys.executable, "-m", "celery", "-A", "bench.celery_app", "worker", "--pool", "prefork",
+        str(python), "-m", "celery", "-A", "bench.celery_app", "worker", "--pool", "prefork",
         "--concurrency", str(workers), "--without-gossip", "--without-mingle",
         "--without-heartbeat", "--loglevel", "INFO",
     ]  # fmt: skip
@@ -252,7 +249,7 @@ def celery_worker(
         log(f"celery worker pid {worker.process.pid}, {workers} prefork children, {redis.url}")
         pids = [worker.process.pid, *children(worker.process.pid)]
         redis_pid = redis.process.pid if redis.process else 0
-        groups = {"Celery worker": pids, "Redis": [redis_pid], "client": [os.getpid()]}
+        groups = {"Celery worker": pids, "Redis": [redis_pid]}
         yield redis.url, lambda: CpuMeter(groups)
     finally:
         stop(worker.process, "celery worker")
@@ -261,26 +258,50 @@ def celery_worker(
         redis.stop()
 
 
-def celery_figures(cfg: Config, work: Path) -> Figures:
-    """The three load shapes against Celery with `cfg.peer_workers` prefork children."""
-    from bench.celery_app import app
+def celery_shape(python: Path, url: str, shape: str, cfg: Config) -> tuple[dict[str, Any], float]:
+    """One load shape by bench/celery_side.py: its figures, and its client process's CPU
+    time (s, its start-up included: read from this process's reaped children)."""
+    command = [
+        str(python), "-m", "bench.celery_side", "--redis", url, "--shape", shape,
+        "--scale", str(cfg.scale), "--clients", str(cfg.clients),
+    ]  # fmt: skip
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run(
+        command, cwd=REPO, stdout=subprocess.PIPE, timeout=SHAPE_TIMEOUT_S, check=False
+    )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise RuntimeError(f"celery_side --shape {shape} exited with {done.returncode}")
+    used = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return json.loads(done.stdout), used
 
+
+def celery_figures(python: Path, cfg: Config, work: Path) -> Figures:
+    """The load shapes against Celery with `cfg.peer_workers` prefork children."""
     ids_dir = work / "peer-celery-ids"
     ids_dir.mkdir()
-    with celery_worker(work, cfg.peer_workers, ids_dir) as (url, new_meter):
-        app.conf.update(broker_url=url, result_backend=url)
+    with celery_worker(python, work, cfg.peer_workers, ids_dir) as (url, new_meter):
         log(f"celery: sequential apply_async().get(), {cfg.peer_workers} workers")
-        celery_sequential(cfg.n(200))
-        lat = celery_sequential(cfg.n(1000))
+        lat = celery_shape(python, url, "latency", cfg)[0]["latencies"]
         log(f"celery: {cfg.n(2000)} apply_async().get() from {cfg.clients} threads")
-        sync_rate = celery_sync_rate(cfg.n(2000), cfg.clients)
+        sync_rate = celery_shape(python, url, "sync", cfg)[0]["sync_rate"]
         log(f"celery: {cfg.n(5000)} jobs, {cfg.clients} threads delay() then poll ready()")
         cpu = new_meter()
-        batch = celery_batch(cfg.n(5000), cfg.clients)
-        cpu_use = cpu.row("CPU us per polled job, Celery", max(1, len(batch.seen)))
-        app.close()  # its pools' connections, before Redis goes
+        polled, client_s = celery_shape(python, url, "polled", cfg)
+        batch = Batch(
+            polled["seconds"], polled["seen"], polled["ids"], polled["polls"],
+            polled["failed"], polled["unfinished"],
+        )  # fmt: skip
+        seen = max(1, len(batch.seen))
+        row = cpu.row("CPU us per polled job, Celery", seen)
+        client = f", client {client_s / seen * 1e6:,.0f} (its start-up too) ("
+        cpu_use = dataclasses.replace(row, value=row.value.replace(" (", client, 1))
+        log(f"celery: the harness's batch, {cfg.n(5000)} apply_async then get()")
+        drain = celery_shape(python, url, "drained", cfg)[0]
     p50, p99 = load.percentile(lat, 50), load.percentile(lat, 99)
-    return Figures(p50, p99, sync_rate, batch, audit(ids_dir, batch.ids), cpu_use)
+    drained = drain["completed"] / max(1e-9, drain["seconds"])
+    lost = cfg.n(5000) - drain["completed"] + audit(ids_dir, drain["ids"])[0]
+    return Figures(p50, p99, sync_rate, batch, audit(ids_dir, batch.ids), cpu_use, drained, lost)
 
 
 # -- the scenario
@@ -291,8 +312,10 @@ async def floor_figures(cfg: Config, floor: Service) -> tuple[float, float]:
     url = f"{floor.base}/echo"
     async with load.session(cfg.clients) as http:
         await load.sequential(http, url, SMALL_BODY, cfg.n(200))
-        lat = await load.sequential(http, url, SMALL_BODY, cfg.n(1000))
-        sent = await load.burst(http, url, SMALL_BODY, cfg.n(2000), cfg.clients)
+        lat = await load.sequential(http, url, SMALL_BODY, cfg.n(1500))
+        sent = await load.for_duration(
+            http, url, SMALL_BODY, cfg.clients, THROUGHPUT_S * min(1.0, cfg.scale)
+        )
     return load.percentile(lat, 50), sent.rate
 
 
@@ -302,12 +325,29 @@ def batch_clean(figures: Figures, total: int) -> bool:
     return len(batch.seen) == total and batch.failed == 0 and figures.lost_twice == (0, 0)
 
 
+def verdict(ours: Figures, celery: Figures, floor: tuple[float, float]) -> tuple[str, bool]:
+    """The side-by-side harness's verdict line (../shared/bench-peers/vs_lockgate.sh) from
+    this run's figures, and whether its two goals are met."""
+    p50 = ours.p50 / celery.p50 if celery.p50 else float("inf")
+    done = ours.drained / celery.drained if celery.drained else 0.0
+    ok = p50 <= 0.7 and done >= 2
+    text = (
+        f"{'OK' if ok else 'SHORT'} runsync_p50/celery_p50={p50:.2f} (goal <=0.7); "
+        f"runsync_p50/floor={ours.p50 / floor[0]:.1f}; "
+        f"completed/s vs celery={done:.2f} (goal >=2); "
+        f"runsync_thr/floor={ours.sync_rate / floor[1]:.2f}"
+    )
+    return text, ok
+
+
 def peer_rows(cfg: Config, ours: Figures, celery: Figures, floor: tuple[float, float]) -> list[Row]:
     """The table rows: lockgate, the floor where one applies, Celery, and the ratios."""
     total, n = cfg.n(5000), cfg.peer_workers
     p50_target, p50_ok = versus(ours.p50, celery.p50, at_most=0.7)
     batch_target, batch_ok = versus(ours.batch.rate, celery.batch.rate, at_least=2)
+    drain_target, drain_ok = versus(ours.drained, celery.drained, at_least=2)
     clean = batch_clean(ours, total)
+    line, _ = verdict(ours, celery, floor)
 
     def audit_text(f: Figures) -> str:
         return f"{f.lost_twice[0]} / {f.lost_twice[1]} / {f.batch.failed} / {f.batch.unfinished}"
@@ -330,6 +370,11 @@ def peer_rows(cfg: Config, ours: Figures, celery: Figures, floor: tuple[float, f
         Row(f"  lost / twice / failed / unfinished at {DEADLINE_S:.0f} s", audit_text(ours), "",
             "0 / 0 / 0 / 0",
             clean and batch_clean(celery, total), peer=audit_text(celery)),
+        Row(f"{total:,} jobs as the side-by-side harness: /run + /status at once vs "
+            "apply_async + get()", f"{ours.drained:,.0f} jobs/s", "", drain_target,
+            drain_ok and ours.drain_lost == 0 and celery.drain_lost == 0,
+            peer=f"{celery.drained:,.0f} jobs/s"),
+        Row("  verdict as vs_lockgate.sh", line, detail=True),
         ours.cpu,
         celery.cpu,
     ]  # fmt: skip
@@ -337,15 +382,14 @@ def peer_rows(cfg: Config, ours: Figures, celery: Figures, floor: tuple[float, f
 
 async def beside_celery(cfg: Config, work: Path, floor: Service) -> list[Row]:
     """The floor, lockgate, then Celery, one after the other: the same loads on each."""
-    try:
-        import celery  # noqa: F401
-    except ImportError:
-        log("celery is not installed: no Celery rows (pip install -e '.[bench]')")
-        return [
-            Row("Celery peer", "skipped", "", "celery not installed: pip install -e '.[bench]'")
-        ]
+    python = bench_python()
+    if python is None:
+        log("no bench venv with Celery: no Celery rows (make bench-venv, or set BENCH_VENV)")
+        return [Row("Celery peer", "skipped", "", "no bench venv with celery: make bench-venv")]
     log("floor: sequential and concurrent POSTs")
     floor_figs = await floor_figures(cfg, floor)
     ours = await lockgate_figures(cfg, work)
-    celery_figs = await asyncio.to_thread(celery_figures, cfg, work)
-    return peer_rows(cfg, ours, celery_figs, floor_figs)
+    celery_figs = await asyncio.to_thread(celery_figures, python, cfg, work)
+    rows = peer_rows(cfg, ours, celery_figs, floor_figs)
+    log(f"side by side: {verdict(ours, celery_figs, floor_figs)[0]}")
+    return rows

@@ -1,11 +1,12 @@
 """The Celery peer's pure helpers (`make bench`, bench/celery_peer.py): how a batch is split
-between clients, lockgate's figure as a multiple of Celery's, and the table's Celery column."""
+between clients, lockgate's figure as a multiple of Celery's, the table's Celery column, and
+the side-by-side harness's verdict line."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.celery_peer import shares, versus
+from bench.celery_peer import Batch, Figures, shares, verdict, versus
 from bench.report import Row, table
 
 
@@ -41,3 +42,31 @@ def test_the_celery_column_shows_only_when_a_row_has_a_figure_for_it() -> None:
     assert head.split() == ["figure", "lockgate", "floor", "Celery", "target", "result"]
     assert first.split() == ["a", "1", "ms", "3", "ms", "t", "PASS"]
     assert second.split() == ["b", "2", "ms"]
+
+
+def _figures(p50: float, sync_rate: float, drained: float) -> Figures:
+    batch = Batch(1.0, [0.1], ["a"], 1, 0, 0)
+    return Figures(p50, p50, sync_rate, batch, (0, 0), Row("cpu", ""), drained)
+
+
+@pytest.mark.parametrize(
+    ("ours", "celery", "expected"),
+    [
+        (
+            _figures(0.0014, 900, 1500),
+            _figures(0.002, 700, 700),
+            "OK runsync_p50/celery_p50=0.70 (goal <=0.7); runsync_p50/floor=4.7; "
+            "completed/s vs celery=2.14 (goal >=2); runsync_thr/floor=0.09",
+        ),
+        (
+            _figures(0.002, 900, 1300),
+            _figures(0.002, 700, 700),
+            "SHORT runsync_p50/celery_p50=1.00 (goal <=0.7); runsync_p50/floor=6.7; "
+            "completed/s vs celery=1.86 (goal >=2); runsync_thr/floor=0.09",
+        ),
+    ],
+)
+def test_the_side_by_side_verdict_reads_as_the_harness_prints_it(ours, celery, expected) -> None:
+    line, ok = verdict(ours, celery, (0.0003, 10_000))
+    assert line == expected
+    assert ok is expected.startswith("OK ")

@@ -246,7 +246,8 @@ class JobStore:
         holds_none: bool = False,
         max_bytes: int = 2**53,
     ) -> tuple[list[TakenJob], int]:
-        """Hand up to `count` queued jobs to a worker; also returns how many still wait.
+        """Hand up to `count` queued jobs to a worker; also whether jobs still wait (0:
+        none; else a lower bound of how many: the normal queue's count while it has any).
         The inputs taken stay within `max_bytes` (the first job is taken whatever its size).
 
         `holds_none`: the worker says it has no job in hand (`job_in_progress=0`), so jobs

@@ -108,10 +108,14 @@ end
 -- Move a job into a final state: release its worker slot, count it, keep it for the
 -- retention (never beyond its ttl), queue its webhook, and wake its waiters (/runsync,
 -- and `/status?wait=` on a job it marked watched).
-local function finalize(ep, id, status, now, worker, sync, ret_run, ret_sync, extra)
+-- `read`: the record's FINALIZE_READS fields when the caller read them already (in that
+-- order), else nil: read here.
+local FINALIZE_READS = {F_STATUS, F_CREATED, F_TTL, F_WEBHOOK, F_WATCHED, F_STARTED,
+  F_ATTEMPT_LOG, F_PROGRESS, F_STREAM_BYTES}
+local function finalize(ep, id, status, now, worker, sync, ret_run, ret_sync, extra, read)
   local jk = jkey(id)
-  local st, created, ttl, webhook, watched, started, log = unpack(redis.call('HMGET', jk,
-    F_STATUS, F_CREATED, F_TTL, F_WEBHOOK, F_WATCHED, F_STARTED, F_ATTEMPT_LOG))
+  local st, created, ttl, webhook, watched, started, log, progress, streamed = unpack(
+    read or redis.call('HMGET', jk, unpack(FINALIZE_READS)), 1, #FINALIZE_READS)
   local ended = st == 'IN_PROGRESS' and with_end(log, now, status) or nil
   reindex(id, st, status)
   if ended then  -- the attempt's end rides on the state's write
@@ -119,7 +123,7 @@ local function finalize(ep, id, status, now, worker, sync, ret_run, ret_sync, ex
   else
     redis.call('HSET', jk, F_STATUS, status, F_FINISHED, now, unpack(extra))
   end
-  redis.call('HDEL', jk, F_PROGRESS)  -- progress is shown while running only
+  if progress then redis.call('HDEL', jk, F_PROGRESS) end  -- shown while running only
   redis.call('ZREM', P .. 'run', id)
   if worker then redis.call('SREM', P .. 'wj:' .. worker, id) end
   if status == 'COMPLETED' then
@@ -134,7 +138,8 @@ local function finalize(ep, id, status, now, worker, sync, ret_run, ret_sync, ex
   local death = math.min(now + tonumber(sync == '1' and ret_sync or ret_run),
     tonumber(created) + tonumber(ttl))
   expire_at(id, death)
-  redis.call('PEXPIREAT', P .. 's:' .. id, death)
+  -- Unread stream chunks (`s:`) exist only while the record counts them (`sb`).
+  if streamed then redis.call('PEXPIREAT', P .. 's:' .. id, death) end
   if webhook then redis.call('ZADD', P .. 'wh', now, id) end
   if sync == '1' or watched then redis.call('PUBLISH', EVENTS, done_event(ep, id)) end
 end
@@ -276,6 +281,7 @@ end
 -- its heartbeats and heard from again counts again). On an endpoint with a warm-up (`wun`:
 -- its count of job inputs, written with the registry entry) it starts warming (`wu`, see
 -- take.lua): its cold start ends when its warm-up does (warmup_done.lua); else now.
+-- Returns true when it started the worker's warm-up.
 local function beat(worker, now)
   if redis.call('ZADD', P .. 'w', now, worker) == 1 then
     redis.call('PUBLISH', EVENTS, 'a:' .. string.sub(P, 5, -3))
@@ -283,19 +289,23 @@ local function beat(worker, now)
     local warmups = tonumber(redis.call('GET', P .. 'wun'))
     if warmups and warmups > 0 then
       redis.call('HSET', P .. 'wu', worker, cjson.encode({i = 0, n = warmups}))
-    else
-      first_call(worker, now)
+      return true
     end
+    first_call(worker, now)
   end
+  return false
 end
 
--- Workers heard from within `timeout` ms, and how many of them hold a job: {ids}, busy.
+-- Workers heard from within `timeout` ms, and how many of them hold a job: {ids}, busy,
+-- and each one's load_of (in the order of the ids).
 local function live_workers(now, timeout)
   local alive, busy = redis.call('ZRANGEBYSCORE', P .. 'w', now - timeout, '+inf'), 0
-  for _, w in ipairs(alive) do
-    if load_of(w) > 0 then busy = busy + 1 end
+  local loads = {}
+  for i, w in ipairs(alive) do
+    loads[i] = load_of(w)
+    if loads[i] > 0 then busy = busy + 1 end
   end
-  return alive, busy
+  return alive, busy, loads
 end
 
 -- A key of batch `batch` (Batch Jobs, store/batches.py): its record (BP_RECORD) or one of

@@ -14,15 +14,16 @@ local function oldest(q)
   if #head == 0 then return -1 end
   return tonumber(redis.call('HGET', jkey(head[1]), F_QUEUED)) or -1
 end
-local alive, busy = live_workers(now, timeout)
+local alive, busy, loads = live_workers(now, timeout)
 local held, warming = {}, 0
-for _, w in ipairs(alive) do
+local any_warming = redis.call('EXISTS', P .. 'wu') == 1
+for i, w in ipairs(alive) do
   held[#held + 1] = w
-  if redis.call('HEXISTS', P .. 'wu', w) == 1 then  -- warming up: initializing, held -1
+  if any_warming and redis.call('HEXISTS', P .. 'wu', w) == 1 then  -- initializing, held -1
     warming = warming + 1
     held[#held + 1] = -1
   else
-    held[#held + 1] = load_of(w)
+    held[#held + 1] = loads[i]
   end
 end
 local lb_held, lb_flight, per_worker = 0, 0, {}
