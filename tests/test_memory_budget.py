@@ -12,7 +12,8 @@ import aiohttp
 import orjson
 import pytest
 
-from lockgate.settings import Settings
+from lockgate.gateway.worker_api import CLIENT_ROOM, MAX_JOB_BYTES, take_room
+from lockgate.settings import MIN_BODY_BUDGET, Settings
 from tests.gateway_process import GatewayProcess, run_gateway
 
 MIB = 1024 * 1024
@@ -97,3 +98,14 @@ async def test_batch_and_concurrent_takes_of_large_jobs_stay_within_the_budget(
           f"{statuses.count(200)} jobs; peak RSS {gw.peak_rss() / MIB:.0f} MiB")  # fmt: skip
     assert set(statuses) <= {200, 204}, statuses
     assert gw.peak_rss() < MEMORY_FIGURE, f"peak RSS {gw.peak_rss() / MIB:.0f} MiB"
+
+
+def test_takes_leave_room_for_clients_and_the_smallest_budget_still_takes() -> None:
+    """A take reserves at least the largest job and never the budget's last CLIENT_ROOM
+    bytes: a batch pool's workers taking at once left a small `/runsync` no room (a 503,
+    seen by `make bench-batching`)."""
+    assert take_room(MIN_BODY_BUDGET, MAX_JOB_BYTES) == MAX_JOB_BYTES  # nothing else held
+    assert take_room(256 * MIB, 64 * MIB) == 64 * MIB
+    assert take_room(40 * MIB, 64 * MIB) == 40 * MIB - CLIENT_ROOM
+    assert take_room(MAX_JOB_BYTES + CLIENT_ROOM - 1, 64 * MIB) is None  # it waits for room
+    assert take_room(MAX_JOB_BYTES, MAX_JOB_BYTES) is None

@@ -36,6 +36,9 @@ from lockgate.store.warmups import Step, is_warmup_job, warmup_done
 BATCH_MAX = 100
 PROGRESS_LIMIT = CHUNK_LIMIT  # bytes of one progress report's JSON, as one stream chunk
 MAX_JOB_BYTES = RUNSYNC_LIMIT  # the largest input a job can have
+# The body budget's bytes takes leave to clients' requests (`take_room`); the smallest
+# budget (settings.MIN_BODY_BUDGET) still holds it beside the largest job
+CLIENT_ROOM = 1024 * 1024
 DONE_HOLD_MAX_MS = 5_000  # the longest `wait=` a job-done with `take=1` may hold its answer
 NOT_TRIED = -2  # `_take_within_budget`'s count of jobs left when it found no room to take
 
@@ -161,6 +164,15 @@ async def _wait_for_work(
     return False
 
 
+def take_room(free: int, wanted: int) -> int | None:
+    """The bytes a take reserves of the body budget's `free` bytes (it asks for `wanted`):
+    at least the largest job, never the last CLIENT_ROOM bytes, which clients' requests
+    keep (workers taking at once, as a batch pool's do, must not make a small `/runsync`
+    answer 503); None: not that much is free now."""
+    room = min(free - CLIENT_ROOM, wanted)
+    return room if room >= MAX_JOB_BYTES else None
+
+
 async def _take_within_budget(
     gw: Gateway,
     request: web.Request,
@@ -178,7 +190,7 @@ async def _take_within_budget(
     the answer is made: takes cannot push the gateway past its budget."""
     loop = asyncio.get_running_loop()
     wanted = max(MAX_JOB_BYTES, gw.settings.batch_take_bytes if count > 1 else 0)
-    while (room := min(gw.budget.free(), wanted)) < MAX_JOB_BYTES:
+    while (room := take_room(gw.budget.free(), wanted)) is None:
         if loop.time() >= deadline or not _listening(request) or gw.draining:
             return [], NOT_TRIED
         await gw.budget.wait_for_room(min(deadline - loop.time(), 1.0))
