@@ -22,7 +22,7 @@ import orjson
 
 from bench import load
 from bench.load import SMALL_BODY
-from bench.measure import job_url
+from bench.measure import NOISY, CpuMeter, job_url, meter
 from bench.procs import ENDPOINT, Service, log
 from bench.report import Row, ms
 from lockgate.models.batch import batch_pool_id
@@ -32,6 +32,25 @@ POLL_S = 0.5  # how often the batch's summary is read while /runsync is measured
 STARTED_TIMEOUT_S = 60.0  # finalize -> the pool's worker took its first requests
 DONE_TIMEOUT_S = 600.0  # finalize -> the whole batch done
 TARGET = 1.2  # the p50 with the batch / the p50 without, at most
+
+
+@dataclass(frozen=True)
+class Cpu:
+    """The share of one core each group of processes used over a measurement, and the share
+    of all CPUs other processes used meanwhile."""
+
+    groups: dict[str, float]
+    others: float
+
+    def text(self) -> str:
+        used = ", ".join(f"{name} {share:.0%}" for name, share in self.groups.items())
+        return f"{used} of a core; other processes {self.others:.0%} of the CPUs"
+
+
+def cpu_of(cpu: CpuMeter, seconds: float) -> Cpu:
+    """What `cpu`'s groups used over the last `seconds` (when the meter was made)."""
+    used, _, others = cpu.used()
+    return Cpu({name: v / seconds for name, v in used.items()}, others)
 
 
 @dataclass(frozen=True)
@@ -45,6 +64,8 @@ class UnderBatch:
     ended_by_then: int  # its requests ended when the measurement with it ended
     batch_s: float | None  # finalize to the batch done; None: not within DONE_TIMEOUT_S
     waited_s: float  # finalize to the pool's worker taking its first requests
+    cpu_alone: Cpu  # what the processes used while /runsync ran with no batch
+    cpu_during: Cpu  # and while it ran with the batch
 
 
 def batch_url(dev: Service, tail: str = "") -> str:
@@ -130,7 +151,9 @@ async def runsync_under_batch(dev: Service, requests: int, count: int) -> UnderB
     async with load.session(2) as http:
         await load.sequential(http, url, SMALL_BODY, max(1, count // 10))  # warm-up
         log(f"batching: {count} sequential /runsync, no batch")
+        cpu, started = meter(dev), time.perf_counter()
         alone = await load.sequential(http, url, SMALL_BODY, count)
+        cpu_alone = cpu_of(cpu, time.perf_counter() - started)
         log(f"batching: a batch of {requests:,} requests on the batch pool")
         batch_id = await start_batch(http, dev, requests)
         finalized = time.perf_counter()
@@ -142,14 +165,19 @@ async def runsync_under_batch(dev: Service, requests: int, count: int) -> UnderB
         running.set()
         watcher = asyncio.create_task(watch(http, dev, batch_id, running))
         try:
+            cpu, started = meter(dev), time.perf_counter()  # the pool's worker is up
             during = await sequential_while(http, url, count, running)
+            cpu_during = cpu_of(cpu, time.perf_counter() - started)
             by_then = await summary(http, dev, batch_id)
         finally:
             watcher.cancel()
         remaining = finalized + DONE_TIMEOUT_S - time.perf_counter()
         finished = await wait_for(http, dev, batch_id, requests, remaining)
         took = time.perf_counter() - finalized if finished else None
-    return UnderBatch(requests, alone, during, done(by_then), ended(by_then), took, waited)
+    return UnderBatch(
+        requests, alone, during, done(by_then), ended(by_then), took, waited, cpu_alone,
+        cpu_during,
+    )  # fmt: skip
 
 
 def rows(under: UnderBatch, name: str) -> list[Row]:
@@ -176,6 +204,10 @@ def rows(under: UnderBatch, name: str) -> list[Row]:
             target, judged),
         Row(f"batching: the {batch} on the batch pool", f"{took}{per_s} after finalize, "
             f"its worker took the first ones after {under.waited_s:.1f} s", detail=True),
+        Row("batching: CPU while /runsync ran, no batch", under.cpu_alone.text(), detail=True,
+            noisy=under.cpu_alone.others > NOISY),
+        Row(f"batching: CPU while /runsync ran, {batch} running", under.cpu_during.text(),
+            detail=True, noisy=under.cpu_during.others > NOISY),
     ]  # fmt: skip
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from bench import under_batch
 from bench.batching import rows
-from bench.under_batch import UnderBatch
+from bench.under_batch import Cpu, UnderBatch
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -32,7 +32,8 @@ def under(*, ended_first: bool) -> UnderBatch:
     return UnderBatch(
         requests=5000, alone=[0.030, 0.031, 0.040], during=[0.033, 0.036, 0.050],
         ended_first=ended_first, ended_by_then=5000 if ended_first else 1234, batch_s=10.0,
-        waited_s=1.5,
+        waited_s=1.5, cpu_alone=Cpu({"gateway": 0.3, "workers": 0.05}, 0.02),
+        cpu_during=Cpu({"gateway": 0.9, "workers": 0.4}, 0.25),
     )  # fmt: skip
 
 
@@ -48,6 +49,9 @@ def test_the_under_batch_rows_give_the_p50_ratio_beside_the_target() -> None:
     assert (ratio.value, ratio.target, ratio.passed) == ("1.16x", "<= 1.2x", True)
     took = by_name["batching: the 5,000-request batch on the batch pool"]
     assert took.detail and took.value.startswith("done in 10.0 s (500 requests/s)")
+    cpu = by_name["batching: CPU while /runsync ran, 5,000-request batch running"]
+    assert cpu.value == "gateway 90%, workers 40% of a core; other processes 25% of the CPUs"
+    assert cpu.noisy and not by_name["batching: CPU while /runsync ran, no batch"].noisy
 
 
 def test_a_batch_done_before_the_measurement_ended_is_said_and_not_judged() -> None:
@@ -95,4 +99,7 @@ def test_bench_batching_prints_every_figure() -> None:
     assert re.search(ratio, out, re.MULTILINE), out
     took = r"^batching: the 200-request batch on the batch pool: done in [\d.]+ s \([\d,]+ req"
     assert re.search(took, out, re.MULTILINE), out
+    for during in ("no batch", "200-request batch running"):
+        cpu = rf"^batching: CPU while /runsync ran, {during}: gateway \d+%, Redis \d+%, .*core"
+        assert re.search(cpu, out, re.MULTILINE), out
     assert "ERROR" not in out
