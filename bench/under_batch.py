@@ -147,7 +147,7 @@ async def watch(
 async def runsync_under_batch(dev: Service, requests: int, count: int) -> UnderBatch:
     """`count` sequential /runsync with no batch, then up to `count` while a batch of
     `requests` runs on the endpoint's batch pool; then wait for the batch to be done."""
-    url = job_url(dev, "runsync")
+    url, began = job_url(dev, "runsync"), time.perf_counter()
     async with load.session(2) as http:
         await load.sequential(http, url, SMALL_BODY, max(1, count // 10))  # warm-up
         log(f"batching: {count} sequential /runsync, no batch")
@@ -174,6 +174,7 @@ async def runsync_under_batch(dev: Service, requests: int, count: int) -> UnderB
         remaining = finalized + DONE_TIMEOUT_S - time.perf_counter()
         finished = await wait_for(http, dev, batch_id, requests, remaining)
         took = time.perf_counter() - finalized if finished else None
+    log(f"batching: /runsync without and with the batch: {time.perf_counter() - began:.0f} s")
     return UnderBatch(
         requests, alone, during, done(by_then), ended(by_then), took, waited, cpu_alone,
         cpu_during,
