@@ -58,8 +58,8 @@ class UnderBatch:
     """Sequential /runsync with no batch and while a batch ran on the batch pool."""
 
     requests: int  # the batch's size
-    alone: list[float]  # /runsync latencies (s) with no batch
-    during: list[float]  # /runsync latencies (s) while the batch ran
+    alone: Sequential  # /runsync with no batch
+    during: Sequential  # /runsync while the batch ran
     ended_first: bool  # the batch was done when the measurement with it ended
     ended_by_then: int  # its requests ended when the measurement with it ended
     batch_s: float | None  # finalize to the batch done; None: not within DONE_TIMEOUT_S
@@ -122,17 +122,36 @@ async def wait_for(
     return False
 
 
+@dataclass
+class Sequential:
+    """Sequential /runsync: each answered one's latency (s), and how many the gateway
+    refused with 503 (busy: its body budget held by others; not counted as latencies)."""
+
+    latencies: list[float]
+    refused: int = 0
+
+
 async def sequential_while(
-    http: aiohttp.ClientSession, url: str, count: int, running: asyncio.Event
-) -> list[float]:
-    """Latency (s) of up to `count` sequential /runsync (at least one), stopping once
-    `running` is clear."""
-    latencies: list[float] = []
-    while len(latencies) < count and (running.is_set() or not latencies):
+    http: aiohttp.ClientSession, url: str, count: int, running: asyncio.Event | None = None
+) -> Sequential:
+    """Up to `count` sequential /runsync (at least one answered), stopping once `running`
+    is clear; a 503 is counted and the next one sent; any other refusal raises."""
+    done_ = Sequential([])
+    while len(done_.latencies) < count and (
+        running is None or running.is_set() or not done_.latencies
+    ):
         sent = time.perf_counter()
-        await load.post(http, url, SMALL_BODY)
-        latencies.append(time.perf_counter() - sent)
-    return latencies
+        async with http.post(url, data=SMALL_BODY) as reply:
+            body = await reply.read()
+        if reply.status == 503:
+            done_.refused += 1
+            if done_.refused >= count:
+                raise RuntimeError(f"POST {url}: {count} answered 503: {body[:200]!r}")
+            continue
+        if reply.status != 200:
+            raise RuntimeError(f"POST {url} answered {reply.status}: {body[:200]!r}")
+        done_.latencies.append(time.perf_counter() - sent)
+    return done_
 
 
 async def watch(
@@ -152,7 +171,7 @@ async def runsync_under_batch(dev: Service, requests: int, count: int) -> UnderB
         await load.sequential(http, url, SMALL_BODY, max(1, count // 10))  # warm-up
         log(f"batching: {count} sequential /runsync, no batch")
         cpu, started = meter(dev), time.perf_counter()
-        alone = await load.sequential(http, url, SMALL_BODY, count)
+        alone = await sequential_while(http, url, count)
         cpu_alone = cpu_of(cpu, time.perf_counter() - started)
         log(f"batching: a batch of {requests:,} requests on the batch pool")
         batch_id = await start_batch(http, dev, requests)
@@ -185,8 +204,9 @@ def rows(under: UnderBatch, name: str) -> list[Row]:
     """The rows: p50 / p95 without and with the batch, their ratio beside the 1.2x target
     (not judged when the batch was done before the measurement ended), and how the batch
     went. `name` says which `lockgate dev` of the scenario it ran on."""
-    alone, during = under.alone, under.during
+    alone, during = under.alone.latencies, under.during.latencies
     p50, with_p50 = load.percentile(alone, 50), load.percentile(during, 50)
+    refused = under.alone.refused, under.during.refused
     ratio = with_p50 / p50
     batch = f"{under.requests:,}-request batch"
     state = "DONE before the end"
@@ -203,6 +223,8 @@ def rows(under: UnderBatch, name: str) -> list[Row]:
             "", f"({len(during)} requests; batch {state})"),
         Row(f"batching: /runsync p50 with a {batch} running vs none", f"{ratio:.2f}x", "",
             target, judged),
+        Row("batching: /runsync refused (503), no batch / with the batch",
+            f"{refused[0]} / {refused[1]}", "", "0 / 0", refused == (0, 0)),
         Row(f"batching: the {batch} on the batch pool", f"{took}{per_s} after finalize, "
             f"its worker took the first ones after {under.waited_s:.1f} s", detail=True),
         Row("batching: CPU while /runsync ran, no batch", under.cpu_alone.text(), detail=True,

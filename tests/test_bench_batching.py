@@ -13,7 +13,7 @@ from pathlib import Path
 
 from bench import under_batch
 from bench.batching import rows
-from bench.under_batch import Cpu, UnderBatch
+from bench.under_batch import Cpu, Sequential, UnderBatch
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -28,9 +28,10 @@ def test_the_target_rows_compare_max_size_32_with_unbatched() -> None:
     assert [r.passed for r in missed if r.passed is not None] == [False, False]
 
 
-def under(*, ended_first: bool) -> UnderBatch:
+def under(*, ended_first: bool, refused: int = 0) -> UnderBatch:
     return UnderBatch(
-        requests=5000, alone=[0.030, 0.031, 0.040], during=[0.033, 0.036, 0.050],
+        requests=5000, alone=Sequential([0.030, 0.031, 0.040]),
+        during=Sequential([0.033, 0.036, 0.050], refused),
         ended_first=ended_first, ended_by_then=5000 if ended_first else 1234, batch_s=10.0,
         waited_s=1.5, cpu_alone=Cpu({"gateway": 0.3, "workers": 0.05}, 0.02),
         cpu_during=Cpu({"gateway": 0.9, "workers": 0.4}, 0.25),
@@ -49,9 +50,17 @@ def test_the_under_batch_rows_give_the_p50_ratio_beside_the_target() -> None:
     assert (ratio.value, ratio.target, ratio.passed) == ("1.16x", "<= 1.2x", True)
     took = by_name["batching: the 5,000-request batch on the batch pool"]
     assert took.detail and took.value.startswith("done in 10.0 s (500 requests/s)")
+    none_refused = "batching: /runsync refused (503), no batch / with the batch"
+    assert (by_name[none_refused].value, by_name[none_refused].passed) == ("0 / 0", True)
     cpu = by_name["batching: CPU while /runsync ran, 5,000-request batch running"]
     assert cpu.value == "gateway 90%, workers 40% of a core; other processes 25% of the CPUs"
     assert cpu.noisy and not by_name["batching: CPU while /runsync ran, no batch"].noisy
+
+
+def test_a_runsync_refused_while_the_batch_runs_misses_its_target() -> None:
+    table = under_batch.rows(under(ended_first=False, refused=3), "max_size 32")
+    refused = next(r for r in table if r.figure.startswith("batching: /runsync refused (503)"))
+    assert (refused.value, refused.passed) == ("0 / 3", False)
 
 
 def test_a_batch_done_before_the_measurement_ended_is_said_and_not_judged() -> None:
@@ -99,6 +108,8 @@ def test_bench_batching_prints_every_figure() -> None:
     assert re.search(ratio, out, re.MULTILINE), out
     took = r"^batching: the 200-request batch on the batch pool: done in [\d.]+ s \([\d,]+ req"
     assert re.search(took, out, re.MULTILINE), out
+    refused = r"^batching: /runsync refused \(503\), no batch / with the batch\s+\d+ / \d+"
+    assert re.search(refused, out, re.MULTILINE), out
     for during in ("no batch", "200-request batch running"):
         cpu = rf"^batching: CPU while /runsync ran, {during}: gateway \d+%, Redis \d+%, .*core"
         assert re.search(cpu, out, re.MULTILINE), out
