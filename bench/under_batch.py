@@ -136,22 +136,22 @@ async def sequential_while(
 ) -> Sequential:
     """Up to `count` sequential /runsync (at least one answered), stopping once `running`
     is clear; a 503 is counted and the next one sent; any other refusal raises."""
-    done_ = Sequential([])
-    while len(done_.latencies) < count and (
-        running is None or running.is_set() or not done_.latencies
+    measured = Sequential([])
+    while len(measured.latencies) < count and (
+        running is None or running.is_set() or not measured.latencies
     ):
         sent = time.perf_counter()
         async with http.post(url, data=SMALL_BODY) as reply:
             body = await reply.read()
         if reply.status == 503:
-            done_.refused += 1
-            if done_.refused >= count:
+            measured.refused += 1
+            if measured.refused >= count:
                 raise RuntimeError(f"POST {url}: {count} answered 503: {body[:200]!r}")
             continue
         if reply.status != 200:
             raise RuntimeError(f"POST {url} answered {reply.status}: {body[:200]!r}")
-        done_.latencies.append(time.perf_counter() - sent)
-    return done_
+        measured.latencies.append(time.perf_counter() - sent)
+    return measured
 
 
 async def watch(
