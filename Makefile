@@ -80,8 +80,8 @@ bench-openai: setup ## Benchmark alone: OpenAI route stream overhead per chunk, 
 bench-lb: setup ## Benchmark alone: the load-balancing proxy beside the worker it proxies to (GET p50/p95, GETs/s of 32 clients, CPU per GET, SSE first byte)
 	$(PY) -m bench.lb_proxy
 
-bench-batching: setup ## Benchmark alone: dynamic batching, an embedding-shaped handler's jobs/s and /runsync p50/p95 from 64 clients, unbatched vs max_size 8/32/64
-	$(PY) -m bench.core --only batching
+bench-batching: setup ## Benchmark alone: dynamic batching, an embedding-shaped handler's jobs/s and /runsync p50/p95 from 64 clients, unbatched vs max_size 8/32/64; the sequential /runsync p50/p95 while a batch of BATCH_REQUESTS (5000) runs on the batch pool
+	$(PY) -m bench.core --only batching $(if $(BATCH_REQUESTS),--batch-requests $(BATCH_REQUESTS))
 
 bench-sizing: setup ## The sizing figures: Redis commands, Redis CPU and gateway CPU per job transition, memory per queued job, the per-master split on a 3-master cluster
 	$(PY) -m bench.sizing

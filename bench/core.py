@@ -19,7 +19,9 @@
    GET and SSE time to first byte through `/lb/` beside the same requests sent straight to
    the worker (bench/lb_proxy.py);
 12. dynamic batching: an embedding-shaped handler's jobs/s and /runsync p50/p95 from 64
-   clients, unbatched and at max_size 8, 32 and 64 (bench/batching.py).
+   clients, unbatched and at max_size 8, 32 and 64, and the sequential /runsync p50/p95
+   with no batch and while a 5,000-request batch runs on the batch pool (bench/batching.py,
+   bench/under_batch.py).
 `--only NAME` runs one scenario (runsync, run, e2e, status, openai, shards, ack, procs,
 celery, gateway, lb, batching).
 Progress goes to stderr; the table to stdout.
@@ -79,6 +81,7 @@ class Config:
     e2e_workers: int = 4
     rounds: int = 3  # alternating on/off rounds of the /status overhead scenario
     peer_workers: int = 2  # workers of lockgate and of Celery's prefork pool, side by side
+    batch_requests: int = 5_000  # the batch running while `batching` measures /runsync
 
     def n(self, full: int) -> int:
         return max(1, int(full * self.scale))
@@ -265,7 +268,10 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
     "celery": ("beside Celery + Redis: latency, sync clients, polling batch", beside_celery),
     "gateway": ("gateway CPU per job and per /runsync, /runsync p50", gateway_cpu),
     "lb": ("LB proxy: GET p50 and GETs/s vs direct to the worker, CPU, SSE first byte", lb_proxy),
-    "batching": ("dynamic batching: jobs/s and p50/p95 unbatched vs max_size 8/32/64", batching),
+    "batching": (
+        "dynamic batching: jobs/s, p50/p95 unbatched vs max_size 8/32/64, /runsync under a batch",
+        batching,
+    ),
 }
 
 
@@ -294,8 +300,17 @@ def parse_args() -> tuple[Config, bool, str | None]:
     parser.add_argument("--keep", action="store_true", help="keep the work dir (logs, data)")
     parser.add_argument("--only", choices=list(SCENARIOS), help="run this scenario alone")
     parser.add_argument("--rounds", type=int, default=3, help="on/off rounds of `status`")
+    parser.add_argument(
+        "--batch-requests", type=int, default=5_000, metavar="N",
+        help="requests of the batch `batching` runs while it measures /runsync (scaled)",
+    )  # fmt: skip
     args = parser.parse_args()
-    cfg = Config(scale=args.scale, concurrency=args.concurrency, rounds=args.rounds)
+    if args.batch_requests < 1:
+        parser.error("--batch-requests must be at least 1")
+    cfg = Config(
+        scale=args.scale, concurrency=args.concurrency, rounds=args.rounds,
+        batch_requests=args.batch_requests,
+    )  # fmt: skip
     return cfg, args.keep, args.only
 
 

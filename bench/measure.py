@@ -57,11 +57,16 @@ class CpuMeter:
         """Microseconds of CPU per operation used by `group` since the meter was made."""
         return (self._read()[group] - self.start[group]) / ops * 1e6
 
-    def row(self, figure: str, ops: int) -> Row:
-        """A detail row: microseconds of CPU per operation, per group, and others' share."""
+    def used(self) -> tuple[dict[str, float], float, float]:
+        """CPU seconds used by each group since the meter was made; the machine's CPU
+        seconds meanwhile (summed over its CPUs); and the share of them other processes used."""
         used = {k: v - self.start[k] for k, v in self._read().items()}
         total, busy = used.pop(" total"), used.pop(" busy")
-        others = max(0.0, busy - sum(used.values())) / max(1e-9, total)
+        return used, total, max(0.0, busy - sum(used.values())) / max(1e-9, total)
+
+    def row(self, figure: str, ops: int) -> Row:
+        """A detail row: microseconds of CPU per operation, per group, and others' share."""
+        used, _, others = self.used()
         groups = ", ".join(f"{k} {v / ops * 1e6:,.0f}" for k, v in used.items())
         text = f"{groups} (other processes used {others:.0%} of the CPUs meanwhile)"
         return Row(figure, text, detail=True, noisy=others > NOISY)
