@@ -99,13 +99,19 @@ async def start_batch(http: aiohttp.ClientSession, dev: Service, requests: int) 
 
 
 async def pool_started(http: aiohttp.ClientSession, dev: Service, timeout: float) -> bool:
-    """Wait until the batch pool's worker has taken requests; False after `timeout`."""
+    """Wait until the batch pool's worker has taken requests; False after `timeout`. The
+    pool is made when the endpoint's first batch runs: its `/health` answers 404 until then."""
     url = f"{dev.base}/v2/{batch_pool_id(ENDPOINT)}/health"
     deadline = time.perf_counter() + timeout
     while time.perf_counter() < deadline:
-        jobs = (await load.get_json(http, url))["jobs"]
-        if jobs["inProgress"] + jobs["completed"] + jobs["failed"] > 0:
-            return True
+        async with http.get(url) as reply:
+            data = await reply.read()
+            if reply.status not in (200, 404):
+                raise RuntimeError(f"GET {url} answered {reply.status}: {data[:200]!r}")
+        if reply.status == 200:
+            jobs = orjson.loads(data)["jobs"]
+            if jobs["inProgress"] + jobs["completed"] + jobs["failed"] > 0:
+                return True
         await asyncio.sleep(0.02)
     return False
 
