@@ -139,7 +139,8 @@ def test_a_batch_runs_on_its_own_pool_while_runsync_jobs_run_on_the_endpoints_wo
     try:
         wait_until(look, "a pod of the batch pool", timeout=90)
     except AssertionError:
-        print("batch:", summary(), "\n", release.describe())
+        operator_log = release.kubectl("logs", "deploy/lockgate-operator", "--tail=40", check=False)
+        print("batch:", summary(), "\n", release.describe(), "\noperator:\n", operator_log)
         raise
     print(f"\nfinalize -> first pool pod: {time.monotonic() - t0:.1f} s")
     owner = json.loads(kubectl(release, "get", "lgep", pool, "-o", "json"))["metadata"]
