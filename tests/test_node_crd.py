@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from lockgate.kube.status import at_rest
 from node_release import (
     REPO,
     USER_NAMESPACE,
@@ -98,12 +99,14 @@ def worker_ids(jobs: Jobs, url: str, job_id: str) -> list[str]:
 def test_a_batch_runs_on_its_own_pool_while_runsync_jobs_run_on_the_endpoints_workers(
     release: Release,
 ) -> None:
-    """The echo endpoint is idle (the test above took its workers away) when a batch is
+    """The echo endpoint is at rest (the test above took its workers away) when a batch is
     finalized: its pool `batch-echo` gets a pod of its own, at most `batchWorkersMax` (1),
     which runs every request of the batch, while `/runsync` jobs sent meanwhile run on
     echo's own pods; once the batch is done, the pool's Deployment goes back to zero."""
     kubectl(release, "patch", "lgep", "echo", "--type", "merge", "-p",
             '{"spec":{"batchWorkersMax":1}}')  # fmt: skip
+    # at rest (Ready, no worker, no job): its resync makes no call until the rest ends
+    wait_until(lambda: at_rest(endpoint_status(release, "echo")), "echo at rest", timeout=90)
     echo = Jobs(release, "echo")
     inputs = [{"sleep": BATCH_SLEEP_S, "i": i} for i in range(BATCH_SIZE)]
     created = echo.http.post(f"{echo.url}/batch", json=[{"input": i} for i in inputs], timeout=30)
