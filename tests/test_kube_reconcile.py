@@ -9,10 +9,18 @@ from redis.asyncio import Redis
 
 from lockgate.kube.cluster import WorkerKey
 from lockgate.kube.manifests.names import Owner
-from lockgate.kube.reconcile import Context, clean_up, key_may_rotate, register
+from lockgate.kube.reconcile import (
+    Context,
+    batch_pool_due,
+    clean_up,
+    key_may_rotate,
+    register,
+)
 from lockgate.kube.settings import OperatorSettings
 from lockgate.models import EndpointSpec
+from lockgate.models.batch import BatchLimits
 from lockgate.store import JobStore, NewJob, Registry, key_digest
+from lockgate.store.batches import BatchStore
 
 
 class FakeCluster:
@@ -105,3 +113,20 @@ def test_a_worker_key_nobody_knows_is_rotated_only_once_its_endpoint_has_settled
     created: str, may_rotate: bool
 ) -> None:
     assert key_may_rotate(created, datetime(2026, 1, 1, 12, 0, tzinfo=UTC), 60) is may_rotate
+
+
+async def test_a_running_batch_without_its_pool_ends_an_endpoints_rest(redis: Redis) -> None:
+    """An idle Endpoint's resync rests (`resync_rest_s`, 300 s) unless a finalized batch of
+    it waits for the batch pool a full reconcile makes (kube/handlers.py `_resync`)."""
+    body = {"metadata": {"name": "ep", "namespace": "team-a", "uid": "u-1", "generation": 3}}
+    assert not await batch_pool_due(context(redis), body)  # no batch
+    batches = BatchStore(redis)
+    await batches.create("ep", "batch_a", 1, [("r1", b'{"input": {}}')], None, BatchLimits())
+    assert not await batch_pool_due(context(redis), body)  # a DRAFT needs no worker
+    await batches.finalize("ep", "batch_a", 2, 1000)
+    ctx = context(redis)
+    assert await batch_pool_due(ctx, body)
+    ctx.batch_pools["u-1"] = (3, None)  # its pool made for this generation
+    assert not await batch_pool_due(ctx, body)
+    body["metadata"]["generation"] = 4  # a change the pool must follow
+    assert await batch_pool_due(ctx, body)

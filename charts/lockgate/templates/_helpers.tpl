@@ -384,6 +384,12 @@ Endpoint (the management API does, with its own Role) but a build's canary. */}}
 - apiGroups: [""]
   resources: [pods/log]
   verbs: [get]
+# A queue Endpoint's batch pool (Batch Jobs: kube/batch_pool.py): a hidden child Endpoint
+# the operator creates once the endpoint has a batch, patches (the get, patch above) to
+# follow it, and leaves to the garbage collector (it is owned by the endpoint).
+- apiGroups: [lockgate.dev]
+  resources: [endpoints]
+  verbs: [create]
 {{- if .Values.builds.registry }}
 # In-cluster builds (builds.registry; kube/builds.py): a Job per build, created, watched
 # (kopf) and deleted when the build is cancelled or its Endpoint deleted; its pod's

@@ -206,7 +206,12 @@ async def _resync(
             if not status:
                 continue
             waits = resync_may_wait(status, time.monotonic() - last, rest)
-            if waits and _rest_holds(ctx, body, status) and await rc.still_registered(ctx, body):
+            if (
+                waits
+                and _rest_holds(ctx, body, status)
+                and await rc.still_registered(ctx, body)
+                and not await rc.batch_pool_due(ctx, body)
+            ):
                 continue
             last = time.monotonic()
             await ctx.scale_first.clear()  # a wake-up's scale patch before this resync's writes

@@ -79,7 +79,7 @@ from lockgate.store.batches import BatchStore
 from lockgate.store.builds import BuildStore
 from lockgate.store.keys import ENDPOINT_ID_RE
 from lockgate.store.keys import batches as batches_key
-from lockgate.store.registry import RegisteredIds
+from lockgate.store.registry import RegisteredIds, SharedIds
 from lockgate.store.releases import ReleaseStore
 
 Body = Mapping[str, Any]
@@ -194,10 +194,16 @@ class Context:
     resyncs_ended: int = 0  # Endpoints' resync daemons stopped (`handlers.DaemonEnds`)
     # The registered ids, read once per half resync period for every Endpoint's resync.
     registered: RegisteredIds = field(init=False)
+    # The endpoints with a running batch, read as seldom: an Endpoint at rest whose batch
+    # pool is not made yet is resynced at once (`batch_pool_due`).
+    running_batches: SharedIds = field(init=False)
     releases: ReleaseStore = field(init=False)
 
     def __post_init__(self) -> None:
         self.registered = RegisteredIds(self.registry, self.settings.resync_s / 2)
+        self.running_batches = SharedIds(
+            BatchStore(self.redis).running_endpoints, self.settings.resync_s / 2
+        )
         self.releases = ReleaseStore(self.redis)
 
     @classmethod
@@ -665,7 +671,7 @@ async def _converge(
         checks.append(Check(WORKLOADS_APPLIED, False, "Rejected", message, fatal=True))
         return checks, True, None
     checks.append(Check(WORKLOADS_APPLIED, True, "Applied", ""))
-    seen = (int(meta.get("generation") or 0), (meta.get("annotations") or {}).get(BUILD_ANNOTATION))
+    seen = _pool_version(meta)
     # its batch pool (kube/batch_pool.py) once it has batches (none: no pool, no API call);
     # made or updated once per change
     if ctx.batch_pools.get(owner.uid) != seen and await ctx.redis.exists(batches_key(owner.name)):
@@ -725,6 +731,22 @@ async def still_registered(ctx: Context, body: Body) -> bool:
     the shared read of every registered id says (at most half a resync period old)."""
     async with _transient_errors():
         return await ctx.registered.has(body["metadata"]["name"])
+
+
+def _pool_version(meta: Mapping[str, Any]) -> tuple[int, str | None]:
+    """What an Endpoint's batch pool is made for: its generation and running build."""
+    return int(meta.get("generation") or 0), (meta.get("annotations") or {}).get(BUILD_ANNOTATION)
+
+
+async def batch_pool_due(ctx: Context, body: Body) -> bool:
+    """Whether the Endpoint has a running batch and this process did not make (or update)
+    its batch pool for what it is now: then a resync may not rest (the pool is made by a
+    full one), or an idle endpoint's first batch would wait `resync_rest_s`."""
+    meta = body["metadata"]
+    if ctx.batch_pools.get(meta["uid"]) == _pool_version(meta):
+        return False
+    async with _transient_errors():
+        return await ctx.running_batches.has(meta["name"])
 
 
 async def refresh(

@@ -260,6 +260,10 @@ class BatchStore:
         pairs = [_text(m).split(" ", 1) for m in members]
         return sorted((p[0], p[1]) for p in pairs if len(p) == 2)
 
+    async def running_endpoints(self) -> set[str]:
+        """The endpoints with a batch the gateways look after (one SMEMBERS)."""
+        return {endpoint_id for endpoint_id, _ in await self.tracked()}
+
     async def untrack(self, endpoint_id: str, batch_id: str) -> None:
         await self.redis.srem(keys.ACTIVE_BATCHES, f"{endpoint_id} {batch_id}")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import orjson
@@ -148,33 +148,45 @@ class Registry:
         await self.redis.publish(keys.EVENTS_CHANNEL, f"k:{digest}")
 
 
-class RegisteredIds:
-    """The registered endpoint ids, read at most once per `max_age_s` however many ask:
-    a thousand Endpoints' resyncs share one HKEYS a period instead of a HEXISTS each.
-    Concurrent askers wait on the same read; one cancelled does not cancel it."""
+class SharedIds:
+    """A set of ids read at most once per `max_age_s` however many ask: a thousand
+    Endpoints' resyncs share one read a period instead of a call each. Concurrent askers
+    wait on the same read; one cancelled does not cancel it."""
 
     def __init__(
-        self, registry: Registry, max_age_s: float, clock: Callable[[], float] = time.monotonic
+        self,
+        read: Callable[[], Awaitable[Iterable[str]]],
+        max_age_s: float,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.registry = registry
+        self.read = read
         self.max_age_s = max_age_s
         self.clock = clock
         self._ids: frozenset[str] = frozenset()
         self._read_at = float("-inf")
         self._reading: asyncio.Task[None] | None = None
 
-    async def has(self, endpoint_id: str) -> bool:
-        """Whether the endpoint was registered at the last read, at most `max_age_s` old."""
+    async def has(self, id_: str) -> bool:
+        """Whether the id was in the set at the last read, at most `max_age_s` old."""
         if self.clock() - self._read_at >= self.max_age_s:
             if self._reading is None:
                 self._reading = asyncio.create_task(self._read())
             await asyncio.shield(self._reading)
-        return endpoint_id in self._ids
+        return id_ in self._ids
 
     async def _read(self) -> None:
         try:
             started = self.clock()
-            self._ids = frozenset(await self.registry.endpoint_ids())
+            self._ids = frozenset(await self.read())
             self._read_at = started
         finally:
             self._reading = None
+
+
+class RegisteredIds(SharedIds):
+    """The registered endpoint ids (issue 32: one HKEYS a period, not a HEXISTS each)."""
+
+    def __init__(
+        self, registry: Registry, max_age_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        super().__init__(registry.endpoint_ids, max_age_s, clock)
