@@ -215,3 +215,30 @@ async def test_release_hands_the_lease_to_the_next_reader() -> None:
     await a.try_once()
     await a.release()
     assert not a.leading and await b.try_once() is True
+
+
+class _RenewedMeanwhile(FakeLeases):
+    """A renewal of the holder's, cut short by its stop, lands after the release's first
+    read: that read's version is stale once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.renewals_left = 0
+
+    async def get_lease(self, namespace: str, name: str) -> dict | None:
+        seen = await super().get_lease(namespace, name)
+        if self.renewals_left and self.stored is not None:
+            self.renewals_left -= 1
+            self._store(self.stored)
+        return seen
+
+
+async def test_release_reads_again_when_a_renewal_of_its_own_landed_meanwhile(caplog) -> None:
+    api, clock = _RenewedMeanwhile(), Clock()
+    a, b = elector(api, clock, "a"), elector(api, clock, "b")
+    await a.try_once()
+    api.renewals_left = 1
+    await a.release()
+    assert api.stored["spec"]["holderIdentity"] == ""
+    assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text
+    assert await b.try_once() is True

@@ -35,6 +35,7 @@ log = logging.getLogger("lockgate.scaler")
 Obj = dict[str, Any]
 Work = Callable[[], Coroutine[Any, Any, None]]
 RELEASED_DURATION_S = 1  # what a released Lease says, as client-go writes it
+RELEASE_TRIES = 3  # reads of the Lease to release it when a write of ours meanwhile changed it
 
 
 class Step(StrEnum):
@@ -220,13 +221,20 @@ class LeaderElector:
     async def release(self) -> None:
         """Give the Lease up, if still ours, so a standby takes it at its next look."""
         self.leading = False
-        try:
-            lease = await self.cluster.get_lease(self.namespace, self.name)
-            if lease is not None and holder_of(lease) == self.me:
-                await self.cluster.replace_lease(released(lease, self.now()))
-                log.info("scaler: %s released the Lease", self.me)
-        except ClusterError as err:  # it expires by itself
-            log.warning("scaler: could not release the Lease: %s", err)
+        for attempt in range(RELEASE_TRIES):
+            try:
+                lease = await self.cluster.get_lease(self.namespace, self.name)
+                if lease is not None and holder_of(lease) == self.me:
+                    await self.cluster.replace_lease(released(lease, self.now()))
+                    log.info("scaler: %s released the Lease", self.me)
+                return
+            except Conflict:  # a renewal cut short by the stop still landed: read it again
+                if attempt + 1 < RELEASE_TRIES:
+                    continue
+                log.warning("scaler: could not release the Lease: it kept changing")
+            except ClusterError as err:  # it expires by itself
+                log.warning("scaler: could not release the Lease: %s", err)
+                return
 
     async def run(self, work: Work) -> None:
         """Campaign until cancelled. While this replica leads, `work()` runs as a task; it
