@@ -115,7 +115,7 @@ def test_a_marked_workers_pod_is_deleted_with_an_event_and_a_condition(
             await store.mark_unhealthy(ep, why.model_copy(update={"at": store.clock()}))
 
         in_store(redis_server, mark)
-        resources.wait_until(lambda: not pod_exists(resources, "w-unfit"), "the pod deleted")
+        resources.wait_until(lambda: not pod_exists(resources, "w-unfit"), "the pod deleted", 90)
         assert pod_exists(resources, "w-fit")
         [event] = resources.wait_until(
             lambda: events(resources, ep, "FitnessCheckFailed"), "the Event"

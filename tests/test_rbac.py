@@ -540,7 +540,7 @@ def test_the_management_api_under_the_operators_account_names_each_refusal(
 ) -> None:
     """What `lockgate operator --manage-port` serves with the chart's operator account
     (the same app, run here as `lockgate manage` with that account): the Kubernetes API's
-    403 on a claim or an Endpoint is a 503 naming the refusal, not a 500 (a credential's
+    403 on a claim or an Endpoint's deletion is a 503 naming the refusal, not a 500 (a credential's
     Secret it may create: the operator writes worker-key Secrets)."""
     release_ns, intake = "lg-manage-op", "team-intake-op"
     namespaces(env, release_ns, intake)
@@ -550,11 +550,16 @@ def test_the_management_api_under_the_operators_account_names_each_refusal(
         chart_rbac(env, release_ns, {"operator": {"namespaces": [intake]}}, "operator"),
         manage_process(env, redis_server.url, release_ns, intake, OPERATOR_SA, admin_key) as base,
     ):
-        for path, body in (
-            ("/v1/networkvolumes", {"name": "v", "size": 1}),
-            ("/v1/endpoints", {"id": "ep-op", "templateId": "tpl"}),
+        # it may create an Endpoint (the operator makes batch pools), never delete one
+        status, made = _http(
+            "POST", f"{base}/v1/endpoints", {"id": "ep-op", "templateId": "tpl"}, auth
+        )
+        assert status == 200, (status, made)
+        for method, path, body in (
+            ("POST", "/v1/networkvolumes", {"name": "v", "size": 1}),
+            ("DELETE", "/v1/endpoints/ep-op", None),
         ):
-            status, error = _http("POST", f"{base}{path}", body, auth)
+            status, error = _http(method, f"{base}{path}", body, auth)
             assert status == 503, (path, status, error)
             said = json.loads(error)["error"]
             assert said.startswith("the Kubernetes API refused the management API's account")
