@@ -221,7 +221,7 @@ class LeaderElector:
     async def release(self) -> None:
         """Give the Lease up, if still ours, so a standby takes it at its next look."""
         self.leading = False
-        for attempt in range(RELEASE_TRIES):
+        for _ in range(RELEASE_TRIES):
             try:
                 lease = await self.cluster.get_lease(self.namespace, self.name)
                 if lease is not None and holder_of(lease) == self.me:
@@ -229,12 +229,11 @@ class LeaderElector:
                     log.info("scaler: %s released the Lease", self.me)
                 return
             except Conflict:  # a renewal cut short by the stop still landed: read it again
-                if attempt + 1 < RELEASE_TRIES:
-                    continue
-                log.warning("scaler: could not release the Lease: it kept changing")
+                continue
             except ClusterError as err:  # it expires by itself
                 log.warning("scaler: could not release the Lease: %s", err)
                 return
+        log.warning("scaler: could not release the Lease: it kept changing")
 
     async def run(self, work: Work) -> None:
         """Campaign until cancelled. While this replica leads, `work()` runs as a task; it
