@@ -172,8 +172,8 @@ def start_operator(kube: k8s.ApiClient) -> Iterator[Callable[[OperatorSettings],
         return started[-1]
 
     yield start
-    for running in started:
-        running.stop()
+    alive = [r for r in started if not _ok(r.stop)]  # every one stopped, then the failure
+    assert not alive, f"{len(alive)} operator(s) did not stop within 30 s"
 
 
 class OperatorThread:
@@ -197,9 +197,12 @@ class OperatorThread:
         assert not self.errors, f"the operator failed to start: {self.errors[0]!r}"
 
     def stop(self, timeout_s: float = 30) -> None:
-        """Stop it and wait up to `timeout_s` for its thread to end."""
+        """Stop it and wait up to `timeout_s` for its thread to end; an operator still
+        running after that fails the test that stopped it (it would go on reconciling the
+        next tests' objects on the shared Redis and namespaces)."""
         self._stop.set()
         self.thread.join(timeout_s)
+        assert not self.thread.is_alive(), f"the operator did not stop within {timeout_s:g} s"
 
 
 # -- helpers -------------------------------------------------------------------------------

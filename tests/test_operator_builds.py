@@ -173,6 +173,15 @@ class Builds:
         assert answer.status_code == 200, answer.text
         return answer.json()
 
+    def wait_status(self, build_id: str, status: str, timeout: float) -> None:
+        """Wait until the build is `status`; on timeout, fail with its record and its
+        system log (what the operator said), not only the wait's name."""
+        try:
+            wait_until(lambda: self.get(build_id)["status"] == status, status, timeout)
+        except AssertionError as err:
+            log = self.call("GET", f"/{build_id}/logs", params={"source": "system", "tail": 50})
+            raise AssertionError(f"{err}\nbuild: {self.get(build_id)}\nlog:\n{log.text}") from None
+
     def job(self, build_id: str) -> k8s.V1Job | None:
         name = "build-" + build_id.removeprefix("build_")
         try:
@@ -270,7 +279,7 @@ def test_a_build_runs_as_a_job_and_its_record_follows(
     pod = builds.pod(build["id"], job)
     builds.pod_status(pod, _cloned(), {"running": {"startedAt": _now()}})
     builds.job_status(job, {"active": 1, "startTime": _now()})
-    wait_until(lambda: builds.get(build["id"])["status"] == "BUILDING", "BUILDING", 30)
+    builds.wait_status(build["id"], "BUILDING", 30)
     seen = builds.get(build["id"])
     assert (seen["commitHash"], seen["branch"], seen["commitMessage"]) == (
         HASH[:7],
@@ -281,7 +290,7 @@ def test_a_build_runs_as_a_job_and_its_record_follows(
 
     # built, the push container running: UPLOADING, with the image's name
     builds.pod_status(pod, _cloned(), _built(), {"running": {"startedAt": _now()}})
-    wait_until(lambda: builds.get(build["id"])["status"] == "UPLOADING", "UPLOADING", 30)
+    builds.wait_status(build["id"], "UPLOADING", 30)
     image = f"registry.example.test:5000/builds/ep-built:{build['id'][6:]}"
     assert builds.get(build["id"])["imageName"] == image
 
@@ -299,7 +308,7 @@ def test_a_build_runs_as_a_job_and_its_record_follows(
             "conditions": [_condition("Complete")],
         },
     )
-    wait_until(lambda: builds.get(build["id"])["status"] == "COMPLETED", "COMPLETED", 30)
+    builds.wait_status(build["id"], "COMPLETED", 30)
     done = builds.get(build["id"])
     assert done["imageDigest"] == DIGEST
     assert done["imageName"] == f"registry.example.test:5000/builds/ep-built:{build['id'][6:]}"
@@ -317,7 +326,7 @@ def test_a_build_runs_as_a_job_and_its_record_follows(
     builds.job_status(
         late_job, {"failed": 1, "conditions": [_condition("Failed", "DeadlineExceeded")]}
     )
-    wait_until(lambda: builds.get(late["id"])["status"] == "FAILED", "FAILED", 30)
+    builds.wait_status(late["id"], "FAILED", 30)
     assert builds.get(late["id"])["error"] == "build time limit: 20 min"
 
     # a cancelled build's Job is deleted
@@ -385,7 +394,7 @@ def test_a_failed_build_says_the_builders_last_line(
     builds.job_status(
         job, {"failed": 1, "conditions": [_condition("Failed", "BackoffLimitExceeded")]}
     )
-    wait_until(lambda: builds.get(build["id"])["status"] == "FAILED", "FAILED", 30)
+    builds.wait_status(build["id"], "FAILED", 30)
     seen = builds.get(build["id"])
     assert seen["error"] == 'build failed: Error: building at STEP "RUN make": exit status 2'
     assert seen["commitHash"] == HASH[:7]
@@ -409,7 +418,7 @@ def test_a_job_the_api_server_refuses_fails_its_build_saying_why(
     builds = Builds(kube, start_builds_operator("lockgate-builds-nowhere"), "ep-nowhere")
     builds.create_endpoint()
     build = builds.call("POST").json()
-    wait_until(lambda: builds.get(build["id"])["status"] == "FAILED", "FAILED", 30)
+    builds.wait_status(build["id"], "FAILED", 30)
     error = builds.get(build["id"])["error"]
     assert error.startswith("the build Job was refused:") and "lockgate-builds-nowhere" in error
 
@@ -510,7 +519,7 @@ def test_a_completed_build_is_a_git_build_release_the_workers_run_and_roll_back_
     failed = builds.call("POST").json()
     job = wait_until(lambda: builds.job(failed["id"]), "the failing build's Job", 30)
     builds.job_status(job, {"failed": 1, "conditions": [_condition("Failed", "DeadlineExceeded")]})
-    wait_until(lambda: builds.get(failed["id"])["status"] == "FAILED", "FAILED", 30)
+    builds.wait_status(failed["id"], "FAILED", 30)
     tested = builds.call("POST").json()
     wait_until(lambda: builds.job(tested["id"]), "the tested build's Job", 30)
 
@@ -736,7 +745,7 @@ def test_a_build_with_tests_is_tested_on_a_canary_before_it_takes_traffic(
 
     one = builds.call("POST").json()
     _complete(builds, one["id"], DIGEST, _cloned_with_tests(TESTS_JSON))
-    wait_until(lambda: builds.get(one["id"])["status"] == "TESTING", "TESTING", 30)
+    builds.wait_status(one["id"], "TESTING", 30)
     image_one = f"{repository}:{one['id'][6:]}@{DIGEST}"
     assert builds.get(one["id"])["imageDigest"] == DIGEST
     canary = "canary-" + one["id"].removeprefix("build_")
@@ -768,7 +777,7 @@ def test_a_build_with_tests_is_tested_on_a_canary_before_it_takes_traffic(
 
     # the canary's worker (the runpod SDK) takes the test's job and completes it
     with sdk_worker(builds, gateway, canary, tmp_path):
-        wait_until(lambda: builds.get(one["id"])["status"] == "COMPLETED", "COMPLETED", 60)
+        builds.wait_status(one["id"], "COMPLETED", 60)
     wait_until(lambda: _worker_image(builds) == image_one, "the tested build's digest", 30)
     wait_until(lambda: _endpoint(builds, canary) is None, "the canary deleted", 30)
     log = builds.call("GET", f"/{one['id']}/logs", params={"source": "system", "tail": 100})
@@ -779,11 +788,11 @@ def test_a_build_with_tests_is_tested_on_a_canary_before_it_takes_traffic(
     two = builds.call("POST").json()
     digest_two = "sha256:" + "ab" * 32
     _complete(builds, two["id"], digest_two, _cloned_with_tests(TESTS_JSON))
-    wait_until(lambda: builds.get(two["id"])["status"] == "TESTING", "the second TESTING", 30)
+    builds.wait_status(two["id"], "TESTING", 30)
     canary_two = "canary-" + two["id"].removeprefix("build_")
     wait_until(lambda: _endpoint(builds, canary_two), "the second canary", 30)
     with sdk_worker(builds, gateway, canary_two, tmp_path, broken=True):
-        wait_until(lambda: builds.get(two["id"])["status"] == "TEST_FAILED", "TEST_FAILED", 60)
+        builds.wait_status(two["id"], "TEST_FAILED", 60)
     failed = builds.get(two["id"])
     assert failed["error"] == "test 'basic' failed: job FAILED: ValueError: revision 2 is broken"
     wait_until(lambda: _endpoint(builds, canary_two) is None, "the second canary deleted", 30)
@@ -907,7 +916,7 @@ def test_a_load_balancing_build_is_tested_through_its_canarys_route(
     assert builds.get(one["id"])["status"] == "TESTING"
     assert _endpoint(builds, canary)["spec"]["type"] == "LB"
     with lb_worker(redis_server.url, canary, tmp_path):
-        wait_until(lambda: builds.get(one["id"])["status"] == "COMPLETED", "COMPLETED", 60)
+        builds.wait_status(one["id"], "COMPLETED", 60)
     image_one = f"{repository}:{one['id'][6:]}@{DIGEST}"
     wait_until(lambda: _worker_image(builds) == image_one, "the tested build's digest", 60)
     wait_until(lambda: _endpoint(builds, canary) is None, "the canary deleted", 60)
@@ -920,7 +929,7 @@ def test_a_load_balancing_build_is_tested_through_its_canarys_route(
     canary_two = "canary-" + two["id"].removeprefix("build_")
     wait_until(lambda: _endpoint(builds, canary_two), "the second canary", 60)
     with lb_worker(redis_server.url, canary_two, tmp_path, broken=True):
-        wait_until(lambda: builds.get(two["id"])["status"] == "TEST_FAILED", "TEST_FAILED", 60)
+        builds.wait_status(two["id"], "TEST_FAILED", 60)
     failed = builds.get(two["id"])
     reason = 'the load-balancing route answered HTTP 500: {"error": "revision 2 is broken"}'
     assert failed["failedTest"] == {"name": "check", "reason": reason}, failed
@@ -971,7 +980,7 @@ def test_an_operator_restarted_mid_test_tests_again_and_a_cancel_removes_the_can
     _complete(builds, one["id"], DIGEST, _cloned_with_tests(TESTS_JSON))
     canary = "canary-" + one["id"].removeprefix("build_")
     wait_until(lambda: _endpoint(builds, canary), "the canary Endpoint", 30)
-    wait_until(lambda: builds.get(one["id"])["status"] == "TESTING", "TESTING", 30)
+    builds.wait_status(one["id"], "TESTING", 30)
 
     wait_until(lambda: _template(builds, canary), "the canary's Template", 30)
     operators[first].stop()  # as a restart: its tests stop, its canary stays
@@ -985,7 +994,7 @@ def test_an_operator_restarted_mid_test_tests_again_and_a_cancel_removes_the_can
     _log_says(builds, one["id"], "the operator restarted while testing: the tests run again on")
     assert _template(builds, canary)["spec"]["env"]["MODEL"] == "tiny"
     assert _play_the_canary_worker(redis_server.url, canary, None) == {"prompt": "hi"}
-    wait_until(lambda: builds.get(one["id"])["status"] == "COMPLETED", "COMPLETED", 30)
+    builds.wait_status(one["id"], "COMPLETED", 30)
     wait_until(lambda: _endpoint(builds, canary) is None, "the canary deleted", 30)
 
     # cancelled while TESTING: CANCELLED, the canary deleted, nothing rolls
@@ -1078,7 +1087,7 @@ def test_config_env_reaches_the_canarys_workers_through_a_template_of_its_own(
     assert _template(builds, canary)["spec"]["env"]["MODEL"] == "tiny"
 
     assert _play_the_canary_worker(redis_server.url, canary, None) == {"prompt": "hi"}
-    wait_until(lambda: builds.get(one["id"])["status"] == "COMPLETED", "COMPLETED", 30)
+    builds.wait_status(one["id"], "COMPLETED", 30)
     wait_until(lambda: _endpoint(builds, canary) is None, "the canary deleted", 30)
     wait_until(lambda: _template(builds, canary) is None, "the canary's Template deleted", 30)
 
@@ -1091,7 +1100,7 @@ def test_config_env_reaches_the_canarys_workers_through_a_template_of_its_own(
     assert body["spec"]["templateId"] == "env-tpl"
     assert _template(builds, canary_two) is None
     _play_the_canary_worker(redis_server.url, canary_two, "boom")
-    wait_until(lambda: builds.get(two["id"])["status"] == "TEST_FAILED", "TEST_FAILED", 30)
+    builds.wait_status(two["id"], "TEST_FAILED", 30)
     wait_until(lambda: _endpoint(builds, canary_two) is None, "the second canary deleted", 30)
     assert _template(builds, canary_two) is None
     builds.custom.delete_namespaced_custom_object(
@@ -1176,7 +1185,7 @@ def test_the_builders_lines_reach_the_build_log_while_it_runs_each_once(
         builds.pod_status(pod, _cloned(), _built(), pushed)
         done = {"active": 0, "succeeded": 1, "completionTime": _now()}
         builds.job_status(job, {**done, "conditions": [_condition("Complete")]})
-        wait_until(lambda: builds.get(build["id"])["status"] == "COMPLETED", "COMPLETED", 30)
+        builds.wait_status(build["id"], "COMPLETED", 30)
         assert lines()[5:] == [
             "COMMIT registry.example.test:5000/builds/ep-live",
             f"pushing {image}",
