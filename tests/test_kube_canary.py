@@ -1,14 +1,18 @@
 """The pure parts of a cluster's canary (kube/canary.py): the canary Endpoint made from
 the endpoint's object, the canary's own Template (tests.json's `config.env` over the
 template's env), which objects are a build's canary (never a user's endpoint or template
-of the same name), what the canary runs, and a tests.json that cannot be used."""
+of the same name), what the canary runs, a tests.json that cannot be used, and nothing
+started once the operator is stopping."""
 
 from __future__ import annotations
 
 import json
+from typing import Any, cast
 
+from lockgate.kube.builds import Following, _look_again
 from lockgate.kube.canary import (
     TESTS_ANNOTATION,
+    Canaries,
     canary_endpoint,
     canary_template_object,
     is_canary_of,
@@ -16,6 +20,7 @@ from lockgate.kube.canary import (
     running_of_testing,
     unusable_tests,
 )
+from lockgate.kube.manifests.build import BUILD_LABEL
 from lockgate.models.build import Build, BuildStatus
 
 URL = "https://git.example.test/org/worker.git"
@@ -120,3 +125,23 @@ def test_config_env_gives_the_canary_a_template_of_its_own_owned_by_it() -> None
     assert not is_canary_template(own, "canary-abc123def456", "other-endpoint")
     users = {"metadata": {"name": "canary-abc123def456"}, "spec": {"image": "x"}}
     assert not is_canary_template(users, "canary-abc123def456", "ep")
+
+
+async def test_a_stopping_operator_starts_no_test_and_no_build_timer() -> None:
+    """A reconcile still running while kopf stops (after `stop` of what runs beside it)
+    starts no canary test and no build Job timer: either would outlive the stop, and a
+    test left running could delete the canary that the next operator resumes on. (No
+    collaborator is reached: nothing may start.)"""
+    unused = cast(Any, None)
+    canaries = Canaries(unused, unused, unused, unused, "http://gateway.test:8080")
+    await canaries.stop()
+    canaries.start("team-a", "ep", _testing(), TESTS)
+    await canaries.ensure("team-a", "ep", _testing())
+    assert canaries.tasks == {} and not canaries.testing(_testing().id)
+
+    following = Following()
+    await following.stop()
+    labels = {BUILD_LABEL: "build_abc"}
+    job = {"metadata": {"name": "build-abc", "namespace": "b", "labels": labels}, "status": {}}
+    _look_again(unused, unused, unused, job, following, None)
+    assert following.looks == {}

@@ -121,9 +121,11 @@ class Following:
 
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     looks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    stopped: bool = False  # no timer starts after `stop` (a reconcile during kopf's stop)
 
     async def stop(self) -> None:
         """Cancel the timers (the operator stopping; the next one's resync follows on)."""
+        self.stopped = True
         tasks = list(self.looks.values())
         self.looks.clear()
         for task in tasks:
@@ -280,7 +282,7 @@ def _look_again(
     deadline while the Job controller lets the Job run on, is FAILED then
     (`kube.buildjobs.stopped`), and its Job deleted (`_follow`)."""
     build_id = (job["metadata"].get("labels") or {}).get(BUILD_LABEL)
-    if not build_id or finished(job) or build_id in following.looks:
+    if not build_id or finished(job) or build_id in following.looks or following.stopped:
         return
     delay = LOOK_S
     if (end := deadline(job)) is not None:

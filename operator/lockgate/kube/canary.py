@@ -214,6 +214,10 @@ class Canaries:
         self.cluster, self.store, self.registry, self.jobs = cluster, store, registry, jobs
         self.gateway_url = gateway_url.rstrip("/")  # a load-balancing canary's tests go there
         self.tasks: dict[str, asyncio.Task[None]] = {}
+        # After `stop`, no test starts: a reconcile still running while kopf stops would
+        # otherwise start one that outlives the stop (and may delete the canary a
+        # restarted operator resumes on).
+        self.stopped = False
 
     def testing(self, build_id: str) -> bool:
         """Whether this process runs the build's tests now."""
@@ -222,8 +226,9 @@ class Canaries:
 
     def start(self, namespace: str, endpoint_id: str, build: Build, tests_text: str | None) -> None:
         """Test the TESTING `build` of the endpoint on a canary, in a task (its end
-        written on the build). `tests_text` None: resumed, the canary already made."""
-        if self.testing(build.id):
+        written on the build). `tests_text` None: resumed, the canary already made.
+        Nothing starts once the operator is stopping (`stop`): its next start resumes."""
+        if self.stopped or self.testing(build.id):
             return
         run = self._run(namespace, endpoint_id, build, tests_text)
         self.tasks[build.id] = asyncio.create_task(run, name=f"lockgate-canary-{build.id}")
@@ -231,12 +236,13 @@ class Canaries:
     async def ensure(self, namespace: str, endpoint_id: str, build: Build) -> None:
         """A TESTING build no task of this process tests (the operator restarted): its
         tests run again on its canary. Called under the build's lock (`kube.builds`)."""
-        if not self.testing(build.id):
+        if not self.stopped and not self.testing(build.id):
             log.info("build %s of %s: TESTING with no test running; again", build.id, endpoint_id)
             self.start(namespace, endpoint_id, build, None)
 
     async def stop(self) -> None:
         """Cancel the tests running (the operator stopping): resumed at its next start."""
+        self.stopped = True
         tasks = list(self.tasks.values())
         for task in tasks:
             task.cancel()
