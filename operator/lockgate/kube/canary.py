@@ -230,15 +230,15 @@ class Canaries:
         Nothing starts once the operator is stopping (`stop`): its next start resumes."""
         if self.stopped or self.testing(build.id):
             return
+        if tests_text is None:
+            log.info("build %s of %s: TESTING with no test running; again", build.id, endpoint_id)
         run = self._run(namespace, endpoint_id, build, tests_text)
         self.tasks[build.id] = asyncio.create_task(run, name=f"lockgate-canary-{build.id}")
 
     async def ensure(self, namespace: str, endpoint_id: str, build: Build) -> None:
         """A TESTING build no task of this process tests (the operator restarted): its
         tests run again on its canary. Called under the build's lock (`kube.builds`)."""
-        if not self.stopped and not self.testing(build.id):
-            log.info("build %s of %s: TESTING with no test running; again", build.id, endpoint_id)
-            self.start(namespace, endpoint_id, build, None)
+        self.start(namespace, endpoint_id, build, None)
 
     async def stop(self) -> None:
         """Cancel the tests running (the operator stopping): resumed at its next start."""
