@@ -54,6 +54,7 @@ from lockgate.gateway.errors import ApiError
 from lockgate.gateway.lb_upstream import WorkerPool
 from lockgate.gateway.lb_warmup import LbWarmer
 from lockgate.store import keys
+from lockgate.store.connection import raise_if_cancelled
 from lockgate.store.lb_workers import HEALTHY, INITIALIZING, UNHEALTHY, LbWorker, LbWorkers
 
 # Its own generator: the global `random` is shared with every thread of the process.
@@ -315,6 +316,7 @@ class LbRouter:
         else:
             ep = await self.endpoint(endpoint_id)
         affinity = parse_affinity(affinity_header)
+        changed = ep.changed  # taken before looking: a wake from here on is not missed
         if affinity.pinned:
             target = await self._pinned(ep, affinity, exclude)
         else:
@@ -324,7 +326,7 @@ class LbRouter:
                 hold = HoldTime(hold_s, OWN_HOLD)
             else:
                 hold = HoldTime(self.hold_s, GATEWAY_HOLD)
-            target = await self._hold(ep, affinity, hold, exclude, since)
+            target = await self._hold(ep, affinity, hold, changed, exclude, since)
         target.in_flight += 1
         self._changed(ep)
         return target
@@ -382,9 +384,14 @@ class LbRouter:
         ep: LbEndpoint,
         affinity: Affinity,
         hold: HoldTime,
+        changed: asyncio.Event,
         exclude: Collection[str] = (),
         since: float | None = None,
     ) -> Target:
+        """Wait for a worker until the hold's deadline. `changed` is the endpoint's event
+        as it was before the caller last looked: each look takes the event first, so a
+        wake during a look or during the awaits here (the report, the scaler's wake) is
+        seen, not lost until the deadline."""
         if ep.held >= self.max_held:
             raise NoWorker(
                 f"endpoint {ep.id!r}: no routable worker and {ep.held} requests already held "
@@ -400,11 +407,11 @@ class LbRouter:
             if ep.held == 1:
                 await self.store.wake_scaler(ep.id)
             while (left := deadline - loop.time()) > 0:
-                changed = ep.changed
                 if affinity.mode == STRICT_RESUME:  # looks (and asks) again now and then
                     left = min(left, RESUME_ASK_S)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(changed.wait(), left)
+                changed = ep.changed
                 target = await self._choose(ep, affinity, exclude)
                 if target is not None:
                     return target
@@ -445,6 +452,7 @@ class LbRouter:
             except Exception as err:  # Redis away: keep what is known, try again
                 log.warning("endpoint %s: LB workers not read: %s", ep.id, err)
             ep.loaded.set()
+            raise_if_cancelled()  # a cancel redis-py swallowed (`raise_if_cancelled`)
             quiet = not ep.targets and not ep.held
             if quiet and time.monotonic() - ep.used > IDLE_FORGET_S:
                 self.endpoints.pop(ep.id, None)
@@ -508,6 +516,7 @@ class LbRouter:
                 if state == HEALTHY:
                     ep.wake()
             await self._report_health(ep, t)
+            raise_if_cancelled()
             await asyncio.sleep(self.calm_s if t.state == HEALTHY else self.fast_s)
 
     async def _warmed(self, ep: LbEndpoint, t: Target) -> str:
@@ -582,6 +591,7 @@ class LbRouter:
                 except Exception as err:  # Redis away: the next round writes it
                     log.warning("endpoint %s: LB requests not reported: %s", endpoint_id, err)
                     self._dirty.add(endpoint_id)
+            raise_if_cancelled()
             await asyncio.sleep(REPORT_EVERY_S)
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
