@@ -406,6 +406,7 @@ class LbRouter:
             await self._report(ep)  # the scaler sees this request before it wakes
             if ep.held == 1:
                 await self.store.wake_scaler(ep.id)
+            raise_if_cancelled()  # a client gone meanwhile (`ClientWatch`): not held on
             while (left := deadline - loop.time()) > 0:
                 if affinity.mode == STRICT_RESUME:  # looks (and asks) again now and then
                     left = min(left, RESUME_ASK_S)
