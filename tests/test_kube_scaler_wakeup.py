@@ -114,3 +114,61 @@ async def test_at_rest_the_loop_waits_its_rest_interval_until_woken() -> None:
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+class SlowFullTick(CountingLoop):
+    """A full tick that lasts until the test lets it end (a scrape of a thousand endpoints'
+    series); wake-ups by jobs are recorded apart."""
+
+    def __init__(self) -> None:
+        super().__init__(interval_s=60, rest_s=60, resting=True)
+        self.release = asyncio.Event()
+        self.woken: list[list[str]] = []
+        self.full_ticks = 0
+
+    async def tick(self) -> None:
+        self.queued.clear()  # read with the rest, as the real tick does
+        self.stirred = False
+        self.full_ticks += 1
+        await self.release.wait()
+        self.release.clear()
+        self.resting = self.rests
+
+    async def tick_queued(self) -> None:
+        self.woken.append(sorted(self.queued))
+        self.queued.clear()
+
+
+async def until(condition, what: str) -> None:
+    for _ in range(1000):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"not within 10 s: {what}")
+
+
+async def test_a_job_queued_during_a_full_tick_is_decided_before_that_tick_ends() -> None:
+    """A wake-up does not wait for a full tick under way; after it the loop does not rest
+    (the woken endpoint has work), and a sign while the tick ran (`stir`, at rest) still
+    brings the next tick at once."""
+    loop = SlowFullTick()
+    task = asyncio.create_task(loop.run())
+    try:
+        await until(lambda: loop.full_ticks == 1, "the first full tick")
+        loop.job_queued("ep-a")
+        await until(lambda: loop.woken == [["ep-a"]], "ep-a decided beside the full tick")
+        assert loop.full_ticks == 1 and not loop.release.is_set()  # still under way
+        loop.release.set()
+        await asyncio.sleep(0.3)
+        assert not loop.resting and loop.full_ticks == 1  # the next one: an interval away
+        loop.resting = loop.rests = True
+        loop.wakeup.set()  # (a stir at rest) a second full tick now
+        await until(lambda: loop.full_ticks == 2, "the second full tick")
+        loop.stir("ep-b")  # while it runs, at rest
+        loop.release.set()
+        await until(lambda: loop.full_ticks == 3, "a third full tick at once after the stir")
+        assert loop.woken == [["ep-a"]]
+        loop.release.set()
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
