@@ -239,7 +239,6 @@ class ScalingLoop:
         # (`stir`) did: a wake-up by jobs alone decides just those endpoints (`tick_queued`)
         # and leaves the others to the full tick, due at `full_due` (self.clock()).
         self.queued: set[str] = set()
-        self.waking: set[str] = set()  # taken from `queued` by a `tick_queued` under way
         self.stirred = False
         self.full_due = 0.0
         self.scrapes = ScrapeHealth(ctx.settings.metrics_grace_s)
@@ -304,7 +303,7 @@ class ScalingLoop:
                     if self._targeted():
                         await self.tick_queued()
                     else:
-                        await self._full_tick()
+                        await self.tick()
                         self.full_due = self.clock() + self._interval()
                 except asyncio.CancelledError:
                     raise
@@ -316,42 +315,6 @@ class ScalingLoop:
                     await asyncio.wait_for(self.wakeup.wait(), wait)
         finally:
             await self.stop()
-
-    async def _full_tick(self) -> None:
-        """`tick`, while jobs queued meanwhile are decided beside it (`tick_queued`): a
-        wake-up does not wait for a full tick under way (its scrape of every endpoint's
-        series takes a good part of a second at a thousand endpoints). The loop does not
-        rest after a tick that had wake-ups beside it; another sign during the tick
-        (`stir`) has the next one come at once, as it did before."""
-        full = asyncio.ensure_future(self.tick())
-        woken = again = False
-        try:
-            while not full.done():
-                self.wakeup.clear()
-                waking = asyncio.ensure_future(self.wakeup.wait())
-                try:
-                    await asyncio.wait({full, waking}, return_when=asyncio.FIRST_COMPLETED)
-                    woke = waking.done()
-                finally:
-                    waking.cancel()
-                raise_if_cancelled()
-                if woke and (not self.queued or self.stirred):
-                    again = True  # another sign (`stir`): the next tick comes at once
-                if self.queued and not full.done():
-                    woken = True
-                    try:
-                        await self.tick_queued()
-                    except Exception as err:  # the full tick goes on; the next one sees it
-                        log.warning("scaling wake-up failed: %s", err)
-            full.result()
-        finally:
-            if not full.done():
-                full.cancel()
-                await asyncio.wait({full})
-        if woken:
-            self.resting = False
-        if again:
-            self.wakeup.set()
 
     def _interval(self) -> float:
         settings = self.ctx.settings
@@ -435,8 +398,7 @@ class ScalingLoop:
             return
         self.resting = not await self._decide_each(ours, readings, error) and not self.busy
         self._forget(set(ours))
-        # the others: nothing to decide (a wake-up beside this tick still has its own)
-        self.first.keep(set(self.busy) | self.queued | self.waking)
+        self.first.keep(set(self.busy) | self.queued)  # the others: nothing to decide
 
     async def tick_queued(self) -> None:
         """Decide only the endpoints whose jobs were just queued (`q:` events), each read
@@ -445,15 +407,6 @@ class ScalingLoop:
         quarter of a second at a thousand endpoints). The others wait for the full tick,
         due within `scale_interval_s` (a rest ends here: a job waits)."""
         queued, self.queued = sorted(self.queued), set()
-        self.waking = set(queued)
-        try:
-            await self._decide_queued(queued)
-        finally:
-            self.waking = set()
-        self.resting = False
-        self.full_due = min(self.full_due, self.clock() + self.ctx.settings.scale_interval_s)
-
-    async def _decide_queued(self, queued: list[str]) -> None:
         entries = await asyncio.gather(*(self.ctx.registry.get_endpoint(ep) for ep in queued))
         ours = {
             ep: entry
@@ -466,6 +419,8 @@ class ScalingLoop:
         now_ms = self.ctx.jobs.clock()
         readings = {ep: from_snapshot(snap, now_ms) for ep, snap in zip(ours, snaps, strict=True)}
         await self._decide_each(ours, readings, None, targeted=True)
+        self.resting = False
+        self.full_due = min(self.full_due, self.clock() + self.ctx.settings.scale_interval_s)
 
     async def _decide_each(
         self,
