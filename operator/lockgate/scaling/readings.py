@@ -1,16 +1,16 @@
 """Metrics readings for the decision: parsed from the gateway's `/metrics`, or built from
 a store snapshot (dev mode reads its own Redis). Both give the same `EndpointMetrics`.
 
-`parse_metrics` reads the exposition's samples of the gauges the scaler uses with a strict
-line grammar (the text prometheus_client writes: `name{label="value",...} value`) and
-skips every other line unparsed. prometheus_client's own parser reads each character in
-Python: at a thousand endpoints (12,000 lines) it took ~0.6 s, every tick, with the
+`parse_metrics` reads the exposition with a strict line grammar for the text
+prometheus_client writes (`name{label="value",...} value`, no timestamp), keeping the
+samples of the gauges the scaler uses. prometheus_client's own parser reads each character
+in Python: at a thousand endpoints (12,000 lines) it took ~0.6 s, every tick, with the
 operator's event loop blocked (a lone job's wake-up waited behind it); this reads the same
-text in a few tens of ms. Any line of a gauge read here outside that grammar (a timestamp,
-another escape, the UTF-8 name form, a `# TYPE` making one of them a counter) hands the
-whole text to prometheus_client's parser instead: the readings are the library's whenever
-it parses the text (tests/test_readings_parse.py compares both, on generated and mutated
-expositions). A malformed line of a metric the scaler does not read is not looked at."""
+text in a few tens of ms. Any line outside that grammar (a timestamp, another escape, the
+UTF-8 name form, a quote in a comment, a `# TYPE` that would make one of those gauges a
+counter) hands the whole text to prometheus_client's parser instead, so the readings, or
+the refusal, are always the library's (tests/test_readings_parse.py compares both on
+generated, mutated and arbitrary text)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from prometheus_client.metrics_core import METRIC_TYPES
 from prometheus_client.parser import text_string_to_metric_families
 
 from lockgate.gateway.metrics import (
@@ -78,16 +79,13 @@ def _fields(name: str, labels: dict[str, str]) -> tuple[str, str] | None:
 Sample = tuple[str, dict[str, str], float]  # name, labels, value
 READ = frozenset({QUEUED, OLDEST_AGE, IN_PROGRESS, WORKERS, LB_HELD, LB_IN_FLIGHT, WORKER_JOBS})
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+_LABEL_NAME = r"[a-zA-Z_][a-zA-Z0-9_]*"
 _VALUE = r'(?:[^"\\\n]|\\[\\n"])*'  # a label value: only the three escapes the format has
-_LABEL = rf'[a-zA-Z_][a-zA-Z0-9_]*="{_VALUE}"'
+_LABEL = rf'{_LABEL_NAME}="{_VALUE}"'
 _SAMPLE = re.compile(rf"({_NAME})(?:\{{((?:{_LABEL}(?:,{_LABEL})*)?)\}})? (\S+)")
-_LABELS = re.compile(rf'([a-zA-Z_][a-zA-Z0-9_]*)="({_VALUE})"')
+_LABELS = re.compile(rf'({_LABEL_NAME})="({_VALUE})"')
 _LEGACY_NAME = re.compile(_NAME)
-# prometheus_client's metric types (metrics_core.METRIC_TYPES) and the text format's untyped
-_TYPES = frozenset(
-    {"counter", "gauge", "summary", "histogram", "gaugehistogram", "unknown", "info", "stateset"}
-    | {"untyped"}
-)
+_TYPES = frozenset(METRIC_TYPES) | {"untyped"}  # the library's types and the format's untyped
 _ESCAPE = re.compile(r'\\[\\n"]')
 _UNESCAPED = {"\\\\": "\\", "\\n": "\n", '\\"': '"'}
 
@@ -164,8 +162,9 @@ def _unescape(value: str) -> str:
 
 
 def _value(text: str) -> float:
-    """As prometheus_client reads a sample's value: an int when it is one, else a float."""
-    if "_" in text or text != text.strip():
+    """As prometheus_client reads a sample's value (`\\S+`: no whitespace around it): an
+    int when it is one, else a float."""
+    if "_" in text:  # int() and float() take `1_0`; the library refuses it
         raise _NotPlain
     if (text[1:] if text[0] in "+-" else text).isdecimal():  # what int() takes (no raise)
         try:
