@@ -95,14 +95,22 @@ def create_key(dev: DevProcess, name: str, scopes: list[str]) -> str:
 
 
 def _again_on_network_change(navigate, problems: list[str]):
-    """`navigate` (a tab's goto or reload), done again (at most twice) when a load of it
-    failed with `NETWORK_CHANGED`: the page's scripts may be missing, and a blank page
-    would fail the test for the host's sake, not the console's."""
+    """`navigate` (a tab's goto or reload), done again (at most twice) when it, or a load
+    of the page, failed with `NETWORK_CHANGED`: the navigation itself raises (seen in CI:
+    `Page.goto: net::ERR_NETWORK_CHANGED`), or the page's scripts may be missing, and a
+    blank page would fail the test for the host's sake, not the console's."""
+
+    from playwright.sync_api import Error as PlaywrightError  # here: playwright may be absent
 
     def again(*args, **kwargs):
         for _ in range(2):
             seen = len(problems)
-            answer = navigate(*args, **kwargs)
+            try:
+                answer = navigate(*args, **kwargs)
+            except PlaywrightError as e:
+                if NETWORK_CHANGED not in str(e):
+                    raise
+                continue
             if not any(NETWORK_CHANGED in p for p in problems[seen:]):
                 return answer
         return navigate(*args, **kwargs)

@@ -224,8 +224,15 @@ def test_prices_in_the_settings_become_amounts_in_lockgate_dev(tmp_path) -> None
             )
             return r.json() if both else None
 
-        # The dev process's sampler writes a point 10 s after an interval: within a minute.
-        report = wait_until(billed, "a point with both endpoints' workers", timeout=60, every=1)
+        # The dev process's sampler writes a point 10 s after an interval, once the workers
+        # have started: within a minute on a quiet machine (CI's busy one once took longer;
+        # its output is kept in the failure, to tell a slow start from a missed point).
+        try:
+            report = wait_until(
+                billed, "a point with both endpoints' workers", timeout=120, every=1
+            )
+        except AssertionError as err:
+            raise AssertionError(f"{err}; lockgate dev printed:\n" + "\n".join(dev.lines)) from None
         records = {x["serverlessId"]: x for x in report["records"]}
         gpu, cpu = records["gpu-priced"], records["cpu-priced"]
         assert gpu["gpuAmount"] == round(gpu["gpuSecondsByType"]["NVIDIA L4"] / 3600 * 0.44, 6)
