@@ -157,16 +157,20 @@ async def test_the_scaler_reads_nothing_while_endpoints_rest_then_only_the_one_w
 ) -> None:
     """kopf's watches index the worker Deployments and pods (`kube.watched`): resting
     endpoints cost the scaler no list of the namespace's workers, and a job at one of them
-    makes it read that endpoint's objects alone (label-selected), then scale it, before
-    any scrape of `/metrics` (the job's endpoint read from its store snapshot)."""
+    makes it read that endpoint's objects alone (its Deployment by name, its pods
+    label-selected), then scale it, before any scrape of `/metrics` (the job's endpoint
+    read from its store snapshot)."""
     names = ("ep-rest-a", "ep-rest-b", "ep-rest-c", "rest-tpl")
     lists: list[str] = []
+    reads: list[str] = []  # Deployments read by name
     order: list[str] = []  # scrapes and scale writes, as they happen
     call, read = Cluster._call, ScalingLoop._read
 
     async def record(cluster: Cluster, fn: Any, *args: Any, **kwargs: Any) -> Any:
         if getattr(fn, "__name__", "").startswith("list_namespaced_"):
             lists.append(f"{fn.__name__} {kwargs.get('label_selector', '')}")
+        if getattr(fn, "__name__", "") == "read_namespaced_deployment":
+            reads.append(args[0])
         if getattr(fn, "__name__", "") == "patch_namespaced_deployment_scale":
             order.append(f"scale {args[0]}")
         return await call(cluster, fn, *args, **kwargs)
@@ -183,6 +187,7 @@ async def test_the_scaler_reads_nothing_while_endpoints_rest_then_only_the_one_w
     assert not ours, f"the scaler listed worker objects of resting endpoints: {ours}"
     name = names[0]
     order.clear()
+    reads.clear()
     await JobStore(redis).submit(name, NewJob(id="wake", input=b"{}", ttl_ms=60_000))
 
     def scaled() -> bool | None:
@@ -191,7 +196,9 @@ async def test_the_scaler_reads_nothing_while_endpoints_rest_then_only_the_one_w
     await resources.eventually(lambda: asyncio.to_thread(scaled), "the Deployment scaled up")
     assert order[0] == f"scale {name}-workers", order
     selected = {c.split()[0] for c in lists if c.endswith(f"{WORKERS},{ENDPOINT_LABEL}={name}")}
-    assert selected == {"list_namespaced_deployment", "list_namespaced_pod"}, lists
+    assert selected == {"list_namespaced_pod"}, lists
+    assert not [c for c in lists if c.startswith("list_namespaced_deployment")], lists
+    assert reads and set(reads) == {f"{name}-workers"}, reads
     assert not [c for c in lists if c.endswith(WORKERS)], lists
 
 
@@ -223,11 +230,20 @@ async def test_creating_endpoints_makes_no_call_that_fails_and_reads_nothing_it_
     assert calls, "no call of these Endpoints was seen"
     failed = [c for c in calls if c[1][1] is not None]
     assert not failed, f"calls that failed while creating: {failed}"
-    reads = [
-        c for c in calls
-        if c[1][0].startswith(("read_namespaced_deployment", "delete_"))
-        or (c[1][0].startswith("get_") and "'templates'" in c[2])
-    ]  # fmt: skip
+    # A Deployment read after its create is the scaler's look at a new endpoint (it reads
+    # a few endpoints' Deployments by name); one before it would be a GET-first create.
+    made: set[str] = set()
+    reads = []
+    for call in calls:
+        target, (method, _), args = call
+        if method.startswith("create_namespaced_deployment"):
+            made.add(target)
+        elif (
+            (method.startswith("read_namespaced_deployment") and target not in made)
+            or method.startswith("delete_")
+            or (method.startswith("get_") and "'templates'" in args)
+        ):
+            reads.append(call)
     assert not reads, f"reads or deletes of what the operator knows: {reads}"
     created = {(t, m) for t, (m, _), _ in calls if m.startswith("create_namespaced_deployment")}
     assert created == {(n, "create_namespaced_deployment") for n in names}, calls

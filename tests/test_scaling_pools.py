@@ -22,7 +22,8 @@ from lockgate.kube.deployment_pool import (
 )
 from lockgate.kube.events import endpoint_event
 from lockgate.kube.manifests.names import SERVING_CONDITION, Owner
-from lockgate.kube.scaler import ScrapeHealth, at_rest, metrics_check
+from lockgate.kube.scaler import ScrapeHealth, as_selected, at_rest, metrics_check
+from lockgate.kube.watched import ENDPOINT_LABEL, WORKER_LABELS
 from lockgate.models.registry_entry import RegistryEntry
 from lockgate.scaling.backoff import CrashBackoff
 from lockgate.scaling.decision import EndpointMetrics
@@ -214,3 +215,16 @@ async def test_a_crashing_worker_is_restarted_after_a_back_off_not_at_once() -> 
         assert (await pool.state()).size == 1
     finally:
         await pool.close(grace_s=5)
+
+
+def test_a_deployment_read_by_name_counts_only_with_the_endpoints_worker_labels() -> None:
+    """The scaler reads a few endpoints' Deployments by name (a list reads every one of
+    the namespace); what it reads stands for the label-selected list of it."""
+    labels = {**WORKER_LABELS, ENDPOINT_LABEL: "ep-a"}
+    ours = {"metadata": {"name": "ep-a-workers", "labels": labels}}
+    assert as_selected(ours, "ep-a") == [ours]
+    assert as_selected(None, "ep-a") == []  # not there (404)
+    assert as_selected(ours, "ep-b") == []  # another endpoint's labels
+    foreign = {"metadata": {"name": "ep-a-workers", "labels": {ENDPOINT_LABEL: "ep-a"}}}
+    assert as_selected(foreign, "ep-a") == []  # not a worker Deployment of ours
+    assert as_selected({"metadata": {"name": "ep-a-workers"}}, "ep-a") == []

@@ -57,13 +57,13 @@ from lockgate.kube.cluster import ClusterError
 from lockgate.kube.deployment_pool import DeploymentPool
 from lockgate.kube.events import endpoint_event
 from lockgate.kube.lb_pods import LbPods, parked_until, wanted_workers
-from lockgate.kube.manifests.names import Owner
+from lockgate.kube.manifests.names import Owner, deployment_name
 from lockgate.kube.manifests.rollout import pod_version
 from lockgate.kube.podstates import pod_ready, pod_starts, pod_states, pull_errors, worker_starts
 from lockgate.kube.registry_record import EXTERNAL_SCALER
 from lockgate.kube.scale_first import Report
 from lockgate.kube.status import METRICS_AVAILABLE, Check, same_status, shows
-from lockgate.kube.watched import ENDPOINT_LABEL, WORKERS
+from lockgate.kube.watched import ENDPOINT_LABEL, WORKER_LABELS, WORKERS
 from lockgate.kube.worker_health import WorkerHealth, worst
 from lockgate.models import EndpointType
 from lockgate.models.registry_entry import RegistryEntry
@@ -84,8 +84,9 @@ from lockgate.store.lb_workers import LbWorkers
 log = logging.getLogger("lockgate.scaler")
 
 REPORTS_AT_ONCE = 4  # Events and status writes in flight at once (`ScalingLoop._report`)
-# Endpoints of a namespace needing a look that are read one by one (two label-selected
-# lists each, together) rather than by listing every worker object of the namespace.
+# Endpoints of a namespace needing a look that are read one by one (its Deployment by
+# name, its pods by a label-selected list, all together) rather than by listing every
+# worker object of the namespace.
 READ_ONE_BY_ONE = 8
 
 Obj = Mapping[str, Any]
@@ -168,6 +169,14 @@ def healthy_pods(pods: Iterable[Obj], metrics: EndpointMetrics | None) -> int:
         names = {p["metadata"]["name"] for p in pods}
         return len(names & set(metrics.worker_jobs))
     return len([p for p in pods if pod_ready(p)])
+
+
+def as_selected(deployment: Obj | None, endpoint_id: str) -> list[Obj]:
+    """The endpoint's worker Deployment read by name, as the label-selected list of it
+    would give it: itself when it carries the endpoint's worker labels, else nothing."""
+    labels = ((deployment or {}).get("metadata") or {}).get("labels") or {}
+    wanted = {**WORKER_LABELS, ENDPOINT_LABEL: endpoint_id}
+    return [deployment] if deployment and all(labels.get(k) == v for k, v in wanted.items()) else []
 
 
 def by_endpoint(objects: list[Obj]) -> dict[str, list[Obj]]:
@@ -482,7 +491,7 @@ class ScalingLoop:
             if len(looks) <= READ_ONE_BY_ONE:
                 selectors = [f"{WORKERS},{ENDPOINT_LABEL}={ep}" for ep in looks]
                 found = await asyncio.gather(
-                    *(cluster.list_objects("Deployment", namespace, s) for s in selectors),
+                    *(self._deployment_of(namespace, ep) for ep in looks),
                     *(cluster.list_objects("Pod", namespace, s) for s in selectors),
                 )  # fmt: skip
                 deployments = dict(zip(looks, found[: len(looks)], strict=True))
@@ -490,6 +499,18 @@ class ScalingLoop:
         deployments = by_endpoint(await cluster.list_objects("Deployment", namespace, WORKERS))
         pods = by_endpoint(await cluster.list_objects("Pod", namespace, WORKERS))
         return looks, deployments, pods
+
+    async def _deployment_of(self, namespace: str, endpoint_id: str) -> list[Obj]:
+        """The endpoint's worker Deployment, read fresh, as a list of it: by name when
+        the watch has it (a list, even label-selected, reads every Deployment of the
+        namespace: 1.5 s for a few of them at a thousand endpoints), else label-selected
+        (a new endpoint's may be on its way: no 404)."""
+        cluster, watched = self.ctx.cluster, self.ctx.workers
+        if watched is not None and watched.deployment(namespace, endpoint_id) is not None:
+            found = await cluster.read("Deployment", namespace, deployment_name(endpoint_id))
+            return as_selected(found, endpoint_id)
+        selector = f"{WORKERS},{ENDPOINT_LABEL}={endpoint_id}"
+        return await cluster.list_objects("Deployment", namespace, selector)
 
     def _settled(
         self,
