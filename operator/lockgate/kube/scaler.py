@@ -63,7 +63,12 @@ from lockgate.kube.podstates import pod_ready, pod_starts, pod_states, pull_erro
 from lockgate.kube.registry_record import EXTERNAL_SCALER
 from lockgate.kube.scale_first import Report
 from lockgate.kube.status import METRICS_AVAILABLE, Check, same_status, shows
-from lockgate.kube.watched import ENDPOINT_LABEL, WORKER_LABELS, WORKERS
+from lockgate.kube.watched import (
+    ENDPOINT_LABEL,
+    WORKERS,
+    endpoint_worker_labels,
+    endpoint_workers,
+)
 from lockgate.kube.worker_health import WorkerHealth, worst
 from lockgate.models import EndpointType
 from lockgate.models.registry_entry import RegistryEntry
@@ -175,7 +180,7 @@ def as_selected(deployment: Obj | None, endpoint_id: str) -> list[Obj]:
     """The endpoint's worker Deployment read by name, as the label-selected list of it
     would give it: itself when it carries the endpoint's worker labels, else nothing."""
     labels = ((deployment or {}).get("metadata") or {}).get("labels") or {}
-    wanted = {**WORKER_LABELS, ENDPOINT_LABEL: endpoint_id}
+    wanted = endpoint_worker_labels(endpoint_id)
     return [deployment] if deployment and all(labels.get(k) == v for k, v in wanted.items()) else []
 
 
@@ -489,10 +494,9 @@ class ScalingLoop:
                 )
             ]  # fmt: skip
             if len(looks) <= READ_ONE_BY_ONE:
-                selectors = [f"{WORKERS},{ENDPOINT_LABEL}={ep}" for ep in looks]
                 found = await asyncio.gather(
                     *(self._deployment_of(namespace, ep) for ep in looks),
-                    *(cluster.list_objects("Pod", namespace, s) for s in selectors),
+                    *(cluster.list_objects("Pod", namespace, endpoint_workers(ep)) for ep in looks),
                 )  # fmt: skip
                 deployments = dict(zip(looks, found[: len(looks)], strict=True))
                 return looks, deployments, dict(zip(looks, found[len(looks) :], strict=True))
@@ -509,8 +513,7 @@ class ScalingLoop:
         if watched is not None and watched.deployment(namespace, endpoint_id) is not None:
             found = await cluster.read("Deployment", namespace, deployment_name(endpoint_id))
             return as_selected(found, endpoint_id)
-        selector = f"{WORKERS},{ENDPOINT_LABEL}={endpoint_id}"
-        return await cluster.list_objects("Deployment", namespace, selector)
+        return await cluster.list_objects("Deployment", namespace, endpoint_workers(endpoint_id))
 
     def _settled(
         self,

@@ -29,6 +29,18 @@ from lockgate.kube.manifests.names import (
 
 WORKER_LABELS = {COMPONENT_LABEL: "worker", MANAGED_BY_LABEL: MANAGED_BY}
 WORKERS = ",".join(f"{key}={value}" for key, value in WORKER_LABELS.items())
+
+
+def endpoint_worker_labels(endpoint_id: str) -> dict[str, str]:
+    """The labels every worker object of the endpoint carries."""
+    return {**WORKER_LABELS, ENDPOINT_LABEL: endpoint_id}
+
+
+def endpoint_workers(endpoint_id: str) -> str:
+    """The label selector of the endpoint's worker objects."""
+    return ",".join(f"{key}={value}" for key, value in endpoint_worker_labels(endpoint_id).items())
+
+
 DEPLOYMENTS = ("apps", "v1", "deployments")
 PODS = ("v1", "pods")
 
