@@ -17,6 +17,7 @@ from lockgate.kube.buildjobs import (
     progress,
     pull_failure,
     started_containers,
+    stopped_at,
 )
 from lockgate.kube.manifests.build import (
     BUILD_CAPABILITIES,
@@ -318,6 +319,32 @@ def test_a_job_running_past_its_deadline_is_a_build_past_its_time_limit() -> Non
     assert done is not None and done.status == BuildStatus.COMPLETED
     ended = {**job, "status": {**started, "conditions": [{"type": "Complete", "status": "True"}]}}
     assert not past_deadline(ended, end + timedelta(hours=1))
+
+
+def test_a_builder_stopped_at_the_deadline_is_past_the_time_limit_before_the_job_says_so() -> None:
+    """The Job controller deletes the pod at the deadline and says DeadlineExceeded after:
+    a look between the two sees only the build container's end (CI, stop 57: the kubelet's
+    ContainerStatusUnknown, no end time, the pod's deletion asked for at the deadline)."""
+    job = {"spec": {"activeDeadlineSeconds": 60}, "status": {"startTime": "2026-12-06T10:00:00Z"}}
+    unknown = "The container could not be located when the pod was terminated"
+    lost = {"terminated": {"exitCode": 137, "reason": "ContainerStatusUnknown", "message": unknown}}
+    pod = _pod(CLONED, lost)
+    assert stopped_at(lost["terminated"], pod) is None
+    deleted = {"deletionTimestamp": "2026-12-06T10:01:30Z", "deletionGracePeriodSeconds": 30}
+    pod["metadata"] |= deleted
+    assert stopped_at(lost["terminated"], pod) == datetime(2026, 12, 6, 10, 1, tzinfo=UTC)
+    step = progress(job, pod, image_name="r/ep:x", timeout_min=1)
+    assert step is not None and step.status == BuildStatus.FAILED
+    assert step.fields["error"] == "build time limit: 1 min" and step.fields["commitHash"]
+    # a container's own end time, at the deadline or before it
+    for at, error in (("10:01:00", "build time limit: 1 min"), ("10:00:59", "build failed: no")):
+        ended = {"terminated": {"exitCode": 1, "message": "no", "finishedAt": f"2026-12-06T{at}Z"}}
+        step = progress(job, _pod(CLONED, ended), image_name="r/ep:x", timeout_min=1)
+        assert step is not None and step.fields["error"] == error
+    # the pod deleted (by someone) before the deadline: the container's own failure
+    pod["metadata"]["deletionTimestamp"] = "2026-12-06T10:01:29Z"
+    step = progress(job, pod, image_name="r/ep:x", timeout_min=1)
+    assert step is not None and step.fields["error"].startswith("build failed: The container")
 
 
 def test_a_builder_image_that_cannot_be_pulled_fails_the_build_at_once() -> None:

@@ -557,7 +557,11 @@ async def test_envtest_pods_are_workers_and_their_events_a_resumable_system_log(
     core, ns = k8s.CoreV1Api(kube), resources.namespace
     endpoint_id = f"wk-{secrets.token_hex(3)}"
     resources.template(f"{endpoint_id}-tpl", image="example.test/echo:1")
-    resources.endpoint(endpoint_id, templateId=f"{endpoint_id}-tpl", gpuTypeIds=["NVIDIA L4"])
+    # workersMax 0: the queued job wakes no worker of the scaler's (this envtest runs a
+    # controller-manager: its ReplicaSet's pod would be a sixth worker, INITIALIZING)
+    resources.endpoint(
+        endpoint_id, templateId=f"{endpoint_id}-tpl", gpuTypeIds=["NVIDIA L4"], workersMax=0
+    )
     labels = {"nvidia.com/gpu.product": "Tesla-T4", "topology.kubernetes.io/zone": "eu-west-1a"}
     try:
         core.create_node({"metadata": {"name": NODE, "labels": labels}})

@@ -127,13 +127,37 @@ def failure(status: Obj, what: str) -> str:
     return f"{what} failed: exit code {ended.get('exitCode')} ({ended.get('reason') or 'Error'})"
 
 
+def _time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
 def deadline(job: Obj) -> datetime | None:
     """When the Job's `activeDeadlineSeconds` runs out (None: no deadline, or not started)."""
     seconds = (job.get("spec") or {}).get("activeDeadlineSeconds")
     started = (job.get("status") or {}).get("startTime")
     if not seconds or not started:
         return None
-    return datetime.fromisoformat(started.replace("Z", "+00:00")) + timedelta(seconds=seconds)
+    return _time(started) + timedelta(seconds=seconds)
+
+
+def stopped_at(ended: Obj, pod: Obj | None) -> datetime | None:
+    """When a terminated container stopped: its `finishedAt`, else (the kubelet lost it as
+    its pod was deleted: `ContainerStatusUnknown`, no end time) when the pod's deletion was
+    asked for (its `deletionTimestamp` less the grace period). None: not known."""
+    if at := ended.get("finishedAt"):
+        return _time(at)
+    meta = (pod or {}).get("metadata") or {}
+    if deleted := meta.get("deletionTimestamp"):
+        return _time(deleted) - timedelta(seconds=meta.get("deletionGracePeriodSeconds") or 0)
+    return None
+
+
+def ended_past_deadline(job: Obj, ended: Obj, pod: Obj | None) -> bool:
+    """A container that failed stopped at or after the Job's deadline: the Job controller
+    stopped it (it deletes the pod first and says DeadlineExceeded after, so the pod's
+    failed containers can be read before the Job's condition)."""
+    end, at = deadline(job), stopped_at(ended, pod)
+    return end is not None and at is not None and at >= end
 
 
 def finished(job: Obj) -> bool:
@@ -238,29 +262,31 @@ def _ended(
     job: Obj, pod: Obj | None, fields: dict[str, Any], *, image_name: str, timeout_min: int
 ) -> Progress | None:
     """The build's end as its Job's deadline and its containers' exits say (None: not
-    ended so)."""
+    ended so). A container that failed at or past the deadline was stopped by it: the
+    build is past its time limit, whatever the container's last line."""
     clone = _container(pod, CLONE_CONTAINER, init=True)
     build = _container(pod, BUILD_CONTAINER, init=True)
     push, push_name = _push(pod)
     failed = _condition(job, "Failed")
+    past_limit = Progress(
+        BuildStatus.FAILED, {**fields, "error": f"build time limit: {timeout_min} min"}
+    )
     if failed is not None and failed.get("reason") == "DeadlineExceeded":
-        return Progress(
-            BuildStatus.FAILED, {**fields, "error": f"build time limit: {timeout_min} min"}
-        )
-    if (ended := _terminated(clone)) and ended.get("exitCode") != 0:
-        return Progress(BuildStatus.FAILED, {"error": failure(clone, "clone")})
-    if (ended := _terminated(build)) and ended.get("exitCode") != 0:
-        return Progress(BuildStatus.FAILED, {**fields, "error": failure(build, "build")})
+        return past_limit
+    for status, what in ((clone, "clone"), (build, "build"), (push, push_name)):
+        if (ended := _terminated(status)) and ended.get("exitCode") != 0:
+            if ended_past_deadline(job, ended, pod):
+                return past_limit
+            # (a failed clone left no commit fields)
+            return Progress(BuildStatus.FAILED, {**fields, "error": failure(status, what)})
     if not (ended := _terminated(push)):
         return None
     digest = (ended.get("message") or "").strip()
-    if ended.get("exitCode") == 0 and digest.startswith(DIGEST_PREFIX):
+    if digest.startswith(DIGEST_PREFIX):
         return Progress(
             BuildStatus.COMPLETED, {**fields, "imageName": image_name, "imageDigest": digest}
         )
-    if ended.get("exitCode") == 0:
-        return Progress(BuildStatus.FAILED, {**fields, "error": "the builder pushed no digest"})
-    return Progress(BuildStatus.FAILED, {**fields, "error": failure(push, push_name)})
+    return Progress(BuildStatus.FAILED, {**fields, "error": "the builder pushed no digest"})
 
 
 def passed(
