@@ -12,6 +12,7 @@ import contextlib
 import itertools
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -21,7 +22,7 @@ from lockgate.apps.operator import scaling
 from lockgate.dev.redis_server import EmbeddedRedis, free_port
 from lockgate.kube.cluster import Cluster
 from lockgate.kube.crds import GROUP, VERSION
-from lockgate.kube.leader import LeaderElector, holder_of
+from lockgate.kube.leader import LeaderElector, holder_of, parse_time
 from lockgate.kube.reconcile import Context
 from lockgate.kube.scaler import ScalingLoop
 from lockgate.kube.settings import OperatorSettings
@@ -142,12 +143,17 @@ async def test_when_the_leader_stops_renewing_the_standby_takes_over_after_expir
 ) -> None:
     silent = elector(cluster, lease_name, "replica-hung")
     assert await silent.try_once()  # holds the Lease, then never renews (a hung replica)
+    held = (await cluster.get_lease(NAMESPACE, lease_name))["spec"]
     b = replicas("replica-b")
-    await asyncio.sleep(1)
-    assert not b.working  # the Lease is still fresh
     await until(lambda: b.working, "b leading once the Lease expired")
     lease = await cluster.get_lease(NAMESPACE, lease_name)
     assert holder_of(lease) == b.elector.me and lease["spec"]["leaseTransitions"] == 1
+    # taken only once expired: the Lease's own times, not a sleep (a loaded machine's
+    # sleep can outlast the Lease)
+    renewed, acquired = parse_time(held["renewTime"]), parse_time(lease["spec"]["acquireTime"])
+    assert renewed is not None and acquired is not None
+    lasted = timedelta(seconds=held["leaseDurationSeconds"])
+    assert acquired >= renewed + lasted, (held, lease["spec"])
     assert await silent.try_once() is False  # the hung replica, back, stands by
 
 
