@@ -313,6 +313,12 @@ class _RedisCluster(RedisCluster):
 
 
 class _ClusterPipeline(ClusterPipeline):
+    """A cluster pipeline whose failover errors are UNAVAILABLE: a closed connection (as
+    `_RedisCluster`), and a transaction still redirected (MOVED, ASK) after redis-py's
+    retries, whose EXEC the node aborted (nothing written): TryAgainError, as
+    store/scripts.py answers a script still redirected. CI saw a MOVED escape a worker
+    binding's transaction mid-failover as a 500 (test_redis_cluster, session 33)."""
+
     # redis-py's typing protocol declares this attribute for every client, so mypy takes
     # it for abstract here; a pipeline never reads it (redis-py sets none on one either).
     _event_dispatcher: EventDispatcherInterface
@@ -322,6 +328,8 @@ class _ClusterPipeline(ClusterPipeline):
             return await super().execute(raise_on_error, allow_redirections)
         except AttributeError as err:
             raise _closed(err) from err
+        except AskError as err:  # MovedError is one too
+            raise TryAgainError(f"the slot moved under a transaction ({err})") from err
 
 
 def _closed(err: AttributeError) -> ConnectionError:
