@@ -34,6 +34,7 @@ async def _own_key(redis, worker_id: str) -> dict[str, str]:
         ("GET", "ping/w1?job_id="),
         ("GET", "job-take/w1"),
         ("GET", "job-stop/w1"),
+        ("POST", "job-return/w1/{job}"),
     ],
 )
 async def test_a_workers_own_key_cannot_act_as_another_worker(http, gateway, redis, method, path):

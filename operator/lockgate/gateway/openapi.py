@@ -452,6 +452,17 @@ def _worker_paths(ref: dict[str, dict[str, Any]]) -> dict[str, Any]:
                 body=ref["JobResult"],
             )
         },
+        "/v2/{endpoint}/job-return/{worker}/{job}": {
+            "post": _op(
+                "Give back a job taken ahead of a free slot and never started (beyond "
+                "RunPod's protocol; lockgate's runtime): it goes back to the front of its "
+                "queue without using an attempt",
+                "workers",
+                _ok(ref["Accepted"]),
+                "400 401 403 404",
+                params=[WORKER, JOB],
+            )
+        },
         "/v2/{endpoint}/job-stream/{worker}/{job}": {
             "post": _op(
                 "Append a chunk to a job's stream",

@@ -285,6 +285,17 @@ async def job_done(request: web.Request) -> web.Response:
     return json_response(answer)
 
 
+@routes.post("/v2/{endpoint}/job-return/{worker}/{job}")
+async def job_return(request: web.Request) -> web.Response:
+    """Beyond RunPod's protocol: lockgate's runtime gives back a job it took ahead of a free
+    slot and never started (worker/runtime.py): it goes back to the front of its queue, no
+    attempt used. `accepted` false: the worker did not hold it (any more)."""
+    gw, endpoint_id, worker_id, _ = await _worker(request)
+    job_id = job_id_param(request)
+    given = await gw.store.give_back(endpoint_id, worker_id, [job_id])
+    return json_response({"accepted": given == 1})
+
+
 async def _warmup_done(
     request: web.Request, gw: Gateway, entry: RegistryEntry, error: str | None, *, take_next: bool
 ) -> web.Response:

@@ -58,6 +58,16 @@ class Reconcile(ScriptArgs):
 
 
 @dataclass(slots=True)
+class GiveBack(ScriptArgs):
+    SCRIPT = "give_back"
+    REST = "ids"
+
+    worker: str
+    now: int
+    ids: Sequence[str] = ()  # the jobs it took and did not start
+
+
+@dataclass(slots=True)
 class WorkerStates(ScriptArgs):
     SCRIPT = "worker_states"
 
@@ -161,6 +171,6 @@ class Limit(ScriptArgs):
 
 
 WORKER_SCRIPTS: tuple[type[ScriptArgs], ...] = (
-    Heartbeat, Stops, ReleaseWorker, Reconcile, WorkerStates, WorkerStarted, WarmupDone,
-    WarmupOverdue, Snapshot, Sweep, DeleteEndpoint, History, Limit,
+    Heartbeat, Stops, ReleaseWorker, Reconcile, GiveBack, WorkerStates, WorkerStarted,
+    WarmupDone, WarmupOverdue, Snapshot, Sweep, DeleteEndpoint, History, Limit,
 )  # fmt: skip

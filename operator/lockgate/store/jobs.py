@@ -674,6 +674,12 @@ class JobStore:
         )  # fmt: skip
         return int(await self.scripts.run(args))
 
+    async def give_back(self, endpoint_id: str, worker_id: str, job_ids: Sequence[str]) -> int:
+        """Jobs a worker took ahead of a free slot and never started: back to the front of
+        their queue, no attempt used (give_back.lua); only those it still holds. How many."""
+        args = args_workers.GiveBack(endpoint_id, worker_id, self.clock(), ids=job_ids)
+        return int(await self.scripts.run(args))
+
     async def sweep(
         self, endpoint_id: str, *, lock_ms: int, batch: int = 1000, horizon_ms: int = 0
     ) -> Sweep:

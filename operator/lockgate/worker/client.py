@@ -109,6 +109,19 @@ class GatewayClient:
         job, self._idle = _next_job(answer) if take else (None, None)
         return job
 
+    async def give_back(self, job_id: str) -> bool | None:
+        """Give back a job taken ahead and never started (lockgate's gateway only): True
+        when it went back to the queue, False when this worker no longer held it
+        (cancelled, timed out), None when the gateway could not be asked (it stays here)."""
+        url = self._config.return_url.replace("$ID", job_id)
+        try:
+            _, data = await self._call("POST", url, timeout_s=CALL_TIMEOUT_S)
+            answer = _decode(data) if data else {}
+        except GatewayError as err:
+            log.warning("job %s could not be given back: %s; it runs here", job_id, err)
+            return None
+        return isinstance(answer, dict) and answer.get("accepted") is True
+
     async def _deliver(
         self, url: str, params: dict[str, str] | None, payload: bytes, what: str
     ) -> bytes | None:

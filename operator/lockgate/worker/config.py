@@ -8,6 +8,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 DEFAULT_PING_INTERVAL_MS = 10_000  # RunPod's default heartbeat period
+# Jobs lockgate's runtime may take beyond its concurrency while its jobs are short
+# (worker/runtime.py `Runtime._ahead`); LOCKGATE_TAKE_AHEAD=0 turns it off.
+DEFAULT_TAKE_AHEAD = 3
+TAKE_AHEAD_MAX = 32
 
 
 class ConfigError(Exception):
@@ -18,7 +22,9 @@ class ConfigError(Exception):
 class WorkerConfig:
     """Where the gateway's worker API lives and who this worker is.
 
-    `done_url` and `stream_url` hold `$ID` where the job id goes (RunPod's template form).
+    `done_url`, `stream_url` and `return_url` hold `$ID` where the job id goes (RunPod's
+    template form). `return_url` (lockgate's gateway only: RunPod has no such route) and
+    `take_ahead` are empty and 0 with RunPod's variables alone: no job is taken ahead.
     """
 
     worker_id: str
@@ -32,6 +38,8 @@ class WorkerConfig:
     stop_url: str
     ping_interval_s: float
     log_level: str
+    return_url: str = ""
+    take_ahead: int = 0
 
 
 def gateway_configured(env: Mapping[str, str] = os.environ) -> bool:
@@ -51,6 +59,7 @@ def load(env: Mapping[str, str] = os.environ) -> WorkerConfig:
         ping_interval_s=_ping_interval_ms(env) / 1000,
         log_level=log_level(env),
         **urls,
+        take_ahead=_take_ahead(env) if "return_url" in urls else 0,
     )
 
 
@@ -73,6 +82,7 @@ def _lockgate_urls(env: Mapping[str, str], endpoint_id: str, worker_id: str) -> 
         "stream_url": f"{base}/job-stream/{worker_id}/$ID",
         "ping_url": f"{base}/ping/{worker_id}",
         "stop_url": f"{base}/job-stop/{worker_id}",
+        "return_url": f"{base}/job-return/{worker_id}/$ID",
     }
 
 
@@ -101,6 +111,17 @@ def _sibling(take_url: str, route: str) -> str:
     prefix, _, rest = take_url.partition("/job-take/")
     query = rest.partition("?")[2]
     return f"{prefix}/{route}" + (f"?{query}" if query else "")
+
+
+def _take_ahead(env: Mapping[str, str]) -> int:
+    raw = env.get("LOCKGATE_TAKE_AHEAD")
+    try:
+        wanted = int(raw) if raw else DEFAULT_TAKE_AHEAD
+    except ValueError as err:
+        raise ConfigError(f"LOCKGATE_TAKE_AHEAD must be a number of jobs, got {raw!r}") from err
+    if not 0 <= wanted <= TAKE_AHEAD_MAX:
+        raise ConfigError(f"LOCKGATE_TAKE_AHEAD must be 0 to {TAKE_AHEAD_MAX}, got {wanted}")
+    return wanted
 
 
 def _ping_interval_ms(env: Mapping[str, str]) -> int:

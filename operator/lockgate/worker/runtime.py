@@ -19,7 +19,7 @@ from .batching import Batcher
 from .client import AuthError, GatewayClient, GatewayError
 from .config import WorkerConfig
 from .handlers import Job
-from .jobs import JobsInHand
+from .jobs import JobsInHand, Slots
 from .logs import log
 from .metrics import batch_metrics
 from .options import StartOptions
@@ -32,6 +32,13 @@ RESCALE_EVERY_S = 1.0  # how often a full worker asks concurrency_modifier again
 MIN_EMPTY_POLL_S = 0.1  # an empty long-poll answered faster than this is not retried at once
 STOP_RETRY_S = 1.0  # wait after a failed job-stop poll
 MAX_HANDLER_THREADS = 256  # threads are made only when sync jobs need them
+# Taking ahead (`Runtime._ahead`): after SHORT_STREAK jobs in a row that each ran within
+# SHORT_JOB_S, up to `take_ahead` jobs more than the concurrency are taken, each starting the
+# moment a slot frees (no round trip to the gateway between two jobs); one that waits
+# WAIT_AHEAD_S for a slot goes back to the front of the queue, unstarted.
+SHORT_JOB_S = 0.05
+SHORT_STREAK = 8
+WAIT_AHEAD_S = 0.25
 
 
 class Runtime:
@@ -42,6 +49,8 @@ class Runtime:
         self._config = config
         self._kind = handlers.kind_of(options.handler)
         self._jobs = JobsInHand()
+        self._slots = Slots()
+        self._short = 0  # jobs in a row that ran within SHORT_JOB_S
         self._stopping = asyncio.Event()
         self._signalled = False
         self._abandoned: set[str] = set()  # stopped jobs whose sync handler still runs
@@ -94,13 +103,15 @@ class Runtime:
         if not self._stopping.is_set():
             log.info("%s: taking no new jobs, finishing %d in hand", reason, len(self._jobs))
             self._stopping.set()
+            self._slots.send_away()  # jobs taken ahead and not started go back
 
     # -- taking and running jobs
 
     async def _take_loop(self) -> None:
         backoff = Backoff()
         while True:
-            free = self._wanted_concurrency() - self._jobs.running
+            free = self._wanted_concurrency() + self._ahead() - self._jobs.running
+            self._slots.admit(self._concurrency)
             if free <= 0:
                 await self._jobs.wait_change(RESCALE_EVERY_S)
                 continue
@@ -128,6 +139,17 @@ class Runtime:
             self._concurrency = max(0, wanted)
         return self._concurrency
 
+    def _ahead(self) -> int:
+        """How many jobs to hold beyond the concurrency, waiting for a slot: `take_ahead`
+        while the last SHORT_STREAK jobs each ran within SHORT_JOB_S (a job taken ahead
+        waits behind another), else none; never with batches, `refresh_worker` (the next
+        job belongs to a fresh worker) or once stopping."""
+        if self._short < SHORT_STREAK or self._stopping.is_set():
+            return 0
+        if self._batcher is not None or self._options.refresh_worker:
+            return 0
+        return self._config.take_ahead
+
     def _start_job(self, job: Job) -> None:
         job_id = job.get("id")
         if not isinstance(job_id, str) or not job_id:
@@ -139,16 +161,28 @@ class Runtime:
             self._jobs.add(job_id, task)
 
     async def _run_job(self, job_id: str, job: Job) -> None:
-        started = time.monotonic()
-        # A start and an end line per job at INFO (as the runpod SDK's): the logs API gives
-        # the lines in between (the handler's prints, a traceback) to this job.
-        log.info("job %s started", job_id)
         try:
-            outcome = await self._outcome(job_id, job)
+            if not await self._slot_for(job_id):
+                return
+            self._jobs.started(job_id)
+            started = time.monotonic()
+            # A start and an end line per job at INFO (as the runpod SDK's): the logs API
+            # gives the lines in between (the handler's prints, a traceback) to this job.
+            log.info("job %s started", job_id)
+            refresh = False
+            try:
+                outcome = await self._outcome(job_id, job)
+                took_s = time.monotonic() - started
+                self._short = self._short + 1 if took_s <= SHORT_JOB_S else 0
+                refresh = outcome.refresh_worker or self._options.refresh_worker
+            finally:
+                if refresh:  # jobs taken ahead are for a fresh worker: they go back
+                    self._short = 0
+                    self._slots.send_away()
+                self._slots.leave(self._concurrency)  # a job waiting for it starts now
             # Said before the result is sent: its job-done may hold its answer for the next
             # job (take=1); a result not delivered is logged by the client as an error.
-            _report_outcome(job_id, outcome, time.monotonic() - started)
-            refresh = outcome.refresh_worker or self._options.refresh_worker
+            _report_outcome(job_id, outcome, took_s)
             refill = not refresh and self._slot_stays()
             self._jobs.sending(job_id, refilling=refill)
             # As the runpod SDK does: `stopPod` asks the gateway to replace this worker.
@@ -166,6 +200,25 @@ class Runtime:
         if refresh:
             self.shutdown(f"job {job_id} asked for a fresh worker (refresh_worker)")
 
+    async def _slot_for(self, job_id: str) -> bool:
+        """Wait for a slot for this job (a job taken ahead waits its turn): True to run it.
+        One not started within WAIT_AHEAD_S, or when the worker stops taking jobs, is given
+        back to the queue (False); one the gateway cannot take back waits and runs here."""
+        waited = time.monotonic()
+        within_s = 0 if self._stopping.is_set() else WAIT_AHEAD_S
+        if await self._slots.enter(self._concurrency, within_s):
+            return True
+        given = await self._client.give_back(job_id)
+        if given is None:
+            return await self._slots.enter(self._concurrency, None)
+        self._short = 0  # a job waited too long: jobs are not short now
+        why = "stopping" if self._stopping.is_set() else "no slot"
+        log.info(
+            "job %s given back to the queue unstarted (%s after %.0f ms)%s", job_id, why,
+            (time.monotonic() - waited) * 1000, "" if given else ": it was no longer held",
+        )  # fmt: skip
+        return False
+
     async def _outcome(self, job_id: str, job: Job) -> handlers.Outcome:
         if self._batcher is not None:
             return await self._batcher.run(job)
@@ -181,7 +234,8 @@ class Runtime:
     def _slot_stays(self) -> bool:
         """Whether a finished job's slot is wanted for another job at once: the result's
         job-done then asks for the next queued job (`take=1`), one request instead of two."""
-        return not self._stopping.is_set() and self._jobs.running <= self._wanted_concurrency()
+        wanted = self._wanted_concurrency() + self._ahead()
+        return not self._stopping.is_set() and self._jobs.running <= wanted
 
     # -- stop signals and heartbeats
 
@@ -205,6 +259,9 @@ class Runtime:
             log.debug("stop signal for job %s, which is not running here", job_id)
             return
         held.task.cancel()
+        if not held.started:  # taken ahead, waiting for a slot: no handler to stop
+            log.info("job %s stopping: it had not started", job_id)
+            return
         if self._batcher is not None:  # the batch's other jobs go on; its output is dropped
             log.info("job %s stopping: it leaves its batch", job_id)
             return
