@@ -115,6 +115,19 @@ async def test_a_give_back_naming_no_job_is_a_404_as_on_every_job_route(http, ga
     assert status == 404 and "not found" in body["error"], body
 
 
+async def test_a_results_answer_says_when_more_jobs_wait_behind_the_one_it_hands_out(http, gateway):
+    first = await running_job(http, gateway, "w1", {})
+    queued = [(await submit(http, gateway, {"input": {"n": n}}))["id"] for n in range(2)]
+    url = gateway.job_url(f"job-done/w1/{first}?take=1")
+    async with http.post(url, json={"output": 1}, headers=gateway.worker_headers()) as r:
+        answer = await r.json()
+    assert (answer["job"]["id"], answer.get("more")) == (queued[0], True)
+    url = gateway.job_url(f"job-done/w1/{queued[0]}?take=1")
+    async with http.post(url, json={"output": 2}, headers=gateway.worker_headers()) as r:
+        answer = await r.json()
+    assert answer["job"]["id"] == queued[1] and "more" not in answer, answer
+
+
 # -- the runtime -------------------------------------------------------------------------
 
 

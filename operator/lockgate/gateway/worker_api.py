@@ -263,9 +263,9 @@ async def job_done(request: web.Request) -> web.Response:
     rate = rate_of(entry.model_extra)
     finish = gw.store.finish(endpoint_id, worker_id, job_id, output=output, error=error, rate=rate)
     jobs: list[TakenJob] = []
-    idle = None
+    idle, more = None, False
     if take_next and not refresh:
-        done, jobs, idle = await _finish_and_take(request, gw, entry, finish)
+        done, jobs, idle, more = await _finish_and_take(request, gw, entry, finish)
     else:
         done = await finish
     if done is not None:
@@ -280,6 +280,8 @@ async def job_done(request: web.Request) -> web.Response:
     answer: dict[str, Any] = {"accepted": done is not None}
     if jobs:
         answer["job"] = _job_payload(jobs[0], entry)
+        if more:  # jobs still queued behind it: lockgate's runtime may take ahead
+            answer["more"] = True
     elif idle:
         answer["idle"] = idle
     return json_response(answer)
@@ -324,7 +326,7 @@ async def _warmup_done(
 
 async def _finish_and_take(
     request: web.Request, gw: Gateway, entry: RegistryEntry, finish: Awaitable[Finished | None]
-) -> tuple[Finished | None, list[TakenJob], str | None]:
+) -> tuple[Finished | None, list[TakenJob], str | None, bool]:
     """A job-done's `take=1` (beyond RunPod's protocol; lockgate's runtime sends it when the
     finished job's slot is free for another): the result recorded and the next queued job,
     if one is queued now, handed out in the same answer instead of a job-take request of
@@ -336,12 +338,14 @@ async def _finish_and_take(
     read before the take): a hold, or the worker's next job-take sending it as `?idle=`,
     waits at once while no job was queued since, instead of taking first.
 
+    `more`: jobs were still queued after the one taken.
+
     A take that fails leaves the answer without a job. A finish that fails is the
     request's error (the worker sends its result again, without `take`); a job taken
     meanwhile goes back to the queue when the worker's pings do not list it."""
     endpoint_id, worker_id = request.match_info["endpoint"], request.match_info["worker"]
     if not _listening(request) or gw.draining:
-        return await finish, [], None
+        return await finish, [], None, False
     token = gw.notifier.idle_token(endpoint_id)
     deadline = asyncio.get_running_loop().time()  # the budget is not waited for either
     take = _take_within_budget(
@@ -353,11 +357,11 @@ async def _finish_and_take(
         raise done
     if isinstance(taken, BaseException):
         log.warning("job-done of %s on %s: its take failed: %r", worker_id, endpoint_id, taken)
-        return done, [], None
+        return done, [], None, False
     jobs, left = taken
     if jobs and left > 0:
         gw.notifier.kick(endpoint_id)
-    return done, jobs, (token if not jobs and left == 0 else None)
+    return done, jobs, (token if not jobs and left == 0 else None), bool(jobs) and left > 0
 
 
 async def _progress(

@@ -118,9 +118,11 @@ class Accepted(BaseModel):
 
 class DoneAccepted(Accepted):
     """job-done's answer: whether the result was recorded, and, when the worker asked with
-    `take=1` and a job was queued, that next job for the same worker."""
+    `take=1` and a job was queued, that next job for the same worker, and `more` when
+    jobs were still queued behind it (lockgate's runtime then takes jobs ahead)."""
 
     job: JobHandout | None = None
+    more: bool | None = None
 
 
 class JobsToStop(BaseModel):

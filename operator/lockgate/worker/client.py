@@ -46,6 +46,8 @@ class GatewayClient:
         # The idle token of the last job-done whose take found the queue empty: sent with
         # the next job-take, which then waits at once unless a job was queued since.
         self._idle: str | None = None
+        # The last job-done answer with a job said more were queued behind it (`more`).
+        self.more_queued = False
 
     async def __aenter__(self) -> GatewayClient:
         headers = {"Authorization": self._config.worker_key} if self._config.worker_key else {}
@@ -106,7 +108,7 @@ class GatewayClient:
         answer = await self._deliver(url, params, payload, f"result of job {job_id}")
         if answer is None:
             return None
-        job, self._idle = _next_job(answer) if take else (None, None)
+        job, self._idle, self.more_queued = _next_job(answer) if take else (None, None, False)
         return job
 
     async def give_back(self, job_id: str) -> bool | None:
@@ -181,19 +183,20 @@ def _decode(data: bytes) -> Any:
         raise GatewayError(f"gateway answered with invalid JSON: {err}") from err
 
 
-def _next_job(answer: bytes) -> tuple[Job | None, str | None]:
-    """The job a job-done answer handed out (`"job"`), if any; else its idle token, if any."""
+def _next_job(answer: bytes) -> tuple[Job | None, str | None, bool]:
+    """The job a job-done answer handed out (`"job"`), if any, and whether more were queued
+    behind it (`"more"`); else its idle token, if any."""
     try:
         decoded = codec.loads(answer) if answer else None
     except ValueError as err:  # its job, if it had one, goes back to the queue unlisted
         log.warning("job-done answered with invalid JSON: %s", err)
-        return None, None
+        return None, None, False
     if not isinstance(decoded, dict):
-        return None, None
+        return None, None, False
     job, idle = decoded.get("job"), decoded.get("idle")
     if isinstance(job, dict):
-        return job, None
-    return None, idle if isinstance(idle, str) and len(idle) <= 64 else None
+        return job, None, decoded.get("more") is True
+    return None, idle if isinstance(idle, str) and len(idle) <= 64 else None, False
 
 
 def _jobs_list(jobs: Any) -> list[Job]:

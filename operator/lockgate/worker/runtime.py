@@ -33,9 +33,10 @@ MIN_EMPTY_POLL_S = 0.1  # an empty long-poll answered faster than this is not re
 STOP_RETRY_S = 1.0  # wait after a failed job-stop poll
 MAX_HANDLER_THREADS = 256  # threads are made only when sync jobs need them
 # Taking ahead (`Runtime._ahead`): after SHORT_STREAK jobs in a row that each ran within
-# SHORT_JOB_S, up to `take_ahead` jobs more than the concurrency are taken, each starting the
-# moment a slot frees (no round trip to the gateway between two jobs); one that waits
-# WAIT_AHEAD_S for a slot goes back to the front of the queue, unstarted.
+# SHORT_JOB_S, and while the last result's answer said more jobs were queued, up to
+# `take_ahead` jobs more than the concurrency are taken, each starting the moment a slot
+# frees (no round trip to the gateway between two jobs); one that waits WAIT_AHEAD_S for a
+# slot goes back to the front of the queue, unstarted.
 SHORT_JOB_S = 0.05
 SHORT_STREAK = 8
 WAIT_AHEAD_S = 0.25
@@ -142,9 +143,13 @@ class Runtime:
     def _ahead(self) -> int:
         """How many jobs to hold beyond the concurrency, waiting for a slot: `take_ahead`
         while the last SHORT_STREAK jobs each ran within SHORT_JOB_S (a job taken ahead
-        waits behind another), else none; never with batches, `refresh_worker` (the next
-        job belongs to a fresh worker) or once stopping."""
-        if self._short < SHORT_STREAK or self._stopping.is_set():
+        waits behind another) and the last result's answer said more jobs were queued (a
+        worker kept busy one job at a time by one client holds no job ahead), else none;
+        never with batches, `refresh_worker` (the next job belongs to a fresh worker) or once
+        stopping."""
+        if self._short < SHORT_STREAK or not self._client.more_queued:
+            return 0
+        if self._stopping.is_set():
             return 0
         if self._batcher is not None or self._options.refresh_worker:
             return 0
