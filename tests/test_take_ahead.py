@@ -16,7 +16,7 @@ import pytest
 
 from lockgate.store import JobStore
 from lockgate.worker.jobs import Slots
-from tests.conftest import LiveGateway
+from tests.conftest import LiveGateway, register
 from tests.test_connections import requests_by_status
 from tests.test_job_api import get, submit
 from tests.test_lifecycle import eventually, status_of
@@ -126,6 +126,25 @@ async def test_a_results_answer_says_when_more_jobs_wait_behind_the_one_it_hands
     async with http.post(url, json={"output": 2}, headers=gateway.worker_headers()) as r:
         answer = await r.json()
     assert answer["job"]["id"] == queued[1] and "more" not in answer, answer
+
+
+async def test_no_job_is_taken_ahead_where_a_lost_workers_jobs_fail(http, gateway, redis):
+    """onWorkerLost fail: a job a worker held ahead would fail with it though it never ran,
+    so the answer never invites taking ahead."""
+    client_key, worker_key = await register(redis, "strict", onWorkerLost="fail")
+    base = f"{gateway.url}/v2/strict"
+    ids = []
+    for n in range(3):
+        async with http.post(f"{base}/run", json={"input": {"n": n}},
+                             headers={"authorization": client_key}) as r:  # fmt: skip
+            ids.append((await r.json())["id"])
+    worker = {"authorization": worker_key}
+    async with http.get(f"{base}/job-take/w1", headers=worker) as r:
+        assert (await r.json())["id"] == ids[0]
+    async with http.post(f"{base}/job-done/w1/{ids[0]}?take=1", json={"output": 1},
+                         headers=worker) as r:  # fmt: skip
+        answer = await r.json()
+    assert answer["job"]["id"] == ids[1] and "more" not in answer, answer
 
 
 # -- the runtime -------------------------------------------------------------------------

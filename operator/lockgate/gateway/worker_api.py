@@ -26,7 +26,7 @@ from lockgate.gateway.http import (
 )
 from lockgate.gateway.state import Gateway, gateway_of
 from lockgate.gateway.warmup import warmup_input
-from lockgate.models.endpoint import EndpointType
+from lockgate.models.endpoint import EndpointType, WorkerLostPolicy
 from lockgate.models.registry_entry import RegistryEntry
 from lockgate.store import STOPPING, WARMING, Finished, StreamFull, TakenJob
 from lockgate.store.keys import JOB_ID_RE, WORKER_ID_RE
@@ -280,7 +280,9 @@ async def job_done(request: web.Request) -> web.Response:
     answer: dict[str, Any] = {"accepted": done is not None}
     if jobs:
         answer["job"] = _job_payload(jobs[0], entry)
-        if more:  # jobs still queued behind it: lockgate's runtime may take ahead
+        if more and entry.onWorkerLost == WorkerLostPolicy.REQUEUE:
+            # Jobs still queued behind it: lockgate's runtime may take ahead. Not where a
+            # lost worker's jobs fail: a job taken ahead would fail with it, unstarted.
             answer["more"] = True
     elif idle:
         answer["idle"] = idle
