@@ -24,6 +24,7 @@ from lockgate.kube.manifests.build import (
 )
 from lockgate.models.build import ORDER, BuildStatus
 from lockgate.models.hub import TESTS_FILE, HubFileError, parse_tests
+from lockgate.timestamps import parse_time
 
 Obj = dict[str, Any]
 SHORT_HASH = 7
@@ -127,17 +128,13 @@ def failure(status: Obj, what: str) -> str:
     return f"{what} failed: exit code {ended.get('exitCode')} ({ended.get('reason') or 'Error'})"
 
 
-def _time(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
 def deadline(job: Obj) -> datetime | None:
     """When the Job's `activeDeadlineSeconds` runs out (None: no deadline, or not started)."""
     seconds = (job.get("spec") or {}).get("activeDeadlineSeconds")
-    started = (job.get("status") or {}).get("startTime")
-    if not seconds or not started:
+    started = parse_time((job.get("status") or {}).get("startTime"))
+    if not seconds or started is None:
         return None
-    return _time(started) + timedelta(seconds=seconds)
+    return started + timedelta(seconds=seconds)
 
 
 def stopped_at(ended: Obj, pod: Obj | None) -> datetime | None:
@@ -145,10 +142,10 @@ def stopped_at(ended: Obj, pod: Obj | None) -> datetime | None:
     its pod was deleted: `ContainerStatusUnknown`, no end time) when the pod's deletion was
     asked for (its `deletionTimestamp` less the grace period). None: not known."""
     if at := ended.get("finishedAt"):
-        return _time(at)
+        return parse_time(at)
     meta = (pod or {}).get("metadata") or {}
-    if deleted := meta.get("deletionTimestamp"):
-        return _time(deleted) - timedelta(seconds=meta.get("deletionGracePeriodSeconds") or 0)
+    if (deleted := parse_time(meta.get("deletionTimestamp"))) is not None:
+        return deleted - timedelta(seconds=meta.get("deletionGracePeriodSeconds") or 0)
     return None
 
 

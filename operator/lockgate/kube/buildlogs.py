@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
-NS = 1_000_000_000
+from lockgate.timestamps import NS, stamp_ns
+
 SKEW_S = 60  # seconds a node's clock may be ahead of the operator's without a line lost
 READ_BYTES = 4 * 1024 * 1024  # at most this much of a container's log per read
 LINES_PER_READ = 1000  # at most this many lines taken per read
@@ -65,23 +65,6 @@ class Row:
 
     ns: int | None
     text: str
-
-
-def stamp_ns(stamp: str) -> int | None:
-    """An RFC 3339 timestamp with up to nine digits of fraction (the kubelet's) as epoch
-    nanoseconds; None when it is none."""
-    whole, dot, rest = stamp.partition(".")
-    digits, zone = rest, ""
-    if dot:
-        cut = len(rest) - len(rest.lstrip("0123456789"))
-        digits, zone = rest[:cut], rest[cut:]
-    try:
-        seconds = datetime.fromisoformat((whole + zone).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if seconds.tzinfo is None or len(digits) > 9:
-        return None
-    return int(seconds.timestamp()) * NS + int((digits or "0").ljust(9, "0"))
 
 
 def rows(text: str, *, cut: bool) -> list[Row]:

@@ -38,6 +38,7 @@ from lockgate.kube.manifests.names import SERVING_CONDITION
 from lockgate.scaling.parking import SCALE_DOWN, adopt_first, expired, parks
 from lockgate.scaling.pool import PoolState
 from lockgate.store import JobStore
+from lockgate.timestamps import parse_time
 
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 REVERT_AFTER_S = 10.0  # a pod taken out of service that still lives after this goes back
@@ -114,11 +115,9 @@ def to_serve(pods: Sequence[Obj], now: datetime, seen: Collection[str] | None) -
             continue
         if condition is None and pod["metadata"]["name"] not in (seen or ()):
             continue  # its worker runtime has not polled yet: not Ready
-        since = condition and condition.get("lastTransitionTime")
-        if since:
-            taken_out = datetime.strptime(since, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-            if (now - taken_out).total_seconds() < REVERT_AFTER_S:
-                continue
+        taken_out = parse_time(condition and condition.get("lastTransitionTime"))
+        if taken_out is not None and (now - taken_out).total_seconds() < REVERT_AFTER_S:
+            continue
         names.append(pod["metadata"]["name"])
     return names
 

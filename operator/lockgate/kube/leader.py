@@ -29,6 +29,7 @@ from typing import Any
 from lockgate.kube.cluster import Cluster, ClusterError, Conflict
 from lockgate.kube.settings import OperatorSettings
 from lockgate.store.connection import raise_if_cancelled
+from lockgate.timestamps import parse_time
 
 log = logging.getLogger("lockgate.scaler")
 
@@ -49,17 +50,6 @@ class Step(StrEnum):
 def holder_of(lease: Mapping[str, Any] | None) -> str:
     """The Lease's holder identity; empty when absent or released."""
     return str(((lease or {}).get("spec") or {}).get("holderIdentity") or "")
-
-
-def parse_time(value: object) -> datetime | None:
-    """A Lease's MicroTime (RFC 3339, any fraction), or None when missing or unreadable."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def micro_time(moment: datetime) -> str:

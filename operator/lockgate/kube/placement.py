@@ -19,8 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
+
+from lockgate.timestamps import parse_time
 
 GPU_TYPE_ANNOTATION = "lockgate.dev/gpu-type"  # on the Endpoint and on its worker pods
 SINCE_ANNOTATION = "lockgate.dev/gpu-type-since"
@@ -66,13 +68,6 @@ class PodScheduling:
 
     gpu_type: str  # the type its template required ("" when unknown)
     unschedulable_since: datetime | None  # PodScheduled False, reason Unschedulable
-
-
-def parse_time(value: str | None) -> datetime | None:
-    try:
-        return datetime.strptime(value or "", TIME_FORMAT).replace(tzinfo=UTC)
-    except ValueError:
-        return None
 
 
 def from_annotations(annotations: Mapping[str, str] | None) -> Choice | None:

@@ -17,7 +17,6 @@ import contextlib
 import logging
 import threading
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 from lockgate.kube.cluster import Cluster, ClusterError
@@ -31,6 +30,7 @@ from lockgate.manage.loglines import (
     LogQuery,
     parse_time,
 )
+from lockgate.timestamps import stamp_ns
 
 log = logging.getLogger("lockgate.manage")
 
@@ -53,16 +53,6 @@ def parse_pod_log(maker: LineMaker, text: str) -> list[LogLine]:
             continue  # not a timestamped line (cannot happen with timestamps=true)
         lines.extend(maker.make_all(rest, STDOUT, ms))
     return lines
-
-
-def stamp_ns(stamp: str) -> int:
-    """Epoch nanoseconds of a kubelet timestamp (`2026-11-23T00:50:00.123456789Z`; the
-    fraction may be shorter); ValueError when it is not one."""
-    whole, _, fraction = stamp.removesuffix("Z").partition(".")
-    if not fraction.isdigit() and fraction:
-        raise ValueError(f"not a timestamp: {stamp!r}")
-    seconds = int(datetime.fromisoformat(whole).replace(tzinfo=UTC).timestamp())
-    return seconds * 1_000_000_000 + int(fraction.ljust(9, "0")[:9] or 0)
 
 
 # Where a pod's followed log was left: the timestamp (ns) of the last line given, and how
@@ -191,9 +181,7 @@ class _Watch:
                 *complete, pending = (pending + chunk).split(b"\n")
                 for raw in complete:
                     stamp, _, text = raw.decode(errors="replace").partition(" ")
-                    try:
-                        ns = stamp_ns(stamp)
-                    except ValueError:
+                    if (ns := stamp_ns(stamp)) is None:
                         continue  # not a timestamped line (cannot happen with timestamps)
                     count, last_ns = (count + 1 if ns == last_ns else 1), ns
                     made = maker.make_all(text, STDOUT, ns // 1_000_000)  # (tracks jobs)

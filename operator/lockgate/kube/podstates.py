@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from lockgate.kube.manifests.models import MODELS_CONTAINER
 from lockgate.kube.manifests.names import WORKER_CONTAINER
 from lockgate.kube.status import WORKERS_HEALTHY, Check
 from lockgate.scaling.crashloop import Start
+from lockgate.timestamps import epoch_ms
 
 PULL_ERRORS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
 CRASHES = {"CrashLoopBackOff", "RunContainerError"}
@@ -184,9 +184,8 @@ def pod_starts(pods: Iterable[Obj], known: Collection[str]) -> dict[str, int]:
     for pod in pods:
         meta = pod.get("metadata") or {}
         name, created = meta.get("name"), meta.get("creationTimestamp")
-        if name and created and name not in known:
-            when = created if isinstance(created, datetime) else datetime.fromisoformat(created)
-            starts[name] = int(when.timestamp() * 1000)
+        if name and name not in known and (ms := epoch_ms(created)) is not None:
+            starts[name] = ms
     return starts
 
 
@@ -242,14 +241,6 @@ def _check(problems: Sequence[Problem], pods: int, downloading: Sequence[str] = 
     return Check(WORKERS_HEALTHY, False, worst.reason, worst.message)
 
 
-def _ms(stamp: Any) -> int | None:
-    """An API time (RFC 3339 text, or a datetime) in epoch ms; None when absent."""
-    if not stamp:
-        return None
-    when = stamp if isinstance(stamp, datetime) else datetime.fromisoformat(str(stamp))
-    return int(when.timestamp() * 1000)
-
-
 def _ended(pod: str, attempt: int, ended: Obj, at: int | None) -> Start:
     code = ended.get("exitCode")
     reason = ended.get("reason", "")
@@ -273,12 +264,14 @@ def worker_starts(pods: Iterable[Obj], live: Collection[str]) -> list[Start]:
             restarts = int(status.get("restartCount") or 0)
             state = status.get("state") or {}
             if (running := state.get("running")) is not None and name in live:
-                starts.append(Start(f"{name}#{restarts}", _ms(running.get("startedAt")) or 0, True))
+                starts.append(
+                    Start(f"{name}#{restarts}", epoch_ms(running.get("startedAt")) or 0, True)
+                )
             last = (status.get("lastState") or {}).get("terminated") or {}
-            last_at = _ms(last.get("finishedAt"))
+            last_at = epoch_ms(last.get("finishedAt"))
             for attempt in range(restarts):  # the earliest ones first, just before the last
                 at = None if last_at is None else last_at - (restarts - 1 - attempt)
                 starts.append(_ended(name, attempt, last, at))
             if (ended := state.get("terminated")) is not None:
-                starts.append(_ended(name, restarts, ended, _ms(ended.get("finishedAt"))))
+                starts.append(_ended(name, restarts, ended, epoch_ms(ended.get("finishedAt"))))
     return starts

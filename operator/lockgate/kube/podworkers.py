@@ -22,7 +22,6 @@ import logging
 import math
 import time
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
 from lockgate.kube.catalog import gpu_type_of, label_types
@@ -30,7 +29,7 @@ from lockgate.kube.cluster import Cluster, ClusterError
 from lockgate.kube.gpus import GpuLabels
 from lockgate.kube.lb_pods import parked_until
 from lockgate.kube.manifests.names import VERSION_LABEL, WORKER_CONTAINER
-from lockgate.kube.podlogs import stamp_ns, worker_selector
+from lockgate.kube.podlogs import worker_selector
 from lockgate.kube.podstates import pod_problem
 from lockgate.manage.workerlogs import (
     CONTAINER,
@@ -52,6 +51,7 @@ from lockgate.manage.workersource import (
 )
 from lockgate.models import EndpointRecord
 from lockgate.store import JobStore
+from lockgate.timestamps import epoch_ms, stamp_ns
 
 log = logging.getLogger("lockgate.manage")
 
@@ -62,17 +62,6 @@ MARGIN_S = 2
 LOG_BYTES = 4 * 1024 * 1024  # read at most this much of a container's log at a time
 TAIL_MARGIN = 64  # a tail reads this many lines more: its first millisecond may be cut
 NODE_TTL_S = 60.0  # the nodes' labels are read again after this long
-
-
-def epoch_ms(stamp: str | None) -> int | None:
-    """An RFC 3339 time of the API (`2026-06-01T12:05:04Z`, any fraction) as epoch ms."""
-    if not stamp:
-        return None
-    try:
-        return stamp_ns(stamp) // 1_000_000
-    except ValueError:
-        moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-        return int(moment.timestamp() * 1000)
 
 
 def _worker_container(pod: Obj, part: str) -> Obj:
@@ -142,10 +131,8 @@ def log_lines(text: str) -> list[tuple[int, str]]:
     out = []
     for raw in lines[:-1]:
         stamp, _, rest = raw.partition(" ")
-        try:
-            out.append((stamp_ns(stamp) // 1_000_000, rest.rstrip("\r")))
-        except ValueError:
-            continue  # not a timestamped line (cannot happen with timestamps=true)
+        if (ns := stamp_ns(stamp)) is not None:  # else not a timestamped line (cannot be)
+            out.append((ns // 1_000_000, rest.rstrip("\r")))
     return out
 
 

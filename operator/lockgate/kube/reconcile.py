@@ -81,6 +81,7 @@ from lockgate.store.keys import ENDPOINT_ID_RE
 from lockgate.store.keys import batches as batches_key
 from lockgate.store.registry import RegisteredIds, SharedIds
 from lockgate.store.releases import ReleaseStore
+from lockgate.timestamps import parse_time
 
 Body = Mapping[str, Any]
 Obj = Mapping[str, Any]  # a Kubernetes object as the API gives it
@@ -339,10 +340,8 @@ def key_may_rotate(created: str, at: datetime, settle_s: float) -> bool:
     """Whether a worker-key Secret whose digest nobody knows may get a new key: not while
     its Endpoint is younger than `settle_s`, when a concurrent reconcile (the resync
     daemon, another replica) may have created it and not yet registered its digest."""
-    if not created:
-        return True
-    born = datetime.fromisoformat(created.replace("Z", "+00:00"))
-    return (at - born).total_seconds() >= settle_s
+    born = parse_time(created)
+    return born is None or (at - born).total_seconds() >= settle_s
 
 
 async def deployed_key_digest(ctx: Context, owner: Owner) -> str | None:
@@ -361,14 +360,8 @@ async def deployed_key_digest(ctx: Context, owner: Owner) -> str | None:
 def restart_requested_ms(annotations: Mapping[str, str] | None) -> int | None:
     """When a restart of the workers was last asked (`RESTART_ANNOTATION`), epoch ms; None
     when never, or the value is not a time."""
-    raw = (annotations or {}).get(RESTART_ANNOTATION)
-    try:
-        when = datetime.fromisoformat(str(raw).replace("Z", "+00:00")) if raw else None
-    except ValueError:
-        return None
-    if when is None:
-        return None
-    return int((when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp() * 1000)
+    when = parse_time((annotations or {}).get(RESTART_ANNOTATION))
+    return None if when is None else int(when.timestamp() * 1000)
 
 
 async def register(

@@ -28,7 +28,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from lockgate.kube.cluster import Cluster, ClusterError
@@ -40,6 +39,7 @@ from lockgate.models.unhealthy import UnhealthyWorker
 from lockgate.scaling.worker_health import REASONS, overdue, shown, startup_record
 from lockgate.store import JobStore
 from lockgate.store.lb_workers import HEALTHY, LbWorkers
+from lockgate.timestamps import epoch_ms
 
 log = logging.getLogger("lockgate.scaler")
 
@@ -66,11 +66,7 @@ def worker_status(pod: Obj) -> Obj:
 def worker_started_ms(pod: Obj) -> int | None:
     """When the pod's worker container started (epoch ms), while it runs; else None."""
     running = (worker_status(pod).get("state") or {}).get("running") or {}
-    started = running.get("startedAt")
-    if not started:
-        return None
-    when = started if isinstance(started, datetime) else datetime.fromisoformat(started)
-    return int(when.timestamp() * 1000)
+    return epoch_ms(running.get("startedAt"))
 
 
 def fingerprint(pods: Iterable[Obj]) -> frozenset[tuple[str, int]]:
