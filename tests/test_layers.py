@@ -21,6 +21,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "bigints",
             "logs",
             "signing",
+            "timestamps",
             "supervisor",
             "client",
             "clientconfig",
